@@ -1,0 +1,32 @@
+# The two commands for a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SECONDS ?= 20
+
+.PHONY: demo test venv clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# torch is installed explicitly at the pinned CPU version first, so nothing pulls a CUDA build.
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[sim,train,viz,dev]'
+	touch $@
+
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[sim,viz]'
+	touch $@
+
+venv: $(VENV)/.installed-dev
+
+demo: $(VENV)/.installed-demo
+	$(BIN)/rtinfer demo --seconds $(SECONDS)
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

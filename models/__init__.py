@@ -1,0 +1,1 @@
+"""Offline policy code (torch): architecture, training, sparsity, export."""

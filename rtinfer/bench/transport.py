@@ -1,0 +1,173 @@
+"""One-way publisher -> subscriber latency of an action-chunk message across two processes.
+
+Two paths, alternated in blocks in the same run: rtinfer's bus + wire (encode, validate,
+decode), and raw pyzmq PUB/SUB sending the same msgpack bytes with no validation. Both sides
+read CLOCK_MONOTONIC, which is shared by all processes of one host. Messages are paced (not
+flooded) so that the figure is latency, not queueing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import zmq
+
+from rtinfer import wire
+from rtinfer.hist import LatencyHistogram
+
+TOPIC = "action_chunk"
+RATE_HZ = 1000.0
+WARMUP = 200
+_HDR = struct.Struct("<QQ")  # raw path: seq, publish_ns
+
+
+def sample_body() -> dict:
+    """A representative action-chunk waypoint: 16 tokens (4 waypoints x 4 dims) plus values."""
+    return {"cycle": 1, "index": 0, "count": 4, "tokens": np.arange(16, dtype=np.int32),
+            "values": np.linspace(-0.5, 0.5, 16, dtype=np.float32), "tokenizer": "0" * 16,
+            "period_ns": 50_000_000}
+
+
+def _publish(kind: str, endpoint: str, count: int) -> None:
+    period_ns = int(1e9 / RATE_HZ)
+    body = sample_body()
+    if kind == "rtinfer":
+        from rtinfer.bus import Publisher
+        pub = Publisher(endpoint, "bench", bind=False)
+        send = lambda seq: pub.publish(TOPIC, body, {"capture": wire.now_ns()})  # noqa: E731
+    else:
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.PUB)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        payload = wire.encode(TOPIC, body, seq=0, src="bench", stamps={"capture": 0})
+        topic = TOPIC.encode()
+        send = lambda seq: sock.send_multipart(  # noqa: E731
+            [topic, _HDR.pack(seq, time.monotonic_ns()), payload], flags=zmq.NOBLOCK)
+    time.sleep(0.3)  # slow joiner: let the subscription reach the publisher
+    start = time.monotonic_ns()
+    for seq in range(count + WARMUP):
+        target = start + seq * period_ns
+        while time.monotonic_ns() < target:
+            pass
+        send(seq)
+    time.sleep(0.2)
+
+
+def _subscribe(kind: str, endpoint: str, count: int, ready_path: str) -> dict:
+    lat = np.zeros(count, dtype=np.int64)
+    got = 0
+    deadline = time.monotonic() + 30 + count / RATE_HZ
+    if kind == "rtinfer":
+        from rtinfer.bus import Subscriber
+        sub = Subscriber(endpoint, [TOPIC], bind=True)
+        open(ready_path, "w").close()
+        while got < count and time.monotonic() < deadline:
+            env = sub.recv(timeout_ms=100)
+            if env is None:
+                continue
+            t = time.monotonic_ns()
+            if env.seq >= WARMUP:
+                lat[got] = t - env.stamps["publish"]
+                got += 1
+    else:
+        sock = zmq.Context.instance().socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        sock.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+        sock.bind(endpoint)
+        open(ready_path, "w").close()
+        while got < count and time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            frames = sock.recv_multipart(copy=True)
+            t = time.monotonic_ns()
+            seq, sent = _HDR.unpack(frames[1])
+            if seq >= WARMUP:
+                lat[got] = t - sent
+                got += 1
+    return {"received": got, "lat_ns": lat[:got].tolist()}
+
+
+def _one_block(kind: str, endpoint: str, count: int) -> np.ndarray:
+    with tempfile.TemporaryDirectory() as tmp:
+        ready, out = os.path.join(tmp, "ready"), os.path.join(tmp, "out.json")
+        sub = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.transport", "--role", "sub",
+                                "--kind", kind, "--endpoint", endpoint, "--count", str(count),
+                                "--ready", ready, "--out", out])
+        while not os.path.exists(ready):
+            if sub.poll() is not None:
+                raise RuntimeError(f"transport bench subscriber exited early ({sub.returncode})")
+            time.sleep(0.01)
+        _publish(kind, endpoint, count)
+        sub.wait(timeout=60)
+        with open(out) as f:
+            return np.asarray(json.load(f)["lat_ns"], dtype=np.int64)
+
+
+def _endpoint(kind: str, tmp: str) -> str:
+    if kind == "ipc":
+        return f"ipc://{tmp}/bench.sock"
+    with socket_free_port() as port:
+        return f"tcp://127.0.0.1:{port}"
+
+
+class socket_free_port:
+    """A free loopback TCP port (closed again before use; fine for a benchmark)."""
+    def __enter__(self) -> int:
+        import socket
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        return self.s.getsockname()[1]
+
+    def __exit__(self, *exc) -> None:
+        self.s.close()
+
+
+def run(messages: int = 5000, blocks: int = 4) -> dict:
+    """Alternate rtinfer / raw blocks (A B A B ...) per endpoint kind; return percentiles in us."""
+    result: dict = {"messages_per_path": messages, "blocks": blocks, "rate_hz": RATE_HZ,
+                    "payload_bytes": len(wire.encode(TOPIC, sample_body(), seq=0, src="bench",
+                                                     stamps={"capture": 0, "publish": 0}))}
+    per_block = max(1, messages // blocks)
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("ipc", "tcp"):
+            hists = {"rtinfer": LatencyHistogram(), "raw": LatencyHistogram()}
+            for _ in range(blocks):
+                for path in ("rtinfer", "raw"):
+                    for v in _one_block(path, _endpoint(kind, tmp), per_block):
+                        hists[path].record(int(v))
+            r, w = hists["rtinfer"].percentiles_us(), hists["raw"].percentiles_us()
+            result[kind] = {
+                "rtinfer_p50_us": r["p50"], "rtinfer_p99_us": r["p99"], "rtinfer_max_us": r["max"],
+                "raw_p50_us": w["p50"], "raw_p99_us": w["p99"], "raw_max_us": w["max"],
+                "ratio_p50": round(r["p50"] / w["p50"], 3), "ratio_p99": round(r["p99"] / w["p99"], 3),
+                "added_p50_us": round(r["p50"] - w["p50"], 1),
+                "received": {"rtinfer": r["count"], "raw": w["count"]},
+            }
+    return result
+
+
+def _main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--role", choices=["sub"], required=True)
+    ap.add_argument("--kind", choices=["rtinfer", "raw"], required=True)
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--count", type=int, required=True)
+    ap.add_argument("--ready", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    res = _subscribe(a.kind, a.endpoint, a.count, a.ready)
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,139 @@
+"""CURVE keys and socket security for the bus (the pyzmq ``zmq.auth`` recipe, made explicit).
+
+Roles: the side that BINDS is the CURVE server and checks connecting clients against an
+allow-list directory of public keys (``*.key`` files) through a ZAP authenticator thread
+on its zmq.Context; the side that CONNECTS is a client and must know the server's public
+key. CURVE is off unless a CurveConfig is given; use it for anything that crosses a host
+(``requires_curve``). Secret keys are never printed or logged.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+
+@dataclass(frozen=True)
+class CurveConfig:
+    """Paths only; keys are read when a socket is set up.
+
+    secret_key_file: this node's ``*.key_secret`` (holds its public and secret key).
+    server_public_key_file: the binding peer's ``*.key`` (required when connecting).
+    allowed_clients_dir: directory of client ``*.key`` files (required when binding).
+    """
+
+    secret_key_file: str | os.PathLike
+    server_public_key_file: str | os.PathLike | None = None
+    allowed_clients_dir: str | os.PathLike | None = None
+
+
+def requires_curve(endpoint: str) -> bool:
+    """True for endpoints that can leave the host (tcp://), which should use CURVE."""
+    return endpoint.startswith("tcp://")
+
+
+def generate(directory: str | os.PathLike, name: str) -> tuple[Path, Path]:
+    """Create ``name.key`` and ``name.key_secret`` in ``directory``; returns (public, secret).
+
+    The directory is made 0700 *before* the files are written, so the secret is never
+    reachable by other users, then the secret file is set to 0600.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    public, secret = zmq.auth.create_certificates(d, name)
+    os.chmod(secret, 0o600)
+    return Path(public), Path(secret)
+
+
+def load_public(path: str | os.PathLike) -> bytes:
+    """The Z85 public key in a ``.key`` or ``.key_secret`` file (ValueError if none)."""
+    return zmq.auth.load_certificate(path)[0]
+
+
+def load_keypair(path: str | os.PathLike) -> tuple[bytes, bytes]:
+    """(public, secret) from a ``.key_secret`` file.
+
+    Refuses (ValueError) a file without a secret key or one readable by group/others,
+    like ssh does, so a leaked-permission key is noticed instead of silently used.
+    """
+    mode = os.stat(path).st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"secret key file {path} is accessible by group/others "
+                         f"(mode {stat.S_IMODE(mode):o}); run: chmod 600 {path}")
+    public, secret = zmq.auth.load_certificate(path)
+    if secret is None:
+        raise ValueError(f"{path} holds no secret key; pass the .key_secret file, not the .key")
+    return public, secret
+
+
+def load_secret(path: str | os.PathLike) -> bytes:
+    """The Z85 secret key in a ``.key_secret`` file (same checks as load_keypair)."""
+    return load_keypair(path)[1]
+
+
+def secure_socket(sock: zmq.Socket, cfg: CurveConfig, *, server: bool) -> None:
+    """Set CURVE options on ``sock``; call before bind/connect.
+
+    A server also needs ``acquire_authenticator`` on its context, or libzmq accepts any
+    client that knows the server key.
+    """
+    public, secret = load_keypair(cfg.secret_key_file)
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    if server:
+        sock.curve_server = True
+        return
+    if cfg.server_public_key_file is None:
+        raise ValueError("CurveConfig.server_public_key_file is required on the connecting side")
+    sock.curve_serverkey = load_public(cfg.server_public_key_file)
+
+
+# One ZAP handler per context (libzmq allows one bind of inproc://zeromq.zap.01 per context),
+# shared by every CURVE server socket on that context and stopped with the last of them.
+_auth_lock = threading.Lock()
+_auths: dict[int, list] = {}  # id(ctx) -> [authenticator, refcount, allow-list dir]
+
+
+def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLike | None) -> None:
+    """Start (or share) the allow-list authenticator on ``ctx``.
+
+    The allow-list is read once, here: keys added to the directory later need a restart.
+    All CURVE servers on one context must use the same directory (ValueError otherwise).
+    """
+    if allowed_clients_dir is None:
+        raise ValueError("CurveConfig.allowed_clients_dir is required on the binding side "
+                         "(the allow-list of client public keys)")
+    location = str(Path(allowed_clients_dir).resolve())
+    if not os.path.isdir(location):
+        raise ValueError(f"allowed_clients_dir {location} is not a directory")
+    with _auth_lock:
+        entry = _auths.get(id(ctx))
+        if entry is not None:
+            if entry[2] != location:
+                raise ValueError(f"context already authenticates against {entry[2]}, not {location}")
+            entry[1] += 1
+            return
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve(domain="*", location=location)
+        _auths[id(ctx)] = [auth, 1, location]
+
+
+def release_authenticator(ctx: zmq.Context) -> None:
+    """Drop one reference; the last one stops the authenticator thread (blocks briefly)."""
+    with _auth_lock:
+        entry = _auths.get(id(ctx))
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _auths[id(ctx)]
+    entry[0].stop()

@@ -1,0 +1,37 @@
+"""Project-wide rules that a grep can prove: no pickle, no eval/exec, no shell with message content."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [p for d in ("rtinfer", "controllers", "models", "examples", "scripts")
+           for p in (ROOT / d).rglob("*.py")]
+THIS = Path(__file__).resolve()
+
+
+def _offenders(pattern: str) -> list[str]:
+    rx = re.compile(pattern)
+    found = []
+    for path in SOURCES + [p for p in (ROOT / "tests").rglob("*.py") if p.resolve() != THIS]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if rx.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    return found
+
+
+def test_sources_exist():
+    assert any(p.name == "wire.py" for p in SOURCES)
+
+
+def test_pickle_is_never_used():
+    # pyzmq's send_pyobj/recv_pyobj pickle under the hood, so they count too.
+    assert _offenders(r"^\s*(import|from)\s+(c?[Pp]ickle|dill|cloudpickle|shelve|marshal)\b"
+                      r"|\b(c?pickle|dill|cloudpickle|marshal)\.\w+"
+                      r"|(send|recv)_pyobj|allow_pickle\s*=\s*True") == []
+
+
+def test_no_eval_or_exec():
+    assert _offenders(r"(?<![\w.])(eval|exec)\s*\(") == []
+
+
+def test_no_shell_true():
+    assert _offenders(r"shell\s*=\s*True|os\.system\(|os\.popen\(") == []
