@@ -1,0 +1,173 @@
+"""Setpoint tracker: a stream of waypoints -> a rate-limited position/velocity reference.
+
+Waypoint i of a chunk targets time capture_ns + (i + 1) * period_ns. Between knots the
+plan is a monotone cubic Hermite spline (Fritsch-Butland tangents: no overshoot past a
+waypoint, which matters for z near the belt). It is C1 (continuous velocity), so
+accelerations are finite and, when the limits do not bind, the reference passes through
+every waypoint exactly at its time. (Linear interpolation has a velocity step at every
+waypoint, so an acceleration limit would always bind and the reference would lag;
+min-jerk needs boundary accelerations the policy does not give.) Every new chunk
+re-plans from the current reference state (knot 0 = now, position, velocity), so a
+hand-over never jumps; an optional smoothstep blend from the old plan to the new one
+lasts `blend_ns`, but never past the new chunk's first waypoint. A follower then
+enforces per-axis velocity and acceleration limits on the reference itself: on plan it
+samples the plan exactly, off plan it chases it along a braking curve.
+
+Suction is discrete: a waypoint's value > 0.5 means on, switched when the reference time
+reaches the waypoint's time. Not thread-safe; one instance per control loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_SNAP = 0.05  # back "on the plan" when within this fraction of one tick's acceleration step
+
+
+def _stop_speed(dist: np.ndarray, amax: np.ndarray, dt: float) -> np.ndarray:
+    """Fastest speed from which a stop within `dist` is possible at `amax`, counting the
+    discrete steps (p += v * dt after v changes by at most amax * dt); ~sqrt(2 a d)."""
+    return amax * (np.sqrt(2.25 * dt * dt + 2 * np.abs(dist) / amax) - 1.5 * dt)
+
+
+def _hermite(plan, t: float):
+    """Position and velocity of plan = (ts, ps, vs, tail) at t seconds after knot 0."""
+    ts, ps, vs, tail = plan
+    if t >= ts[-1]:
+        return tail, np.zeros_like(tail)
+    j = int(np.searchsorted(ts, t, side="right")) - 1
+    h = ts[j + 1] - ts[j]
+    s = (t - ts[j]) / h
+    s2, s3 = s * s, s * s * s
+    p = ((2 * s3 - 3 * s2 + 1) * ps[j] + (s3 - 2 * s2 + s) * h * vs[j]
+         + (3 * s2 - 2 * s3) * ps[j + 1] + (s3 - s2) * h * vs[j + 1])
+    v = ((6 * s2 - 6 * s) / h * (ps[j] - ps[j + 1])
+         + (3 * s2 - 4 * s + 1) * vs[j] + (3 * s2 - 2 * s) * vs[j + 1])
+    return p, v
+
+
+class SetpointTracker:
+    """Limits are per axis (m/s, m/s^2). `follow_per_s`: rate (1/s) at which the reference
+    closes a gap to the plan when it fell behind (a time constant of 1/follow_per_s).
+    `hold_decel`: braking deceleration for `brake()` (defaults to acc_limit)."""
+
+    def __init__(self, vel_limit, acc_limit, *, n_axes: int = 3, blend_ns: int = 0,
+                 hold_decel=None, follow_per_s: float = 200.0):
+        self.n = n_axes
+        self.vmax = np.broadcast_to(np.asarray(vel_limit, float), (n_axes,)).copy()
+        self.amax = np.broadcast_to(np.asarray(acc_limit, float), (n_axes,)).copy()
+        dec = acc_limit if hold_decel is None else hold_decel
+        self.decel = np.broadcast_to(np.asarray(dec, float), (n_axes,)).copy()
+        if not ((self.vmax > 0).all() and (self.amax > 0).all() and (self.decel > 0).all()):
+            raise ValueError("velocity, acceleration and hold deceleration limits must be > 0")
+        self.blend_ns, self.follow_per_s = int(blend_ns), float(follow_per_s)
+        self.t_ns: int | None = None  # reference time; None until reset()
+        self.pos, self.vel, self.acc = np.zeros(n_axes), np.zeros(n_axes), np.zeros(n_axes)
+        self.suction = False
+        self.braking = True           # no plan: brake to a stop, then hold position
+        self._plan = self._old = None  # (ts, ps, vs, tail) and knot-0 time in ns
+        self._t0_ns = self._old_t0_ns = 0
+        self._blend = (0, 0)
+        self._on = np.zeros(n_axes, bool)
+        self._ev_t = np.zeros(0, np.int64)
+        self._ev_on = np.zeros(0, bool)
+        self._ev_next = 0
+
+    def reset(self, pos, now_ns: int, suction: bool = False) -> None:
+        """Start at rest at `pos`, holding it."""
+        self.t_ns, self.suction = int(now_ns), bool(suction)
+        self.pos[:], self.vel[:], self.acc[:] = pos, 0.0, 0.0
+        self.brake(now_ns)
+
+    def brake(self, now_ns: int) -> None:
+        """Drop the plan and pending suction switches; decelerate at hold_decel to a stop."""
+        self.update(now_ns)
+        self.braking, self._plan, self._old = True, None, None
+        self._ev_t, self._ev_next = self._ev_t[:0], 0
+
+    def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
+                  complete: bool = True) -> None:
+        """Re-plan from the current reference through `waypoints` (n, n_axes + 1), the
+        first n waypoints of a chunk; complete=False while more are still streaming."""
+        self.update(now_ns)
+        w = np.asarray(waypoints, float)
+        times = capture_ns + (np.arange(len(w), dtype=np.int64) + 1) * int(period_ns)
+        fut = times > now_ns
+        ts = np.concatenate(([0.0], (times[fut] - now_ns) * 1e-9))
+        ps = np.vstack((self.pos, w[fut, :self.n]))
+        vs = np.empty_like(ps)
+        vs[0] = self.vel
+        if len(ts) > 2:  # Fritsch-Butland tangents: harmonic mean of the secants, 0 at extrema
+            sec = np.diff(ps, axis=0) / np.diff(ts)[:, None]
+            lo, hi = sec[:-1], sec[1:]
+            same = lo * hi > 0
+            vs[1:-1] = np.where(same, 2 * lo * hi / np.where(same, lo + hi, 1.0), 0.0)
+        if len(ts) > 1:  # a finished chunk ends at rest; a streaming one keeps its slope
+            vs[-1] = 0.0 if complete else (ps[-1] - ps[-2]) / (ts[-1] - ts[-2])
+        if self._plan is not None and self.blend_ns > 0:
+            end = now_ns + self.blend_ns if len(ts) == 1 else min(now_ns + self.blend_ns,
+                                                                  int(times[fut][0]))
+            self._old, self._old_t0_ns, self._blend = self._plan, self._t0_ns, (now_ns, end)
+        else:
+            self._old, self._on[:] = None, True
+        self._plan, self._t0_ns = (ts, ps, vs, w[-1, :self.n].copy()), int(now_ns)
+        self._ev_t, self._ev_on, self._ev_next = times, w[:, self.n] > 0.5, 0
+        self.braking = False
+        self._switch_suction(now_ns)
+
+    def _switch_suction(self, now_ns: int) -> None:
+        while self._ev_next < len(self._ev_t) and self._ev_t[self._ev_next] <= now_ns:
+            self.suction = bool(self._ev_on[self._ev_next])
+            self._ev_next += 1
+
+    def _desired(self, now_ns: int):
+        p, v = _hermite(self._plan, (now_ns - self._t0_ns) * 1e-9)
+        b0, b1 = self._blend
+        if self._old is None or now_ns >= b1:
+            self._old = None
+            return p, v
+        po, vo = _hermite(self._old, (now_ns - self._old_t0_ns) * 1e-9)
+        x, span = (now_ns - b0) / (b1 - b0), (b1 - b0) * 1e-9
+        s, ds = x * x * (3 - 2 * x), 6 * x * (1 - x) / span  # smoothstep and its rate
+        return po + s * (p - po), vo + s * (v - vo) + ds * (p - po)
+
+    def update(self, now_ns: int):
+        """Advance the reference to now_ns; returns (pos, vel, acc), arrays reused."""
+        if self.t_ns is None:
+            raise RuntimeError("SetpointTracker.update before reset(pos, now_ns)")
+        self._switch_suction(now_ns)
+        dt = (now_ns - self.t_ns) * 1e-9
+        if dt <= 0:
+            return self.pos, self.vel, self.acc
+        self.t_ns = int(now_ns)
+        v0 = self.vel.copy()
+        if self.braking:
+            self.vel -= np.clip(self.vel, -self.decel * dt, self.decel * dt)
+            self.pos += 0.5 * (v0 + self.vel) * dt
+        else:
+            self._follow(*self._desired(now_ns), dt)
+        np.subtract(self.vel, v0, out=self.acc)
+        self.acc /= dt
+        return self.pos, self.vel, self.acc
+
+    def _follow(self, pd: np.ndarray, vd: np.ndarray, dt: float) -> None:
+        vmax, amax, tail = self.vmax, self.amax, self._plan[3]
+        # Stopping rule: never faster towards the plan's final rest point than a stop at
+        # amax allows, so an infeasible plan is overshot at intermediate points at most.
+        dd = tail - pd
+        stoppable = (vd * dd <= 0) | (vd * vd <= 2 * amax * np.abs(dd) + (amax * dt) ** 2)
+        exact = (self._on & stoppable & (np.abs(vd) <= vmax) & (np.abs(pd - self.pos) <= vmax * dt)
+                 & (np.abs(vd - self.vel) <= amax * dt))
+        e = pd - self.pos
+        k = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
+        vc = vd + np.sign(e) * np.minimum(k * np.abs(e), _stop_speed(e, amax, dt))
+        d = tail - self.pos
+        cap = _stop_speed(d, amax, dt)
+        np.clip(vc, np.where(d > 0, -vmax, -np.minimum(cap, vmax)),
+                np.where(d > 0, np.minimum(cap, vmax), vmax), out=vc)
+        v = self.vel + np.clip(vc - self.vel, -amax * dt, amax * dt)
+        p = self.pos + v * dt
+        self.pos[:] = np.where(exact, pd, p)
+        self.vel[:] = np.where(exact, vd, v)
+        step = _SNAP * amax * dt
+        near = (np.abs(self.pos - pd) <= step * dt) & (np.abs(self.vel - vd) <= step)
+        self._on[:] = exact | near

@@ -1,0 +1,33 @@
+"""Freshness in one place: is a chunk too old to apply, and has the stream gone quiet?
+
+The controller enforces the deadline itself; safety never depends on another process.
+Times are monotonic ns from the controller's own clock (stamps are same-host).
+"""
+from __future__ import annotations
+
+
+class Watchdog:
+    """`deadline_ns`: the most a chunk's capture stamp may lag the receive time, and the
+    longest the controller runs on without a fresh chunk before it holds."""
+
+    def __init__(self, deadline_ns: int = 100_000_000):
+        if deadline_ns <= 0:
+            raise ValueError(f"deadline_ns must be > 0, got {deadline_ns}")
+        self.deadline_ns = int(deadline_ns)
+        self.last_fresh_ns: int | None = None  # receive time of the newest fresh chunk
+
+    def too_old(self, capture_ns: int, now_ns: int) -> bool:
+        """The observation behind this chunk was captured more than a deadline ago."""
+        return now_ns - capture_ns > self.deadline_ns
+
+    def from_future(self, capture_ns: int, now_ns: int) -> bool:
+        """A capture stamp a deadline ahead of our clock is bogus (wrong clock or host)."""
+        return capture_ns - now_ns > self.deadline_ns
+
+    def feed(self, now_ns: int) -> None:
+        """A fresh chunk arrived at now_ns."""
+        self.last_fresh_ns = int(now_ns)
+
+    def expired(self, now_ns: int) -> bool:
+        """Fed at least once, and not within the last deadline."""
+        return self.last_fresh_ns is not None and now_ns - self.last_fresh_ns > self.deadline_ns

@@ -1,0 +1,187 @@
+"""ConveyorCell: the MuJoCo conveyor-sorting cell behind controllers.hardware.HardwareInterface.
+
+`write()` sets the three gantry motor forces and the suction valve, `step()` advances the
+physics by exactly 1 ms, `read()` returns the gantry state at the current sim time.
+
+Belt: kinematic. The belt geom's contact is frictionless (priority + condim 1), and every
+ms each free object resting on it gets its horizontal velocity set to the belt velocity
+and its spin zeroed: exact belt speed, deterministic, a few numpy ops per ms.
+
+Suction: a weld equality per pool body, switched on (data.eq_active) when the valve is
+open and the cup is within `touch_distance` of an object (the cup geom's margin/gap
+report such near-contacts without forces), with the relative pose at that instant, and
+switched off when the valve closes. A weld cannot slip or tear, unlike an adhesion
+actuator whose hold depends on contact friction and the gantry's acceleration, so a pick
+succeeds or fails by geometry alone. Not thread-safe: one loop drives a cell.
+"""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from controllers.hardware import Command, RobotState
+
+from .config import CellConfig
+from .metrics import Metrics
+from .pool import LIVE, ObjectPool
+from .scene import build_mjcf
+
+NS_PER_STEP = 1_000_000
+SCORE_EVERY = 5  # steps between outcome checks: objects move < 2 mm in 5 ms
+
+
+class ConveyorCell:
+    def __init__(self, cfg: CellConfig | None = None):
+        self.cfg = cfg = cfg or CellConfig()
+        self.model = mujoco.MjModel.from_xml_string(build_mjcf(cfg))
+        self.data = mujoco.MjData(self.model)
+        m = self.model
+        assert list(m.jnt_qposadr[:3]) == [0, 1, 2], "gantry joints must come first"
+        self.pool = ObjectPool(cfg, m, self.data)
+        self._geom_slot = np.full(m.ngeom, -1)
+        self._geom_slot[self.pool.geom_ids] = np.arange(self.pool.n)
+        self._cup_geom = m.geom("cup").id
+        self._cup_body = m.body("gantry_z").id
+        self._eq = np.array([m.equality(f"suction{s}").id for s in range(self.pool.n)])
+        # Band above the belt within which an object counts as resting on it (m).
+        self._reach = np.array([max(cfg.classes[c].size) * 1.8 for c in self.pool.slot_class])
+        self._state = RobotState()
+        self.reset(cfg.seed)
+
+    # -- episode ---------------------------------------------------------------------------
+    def reset(self, seed: int | None = None, instruction=None) -> None:
+        """Empty belt, gantry at home, new RNG stream and class -> bin instruction
+        (a random permutation unless given)."""
+        cfg = self.cfg
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[:3] = cfg.gantry_home
+        self.rng = np.random.default_rng(cfg.seed if seed is None else seed)
+        perm = self.rng.permutation(cfg.num_classes) if instruction is None else instruction
+        self.instruction = np.asarray(perm, dtype=np.int64)
+        if sorted(self.instruction.tolist()) != list(range(cfg.num_classes)):
+            raise ValueError(f"instruction must be a permutation of bins, got {perm}")
+        self.pool.reset()
+        self.metrics = Metrics()
+        self.step_count, self.held, self.suction = 0, -1, False
+        self.spawn_limit: int | None = None   # stop spawning after this many objects
+        self.next_spawn_step = 0
+        self._on_belt = np.zeros(0, np.int64)
+        mujoco.mj_forward(self.model, self.data)
+
+    @property
+    def t_ns(self) -> int:
+        """Simulated time since reset (ns)."""
+        return self.step_count * NS_PER_STEP
+
+    # -- HardwareInterface -------------------------------------------------------------------
+    def read(self) -> RobotState:
+        """Gantry state now. The returned object is reused (updated in place) by the next read()."""
+        s, d = self._state, self.data
+        s.t_ns, s.suction, s.holding = self.t_ns, self.suction, self.held >= 0
+        s.pos[:] = d.qpos[:3]
+        s.vel[:] = d.qvel[:3]
+        return s
+
+    def write(self, cmd: Command) -> None:
+        """Motor forces (N; MuJoCo clamps them to force_limit) and suction valve."""
+        self.data.ctrl[:3] = cmd.force
+        self.suction = bool(cmd.suction)
+
+    # -- physics -------------------------------------------------------------------------------
+    def step(self, n: int = 1) -> None:
+        """Advance n ms: suction, belt, physics, then spawning and scoring."""
+        for _ in range(n):
+            self._update_suction()
+            self._drive_belt()
+            mujoco.mj_step(self.model, self.data)
+            self.step_count += 1
+            if self.step_count >= self.next_spawn_step:
+                self._spawn()
+            if self.step_count % SCORE_EVERY == 0:
+                self.pool.score(self.step_count, self.held, self.instruction, self.metrics)
+                self.metrics.elapsed_s = self.step_count / 1000
+                self._refresh_belt()
+
+    def _refresh_belt(self) -> None:
+        """Recompute which pool slots rest on the belt (every SCORE_EVERY ms, and whenever
+        an object is spawned, attached or released); _drive_belt uses the cached list."""
+        p, cfg = self.pool, self.cfg
+        q = p.qpos
+        on = (p.state == LIVE) & (q[:, 0] >= cfg.belt_x[0]) & (q[:, 0] <= cfg.belt_x[1]) \
+            & (np.abs(q[:, 1]) <= cfg.belt_half_width) & (q[:, 2] > cfg.belt_top) \
+            & (q[:, 2] < cfg.belt_top + self._reach)
+        if self.held >= 0:
+            on[self.held] = False
+        self._on_belt = np.flatnonzero(on)
+
+    def _drive_belt(self) -> None:
+        idx = self._on_belt
+        if idx.size:
+            v = self.pool.qvel
+            v[idx, 0] = self.cfg.belt_speed
+            v[idx, 1] = 0.0
+            v[idx, 3:] = 0.0
+
+    def _update_suction(self) -> None:
+        if self.suction and self.held < 0:
+            s = self._touching_slot()
+            if s >= 0:
+                self._attach(s)
+        elif not self.suction and self.held >= 0:
+            self.data.eq_active[self._eq[self.held]] = 0
+            self.held = -1
+            self._refresh_belt()
+
+    def _touching_slot(self) -> int:
+        """Pool slot of the object nearest the cup among its (near-)contacts, or -1."""
+        d = self.data
+        if d.ncon == 0:
+            return -1
+        geoms = d.contact.geom[:d.ncon]
+        mask = (geoms == self._cup_geom).any(axis=1)
+        if not mask.any():
+            return -1
+        pair = geoms[mask]
+        other = np.where(pair[:, 0] == self._cup_geom, pair[:, 1], pair[:, 0])
+        dist = d.contact.dist[:d.ncon][mask]
+        ok = dist <= self.cfg.touch_distance
+        if not ok.any():
+            return -1
+        return int(self._geom_slot[other[ok][np.argmin(dist[ok])]])
+
+    def _attach(self, s: int) -> None:
+        """Weld body s to the cup at their current relative pose."""
+        d, b = self.data, self.pool.body_ids[s]
+        rel_pos = d.xmat[self._cup_body].reshape(3, 3).T @ (d.xpos[b] - d.xpos[self._cup_body])
+        rel_quat = np.empty(4)
+        q_cup_inv = np.empty(4)
+        mujoco.mju_negQuat(q_cup_inv, d.xquat[self._cup_body])
+        mujoco.mju_mulQuat(rel_quat, q_cup_inv, d.xquat[b])
+        e = self._eq[s]
+        self.model.eq_data[e, 0:3] = 0.0          # anchor at body2's origin
+        self.model.eq_data[e, 3:6] = rel_pos
+        self.model.eq_data[e, 6:10] = rel_quat
+        d.eq_active[e] = 1
+        self.held = s
+        self.pool.picked[s] = True
+        self.metrics.picked += 1
+        self._refresh_belt()
+
+    def _spawn(self) -> None:
+        cfg, rng = self.cfg, self.rng
+        if self.spawn_limit is not None and self.metrics.spawned >= self.spawn_limit:
+            self.next_spawn_step = 1 << 62
+            return
+        cls = int(rng.integers(cfg.num_classes))
+        y = float(rng.uniform(-cfg.spawn_y, cfg.spawn_y))
+        yaw = float(rng.uniform(-np.pi, np.pi))
+        gap_s = float(rng.uniform(*cfg.spawn_interval_s))
+        if self.pool.crowded(cfg.belt_x[0] + 0.04, y, 0.08):
+            self.next_spawn_step = self.step_count + 100   # try again in 0.1 s
+            return
+        if self.pool.spawn(cls, y, yaw, self.step_count) < 0:
+            self.metrics.pool_exhausted += 1
+        else:
+            self.metrics.spawned += 1
+            self._refresh_belt()
+        self.next_spawn_step = self.step_count + max(1, int(round(gap_s * 1000)))

@@ -1,0 +1,124 @@
+"""Configuration of the conveyor-sorting cell, as data.
+
+World frame: x along the belt (objects travel +x), y across it, z up; SI units.
+The gantry's joint positions are the suction cup's bottom-centre position in the world
+frame, so `RobotState.pos` and action waypoints (x, y, z) share one frame.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class ObjectClass:
+    """One object class. shape: "box" (size = half-extents x, y, z), "cylinder"
+    (size = radius, half-height; stands upright) or "sphere" (size = radius)."""
+    name: str
+    shape: str
+    size: tuple[float, ...]
+    rgba: tuple[float, float, float, float]
+    mass_kg: float = 0.1
+
+    @property
+    def half_height(self) -> float:
+        """Height of the object's centre above the surface it rests on (m)."""
+        return self.size[0] if self.shape == "sphere" else self.size[-1]
+
+
+DEFAULT_CLASSES = (
+    ObjectClass("box", "box", (0.025, 0.025, 0.02), (0.85, 0.2, 0.15, 1.0)),
+    ObjectClass("cylinder", "cylinder", (0.022, 0.028), (0.2, 0.7, 0.25, 1.0)),
+    ObjectClass("sphere", "sphere", (0.024,), (0.2, 0.35, 0.9, 1.0)),
+)
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """Everything that shapes the cell. Frozen: derive variants with dataclasses.replace."""
+    seed: int = 0
+    belt_speed: float = 0.3                   # m/s along +x
+    belt_x: tuple[float, float] = (-0.7, 0.6)  # belt start (spawn end) and end (m)
+    belt_half_width: float = 0.15
+    belt_top: float = 0.30                    # z of the belt surface (m)
+    spawn_interval_s: tuple[float, float] = (1.5, 2.5)  # uniform gap between spawns (s)
+    spawn_y: float = 0.09                     # spawn lateral position uniform in [-spawn_y, spawn_y]
+    classes: tuple[ObjectClass, ...] = DEFAULT_CLASSES
+    pool_per_class: int = 6                   # preallocated bodies per class
+    visible_k: int = 6                        # object slots in the observation
+    camera_x: tuple[float, float] = (-0.7, 0.6)  # objects on the belt within this x are seen
+    bin_x: tuple[float, ...] = (-0.25, 0.05, 0.35)  # bin centres, one bin per class
+    bin_y: float = 0.42
+    bin_half: float = 0.10                    # inner half-size of a bin opening (m)
+    bin_wall_h: float = 0.15                  # bins stand on the floor (z = 0)
+    # Gantry: cup bottom position limits (m), motor force limits (N), moving masses (kg).
+    gantry_low: tuple[float, float, float] = (-0.7, -0.25, 0.28)
+    gantry_high: tuple[float, float, float] = (0.65, 0.6, 0.70)
+    gantry_home: tuple[float, float, float] = (0.0, 0.0, 0.45)
+    force_limit: tuple[float, float, float] = (300.0, 200.0, 150.0)
+    carriage_mass: tuple[float, float, float] = (4.0, 2.0, 0.6)
+    joint_damping: tuple[float, float, float] = (8.0, 5.0, 4.0)   # N s/m, viscous friction
+    armature: tuple[float, float, float] = (0.5, 0.3, 0.2)        # reflected rotor inertia, kg
+    cup_radius: float = 0.02
+    touch_distance: float = 0.012             # the cup seals within this gap of a surface (m)
+    settle_s: float = 0.4                     # a binned object stays visible this long
+    max_object_life_s: float = 60.0           # safety net: older objects count as missed
+
+    def __post_init__(self):
+        if len(self.bin_x) != len(self.classes):
+            raise ValueError(f"need one bin per class: {len(self.classes)} classes, "
+                             f"{len(self.bin_x)} bin_x entries")
+        if self.spawn_interval_s[0] <= 0 or self.spawn_interval_s[1] < self.spawn_interval_s[0]:
+            raise ValueError(f"spawn_interval_s must be 0 < lo <= hi, got {self.spawn_interval_s}")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def bin_center(self, b: int) -> tuple[float, float]:
+        return (self.bin_x[b], self.bin_y)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The gymnasium env around a cell.
+
+    steps_per_action: physics ms per env step (None -> one waypoint period of the action
+    tokenizer, 50 ms). latency_ms: the previous chunk keeps playing this long after the
+    observation before the new chunk applies (0 = ideal lockstep).
+    episode_objects: spawning stops after this many objects; the episode ends when they
+    are all resolved, or at max_episode_s.
+    """
+    cell: CellConfig = field(default_factory=CellConfig)
+    steps_per_action: int | None = None
+    latency_ms: int = 0
+    episode_objects: int = 20
+    max_episode_s: float = 120.0
+    horizon: int = 4
+    token_bins: int = 256
+
+
+def control_config(cell: CellConfig) -> "ControlConfig":
+    """PID/tracker/limits tuned for this gantry: ~60 rad/s closed-loop bandwidth per axis
+    (kp = m w^2, kd = 1.8 m w), acceleration feed-forward with the moving masses
+    (carriages + armature), workspace just inside the joint ranges."""
+    from controllers.stack import ControlConfig
+    w = 60.0
+    m = tuple(sum(cell.carriage_mass[i:]) + cell.armature[i] for i in range(3))
+    return ControlConfig(
+        kp=tuple(mi * w * w for mi in m), ki=tuple(mi * w * w * 5.0 for mi in m),
+        kd=tuple(1.8 * mi * w for mi in m), mass_kg=m, force_limit=cell.force_limit,
+        workspace_low=tuple(v + 0.005 for v in cell.gantry_low),
+        workspace_high=tuple(v - 0.005 for v in cell.gantry_high),
+        vel_limit=(1.2, 1.2, 0.8), acc_limit=(10.0, 10.0, 10.0))
+
+
+def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> "TokenizerConfig":
+    """Action tokens for this cell: x, y, z over the gantry workspace, suction over [0, 1];
+    50 ms per waypoint (the policy period)."""
+    from rtinfer.tokens import TokenizerConfig
+    return TokenizerConfig(low=(*cell.gantry_low, 0.0), high=(*cell.gantry_high, 1.0),
+                           bins=bins, horizon=horizon)

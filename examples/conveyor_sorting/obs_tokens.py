@@ -1,0 +1,95 @@
+"""Observation and instruction tokens for the policy: fixed length, static shapes.
+
+Observation sequence (length 8 + 3 K), every id in [0, bins):
+  [x, y, z, vx, vy, vz, suction, holding] gantry, then per object slot (class, x, y).
+Continuous fields are uniform bins between per-field limits (values outside clip to the
+end bins); suction / holding are 0 or 1; an object slot's class token is its class id,
+or EMPTY = num_classes for an unused slot (whose x, y tokens are then 0).
+Instruction sequence (length C): token c = bin index for class c.
+Field identity comes from the position in the sequence, so one vocabulary of `bins`
+ids serves all fields; a model that wants disjoint vocabularies can offset per field.
+Proposed for rtinfer's inference node, which must tokenize `obs` wire bodies the same way.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .config import CellConfig
+
+
+@dataclass(frozen=True)
+class ObsTokenizerConfig:
+    bins: int = 256
+    num_classes: int = 3
+    slots: int = 6
+    pos_low: tuple[float, float, float] = (-0.7, -0.25, 0.28)
+    pos_high: tuple[float, float, float] = (0.65, 0.6, 0.70)
+    vel_max: float = 1.5                          # m/s, symmetric range per axis
+    obj_low: tuple[float, float] = (-0.7, -0.15)  # camera zone x, belt y
+    obj_high: tuple[float, float] = (0.6, 0.15)
+
+    @classmethod
+    def for_cell(cls, cell: CellConfig, bins: int = 256) -> "ObsTokenizerConfig":
+        return cls(bins=bins, num_classes=cell.num_classes, slots=cell.visible_k,
+                   pos_low=cell.gantry_low, pos_high=cell.gantry_high,
+                   obj_low=(cell.camera_x[0], -cell.belt_half_width),
+                   obj_high=(cell.camera_x[1], cell.belt_half_width))
+
+    @property
+    def length(self) -> int:
+        return 8 + 3 * self.slots
+
+    @property
+    def empty(self) -> int:
+        return self.num_classes
+
+    @property
+    def hash(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ObsTokenizerConfig":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+class ObsTokenizer:
+    """Observation dict (see observe.py) -> int32 tokens. Stateless; thread-safe."""
+
+    def __init__(self, cfg: ObsTokenizerConfig):
+        if cfg.num_classes + 1 > cfg.bins:
+            raise ValueError("need bins > num_classes for the EMPTY class token")
+        self.cfg = cfg
+        v = cfg.vel_max
+        self._low = np.array([*cfg.pos_low, -v, -v, -v], np.float64)
+        self._high = np.array([*cfg.pos_high, v, v, v], np.float64)
+        self._olow, self._ohigh = np.array(cfg.obj_low), np.array(cfg.obj_high)
+
+    def _bin(self, x, low, high) -> np.ndarray:
+        t = np.floor((np.asarray(x, np.float64) - low) / (high - low) * self.cfg.bins)
+        return np.clip(t, 0, self.cfg.bins - 1).astype(np.int32)
+
+    def encode(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """(length,) int32 tokens for one observation."""
+        cfg, g, objs = self.cfg, obs["gantry"], obs["objects"]
+        out = np.zeros(cfg.length, np.int32)
+        out[:6] = self._bin(g[:6], self._low, self._high)
+        out[6], out[7] = int(g[6] > 0.5), int(g[7] > 0.5)
+        slots = out[8:].reshape(cfg.slots, 3)
+        k = min(cfg.slots, len(objs))
+        valid = objs[:k, 3] > 0.5
+        slots[:, 0] = cfg.empty
+        slots[:k, 0] = np.where(valid, objs[:k, 0].astype(np.int32), cfg.empty)
+        slots[:k, 1:] = np.where(valid[:, None], self._bin(objs[:k, 1:3], self._olow, self._ohigh), 0)
+        return out
+
+    def instruction_tokens(self, instruction: np.ndarray) -> np.ndarray:
+        """(C,) int32: token c = bin index of class c."""
+        return np.asarray(instruction, np.int32).copy()

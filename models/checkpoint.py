@@ -1,0 +1,75 @@
+"""Policy checkpoints: weights in safetensors, config + vocab + metadata in a JSON sidecar.
+
+Never torch.save / pickle: a checkpoint is data, and loading one runs no code.
+Layout: `<stem>.safetensors` next to `<stem>.json`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch.nn.utils import parametrize
+
+from models.config import PolicyConfig, Vocab
+from models.policy import Policy
+
+FORMAT = "rtinfer-policy"
+VERSION = 1
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class Checkpoint:
+    model: Policy
+    cfg: PolicyConfig
+    vocab: Vocab | None = None
+    meta: dict = field(default_factory=dict)  # JSON-able extras: tokenizer config, metrics
+
+
+def paths(path) -> tuple[Path, Path]:
+    """(weights, sidecar) for a path given with or without a suffix."""
+    stem = Path(path).with_suffix("") if Path(path).suffix in (".safetensors", ".json") \
+        else Path(path)
+    return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+
+
+def save(path, model: Policy, vocab: Vocab | None = None, meta: dict | None = None) -> Path:
+    """Write weights + sidecar; returns the weights path. Raises ValueError if 2:4 masks
+    are still attached (call models.sparsity.fold first) or the vocab does not fit."""
+    if any(parametrize.is_parametrized(m) for m in model.modules()):
+        raise ValueError("model still has sparsity masks attached; call sparsity.fold(model)")
+    cfg = model.cfg
+    if vocab is not None and vocab.size != cfg.vocab_size:
+        raise ValueError(f"vocab.size {vocab.size} != cfg.vocab_size {cfg.vocab_size}")
+    weights, sidecar = paths(path)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(weights), metadata={"format": FORMAT})
+    sidecar.write_text(json.dumps({
+        "format": FORMAT, "version": VERSION, "config": cfg.to_dict(),
+        "vocab": vocab.to_dict() if vocab else None, "meta": meta or {},
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+    }, indent=1))
+    return weights
+
+
+def load(path, device: str = "cpu") -> Checkpoint:
+    """Read a checkpoint written by save(); the model comes back in eval mode.
+    Raises ValueError on a foreign/newer sidecar or mismatching tensors."""
+    weights, sidecar = paths(path)
+    info = json.loads(sidecar.read_text())
+    if info.get("format") != FORMAT or info.get("version", 0) > VERSION:
+        raise ValueError(f"{sidecar}: not a {FORMAT} v<={VERSION} sidecar")
+    cfg = PolicyConfig.from_dict(info["config"])
+    vocab = Vocab.from_dict(info["vocab"]) if info.get("vocab") else None
+    model = Policy(cfg)
+    state = load_file(str(weights), device=device)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # torch reports missing/unexpected keys and shape mismatches
+        raise ValueError(f"{weights} does not match its config: {e}") from e
+    dtype = DTYPES[info.get("dtype", "float32")]
+    return Checkpoint(model.to(device=device, dtype=dtype).eval(), cfg, vocab, info["meta"])

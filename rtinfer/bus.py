@@ -1,0 +1,297 @@
+"""ZeroMQ PUB/SUB bus: bounded, non-blocking publish; validated, counted receive.
+
+A message is the multipart ``[topic, *wire.encode_frames(...)]``. Subscription is by
+topic prefix inside libzmq, so the subscriber also checks that the topic frame is one of
+its topics exactly and equals the envelope's topic ("obs" would otherwise match "obs2").
+
+Endpoints: ``ipc://`` on one host, ``tcp://`` across hosts (use CURVE, see keys.py),
+``inproc://`` for tests (both ends must share one zmq.Context: pass ``ctx=``).
+Neither class is thread-safe: use each from one thread (zmq sockets are not shareable).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import zmq
+
+from .keys import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
+from .liveliness import Liveliness
+from .wire import DEFAULT_MAX_BYTES, Envelope, WireError, decode_frames, encode_frames, now_ns
+
+_EMPTY = object()  # sentinel: nothing queued on the socket
+
+
+class _BusSocket:
+    """Context/socket/CURVE lifecycle shared by Publisher and Subscriber."""
+
+    def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
+                 ctx: zmq.Context | None, curve: CurveConfig | None,
+                 options: Sequence[tuple[int, int | bytes]] = ()) -> None:
+        self._own_ctx = ctx is None
+        self._ctx = zmq.Context() if ctx is None else ctx
+        self._auth = False
+        self._sock: zmq.Socket | None = self._ctx.socket(kind)
+        self.endpoints: list[str] = []
+        try:
+            self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for unsent messages
+            self._sock.setsockopt(zmq.SNDHWM, hwm)
+            self._sock.setsockopt(zmq.RCVHWM, hwm)
+            for opt, value in options:  # before bind/connect, so peers see them at handshake
+                self._sock.setsockopt(opt, value)
+            if curve is not None:
+                secure_socket(self._sock, curve, server=bind)
+                if bind:  # the ZAP handler must run before any client can handshake
+                    acquire_authenticator(self._ctx, curve.allowed_clients_dir)
+                    self._auth = True
+            for ep in endpoints:
+                try:
+                    if bind:
+                        self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
+                        self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                    else:
+                        self._sock.connect(ep)
+                        self.endpoints.append(ep)
+                except zmq.ZMQError as e:
+                    e.add_note(f"while {'binding' if bind else 'connecting'} {ep}")
+                    raise
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the socket at once (LINGER 0, queued messages are discarded); idempotent."""
+        if self._sock is None:
+            return
+        self._sock.close(linger=0)
+        self._sock = None
+        if self._auth:
+            release_authenticator(self._ctx)
+        if self._own_ctx:
+            self._ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Publisher(_BusSocket):
+    """Publishes envelopes on one endpoint; binds by default.
+
+    ``publish`` never blocks. Note that a PUB socket never blocks anyway: at the high
+    water mark libzmq drops the message for that subscriber *silently* and exposes no
+    counter, so ``counters["dropped"]`` cannot see those drops (receivers see them as
+    seq gaps). It counts what zmq does report: ``zmq.Again``, and a multipart send that
+    fails mid-way. ``count_drops=True`` sets ZMQ_XPUB_NODROP so a full queue raises Again
+    and is counted, at a price: one slow subscriber then makes the message drop for all.
+
+    Arrays of at least ``oob_bytes`` go out-of-band and are sent without copying: do not
+    mutate them after ``publish`` (zmq reads them later from its I/O thread).
+    """
+
+    def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, curve: CurveConfig | None = None,
+                 oob_bytes: int = 65536, count_drops: bool = False) -> None:
+        options = [(zmq.XPUB_NODROP, 1)] if count_drops else []
+        super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve,
+                         options=options)
+        self.endpoint = self.endpoints[0]
+        self.src = src
+        self.counters = {"sent": 0, "dropped": 0}
+        self._oob_bytes = oob_bytes
+        self._seq = 0
+        self._topic_bytes: dict[str, bytes] = {}
+        self._open_multipart = False  # a send failed mid-message; must be terminated first
+
+    def publish(self, topic: str, body: dict, stamps: dict | None = None) -> bool:
+        """Send one message without blocking; True if zmq accepted it.
+
+        Adds stamp "publish" (now_ns) unless present; the caller's dict is not modified.
+        seq advances on every call that encodes, so receivers see drops as seq gaps.
+        Raises WireError (nothing sent) if the body does not match the topic's schema.
+        """
+        st = {} if stamps is None else dict(stamps)
+        if "publish" not in st:
+            st["publish"] = now_ns()
+        frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
+                               oob_bytes=self._oob_bytes)
+        self._seq += 1
+        topic_b = self._topic_bytes.get(topic)
+        if topic_b is None:
+            topic_b = self._topic_bytes[topic] = topic.encode()
+        if self._open_multipart and not self._terminate():
+            self.counters["dropped"] += 1
+            return False
+        sock, last = self._sock, len(frames)
+        try:
+            sock.send(topic_b, zmq.NOBLOCK | zmq.SNDMORE)
+        except zmq.Again:
+            self.counters["dropped"] += 1
+            return False
+        for i, frame in enumerate(frames, 1):
+            size = frame.nbytes if isinstance(frame, memoryview) else len(frame)
+            try:
+                sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0),
+                          copy=size < self._oob_bytes)
+            except zmq.Again:
+                self._open_multipart = True
+                self._terminate()
+                self.counters["dropped"] += 1
+                return False
+        self.counters["sent"] += 1
+        return True
+
+    def _terminate(self) -> bool:
+        """End a half-sent message with an empty last frame.
+
+        zmq cannot abort a started multipart message; unterminated, the next message
+        would be glued onto it. Receivers reject the truncated message (WireError).
+        """
+        try:
+            self._sock.send(b"", zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        self._open_multipart = False
+        return True
+
+
+class Subscriber(_BusSocket):
+    """Receives, validates and stamps envelopes of the given topics; connects by default.
+
+    Counters: received, rejected (malformed, wrong topic, bad schema), superseded
+    (replaced by a newer message of the same topic before being handed out),
+    dropped_for_age (``max_age_ns``), and ``received.<topic>``.
+
+    latest_only: for state topics. ZMQ_CONFLATE is not used because it does not support
+    multipart messages (and every message here is multipart); instead each ``recv``
+    drains the socket and keeps only the newest message per topic.
+    max_age_ns: drop messages whose stamps["capture"] (else stamps["publish"]) is older
+    than this on arrival. Stamps are monotonic: meaningful on one host only.
+    max_bytes: per-message decode limit; also ZMQ_MAXMSGSIZE, so libzmq disconnects a
+    tcp/ipc peer that sends a larger frame.
+    """
+
+    def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
+                 bind: bool = False, latest_only: bool = False, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, curve: CurveConfig | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES, alive_periods: float = 3.0,
+                 max_age_ns: int | None = None) -> None:
+        if not topics or any(not t for t in topics):
+            raise ValueError("Subscriber needs at least one non-empty topic")
+        self.topics = tuple(dict.fromkeys(topics))
+        self._by_bytes = {t.encode(): t for t in self.topics}
+        options = [(zmq.MAXMSGSIZE, max_bytes)] + [(zmq.SUBSCRIBE, t) for t in self._by_bytes]
+        super().__init__(zmq.SUB, [endpoints] if isinstance(endpoints, str) else endpoints,
+                         bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=options)
+        self.latest_only = latest_only
+        self.max_age_ns = max_age_ns
+        self.liveliness = Liveliness(alive_periods)
+        self.counters = {"received": 0, "rejected": 0, "superseded": 0, "dropped_for_age": 0}
+        self._count_key = {t: f"received.{t}" for t in self.topics}  # no per-message f-string
+        self.counters.update(dict.fromkeys(self._count_key.values(), 0))
+        self._max_bytes = max_bytes
+        self._drain_limit = 2 * hwm + 1  # bounds the work of one call under a flood
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._pending: dict[str, Envelope] = {}  # newest per topic, not yet handed out
+        self._last: dict[str, Envelope] = {}
+
+    def recv(self, timeout_ms: int = 0) -> Envelope | None:
+        """The next valid message, or None after ``timeout_ms`` (0: don't wait, <0: forever).
+
+        Stamps "recv" (now_ns). Malformed messages are counted and skipped, never raised.
+        In latest_only mode, drains the socket first and returns the newest message of
+        the topic that has waited longest; older ones are counted as superseded.
+        """
+        if self.latest_only:
+            self._fill(timeout_ms)
+            if not self._pending:
+                return None
+            return self._pending.pop(next(iter(self._pending)))
+        deadline = None if timeout_ms < 0 else now_ns() + timeout_ms * 1_000_000
+        while True:
+            for _ in range(self._drain_limit):
+                env = self._take()
+                if env is _EMPTY:
+                    break
+                if env is not None:
+                    return env
+            if not self._wait(deadline):
+                return None
+
+    def poll_latest(self, timeout_ms: int = 0) -> dict[str, Envelope]:
+        """Drain everything queued; the newest message per topic (older: superseded).
+
+        Waits up to ``timeout_ms`` only while nothing at all has arrived.
+        """
+        self._fill(timeout_ms)
+        out, self._pending = self._pending, {}
+        return out
+
+    def last(self, topic: str) -> Envelope | None:
+        """The newest valid message of ``topic`` received so far (handed out or not)."""
+        return self._last.get(topic)
+
+    def alive(self, topic: str, period_s: float) -> bool:
+        """True if the newest ``topic`` message arrived less than alive_periods*period_s ago."""
+        return self.liveliness.alive(topic, period_s)
+
+    def rate_hz(self, topic: str) -> float:
+        """Measured arrival rate of ``topic`` (EWMA, decays while silent); 0.0 if unknown."""
+        return self.liveliness.rate_hz(topic)
+
+    def _fill(self, timeout_ms: int) -> None:
+        deadline = None if timeout_ms < 0 else now_ns() + timeout_ms * 1_000_000
+        pending = self._pending
+        while True:
+            for _ in range(self._drain_limit):
+                env = self._take()
+                if env is _EMPTY:
+                    break
+                if env is None:
+                    continue
+                if pending.pop(env.topic, None) is not None:
+                    self.counters["superseded"] += 1
+                pending[env.topic] = env  # re-insert: dict order = arrival order of newest
+            if pending or not self._wait(deadline):
+                return
+
+    def _wait(self, deadline: int | None) -> bool:
+        """Poll until readable or ``deadline`` (monotonic ns, None: forever)."""
+        if deadline is None:
+            return bool(self._poller.poll(None))
+        left_ms = -(-(deadline - now_ns()) // 1_000_000)  # ceil, so a sub-ms rest still waits
+        return left_ms > 0 and bool(self._poller.poll(left_ms))
+
+    def _take(self):
+        """One message off the socket: Envelope, None (rejected/too old) or _EMPTY."""
+        try:
+            frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return _EMPTY
+        topic = self._by_bytes.get(frames[0].bytes) if len(frames) >= 2 else None
+        if topic is None:  # truncated, or a longer topic that only shares our prefix
+            self.counters["rejected"] += 1
+            return None
+        try:  # .buffer: zero-copy view; arrays decoded from it keep the frame alive
+            env = decode_frames([f.buffer for f in frames[1:]], max_bytes=self._max_bytes,
+                                topics=self.topics)
+        except WireError:
+            self.counters["rejected"] += 1
+            return None
+        if env.topic != topic:
+            self.counters["rejected"] += 1
+            return None
+        now = now_ns()
+        if self.max_age_ns is not None:
+            born = env.stamps.get("capture", env.stamps.get("publish"))
+            if born is not None and now - born > self.max_age_ns:
+                self.counters["dropped_for_age"] += 1
+                return None
+        env.stamps["recv"] = now
+        self.counters["received"] += 1
+        self.counters[self._count_key[topic]] += 1
+        self.liveliness.note(topic, now)
+        self._last[topic] = env
+        return env

@@ -1,0 +1,218 @@
+"""What a valid rtinfer message is: the error types, the limits and the body schemas.
+
+The same validators run on both sides: `wire.encode` checks the body a caller built and
+`wire.decode` checks what msgpack produced, so anything that encodes also decodes.
+Validators never mutate or copy; they raise `SchemaError` (a `WireError`) naming the field.
+docs/wire.md is the normative description; keep the two in step.
+"""
+import math
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+U64_MAX = 2**64 - 1
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+MAX_NAME_CHARS = 128  # topic, src and node names
+COMMANDS = frozenset({"safe_hold", "clear", "stop"})
+
+
+class WireError(ValueError):
+    """The one error type of the wire boundary: a message was malformed or invalid."""
+
+
+class OversizeError(WireError):
+    """The message is larger than the receiver's max_bytes."""
+
+
+class MalformedError(WireError):
+    """The bytes are not a well-formed rtinfer msgpack message (or its frames disagree)."""
+
+
+class VersionError(WireError):
+    """The envelope's schema version is missing or not one this receiver speaks."""
+
+
+class TopicError(WireError):
+    """The topic is unknown or not one the receiver asked for."""
+
+
+class SchemaError(WireError):
+    """A field is missing, unknown, of the wrong type or out of range. `.path` names it."""
+
+    def __init__(self, problem: str, path: str = ""):
+        self.problem, self.path = problem, path
+        super().__init__(f"{path}: {problem}" if path else problem)
+
+    def at(self, prefix: str) -> "SchemaError":
+        """Prepend a path component (error path only, so the hot path builds no strings)."""
+        self.path = prefix + self.path
+        self.args = (f"{self.path}: {self.problem}",)
+        return self
+
+
+class ArrayError(SchemaError):
+    """An ndarray is malformed or not allowed (dtype, ndim, byte length, non-finite)."""
+
+
+def _tname(v) -> str:
+    return type(v).__name__
+
+
+def check_int(lo: int, hi: int, rule: str):
+    """An integer in [lo, hi]. bool is rejected although Python counts it as an int."""
+    def check(v):
+        if type(v) is not int:
+            if not isinstance(v, np.integer):  # numpy scalars only reach here on encode
+                raise SchemaError(f"must be an integer {rule}, got {_tname(v)}; "
+                                  "send a plain int (bool is not an int on the wire)")
+            v = int(v)
+        if not lo <= v <= hi:
+            raise SchemaError(f"{v} is out of range: must be an integer {rule}")
+    return check
+
+
+def check_float(v):
+    """A finite real number: msgpack float32/float64, or an int (bool rejected)."""
+    t = type(v)
+    if t is float or isinstance(v, (float, np.floating)):  # np.float64 is a float subclass
+        if not math.isfinite(v):
+            raise SchemaError(f"{v} is not finite: NaN and inf are rejected; "
+                              "send a finite value or leave the entry out")
+    elif not (t is int or isinstance(v, np.integer)) or not I64_MIN <= int(v) <= U64_MAX:
+        raise SchemaError(f"must be a finite float, got {_tname(v)}")
+
+
+def check_str(v):
+    if not isinstance(v, str):
+        raise SchemaError(f"must be a string, got {_tname(v)}")
+
+
+def check_name(v):
+    """Topic/src/node names: 1..128 printable ASCII characters without spaces."""
+    check_str(v)
+    if not (0 < len(v) <= MAX_NAME_CHARS and v.isascii() and v.isprintable()) or " " in v:
+        raise SchemaError(f"{v[:40]!r} is not a valid name: use 1..{MAX_NAME_CHARS} "
+                          "printable ASCII characters without spaces")
+
+
+def check_map(value_check):
+    """A map with string keys whose values all pass value_check."""
+    def check(v):
+        if not isinstance(v, dict):
+            raise SchemaError(f"must be a map, got {_tname(v)}")
+        key = None
+        try:
+            for key, x in v.items():
+                if type(key) is not str:
+                    raise SchemaError(f"key {key!r:.40} is a {_tname(key)}; map keys must be strings")
+                value_check(x)
+        except SchemaError as e:
+            raise e.at(f"[{key!r:.40}]") if type(key) is str else e
+    return check
+
+
+def check_array(dtype=None, kinds="biuf", ndim=None, nonempty=False):
+    """An ndarray (wire ext type 1 or 2); float arrays must be finite everywhere."""
+    want = None if dtype is None else np.dtype(dtype)  # byte order is the encoder's business
+
+    def check(v):
+        if type(v) is not np.ndarray:
+            raise ArrayError(f"must be an ndarray, got {_tname(v)}")
+        dt = v.dtype
+        if want is not None and (dt.kind != want.kind or dt.itemsize != want.itemsize):
+            raise ArrayError(f"dtype {dt} is not allowed here: must be {want}")
+        if dt.kind not in kinds:
+            raise ArrayError(f"dtype {dt} is not allowed here: kind must be one of {kinds!r}")
+        if ndim is not None and v.ndim != ndim:
+            raise ArrayError(f"shape {v.shape} has {v.ndim} dims: must have {ndim}")
+        if nonempty and v.size == 0:
+            raise ArrayError("is empty: must hold at least one element")
+        if dt.kind == "f" and not np.isfinite(v).all():
+            raise ArrayError("contains NaN or inf: only finite floats are accepted; "
+                             "fix or clip the producer's output before publishing")
+    return check
+
+
+u64 = check_int(0, U64_MAX, "in [0, 2**64-1]")
+i64 = check_int(I64_MIN, I64_MAX, "in [-2**63, 2**63-1]")
+ns = check_int(0, I64_MAX, "in [0, 2**63-1] (monotonic nanoseconds)")
+positive_ns = check_int(1, I64_MAX, "in [1, 2**63-1] (nanoseconds)")
+stamps = check_map(ns)
+
+
+def _check_command(v):
+    check_str(v)
+    if v not in COMMANDS:
+        raise SchemaError(f"{v[:40]!r} is not a command: must be one of {sorted(COMMANDS)}")
+
+
+def _check_echo(v):
+    validate_fields(_ECHO, v, "")
+
+
+def _chunk_cross(body):
+    if body["index"] >= body["count"]:
+        raise SchemaError(f"{body['index']} is out of range: must be < count ({body['count']})",
+                          "body.index")
+    if body["tokens"].shape != body["values"].shape:
+        raise ArrayError(f"tokens shape {body['tokens'].shape} differs from values shape "
+                         f"{body['values'].shape}: both must be (D,)", "body.tokens")
+
+
+# topic kind -> (field checks, optional field names, cross-field check or None)
+_ECHO = ({"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
+BODIES = {
+    "obs": ({"values": check_map(check_array()), "ints": check_map(i64)}, frozenset(), None),
+    "action_chunk": ({"cycle": u64, "index": u64, "count": check_int(1, U64_MAX, ">= 1"),
+                      "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
+                      "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
+                      "tokenizer": check_str, "period_ns": positive_ns},
+                     frozenset(), _chunk_cross),
+    "heartbeat": ({"node": check_name, "sent_ns": ns, "echo": _check_echo},
+                  frozenset({"echo"}), None),
+    "health": ({"node": check_name, "state": check_str, "counters": check_map(u64),
+                "gauges": check_map(check_float)}, frozenset(), None),
+    "budget": ({"level": check_int(0, I64_MAX, ">= 0"), "reason": check_str}, frozenset(), None),
+    "command": ({"cmd": _check_command, "reason": check_str}, frozenset(), None),
+    "trace": ({"node": check_name, "cycle": u64, "stamps": stamps,
+               "fields": check_map(check_float)}, frozenset(), None),
+}
+
+
+def validate_fields(spec, body, where: str) -> None:
+    """Check a map against (fields, optional, cross): exact key set, then each value."""
+    fields, optional, cross = spec
+    if not isinstance(body, dict):
+        raise SchemaError(f"must be a map, got {_tname(body)}", where)
+    if body.keys() != fields.keys():
+        missing = fields.keys() - body.keys() - optional
+        unknown = [k for k in body if k not in fields]
+        if unknown:
+            raise SchemaError(f"unknown field(s) {sorted(map(repr, unknown))[:8]}: "
+                              f"allowed fields are {sorted(fields)}", where)
+        if missing:
+            raise SchemaError(f"missing field(s) {sorted(missing)}: all of "
+                              f"{sorted(set(fields) - optional)} are required", where)
+    name = None
+    try:
+        for name, v in body.items():
+            fields[name](v)
+    except SchemaError as e:
+        raise e.at(f"{where}.{name}")
+    if cross is not None:
+        cross(body)
+
+
+def topic_kind(topic: str) -> str:
+    """The body schema a topic uses: the part before the first '/' ('obs/cell1' -> 'obs')."""
+    return topic.partition("/")[0]
+
+
+def validate_body(topic: str, body) -> None:
+    """Check `body` against the schema of `topic`'s kind. Raises TopicError/SchemaError."""
+    spec = BODIES.get(topic_kind(topic))
+    if spec is None:
+        raise TopicError(f"unknown topic {topic[:40]!r}: the topic (before any '/') must be "
+                         f"one of {sorted(BODIES)}")
+    validate_fields(spec, body, "body")

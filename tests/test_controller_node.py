@@ -1,0 +1,288 @@
+"""ControllerNode over real inproc bus sockets, driving a pure-numpy double-integrator plant.
+
+The node is ticked with explicit now_ns so every timing decision is deterministic; the
+messages themselves travel through real zmq sockets.
+"""
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from controllers.hardware import Command, RobotState
+from controllers.node import ControllerNode, NodeConfig
+from controllers.stack import ControlConfig
+from rtinfer.bus import Publisher, Subscriber
+from rtinfer.tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.wire import now_ns
+
+MS = 1_000_000
+TOK = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))
+MASS = 2.0
+
+
+class Plant:
+    """Three unit-free point masses of MASS kg: the robot, not the thing under test."""
+
+    def __init__(self, pos=(0.0, 0.0, 0.2)):
+        self.state = RobotState(0, np.array(pos, float), np.zeros(3))
+        self.force = np.zeros(3)
+
+    def read(self) -> RobotState:
+        return self.state
+
+    def write(self, cmd: Command) -> None:
+        self.force[:], self.state.suction = cmd.force, cmd.suction
+
+    def step(self, dt_ns: int) -> None:
+        self.state.vel += self.force / MASS * dt_ns * 1e-9
+        self.state.pos += self.state.vel * dt_ns * 1e-9
+        self.state.t_ns += dt_ns
+
+
+def _sync(pub, sub, topic, body):
+    """Wait until `sub` hears `pub` (PUB/SUB subscriptions propagate asynchronously)."""
+    for _ in range(500):
+        pub.publish(topic, body)
+        if sub.recv(timeout_ms=10) is not None:
+            break
+    else:
+        raise AssertionError("subscriber never connected")
+    while sub.recv(timeout_ms=20) is not None:
+        pass
+
+
+class Cell:
+    def __init__(self, ctx, **node_kw):
+        self.policy = Publisher("inproc://chunks", "policy", ctx=ctx)
+        self.monitor = Publisher("inproc://cmd", "monitor", ctx=ctx)
+        self.sub = Subscriber(["inproc://chunks", "inproc://cmd"], ["action_chunk", "command"],
+                              ctx=ctx)
+        self.pub = Publisher("inproc://ctl", "controller", ctx=ctx)
+        self.watch = Subscriber("inproc://ctl", ["health", "trace"], ctx=ctx)
+        noop = {"cmd": "clear", "reason": "sync"}
+        _sync(self.policy, self.sub, "command", noop)
+        _sync(self.monitor, self.sub, "command", noop)
+        _sync(self.pub, self.watch, "health",
+              {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
+        self.plant = Plant()
+        cfg = NodeConfig(tokenizer=TOK, control=ControlConfig(
+            mass_kg=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
+        self.node = ControllerNode(self.plant, cfg, self.sub, self.pub, TOK.hash, **node_kw)
+        self.tok = ActionTokenizer(TOK)
+        self.t = now_ns()  # explicit loop clock, starting at the real one
+        self.cycle = 0
+
+    def seen(self) -> int:
+        c = self.node.counters
+        return c["waypoints_accepted"] + c["commands"] + sum(
+            v for k, v in c.items() if k.startswith("rejected_"))
+
+    def deliver(self, n: int) -> None:
+        """Tick at the current time until the node has taken n more messages."""
+        want = self.seen() + n
+        for _ in range(2000):
+            self.node.tick(self.t)
+            if self.seen() >= want:
+                assert self.seen() == want
+                return
+            time.sleep(0.001)
+        raise AssertionError(f"node saw {self.seen()} of {want} messages")
+
+    def send_chunk(self, points, *, age_ms=10, suction=0.0, tokenizer=None, tokens=None,
+                   indices=None, cycle=None):
+        """Publish a chunk, one waypoint per message, captured age_ms before now."""
+        if cycle is None:
+            self.cycle += 1
+        w = np.zeros((len(points), 4))
+        w[:, :3], w[:, 3] = points, suction
+        toks = self.tok.encode(w) if tokens is None else np.asarray(tokens)
+        vals = self.tok.decode(np.clip(toks, 0, TOK.bins - 1))
+        for i in (range(len(points)) if indices is None else indices):
+            self.policy.publish("action_chunk", {
+                "cycle": self.cycle if cycle is None else cycle, "index": i,
+                "count": len(points), "tokens": toks[i], "values": vals[i],
+                "tokenizer": tokenizer or TOK.hash, "period_ns": 50 * MS},
+                stamps={"capture": self.t - age_ms * MS})
+        return self.tok.decode(self.tok.encode(w))
+
+    def command(self, cmd):
+        self.monitor.publish("command", {"cmd": cmd, "reason": "test"})
+        self.deliver(1)
+
+    def run(self, ms, log=None):
+        for _ in range(ms):
+            self.t += MS
+            self.node.tick(self.t)
+            self.plant.step(MS)
+            if log is not None:
+                log.append((self.node.stack.tracker.vel.copy(), self.plant.state.vel.copy(),
+                            self.node.state))
+
+    def close(self):
+        for s in (self.policy, self.monitor, self.sub, self.pub, self.watch):
+            s.close()
+
+
+@pytest.fixture
+def cell():
+    ctx = zmq.Context()
+    c = Cell(ctx)
+    yield c
+    c.close()
+    ctx.term()
+
+
+LINE = [[0.02, 0.0, 0.2], [0.04, 0.01, 0.2], [0.06, 0.02, 0.2], [0.08, 0.03, 0.2]]
+
+
+def test_fresh_chunk_is_applied_tracked_and_traced(cell):
+    sent = cell.send_chunk(LINE, age_ms=10, suction=1.0)
+    cell.deliver(4)
+    c = cell.node.counters
+    assert c["chunks_accepted"] == 1 and c["waypoints_accepted"] == 4 and cell.node.state == "run"
+    cell.run(50)
+    for _ in range(15):  # a 20 Hz policy that has arrived: every new chunk stays at the end
+        cell.send_chunk([LINE[-1]] * 4, age_ms=10, suction=1.0)
+        cell.deliver(4)
+        cell.run(50)
+    assert cell.node.state == "run" and cell.node.counters["holds"] == 0
+    assert np.allclose(cell.plant.state.pos, sent[-1, :3], atol=1e-3)
+    assert cell.plant.state.suction
+    # per-cycle trace: stamps capture..apply, e2e = apply - capture (10 ms: applied at once)
+    assert cell.node.e2e.count == 16 and cell.node.e2e_last_ns == 10 * MS
+    traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
+    assert len(traces) == 16
+    st = traces[-1].body["stamps"]
+    assert list(st)[0] == "capture" and list(st)[-1] == "apply"
+    assert st["apply"] - st["capture"] == 10 * MS and traces[-1].body["cycle"] == cell.cycle
+
+
+def test_stale_chunk_is_rejected_and_counted_and_not_applied(cell):
+    cell.send_chunk(LINE, age_ms=101)
+    cell.deliver(4)
+    c = cell.node.counters
+    assert c["rejected_stale"] == 4 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0
+    cell.run(300)
+    assert cell.node.state == "idle" and cell.node.stack.holding
+    assert np.allclose(cell.plant.state.pos, [0.0, 0.0, 0.2], atol=1e-6)
+
+
+def test_chunk_with_a_wrong_tokenizer_hash_is_rejected(cell):
+    cell.send_chunk(LINE, tokenizer="0123456789abcdef")
+    cell.deliver(4)
+    c = cell.node.counters
+    assert c["rejected_hash"] == 4 and c["chunks_accepted"] == 0
+    cell.run(100)
+    assert np.allclose(cell.plant.state.pos, [0.0, 0.0, 0.2], atol=1e-6)
+
+
+def test_bad_tokens_are_rejected_exactly_as_many_as_sent(cell):
+    good = cell.tok.encode(np.array([[0.02, 0.0, 0.2, 0.0]] * 3))
+    bad = good.copy()
+    bad[0, 1] = TOK.bins          # id past the last bin
+    bad[1, 2] = -3                # negative id
+    cell.send_chunk(LINE[:3], tokens=bad, indices=[0, 1])
+    # values that disagree with their tokens: tokens are the truth, so the message is bad
+    cell.policy.publish("action_chunk", {
+        "cycle": 99, "index": 0, "count": 1, "tokens": good[2],
+        "values": np.array([0.3, 0.0, 0.2, 0.0], np.float32), "tokenizer": TOK.hash,
+        "period_ns": 50 * MS}, stamps={"capture": cell.t})
+    cell.deliver(3)
+    c = cell.node.counters
+    assert c["rejected_bad"] == 3 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0
+    cell.run(100)
+    assert cell.node.state == "idle"
+    assert np.allclose(cell.plant.state.pos, [0.0, 0.0, 0.2], atol=1e-6)
+
+
+def test_watchdog_holds_within_one_deadline_and_resumes_on_the_next_fresh_chunk(cell):
+    far = [[0.1 * (i + 1), 0.0, 0.2] for i in range(4)]  # asks for more than vel_limit
+    cell.send_chunk(far, age_ms=5, suction=1.0)
+    cell.deliver(4)
+    fed = cell.t
+    log = []
+    cell.run(100, log)  # exactly one deadline: still running
+    assert cell.node.state == "run"
+    cell.run(1, log)
+    assert cell.node.state == "hold" and cell.node.stack.holding
+    assert cell.node.counters["holds"] == 1 and cell.t - fed == 101 * MS
+    v_at_hold = log[-1][0][0]
+    assert v_at_hold > 0.3
+    cell.run(600, log)
+    ref_vel = np.array([r for r, _, _ in log[100:]])
+    assert np.all(np.abs(np.diff(ref_vel, axis=0)) <= 2.0e-3 + 1e-12)  # hold_decel * dt
+    assert np.all(ref_vel[int(v_at_hold / 2.0 * 1e3) + 2:] == 0.0)
+    assert np.abs(cell.plant.state.vel).max() < 2e-3 and cell.plant.state.suction
+    # resumes on the next fresh chunk
+    here = cell.plant.state.pos.copy()
+    cell.send_chunk([here + [0.01, 0, 0]] * 4, age_ms=5, suction=1.0)
+    cell.deliver(4)
+    assert cell.node.state == "run" and not cell.node.stack.holding
+    assert cell.node.counters["chunks_accepted"] == 2
+
+
+def test_safe_hold_command_holds_and_ignores_chunks_until_cleared(cell):
+    cell.send_chunk(LINE)
+    cell.deliver(4)
+    cell.run(20)
+    cell.command("safe_hold")
+    assert cell.node.state == "safe_hold" and cell.node.stack.holding
+    cell.send_chunk(LINE)
+    cell.deliver(4)
+    assert cell.node.counters["rejected_hold"] == 4 and cell.node.stack.holding
+    cell.command("clear")
+    assert cell.node.state == "hold" and cell.node.stack.holding
+    cell.send_chunk(LINE)
+    cell.deliver(4)
+    assert cell.node.state == "run" and cell.node.counters["chunks_accepted"] == 2
+
+
+def test_tracking_starts_on_waypoint_zero_before_the_rest_arrive(cell):
+    cell.send_chunk(LINE, indices=[0])
+    cell.deliver(1)
+    assert cell.node.state == "run" and cell.node.e2e.count == 1
+    cell.run(20)
+    assert cell.node.stack.tracker.vel[0] > 0
+    cell.send_chunk(LINE, indices=[1, 2, 3], cycle=cell.cycle, age_ms=30)  # same capture
+    cell.deliver(3)
+    assert cell.node.counters["chunks_accepted"] == 1
+    assert cell.node.counters["waypoints_accepted"] == 4 and cell.node.e2e.count == 1
+
+
+def test_a_chunk_older_than_the_one_in_use_is_rejected_as_stale(cell):
+    cell.send_chunk(LINE, age_ms=10)
+    cell.deliver(4)
+    cell.send_chunk(LINE, age_ms=30)  # a newer cycle number, but captured earlier
+    cell.deliver(4)
+    assert cell.node.counters["rejected_stale"] == 4 and cell.node.counters["chunks_accepted"] == 1
+
+
+def test_health_is_published_with_the_counters(cell):
+    cell.send_chunk(LINE, age_ms=200)
+    cell.deliver(4)
+    cell.run(250)
+    health = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None)
+              if e.topic == "health"]
+    assert 2 <= len(health) <= 4  # 10 Hz over 250 ms
+    counters = health[-1].body["counters"]
+    assert counters["rejected_stale"] == 4 and counters["ticks"] > 0
+    assert health[-1].body["state"] == "idle"
+
+
+def test_on_tick_hook_sees_every_tick():
+    ctx = zmq.Context()
+    calls = []
+    c = Cell(ctx, on_tick=lambda state, now: calls.append(now))
+    try:
+        c.run(5)
+        assert calls == [c.t - 4 * MS + k * MS for k in range(5)]
+    finally:
+        c.close()
+        ctx.term()
+
+
+def test_a_mismatched_tokenizer_hash_is_refused_at_construction():
+    cfg = NodeConfig(tokenizer=TOK)
+    with pytest.raises(ValueError, match="hash"):
+        ControllerNode(Plant(), cfg, None, None, "ffffffffffffffff")

@@ -1,0 +1,150 @@
+"""CURVE over real tcp sockets on 127.0.0.1: the binding side authenticates connecting
+clients against an allow-list; unknown keys and plaintext peers get nothing through."""
+import os
+import shutil
+import stat
+import time
+
+import pytest
+import zmq
+
+from rtinfer import keys
+from rtinfer.bus import Publisher, Subscriber
+from rtinfer.keys import CurveConfig
+
+N = 1000
+
+
+@pytest.fixture
+def certs(tmp_path):
+    """server, client (allowed), rogue (valid key, not allowed) + the allow-list dir."""
+    paths = {name: keys.generate(tmp_path / name, name) for name in ("server", "client", "rogue")}
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    shutil.copy(paths["client"][0], allowed)
+    return paths, allowed
+
+
+def hb(node: str, i: int = 0) -> dict:
+    return {"node": node, "sent_ns": i}
+
+
+def wait_first(pub: Publisher, sub: Subscriber, node: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pub.publish("heartbeat", hb(node))
+        if sub.recv(timeout_ms=20) is not None:
+            return
+    raise AssertionError(f"{node}: nothing arrived through CURVE")
+
+
+def test_generated_secret_is_private_and_loads(tmp_path):
+    public, secret = keys.generate(tmp_path / "k", "node")
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o700
+    assert keys.load_public(public) == keys.load_public(secret)
+    assert len(keys.load_secret(secret)) == 40  # Z85 of 32 bytes
+    with pytest.raises(ValueError, match="no secret key"):
+        os.chmod(public, 0o600)
+        keys.load_secret(public)
+
+
+def test_secret_readable_by_others_is_refused(tmp_path):
+    _, secret = keys.generate(tmp_path, "node")
+    os.chmod(secret, 0o644)
+    with pytest.raises(ValueError, match="chmod 600"):
+        keys.load_secret(secret)
+
+
+def test_only_tcp_requires_curve():
+    assert keys.requires_curve("tcp://10.0.0.2:5555")
+    assert not keys.requires_curve("ipc:///tmp/x.sock")
+    assert not keys.requires_curve("inproc://x")
+
+
+def test_only_allow_listed_publishers_get_through(certs):
+    paths, allowed = certs
+    server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub:
+        ep = sub.endpoints[0]
+        good = Publisher(ep, "good", bind=False,
+                         curve=CurveConfig(paths["client"][1], paths["server"][0]))
+        rogue = Publisher(ep, "rogue", bind=False,
+                          curve=CurveConfig(paths["rogue"][1], paths["server"][0]))
+        plain = Publisher(ep, "plain", bind=False)
+        with good, rogue, plain:
+            wait_first(good, sub, "good")
+            for i in range(N):  # interleaved, so the link is demonstrably up meanwhile
+                rogue.publish("heartbeat", hb("rogue", i))
+                plain.publish("heartbeat", hb("plain", i))
+                good.publish("heartbeat", hb("good", i))
+                if i % 100 == 0:
+                    time.sleep(0.01)
+            seen = {"good": 0, "rogue": 0, "plain": 0}
+            deadline = time.monotonic() + 10
+            while seen["good"] < N and time.monotonic() < deadline:
+                env = sub.recv(timeout_ms=100)
+                if env is not None:
+                    seen[env.src] += 1
+            time.sleep(0.3)  # anything still in flight from the others would show now
+            while (env := sub.recv(timeout_ms=100)) is not None:
+                seen[env.src] += 1
+    assert seen == {"good": N, "rogue": 0, "plain": 0}
+
+
+def test_binding_publisher_serves_only_allow_listed_subscribers(certs):
+    paths, allowed = certs
+    server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    with Publisher("tcp://127.0.0.1:*", "srv", curve=server) as pub:
+        good = Subscriber(pub.endpoint, ["heartbeat"],
+                          curve=CurveConfig(paths["client"][1], paths["server"][0]))
+        rogue = Subscriber(pub.endpoint, ["heartbeat"],
+                           curve=CurveConfig(paths["rogue"][1], paths["server"][0]))
+        with good, rogue:
+            wait_first(pub, good, "srv")
+            for i in range(N):
+                pub.publish("heartbeat", hb("srv", i))
+            time.sleep(0.3)
+            assert sum(1 for _ in iter(lambda: good.recv(timeout_ms=200), None)) > 0
+            assert rogue.recv(timeout_ms=200) is None
+            assert rogue.counters["received"] == 0
+
+
+def test_client_with_the_wrong_server_key_gets_nothing(certs):
+    paths, allowed = certs
+    server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub, \
+            Publisher(sub.endpoints[0], "c", bind=False,
+                      curve=CurveConfig(paths["client"][1], paths["rogue"][0])) as pub:
+        for i in range(100):
+            pub.publish("heartbeat", hb("c", i))
+            time.sleep(0.002)
+        assert sub.recv(timeout_ms=300) is None
+
+
+def test_curve_servers_on_one_context_share_one_authenticator(certs):
+    paths, allowed = certs
+    server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    ctx = zmq.Context()
+    try:
+        a = Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server, ctx=ctx)
+        b = Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server, ctx=ctx)
+        with pytest.raises(ValueError, match="already authenticates"):
+            Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, ctx=ctx,
+                       curve=CurveConfig(paths["server"][1], allowed_clients_dir=paths["rogue"][0].parent))
+        a.close()  # b's authenticator must survive a's close
+        with Publisher(b.endpoints[0], "c", bind=False,
+                       curve=CurveConfig(paths["client"][1], paths["server"][0])) as pub:
+            wait_first(pub, b, "c")
+        b.close()
+    finally:
+        ctx.term()
+
+
+def test_misconfigured_curve_is_refused_up_front(certs):
+    paths, _ = certs
+    with pytest.raises(ValueError, match="allowed_clients_dir"):
+        Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
+                   curve=CurveConfig(paths["server"][1]))
+    with pytest.raises(ValueError, match="server_public_key_file"):
+        Publisher("tcp://127.0.0.1:9", "p", bind=False, curve=CurveConfig(paths["client"][1]))
