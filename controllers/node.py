@@ -42,6 +42,14 @@ class NodeConfig:
     max_msgs_per_tick: int = 32          # bounds update()'s work under a flood
     max_period_ns: int = 1_000_000_000   # a waypoint period longer than this is bogus
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeConfig":
+        """From YAML data: "tokenizer" is a dict or the path of a saved TokenizerConfig."""
+        d = dict(d)
+        tok = d.pop("tokenizer")
+        tok = TokenizerConfig.load(tok) if isinstance(tok, str) else TokenizerConfig.from_dict(tok)
+        return cls(tokenizer=tok, control=ControlConfig.from_dict(d.pop("control", {})), **d)
+
 
 class ControllerNode:
     def __init__(self, hw: HardwareInterface, cfg: NodeConfig, sub, pub,
@@ -66,7 +74,7 @@ class ControllerNode:
         self.e2e_last_ns = self.e2e_max_ns = 0
         h, d = cfg.tokenizer.horizon, cfg.tokenizer.dim
         self._wps, self._got = np.zeros((h, d)), np.zeros(h, bool)
-        self._key = None      # (src, cycle) of the chunk being assembled / tracked
+        self._key = None      # (src, cycle, capture) of the chunk being assembled / tracked
         self._capture_ns = self._period_ns = self._count = self._applied = 0
         self._stamps: dict = {}
         self._apply_pending = False
@@ -160,7 +168,8 @@ class ControllerNode:
             return self._reject("rejected_bad")
         if self.state in ("safe_hold", "stopped"):
             return self._reject("rejected_hold")
-        key, i = (env.src, b["cycle"]), b["index"]
+        # capture is in the key: a restarted policy may reuse cycle numbers
+        key, i = (env.src, b["cycle"], capture), b["index"]
         if key != self._key:
             if self._key is not None and capture < self._capture_ns:
                 return self._reject("rejected_stale")  # older than the chunk in use
@@ -169,8 +178,7 @@ class ControllerNode:
             self._got[:] = False
             self.watchdog.feed(now)
             c["chunks_accepted"] += 1
-        elif (b["count"], b["period_ns"], capture) != (self._count, self._period_ns,
-                                                      self._capture_ns) or self._got[i]:
+        elif (b["count"], b["period_ns"]) != (self._count, self._period_ns) or self._got[i]:
             return self._reject("rejected_bad")  # inconsistent with its cycle, or a repeat
         self._wps[i], self._got[i] = wp, True
         c["waypoints_accepted"] += 1
@@ -178,7 +186,8 @@ class ControllerNode:
         while n < self._count and self._got[n]:
             n += 1
         if n > self._applied:
-            self._apply_pending |= self._applied == 0
+            if self._applied == 0:  # the cycle's first setpoint goes out this tick
+                self._apply_pending = True
             self._applied = n
             self.stack.set_chunk(self._wps[:n], self._capture_ns, self._period_ns, now,
                                  complete=n == self._count)

@@ -22,13 +22,6 @@ def _quiet_cell(**over) -> ConveyorCell:
     return cell
 
 
-def _put(cell: ConveyorCell, cls: int, x: float, y: float = 0.0) -> int:
-    s = cell.pool.spawn(cls, y, 0.0, cell.step_count)
-    cell.pool.qpos[s, 0] = x
-    cell._refresh_belt()
-    return s
-
-
 def _drive(cell: ConveyorCell, stack: ControlStack, waypoint, ms: int) -> None:
     """Hold one waypoint (x, y, z, suction) through the real control stack for `ms` ms."""
     stack.set_chunk(np.tile(np.asarray(waypoint, float), (4, 1)), cell.t_ns, PERIOD_NS, cell.t_ns)
@@ -59,7 +52,7 @@ def test_scene_loads_and_steps_one_ms_at_a_time():
 
 def test_belt_moves_an_object_at_belt_speed():
     cell = _quiet_cell()
-    s = _put(cell, 0, -0.5)
+    s = cell.place_object(0, -0.5)
     cell.step(20)
     x0 = cell.pool.qpos[s, 0]
     cell.step(1000)
@@ -69,7 +62,7 @@ def test_belt_moves_an_object_at_belt_speed():
 
 def test_object_passing_the_belt_end_counts_missed_and_is_recycled():
     cell = _quiet_cell()
-    s = _put(cell, 2, 0.5)
+    s = cell.place_object(2, 0.5)
     cell.step(1500)
     assert cell.metrics.missed == 1 and cell.metrics.resolved == 1
     assert cell.pool.state[s] == PARKED
@@ -91,7 +84,7 @@ def test_spawner_uses_random_lateral_positions_and_intervals():
 
 def test_suction_picks_a_touching_object_and_releases_it():
     cell = _quiet_cell(belt_speed=0.0)
-    s = _put(cell, 1, 0.0, 0.05)
+    s = cell.place_object(1, 0.0, 0.05)
     stack = _pick(cell, s)
     assert cell.read().holding and cell.held == s and cell.metrics.picked == 1
     _drive(cell, stack, (0.0, 0.05, 0.55, 1), 800)
@@ -105,7 +98,7 @@ def test_suction_picks_a_touching_object_and_releases_it():
 
 def test_suction_without_contact_picks_nothing():
     cell = _quiet_cell(belt_speed=0.0)
-    s = _put(cell, 0, 0.0)
+    s = cell.place_object(0, 0.0)
     stack = ControlStack(control_config(cell.cfg))
     _drive(cell, stack, (0.0, 0.0, cell.cfg.belt_top + 2 * cell.pool.half_h[s] + 0.04, 1), 800)
     assert cell.read().suction and not cell.read().holding
@@ -116,7 +109,7 @@ def test_object_released_over_a_bin_counts_by_the_instruction(to_instructed_bin)
     cell = _quiet_cell(belt_speed=0.0)
     cell.reset(0, instruction=[2, 0, 1])
     cell.spawn_limit = 0
-    s = _put(cell, 0, 0.0)                        # class 0 belongs in bin 2
+    s = cell.place_object(0, 0.0)                        # class 0 belongs in bin 2
     stack = _pick(cell, s)
     bx, by = cell.cfg.bin_center(2 if to_instructed_bin else 1)
     _drive(cell, stack, (0.0, 0.0, 0.5, 1), 500)
@@ -128,7 +121,7 @@ def test_object_released_over_a_bin_counts_by_the_instruction(to_instructed_bin)
 
 def test_object_released_over_the_floor_counts_dropped():
     cell = _quiet_cell(belt_speed=0.0)
-    s = _put(cell, 2, 0.2)
+    s = cell.place_object(2, 0.2)
     stack = _pick(cell, s)
     _drive(cell, stack, (0.2, 0.0, 0.5, 1), 500)
     _drive(cell, stack, (0.2, -0.24, 0.5, 1), 800)    # beside the belt, away from the bins

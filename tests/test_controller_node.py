@@ -286,3 +286,27 @@ def test_a_mismatched_tokenizer_hash_is_refused_at_construction():
     cfg = NodeConfig(tokenizer=TOK)
     with pytest.raises(ValueError, match="hash"):
         ControllerNode(Plant(), cfg, None, None, "ffffffffffffffff")
+
+
+def test_a_repeated_or_inconsistent_waypoint_is_rejected_as_bad(cell):
+    cell.send_chunk(LINE, indices=[0, 1])
+    cell.send_chunk(LINE, indices=[1], cycle=cell.cycle)  # a repeat of waypoint 1
+    cell.send_chunk(LINE[:3], indices=[2], cycle=cell.cycle)  # count 3, the cycle said 4
+    cell.deliver(4)
+    c = cell.node.counters
+    assert c["waypoints_accepted"] == 2 and c["rejected_bad"] == 2 and c["chunks_accepted"] == 1
+
+
+def test_stop_command_ends_the_real_time_loop(cell):
+    cell.monitor.publish("command", {"cmd": "stop", "reason": "test"})
+    cell.node.run(seconds=30.0)  # returns as soon as the stop arrives
+    assert cell.node.state == "stopped" and cell.node.counters["commands"] == 1
+    assert cell.node.stack.holding and cell.node.counters["ticks"] >= 1
+
+
+def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
+    TOK.save(tmp_path / "tok.json")
+    cfg = NodeConfig.from_dict({"tokenizer": str(tmp_path / "tok.json"), "deadline_ns": 80 * MS,
+                                "control": {"kp": [1.0, 2.0, 3.0]}})
+    assert cfg.tokenizer.hash == TOK.hash and cfg.deadline_ns == 80 * MS
+    assert cfg.control.kp == (1.0, 2.0, 3.0)

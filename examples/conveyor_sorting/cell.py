@@ -5,7 +5,8 @@ physics by exactly 1 ms, `read()` returns the gantry state at the current sim ti
 
 Belt: kinematic. The belt geom's contact is frictionless (priority + condim 1), and every
 ms each free object resting on it gets its horizontal velocity set to the belt velocity
-and its spin zeroed: exact belt speed, deterministic, a few numpy ops per ms.
+and its spin zeroed: exact belt speed, deterministic, cheap. Which objects rest on the
+belt is re-checked every SCORE_EVERY ms and on every spawn, attach and release.
 
 Suction: a weld equality per pool body, switched on (data.eq_active) when the valve is
 open and the cup is within `touch_distance` of an object (the cup geom's margin/gap
@@ -67,6 +68,16 @@ class ConveyorCell:
         self.next_spawn_step = 0
         self._on_belt = np.zeros(0, np.int64)
         mujoco.mj_forward(self.model, self.data)
+
+    def place_object(self, cls: int, x: float, y: float = 0.0, yaw: float = 0.0) -> int:
+        """Put an object of class `cls` on the belt at (x, y) now (for tests and scripted
+        scenarios); returns its pool slot, or -1 if the class's pool is exhausted."""
+        s = self.pool.spawn(cls, y, yaw, self.step_count)
+        if s >= 0:
+            self.pool.qpos[s, 0] = x
+            self.metrics.spawned += 1
+            self._refresh_belt()
+        return s
 
     @property
     def t_ns(self) -> int:
