@@ -16,14 +16,12 @@ import msgpack
 
 from rtinfer import schema
 from rtinfer.schema import (  # noqa: F401  (re-exported: the wire's public error types)
-    DEFAULT_MAX_BYTES, SCHEMA_VERSION, ArrayError, MalformedError, OversizeError,
-    SchemaError, TopicError, VersionError, WireError)
+    DEFAULT_MAX_BYTES, SCHEMA_VERSION, U64_MAX, ArrayError, MalformedError, OversizeError,
+    SchemaError, TopicError, VersionError, WireError, check_name)
 from rtinfer.wire_arrays import OobHook, OobPacker, default_inline, ext_hook
 
 ENVELOPE_KEYS = ("version", "topic", "seq", "src", "stamps", "body")
 _ENVELOPE_KEYSET = frozenset(ENVELOPE_KEYS)
-_ENVELOPE_CHECKS = (("topic", schema.check_name), ("seq", schema.u64),
-                    ("src", schema.check_name), ("stamps", schema.stamps))
 MAX_STR_BYTES = 65536  # longest string (any field, any map key), in UTF-8 bytes
 MAX_MAP_LEN = 4096  # most entries in any one map
 _ERRORS = (ValueError, TypeError, OverflowError, RecursionError, MemoryError,
@@ -47,10 +45,11 @@ def now_ns() -> int:
 
 
 def _envelope(topic, body, seq, src, stamps) -> dict:
-    env = {"version": SCHEMA_VERSION, "topic": topic, "seq": seq, "src": src,
-           "stamps": {} if stamps is None else stamps, "body": body}
-    _validate(env, None)
-    return env
+    if stamps is None:
+        stamps = {}
+    _check_fields(topic, seq, src, stamps, body, None)  # we build the map: only fields to check
+    return {"version": SCHEMA_VERSION, "topic": topic, "seq": seq, "src": src,
+            "stamps": stamps, "body": body}
 
 
 def _pack(env: dict, default) -> bytes:
@@ -124,16 +123,26 @@ def _validate(env, topics: Collection[str] | None) -> None:
         missing = sorted(_ENVELOPE_KEYSET - env.keys())
         raise SchemaError(f"envelope keys must be exactly {list(ENVELOPE_KEYS)}: "
                           f"missing {missing}, unknown {extra}", "envelope")
-    topic = env["topic"]
-    name = None
+    _check_fields(env["topic"], env["seq"], env["src"], env["stamps"], env["body"], topics)
+
+
+def _check_fields(topic, seq, src, stamps, body, topics) -> None:
+    """The envelope's fields, then the body against its topic's schema (both directions)."""
+    name = "topic"
     try:
-        for name, check in _ENVELOPE_CHECKS:
-            check(env[name])
+        check_name(topic)
+        name = "seq"
+        if type(seq) is not int or not 0 <= seq <= U64_MAX:  # common case without a call
+            schema.u64(seq)
+        name = "src"
+        check_name(src)
+        name = "stamps"
+        schema.stamps(stamps)
     except SchemaError as e:
         raise e.at(name)
     if topics is not None and topic not in topics:
         raise TopicError(f"topic {topic!r} is not one this receiver subscribed to")
-    schema.validate_body(topic, env["body"])
+    schema.validate_fields(schema.body_spec(topic), body, "body")
 
 
 def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES,

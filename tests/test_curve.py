@@ -1,5 +1,6 @@
 """CURVE over real tcp sockets on 127.0.0.1: the binding side authenticates connecting
 clients against an allow-list; unknown keys and plaintext peers get nothing through."""
+import contextlib
 import os
 import shutil
 import stat
@@ -125,20 +126,21 @@ def test_client_with_the_wrong_server_key_gets_nothing(certs):
 def test_curve_servers_on_one_context_share_one_authenticator(certs):
     paths, allowed = certs
     server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    other = CurveConfig(paths["server"][1], allowed_clients_dir=paths["rogue"][0].parent)
     ctx = zmq.Context()
-    try:
-        a = Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server, ctx=ctx)
-        b = Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server, ctx=ctx)
+    with contextlib.ExitStack() as stack:
+        stack.callback(ctx.term)  # runs last: every socket below is closed first
+        a = stack.enter_context(Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
+                                           curve=server, ctx=ctx))
+        b = stack.enter_context(Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
+                                           curve=server, ctx=ctx))
         with pytest.raises(ValueError, match="already authenticates"):
-            Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, ctx=ctx,
-                       curve=CurveConfig(paths["server"][1], allowed_clients_dir=paths["rogue"][0].parent))
+            stack.enter_context(Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
+                                           curve=other, ctx=ctx))
         a.close()  # b's authenticator must survive a's close
         with Publisher(b.endpoints[0], "c", bind=False,
                        curve=CurveConfig(paths["client"][1], paths["server"][0])) as pub:
             wait_first(pub, b, "c")
-        b.close()
-    finally:
-        ctx.term()
 
 
 def test_misconfigured_curve_is_refused_up_front(certs):

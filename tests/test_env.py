@@ -114,23 +114,25 @@ _f = st.floats(-5, 5, allow_nan=False, width=32)
 
 
 @settings(max_examples=60, deadline=None)
-@given(gantry=st.lists(_f, min_size=8, max_size=8),
+@given(gantry=st.lists(_f, min_size=8, max_size=8), held=st.integers(-1, 2),
        rows=st.lists(st.tuples(st.integers(0, 2), _f, _f, st.booleans()), max_size=6))
-def test_obs_tokens_have_fixed_length_and_stay_in_vocabulary(gantry, rows):
+def test_obs_tokens_have_fixed_length_and_stay_in_vocabulary(gantry, held, rows):
     objects = np.zeros((6, 4), np.float32)
     for i, (c, x, y, valid) in enumerate(rows):
         objects[i] = (c, x, y, float(valid))
-    tokens = _TOK.encode({"objects": objects, "gantry": np.float32(gantry)})
+    tokens = _TOK.encode({"objects": objects, "gantry": np.float32(gantry), "held": np.float32([held])})
     cfg = _TOK.cfg
     assert tokens.shape == (cfg.length,) and tokens.dtype == np.int32
     assert (tokens >= 0).all() and (tokens < cfg.bins).all()
-    cls = tokens[8:].reshape(6, 3)[:, 0]
+    assert tokens[8] == (held if held >= 0 else cfg.empty)
+    cls = tokens[9:].reshape(6, 3)[:, 0]
     valid = np.array([r[3] for r in rows] + [False] * (6 - len(rows)))
     assert (cls[~valid] == cfg.empty).all() and (cls[valid] < cfg.num_classes).all()
 
 
 def test_obs_tokens_are_monotone_in_position():
-    base = {"objects": np.zeros((6, 4), np.float32), "gantry": np.zeros(8, np.float32)}
+    base = {"objects": np.zeros((6, 4), np.float32), "gantry": np.zeros(8, np.float32),
+            "held": np.float32([-1])}
     xs = np.linspace(-0.7, 0.65, 50)
     toks = []
     for x in xs:
@@ -138,3 +140,30 @@ def test_obs_tokens_are_monotone_in_position():
         g[0] = x
         toks.append(_TOK.encode({**base, "gantry": g})[0])
     assert (np.diff(toks) >= 0).all() and toks[0] == 0 and toks[-1] == _TOK.cfg.bins - 1
+
+
+def test_rtinfer_obs_tokens_spec_tokenizes_wire_bodies_identically():
+    rt = pytest.importorskip("rtinfer.obs_tokens")
+    node_side = rt.ObsTokens(_TOK.cfg.spec())
+    env = ConveyorSortEnv()
+    obs, _ = env.reset(seed=4)
+    for t in range(80):
+        obs, *_ = env.step(_hover(env, t))
+        body = wire.decode(wire.encode("obs", obs_body(obs), seq=t, src="sim")).body
+        instr, tokens = node_side.encode(body)
+        np.testing.assert_array_equal(tokens, _TOK.encode(obs))
+        np.testing.assert_array_equal(instr, _TOK.instruction_tokens(obs["instruction"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(gantry=st.lists(_f, min_size=8, max_size=8), held=st.integers(-1, 4),
+       rows=st.lists(st.tuples(st.integers(-1, 4), _f, _f, st.booleans()), max_size=6))
+def test_rtinfer_obs_tokens_agree_on_arbitrary_observations(gantry, held, rows):
+    rt = pytest.importorskip("rtinfer.obs_tokens")
+    objects = np.zeros((6, 4), np.float32)
+    for i, (c, x, y, valid) in enumerate(rows):
+        objects[i] = (c, x, y, float(valid))
+    obs = {"objects": objects, "gantry": np.float32(gantry), "held": np.float32([held]),
+           "instruction": np.int32([1, 2, 0])}
+    _, tokens = rt.ObsTokens(_TOK.cfg.spec()).encode(obs_body(obs))
+    np.testing.assert_array_equal(tokens, _TOK.encode(obs))

@@ -26,7 +26,7 @@ def test_expert_chunks_are_token_bin_centres():
     expert = ScriptedExpert(cell, tcfg)
     objects = np.zeros((6, 4), np.float32)
     objects[0] = (1, -0.2, 0.03, 1)
-    obs = {"objects": objects, "gantry": np.float32([0.1, 0.2, 0.45, 0, 0, 0, 0, 0]),
+    obs = {"objects": objects, "gantry": np.float32([0.1, 0.2, 0.45, 0, 0, 0, 0, 0]), "held": np.float32([-1]),
            "instruction": np.int32([0, 1, 2])}
     tokens, values = expert.act_tokens(obs)
     assert tokens.shape == values.shape == (tcfg.horizon, tcfg.dim)
@@ -39,9 +39,8 @@ def test_held_object_goes_to_the_bin_its_instruction_names():
     tcfg = tokenizer_config(cell)
     goals = []
     for instruction in ([0, 1, 2], [2, 1, 0]):
-        expert = ScriptedExpert(cell, tcfg)
-        expert.target = (0, 0.05, 0.0)   # it was picking a class-0 object
-        obs = {"objects": np.zeros((6, 4), np.float32),
+        expert = ScriptedExpert(cell, tcfg)   # no memory of what it picked: the cup reports it
+        obs = {"objects": np.zeros((6, 4), np.float32), "held": np.float32([0]),
                "gantry": np.float32([0.05, 0.0, 0.5, 0, 0, 0, 1, 1]),
                "instruction": np.int32(instruction)}
         goals.append(expert.act(obs)[-1, 0])

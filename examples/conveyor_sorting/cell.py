@@ -8,12 +8,8 @@ ms each free object resting on it gets its horizontal velocity set to the belt v
 and its spin zeroed: exact belt speed, deterministic, cheap. Which objects rest on the
 belt is re-checked every SCORE_EVERY ms and on every spawn, attach and release.
 
-Suction: a weld equality per pool body, switched on (data.eq_active) when the valve is
-open and the cup is within `touch_distance` of an object (the cup geom's margin/gap
-report such near-contacts without forces), with the relative pose at that instant, and
-switched off when the valve closes. A weld cannot slip or tear, unlike an adhesion
-actuator whose hold depends on contact friction and the gantry's acceleration, so a pick
-succeeds or fails by geometry alone. Not thread-safe: one loop drives a cell.
+Suction: a weld switched on by touch while the valve is open (see suction.py).
+Not thread-safe: one loop drives a cell.
 """
 from __future__ import annotations
 
@@ -26,6 +22,7 @@ from .config import CellConfig
 from .metrics import Metrics
 from .pool import LIVE, ObjectPool
 from .scene import build_mjcf
+from .suction import ATTACHED, SuctionCup
 
 NS_PER_STEP = 1_000_000
 SCORE_EVERY = 5  # steps between outcome checks: objects move < 2 mm in 5 ms
@@ -39,11 +36,7 @@ class ConveyorCell:
         m = self.model
         assert list(m.jnt_qposadr[:3]) == [0, 1, 2], "gantry joints must come first"
         self.pool = ObjectPool(cfg, m, self.data)
-        self._geom_slot = np.full(m.ngeom, -1)
-        self._geom_slot[self.pool.geom_ids] = np.arange(self.pool.n)
-        self._cup_geom = m.geom("cup").id
-        self._cup_body = m.body("gantry_z").id
-        self._eq = np.array([m.equality(f"suction{s}").id for s in range(self.pool.n)])
+        self.cup = SuctionCup(cfg, m, self.data, self.pool)
         # Band above the belt within which an object counts as resting on it (m).
         self._reach = np.array([max(cfg.classes[c].size) * 1.8 for c in self.pool.slot_class])
         self._state = RobotState()
@@ -62,8 +55,9 @@ class ConveyorCell:
         if sorted(self.instruction.tolist()) != list(range(cfg.num_classes)):
             raise ValueError(f"instruction must be a permutation of bins, got {perm}")
         self.pool.reset()
+        self.cup.reset()
         self.metrics = Metrics()
-        self.step_count, self.held, self.suction = 0, -1, False
+        self.step_count, self.suction = 0, False
         self.spawn_limit: int | None = None   # stop spawning after this many objects
         self.next_spawn_step = 0
         self._on_belt = np.zeros(0, np.int64)
@@ -78,6 +72,11 @@ class ConveyorCell:
             self.metrics.spawned += 1
             self._refresh_belt()
         return s
+
+    @property
+    def held(self) -> int:
+        """Pool slot of the object on the suction cup, -1 if none."""
+        return self.cup.held
 
     @property
     def t_ns(self) -> int:
@@ -102,7 +101,12 @@ class ConveyorCell:
     def step(self, n: int = 1) -> None:
         """Advance n ms: suction, belt, physics, then spawning and scoring."""
         for _ in range(n):
-            self._update_suction()
+            change = self.cup.update(self.suction)
+            if change:
+                if change == ATTACHED:
+                    self.pool.picked[self.held] = True
+                    self.metrics.picked += 1
+                self._refresh_belt()
             self._drive_belt()
             mujoco.mj_step(self.model, self.data)
             self.step_count += 1
@@ -132,51 +136,6 @@ class ConveyorCell:
             v[idx, 0] = self.cfg.belt_speed
             v[idx, 1] = 0.0
             v[idx, 3:] = 0.0
-
-    def _update_suction(self) -> None:
-        if self.suction and self.held < 0:
-            s = self._touching_slot()
-            if s >= 0:
-                self._attach(s)
-        elif not self.suction and self.held >= 0:
-            self.data.eq_active[self._eq[self.held]] = 0
-            self.held = -1
-            self._refresh_belt()
-
-    def _touching_slot(self) -> int:
-        """Pool slot of the object nearest the cup among its (near-)contacts, or -1."""
-        d = self.data
-        if d.ncon == 0:
-            return -1
-        geoms = d.contact.geom[:d.ncon]
-        mask = (geoms == self._cup_geom).any(axis=1)
-        if not mask.any():
-            return -1
-        pair = geoms[mask]
-        other = np.where(pair[:, 0] == self._cup_geom, pair[:, 1], pair[:, 0])
-        dist = d.contact.dist[:d.ncon][mask]
-        ok = dist <= self.cfg.touch_distance
-        if not ok.any():
-            return -1
-        return int(self._geom_slot[other[ok][np.argmin(dist[ok])]])
-
-    def _attach(self, s: int) -> None:
-        """Weld body s to the cup at their current relative pose."""
-        d, b = self.data, self.pool.body_ids[s]
-        rel_pos = d.xmat[self._cup_body].reshape(3, 3).T @ (d.xpos[b] - d.xpos[self._cup_body])
-        rel_quat = np.empty(4)
-        q_cup_inv = np.empty(4)
-        mujoco.mju_negQuat(q_cup_inv, d.xquat[self._cup_body])
-        mujoco.mju_mulQuat(rel_quat, q_cup_inv, d.xquat[b])
-        e = self._eq[s]
-        self.model.eq_data[e, 0:3] = 0.0          # anchor at body2's origin
-        self.model.eq_data[e, 3:6] = rel_pos
-        self.model.eq_data[e, 6:10] = rel_quat
-        d.eq_active[e] = 1
-        self.held = s
-        self.pool.picked[s] = True
-        self.metrics.picked += 1
-        self._refresh_belt()
 
     def _spawn(self) -> None:
         cfg, rng = self.cfg, self.rng

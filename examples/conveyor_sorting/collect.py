@@ -5,9 +5,9 @@
 Arrays (N = env steps over all episodes; no object arrays, so np.load needs no pickle):
   obs_tokens int32 (N, L), instruction_tokens int32 (N, C), action_tokens int32 (N, H, D),
   action_values float32 (N, H, D) (token bin centres), objects float32 (N, K, 4),
-  gantry float32 (N, 8), reward float32 (N,), episode int32 (N,), step int32 (N,),
+  gantry float32 (N, 8), held float32 (N, 1), reward float32 (N,), episode int32 (N,), step int32 (N,),
   and JSON strings (0-d unicode arrays): tokenizer_config, obs_tokenizer_config,
-  cell_config, summary.
+  obs_tokens_spec (for rtinfer.obs_tokens on the inference node), cell_config, summary.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
     expert = ScriptedExpert(cfg.cell, env.tokenizer_cfg)
     otok = ObsTokenizer(ObsTokenizerConfig.for_cell(cfg.cell, bins=cfg.token_bins))
     rows: dict[str, list] = {k: [] for k in ("obs_tokens", "instruction_tokens", "action_tokens",
-                                              "action_values", "objects", "gantry", "reward",
+                                              "action_values", "objects", "gantry", "held", "reward",
                                               "episode", "step")}
     totals = dict.fromkeys(COUNTS, 0)
     with Progress(disable=not show_progress) as bar:
@@ -49,7 +49,8 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                 for name, v in (("obs_tokens", otok.encode(obs)),
                                 ("instruction_tokens", otok.instruction_tokens(obs["instruction"])),
                                 ("action_tokens", tokens), ("action_values", values),
-                                ("objects", obs["objects"]), ("gantry", obs["gantry"])):
+                                ("objects", obs["objects"]), ("gantry", obs["gantry"]),
+                                ("held", obs["held"])):
                     rows[name].append(v)
                 obs, reward, done, truncated, info = env.step(values)
                 rows["reward"].append(reward)
@@ -68,6 +69,7 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
         out, **arrays,
         tokenizer_config=np.array(json.dumps(env.tokenizer_cfg.to_dict())),
         obs_tokenizer_config=np.array(json.dumps(otok.cfg.to_dict())),
+        obs_tokens_spec=np.array(json.dumps(otok.cfg.spec())),
         cell_config=np.array(cfg.cell.to_json()), summary=np.array(json.dumps(summary)))
     return summary
 

@@ -46,6 +46,7 @@ class ConveyorSortEnv(gym.Env):
         self.observation_space = spaces.Dict({
             "objects": spaces.Box(-np.inf, np.inf, (k, 4), np.float32),
             "gantry": spaces.Box(-np.inf, np.inf, (8,), np.float32),
+            "held": spaces.Box(-1, n - 1, (1,), np.float32),
             "instruction": spaces.MultiDiscrete(np.full(n, n), dtype=np.int32)})
         self.stack = ControlStack(self.control_cfg)
 

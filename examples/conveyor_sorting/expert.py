@@ -24,6 +24,7 @@ ALIGN_M = 0.008                      # xy error below which the cup descends
 TRAVEL_DZ = 0.08                     # approach height above the belt (m, cup bottom)
 CARRY_Z = 0.50                       # cup height while carrying
 CLEAR_DZ = 0.12                      # cup above belt before moving sideways with a load
+WAIT_DX = 0.4                        # idle over the belt this far downstream of its start
 
 
 class ScriptedExpert:
@@ -57,7 +58,8 @@ class ScriptedExpert:
         p, v, holding = g[:3], g[3:6], g[7] > 0.5
         if holding:
             if self.carry is None:
-                self.carry = self.target[0] if self.target else self._guess_class(p, obs)
+                held = int(np.asarray(obs.get("held", [-1])).reshape(-1)[0])
+                self.carry = held if held >= 0 else (self.target[0] if self.target else self._guess_class(p))
             return self._place(p, v, int(obs["instruction"][self.carry]))
         if self.carry is not None:      # released: start over
             self.carry = self.target = None
@@ -67,8 +69,8 @@ class ScriptedExpert:
         if self.target is None:
             self.target, self.descending = self._choose(p, objs), False
         if self.target is None:
-            return self._rollout(p, v, lambda t, q: (np.array([-0.3, 0.0, self._travel_z()]),
-                                                    np.zeros(3)), 0.0)
+            wait = np.array([self.cell.belt_x[0] + WAIT_DX, 0.0, self._travel_z()])
+            return self._rollout(p, v, lambda t, q: (wait, np.zeros(3)), 0.0)
         return self._pick(p, v)
 
     def _travel_z(self) -> float:
@@ -95,8 +97,9 @@ class ScriptedExpert:
                 return (int(c), float(x), float(y))
         return None
 
-    def _guess_class(self, p, obs) -> int:
-        return int(np.argmin(np.abs(self.top - p[2])))   # by the height we picked at
+    def _guess_class(self, p) -> int:
+        """Class of an object held without a target: by the height it was picked at."""
+        return int(np.argmin(np.abs(self.top - p[2])))
 
     def _pick(self, p, v) -> np.ndarray:
         c, x, y = self.target

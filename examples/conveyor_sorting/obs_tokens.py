@@ -1,14 +1,17 @@
 """Observation and instruction tokens for the policy: fixed length, static shapes.
 
-Observation sequence (length 8 + 3 K), every id in [0, bins):
-  [x, y, z, vx, vy, vz, suction, holding] gantry, then per object slot (class, x, y).
+Observation sequence (length 9 + 3 K), every id in [0, bins):
+  [x, y, z, vx, vy, vz, suction, holding] gantry, the held object's class (EMPTY when
+  none), then per object slot (class, x, y).
 Continuous fields are uniform bins between per-field limits (values outside clip to the
 end bins); suction / holding are 0 or 1; an object slot's class token is its class id,
 or EMPTY = num_classes for an unused slot (whose x, y tokens are then 0).
 Instruction sequence (length C): token c = bin index for class c.
 Field identity comes from the position in the sequence, so one vocabulary of `bins`
 ids serves all fields; a model that wants disjoint vocabularies can offset per field.
-Proposed for rtinfer's inference node, which must tokenize `obs` wire bodies the same way.
+`ObsTokenizerConfig.spec()` writes the same layout as an rtinfer-obs-tokens v1 spec, so
+rtinfer.obs_tokens.ObsTokens on the inference node tokenizes `obs` wire bodies exactly
+like this (a test checks they agree token for token).
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ class ObsTokenizerConfig:
 
     @property
     def length(self) -> int:
-        return 8 + 3 * self.slots
+        return 9 + 3 * self.slots
 
     @property
     def empty(self) -> int:
@@ -54,6 +57,22 @@ class ObsTokenizerConfig:
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def spec(self) -> dict:
+        """This layout as an rtinfer-obs-tokens v1 spec (JSON-able) for the inference node."""
+        v = self.vel_max
+        uni = [{"column": j + 1, "kind": "uniform", "low": self.obj_low[j], "high": self.obj_high[j]}
+               for j in range(2)]
+        return {"format": "rtinfer-obs-tokens", "version": 1, "bins": self.bins, "fields": [
+            {"key": "gantry", "slice": [0, 6], "kind": "uniform",
+             "low": [*self.pos_low, -v, -v, -v], "high": [*self.pos_high, v, v, v]},
+            {"key": "gantry", "slice": [6, 8], "kind": "threshold", "at": 0.5},
+            {"key": "held", "kind": "categorical", "classes": self.num_classes},
+            {"key": "objects", "kind": "table", "rows": self.slots,
+             "valid": {"column": 3, "above": 0.5},
+             "columns": [{"column": 0, "kind": "categorical", "classes": self.num_classes}, *uni]}],
+            "instruction": {"key": "instruction", "from": "values", "length": self.num_classes,
+                            "classes": self.num_classes}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ObsTokenizerConfig":
@@ -82,11 +101,15 @@ class ObsTokenizer:
         out = np.zeros(cfg.length, np.int32)
         out[:6] = self._bin(g[:6], self._low, self._high)
         out[6], out[7] = int(g[6] > 0.5), int(g[7] > 0.5)
-        slots = out[8:].reshape(cfg.slots, 3)
+        held = int(np.asarray(obs["held"]).reshape(-1)[0])
+        out[8] = held if 0 <= held < cfg.num_classes else cfg.empty
+        slots = out[9:].reshape(cfg.slots, 3)
         k = min(cfg.slots, len(objs))
         valid = objs[:k, 3] > 0.5
         slots[:, 0] = cfg.empty
-        slots[:k, 0] = np.where(valid, objs[:k, 0].astype(np.int32), cfg.empty)
+        cls = objs[:k, 0].astype(np.int32)
+        cls = np.where((cls < 0) | (cls >= cfg.num_classes), cfg.empty, cls)
+        slots[:k, 0] = np.where(valid, cls, cfg.empty)
         slots[:k, 1:] = np.where(valid[:, None], self._bin(objs[:k, 1:3], self._olow, self._ohigh), 0)
         return out
 

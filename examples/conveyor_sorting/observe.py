@@ -6,6 +6,9 @@ Observation (a dict of numpy arrays, the gymnasium observation too):
                most urgent) first; unused rows are all zero.
   gantry       float32 (8,): cup position x, y, z (m), velocity (m/s), suction valve
                open (1/0), holding an object (1/0, the vacuum sensor).
+  held         float32 (1,): class id of the object on the suction cup, -1 when none (the
+               perception stage saw what was picked; without it no policy could know
+               which bin a carried object belongs in).
   instruction  int32 (C,): instruction[c] = bin index for class c (a permutation).
 Objects held by the cup, falling, in bins or parked are not visible: the camera sees
 the belt. Nothing here is privileged simulator state.
@@ -39,7 +42,8 @@ def observe(cell: ConveyorCell) -> dict[str, np.ndarray]:
     gantry = np.empty(8, np.float32)
     gantry[:3], gantry[3:6] = s.pos, s.vel
     gantry[6], gantry[7] = float(s.suction), float(s.holding)
-    return {"objects": objects, "gantry": gantry,
+    held = np.float32([p.slot_class[cell.held] if cell.held >= 0 else -1])
+    return {"objects": objects, "gantry": gantry, "held": held,
             "instruction": cell.instruction.astype(np.int32)}
 
 
@@ -56,7 +60,7 @@ def instruction_id(instruction: np.ndarray) -> int:
 
 def obs_body(obs: dict[str, np.ndarray]) -> dict:
     """The `obs` wire body (see rtinfer.wire): arrays in "values", scalars in "ints"."""
-    return {"values": {"objects": obs["objects"], "gantry": obs["gantry"],
+    return {"values": {"objects": obs["objects"], "gantry": obs["gantry"], "held": obs["held"],
                        "instruction": obs["instruction"]},
             "ints": {"instruction_id": instruction_id(obs["instruction"])}}
 
@@ -66,4 +70,5 @@ def obs_from_body(body: dict) -> dict[str, np.ndarray]:
     v = body["values"]
     return {"objects": np.asarray(v["objects"], np.float32),
             "gantry": np.asarray(v["gantry"], np.float32),
+            "held": np.asarray(v["held"], np.float32),
             "instruction": np.asarray(v["instruction"], np.int32)}

@@ -90,7 +90,7 @@ def build_mjcf(cfg: CellConfig) -> str:
 <visual><global offwidth="640" offheight="480"/></visual>
 <worldbody>
 <light pos="0 0 3" dir="0 0 -1" directional="true"/>
-<camera name="overview" pos="0.0 -1.6 1.5" xyaxes="1 0 0 0 0.68 0.73"/>
+<camera name="overview" pos="0 -0.86 2.05" xyaxes="1 0 0 0 0.85 0.53"/>
 <geom name="floor" type="plane" size="3 3 0.1" rgba=".8 .8 .8 1"/>
 <geom name="belt" type="box" pos="{_f((x0 + x1) / 2, 0, cfg.belt_top - 0.02)}"
  size="{_f((x1 - x0) / 2, cfg.belt_half_width, 0.02)}" rgba=".15 .15 .15 1" priority="1" condim="1"/>

@@ -1,0 +1,90 @@
+"""Compute budget: anytime inference under a deadline.
+
+A level is (exit depth, speculation length, chunk length in waypoints). Level 0 is full
+quality; higher levels cost less: a longer fixed speculation window, a shorter chunk,
+then shallower early exits (lossy: their accuracy, from card.json, is shown per level).
+The active level is max(monitor's level, own level). The own level follows the slack
+with hysteresis: one step up as soon as a cycle's slack falls below `raise_below`, one
+step down after `patience` consecutive cycles with slack above `lower_above`.
+Pure bookkeeping, no clock reads; not thread-safe.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BudgetLevel:
+    depth: int
+    spec_len: int          # max drafts per verify (0: no speculation)
+    chunk: int             # waypoints per chunk
+    accuracy: float | None = None  # from card.json, at this depth
+
+
+def default_levels(model, k_verify: int) -> list[BudgetLevel]:
+    """Levels for a ModelDir: full, full + max window + half chunk, then each exit deep to
+    shallow with half the chunk, and finally the shallowest exit with one waypoint."""
+    full, H = model.n_layer, model.tokenizer.horizon
+    half, g = max(1, H // 2), max(0, k_verify - 1)
+    exits = sorted(model.config.get("exits", []), reverse=True)
+    raw = [(full, g, H), (full, g, half)] + [(e, 0, half) for e in exits]
+    if exits:
+        raw.append((exits[-1], 0, 1))
+    levels = []
+    for d, s, c in raw:
+        lv = BudgetLevel(d, s, c, model.accuracy(d))
+        if not levels or lv != levels[-1]:
+            levels.append(lv)
+    return levels
+
+
+class Budget:
+    def __init__(self, levels: list[BudgetLevel], deadline_ns: int, *,
+                 raise_below: float = 0.2, lower_above: float = 0.5, patience: int = 10,
+                 auto: bool = True):
+        if not levels:
+            raise ValueError("need at least one budget level")
+        self.levels, self.deadline_ns, self.auto = list(levels), int(deadline_ns), auto
+        self.raise_below_ns = int(raise_below * deadline_ns)
+        self.lower_above_ns = int(lower_above * deadline_ns)
+        self.patience = patience
+        self.monitor_level = 0
+        self.own_level = 0
+        self._calm = 0
+        self.switches = 0
+        self._last = 0
+
+    @property
+    def index(self) -> int:
+        return min(max(self.monitor_level, self.own_level), len(self.levels) - 1)
+
+    @property
+    def level(self) -> BudgetLevel:
+        return self.levels[self.index]
+
+    def set_monitor_level(self, level: int) -> None:
+        """A `budget` message from the monitor: a floor on the level (0 lifts it)."""
+        self.monitor_level = max(0, int(level))
+        self._count()
+
+    def update(self, slack_ns: int) -> int:
+        """One finished cycle's slack (deadline - (first publish - capture)); returns the
+        active level index."""
+        if not self.auto:
+            return self.index
+        top = len(self.levels) - 1
+        if slack_ns < self.raise_below_ns:
+            self.own_level, self._calm = min(self.own_level + 1, top), 0
+        elif slack_ns > self.lower_above_ns:
+            self._calm += 1
+            if self._calm >= self.patience and self.own_level > 0:
+                self.own_level, self._calm = self.own_level - 1, 0
+        else:
+            self._calm = 0
+        self._count()
+        return self.index
+
+    def _count(self) -> None:
+        if self.index != self._last:
+            self.switches += 1
+            self._last = self.index

@@ -1,0 +1,98 @@
+"""Shared fixtures: a tiny random-weight policy exported as a complete model directory.
+
+Layout of the tiny model: instruction C=3, observation L=11 (gantry 3 uniform + 2 flags,
+2 object slots x (class, x, y)), chunk H=3 waypoints x D=4, so prefix 16 + 12 actions
+in max_ctx 32. Graphs: decode/draft k=1, verify k=4, prefill k=4 (instruction prefix),
+12 (observation segment) and 16 (whole prefix, the uncached path).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+TINY_SPEC = {
+    "format": "rtinfer-obs-tokens", "version": 1, "bins": 16,
+    "fields": [
+        {"key": "gantry", "slice": [0, 3], "kind": "uniform",
+         "low": [-1.0, -1.0, 0.0], "high": [1.0, 1.0, 1.0]},
+        {"key": "gantry", "slice": [3, 5], "kind": "threshold", "at": 0.5},
+        {"key": "objects", "kind": "table", "rows": 2, "valid": {"column": 3, "above": 0.5},
+         "columns": [{"column": 0, "kind": "categorical", "classes": 3},
+                     {"column": 1, "kind": "uniform", "low": -0.5, "high": 0.5},
+                     {"column": 2, "kind": "uniform", "low": -0.2, "high": 0.2}]},
+    ],
+    "instruction": {"key": "instruction", "from": "values", "length": 3, "classes": 3},
+}
+K_VERIFY = 4
+
+
+def cell_obs_spec(cfg) -> dict:
+    """The generic spec equivalent to examples' ObsTokenizer(cfg) (cfg: ObsTokenizerConfig).
+    Suggested home: examples/conveyor_sorting/obs_tokens.py, to write obs_tokens.json."""
+    v = cfg.vel_max
+    return {
+        "format": "rtinfer-obs-tokens", "version": 1, "bins": cfg.bins,
+        "fields": [
+            {"key": "gantry", "slice": [0, 6], "kind": "uniform",
+             "low": [*cfg.pos_low, -v, -v, -v], "high": [*cfg.pos_high, v, v, v]},
+            {"key": "gantry", "slice": [6, 8], "kind": "threshold", "at": 0.5},
+            {"key": "objects", "kind": "table", "rows": cfg.slots,
+             "valid": {"column": 3, "above": 0.5},
+             "columns": [{"column": 0, "kind": "categorical", "classes": cfg.num_classes},
+                         {"column": 1, "kind": "uniform", "low": cfg.obj_low[0],
+                          "high": cfg.obj_high[0]},
+                         {"column": 2, "kind": "uniform", "low": cfg.obj_low[1],
+                          "high": cfg.obj_high[1]}]},
+        ],
+        "instruction": {"key": "instruction", "from": "values", "length": cfg.num_classes,
+                        "classes": cfg.num_classes},
+    }
+
+
+def random_obs_body(rng: np.random.Generator) -> dict:
+    """A valid `obs` body for TINY_SPEC (values drawn partly outside the bin limits)."""
+    objects = np.zeros((2, 4), np.float32)
+    n = int(rng.integers(0, 3))
+    objects[:n, 0] = rng.integers(0, 3, n)
+    objects[:n, 1] = rng.uniform(-0.6, 0.6, n)
+    objects[:n, 2] = rng.uniform(-0.25, 0.25, n)
+    objects[:n, 3] = 1.0
+    gantry = rng.uniform(-1.2, 1.2, 5).astype(np.float32)
+    gantry[3:] = rng.integers(0, 2, 2)
+    return {"values": {"gantry": gantry, "objects": objects,
+                       "instruction": rng.permutation(3).astype(np.int32)},
+            "ints": {}}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """Path of an exported tiny model directory (graphs, tokenizer, obs spec, card, ckpt)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from models import checkpoint
+    from models.config import PolicyConfig, Vocab
+    from models.export import export_all
+    from models.policy import Policy
+    from rtinfer.tokens import TokenizerConfig
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    vocab = Vocab(n_instr=3, n_obs_bins=16, n_action_bins=32)
+    cfg = PolicyConfig(vocab_size=vocab.size, n_layer=3, n_head=2, n_embd=32, max_ctx=32,
+                       exits=(1, 2))
+    model = Policy(cfg).eval()
+    with torch.no_grad():  # larger weights: outputs depend strongly on the inputs
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(6.0)
+    out = tmp_path_factory.mktemp("tiny_model")
+    export_all(model, cfg, out, k_verify=K_VERIFY, prefix_len=[4, 12, 16], vocab=vocab,
+               fp16=False)
+    TokenizerConfig(low=(-1.0, -1.0, 0.0, 0.0), high=(1.0, 1.0, 1.0, 1.0), bins=32,
+                    horizon=3, period_ns=50_000_000).save(out / "tokenizer.json")
+    (out / "obs_tokens.json").write_text(json.dumps(TINY_SPEC))
+    (out / "card.json").write_text(json.dumps({"accuracy": {"1": 0.5, "2": 0.8, "3": 0.9}}))
+    checkpoint.save(out / "policy", model, vocab)
+    return out
