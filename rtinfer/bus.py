@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import zmq
+from zmq import zmq_poll
 
 from .keys import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
 from .liveliness import Liveliness
-from .wire import DEFAULT_MAX_BYTES, Envelope, WireError, decode_frames, encode_frames, now_ns
+from .wire import (DEFAULT_MAX_BYTES, Envelope, WireError, decode, decode_frames, encode_frames,
+                   now_ns)
 
 _EMPTY = object()  # sentinel: nothing queued on the socket
 # Plain ints: OR-ing zmq's IntFlag members costs ~0.5 us of Python per message.
@@ -47,17 +49,13 @@ class _BusSocket:
                 if bind:  # the ZAP handler must run before any client can handshake
                     acquire_authenticator(self._ctx, curve.allowed_clients_dir)
                     self._auth = True
-            for ep in endpoints:
-                try:
-                    if bind:
-                        self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
-                        self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
-                    else:
-                        self._sock.connect(ep)
-                        self.endpoints.append(ep)
-                except zmq.ZMQError as e:
-                    e.add_note(f"while {'binding' if bind else 'connecting'} {ep}")
-                    raise
+            for ep in endpoints:  # pyzmq's errors name the endpoint
+                if bind:
+                    self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
+                    self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                else:
+                    self._sock.connect(ep)
+                    self.endpoints.append(ep)
         except BaseException:
             self.close()
             raise
@@ -207,8 +205,7 @@ class Subscriber(_BusSocket):
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
         self._max_bytes = max_bytes
         self._drain_limit = 2 * hwm + 1  # bounds the work of one call under a flood
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
+        self._poll_items = [(self._sock, _POLLIN)]  # zmq_poll directly: Poller costs more
         self._pending: dict[str, Envelope] = {}  # newest per topic, not yet handed out
         self._last: dict[str, Envelope] = {}
 
@@ -224,16 +221,20 @@ class Subscriber(_BusSocket):
             if not self._pending:
                 return None
             return self._pending.pop(next(iter(self._pending)))
-        deadline = None if timeout_ms < 0 else now_ns() + timeout_ms * 1_000_000
-        while True:
+        deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
+        wait_ms = timeout_ms
+        # Poll before reading: reading an empty socket raises zmq.Again, which costs ~3x more.
+        while zmq_poll(self._poll_items, wait_ms):
             for _ in range(self._drain_limit):
                 env = self._take()
                 if env is _EMPTY:
                     break
                 if env is not None:
                     return env
-            if not self._wait(deadline):
+            wait_ms = self._left_ms(deadline, timeout_ms)
+            if wait_ms == 0:
                 return None
+        return None
 
     def poll_latest(self, timeout_ms: int = 0) -> dict[str, Envelope]:
         """Drain everything queued; the newest message per topic (older: superseded).
@@ -257,41 +258,59 @@ class Subscriber(_BusSocket):
         return self.liveliness.rate_hz(topic)
 
     def _fill(self, timeout_ms: int) -> None:
-        deadline = None if timeout_ms < 0 else now_ns() + timeout_ms * 1_000_000
-        pending = self._pending
-        while True:
+        deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
+        pending, items = self._pending, self._poll_items
+        wait_ms = 0 if pending else timeout_ms
+        while zmq_poll(items, wait_ms):
             for _ in range(self._drain_limit):
                 env = self._take()
                 if env is _EMPTY:
                     break
-                if env is None:
-                    continue
-                if pending.pop(env.topic, None) is not None:
-                    self.counters["superseded"] += 1
-                pending[env.topic] = env  # re-insert: dict order = arrival order of newest
-            if pending or not self._wait(deadline):
+                if env is not None:
+                    if pending.pop(env.topic, None) is not None:
+                        self.counters["superseded"] += 1
+                    pending[env.topic] = env  # re-insert: dict order = arrival order of newest
+                if not zmq_poll(items, 0):  # drained (cheaper than the Again of an empty read)
+                    break
+            if pending:
+                return
+            wait_ms = self._left_ms(deadline, timeout_ms)
+            if wait_ms == 0:
                 return
 
-    def _wait(self, deadline: int | None) -> bool:
-        """Poll until readable or ``deadline`` (monotonic ns, None: forever)."""
+    @staticmethod
+    def _left_ms(deadline: int | None, timeout_ms: int) -> int:
+        """Milliseconds left to wait (-1: forever, 0: time is up), rounded up."""
         if deadline is None:
-            return bool(self._poller.poll(None))
-        left_ms = -(-(deadline - now_ns()) // 1_000_000)  # ceil, so a sub-ms rest still waits
-        return left_ms > 0 and bool(self._poller.poll(left_ms))
+            return -1 if timeout_ms < 0 else 0
+        return max(0, -(-(deadline - now_ns()) // 1_000_000))  # ceil: a sub-ms rest still waits
 
     def _take(self):
         """One message off the socket: Envelope, None (rejected/too old) or _EMPTY."""
+        sock = self._sock
         try:
-            frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            head = sock.recv(_NOBLOCK, copy=False)
         except zmq.Again:
             return _EMPTY
-        topic = self._by_bytes.get(frames[0].bytes) if len(frames) >= 2 else None
-        if topic is None:  # truncated, or a longer topic that only shares our prefix
+        if not head.more:  # a lone frame: no envelope
             self.counters["rejected"] += 1
             return None
-        try:  # .buffer: zero-copy view; arrays decoded from it keep the frame alive
-            env = decode_frames([f.buffer for f in frames[1:]], max_bytes=self._max_bytes,
-                                topics=self.topics)
+        # The rest of a message is always queued once its first frame is (zmq is atomic).
+        # .buffer: zero-copy views; arrays decoded from them keep their frames alive.
+        frame = sock.recv(_NOBLOCK, copy=False)
+        views = [frame.buffer]
+        while frame.more:
+            frame = sock.recv(_NOBLOCK, copy=False)
+            views.append(frame.buffer)
+        topic = self._by_bytes.get(head.bytes)
+        if topic is None:  # a longer topic that only shares our prefix
+            self.counters["rejected"] += 1
+            return None
+        try:
+            if len(views) == 1:
+                env = decode(views[0], max_bytes=self._max_bytes, topics=self.topics)
+            else:
+                env = decode_frames(views, max_bytes=self._max_bytes, topics=self.topics)
         except WireError:
             self.counters["rejected"] += 1
             return None

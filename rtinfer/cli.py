@@ -35,6 +35,17 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    # The CLI is the composition root: it may reach the example cell, lazily.
+    from examples.conveyor_sorting.evaluate import evaluate
+    opts = {} if args.exit is None else {"exit_depth": args.exit}
+    r = evaluate(args.policy, episodes=args.episodes, per_episode=args.objects_per_episode,
+                 seed=args.seed, belt_speed=args.belt_speed, **opts)
+    keys = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate")
+    print(json.dumps(r if args.full else {k: r[k] for k in keys}, indent=None if args.json else 1))
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from rtinfer.bench.demo import run
     return run(seconds=args.seconds)
@@ -64,6 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("dir")
     kg.add_argument("--name", default="node")
     kg.set_defaults(func=_keys)
+
+    e = sub.add_parser("eval", help="success rate of a policy in the lockstep conveyor env")
+    e.add_argument("--policy", default="expert", help='"expert" or a model directory')
+    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--objects-per-episode", type=int, default=20)
+    e.add_argument("--seed", type=int, default=1000, help="episode seeds (training used 1..)")
+    e.add_argument("--belt-speed", type=float, default=None)
+    e.add_argument("--exit", type=int, default=None, help="model: exit depth (default full)")
+    e.add_argument("--json", action="store_true", help="one-line JSON")
+    e.add_argument("--full", action="store_true", help="all metrics, not only the counts")
+    e.set_defaults(func=_eval)
 
     d = sub.add_parser("demo", help="run the demo for a bounded time")
     d.add_argument("--seconds", type=float, default=20.0)

@@ -142,7 +142,7 @@ def _check_fields(topic, seq, src, stamps, body, topics) -> None:
         raise e.at(name)
     if topics is not None and topic not in topics:
         raise TopicError(f"topic {topic!r} is not one this receiver subscribed to")
-    schema.validate_fields(schema.body_spec(topic), body, "body")
+    schema.check_body(schema.body_spec(topic), body)
 
 
 def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES,

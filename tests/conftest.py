@@ -28,29 +28,6 @@ TINY_SPEC = {
 K_VERIFY = 4
 
 
-def cell_obs_spec(cfg) -> dict:
-    """The generic spec equivalent to examples' ObsTokenizer(cfg) (cfg: ObsTokenizerConfig).
-    Suggested home: examples/conveyor_sorting/obs_tokens.py, to write obs_tokens.json."""
-    v = cfg.vel_max
-    return {
-        "format": "rtinfer-obs-tokens", "version": 1, "bins": cfg.bins,
-        "fields": [
-            {"key": "gantry", "slice": [0, 6], "kind": "uniform",
-             "low": [*cfg.pos_low, -v, -v, -v], "high": [*cfg.pos_high, v, v, v]},
-            {"key": "gantry", "slice": [6, 8], "kind": "threshold", "at": 0.5},
-            {"key": "objects", "kind": "table", "rows": cfg.slots,
-             "valid": {"column": 3, "above": 0.5},
-             "columns": [{"column": 0, "kind": "categorical", "classes": cfg.num_classes},
-                         {"column": 1, "kind": "uniform", "low": cfg.obj_low[0],
-                          "high": cfg.obj_high[0]},
-                         {"column": 2, "kind": "uniform", "low": cfg.obj_low[1],
-                          "high": cfg.obj_high[1]}]},
-        ],
-        "instruction": {"key": "instruction", "from": "values", "length": cfg.num_classes,
-                        "classes": cfg.num_classes},
-    }
-
-
 def random_obs_body(rng: np.random.Generator) -> dict:
     """A valid `obs` body for TINY_SPEC (values drawn partly outside the bin limits)."""
     objects = np.zeros((2, 4), np.float32)

@@ -133,9 +133,10 @@ def test_greedy_decode_loop_allocates_nothing_per_token(backend):
         cycle()
     now, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    # 50 cycles x ~30 steps: no buffer (logits are 1.4 KB, KV 24 KB) may be allocated per step
-    assert now - base < 2048
-    assert peak - base < 8192
+    # 50 cycles, ~1200 tokens: no growth beyond a few bytes per token (counters' int
+    # objects), and no transient the size of the KV (24 KB) or a stack of logits
+    assert now - base < 8192
+    assert peak - base < 16384
 
 
 def _tv(a, b):

@@ -1,0 +1,193 @@
+"""Inference node: observation tokens, sequence layout, latest-only answering, bad input,
+budget/commands, and the real process over ipc sockets streaming stamped waypoints."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import TINY_SPEC, random_obs_body
+from rtinfer.bus import Publisher, Subscriber
+from rtinfer.node import InferenceNode, NodeConfig
+from rtinfer.obs_tokens import ObsError, ObsTokens
+from rtinfer.sequence import action_positions, build_prefix, build_sequence, target_positions
+from rtinfer.tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.wire import now_ns
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- observation tokens and layout ----------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_obj=st.integers(0, 9))
+def test_generic_spec_reproduces_the_cells_obs_tokenizer(seed, n_obj):
+    cell = pytest.importorskip("examples.conveyor_sorting.obs_tokens")
+    cfg = cell.ObsTokenizerConfig()
+    if not hasattr(cfg, "spec"):
+        pytest.skip("the cell's ObsTokenizerConfig has no spec() yet")
+    ref, gen = cell.ObsTokenizer(cfg), ObsTokens(cfg.spec())
+    rng = np.random.default_rng(seed)
+    objects = np.zeros((max(n_obj, 1), 4), np.float32)
+    objects[:n_obj, 0] = rng.integers(0, cfg.num_classes, n_obj)
+    objects[:n_obj, 1:3] = rng.uniform(-1.0, 1.0, (n_obj, 2))  # partly outside the limits
+    objects[:n_obj, 3] = rng.integers(0, 2, n_obj)
+    gantry = rng.uniform(-2, 2, 8).astype(np.float32)
+    gantry[6:] = rng.integers(0, 2, 2)
+    instruction = rng.permutation(cfg.num_classes).astype(np.int32)
+    held = np.float32([rng.integers(-1, cfg.num_classes + 1)])  # incl. none and out of range
+    obs = {"objects": objects, "gantry": gantry, "held": held, "instruction": instruction}
+    instr, tokens = gen.encode({"values": obs, "ints": {}})
+    assert tokens.tolist() == ref.encode(obs).tolist()
+    assert instr.tolist() == ref.instruction_tokens(instruction).tolist()
+
+
+@pytest.mark.parametrize("damage", [
+    lambda v: v["gantry"].__setitem__(0, np.nan),
+    lambda v: v.pop("objects"),
+    lambda v: v.__setitem__("gantry", np.zeros(2, np.float32)),
+    lambda v: v.__setitem__("instruction", np.array([0, 1, 7], np.int32)),
+])
+def test_malformed_observation_raises_obs_error(damage):
+    body = random_obs_body(np.random.default_rng(0))
+    damage(body["values"])
+    with pytest.raises(ObsError):
+        ObsTokens(TINY_SPEC).encode(body)
+
+
+def test_sequence_layout_puts_actions_after_sep():
+    from rtinfer.modeldir import VocabLayout
+    v = VocabLayout(3, 16, 32, ("PAD", "BOS", "SEP", "EOS"))
+    seq = build_sequence(v, [2, 0, 1], np.arange(11), np.arange(12).reshape(3, 4))
+    pos = action_positions(3, 11, 12)
+    assert seq[0] == v.special("BOS") and seq[15] == v.special("SEP")
+    assert (seq[pos] - v.action_start).tolist() == list(range(12))
+    assert (target_positions(3, 11, 12) == pos - 1).all()
+    assert len(build_prefix(v, [2, 0, 1], np.arange(11))) == pos[0]
+
+
+# --- the node in-process ----------------------------------------------------------------------
+@pytest.fixture
+def node_env(tiny_model_dir, tmp_path):
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl")}
+    obs_pub, ctl_pub = Publisher(eps["obs"], "sim"), Publisher(eps["ctl"], "monitor")
+    node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
+                         cfg=NodeConfig(health_hz=20.0))
+    act = Subscriber(eps["act"], ["action_chunk", "health"])
+    rng = np.random.default_rng(0)
+    # slow joiner: publish until the node answers, then drain
+    for _ in range(200):
+        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        if node.spin_once(20):
+            break
+    else:
+        pytest.fail("node never answered an observation")
+    time.sleep(0.1)
+    while act.recv(50) is not None:
+        pass
+    yield node, obs_pub, ctl_pub, act, rng
+    for s in (node, obs_pub, ctl_pub, act):
+        s.close()
+
+
+def _chunks(act, n, timeout_s=10.0):
+    got, end = [], time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < end:
+        env = act.recv(100)
+        if env is not None and env.topic == "action_chunk":
+            got.append(env)
+    return got
+
+
+def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
+    node, obs_pub, _, act, rng = node_env
+    skipped0 = node.obs_sub.counters["superseded"]
+    seqs = [obs_pub._seq + i for i in range(5)]
+    for _ in range(5):
+        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    time.sleep(0.3)
+    assert node.spin_once(1000)
+    chunks = _chunks(act, 3)
+    assert {c.body["cycle"] for c in chunks} == {seqs[-1]}
+    assert node.obs_sub.counters["superseded"] - skipped0 == 4
+    assert not node.spin_once(50)  # nothing older is answered later
+
+
+def test_bad_observation_is_counted_and_the_loop_continues(node_env):
+    node, obs_pub, _, act, rng = node_env
+    body = random_obs_body(rng)
+    body["values"]["instruction"] = np.array([5, 5, 5], np.int32)
+    obs_pub.publish("obs", body, {"capture": now_ns()})
+    assert not node.spin_once(1000)
+    assert node.counters["obs_bad"] == 1
+    obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    assert node.spin_once(1000) and len(_chunks(act, 3)) == 3
+
+
+def test_budget_message_shortens_the_chunk_and_commands_hold_and_stop(node_env):
+    node, obs_pub, ctl_pub, act, rng = node_env
+    ctl_pub.publish("budget", {"level": 1, "reason": "slack low"})
+    time.sleep(0.2)
+    obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    assert node.spin_once(1000) and node.budget.index >= 1
+    chunks = _chunks(act, 1)
+    assert chunks[0].body["count"] == node.budget.level.chunk == 1
+    ctl_pub.publish("command", {"cmd": "safe_hold", "reason": "test"})
+    time.sleep(0.2)
+    obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    assert not node.spin_once(1000) and node.state == "hold"
+    ctl_pub.publish("command", {"cmd": "stop", "reason": "test"})
+    time.sleep(0.2)
+    node.spin_once(10)
+    assert not node.running
+
+
+def test_prefix_cache_hits_while_the_instruction_is_unchanged(node_env):
+    node, obs_pub, _, act, rng = node_env
+    for _ in range(3):
+        body = random_obs_body(rng)
+        body["values"]["instruction"] = np.array([1, 2, 0], np.int32)
+        obs_pub.publish("obs", body, {"capture": now_ns()})
+        assert node.spin_once(1000)
+    assert node.counters["prefix_hits"] >= 2
+
+
+# --- the real process -------------------------------------------------------------------------
+def test_node_process_streams_stamped_waypoints_over_ipc(tiny_model_dir, tmp_path):
+    obs_ep, act_ep = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
+    obs_pub = Publisher(obs_ep, "sim")
+    act = Subscriber(act_ep, ["action_chunk", "heartbeat"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.node", "--model", str(tiny_model_dir),
+                             "--obs", obs_ep, "--actions", act_ep, "--drafter", "self",
+                             "--trace", str(tmp_path / "node.trace")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tok = ActionTokenizer(TokenizerConfig.load(tiny_model_dir / "tokenizer.json"))
+    try:
+        rng, chunks, end = np.random.default_rng(1), [], time.monotonic() + 60
+        while time.monotonic() < end and len(chunks) < 3:
+            sent_capture = now_ns()
+            obs_pub.publish("obs", random_obs_body(rng), {"capture": sent_capture})
+            got = _chunks(act, 3, timeout_s=0.5)  # one cycle's three waypoints, or retry
+            chunks = got if len({c.body["cycle"] for c in got}) == 1 else []
+        assert len(chunks) == 3, proc.stderr.read() if proc.poll() is not None else "no chunks"
+        assert [c.body["index"] for c in chunks] == [0, 1, 2]
+        for c in chunks:
+            s, b = c.stamps, c.body
+            assert list(s)[:4] == ["capture", "obs_recv", "first_token", "publish"]
+            assert s["capture"] <= s["obs_recv"] <= s["first_token"] <= s["publish"] <= s["recv"]
+            assert b["count"] == 3 and b["tokenizer"] == tok.cfg.hash
+            assert b["period_ns"] == tok.cfg.period_ns
+            assert np.array_equal(b["values"], tok.decode(b["tokens"]))
+        assert chunks[0].stamps["publish"] <= chunks[1].stamps["publish"]
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+        obs_pub.close()
+        act.close()
+    assert proc.returncode == 0, err
+    assert "ready" in out
