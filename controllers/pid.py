@@ -1,6 +1,6 @@
 """PID with feed-forward, anti-windup and a filtered derivative on measurement.
 
-Vectorised over axes: every gain and limit is a per-axis array (scalars broadcast).
+Per axis: every gain and limit is a per-axis array (scalars broadcast).
 Discrete form, per update with period dt (s), error e = setpoint - measurement:
     i      = clip(i + dt * ki * e, i_min, i_max)  (integral kept in output units)
     d      = kd * (rate_setpoint - lowpass(d measurement / dt))
@@ -10,6 +10,10 @@ Discrete form, per update with period dt (s), error e = setpoint - measurement:
     i      = clip(i, i_min, i_max)             (clamping, again)
 The derivative acts on the measurement (plus an optional smooth rate setpoint), so a
 setpoint step gives no derivative kick. Not thread-safe; one instance per loop.
+
+The arrays (i, rate, e, u, ...) are the state; update() does its arithmetic on Python
+floats per axis, because numpy's per-call overhead dwarfs the maths on 3-vectors at 1 kHz.
+Gain and limit arrays are read-only: change gains with set_gains().
 """
 from __future__ import annotations
 
@@ -17,7 +21,18 @@ import numpy as np
 
 
 def _arr(x, n: int) -> np.ndarray:
-    return np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)).copy()
+    a = np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)).copy()
+    a.flags.writeable = False  # update() uses a cached copy: in-place edits would be lost
+    return a
+
+
+def as_floats(x, n: int) -> list[float]:
+    """x (scalar, sequence or array, broadcast to n) as a list of n Python floats."""
+    if type(x) is np.ndarray and x.dtype == np.float64 and x.shape == (n,):
+        return x.tolist()
+    if type(x) is float:
+        return [x] * n
+    return np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)).tolist()
 
 
 class PID:
@@ -43,6 +58,12 @@ class PID:
         self.u = np.zeros(n)          # last output (returned array, reused)
         self._prev_meas = np.zeros(n)
         self._primed = False
+        self._cache_gains()
+
+    def _cache_gains(self) -> None:
+        self._gains = list(zip(self.kp.tolist(), self.ki.tolist(), self.kd.tolist(),
+                               self.kt.tolist(), self.out_min.tolist(), self.out_max.tolist(),
+                               self.i_min.tolist(), self.i_max.tolist()))
 
     def reset(self) -> None:
         for a in (self.i, self.rate, self.e, self.d_err, self.ff, self.u_raw, self.u):
@@ -57,6 +78,7 @@ class PID:
         for name, g in (("kp", kp), ("ki", ki), ("kd", kd)):
             if g is not None:
                 setattr(self, name, _arr(g, self.n))
+        self._cache_gains()
         if self._primed:
             self.i[:] = u_prev - self.kp * self.e - self.kd * self.d_err - self.ff
             np.clip(self.i, self.i_min, self.i_max, out=self.i)
@@ -66,24 +88,35 @@ class PID:
         """Return the output (N per axis for the gantry). The returned array is reused by
         the next call. measurement_rate: a measured velocity, used instead of differencing
         the measurement (both go through the low-pass)."""
-        dt = self.dt_s if dt_s is None else dt_s
-        meas = np.asarray(measurement, dtype=np.float64)
-        if measurement_rate is None:
-            raw_rate = (meas - self._prev_meas) / dt if self._primed else np.zeros(self.n)
-        else:
-            raw_rate = np.asarray(measurement_rate, dtype=np.float64)
-        alpha = 1.0 if not self._primed else dt / (self.tau_d_s + dt)
-        self.rate += alpha * (raw_rate - self.rate)
-        self._prev_meas[:] = meas
+        n, dt = self.n, self.dt_s if dt_s is None else dt_s
+        sp, meas = as_floats(setpoint, n), as_floats(measurement, n)
+        rsp, ffs = as_floats(rate_setpoint, n), as_floats(feedforward, n)
+        mrate = None if measurement_rate is None else as_floats(measurement_rate, n)
+        primed = self._primed
+        alpha = 1.0 if not primed else dt / (self.tau_d_s + dt)
+        I, R, E, D, F, UR, U, M = (self.i, self.rate, self.e, self.d_err, self.ff, self.u_raw,
+                                   self.u, self._prev_meas)
+        i_, rate_, prev_ = I.tolist(), R.tolist(), M.tolist()
+        for k, (kp, ki, kd, kt, omin, omax, imin, imax) in enumerate(self._gains):
+            m = meas[k]
+            if mrate is not None:
+                raw = mrate[k]
+            else:
+                raw = (m - prev_[k]) / dt if primed else 0.0
+            r = rate_[k]
+            r = r + alpha * (raw - r)
+            e = sp[k] - m
+            d = rsp[k] - r
+            ff = ffs[k]
+            i = i_[k] + dt * ki * e
+            i = imin if i < imin else i  # clip as np.clip does: max(lo) first, then min(hi)
+            i = imax if i > imax else i
+            u_raw = kp * e + i + kd * d + ff
+            u = omin if u_raw < omin else u_raw
+            u = omax if u > omax else u
+            i = i + dt * kt * (u - u_raw)
+            i = imin if i < imin else i
+            i = imax if i > imax else i
+            R[k], M[k], E[k], D[k], F[k], I[k], UR[k], U[k] = r, m, e, d, ff, i, u_raw, u
         self._primed = True
-
-        np.subtract(setpoint, meas, out=self.e)
-        np.subtract(rate_setpoint, self.rate, out=self.d_err)
-        self.ff[:] = feedforward
-        self.i += dt * self.ki * self.e
-        np.clip(self.i, self.i_min, self.i_max, out=self.i)
-        self.u_raw[:] = self.kp * self.e + self.i + self.kd * self.d_err + self.ff
-        np.clip(self.u_raw, self.out_min, self.out_max, out=self.u)
-        self.i += dt * self.kt * (self.u - self.u_raw)
-        np.clip(self.i, self.i_min, self.i_max, out=self.i)
-        return self.u
+        return U

@@ -71,8 +71,8 @@ class ControlStack:
         svel = cfg.safety_vel_limit or tuple(1.5 * v for v in cfg.vel_limit)
         self.limits = SafetyLimits(cfg.workspace_low, cfg.workspace_high, svel, flim,
                                    bias=cfg.gravity_ff)
-        self._gravity = np.asarray(cfg.gravity_ff, float)
-        self._mass = np.asarray(cfg.mass_kg, float)
+        self._gravity = [float(g) for g in cfg.gravity_ff]
+        self._mass = [float(m) for m in cfg.mass_kg]
         self._ff = np.zeros(3)
         self._pending: tuple | None = None  # a chunk that arrived before the first compute
         self._last_ns: int | None = None
@@ -117,13 +117,16 @@ class ControlStack:
         dt = min(max(dt, 1e-6), 10 * self.dt_s)  # a repeated or stalled tick must not blow up
         self._last_ns = now_ns
         pos, vel, acc = self.tracker.update(now_ns)
-        np.multiply(self._mass, acc, out=self._ff)
-        self._ff += self._gravity
+        # plain floats per axis: numpy's call overhead dwarfs 3-element maths at 1 kHz
+        ff = self._ff
+        for k, (m, a, g) in enumerate(zip(self._mass, acc.tolist(), self._gravity)):
+            ff[k] = m * a + g
         self.pid.update(pos, state.pos, rate_setpoint=vel, measurement_rate=state.vel,
-                        feedforward=self._ff, dt_s=dt)
+                        feedforward=ff, dt_s=dt)
         # The PID saturates at the same force limit (for its anti-windup); the limits take
         # the unsaturated output so every clamp is done, and counted, in one place.
-        self.cmd.force[:] = self.pid.u_raw
-        self.limits.apply(self.cmd.force, state.pos, state.vel)
+        force = self.cmd.force
+        force[0], force[1], force[2] = self.pid.u_raw.tolist()
+        self.limits.apply(force, state.pos, state.vel)
         self.cmd.suction = self.tracker.suction
         return self.cmd

@@ -14,34 +14,40 @@ enforces per-axis velocity and acceleration limits on the reference itself: on p
 samples the plan exactly, off plan it chases it along a braking curve.
 
 Suction is discrete: a waypoint's value > 0.5 means on, switched when the reference time
-reaches the waypoint's time. Not thread-safe; one instance per control loop.
+reaches the waypoint's time. Planning (per chunk) uses numpy; the per-tick update works
+on Python floats per axis (numpy's call overhead dominates on 3-vectors). Not
+thread-safe; one instance per control loop.
 """
 from __future__ import annotations
+
+from bisect import bisect_right
+from math import sqrt
 
 import numpy as np
 
 _SNAP = 0.05  # back "on the plan" when within this fraction of one tick's acceleration step
 
 
-def _stop_speed(dist: np.ndarray, amax: np.ndarray, dt: float) -> np.ndarray:
+def _stop_speed(dist: float, amax: float, dt: float) -> float:
     """Fastest speed from which a stop within `dist` is possible at `amax`, counting the
     discrete steps (p += v * dt after v changes by at most amax * dt); ~sqrt(2 a d)."""
-    return amax * (np.sqrt(2.25 * dt * dt + 2 * np.abs(dist) / amax) - 1.5 * dt)
+    return amax * (sqrt(2.25 * dt * dt + 2 * abs(dist) / amax) - 1.5 * dt)
 
 
 def _hermite(plan, t: float):
-    """Position and velocity of plan = (ts, ps, vs, tail) at t seconds after knot 0."""
+    """Position and velocity lists of plan = (ts, ps, vs, tail) at t s after knot 0."""
     ts, ps, vs, tail = plan
     if t >= ts[-1]:
-        return tail, np.zeros_like(tail)
-    j = int(np.searchsorted(ts, t, side="right")) - 1
+        return tail, [0.0] * len(tail)
+    j = bisect_right(ts, t) - 1
     h = ts[j + 1] - ts[j]
     s = (t - ts[j]) / h
     s2, s3 = s * s, s * s * s
-    p = ((2 * s3 - 3 * s2 + 1) * ps[j] + (s3 - 2 * s2 + s) * h * vs[j]
-         + (3 * s2 - 2 * s3) * ps[j + 1] + (s3 - s2) * h * vs[j + 1])
-    v = ((6 * s2 - 6 * s) / h * (ps[j] - ps[j + 1])
-         + (3 * s2 - 4 * s + 1) * vs[j] + (3 * s2 - 2 * s) * vs[j + 1])
+    a, b, c, d = 2 * s3 - 3 * s2 + 1, (s3 - 2 * s2 + s) * h, 3 * s2 - 2 * s3, (s3 - s2) * h
+    da, db, dc = (6 * s2 - 6 * s) / h, 3 * s2 - 4 * s + 1, 3 * s2 - 2 * s
+    p0, p1, v0, v1 = ps[j], ps[j + 1], vs[j], vs[j + 1]
+    p = [a * p0[k] + b * v0[k] + c * p1[k] + d * v1[k] for k in range(len(p0))]
+    v = [da * (p0[k] - p1[k]) + db * v0[k] + dc * v1[k] for k in range(len(p0))]
     return p, v
 
 
@@ -59,17 +65,21 @@ class SetpointTracker:
         self.decel = np.broadcast_to(np.asarray(dec, float), (n_axes,)).copy()
         if not ((self.vmax > 0).all() and (self.amax > 0).all() and (self.decel > 0).all()):
             raise ValueError("velocity, acceleration and hold deceleration limits must be > 0")
+        for a in (self.vmax, self.amax, self.decel):
+            a.flags.writeable = False  # cached as floats below
+        self._limits = list(zip(self.vmax.tolist(), self.amax.tolist()))
+        self._decel = self.decel.tolist()
         self.blend_ns, self.follow_per_s = int(blend_ns), float(follow_per_s)
         self.t_ns: int | None = None  # reference time; None until reset()
         self.pos, self.vel, self.acc = np.zeros(n_axes), np.zeros(n_axes), np.zeros(n_axes)
         self.suction = False
         self.braking = True           # no plan: brake to a stop, then hold position
-        self._plan = self._old = None  # (ts, ps, vs, tail) and knot-0 time in ns
+        self._plan = self._old = None  # (ts, ps, vs, tail) as lists of floats
         self._t0_ns = self._old_t0_ns = 0
         self._blend = (0, 0)
-        self._on = np.zeros(n_axes, bool)
-        self._ev_t = np.zeros(0, np.int64)
-        self._ev_on = np.zeros(0, bool)
+        self._on = [False] * n_axes   # per axis: the reference sits exactly on the plan
+        self._ev_t: list[int] = []    # pending suction switches (time ns, on)
+        self._ev_on: list[bool] = []
         self._ev_next = 0
 
     def reset(self, pos, now_ns: int, suction: bool = False) -> None:
@@ -82,7 +92,7 @@ class SetpointTracker:
         """Drop the plan and pending suction switches; decelerate at hold_decel to a stop."""
         self.update(now_ns)
         self.braking, self._plan, self._old = True, None, None
-        self._ev_t, self._ev_next = self._ev_t[:0], 0
+        self._ev_t, self._ev_on, self._ev_next = [], [], 0
 
     def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
                   complete: bool = True) -> None:
@@ -108,15 +118,16 @@ class SetpointTracker:
                                                                   int(times[fut][0]))
             self._old, self._old_t0_ns, self._blend = self._plan, self._t0_ns, (now_ns, end)
         else:
-            self._old, self._on[:] = None, True
-        self._plan, self._t0_ns = (ts, ps, vs, w[-1, :self.n].copy()), int(now_ns)
-        self._ev_t, self._ev_on, self._ev_next = times, w[:, self.n] > 0.5, 0
+            self._old, self._on = None, [True] * self.n
+        self._plan = (ts.tolist(), ps.tolist(), vs.tolist(), w[-1, :self.n].tolist())
+        self._t0_ns = int(now_ns)
+        self._ev_t, self._ev_on, self._ev_next = times.tolist(), (w[:, self.n] > 0.5).tolist(), 0
         self.braking = False
         self._switch_suction(now_ns)
 
     def _switch_suction(self, now_ns: int) -> None:
         while self._ev_next < len(self._ev_t) and self._ev_t[self._ev_next] <= now_ns:
-            self.suction = bool(self._ev_on[self._ev_next])
+            self.suction = self._ev_on[self._ev_next]
             self._ev_next += 1
 
     def _desired(self, now_ns: int):
@@ -128,46 +139,57 @@ class SetpointTracker:
         po, vo = _hermite(self._old, (now_ns - self._old_t0_ns) * 1e-9)
         x, span = (now_ns - b0) / (b1 - b0), (b1 - b0) * 1e-9
         s, ds = x * x * (3 - 2 * x), 6 * x * (1 - x) / span  # smoothstep and its rate
-        return po + s * (p - po), vo + s * (v - vo) + ds * (p - po)
+        return ([po[k] + s * (p[k] - po[k]) for k in range(self.n)],
+                [vo[k] + s * (v[k] - vo[k]) + ds * (p[k] - po[k]) for k in range(self.n)])
 
     def update(self, now_ns: int):
         """Advance the reference to now_ns; returns (pos, vel, acc), arrays reused."""
         if self.t_ns is None:
             raise RuntimeError("SetpointTracker.update before reset(pos, now_ns)")
-        self._switch_suction(now_ns)
+        if self._ev_next < len(self._ev_t):
+            self._switch_suction(now_ns)
         dt = (now_ns - self.t_ns) * 1e-9
         if dt <= 0:
             return self.pos, self.vel, self.acc
         self.t_ns = int(now_ns)
-        v0 = self.vel.copy()
+        P, V, A = self.pos, self.vel, self.acc
         if self.braking:
-            self.vel -= np.clip(self.vel, -self.decel * dt, self.decel * dt)
-            self.pos += 0.5 * (v0 + self.vel) * dt
+            for k, (p, v0, dec) in enumerate(zip(P.tolist(), V.tolist(), self._decel)):
+                lim = dec * dt  # v -= clip(v, -lim, lim): one step of braking towards 0
+                v = v0 - (-lim if v0 < -lim else (lim if v0 > lim else v0))
+                P[k], V[k], A[k] = p + 0.5 * (v0 + v) * dt, v, (v - v0) / dt
         else:
             self._follow(*self._desired(now_ns), dt)
-        np.subtract(self.vel, v0, out=self.acc)
-        self.acc /= dt
-        return self.pos, self.vel, self.acc
+        return P, V, A
 
-    def _follow(self, pd: np.ndarray, vd: np.ndarray, dt: float) -> None:
-        vmax, amax, tail = self.vmax, self.amax, self._plan[3]
-        # Stopping rule: never faster towards the plan's final rest point than a stop at
-        # amax allows, so an infeasible plan is overshot at intermediate points at most.
-        dd = tail - pd
-        stoppable = (vd * dd <= 0) | (vd * vd <= 2 * amax * np.abs(dd) + (amax * dt) ** 2)
-        exact = (self._on & stoppable & (np.abs(vd) <= vmax) & (np.abs(pd - self.pos) <= vmax * dt)
-                 & (np.abs(vd - self.vel) <= amax * dt))
-        e = pd - self.pos
-        k = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
-        vc = vd + np.sign(e) * np.minimum(k * np.abs(e), _stop_speed(e, amax, dt))
-        d = tail - self.pos
-        cap = _stop_speed(d, amax, dt)
-        np.clip(vc, np.where(d > 0, -vmax, -np.minimum(cap, vmax)),
-                np.where(d > 0, np.minimum(cap, vmax), vmax), out=vc)
-        v = self.vel + np.clip(vc - self.vel, -amax * dt, amax * dt)
-        p = self.pos + v * dt
-        self.pos[:] = np.where(exact, pd, p)
-        self.vel[:] = np.where(exact, vd, v)
-        step = _SNAP * amax * dt
-        near = (np.abs(self.pos - pd) <= step * dt) & (np.abs(self.vel - vd) <= step)
-        self._on[:] = exact | near
+    def _follow(self, pd: list, vd: list, dt: float) -> None:
+        P, V, A, tail, on = self.pos, self.vel, self.acc, self._plan[3], self._on
+        k_follow = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
+        for k, (p0, v0, (vmax, amax)) in enumerate(zip(P.tolist(), V.tolist(), self._limits)):
+            pdk, vdk, tk = pd[k], vd[k], tail[k]
+            adt, vdt = amax * dt, vmax * dt
+            # Stopping rule: never faster towards the plan's final rest point than a stop at
+            # amax allows, so an infeasible plan is overshot at intermediate points at most.
+            dd = tk - pdk
+            stoppable = vdk * dd <= 0 or vdk * vdk <= 2 * amax * abs(dd) + adt * adt
+            exact = (on[k] and stoppable and abs(vdk) <= vmax and abs(pdk - p0) <= vdt
+                     and abs(vdk - v0) <= adt)
+            if exact:
+                p, v = pdk, vdk
+            else:
+                e = pdk - p0
+                sign = 1.0 if e > 0 else (-1.0 if e < 0 else 0.0)
+                vc = vdk + sign * min(k_follow * abs(e), _stop_speed(e, amax, dt))
+                d = tk - p0
+                cap = min(_stop_speed(d, amax, dt), vmax)
+                lo, hi = (-vmax, cap) if d > 0 else (-cap, vmax)
+                vc = lo if vc < lo else vc
+                vc = hi if vc > hi else vc
+                dv = vc - v0
+                dv = -adt if dv < -adt else dv
+                dv = adt if dv > adt else dv
+                v = v0 + dv
+                p = p0 + v * dt
+            step = _SNAP * amax * dt
+            on[k] = exact or (abs(p - pdk) <= step * dt and abs(v - vdk) <= step)
+            P[k], V[k], A[k] = p, v, (v - v0) / dt

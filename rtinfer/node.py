@@ -19,14 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rtinfer.backends import get_backend
 from rtinfer.budget import Budget, default_levels
 from rtinfer.bus import Publisher, Subscriber
-from rtinfer.decode import Decoder
-from rtinfer.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.hist import LatencyHistogram
 from rtinfer.modeldir import ModelDir
-from rtinfer.sequence import instruction_prefix, observation_segment
+from rtinfer.runner import ChunkRunner
 from rtinfer.tokens import ActionTokenizer
 from rtinfer.trace import TraceWriter
 from rtinfer.wire import WireError, now_ns
@@ -55,16 +52,14 @@ class InferenceNode:
         self.cfg = cfg = cfg or NodeConfig()
         self.model = md = ModelDir.load(model_dir)
         opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
-        self.backend = get_backend(cfg.backend).load(md, **{**opts, **(backend_opts or {})})
-        self.decoder = Decoder(self.backend, sample=cfg.sample, temperature=cfg.temperature,
-                               seed=cfg.seed)
+        self.runner = ChunkRunner(md, backend=cfg.backend, backend_opts={**opts, **(backend_opts or {})},
+                                  drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
+                                  sample=cfg.sample, temperature=cfg.temperature, seed=cfg.seed)
+        self.backend, self.decoder = self.runner.backend, self.runner.decoder
+        self.drafters = self.runner.drafters
         self.tokenizer = ActionTokenizer(md.tokenizer)
         self.budget = Budget(default_levels(md, self.decoder.k_verify),
                              int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
-        v = md.vocab
-        shallow = min(self.backend.depths)
-        self.drafters = {"chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim),
-                         "self": EarlyExitDrafter(shallow, v.action_start, v.action_stop)}
         self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx)
         self.ctl_sub = Subscriber(control_endpoint, ["budget", "command"], ctx=ctx) \
             if control_endpoint else None
@@ -72,11 +67,8 @@ class InferenceNode:
         self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
-                                       "publish_dropped", "prefix_prefills", "prefix_hits",
-                                       "prefix_restores"), 0)
+                                       "publish_dropped"), 0)
         self.state, self.running = "run", True
-        self._instr_key, self._snaps = None, {}
-        self._prev = None  # (bins (H', D) copy, capture_ns) of the last chunk
         self._next_health = 0
         self._cycle_stamps: dict = {}
         self._cycle = (0, 1)
@@ -110,52 +102,16 @@ class InferenceNode:
         self.running = False
 
     # --- one cycle --------------------------------------------------------------------------
-    def _prefill(self, instr: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, int]:
-        be, v = self.backend, self.model.vocab
-        head = instruction_prefix(v, instr)
-        key = tuple(instr.tolist())
-        if not self.cfg.prefix_cache:
-            seg = np.concatenate([head, observation_segment(v, obs)])
-            return be.prefill(seg, 0), len(seg)
-        if key == self._instr_key:
-            self.counters["prefix_hits"] += 1
-        elif key in self._snaps:
-            be.restore(self._snaps[key])
-            self.counters["prefix_restores"] += 1
-        else:
-            be.prefill(head, 0)
-            self.counters["prefix_prefills"] += 1
-            if len(self._snaps) >= 8:
-                self._snaps.pop(next(iter(self._snaps)))
-            self._snaps[key] = be.snapshot(len(head))
-        self._instr_key = key
-        seg = observation_segment(v, obs)
-        return be.prefill(seg, len(head)), len(head) + len(seg)
-
     def _infer(self, env, instr, obs) -> None:
-        md, level = self.model, self.budget.level
+        level = self.budget.level
         t_recv = env.stamps.get("recv", now_ns())
-        logits, pos = self._prefill(instr, obs)
-        t_first = now_ns()
-        stamps = {k: v for k, v in env.stamps.items() if k not in ("publish", "recv")}
-        stamps.update(obs_recv=t_recv, first_token=t_first)
         capture = env.stamps.get("capture")
-        drafter = None if level.spec_len == 0 or self.cfg.drafter == "none" \
-            else self.drafters[self.cfg.drafter]
-        if isinstance(drafter, ChunkReuseDrafter):
-            if self._prev is None or capture is None:
-                drafter.clear()
-            else:
-                drafter.set_previous(self._prev[0], self._prev[1], capture, md.tokenizer.period_ns)
+        stamps = {k: v for k, v in env.stamps.items() if k not in ("publish", "recv")}
+        stamps["obs_recv"] = t_recv
         self._cycle_stamps, self._cycle = stamps, (env.seq, level.chunk)
         self._first_publish = None
-        D = md.tokenizer.dim
-        bins = self.decoder.decode(logits, pos, level.chunk * D, depth=level.depth,
-                                   drafter=drafter, gamma=level.spec_len or None, dim=D,
-                                   on_waypoint=self._publish_waypoint)
-        t_end = now_ns()
-        self._prev = (bins.reshape(-1, D).copy(), capture) if capture is not None else None
-        self._account(env, stamps, t_recv, t_first, t_end, len(bins), capture)
+        bins, t_first = self.runner.run(instr, obs, capture, level, self._publish_waypoint)
+        self._account(env, stamps, t_recv, t_first, now_ns(), len(bins), capture)
 
     def _publish_waypoint(self, index: int, bins: np.ndarray) -> None:
         cycle, count = self._cycle
@@ -164,6 +120,7 @@ class InferenceNode:
                 "values": self.tokenizer.decode(tokens), "tokenizer": self.model.tokenizer.hash,
                 "period_ns": self.model.tokenizer.period_ns}
         st = dict(self._cycle_stamps)
+        st["first_token"] = self.runner.first_token_ns
         st["publish"] = now_ns()
         if self._first_publish is None:
             self._first_publish = st["publish"]
@@ -181,7 +138,7 @@ class InferenceNode:
             self.budget.update(self.budget.deadline_ns - (self._first_publish - capture))
         if self.trace is not None:
             self.trace.write({"node": self.cfg.name, "cycle": env.seq,
-                              "stamps": {**stamps, "end": t_end},
+                              "stamps": {**stamps, "first_token": t_first, "end": t_end},
                               "fields": {"ttft_us": (t_first - t_recv) / 1e3,
                                          "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
                                          "tokens_per_pass": st.tokens_per_target_pass,
@@ -207,7 +164,7 @@ class InferenceNode:
 
     def health(self) -> dict:
         """`health` body: counters (node, subscriber, drafters) and latency gauges (us)."""
-        c = {**self.counters, "obs_skipped": self.obs_sub.counters["superseded"],
+        c = {**self.counters, **self.runner.counters, "obs_skipped": self.obs_sub.counters["superseded"],
              "obs_rejected": self.obs_sub.counters["rejected"],
              "budget_level": self.budget.index, "budget_switches": self.budget.switches}
         for name, d in self.drafters.items():

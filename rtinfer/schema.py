@@ -139,16 +139,19 @@ def all_finite(arr: np.ndarray) -> bool:
 def check_array(dtype=None, kinds="biuf", ndim=None, nonempty=False):
     """An ndarray (wire ext type 1 or 2); float arrays must be finite everywhere."""
     want = None if dtype is None else np.dtype(dtype)  # byte order is the encoder's business
+    if want is not None and want.kind not in kinds:  # check() relies on this
+        raise ValueError(f"dtype {want} contradicts kinds {kinds!r}")
 
     def check(v):
         if type(v) is not np.ndarray:
             raise ArrayError(f"must be an ndarray, got {_tname(v)}")
         dt = v.dtype
         kind = dt.kind
-        if want is not None and (kind != want.kind or dt.itemsize != want.itemsize):
-            raise ArrayError(f"dtype {dt} is not allowed here: must be {want}")
-        if kind not in kinds:
-            raise ArrayError(f"dtype {dt} is not allowed here: kind must be one of {kinds!r}")
+        if dt is not want:  # identity: decoded arrays carry the wire's dtype objects
+            if want is not None and (kind != want.kind or dt.itemsize != want.itemsize):
+                raise ArrayError(f"dtype {dt} is not allowed here: must be {want}")
+            if kind not in kinds:
+                raise ArrayError(f"dtype {dt} is not allowed here: kind must be one of {kinds!r}")
         if ndim is not None and v.ndim != ndim:
             raise ArrayError(f"shape {v.shape} has {v.ndim} dims: must have {ndim}")
         if nonempty and v.size == 0:

@@ -8,6 +8,8 @@ msgpack only, never pickle. Every decoder failure, whatever the bytes, is a `Wir
 arrays are read-only views of the received buffers. All functions are thread-safe and
 never block. The normative spec, with byte layouts and a worked example, is docs/wire.md.
 """
+import math
+import threading
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from rtinfer import schema
 from rtinfer.schema import (  # noqa: F401  (re-exported: the wire's public error types)
     DEFAULT_MAX_BYTES, SCHEMA_VERSION, U64_MAX, ArrayError, MalformedError, OversizeError,
     SchemaError, TopicError, VersionError, WireError, check_name)
-from rtinfer.wire_arrays import OobHook, OobPacker, default_inline, ext_hook
+from rtinfer.wire_arrays import OobHook, OobPacker, ext_hook
 
 ENVELOPE_KEYS = ("version", "topic", "seq", "src", "stamps", "body")
 _ENVELOPE_KEYSET = frozenset(ENVELOPE_KEYS)
@@ -39,9 +41,9 @@ class Envelope:
     body: dict
 
 
-def now_ns() -> int:
-    """The one clock for stamps: time.monotonic_ns (CLOCK_MONOTONIC, nanoseconds)."""
-    return time.monotonic_ns()
+# The one clock for stamps: CLOCK_MONOTONIC in nanoseconds. An alias, not a wrapper: it is
+# read several times per message and a Python-level wrapper call costs more than the read.
+now_ns = time.monotonic_ns
 
 
 def _envelope(topic, body, seq, src, stamps) -> dict:
@@ -52,14 +54,40 @@ def _envelope(topic, body, seq, src, stamps) -> dict:
             "stamps": stamps, "body": body}
 
 
-def _pack(env: dict, default) -> bytes:
+class _Packer(threading.local):
+    """A msgpack Packer and its array hook per thread: building them costs ~1 us a message."""
+
+    def __init__(self):
+        self.hook = OobPacker(0)
+        self.packer = msgpack.Packer(default=self.hook, use_bin_type=True)
+        self.busy = False  # True while packing: a signal handler that encodes gets its own
+
+
+_packer = _Packer()
+
+
+def _pack(env: dict, oob_bytes) -> tuple[bytes, list[memoryview]]:
+    """(envelope bytes, out-of-band frames); arrays of >= oob_bytes bytes go out of band."""
+    p = _packer
+    if p.busy:  # re-entered in this thread mid-pack: the shared packer is in use
+        hook = OobPacker(oob_bytes)
+        packer = msgpack.Packer(default=hook, use_bin_type=True)
+    else:
+        hook, packer = p.hook, p.packer
+        p.busy = True
+    hook.oob_bytes = oob_bytes
+    hook.frames = frames = []
     try:
-        return msgpack.packb(env, default=default, use_bin_type=True)
+        return packer.pack(env), frames
     except WireError:
         raise
     except (ValueError, TypeError, OverflowError) as e:
         raise SchemaError(f"cannot be packed ({e}): bodies hold only maps, strings, "
                           "numbers and ndarrays", "body") from None
+    finally:
+        hook.frames = []  # don't keep the caller's arrays alive
+        if packer is p.packer:
+            p.busy = False
 
 
 def _why(e: Exception) -> str:
@@ -75,8 +103,9 @@ def _check_size(nbytes: int, max_bytes: int, what: str) -> None:
 def encode(topic: str, body: dict, *, seq: int, src: str, stamps: dict | None = None,
            max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """One self-contained message (arrays inline). Bad body or too big -> WireError."""
-    data = _pack(_envelope(topic, body, seq, src, stamps), default_inline)
-    _check_size(len(data), max_bytes, "message")
+    data, _ = _pack(_envelope(topic, body, seq, src, stamps), math.inf)  # all inline
+    if len(data) > max_bytes:
+        _check_size(len(data), max_bytes, "message")
     return data
 
 
@@ -88,11 +117,13 @@ def encode_frames(topic: str, body: dict, *, seq: int, src: str, stamps: dict | 
     The memoryviews alias the caller's arrays: do not modify them until the send is done.
     On ZeroMQ the bus sends [topic.encode(), *encode_frames(...)].
     """
-    hook = OobPacker(oob_bytes)
-    frames = [_pack(_envelope(topic, body, seq, src, stamps), hook), *hook.frames]
-    _check_size(sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames),
-                max_bytes, "message (all frames)")
-    return frames
+    data, oob = _pack(_envelope(topic, body, seq, src, stamps), oob_bytes)
+    if not oob:
+        if len(data) > max_bytes:
+            _check_size(len(data), max_bytes, "message (all frames)")
+        return [data]
+    _check_size(len(data) + sum(f.nbytes for f in oob), max_bytes, "message (all frames)")
+    return [data, *oob]
 
 
 def _map(pairs: tuple) -> dict:

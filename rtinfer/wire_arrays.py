@@ -10,6 +10,7 @@ frame): no copy, and the result is read-only. Not thread-safe only in the sense 
 """
 import math
 import struct
+import sys
 
 import msgpack
 import numpy as np
@@ -23,7 +24,12 @@ MAX_NDIM = 8
 DTYPES = tuple(np.dtype(s) for s in (
     "|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8"))
 _CODE = {(dt.kind, dt.itemsize): code for code, dt in enumerate(DTYPES)}
-_CODE_NATIVE = {dt: code for code, dt in enumerate(DTYPES)}  # exact dtype (byte order too)
+# dtype.num -> code for native little-endian dtypes ('l' and 'q' are both int64): a lookup
+# by num avoids hashing the dtype, which is slow when the caches are cold.
+_CODE_BY_NUM = {} if sys.byteorder != "little" else {
+    np.dtype(c).num: _CODE[np.dtype(c).kind, np.dtype(c).itemsize]
+    for c in np.typecodes["All"] if (np.dtype(c).kind, np.dtype(c).itemsize) in _CODE
+    and np.dtype(c).kind in "biuf"}
 _ITEMSIZE = tuple(dt.itemsize for dt in DTYPES)
 _HEAD = [struct.Struct(f"<BBHI{n}Q") for n in range(MAX_NDIM + 1)]
 _HEAD1 = _HEAD[1]
@@ -53,9 +59,11 @@ def _ext(code: int, data: bytes) -> msgpack.ExtType:
 
 def pack_inline(arr: np.ndarray) -> msgpack.ExtType:
     """Ext 1: header followed by the raw data, in the message itself."""
-    code = _CODE_NATIVE.get(arr.dtype)
-    if code is None or arr.ndim > MAX_NDIM or not arr.flags.c_contiguous:  # convert or refuse
+    dt = arr.dtype
+    code = _CODE_BY_NUM.get(dt.num) if dt.isnative else None
+    if code is None or arr.ndim > MAX_NDIM:  # byte-swap, or refuse with the reason
         code, arr = _wire_form(arr)
+    # tobytes() is C order whatever the strides, so strided arrays need no extra copy.
     return _ext(EXT_ARRAY, _HEAD[arr.ndim].pack(code, arr.ndim, 0, 0, *arr.shape) + arr.tobytes())
 
 

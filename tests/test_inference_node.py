@@ -153,7 +153,7 @@ def test_prefix_cache_hits_while_the_instruction_is_unchanged(node_env):
         body["values"]["instruction"] = np.array([1, 2, 0], np.int32)
         obs_pub.publish("obs", body, {"capture": now_ns()})
         assert node.spin_once(1000)
-    assert node.counters["prefix_hits"] >= 2
+    assert node.runner.counters["prefix_hits"] >= 2
 
 
 # --- the real process -------------------------------------------------------------------------

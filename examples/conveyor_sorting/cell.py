@@ -38,8 +38,13 @@ class ConveyorCell:
         self.pool = ObjectPool(cfg, m, self.data)
         self.cup = SuctionCup(cfg, m, self.data, self.pool)
         # Band above the belt within which an object counts as resting on it (m).
-        self._reach = np.array([max(cfg.classes[c].size) * 1.8 for c in self.pool.slot_class])
+        self._reach = [max(cfg.classes[c].size) * 1.8 for c in self.pool.slot_class]
         self._state = RobotState()
+        # Cached views: MjData attribute access builds a new array wrapper on every call.
+        self._qpos3, self._qvel3, self._ctrl3 = self.data.qpos[:3], self.data.qvel[:3], \
+            self.data.ctrl[:3]
+        self._qvel_flat = self.pool.qvel.reshape(-1)  # a view: the pool's rows are contiguous
+        assert np.shares_memory(self._qvel_flat, self.data.qvel)
         self.reset(cfg.seed)
 
     # -- episode ---------------------------------------------------------------------------
@@ -60,7 +65,8 @@ class ConveyorCell:
         self.step_count, self.suction = 0, False
         self.spawn_limit: int | None = None   # stop spawning after this many objects
         self.next_spawn_step = 0
-        self._on_belt = np.zeros(0, np.int64)
+        self._on_belt: list[int] = []
+        self._belt_dofs, self._belt_vel = np.zeros(0, np.int64), np.zeros(0)
         mujoco.mj_forward(self.model, self.data)
 
     def place_object(self, cls: int, x: float, y: float = 0.0, yaw: float = 0.0) -> int:
@@ -86,15 +92,16 @@ class ConveyorCell:
     # -- HardwareInterface -------------------------------------------------------------------
     def read(self) -> RobotState:
         """Gantry state now. The returned object is reused (updated in place) by the next read()."""
-        s, d = self._state, self.data
-        s.t_ns, s.suction, s.holding = self.t_ns, self.suction, self.held >= 0
-        s.pos[:] = d.qpos[:3]
-        s.vel[:] = d.qvel[:3]
+        s = self._state
+        s.t_ns, s.suction, s.holding = self.step_count * NS_PER_STEP, self.suction, \
+            self.cup.held >= 0
+        s.pos[:] = self._qpos3
+        s.vel[:] = self._qvel3
         return s
 
     def write(self, cmd: Command) -> None:
         """Motor forces (N; MuJoCo clamps them to force_limit) and suction valve."""
-        self.data.ctrl[:3] = cmd.force
+        self._ctrl3[:] = cmd.force
         self.suction = bool(cmd.suction)
 
     # -- physics -------------------------------------------------------------------------------
@@ -119,23 +126,24 @@ class ConveyorCell:
 
     def _refresh_belt(self) -> None:
         """Recompute which pool slots rest on the belt (every SCORE_EVERY ms, and whenever
-        an object is spawned, attached or released); _drive_belt uses the cached list."""
-        p, cfg = self.pool, self.cfg
-        q = p.qpos
-        on = (p.state == LIVE) & (q[:, 0] >= cfg.belt_x[0]) & (q[:, 0] <= cfg.belt_x[1]) \
-            & (np.abs(q[:, 1]) <= cfg.belt_half_width) & (q[:, 2] > cfg.belt_top) \
-            & (q[:, 2] < cfg.belt_top + self._reach)
-        if self.held >= 0:
-            on[self.held] = False
-        self._on_belt = np.flatnonzero(on)
+        an object is spawned, attached or released); _drive_belt uses the cached list.
+        Python floats per live slot: a handful of objects, where numpy's calls cost more."""
+        p, cfg, held = self.pool, self.cfg, self.held
+        x0, x1, half, top = cfg.belt_x[0], cfg.belt_x[1], cfg.belt_half_width, cfg.belt_top
+        on = []
+        for s, state in enumerate(p.state.tolist()):
+            if state == LIVE and s != held:
+                x, y, z = p.qpos[s, :3].tolist()
+                if x0 <= x <= x1 and abs(y) <= half and top < z < top + self._reach[s]:
+                    on.append(s)
+        self._on_belt = on
+        # qvel entries set every ms: vx = belt speed; vy and the spin (wx, wy, wz) = 0
+        self._belt_dofs = (np.array(on, np.int64)[:, None] * 6 + [0, 1, 3, 4, 5]).ravel()
+        self._belt_vel = np.tile([cfg.belt_speed, 0.0, 0.0, 0.0, 0.0], len(on))
 
     def _drive_belt(self) -> None:
-        idx = self._on_belt
-        if idx.size:
-            v = self.pool.qvel
-            v[idx, 0] = self.cfg.belt_speed
-            v[idx, 1] = 0.0
-            v[idx, 3:] = 0.0
+        if self._on_belt:
+            self._qvel_flat[self._belt_dofs] = self._belt_vel
 
     def _spawn(self) -> None:
         cfg, rng = self.cfg, self.rng

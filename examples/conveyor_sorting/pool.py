@@ -76,34 +76,30 @@ class ObjectPool:
         return bool((live & (d2 < radius * radius)).any())
 
     def score(self, step: int, held: int, instruction: np.ndarray, metrics: Metrics) -> None:
-        """Resolve live objects that reached a bin, fell off, or outlived max_object_life_s."""
+        """Resolve live objects that reached a bin, fell off, or outlived max_object_life_s.
+        Python floats per slot: a handful of live objects, where numpy's calls cost more."""
         cfg = self.cfg
-        settled = np.flatnonzero((self.state == SETTLING) & (self.park_step <= step))
-        for s in settled:
-            self.park(int(s))
-        live = self.state == LIVE
-        if held >= 0:
-            live[held] = False
-        if not live.any():
-            return
-        x, y, z = self.qpos[:, 0], self.qpos[:, 1], self.qpos[:, 2]
-        bx = np.asarray(cfg.bin_x)
-        inside = (np.abs(x[:, None] - bx[None, :]) < cfg.bin_half) & \
-                 (np.abs(y - cfg.bin_y) < cfg.bin_half)[:, None]        # (n, bins)
-        footprint = inside.any(axis=1)
-        binned = live & footprint & (z < cfg.bin_wall_h)
-        lost = live & ~footprint & (z < cfg.belt_top - 0.1)
-        old = live & ~binned & ~lost & (step - self.born_step > cfg.max_object_life_s * 1000)
-        for s in np.flatnonzero(binned):
-            b = int(np.argmax(inside[s]))
-            if instruction[self.slot_class[s]] == b:
-                metrics.correct += 1
-            else:
-                metrics.wrong += 1
-            self.state[s], self.park_step[s] = SETTLING, step + int(cfg.settle_s * 1000)
-        for s in np.flatnonzero(lost | old):
-            if self.picked[s]:
-                metrics.dropped += 1
-            else:
-                metrics.missed += 1
-            self.park(int(s))
+        states = self.state.tolist()
+        for s, state in enumerate(states):
+            if state == SETTLING and self.park_step[s] <= step:
+                self.park(s)
+        max_age = cfg.max_object_life_s * 1000
+        for s, state in enumerate(states):
+            if state != LIVE or s == held:
+                continue
+            x, y, z = self.qpos[s, :3].tolist()
+            b = -1  # the first bin whose footprint holds (x, y)
+            if abs(y - cfg.bin_y) < cfg.bin_half:
+                b = next((i for i, bx in enumerate(cfg.bin_x) if abs(x - bx) < cfg.bin_half), -1)
+            if b >= 0 and z < cfg.bin_wall_h:       # binned
+                if instruction[self.slot_class[s]] == b:
+                    metrics.correct += 1
+                else:
+                    metrics.wrong += 1
+                self.state[s], self.park_step[s] = SETTLING, step + int(cfg.settle_s * 1000)
+            elif (b < 0 and z < cfg.belt_top - 0.1) or step - self.born_step[s] > max_age:
+                if self.picked[s]:               # lost off the belt, or too old
+                    metrics.dropped += 1
+                else:
+                    metrics.missed += 1
+                self.park(s)
