@@ -9,17 +9,41 @@ import sys
 from rtinfer import __version__
 
 
+DEFAULT_MODEL = "models/zoo/conveyor-v1"
+
+
 def _bench(args: argparse.Namespace) -> int:
-    if args.what == "transport":
+    w = args.what
+    if w == "transport":
         from rtinfer.bench.transport import run
         result = run(messages=args.messages)
-    else:
+    elif w == "jitter":
         from rtinfer.bench.jitter import run
         result = run(seconds=args.seconds, hz=args.hz)
-    from rtinfer.bench.table import print_result
-    print(json.dumps(result, indent=2) if args.json else "", end="\n" if args.json else "")
-    if not args.json:
-        print_result(args.what, result)
+    elif w in ("decode", "ttft"):
+        from importlib import import_module
+        result = import_module(f"rtinfer.bench.{w}").run(args.model, cycles=args.cycles,
+                                                          backend=args.backend)
+    else:
+        import tempfile
+        from rtinfer.bench.backend import make_random_model, run
+        with tempfile.TemporaryDirectory() as tmp:
+            dirs = {"demo": args.model}
+            if args.sizes == "demo,bench":
+                dirs["bench"] = make_random_model("bench", f"{tmp}/bench")
+            result = run(dirs, steps=args.cycles)
+    if args.json or w not in ("transport", "jitter"):
+        print(json.dumps(result, indent=2))
+    else:
+        from rtinfer.bench.table import print_result
+        print_result(w, result)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from models.package import package
+    card = package(args.checkpoint, args.out, fp16=not args.no_fp16)
+    print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 
 
@@ -57,11 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("bench", help="benchmarks, each against a baseline measured in the same run")
-    b.add_argument("what", choices=["transport", "jitter"])
+    b.add_argument("what", choices=["transport", "jitter", "decode", "ttft", "backend"])
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument("--messages", type=int, default=5000, help="transport: messages per case")
     b.add_argument("--seconds", type=float, default=5.0, help="jitter: seconds per loop")
     b.add_argument("--hz", type=float, default=1000.0, help="jitter: loop rate")
+    b.add_argument("--model", default=DEFAULT_MODEL, help="decode/ttft/backend: model directory")
+    b.add_argument("--cycles", type=int, default=100, help="decode/ttft: chunks; backend: steps")
+    b.add_argument("--backend", default="onnx", help="decode/ttft: backend")
+    b.add_argument("--sizes", default="demo", choices=["demo", "demo,bench"],
+                   help="backend: also a random-weight bench-size model (~350 MB per graph)")
     b.set_defaults(func=_bench)
 
     r = sub.add_parser("report", help="latency table (and PNG) from a trace file")
@@ -75,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("dir")
     kg.add_argument("--name", default="node")
     kg.set_defaults(func=_keys)
+
+    x = sub.add_parser("export", help="checkpoint -> model directory (ONNX graphs, tokenizer, card)")
+    x.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
+    x.add_argument("--out", required=True)
+    x.add_argument("--no-fp16", action="store_true")
+    x.set_defaults(func=_export)
 
     e = sub.add_parser("eval", help="success rate of a policy in the lockstep conveyor env")
     e.add_argument("--policy", default="expert", help='"expert" or a model directory')

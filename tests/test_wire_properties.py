@@ -165,3 +165,29 @@ def test_mutated_multipart_messages_raise_only_wire_error(msg, data):
     if data.draw(st.booleans()):
         del frames[data.draw(st.integers(0, len(frames) - 1))]
     only_wire_errors(wire.decode_frames, frames)
+
+
+@SETTINGS
+@given(st.sampled_from(["<f2", "<f4", "<f8", ">f4"]).flatmap(lambda dt: hnp.arrays(
+    dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
+    elements=st.floats(width=8 * np.dtype(dt).itemsize) | st.sampled_from(
+        [np.inf, -np.inf, np.nan, float(np.finfo(dt).max), -float(np.finfo(dt).max)])))))
+def test_fast_finite_check_agrees_with_numpy_and_never_warns(arr):
+    import warnings
+
+    from rtinfer.schema import all_finite
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # overflow/invalid warnings would escape decode
+        assert all_finite(arr) == bool(np.isfinite(arr).all())
+
+
+@SETTINGS
+@given(arrays(), st.booleans())
+def test_strided_and_byte_swapped_arrays_encode_as_their_values(arr, swap):
+    view = arr[::-1] if arr.ndim else arr  # negative strides: not C-contiguous
+    if swap:
+        view = view.astype(view.dtype.newbyteorder())
+    body = {"values": {"a": view}, "ints": {}}
+    got = wire.decode(wire.encode("obs", body, seq=0, src="p")).body["values"]["a"]
+    assert got.shape == view.shape and got.dtype.kind == view.dtype.kind
+    np.testing.assert_array_equal(got, view)

@@ -136,6 +136,8 @@ class ConveyorCell:
                 x, y, z = p.qpos[s, :3].tolist()
                 if x0 <= x <= x1 and abs(y) <= half and top < z < top + self._reach[s]:
                     on.append(s)
+        if on == self._on_belt:
+            return
         self._on_belt = on
         # qvel entries set every ms: vx = belt speed; vy and the spin (wx, wy, wz) = 0
         self._belt_dofs = (np.array(on, np.int64)[:, None] * 6 + [0, 1, 3, 4, 5]).ravel()

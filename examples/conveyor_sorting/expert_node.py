@@ -27,7 +27,7 @@ def serve(obs_endpoint: str, actions_endpoint: str, *, seconds: float | None = N
     tcfg = tokenizer_config(cell)
     expert = ScriptedExpert(cell, tcfg)
     sub = Subscriber(obs_endpoint, ["obs"], latest_only=True)
-    pub = Publisher(actions_endpoint, "expert", bind=False)
+    pub = Publisher(actions_endpoint, "expert")  # a policy binds its action endpoint
     counters = {"cycles": 0, "skipped": 0, "bad_obs": 0}
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))

@@ -2,7 +2,8 @@
 
 One tick = read -> PID -> write -> one 1 ms physics step. Every policy period the tick also
 publishes an `obs` message stamped `capture` (what a perception stage would send). Action
-chunks arrive on the controller's subscriber; health and trace go out on the obs publisher.
+chunks arrive on the controller's subscriber (connected to the policy's and the monitor's endpoints); health
+and trace go out on the obs publisher, which this process binds.
 
     python -m examples.conveyor_sorting.sim_node --obs ipc:///tmp/obs --actions ipc:///tmp/act \
         --seconds 60 --report out.json
@@ -27,14 +28,17 @@ from .observe import obs_body, observe
 class SimNode:
     """A ConveyorCell + ControllerNode + obs publisher. Not thread-safe."""
 
-    def __init__(self, obs_endpoint: str, actions_endpoint: str, *, cell: CellConfig | None = None,
+    def __init__(self, obs_endpoint: str, actions_endpoint: str, *, control_endpoint: str | None = None,
+                 cell: CellConfig | None = None,
                  policy_hz: float = 20.0, seed: int = 0, trace_path: str | None = None,
                  deadline_ms: float = 100.0):
         self.cell = ConveyorCell(cell or CellConfig())
         self.cell.reset(seed)
         tok = tokenizer_config(self.cell.cfg)
         self.pub = Publisher(obs_endpoint, "sim", bind=True)
-        self.sub = Subscriber(actions_endpoint, ["action_chunk", "command"], bind=True)
+        # The policy binds its actions endpoint; the monitor binds the control endpoint.
+        self.sub = Subscriber([actions_endpoint] + ([control_endpoint] if control_endpoint else []),
+                              ["action_chunk", "command"])
         self.trace = TraceWriter(trace_path) if trace_path else None
         cfg = NodeConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
                          deadline_ns=int(deadline_ms * 1e6))
@@ -72,7 +76,8 @@ class SimNode:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--obs", required=True, help="endpoint to bind for obs/health/trace")
-    ap.add_argument("--actions", required=True, help="endpoint to bind for action_chunk/command")
+    ap.add_argument("--actions", required=True, help="the policy's action endpoint (connect)")
+    ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--belt-speed", type=float, default=None)
@@ -82,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     configure_realtime(cpus=None if a.cpu is None else [a.cpu])
     cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
-    sim = SimNode(a.obs, a.actions, cell=cell, seed=a.seed, trace_path=a.trace)
+    sim = SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
+                  trace_path=a.trace)
     try:
         report = sim.run(a.seconds)
     finally:

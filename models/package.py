@@ -1,0 +1,70 @@
+"""Turn a trained checkpoint into a model directory the inference node loads.
+
+    rtinfer export --checkpoint runs/conveyor-v1/policy --out models/zoo/conveyor-v1
+
+Writes the ONNX step graphs (fp32 and fp16) with graphs.json, tokenizer.json,
+obs_tokens.json and card.json (training facts, per-exit token accuracy, export parity).
+Success rates are added to the card by `models.package --eval` (they need the cell).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rtinfer import sequence
+from rtinfer.obs_tokens import ObsTokens
+from rtinfer.tokens import TokenizerConfig
+
+from . import checkpoint
+from .export import export_all
+
+K_VERIFY = 8
+
+
+def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) -> dict:
+    ck = checkpoint.load(ckpt_path)
+    meta, cfg, vocab = ck.meta, ck.cfg, ck.vocab
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = TokenizerConfig.from_dict(meta["tokenizer_config"])
+    spec = meta["obs_tokens_spec"]
+    obs_tokens = ObsTokens(spec)
+    c, n_obs = obs_tokens.instr_length, obs_tokens.length
+    # Prefill graphs: the instruction prefix (cached), the per-cycle observation segment,
+    # and the whole prefix (for running without the prefix cache).
+    prefixes = [1 + c, n_obs + 1, sequence.prefix_len(c, n_obs)]
+    parity = export_all(ck.model, cfg, out, k_verify=k_verify, prefix_len=prefixes,
+                        vocab=vocab, fp16=fp16)
+    tok.save(out / "tokenizer.json")
+    (out / "obs_tokens.json").write_text(json.dumps(spec, indent=1))
+    checkpoint.save(out / "policy", ck.model, vocab, meta)
+    card = {"name": out.name, "params": ck.model.num_params(), "config": cfg.to_dict(),
+            "training": {k: meta.get(k) for k in ("train_rows", "val_rows", "steps", "batch",
+                                                   "train_seconds", "finetune_seconds",
+                                                   "finetune_steps", "seed", "sparsity",
+                                                   "held_out_instructions")},
+            "val_token_accuracy": meta.get("val_token_accuracy"),
+            "parity": {"greedy_float32": parity.get("greedy_float32"),
+                       "greedy_float16": parity.get("greedy_float16"),
+                       "max_logit_diff": {n: g.get("max_abs_logits")
+                                          for n, g in parity["graphs"].items()},
+                       "weights_24": {n: g.get("weights_24") for n, g in parity["graphs"].items()}}}
+    (out / "card.json").write_text(json.dumps(card, indent=1))
+    return card
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--no-fp16", action="store_true")
+    a = ap.parse_args(argv)
+    card = package(a.checkpoint, a.out, fp16=not a.no_fp16)
+    print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
