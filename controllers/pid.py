@@ -26,7 +26,7 @@ def _arr(x, n: int) -> np.ndarray:
     return a
 
 
-def as_floats(x, n: int) -> list[float]:
+def _floats(x, n: int) -> list[float]:
     """x (scalar, sequence or array, broadcast to n) as a list of n Python floats."""
     if type(x) is np.ndarray and x.dtype == np.float64 and x.shape == (n,):
         return x.tolist()
@@ -89,9 +89,9 @@ class PID:
         the next call. measurement_rate: a measured velocity, used instead of differencing
         the measurement (both go through the low-pass)."""
         n, dt = self.n, self.dt_s if dt_s is None else dt_s
-        sp, meas = as_floats(setpoint, n), as_floats(measurement, n)
-        rsp, ffs = as_floats(rate_setpoint, n), as_floats(feedforward, n)
-        mrate = None if measurement_rate is None else as_floats(measurement_rate, n)
+        sp, meas = _floats(setpoint, n), _floats(measurement, n)
+        rsp, ffs = _floats(rate_setpoint, n), _floats(feedforward, n)
+        mrate = None if measurement_rate is None else _floats(measurement_rate, n)
         primed = self._primed
         alpha = 1.0 if not primed else dt / (self.tau_d_s + dt)
         I, R, E, D, F, UR, U, M = (self.i, self.rate, self.e, self.d_err, self.ff, self.u_raw,

@@ -21,6 +21,7 @@ import numpy as np
 
 from rtinfer.budget import Budget, default_levels
 from rtinfer.bus import Publisher, Subscriber
+from rtinfer.heartbeat import HeartbeatResponder
 from rtinfer.hist import LatencyHistogram
 from rtinfer.modeldir import ModelDir
 from rtinfer.runner import ChunkRunner
@@ -61,9 +62,10 @@ class InferenceNode:
         self.budget = Budget(default_levels(md, self.decoder.k_verify),
                              int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
         self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx)
-        self.ctl_sub = Subscriber(control_endpoint, ["budget", "command"], ctx=ctx) \
+        self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx) \
             if control_endpoint else None
         self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx)
+        self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
         self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
@@ -150,7 +152,9 @@ class InferenceNode:
     def _housekeeping(self) -> None:
         if self.ctl_sub is not None:
             for topic, env in self.ctl_sub.poll_latest(0).items():
-                if topic == "budget":
+                if topic == "heartbeat":  # the monitor's ping: echo it (clock offsets)
+                    self.heartbeat.on_ping(env)
+                elif topic == "budget":
                     self.budget.set_monitor_level(env.body["level"])
                 elif env.body["cmd"] == "stop":
                     self.running = False
@@ -159,7 +163,7 @@ class InferenceNode:
         now = now_ns()
         if now >= self._next_health:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
-            self.pub.publish("heartbeat", {"node": self.cfg.name, "sent_ns": now})
+            self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
 
     def health(self) -> dict:
