@@ -37,13 +37,25 @@ class Demos:
                      self.instructions[mask])
 
 
-def load(path, *, exclude_instructions: list[list[int]] = ()) -> Demos:
-    """Load a dataset; rows whose instruction is in `exclude_instructions` are dropped (held
-    out for evaluation). No pickle: every array is plain numeric or a 0-d unicode string."""
+def _read(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, dict]:
     with np.load(path, allow_pickle=False) as z:
         instr, obs = z["instruction_tokens"].astype(np.int64), z["obs_tokens"].astype(np.int64)
         act = z["action_tokens"].astype(np.int64).reshape(len(obs), -1)
         tok, spec = json.loads(str(z["tokenizer_config"])), json.loads(str(z["obs_tokens_spec"]))
+    return instr, obs, act, tok, spec
+
+
+def load(paths, *, exclude_instructions: list[list[int]] = ()) -> Demos:
+    """Load one dataset or several (same tokenizers, else ValueError); rows whose instruction
+    is in `exclude_instructions` are dropped (held out for evaluation). No pickle: every
+    array is plain numeric or a 0-d unicode string."""
+    parts = [_read(p) for p in ([paths] if isinstance(paths, (str, bytes)) or not
+                                 hasattr(paths, "__iter__") else paths)]
+    tok, spec = parts[0][3], parts[0][4]
+    if any(p[3] != tok or p[4] != spec for p in parts[1:]):
+        raise ValueError("datasets were collected with different tokenizer configs; "
+                         "re-collect them with one config")
+    instr, obs, act = (np.concatenate([p[i] for p in parts]) for i in range(3))
     keep = np.ones(len(obs), bool)
     for ex in exclude_instructions:
         keep &= ~(instr == np.asarray(ex)).all(axis=1)

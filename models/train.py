@@ -91,13 +91,15 @@ def fit(model: Policy, train: Demos, *, steps: int, batch: int, lr: float, seed:
                             "acc": {str(d): round(a, 4) for d, a in acc.items()},
                             "elapsed_s": round(time.perf_counter() - t0, 1)})
                 bar.update(task, description=f"{desc} loss {loss.item():.3f}")
+                if not bar.console.is_terminal and step % 500 == 0:
+                    print(json.dumps({"phase": desc, **log[-1]}), flush=True)
             bar.advance(task)
     return log
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--data", required=True, nargs="+", help="one or more .npz datasets")
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--sparse-steps", type=int, default=1000)
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_rows": len(train), "val_rows": len(val), "held_out_instructions":
             [list(h) for h in HELD_OUT_INSTRUCTIONS], "val_token_accuracy":
             {str(d): round(x, 4) for d, x in val_acc.items()}, "train_seconds": round(dense_s, 1),
-            "steps": a.steps, "batch": a.batch, "seed": a.seed, "data": str(a.data),
+            "steps": a.steps, "batch": a.batch, "seed": a.seed, "data": [str(d) for d in a.data],
             "params": model.num_params()}
     checkpoint.save(out / "policy", model, demos.vocab, meta)
     result = {"dense": {**meta, "log": log}}

@@ -36,8 +36,12 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
         curve_secret: keys/gpu.key_secret   # optional -> ${node.curve_secret}
     monitor: {...}                # free-form data, written to ${monitor_config} (JSON)
 
+Files the launcher writes in run_dir before starting nodes: monitor.json (the monitor:
+section) and curve.json ({address: {server_key, allow}} for each CURVE endpoint; a node
+combines it with its own ${node.curve_secret} to build rtinfer.keys.CurveConfig).
+
 References: ``${run_dir} ${deadline_ms} ${seconds} ${name} ${host} ${monitor_config}
-${vars.K} ${rates.K} ${endpoints.E} ${endpoints.E.server_key} ${endpoints.E.allow}
+${curve_map} ${vars.K} ${rates.K} ${endpoints.E} ${endpoints.E.server_key} ${endpoints.E.allow}
 ${node.name} ${node.curve_secret}``. An unknown reference is a validation error.
 
 Entry points are checked without running module code: `importlib.util.find_spec` finds
@@ -48,11 +52,12 @@ then reports a missing function when it starts (exit 127).
 """
 from __future__ import annotations
 
+import difflib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .launchyaml import LaunchError, Report, compose_file, check_entry, check_fields
+from .launchspec import REF, Endpoint, LaunchSpec, NodeSpec, RestartPolicy, as_text
+from .launchyaml import LaunchError, Report, check_entry, check_fields, compose_file, is_type
 
 TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
             "deadline_ms": float, "seconds": float, "rates": dict, "vars": dict,
@@ -64,102 +69,14 @@ RESTART_KEYS = {"policy": str, "max_restarts": int, "window_s": float, "backoff_
                 "backoff_max_s": float}
 ENDPOINT_KEYS = {"url": str, "curve": str, "server_key": str, "allow": str}
 HOST_KEYS = {"address": str, "description": str}
-REF = re.compile(r"\$\{([^}]*)\}")
 TCP = re.compile(r"^tcp://([^:/]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
-SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config")
+SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config", "curve_map")
 
 
-@dataclass(frozen=True)
-class RestartPolicy:
-    """`on-failure`: restart after a non-zero exit or a signal, waiting backoff_s * 2**n
-    (capped at backoff_max_s; n = restarts in the last window_s), at most max_restarts
-    times per window. `never`: a failure is final."""
-    policy: str = "never"
-    max_restarts: int = 5
-    window_s: float = 60.0
-    backoff_s: float = 0.5
-    backoff_max_s: float = 10.0
-
-    def delay_s(self, recent_restarts: int) -> float:
-        return min(self.backoff_max_s, self.backoff_s * 2.0 ** recent_restarts)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    name: str
-    url: str                     # "ipc" means ipc://<run_dir>/<name>, resolved per run
-    curve: bool = False
-    server_key: str | None = None
-    allow: str | None = None
-
-    def address(self, run_dir: str | Path) -> str:
-        return f"ipc://{Path(run_dir).resolve()}/{self.name}" if self.url == "ipc" else self.url
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    entry: str                   # "module:function"
-    args: tuple[str, ...] = ()   # with ${...} references, resolved by LaunchSpec.argv
-    host: str | None = None
-    cpus: tuple[int, ...] | None = None
-    priority: int | None = None
-    required: bool = True
-    restart: RestartPolicy = RestartPolicy()
-    after: tuple[str, ...] = ()
-    stop_grace_s: float = 5.0
-    curve_secret: str | None = None
-    line: int = 0
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    path: str
-    name: str
-    nodes: tuple[NodeSpec, ...]              # in start order
-    endpoints: dict[str, Endpoint]
-    deadline_ms: float = 100.0
-    seconds: float | None = None
-    run_dir: str | None = None
-    rates: dict = field(default_factory=dict)
-    vars: dict = field(default_factory=dict)
-    hosts: dict = field(default_factory=dict)
-    monitor: dict = field(default_factory=dict)
-
-    def nodes_for(self, host: str | None) -> list[NodeSpec]:
-        """The nodes this launcher runs: all of them, or `host`'s plus the host-less ones."""
-        named = sorted({n.host for n in self.nodes if n.host})
-        if host is None:
-            if len(named) > 1:
-                raise LaunchError(f"{self.path}: nodes run on hosts {', '.join(named)}; "
-                                  "pass --host NAME to run one host's nodes")
-            return list(self.nodes)
-        if host not in named and host not in self.hosts:
-            raise LaunchError(f"{self.path}: no host {host!r}; hosts: {', '.join(named) or 'none'}")
-        return [n for n in self.nodes if n.host in (None, host)]
-
-    def values(self, run_dir: str | Path, host: str | None = None) -> dict[str, str]:
-        """The substitution table for one run (node-independent part)."""
-        run_dir = str(Path(run_dir).resolve())
-        v = {"run_dir": run_dir, "deadline_ms": _text(self.deadline_ms), "name": self.name,
-             "host": host or "", "monitor_config": f"{run_dir}/monitor.json",
-             "seconds": "" if self.seconds is None else _text(self.seconds)}
-        v.update({f"vars.{k}": _text(x) for k, x in self.vars.items()})
-        v.update({f"rates.{k}": _text(x) for k, x in self.rates.items()})
-        for e in self.endpoints.values():
-            v[f"endpoints.{e.name}"] = e.address(run_dir)
-            v[f"endpoints.{e.name}.server_key"] = e.server_key or ""
-            v[f"endpoints.{e.name}.allow"] = e.allow or ""
-        return v
-
-    def argv(self, node: NodeSpec, values: dict[str, str]) -> list[str]:
-        """`node.args` with every ``${...}`` replaced (references were validated on load)."""
-        table = dict(values, **{"node.name": node.name, "node.curve_secret": node.curve_secret or ""})
-        return [REF.sub(lambda m: table[m.group(1).strip()], a) for a in node.args]
-
-
-def _text(x) -> str:
-    return str(x).lower() if isinstance(x, bool) else str(x)
+def _section(data: dict, key: str, t: type):
+    """data[key] if it has type t (else empty; check_fields has reported it)."""
+    value = data.get(key)
+    return value if isinstance(value, t) else t()
 
 
 def load(path: str | Path, overrides: dict[str, str] | None = None, *,
@@ -174,25 +91,166 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     check_fields(r, data, (), TOP_KEYS, required=("endpoints", "nodes"))
     if data.get("version", 1) != 1:
         r.err(("version",), "unsupported version; this launcher reads version: 1")
-    for sect in ("rates", "vars"):
-        for k, x in (data.get(sect) or {}).items():
-            if not isinstance(x, (int, float) if sect == "rates" else (int, float, str, bool)) \
-                    or isinstance(x, bool) and sect == "rates":
-                r.err((sect, k), f"expected a {'number' if sect == 'rates' else 'scalar'}")
-    hosts = data.get("hosts") or {}
+    rates, vars_, hosts = _section(data, "rates", dict), _section(data, "vars", dict), \
+        _section(data, "hosts", dict)
+    for sect, values, t in (("rates", rates, float), ("vars", vars_, (int, float, str, bool))):
+        for k, x in values.items():
+            if not is_type(x, t):
+                r.err((sect, k), f"{sect}.{k} must be {'a number' if t is float else 'a scalar'}")
     for h, body in hosts.items():
         check_fields(r, body, ("hosts", h), HOST_KEYS)
-    from .launchspec import build_endpoints, build_nodes, check_references
-    endpoints = build_endpoints(r, data.get("endpoints") or {})
-    nodes = build_nodes(r, data.get("nodes") or [], hosts)
+    endpoints = _endpoints(r, _section(data, "endpoints", dict))
+    nodes = _order(r, _nodes(r, _section(data, "nodes", list), hosts))
     if check_entries:
         for i, n in enumerate(nodes):
             check_entry(r, ("nodes", i, "entry"), n.entry)
-    check_references(r, data, nodes, endpoints)
+    _check_references(r, nodes, endpoints, data)
     r.raise_if_any()
     return LaunchSpec(path=str(path), name=data.get("name") or Path(path).stem,
                       nodes=tuple(nodes), endpoints=endpoints,
-                      deadline_ms=data.get("deadline_ms", 100.0), seconds=data.get("seconds"),
-                      run_dir=data.get("run_dir"), rates=dict(data.get("rates") or {}),
-                      vars=dict(data.get("vars") or {}), hosts=dict(hosts),
+                      deadline_ms=data.get("deadline_ms", 100), seconds=data.get("seconds"),
+                      run_dir=data.get("run_dir"), rates=rates, vars=vars_, hosts=hosts,
                       monitor=dict(data.get("monitor") or {}))
+
+
+def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
+    out: dict[str, Endpoint] = {}
+    seen: dict[str, str] = {}
+    for name, body in data.items():
+        path = ("endpoints", name)
+        body = {"url": body} if isinstance(body, str) else body
+        if not check_fields(r, body, path, ENDPOINT_KEYS, required=("url",)) or \
+                not isinstance(body.get("url"), str):
+            continue
+        url = body["url"]
+        tcp = TCP.match(url)
+        if not (url == "ipc" or url.startswith("ipc:///") or tcp and 0 < int(tcp.group(2)) < 65536):
+            r.err(path, f"bad endpoint {url!r}: use ipc (a path in the run directory), "
+                        "ipc:///absolute/path or tcp://HOST:PORT")
+            continue
+        where = url if url != "ipc" else f"ipc:{name}"  # "ipc" is per name: unique
+        if where in seen:
+            r.err(path, f"endpoint {name!r} has the same address as {seen[where]!r}; "
+                        "give each endpoint its own address")
+        seen[where] = name
+        curve = body.get("curve", "required" if tcp else "off")
+        if curve not in ("required", "off"):
+            r.err(path + ("curve",), f"curve must be required or off, got {curve!r}")
+        elif curve == "required" and not tcp:
+            r.err(path + ("curve",), "CURVE applies to tcp:// endpoints only; remove it")
+        elif curve == "required":
+            missing = [k for k in ("server_key", "allow") if not body.get(k)]
+            if missing:
+                r.err(path, f"tcp endpoint {name!r} requires CURVE but has no "
+                            f"{' or '.join(missing)}: add server_key: (public key file of the "
+                            "node that binds it) and allow: (directory of allowed client public "
+                            "keys), made with `rtinfer keys generate DIR --name NAME`; "
+                            "or set curve: off for a trusted loopback link")
+        out[name] = Endpoint(name, url, curve == "required", body.get("server_key"),
+                             body.get("allow"))
+    return out
+
+
+def _nodes(r: Report, data: list, hosts: dict) -> list[NodeSpec]:
+    out: list[NodeSpec] = []
+    names: dict[str, int] = {}
+    for i, body in enumerate(data):
+        path = ("nodes", i)
+        if not check_fields(r, body, path, NODE_KEYS, required=("name", "entry")) or \
+                not isinstance(body.get("name"), str) or not isinstance(body.get("entry"), str):
+            continue
+        name = body["name"]
+        if name in names:
+            r.err(path + ("name",), f"duplicate node name {name!r} (also nodes[{names[name]}])")
+        names[name] = i
+        args = body.get("args") or []
+        for j, a in enumerate(args):
+            if not is_type(a, (str, int, float)):
+                r.err(path + ("args", j), f"args must be strings or numbers, got {a!r}")
+        cpus = body.get("cpus")
+        if cpus is not None and (not cpus or not all(is_type(c, int) and c >= 0 for c in cpus)):
+            r.err(path + ("cpus",), "cpus must be a non-empty list of CPU numbers >= 0")
+        prio = body.get("priority")
+        if is_type(prio, int) and not 1 <= prio <= 99:
+            r.err(path + ("priority",), "priority is a SCHED_FIFO priority 1..99 (or null)")
+        host = body.get("host")
+        if hosts and host is not None and host not in hosts:
+            r.err(path + ("host",), f"unknown host {host!r}; hosts: {', '.join(hosts)}")
+        after = body.get("after") or []
+        if not all(isinstance(a, str) for a in after):
+            r.err(path + ("after",), "after must be a list of node names")
+        out.append(NodeSpec(
+            name=name, entry=body["entry"], args=tuple(as_text(a) for a in args), host=host,
+            cpus=tuple(cpus) if cpus else None, priority=prio if is_type(prio, int) else None,
+            required=body.get("required", True), restart=_restart(r, path, body.get("restart")),
+            after=tuple(after), stop_grace_s=float(body.get("stop_grace_s", 5.0)),
+            curve_secret=body.get("curve_secret"), line=r.line(path)))
+    if not data:
+        r.err(("nodes",), "no nodes: list at least one")
+    return out
+
+
+def _restart(r: Report, path: tuple, value) -> RestartPolicy:
+    path = path + ("restart",)
+    if value is None or value == "never":
+        return RestartPolicy()
+    if value == "on-failure":
+        return RestartPolicy("on-failure")
+    if not isinstance(value, dict) or not check_fields(r, value, path, RESTART_KEYS):
+        r.err(path, f"restart must be never, on-failure or a mapping, got {value!r}")
+        return RestartPolicy()
+    if value.get("policy", "on-failure") not in ("never", "on-failure"):
+        r.err(path + ("policy",), "policy must be never or on-failure")
+    bad = [k for k in RESTART_KEYS if k != "policy" and is_type(value.get(k), float)
+           and value[k] < 0]
+    for k in bad:
+        r.err(path + (k,), f"{k} must be >= 0")
+    kw = {k: v for k, v in value.items() if k in RESTART_KEYS and is_type(v, RESTART_KEYS[k])}
+    return RestartPolicy(**{"policy": "on-failure", **kw})
+
+
+def _order(r: Report, nodes: list[NodeSpec]) -> list[NodeSpec]:
+    """File order, except that a node starts after the nodes in its `after:` list."""
+    by_name = {n.name: n for n in nodes}
+    for n in nodes:
+        for a in n.after:
+            if a not in by_name:
+                r.err(("nodes", nodes.index(n), "after"), f"unknown node {a!r} in after:")
+    done: list[NodeSpec] = []
+    pending = list(nodes)
+    while pending:
+        ready = [n for n in pending if all(a in {d.name for d in done} or a not in by_name
+                                           for a in n.after)]
+        if not ready:
+            r.err(("nodes",), "after: dependencies form a cycle among "
+                              + ", ".join(n.name for n in pending))
+            return done + pending
+        done.append(ready[0])
+        pending.remove(ready[0])
+    return done
+
+
+def _check_references(r: Report, nodes: list[NodeSpec], endpoints: dict, data: dict) -> None:
+    known = set(SCALARS) | {"node.name", "node.curve_secret"}
+    known |= {f"{s}.{k}" for s in ("vars", "rates") for k in _section(data, s, dict)}
+    known |= {f"endpoints.{e}{x}" for e in endpoints for x in ("", ".server_key", ".allow")}
+    raw = _section(data, "nodes", list)
+    used_on: dict[str, set] = {}
+    for node in nodes:
+        i = next(k for k, b in enumerate(raw) if isinstance(b, dict) and b.get("name") == node.name)
+        for j, a in enumerate(node.args):
+            for m in REF.finditer(a):
+                ref = m.group(1).strip()
+                if ref not in known:
+                    near = difflib.get_close_matches(ref, known, n=1)
+                    r.err(("nodes", i, "args", j), f"unknown reference ${{{ref}}}"
+                          + (f"; did you mean ${{{near[0]}}}?" if near else ""))
+                elif ref.startswith("endpoints."):
+                    used_on.setdefault(ref.split(".")[1], set()).add(node.host)
+                elif ref == "seconds" and data.get("seconds") is None:
+                    r.err(("nodes", i, "args", j), "${seconds} is used but no top-level "
+                                                   "seconds: is set")
+    for name, hosts in used_on.items():
+        if endpoints[name].url.startswith("ipc") and len(hosts - {None}) > 1:
+            r.err(("endpoints", name), f"ipc endpoint {name!r} is used by nodes on hosts "
+                  f"{', '.join(sorted(hosts - {None}))}; ipc works within one host: use tcp://")

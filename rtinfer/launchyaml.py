@@ -83,8 +83,9 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
 _CONSTRUCT = SafeConstructor()
 
 
-def _plain(node, path: tuple, marks: dict, report: Report):
-    marks[path] = node.start_mark.line + 1
+def _plain(node, path: tuple, marks: dict, report: Report, line: int | None = None):
+    # a mapping entry is marked at its key's line, where a reader looks for it
+    marks[path] = line or node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out, first = {}, {}
         for k, v in node.value:
@@ -98,7 +99,7 @@ def _plain(node, path: tuple, marks: dict, report: Report):
                                           "keep one")
                 continue
             first[key] = k.start_mark.line + 1
-            out[key] = _plain(v, path + (key,), marks, report)
+            out[key] = _plain(v, path + (key,), marks, report, first[key])
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_plain(v, path + (i,), marks, report) for i, v in enumerate(node.value)]

@@ -228,7 +228,8 @@ def load_config(path: str | None, **overrides) -> MonitorConfig:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rtinfer.monitor", description=__doc__.split("\n")[0])
-    ap.add_argument("--listen", nargs="+", required=True, help="endpoints to connect (trace/health/heartbeat)")
+    ap.add_argument("--listen", nargs="+", required=True,
+                    help="endpoints to connect (trace/health/heartbeat)")
     ap.add_argument("--control", required=True, help="endpoint to bind for budget/command/pings")
     ap.add_argument("--config", default=None, help="YAML file with a monitor: section")
     ap.add_argument("--deadline-ms", type=float, default=None)

@@ -175,6 +175,6 @@ class DeadlinePolicy:
         """Record (and log, one line) a decision or observation."""
         ev = Event(now_ns, kind, reason, vals)
         self.events.append(ev)
-        log.log(logging.WARNING if kind == "safe_hold" else logging.INFO,
+        log.log(logging.WARNING if kind in ("safe_hold", "node_dead") else logging.INFO,
                 "%s: %s (%s)", kind, reason, ", ".join(f"{k}={v}" for k, v in vals.items()))
         return ev

@@ -27,9 +27,14 @@ from .obs_tokens import ObsTokenizer, ObsTokenizerConfig
 
 
 def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | None = None,
-            show_progress: bool = True) -> dict:
-    """Run the expert for `episodes` episodes and write the dataset to `out`; returns a summary."""
+            show_progress: bool = True, noise_m: float = 0.0) -> dict:
+    """Run the expert for `episodes` episodes and write the dataset to `out`; returns a summary.
+
+    noise_m > 0 (DART-style): the env executes the expert's chunk with Gaussian noise of
+    this standard deviation (m) on x, y, z, while the dataset keeps the clean expert labels,
+    so the policy also sees states just off the expert's path and how to return from them."""
     cfg = cfg or EnvConfig()
+    rng = np.random.default_rng(seed)
     env = ConveyorSortEnv(cfg)
     expert = ScriptedExpert(cfg.cell, env.tokenizer_cfg)
     otok = ObsTokenizer(ObsTokenizerConfig.for_cell(cfg.cell, bins=cfg.token_bins))
@@ -52,7 +57,11 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                                 ("objects", obs["objects"]), ("gantry", obs["gantry"]),
                                 ("held", obs["held"])):
                     rows[name].append(v)
-                obs, reward, done, truncated, info = env.step(values)
+                executed = values
+                if noise_m > 0:
+                    executed = values.copy()
+                    executed[:, :3] += rng.normal(0.0, noise_m, (len(values), 3)).astype(np.float32)
+                obs, reward, done, truncated, info = env.step(executed)
                 rows["reward"].append(reward)
                 rows["episode"].append(ep)
                 rows["step"].append(k)
@@ -61,7 +70,7 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                 totals[c] += info[c]
             bar.update(task, advance=1, description=f"collecting ({totals['correct']} sorted)")
     resolved = totals["correct"] + totals["wrong"] + totals["missed"] + totals["dropped"]
-    summary = {"episodes": episodes, "seed": seed, "steps": len(rows["step"]), **totals,
+    summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "steps": len(rows["step"]), **totals,
                "success_rate": totals["correct"] / resolved if resolved else 1.0}
     dtypes = {"reward": np.float32, "episode": np.int32, "step": np.int32}
     arrays = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in rows.items()}
@@ -81,9 +90,10 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--objects-per-episode", type=int, default=EnvConfig.episode_objects)
     ap.add_argument("--latency-ms", type=int, default=0)
+    ap.add_argument("--noise-m", type=float, default=0.0, help="DART noise on executed xyz (m)")
     a = ap.parse_args(argv)
     cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms)
-    print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg)))
+    print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m)))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from controllers.node import ControllerNode, NodeConfig
 from rtinfer.bus import Publisher, Subscriber
+from rtinfer.heartbeat import HeartbeatResponder
 from rtinfer.realtime import configure_realtime, realtime_gc
 from rtinfer.trace import TraceWriter
 
@@ -40,11 +41,15 @@ class SimNode:
         self.sub = Subscriber([actions_endpoint] + ([control_endpoint] if control_endpoint else []),
                               ["action_chunk", "command"])
         self.trace = TraceWriter(trace_path) if trace_path else None
+        # Round-trip echoes for the monitor's clock-offset estimate go out on the obs PUB.
+        self.pings = Subscriber(control_endpoint, ["heartbeat"]) if control_endpoint else None
+        self.hb = HeartbeatResponder(self.pub, "controller")
         cfg = NodeConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
                          deadline_ns=int(deadline_ms * 1e6))
         self.node = ControllerNode(self.cell, cfg, self.sub, self.pub, trace=self.trace,
                                    on_tick=self._on_tick)
         self._obs_every = max(1, int(round(1000.0 / policy_hz)))  # ticks per observation
+        self._health_every = 500                                   # cell metrics at 2 Hz
         self._tick = 0
         self.obs_sent = 0
 
@@ -54,6 +59,14 @@ class SimNode:
         if self._tick % self._obs_every == 0:
             if self.pub.publish("obs", obs_body(observe(self.cell)), {"capture": now_ns}):
                 self.obs_sent += 1
+        if self.pings is not None and self._tick % 10 == 0:
+            self.hb.poll(self.pings)
+        self.hb.beat(now_ns)
+        if self._tick % self._health_every == 0:
+            m = self.cell.metrics
+            self.pub.publish("health", {"node": "cell", "state": "run", "counters": {
+                k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
+                                           "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
 
     def run(self, seconds: float) -> dict:
         with realtime_gc():
@@ -68,7 +81,7 @@ class SimNode:
                 "sim_s": self.cell.t_ns / 1e9}
 
     def close(self) -> None:
-        for c in (self.trace, self.pub, self.sub):
+        for c in (self.trace, self.pub, self.sub, self.pings):
             if c is not None:
                 c.close()
 

@@ -1,30 +1,36 @@
-"""TensorRT backend (TensorRT 10 name-based tensor API; 11 keeps this subset).
+"""TensorRT backend: one engine per exported (depth, k) graph, name-based tensor I/O.
 
-Engines are built from the exported ONNX graphs as *strongly typed* networks (the fp16
-graphs already carry their casts; TensorRT 11 drops weakly typed builds and the FP16
-builder flag), with SPARSE_WEIGHTS where the build offers it (2:4 weights) and a shared
-timing cache. Built engines are cached under `cache_dir` keyed by the graph's sha256, the
-TensorRT version and the build options, so a restart only deserialises.
-Device memory comes from torch's CUDA allocator (static tensors allocated once): tokens,
-start_pos, logits per engine and two KV buffers swapped after each step through
-`set_tensor_address`; `execute_async_v3` runs on the backend's own CUDA stream.
-Options: fp16 (True), sparse (True), cache_dir (<model>/trt_cache), workspace_mb (1024).
+Engines come from rtinfer.engine.EngineBuilder (TensorRT 10.x/11.x plan, SPARSE_WEIGHTS,
+timing cache, engine cache keyed by graph sha256 + TensorRT version + GPU + flags), so a
+restart, or a second process on the same Jetson, only deserialises.
+Device memory is owned here and allocated once from torch's CUDA allocator: per engine a
+token buffer and a logits buffer, one start_pos buffer, and TWO KV buffers (kv -> kv_out
+ping-pong, swapped after each step). Host side, tokens/start_pos/logits live in pinned
+memory, copied asynchronously on the backend's own CUDA stream; the step synchronises that
+stream once before returning. I/O dtypes are read from the engine (fp16 KV for fp16
+graphs, fp32 KV for weakly typed FP16 builds).
+CUDA graphs: after one warm-up `execute_async_v3`, the launch is captured on a
+torch.cuda.CUDAGraph, twice per engine (one graph per KV parity, since the tensor addresses
+are baked into a graph). A capture that fails falls back to plain `execute_async_v3` for
+that engine and is counted in `counters["graph_fallbacks"]`.
+Options: fp16 (True), sparse (True), cache_dir (<model>/trt_cache), workspace_mb (1024),
+opt_level (3), cuda_graphs (True), force_build (False).
 """
 from __future__ import annotations
-
-import hashlib
-from pathlib import Path
 
 import numpy as np
 
 from rtinfer.backends.base import Backend, BackendError
+
+IO_NAMES = ("tokens", "start_pos", "kv", "logits", "kv_out")
 
 
 class TensorRTBackend(Backend):
     name = "tensorrt"
 
     def _open(self, fp16: bool = True, sparse: bool = True, cache_dir=None,
-              workspace_mb: int = 1024) -> None:
+              workspace_mb: int = 1024, opt_level: int = 3, cuda_graphs: bool = True,
+              force_build: bool = False) -> None:
         try:
             import tensorrt as trt
             import torch
@@ -32,102 +38,145 @@ class TensorRTBackend(Backend):
             raise BackendError(f"tensorrt backend needs tensorrt and torch (CUDA) ({e})") from None
         if not torch.cuda.is_available():
             raise BackendError("tensorrt backend needs a CUDA device; use backend 'onnx'")
+        from rtinfer.engine import EngineBuilder
         self.trt, self.torch = trt, torch
-        self.dtype = "float16" if fp16 else "float32"
-        if not any(key[0] == self.dtype for key in self.model.graphs):
-            raise BackendError(f"no {self.dtype} graphs in {self.model.path}; export with fp16=True")
+        builder = EngineBuilder(cache_dir or self.model.path / "trt_cache",
+                                workspace_mb=workspace_mb, opt_level=opt_level)
+        self.build_report = builder.build_model(self.model, fp16=fp16, sparse=sparse,
+                                                force=force_build)
+        self.counters = {"graph_replays": 0, "plain_launches": 0, "graph_fallbacks": 0}
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
-        self._cache = Path(cache_dir or self.model.path / "trt_cache")
-        self._cache.mkdir(parents=True, exist_ok=True)
-        self._opts = dict(sparse=sparse, workspace_mb=workspace_mb)
-        dev = torch.device("cuda")
-        kv_dtype = torch.float16 if fp16 else torch.float32
-        V = int(self.model.config["vocab_size"])
+        self._stream = torch.cuda.Stream()
+        self._engines, self._ctx, self._graphs = {}, {}, {}
+        for g in self.build_report["graphs"].values():
+            with open(g["engine"], "rb") as f:
+                engine = self._runtime.deserialize_cuda_engine(f.read())
+            if engine is None:
+                raise BackendError(f"{g['engine']}: TensorRT cannot deserialise it; delete it "
+                                   "(or pass force_build=True) to rebuild")
+            self._engines[(g["depth"], g["k"])] = engine
+        self._allocate()
+        if cuda_graphs:
+            for key in self._ctx:
+                self._capture(key)
+        self.reset()
+
+    # --- buffers ----------------------------------------------------------------------
+    def _dtype(self, engine, name: str):
+        trt, torch = self.trt, self.torch
+        table = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16,
+                 trt.DataType.INT32: torch.int32}
+        for trt_name, torch_dtype in (("INT64", torch.int64), ("BF16", torch.bfloat16)):
+            if hasattr(trt.DataType, trt_name):
+                table[getattr(trt.DataType, trt_name)] = torch_dtype
+        dt = engine.get_tensor_dtype(name)
+        if dt not in table:
+            raise BackendError(f"engine tensor {name!r} has unsupported dtype {dt}")
+        return table[dt]
+
+    def _check_io(self, engine, key) -> None:
+        names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
+        if names != set(IO_NAMES):
+            raise BackendError(f"engine {key} has I/O {sorted(names)}, expected {list(IO_NAMES)}; "
+                               "re-export the model with models.export")
+        for n in IO_NAMES:
+            shape = tuple(engine.get_tensor_shape(n))
+            if any(d < 0 for d in shape):
+                raise BackendError(f"engine {key}: {n} has dynamic shape {shape}; graphs are static")
+        if tuple(engine.get_tensor_shape("tokens")) != (1, key[1]):
+            raise BackendError(f"engine {key}: tokens shape {tuple(engine.get_tensor_shape('tokens'))}")
+
+    def _allocate(self) -> None:
+        torch, dev = self.torch, self.torch.device("cuda")
+        first = next(iter(self._engines.values()))
+        kv_dtype = self._dtype(first, "kv")
         self._kv = [torch.zeros(self.model.kv_shape, dtype=kv_dtype, device=dev) for _ in range(2)]
         self._live = 0
-        self._start = torch.zeros(1, dtype=torch.int64, device=dev)
-        self._stream = torch.cuda.Stream()
-        self._ctx, self._tok, self._tok_dev, self._logits = {}, {}, {}, {}
-        for depth in self.depths:
-            for k in self._ks[depth]:
-                engine = self._engine(self.model.graph_path(self.dtype, depth, k))
-                ctx = engine.create_execution_context()
-                tok = np.full((1, k), self.pad, np.int64)
-                tok_dev = torch.from_numpy(tok).to(dev)
-                logits = torch.zeros((1, k, V), dtype=torch.float32, device=dev)
-                host = torch.zeros((1, k, V), dtype=torch.float32, pin_memory=True)
-                ctx.set_tensor_address("tokens", tok_dev.data_ptr())
-                ctx.set_tensor_address("start_pos", self._start.data_ptr())
-                ctx.set_tensor_address("logits", logits.data_ptr())
-                key = (depth, k)
-                self._ctx[key], self._tok[key], self._tok_dev[key] = (engine, ctx), tok, tok_dev
-                self._logits[key] = (logits, host, host.numpy())
+        start_dtype = self._dtype(first, "start_pos")
+        self._start_host = torch.zeros(1, dtype=start_dtype).pin_memory()
+        self._start = torch.zeros(1, dtype=start_dtype, device=dev)
+        self._tok, self._tok_host, self._tok_dev, self._logits = {}, {}, {}, {}
+        V = int(self.model.config["vocab_size"])
+        for key, engine in self._engines.items():
+            self._check_io(engine, key)
+            if self._dtype(engine, "kv") != kv_dtype:
+                raise BackendError(f"engine {key}: KV dtype differs from the other engines; rebuild")
+            k = key[1]
+            host = torch.full((1, k), self.pad, dtype=self._dtype(engine, "tokens")).pin_memory()
+            tok_dev = host.to(dev)
+            logits = torch.zeros((1, k, V), dtype=self._dtype(engine, "logits"), device=dev)
+            out = torch.zeros((1, k, V), dtype=torch.float32).pin_memory()
+            ctx = engine.create_execution_context()
+            ctx.set_tensor_address("tokens", tok_dev.data_ptr())
+            ctx.set_tensor_address("start_pos", self._start.data_ptr())
+            ctx.set_tensor_address("logits", logits.data_ptr())
+            self._ctx[key], self._tok_dev[key], self._tok_host[key] = ctx, tok_dev, host
+            self._tok[key], self._logits[key] = host.numpy(), (logits, out, out.numpy())
 
-    # --- engines ----------------------------------------------------------------------
-    def _engine(self, onnx_path: Path):
-        trt = self.trt
-        tag = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
-        opt = f"s{int(self._opts['sparse'])}"
-        path = self._cache / f"{onnx_path.stem}_{tag}_trt{trt.__version__}_{opt}.engine"
-        if not path.exists():
-            path.write_bytes(self._build(onnx_path))
-        engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
-        if engine is None:
-            raise BackendError(f"{path}: TensorRT cannot deserialise it; delete it to rebuild")
-        return engine
+    def _bind(self, ctx, live: int) -> None:
+        ctx.set_tensor_address("kv", self._kv[live].data_ptr())
+        ctx.set_tensor_address("kv_out", self._kv[live ^ 1].data_ptr())
 
-    def _build(self, onnx_path: Path) -> bytes:
-        trt = self.trt
-        builder = trt.Builder(self._logger)
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-        network = builder.create_network(flags)
-        parser = trt.OnnxParser(network, self._logger)
-        if not parser.parse(onnx_path.read_bytes(), path=str(onnx_path)):
-            errs = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-            raise BackendError(f"{onnx_path}: TensorRT cannot parse it: {errs}")
-        config = builder.create_builder_config()
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, self._opts["workspace_mb"] << 20)
-        if self._opts["sparse"] and hasattr(trt.BuilderFlag, "SPARSE_WEIGHTS"):
-            config.set_flag(trt.BuilderFlag.SPARSE_WEIGHTS)
-        timing = self._cache / "timing.cache"
-        cache = config.create_timing_cache(timing.read_bytes() if timing.exists() else b"")
-        config.set_timing_cache(cache, ignore_mismatch=False)
-        blob = builder.build_serialized_network(network, config)
-        if blob is None:
-            raise BackendError(f"{onnx_path}: TensorRT engine build failed (see its log)")
-        timing.write_bytes(memoryview(config.get_timing_cache().serialize()))
-        return bytes(memoryview(blob))
+    def _capture(self, key) -> None:
+        torch, ctx, stream = self.torch, self._ctx[key], self._stream
+        for live in (0, 1):
+            try:
+                self._bind(ctx, live)
+                with torch.cuda.stream(stream):  # warm-up flushes TensorRT's deferred setup
+                    if not ctx.execute_async_v3(stream.cuda_stream):
+                        raise RuntimeError("warm-up execute_async_v3 returned False")
+                stream.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                    ok = ctx.execute_async_v3(stream.cuda_stream)
+                if not ok:
+                    raise RuntimeError("execute_async_v3 returned False while capturing")
+                self._graphs[(key, live)] = graph
+            except Exception:  # any capture failure: plain launches for this engine, counted
+                self.counters["graph_fallbacks"] += 1
+                torch.cuda.synchronize()
 
     # --- stepping ---------------------------------------------------------------------
     def _tokens(self, depth: int, k: int) -> np.ndarray:
         return self._tok[(depth, k)]
 
     def _run(self, depth: int, k: int, start_pos: int) -> np.ndarray:
-        torch, key = self.torch, (depth, k)
-        _, ctx = self._ctx[key]
-        logits, host, host_np = self._logits[key]
-        with torch.cuda.stream(self._stream):
-            self._tok_dev[key].copy_(torch.from_numpy(self._tok[key]), non_blocking=False)
-            self._start.fill_(start_pos)
-            ctx.set_tensor_address("kv", self._kv[self._live].data_ptr())
-            ctx.set_tensor_address("kv_out", self._kv[self._live ^ 1].data_ptr())
-            if not ctx.execute_async_v3(self._stream.cuda_stream):
-                raise BackendError(f"TensorRT execute failed for depth {depth}, k {k}")
-            host.copy_(logits, non_blocking=True)
-        self._stream.synchronize()
+        torch, key, stream = self.torch, (depth, k), self._stream
+        logits, out, out_np = self._logits[key]
+        with torch.cuda.stream(stream):
+            self._start_host[0] = start_pos
+            self._start.copy_(self._start_host, non_blocking=True)
+            self._tok_dev[key].copy_(self._tok_host[key], non_blocking=True)
+            graph = self._graphs.get((key, self._live))
+            if graph is not None:
+                graph.replay()
+                self.counters["graph_replays"] += 1
+            else:
+                ctx = self._ctx[key]
+                self._bind(ctx, self._live)
+                if not ctx.execute_async_v3(stream.cuda_stream):
+                    raise BackendError(f"TensorRT execute failed for depth {depth}, k {k}")
+                self.counters["plain_launches"] += 1
+            out.copy_(logits, non_blocking=True)
+        stream.synchronize()
         self._live ^= 1
-        return host_np
+        return out_np
 
     def reset(self) -> None:
-        for kv in self._kv:
-            kv.zero_()
-        self.torch.cuda.synchronize()
+        with self.torch.cuda.stream(self._stream):
+            for kv in self._kv:
+                kv.zero_()
+        self._stream.synchronize()
 
     def snapshot(self, n_pos: int):
-        return n_pos, self._kv[self._live][..., :n_pos, :].clone()
+        with self.torch.cuda.stream(self._stream):
+            data = self._kv[self._live][..., :n_pos, :].clone()
+        self._stream.synchronize()
+        return n_pos, data
 
     def restore(self, snap) -> None:
         n_pos, data = snap
-        self._kv[self._live][..., :n_pos, :].copy_(data)
-        self.torch.cuda.synchronize()
+        with self.torch.cuda.stream(self._stream):
+            self._kv[self._live][..., :n_pos, :].copy_(data)
+        self._stream.synchronize()

@@ -1,0 +1,197 @@
+"""Launch-file validation: every mistake is reported with its file, line and a fix; and
+the shipped launch files are valid."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rtinfer.launchfile import RestartPolicy, load
+from rtinfer.launchyaml import LaunchError
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = """\
+name: t
+deadline_ms: 80
+seconds: 5
+rates: {policy_hz: 20}
+vars: {model: models/zoo/x}
+endpoints:
+  obs: ipc
+  actions: tcp://127.0.0.1:5599
+  control: {url: tcp://127.0.0.1:5598, curve: "off"}
+nodes:
+  - name: a
+    entry: tests.launch_fixtures:forever
+    args: ["${run_dir}/a.pid", "${endpoints.obs}", "${deadline_ms}", "${vars.model}",
+           "${rates.policy_hz}", "${endpoints.actions.server_key}", "${node.name}", 3]
+    cpus: [0]
+    priority: 10
+    restart: {policy: on-failure, max_restarts: 2, backoff_s: 0.1}
+"""
+TCP_KEYS = """    curve: required
+    server_key: keys/srv.key
+    allow: keys/clients
+"""
+
+
+def write(tmp_path, text: str) -> Path:
+    p = tmp_path / "l.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def good(tmp_path, replace: tuple[str, str] | None = None) -> Path:
+    text = GOOD.replace("  actions: tcp://127.0.0.1:5599\n",
+                        "  actions:\n    url: tcp://127.0.0.1:5599\n" + TCP_KEYS)
+    if replace:
+        assert replace[0] in text
+        text = text.replace(*replace)
+    return write(tmp_path, text)
+
+
+def error_of(path: Path, **kw) -> str:
+    with pytest.raises(LaunchError) as e:
+        load(path, **kw)
+    return str(e.value)
+
+
+def line_of(path: Path, needle: str) -> int:
+    return next(i for i, l in enumerate(path.read_text().splitlines(), 1) if needle in l)
+
+
+def test_valid_file_loads_with_defaults_and_policy(tmp_path):
+    spec = load(good(tmp_path))
+    a = spec.nodes[0]
+    assert (spec.name, spec.deadline_ms, a.cpus, a.priority, a.required) == ("t", 80, (0,), 10, True)
+    assert a.restart == RestartPolicy("on-failure", max_restarts=2, backoff_s=0.1)
+    assert spec.endpoints["actions"].curve and not spec.endpoints["control"].curve
+
+
+def test_substitution_fills_endpoints_values_and_node_fields(tmp_path):
+    spec = load(good(tmp_path))
+    argv = spec.argv(spec.nodes[0], spec.values(tmp_path / "run"))
+    run = str((tmp_path / "run").resolve())
+    assert argv == [f"{run}/a.pid", f"ipc://{run}/obs", "80", "models/zoo/x", "20",
+                    "keys/srv.key", "a", "3"]
+
+
+def test_overrides_replace_values_before_validation(tmp_path):
+    spec = load(good(tmp_path), {"deadline_ms": "50", "vars.model": "m2"})
+    argv = spec.argv(spec.nodes[0], spec.values(tmp_path))
+    assert argv[2:4] == ["50", "m2"]
+    with pytest.raises(LaunchError, match="can be overridden"):
+        load(good(tmp_path), {"nodes": "x"})
+
+
+def test_unknown_key_reports_line_and_suggestion(tmp_path):
+    p = good(tmp_path, ("    priority: 10\n", "    priority: 10\n    restrat: never\n"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'restrat')}:" in msg and "did you mean 'restart'" in msg
+
+
+def test_missing_module_reports_line(tmp_path):
+    p = good(tmp_path, ("tests.launch_fixtures:forever", "tests.no_such_module:main"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'no_such_module')}:" in msg and "not found" in msg
+
+
+def test_missing_function_reports_line(tmp_path):
+    p = good(tmp_path, ("launch_fixtures:forever", "launch_fixtures:nowhere"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'nowhere')}:" in msg and "no top-level 'nowhere'" in msg
+
+
+def test_entry_check_can_be_skipped(tmp_path):
+    load(good(tmp_path, ("launch_fixtures:forever", "launch_fixtures:nowhere")),
+         check_entries=False)
+
+
+def test_duplicate_endpoint_key_reports_both_lines(tmp_path):
+    p = good(tmp_path, ("  obs: ipc\n", "  obs: ipc\n  obs: ipc:///tmp/x\n"))
+    msg = error_of(p)
+    first = line_of(p, "obs: ipc")
+    assert f"{p}:{first + 1}:" in msg and f"first at line {first}" in msg
+
+
+def test_two_endpoints_with_one_address_are_rejected(tmp_path):
+    p = good(tmp_path, ("  obs: ipc\n", "  obs: ipc:///tmp/x\n  obs2: ipc:///tmp/x\n"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'obs2')}:" in msg and "same address as 'obs'" in msg
+
+
+def test_bad_types_report_line_and_expected_type(tmp_path):
+    p = good(tmp_path, ("deadline_ms: 80", "deadline_ms: fast"))
+    msg = error_of(p)
+    assert f"{p}:2:" in msg and "deadline_ms must be a number" in msg
+    p = good(tmp_path, ("cpus: [0]", "cpus: [zero]"))
+    assert f"{p}:{line_of(p, 'cpus')}:" in error_of(p)
+    p = good(tmp_path, ("priority: 10", "priority: 200"))
+    assert "1..99" in error_of(p)
+
+
+def test_unknown_reference_reports_line_and_suggestion(tmp_path):
+    p = good(tmp_path, ("${endpoints.obs}", "${endpoints.ob}"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'endpoints.ob}')}:" in msg and "unknown reference ${endpoints.ob}" in msg
+    assert "did you mean ${endpoints.obs}" in msg
+
+
+def test_tcp_endpoint_without_curve_keys_is_rejected(tmp_path):
+    p = good(tmp_path, (TCP_KEYS, "    curve: required\n"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'url: tcp://127.0.0.1:5599') - 1}:" in msg
+    assert "requires CURVE" in msg and "server_key" in msg and "allow" in msg
+    p = write(tmp_path, GOOD)  # shorthand tcp URL: CURVE is required by default
+    assert "requires CURVE" in error_of(p)
+
+
+def test_all_problems_are_reported_together_in_line_order(tmp_path):
+    p = good(tmp_path, ("name: t\n", "name: t\nbogus: 1\n"))
+    p.write_text(p.read_text().replace("${node.name}", "${nope}"))
+    msg = error_of(p)
+    assert "2 problems" in msg and msg.index("bogus") < msg.index("nope")
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    p = write(tmp_path, "nodes:\n  - name: [a\n")
+    assert f"{p}:" in error_of(p) and "YAML syntax" in error_of(p)
+
+
+def test_after_orders_start_and_rejects_cycles(tmp_path):
+    text = GOOD + ("  - name: b\n    entry: tests.launch_fixtures:forever\n    after: [c]\n"
+                   "  - name: c\n    entry: tests.launch_fixtures:forever\n")
+    p = write(tmp_path, text.replace("5599\n", "5599\n    # no tcp\n").replace(
+        "actions: tcp://127.0.0.1:5599", "actions: ipc"))
+    assert [n.name for n in load(p).nodes] == ["a", "c", "b"]
+    p.write_text(p.read_text() + "    after: [b]\n")
+    assert "cycle" in error_of(p)
+
+
+def test_hosts_select_nodes_and_ipc_cannot_cross_hosts(tmp_path):
+    spec = load(ROOT / "launch" / "two_hosts.yaml", check_entries=False)
+    with pytest.raises(LaunchError, match="--host"):
+        spec.nodes_for(None)
+    robot = {n.name for n in spec.nodes_for("robot")}
+    gpu = {n.name for n in spec.nodes_for("gpu")}
+    assert robot and gpu and not robot & gpu
+    with pytest.raises(LaunchError, match="no host"):
+        spec.nodes_for("moon")
+    text = GOOD.replace("actions: tcp://127.0.0.1:5599", "actions: ipc") + (
+        "    host: h1\n  - name: b\n    entry: tests.launch_fixtures:forever\n"
+        "    host: h2\n    args: ['${endpoints.obs}']\n")
+    assert "ipc works within one host" in error_of(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("name", ["conveyor_sorting", "jetson_orin", "two_hosts"])
+def test_shipped_launch_files_are_valid(name):
+    spec = load(ROOT / "launch" / f"{name}.yaml")
+    assert {"sim", "policy", "monitor"} <= {n.name for n in spec.nodes}
+
+
+@pytest.mark.parametrize("name", ["conveyor_sorting", "jetson_orin", "two_hosts"])
+def test_shipped_monitor_sections_are_monitor_configs(name):
+    from rtinfer.monitor_policy import MonitorConfig
+    spec = load(ROOT / "launch" / f"{name}.yaml", check_entries=False)
+    MonitorConfig.from_dict(spec.monitor)  # unknown keys raise

@@ -1,0 +1,346 @@
+"""The deadline monitor over real zmq sockets: synthetic trace/heartbeat messages in,
+budget/command decisions out; the CLI as a real process; the robot outlives the monitor."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from rtinfer.bus import Publisher, Subscriber
+from rtinfer.monitor import Monitor, load_config
+from rtinfer.monitor_policy import MonitorConfig
+from rtinfer.wire import now_ns
+
+MS = 1_000_000
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Rig:
+    """A robot publisher feeding a Monitor; a subscriber on the monitor's control output."""
+
+    def __init__(self, **cfg):
+        self.ctx = zmq.Context()
+        cfg = MonitorConfig(**{"ping_period_s": 0, "republish_s": 0.05, **cfg})
+        self.robot = Publisher("inproc://robot", "sim", ctx=self.ctx)
+        self.infer = Publisher("inproc://infer", "infer", ctx=self.ctx)
+        self.mon = Monitor(["inproc://robot", "inproc://infer"], "inproc://control", cfg,
+                           ctx=self.ctx)
+        self.ctl = Subscriber("inproc://control", ["budget", "command"], ctx=self.ctx)
+        self.cycle = 0
+        for _ in range(500):  # until the monitor hears us and we hear its periodic budget
+            self.robot.publish("health", {"node": "sync", "state": "ok", "counters": {}, "gauges": {}})
+            self.mon.spin_once(5)
+            if "sync" in self.mon.nodes and self.ctl.recv(5) is not None:
+                break
+        else:
+            raise AssertionError("monitor never connected")
+
+    def feed(self, e2e_ms, ttft_ms=None):
+        """One controller trace record per value; returns once the monitor has counted them."""
+        e2e_ms = np.atleast_1d(e2e_ms)
+        want = self.mon.policy.counters["cycles"] + len(e2e_ms)
+        for i, e in enumerate(e2e_ms):
+            t, e2e = now_ns(), int(e * MS)
+            st = {"capture": t - e2e, "apply": t}
+            if ttft_ms is not None:
+                st.update(obs_recv=t - e2e + MS, first_token=t - e2e + MS + int(ttft_ms[i] * MS))
+            self.cycle += 1
+            self.robot.publish("trace", {"node": "controller", "cycle": self.cycle, "stamps": st,
+                                         "fields": {}})
+            if i % 200 == 199:
+                self.spin_until(lambda: self.mon.policy.counters["cycles"] >= want - len(e2e_ms) + i + 1)
+        self.spin_until(lambda: self.mon.policy.counters["cycles"] >= want)
+
+    def spin_until(self, cond, timeout_s=10.0):
+        end = time.monotonic() + timeout_s
+        while not cond():
+            assert time.monotonic() < end, "condition not reached"
+            self.mon.spin_once(5)
+
+    def decisions(self):
+        """budget/command messages from the monitor, excluding periodic budget repeats."""
+        out = []
+        while (env := self.ctl.recv(20)) is not None:
+            if env.body["reason"] != "periodic":
+                out.append((env.topic, env.body))
+        return out
+
+    def kinds(self):
+        return [e.kind for e in self.mon.policy.events]
+
+    def close(self):
+        for s in (self.mon, self.robot, self.infer, self.ctl):
+            s.close()
+        self.ctx.term()
+
+
+@pytest.fixture
+def rig_factory():
+    rigs = []
+
+    def make(**cfg):
+        rigs.append(Rig(**cfg))
+        return rigs[-1]
+    yield make
+    for r in rigs:
+        r.close()
+
+
+BUDGET = dict(window=20, eval_every=10, min_samples=10, lower_margin_ms=20,
+              raise_margin_ms=50, raise_patience=2, hold_after_misses=1000)
+
+
+def test_budget_is_lowered_when_p99_slack_shrinks(rig_factory):
+    rig = rig_factory(**BUDGET)
+    rig.feed([40.0] * 20)  # slack 60 ms: nothing to do at level 0
+    assert rig.mon.policy.level == 0 and rig.decisions() == []
+    rig.feed([70.0] * 9 + [92.0])  # p99 of the window 92 ms: slack 8 ms < 20 ms margin
+    assert rig.mon.policy.level == 1
+    (topic, body), = rig.decisions()
+    assert topic == "budget" and body["level"] == 1 and "slack" in body["reason"]
+    ev = rig.mon.policy.events[-1]
+    assert ev.kind == "budget" and ev.values["from"] == 0 and ev.values["to"] == 1
+    assert ev.values["slack_p99_ms"] == pytest.approx(8.0)
+    assert rig.mon.policy.counters["misses"] == 0  # slack shrank, no deadline was missed
+
+
+def test_budget_is_raised_back_only_after_patience_above_the_hysteresis_band(rig_factory):
+    rig = rig_factory(**BUDGET)
+    rig.feed([90.0] * 10)
+    assert rig.mon.policy.level == 1
+    rig.feed([60.0] * 50)  # slack 40 ms: above the lower margin, inside the band: hold level
+    assert rig.mon.policy.level == 1
+    # slack 70 ms > 50 ms once the 20-cycle window holds only these: one evaluation
+    # above the band so far, not yet enough (patience 2)
+    rig.feed([30.0] * 20)
+    assert rig.mon.policy.level == 1
+    rig.feed([30.0] * 10)
+    assert rig.mon.policy.level == 0
+    got = rig.decisions()
+    assert [b["level"] for _, b in got] == [1, 0]
+    assert "for 2 evaluations" in got[-1][1]["reason"]
+    assert rig.kinds() == ["budget", "budget"]
+
+
+def test_safe_hold_after_n_consecutive_misses_and_clear_after_recovery(rig_factory):
+    rig = rig_factory(hold_after_misses=3, clear_after_s=0.3)
+    rig.feed([120, 130, 50, 110, 101])  # misses, but never 3 in a row
+    assert not rig.mon.policy.holding and rig.decisions() == []
+    assert rig.mon.policy.counters["misses"] == 4
+    rig.feed([150])
+    assert rig.mon.policy.holding
+    (topic, body), = rig.decisions()
+    assert topic == "command" and body["cmd"] == "safe_hold"
+    assert "3 consecutive deadline misses" in body["reason"]
+    rig.feed([40] * 5)
+    t_good = time.monotonic()
+    rig.spin_until(lambda: not rig.mon.policy.holding)
+    assert time.monotonic() - t_good >= 0.25  # not before the patience period
+    (topic, body), = rig.decisions()
+    assert topic == "command" and body["cmd"] == "clear" and "healthy" in body["reason"]
+    s = rig.mon.summary()
+    assert s["holds"] == 1 and s["clears"] == 1 and s["misses"] == 5 and not s["holding"]
+
+
+def test_dead_required_node_orders_safe_hold_and_its_return_clears(rig_factory):
+    rig = rig_factory(required=("infer",), node_periods={"infer": 0.05}, dead_after_periods=3,
+                      clear_after_s=0.2)
+
+    def beat():
+        rig.infer.publish("heartbeat", {"node": "infer", "sent_ns": now_ns()})
+        rig.mon.spin_once(10)
+    for _ in range(10):
+        beat()
+    assert rig.mon.nodes["infer"].alive and not rig.mon.policy.holding
+    rig.spin_until(lambda: rig.mon.policy.holding)  # infer went silent
+    assert rig.kinds()[-2:] == ["node_dead", "safe_hold"]
+    (topic, body), = rig.decisions()
+    assert body == {"cmd": "safe_hold", "reason": "required node dead: infer"}
+    assert not rig.mon.summary()["nodes"]["infer"]["alive"]
+    end = time.monotonic() + 10
+    while rig.mon.policy.holding and time.monotonic() < end:
+        beat()
+    assert rig.kinds()[-2:] == ["node_alive", "clear"]
+    assert [b["cmd"] for _, b in rig.decisions()] == ["clear"]
+    node = rig.mon.summary()["nodes"]["infer"]
+    assert node["alive"] and node["deaths"] == 1 and node["missed_periods"] >= 2
+
+
+def test_required_node_never_heard_of_is_dead_after_the_startup_grace(rig_factory):
+    rig = rig_factory(required=("infer",), startup_grace_s=0.2)
+    rig.spin_until(lambda: rig.mon.policy.holding)
+    assert "infer" in rig.mon.policy.events[-1].reason
+
+
+def test_every_event_carries_a_kind_a_reason_and_values(rig_factory):
+    rig = rig_factory(**{**BUDGET, "hold_after_misses": 2})
+    rig.feed([95.0] * 10 + [150.0, 150.0])
+    events = rig.mon.summary()["events"]
+    assert {e["kind"] for e in events} == {"budget", "safe_hold"}
+    for e in events:
+        assert e["reason"] and e["values"] and e["t_ns"] > 0
+    json.dumps(events)  # report-ready
+
+
+def test_summary_percentiles_match_numpy_within_hdr_precision(rig_factory):
+    rig = rig_factory(hold_after_misses=10**6)
+    rng = np.random.default_rng(7)
+    e2e = np.round(rng.lognormal(np.log(40), 0.4, 1000), 3)
+    ttft = np.round(rng.uniform(5, 25, 1000), 3)
+    rig.feed(e2e, ttft)
+    stages = rig.mon.summary()["stages_ms"]
+    for name, vals in (("e2e", e2e), ("ttft", ttft)):
+        got, v = stages[name], np.sort(vals)
+        assert got["count"] == len(v)
+        for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            k = int(np.ceil(q * len(v))) - 1  # numpy's order statistic, +- one rank
+            assert v[max(k - 1, 0)] * (1 - 2e-3) <= got[key] <= v[min(k + 1, len(v) - 1)] * (1 + 2e-3)
+        assert got["max"] == pytest.approx(v[-1], rel=2e-3)
+    assert rig.mon.summary()["misses"] == int(np.sum(e2e > 100))
+
+
+def test_config_loads_from_a_yaml_section_and_refuses_unknown_keys(tmp_path):
+    path = tmp_path / "launch.yaml"
+    path.write_text("monitor:\n  deadline_ms: 80\n  required: [infer, controller]\n")
+    cfg = load_config(str(path), deadline_ms=None)
+    assert cfg.deadline_ms == 80 and cfg.required == ("infer", "controller")
+    assert load_config(str(path), deadline_ms=50).deadline_ms == 50
+    with pytest.raises(ValueError, match="deadline"):
+        MonitorConfig.from_dict({"deadline": 80})
+    with pytest.raises(ValueError, match="hysteresis"):
+        MonitorConfig.from_dict({"lower_margin_ms": 30, "raise_margin_ms": 20})
+
+
+def _start_monitor(tmp_path, *args):
+    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.monitor", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    assert "ready" in line, line + proc.stdout.read()
+    return proc
+
+
+def test_cli_writes_its_report_and_exits_0_on_sigterm(tmp_path):
+    robot, ctl, report = f"ipc://{tmp_path}/robot", f"ipc://{tmp_path}/ctl", tmp_path / "r.json"
+    proc = _start_monitor(tmp_path, "--listen", robot, "--control", ctl, "--deadline-ms", "50",
+                          "--report", str(report))
+    try:
+        with Publisher(robot, "sim") as pub, Subscriber(ctl, ["heartbeat"]) as pings:
+            assert pings.recv(10_000) is not None  # the monitor is up and pinging
+            for i in range(200):
+                t = now_ns()
+                pub.publish("trace", {"node": "controller", "cycle": i, "fields": {},
+                                      "stamps": {"capture": t - 60 * MS, "apply": t}})
+                time.sleep(0.002)
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        proc.kill()
+    rep = json.loads(report.read_text())
+    assert rep["deadline_ms"] == 50 and rep["cycles"] > 0 and rep["misses"] == rep["cycles"]
+    assert rep["holding"] and rep["nodes"]["controller"]["messages"] == rep["cycles"]
+    assert rep["stages_ms"]["e2e"]["p50"] == pytest.approx(60, rel=0.01)
+
+
+def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
+    from controllers.hardware import Command, RobotState
+    from controllers.node import ControllerNode, NodeConfig
+    from rtinfer.heartbeat import HeartbeatResponder
+    from rtinfer.tokens import ActionTokenizer, TokenizerConfig
+
+    class Plant:
+        state = RobotState(0, np.array([0.0, 0.0, 0.2]), np.zeros(3))
+
+        def read(self):
+            return self.state
+
+        def write(self, cmd: Command):
+            pass
+
+    eps = {k: f"ipc://{tmp_path}/{k}" for k in ("robot", "act", "ctl")}
+    proc = _start_monitor(tmp_path, "--listen", eps["robot"], "--control", eps["ctl"])
+    tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))
+    enc = ActionTokenizer(tok)
+    policy = Publisher(eps["act"], "policy")
+    pub = Publisher(eps["robot"], "sim")
+    sub = Subscriber([eps["act"], eps["ctl"]], ["action_chunk", "command"])
+    pings = Subscriber(eps["ctl"], ["heartbeat"])
+    hb = HeartbeatResponder(pub, "controller")
+    node = ControllerNode(Plant(), NodeConfig(tokenizer=tok, deadline_ns=500 * MS), sub, pub)
+    sent = 0
+
+    def drive(seconds):
+        nonlocal sent
+        end, next_chunk = time.monotonic() + seconds, 0.0
+        while time.monotonic() < end:
+            if time.monotonic() >= next_chunk:  # a 20 Hz policy
+                next_chunk, sent = time.monotonic() + 0.05, sent + 1
+                toks = enc.encode(np.array([[0.01 * sent % 0.3, 0.0, 0.2, 0.0]] * 2))
+                capture = now_ns() - 5 * MS
+                for i in range(2):
+                    policy.publish("action_chunk", {
+                        "cycle": sent, "index": i, "count": 2, "tokens": toks[i],
+                        "values": enc.decode(toks[i]), "tokenizer": tok.hash,
+                        "period_ns": 50 * MS}, stamps={"capture": capture})
+            node.tick()
+            if node.counters["ticks"] % 10 == 0:
+                hb.poll(pings)
+            time.sleep(0.001)
+    try:
+        for _ in range(200):  # the policy's endpoint is connected before counting
+            drive(0.05)
+            if node.counters["chunks_accepted"]:
+                break
+        drive(1.0)
+        assert hb.counters["echoes"] > 0  # the monitor was alive and pinging
+        proc.kill()
+        proc.wait(10)
+        before = (sent, node.counters["chunks_accepted"])
+        drive(1.0)
+        c = node.counters
+        assert sent - before[0] > 5
+        assert c["chunks_accepted"] - before[1] == sent - before[0]  # every one, none lost
+        assert node.state == "run" and c["holds"] == 0 and c["commands"] == 0
+        assert not any(c[k] for k in c if k.startswith("rejected_"))
+    finally:
+        proc.kill()
+        for s in (policy, pub, sub, pings):
+            s.close()
+
+
+def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_dir, tmp_path):
+    from rtinfer.node import InferenceNode, NodeConfig
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl", "robot")}
+    robot = Publisher(eps["robot"], "sim")
+    mon = Monitor([eps["act"], eps["robot"]], eps["ctl"],
+                  MonitorConfig(ping_period_s=0.02, **BUDGET))
+    node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
+                         cfg=NodeConfig(name="infer", health_hz=20.0))
+    try:
+        end = time.monotonic() + 20
+        while not (mon.clocks.get("infer") and mon.clocks["infer"].count >= 5):
+            assert time.monotonic() < end, "no round trips with the inference node"
+            node.spin_once(5)
+            mon.spin_once(5)
+        est = mon.clocks["infer"]
+        assert abs(est.offset_ns) <= est.uncertainty_ns  # one host: one monotonic clock
+        assert mon.nodes["infer"].alive and mon.nodes["infer"].state == "run"
+        assert node.heartbeat.counters["echoes"] >= 5
+        while mon.policy.level == 0:  # slack 5 ms: the monitor lowers the budget
+            assert time.monotonic() < end, "budget never lowered"
+            t = now_ns()
+            robot.publish("trace", {"node": "controller", "cycle": 0, "fields": {},
+                                    "stamps": {"capture": t - 95 * MS, "apply": t}})
+            mon.spin_once(5)
+        while node.budget.monitor_level != 1:
+            assert time.monotonic() < end, "the node never heard the budget"
+            node.spin_once(5)
+            mon.spin_once(5)
+    finally:
+        for s in (node, mon, robot):
+            s.close()
