@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("--name", default="node")
     kg.set_defaults(func=_keys)
 
+    from rtinfer.launch import add_arguments as launch_arguments, run_args as launch_run
+    lp = sub.add_parser("launch", help="run a YAML launch file (nodes as supervised processes)")
+    launch_arguments(lp)
+    lp.set_defaults(func=launch_run)
+
     x = sub.add_parser("export", help="checkpoint -> model directory (ONNX graphs, tokenizer, card)")
     x.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
     x.add_argument("--out", required=True)

@@ -161,6 +161,21 @@ class Monitor:
         if cfg.republish_s > 0 and now >= self._next_republish:
             self._next_republish = now + int(cfg.republish_s * 1e9)
             self._send("budget", {"level": self.policy.level, "reason": "periodic"})
+            self._send("health", self.health())
+
+    def health(self) -> dict:
+        """`health` body for dashboards: the fleet view in counters and ms gauges (costs a
+        few ms of percentile work, so it goes out at the republish rate, not per message)."""
+        p = self.policy
+        gauges = {}
+        for stage in ("e2e", "ttft"):
+            us = self.hist[stage].percentiles_us()
+            gauges.update({f"{stage}_{q}_ms": us[q] / 1e3 for q in ("p50", "p99", "max")})
+        counters = {"cycles": p.counters["cycles"], "misses": p.counters["misses"],
+                    "holds": p.counters["holds"], "budget_changes": p.counters["budget_changes"],
+                    "level": p.level, "nodes_alive": sum(n.alive for n in self.nodes.values())}
+        return {"node": self.cfg.name, "state": "holding" if p.holding else "ok",
+                "counters": counters, "gauges": gauges}
 
     def _check_liveliness(self, now: int) -> list[str]:
         """Update alive flags (events on change); the required nodes that are dead."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from dataclasses import replace
 
@@ -69,9 +70,13 @@ class SimNode:
                                            "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
 
     def run(self, seconds: float) -> dict:
+        """Run the 1 kHz loop for `seconds`, or until stop() (e.g. from a signal handler)."""
         with realtime_gc():
             self.node.run(seconds)
         return self.report()
+
+    def stop(self) -> None:
+        self.node.state = "stopped"  # the loop ends after the current tick
 
     def report(self) -> dict:
         e2e = self.node.e2e.percentiles_us()
@@ -95,13 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--belt-speed", type=float, default=None)
     ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
+    ap.add_argument("--deadline-ms", type=float, default=100.0)
     ap.add_argument("--trace", default=None)
     ap.add_argument("--report", default=None, help="write the final report JSON here")
     a = ap.parse_args(argv)
     configure_realtime(cpus=None if a.cpu is None else [a.cpu])
     cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
     sim = SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
-                  trace_path=a.trace)
+                  trace_path=a.trace, deadline_ms=a.deadline_ms)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly and still write the report
+        signal.signal(sig, lambda *_: sim.stop())
     try:
         report = sim.run(a.seconds)
     finally:
