@@ -157,13 +157,15 @@ class Policy(nn.Module):
             x = self._run_block(l, x)
         return self.head(x)
 
-    def forward_all_exits(self, idx) -> dict[int, torch.Tensor]:
-        """One pass, logits at every depth in cfg.depths (for the early-exit loss)."""
+    def forward_all_exits(self, idx, positions=None) -> dict[int, torch.Tensor]:
+        """One pass, logits at every depth in cfg.depths (for the early-exit loss).
+        positions: optional (P,) index tensor; then logits are (B, P, V) at those positions
+        only (the head is a quarter of a training step's cost when applied everywhere)."""
         x, out = self._embed(idx), {}
         for l in range(self.cfg.n_layer):
             x = self._run_block(l, x)
             if l + 1 in self.cfg.depths:
-                out[l + 1] = self.head(x)
+                out[l + 1] = self.head(x if positions is None else x[:, positions])
         return out
 
     # --- deployment -------------------------------------------------------------------

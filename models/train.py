@@ -41,8 +41,9 @@ def action_loss(model: Policy, seqs: torch.Tensor, targets: torch.Tensor, a0: in
     (the runtime masks to it too). Returns (loss, token accuracy per exit)."""
     labels = seqs[:, targets + 1] - a0
     loss, acc = 0.0, {}
-    for depth, logits in model.forward_all_exits(seqs).items():
-        la = logits[:, targets, a0:a1]
+    # The last action token is never an input that matters, so the sequence stops before it.
+    for depth, logits in model.forward_all_exits(seqs[:, :-1], targets).items():
+        la = logits[:, :, a0:a1]
         loss = loss + weights[depth] * F.cross_entropy(la.reshape(-1, a1 - a0), labels.reshape(-1))
         acc[depth] = (la.argmax(-1) == labels).float().mean().item()
     return loss, acc

@@ -5,8 +5,8 @@
 The pure parts run anywhere and are unit-tested without TensorRT: `build_plan` (which
 ONNX file, which builder flags, strongly typed or not, per TensorRT version), `cache_key`,
 `profile_shapes`, the sparsity parsers (`sparse_layers` for engine-inspector JSON,
-`sparse_from_log` for the build log) and `BuildLog`. `EngineBuilder` needs `tensorrt` (+ torch for the GPU name) and a
-GPU; it is imported lazily by the tensorrt backend and by `main`.
+`sparse_from_log` for the build log) and `BuildLog`. `EngineBuilder` needs `tensorrt`,
+torch (for the GPU name) and a GPU; both are imported only when a builder is created.
 
 TensorRT 10 vs 11 (docs.nvidia.com "Migrating from TensorRT 10.x to 11.x"): 11 removes the
 weak-typing precision flags (BuilderFlag.FP16/BF16/INT8...) and every network is strongly
@@ -269,8 +269,8 @@ class EngineBuilder:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.workspace_mb, self.opt_level, self.log_severity = workspace_mb, opt_level, log_severity
         self.gpu_name, self.cc = gpu_identity()
-        tag = re.sub(r"[^A-Za-z0-9]+", "_", self.gpu_name)
-        self.timing_path = self.cache_dir / f"timing-trt{self.version}-{tag}-sm{self.cc[0]}{self.cc[1]}.cache"
+        tag = f"{re.sub(r'[^A-Za-z0-9]+', '_', self.gpu_name)}-sm{self.cc[0]}{self.cc[1]}"
+        self.timing_path = self.cache_dir / f"timing-trt{self.version}-{tag}.cache"
         self.builds = 0
 
     def build_model(self, md, *, fp16: bool, sparse: bool, force: bool = False) -> dict:

@@ -27,12 +27,14 @@ from .obs_tokens import ObsTokenizer, ObsTokenizerConfig
 
 
 def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | None = None,
-            show_progress: bool = True, noise_m: float = 0.0) -> dict:
+            show_progress: bool = True, noise_m: float = 0.0, noise_prob: float = 1.0) -> dict:
     """Run the expert for `episodes` episodes and write the dataset to `out`; returns a summary.
 
     noise_m > 0 (DART-style): the env executes the expert's chunk with Gaussian noise of
     this standard deviation (m) on x, y, z, while the dataset keeps the clean expert labels,
-    so the policy also sees states just off the expert's path and how to return from them."""
+    so the policy also sees states just off the expert's path and how to return from them.
+    noise_prob: the fraction of env steps that get noise (the rest run clean, so picks that
+    need millimetre alignment still happen)."""
     cfg = cfg or EnvConfig()
     rng = np.random.default_rng(seed)
     env = ConveyorSortEnv(cfg)
@@ -58,7 +60,7 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                                 ("held", obs["held"])):
                     rows[name].append(v)
                 executed = values
-                if noise_m > 0:
+                if noise_m > 0 and rng.random() < noise_prob:
                     executed = values.copy()
                     executed[:, :3] += rng.normal(0.0, noise_m, (len(values), 3)).astype(np.float32)
                 obs, reward, done, truncated, info = env.step(executed)
@@ -70,7 +72,7 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                 totals[c] += info[c]
             bar.update(task, advance=1, description=f"collecting ({totals['correct']} sorted)")
     resolved = totals["correct"] + totals["wrong"] + totals["missed"] + totals["dropped"]
-    summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "steps": len(rows["step"]), **totals,
+    summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "noise_prob": noise_prob, "steps": len(rows["step"]), **totals,
                "success_rate": totals["correct"] / resolved if resolved else 1.0}
     dtypes = {"reward": np.float32, "episode": np.int32, "step": np.int32}
     arrays = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in rows.items()}
@@ -91,9 +93,11 @@ def main(argv=None) -> None:
     ap.add_argument("--objects-per-episode", type=int, default=EnvConfig.episode_objects)
     ap.add_argument("--latency-ms", type=int, default=0)
     ap.add_argument("--noise-m", type=float, default=0.0, help="DART noise on executed xyz (m)")
+    ap.add_argument("--noise-prob", type=float, default=1.0, help="fraction of steps with noise")
     a = ap.parse_args(argv)
     cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms)
-    print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m)))
+    print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m,
+                             noise_prob=a.noise_prob)))
 
 
 if __name__ == "__main__":
