@@ -71,8 +71,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from rtinfer.bench.demo import run
-    return run(seconds=args.seconds)
+    from rtinfer.demo import run
+    return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
+               stress=args.stress, run_dir=args.run_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,13 +128,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--full", action="store_true", help="all metrics, not only the counts")
     e.set_defaults(func=_eval)
 
+    sub.add_parser("build-engine", help="build TensorRT engines for a model (see --help there)",
+                   add_help=False)
+
     d = sub.add_parser("demo", help="run the demo for a bounded time")
-    d.add_argument("--seconds", type=float, default=20.0)
+    d.add_argument("--seconds", type=float, default=60.0, help="sim seconds per run")
+    d.add_argument("--policy", default=None, help='"expert" or a model directory (default: '
+                   "the shipped models/zoo/conveyor-v1)")
+    d.add_argument("--report", default=None, help="write the final report JSON here")
+    d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
+    d.add_argument("--stress", choices=["cpu"], default=None,
+                   help="run under CPU load twice: fixed full depth vs the budget controller")
+    d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
     d.set_defaults(func=_demo)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
+        from rtinfer.engine import main as build_engine
+        return build_engine(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

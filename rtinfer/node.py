@@ -155,7 +155,8 @@ class InferenceNode:
                 if topic == "heartbeat":  # the monitor's ping: echo it (clock offsets)
                     self.heartbeat.on_ping(env)
                 elif topic == "budget":
-                    self.budget.set_monitor_level(env.body["level"])
+                    if self.cfg.auto_budget:  # a fixed-budget node ignores the monitor too
+                        self.budget.set_monitor_level(env.body["level"])
                 elif env.body["cmd"] == "stop":
                     self.running = False
                 else:
@@ -195,12 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--deadline-ms", type=float, default=100.0)
     p.add_argument("--no-prefix-cache", action="store_true")
+    p.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
+                   help="--no-budget: fixed full-quality level, ignoring slack and the monitor")
     p.add_argument("--sample", action="store_true")
     p.add_argument("--trace", default=None)
     p.add_argument("--seconds", type=float, default=None)
     a = p.parse_args(argv)
     cfg = NodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
                      prefix_cache=not a.no_prefix_cache, deadline_ms=a.deadline_ms,
+                     auto_budget=a.budget,
                      threads=a.threads, trace_path=a.trace)
     node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg)
     for sig in (signal.SIGINT, signal.SIGTERM):

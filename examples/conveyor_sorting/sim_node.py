@@ -53,8 +53,23 @@ class SimNode:
         self._health_every = 500                                   # cell metrics at 2 Hz
         self._tick = 0
         self.obs_sent = 0
+        self._end_ns = 0          # set when the cell starts: it runs `seconds` from then
+        self._seconds = 0.0
+        self._wait_until_ns = 0
+        self.frozen = True        # physics waits for the policy's first chunk (or wait_s)
 
     def _on_tick(self, state, now_ns: int) -> None:
+        if self.frozen:
+            # Observations go out, but the world stands still until the policy answers, so a
+            # slow policy start (loading sessions) does not cost objects.
+            if self.node.counters["chunks_accepted"] == 0 and now_ns < self._wait_until_ns:
+                self._tick += 1
+                if self._tick % self._obs_every == 0:
+                    self.pub.publish("obs", obs_body(observe(self.cell)), {"capture": now_ns})
+                return
+            self.frozen, self._end_ns = False, now_ns + int(self._seconds * 1e9)
+        if now_ns >= self._end_ns:
+            self.stop()
         self.cell.step()
         self._tick += 1
         if self._tick % self._obs_every == 0:
@@ -69,10 +84,13 @@ class SimNode:
                 k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
                                            "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
 
-    def run(self, seconds: float) -> dict:
-        """Run the 1 kHz loop for `seconds`, or until stop() (e.g. from a signal handler)."""
+    def run(self, seconds: float, wait_s: float = 30.0) -> dict:
+        """Run the 1 kHz loop: frozen until the first action chunk (at most wait_s), then
+        `seconds` of sim, or until stop() (e.g. from a signal handler)."""
+        from rtinfer.wire import now_ns
+        self._seconds, self._wait_until_ns = seconds, now_ns() + int(wait_s * 1e9)
         with realtime_gc():
-            self.node.run(seconds)
+            self.node.run(None)
         return self.report()
 
     def stop(self) -> None:
