@@ -8,6 +8,7 @@ decoded. The responder does the same work as the gRPC peer's (`respond_chunk`).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import numpy as np
 from rtinfer import wire
 
 HORIZON = 4
+MAX_LIFETIME_S = 900  # bounded even if the parent dies without killing it
 PROBE = 1 << 40  # cycle id of the connection probes (real cycles count from 0)
 
 
@@ -41,8 +43,9 @@ def _respond(obs_ep: str, act_ep: str) -> None:
     sub = Subscriber(obs_ep, ["obs"])
     pub = Publisher(act_ep, "responder", bind=False)
     tokens = np.zeros(4, np.int32)
-    while True:  # the parent kills this process when done
-        env = sub.recv(timeout_ms=1000)
+    parent, end = os.getppid(), time.monotonic() + MAX_LIFETIME_S
+    while os.getppid() == parent and time.monotonic() < end:  # the parent kills it when done
+        env = sub.recv(timeout_ms=200)
         if env is None:
             continue
         chunk = respond_chunk(env.body["values"]["state"], HORIZON)

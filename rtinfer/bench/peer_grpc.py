@@ -207,4 +207,5 @@ if __name__ == "__main__":
     ap.add_argument("--inference-latency", type=float, default=0.0)
     a = ap.parse_args()
     from rtinfer.bench import peer_grpc  # pickled classes must live in the module, not __main__
-    peer_grpc.serve(a.port, inference_latency=a.inference_latency).wait_for_termination()
+    server = peer_grpc.serve(a.port, inference_latency=a.inference_latency)
+    server.wait_for_termination(timeout=900)  # bounded even if the parent never kills it

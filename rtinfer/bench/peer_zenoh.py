@@ -99,6 +99,58 @@ def _subscribe(endpoint: str, count: int, ready: str, out: str) -> None:
         json.dump({"lat_ns": lat[:got[0]].tolist()}, f)
 
 
+NAME, PEER = "transport_vs_zenoh", "Zenoh (eclipse-zenoh, raw put/subscriber)"
+TARGET = 1 / 1.5  # rtinfer within 1.5x of Zenoh at p50
+
+
+def rows(messages: int, blocks: int, tmp: str, rate_hz: float = 1000.0,
+         payloads=("chunk", "image"), transports=("tcp", "ipc")) -> list[dict]:
+    """Per payload ("chunk": one action waypoint; "image": an obs with a 96x96x3 image) and
+    per transport (tcp loopback; ipc vs zenoh's unixsock-stream): rtinfer bus vs raw Zenoh,
+    blocks alternated A B A B, plus raw pyzmq (same bytes, no wire work) to split the gap."""
+    from rtinfer.bench.peer_oneway import one_way as zmq_one_way
+    from rtinfer.bench.peer_row import make_row, unavailable_row
+    from rtinfer.bench.transport import socket_free_port
+    ver = available()
+    if ver is None:
+        return [unavailable_row(NAME, PEER, "eclipse-zenoh is not installed "
+                                            "(pip install eclipse-zenoh)")]
+    out, per_block = [], max(1, messages // blocks)
+    for payload in payloads:
+        for transport in transports:
+            got: dict[str, list] = {"rtinfer": [], "zenoh": [], "raw": []}
+            for _ in range(blocks):
+                for path in got:
+                    if transport == "ipc":
+                        ep = f"unixsock-stream/{tmp}/z.sock" if path == "zenoh" else f"ipc://{tmp}/b"
+                    else:
+                        with socket_free_port() as port:
+                            ep = (f"tcp/127.0.0.1:{port}" if path == "zenoh"
+                                  else f"tcp://127.0.0.1:{port}")
+                    lat = one_way(ep, payload, per_block, rate_hz, tmp) if path == "zenoh" \
+                        else zmq_one_way(path, ep, payload, per_block, rate_hz, tmp)
+                    got[path].extend(lat.tolist())
+            row = make_row(NAME, PEER, ver, got["rtinfer"], got["zenoh"],
+                           target_speedup_p50=TARGET, variant=f"{payload}/{transport}",
+                           payload_bytes=_payload_bytes(payload), rate_hz=rate_hz, blocks=blocks,
+                           sent_per_path=blocks * per_block,
+                           raw_pyzmq_p50=_p(got["raw"], 50), raw_pyzmq_p99=_p(got["raw"], 99),
+                           peer_settings="peer mode, express=True, callback subscriber, "
+                                         "multicast scouting off, explicit loopback endpoints")
+            out.append(row)
+    return out
+
+
+def _p(samples, q):
+    from rtinfer.bench.peer_row import pct
+    return pct(samples, q)
+
+
+def _payload_bytes(payload: str) -> int:
+    topic, body = message_body(payload)
+    return len(wire.encode(topic, body, seq=0, src="bench", stamps={"capture": 0, "publish": 0}))
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", required=True)
