@@ -2,7 +2,7 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-SECONDS ?= 20
+SECONDS ?= 60
 
 .PHONY: demo test venv clean
 
