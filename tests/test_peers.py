@@ -36,7 +36,7 @@ def test_speedup_is_peer_over_rtinfer():
     assert row["runs"] == {"rtinfer": 10, "peer": 10}
 
 
-@pytest.mark.skipif(not _has("grpc"), reason="grpcio not installed")
+@pytest.mark.skipif(not (_has("grpc") and _has("google.protobuf")), reason="grpcio/protobuf missing")
 def test_roundtrip_row_compares_bus_with_lerobot_grpc(tmp_path):
     from rtinfer.bench import peer_roundtrip
     rows = peer_roundtrip.rows(QUICK.roundtrips, QUICK.blocks, str(tmp_path), warmup=2)

@@ -40,8 +40,9 @@ def rows(cycles: int, blocks: int, tmp: str, transport: str = "ipc", rate_hz: fl
     """One row per VARIANTS entry, `cycles` round trips per path each. Paced variants start
     a cycle every 1/rate_hz s (processes sleep in between, as a policy loop's do); the
     back-to-back one starts the next cycle at once (no idle wake-ups: the transport alone)."""
-    if package_version("grpcio") is None:
-        return [unavailable_row(NAME, PEER, "grpcio is not installed (pip install grpcio)")]
+    if package_version("grpcio") is None or package_version("protobuf") is None:
+        return [unavailable_row(NAME, PEER, "grpcio/protobuf not installed "
+                                            "(pip install 'rtinfer[bench]')")]
     from rtinfer.bench import peer_grpc
     port = _port()
     server = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.peer_grpc", "--port", str(port)])

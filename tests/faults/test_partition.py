@@ -1,0 +1,135 @@
+"""Partition and delay between an inference host and a robot host: two network namespaces
+joined by a veth pair (rtinfer.netns), tcp:// with CURVE, the fault proxy in the action path.
+
+    host a "gpu"   10.231.0.1: expert policy node, binds actions tcp://10.231.0.1:5556
+    host b "robot" 10.231.0.2: SimNode (instrumented), binds obs tcp://10.231.0.2:5555;
+                   its actions go through rtinfer.faultproxy at 127.0.0.1:6000 -> a:5556
+
+Needs root and `ip`; skips with the reason otherwise. The namespaces are removed afterwards.
+The CLOCK_MONOTONIC clock is not namespaced, so this process's fault times and the robot's
+transition times are on one clock.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rtinfer import keys, netns
+from rtinfer.wire import now_ns
+from tests.faults.common import LONG, PY, ROOT, stop, wait_for
+
+why = netns.available()
+pytestmark = [pytest.mark.skipif(why is not None, reason=f"netns: {why}"),
+              pytest.mark.timeout(240)]
+
+A, B = netns.ADDRS["a"], netns.ADDRS["b"]
+OBS, ACTIONS, PROXIED = f"tcp://{B}:5555", f"tcp://{A}:5556", "tcp://127.0.0.1:6000"
+DEADLINE_MS = 100.0
+
+
+def make_keys(d: Path) -> dict:
+    """gpu + robot (+ monitor) key pairs; each side's allow-list holds the other's key."""
+    paths = {n: keys.generate(d / "keys", n) for n in ("gpu", "robot", "monitor")}
+    allow = d / "keys" / "clients"
+    allow.mkdir()
+    for pub, _ in paths.values():
+        shutil.copy(pub, allow)
+    return {"paths": paths, "allow": str(allow)}
+
+
+@pytest.fixture
+def hosts():
+    hp = netns.HostPair("rtf").create()
+    try:
+        yield hp
+    finally:
+        hp.remove()
+
+
+def test_delay_and_cut_are_held_within_a_deadline_and_stale_chunks_never_applied(hosts):
+    d = Path(tempfile.mkdtemp(prefix="rtf-net-"))
+    k = make_keys(d)
+    p = k["paths"]
+    cmap = {OBS: {"allow": k["allow"]}, ACTIONS: {"allow": k["allow"]},
+            PROXIED: {"server_key": str(p["gpu"][0])}}
+    (d / "curve.json").write_text(json.dumps({**cmap, OBS: {"allow": k["allow"],
+                                                             "server_key": str(p["robot"][0])}}))
+    curve = ["--curve-map", str(d / "curve.json")]
+    out, ready = d / "robot.json", d / "ready"
+    proxy = hosts.popen("b", [PY, "-m", "rtinfer.faultproxy", "--listen", "127.0.0.1:6000",
+                              "--target", f"{A}:5556", "--lifetime-s", "200"], cwd=ROOT,
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proxy.stdout.readline().startswith("listening")
+    policy = hosts.popen("a", [PY, "-m", "tests.faults.curve_run", "expert",
+                               "--curve-secret", str(p["gpu"][1]), *curve,
+                               "--obs", OBS, "--actions", ACTIONS], cwd=ROOT)
+    robot = hosts.popen("b", [PY, "-m", "tests.faults.harness", "--obs", OBS, "--actions", PROXIED,
+                              "--seconds", "600", "--out", str(out), "--ready", str(ready),
+                              "--curve-secret", str(p["robot"][1]), *curve], cwd=ROOT)
+    events = {}
+
+    def say(cmd: str) -> None:
+        proxy.stdin.write(cmd + "\n")
+        proxy.stdin.flush()
+        assert proxy.stdout.readline().startswith("ok")
+
+    hold_s = 3.0 if LONG else 1.5
+    try:
+        assert wait_for(ready.exists, 90), "the robot never got a chunk across the namespaces"
+        time.sleep(hold_s)
+        say("delay 40"), say("jitter 30")      # within the deadline: tracked as usual
+        events["jitter"] = now_ns()
+        time.sleep(hold_s)
+        say("jitter 0"), say("delay 150")      # every chunk older than the deadline
+        events["delay"] = now_ns()
+        time.sleep(hold_s)
+        say("delay 0")
+        events["heal_delay"] = now_ns()
+        time.sleep(hold_s + 1.0)
+        hosts.link(False)                      # full partition
+        events["cut"] = now_ns()
+        time.sleep(hold_s)
+        hosts.link(True)
+        events["heal_cut"] = now_ns()
+        assert wait_for(lambda: False, 4.0 if LONG else 3.0) is False
+    finally:
+        stop(robot, 30)
+        stop(policy)
+        proxy.stdin.close()
+        stop(proxy)
+    r = json.loads(out.read_text())
+    holds, resumes = r["holds"], r["resumes"]
+    gap = r["max_tick_gap_ms"]
+
+    def first(items, after, key=lambda x: x):
+        return next((key(x) for x in items if key(x) >= after), None)
+
+    delay_hold = first(holds, events["delay"], key=lambda h: h["at_ns"])
+    cut_hold = first(holds, events["cut"], key=lambda h: h["at_ns"])
+    figures = {
+        "rejected_stale": r["counters"]["rejected_stale"], "holds": len(holds),
+        "e2e_max_ms": r["e2e_max_ms"], "max_tick_gap_ms": gap,
+        "fresh_to_hold_ms": [h["after_fresh_ms"] for h in holds],
+        "delay_to_hold_ms": delay_hold and (delay_hold - events["delay"]) / 1e6,
+        "cut_to_hold_ms": cut_hold and (cut_hold - events["cut"]) / 1e6,
+        "heal_delay_to_resume_ms": (first(resumes, events["heal_delay"]) - events["heal_delay"]) / 1e6
+        if first(resumes, events["heal_delay"]) else None,
+        "heal_cut_to_resume_ms": (first(resumes, events["heal_cut"]) - events["heal_cut"]) / 1e6
+        if first(resumes, events["heal_cut"]) else None,
+        "force_over_limit": r["force_over_limit"], "metrics": r["metrics"], "sub": r["sub"]}
+    print("partition figures:", json.dumps(figures))
+    assert r["counters"]["rejected_stale"] > 0        # the delayed chunks arrived and were refused
+    assert r["e2e_max_ms"] <= DEADLINE_MS + gap + 1.0  # and none stale was ever applied
+    assert delay_hold is not None and delay_hold < events["heal_delay"]
+    assert cut_hold is not None and cut_hold < events["heal_cut"]
+    for h in holds:  # every hold: at the first tick after a deadline without a fresh chunk
+        assert DEADLINE_MS < h["after_fresh_ms"] <= DEADLINE_MS + gap + 1.0, h
+    assert figures["heal_delay_to_resume_ms"] is not None, "no resume after the delay healed"
+    assert figures["heal_cut_to_resume_ms"] is not None, "no resume after the link came back"
+    assert r["force_over_limit"] == 0

@@ -1,0 +1,114 @@
+"""Policy node SIGKILLed mid-run: the robot holds on its own watchdog within one deadline of
+the last fresh chunk, never writes a force beyond its limit, the launcher restarts the
+policy (restart: on-failure) and tracking resumes.
+
+The robot (the real SimNode: MuJoCo cell + ControllerNode) runs in this process so the
+Recorder sees every tick on the controller's own clock; the policy (the scripted expert
+node) runs under the real launcher, and its process is killed from a helper thread.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from rtinfer.wire import now_ns
+from tests.faults.common import PY, ROOT, node_pids, percentile, stop, trials, wait_for
+from tests.faults.harness import Recorder
+
+N_TRIALS = trials(5, 20)
+DEADLINE_MS = 100.0
+
+LAUNCH = """\
+name: kill_policy
+endpoints: {{obs: ipc, actions: ipc}}
+nodes:
+  - name: policy
+    entry: examples.conveyor_sorting.expert_node:main
+    args: [--obs, "${{endpoints.obs}}", --actions, "${{endpoints.actions}}"]
+    required: false
+    restart: {{policy: on-failure, max_restarts: {n}, window_s: 3600, backoff_s: 0.1,
+              backoff_max_s: 0.1}}
+    stop_grace_s: 2
+"""
+
+
+def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
+    """Kill the policy N_TRIALS times, each after a second of tracking; then stop the sim."""
+    node = sim.node
+    try:
+        for _ in range(N_TRIALS):
+            if not wait_for(lambda: node.state == "run", 60):
+                raise AssertionError(f"never tracking (state {node.state})")
+            held = len(rec.holds())
+            wait_for(lambda: False, 1.0)  # a second of normal tracking
+            pid = node_pids(run_dir / "launch.log")["policy"][-1]
+            t_kill = now_ns()
+            os.kill(pid, signal.SIGKILL)
+            if not wait_for(lambda: len(rec.holds()) > held and node.state == "run", 60):
+                raise AssertionError("no hold and resume after the kill")
+            hold, resume = rec.holds()[held], rec.resumes()[-1]
+            out.append({"pid": pid, "kill_to_hold_ms": (hold["at_ns"] - t_kill) / 1e6,
+                        "fresh_to_hold_ms": hold["after_fresh_ms"],
+                        "kill_to_resume_ms": (resume - t_kill) / 1e6})
+        wait_for(lambda: False, 1.0)
+    except BaseException as exc:  # reported by the test thread
+        errors.append(exc)
+    finally:
+        sim.stop()
+
+
+@pytest.mark.timeout(240)
+def test_policy_killed_robot_holds_within_a_deadline_and_resumes_after_restart():
+    from examples.conveyor_sorting.sim_node import SimNode
+    run_dir = Path(tempfile.mkdtemp(prefix="rtf-kill-"))  # short: ipc paths are <108 bytes
+    launch_file = run_dir / "kill.yaml"
+    launch_file.write_text(textwrap.dedent(LAUNCH.format(n=N_TRIALS + 5)))
+    launcher = subprocess.Popen([PY, "-m", "rtinfer.launch", str(launch_file), "--run-dir",
+                                 str(run_dir)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT)
+    sim = SimNode(f"ipc://{run_dir}/obs", f"ipc://{run_dir}/actions", deadline_ms=DEADLINE_MS)
+    rec = Recorder(sim)
+    results: list[dict] = []
+    errors: list = []
+    killer = threading.Thread(target=_killer, args=(sim, rec, run_dir, results, errors))
+    try:
+        killer.start()
+        sim.run(3600, wait_s=60)
+        killer.join(30)
+    finally:
+        sim.stop()
+        sim.close()
+        stop(launcher)
+    summary = json.loads((run_dir / "launch_summary.json").read_text())
+    s = rec.summary()
+    figures = {
+        "trials": len(results),
+        "fresh_to_hold_ms": {"max": max(r["fresh_to_hold_ms"] for r in results),
+                             "median": percentile([r["fresh_to_hold_ms"] for r in results], 0.5)},
+        "kill_to_resume_ms": {"max": max(r["kill_to_resume_ms"] for r in results),
+                              "median": percentile([r["kill_to_resume_ms"] for r in results], 0.5)},
+        "max_tick_gap_ms": s["max_tick_gap_ms"], "force_over_limit": s["force_over_limit"],
+        "max_force_ratio": s["max_force_ratio"], "e2e_max_ms": s["e2e_max_ms"],
+        "restarts": summary["nodes"]["policy"]["restarts"], "metrics": s["metrics"]}
+    print("policy-kill figures:", json.dumps(figures))
+    assert not errors, errors
+    assert len(results) == N_TRIALS
+    # Hold comes from the controller's own watchdog: at the first tick after a deadline of
+    # silence. On a loaded VM that tick can be late, by at most the longest tick gap seen.
+    for r in results:
+        assert r["fresh_to_hold_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0, r
+        assert r["fresh_to_hold_ms"] > DEADLINE_MS  # and never before the deadline is up
+    assert s["force_over_limit"] == 0
+    assert s["e2e_max_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0  # no stale chunk applied
+    assert summary["nodes"]["policy"]["restarts"] >= N_TRIALS
+    assert s["counters"]["chunks_accepted"] > 0
+    m = s["metrics"]
+    assert m["picked"] + m["correct"] > 0, m  # the cell was really being worked
