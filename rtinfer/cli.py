@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rtinfer import __version__
 
@@ -20,6 +21,12 @@ def _bench(args: argparse.Namespace) -> int:
     elif w == "jitter":
         from rtinfer.bench.jitter import run
         result = run(seconds=args.seconds, hz=args.hz)
+    elif w == "peers":
+        from rtinfer.bench import peers
+        result = peers.run(None if args.model == DEFAULT_MODEL and not Path(args.model).is_dir()
+                           else args.model, skip_bench_size=args.skip_bench_size,
+                           bench_model_dir=args.bench_model)
+        print(f"table written to {peers.write_markdown(result)}", file=sys.stderr)
     elif w in ("decode", "ttft"):
         from importlib import import_module
         result = import_module(f"rtinfer.bench.{w}").run(args.model, cycles=args.cycles,
@@ -82,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("bench", help="benchmarks, each against a baseline measured in the same run")
-    b.add_argument("what", choices=["transport", "jitter", "decode", "ttft", "backend"])
+    b.add_argument("what", choices=["transport", "jitter", "decode", "ttft", "backend", "peers"])
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument("--messages", type=int, default=5000, help="transport: messages per case")
     b.add_argument("--seconds", type=float, default=5.0, help="jitter: seconds per loop")
@@ -92,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", default="onnx", help="decode/ttft: backend")
     b.add_argument("--sizes", default="demo", choices=["demo", "demo,bench"],
                    help="backend: also a random-weight bench-size model (~350 MB per graph)")
+    b.add_argument("--skip-bench-size", action="store_true", help="peers: no bench-size model row")
+    b.add_argument("--bench-model", default=None, help="peers: reuse this bench-size model dir")
     b.set_defaults(func=_bench)
 
     r = sub.add_parser("report", help="latency table (and PNG) from a trace file")

@@ -45,6 +45,12 @@ def section(result: dict) -> str:
              f"Counts: {result['counts']}. Model: {result.get('model', '-')}.", "",
              "speedup = peer / rtinfer (above 1: rtinfer is lower). Latency rows are in us.", ""]
     lines += _cmp_table(cmp_rows)
+    zen = [r for r in by("transport_vs_zenoh") if r.get("peer_available", True)]
+    if zen:
+        lines += ["", "Zenoh target: rtinfer within 1.5x of Zenoh at p50 (speedup >= 0.667). "
+                      "Raw pyzmq with the same bytes and no wire work, p50/p99 (us): " + "; ".join(
+                          f"{r['variant']} {_f(r.get('raw_pyzmq_p50'))}/{_f(r.get('raw_pyzmq_p99'))}"
+                          for r in zen) + "."]
     loop = [r for r in by("loop_vs_naive_sleep") if r.get("peer_available", True)]
     if loop:
         lines += ["", "Loop lateness p99.9 (us): " + "; ".join(

@@ -99,9 +99,11 @@ def curve_patch(module, secret: str, curve_map: dict) -> None:
             CurveConfig(secret, server_public_key_file=e["server_key"])
 
     def pub(endpoint, src, *, bind=True, **kw):
+        kw.pop("curve", None)  # the monitor passes curve=None explicitly
         return Publisher(endpoint, src, bind=bind, curve=conf(endpoint, bind), **kw)
 
     def sub(endpoints, topics, *, bind=False, **kw):
+        kw.pop("curve", None)
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         s = Subscriber(eps[0], topics, bind=bind, curve=conf(eps[0], bind), **kw)
         for ep in eps[1:]:  # per-endpoint server keys: the bus takes one CurveConfig only
