@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from rtinfer.hist import LatencyHistogram
-from rtinfer.realtime import RateKeeper, configure_realtime
+from rtinfer.realtime import DEFAULT_RT_PRIORITY, RateKeeper, configure_realtime
 
 
 def _work(state: np.ndarray, out: np.ndarray) -> None:
@@ -48,7 +48,9 @@ def _naive_block(hz: float, ticks: int, hist: LatencyHistogram) -> float:
 
 def run(seconds: float = 5.0, hz: float = 1000.0, blocks: int = 5) -> dict:
     """Run each loop for `seconds` in total, alternated in `blocks`; percentiles in us."""
-    steps = configure_realtime(cpus=None, priority=None)
+    # SCHED_FIFO where permitted (as a launch file would run a control loop); the naive loop
+    # runs in the same process afterwards, so it gets the same scheduling: only pacing differs.
+    steps = configure_realtime(cpus=None, priority=DEFAULT_RT_PRIORITY)
     ticks = max(1, int(seconds * hz / blocks))
     rk_hist, naive_hist = LatencyHistogram(), LatencyHistogram()
     rk_s = naive_s = 0.0
