@@ -17,6 +17,7 @@ from rtinfer.tokens import TokenizerConfig
 
 from . import checkpoint
 from .export import export_all
+from .share import share_weights
 
 K_VERIFY = 8
 
@@ -35,10 +36,12 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) 
     prefixes = [1 + c, n_obs + 1, sequence.prefix_len(c, n_obs)]
     parity = export_all(ck.model, cfg, out, k_verify=k_verify, prefix_len=prefixes,
                         vocab=vocab, fp16=fp16)
+    sizes = share_weights(out)
     tok.save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(spec, indent=1))
     checkpoint.save(out / "policy", ck.model, vocab, meta)
     card = {"name": out.name, "params": ck.model.num_params(), "config": cfg.to_dict(),
+            "files": sizes,
             "training": {k: meta.get(k) for k in ("train_rows", "val_rows", "steps", "batch",
                                                    "train_seconds", "finetune_seconds",
                                                    "finetune_steps", "seed", "sparsity",

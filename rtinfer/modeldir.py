@@ -158,6 +158,13 @@ class ModelDir:
             if check_hashes and key[0] == "float32" and g.get("sha256") and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
                 raise BackendError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+        for name, digest in self.manifest.get("weights", {}).items():  # shared external data
+            f = self.path / name
+            if not f.exists():
+                raise BackendError(f"{f} (shared weights) is missing; re-export the model")
+            if check_hashes and not name.startswith("fp16") and \
+                    hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+                raise BackendError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
 
 
 def _json(path: Path, fix: str) -> dict:

@@ -143,19 +143,50 @@ def test_rogue_server_on_the_policys_port_is_never_applied_by_a_curve_client_con
     sub = Subscriber(ep, ["action_chunk", "command"],
                      curve=CurveConfig(paths["robot"][1], paths["policy"][0]))
     node = make_node(sub)
+    policy = CurveConfig(paths["policy"][1], allowed_clients_dir=allow)
     try:
-        for name, curve in (("rogue", CurveConfig(paths["rogue"][1], allowed_clients_dir=allow)),
-                            ("plain", None)):
-            with Publisher(ep, name, curve=curve) as imposter:  # binds the policy's port
-                send_flood([imposter], node, N_ROGUE)
+        # An imposter with its own key binds the policy's port: the handshake fails.
+        with Publisher(ep, "rogue", curve=CurveConfig(paths["rogue"][1],
+                                                      allowed_clients_dir=allow)) as imposter:
+            send_flood([imposter], node, N_ROGUE)
         assert node.counters["chunks_accepted"] == 0 and node.counters["commands"] == 0
-        assert sub.counters["received"] == 0
+        with Publisher(ep, "policy", curve=policy) as good:  # the real one comes back
+            send_good(good, node)
+        assert node.counters["chunks_accepted"] == N_GOOD
+        base = dict(node.counters)
+        # A plaintext imposter: mechanism mismatch, nothing passes either.
+        with Publisher(ep, "plain") as imposter:
+            send_flood([imposter], node, N_ROGUE)
+        applied = node.counters["chunks_accepted"] - base["chunks_accepted"]
+        print(f"rogue (client side): applied {applied} of {2 * N_ROGUE} imposter chunks; "
+              f"real policy {base['chunks_accepted']} of {N_GOOD}")
+        assert applied == 0 and node.counters["commands"] == base["commands"]
+        assert node.state != "stopped"
+    finally:
+        for s in (sub, *node._closers):
+            s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="libzmq 4.3: a CURVE client that met a plaintext "
+                   "server treats it as a protocol error and never reconnects; the robot "
+                   "holds safely but needs a restart (docs/reliability.md, gaps)")
+def test_curve_client_reconnects_to_the_real_policy_after_a_plaintext_imposter(certs):
+    paths, allow = certs
+    ep = f"tcp://127.0.0.1:{_free_port()}"
+    sub = Subscriber(ep, ["action_chunk", "command"],
+                     curve=CurveConfig(paths["robot"][1], paths["policy"][0]))
+    node = make_node(sub)
+    try:
+        with Publisher(ep, "plain") as imposter:
+            send_flood([imposter], node, 50)
         with Publisher(ep, "policy", curve=CurveConfig(paths["policy"][1],
                                                        allowed_clients_dir=allow)) as good:
-            send_good(good, node)
-        print(f"rogue (client side): applied 0 of {2 * N_ROGUE} chunks; real policy "
-              f"{node.counters['chunks_accepted']} of {N_GOOD}")
-        assert node.counters["chunks_accepted"] == N_GOOD and node.state != "stopped"
+            end = time.monotonic() + 5
+            while node.counters["commands"] == 0 and time.monotonic() < end:
+                good.publish("command", {"cmd": "clear", "reason": "sync"})
+                time.sleep(0.01)
+                node.tick()
+        assert node.counters["commands"] > 0
     finally:
         for s in (sub, *node._closers):
             s.close()

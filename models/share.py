@@ -1,0 +1,68 @@
+"""One weights file per model directory: every step graph references shared initializers.
+
+Each exported graph carries its own copy of the weights (a model directory holds ~7 graphs
+per precision), so the folder is ~7x the model size. `share_weights` moves every initializer
+into `weights.bin` beside the graphs (ONNX external data: location, offset, length), storing
+each distinct tensor once, and rewrites the manifest's sha256 entries. ONNX Runtime and
+TensorRT's parser both read external data relative to the graph file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from .export import MANIFEST
+
+WEIGHTS = "weights.bin"
+ALIGN = 64          # bytes: keeps every tensor aligned for mmap'd loads
+MIN_BYTES = 1024    # small constants stay inside the graph
+
+
+def _externalise(model: onnx.ModelProto, blob: bytearray, seen: dict) -> None:
+    for t in model.graph.initializer:
+        if not t.HasField("raw_data") or len(t.raw_data) < MIN_BYTES:
+            continue
+        key = hashlib.sha256(t.raw_data).digest()
+        if key not in seen:
+            blob.extend(b"\0" * (-len(blob) % ALIGN))
+            seen[key] = (len(blob), len(t.raw_data))
+            blob.extend(t.raw_data)
+        offset, length = seen[key]
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", WEIGHTS), ("offset", str(offset)), ("length", str(length))):
+            entry = t.external_data.add()
+            entry.key, entry.value = k, v
+
+
+def share_weights(out_dir) -> dict:
+    """Rewrite every graph listed in out_dir/graphs.json to use one weights.bin per folder
+    (fp32 graphs share out_dir/weights.bin, fp16 ones out_dir/fp16/weights.bin). Returns
+    bytes before and after."""
+    out = Path(out_dir)
+    manifest = json.loads((out / MANIFEST).read_text())
+    before = after = 0
+    by_folder: dict[Path, list[dict]] = {}
+    for g in manifest["graphs"]:
+        by_folder.setdefault((out / g["file"]).parent, []).append(g)
+    for folder, graphs in by_folder.items():
+        blob, seen = bytearray(), {}
+        for g in graphs:
+            path = out / g["file"]
+            before += path.stat().st_size
+            model = onnx.load(str(path))
+            _externalise(model, blob, seen)
+            onnx.save_model(model, str(path))
+            g["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            after += path.stat().st_size
+        (folder / WEIGHTS).write_bytes(bytes(blob))
+        after += len(blob)
+        manifest.setdefault("weights", {})[str(folder.relative_to(out) / WEIGHTS)] = \
+            hashlib.sha256(blob).hexdigest()
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return {"bytes_before": before, "bytes_after": after}
