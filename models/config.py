@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from rtinfer.vocab import VocabLayout
+
 
 @dataclass(frozen=True)
 class PolicyConfig:
@@ -81,13 +83,10 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True)
-class Vocab:
-    """Contiguous vocabulary layout: [specials][instruction][observation bins][action bins].
-
-    Action bins are one contiguous range so a decoder can mask logits to
-    `logits[..., action_start:action_stop]`. Methods accept ints, numpy arrays or torch
-    tensors (plain integer arithmetic); out-of-range ids raise ValueError.
-    """
+class Vocab(VocabLayout):
+    """rtinfer's VocabLayout (the ranges) with defaults, validation and checked mappings.
+    Methods accept ints, numpy arrays or torch tensors (plain integer arithmetic);
+    out-of-range ids raise ValueError."""
 
     n_instr: int
     n_obs_bins: int
@@ -100,32 +99,6 @@ class Vocab:
             raise ValueError(f"range sizes must be >= 0 and n_action_bins >= 1, got {self}")
         if len(set(self.specials)) != len(self.specials):
             raise ValueError(f"duplicate special tokens {self.specials}")
-
-    # --- ranges: [start, stop) in vocab ids -------------------------------------------
-    @property
-    def instr_start(self) -> int:
-        return len(self.specials)
-
-    @property
-    def obs_start(self) -> int:
-        return self.instr_start + self.n_instr
-
-    @property
-    def action_start(self) -> int:
-        return self.obs_start + self.n_obs_bins
-
-    @property
-    def action_stop(self) -> int:
-        return self.action_start + self.n_action_bins
-
-    @property
-    def size(self) -> int:
-        """vocab_size to put in PolicyConfig."""
-        return self.action_stop
-
-    def special(self, name: str) -> int:
-        """Vocab id of a special token, e.g. vocab.special("BOS")."""
-        return self.specials.index(name)
 
     # --- mappings ---------------------------------------------------------------------
     def instr_to_vocab(self, ids):

@@ -25,40 +25,9 @@ from rtinfer.backends.base import BackendError
 from rtinfer.obs_tokens import ObsTokens
 from rtinfer.sequence import prefix_len
 from rtinfer.tokens import TokenizerConfig
+from rtinfer.vocab import VocabLayout
 
 SPECIALS = ("PAD", "BOS", "SEP")
-
-
-@dataclass
-class VocabLayout:
-    """The slice of models.config.Vocab the runtime needs (rtinfer cannot import models)."""
-    n_instr: int
-    n_obs_bins: int
-    n_action_bins: int
-    specials: tuple[str, ...]
-
-    @property
-    def instr_start(self) -> int:
-        return len(self.specials)
-
-    @property
-    def obs_start(self) -> int:
-        return self.instr_start + self.n_instr
-
-    @property
-    def action_start(self) -> int:
-        return self.obs_start + self.n_obs_bins
-
-    @property
-    def action_stop(self) -> int:
-        return self.action_start + self.n_action_bins
-
-    @property
-    def size(self) -> int:
-        return self.action_stop
-
-    def special(self, name: str) -> int:
-        return self.specials.index(name)
 
 
 @dataclass

@@ -60,7 +60,7 @@ def test_malformed_observation_raises_obs_error(damage):
 
 
 def test_sequence_layout_puts_actions_after_sep():
-    from rtinfer.modeldir import VocabLayout
+    from rtinfer.vocab import VocabLayout
     v = VocabLayout(3, 16, 32, ("PAD", "BOS", "SEP", "EOS"))
     seq = build_sequence(v, [2, 0, 1], np.arange(11), np.arange(12).reshape(3, 4))
     pos = action_positions(3, 11, 12)
