@@ -27,9 +27,11 @@ class Policy(Protocol):
 
 def run_policy(make_policy: Callable[[ConveyorSortEnv], Policy], *, episodes: int,
                per_episode: int = 20, seed: int = 0, cfg: EnvConfig | None = None,
-               progress: Callable[[int], None] | None = None) -> dict:
+               progress: Callable[[int], None] | None = None,
+               instructions: list[list[int]] | None = None) -> dict:
     """`episodes` episodes of `per_episode` objects each; make_policy(env) builds the policy
-    once. progress: optional callable(episodes_done)."""
+    once. progress: optional callable(episodes_done). instructions: episode i uses
+    instructions[i % len] (class -> bin permutations) instead of a seeded random one."""
     cfg = replace(cfg or EnvConfig(), episode_objects=per_episode)
     cfg = replace(cfg, max_episode_s=max(cfg.max_episode_s, 10.0 * per_episode))
     env = ConveyorSortEnv(cfg)
@@ -37,7 +39,8 @@ def run_policy(make_policy: Callable[[ConveyorSortEnv], Policy], *, episodes: in
     total, steps, wall0 = Metrics(), 0, time.perf_counter()
     for episode in range(episodes):
         policy.reset()
-        obs, info = env.reset(seed=seed * 100_003 + episode)
+        opts = {"instruction": instructions[episode % len(instructions)]} if instructions else None
+        obs, info = env.reset(seed=seed * 100_003 + episode, options=opts)
         done = truncated = False
         while not (done or truncated):
             obs, _, done, truncated, info = env.step(policy.act(obs))

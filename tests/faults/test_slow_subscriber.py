@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rtinfer.bus import Publisher
-from tests.faults.common import LONG, PY, ROOT, percentile, stop
+from tests.faults.common import LONG, PY, ROOT, stop
 
 SECONDS = 10.0 if LONG else 2.0
 SUB = """
@@ -56,18 +56,19 @@ def body(i: int) -> dict:
 
 def flood(pub: Publisher, seconds: float) -> dict:
     """Publish as fast as possible; per-publish durations and RSS before/after (kB)."""
-    durations = []
+    durations = np.ones(3_000_000, np.int64)  # written now: its pages are not RSS growth
     for i in range(2000):  # warm up allocators and the pipe
         pub.publish("obs", body(i))
     rss0, c0 = rss_kb(), dict(pub.counters)
     end = time.monotonic() + seconds
     i = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end and i < len(durations):
         t = time.perf_counter_ns()
         pub.publish("obs", body(i))
-        durations.append(time.perf_counter_ns() - t)
+        durations[i] = time.perf_counter_ns() - t
         i += 1
-    return {"n": i, "max_ms": max(durations) / 1e6, "p99_us": percentile(durations, 0.99) / 1e3,
+    d = durations[:i]
+    return {"n": i, "max_ms": int(d.max()) / 1e6, "p99_us": float(np.percentile(d, 99)) / 1e3,
             "rss_growth_kb": rss_kb() - rss0, **{k: v - c0[k] for k, v in pub.counters.items()}}
 
 
@@ -89,7 +90,7 @@ def test_publisher_stays_bounded_and_non_blocking_with_a_slow_or_stuck_subscribe
     seen = json.loads(out.splitlines()[-1]) if mode == "slow" else {}
     print(f"{mode} count_drops={count_drops}:", json.dumps({**r, **seen}))
     assert r["max_ms"] < 50.0            # never blocked (gross bound, see module docstring)
-    assert r["rss_growth_kb"] < 64 * 1024  # HWM-bounded: no per-message growth
+    assert r["rss_growth_kb"] < 16 * 1024  # HWM-bounded: no per-message growth
     if count_drops:
         assert r["dropped"] > 0 and r["sent"] + r["dropped"] == r["n"]
     if mode == "slow":
