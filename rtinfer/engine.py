@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import re
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
 from rtinfer.backends.base import BackendError
+from rtinfer.engine_report import BuildLog, sparse_from_log, sparse_layers  # noqa: F401 (re-exported)
+
 
 __all__ = ["BuildPlan", "build_plan", "cache_key", "profile_shapes", "assert_static",
            "parse_version", "BuildLog", "sparse_layers", "sparse_from_log", "gpu_identity",
@@ -138,107 +136,6 @@ def profile_shapes(shapes: Mapping[str, Sequence],
     return out
 
 
-# --- build log and sparsity report (pure) ---------------------------------------------------
-SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE")
-_ELIGIBLE = re.compile(r"Layers eligible for sparse math:\s*(.*)$")
-_PICKED = re.compile(r"picked sparse implementation for layers:\s*(.*)$")
-
-
-class BuildLog:
-    """TensorRT builder messages at `min_severity` or worse, kept in `.lines` and appended to
-    `path` as they arrive; `.counts` counts every severity (also the filtered ones).
-    Thread-safe (TensorRT may log from its own threads). Close it (or use `with`)."""
-
-    def __init__(self, path, min_severity: str = "INFO"):
-        self.path, self.min = Path(path), SEVERITIES.index(min_severity)
-        self.lines: list[str] = []
-        self.counts = dict.fromkeys(SEVERITIES, 0)
-        self._lock = threading.Lock()
-        self._file = open(self.path, "w", encoding="utf-8")
-
-    def log(self, severity: str, msg: str) -> None:
-        sev = severity if severity in SEVERITIES else "INFO"
-        with self._lock:
-            self.counts[sev] += 1
-            if SEVERITIES.index(sev) <= self.min and not self._file.closed:
-                line = f"[{sev}] {msg}"
-                self.lines.append(line)
-                self._file.write(line + "\n")
-                self._file.flush()
-
-    def trt_logger(self, trt):
-        """A trt.ILogger forwarding here (keep it alive as long as the builder/runtime)."""
-        log = self.log
-
-        class _Logger(trt.ILogger):
-            def __init__(self):
-                trt.ILogger.__init__(self)
-
-            def log(self, severity, msg):
-                log(getattr(severity, "name", str(severity)).rsplit(".", 1)[-1], str(msg))
-
-        return _Logger()
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
-
-    def __enter__(self) -> "BuildLog":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def sparse_from_log(lines: Sequence[str]) -> dict[str, list[str]]:
-    """Layer names from TensorRT's '(Sparsity) Layers eligible for sparse math: a, b' and
-    '(Sparsity) TRT inference plan picked sparse implementation for layers: b' INFO lines."""
-    out: dict[str, list[str]] = {"eligible": [], "picked": []}
-    for line in lines:
-        for key, rx in (("eligible", _ELIGIBLE), ("picked", _PICKED)):
-            m = rx.search(line)
-            if m:
-                out[key] += [n.strip() for n in m.group(1).split(",") if n.strip()]
-    return out
-
-
-def sparse_layers(info) -> dict:
-    """Parse IEngineInspector.get_engine_information(LayerInformationFormat.JSON) (a str or
-    the decoded dict). A layer counts as sparse when its TacticName mentions "sparse" or it
-    has a truthy sparsity field. Tolerates LAYER_NAMES_ONLY output (layers as strings), the
-    TensorRT 10 and 11 schemas and junk: {"layers": n, "sparse": [...], "tactics": {...}}
-    plus "error" when the input was unusable."""
-    if isinstance(info, (str, bytes)):
-        try:
-            info = json.loads(info)
-        except ValueError as e:
-            return {"layers": 0, "sparse": [], "tactics": {}, "error": f"not JSON: {e}"}
-    layers = info.get("Layers") if isinstance(info, dict) else info
-    if not isinstance(layers, list):
-        why = info.get("error") if isinstance(info, dict) else None
-        return {"layers": 0, "sparse": [], "tactics": {}, "error": why or "no Layers list"}
-    sparse, tactics = [], {}
-    for i, layer in enumerate(layers):
-        if not isinstance(layer, dict):
-            continue
-        name = str(layer.get("Name", f"layer{i}"))
-        tactic = layer.get("TacticName")
-        if isinstance(tactic, str) and tactic:
-            tactics[name] = tactic
-        if (isinstance(tactic, str) and "sparse" in tactic.lower()) or _sparsity_field(layer):
-            sparse.append(name)
-    return {"layers": len(layers), "sparse": sparse, "tactics": tactics}
-
-
-def _sparsity_field(layer: dict) -> bool:
-    for k, v in layer.items():
-        if "sparsit" in k.lower() or k.lower().startswith("sparse"):
-            if isinstance(v, str):
-                return v.strip().lower() not in ("", "none", "false", "0", "dense", "disabled")
-            return bool(v)
-    return False
-
-
 # --- building (needs tensorrt + a GPU) ------------------------------------------------------
 def gpu_identity() -> tuple[str, tuple[int, int]]:
     """(GPU name, compute capability) of CUDA device 0, via torch."""
@@ -251,125 +148,12 @@ def gpu_identity() -> tuple[str, tuple[int, int]]:
     return torch.cuda.get_device_name(0), tuple(torch.cuda.get_device_capability(0))
 
 
-class EngineBuilder:
-    """Builds engines into `cache_dir` (<stem>-<key>.engine + .json report + .log build
-    log) and reuses them when the cache key matches; one timing cache file per TensorRT
-    version and GPU, shared by all builds. Blocks for seconds to minutes per graph
-    (autotuning); not thread-safe."""
-
-    def __init__(self, cache_dir, *, workspace_mb: int = 1024, opt_level: int = 3,
-                 log_severity: str = "INFO"):
-        try:
-            import tensorrt as trt
-        except ImportError as e:
-            raise BackendError(f"tensorrt is not importable ({e}); on Jetson it ships with "
-                               "JetPack, elsewhere pip install tensorrt") from None
-        self.trt, self.version = trt, trt.__version__
-        self.cache_dir = Path(cache_dir)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        self.workspace_mb, self.opt_level, self.log_severity = workspace_mb, opt_level, log_severity
-        self.gpu_name, self.cc = gpu_identity()
-        tag = f"{re.sub(r'[^A-Za-z0-9]+', '_', self.gpu_name)}-sm{self.cc[0]}{self.cc[1]}"
-        self.timing_path = self.cache_dir / f"timing-trt{self.version}-{tag}.cache"
-        self.builds = 0
-
-    def build_model(self, md, *, fp16: bool, sparse: bool, force: bool = False) -> dict:
-        """Engines for every (depth, k) graph of a ModelDir: {"plan", "trt_version", "gpu",
-        "graphs": {"d{depth}_k{k}": report with "engine" path, "depth", "k"}}."""
-        plan = build_plan(self.version, fp16, sparse, {key[0] for key in md.graphs})
-        graphs = {}
-        for (dtype, depth, k) in sorted(md.graphs):
-            if dtype == plan.onnx_dtype:
-                rep = self.build(md.graph_path(dtype, depth, k), plan, force=force)
-                graphs[f"d{depth}_k{k}"] = {**rep, "depth": depth, "k": k}
-        return {"plan": asdict(plan), "trt_version": self.version,
-                "gpu": f"{self.gpu_name} (sm_{self.cc[0]}{self.cc[1]})", "graphs": graphs}
-
-    def build(self, onnx_path, plan: BuildPlan, *, force: bool = False, ranges=None) -> dict:
-        """Engine for one ONNX file: cached if its key matches, else built. Returns the
-        build report (engine path, cached, sparse layers, build seconds, log path)."""
-        onnx_path = Path(onnx_path)
-        sha = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
-        key = cache_key(sha, self.version, self.gpu_name, self.cc, plan,
-                        workspace_mb=self.workspace_mb, opt_level=self.opt_level)
-        stem = self.cache_dir / f"{onnx_path.stem}-{key}"
-        engine, report = stem.with_suffix(".engine"), stem.with_suffix(".json")
-        if engine.exists() and report.exists() and not force:
-            return {**json.loads(report.read_text()), "cached": True}
-        t0 = time.perf_counter()
-        with BuildLog(stem.with_suffix(".log"), self.log_severity) as log:
-            blob, info = self._build(onnx_path, plan, log, ranges)
-        _atomic_write(engine, blob)
-        rep = {"onnx": str(onnx_path), "engine": str(engine), "key": key,
-               "build_s": round(time.perf_counter() - t0, 2), "log": str(log.path),
-               "warnings": log.counts["WARNING"], "errors": log.counts["ERROR"],
-               "inspector": sparse_layers(info), "sparse_log": sparse_from_log(log.lines)}
-        _atomic_write(report, json.dumps(rep, indent=1).encode())
-        self.builds += 1
-        return {**rep, "cached": False}
-
-    def _build(self, onnx_path: Path, plan: BuildPlan, log: BuildLog, ranges):
-        trt = self.trt
-        logger = log.trt_logger(trt)
-        builder = trt.Builder(logger)
-        flags = 0
-        if plan.strongly_typed and hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
-            flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-        network = builder.create_network(flags)
-        parser = trt.OnnxParser(network, logger)
-        if not parser.parse_from_file(str(onnx_path)):
-            errs = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-            raise BackendError(f"{onnx_path}: TensorRT cannot parse it: {errs}")
-        shapes = {network.get_input(i).name: tuple(network.get_input(i).shape)
-                  for i in range(network.num_inputs)}
-        if ranges is None:
-            assert_static(shapes)
-        config = builder.create_builder_config()
-        profiles = profile_shapes(shapes, ranges)
-        if profiles:
-            profile = builder.create_optimization_profile()
-            for name, (lo, opt, hi) in profiles.items():
-                profile.set_shape(name, lo, opt, hi)
-            config.add_optimization_profile(profile)
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, self.workspace_mb << 20)
-        config.builder_optimization_level = self.opt_level
-        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # tactic names for the report
-        for name in plan.flags:
-            flag = getattr(trt.BuilderFlag, name, None)
-            if flag is None:
-                raise BackendError(f"TensorRT {self.version} has no BuilderFlag.{name}; "
-                                   "see rtinfer.engine.build_plan")
-            config.set_flag(flag)
-        self._attach_timing_cache(config, log)
-        blob = builder.build_serialized_network(network, config)
-        if blob is None:
-            raise BackendError(f"{onnx_path}: TensorRT engine build failed; see {log.path}")
-        _atomic_write(self.timing_path, memoryview(config.get_timing_cache().serialize()))
-        return memoryview(blob), self._inspect(blob, logger)
-
-    def _attach_timing_cache(self, config, log: BuildLog) -> None:
-        data = self.timing_path.read_bytes() if self.timing_path.exists() else b""
-        cache = config.create_timing_cache(data)
-        if cache is None or not config.set_timing_cache(cache, ignore_mismatch=False):
-            log.log("WARNING", f"rtinfer: timing cache {self.timing_path} unusable; starting fresh")
-            config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
-
-    def _inspect(self, blob, logger) -> str:
-        trt = self.trt
-        try:  # inspection is a report, never a reason to fail a good build
-            engine = trt.Runtime(logger).deserialize_cuda_engine(blob)
-            return engine.create_engine_inspector().get_engine_information(
-                trt.LayerInformationFormat.JSON)
-        except Exception as e:  # TensorRT raises untyped errors across versions
-            return json.dumps({"error": f"{type(e).__name__}: {e}"})
-
-
-def _atomic_write(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
+def __getattr__(name: str):
+    # EngineBuilder lives in engine_build (it needs tensorrt at use); import it on first use.
+    if name == "EngineBuilder":
+        from rtinfer.engine_build import EngineBuilder
+        return EngineBuilder
+    raise AttributeError(f"module 'rtinfer.engine' has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -398,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 [k for k in md.graphs if k[0] == plan.onnx_dtype])}, indent=1))
             return 0
         t0 = time.perf_counter()
+        from rtinfer.engine_build import EngineBuilder
         builder = EngineBuilder(args.cache_dir or md.path / "trt_cache",
                                 workspace_mb=args.workspace_mb, opt_level=args.opt_level)
         report = builder.build_model(md, fp16=args.fp16, sparse=args.sparse, force=args.force)
