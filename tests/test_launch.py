@@ -3,7 +3,6 @@ are tests/launch_fixtures.py functions, and pid files prove what is left afterwa
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -51,4 +51,3 @@ def test_robot_keeps_tracking_when_the_monitor_is_killed_and_the_monitor_restart
     assert summary["nodes"]["monitor"]["restarts"] >= 1
     assert len(after) > 10  # a 20 Hz policy kept being applied after the kill
     assert max(gaps) < 1000.0  # no stall around the kill (the gross bound; 50 ms nominal)
-    assert sim["controller"]["commands"] == 0 or sim["controller"]["holds"] <= 1
