@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("build-engine", help="build TensorRT engines for a model (see --help there)",
                    add_help=False)
 
+    s = sub.add_parser("soak", help="the demo under mild stress for M minutes: RSS growth, misses")
+    s.add_argument("rest", nargs=argparse.REMAINDER, help="options of python -m rtinfer.soak")
+    s.set_defaults(func=lambda a: __import__("rtinfer.soak", fromlist=["main"]).main(a.rest))
+
     d = sub.add_parser("demo", help="run the demo for a bounded time")
     d.add_argument("--seconds", type=float, default=60.0, help="sim seconds per run")
     d.add_argument("--policy", default=None, help='"expert" or a model directory (default: '

@@ -67,7 +67,8 @@ NODE_KEYS = {"name": str, "entry": str, "args": list, "host": str, "cpus": list,
              "after": list, "stop_grace_s": float, "curve_secret": str}
 RESTART_KEYS = {"policy": str, "max_restarts": int, "window_s": float, "backoff_s": float,
                 "backoff_max_s": float}
-ENDPOINT_KEYS = {"url": str, "curve": str, "server_key": str, "allow": str}
+# YAML 1.1 reads a bare `off` as false: accept the bool and normalise it below.
+ENDPOINT_KEYS = {"url": str, "curve": (str, bool), "server_key": str, "allow": str}
 HOST_KEYS = {"address": str, "description": str}
 TCP = re.compile(r"^tcp://([^:/]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
 SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config", "curve_map")
@@ -134,6 +135,7 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
                         "give each endpoint its own address")
         seen[where] = name
         curve = body.get("curve", "required" if tcp else "off")
+        curve = {False: "off", True: "required"}.get(curve, curve) if isinstance(curve, bool) else curve
         if curve not in ("required", "off"):
             r.err(path + ("curve",), f"curve must be required or off, got {curve!r}")
         elif curve == "required" and not tcp:

@@ -195,3 +195,8 @@ def test_shipped_monitor_sections_are_monitor_configs(name):
     from rtinfer.monitor_policy import MonitorConfig
     spec = load(ROOT / "launch" / f"{name}.yaml", check_entries=False)
     MonitorConfig.from_dict(spec.monitor)  # unknown keys raise
+
+
+def test_bare_curve_off_is_read_as_off_not_as_a_yaml_boolean(tmp_path):
+    spec = load(good(tmp_path, ('curve: "off"', "curve: off")))
+    assert not spec.endpoints["control"].curve

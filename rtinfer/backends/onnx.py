@@ -63,6 +63,10 @@ class OnnxBackend(Backend):
                     sess = ort.InferenceSession(str(path), so, providers=prov)
                 except Exception as e:  # ORT raises its own untyped errors
                     raise BackendError(f"{path}: onnxruntime cannot load it ({e}); re-export") from None
+                shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
+                if shapes.get("tokens") != [1, k] or shapes.get("kv") != list(md.kv_shape):
+                    raise BackendError(f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
+                                       f"kv {list(md.kv_shape)}); stale or swapped files: re-export")
                 tok, logits = np.full((1, k), self.pad, np.int64), np.zeros((1, k, V), np.float32)
                 tok_ov, logits_ov = (ort.OrtValue.ortvalue_from_numpy(a) for a in (tok, logits))
                 binds = []

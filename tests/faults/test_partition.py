@@ -175,7 +175,7 @@ monitor: {{policy_node: policy, required: [], window: 50, hold_after_misses: 5}}
 
 def test_expert_demo_runs_across_two_hosts_over_tcp_with_curve(hosts):
     d = Path(tempfile.mkdtemp(prefix="rtf-demo-"))
-    k = make_keys(d)
+    make_keys(d)
     seconds = 30 if LONG else 10
     f = d / "netdemo.yaml"
     f.write_text(DEMO.format(seconds=seconds, a=A, b=B, k=d / "keys"))
