@@ -4,13 +4,14 @@ A message is the multipart ``[topic, *wire.encode_frames(...)]``. Subscription i
 topic prefix inside libzmq, so the subscriber also checks that the topic frame is one of
 its topics exactly and equals the envelope's topic ("obs" would otherwise match "obs2").
 
-Endpoints: ``ipc://`` on one host, ``tcp://`` across hosts (use CURVE, see keys.py),
+Endpoints: ``ipc://`` on one host, ``tcp://`` across hosts (use CURVE, see keys.py:
+``curve=`` is one CurveConfig for all endpoints or a mapping endpoint -> CurveConfig),
 ``inproc://`` for tests (both ends must share one zmq.Context: pass ``ctx=``).
 Neither class is thread-safe: use each from one thread (zmq sockets are not shareable).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence, Union
 
 import zmq
 from zmq import zmq_poll
@@ -26,12 +27,17 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 
+# One config for every endpoint of the socket, or one per endpoint (unlisted: plaintext),
+# e.g. from keys.curve_configs: a Subscriber connecting to two CURVE servers needs the
+# public key of each.
+Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
+
 
 class _BusSocket:
     """Context/socket/CURVE lifecycle shared by Publisher and Subscriber."""
 
     def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
-                 ctx: zmq.Context | None, curve: CurveConfig | None,
+                 ctx: zmq.Context | None, curve: Curve,
                  options: Sequence[tuple[int, int | bytes]] = ()) -> None:
         self._own_ctx = ctx is None
         self._ctx = zmq.Context() if ctx is None else ctx
@@ -44,12 +50,21 @@ class _BusSocket:
             self._sock.setsockopt(zmq.RCVHWM, hwm)
             for opt, value in options:  # before bind/connect, so peers see them at handshake
                 self._sock.setsockopt(opt, value)
-            if curve is not None:
-                secure_socket(self._sock, curve, server=bind)
-                if bind:  # the ZAP handler must run before any client can handshake
-                    acquire_authenticator(self._ctx, curve.allowed_clients_dir)
-                    self._auth = True
-            for ep in endpoints:  # pyzmq's errors name the endpoint
+            per_ep = [curve if isinstance(curve, CurveConfig) or curve is None
+                      else curve.get(ep) for ep in endpoints]
+            allow = {c.allowed_clients_dir for c in per_ep if c is not None}
+            if bind and allow:  # the ZAP handler must run before any client can handshake
+                if len(allow) > 1:
+                    raise ValueError(f"one socket binds {endpoints} with different allow-lists")
+                acquire_authenticator(self._ctx, allow.pop())
+                self._auth = True
+            for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
+                # libzmq copies the security options at each bind/connect, so each
+                # endpoint gets its own server key (or none: CURVE_SERVER=0 means NULL).
+                if cfg is not None:
+                    secure_socket(self._sock, cfg, server=bind)
+                elif curve is not None:
+                    self._sock.curve_server = False
                 if bind:
                     self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
                     self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
@@ -93,7 +108,7 @@ class Publisher(_BusSocket):
     """
 
     def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
-                 ctx: zmq.Context | None = None, curve: CurveConfig | None = None,
+                 ctx: zmq.Context | None = None, curve: Curve = None,
                  oob_bytes: int = 65536, count_drops: bool = False) -> None:
         options = [(zmq.XPUB_NODROP, 1)] if count_drops else []
         super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve,
@@ -187,7 +202,7 @@ class Subscriber(_BusSocket):
 
     def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
                  bind: bool = False, latest_only: bool = False, hwm: int = 1000,
-                 ctx: zmq.Context | None = None, curve: CurveConfig | None = None,
+                 ctx: zmq.Context | None = None, curve: Curve = None,
                  max_bytes: int = DEFAULT_MAX_BYTES, alive_periods: float = 3.0,
                  max_age_ns: int | None = None) -> None:
         if not topics or any(not t for t in topics):

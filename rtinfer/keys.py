@@ -5,14 +5,21 @@ allow-list directory of public keys (``*.key`` files) through a ZAP authenticato
 on its zmq.Context; the side that CONNECTS is a client and must know the server's public
 key. CURVE is off unless a CurveConfig is given; use it for anything that crosses a host
 (``requires_curve``). Secret keys are never printed or logged.
+
+Launched nodes get ``--curve-secret FILE`` (their own key pair) and ``--curve-map FILE``
+(the launcher's curve.json: ``{address: {server_key, allow}}``); ``curve_for`` turns the
+two into the CurveConfig of one endpoint, and ``curve_configs`` into the per-endpoint
+mapping that Publisher/Subscriber accept as ``curve=``.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import zmq
 import zmq.auth
@@ -31,6 +38,10 @@ class CurveConfig:
     secret_key_file: str | os.PathLike
     server_public_key_file: str | os.PathLike | None = None
     allowed_clients_dir: str | os.PathLike | None = None
+
+
+class CurveSetupError(ValueError):
+    """A key file, curve map or allow-list that cannot be used; the message says the fix."""
 
 
 def requires_curve(endpoint: str) -> bool:
@@ -137,3 +148,90 @@ def release_authenticator(ctx: zmq.Context) -> None:
             return
         del _auths[id(ctx)]
     entry[0].stop()
+
+
+def read_curve_map(path: str | os.PathLike) -> dict[str, dict]:
+    """The launcher's curve.json: {address: {"server_key": path, "allow": dir}}."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CurveSetupError(f"cannot read curve map {path}: {exc}; pass the curve.json the "
+                              "launcher wrote (--curve-map ${curve_map})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise CurveSetupError(f"curve map {path} is not {{address: {{server_key, allow}}}}")
+    return data
+
+
+def curve_for(endpoint: str, *, bind: bool, secret: str | None,
+              curve_map: str | os.PathLike | dict | None) -> CurveConfig | None:
+    """The CurveConfig for one endpoint, or None where the map does not list it (plaintext).
+
+    bind: this socket binds ``endpoint`` (CURVE server, checks the ``allow`` directory) or
+    connects to it (client, trusts ``server_key``). ``curve_map`` is a curve.json path or
+    its parsed dict. Every file is checked here, before any socket exists: a missing or
+    unreadable key, a missing allow-list, or a listed endpoint without ``secret`` raises
+    CurveSetupError naming the file and the fix.
+    """
+    if not curve_map:
+        return None
+    if isinstance(curve_map, dict):
+        return _curve_for(endpoint, bind, secret, curve_map, "the curve map")
+    return _curve_for(endpoint, bind, secret, read_curve_map(curve_map), str(curve_map))
+
+
+def _curve_for(endpoint: str, bind: bool, secret: str | None, table: dict,
+               source: str) -> CurveConfig | None:
+    entry = table.get(endpoint)
+    if entry is None or not requires_curve(endpoint):
+        return None
+    if not secret:
+        raise CurveSetupError(f"{endpoint} requires CURVE ({source}) but this node has no key: "
+                              "pass --curve-secret FILE.key_secret (in a launch file: set "
+                              "curve_secret: on the node)")
+    try:
+        load_keypair(secret)
+    except OSError as exc:
+        raise CurveSetupError(f"cannot read secret key {secret}: {exc.strerror}; create it "
+                              "with `rtinfer keys generate DIR --name NAME`") from None
+    except ValueError as exc:
+        raise CurveSetupError(str(exc)) from None
+    if bind:
+        allow = entry.get("allow")
+        if not allow or not os.path.isdir(allow):
+            raise CurveSetupError(f"{endpoint}: allow-list directory {allow!r} ({source}) does "
+                                  "not exist; create it and copy the clients' public .key "
+                                  "files into it")
+        return CurveConfig(secret, allowed_clients_dir=allow)
+    server_key = entry.get("server_key")
+    try:
+        load_public(server_key)
+    except (OSError, ValueError, TypeError):
+        raise CurveSetupError(f"{endpoint}: cannot read the server's public key {server_key!r} "
+                              f"({source}); copy the .key of the node that binds it there") \
+            from None
+    return CurveConfig(secret, server_public_key_file=server_key)
+
+
+def curve_configs(*, binds: Iterable[str | None] = (), connects: Iterable[str | None] = (),
+                  secret: str | None = None, curve_map: str | os.PathLike | None = None
+                  ) -> dict[str, CurveConfig] | None:
+    """{endpoint: CurveConfig} for the CURVE endpoints a node binds and connects (None
+    entries in the lists are skipped); None if there are none, so ipc runs are unchanged.
+
+    The result is a valid ``curve=`` for every Publisher/Subscriber of the node: each socket
+    looks up its own endpoints. Raises CurveSetupError (see curve_for).
+    """
+    if not curve_map:
+        if secret:
+            raise CurveSetupError("--curve-secret needs --curve-map (the launcher's curve.json, "
+                                  "${curve_map}) to know which endpoints use CURVE")
+        return None
+    table = read_curve_map(curve_map)
+    out: dict[str, CurveConfig] = {}
+    for eps, bind in ((binds, True), (connects, False)):
+        for ep in eps:
+            cfg = _curve_for(ep, bind, secret, table, str(curve_map)) if ep else None
+            if cfg is not None:
+                out[ep] = cfg
+    return out or None

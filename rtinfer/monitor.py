@@ -27,6 +27,7 @@ import yaml
 from rtinfer.bus import Publisher, Subscriber
 from rtinfer.clocksync import OffsetEstimator
 from rtinfer.hist import LatencyHistogram
+from rtinfer.keys import CurveSetupError, curve_configs
 from rtinfer.monitor_policy import DeadlinePolicy, Event, MonitorConfig
 from rtinfer.wire import Envelope, now_ns
 
@@ -252,11 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default=None)
     ap.add_argument("--report", default=None, help="write the summary JSON here on exit")
     ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
+    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
     a = ap.parse_args(argv)
+    try:  # every key file is checked before any socket exists
+        curve = curve_configs(binds=[a.control], connects=a.listen, secret=a.curve_secret,
+                              curve_map=a.curve_map)
+    except CurveSetupError as exc:
+        ap.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = load_config(a.config, deadline_ms=a.deadline_ms, name=a.name,
                       required=tuple(a.required) if a.required is not None else None)
-    mon = Monitor(a.listen, a.control, cfg)
+    mon = Monitor(a.listen, a.control, cfg, curve=curve)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: mon.stop())
     print(f"{cfg.name}: ready (deadline {cfg.deadline_ms:g} ms)", flush=True)

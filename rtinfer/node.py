@@ -1,6 +1,7 @@
 """The inference node: obs in, streamed action waypoints out, under a compute budget.
 
-    python -m rtinfer.node --model DIR --obs ipc:///tmp/obs --actions ipc:///tmp/act
+    python -m rtinfer.node --model DIR --obs ipc:///tmp/obs --actions ipc:///tmp/act \
+        [--curve-secret K.key_secret --curve-map curve.json]     # CURVE on tcp endpoints
 
 Each cycle: newest `obs` (latest-only; skipped ones counted) -> tokens -> prefill (the
 instruction prefix stays KV-cached across cycles, re-prefilled only when the instruction
@@ -23,6 +24,7 @@ from rtinfer.budget import Budget, default_levels
 from rtinfer.bus import Publisher, Subscriber
 from rtinfer.heartbeat import HeartbeatResponder
 from rtinfer.hist import LatencyHistogram
+from rtinfer.keys import CurveSetupError, curve_configs
 from rtinfer.modeldir import ModelDir
 from rtinfer.runner import ChunkRunner
 from rtinfer.tokens import ActionTokenizer
@@ -49,7 +51,8 @@ class NodeConfig:
 class InferenceNode:
     def __init__(self, model_dir, obs_endpoint: str, action_endpoint: str, *,
                  control_endpoint: str | None = None, cfg: NodeConfig | None = None,
-                 backend_opts: dict | None = None, ctx=None):
+                 backend_opts: dict | None = None, ctx=None, curve=None):
+        """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
         self.cfg = cfg = cfg or NodeConfig()
         self.model = md = ModelDir.load(model_dir)
         opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
@@ -61,10 +64,10 @@ class InferenceNode:
         self.tokenizer = ActionTokenizer(md.tokenizer)
         self.budget = Budget(default_levels(md, self.decoder.k_verify),
                              int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
-        self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx)
-        self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx) \
-            if control_endpoint else None
-        self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx)
+        self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx, curve=curve)
+        self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
+                                  curve=curve) if control_endpoint else None
+        self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
         self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
         self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle")}
@@ -201,12 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", action="store_true")
     p.add_argument("--trace", default=None)
     p.add_argument("--seconds", type=float, default=None)
+    p.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
+    p.add_argument("--curve-map", default=None, help="the launcher's curve.json")
     a = p.parse_args(argv)
+    try:  # every key file is checked before any socket (or model) is set up
+        curve = curve_configs(binds=[a.actions], connects=[a.obs, a.control],
+                              secret=a.curve_secret, curve_map=a.curve_map)
+    except CurveSetupError as exc:
+        p.error(str(exc))
     cfg = NodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
                      prefix_cache=not a.no_prefix_cache, deadline_ms=a.deadline_ms,
                      auto_budget=a.budget,
                      threads=a.threads, trace_path=a.trace)
-    node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg)
+    node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
+                         curve=curve)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: node.stop())
     print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)

@@ -4,7 +4,8 @@ It answers the newest observation (latest-only), stamps `obs_recv`, `first_token
 `publish`, and sends each waypoint as its own `action_chunk` message, as the inference
 node does, so the robot side cannot tell the two apart.
 
-    python -m examples.conveyor_sorting.expert_node --obs ipc:///tmp/obs --actions ipc:///tmp/act
+    python -m examples.conveyor_sorting.expert_node --obs ipc:///tmp/obs --actions ipc:///tmp/act \
+        [--curve-secret K.key_secret --curve-map curve.json]
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import signal
 import sys
 
 from rtinfer.bus import Publisher, Subscriber
+from rtinfer.keys import CurveSetupError, curve_configs
 from rtinfer.wire import now_ns
 
 from .config import CellConfig, tokenizer_config
@@ -21,13 +23,15 @@ from .observe import obs_from_body
 
 
 def serve(obs_endpoint: str, actions_endpoint: str, *, seconds: float | None = None,
-          cell: CellConfig | None = None) -> dict:
-    """Serve until `seconds` pass or SIGTERM/SIGINT; returns counters."""
+          cell: CellConfig | None = None, curve=None) -> dict:
+    """Serve until `seconds` pass or SIGTERM/SIGINT; returns counters.
+
+    curve: bus ``curve=`` for both sockets (keys.curve_configs: per endpoint)."""
     cell = cell or CellConfig()
     tcfg = tokenizer_config(cell)
     expert = ScriptedExpert(cell, tcfg)
-    sub = Subscriber(obs_endpoint, ["obs"], latest_only=True)
-    pub = Publisher(actions_endpoint, "expert")  # a policy binds its action endpoint
+    sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, curve=curve)
+    pub = Publisher(actions_endpoint, "expert", curve=curve)  # a policy binds its action endpoint
     counters = {"cycles": 0, "skipped": 0, "bad_obs": 0}
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -65,8 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--obs", required=True)
     ap.add_argument("--actions", required=True)
     ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
+    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
     a = ap.parse_args(argv)
-    print(serve(a.obs, a.actions, seconds=a.seconds))
+    try:  # every key file is checked before any socket exists
+        curve = curve_configs(binds=[a.actions], connects=[a.obs], secret=a.curve_secret,
+                              curve_map=a.curve_map)
+    except CurveSetupError as exc:
+        ap.error(str(exc))
+    print(serve(a.obs, a.actions, seconds=a.seconds, curve=curve), flush=True)
     return 0
 
 

@@ -6,7 +6,7 @@ chunks arrive on the controller's subscriber (connected to the policy's and the 
 and trace go out on the obs publisher, which this process binds.
 
     python -m examples.conveyor_sorting.sim_node --obs ipc:///tmp/obs --actions ipc:///tmp/act \
-        --seconds 60 --report out.json
+        --seconds 60 --report out.json [--curve-secret K.key_secret --curve-map curve.json]
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from dataclasses import replace
 from controllers.node import ControllerNode, NodeConfig
 from rtinfer.bus import Publisher, Subscriber
 from rtinfer.heartbeat import HeartbeatResponder
+from rtinfer.keys import CurveSetupError, curve_configs
 from rtinfer.realtime import configure_realtime, realtime_gc
 from rtinfer.trace import TraceWriter
 
@@ -33,17 +34,19 @@ class SimNode:
     def __init__(self, obs_endpoint: str, actions_endpoint: str, *, control_endpoint: str | None = None,
                  cell: CellConfig | None = None,
                  policy_hz: float = 20.0, seed: int = 0, trace_path: str | None = None,
-                 deadline_ms: float = 100.0):
+                 deadline_ms: float = 100.0, curve=None):
+        """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
         self.cell = ConveyorCell(cell or CellConfig())
         self.cell.reset(seed)
         tok = tokenizer_config(self.cell.cfg)
-        self.pub = Publisher(obs_endpoint, "sim", bind=True)
+        self.pub = Publisher(obs_endpoint, "sim", bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
         self.sub = Subscriber([actions_endpoint] + ([control_endpoint] if control_endpoint else []),
-                              ["action_chunk", "command"])
+                              ["action_chunk", "command"], curve=curve)
         self.trace = TraceWriter(trace_path) if trace_path else None
         # Round-trip echoes for the monitor's clock-offset estimate go out on the obs PUB.
-        self.pings = Subscriber(control_endpoint, ["heartbeat"]) if control_endpoint else None
+        self.pings = Subscriber(control_endpoint, ["heartbeat"], curve=curve) \
+            if control_endpoint else None
         self.hb = HeartbeatResponder(self.pub, "controller")
         cfg = NodeConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
                          deadline_ns=int(deadline_ms * 1e6))
@@ -121,11 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-ms", type=float, default=100.0)
     ap.add_argument("--trace", default=None)
     ap.add_argument("--report", default=None, help="write the final report JSON here")
+    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
+    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
     a = ap.parse_args(argv)
+    try:  # every key file is checked before any socket exists
+        curve = curve_configs(binds=[a.obs], connects=[a.actions, a.control],
+                              secret=a.curve_secret, curve_map=a.curve_map)
+    except CurveSetupError as exc:
+        ap.error(str(exc))
     configure_realtime(cpus=None if a.cpu is None else [a.cpu])
     cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
     sim = SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
-                  trace_path=a.trace, deadline_ms=a.deadline_ms)
+                  trace_path=a.trace, deadline_ms=a.deadline_ms, curve=curve)
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly and still write the report
         signal.signal(sig, lambda *_: sim.stop())
     try:

@@ -9,9 +9,7 @@ Run as a process (e.g. inside a network namespace) it writes one JSON report:
     python -m tests.faults.harness --obs E --actions E --seconds S --out F \
         [--curve-secret K --curve-map M]
 
-The CURVE options are a test shim: the product nodes do not take --curve-secret yet, so
-`curve_patch` swaps the bus classes the sim module uses for ones configured from a
-curve map (address -> {server_key, allow}), exactly as a node should build them.
+The CURVE options are those of the product nodes (rtinfer.keys.curve_configs).
 """
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ import sys
 
 import numpy as np
 
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.keys import CurveConfig, load_public
+from rtinfer.keys import curve_configs
 
 
 class Recorder:
@@ -89,34 +86,6 @@ class Recorder:
                 "sub": dict(self.sim.sub.counters)}
 
 
-def curve_patch(module, secret: str, curve_map: dict) -> None:
-    """Make `module`'s Publisher/Subscriber use CURVE for the addresses in curve_map."""
-    def conf(ep: str, bind: bool):
-        e = curve_map.get(ep)
-        if e is None:
-            return None
-        return CurveConfig(secret, allowed_clients_dir=e["allow"]) if bind else \
-            CurveConfig(secret, server_public_key_file=e["server_key"])
-
-    def pub(endpoint, src, *, bind=True, **kw):
-        kw.pop("curve", None)  # the monitor passes curve=None explicitly
-        return Publisher(endpoint, src, bind=bind, curve=conf(endpoint, bind), **kw)
-
-    def sub(endpoints, topics, *, bind=False, **kw):
-        kw.pop("curve", None)
-        eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
-        s = Subscriber(eps[0], topics, bind=bind, curve=conf(eps[0], bind), **kw)
-        for ep in eps[1:]:  # per-endpoint server keys: the bus takes one CurveConfig only
-            c = conf(ep, bind)
-            if c is not None:
-                s._sock.curve_serverkey = load_public(c.server_public_key_file)
-            s._sock.connect(ep)
-            s.endpoints.append(ep)
-        return s
-
-    module.Publisher, module.Subscriber = pub, sub
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--obs", required=True)
@@ -128,11 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--curve-map", default=None)
     ap.add_argument("--ready", default=None, help="file to create once tracking starts")
     a = ap.parse_args(argv)
+    curve = curve_configs(binds=[a.obs], connects=[a.actions], secret=a.curve_secret,
+                          curve_map=a.curve_map)
     from examples.conveyor_sorting import sim_node
-    if a.curve_secret:
-        with open(a.curve_map) as f:
-            curve_patch(sim_node, a.curve_secret, json.load(f))
-    sim = sim_node.SimNode(a.obs, a.actions, deadline_ms=a.deadline_ms)
+    sim = sim_node.SimNode(a.obs, a.actions, deadline_ms=a.deadline_ms, curve=curve)
     rec = Recorder(sim)
     rec.ready_file = a.ready
     import signal

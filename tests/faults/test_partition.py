@@ -66,7 +66,7 @@ def test_delay_and_cut_are_held_within_a_deadline_and_stale_chunks_never_applied
                               "--target", f"{A}:5556", "--lifetime-s", "200"], cwd=ROOT,
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proxy.stdout.readline().startswith("listening")
-    policy = hosts.popen("a", [PY, "-m", "tests.faults.curve_run", "expert",
+    policy = hosts.popen("a", [PY, "-m", "examples.conveyor_sorting.expert_node",
                                "--curve-secret", str(p["gpu"][1]), *curve,
                                "--obs", OBS, "--actions", ACTIONS], cwd=ROOT)
     robot = hosts.popen("b", [PY, "-m", "tests.faults.harness", "--obs", OBS, "--actions", PROXIED,
@@ -147,7 +147,7 @@ endpoints:
 nodes:
   - name: sim
     host: robot
-    entry: tests.faults.curve_run:sim
+    entry: examples.conveyor_sorting.sim_node:main
     args: [--curve-secret, "${{node.curve_secret}}", --curve-map, "${{curve_map}}",
            --obs, "${{endpoints.obs}}", --actions, "${{endpoints.actions}}",
            --control, "${{endpoints.control}}", --seconds, "${{seconds}}",
@@ -155,7 +155,7 @@ nodes:
     curve_secret: {k}/robot.key_secret
   - name: monitor
     host: robot
-    entry: tests.faults.curve_run:monitor
+    entry: rtinfer.monitor:main
     args: [--curve-secret, "${{node.curve_secret}}", --curve-map, "${{curve_map}}",
            --listen, "${{endpoints.obs}}", "${{endpoints.actions}}",
            --control, "${{endpoints.control}}", --deadline-ms, "${{deadline_ms}}",
@@ -165,7 +165,7 @@ nodes:
     restart: on-failure
   - name: policy
     host: gpu
-    entry: tests.faults.curve_run:expert
+    entry: examples.conveyor_sorting.expert_node:main
     args: [--curve-secret, "${{node.curve_secret}}", --curve-map, "${{curve_map}}",
            --obs, "${{endpoints.obs}}", --actions, "${{endpoints.actions}}"]
     curve_secret: {k}/gpu.key_secret

@@ -1,0 +1,39 @@
+"""The shipped model directories: load, carry measured cards, keep 2:4 after export."""
+import json
+from pathlib import Path
+
+import pytest
+
+from rtinfer.modeldir import ModelDir
+
+ZOO = Path(__file__).resolve().parents[1] / "models" / "zoo"
+DENSE, SPARSE = ZOO / "conveyor-v1", ZOO / "conveyor-v1-sparse24"
+pytestmark = pytest.mark.skipif(not DENSE.is_dir(), reason="models/zoo/conveyor-v1 not built")
+
+
+@pytest.mark.parametrize("path", [DENSE, SPARSE], ids=["dense", "sparse24"])
+def test_shipped_model_loads_and_its_card_holds_measured_success(path):
+    md = ModelDir.load(path)
+    card = json.loads((path / "card.json").read_text())
+    assert set(card["success"]["seen_instructions"]) == {str(d) for d in md.config["exits"]} \
+        | {str(md.n_layer)}
+    assert card["success"]["held_out_instructions"] and card["success"]["belt_speed"]
+    assert card["training"]["train_rows"] > 0
+
+
+def test_sparse_model_keeps_two_of_four_in_every_exported_block_weight():
+    sparsity = pytest.importorskip("models.sparsity")
+    checked = 0
+    for onnx_file in sorted(SPARSE.glob("step_*.onnx")):
+        blocks = {n: ok for n, ok in sparsity.check_onnx_24(onnx_file).items()
+                  if n.startswith("blocks.")}
+        assert blocks and all(blocks.values()), onnx_file.name
+        checked += len(blocks)
+    assert checked > 0
+
+
+def test_dense_model_is_not_accidentally_sparse():
+    sparsity = pytest.importorskip("models.sparsity")
+    blocks = {n: ok for n, ok in sparsity.check_onnx_24(DENSE / "step_d6_k1.onnx").items()
+              if n.startswith("blocks.")}
+    assert blocks and not all(blocks.values())
