@@ -148,6 +148,11 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
     Raises LaunchError for an invalid file, unknown host or unusable run directory.
     """
     spec = load(path, overrides)
+    hosts = sorted({n.host for n in spec.nodes if n.host})
+    if check and host is None and len(hosts) > 1:  # a multi-host file: every host's share
+        shares = "; ".join(f"{h}: {', '.join(n.name for n in spec.nodes_for(h))}" for h in hosts)
+        print(f"{path}: ok ({shares})")
+        return 0
     nodes = spec.nodes_for(host)
     if check:
         print(f"{path}: ok ({', '.join(n.name for n in nodes)})")

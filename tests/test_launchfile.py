@@ -200,3 +200,13 @@ def test_shipped_monitor_sections_are_monitor_configs(name):
 def test_bare_curve_off_is_read_as_off_not_as_a_yaml_boolean(tmp_path):
     spec = load(good(tmp_path, ('curve: "off"', "curve: off")))
     assert not spec.endpoints["control"].curve
+
+
+def test_every_shipped_launch_file_checks_from_the_command_line():
+    import subprocess
+    import sys
+    for f in sorted((ROOT / "launch").glob("*.yaml")):
+        out = subprocess.run([sys.executable, "-m", "rtinfer.launch", str(f), "--check"],
+                             capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert ": ok (" in out.stdout
