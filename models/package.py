@@ -47,8 +47,9 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) 
                                                    "finetune_steps", "seed", "sparsity",
                                                    "held_out_instructions")},
             "val_token_accuracy": meta.get("val_token_accuracy"),
-            "parity": {"greedy_float32": parity.get("greedy_float32"),
-                       "greedy_float16": parity.get("greedy_float16"),
+            "parity": {"greedy_tokens_identical": {
+                           dt: parity.get(f"greedy_{dt}", {}).get("match")
+                           for dt in ("float32", "float16")},
                        "max_logit_diff": {n: g.get("max_abs_logits")
                                           for n, g in parity["graphs"].items()},
                        "weights_24": {n: g.get("weights_24") for n, g in parity["graphs"].items()}}}

@@ -64,10 +64,21 @@ def evaluate_tokens(model: Policy, demos: Demos, batch: int = 512) -> dict[int, 
     return {d: h / len(demos) for d, h in hits.items()}
 
 
+def instruction_weights(demos: Demos) -> np.ndarray:
+    """Per-row sampling weights that give every instruction the same share of batches, so
+    the policy cannot score well by learning the most frequent class -> bin mapping."""
+    _, inverse, counts = np.unique(demos.instructions, axis=0, return_inverse=True,
+                                   return_counts=True)
+    w = 1.0 / counts[inverse.reshape(-1)]
+    return w / w.sum()
+
+
 def fit(model: Policy, train: Demos, *, steps: int, batch: int, lr: float, seed: int,
-        desc: str, on_step=None) -> list[dict]:
-    """AdamW with warmup + cosine decay; returns the log (every 100 steps)."""
+        desc: str, on_step=None, balance: bool = True) -> list[dict]:
+    """AdamW with warmup + cosine decay; returns the log (every 100 steps). balance: sample
+    rows so that every instruction is equally frequent."""
     g = torch.Generator().manual_seed(seed)
+    weights = torch.from_numpy(instruction_weights(train)) if balance else None
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05, betas=(0.9, 0.95))
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (
@@ -78,7 +89,8 @@ def fit(model: Policy, train: Demos, *, steps: int, batch: int, lr: float, seed:
     with Progress() as bar:
         task = bar.add_task(desc, total=steps)
         for step in range(steps):
-            idx = torch.randint(len(seqs), (batch,), generator=g)
+            idx = torch.multinomial(weights, batch, replacement=True, generator=g) \
+                if weights is not None else torch.randint(len(seqs), (batch,), generator=g)
             loss, acc = action_loss(model, seqs[idx], t, v.action_start, v.action_stop, w)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -110,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-ctx", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--init", default=None, help="warm start from this checkpoint (same vocab)")
     a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
@@ -119,8 +132,14 @@ def main(argv: list[str] | None = None) -> int:
 
     demos = load(a.data, exclude_instructions=HELD_OUT_INSTRUCTIONS)
     train, val = split(demos, 0.05, a.seed)
-    cfg = PolicyConfig.demo(demos.vocab.size, max_ctx=a.max_ctx, layer_dropout=a.layer_dropout)
-    model = Policy(cfg)
+    if a.init:
+        model = checkpoint.load(a.init).model
+        cfg = model.cfg
+        if model.cfg.vocab_size != demos.vocab.size:
+            raise SystemExit(f"--init {a.init}: vocab size {cfg.vocab_size} != data's {demos.vocab.size}")
+    else:
+        cfg = PolicyConfig.demo(demos.vocab.size, max_ctx=a.max_ctx, layer_dropout=a.layer_dropout)
+        model = Policy(cfg)
     t0 = time.perf_counter()
     log = fit(model, train, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed, desc="train")
     dense_s = time.perf_counter() - t0
@@ -130,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             [list(h) for h in HELD_OUT_INSTRUCTIONS], "val_token_accuracy":
             {str(d): round(x, 4) for d, x in val_acc.items()}, "train_seconds": round(dense_s, 1),
             "steps": a.steps, "batch": a.batch, "seed": a.seed, "data": [str(d) for d in a.data],
+            "init": a.init, "balanced_instructions": True,
             "params": model.num_params()}
     checkpoint.save(out / "policy", model, demos.vocab, meta)
     result = {"dense": {**meta, "log": log}}
