@@ -82,7 +82,7 @@ def fit(model: Policy, train: Demos, *, steps: int, batch: int, lr: float, seed:
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05, betas=(0.9, 0.95))
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (
-        1 + math.cos(math.pi * min(1.0, s / steps))))
+        1 + math.cos(math.pi * min(1.0, s / max(steps, 1)))))
     v, t, w = train.vocab, torch.from_numpy(train.targets), exit_weights(model.cfg)
     seqs, log, t0 = torch.from_numpy(train.seqs), [], time.perf_counter()
     model.train()

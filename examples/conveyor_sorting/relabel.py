@@ -25,7 +25,11 @@ from .expert import ScriptedExpert
 from rtinfer.tokens import TokenizerConfig
 
 
-def relabel(paths: list[str], out: str, exclude: list[list[int]]) -> dict:
+def relabel(paths: list[str], out: str, exclude: list[list[int]], per_state: int = 0,
+            seed: int = 0) -> dict:
+    """per_state > 0: only that many other instructions per carry state (drawn at random), so
+    relabelled rows do not crowd out the picking states in training."""
+    rng = np.random.default_rng(seed)
     parts = []
     for p in paths:  # read every array once (NpzFile decompresses on each access)
         with np.load(p, allow_pickle=False) as z:
@@ -43,9 +47,10 @@ def relabel(paths: list[str], out: str, exclude: list[list[int]]) -> dict:
         carry = np.flatnonzero(held >= 0)
         for i in track(carry, description=f"relabel {len(carry)} carry states"):
             obs = {"objects": z["objects"][i], "gantry": z["gantry"][i], "held": z["held"][i]}
-            for perm in perms:
-                if list(z["instruction_tokens"][i]) == perm:
-                    continue
+            others = [p for p in perms if p != list(z["instruction_tokens"][i])]
+            if per_state:
+                others = [others[j] for j in rng.choice(len(others), per_state, replace=False)]
+            for perm in others:
                 expert.reset()  # a carry is decided from the observation alone
                 tokens, _ = expert.act_tokens({**obs, "instruction": np.int32(perm)})
                 rows["obs_tokens"].append(z["obs_tokens"][i])
@@ -63,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="+")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--per-state", type=int, default=0, help="other instructions per state (0: all)")
     ap.add_argument("--exclude", action="append", default=[],
                     help="held-out instruction, e.g. 2,0,1 (repeatable)")
     a = ap.parse_args(argv)
-    print(json.dumps(relabel(a.data, a.out, [[int(x) for x in e.split(",")] for e in a.exclude])))
+    print(json.dumps(relabel(a.data, a.out, [[int(x) for x in e.split(",")] for e in a.exclude],
+                             per_state=a.per_state)))
     return 0
 
 
