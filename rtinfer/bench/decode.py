@@ -19,13 +19,15 @@ from rtinfer.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.sequence import build_prefix
 
 
-def _stream(md, cycles: int, seed: int):
+def token_stream(md, cycles: int, seed: int):
+    """(instruction, observation) raw tokens per cycle: the model's recorded stream.npz if
+    it ships one, else the synthetic drifting stream."""
     recorded = md.path / "stream.npz"
     if recorded.exists():
         with np.load(recorded, allow_pickle=False) as z:
             instr, obs = z["instruction_tokens"], z["obs_tokens"]
         for i in range(min(cycles, len(obs))):
-            yield build_prefix(md.vocab, instr[i], obs[i])
+            yield instr[i].copy(), obs[i].copy()
         return
     rng = np.random.default_rng(seed)
     instr = rng.integers(0, md.obs.instr_classes, md.obs.instr_length)
@@ -33,6 +35,11 @@ def _stream(md, cycles: int, seed: int):
     for _ in range(cycles):
         idx = rng.integers(0, md.obs.length, 2)
         obs[idx] = np.clip(obs[idx] + rng.integers(-1, 2, 2), 0, md.obs.bins - 1)
+        yield instr.copy(), obs.copy()
+
+
+def _stream(md, cycles: int, seed: int):
+    for instr, obs in token_stream(md, cycles, seed):
         yield build_prefix(md.vocab, instr, obs)
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rtinfer.bench.decode import token_stream
+
 from rtinfer.bench.peer_row import make_row, package_version, unavailable_row
 
 NAME, PEER = "policy_vs_torch_eager", "torch eager (no KV cache)"
@@ -21,15 +23,8 @@ TARGET = 3.0
 
 
 def _stream(md, cycles: int, seed: int):
-    """(instruction, observation tokens) per cycle; a few obs tokens move by one bin each
-    cycle, as in rtinfer.bench.decode (a real cell's observations are continuous)."""
-    rng = np.random.default_rng(seed)
-    instr = rng.integers(0, md.obs.instr_classes, md.obs.instr_length)
-    obs = rng.integers(0, md.obs.bins, md.obs.length)
-    for _ in range(cycles):
-        idx = rng.integers(0, md.obs.length, 2)
-        obs[idx] = np.clip(obs[idx] + rng.integers(-1, 2, 2), 0, md.obs.bins - 1)
-        yield instr.copy(), obs.copy()
+    """(instruction, observation tokens) per cycle, the same stream as rtinfer.bench.decode."""
+    return token_stream(md, cycles, seed)
 
 
 def eager_chunk(model, prefix: np.ndarray, n: int, a0: int, a1: int) -> np.ndarray:
