@@ -6,13 +6,12 @@ ZeroMQ in real time. Starts the expert as its own OS process and runs the robot 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import time
 
-from .sim_node import SimNode
+from .sim_node import SimNode, emit_report
 
 
 def run(seconds: float, *, seed: int = 0, trace: str | None = None) -> dict:
@@ -40,12 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", default=None)
     ap.add_argument("--report", default=None)
     a = ap.parse_args(argv)
-    report = run(a.seconds, seed=a.seed, trace=a.trace)
-    text = json.dumps(report, indent=1)
-    if a.report:
-        with open(a.report, "w") as f:
-            f.write(text)
-    print(text)
+    emit_report(run(a.seconds, seed=a.seed, trace=a.trace), a.report)
     return 0
 
 

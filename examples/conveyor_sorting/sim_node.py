@@ -142,12 +142,17 @@ def main(argv: list[str] | None = None) -> int:
         report = sim.run(a.seconds)
     finally:
         sim.close()
+    emit_report(report, a.report)
+    return 0
+
+
+def emit_report(report: dict, path: str | None) -> None:
+    """Print the report as JSON, and write it to `path` when given."""
     text = json.dumps(report, indent=1)
-    if a.report:
-        with open(a.report, "w") as f:
+    if path:
+        with open(path, "w") as f:
             f.write(text)
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ import zmq
 
 from rtinfer import wire
 from rtinfer.bench.peer_bus import observation
-from rtinfer.bench.transport import sample_body
+from rtinfer.bench.transport import WARMUP, publish_paced, sample_body  # noqa: F401 (re-exported)
 
-WARMUP = 200
 _HDR = struct.Struct("<QQ")  # raw paths: seq, send_ns
 
 
@@ -33,16 +32,6 @@ def message_body(kind: str) -> tuple[str, dict]:
         return "action_chunk", sample_body()
     return "obs", {"values": observation(True), "ints": {"cycle": 0}}
 
-
-def publish_paced(send, count: int, rate_hz: float) -> None:
-    """send(seq) for seq in [0, count + WARMUP) at rate_hz (sleeping, not spinning)."""
-    period_ns, start = int(1e9 / rate_hz), time.monotonic_ns()
-    for seq in range(count + WARMUP):
-        wait_ns = start + seq * period_ns - time.monotonic_ns()
-        if wait_ns > 0:
-            time.sleep(wait_ns / 1e9)
-        send(seq)
-    time.sleep(0.2)
 
 
 def one_way(kind: str, endpoint: str, payload: str, count: int, rate_hz: float,

@@ -35,8 +35,19 @@ def sample_body() -> dict:
             "period_ns": 50_000_000}
 
 
+def publish_paced(send, count: int, rate_hz: float) -> None:
+    """send(seq) for seq in [0, count + WARMUP) at rate_hz. Sleep, not spin: a spinning
+    publisher would steal the core that ZeroMQ's I/O threads need."""
+    period_ns, start = int(1e9 / rate_hz), time.monotonic_ns()
+    for seq in range(count + WARMUP):
+        wait_ns = start + seq * period_ns - time.monotonic_ns()
+        if wait_ns > 0:
+            time.sleep(wait_ns / 1e9)
+        send(seq)
+    time.sleep(0.2)
+
+
 def _publish(kind: str, endpoint: str, count: int) -> None:
-    period_ns = int(1e9 / RATE_HZ)
     body = sample_body()
     if kind == "rtinfer":
         from rtinfer.bus import Publisher
@@ -53,14 +64,7 @@ def _publish(kind: str, endpoint: str, count: int) -> None:
         send = lambda seq: sock.send_multipart(  # noqa: E731
             [topic, _HDR.pack(seq, time.monotonic_ns()), payload], flags=zmq.NOBLOCK)
     time.sleep(0.3)  # slow joiner: let the subscription reach the publisher
-    start = time.monotonic_ns()
-    for seq in range(count + WARMUP):
-        # Sleep, not spin: a spinning publisher would steal the core that ZeroMQ's I/O threads need.
-        wait_ns = start + seq * period_ns - time.monotonic_ns()
-        if wait_ns > 0:
-            time.sleep(wait_ns / 1e9)
-        send(seq)
-    time.sleep(0.2)
+    publish_paced(send, count, RATE_HZ)
 
 
 def _subscribe(kind: str, endpoint: str, count: int, ready_path: str) -> dict:
