@@ -1,6 +1,12 @@
 """Collect expert demonstrations: one row per env step, all fixed-shape arrays in an .npz.
 
     python -m examples.conveyor_sorting.collect --episodes 50 --out demos.npz --seed 0
+    python -m examples.conveyor_sorting.collect --policy MODEL_DIR --beta 0.2 ...   # DAgger
+
+With --policy (DAgger, Ross et al. 2011) the model drives the cell and the scripted expert,
+fed the same observations, labels every state the model visits; --beta is the fraction of
+steps that run the expert's chunk instead. The summary's counts are then the driving
+policy's own sorting result (with --beta 0: a lockstep evaluation for free).
 
 Arrays (N = env steps over all episodes; no object arrays, so np.load needs no pickle):
   obs_tokens int32 (N, L), instruction_tokens int32 (N, C), action_tokens int32 (N, H, D),
@@ -27,18 +33,23 @@ from .obs_tokens import ObsTokenizer, ObsTokenizerConfig
 
 
 def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | None = None,
-            show_progress: bool = True, noise_m: float = 0.0, noise_prob: float = 1.0) -> dict:
+            show_progress: bool = True, noise_m: float = 0.0, noise_prob: float = 1.0,
+            make_policy=None, beta: float = 0.0, instructions: list[list[int]] | None = None) -> dict:
     """Run the expert for `episodes` episodes and write the dataset to `out`; returns a summary.
 
     noise_m > 0 (DART-style): the env executes the expert's chunk with Gaussian noise of
     this standard deviation (m) on x, y, z, while the dataset keeps the clean expert labels,
     so the policy also sees states just off the expert's path and how to return from them.
     noise_prob: the fraction of env steps that get noise (the rest run clean, so picks that
-    need millimetre alignment still happen)."""
+    need millimetre alignment still happen).
+    make_policy: make_policy(env) -> an env policy (reset() / act(obs)) that drives the env
+    instead of the expert, which still labels every row (DAgger); beta: the fraction of steps
+    that execute the expert's chunk anyway. instructions: episode i uses instructions[i % len] (else a seeded draw)."""
     cfg = cfg or EnvConfig()
     rng = np.random.default_rng(seed)
     env = ConveyorSortEnv(cfg)
     expert = ScriptedExpert(cfg.cell, env.tokenizer_cfg)
+    policy = make_policy(env) if make_policy is not None else None
     otok = ObsTokenizer(ObsTokenizerConfig.for_cell(cfg.cell, bins=cfg.token_bins))
     rows: dict[str, list] = {k: [] for k in ("obs_tokens", "instruction_tokens", "action_tokens",
                                               "action_values", "objects", "gantry", "held", "reward",
@@ -47,8 +58,11 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
     with Progress(disable=not show_progress) as bar:
         task = bar.add_task("collecting", total=episodes)
         for ep in range(episodes):
-            obs, _ = env.reset(seed=seed * 1_000_003 + ep)
+            opts = {"instruction": instructions[ep % len(instructions)]} if instructions else None
+            obs, _ = env.reset(seed=seed * 1_000_003 + ep, options=opts)
             expert.reset()
+            if policy is not None:
+                policy.reset()
             done = truncated = False
             k = 0
             while not (done or truncated):
@@ -60,7 +74,9 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                                 ("held", obs["held"])):
                     rows[name].append(v)
                 executed = values
-                if noise_m > 0 and rng.random() < noise_prob:
+                if policy is not None and rng.random() >= beta:
+                    executed = policy.act(obs)
+                elif noise_m > 0 and rng.random() < noise_prob:
                     executed = values.copy()
                     executed[:, :3] += rng.normal(0.0, noise_m, (len(values), 3)).astype(np.float32)
                 obs, reward, done, truncated, info = env.step(executed)
@@ -72,7 +88,8 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                 totals[c] += info[c]
             bar.update(task, advance=1, description=f"collecting ({totals['correct']} sorted)")
     resolved = totals["correct"] + totals["wrong"] + totals["missed"] + totals["dropped"]
-    summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "noise_prob": noise_prob, "steps": len(rows["step"]), **totals,
+    summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "noise_prob": noise_prob,
+               "dagger": policy is not None, "beta": beta, "steps": len(rows["step"]), **totals,
                "success_rate": totals["correct"] / resolved if resolved else 1.0}
     dtypes = {"reward": np.float32, "episode": np.int32, "step": np.int32}
     arrays = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in rows.items()}
@@ -94,10 +111,20 @@ def main(argv=None) -> None:
     ap.add_argument("--latency-ms", type=int, default=0)
     ap.add_argument("--noise-m", type=float, default=0.0, help="DART noise on executed xyz (m)")
     ap.add_argument("--noise-prob", type=float, default=1.0, help="fraction of steps with noise")
+    ap.add_argument("--policy", default=None, help="model directory that drives the cell (DAgger)")
+    ap.add_argument("--beta", type=float, default=0.0, help="with --policy: expert step fraction")
+    ap.add_argument("--instruction", action="append", default=[],
+                    help="class->bin permutation, e.g. 0,1,2 (repeatable; episodes cycle through)")
     a = ap.parse_args(argv)
     cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms)
+    make_policy = None
+    if a.policy:
+        from .policy_adapter import model_factory
+        make_policy = model_factory(a.policy)
+    instructions = [[int(x) for x in i.split(",")] for i in a.instruction] or None
     print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m,
-                             noise_prob=a.noise_prob)))
+                             noise_prob=a.noise_prob, make_policy=make_policy, beta=a.beta,
+                             instructions=instructions)))
 
 
 if __name__ == "__main__":
