@@ -80,7 +80,8 @@ def _eval(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rtinfer.demo import run
     return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
-               stress=args.stress, run_dir=args.run_dir)
+               stress=args.stress, run_dir=args.run_dir,
+               deadline_ms=args.deadline_ms)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--stress", choices=["cpu"], default=None,
                    help="run under CPU load twice: fixed full depth vs the budget controller")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
+    d.add_argument("--deadline-ms", type=float, default=None,
+                   help="end-to-end deadline (default: the launch file's, 100 ms); the monitor's "
+                        "budget margins scale with it (20%% / 50%% of it)")
     d.set_defaults(func=_demo)
     return p
 

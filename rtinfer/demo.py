@@ -89,11 +89,18 @@ def _read(path: Path) -> dict:
 
 
 def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None = None,
-        png: str | None = None, stress: str | None = None, run_dir: str | None = None) -> int:
-    """policy: None (the shipped model), "expert", or a model directory."""
+        png: str | None = None, stress: str | None = None, run_dir: str | None = None,
+        deadline_ms: float | None = None) -> int:
+    """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
+    end-to-end deadline (None: the launch file's); the monitor's budget margins scale with it
+    (lower the budget below 20% slack, raise it back above 50%), as the node's own do."""
     console = Console()
     launch = EXPERT_LAUNCH if policy == "expert" else MODEL_LAUNCH
     overrides = {} if policy in (None, "expert") else {"vars.model": policy}
+    if deadline_ms is not None:
+        overrides.update({"deadline_ms": f"{deadline_ms:g}",
+                          "monitor.lower_margin_ms": f"{0.2 * deadline_ms:g}",
+                          "monitor.raise_margin_ms": f"{0.5 * deadline_ms:g}"})
     if launch == MODEL_LAUNCH and not Path(overrides.get("vars.model", "models/zoo/conveyor-v1")).is_dir():
         console.print("[red]no trained model found[/red]: run with --policy expert, or train one "
                       "(see README) into models/zoo/conveyor-v1")

@@ -68,9 +68,9 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
     for key, text_value in (overrides or {}).items():
         parts = key.split(".")
         if not (len(parts) == 1 and parts[0] in ("deadline_ms", "seconds", "run_dir", "name")
-                or len(parts) == 2 and parts[0] in ("vars", "rates")):
+                or len(parts) == 2 and parts[0] in ("vars", "rates", "monitor")):
             raise LaunchError(f"override {key!r}: only deadline_ms, seconds, run_dir, name, "
-                              "vars.NAME and rates.NAME can be overridden")
+                              "vars.NAME, rates.NAME and monitor.NAME can be overridden")
         value = yaml.safe_load(text_value) if text_value != "" else ""
         target = data.setdefault(parts[0], {}) if len(parts) == 2 else data
         if not isinstance(target, dict):
