@@ -7,7 +7,8 @@ they are decoded here and the message's `values` must agree with them. Rejected,
 counted per message: capture older than the deadline or older than the chunk in use
 (rejected_stale), wrong tokenizer hash (rejected_hash), bad tokens or inconsistent
 fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold).
-Local watchdog: no fresh chunk for a deadline -> hold (brake within limits, keep suction);
+Local watchdog: no fresh chunk for a deadline past the expected chunk interval
+(`chunk_interval_ns`, the policy's period) -> hold (brake within limits, keep suction);
 the next fresh chunk resumes. compute(): ControlStack -> HardwareInterface.write().
 publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 The node's Subscriber must be on ["action_chunk", "command"] and NOT latest_only (that
@@ -38,6 +39,7 @@ class NodeConfig:
     control: ControlConfig = field(default_factory=ControlConfig)
     name: str = "controller"
     deadline_ns: int = 100_000_000
+    chunk_interval_ns: int = 0           # expected time between fresh chunks (policy period)
     health_hz: float = 10.0
     max_msgs_per_tick: int = 32          # bounds update()'s work under a flood
     max_period_ns: int = 1_000_000_000   # a waypoint period longer than this is bogus
@@ -67,7 +69,7 @@ class ControllerNode:
         self.tokenizer_hash = cfg.tokenizer.hash
         self.tok = ActionTokenizer(cfg.tokenizer)
         self.stack = ControlStack(cfg.control)
-        self.watchdog = Watchdog(cfg.deadline_ns)
+        self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns)
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.state = "idle"   # idle (no chunk yet) | run | hold | safe_hold | stopped
         self.e2e = LatencyHistogram()  # apply - capture per cycle, ns

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 
 class Watchdog:
-    """`deadline_ns`: the most a chunk's capture stamp may lag the receive time, and the
-    longest the controller runs on without a fresh chunk before it holds."""
+    """`deadline_ns`: the most a chunk's capture stamp may lag the receive time.
+    `interval_ns`: when the next fresh chunk is due after one arrived (the policy's period);
+    the controller holds when none came for interval + deadline. (A deadline shorter than
+    the policy's period is legitimate: it bounds observation -> setpoint latency, not the
+    policy's rate.)"""
 
-    def __init__(self, deadline_ns: int = 100_000_000):
-        if deadline_ns <= 0:
-            raise ValueError(f"deadline_ns must be > 0, got {deadline_ns}")
+    def __init__(self, deadline_ns: int = 100_000_000, interval_ns: int = 0):
+        if deadline_ns <= 0 or interval_ns < 0:
+            raise ValueError(f"need deadline_ns > 0 and interval_ns >= 0, got {deadline_ns}, "
+                             f"{interval_ns}")
         self.deadline_ns = int(deadline_ns)
+        self.quiet_ns = int(deadline_ns) + int(interval_ns)
         self.last_fresh_ns: int | None = None  # receive time of the newest fresh chunk
 
     def too_old(self, capture_ns: int, now_ns: int) -> bool:
@@ -29,5 +34,5 @@ class Watchdog:
         self.last_fresh_ns = int(now_ns)
 
     def expired(self, now_ns: int) -> bool:
-        """Fed at least once, and not within the last deadline."""
-        return self.last_fresh_ns is not None and now_ns - self.last_fresh_ns > self.deadline_ns
+        """Fed at least once, and not within the last interval + deadline."""
+        return self.last_fresh_ns is not None and now_ns - self.last_fresh_ns > self.quiet_ns

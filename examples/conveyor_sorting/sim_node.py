@@ -49,7 +49,8 @@ class SimNode:
             if control_endpoint else None
         self.hb = HeartbeatResponder(self.pub, "controller")
         cfg = NodeConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
-                         deadline_ns=int(deadline_ms * 1e6))
+                         deadline_ns=int(deadline_ms * 1e6),
+                         chunk_interval_ns=int(1e9 / policy_hz))
         self.node = ControllerNode(self.cell, cfg, self.sub, self.pub, trace=self.trace,
                                    on_tick=self._on_tick)
         self._obs_every = max(1, int(round(1000.0 / policy_hz)))  # ticks per observation

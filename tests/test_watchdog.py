@@ -1,0 +1,36 @@
+"""Watchdog freshness rules: stale captures, bogus future stamps, quiet streams."""
+import pytest
+
+from controllers.watchdog import Watchdog
+
+MS = 1_000_000
+
+
+def test_quiet_stream_expires_after_interval_plus_deadline():
+    # 20 ms deadline, chunks due every 50 ms: a deadline shorter than the policy period
+    # must not hold the robot between two on-time chunks.
+    w = Watchdog(20 * MS, 50 * MS)
+    assert not w.expired(0)  # never fed: nothing to expire
+    w.feed(0)
+    assert not w.expired(69 * MS)
+    assert w.expired(71 * MS)
+    w.feed(71 * MS)
+    assert not w.expired(100 * MS)
+
+
+def test_without_interval_the_deadline_alone_bounds_quiet_time():
+    w = Watchdog(100 * MS)
+    w.feed(0)
+    assert not w.expired(100 * MS) and w.expired(101 * MS)
+
+
+def test_capture_age_checks_use_the_deadline_only():
+    w = Watchdog(20 * MS, 50 * MS)
+    assert not w.too_old(0, 20 * MS) and w.too_old(0, 21 * MS)
+    assert w.from_future(30 * MS, 0) and not w.from_future(10 * MS, 0)
+
+
+@pytest.mark.parametrize("args", [(0,), (-1,), (10 * MS, -1)])
+def test_bad_settings_are_rejected(args):
+    with pytest.raises(ValueError):
+        Watchdog(*args)
