@@ -11,6 +11,9 @@ Local watchdog: no fresh chunk for a deadline past the expected chunk interval
 (`chunk_interval_ns`, the policy's period) -> hold (brake within limits, keep suction);
 the next fresh chunk resumes. compute(): ControlStack -> HardwareInterface.write().
 publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
+A waypoint that arrives past the deadline is never applied; the first such waypoint of a
+cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,
+stamps up to "recv"), so the monitor counts the cycle as a deadline miss.
 The node's Subscriber must be on ["action_chunk", "command"] and NOT latest_only (that
 would drop waypoints). Not thread-safe: run it from one thread.
 """
@@ -80,6 +83,7 @@ class ControllerNode:
         self._capture_ns = self._period_ns = self._count = self._applied = 0
         self._stamps: dict = {}
         self._apply_pending = False
+        self._late_key = None  # the last cycle reported late (once per cycle)
         self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
         self._tol = self.tok.bin_width / 2 + 1e-6  # values vs decoded tokens (float32 slack)
@@ -159,7 +163,7 @@ class ControllerNode:
         if capture is None or self.watchdog.from_future(capture, now):
             return self._reject("rejected_bad")
         if self.watchdog.too_old(capture, now):
-            return self._reject("rejected_stale")
+            return self._late(env, capture)
         if b["count"] > len(self._got) or b["period_ns"] > self.cfg.max_period_ns:
             return self._reject("rejected_bad")
         try:
@@ -195,14 +199,26 @@ class ControllerNode:
                                  complete=n == self._count)
             self.state = "run"
 
+    def _late(self, env: Envelope, capture: int) -> None:
+        """Reject a waypoint past the deadline; report its cycle once as missed."""
+        self._reject("rejected_stale")
+        key = (env.src, env.body["cycle"], capture)
+        if key == self._late_key:
+            return
+        self._late_key = key
+        self._emit({"node": self.cfg.name, "cycle": int(key[1]), "stamps": dict(env.stamps),
+                    "fields": {"late_index": float(env.body["index"])}})
+
+    def _emit(self, rec: dict) -> None:
+        if self.trace is not None:
+            self.trace.write(rec)
+        self.pub.publish("trace", rec)
+
     def _record_apply(self, apply_ns: int) -> None:
         self._apply_pending = False
         e2e = apply_ns - self._capture_ns
         self.e2e.record(e2e)
         self.e2e_last_ns, self.e2e_max_ns = e2e, max(self.e2e_max_ns, e2e)
         stamps = {**self._stamps, "apply": apply_ns}
-        rec = {"node": self.cfg.name, "cycle": int(self._key[1]), "stamps": stamps,
-               "fields": {"e2e_ms": e2e / 1e6}}
-        if self.trace is not None:
-            self.trace.write(rec)
-        self.pub.publish("trace", rec)
+        self._emit({"node": self.cfg.name, "cycle": int(self._key[1]), "stamps": stamps,
+                    "fields": {"e2e_ms": e2e / 1e6}})

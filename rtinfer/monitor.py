@@ -7,7 +7,9 @@ Listens (SUB, connects) to every node's trace/health/heartbeat; binds the contro
 endpoint (PUB) for `budget`, `command` and heartbeat pings. Per controller `trace`
 record: e2e = apply - capture, ttft = first_token - obs_recv, transport = recv -
 publish, apply_delay = apply - recv, obs_transport = obs_recv - capture, each into a
-LatencyHistogram. Stamps of capture/recv/apply are on the trace node's clock and
+LatencyHistogram. A record with fields.late_index (a waypoint the controller rejected past
+the deadline, never applied) is a miss with latency recv - capture: a new cycle when it is
+waypoint 0 (nothing of that cycle was applied), else a miss of a cycle already counted. Stamps of capture/recv/apply are on the trace node's clock and
 obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
 clock with the offsets estimated from heartbeat round trips before they are subtracted.
 Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
@@ -66,8 +68,8 @@ class Monitor:
         self.hist = {name: LatencyHistogram() for name, _, _ in STAGES}
         self.nodes: dict[str, NodeState] = {}
         self.clocks: dict[str, OffsetEstimator] = {}
-        self.counters = dict.fromkeys(("traces", "trace_incomplete", "echoes", "echoes_foreign",
-                                       "pings", "publish_dropped"), 0)
+        self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
+                                       "echoes_foreign", "pings", "publish_dropped"), 0)
         self.running = True
         self._pings: dict[int, None] = {}  # t0 of recent pings: echoes must answer one
         self._next_ping = self._next_check = self._next_republish = 0
@@ -128,6 +130,14 @@ class Monitor:
         for k, v in st.items():
             est = policy if k in POLICY_STAMPS else robot
             local[k] = est.to_local(v) if est is not None else v
+        late = body.get("fields", {}).get("late_index")
+        if late is not None:
+            self.counters["late_cycles"] += 1
+            if "capture" in local and "recv" in local:
+                for ev in self.policy.on_cycle(local["recv"] - local["capture"], t,
+                                               new_cycle=late == 0):
+                    self._act(ev)
+            return
         for name, a, b in STAGES:
             if a in local and b in local:
                 self.hist[name].record(local[b] - local[a])

@@ -99,10 +99,11 @@ class DeadlinePolicy:
         self._calm = 0              # evaluations in a row above the raise margin
         self._last_bad_ns = start_ns  # newest miss or dead required node
 
-    def on_cycle(self, e2e_ns: int, now_ns: int) -> list[Event]:
-        """One cycle's end-to-end latency (ns); returns the decisions it caused."""
+    def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True) -> list[Event]:
+        """One cycle's end-to-end latency (ns); returns the decisions it caused. new_cycle
+        False: a late waypoint of a cycle already counted (its age is the sample)."""
         c, cfg = self.counters, self.cfg
-        c["cycles"] += 1
+        c["cycles"] += new_cycle
         self._ring[self._n % cfg.window] = e2e_ns
         self._n += 1
         out: list[Event] = []

@@ -310,3 +310,14 @@ def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
                                 "control": {"kp": [1.0, 2.0, 3.0]}})
     assert cfg.tokenizer.hash == TOK.hash and cfg.deadline_ns == 80 * MS
     assert cfg.control.kp == (1.0, 2.0, 3.0)
+
+
+def test_late_waypoints_are_reported_once_per_cycle_as_a_trace_without_apply(cell):
+    cell.send_chunk(LINE, age_ms=101)
+    cell.deliver(4)
+    assert cell.node.counters["rejected_stale"] == 4
+    traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
+    assert len(traces) == 1
+    body = traces[0].body
+    assert body["fields"] == {"late_index": 0.0} and "apply" not in body["stamps"]
+    assert body["stamps"]["recv"] - body["stamps"]["capture"] > 100 * MS

@@ -127,6 +127,20 @@ def test_budget_is_raised_back_only_after_patience_above_the_hysteresis_band(rig
     assert rig.kinds() == ["budget", "budget"]
 
 
+def test_late_waypoints_count_as_misses_and_cycles_count_once(rig_factory):
+    rig = rig_factory(**BUDGET)
+    rig.feed([10.0] * 3)  # three applied, on time
+    t = now_ns()
+    # cycle 3 applied on time but its waypoint 2 came late; cycle 4 was late from waypoint 0
+    for cycle, index in ((3, 2.0), (4, 0.0)):
+        rig.robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {
+            "late_index": index}, "stamps": {"capture": t - 130 * MS, "recv": t}})
+    rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 2)
+    c = rig.mon.policy.counters
+    assert c["cycles"] == 4 and c["misses"] == 2
+    assert rig.mon.hist["e2e"].percentiles_us()["count"] == 3  # late ones never applied
+
+
 def test_safe_hold_after_n_consecutive_misses_and_clear_after_recovery(rig_factory):
     rig = rig_factory(hold_after_misses=3, clear_after_s=0.3)
     rig.feed([120, 130, 50, 110, 101])  # misses, but never 3 in a row
