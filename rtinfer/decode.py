@@ -7,7 +7,9 @@ Logits are masked to the action range [action_start, action_stop): outputs are a
   then the target's own token, so the output is token-identical to plain greedy. Sampling
   uses the Leviathan/Chen rejection rule (`speculative_accept`), which keeps plain
   sampling's output distribution. gamma adapts: +1 after full acceptance, -1 after a
-  rejection, within [1, k_verify - 1].
+  rejection, within [1, k_verify - 1] (drafters with `adapt_gamma = False` always get the
+  full window). Every verify runs the k_verify graph, padded, and hands the drafter the
+  target's greedy bin per row (`observe_target`) so it can refine what it drafts next.
 `on_waypoint(index, bins (D,))` fires the moment a waypoint's D tokens are final (the view
 is reused: copy to keep). Greedy decoding allocates nothing per token. Not thread-safe.
 """
@@ -75,6 +77,7 @@ class Decoder:
         self._out = np.zeros(md.chunk_tokens, np.int64)
         self._one = np.zeros(1, np.int64)
         self._verify = np.zeros(self.k_verify, np.int64)
+        self._target = np.zeros(self.k_verify, np.int64)  # the verify's argmax per row
         self.stats = DecodeStats()
 
     def _pick(self, logits: np.ndarray) -> int:
@@ -125,38 +128,45 @@ class Decoder:
     def _spec_round(self, drafter: Drafter, pos: int, m: int, n: int, cap: int) -> int:
         """One draft + verify; returns the number of new final tokens (0: nothing drafted)."""
         be, out, st = self.backend, self._out, self.stats
-        g = min(self.gamma, n - m)
-        g = min(g, be.pick_k(be.n_layer, g + 1, pos) - 1)
+        adapt = self.adaptive and drafter.adapt_gamma
+        # every verify runs the one verify graph (padded): switching between graphs of
+        # different k costs more on a CPU (weights fall out of cache) than the padding
+        k = min(be.pick_k(be.n_layer, self.k_verify, pos), self.k_verify)
+        g = min(self.gamma if adapt else cap, n - m, k - 1)
         if g < 1:
             return 0
         ctx = DraftContext(be, pos, int(out[m - 1]) + self.a0, m, self.sample,
-                           self.temperature, self.rng)
+                           self.temperature, self.rng, out[:m])
         drafts = drafter.draft(ctx, g)
         g = len(drafts)
         if g == 0:
             return 0
         st.draft_passes += g if getattr(drafter, "depth", None) else 0
-        v = self._verify[:g + 1]
+        v = self._verify[:k]
         v[0] = ctx.last
-        v[1:] = drafts
-        v[1:] += self.a0
-        logits = be.step(v, pos, be.n_layer)[:, self.a0:self.a1]
+        v[1:g + 1] = drafts
+        v[1:g + 1] += self.a0
+        v[g + 1:] = be.pad
+        logits = be.step(v, pos, be.n_layer)[:g + 1, self.a0:self.a1]
         st.target_passes += 1
         st.verifies += 1
+        target = self._target[:g + 1]
+        np.argmax(logits, axis=1, out=target)
         if self.sample:
             a, nxt = speculative_accept(softmax(logits, self.temperature), drafter.q, drafts,
                                         self.rng)
         else:
             a = 0
-            while a < g and int(drafts[a]) == int(logits[a].argmax()):
+            while a < g and drafts[a] == target[a]:
                 a += 1
-            nxt = int(logits[a].argmax())
+            nxt = int(target[a])
         take = min(a + 1, n - m)
         out[m:m + min(a, take)] = drafts[:min(a, take)]
         if a < take:
             out[m + a] = nxt
         drafter.observe(a, g)
+        drafter.observe_target(target)
         st.accepted += a
-        if self.adaptive:
+        if adapt:
             self.gamma = min(self.gamma + 1, cap) if a == g else max(self.gamma - 1, 1)
         return take

@@ -2,9 +2,12 @@
 
 Interface: `draft(ctx, k) -> bins` (up to k action bins for token indices
 ctx.index .. ctx.index + k - 1 of the chunk; fewer or none is fine), then
-`observe(accepted, drafted)` after the verify. `q` holds the draft distributions
-(len(bins), A) of the last draft when the drafter samples, or None for a deterministic
-draft (treated as one-hot by the rejection rule). Stats are counters per drafter.
+`observe(accepted, drafted)` and `observe_target(target)` after the verify (target: the
+verify's greedy bin at each of its rows, i.e. for tokens ctx.index .. ctx.index + len - 1;
+rows past a rejection were computed behind a wrong token). `q` holds the draft
+distributions (len(bins), A) of the last draft when the drafter samples, or None for a
+deterministic draft (treated as one-hot by the rejection rule). Stats are counters per
+drafter. `adapt_gamma = False` asks the decoder for the full window every time.
 """
 from __future__ import annotations
 
@@ -24,10 +27,12 @@ class DraftContext:
     sample: bool = False
     temperature: float = 1.0
     rng: np.random.Generator | None = None
+    chunk: np.ndarray | None = None  # this chunk's final bins so far, (index,) view
 
 
 class Drafter:
     name = "none"
+    adapt_gamma = True  # the decoder shortens the window after rejections
 
     def __init__(self) -> None:
         self.q = None
@@ -41,6 +46,9 @@ class Drafter:
         s["verifies"] += 1
         s["drafted"] += drafted
         s["accepted"] += accepted
+
+    def observe_target(self, target: np.ndarray) -> None:
+        """The last verify's greedy bins per row (a reused buffer: copy to keep)."""
 
     @property
     def acceptance(self) -> float:
@@ -84,15 +92,29 @@ class EarlyExitDrafter(Drafter):
 
 class ChunkReuseDrafter(Drafter):
     """The previous cycle's chunk, shifted by the waypoints that elapsed between the two
-    captures (round(delta / period_ns)) and padded by repeating its last waypoint."""
+    captures (round(delta / period_ns)). Waypoints past its end repeat the step between
+    its last two waypoints from the waypoint before them (constant velocity in bins,
+    clipped to the backend's action bins). Without a previous chunk, this chunk's own
+    final waypoints are extrapolated instead (nothing is drafted for its first waypoint).
+
+    Every verify refines the plan with the target's greedy bin at each verified row
+    (Jacobi-style): the rows after a rejection sit behind one wrong token, but an action
+    token depends mostly on the observation and the same waypoint's tokens, so they beat
+    the stale plan. Drafting costs no forward pass and a rejected verify still refines
+    the plan, so the decoder always gives this drafter the full window.
+    """
     name = "chunk"
+    adapt_gamma = False
 
     def __init__(self, horizon: int, dim: int):
         super().__init__()
         self.horizon, self.dim = horizon, dim
         self._plan = np.zeros(horizon * dim, np.int64)
-        self._valid = 0  # tokens of _plan that hold a draft
-        self.prev_capture_ns: int | None = None
+        self._vel = np.zeros(dim, np.int64)  # the previous chunk's last step
+        self._has_vel = False
+        self._src = 0    # plan tokens [0, _src) come from the previous chunk
+        self._seen = 0   # plan tokens [0, _seen) are final or refined by a verify
+        self._index = 0  # first token of the last draft
 
     def set_previous(self, chunk_bins: np.ndarray, capture_ns: int, now_capture_ns: int,
                      period_ns: int) -> None:
@@ -100,22 +122,52 @@ class ChunkReuseDrafter(Drafter):
         (H', D) computed for capture_ns. Allocation-free apart from reshape views."""
         prev = np.asarray(chunk_bins).reshape(-1, self.dim)
         shift = int(round((now_capture_ns - capture_ns) / period_ns))
-        self._valid = 0
+        self.clear()
         if shift < 0 or shift >= len(prev):
             return
-        tail = prev[shift:]
-        plan = self._plan.reshape(self.horizon, self.dim)
-        n = min(len(tail), self.horizon)
-        plan[:n] = tail[:n]
-        plan[n:] = tail[-1]
-        self._valid = self.horizon * self.dim
+        n = min(len(prev) - shift, self.horizon)
+        self._plan.reshape(self.horizon, self.dim)[:n] = prev[shift:shift + n]
+        self._src = n * self.dim
+        if len(prev) >= 2:
+            np.subtract(prev[-1], prev[-2], out=self._vel)
+            self._has_vel = True
 
     def clear(self) -> None:
-        self._valid = 0
+        """No previous chunk: draft from this chunk's own final tokens."""
+        self._src = self._seen = 0
+        self._has_vel = False
 
     def draft(self, ctx: DraftContext, k: int) -> np.ndarray:
         self.q = None
-        return self._plan[ctx.index:min(ctx.index + k, self._valid)]
+        i, plan = ctx.index, self._plan
+        if ctx.chunk is not None:
+            plan[:i] = ctx.chunk[:i]  # final tokens, including the prefill's token 0
+        self._index, self._seen = i, max(self._seen, i)
+        stop = min(i + k, len(plan))
+        start = max(self._src, self._seen)
+        if start < stop:
+            stop = self._extrapolate(start, stop, ctx.backend.model.vocab.n_action_bins - 1)
+        return plan[i:stop]
+
+    def _extrapolate(self, start: int, stop: int, hi: int) -> int:
+        """Fill plan tokens [start, stop), which have no source, at constant velocity;
+        returns where it stopped (a first waypoint cannot be extrapolated)."""
+        plan, D = self._plan, self.dim
+        for j in range(start, stop):
+            if j < D:
+                return j
+            if self._has_vel:
+                v = plan[j - D] + self._vel[j % D]
+            else:
+                v = plan[j - D] if j < 2 * D else 2 * plan[j - D] - plan[j - 2 * D]
+            plan[j] = 0 if v < 0 else hi if v > hi else v
+        return stop
+
+    def observe_target(self, target: np.ndarray) -> None:
+        i = self._index
+        n = min(len(target), len(self._plan) - i)
+        self._plan[i:i + n] = target[:n]
+        self._seen = max(self._seen, i + n)
 
 
 class FixedDrafter(Drafter):

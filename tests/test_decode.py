@@ -54,6 +54,35 @@ def test_speculative_greedy_is_token_identical(backend, seed, plan_seed, depth):
     assert (noise == plain).all()
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), plan_seed=st.integers(0, 2**32 - 1),
+       prev_len=st.integers(0, 3), shift=st.integers(0, 3), gamma=st.sampled_from([None, 1, 2]))
+def test_chunk_reuse_with_refinement_is_token_identical(backend, seed, plan_seed, prev_len,
+                                                        shift, gamma):
+    """Any previous chunk (right, shifted, random, at the bin limits so the extrapolated
+    tail clips, shorter than the horizon, or none) and the Jacobi refinement leave greedy
+    output token-identical to plain greedy, also for a second chunk decoded without a new
+    set_previous (stale plan) and under a fixed speculation cap."""
+    prefix = _prefix(backend, seed)
+    plain, _ = _decode(backend, prefix)
+    rng = np.random.default_rng(plan_seed)
+    A = backend.model.vocab.n_action_bins
+    prev = np.concatenate([rng.integers(0, 4, 4), plain])[:prev_len * 4].reshape(-1, 4)
+    pick = rng.integers(0, 4, prev.shape)  # keep, random, lowest or highest bin
+    prev = np.where(pick == 1, rng.integers(0, A, prev.shape), prev)
+    prev = np.where(pick == 2, 0, np.where(pick == 3, A - 1, prev))
+    d = ChunkReuseDrafter(3, 4)
+    if prev_len:
+        d.set_previous(prev, 0, shift * 50_000_000, 50_000_000)
+    else:
+        d.clear()
+    for _ in range(2):
+        backend.reset()
+        logits = backend.prefill(prefix, 0).copy()
+        out = Decoder(backend).decode(logits, len(prefix), N, drafter=d, gamma=gamma)
+        assert (out == plain).all()
+
+
 def test_correct_drafts_cut_target_passes_and_raise_gamma(backend):
     prefix = _prefix(backend, 1)
     plain, dec_plain = _decode(backend, prefix)
@@ -81,14 +110,56 @@ def test_waypoints_stream_once_each_in_order_as_soon_as_complete(backend):
     assert np.array_equal(np.concatenate([b for _, b in seen]), out)
 
 
-def test_chunk_reuse_shifts_by_elapsed_waypoints_and_pads_with_the_last():
+def test_chunk_reuse_shifts_by_elapsed_waypoints_and_extrapolates_the_tail(backend):
     d = ChunkReuseDrafter(horizon=3, dim=2)
     prev = np.array([[1, 2], [3, 4], [5, 6]])
     d.set_previous(prev, capture_ns=0, now_capture_ns=100, period_ns=100)
-    ctx = DraftContext(None, 0, 0, index=0)
-    assert d.draft(ctx, 6).tolist() == [3, 4, 5, 6, 5, 6]
+    ctx = DraftContext(backend, 0, 0, index=0)
+    assert d.draft(ctx, 6).tolist() == [3, 4, 5, 6, 7, 8]  # tail: last step (2, 2) again
+    d.set_previous(np.array([[1, 2], [3, 30], [5, 31]]), 0, 100, 100)
+    assert d.draft(ctx, 6).tolist() == [3, 30, 5, 31, 7, 31]  # clipped to the 32 bins
     d.set_previous(prev, 0, 300, 100)  # the whole chunk has elapsed: nothing to reuse
     assert d.draft(ctx, 6).size == 0
+
+
+def test_chunk_reuse_without_previous_extrapolates_this_chunks_final_waypoints(backend):
+    d = ChunkReuseDrafter(horizon=4, dim=2)
+    d.clear()
+    chunk = np.array([10, 20, 12, 18, 0, 0, 0, 0])
+    assert d.draft(DraftContext(backend, 0, 0, 1, chunk=chunk[:1]), 7).size == 0
+    assert d.draft(DraftContext(backend, 0, 0, 2, chunk=chunk[:2]), 6).tolist() == \
+        [10, 20, 10, 20, 10, 20]  # one waypoint final: hold it
+    assert d.draft(DraftContext(backend, 0, 0, 4, chunk=chunk[:4]), 4).tolist() == \
+        [14, 16, 16, 14]  # two: constant velocity
+
+
+def test_chunk_reuse_refines_its_plan_with_the_verify_rows(backend):
+    d = ChunkReuseDrafter(horizon=2, dim=2)
+    d.set_previous(np.array([[1, 2], [3, 4], [5, 6]]), 0, 100, 100)
+    assert d.draft(DraftContext(backend, 0, 0, 1, chunk=np.array([3])), 3).tolist() == [4, 5, 6]
+    d.observe(1, 3)
+    d.observe_target(np.array([4, 9, 7, 8]))  # rejected at row 1; rows 2, 3 behind it
+    assert d.draft(DraftContext(backend, 0, 0, 3, chunk=np.array([3, 4, 9])), 1).tolist() == [7]
+
+
+def test_every_verify_runs_the_verify_graph_and_chunk_reuse_keeps_the_full_window(backend):
+    """Padding each verify to k_verify keeps one graph warm; a rejection does not shrink
+    the chunk drafter's window (its drafts cost nothing and the verify refines them)."""
+    prefix = _prefix(backend, 6)
+    plain, _ = _decode(backend, prefix)
+    d = ChunkReuseDrafter(3, 4)
+    d.set_previous((plain + 1) % backend.model.vocab.n_action_bins, 0, 0, 50_000_000)
+    sizes, windows = [], []
+    step, draft = backend.step, d.draft
+    backend.step = lambda tokens, *a: sizes.append(len(tokens)) or step(tokens, *a)
+    d.draft = lambda ctx, k: windows.append((ctx.index, k)) or draft(ctx, k)
+    try:
+        out, dec = _decode(backend, prefix, d)
+    finally:
+        del backend.step
+    assert (out == plain).all()
+    assert set(sizes[-dec.stats.target_passes:]) == {dec.k_verify}
+    assert all(k == min(dec.k_verify - 1, N - i) for i, k in windows)
 
 
 def test_instruction_prefix_cache_gives_identical_tokens(backend):
@@ -117,11 +188,17 @@ def test_greedy_decode_loop_allocates_nothing_per_token(backend):
     prefix = _prefix(backend, 4)
     v = backend.model.vocab
     drafter = EarlyExitDrafter(1, v.action_start, v.action_stop)
+    reuse = ChunkReuseDrafter(3, 4)
     dec = Decoder(backend)
+    prev = np.zeros((3, 4), np.int64)
 
     def cycle():
         logits = backend.prefill(prefix, 0)
         dec.decode(logits, len(prefix), N, drafter=drafter)
+        reuse.set_previous(prev, 0, 50_000_000, 50_000_000)
+        prev[:] = dec.decode(logits, len(prefix), N, drafter=reuse).reshape(3, 4)
+        reuse.clear()
+        dec.decode(logits, len(prefix), N, drafter=reuse)
         dec.decode(logits, len(prefix), N)
 
     for _ in range(5):
@@ -133,7 +210,7 @@ def test_greedy_decode_loop_allocates_nothing_per_token(backend):
         cycle()
     now, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    # 50 cycles, ~1200 tokens: no growth beyond a few bytes per token (counters' int
+    # 50 cycles, ~2400 tokens: no growth beyond a few bytes per token (counters' int
     # objects), and no transient the size of the KV (24 KB) or a stack of logits
     assert now - base < 8192
     assert peak - base < 16384
@@ -162,10 +239,15 @@ def test_rejection_sampling_keeps_the_target_distribution(one_hot_draft):
     assert _tv(first / trials, p[0]) < 0.02
 
 
-def test_sampled_speculative_decoding_stays_in_action_range(backend):
+@pytest.mark.parametrize("drafter", ["self", "chunk"])
+def test_sampled_speculative_decoding_stays_in_action_range(backend, drafter):
     prefix = _prefix(backend, 5)
     v = backend.model.vocab
-    out, dec = _decode(backend, prefix, EarlyExitDrafter(2, v.action_start, v.action_stop),
-                       sample=True, temperature=0.8, seed=1)
+    if drafter == "self":
+        d = EarlyExitDrafter(2, v.action_start, v.action_stop)
+    else:
+        d = ChunkReuseDrafter(3, 4)
+        d.set_previous(_decode(backend, prefix)[0], 0, 50_000_000, 50_000_000)
+    out, dec = _decode(backend, prefix, d, sample=True, temperature=0.8, seed=1)
     assert out.shape == (N,) and out.min() >= 0 and out.max() < v.n_action_bins
     assert dec.stats.verifies > 0
