@@ -45,7 +45,7 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) 
             "training": {k: meta.get(k) for k in ("train_rows", "val_rows", "steps", "batch",
                                                    "train_seconds", "finetune_seconds",
                                                    "finetune_steps", "seed", "sparsity",
-                                                   "held_out_instructions")},
+                                                   "held_out_instructions", "init", "data")},
             "val_token_accuracy": meta.get("val_token_accuracy"),
             "parity": {"greedy_tokens_identical": {
                            dt: parity.get(f"greedy_{dt}", {}).get("match")
