@@ -155,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run under CPU load twice: fixed full depth vs the budget controller")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
     d.add_argument("--deadline-ms", type=float, default=None,
-                   help="end-to-end deadline (default: the launch file's, 100 ms); the monitor's "
-                        "budget margins scale with it (20%% / 50%% of it)")
+                   help="end-to-end deadline (default: the launch file's, 100 ms; 20 ms with "
+                        "--stress); the monitor's budget margins scale with it (20%% / 50%%)")
     d.set_defaults(func=_demo)
     return p
 

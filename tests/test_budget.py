@@ -9,9 +9,9 @@ LEVELS = [BudgetLevel(6, 7, 4), BudgetLevel(6, 7, 2), BudgetLevel(4, 0, 2), Budg
 def test_default_levels_degrade_chunk_then_depth_with_card_accuracy(tiny_model_dir):
     levels = default_levels(ModelDir.load(tiny_model_dir), k_verify=4)
     assert levels[0] == BudgetLevel(3, 3, 3, 0.9)
-    # H=3: half a chunk is 1 waypoint, so the final "one waypoint" level merges away
+    # H=3: half a chunk would be 1 waypoint; chunks never go below 2
     assert [lv.depth for lv in levels] == [3, 3, 2, 1]
-    assert [lv.chunk for lv in levels] == [3, 1, 1, 1]
+    assert [lv.chunk for lv in levels] == [3, 2, 2, 2]
     assert levels[-1].accuracy == 0.5 and all(lv.spec_len == 0 for lv in levels[2:])
 
 
