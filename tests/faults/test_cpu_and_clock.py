@@ -2,8 +2,8 @@
 
 Starvation: the real SimNode (in this process, instrumented) and the expert policy node
 (a process) run against 2 busy processes per core. Whatever the load does to latency, the
-robot never applies a stale chunk, holds within a deadline of its last fresh chunk (plus
-the tick lateness the load causes), and never writes a force beyond its limit.
+robot never applies a stale chunk, holds within a chunk interval + a deadline of its last
+fresh chunk (plus the tick lateness the load causes), and never writes a force beyond its limit.
 
 Clock steps: timing uses monotonic clocks only. A grep proves it for the runtime (rtinfer/,
 controllers/); a ControllerNode runs while time.time() jumps by hours every tick and
@@ -27,6 +27,8 @@ from tests.faults.common import LONG, PY, ROOT, hogs, stop, wait_for
 from tests.faults.harness import Recorder
 
 DEADLINE_MS = 100.0
+# the controller holds after the sim's 50 ms chunk interval + the deadline without a fresh chunk
+QUIET_MS = DEADLINE_MS + 50.0
 
 
 def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
@@ -65,7 +67,7 @@ def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
     assert s["force_over_limit"] == 0
     assert s["e2e_max_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0  # no stale chunk applied
     for h in s["holds"]:
-        assert DEADLINE_MS < h["after_fresh_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0
+        assert QUIET_MS < h["after_fresh_ms"] <= QUIET_MS + s["max_tick_gap_ms"] + 1.0
     assert s["counters"]["chunks_accepted"] > 0
 
 

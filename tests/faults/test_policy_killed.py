@@ -1,5 +1,5 @@
-"""Policy node SIGKILLed mid-run: the robot holds on its own watchdog within one deadline of
-the last fresh chunk, never writes a force beyond its limit, the launcher restarts the
+"""Policy node SIGKILLed mid-run: the robot holds on its own watchdog within one chunk interval
++ deadline of the last fresh chunk, never writes a force beyond its limit, the launcher restarts the
 policy (restart: on-failure) and tracking resumes.
 
 The robot (the real SimNode: MuJoCo cell + ControllerNode) runs in this process so the
@@ -25,6 +25,8 @@ from tests.faults.harness import Recorder
 
 N_TRIALS = trials(5, 20)
 DEADLINE_MS = 100.0
+# the controller holds after the sim's 50 ms chunk interval + the deadline without a fresh chunk
+QUIET_MS = DEADLINE_MS + 50.0
 
 LAUNCH = """\
 name: kill_policy
@@ -101,11 +103,11 @@ def test_policy_killed_robot_holds_within_a_deadline_and_resumes_after_restart()
     print("policy-kill figures:", json.dumps(figures))
     assert not errors, errors
     assert len(results) == N_TRIALS
-    # Hold comes from the controller's own watchdog: at the first tick after a deadline of
-    # silence. On a loaded VM that tick can be late, by at most the longest tick gap seen.
+    # Hold comes from the controller's own watchdog: at the first tick after a chunk interval
+    # + a deadline of silence (the next chunk's deadline is up). On a loaded VM that tick can be late, by at most the longest tick gap seen.
     for r in results:
-        assert r["fresh_to_hold_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0, r
-        assert r["fresh_to_hold_ms"] > DEADLINE_MS  # and never before the deadline is up
+        assert r["fresh_to_hold_ms"] <= QUIET_MS + s["max_tick_gap_ms"] + 1.0, r
+        assert r["fresh_to_hold_ms"] > QUIET_MS  # and never before the next chunk's deadline is up
     assert s["force_over_limit"] == 0
     assert s["e2e_max_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0  # no stale chunk applied
     assert summary["nodes"]["policy"]["restarts"] >= N_TRIALS
