@@ -34,7 +34,8 @@ from .obs_tokens import ObsTokenizer, ObsTokenizerConfig
 
 def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | None = None,
             show_progress: bool = True, noise_m: float = 0.0, noise_prob: float = 1.0,
-            make_policy=None, beta: float = 0.0, instructions: list[list[int]] | None = None) -> dict:
+            make_policy=None, beta: float = 0.0,
+            instructions: list[list[int]] | None = None) -> dict:
     """Run the expert for `episodes` episodes and write the dataset to `out`; returns a summary.
 
     noise_m > 0 (DART-style): the env executes the expert's chunk with Gaussian noise of
@@ -44,7 +45,8 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
     need millimetre alignment still happen).
     make_policy: make_policy(env) -> an env policy (reset() / act(obs)) that drives the env
     instead of the expert, which still labels every row (DAgger); beta: the fraction of steps
-    that execute the expert's chunk anyway. instructions: episode i uses instructions[i % len] (else a seeded draw)."""
+    that execute the expert's chunk anyway. instructions: episode i uses
+    instructions[i % len] (else a seeded draw)."""
     cfg = cfg or EnvConfig()
     rng = np.random.default_rng(seed)
     env = ConveyorSortEnv(cfg)
