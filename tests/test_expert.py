@@ -58,3 +58,32 @@ def test_collect_writes_a_dataset_that_loads_without_pickle(tmp_path):
         assert d["action_tokens"].shape[1:] == (4, 4) and d["action_tokens"].dtype == np.int32
         assert d["instruction_tokens"].shape == (n, 3)
         assert str(d["summary"]).startswith("{")
+
+
+class _Idle:
+    """A policy that parks the gantry where it is: it sorts nothing."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def reset(self):
+        pass
+
+    def act(self, obs):
+        chunk = np.zeros((4, 4))
+        chunk[:, :3] = obs["gantry"][:3]
+        return chunk
+
+
+def test_dagger_collect_lets_the_policy_drive_and_the_expert_label(tmp_path):
+    cfg = replace(EnvConfig(), episode_objects=2)
+    out = tmp_path / "dagger.npz"
+    summary = collect(1, out, seed=0, cfg=cfg, show_progress=False, make_policy=_Idle,
+                      instructions=[[2, 1, 0]])
+    # the idle policy drove: nothing sorted, every object missed
+    assert summary["dagger"] and summary["correct"] == 0 and summary["missed"] == 2
+    with np.load(out) as d:
+        # ...while the labels are the expert's: it asks to move (the gantry never did)
+        g, labels = d["gantry"][:, :3], d["action_values"][:, :, :3]
+        assert np.abs(labels[:, -1] - g).max() > 0.05
+        assert (d["instruction_tokens"] == [2, 1, 0]).all()
