@@ -141,4 +141,5 @@ def test_cross_host_stages_use_the_estimated_offsets(shifted):
     assert s["ttft"]["p50"] == pytest.approx(16, rel=2e-3)
     assert abs(s["transport"]["p50"] - 5) <= slack_ms + 0.01
     assert abs(s["obs_transport"]["p50"] - 4) <= slack_ms + 0.01
-    assert s["transport"]["clamped"] == 0
+    if slack_ms < 5:  # an offset error beyond the true 5 ms (a loaded machine) may go negative
+        assert s["transport"]["clamped"] == 0
