@@ -76,9 +76,9 @@ class Supervisor:
             self._stop(f"cannot start a node: {exc}", code=2)
         finally:
             self._stop_all()
+            self._summary()  # still under our handlers: a late SIGTERM must not cut it short
             for s, h in old.items():
                 signal.signal(s, h)
-            self._summary()
         return self.exit_code
 
     def _supervise(self) -> None:
@@ -179,7 +179,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=None, help="stop everything after S seconds")
     p.add_argument("--run-dir", default=None, help="logs, ipc sockets, reports (default runs/NAME-TIME)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override deadline_ms, seconds, run_dir, name, vars.NAME or rates.NAME")
+                   help="override deadline_ms, seconds, run_dir, name, vars.NAME, rates.NAME "
+                        "or monitor.NAME")
     p.add_argument("--check", action="store_true", help="validate only; start nothing")
 
 
@@ -204,4 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is stopped and reported. A SIGTERM from here on (a parent stopping us just
+    # as we finish) must not turn a clean exit into death by signal during interpreter exit.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
