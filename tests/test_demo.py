@@ -62,3 +62,31 @@ def test_stress_runs_at_a_tighter_deadline_with_margins_scaled_to_it():
     spec = load("launch/conveyor_sorting.yaml", o)
     assert spec.deadline_ms == 40 and spec.monitor["lower_margin_ms"] == 8
     assert spec.monitor["raise_margin_ms"] == 20
+
+
+def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tmp_path):
+    ep = f"ipc://{tmp_path}/health"
+    pub = Publisher(ep, "test")
+    dash = Dashboard([ep])
+
+    def send(ticks):
+        body = {"node": "controller", "state": "run", "counters": {"ticks": ticks}, "gauges": {}}
+        end = time.monotonic() + 10
+        while dash._ctl[1] != ticks and time.monotonic() < end:
+            pub.publish("health", body)
+            dash.poll(20)
+    try:
+        send(1000)
+        dash.render()
+        t0 = dash._ctl[0]
+        time.sleep(0.6)
+        send(1600)
+        dash.render()
+        hz = 600 / (dash._ctl[0] - t0)
+        assert dash.loop_hz == hz and 500 < hz < 1001
+        time.sleep(0.6)  # the controller has stopped: no more health
+        dash.render()
+        assert dash.loop_hz == hz
+    finally:
+        dash.close()
+        pub.close()
