@@ -33,7 +33,8 @@ from .stack import ControlConfig, ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
-            "rejected_bad", "rejected_hash", "rejected_hold", "holds", "commands")
+            "late_waypoints", "rejected_bad", "rejected_hash", "rejected_hold", "holds",
+            "commands")
 
 
 @dataclass
@@ -42,7 +43,9 @@ class NodeConfig:
     control: ControlConfig = field(default_factory=ControlConfig)
     name: str = "controller"
     deadline_ns: int = 100_000_000
-    chunk_interval_ns: int = 0           # expected time between fresh chunks (policy period)
+    chunk_interval_ns: int = 0           # expected time between fresh chunks (policy period);
+    # set it whenever the deadline is shorter than that period, or the watchdog holds the
+    # robot between every two chunks
     health_hz: float = 10.0
     max_msgs_per_tick: int = 32          # bounds update()'s work under a flood
     max_period_ns: int = 1_000_000_000   # a waypoint period longer than this is bogus
@@ -200,8 +203,12 @@ class ControllerNode:
             self.state = "run"
 
     def _late(self, env: Envelope, capture: int) -> None:
-        """Reject a waypoint past the deadline; report its cycle once as missed."""
+        """Reject a waypoint past the deadline; report its cycle once as missed (not while
+        held on command: nothing is applied then, late or not)."""
         self._reject("rejected_stale")
+        if self.state in ("safe_hold", "stopped"):
+            return
+        self.counters["late_waypoints"] += 1
         key = (env.src, env.body["cycle"], capture)
         if key == self._late_key:
             return

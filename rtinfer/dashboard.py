@@ -16,7 +16,7 @@ class Dashboard:
     def __init__(self, endpoints: list[str], title: str = "rtinfer demo"):
         self.sub = Subscriber(endpoints, ["health"], latest_only=False)
         self.title, self.latest, self.t0 = title, {}, time.monotonic()
-        self._ticks = (0.0, 0)   # (arrival time, controller ticks) of the rate's last sample
+        self._ticks = (0.0, 0)   # (publish time s, controller ticks) of the rate's last sample
         self._ctl = (0.0, 0)     # the same, of the newest controller health
         self.loop_hz = 0.0
 
@@ -24,8 +24,9 @@ class Dashboard:
         env = self.sub.recv(timeout_ms)
         while env is not None:
             self.latest[env.body["node"]] = env.body
-            if env.body["node"] == "controller":
-                self._ctl = (time.monotonic(), env.body["counters"].get("ticks", 0))
+            if env.body["node"] == "controller":  # timed by the sender: no poll jitter
+                sent = env.stamps.get("publish", env.stamps.get("recv", 0))
+                self._ctl = (sent / 1e9, env.body["counters"].get("ticks", 0))
             env = self.sub.recv(0)
 
     def _get(self, node: str, kind: str, key: str, default=0):
@@ -33,8 +34,8 @@ class Dashboard:
 
     def render(self) -> Table:
         now = time.monotonic()
-        # from the controller's own health messages, so the rate holds its last value once
-        # the loop has stopped instead of decaying with the render clock
+        # from the controller's own health messages (their publish stamps), so the rate holds
+        # its last value once the loop has stopped instead of decaying with the render clock
         (t, ticks), (t_prev, n_prev) = self._ctl, self._ticks
         if t > t_prev + 0.5 and ticks >= n_prev:
             self.loop_hz = (ticks - n_prev) / (t - t_prev) if n_prev else 0.0

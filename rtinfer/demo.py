@@ -73,7 +73,7 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
         "exit_code": exit_code, "run_dir": str(run_dir),
         "cycles": mon.get("cycles", sim.get("controller", {}).get("chunks_accepted", 0)),
         "deadline_ms": mon.get("deadline_ms", 100.0), "deadline_misses": mon.get("misses"),
-        "late_waypoints": sim.get("controller", {}).get("rejected_stale"),
+        "late_waypoints": sim.get("controller", {}).get("late_waypoints"),
         "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "max")},
         "ttft_ms": {k: ttft.get(k) for k in ("p50", "p99")},
         "objects": {k: m.get(k, 0) for k in ("spawned", "correct", "wrong", "missed", "dropped")},

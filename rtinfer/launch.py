@@ -185,17 +185,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_args(a: argparse.Namespace) -> int:
-    """Run from parsed `add_arguments` options; prints a LaunchError and returns 2."""
+    """Run from parsed `add_arguments` options (a command line's whole run: SIGINT/SIGTERM
+    are ignored once it returns); prints a LaunchError and returns 2."""
     try:
         bad = [s for s in a.set if "=" not in s]
         if bad:
             raise LaunchError(f"--set {bad[0]!r}: expected KEY=VALUE")
         overrides = dict(s.split("=", 1) for s in a.set)
-        return run_file(a.file, host=a.host, seconds=a.seconds, run_dir=a.run_dir,
+        code = run_file(a.file, host=a.host, seconds=a.seconds, run_dir=a.run_dir,
                         overrides=overrides, check=a.check)
     except LaunchError as exc:
         print(f"launch: {exc}", file=sys.stderr)
         return 2
+    # Everything is stopped and reported. A SIGTERM from here on (a parent stopping us just
+    # as we finish) must not turn a clean exit into death by signal during interpreter exit.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,9 +211,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is stopped and reported. A SIGTERM from here on (a parent stopping us just
-    # as we finish) must not turn a clean exit into death by signal during interpreter exit.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    sys.exit(code)
+    sys.exit(main())

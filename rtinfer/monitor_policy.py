@@ -101,7 +101,8 @@ class DeadlinePolicy:
 
     def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True) -> list[Event]:
         """One cycle's end-to-end latency (ns); returns the decisions it caused. new_cycle
-        False: a late waypoint of a cycle already counted (its age is the sample)."""
+        False: a late waypoint of a cycle already counted (its age is the sample: the budget
+        window sees late tails too); it counts a miss but no cycle and no evaluation."""
         c, cfg = self.counters, self.cfg
         c["cycles"] += new_cycle
         self._ring[self._n % cfg.window] = e2e_ns
@@ -116,7 +117,7 @@ class DeadlinePolicy:
                                       f"misses", {"e2e_ms": e2e_ns / 1e6}))
         else:
             self.consecutive_misses = 0
-        if self._n >= cfg.min_samples and c["cycles"] % cfg.eval_every == 0:
+        if new_cycle and self._n >= cfg.min_samples and c["cycles"] % cfg.eval_every == 0:
             ev = self._evaluate(now_ns)
             if ev is not None:
                 out.append(ev)

@@ -315,9 +315,18 @@ def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
 def test_late_waypoints_are_reported_once_per_cycle_as_a_trace_without_apply(cell):
     cell.send_chunk(LINE, age_ms=101)
     cell.deliver(4)
-    assert cell.node.counters["rejected_stale"] == 4
+    assert cell.node.counters["rejected_stale"] == cell.node.counters["late_waypoints"] == 4
     traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
     assert len(traces) == 1
     body = traces[0].body
     assert body["fields"] == {"late_index": 0.0} and "apply" not in body["stamps"]
     assert body["stamps"]["recv"] - body["stamps"]["capture"] > 100 * MS
+
+
+def test_late_waypoints_during_a_commanded_hold_are_not_reported_as_misses(cell):
+    cell.command("safe_hold")
+    cell.send_chunk(LINE, age_ms=101)
+    cell.deliver(4)
+    assert cell.node.counters["rejected_stale"] == 4 and cell.node.counters["late_waypoints"] == 0
+    traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
+    assert traces == []

@@ -141,6 +141,17 @@ def test_late_waypoints_count_as_misses_and_cycles_count_once(rig_factory):
     assert rig.mon.hist["e2e"].percentiles_us()["count"] == 3  # late ones never applied
 
 
+def test_a_late_tail_adds_no_budget_evaluation(rig_factory):
+    rig = rig_factory(**BUDGET)
+    rig.feed([40.0] * 10)  # one evaluation at cycle 10: level 0 stays
+    evals = rig.mon.policy.counters["evaluations"]
+    t = now_ns()
+    rig.robot.publish("trace", {"node": "controller", "cycle": 10, "fields": {
+        "late_index": 2.0}, "stamps": {"capture": t - 130 * MS, "recv": t}})
+    rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 1)
+    assert rig.mon.policy.counters["evaluations"] == evals and rig.mon.policy.counters["cycles"] == 10
+
+
 def test_safe_hold_after_n_consecutive_misses_and_clear_after_recovery(rig_factory):
     rig = rig_factory(hold_after_misses=3, clear_after_s=0.3)
     rig.feed([120, 130, 50, 110, 101])  # misses, but never 3 in a row
