@@ -213,6 +213,23 @@ def _curve_for(endpoint: str, bind: bool, secret: str | None, table: dict,
     return CurveConfig(secret, server_public_key_file=server_key)
 
 
+def add_curve_arguments(ap) -> None:
+    """The --curve-secret / --curve-map options of every node's command line."""
+    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
+    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
+
+
+def curve_from_args(ap, a, *, binds: Iterable[str | None] = (),
+                    connects: Iterable[str | None] = ()) -> dict[str, CurveConfig] | None:
+    """curve_configs from parsed add_curve_arguments options. Call it before any socket (or
+    model) is set up: a bad key setup is a usage error (ap.error, exit 2)."""
+    try:
+        return curve_configs(binds=binds, connects=connects, secret=a.curve_secret,
+                             curve_map=a.curve_map)
+    except CurveSetupError as exc:
+        ap.error(str(exc))
+
+
 def curve_configs(*, binds: Iterable[str | None] = (), connects: Iterable[str | None] = (),
                   secret: str | None = None, curve_map: str | os.PathLike | None = None
                   ) -> dict[str, CurveConfig] | None:

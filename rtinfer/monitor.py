@@ -9,7 +9,8 @@ record: e2e = apply - capture, ttft = first_token - obs_recv, transport = recv -
 publish, apply_delay = apply - recv, obs_transport = obs_recv - capture, each into a
 LatencyHistogram. A record with fields.late_index (a waypoint the controller rejected past
 the deadline, never applied) is a miss with latency recv - capture: a new cycle when it is
-waypoint 0 (nothing of that cycle was applied), else a miss of a cycle already counted. Stamps of capture/recv/apply are on the trace node's clock and
+waypoint 0 (nothing of that cycle was applied), else a miss of a cycle already counted.
+Stamps of capture/recv/apply are on the trace node's clock and
 obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
 clock with the offsets estimated from heartbeat round trips before they are subtracted.
 Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
@@ -29,7 +30,7 @@ import yaml
 from rtinfer.bus import Publisher, Subscriber
 from rtinfer.clocksync import OffsetEstimator
 from rtinfer.hist import LatencyHistogram
-from rtinfer.keys import CurveSetupError, curve_configs
+from rtinfer.keys import add_curve_arguments, curve_from_args
 from rtinfer.monitor_policy import DeadlinePolicy, Event, MonitorConfig
 from rtinfer.wire import Envelope, now_ns
 
@@ -263,14 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default=None)
     ap.add_argument("--report", default=None, help="write the summary JSON here on exit")
     ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
-    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
+    add_curve_arguments(ap)
     a = ap.parse_args(argv)
-    try:  # every key file is checked before any socket exists
-        curve = curve_configs(binds=[a.control], connects=a.listen, secret=a.curve_secret,
-                              curve_map=a.curve_map)
-    except CurveSetupError as exc:
-        ap.error(str(exc))
+    curve = curve_from_args(ap, a, binds=[a.control], connects=a.listen)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = load_config(a.config, deadline_ms=a.deadline_ms, name=a.name,
                       required=tuple(a.required) if a.required is not None else None)

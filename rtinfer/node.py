@@ -24,7 +24,7 @@ from rtinfer.budget import Budget, default_levels
 from rtinfer.bus import Publisher, Subscriber
 from rtinfer.heartbeat import HeartbeatResponder
 from rtinfer.hist import LatencyHistogram
-from rtinfer.keys import CurveSetupError, curve_configs
+from rtinfer.keys import add_curve_arguments, curve_from_args
 from rtinfer.modeldir import ModelDir
 from rtinfer.runner import ChunkRunner
 from rtinfer.tokens import ActionTokenizer
@@ -204,14 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", action="store_true")
     p.add_argument("--trace", default=None)
     p.add_argument("--seconds", type=float, default=None)
-    p.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
-    p.add_argument("--curve-map", default=None, help="the launcher's curve.json")
+    add_curve_arguments(p)
     a = p.parse_args(argv)
-    try:  # every key file is checked before any socket (or model) is set up
-        curve = curve_configs(binds=[a.actions], connects=[a.obs, a.control],
-                              secret=a.curve_secret, curve_map=a.curve_map)
-    except CurveSetupError as exc:
-        p.error(str(exc))
+    curve = curve_from_args(p, a, binds=[a.actions], connects=[a.obs, a.control])
     cfg = NodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
                      prefix_cache=not a.no_prefix_cache, deadline_ms=a.deadline_ms,
                      auto_budget=a.budget,

@@ -14,7 +14,7 @@ import signal
 import sys
 
 from rtinfer.bus import Publisher, Subscriber
-from rtinfer.keys import CurveSetupError, curve_configs
+from rtinfer.keys import add_curve_arguments, curve_from_args
 from rtinfer.wire import now_ns
 
 from .config import CellConfig, tokenizer_config
@@ -69,14 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--obs", required=True)
     ap.add_argument("--actions", required=True)
     ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
-    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
+    add_curve_arguments(ap)
     a = ap.parse_args(argv)
-    try:  # every key file is checked before any socket exists
-        curve = curve_configs(binds=[a.actions], connects=[a.obs], secret=a.curve_secret,
-                              curve_map=a.curve_map)
-    except CurveSetupError as exc:
-        ap.error(str(exc))
+    curve = curve_from_args(ap, a, binds=[a.actions], connects=[a.obs])
     print(serve(a.obs, a.actions, seconds=a.seconds, curve=curve), flush=True)
     return 0
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from controllers.node import ControllerNode, NodeConfig
 from rtinfer.bus import Publisher, Subscriber
 from rtinfer.heartbeat import HeartbeatResponder
-from rtinfer.keys import CurveSetupError, curve_configs
+from rtinfer.keys import add_curve_arguments, curve_from_args
 from rtinfer.realtime import configure_realtime, realtime_gc
 from rtinfer.trace import TraceWriter
 
@@ -125,14 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-ms", type=float, default=100.0)
     ap.add_argument("--trace", default=None)
     ap.add_argument("--report", default=None, help="write the final report JSON here")
-    ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
-    ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
+    add_curve_arguments(ap)
     a = ap.parse_args(argv)
-    try:  # every key file is checked before any socket exists
-        curve = curve_configs(binds=[a.obs], connects=[a.actions, a.control],
-                              secret=a.curve_secret, curve_map=a.curve_map)
-    except CurveSetupError as exc:
-        ap.error(str(exc))
+    curve = curve_from_args(ap, a, binds=[a.obs], connects=[a.actions, a.control])
     configure_realtime(cpus=None if a.cpu is None else [a.cpu])
     cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
     sim = SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
