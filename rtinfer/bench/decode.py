@@ -38,7 +38,8 @@ def token_stream(md, cycles: int, seed: int):
         yield instr.copy(), obs.copy()
 
 
-def _stream(md, cycles: int, seed: int):
+def prefix_stream(md, cycles: int, seed: int):
+    """token_stream as model prefixes (rtinfer.sequence layout), one per cycle."""
     for instr, obs in token_stream(md, cycles, seed):
         yield build_prefix(md.vocab, instr, obs)
 
@@ -52,7 +53,7 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, **opt
     dec, n, period = Decoder(be), be.model.chunk_tokens, md.tokenizer.period_ns
     drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
                 "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
-    prefixes = list(_stream(md, cycles, seed))
+    prefixes = list(prefix_stream(md, cycles, seed))
     names = ["plain", *drafters]
     t = dict.fromkeys(names, 0)
     stats = {name: {"verifies": 0, "accepted": 0, "target_passes": 0} for name in drafters}

@@ -42,7 +42,7 @@ def theory_tokens_per_verify(alpha: float, g) -> float:
 
 def spec_rows(model_dir, cycles: int, seed: int = 0) -> list[dict]:
     from rtinfer.backends import get_backend
-    from rtinfer.bench.decode import _stream
+    from rtinfer.bench.decode import prefix_stream
     from rtinfer.decode import Decoder
     from rtinfer.drafters import ChunkReuseDrafter, EarlyExitDrafter
     be = get_backend("onnx").load(model_dir, threads=1)
@@ -51,7 +51,7 @@ def spec_rows(model_dir, cycles: int, seed: int = 0) -> list[dict]:
     drafters = {"chunk": _Recording(ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)),
                 "self": _Recording(EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop))}
     prev, identical = None, True
-    for prefix in _stream(md, cycles, seed):
+    for prefix in prefix_stream(md, cycles, seed):
         be.reset()
         ref = dec.decode(be.prefill(prefix, 0), len(prefix), n).copy()
         for name, d in drafters.items():

@@ -21,7 +21,7 @@ import zmq
 
 from rtinfer import wire
 from rtinfer.bench.peer_bus import observation
-from rtinfer.bench.transport import WARMUP, publish_paced, sample_body  # noqa: F401 (re-exported)
+from rtinfer.bench.transport import WARMUP, publish_paced, sample_body
 
 _HDR = struct.Struct("<QQ")  # raw paths: seq, send_ns
 

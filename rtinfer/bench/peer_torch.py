@@ -15,16 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from rtinfer.bench.decode import token_stream
-
 from rtinfer.bench.peer_row import make_row, package_version, unavailable_row
 
 NAME, PEER = "policy_vs_torch_eager", "torch eager (no KV cache)"
 TARGET = 3.0
-
-
-def _stream(md, cycles: int, seed: int):
-    """(instruction, observation tokens) per cycle, the same stream as rtinfer.bench.decode."""
-    return token_stream(md, cycles, seed)
 
 
 def eager_chunk(model, prefix: np.ndarray, n: int, a0: int, a1: int) -> np.ndarray:
@@ -59,7 +53,7 @@ def rows(model_dir, cycles: int, threads: int = 1, seed: int = 0, warmup: int = 
     level = default_levels(md, runner.decoder.k_verify)[0]
     v, n, period = md.vocab, md.chunk_tokens, md.tokenizer.period_ns
     ours, theirs, mismatched = [], [], 0
-    for i, (instr, obs) in enumerate(_stream(md, cycles + warmup, seed)):
+    for i, (instr, obs) in enumerate(token_stream(md, cycles + warmup, seed)):
         t0 = time.perf_counter_ns()
         bins, _ = runner.run(instr, obs, i * period, level)  # one waypoint period per cycle
         t1 = time.perf_counter_ns()

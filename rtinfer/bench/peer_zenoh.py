@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from rtinfer import wire
-from rtinfer.bench.peer_oneway import WARMUP, message_body, publish_paced, wait_ready
+from rtinfer.bench.peer_oneway import message_body, wait_ready
+from rtinfer.bench.transport import WARMUP, publish_paced
 
 _HDR = struct.Struct("<QQ")
 KEY = "rtinfer/bench/peer"
