@@ -27,10 +27,13 @@ def _bench(args: argparse.Namespace) -> int:
                            else args.model, skip_bench_size=args.skip_bench_size,
                            bench_model_dir=args.bench_model)
         print(f"table written to {peers.write_markdown(result)}", file=sys.stderr)
-    elif w in ("decode", "ttft"):
-        from importlib import import_module
-        result = import_module(f"rtinfer.bench.{w}").run(args.model, cycles=args.cycles,
-                                                          backend=args.backend)
+    elif w == "decode":
+        from rtinfer.bench.decode import run
+        result = run(args.model, cycles=args.cycles, backend=args.backend,
+                     run_length=args.run_length, pace_ms=args.pace_ms)
+    elif w == "ttft":
+        from rtinfer.bench.ttft import run
+        result = run(args.model, cycles=args.cycles, backend=args.backend)
     else:
         import tempfile
         from rtinfer.bench.backend import make_random_model, run
@@ -98,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--model", default=DEFAULT_MODEL, help="decode/ttft/backend: model directory")
     b.add_argument("--cycles", type=int, default=100, help="decode/ttft: chunks; backend: steps")
     b.add_argument("--backend", default="onnx", help="decode/ttft: backend")
+    b.add_argument("--run-length", type=int, default=10,
+                   help="decode: consecutive cycles per variant before the next takes its turn")
+    b.add_argument("--pace-ms", type=float, default=0.0,
+                   help="decode: idle this long before each cycle, as a node between observations")
     b.add_argument("--sizes", default="demo", choices=["demo", "demo,bench"],
                    help="backend: also a random-weight bench-size model (~350 MB per graph)")
     b.add_argument("--skip-bench-size", action="store_true", help="peers: no bench-size model row")

@@ -142,6 +142,41 @@ def test_chunk_reuse_refines_its_plan_with_the_verify_rows(backend):
     assert d.draft(DraftContext(backend, 0, 0, 3, chunk=np.array([3, 4, 9])), 1).tolist() == [7]
 
 
+def test_chunk_reuse_keeps_a_held_dimensions_settling_offset_in_the_first_waypoint(backend):
+    d = ChunkReuseDrafter(horizon=3, dim=2)
+    d.set_previous(np.array([[10, 20], [12, 18], [14, 18]]), 0, 100, 100)
+    # dim 1 holds 18 from the shift on: its first waypoint keeps the value due now (20)
+    assert d.draft(DraftContext(backend, 0, 0, 0), 6).tolist() == [12, 20, 14, 18, 16, 18]
+    d.set_previous(np.array([[10, 20], [12, 18], [14, 18]]), 0, 0, 100)  # no shift: as is
+    assert d.draft(DraftContext(backend, 0, 0, 0), 6).tolist() == [10, 20, 12, 18, 14, 18]
+
+
+def test_chunk_reuse_brakes_where_both_chunks_slow_down(backend):
+    d = ChunkReuseDrafter(horizon=4, dim=1)
+    ctx = DraftContext(backend, 0, 0, 0)
+    d.set_previous(np.array([0, 10, 18, 24]), 0, 100, 100)  # steps 10, 8, 6
+    assert d.draft(ctx, 4).tolist() == [10, 18, 24, 28]  # own steps 8, 6 -> 4
+    d.set_previous(np.array([0, 3, 5, 6]), 0, 100, 100)  # steps 3, 2, 1
+    assert d.draft(ctx, 4).tolist() == [3, 5, 6, 6]  # own 2, 1 -> 0: stops, never reverses
+    d.set_previous(np.array([0, 5, 10, 15]), 0, 100, 100)  # steady: constant velocity
+    assert d.draft(ctx, 4).tolist() == [5, 10, 15, 20]
+
+
+def test_chunk_reuse_reanchors_the_next_waypoint_after_a_large_miss(backend):
+    def after(target, accepted):
+        d = ChunkReuseDrafter(horizon=3, dim=2)
+        d.set_previous(np.array([[0, 0], [5, 5], [7, 7], [9, 9]]), 0, 100, 100)
+        assert d.draft(DraftContext(backend, 0, 0, 1, chunk=np.array([5])), 5).tolist() == \
+            [5, 7, 7, 9, 9]
+        d.observe(accepted, 5)
+        d.observe_target(np.array(target))
+        return d.draft(DraftContext(backend, 0, 0, 3, chunk=np.array([5, 5, 10])), 3).tolist()
+    # row 1 (token 2) drafted 7, the target says 10: the row of the same dimension one
+    # waypoint later (token 4, 12) was computed from the 7, so it moves by the miss
+    assert after([5, 10, 7, 12, 9, 9], accepted=1) == [7, 15, 9]
+    assert after([5, 8, 7, 12, 9, 9], accepted=1) == [7, 12, 9]  # a one-bin miss: kept
+
+
 def test_every_verify_runs_the_verify_graph_and_chunk_reuse_keeps_the_full_window(backend):
     """Padding each verify to k_verify keeps one graph warm; a rejection does not shrink
     the chunk drafter's window (its drafts cost nothing and the verify refines them)."""
@@ -251,3 +286,11 @@ def test_sampled_speculative_decoding_stays_in_action_range(backend, drafter):
     out, dec = _decode(backend, prefix, d, sample=True, temperature=0.8, seed=1)
     assert out.shape == (N,) and out.min() >= 0 and out.max() < v.n_action_bins
     assert dec.stats.verifies > 0
+
+
+def test_decode_bench_runs_every_variant_on_every_cycle_and_checks_identity(tiny_model_dir):
+    from rtinfer.bench.decode import run
+    r = run(tiny_model_dir, cycles=5, run_length=2)
+    assert r["identical"] is True and r["cycles"] == 5 and r["run_length"] == 2
+    assert set(r["drafters"]) == {"self", "chunk"}
+    assert r["speedup"] == r["drafters"][r["best_drafter"]]["speedup"] > 0

@@ -44,46 +44,53 @@ def prefix_stream(md, cycles: int, seed: int):
         yield build_prefix(md.vocab, instr, obs)
 
 
-def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, **opts) -> dict:
+def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_length: int = 10,
+        pace_ms: float = 0.0, **opts) -> dict:
     """Returns plain/spec tokens per second (decode phase, prefill excluded), the speedup
     of the best drafter, its mean accepted drafts per verify, `identical` (all drafters
-    reproduced plain greedy), and per-drafter figures under `drafters`."""
+    reproduced plain greedy), and per-drafter figures under `drafters`.
+
+    The variants take turns in runs of `run_length` consecutive cycles, their order
+    rotating from run to run: within a run a variant's decode follows its own previous
+    cycle, as in a node that decodes with one variant, so its graphs are as warm as they
+    are there (run_length 1: every decode follows another variant's and finds its own
+    weights partly evicted). The chunk drafter drafts from its own previous chunk.
+    pace_ms > 0 idles that long before each cycle, as a node waits between observations;
+    on a shared host the caches go cold meanwhile, which costs the few verify passes of a
+    speculative chunk relatively more than the many steps of a plain one."""
     be = get_backend(backend).load(model_dir, **opts)
     md, v = be.model, be.model.vocab
     dec, n, period = Decoder(be), be.model.chunk_tokens, md.tokenizer.period_ns
     drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
                 "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
     prefixes = list(prefix_stream(md, cycles, seed))
-    names = ["plain", *drafters]
+    cycles, names = len(prefixes), ["plain", *drafters]
     t = dict.fromkeys(names, 0)
     stats = {name: {"verifies": 0, "accepted": 0, "target_passes": 0} for name in drafters}
-    identical, prev = True, None
-    outs = {name: np.zeros(n, np.int64) for name in names}
-    for i, prefix in enumerate(prefixes):
-        # the order rotates every cycle: whichever runs after another variant finds the
-        # weights of the graphs it shares warm in cache, so no variant always goes first
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            be.reset()
-            logits = be.prefill(prefix, 0)
+    outs = {name: np.zeros((cycles, n), np.int64) for name in names}
+    for r, first in enumerate(range(0, cycles, max(1, run_length))):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             d = drafters.get(name)
-            if name == "chunk":
-                if prev is None:
-                    d.clear()
-                else:
-                    d.set_previous(prev, 0, period, period)
-            t0 = time.perf_counter_ns()
-            out = dec.decode(logits, len(prefix), n, drafter=d)
-            t[name] += time.perf_counter_ns() - t0
-            outs[name][:] = out
-            if name != "plain":
-                s = stats[name]
-                s["verifies"] += dec.stats.verifies
-                s["accepted"] += dec.stats.accepted
-                s["target_passes"] += dec.stats.target_passes + 1
-        ref = outs["plain"]
-        identical &= all(bool((outs[name] == ref).all()) for name in drafters)
-        prev = ref.copy()
-    cycles = len(prefixes)
+            for i in range(first, min(first + max(1, run_length), cycles)):
+                if pace_ms > 0:
+                    time.sleep(pace_ms / 1e3)
+                be.reset()
+                logits = be.prefill(prefixes[i], 0)
+                if name == "chunk":
+                    if i == 0:
+                        d.clear()
+                    else:
+                        d.set_previous(outs[name][i - 1], 0, period, period)
+                t0 = time.perf_counter_ns()
+                out = dec.decode(logits, len(prefixes[i]), n, drafter=d)
+                t[name] += time.perf_counter_ns() - t0
+                outs[name][i] = out
+                if d is not None:
+                    s = stats[name]
+                    s["verifies"] += dec.stats.verifies
+                    s["accepted"] += dec.stats.accepted
+                    s["target_passes"] += dec.stats.target_passes + 1
+    identical = all(bool((outs[name] == outs["plain"]).all()) for name in drafters)
     tokens = n * cycles
     tps = {k: tokens / (ns / 1e9) for k, ns in t.items()}
     per = {name: {"tokens_per_s": tps[name], "speedup": tps[name] / tps["plain"],
@@ -94,6 +101,7 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, **opt
     best = max(per, key=lambda k: per[k]["tokens_per_s"])
     return {"backend": backend, "cycles": cycles, "chunk_tokens": n, "best_drafter": best,
             "stream": "recorded" if (md.path / "stream.npz").exists() else "synthetic",
+            "run_length": run_length, "pace_ms": pace_ms,
             "plain_tokens_per_s": tps["plain"], "spec_tokens_per_s": tps[best],
             "speedup": per[best]["speedup"],
             "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
