@@ -78,6 +78,7 @@ class Decoder:
         self._one = np.zeros(1, np.int64)
         self._verify = np.zeros(self.k_verify, np.int64)
         self._target = np.zeros(self.k_verify, np.int64)  # the verify's argmax per row
+        self._ctx = DraftContext(backend, 0, 0, 0, sample, temperature, self.rng)
         self.stats = DecodeStats()
 
     def _pick(self, logits: np.ndarray) -> int:
@@ -135,8 +136,8 @@ class Decoder:
         g = min(self.gamma if adapt else cap, n - m, k - 1)
         if g < 1:
             return 0
-        ctx = DraftContext(be, pos, int(out[m - 1]) + self.a0, m, self.sample,
-                           self.temperature, self.rng, out[:m])
+        ctx = self._ctx
+        ctx.pos, ctx.last, ctx.index, ctx.chunk = pos, int(out[m - 1]) + self.a0, m, out[:m]
         drafts = drafter.draft(ctx, g)
         g = len(drafts)
         if g == 0:
@@ -151,7 +152,7 @@ class Decoder:
         st.target_passes += 1
         st.verifies += 1
         target = self._target[:g + 1]
-        np.argmax(logits, axis=1, out=target)
+        logits.argmax(axis=1, out=target)
         if self.sample:
             a, nxt = speculative_accept(softmax(logits, self.temperature), drafter.q, drafts,
                                         self.rng)

@@ -73,14 +73,17 @@ class Backend(ABC):
 
     def pick_k(self, depth: int, n: int, start_pos: int) -> int:
         """Smallest exported k >= n that fits before max_ctx, else the largest that fits."""
-        fits = [k for k in self._ks[depth] if start_pos + k <= self.max_ctx]
-        if not fits:
-            raise BackendError(f"no depth-{depth} graph fits at position {start_pos} "
-                               f"(max_ctx {self.max_ctx})")
-        for k in fits:
+        best = 0
+        for k in self._ks[depth]:  # ascending
+            if start_pos + k > self.max_ctx:
+                break
+            best = k
             if k >= n:
                 return k
-        return fits[-1]
+        if not best:
+            raise BackendError(f"no depth-{depth} graph fits at position {start_pos} "
+                               f"(max_ctx {self.max_ctx})")
+        return best
 
     def step(self, tokens: np.ndarray, start_pos: int, depth: int | None = None) -> np.ndarray:
         """Run n tokens (vocab ids) from start_pos at `depth` (None: full) in ONE forward
