@@ -30,7 +30,7 @@ def _bench(args: argparse.Namespace) -> int:
     elif w == "decode":
         from rtinfer.bench.decode import run
         result = run(args.model, cycles=args.cycles, backend=args.backend,
-                     run_length=args.run_length, pace_ms=args.pace_ms)
+                     run_length=args.run_length, pace_ms=args.pace_ms, stream=args.stream)
     elif w == "ttft":
         from rtinfer.bench.ttft import run
         result = run(args.model, cycles=args.cycles, backend=args.backend)
@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", default="onnx", help="decode/ttft: backend")
     b.add_argument("--run-length", type=int, default=10,
                    help="decode: consecutive cycles per variant before the next takes its turn")
+    b.add_argument("--stream", default=None,
+                   help="decode: observation stream .npz (default: the model's stream.npz)")
     b.add_argument("--pace-ms", type=float, default=0.0,
                    help="decode: idle this long before each cycle, as a node between observations")
     b.add_argument("--sizes", default="demo", choices=["demo", "demo,bench"],

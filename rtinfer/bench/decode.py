@@ -10,6 +10,7 @@ plain greedy (`identical`).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -19,10 +20,11 @@ from rtinfer.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.sequence import build_prefix
 
 
-def token_stream(md, cycles: int, seed: int):
-    """(instruction, observation) raw tokens per cycle: the model's recorded stream.npz if
-    it ships one, else the synthetic drifting stream."""
-    recorded = md.path / "stream.npz"
+def token_stream(md, cycles: int, seed: int, stream=None):
+    """(instruction, observation) raw tokens per cycle: `stream` (an .npz with those two
+    arrays, e.g. one episode written by examples/conveyor_sorting/collect.py), else the
+    model's recorded stream.npz if it ships one, else the synthetic drifting stream."""
+    recorded = Path(stream) if stream else md.path / "stream.npz"
     if recorded.exists():
         with np.load(recorded, allow_pickle=False) as z:
             instr, obs = z["instruction_tokens"], z["obs_tokens"]
@@ -38,14 +40,14 @@ def token_stream(md, cycles: int, seed: int):
         yield instr.copy(), obs.copy()
 
 
-def prefix_stream(md, cycles: int, seed: int):
+def prefix_stream(md, cycles: int, seed: int, stream=None):
     """token_stream as model prefixes (rtinfer.sequence layout), one per cycle."""
-    for instr, obs in token_stream(md, cycles, seed):
+    for instr, obs in token_stream(md, cycles, seed, stream):
         yield build_prefix(md.vocab, instr, obs)
 
 
 def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_length: int = 10,
-        pace_ms: float = 0.0, **opts) -> dict:
+        pace_ms: float = 0.0, stream=None, **opts) -> dict:
     """Returns plain/spec tokens per second (decode phase, prefill excluded), the speedup
     of the best drafter, its mean accepted drafts per verify, `identical` (all drafters
     reproduced plain greedy), and per-drafter figures under `drafters`.
@@ -63,7 +65,9 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
     dec, n, period = Decoder(be), be.model.chunk_tokens, md.tokenizer.period_ns
     drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
                 "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
-    prefixes = list(prefix_stream(md, cycles, seed))
+    if stream and not Path(stream).exists():
+        raise FileNotFoundError(f"{stream}: no such observation stream")
+    prefixes = list(prefix_stream(md, cycles, seed, stream))
     cycles, names = len(prefixes), ["plain", *drafters]
     t = dict.fromkeys(names, 0)
     stats = {name: {"verifies": 0, "accepted": 0, "target_passes": 0} for name in drafters}
@@ -100,7 +104,8 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
            for name, s in stats.items()}
     best = max(per, key=lambda k: per[k]["tokens_per_s"])
     return {"backend": backend, "cycles": cycles, "chunk_tokens": n, "best_drafter": best,
-            "stream": "recorded" if (md.path / "stream.npz").exists() else "synthetic",
+            "stream": str(stream) if stream else
+            "recorded" if (md.path / "stream.npz").exists() else "synthetic",
             "run_length": run_length, "pace_ms": pace_ms,
             "plain_tokens_per_s": tps["plain"], "spec_tokens_per_s": tps[best],
             "speedup": per[best]["speedup"],
