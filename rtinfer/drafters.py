@@ -184,8 +184,8 @@ class ChunkReuseDrafter(Drafter):
             if self._has_vel:
                 step = int(self._vel[j % D])
                 if j >= 3 * D and self._has_vel0:
-                    step = _braking(step, int(self._vel0[j % D]), int(plan[j - D] - plan[j - 2 * D]),
-                                    int(plan[j - 2 * D] - plan[j - 3 * D]))
+                    own, own0 = plan[j - D] - plan[j - 2 * D], plan[j - 2 * D] - plan[j - 3 * D]
+                    step = _braking(step, int(self._vel0[j % D]), int(own), int(own0))
                 v = plan[j - D] + step
             else:
                 v = plan[j - D] if j < 2 * D else 2 * plan[j - D] - plan[j - 2 * D]
