@@ -32,12 +32,15 @@ def copy_bandwidth_gbs(nbytes: int = 256 << 20, repeats: int = 5) -> float:
 
 
 def weight_bytes(model_dir) -> int:
-    """Bytes of the k=1 full-depth fp32 graph (weights dominate it)."""
-    man = json.loads((Path(model_dir) / "graphs.json").read_text())
+    """Bytes of the k=1 full-depth fp32 graph (weights dominate it), with the fp32 shared
+    external weights file where the graphs keep their weights in one."""
+    d = Path(model_dir)
+    man = json.loads((d / "graphs.json").read_text())
     full = man["config"]["n_layer"]
     g = next(g for g in man["graphs"] if g["depth"] == full and g["k"] == 1
              and g["dtype"] == "float32")
-    return (Path(model_dir) / g["file"]).stat().st_size
+    shared = [name for name in man.get("weights", {}) if not name.startswith("fp16")]
+    return (d / g["file"]).stat().st_size + sum((d / name).stat().st_size for name in shared)
 
 
 def make_random_model(size: str, out_dir) -> Path:
