@@ -8,8 +8,10 @@ endpoint (PUB) for `budget`, `command` and heartbeat pings. Per controller `trac
 record: e2e = apply - capture, ttft = first_token - obs_recv, transport = recv -
 publish, apply_delay = apply - recv, obs_transport = obs_recv - capture, each into a
 LatencyHistogram. A record with fields.late_index (a waypoint the controller rejected past
-the deadline, never applied) is a miss with latency recv - capture: a new cycle when it is
-waypoint 0 (nothing of that cycle was applied), else a miss of a cycle already counted.
+the deadline, never applied) is a miss with latency recv - capture. Cycles are told apart by
+(node, cycle id): a record counts a new cycle only if no earlier record of that cycle did
+(a late tail of an applied cycle, or a late waypoint 1 whose waypoint 0 never came, counts
+right), and a cycle counts as missed at most once.
 Stamps of capture/recv/apply are on the trace node's clock and
 obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
 clock with the offsets estimated from heartbeat round trips before they are subtracted.
@@ -58,6 +60,9 @@ class NodeState:
         self.last_ns, self.messages = now, self.messages + 1
 
 
+CYCLE_MEMORY = 256  # cycles remembered for counting each once (~13 s at 20 Hz)
+
+
 class Monitor:
     def __init__(self, listen: str | list[str], control: str, cfg: MonitorConfig | None = None,
                  *, ctx=None, curve=None, bind_control: bool = True) -> None:
@@ -73,6 +78,7 @@ class Monitor:
                                        "echoes_foreign", "pings", "publish_dropped"), 0)
         self.running = True
         self._pings: dict[int, None] = {}  # t0 of recent pings: echoes must answer one
+        self._cycles: dict[tuple, bool] = {}  # recent (node, cycle id) -> counted as missed
         self._next_ping = self._next_check = self._next_republish = 0
 
     # --- loop -------------------------------------------------------------------------
@@ -131,21 +137,24 @@ class Monitor:
         for k, v in st.items():
             est = policy if k in POLICY_STAMPS else robot
             local[k] = est.to_local(v) if est is not None else v
-        late = body.get("fields", {}).get("late_index")
-        if late is not None:
+        late = body.get("fields", {}).get("late_index") is not None
+        if late:
             self.counters["late_cycles"] += 1
-            if "capture" in local and "recv" in local:
-                for ev in self.policy.on_cycle(local["recv"] - local["capture"], t,
-                                               new_cycle=late == 0):
-                    self._act(ev)
-            return
-        for name, a, b in STAGES:
-            if a in local and b in local:
-                self.hist[name].record(local[b] - local[a])
-            else:
-                self.counters["trace_incomplete"] += 1
-        if "capture" in local and "apply" in local:
-            for ev in self.policy.on_cycle(local["apply"] - local["capture"], t):
+        else:
+            for name, a, b in STAGES:
+                if a in local and b in local:
+                    self.hist[name].record(local[b] - local[a])
+                else:
+                    self.counters["trace_incomplete"] += 1
+        end = local.get("recv" if late else "apply")
+        if "capture" in local and end is not None:
+            e2e = end - local["capture"]
+            key = (body["node"], body["cycle"])
+            seen, missed = key in self._cycles, self._cycles.get(key, False)
+            self._cycles[key] = missed or e2e > self.policy.deadline_ns
+            if len(self._cycles) > CYCLE_MEMORY:
+                del self._cycles[next(iter(self._cycles))]
+            for ev in self.policy.on_cycle(e2e, t, new_cycle=not seen, count_miss=not missed):
                 self._act(ev)
 
     def _policy_clock(self, trace_node: str) -> OffsetEstimator | None:

@@ -99,23 +99,25 @@ class DeadlinePolicy:
         self._calm = 0              # evaluations in a row above the raise margin
         self._last_bad_ns = start_ns  # newest miss or dead required node
 
-    def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True) -> list[Event]:
+    def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True,
+                 count_miss: bool = True) -> list[Event]:
         """One cycle's end-to-end latency (ns); returns the decisions it caused. new_cycle
         False: a late waypoint of a cycle already counted (its age is the sample: the budget
-        window sees late tails too); it counts a miss but no cycle and no evaluation."""
+        window sees late tails too); it counts no cycle and no evaluation. count_miss False:
+        that cycle was counted as missed already; the sample still enters the window."""
         c, cfg = self.counters, self.cfg
         c["cycles"] += new_cycle
         self._ring[self._n % cfg.window] = e2e_ns
         self._n += 1
         out: list[Event] = []
-        if e2e_ns > self.deadline_ns:
+        if count_miss and e2e_ns > self.deadline_ns:
             c["misses"] += 1
             self.consecutive_misses += 1
             self._last_bad_ns = now_ns
             if self.consecutive_misses >= cfg.hold_after_misses and not self.holding:
                 out.append(self._hold(now_ns, f"{self.consecutive_misses} consecutive deadline "
                                       f"misses", {"e2e_ms": e2e_ns / 1e6}))
-        else:
+        elif count_miss:
             self.consecutive_misses = 0
         if new_cycle and self._n >= cfg.min_samples and c["cycles"] % cfg.eval_every == 0:
             ev = self._evaluate(now_ns)

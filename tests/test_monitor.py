@@ -141,6 +141,22 @@ def test_late_waypoints_count_as_misses_and_cycles_count_once(rig_factory):
     assert rig.mon.hist["e2e"].percentiles_us()["count"] == 3  # late ones never applied
 
 
+def test_a_cycle_counts_once_and_misses_once_whatever_order_its_records_come_in(rig_factory):
+    rig = rig_factory(**BUDGET)
+    rig.feed([10.0, 130.0])  # cycle 2 applied, but past the deadline: one miss
+    t = now_ns()
+
+    def late(cycle, index):
+        rig.robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {
+            "late_index": index}, "stamps": {"capture": t - 140 * MS, "recv": t}})
+    late(2, 1.0)  # a late tail of the cycle already missed: no second miss
+    late(3, 1.0)  # waypoint 0 of cycle 3 never came: waypoint 1 late starts the cycle
+    late(3, 0.0)  # and waypoint 0 arriving after it adds nothing
+    rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 3)
+    c = rig.mon.policy.counters
+    assert (c["cycles"], c["misses"]) == (3, 2)
+
+
 def test_a_late_tail_adds_no_budget_evaluation(rig_factory):
     rig = rig_factory(**BUDGET)
     rig.feed([40.0] * 10)  # one evaluation at cycle 10: level 0 stays
@@ -356,10 +372,11 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
         assert abs(est.offset_ns) <= est.uncertainty_ns  # one host: one monotonic clock
         assert mon.nodes["infer"].alive and mon.nodes["infer"].state == "run"
         assert node.heartbeat.counters["echoes"] >= 5
+        cycle = 0
         while mon.policy.level == 0:  # slack 5 ms: the monitor lowers the budget
             assert time.monotonic() < end, "budget never lowered"
-            t = now_ns()
-            robot.publish("trace", {"node": "controller", "cycle": 0, "fields": {},
+            t, cycle = now_ns(), cycle + 1
+            robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {},
                                     "stamps": {"capture": t - 95 * MS, "apply": t}})
             mon.spin_once(5)
         while node.budget.monitor_level != 1:
