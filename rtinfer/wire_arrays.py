@@ -47,6 +47,14 @@ def _wire_form(arr: np.ndarray) -> tuple[int, np.ndarray]:
     return code, np.asarray(arr, DTYPES[code], order="C")
 
 
+def _check_bool(arr: np.ndarray) -> None:
+    """A bool array built by viewing other bytes as bool can hold bytes other than 0 and 1;
+    the receiver rejects such an array, so the sender refuses it with the reason."""
+    if arr.size and arr.view(np.uint8).max() > 1:
+        raise ArrayError("bool array holds bytes other than 0 and 1 (a view of other bytes "
+                         "as bool?): send arr != 0 instead")
+
+
 def _header(code: int, arr: np.ndarray) -> bytes:
     return _HEAD[arr.ndim].pack(code, arr.ndim, 0, 0, *arr.shape)
 
@@ -63,6 +71,8 @@ def pack_inline(arr: np.ndarray) -> msgpack.ExtType:
     code = _CODE_BY_NUM.get(dt.num) if dt.isnative else None
     if code is None or arr.ndim > MAX_NDIM:  # byte-swap, or refuse with the reason
         code, arr = _wire_form(arr)
+    if code == 0:
+        _check_bool(arr)
     # tobytes() is C order whatever the strides, so strided arrays need no extra copy.
     return _ext(EXT_ARRAY, _HEAD[arr.ndim].pack(code, arr.ndim, 0, 0, *arr.shape) + arr.tobytes())
 
@@ -83,6 +93,8 @@ class OobPacker:
             if obj.nbytes < self.oob_bytes:
                 return pack_inline(obj)
             code, arr = _wire_form(obj)
+            if code == 0:
+                _check_bool(arr)
             self.frames.append(memoryview(arr.reshape(-1).view(np.uint8)))
             return _ext(EXT_ARRAY_OOB, _header(code, arr) + _FRAME_INDEX.pack(len(self.frames)))
         return default_scalar(obj)

@@ -344,6 +344,17 @@ def test_bool_array_with_non_boolean_bytes_is_rejected():
         wire.decode(obs_with(array_ext(header(code=0, dims=(2,)), b"\x01\x07")))
 
 
+@pytest.mark.parametrize("n", [2, 1 << 16], ids=["inline", "out-of-band"])
+def test_a_bool_array_with_non_boolean_bytes_is_refused_when_sending(n):
+    bad = np.full(n, 7, np.uint8).view(np.bool_)
+    send = wire.encode_frames if n > 2 else wire.encode
+    with pytest.raises(ArrayError, match="0 and 1"):
+        send("obs", {"values": {"v": bad}, "ints": {}}, seq=1, src="s")
+    frames = send("obs", {"values": {"v": bad != 0}, "ints": {}}, seq=1, src="s")
+    frames = frames if isinstance(frames, list) else [frames]
+    assert wire.decode_frames(frames).body["values"]["v"].all()
+
+
 def test_unknown_ext_type_is_rejected():
     with pytest.raises(MalformedError, match="ext type 9"):
         wire.decode(obs_with(msgpack.ExtType(9, b"")))
