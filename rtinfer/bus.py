@@ -15,6 +15,7 @@ from typing import Mapping, Sequence, Union
 
 import zmq
 from zmq import zmq_poll
+from zmq.utils.monitor import recv_monitor_message
 
 from .keys import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
 from .liveliness import Liveliness
@@ -31,10 +32,17 @@ _POLLIN = int(zmq.POLLIN)
 # e.g. from keys.curve_configs: a Subscriber connecting to two CURVE servers needs the
 # public key of each.
 Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
+HEAL_EVERY_NS = 100_000_000  # how often a CURVE client looks for a dead endpoint
 
 
 class _BusSocket:
-    """Context/socket/CURVE lifecycle shared by Publisher and Subscriber."""
+    """Context/socket/CURVE lifecycle shared by Publisher and Subscriber.
+
+    A connecting CURVE socket watches its handshakes: libzmq treats a peer with another
+    mechanism (a plaintext server that bound the endpoint, even once) as a protocol error
+    and never reconnects that endpoint again. `_heal` (called by the owners when idle, at
+    most every HEAL_EVERY_NS) reconnects such an endpoint, counted in `reconnects`.
+    """
 
     def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
                  ctx: zmq.Context | None, curve: Curve,
@@ -43,7 +51,11 @@ class _BusSocket:
         self._ctx = zmq.Context() if ctx is None else ctx
         self._auth = False
         self._sock: zmq.Socket | None = self._ctx.socket(kind)
+        self._mon: zmq.Socket | None = None
+        self._next_heal = 0
         self.endpoints: list[str] = []
+        self._security: dict[str, CurveConfig | None] = {}  # connected endpoint -> its CURVE
+        self.reconnects = 0
         try:
             self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for unsent messages
             self._sock.setsockopt(zmq.SNDHWM, hwm)
@@ -58,27 +70,55 @@ class _BusSocket:
                     raise ValueError(f"one socket binds {endpoints} with different allow-lists")
                 acquire_authenticator(self._ctx, allow.pop())
                 self._auth = True
+            if not bind and any(c is not None for c in per_ep):
+                self._mon = self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
             for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
-                # libzmq copies the security options at each bind/connect, so each
-                # endpoint gets its own server key (or none: CURVE_SERVER=0 means NULL).
-                if cfg is not None:
-                    secure_socket(self._sock, cfg, server=bind)
-                elif curve is not None:
-                    self._sock.curve_server = False
                 if bind:
+                    self._secure(cfg, curve is not None, server=True)
                     self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
                     self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
                 else:
+                    self._secure(cfg, curve is not None, server=False)
                     self._sock.connect(ep)
                     self.endpoints.append(ep)
+                    self._security[ep] = cfg
         except BaseException:
             self.close()
             raise
+
+    def _secure(self, cfg: CurveConfig | None, any_curve: bool, *, server: bool) -> None:
+        # libzmq copies the security options at each bind/connect, so each endpoint gets
+        # its own server key (or none: CURVE_SERVER=0 means NULL).
+        if cfg is not None:
+            secure_socket(self._sock, cfg, server=server)
+        elif any_curve:
+            self._sock.curve_server = False
+
+    def _heal(self, now: int) -> None:
+        """Reconnect every endpoint whose handshake failed on a protocol error since the
+        last look (at most every HEAL_EVERY_NS; a no-op for other sockets)."""
+        if self._mon is None or now < self._next_heal:
+            return
+        self._next_heal = now + HEAL_EVERY_NS
+        failed = set()
+        while self._mon.poll(0):
+            failed.add(recv_monitor_message(self._mon)["endpoint"].decode())
+        for ep in failed:
+            # an endpoint libzmq names otherwise than we did (a resolved host): all of them
+            for known in ([ep] if ep in self._security else list(self._security)):
+                self._sock.disconnect(known)
+                self._secure(self._security[known], True, server=False)
+                self._sock.connect(known)
+                self.reconnects += 1
 
     def close(self) -> None:
         """Close the socket at once (LINGER 0, queued messages are discarded); idempotent."""
         if self._sock is None:
             return
+        if self._mon is not None:
+            self._sock.disable_monitor()
+            self._mon.close(linger=0)
+            self._mon = None
         self._sock.close(linger=0)
         self._sock = None
         if self._auth:
@@ -131,6 +171,8 @@ class Publisher(_BusSocket):
         st = {} if stamps is None else dict(stamps)
         if "publish" not in st:
             st["publish"] = now_ns()
+        if self._mon is not None:
+            self._heal(st["publish"])
         frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
                                oob_bytes=self._oob_bytes)
         self._seq += 1
@@ -234,7 +276,7 @@ class Subscriber(_BusSocket):
         if self.latest_only:
             self._fill(timeout_ms)
             if not self._pending:
-                return None
+                return self._idle()
             return self._pending.pop(next(iter(self._pending)))
         deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
         wait_ms = timeout_ms
@@ -248,7 +290,13 @@ class Subscriber(_BusSocket):
                     return env
             wait_ms = self._left_ms(deadline, timeout_ms)
             if wait_ms == 0:
-                return None
+                return self._idle()
+        return self._idle()
+
+    def _idle(self) -> None:
+        """Nothing to hand out: the moment to look after dead CURVE endpoints."""
+        if self._mon is not None:
+            self._heal(now_ns())
         return None
 
     def poll_latest(self, timeout_ms: int = 0) -> dict[str, Envelope]:
@@ -258,6 +306,8 @@ class Subscriber(_BusSocket):
         """
         self._fill(timeout_ms)
         out, self._pending = self._pending, {}
+        if not out:
+            self._idle()
         return out
 
     def last(self, topic: str) -> Envelope | None:

@@ -150,3 +150,23 @@ def test_misconfigured_curve_is_refused_up_front(certs):
                    curve=CurveConfig(paths["server"][1]))
     with pytest.raises(ValueError, match="server_public_key_file"):
         Publisher("tcp://127.0.0.1:9", "p", bind=False, curve=CurveConfig(paths["client"][1]))
+
+
+def test_a_curve_subscriber_reconnects_after_a_plaintext_server_held_its_endpoint(certs):
+    """libzmq treats a plaintext server as a protocol error and never reconnects that
+    endpoint; the bus reconnects it itself, so the real server gets through afterwards."""
+    paths, allowed = certs
+    with contextlib.closing(__import__("socket").socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        ep = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with Subscriber(ep, ["heartbeat"], curve=CurveConfig(paths["client"][1],
+                                                         paths["server"][0])) as sub:
+        with Publisher(ep, "imposter") as imposter:  # plaintext: until a handshake failed
+            end = time.monotonic() + 5
+            while sub.reconnects == 0:
+                assert time.monotonic() < end, "no protocol error seen, or not reconnected"
+                imposter.publish("heartbeat", hb("imposter"))
+                assert sub.recv(timeout_ms=20) is None  # nothing plaintext gets through
+        with Publisher(ep, "server", curve=CurveConfig(paths["server"][1],
+                                                       allowed_clients_dir=allowed)) as server:
+            wait_first(server, sub, "server", timeout_s=5.0)
