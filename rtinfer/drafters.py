@@ -144,7 +144,7 @@ class ChunkReuseDrafter(Drafter):
         n = min(len(prev) - shift, self.horizon)
         self._plan.reshape(self.horizon, self.dim)[:n] = prev[shift:shift + n]
         self._src = n * self.dim
-        if shift:
+        if shift and n >= 2:  # one waypoint left cannot show a dimension holding still
             for d in range(self.dim):
                 if prev[shift:, d].min() == prev[shift:, d].max():
                     self._plan[d] = prev[shift - 1, d]  # settling

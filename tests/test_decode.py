@@ -149,6 +149,8 @@ def test_chunk_reuse_keeps_a_held_dimensions_settling_offset_in_the_first_waypoi
     assert d.draft(DraftContext(backend, 0, 0, 0), 6).tolist() == [12, 20, 14, 18, 16, 18]
     d.set_previous(np.array([[10, 20], [12, 18], [14, 18]]), 0, 0, 100)  # no shift: as is
     assert d.draft(DraftContext(backend, 0, 0, 0), 6).tolist() == [10, 20, 12, 18, 14, 18]
+    d.set_previous(np.array([[10, 20], [12, 18], [14, 18]]), 0, 200, 100)  # one left: as is
+    assert d.draft(DraftContext(backend, 0, 0, 0), 2).tolist() == [14, 18]
 
 
 def test_chunk_reuse_brakes_where_both_chunks_slow_down(backend):
