@@ -54,7 +54,7 @@ def hosts():
         hp.remove()
 
 
-def test_delay_and_cut_are_held_within_a_deadline_and_stale_chunks_never_applied(hosts):
+def test_delay_and_cut_are_held_once_a_chunk_is_overdue_and_stale_chunks_never_applied(hosts):
     d = Path(tempfile.mkdtemp(prefix="rtf-net-"))
     k = make_keys(d)
     p = k["paths"]

@@ -68,7 +68,7 @@ def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_policy_killed_robot_holds_within_a_deadline_and_resumes_after_restart():
+def test_policy_killed_robot_holds_once_the_next_chunk_is_overdue_and_resumes_after_restart():
     from examples.conveyor_sorting.sim_node import SimNode
     run_dir = Path(tempfile.mkdtemp(prefix="rtf-kill-"))  # short: ipc paths are <108 bytes
     launch_file = run_dir / "kill.yaml"
