@@ -128,7 +128,8 @@ def _figures(rd: Path, exit_code: int, samples: dict, minutes: float, launch: Pa
         "rejected": {k: v for k, v in ctl.items() if k.startswith("rejected_")},
         "dropped": {"obs_not_sent": sim.get("obs_dropped"), "late_ticks": ctl.get("late_ticks")},
         "force_over_limit": force.get("over_limit"), "max_force_ratio": force.get("max_ratio"),
-        "clamps": sim.get("stack"), "metrics": sim.get("metrics"), "e2e_ms": sim.get("e2e_ms")}
+        "clamps": sim.get("stack"), "metrics": sim.get("metrics"), "e2e_ms": sim.get("e2e_ms"),
+        "instruction": sim.get("instruction")}
     out["targets_met"] = bool(exit_code == 0 and out["force_over_limit"] == 0
                               and out["deadline_misses"] == 0 and growth
                               and max(growth) < RSS_GROWTH_TARGET_PCT)
@@ -154,18 +155,24 @@ class _ForceCheck:
         self.hw.write(cmd)
 
 
-def sim_entry(argv: list[str]) -> int:
-    """examples.conveyor_sorting.sim_node's options; the SimNode with _ForceCheck."""
-    import signal
-    from examples.conveyor_sorting.sim_node import SimNode
+def sim_options(argv: list[str]) -> argparse.Namespace:
+    """The sim_node options the soak's sim honours (others are ignored)."""
     ap = argparse.ArgumentParser()
     for opt in ("--obs", "--actions", "--control", "--report", "--trace"):
         ap.add_argument(opt, default=None)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--deadline-ms", type=float, default=100.0)
-    a, _ = ap.parse_known_args(argv)
+    ap.add_argument("--seed", type=int, default=0)  # the cell seed picks the instruction
+    return ap.parse_known_args(argv)[0]
+
+
+def sim_entry(argv: list[str]) -> int:
+    """examples.conveyor_sorting.sim_node's options; the SimNode with _ForceCheck."""
+    import signal
+    from examples.conveyor_sorting.sim_node import SimNode
+    a = sim_options(argv)
     sim = SimNode(a.obs, a.actions, control_endpoint=a.control, trace_path=a.trace,
-                  deadline_ms=a.deadline_ms)
+                  deadline_ms=a.deadline_ms, seed=a.seed)
     check = _ForceCheck(sim.node.hw, sim.node.cfg.control.force_limit)
     sim.node.hw = check
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -175,6 +182,7 @@ def sim_entry(argv: list[str]) -> int:
     finally:
         sim.close()
     report["force_check"] = {"over_limit": check.over_limit, "max_ratio": check.max_ratio}
+    report["instruction"] = sim.cell.instruction.tolist()
     report["obs_dropped"] = sim.pub.counters.get("dropped")
     if a.report:
         Path(a.report).write_text(json.dumps(report, indent=1))

@@ -20,3 +20,11 @@ def test_short_soak_reports_memory_misses_and_no_force_beyond_limits():
     assert set(r["nodes"]) >= {"sim", "policy", "monitor"}
     assert all(n["samples"] >= 10 for n in r["nodes"].values())
     assert r["rss_growth_max_pct"] is not None  # reported; the < 5 % target is for 30 min
+    assert sorted(r["instruction"]) == [0, 1, 2]
+
+
+def test_the_soaks_sim_takes_the_launch_files_cell_seed():
+    """The seed picks the instruction: the learned policy's launch sets seed 1, a training
+    instruction; without it the soak sorted under the held-out one."""
+    assert soak.sim_options(["--obs", "ipc:///x", "--seed", "1", "--cpu", "0"]).seed == 1
+    assert soak.sim_options([]).seed == 0
