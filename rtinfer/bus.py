@@ -33,6 +33,7 @@ _POLLIN = int(zmq.POLLIN)
 # public key of each.
 Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
 HEAL_EVERY_NS = 100_000_000  # how often a CURVE client looks for a dead endpoint
+_HEAL_EVERY_MS = HEAL_EVERY_NS // 1_000_000
 
 
 class _BusSocket:
@@ -40,8 +41,9 @@ class _BusSocket:
 
     A connecting CURVE socket watches its handshakes: libzmq treats a peer with another
     mechanism (a plaintext server that bound the endpoint, even once) as a protocol error
-    and never reconnects that endpoint again. `_heal` (called by the owners when idle, at
-    most every HEAL_EVERY_NS) reconnects such an endpoint, counted in `reconnects`.
+    and never reconnects that endpoint again. `_heal` (on every recv/poll_latest/publish,
+    doing work at most every HEAL_EVERY_NS) reconnects such an endpoint, counted in
+    `reconnects` (failed attempts in `heal_errors`).
     """
 
     def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
@@ -55,7 +57,7 @@ class _BusSocket:
         self._next_heal = 0
         self.endpoints: list[str] = []
         self._security: dict[str, CurveConfig | None] = {}  # connected endpoint -> its CURVE
-        self.reconnects = 0
+        self.reconnects = self.heal_errors = 0
         try:
             self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for unsent messages
             self._sock.setsockopt(zmq.SNDHWM, hwm)
@@ -101,24 +103,34 @@ class _BusSocket:
             return
         self._next_heal = now + HEAL_EVERY_NS
         failed = set()
-        while self._mon.poll(0):
+        while zmq_poll([(self._mon, _POLLIN)], 0):
             failed.add(recv_monitor_message(self._mon)["endpoint"].decode())
         for ep in failed:
             # an endpoint libzmq names otherwise than we did (a resolved host): all of them
             for known in ([ep] if ep in self._security else list(self._security)):
-                self._sock.disconnect(known)
-                self._secure(self._security[known], True, server=False)
-                self._sock.connect(known)
-                self.reconnects += 1
+                try:
+                    self._sock.disconnect(known)
+                except zmq.ZMQError:
+                    pass  # libzmq dropped it already: connecting again is what matters
+                try:
+                    self._secure(self._security[known], True, server=False)
+                    self._sock.connect(known)
+                    self.reconnects += 1
+                except zmq.ZMQError:
+                    self.heal_errors += 1
 
     def close(self) -> None:
         """Close the socket at once (LINGER 0, queued messages are discarded); idempotent."""
         if self._sock is None:
             return
         if self._mon is not None:
-            self._sock.disable_monitor()
-            self._mon.close(linger=0)
-            self._mon = None
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            finally:
+                self._mon.close(linger=0)
+                self._mon = None
         self._sock.close(linger=0)
         self._sock = None
         if self._auth:
@@ -172,7 +184,7 @@ class Publisher(_BusSocket):
         if "publish" not in st:
             st["publish"] = now_ns()
         if self._mon is not None:
-            self._heal(st["publish"])
+            self._heal(now_ns())
         frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
                                oob_bytes=self._oob_bytes)
         self._seq += 1
@@ -273,10 +285,16 @@ class Subscriber(_BusSocket):
         In latest_only mode, drains the socket first and returns the newest message of
         the topic that has waited longest; older ones are counted as superseded.
         """
+        if self._mon is not None:
+            self._heal(now_ns())
+            while timeout_ms < 0:  # a dead endpoint must not block this forever
+                env = self.recv(_HEAL_EVERY_MS)
+                if env is not None:
+                    return env
         if self.latest_only:
             self._fill(timeout_ms)
             if not self._pending:
-                return self._idle()
+                return None
             return self._pending.pop(next(iter(self._pending)))
         deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
         wait_ms = timeout_ms
@@ -290,13 +308,7 @@ class Subscriber(_BusSocket):
                     return env
             wait_ms = self._left_ms(deadline, timeout_ms)
             if wait_ms == 0:
-                return self._idle()
-        return self._idle()
-
-    def _idle(self) -> None:
-        """Nothing to hand out: the moment to look after dead CURVE endpoints."""
-        if self._mon is not None:
-            self._heal(now_ns())
+                return None
         return None
 
     def poll_latest(self, timeout_ms: int = 0) -> dict[str, Envelope]:
@@ -304,10 +316,14 @@ class Subscriber(_BusSocket):
 
         Waits up to ``timeout_ms`` only while nothing at all has arrived.
         """
+        if self._mon is not None:
+            self._heal(now_ns())
+            while timeout_ms < 0:  # a dead endpoint must not block this forever
+                out = self.poll_latest(_HEAL_EVERY_MS)
+                if out:
+                    return out
         self._fill(timeout_ms)
         out, self._pending = self._pending, {}
-        if not out:
-            self._idle()
         return out
 
     def last(self, topic: str) -> Envelope | None:

@@ -78,6 +78,7 @@ class Decoder:
         self._one = np.zeros(1, np.int64)
         self._verify = np.zeros(self.k_verify, np.int64)
         self._target = np.zeros(self.k_verify, np.int64)  # the verify's argmax per row
+        # one context for every round (sample/temperature are fixed for a Decoder's life)
         self._ctx = DraftContext(backend, 0, 0, 0, sample, temperature, self.rng)
         self.stats = DecodeStats()
 

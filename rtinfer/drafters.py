@@ -99,10 +99,10 @@ class ChunkReuseDrafter(Drafter):
 
     Three corrections, each measured on the recorded stream and on three held-out
     episodes (docs/benchmarks.md):
-    - Settling: a dimension the previous chunk holds still from the shift on keeps, in the
-      first waypoint, the value due now (the waypoint before the shift). A policy's first
-      waypoint tracks where the robot is, and at rest that sits a bin or two off the
-      target the later waypoints hold.
+    - Settling: a dimension the previous chunk holds still from the shift on takes, in the
+      first waypoint, the previous chunk's waypoint before the shift (where the robot is
+      now). A policy's first waypoint tracks where the robot is, and at rest that sits a
+      bin or two off the target the later waypoints hold.
     - Braking: where both the previous chunk and this one slow down in a dimension, the
       extrapolated step keeps slowing at the same rate, down to zero, never reversing.
     - Re-anchoring: after a rejection that missed by two bins or more, the target's row for
@@ -145,8 +145,8 @@ class ChunkReuseDrafter(Drafter):
         self._plan.reshape(self.horizon, self.dim)[:n] = prev[shift:shift + n]
         self._src = n * self.dim
         if shift and n >= 2:  # one waypoint left cannot show a dimension holding still
-            for d in range(self.dim):
-                if prev[shift:, d].min() == prev[shift:, d].max():
+            for d in range(1, self.dim):  # dimension 0 of token 0 comes from the prefill
+                if prev[shift:shift + n, d].min() == prev[shift:shift + n, d].max():
                     self._plan[d] = prev[shift - 1, d]  # settling
         if len(prev) >= 2:
             np.subtract(prev[-1], prev[-2], out=self._vel)
@@ -209,11 +209,15 @@ class ChunkReuseDrafter(Drafter):
 
 def _braking(step: int, step0: int, own: int, own0: int) -> int:
     """The extrapolated step: `step` (the previous chunk's last), unless both chunks slow
-    down (|step| < |step0|, |own| < |own0|, same signs): then own's next, slowing at the
-    same rate and stopping at zero."""
-    if abs(step) < abs(step0) and step * step0 > 0 and abs(own) < abs(own0) and own * own0 > 0:
+    down (|step| < |step0| and |own| < |own0|, no sign change): then own's next, slowing at
+    the same rate, stopping at zero and staying stopped."""
+    if not (abs(step) < abs(step0) and step * step0 > 0):
+        return step
+    if own == 0 and own0 == 0:
+        return 0  # this chunk has stopped: it stays stopped
+    if abs(own) < abs(own0) and own * own0 >= 0:
         nxt = 2 * own - own0
-        return nxt if nxt * own > 0 else 0
+        return nxt if nxt * own0 > 0 else 0
     return step
 
 

@@ -9,7 +9,7 @@ record: e2e = apply - capture, ttft = first_token - obs_recv, transport = recv -
 publish, apply_delay = apply - recv, obs_transport = obs_recv - capture, each into a
 LatencyHistogram. A record with fields.late_index (a waypoint the controller rejected past
 the deadline, never applied) is a miss with latency recv - capture. Cycles are told apart by
-(node, cycle id): a record counts a new cycle only if no earlier record of that cycle did
+(node, cycle id, capture): a record counts a new cycle only if no earlier record of it did
 (a late tail of an applied cycle, or a late waypoint 1 whose waypoint 0 never came, counts
 right), and a cycle counts as missed at most once.
 Stamps of capture/recv/apply are on the trace node's clock and
@@ -78,7 +78,7 @@ class Monitor:
                                        "echoes_foreign", "pings", "publish_dropped"), 0)
         self.running = True
         self._pings: dict[int, None] = {}  # t0 of recent pings: echoes must answer one
-        self._cycles: dict[tuple, bool] = {}  # recent (node, cycle id) -> counted as missed
+        self._cycles: dict[tuple, bool] = {}  # recent cycles -> counted as missed
         self._next_ping = self._next_check = self._next_republish = 0
 
     # --- loop -------------------------------------------------------------------------
@@ -149,7 +149,9 @@ class Monitor:
         end = local.get("recv" if late else "apply")
         if "capture" in local and end is not None:
             e2e = end - local["capture"]
-            key = (body["node"], body["cycle"])
+            # capture too: a restarted publisher may reuse cycle ids (raw stamp: it does
+            # not move with the clock-offset estimate)
+            key = (body["node"], body["cycle"], st.get("capture"))
             seen, missed = key in self._cycles, self._cycles.get(key, False)
             self._cycles[key] = missed or e2e > self.policy.deadline_ns
             if len(self._cycles) > CYCLE_MEMORY:

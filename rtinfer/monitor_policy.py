@@ -102,9 +102,10 @@ class DeadlinePolicy:
     def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True,
                  count_miss: bool = True) -> list[Event]:
         """One cycle's end-to-end latency (ns); returns the decisions it caused. new_cycle
-        False: a late waypoint of a cycle already counted (its age is the sample: the budget
-        window sees late tails too); it counts no cycle and no evaluation. count_miss False:
-        that cycle was counted as missed already; the sample still enters the window."""
+        False: another record of a cycle already counted (e.g. a late waypoint: its age is
+        the sample, so the budget window sees late tails too); it counts no cycle and no
+        evaluation. count_miss False: that cycle was counted as missed already; the sample
+        still enters the window."""
         c, cfg = self.counters, self.cfg
         c["cycles"] += new_cycle
         self._ring[self._n % cfg.window] = e2e_ns

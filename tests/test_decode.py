@@ -162,6 +162,9 @@ def test_chunk_reuse_brakes_where_both_chunks_slow_down(backend):
     assert d.draft(ctx, 4).tolist() == [3, 5, 6, 6]  # own 2, 1 -> 0: stops, never reverses
     d.set_previous(np.array([0, 5, 10, 15]), 0, 100, 100)  # steady: constant velocity
     assert d.draft(ctx, 4).tolist() == [5, 10, 15, 20]
+    d = ChunkReuseDrafter(horizon=7, dim=1)  # once stopped, it stays stopped
+    d.set_previous(np.array([0, 5, 9, 12, 14, 15]), 0, 200, 100)
+    assert d.draft(ctx, 7).tolist() == [9, 12, 14, 15, 15, 15, 15]
 
 
 def test_chunk_reuse_reanchors_the_next_waypoint_after_a_large_miss(backend):

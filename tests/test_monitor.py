@@ -32,6 +32,7 @@ class Rig:
                            ctx=self.ctx)
         self.ctl = Subscriber("inproc://control", ["budget", "command"], ctx=self.ctx)
         self.cycle = 0
+        self.captures = {}  # cycle -> the capture stamp fed
         for _ in range(500):  # until the monitor hears us and we hear its periodic budget
             self.robot.publish("health", {"node": "sync", "state": "ok", "counters": {}, "gauges": {}})
             self.mon.spin_once(5)
@@ -50,11 +51,20 @@ class Rig:
             if ttft_ms is not None:
                 st.update(obs_recv=t - e2e + MS, first_token=t - e2e + MS + int(ttft_ms[i] * MS))
             self.cycle += 1
+            self.captures[self.cycle] = st["capture"]
             self.robot.publish("trace", {"node": "controller", "cycle": self.cycle, "stamps": st,
                                          "fields": {}})
             if i % 200 == 199:
                 self.spin_until(lambda: self.mon.policy.counters["cycles"] >= want - len(e2e_ms) + i + 1)
         self.spin_until(lambda: self.mon.policy.counters["cycles"] >= want)
+
+    def late(self, cycle, index, age_ms=130.0):
+        """The controller's record of a late waypoint: the cycle's own capture stamp (a fed
+        cycle's, else one age_ms ago) and no apply."""
+        capture = self.captures.setdefault(cycle, now_ns() - int(age_ms * MS))
+        self.robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {
+            "late_index": index}, "stamps": {"capture": capture,
+                                             "recv": capture + int(age_ms * MS)}})
 
     def spin_until(self, cond, timeout_s=10.0):
         end = time.monotonic() + timeout_s
@@ -130,11 +140,9 @@ def test_budget_is_raised_back_only_after_patience_above_the_hysteresis_band(rig
 def test_late_waypoints_count_as_misses_and_cycles_count_once(rig_factory):
     rig = rig_factory(**BUDGET)
     rig.feed([10.0] * 3)  # three applied, on time
-    t = now_ns()
     # cycle 3 applied on time but its waypoint 2 came late; cycle 4 was late from waypoint 0
-    for cycle, index in ((3, 2.0), (4, 0.0)):
-        rig.robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {
-            "late_index": index}, "stamps": {"capture": t - 130 * MS, "recv": t}})
+    rig.late(3, 2.0)
+    rig.late(4, 0.0)
     rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 2)
     c = rig.mon.policy.counters
     assert c["cycles"] == 4 and c["misses"] == 2
@@ -144,26 +152,22 @@ def test_late_waypoints_count_as_misses_and_cycles_count_once(rig_factory):
 def test_a_cycle_counts_once_and_misses_once_whatever_order_its_records_come_in(rig_factory):
     rig = rig_factory(**BUDGET)
     rig.feed([10.0, 130.0])  # cycle 2 applied, but past the deadline: one miss
-    t = now_ns()
-
-    def late(cycle, index):
-        rig.robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {
-            "late_index": index}, "stamps": {"capture": t - 140 * MS, "recv": t}})
-    late(2, 1.0)  # a late tail of the cycle already missed: no second miss
-    late(3, 1.0)  # waypoint 0 of cycle 3 never came: waypoint 1 late starts the cycle
-    late(3, 0.0)  # and waypoint 0 arriving after it adds nothing
-    rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 3)
+    rig.late(2, 1.0, age_ms=140)  # a late tail of the cycle already missed: no second miss
+    rig.late(3, 1.0)  # waypoint 0 of cycle 3 never came: waypoint 1 late starts the cycle
+    rig.late(3, 0.0)  # and waypoint 0 arriving after it adds nothing
+    t = now_ns()  # a restarted publisher reusing cycle id 1 (a new capture): its own cycle
+    rig.robot.publish("trace", {"node": "controller", "cycle": 1, "fields": {"late_index": 0.0},
+                                "stamps": {"capture": t - 130 * MS, "recv": t}})
+    rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 4)
     c = rig.mon.policy.counters
-    assert (c["cycles"], c["misses"]) == (3, 2)
+    assert (c["cycles"], c["misses"]) == (4, 3)
 
 
 def test_a_late_tail_adds_no_budget_evaluation(rig_factory):
     rig = rig_factory(**BUDGET)
     rig.feed([40.0] * 10)  # one evaluation at cycle 10: level 0 stays
     evals = rig.mon.policy.counters["evaluations"]
-    t = now_ns()
-    rig.robot.publish("trace", {"node": "controller", "cycle": 10, "fields": {
-        "late_index": 2.0}, "stamps": {"capture": t - 130 * MS, "recv": t}})
+    rig.late(10, 2.0)
     rig.spin_until(lambda: rig.mon.counters["late_cycles"] == 1)
     assert rig.mon.policy.counters["evaluations"] == evals and rig.mon.policy.counters["cycles"] == 10
 

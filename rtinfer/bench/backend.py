@@ -39,7 +39,8 @@ def weight_bytes(model_dir) -> int:
     full = man["config"]["n_layer"]
     g = next(g for g in man["graphs"] if g["depth"] == full and g["k"] == 1
              and g["dtype"] == "float32")
-    shared = [name for name in man.get("weights", {}) if not name.startswith("fp16")]
+    here = Path(g["file"]).parent  # the shared file beside this graph, not the fp16 one
+    shared = [name for name in man.get("weights", {}) if Path(name).parent == here]
     return (d / g["file"]).stat().st_size + sum((d / name).stat().st_size for name in shared)
 
 

@@ -1,11 +1,11 @@
 """Speculative vs plain decoding throughput on one model, measured in the same run.
 
-Cycles replay consecutive real observations when the model directory ships a
-`stream.npz` (instruction_tokens (N, C), obs_tokens (N, L), one row per policy period, as
-recorded from the cell), else a slowly drifting synthetic stream (each cycle moves a few
-random observation tokens by one bin: out of distribution for a trained policy, so
-acceptance rates there say little). Every drafter's output is compared token for token with
-plain greedy (`identical`).
+Cycles replay consecutive real observations: `stream=` (an .npz with instruction_tokens
+(N, C) and obs_tokens (N, L), one row per policy period, as recorded from the cell), else
+the model directory's `stream.npz` when it ships one, else a slowly drifting synthetic
+stream (each cycle moves a few random observation tokens by one bin: out of distribution
+for a trained policy, so acceptance rates there say little). Every drafter's output is
+compared token for token with plain greedy (`identical`).
 """
 from __future__ import annotations
 
@@ -67,15 +67,19 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
                 "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
     if stream and not Path(stream).exists():
         raise FileNotFoundError(f"{stream}: no such observation stream")
+    if run_length < 1:
+        raise ValueError(f"run_length must be >= 1, got {run_length}")
     prefixes = list(prefix_stream(md, cycles, seed, stream))
+    if not prefixes:
+        raise ValueError(f"{stream or md.path}: the observation stream has no cycles")
     cycles, names = len(prefixes), ["plain", *drafters]
     t = dict.fromkeys(names, 0)
     stats = {name: {"verifies": 0, "accepted": 0, "target_passes": 0} for name in drafters}
     outs = {name: np.zeros((cycles, n), np.int64) for name in names}
-    for r, first in enumerate(range(0, cycles, max(1, run_length))):
+    for r, first in enumerate(range(0, cycles, run_length)):
         for name in names[r % len(names):] + names[:r % len(names)]:
             d = drafters.get(name)
-            for i in range(first, min(first + max(1, run_length), cycles)):
+            for i in range(first, min(first + run_length, cycles)):
                 if pace_ms > 0:
                     time.sleep(pace_ms / 1e3)
                 be.reset()
