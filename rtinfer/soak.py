@@ -155,32 +155,15 @@ class _ForceCheck:
         self.hw.write(cmd)
 
 
-def sim_options(argv: list[str]) -> argparse.Namespace:
-    """The sim_node options the soak's sim honours (others are ignored)."""
-    ap = argparse.ArgumentParser()
-    for opt in ("--obs", "--actions", "--control", "--report", "--trace"):
-        ap.add_argument(opt, default=None)
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--deadline-ms", type=float, default=100.0)
-    ap.add_argument("--seed", type=int, default=0)  # the cell seed picks the instruction
-    return ap.parse_known_args(argv)[0]
-
-
 def sim_entry(argv: list[str]) -> int:
-    """examples.conveyor_sorting.sim_node's options; the SimNode with _ForceCheck."""
-    import signal
-    from examples.conveyor_sorting.sim_node import SimNode
-    a = sim_options(argv)
-    sim = SimNode(a.obs, a.actions, control_endpoint=a.control, trace_path=a.trace,
-                  deadline_ms=a.deadline_ms, seed=a.seed)
+    """examples.conveyor_sorting.sim_node's command line (the same parser: every option,
+    the cell seed included); the SimNode with _ForceCheck."""
+    from examples.conveyor_sorting.sim_node import make_sim, parse_options, run_sim
+    ap, a = parse_options(argv)
+    sim = make_sim(ap, a)
     check = _ForceCheck(sim.node.hw, sim.node.cfg.control.force_limit)
     sim.node.hw = check
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: sim.stop())
-    try:
-        report = sim.run(a.seconds)
-    finally:
-        sim.close()
+    report = run_sim(sim, a.seconds)
     report["force_check"] = {"over_limit": check.over_limit, "max_ratio": check.max_ratio}
     report["instruction"] = sim.cell.instruction.tolist()
     report["obs_dropped"] = sim.pub.counters.get("dropped")

@@ -113,7 +113,9 @@ class SimNode:
                 c.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_options(argv: list[str] | None = None
+                  ) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The sim node's command line: (parser, parsed options)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--obs", required=True, help="endpoint to bind for obs/health/trace")
     ap.add_argument("--actions", required=True, help="the policy's action endpoint (connect)")
@@ -126,19 +128,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", default=None)
     ap.add_argument("--report", default=None, help="write the final report JSON here")
     add_curve_arguments(ap)
-    a = ap.parse_args(argv)
+    return ap, ap.parse_args(argv)
+
+
+def make_sim(ap: argparse.ArgumentParser, a: argparse.Namespace) -> SimNode:
+    """A SimNode from parse_options' result (a bad key setup is a usage error)."""
     curve = curve_from_args(ap, a, binds=[a.obs], connects=[a.actions, a.control])
-    configure_realtime(cpus=None if a.cpu is None else [a.cpu])
     cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
-    sim = SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
-                  trace_path=a.trace, deadline_ms=a.deadline_ms, curve=curve)
+    return SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
+                   trace_path=a.trace, deadline_ms=a.deadline_ms, curve=curve)
+
+
+def run_sim(sim: SimNode, seconds: float) -> dict:
+    """Run until `seconds` or SIGTERM/SIGINT (stopping cleanly), close; the report."""
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly and still write the report
         signal.signal(sig, lambda *_: sim.stop())
     try:
-        report = sim.run(a.seconds)
+        return sim.run(seconds)
     finally:
         sim.close()
-    emit_report(report, a.report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap, a = parse_options(argv)
+    configure_realtime(cpus=None if a.cpu is None else [a.cpu])
+    sim = make_sim(ap, a)
+    emit_report(run_sim(sim, a.seconds), a.report)
     return 0
 
 

@@ -26,5 +26,7 @@ def test_short_soak_reports_memory_misses_and_no_force_beyond_limits():
 def test_the_soaks_sim_takes_the_launch_files_cell_seed():
     """The seed picks the instruction: the learned policy's launch sets seed 1, a training
     instruction; without it the soak sorted under the held-out one."""
-    assert soak.sim_options(["--obs", "ipc:///x", "--seed", "1", "--cpu", "0"]).seed == 1
-    assert soak.sim_options([]).seed == 0
+    from examples.conveyor_sorting.sim_node import parse_options
+    ends = ["--obs", "ipc:///x", "--actions", "ipc:///y"]
+    assert parse_options([*ends, "--seed", "1", "--cpu", "0"])[1].seed == 1
+    assert parse_options(ends)[1].seed == 0
