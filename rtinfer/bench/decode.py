@@ -25,6 +25,8 @@ def token_stream(md, cycles: int, seed: int, stream=None):
     arrays, e.g. one episode written by examples/conveyor_sorting/collect.py), else the
     model's recorded stream.npz if it ships one, else the synthetic drifting stream."""
     recorded = Path(stream) if stream else md.path / "stream.npz"
+    if stream and not recorded.exists():
+        raise FileNotFoundError(f"{stream}: no such observation stream")
     if recorded.exists():
         with np.load(recorded, allow_pickle=False) as z:
             instr, obs = z["instruction_tokens"], z["obs_tokens"]
@@ -65,8 +67,6 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
     dec, n, period = Decoder(be), be.model.chunk_tokens, md.tokenizer.period_ns
     drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
                 "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
-    if stream and not Path(stream).exists():
-        raise FileNotFoundError(f"{stream}: no such observation stream")
     if run_length < 1:
         raise ValueError(f"run_length must be >= 1, got {run_length}")
     prefixes = list(prefix_stream(md, cycles, seed, stream))
