@@ -24,9 +24,9 @@ from typing import Callable
 
 import numpy as np
 
-from rtinfer.hist import LatencyHistogram
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.wire import Envelope, WireError, now_ns as clock_ns
+from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
 
 from .hardware import HardwareInterface, RobotState
 from .stack import ControlConfig, ControlStack
@@ -63,9 +63,9 @@ class ControllerNode:
     def __init__(self, hw: HardwareInterface, cfg: NodeConfig, sub, pub,
                  tokenizer_hash: str | None = None, *, trace=None,
                  on_tick: Callable[[RobotState, int], None] | None = None):
-        """sub/pub: rtinfer.bus Subscriber/Publisher (not owned: the caller closes them).
+        """sub/pub: rtinfer.transport.bus Subscriber/Publisher (not owned: the caller closes them).
         tokenizer_hash: the hash chunks must carry; must match cfg.tokenizer. trace: an
-        optional rtinfer.trace.TraceWriter. on_tick(state, now_ns): called every tick after
+        optional rtinfer.realtime.trace.TraceWriter. on_tick(state, now_ns): called every tick after
         the command is written (e.g. a sim publishing `obs` from the same loop)."""
         if tokenizer_hash is not None and tokenizer_hash != cfg.tokenizer.hash:
             raise ValueError(f"tokenizer hash {tokenizer_hash} does not match the node's "
@@ -109,7 +109,7 @@ class ControllerNode:
 
     def run(self, seconds: float | None = None) -> None:
         """Tick at control.rate_hz for `seconds` (None: until a `stop` command)."""
-        from rtinfer.realtime import RateKeeper  # tick() alone needs no realtime kit
+        from rtinfer.realtime.rate import RateKeeper  # tick() alone needs no realtime kit
         rk = RateKeeper(self.cfg.control.rate_hz, self.cfg.name)
         end = None if seconds is None else clock_ns() + int(seconds * 1e9)
         while self.state != "stopped" and (end is None or clock_ns() < end):

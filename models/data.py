@@ -3,7 +3,7 @@
 A dataset is an `.npz` written by a collector (e.g. examples/conveyor_sorting/collect.py):
 `instruction_tokens` (N, C), `obs_tokens` (N, L), `action_tokens` (N, H, D), plus JSON
 strings `tokenizer_config` and `obs_tokens_spec`. `models` never imports the cell: the
-file is the interface. Sequences use rtinfer.sequence, the layout the inference node runs.
+file is the interface. Sequences use rtinfer.model.sequence, the layout the inference node runs.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rtinfer import sequence
+from rtinfer.model import sequence
 
 from .config import Vocab
 

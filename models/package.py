@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rtinfer import sequence
-from rtinfer.obs_tokens import ObsTokens
-from rtinfer.tokens import TokenizerConfig
+from rtinfer.model import sequence
+from rtinfer.model.obs_tokens import ObsTokens
+from rtinfer.model.action_tokens import TokenizerConfig
 
 from . import checkpoint
 from .export import export_all

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.backends import BackendError, get_backend
-from rtinfer.decode import Decoder
+from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.decode import Decoder
 from rtinfer.bench.backend import _time_steps, copy_bandwidth_gbs, make_random_model, weight_bytes
-from rtinfer.modeldir import ModelDir
+from rtinfer.model.directory import ModelDir
 
 TORCH_VARIANTS = {  # name -> torch backend options
     "torch eager fp32": dict(dtype="float32", cuda_graphs=False),

@@ -52,7 +52,7 @@ def tiny_model_dir(tmp_path_factory):
     from models.config import PolicyConfig, Vocab
     from models.export import export_all
     from models.policy import Policy
-    from rtinfer.tokens import TokenizerConfig
+    from rtinfer.model.action_tokens import TokenizerConfig
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

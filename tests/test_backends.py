@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from conftest import random_obs_body
-from rtinfer.backends import BackendError, get_backend
-from rtinfer.decode import Decoder
-from rtinfer.drafters import EarlyExitDrafter
-from rtinfer.modeldir import ModelDir
-from rtinfer.sequence import build_prefix
+from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.decode import Decoder
+from rtinfer.inference.drafters import EarlyExitDrafter
+from rtinfer.model.directory import ModelDir
+from rtinfer.model.sequence import build_prefix
 
 
 def _greedy(backend, seeds, drafter_depth=None):

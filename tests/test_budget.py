@@ -1,6 +1,6 @@
 """Compute budget: levels from the model, monitor floor, own hysteresis on slack."""
-from rtinfer.budget import Budget, BudgetLevel, default_levels
-from rtinfer.modeldir import ModelDir
+from rtinfer.inference.budget import Budget, BudgetLevel, default_levels
+from rtinfer.model.directory import ModelDir
 
 MS = 1_000_000
 LEVELS = [BudgetLevel(6, 7, 4), BudgetLevel(6, 7, 2), BudgetLevel(4, 0, 2), BudgetLevel(2, 0, 1)]

@@ -8,9 +8,9 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.liveliness import Liveliness
-from rtinfer.wire import encode_frames, now_ns
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.liveliness import Liveliness
+from rtinfer.transport.wire import encode_frames, now_ns
 
 
 def hb(i: int = 0) -> dict:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.clocksync import OffsetEstimator, round_trip
-from rtinfer.heartbeat import HeartbeatResponder
-from rtinfer.monitor import Monitor
-from rtinfer.monitor_policy import MonitorConfig
-from rtinfer.wire import now_ns
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.monitor.clocksync import OffsetEstimator, round_trip
+from rtinfer.transport.heartbeat import HeartbeatResponder
+from rtinfer.monitor.node import Monitor
+from rtinfer.monitor.policy import MonitorConfig
+from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000
 

@@ -12,9 +12,9 @@ import zmq
 from controllers.hardware import Command, RobotState
 from controllers.node import ControllerNode, NodeConfig
 from controllers.stack import ControlConfig
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.wire import now_ns
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000
 TOK = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))

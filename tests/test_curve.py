@@ -9,9 +9,9 @@ import time
 import pytest
 import zmq
 
-from rtinfer import keys
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.keys import CurveConfig
+from rtinfer.transport import curve
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import CurveConfig
 
 N = 1000
 
@@ -19,7 +19,7 @@ N = 1000
 @pytest.fixture
 def certs(tmp_path):
     """server, client (allowed), rogue (valid key, not allowed) + the allow-list dir."""
-    paths = {name: keys.generate(tmp_path / name, name) for name in ("server", "client", "rogue")}
+    paths = {name: curve.generate(tmp_path / name, name) for name in ("server", "client", "rogue")}
     allowed = tmp_path / "allowed"
     allowed.mkdir()
     shutil.copy(paths["client"][0], allowed)
@@ -40,27 +40,27 @@ def wait_first(pub: Publisher, sub: Subscriber, node: str, timeout_s: float = 10
 
 
 def test_generated_secret_is_private_and_loads(tmp_path):
-    public, secret = keys.generate(tmp_path / "k", "node")
+    public, secret = curve.generate(tmp_path / "k", "node")
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o700
-    assert keys.load_public(public) == keys.load_public(secret)
-    assert len(keys.load_secret(secret)) == 40  # Z85 of 32 bytes
+    assert curve.load_public(public) == curve.load_public(secret)
+    assert len(curve.load_secret(secret)) == 40  # Z85 of 32 bytes
     with pytest.raises(ValueError, match="no secret key"):
         os.chmod(public, 0o600)
-        keys.load_secret(public)
+        curve.load_secret(public)
 
 
 def test_secret_readable_by_others_is_refused(tmp_path):
-    _, secret = keys.generate(tmp_path, "node")
+    _, secret = curve.generate(tmp_path, "node")
     os.chmod(secret, 0o644)
     with pytest.raises(ValueError, match="chmod 600"):
-        keys.load_secret(secret)
+        curve.load_secret(secret)
 
 
 def test_only_tcp_requires_curve():
-    assert keys.requires_curve("tcp://10.0.0.2:5555")
-    assert not keys.requires_curve("ipc:///tmp/x.sock")
-    assert not keys.requires_curve("inproc://x")
+    assert curve.requires_curve("tcp://10.0.0.2:5555")
+    assert not curve.requires_curve("ipc:///tmp/x.sock")
+    assert not curve.requires_curve("inproc://x")
 
 
 def test_only_allow_listed_publishers_get_through(certs):

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rtinfer import keys
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.keys import CurveConfig, CurveSetupError, curve_configs, curve_for
-from rtinfer.launchfile import load
+from rtinfer.transport import curve
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import CurveConfig, CurveSetupError, curve_configs, curve_for
+from rtinfer.launch.file import load
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_HOSTS = ROOT / "launch" / "two_hosts.yaml"
@@ -39,7 +39,7 @@ def keydir(tmp_path):
     """robot, monitor, gpu (allowed everywhere) and rogue (allowed nowhere) key pairs."""
     k = tmp_path / "keys"
     for name in ("robot", "monitor", "gpu", "rogue"):
-        keys.generate(k, name)
+        curve.generate(k, name)
     (k / "clients").mkdir()
     for name in ("robot", "monitor", "gpu"):
         shutil.copy(k / f"{name}.key", k / "clients")
@@ -119,7 +119,7 @@ def test_subscriber_uses_each_servers_key_and_stays_plain_where_unlisted(keydir,
 
 def test_two_hosts_file_validates_for_each_host():
     for host in ("robot", "gpu"):
-        r = subprocess.run([sys.executable, "-m", "rtinfer.launch", str(TWO_HOSTS), "--check",
+        r = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor", str(TWO_HOSTS), "--check",
                             "--host", host], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
     spec = load(TWO_HOSTS)
@@ -154,7 +154,7 @@ def run_two_hosts(keydir: Path, tmp_path: Path, policy_key: str, seconds: float)
     """Both launchers; the gpu one is stopped (SIGTERM, a clean stop) once the robot's ends.
     Returns (sim report, monitor report, policy log)."""
     f = loopback_variant(keydir, tmp_path / "two_hosts.yaml", policy_key=policy_key)
-    cmd = [sys.executable, "-m", "rtinfer.launch", str(f), "--seconds", str(seconds),
+    cmd = [sys.executable, "-m", "rtinfer.launch.supervisor", str(f), "--seconds", str(seconds),
            "--set", "seconds=5", "--run-dir"]
     robot, gpu = (subprocess.Popen(cmd + [str(tmp_path / h), "--host", h], cwd=ROOT,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

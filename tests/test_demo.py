@@ -2,9 +2,9 @@
 import json
 import time
 
-from rtinfer.bus import Publisher
-from rtinfer.dashboard import Dashboard
-from rtinfer.demo import collect_report
+from rtinfer.transport.bus import Publisher
+from rtinfer.monitor.dashboard import Dashboard
+from rtinfer.cli.demo import collect_report
 
 REPORT_KEYS = {"cycles", "deadline_ms", "deadline_misses", "e2e_ms", "ttft_ms", "objects",
                "success_rate", "budget_changes", "holds"}
@@ -53,8 +53,8 @@ def test_dashboard_shows_the_latest_health_of_each_node(tmp_path):
 
 
 def test_stress_runs_at_a_tighter_deadline_with_margins_scaled_to_it():
-    from rtinfer.demo import STRESS_DEADLINE_MS, launch_overrides
-    from rtinfer.launchfile import load
+    from rtinfer.cli.demo import STRESS_DEADLINE_MS, launch_overrides
+    from rtinfer.launch.file import load
     assert launch_overrides(None, None, None) == {}
     o = launch_overrides("models/zoo/x", None, "cpu")
     assert o["vars.model"] == "models/zoo/x" and float(o["deadline_ms"]) == STRESS_DEADLINE_MS

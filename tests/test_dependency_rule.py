@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 HEAVY = ("torch", "onnxruntime", "tensorrt", "mujoco")
-LIGHT = ("controllers", "rtinfer.wire", "rtinfer.bus", "rtinfer.realtime", "rtinfer.tokens",
-         "rtinfer.trace", "rtinfer.hist", "controllers.node", "controllers.stack")
+LIGHT = ("controllers", "rtinfer.transport.wire", "rtinfer.transport.bus", "rtinfer.realtime.rate", "rtinfer.model.action_tokens",
+         "rtinfer.realtime.trace", "rtinfer.realtime.hist", "controllers.node", "controllers.stack")
 
 
 def test_light_core_imports_no_heavy_package():

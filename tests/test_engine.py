@@ -9,8 +9,8 @@ import types
 import pytest
 from hypothesis import given, strategies as st
 
-from rtinfer.backends import BackendError, get_backend
-from rtinfer.engine import (BuildLog, BuildPlan, assert_static, build_plan, cache_key, main,
+from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.backends.tensorrt_plan import (BuildLog, BuildPlan, assert_static, build_plan, cache_key, main,
                             parse_version, profile_shapes, sparse_from_log, sparse_layers)
 
 BOTH = {"float32", "float16"}

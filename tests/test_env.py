@@ -13,7 +13,7 @@ from examples.conveyor_sorting.config import CellConfig, EnvConfig  # noqa: E402
 from examples.conveyor_sorting.env import ConveyorSortEnv  # noqa: E402
 from examples.conveyor_sorting.obs_tokens import ObsTokenizer, ObsTokenizerConfig  # noqa: E402
 from examples.conveyor_sorting.observe import instruction_id, obs_body, obs_from_body  # noqa: E402
-from rtinfer import wire  # noqa: E402
+from rtinfer.transport import wire  # noqa: E402
 
 
 def _hover(env, t: int) -> np.ndarray:
@@ -143,7 +143,7 @@ def test_obs_tokens_are_monotone_in_position():
 
 
 def test_rtinfer_obs_tokens_spec_tokenizes_wire_bodies_identically():
-    rt = pytest.importorskip("rtinfer.obs_tokens")
+    rt = pytest.importorskip("rtinfer.model.obs_tokens")
     node_side = rt.ObsTokens(_TOK.cfg.spec())
     env = ConveyorSortEnv()
     obs, _ = env.reset(seed=4)
@@ -159,7 +159,7 @@ def test_rtinfer_obs_tokens_spec_tokenizes_wire_bodies_identically():
 @given(gantry=st.lists(_f, min_size=8, max_size=8), held=st.integers(-1, 4),
        rows=st.lists(st.tuples(st.integers(-1, 4), _f, _f, st.booleans()), max_size=6))
 def test_rtinfer_obs_tokens_agree_on_arbitrary_observations(gantry, held, rows):
-    rt = pytest.importorskip("rtinfer.obs_tokens")
+    rt = pytest.importorskip("rtinfer.model.obs_tokens")
     objects = np.zeros((6, 4), np.float32)
     for i, (c, x, y, valid) in enumerate(rows):
         objects[i] = (c, x, y, float(valid))

@@ -10,7 +10,7 @@ from examples.conveyor_sorting.collect import collect  # noqa: E402
 from examples.conveyor_sorting.config import CellConfig, EnvConfig, tokenizer_config  # noqa: E402
 from examples.conveyor_sorting.evaluate import run_expert  # noqa: E402
 from examples.conveyor_sorting.expert import ScriptedExpert  # noqa: E402
-from rtinfer.tokens import ActionTokenizer  # noqa: E402
+from rtinfer.model.action_tokens import ActionTokenizer  # noqa: E402
 
 
 def test_expert_sorts_at_least_90_percent_of_ten_objects():

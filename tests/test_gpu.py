@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import K_VERIFY, TINY_SPEC, random_obs_body
-from rtinfer.backends import get_backend
-from rtinfer.decode import Decoder
-from rtinfer.drafters import EarlyExitDrafter
-from rtinfer.sequence import build_prefix
+from rtinfer.inference.backends import get_backend
+from rtinfer.inference.decode import Decoder
+from rtinfer.inference.drafters import EarlyExitDrafter
+from rtinfer.model.sequence import build_prefix
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -49,7 +49,7 @@ def pruned_model_dir(tmp_path_factory):
     from models.export import export_all
     from models.policy import Policy
     from models.sparsity import fold, prepare
-    from rtinfer.tokens import TokenizerConfig
+    from rtinfer.model.action_tokens import TokenizerConfig
     torch.manual_seed(1)
     vocab = Vocab(n_instr=3, n_obs_bins=16, n_action_bins=32)
     cfg = PolicyConfig(vocab_size=vocab.size, n_layer=2, n_head=4, n_embd=128, max_ctx=32,
@@ -95,7 +95,7 @@ def test_torch_sparse24_matches_dense_fp16(pruned_model_dir):
 
 
 def test_torch_sparse24_refuses_weights_that_are_not_24(tiny_model_dir):
-    from rtinfer.backends import BackendError
+    from rtinfer.inference.backends import BackendError
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("2:4 semi-structured kernels need compute capability >= 8.0")
     with pytest.raises(BackendError, match="not 2:4"):
@@ -123,8 +123,8 @@ def test_tensorrt_graph_launch_gives_onnx_cpu_tokens(tiny_model_dir, onnx_tokens
 
 
 def test_tensorrt_engines_are_cached_with_timing_cache_and_build_log(tiny_model_dir, trt_cache):
-    from rtinfer.engine import EngineBuilder
-    from rtinfer.modeldir import ModelDir
+    from rtinfer.inference.backends.tensorrt_plan import EngineBuilder
+    from rtinfer.model.directory import ModelDir
     md = ModelDir.load(tiny_model_dir)
     builder = EngineBuilder(trt_cache, opt_level=1)
     first = builder.build_model(md, fp16=False, sparse=False)

@@ -3,15 +3,15 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [p for d in ("rtinfer", "controllers", "models", "examples", "scripts")
+SOURCES = [p for d in ("rtinfer", "controllers", "models", "examples", "scripts", "peers")
            for p in (ROOT / d).rglob("*.py")]
 THIS = Path(__file__).resolve()
 
 
 # The one exception: the LeRobot peer baseline in `rtinfer bench peers` reproduces that
-# project's gRPC protocol, which pickles. It is benchmark-only code that runs its own peer
-# server on loopback; no rtinfer runtime module imports it (test below).
-PICKLE_PEER = ROOT / "rtinfer" / "bench" / "peer_grpc.py"
+# project's gRPC protocol, which pickles. It is benchmark-only code outside the runtime
+# package that runs its own peer server on loopback; only the peers package imports it.
+PICKLE_PEER = ROOT / "peers" / "lerobot_grpc.py"
 
 
 def _offenders(pattern: str, allow: tuple[Path, ...] = ()) -> list[str]:
@@ -38,8 +38,8 @@ def test_pickle_is_never_used():
 
 
 def test_only_the_peer_benchmark_imports_the_pickling_peer():
-    users = [p for p in SOURCES if "peer_grpc" in p.read_text() and p != PICKLE_PEER
-             and not p.name.startswith("peer")]
+    users = [p for p in SOURCES if "lerobot_grpc" in p.read_text() and p != PICKLE_PEER
+             and p.parent != PICKLE_PEER.parent]
     assert users == []
 
 

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY_SPEC, random_obs_body
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.node import InferenceNode, NodeConfig
-from rtinfer.obs_tokens import ObsError, ObsTokens
-from rtinfer.sequence import action_positions, build_prefix, build_sequence, target_positions
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.wire import now_ns
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.inference.node import InferenceNode, NodeConfig
+from rtinfer.model.obs_tokens import ObsError, ObsTokens
+from rtinfer.model.sequence import action_positions, build_prefix, build_sequence, target_positions
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.wire import now_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def test_malformed_observation_raises_obs_error(damage):
 
 
 def test_sequence_layout_puts_actions_after_sep():
-    from rtinfer.vocab import VocabLayout
+    from rtinfer.model.vocab import VocabLayout
     v = VocabLayout(3, 16, 32, ("PAD", "BOS", "SEP", "EOS"))
     seq = build_sequence(v, [2, 0, 1], np.arange(11), np.arange(12).reshape(3, 4))
     pos = action_positions(3, 11, 12)
@@ -162,7 +162,7 @@ def test_node_process_streams_stamped_waypoints_over_ipc(tiny_model_dir, tmp_pat
     obs_pub = Publisher(obs_ep, "sim")
     act = Subscriber(act_ep, ["action_chunk", "heartbeat"])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.node", "--model", str(tiny_model_dir),
+    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.inference.node", "--model", str(tiny_model_dir),
                              "--obs", obs_ep, "--actions", act_ep, "--drafter", "self",
                              "--trace", str(tmp_path / "node.trace")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

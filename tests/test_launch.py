@@ -47,7 +47,7 @@ def write(tmp_path: Path, nodes: str) -> Path:
 
 
 def start(path: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rtinfer.launch", str(path), "--run-dir",
+    return subprocess.Popen([sys.executable, "-m", "rtinfer.launch.supervisor", str(path), "--run-dir",
                              str(run_dir), *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -198,7 +198,7 @@ def test_invalid_file_starts_nothing_and_exits_2(tmp_path):
 
 
 def test_launch_child_reports_a_missing_function_with_127():
-    r = subprocess.run([sys.executable, "-m", "rtinfer.launch_child", "--name", "x", "--",
+    r = subprocess.run([sys.executable, "-m", "rtinfer.launch.child", "--name", "x", "--",
                         "tests.launch_fixtures:NOT_CALLABLE"], cwd=ROOT, capture_output=True,
                        text=True, timeout=WAIT_S)
     assert r.returncode == 127 and "no function 'NOT_CALLABLE'" in r.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rtinfer.launchfile import RestartPolicy, load
-from rtinfer.launchyaml import LaunchError
+from rtinfer.launch.file import RestartPolicy, load
+from rtinfer.launch.yaml_lines import LaunchError
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = """\
@@ -198,7 +198,7 @@ def test_shipped_launch_files_are_valid(name):
 
 @pytest.mark.parametrize("name", ["conveyor_sorting", "jetson_orin", "two_hosts"])
 def test_shipped_monitor_sections_are_monitor_configs(name):
-    from rtinfer.monitor_policy import MonitorConfig
+    from rtinfer.monitor.policy import MonitorConfig
     spec = load(ROOT / "launch" / f"{name}.yaml", check_entries=False)
     MonitorConfig.from_dict(spec.monitor)  # unknown keys raise
 
@@ -212,7 +212,7 @@ def test_every_shipped_launch_file_checks_from_the_command_line():
     import subprocess
     import sys
     for f in sorted((ROOT / "launch").glob("*.yaml")):
-        out = subprocess.run([sys.executable, "-m", "rtinfer.launch", str(f), "--check"],
+        out = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor", str(f), "--check"],
                              capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 0, out.stdout + out.stderr
         assert ": ok (" in out.stdout

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import zmq
 
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.monitor import Monitor, load_config
-from rtinfer.monitor_policy import MonitorConfig
-from rtinfer.wire import now_ns
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.monitor.node import Monitor, load_config
+from rtinfer.monitor.policy import MonitorConfig
+from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -262,7 +262,7 @@ def test_config_loads_from_a_yaml_section_and_refuses_unknown_keys(tmp_path):
 
 
 def _start_monitor(tmp_path, *args):
-    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.monitor", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.monitor.node", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = proc.stdout.readline()
     assert "ready" in line, line + proc.stdout.read()
@@ -295,8 +295,8 @@ def test_cli_writes_its_report_and_exits_0_on_sigterm(tmp_path):
 def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
     from controllers.hardware import Command, RobotState
     from controllers.node import ControllerNode, NodeConfig
-    from rtinfer.heartbeat import HeartbeatResponder
-    from rtinfer.tokens import ActionTokenizer, TokenizerConfig
+    from rtinfer.transport.heartbeat import HeartbeatResponder
+    from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 
     class Plant:
         state = RobotState(0, np.array([0.0, 0.0, 0.2]), np.zeros(3))
@@ -359,7 +359,7 @@ def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
 
 
 def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_dir, tmp_path):
-    from rtinfer.node import InferenceNode, NodeConfig
+    from rtinfer.inference.node import InferenceNode, NodeConfig
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl", "robot")}
     robot = Publisher(eps["robot"], "sim")
     mon = Monitor([eps["act"], eps["robot"]], eps["ctl"],

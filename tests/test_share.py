@@ -4,8 +4,8 @@ import shutil
 import numpy as np
 
 from models.share import WEIGHTS, share_weights
-from rtinfer.backends import get_backend
-from rtinfer.modeldir import ModelDir
+from rtinfer.inference.backends import get_backend
+from rtinfer.model.directory import ModelDir
 
 
 def _logits(path, tokens):
@@ -25,7 +25,7 @@ def test_shared_weights_give_identical_logits_and_a_smaller_folder(tiny_model_di
 
 def test_a_truncated_weights_file_is_a_clear_error_before_the_loop(tiny_model_dir, tmp_path):
     import pytest
-    from rtinfer.backends.base import BackendError
+    from rtinfer.inference.backends.base import BackendError
     shared = tmp_path / "shared"
     shutil.copytree(tiny_model_dir, shared)
     share_weights(shared)

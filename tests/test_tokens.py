@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.wire import WireError
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.wire import WireError
 
 CFG = TokenizerConfig(low=(-0.5, -0.4, 0.0, 0.0), high=(0.5, 0.4, 0.3, 1.0))
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtinfer import report
-from rtinfer.trace import TraceWriter, read_trace
+from rtinfer.monitor import report
+from rtinfer.realtime.trace import TraceWriter, read_trace
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -89,7 +89,7 @@ def test_a_crashed_writer_leaves_every_flushed_record_readable(tmp_path):
     path = tmp_path / "crash.msgpack"
     code = (
         "import os, sys\n"
-        "from rtinfer.trace import TraceWriter\n"
+        "from rtinfer.realtime.trace import TraceWriter\n"
         "tw = TraceWriter(sys.argv[1], flush_every=10)\n"
         "for i in range(25): tw.write({'cycle': i, 'stamps': {'capture': i}})\n"
         "os._exit(3)  # no close(): the last 5 records were never flushed\n"

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import zmq
 
-from rtinfer import wire
-from rtinfer.wire import (ArrayError, MalformedError, OversizeError, SchemaError, TopicError,
+from rtinfer.transport import wire
+from rtinfer.transport.wire import (ArrayError, MalformedError, OversizeError, SchemaError, TopicError,
                           VersionError, WireError)
-from rtinfer.wire_arrays import EXT_ARRAY, EXT_ARRAY_OOB, default_inline
+from rtinfer.transport.arrays import EXT_ARRAY, EXT_ARRAY_OOB, default_inline
 
 f32 = np.float32
 

@@ -5,9 +5,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rtinfer import wire
-from rtinfer.wire import WireError
-from rtinfer.wire_arrays import DTYPES, EXT_ARRAY, EXT_ARRAY_OOB, MAX_NDIM
+from rtinfer.transport import wire
+from rtinfer.transport.wire import WireError
+from rtinfer.transport.arrays import DTYPES, EXT_ARRAY, EXT_ARRAY_OOB, MAX_NDIM
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -182,7 +182,7 @@ def float_arrays(dt):
 def test_fast_finite_check_agrees_with_numpy_and_never_warns(arr):
     import warnings
 
-    from rtinfer.schema import all_finite
+    from rtinfer.transport.schema import all_finite
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # overflow/invalid warnings would escape decode
         assert all_finite(arr) == bool(np.isfinite(arr).all())

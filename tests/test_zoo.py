@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rtinfer.modeldir import ModelDir
+from rtinfer.model.directory import ModelDir
 
 ZOO = Path(__file__).resolve().parents[1] / "models" / "zoo"
 DENSE, SPARSE = ZOO / "conveyor-v1", ZOO / "conveyor-v1-sparse24"

@@ -13,7 +13,7 @@ Arrays (N = env steps over all episodes; no object arrays, so np.load needs no p
   action_values float32 (N, H, D) (token bin centres), objects float32 (N, K, 4),
   gantry float32 (N, 8), held float32 (N, 1), reward float32 (N,), episode int32 (N,), step int32 (N,),
   and JSON strings (0-d unicode arrays): tokenizer_config, obs_tokenizer_config,
-  obs_tokens_spec (for rtinfer.obs_tokens on the inference node), cell_config, summary.
+  obs_tokens_spec (for rtinfer.model.obs_tokens on the inference node), cell_config, summary.
 """
 from __future__ import annotations
 

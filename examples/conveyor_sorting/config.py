@@ -119,6 +119,6 @@ def control_config(cell: CellConfig) -> "ControlConfig":
 def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> "TokenizerConfig":
     """Action tokens for this cell: x, y, z over the gantry workspace, suction over [0, 1];
     50 ms per waypoint (the policy period)."""
-    from rtinfer.tokens import TokenizerConfig
+    from rtinfer.model.action_tokens import TokenizerConfig
     return TokenizerConfig(low=(*cell.gantry_low, 0.0), high=(*cell.gantry_high, 1.0),
                            bins=bins, horizon=horizon)

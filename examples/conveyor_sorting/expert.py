@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 
 from .config import CellConfig
 

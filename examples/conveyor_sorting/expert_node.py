@@ -13,9 +13,9 @@ import argparse
 import signal
 import sys
 
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.keys import add_curve_arguments, curve_from_args
-from rtinfer.wire import now_ns
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import add_curve_arguments, curve_from_args
+from rtinfer.transport.wire import now_ns
 
 from .config import CellConfig, tokenizer_config
 from .expert import ScriptedExpert

@@ -10,7 +10,7 @@ Instruction sequence (length C): token c = bin index for class c.
 Field identity comes from the position in the sequence, so one vocabulary of `bins`
 ids serves all fields; a model that wants disjoint vocabularies can offset per field.
 `ObsTokenizerConfig.spec()` writes the same layout as an rtinfer-obs-tokens v1 spec, so
-rtinfer.obs_tokens.ObsTokens on the inference node tokenizes `obs` wire bodies exactly
+rtinfer.model.obs_tokens.ObsTokens on the inference node tokenizes `obs` wire bodies exactly
 like this (a test checks they agree token for token).
 """
 from __future__ import annotations

@@ -59,7 +59,7 @@ def instruction_id(instruction: np.ndarray) -> int:
 
 
 def obs_body(obs: dict[str, np.ndarray]) -> dict:
-    """The `obs` wire body (see rtinfer.wire): arrays in "values", scalars in "ints"."""
+    """The `obs` wire body (see rtinfer.transport.wire): arrays in "values", scalars in "ints"."""
     return {"values": {"objects": obs["objects"], "gantry": obs["gantry"], "held": obs["held"],
                        "instruction": obs["instruction"]},
             "ints": {"instruction_id": instruction_id(obs["instruction"])}}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtinfer.budget import BudgetLevel
-from rtinfer.modeldir import ModelDir
-from rtinfer.runner import ChunkRunner
-from rtinfer.tokens import ActionTokenizer
+from rtinfer.inference.budget import BudgetLevel
+from rtinfer.model.directory import ModelDir
+from rtinfer.inference.runner import ChunkRunner
+from rtinfer.model.action_tokens import ActionTokenizer
 
 from .env import ConveyorSortEnv
 from .observe import obs_body

@@ -22,7 +22,7 @@ from rich.progress import track
 
 from .config import CellConfig
 from .expert import ScriptedExpert
-from rtinfer.tokens import TokenizerConfig
+from rtinfer.model.action_tokens import TokenizerConfig
 
 
 def relabel(paths: list[str], out: str, exclude: list[list[int]], per_state: int = 0,

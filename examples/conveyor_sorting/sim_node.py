@@ -17,11 +17,11 @@ import sys
 from dataclasses import replace
 
 from controllers.node import ControllerNode, NodeConfig
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.heartbeat import HeartbeatResponder
-from rtinfer.keys import add_curve_arguments, curve_from_args
-from rtinfer.realtime import configure_realtime, realtime_gc
-from rtinfer.trace import TraceWriter
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.heartbeat import HeartbeatResponder
+from rtinfer.transport.curve import add_curve_arguments, curve_from_args
+from rtinfer.realtime.rate import configure_realtime, realtime_gc
+from rtinfer.realtime.trace import TraceWriter
 
 from .cell import ConveyorCell
 from .config import CellConfig, control_config, tokenizer_config
@@ -91,7 +91,7 @@ class SimNode:
     def run(self, seconds: float, wait_s: float = 30.0) -> dict:
         """Run the 1 kHz loop: frozen until the first action chunk (at most wait_s), then
         `seconds` of sim, or until stop() (e.g. from a signal handler)."""
-        from rtinfer.wire import now_ns
+        from rtinfer.transport.wire import now_ns
         self._seconds, self._wait_until_ns = seconds, now_ns() + int(wait_s * 1e9)
         with realtime_gc():
             self.node.run(None)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.backends import BackendError, get_backend
-from rtinfer.decode import Decoder
-from rtinfer.hist import LatencyHistogram
+from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.decode import Decoder
+from rtinfer.realtime.hist import LatencyHistogram
 
 
 def copy_bandwidth_gbs(nbytes: int = 256 << 20, repeats: int = 5) -> float:
@@ -51,7 +51,7 @@ def make_random_model(size: str, out_dir) -> Path:
     from models.config import PolicyConfig, Vocab
     from models.export import export_all
     from models.policy import Policy
-    from rtinfer.tokens import TokenizerConfig
+    from rtinfer.model.action_tokens import TokenizerConfig
     out = Path(out_dir)
     vocab = Vocab(n_instr=3, n_obs_bins=256, n_action_bins=256)
     cfg = getattr(PolicyConfig, size)(vocab.size)

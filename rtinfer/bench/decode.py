@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.backends import get_backend
-from rtinfer.decode import Decoder
-from rtinfer.drafters import ChunkReuseDrafter, EarlyExitDrafter
-from rtinfer.sequence import build_prefix
+from rtinfer.inference.backends import get_backend
+from rtinfer.inference.decode import Decoder
+from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
+from rtinfer.model.sequence import build_prefix
 
 
 def token_stream(md, cycles: int, seed: int, stream=None):
@@ -43,7 +43,7 @@ def token_stream(md, cycles: int, seed: int, stream=None):
 
 
 def prefix_stream(md, cycles: int, seed: int, stream=None):
-    """token_stream as model prefixes (rtinfer.sequence layout), one per cycle."""
+    """token_stream as model prefixes (rtinfer.model.sequence layout), one per cycle."""
     for instr, obs in token_stream(md, cycles, seed, stream):
         yield build_prefix(md.vocab, instr, obs)
 

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from rtinfer.hist import LatencyHistogram
-from rtinfer.realtime import DEFAULT_RT_PRIORITY, RateKeeper, configure_realtime
+from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.realtime.rate import DEFAULT_RT_PRIORITY, RateKeeper, configure_realtime
 
 
 def _work(state: np.ndarray, out: np.ndarray) -> None:

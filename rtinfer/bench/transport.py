@@ -19,8 +19,8 @@ import time
 import numpy as np
 import zmq
 
-from rtinfer import wire
-from rtinfer.hist import LatencyHistogram
+from rtinfer.transport import wire
+from rtinfer.realtime.hist import LatencyHistogram
 
 TOPIC = "action_chunk"
 RATE_HZ = 1000.0
@@ -50,7 +50,7 @@ def publish_paced(send, count: int, rate_hz: float) -> None:
 def _publish(kind: str, endpoint: str, count: int) -> None:
     body = sample_body()
     if kind == "rtinfer":
-        from rtinfer.bus import Publisher
+        from rtinfer.transport.bus import Publisher
         pub = Publisher(endpoint, "bench", bind=False)
         send = lambda seq: pub.publish(TOPIC, body, {"capture": wire.now_ns()})  # noqa: E731
     else:
@@ -72,7 +72,7 @@ def _subscribe(kind: str, endpoint: str, count: int, ready_path: str) -> dict:
     got = 0
     deadline = time.monotonic() + 30 + count / RATE_HZ
     if kind == "rtinfer":
-        from rtinfer.bus import Subscriber
+        from rtinfer.transport.bus import Subscriber
         sub = Subscriber(endpoint, [TOPIC], bind=True)
         open(ready_path, "w").close()
         while got < count and time.monotonic() < deadline:

@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from rtinfer.backends import get_backend
-from rtinfer.hist import LatencyHistogram
-from rtinfer.sequence import instruction_prefix, observation_segment
+from rtinfer.inference.backends import get_backend
+from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.model.sequence import instruction_prefix, observation_segment
 
 
 def run(model_dir, cycles: int = 200, backend: str = "onnx", seed: int = 0, **opts) -> dict:

@@ -9,7 +9,7 @@ Run as a process (e.g. inside a network namespace) it writes one JSON report:
     python -m tests.faults.harness --obs E --actions E --seconds S --out F \
         [--curve-secret K --curve-map M]
 
-The CURVE options are those of the product nodes (rtinfer.keys.curve_configs).
+The CURVE options are those of the product nodes (rtinfer.transport.curve.curve_configs).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from rtinfer.keys import curve_configs
+from rtinfer.transport.curve import curve_configs
 
 
 class Recorder:

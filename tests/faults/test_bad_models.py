@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rtinfer.backends.base import BackendError
+from rtinfer.inference.backends.base import BackendError
 from tests.faults.common import PY, ROOT
 
 
@@ -80,7 +80,7 @@ CASES = {"missing_graph": _missing_graph, "truncated_graph": _truncated_graph,
 
 
 def _node(model, backend="onnx"):
-    from rtinfer.node import InferenceNode, NodeConfig
+    from rtinfer.inference.node import InferenceNode, NodeConfig
     d = tempfile.mkdtemp(prefix="rtf-bad-")
     return InferenceNode(model, f"ipc://{d}/obs", f"ipc://{d}/act",
                          cfg=NodeConfig(backend=backend))
@@ -109,7 +109,7 @@ def test_node_process_exits_non_zero_with_the_reason_and_never_gets_ready(tiny_m
     m = tmp_path / "model"
     shutil.copytree(tiny_model_dir, m)
     _truncated_graph(m)
-    r = subprocess.run([PY, "-m", "rtinfer.node", "--model", str(m), "--obs",
+    r = subprocess.run([PY, "-m", "rtinfer.inference.node", "--model", str(m), "--obs",
                         f"ipc://{tmp_path}/o", "--actions", f"ipc://{tmp_path}/a"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.wire import now_ns
+from rtinfer.transport.wire import now_ns
 from tests.faults.common import LONG, PY, ROOT, hogs, stop, wait_for
 from tests.faults.harness import Recorder
 
@@ -72,9 +72,9 @@ def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
 
 
 # Wall-clock reads allowed only where a human-readable date is the point.
-WALL_CLOCK_OK = {"rtinfer/launch.py": "run directory name",
-                 "rtinfer/bench/peers.py": "date in a benchmark report",
-                 "rtinfer/bench/peer_grpc.py": "imitates LeRobot's gRPC client, which stamps time.time()"}
+WALL_CLOCK_OK = {"rtinfer/launch/supervisor.py": "run directory name",
+                 "peers/run.py": "date in a benchmark report",
+                 "peers/lerobot_grpc.py": "imitates LeRobot's gRPC client, which stamps time.time()"}
 
 
 def test_runtime_times_nothing_with_the_wall_clock():
@@ -90,8 +90,8 @@ def test_runtime_times_nothing_with_the_wall_clock():
 def test_controller_ignores_wall_clock_steps(monkeypatch):
     from controllers.hardware import RobotState
     from controllers.node import ControllerNode, NodeConfig
-    from rtinfer.bus import Publisher, Subscriber
-    from rtinfer.tokens import ActionTokenizer, TokenizerConfig
+    from rtinfer.transport.bus import Publisher, Subscriber
+    from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
     import zmq
 
     tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0), horizon=2)

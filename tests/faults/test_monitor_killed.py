@@ -16,15 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from rtinfer.trace import read_trace
-from rtinfer.wire import now_ns
+from rtinfer.realtime.trace import read_trace
+from rtinfer.transport.wire import now_ns
 from tests.faults.common import LONG, PY, ROOT, node_pids, stop, wait_for
 
 
 def test_robot_keeps_tracking_when_the_monitor_is_killed_and_the_monitor_restarts():
     d = Path(tempfile.mkdtemp(prefix="rtf-mon-"))
     seconds = 20 if LONG else 8
-    launcher = subprocess.Popen([PY, "-m", "rtinfer.launch", "launch/conveyor_expert.yaml",
+    launcher = subprocess.Popen([PY, "-m", "rtinfer.launch.supervisor", "launch/conveyor_expert.yaml",
                                  "--run-dir", str(d), "--set", f"seconds={seconds}"], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:

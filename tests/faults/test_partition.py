@@ -1,9 +1,9 @@
 """Partition and delay between an inference host and a robot host: two network namespaces
-joined by a veth pair (rtinfer.netns), tcp:// with CURVE, the fault proxy in the action path.
+joined by a veth pair (tests.faults.netns), tcp:// with CURVE, the fault proxy in the action path.
 
     host a "gpu"   10.231.0.1: expert policy node, binds actions tcp://10.231.0.1:5556
     host b "robot" 10.231.0.2: SimNode (instrumented), binds obs tcp://10.231.0.2:5555;
-                   its actions go through rtinfer.faultproxy at 127.0.0.1:6000 -> a:5556
+                   its actions go through tests.faults.faultproxy at 127.0.0.1:6000 -> a:5556
 
 Needs root and `ip`; skips with the reason otherwise. The namespaces are removed afterwards.
 The CLOCK_MONOTONIC clock is not namespaced, so this process's fault times and the robot's
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from rtinfer import keys, netns
-from rtinfer.wire import now_ns
+from rtinfer.transport import curve
+
+from tests.faults import netns
+from rtinfer.transport.wire import now_ns
 from tests.faults.common import LONG, PY, ROOT, stop, wait_for
 
 why = netns.available()
@@ -37,7 +39,7 @@ QUIET_MS = DEADLINE_MS + 50.0
 
 def make_keys(d: Path) -> dict:
     """gpu + robot (+ monitor) key pairs; each side's allow-list holds the other's key."""
-    paths = {n: keys.generate(d / "keys", n) for n in ("gpu", "robot", "monitor")}
+    paths = {n: curve.generate(d / "keys", n) for n in ("gpu", "robot", "monitor")}
     allow = d / "keys" / "clients"
     allow.mkdir()
     for pub, _ in paths.values():
@@ -64,7 +66,7 @@ def test_delay_and_cut_are_held_once_a_chunk_is_overdue_and_stale_chunks_never_a
                                                              "server_key": str(p["robot"][0])}}))
     curve = ["--curve-map", str(d / "curve.json")]
     out, ready = d / "robot.json", d / "ready"
-    proxy = hosts.popen("b", [PY, "-m", "rtinfer.faultproxy", "--listen", "127.0.0.1:6000",
+    proxy = hosts.popen("b", [PY, "-m", "tests.faults.faultproxy", "--listen", "127.0.0.1:6000",
                               "--target", f"{A}:5556", "--lifetime-s", "200"], cwd=ROOT,
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proxy.stdout.readline().startswith("listening")
@@ -157,7 +159,7 @@ nodes:
     curve_secret: {k}/robot.key_secret
   - name: monitor
     host: robot
-    entry: rtinfer.monitor:main
+    entry: rtinfer.monitor.node:main
     args: [--curve-secret, "${{node.curve_secret}}", --curve-map, "${{curve_map}}",
            --listen, "${{endpoints.obs}}", "${{endpoints.actions}}",
            --control, "${{endpoints.control}}", --deadline-ms, "${{deadline_ms}}",
@@ -181,7 +183,7 @@ def test_expert_demo_runs_across_two_hosts_over_tcp_with_curve(hosts):
     seconds = 30 if LONG else 10
     f = d / "netdemo.yaml"
     f.write_text(DEMO.format(seconds=seconds, a=A, b=B, k=d / "keys"))
-    cmd = [PY, "-m", "rtinfer.launch", str(f), "--run-dir"]
+    cmd = [PY, "-m", "rtinfer.launch.supervisor", str(f), "--run-dir"]
     gpu = hosts.popen("a", cmd + [str(d / "gpu"), "--host", "gpu"], cwd=ROOT,
                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     robot = hosts.popen("b", cmd + [str(d / "robot"), "--host", "robot"], cwd=ROOT,

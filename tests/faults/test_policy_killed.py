@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rtinfer.wire import now_ns
+from rtinfer.transport.wire import now_ns
 from tests.faults.common import PY, ROOT, node_pids, percentile, stop, trials, wait_for
 from tests.faults.harness import Recorder
 
@@ -73,7 +73,7 @@ def test_policy_killed_robot_holds_once_the_next_chunk_is_overdue_and_resumes_af
     run_dir = Path(tempfile.mkdtemp(prefix="rtf-kill-"))  # short: ipc paths are <108 bytes
     launch_file = run_dir / "kill.yaml"
     launch_file.write_text(textwrap.dedent(LAUNCH.format(n=N_TRIALS + 5)))
-    launcher = subprocess.Popen([PY, "-m", "rtinfer.launch", str(launch_file), "--run-dir",
+    launcher = subprocess.Popen([PY, "-m", "rtinfer.launch.supervisor", str(launch_file), "--run-dir",
                                  str(run_dir)], cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT)
     sim = SimNode(f"ipc://{run_dir}/obs", f"ipc://{run_dir}/actions", deadline_ms=DEADLINE_MS)

@@ -23,13 +23,13 @@ import pytest
 
 from controllers.hardware import Command, RobotState
 from controllers.node import ControllerNode, NodeConfig
-from rtinfer import keys
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.keys import CurveConfig
-from rtinfer.launchfile import load
-from rtinfer.launchyaml import LaunchError
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.wire import now_ns
+from rtinfer.transport import curve
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import CurveConfig
+from rtinfer.launch.file import load
+from rtinfer.launch.yaml_lines import LaunchError
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.wire import now_ns
 from tests.faults.common import PY, ROOT
 
 N_ROGUE = 1000
@@ -89,7 +89,7 @@ def send_good(pub, node: ControllerNode) -> None:
 
 @pytest.fixture
 def certs(tmp_path):
-    paths = {n: keys.generate(tmp_path / n, n) for n in ("robot", "policy", "rogue")}
+    paths = {n: curve.generate(tmp_path / n, n) for n in ("robot", "policy", "rogue")}
     allow = tmp_path / "allow"
     allow.mkdir()
     shutil.copy(paths["policy"][0], allow)
@@ -194,13 +194,13 @@ def test_tcp_endpoints_require_curve_by_default_in_launch_files(tmp_path):
     f = tmp_path / "l.yaml"
     f.write_text(textwrap.dedent("""\
         endpoints: {actions: "tcp://127.0.0.1:5556"}
-        nodes: [{name: a, entry: "rtinfer.monitor:main"}]
+        nodes: [{name: a, entry: "rtinfer.monitor.node:main"}]
         """))
     with pytest.raises(LaunchError, match="requires CURVE"):
         load(f)
     f.write_text(textwrap.dedent("""\
         endpoints: {actions: {url: "tcp://127.0.0.1:5556", curve: "off"}}
-        nodes: [{name: a, entry: "rtinfer.monitor:main"}]
+        nodes: [{name: a, entry: "rtinfer.monitor.node:main"}]
         """))
     assert not load(f).endpoints["actions"].curve  # only an explicit `curve: off` disables it
     for shipped in sorted((ROOT / "launch").glob("*.yaml")):
@@ -214,7 +214,7 @@ def test_keys_generate_never_prints_the_secret_and_writes_it_0600(tmp_path):
     out = subprocess.run([PY, "-m", "rtinfer.cli", "keys", "generate", str(tmp_path / "k"),
                           "--name", "robot"], cwd=ROOT, capture_output=True, text=True, check=True)
     secret_file = tmp_path / "k" / "robot.key_secret"
-    secret = keys.load_secret(secret_file).decode()
+    secret = curve.load_secret(secret_file).decode()
     assert secret not in out.stdout + out.stderr
     assert "secret-key" not in out.stdout + out.stderr
     assert stat.S_IMODE(os.stat(secret_file).st_mode) == 0o600

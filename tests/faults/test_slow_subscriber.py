@@ -16,13 +16,13 @@ import time
 import numpy as np
 import pytest
 
-from rtinfer.bus import Publisher
+from rtinfer.transport.bus import Publisher
 from tests.faults.common import LONG, PY, ROOT, stop
 
 SECONDS = 10.0 if LONG else 2.0
 SUB = """
 import json, signal, sys, time
-from rtinfer.bus import Subscriber
+from rtinfer.transport.bus import Subscriber
 sub = Subscriber(sys.argv[1], ["obs"])
 mode, seen, gaps, last, fast = sys.argv[2], 0, 0, None, []
 signal.signal(signal.SIGUSR1, lambda *_: fast.append(1))  # publisher done: drain what is left

@@ -1,12 +1,12 @@
 """`rtinfer soak`, short: the demo launch under mild stress for 0.5 min (RTINFER_LONG=1: 5).
-The 30-minute target run is manual: `python -m rtinfer.soak --minutes 30 --json`."""
+The 30-minute target run is manual: `python -m rtinfer.cli.soak --minutes 30 --json`."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from rtinfer import soak
+from rtinfer.cli import soak
 from tests.faults.common import LONG
 
 

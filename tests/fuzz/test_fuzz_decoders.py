@@ -17,10 +17,10 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rtinfer import wire
-from rtinfer.bus import Publisher, Subscriber
-from rtinfer.tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.wire import Envelope, WireError
+from rtinfer.transport import wire
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.wire import Envelope, WireError
 from tests.faults.common import LONG
 
 CORPUS = Path(__file__).parent / "corpus" / "wire"
@@ -125,7 +125,7 @@ def odd_arrays(draw):
 
 @pytest.fixture(scope="module")
 def obs_tokens():
-    from rtinfer.obs_tokens import ObsTokens
+    from rtinfer.model.obs_tokens import ObsTokens
     from tests.conftest import TINY_SPEC
     return ObsTokens(TINY_SPEC)
 
@@ -247,7 +247,7 @@ def test_controller_counts_every_hostile_chunk_and_keeps_running(controller, tok
                                                                  cycle, count, index, period,
                                                                  age_ns, cmd):
     pub, node = controller
-    from rtinfer.wire import now_ns
+    from rtinfer.transport.wire import now_ns
     index = index % count if index >= count and index % 3 else index  # mostly schema-valid
     body = {"cycle": cycle, "index": index, "count": count, "tokens": tokens,
             "values": values.astype(np.float32) if values.dtype.kind == "f" else values,
@@ -269,7 +269,7 @@ def test_controller_counts_every_hostile_chunk_and_keeps_running(controller, tok
 
 @pytest.fixture(scope="module")
 def monitor():
-    from rtinfer.monitor import Monitor
+    from rtinfer.monitor.node import Monitor
     ctx = zmq.Context()
     pub = Publisher("inproc://fuzz-mon", "controller", ctx=ctx)
     mon = Monitor("inproc://fuzz-mon", "inproc://fuzz-ctl", ctx=ctx)

@@ -1,0 +1,183 @@
+"""The `rtinfer` command line. Each subcommand imports its module lazily, so `rtinfer --version`
+and the robot-side commands never pull in heavy packages."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rtinfer import __version__
+
+
+DEFAULT_MODEL = "models/zoo/conveyor-v1"
+
+
+def _bench(args: argparse.Namespace) -> int:
+    w = args.what
+    if w == "transport":
+        from rtinfer.bench.transport import run
+        result = run(messages=args.messages)
+    elif w == "jitter":
+        from rtinfer.bench.jitter import run
+        result = run(seconds=args.seconds, hz=args.hz)
+    elif w == "peers":
+        from peers import run as peers
+        result = peers.run(None if args.model == DEFAULT_MODEL and not Path(args.model).is_dir()
+                           else args.model, skip_bench_size=args.skip_bench_size,
+                           bench_model_dir=args.bench_model)
+        print(f"table written to {peers.write_markdown(result)}", file=sys.stderr)
+    elif w == "decode":
+        from rtinfer.bench.decode import run
+        result = run(args.model, cycles=args.cycles, backend=args.backend,
+                     run_length=args.run_length, pace_ms=args.pace_ms, stream=args.stream)
+    elif w == "ttft":
+        from rtinfer.bench.ttft import run
+        result = run(args.model, cycles=args.cycles, backend=args.backend)
+    else:
+        import tempfile
+        from rtinfer.bench.backend import make_random_model, run
+        with tempfile.TemporaryDirectory() as tmp:
+            dirs = {"demo": args.model}
+            if args.sizes == "demo,bench":
+                dirs["bench"] = make_random_model("bench", f"{tmp}/bench")
+            result = run(dirs, steps=args.cycles)
+    if args.json or w not in ("transport", "jitter"):
+        print(json.dumps(result, indent=2))
+    else:
+        from rtinfer.bench.table import print_result
+        print_result(w, result)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from models.package import package
+    card = package(args.checkpoint, args.out, fp16=not args.no_fp16)
+    print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from rtinfer.monitor.report import main as report_main
+    return report_main(args.trace, png=args.png)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from rtinfer.transport.curve import generate
+    public, _secret = generate(args.dir, args.name)
+    print(f"wrote key pair '{args.name}' in {args.dir}; public key: {public} (secret key not shown, mode 0600)")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    # The CLI is the composition root: it may reach the example cell, lazily.
+    from examples.conveyor_sorting.evaluate import evaluate
+    opts = {} if args.exit is None else {"exit_depth": args.exit}
+    r = evaluate(args.policy, episodes=args.episodes, per_episode=args.objects_per_episode,
+                 seed=args.seed, belt_speed=args.belt_speed, **opts)
+    keys = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate")
+    print(json.dumps(r if args.full else {k: r[k] for k in keys}, indent=None if args.json else 1))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from rtinfer.cli.demo import run
+    return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
+               stress=args.stress, run_dir=args.run_dir,
+               deadline_ms=args.deadline_ms)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rtinfer", description=__doc__)
+    p.add_argument("--version", action="version", version=f"rtinfer {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("bench", help="benchmarks, each against a baseline measured in the same run")
+    b.add_argument("what", choices=["transport", "jitter", "decode", "ttft", "backend", "peers"])
+    b.add_argument("--json", action="store_true", help="print the result as JSON")
+    b.add_argument("--messages", type=int, default=5000, help="transport: messages per case")
+    b.add_argument("--seconds", type=float, default=5.0, help="jitter: seconds per loop")
+    b.add_argument("--hz", type=float, default=1000.0, help="jitter: loop rate")
+    b.add_argument("--model", default=DEFAULT_MODEL, help="decode/ttft/backend: model directory")
+    b.add_argument("--cycles", type=int, default=100, help="decode/ttft: chunks; backend: steps")
+    b.add_argument("--backend", default="onnx", help="decode/ttft: backend")
+    b.add_argument("--run-length", type=int, default=10,
+                   help="decode: consecutive cycles per variant before the next takes its turn")
+    b.add_argument("--stream", default=None,
+                   help="decode: observation stream .npz (default: the model's stream.npz)")
+    b.add_argument("--pace-ms", type=float, default=0.0,
+                   help="decode: idle this long before each cycle, as a node between observations")
+    b.add_argument("--sizes", default="demo", choices=["demo", "demo,bench"],
+                   help="backend: also a random-weight bench-size model (~350 MB per graph)")
+    b.add_argument("--skip-bench-size", action="store_true", help="peers: no bench-size model row")
+    b.add_argument("--bench-model", default=None, help="peers: reuse this bench-size model dir")
+    b.set_defaults(func=_bench)
+
+    r = sub.add_parser("report", help="latency table (and PNG) from a trace file")
+    r.add_argument("trace")
+    r.add_argument("--png", default=None, help="write a latency timeline + histogram PNG (needs matplotlib)")
+    r.set_defaults(func=_report)
+
+    k = sub.add_parser("keys", help="CURVE key management")
+    ksub = k.add_subparsers(dest="keys_command", required=True)
+    kg = ksub.add_parser("generate", help="generate a CURVE key pair")
+    kg.add_argument("dir")
+    kg.add_argument("--name", default="node")
+    kg.set_defaults(func=_keys)
+
+    from rtinfer.launch.supervisor import add_arguments as launch_arguments, run_args as launch_run
+    lp = sub.add_parser("launch", help="run a YAML launch file (nodes as supervised processes)")
+    launch_arguments(lp)
+    lp.set_defaults(func=launch_run)
+
+    x = sub.add_parser("export", help="checkpoint -> model directory (ONNX graphs, tokenizer, card)")
+    x.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
+    x.add_argument("--out", required=True)
+    x.add_argument("--no-fp16", action="store_true")
+    x.set_defaults(func=_export)
+
+    e = sub.add_parser("eval", help="success rate of a policy in the lockstep conveyor env")
+    e.add_argument("--policy", default="expert", help='"expert" or a model directory')
+    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--objects-per-episode", type=int, default=20)
+    e.add_argument("--seed", type=int, default=1000, help="episode seeds (training used 1..)")
+    e.add_argument("--belt-speed", type=float, default=None)
+    e.add_argument("--exit", type=int, default=None, help="model: exit depth (default full)")
+    e.add_argument("--json", action="store_true", help="one-line JSON")
+    e.add_argument("--full", action="store_true", help="all metrics, not only the counts")
+    e.set_defaults(func=_eval)
+
+    sub.add_parser("build-engine", help="build TensorRT engines for a model (see --help there)",
+                   add_help=False)
+
+    s = sub.add_parser("soak", help="the demo under mild stress for M minutes: RSS growth, misses")
+    s.add_argument("rest", nargs=argparse.REMAINDER, help="options of python -m rtinfer.cli.soak")
+    s.set_defaults(func=lambda a: __import__("rtinfer.cli.soak", fromlist=["main"]).main(a.rest))
+
+    d = sub.add_parser("demo", help="run the demo for a bounded time")
+    d.add_argument("--seconds", type=float, default=60.0, help="sim seconds per run")
+    d.add_argument("--policy", default=None, help='"expert" or a model directory (default: '
+                   "the shipped models/zoo/conveyor-v1)")
+    d.add_argument("--report", default=None, help="write the final report JSON here")
+    d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
+    d.add_argument("--stress", choices=["cpu"], default=None,
+                   help="run under CPU load twice: fixed full depth vs the budget controller")
+    d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
+    d.add_argument("--deadline-ms", type=float, default=None,
+                   help="end-to-end deadline (default: the launch file's, 100 ms; 20 ms with "
+                        "--stress); the monitor's budget margins scale with it (20%% / 50%%)")
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
+        from rtinfer.inference.backends.tensorrt_plan import main as build_engine
+        return build_engine(argv[1:])
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

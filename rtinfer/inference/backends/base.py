@@ -1,0 +1,113 @@
+"""The backend interface: static-shape step graphs over one preallocated KV cache.
+
+A backend owns the KV cache of one sequence (batch 1). `step(tokens, start_pos, depth)`
+runs n tokens at positions [start_pos, start_pos + n) through `depth` layers, writes their
+KV and returns logits (n, V). n may be smaller than the exported k: the graph is padded
+with PAD (padded positions write KV that is never read before being rewritten: attention
+only looks at positions <= its own, and every later step rewrites its own window).
+The returned logits are a view into a buffer the backend reuses: consume them before the
+next call. Not thread-safe: one decoding thread per backend.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class BackendError(RuntimeError):
+    """Loading or running a model failed; the message says which file/option and the fix."""
+
+
+class Backend(ABC):
+    name = "base"
+
+    def __init__(self) -> None:
+        self.model = None
+        self.forwards: dict[int, int] = {}  # depth -> forward passes run (counters, not logs)
+
+    # --- subclass hooks -------------------------------------------------------------------
+    @abstractmethod
+    def _open(self, **opts) -> None:
+        """Build sessions/engines and preallocate every buffer for self.model."""
+
+    @abstractmethod
+    def _tokens(self, depth: int, k: int) -> np.ndarray:
+        """The (1, k) int64 host buffer the next `_run(depth, k, ...)` reads."""
+
+    @abstractmethod
+    def _run(self, depth: int, k: int, start_pos: int) -> np.ndarray:
+        """Run graph (depth, k); advance the KV; return logits (1, k, V) (a reused buffer)."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Zero the KV cache (a fresh sequence)."""
+
+    @abstractmethod
+    def snapshot(self, n_pos: int):
+        """Copy of the KV of positions [0, n_pos), every layer (for prefix caching)."""
+
+    @abstractmethod
+    def restore(self, snap) -> None:
+        """Write a snapshot back into the live KV cache."""
+
+    # --- shared ---------------------------------------------------------------------------
+    def load(self, model, **opts) -> "Backend":
+        """model: a ModelDir or its path. opts are backend-specific (see each backend)."""
+        from rtinfer.model.directory import ModelDir
+        self.model = model if isinstance(model, ModelDir) else ModelDir.load(model)
+        self.max_ctx, self.n_layer = self.model.max_ctx, self.model.n_layer
+        self.pad = self.model.vocab.special("PAD")
+        self._ks = {d: self.model.ks(d) for d in self.depths}
+        self.forwards = dict.fromkeys(self.depths, 0)
+        self._open(**opts)
+        return self
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        """Selectable depths: early exits, then full depth."""
+        return tuple(sorted(set(self.model.config.get("exits", [])) | {self.model.n_layer}))
+
+    def max_k(self, depth: int) -> int:
+        return self._ks[depth][-1]
+
+    def pick_k(self, depth: int, n: int, start_pos: int) -> int:
+        """Smallest exported k >= n that fits before max_ctx, else the largest that fits."""
+        best = 0
+        for k in self._ks[depth]:  # ascending
+            if start_pos + k > self.max_ctx:
+                break
+            best = k
+            if k >= n:
+                return k
+        if not best:
+            raise BackendError(f"no depth-{depth} graph fits at position {start_pos} "
+                               f"(max_ctx {self.max_ctx})")
+        return best
+
+    def step(self, tokens: np.ndarray, start_pos: int, depth: int | None = None) -> np.ndarray:
+        """Run n tokens (vocab ids) from start_pos at `depth` (None: full) in ONE forward
+        pass; returns logits (n, V), a view valid until the next call. Raises BackendError
+        if n exceeds every exported k at this depth (use `prefill` for long inputs)."""
+        depth = self.n_layer if depth is None else depth
+        if depth not in self._ks:
+            raise BackendError(f"depth {depth} not exported; choose from {self.depths}")
+        n = len(tokens)
+        k = self.pick_k(depth, n, start_pos)
+        if k < n:
+            raise BackendError(f"{n} tokens exceed the largest depth-{depth} graph (k={k})")
+        buf = self._tokens(depth, k)
+        buf[0, :n] = tokens
+        buf[0, n:] = self.pad
+        self.forwards[depth] += 1
+        return self._run(depth, k, start_pos)[0, :n]
+
+    def prefill(self, tokens: np.ndarray, start_pos: int) -> np.ndarray:
+        """Run any number of tokens at full depth (split over the exported k's if needed);
+        returns the logits (V,) of the last token."""
+        n, at, depth = len(tokens), 0, self.n_layer
+        while at < n:
+            k = min(self.pick_k(depth, n - at, start_pos + at), n - at)
+            logits = self.step(tokens[at:at + k], start_pos + at, depth)
+            at += k
+        return logits[-1]

@@ -1,0 +1,123 @@
+"""ONNX Runtime backend: one session per exported (depth, k) graph, all sharing the KV.
+
+Buffers are allocated once at load: a (1, k) token buffer and a (1, k, V) logits buffer
+per graph, one start_pos buffer, and TWO KV buffers. Each session holds two IOBindings
+bound once (kv=A -> kv_out=B and kv=B -> kv_out=A); a step writes the token ids into the
+bound numpy buffer, runs, and swaps which KV is live. ORT does not document writing an
+output over an input, so in-place KV (`inplace_kv=True`, half the KV memory, no swap) is
+opt-in. On the CPU provider every bound buffer is numpy memory shared with ORT, so the
+decode loop allocates nothing; on CUDA the KV stays on the device and tokens/logits are
+copied by ORT.
+Options (load(..., **opts)): threads (intra-op, default 1), inter_threads (1),
+providers ("cpu" | "cuda" | "auto", default "cpu"), dtype ("float32" | "float16"),
+inplace_kv (False), opt_level ("all" | "extended" | "basic" | "disable"), spin (None:
+ORT default; False saves a core on a busy host at some latency cost).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rtinfer.inference.backends.base import Backend, BackendError
+
+_LEVELS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED",
+           "basic": "ORT_ENABLE_BASIC", "disable": "ORT_DISABLE_ALL"}
+_NP = {"float32": np.float32, "float16": np.float16}
+
+
+class OnnxBackend(Backend):
+    name = "onnx"
+
+    def _open(self, threads: int = 1, inter_threads: int = 1, providers: str = "cpu",
+              dtype: str = "float32", inplace_kv: bool = False, opt_level: str = "all",
+              spin: bool | None = None) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
+        if dtype not in _NP or opt_level not in _LEVELS:
+            raise BackendError(f"dtype must be one of {list(_NP)}, opt_level one of {list(_LEVELS)}")
+        self._ort, self.dtype = ort, dtype
+        avail = ort.get_available_providers()
+        want_cuda = providers == "cuda" or (providers == "auto" and "CUDAExecutionProvider" in avail)
+        if want_cuda and "CUDAExecutionProvider" not in avail:
+            raise BackendError(f"CUDA provider requested but ORT offers only {avail}; "
+                               "install onnxruntime-gpu or use providers='cpu'")
+        self.device = "cuda" if want_cuda else "cpu"
+        prov = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = int(threads), int(inter_threads)
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[opt_level])
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if spin is not None:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        md, V = self.model, int(self.model.config["vocab_size"])
+        self._kv_np = [np.zeros(md.kv_shape, _NP[dtype]) for _ in range(1 if inplace_kv else 2)]
+        self._kv = [self._ortvalue(a) for a in self._kv_np]
+        self._start = np.zeros(1, np.int64)
+        start_ov = ort.OrtValue.ortvalue_from_numpy(self._start)
+        self._live, self._sessions, self._bind, self._tok, self._logits = 0, {}, {}, {}, {}
+        for depth in self.depths:
+            for k in self._ks[depth]:
+                path = md.graph_path(dtype, depth, k)
+                try:
+                    sess = ort.InferenceSession(str(path), so, providers=prov)
+                except Exception as e:  # ORT raises its own untyped errors
+                    raise BackendError(f"{path}: onnxruntime cannot load it ({e}); re-export") from None
+                shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
+                if shapes.get("tokens") != [1, k] or shapes.get("kv") != list(md.kv_shape):
+                    raise BackendError(f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
+                                       f"kv {list(md.kv_shape)}); stale or swapped files: re-export")
+                tok, logits = np.full((1, k), self.pad, np.int64), np.zeros((1, k, V), np.float32)
+                tok_ov, logits_ov = (ort.OrtValue.ortvalue_from_numpy(a) for a in (tok, logits))
+                binds = []
+                for src in range(len(self._kv)):
+                    b = sess.io_binding()
+                    b.bind_ortvalue_input("tokens", tok_ov)
+                    b.bind_ortvalue_input("start_pos", start_ov)
+                    b.bind_ortvalue_input("kv", self._kv[src])
+                    b.bind_ortvalue_output("logits", logits_ov)
+                    b.bind_ortvalue_output("kv_out", self._kv[(src + 1) % len(self._kv)])
+                    binds.append(b)
+                key = (depth, k)
+                self._sessions[key], self._bind[key] = sess, binds
+                self._tok[key], self._logits[key] = (tok, tok_ov), (logits, logits_ov)
+
+    def _ortvalue(self, a: np.ndarray):
+        if self.device == "cpu":
+            return self._ort.OrtValue.ortvalue_from_numpy(a)
+        return self._ort.OrtValue.ortvalue_from_numpy(a, "cuda", 0)
+
+    def _tokens(self, depth: int, k: int) -> np.ndarray:
+        return self._tok[(depth, k)][0]
+
+    def _run(self, depth: int, k: int, start_pos: int) -> np.ndarray:
+        self._start[0] = start_pos
+        key = (depth, k)
+        self._sessions[key].run_with_iobinding(self._bind[key][self._live])
+        if len(self._kv) == 2:
+            self._live ^= 1
+        return self._logits[key][0]
+
+    # --- KV management ----------------------------------------------------------------
+    def kv(self) -> np.ndarray:
+        """The live KV as a host array (a view on CPU, a copy on CUDA)."""
+        ov = self._kv[self._live]
+        return self._kv_np[self._live] if self.device == "cpu" else ov.numpy()
+
+    def reset(self) -> None:
+        for a, ov in zip(self._kv_np, self._kv):
+            a.fill(0)
+            if self.device != "cpu":
+                ov.update_inplace(a)
+
+    def snapshot(self, n_pos: int):
+        return n_pos, self.kv()[..., :n_pos, :].copy()
+
+    def restore(self, snap) -> None:
+        n_pos, data = snap
+        if self.device == "cpu":
+            self._kv_np[self._live][..., :n_pos, :] = data
+            return
+        full = self.kv()
+        full[..., :n_pos, :] = data
+        self._kv[self._live].update_inplace(full)

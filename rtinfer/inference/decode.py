@@ -1,0 +1,174 @@
+"""Decoding one action chunk: plain or speculative, greedy or sampled, streamed per waypoint.
+
+Logits are masked to the action range [action_start, action_stop): outputs are action bins.
+- plain: one full-depth (or budget-depth) step per token.
+- speculative: a Drafter proposes up to `gamma` tokens; ONE full-depth verify step over
+  [last + drafts] scores them all. Greedy keeps the drafts that equal the target argmax and
+  then the target's own token, so the output is token-identical to plain greedy. Sampling
+  uses the Leviathan/Chen rejection rule (`speculative_accept`), which keeps plain
+  sampling's output distribution. gamma adapts: +1 after full acceptance, -1 after a
+  rejection, within [1, k_verify - 1] (drafters with `adapt_gamma = False` always get the
+  full window). Every verify runs the k_verify graph, padded, and hands the drafter the
+  target's greedy bin per row (`observe_target`) so it can refine what it drafts next.
+`on_waypoint(index, bins (D,))` fires the moment a waypoint's D tokens are final (the view
+is reused: copy to keep). Greedy decoding allocates nothing per token. Not thread-safe.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rtinfer.inference.drafters import DraftContext, Drafter, softmax
+
+
+def speculative_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray,
+                       rng: np.random.Generator) -> tuple[int, int]:
+    """Leviathan/Chen rejection sampling. p: (g+1, A) target probabilities; q: (g, A) draft
+    probabilities (None: deterministic drafts, i.e. one-hot). Returns (accepted, next): the
+    first `accepted` drafts stand, followed by token `next` (a resample from
+    norm(max(0, p - q)) on rejection, or a bonus sample from p[g] after full acceptance)."""
+    g = len(drafts)
+    for i in range(g):
+        d = int(drafts[i])
+        qi = np.zeros(p.shape[1]) if q is None else q[i]
+        if q is None:
+            qi[d] = 1.0
+        if rng.random() < min(1.0, p[i, d] / max(qi[d], 1e-300)):
+            continue
+        resid = np.maximum(p[i] - qi, 0.0)
+        total = resid.sum()
+        probs = resid / total if total > 0 else p[i]
+        return i, int(rng.choice(len(probs), p=probs))
+    return g, int(rng.choice(p.shape[1], p=p[g]))
+
+
+@dataclass
+class DecodeStats:
+    tokens: int = 0
+    target_passes: int = 0       # full-depth (target) forward passes after the prefill
+    draft_passes: int = 0
+    verifies: int = 0
+    accepted: int = 0            # drafts accepted over all verifies
+    gamma_trace: list = field(default_factory=list)
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        """Tokens per target forward pass, counting the prefill that gives token 0."""
+        return self.tokens / (self.target_passes + 1) if self.tokens else 0.0
+
+
+class Decoder:
+    """Decodes chunks against a loaded Backend. `decode(...)` returns bins (n,) int64, a view
+    of a reused buffer."""
+
+    def __init__(self, backend, *, sample: bool = False, temperature: float = 1.0,
+                 k_verify: int | None = None, adaptive: bool = True, seed: int = 0):
+        md = backend.model
+        self.backend, self.sample, self.temperature = backend, sample, temperature
+        self.a0, self.a1 = md.vocab.action_start, md.vocab.action_stop
+        full = backend.n_layer
+        verify_ks = [g["k"] for g in md.manifest["graphs"]
+                     if "verify" in g.get("roles", ()) and g["depth"] == full]
+        self.k_verify = int(k_verify or (max(verify_ks) if verify_ks else backend.max_k(full)))
+        self.adaptive = adaptive
+        self.gamma = self.k_verify - 1
+        self.rng = np.random.default_rng(seed)
+        self._out = np.zeros(md.chunk_tokens, np.int64)
+        self._one = np.zeros(1, np.int64)
+        self._verify = np.zeros(self.k_verify, np.int64)
+        self._target = np.zeros(self.k_verify, np.int64)  # the verify's argmax per row
+        # one context for every round (sample/temperature are fixed for a Decoder's life)
+        self._ctx = DraftContext(backend, 0, 0, 0, sample, temperature, self.rng)
+        self.stats = DecodeStats()
+
+    def _pick(self, logits: np.ndarray) -> int:
+        a = logits[self.a0:self.a1]
+        if not self.sample:
+            return int(a.argmax())
+        return int(self.rng.choice(len(a), p=softmax(a, self.temperature)))
+
+    def decode(self, first_logits: np.ndarray, pos: int, n: int, *, depth: int | None = None,
+               drafter: Drafter | None = None, gamma: int | None = None, dim: int = 1,
+               on_waypoint=None) -> np.ndarray:
+        """first_logits: (V,) logits of the last prefix token; pos: its position + 1.
+        n: action tokens to produce (<= the model's chunk); depth: target depth (None:
+        full; speculation only at full depth); gamma: speculation length cap."""
+        be, out, st = self.backend, self._out, DecodeStats()
+        self.stats = st
+        depth = be.n_layer if depth is None else depth
+        spec = drafter is not None and depth == be.n_layer
+        cap = self.k_verify - 1 if gamma is None else max(1, min(gamma, self.k_verify - 1))
+        self.gamma = min(self.gamma, cap) if self.adaptive else cap
+        out[0] = self._pick(first_logits)
+        m = 1
+        self._emit(on_waypoint, dim, 0, 1)
+        while m < n:
+            if spec:
+                got = self._spec_round(drafter, pos, m, n, cap)
+            else:
+                got = 0
+            if got == 0:  # plain step
+                self._one[0] = out[m - 1] + self.a0
+                out[m] = self._pick(be.step(self._one, pos, depth)[0])
+                st.target_passes += depth == be.n_layer
+                st.draft_passes += depth != be.n_layer
+                got = 1
+            self._emit(on_waypoint, dim, m, m + got)
+            m, pos = m + got, pos + got
+        st.tokens = n
+        return out[:n]
+
+    def _emit(self, on_waypoint, dim: int, before: int, now: int) -> None:
+        """Fire on_waypoint for every waypoint completed by tokens [before, now)."""
+        if on_waypoint is None:
+            return
+        for w in range(before // dim, now // dim):
+            if (w + 1) * dim > before:
+                on_waypoint(w, self._out[w * dim:(w + 1) * dim])
+
+    def _spec_round(self, drafter: Drafter, pos: int, m: int, n: int, cap: int) -> int:
+        """One draft + verify; returns the number of new final tokens (0: nothing drafted)."""
+        be, out, st = self.backend, self._out, self.stats
+        adapt = self.adaptive and drafter.adapt_gamma
+        # every verify runs the one verify graph (padded): switching between graphs of
+        # different k costs more on a CPU (weights fall out of cache) than the padding
+        k = min(be.pick_k(be.n_layer, self.k_verify, pos), self.k_verify)
+        g = min(self.gamma if adapt else cap, n - m, k - 1)
+        if g < 1:
+            return 0
+        ctx = self._ctx
+        ctx.pos, ctx.last, ctx.index, ctx.chunk = pos, int(out[m - 1]) + self.a0, m, out[:m]
+        drafts = drafter.draft(ctx, g)
+        g = len(drafts)
+        if g == 0:
+            return 0
+        st.draft_passes += g if getattr(drafter, "depth", None) else 0
+        v = self._verify[:k]
+        v[0] = ctx.last
+        v[1:g + 1] = drafts
+        v[1:g + 1] += self.a0
+        v[g + 1:] = be.pad
+        logits = be.step(v, pos, be.n_layer)[:g + 1, self.a0:self.a1]
+        st.target_passes += 1
+        st.verifies += 1
+        target = self._target[:g + 1]
+        logits.argmax(axis=1, out=target)
+        if self.sample:
+            a, nxt = speculative_accept(softmax(logits, self.temperature), drafter.q, drafts,
+                                        self.rng)
+        else:
+            a = 0
+            while a < g and drafts[a] == target[a]:
+                a += 1
+            nxt = int(target[a])
+        take = min(a + 1, n - m)
+        out[m:m + min(a, take)] = drafts[:min(a, take)]
+        if a < take:
+            out[m + a] = nxt
+        drafter.observe(a, g)
+        drafter.observe_target(target)
+        st.accepted += a
+        if adapt:
+            self.gamma = min(self.gamma + 1, cap) if a == g else max(self.gamma - 1, 1)
+        return take

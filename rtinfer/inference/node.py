@@ -1,0 +1,227 @@
+"""The inference node: obs in, streamed action waypoints out, under a compute budget.
+
+    python -m rtinfer.inference.node --model DIR --obs ipc:///tmp/obs --actions ipc:///tmp/act \
+        [--curve-secret K.key_secret --curve-map curve.json]     # CURVE on tcp endpoints
+
+Each cycle: newest `obs` (latest-only; skipped ones counted) -> tokens -> prefill (the
+instruction prefix stays KV-cached across cycles, re-prefilled only when the instruction
+changes) -> decode one chunk (plain or speculative, per budget level) -> one
+`action_chunk` message per waypoint the moment its D tokens are final. Stamps: the obs's
+(capture, ...) + obs_recv, first_token, publish. Also: `budget`/`command` in, `heartbeat`
+and `health` out at `health_hz`, a trace record per cycle. A bad obs is counted and
+dropped; the loop never dies of one. Single-threaded; `spin_once` blocks up to timeout_ms.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from rtinfer.inference.budget import Budget, default_levels
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.heartbeat import HeartbeatResponder
+from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.transport.curve import add_curve_arguments, curve_from_args
+from rtinfer.model.directory import ModelDir
+from rtinfer.inference.runner import ChunkRunner
+from rtinfer.model.action_tokens import ActionTokenizer
+from rtinfer.realtime.trace import TraceWriter
+from rtinfer.transport.wire import WireError, now_ns
+
+
+@dataclass
+class NodeConfig:
+    name: str = "infer"
+    backend: str = "onnx"
+    drafter: str = "chunk"           # "chunk" | "self" | "none"
+    sample: bool = False
+    temperature: float = 1.0
+    prefix_cache: bool = True
+    deadline_ms: float = 100.0
+    auto_budget: bool = True
+    health_hz: float = 1.0
+    threads: int = 1
+    trace_path: str | None = None
+    seed: int = 0
+
+
+class InferenceNode:
+    def __init__(self, model_dir, obs_endpoint: str, action_endpoint: str, *,
+                 control_endpoint: str | None = None, cfg: NodeConfig | None = None,
+                 backend_opts: dict | None = None, ctx=None, curve=None):
+        """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
+        self.cfg = cfg = cfg or NodeConfig()
+        self.model = md = ModelDir.load(model_dir)
+        opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
+        self.runner = ChunkRunner(md, backend=cfg.backend, backend_opts={**opts, **(backend_opts or {})},
+                                  drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
+                                  sample=cfg.sample, temperature=cfg.temperature, seed=cfg.seed)
+        self.backend, self.decoder = self.runner.backend, self.runner.decoder
+        self.drafters = self.runner.drafters
+        self.tokenizer = ActionTokenizer(md.tokenizer)
+        self.budget = Budget(default_levels(md, self.decoder.k_verify),
+                             int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
+        self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx, curve=curve)
+        self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
+                                  curve=curve) if control_endpoint else None
+        self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
+        self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
+        self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
+        self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle")}
+        self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
+                                       "publish_dropped"), 0)
+        self.state, self.running = "run", True
+        self._next_health = 0
+        self._cycle_stamps: dict = {}
+        self._cycle = (0, 1)
+        self._first_publish: int | None = None
+
+    # --- loop -----------------------------------------------------------------------------
+    def spin_once(self, timeout_ms: int = 50) -> bool:
+        """Handle control messages and at most one observation; True if one was answered."""
+        self._housekeeping()
+        env = self.obs_sub.recv(timeout_ms)
+        if env is None:
+            return False
+        if self.state == "hold":
+            self.counters["obs_held"] += 1
+            return False
+        try:
+            instr, obs = self.model.obs.encode(env.body)
+        except WireError:
+            self.counters["obs_bad"] += 1
+            return False
+        self._infer(env, instr, obs)
+        return True
+
+    def run(self, seconds: float | None = None) -> None:
+        """Spin until a `stop` command, stop(), or `seconds` elapse."""
+        end = None if seconds is None else now_ns() + int(seconds * 1e9)
+        while self.running and (end is None or now_ns() < end):
+            self.spin_once(50)
+
+    def stop(self) -> None:
+        self.running = False
+
+    # --- one cycle --------------------------------------------------------------------------
+    def _infer(self, env, instr, obs) -> None:
+        level = self.budget.level
+        t_recv = env.stamps.get("recv", now_ns())
+        capture = env.stamps.get("capture")
+        stamps = {k: v for k, v in env.stamps.items() if k not in ("publish", "recv")}
+        stamps["obs_recv"] = t_recv
+        self._cycle_stamps, self._cycle = stamps, (env.seq, level.chunk)
+        self._first_publish = None
+        bins, t_first = self.runner.run(instr, obs, capture, level, self._publish_waypoint)
+        self._account(env, stamps, t_recv, t_first, now_ns(), len(bins), capture)
+
+    def _publish_waypoint(self, index: int, bins: np.ndarray) -> None:
+        cycle, count = self._cycle
+        tokens = bins.astype(np.int32)
+        body = {"cycle": cycle, "index": index, "count": count, "tokens": tokens,
+                "values": self.tokenizer.decode(tokens), "tokenizer": self.model.tokenizer.hash,
+                "period_ns": self.model.tokenizer.period_ns}
+        st = dict(self._cycle_stamps)
+        st["first_token"] = self.runner.first_token_ns
+        st["publish"] = now_ns()
+        if self._first_publish is None:
+            self._first_publish = st["publish"]
+        if not self.pub.publish("action_chunk", body, st):
+            self.counters["publish_dropped"] += 1
+        self.counters["waypoints"] += 1
+
+    def _account(self, env, stamps, t_recv, t_first, t_end, n, capture) -> None:
+        st = self.decoder.stats
+        self.counters["cycles"] += 1
+        self.hist["ttft"].record(t_first - t_recv)
+        self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
+        self.hist["cycle"].record(t_end - t_recv)
+        if capture is not None and self._first_publish is not None:
+            self.budget.update(self.budget.deadline_ns - (self._first_publish - capture))
+        if self.trace is not None:
+            self.trace.write({"node": self.cfg.name, "cycle": env.seq,
+                              "stamps": {**stamps, "first_token": t_first, "end": t_end},
+                              "fields": {"ttft_us": (t_first - t_recv) / 1e3,
+                                         "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
+                                         "tokens_per_pass": st.tokens_per_target_pass,
+                                         "accepted_per_verify": st.accepted / max(st.verifies, 1),
+                                         "level": float(self.budget.index),
+                                         "skipped": float(self.obs_sub.counters["superseded"])}})
+
+    # --- control, heartbeat, health -----------------------------------------------------
+    def _housekeeping(self) -> None:
+        if self.ctl_sub is not None:
+            for topic, env in self.ctl_sub.poll_latest(0).items():
+                if topic == "heartbeat":  # the monitor's ping: echo it (clock offsets)
+                    self.heartbeat.on_ping(env)
+                elif topic == "budget":
+                    if self.cfg.auto_budget:  # a fixed-budget node ignores the monitor too
+                        self.budget.set_monitor_level(env.body["level"])
+                elif env.body["cmd"] == "stop":
+                    self.running = False
+                else:
+                    self.state = "hold" if env.body["cmd"] == "safe_hold" else "run"
+        now = now_ns()
+        if now >= self._next_health:
+            self._next_health = now + int(1e9 / self.cfg.health_hz)
+            self.heartbeat.beat(now)
+            self.pub.publish("health", self.health())
+
+    def health(self) -> dict:
+        """`health` body: counters (node, subscriber, drafters) and latency gauges (us)."""
+        c = {**self.counters, **self.runner.counters, "obs_skipped": self.obs_sub.counters["superseded"],
+             "obs_rejected": self.obs_sub.counters["rejected"],
+             "budget_level": self.budget.index, "budget_switches": self.budget.switches}
+        for name, d in self.drafters.items():
+            c.update({f"{name}.{k}": v for k, v in d.stats.items()})
+        g = {f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
+             for k in self.hist for p in (50, 99)}
+        return {"node": self.cfg.name, "state": self.state, "counters": c, "gauges": g}
+
+    def close(self) -> None:
+        for s in (self.obs_sub, self.ctl_sub, self.pub, self.trace):
+            if s is not None:
+                s.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rtinfer.inference.node", description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--obs", required=True, help="endpoint the obs publisher binds")
+    p.add_argument("--actions", required=True, help="endpoint this node binds for actions")
+    p.add_argument("--control", default=None, help="endpoint of budget/command messages")
+    p.add_argument("--backend", default="onnx")
+    p.add_argument("--drafter", default="chunk", choices=["chunk", "self", "none"])
+    p.add_argument("--name", default="infer")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--no-prefix-cache", action="store_true")
+    p.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
+                   help="--no-budget: fixed full-quality level, ignoring slack and the monitor")
+    p.add_argument("--sample", action="store_true")
+    p.add_argument("--trace", default=None)
+    p.add_argument("--seconds", type=float, default=None)
+    add_curve_arguments(p)
+    a = p.parse_args(argv)
+    curve = curve_from_args(p, a, binds=[a.actions], connects=[a.obs, a.control])
+    cfg = NodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
+                     prefix_cache=not a.no_prefix_cache, deadline_ms=a.deadline_ms,
+                     auto_budget=a.budget,
+                     threads=a.threads, trace_path=a.trace)
+    node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
+                         curve=curve)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: node.stop())
+    print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)
+    try:
+        node.run(a.seconds)
+    finally:
+        node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""ChunkRunner: observation tokens -> one action chunk, the compute core of a policy cycle.
+
+Owns the backend, the decoder, the drafters and the instruction-prefix KV cache, so the
+inference node and offline evaluation run exactly the same code. Not thread-safe.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from rtinfer.inference.backends import get_backend
+from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.decode import Decoder
+from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
+from rtinfer.model.directory import ModelDir
+from rtinfer.model.sequence import instruction_prefix, observation_segment
+from rtinfer.transport.wire import now_ns
+
+MAX_CACHED_INSTRUCTIONS = 8
+
+
+class ChunkRunner:
+    def __init__(self, model: ModelDir, *, backend: str = "onnx", backend_opts: dict | None = None,
+                 drafter: str = "chunk", prefix_cache: bool = True, sample: bool = False,
+                 temperature: float = 1.0, seed: int = 0):
+        """drafter: "chunk" | "self" | "none". backend_opts go to Backend.load."""
+        if drafter not in ("chunk", "self", "none"):
+            raise ValueError(f"unknown drafter {drafter!r}: use chunk, self or none")
+        self.model = md = model
+        self.backend = get_backend(backend).load(md, **(backend_opts or {}))
+        self.decoder = Decoder(self.backend, sample=sample, temperature=temperature, seed=seed)
+        v = md.vocab
+        self.drafters = {"chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim),
+                         "self": EarlyExitDrafter(min(self.backend.depths), v.action_start,
+                                                  v.action_stop)}
+        self.drafter, self.prefix_cache = drafter, prefix_cache
+        self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores"), 0)
+        self._instr_key, self._snaps = None, {}
+        self._prev: tuple[np.ndarray, int] | None = None  # (bins (H', D), capture_ns)
+        self.first_token_ns = 0
+
+    def reset(self) -> None:
+        """Forget the previous chunk (a new episode); the prefix cache stays valid."""
+        self._prev = None
+
+    def _prefill(self, instr: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, int]:
+        be, v = self.backend, self.model.vocab
+        head = instruction_prefix(v, instr)
+        if not self.prefix_cache:
+            seg = np.concatenate([head, observation_segment(v, obs)])
+            return be.prefill(seg, 0), len(seg)
+        key = tuple(instr.tolist())
+        if key == self._instr_key:
+            self.counters["prefix_hits"] += 1
+        elif key in self._snaps:
+            be.restore(self._snaps[key])
+            self.counters["prefix_restores"] += 1
+        else:
+            be.prefill(head, 0)
+            self.counters["prefix_prefills"] += 1
+            if len(self._snaps) >= MAX_CACHED_INSTRUCTIONS:
+                self._snaps.pop(next(iter(self._snaps)))
+            self._snaps[key] = be.snapshot(len(head))
+        self._instr_key = key
+        seg = observation_segment(v, obs)
+        return be.prefill(seg, len(head)), len(head) + len(seg)
+
+    def run(self, instr: np.ndarray, obs: np.ndarray, capture_ns: int | None, level: BudgetLevel,
+            on_waypoint: Callable[[int, np.ndarray], None] | None = None) -> tuple[np.ndarray, int]:
+        """Decode one chunk of level.chunk waypoints at level.depth. on_waypoint(index, bins)
+        fires as each waypoint is final. Returns (bins (chunk * D,) int64 view, first_token_ns)."""
+        md = self.model
+        logits, pos = self._prefill(instr, obs)
+        self.first_token_ns = t_first = now_ns()  # waypoint callbacks stamp it
+        drafter = None if level.spec_len == 0 or self.drafter == "none" \
+            else self.drafters[self.drafter]
+        if isinstance(drafter, ChunkReuseDrafter):
+            if self._prev is None or capture_ns is None:
+                drafter.clear()
+            else:
+                drafter.set_previous(self._prev[0], self._prev[1], capture_ns,
+                                     md.tokenizer.period_ns)
+        D = md.tokenizer.dim
+        bins = self.decoder.decode(logits, pos, level.chunk * D, depth=level.depth,
+                                   drafter=drafter, gamma=level.spec_len or None, dim=D,
+                                   on_waypoint=on_waypoint)
+        self._prev = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
+        return bins, t_first

@@ -1,0 +1,7 @@
+"""rtinfer.launch: YAML launch files and the supervisor that runs them.
+
+yaml_lines (YAML with line numbers), spec (the launch file as data), file (schema,
+validation, substitution), process (one supervised node process), child (the first code a
+node runs) and supervisor (the launcher). May import rtinfer.transport, rtinfer.realtime
+and pyyaml.
+"""

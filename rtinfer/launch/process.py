@@ -1,0 +1,162 @@
+"""One supervised node process (its own process group) and the launcher's log console.
+
+`NodeProcess` is driven from the supervisor's thread only; its log reader thread only
+touches the `Console`, which is thread-safe (one lock around print + file write).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable
+
+from rtinfer.launch.spec import NodeSpec
+
+
+class Console:
+    """Prefixed lines to stdout and to log files. Thread-safe."""
+
+    def __init__(self, launch_log: Path):
+        self._lock = threading.Lock()
+        self._log = open(launch_log, "a", buffering=1)
+
+    def line(self, name: str, text: str, log=None) -> None:
+        with self._lock:
+            if log is not None:
+                log.write(text + "\n")
+            try:
+                print(f"[{name}] {text}", flush=True)
+            except (OSError, ValueError):
+                pass  # our stdout went away (closed pipe); the log files still get it
+
+    def say(self, text: str) -> None:
+        self.line("launch", text, self._log)
+
+    def close(self) -> None:
+        with self._lock:
+            self._log.close()
+
+
+class NodeProcess:
+    """A node's current OS process plus its restart history.
+
+    state: pending -> running -> exited (poll saw it) -> backoff | done | failed; stopped.
+    """
+
+    def __init__(self, spec: NodeSpec, argv: list[str], run_dir: Path, console: Console):
+        self.spec, self.name, self.argv = spec, spec.name, argv
+        self.log_path = run_dir / f"{spec.name}.log"
+        self.console = console
+        self.state = "pending"
+        self.popen: subprocess.Popen | None = None
+        self.reader: threading.Thread | None = None
+        self.first_start = float("inf")
+        self.restart_at = 0.0
+        self.restarts = 0
+        self.restart_times: deque[float] = deque()
+        self.last_exit: int | None = None
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "rtinfer.launch.child", "--name", self.name,
+               "--parent", str(os.getpid())]
+        if self.spec.cpus:
+            cmd += ["--cpus", ",".join(map(str, self.spec.cpus))]
+        if self.spec.priority is not None:
+            cmd += ["--priority", str(self.spec.priority)]
+        return cmd + ["--", self.spec.entry, *self.argv]
+
+    def start(self) -> None:
+        now = time.monotonic()
+        if self.popen is not None:
+            self.restarts += 1
+            self.restart_times.append(now)
+        self.first_start = min(self.first_start, now)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # start_new_session: the node leads its own process group (killpg reaches its
+        # children) and a terminal's Ctrl-C reaches only the launcher, which forwards it.
+        self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      start_new_session=True, env=env)
+        self.state = "running"
+        self.console.say(f"started {self.name!r} pid {self.popen.pid}: {self.spec.entry} "
+                         + " ".join(self.argv))
+        self.reader = threading.Thread(target=self._pump, args=(self.popen.stdout,),
+                                       name=f"log-{self.name}", daemon=True)
+        self.reader.start()
+
+    def _pump(self, stream) -> None:
+        with stream, open(self.log_path, "a", buffering=1) as log:
+            for raw in stream:
+                self.console.line(self.name, raw.decode(errors="replace").rstrip("\n"), log)
+
+    def poll(self) -> int | None:
+        """The exit status if the running process has just exited (once), else None."""
+        if self.state != "running" or self.popen.poll() is None:
+            return None
+        self._reap_group()
+        self.state, self.last_exit = "exited", self.popen.returncode
+        return self.popen.returncode
+
+    @staticmethod
+    def describe_exit(rc: int) -> str:
+        if rc < 0:
+            try:
+                return f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"killed by signal {-rc}"
+        return f"exit code {rc}"
+
+    def recent_restarts(self, now: float) -> int:
+        while self.restart_times and now - self.restart_times[0] > self.spec.restart.window_s:
+            self.restart_times.popleft()
+        return len(self.restart_times)
+
+    def schedule_restart(self, at: float) -> None:
+        self.state, self.restart_at = "backoff", at
+
+    def stop(self, hurry: Callable[[], bool]) -> None:
+        """SIGTERM the group, wait up to stop_grace_s (less if hurry()), SIGKILL the group."""
+        if self.state == "running":
+            self._signal(signal.SIGTERM)
+            deadline = time.monotonic() + self.spec.stop_grace_s
+            while time.monotonic() < deadline and not hurry() and not self._group_gone():
+                time.sleep(0.02)
+            if not self._group_gone():
+                self.console.say(f"{self.name!r} still running after {self.spec.stop_grace_s:g} s"
+                                 " grace: SIGKILL to its process group")
+            self._reap_group()
+            self.last_exit = self.popen.returncode
+            self.console.say(f"stopped {self.name!r} ({self.describe_exit(self.popen.returncode)})")
+        elif self.popen is not None:
+            self._reap_group()
+        if self.state in ("running", "backoff", "pending"):
+            self.state = "stopped"
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _group_gone(self) -> bool:
+        if self.popen.poll() is None:
+            return False
+        try:
+            os.killpg(self.popen.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def _reap_group(self) -> None:
+        """SIGKILL whatever is left of the group, reap the leader, drain its log."""
+        self._signal(signal.SIGKILL)
+        self.popen.wait()
+        if self.reader is not None:
+            self.reader.join(timeout=2.0)

@@ -1,0 +1,214 @@
+"""The launcher: run a validated launch file's nodes as supervised OS processes.
+
+    python -m rtinfer.launch.supervisor FILE [--host NAME] [--seconds S] [--run-dir DIR] [--set K=V]... [--check]
+
+Validation (rtinfer.launch.file) finishes before anything starts. Each node then runs as
+``python -m rtinfer.launch.child ... -- module:function ARGS`` in its own session, so it is
+a process group that is signalled and killed together with any children it spawns. The
+child applies CPU affinity and SCHED_FIFO priority before calling the entry point.
+
+Logs: each node's stdout and stderr (merged, line by line, by one reader thread per
+process) are printed as ``[node] line`` and appended to ``<run_dir>/<node>.log``; the
+launcher's own lines go to ``[launch]`` and ``<run_dir>/launch.log``. At the end
+``<run_dir>/launch_summary.json`` has each node's state, restarts and last exit.
+
+Lifecycle: nodes start in order. A node that exits is restarted per its policy (failure =
+non-zero exit or a signal). A required node that exits 0 ends the launch (exit 0); one
+that fails for good ends it with exit 1. When no node is left running or waiting to
+restart, the launch ends (exit 1 if any failed). SIGINT/SIGTERM (once) or the --seconds bound
+stop the nodes in reverse start order: SIGTERM to the group, `stop_grace_s`, then
+SIGKILL to the group; a second signal skips the grace. Leftover members of a node's group
+are SIGKILLed when the node exits. Exit status: 0 clean stop, 1 required node failed,
+2 invalid launch file or setup.
+
+Limits: a grandchild that calls setsid() leaves its node's group and is not tracked; if
+the launcher is SIGKILLed, nodes get SIGTERM from the kernel (PR_SET_PDEATHSIG) but their
+own children are not reached.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from rtinfer.launch.file import load
+from rtinfer.launch.spec import LaunchSpec
+from rtinfer.launch.process import Console, NodeProcess
+from rtinfer.launch.yaml_lines import LaunchError
+
+POLL_S = 0.05  # supervision tick: exit detection and restart latency, not a control loop
+
+
+class Supervisor:
+    """Runs `nodes` of `spec` until stopped; `run()` blocks and returns the exit status.
+
+    Call from the main thread (signal handlers; PR_SET_PDEATHSIG follows the forking thread).
+    """
+
+    def __init__(self, spec: LaunchSpec, nodes, run_dir: Path, *, host: str | None = None,
+                 seconds: float | None = None, console: Console | None = None):
+        self.spec, self.run_dir, self.seconds = spec, run_dir, seconds
+        self.console = console or Console(run_dir / "launch.log")
+        values = spec.values(run_dir, host)
+        self.procs = [NodeProcess(n, spec.argv(n, values), run_dir, self.console) for n in nodes]
+        self.stop_reason: str | None = None
+        self.exit_code = 0
+        self.hurry = False
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stop_reason is not None:
+            self.hurry = True  # second signal: kill now
+        self.stop_reason = self.stop_reason or f"received {signal.Signals(signum).name}"
+
+    def _stop(self, reason: str, code: int = 0) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.exit_code = reason, code
+
+    def run(self) -> int:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._supervise()
+        except OSError as exc:  # e.g. fork refused: stop what runs, report, exit 2
+            self._stop(f"cannot start a node: {exc}", code=2)
+        finally:
+            self._stop_all()
+            self._summary()  # still under our handlers: a late SIGTERM must not cut it short
+            for s, h in old.items():
+                signal.signal(s, h)
+        return self.exit_code
+
+    def _supervise(self) -> None:
+        for p in self.procs:
+            if self.stop_reason is None:
+                p.start()
+        end = None if self.seconds is None else time.monotonic() + self.seconds
+        while self.stop_reason is None:
+            time.sleep(POLL_S)
+            now = time.monotonic()
+            for p in self.procs:
+                self._check(p, now)
+            if all(p.state in ("done", "failed") for p in self.procs):
+                failed = any(p.state == "failed" for p in self.procs)
+                self._stop("every node has exited", code=1 if failed else 0)
+            if end is not None and now >= end:
+                self._stop(f"--seconds {self.seconds:g} elapsed")
+
+    def _check(self, p: NodeProcess, now: float) -> None:
+        if p.state == "backoff" and now >= p.restart_at:
+            p.start()
+            return
+        rc = p.poll()
+        if rc is None:
+            return
+        reason = p.describe_exit(rc)
+        if rc == 0:
+            p.state = "done"
+            self.console.say(f"node {p.name!r} finished ({reason})")
+            if p.spec.required:
+                self._stop(f"required node {p.name!r} finished")
+            return
+        policy = p.spec.restart
+        recent = p.recent_restarts(now)
+        if policy.policy == "on-failure" and recent < policy.max_restarts:
+            delay = policy.delay_s(recent)
+            p.schedule_restart(now + delay)
+            self.console.say(f"node {p.name!r} failed ({reason}); restart {recent + 1}/"
+                             f"{policy.max_restarts} in {delay:g} s")
+            return
+        p.state = "failed"
+        why = f"node {p.name!r} failed for good ({reason}, {p.restarts} restarts)"
+        self.console.say(why)
+        if p.spec.required:
+            self._stop(f"required {why}", code=1)
+
+    def _stop_all(self) -> None:
+        self.console.say(f"stopping: {self.stop_reason or 'launcher error'}")
+        for p in reversed(sorted(self.procs, key=lambda q: q.first_start)):
+            p.stop(lambda: self.hurry)
+
+    def _summary(self) -> None:
+        nodes = {p.name: {"state": p.state, "restarts": p.restarts, "last_exit": p.last_exit}
+                 for p in self.procs}
+        summary = {"exit_code": self.exit_code, "reason": self.stop_reason, "nodes": nodes}
+        (self.run_dir / "launch_summary.json").write_text(json.dumps(summary, indent=1))
+        self.console.say(f"exit {self.exit_code}: " + ", ".join(
+            f"{n} {v['state']} ({v['restarts']} restarts)" for n, v in nodes.items()))
+        self.console.close()
+
+
+def run_file(path: str | Path, *, host: str | None = None, seconds: float | None = None,
+             run_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
+             check: bool = False) -> int:
+    """Validate `path` and (unless `check`) run it; blocks; returns the exit status.
+
+    Raises LaunchError for an invalid file, unknown host or unusable run directory.
+    """
+    spec = load(path, overrides)
+    hosts = sorted({n.host for n in spec.nodes if n.host})
+    if check and host is None and len(hosts) > 1:  # a multi-host file: every host's share
+        shares = "; ".join(f"{h}: {', '.join(n.name for n in spec.nodes_for(h))}" for h in hosts)
+        print(f"{path}: ok ({shares})")
+        return 0
+    nodes = spec.nodes_for(host)
+    if check:
+        print(f"{path}: ok ({', '.join(n.name for n in nodes)})")
+        return 0
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    rd = Path(run_dir or spec.run_dir or f"runs/{spec.name}-{stamp}").resolve()
+    try:
+        rd.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(f"cannot create run directory {rd}: {exc.strerror}") from None
+    too_long = [e.name for e in spec.endpoints.values() if len(e.address(rd)) - 6 > 100]
+    if too_long:
+        raise LaunchError(f"run directory {rd} makes ipc paths too long for a unix socket "
+                          f"({', '.join(too_long)}); use a shorter --run-dir")
+    (rd / "monitor.json").write_text(json.dumps(spec.monitor, indent=1))
+    (rd / "curve.json").write_text(json.dumps(spec.curve_map(rd), indent=1))
+    return Supervisor(spec, nodes, rd, host=host, seconds=seconds).run()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The launcher's options, for `rtinfer launch` and `python -m rtinfer.launch.supervisor`."""
+    p.add_argument("file", help="YAML launch file")
+    p.add_argument("--host", default=None, help="run only this host's nodes (and host-less ones)")
+    p.add_argument("--seconds", type=float, default=None, help="stop everything after S seconds")
+    p.add_argument("--run-dir", default=None, help="logs, ipc sockets, reports (default runs/NAME-TIME)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override deadline_ms, seconds, run_dir, name, vars.NAME, rates.NAME "
+                        "or monitor.NAME")
+    p.add_argument("--check", action="store_true", help="validate only; start nothing")
+
+
+def run_args(a: argparse.Namespace) -> int:
+    """Run from parsed `add_arguments` options (a command line's whole run: SIGINT/SIGTERM
+    are ignored once it returns); prints a LaunchError and returns 2."""
+    try:
+        bad = [s for s in a.set if "=" not in s]
+        if bad:
+            raise LaunchError(f"--set {bad[0]!r}: expected KEY=VALUE")
+        overrides = dict(s.split("=", 1) for s in a.set)
+        code = run_file(a.file, host=a.host, seconds=a.seconds, run_dir=a.run_dir,
+                        overrides=overrides, check=a.check)
+    except LaunchError as exc:
+        print(f"launch: {exc}", file=sys.stderr)
+        return 2
+    # Everything is stopped and reported. A SIGTERM from here on (a parent stopping us just
+    # as we finish) must not turn a clean exit into death by signal during interpreter exit.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rtinfer.launch.supervisor", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return run_args(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""A model directory: everything the inference node needs, validated up front.
+
+    graphs.json        export manifest (models.export): config, vocab, one entry per graph
+    step_d{D}_k{K}.onnx  the static-shape step graphs (fp16/ holds the fp16 set)
+    tokenizer.json     rtinfer.model.action_tokens.TokenizerConfig (with its hash; checked on load)
+    obs_tokens.json    rtinfer.model.obs_tokens spec (observation + instruction tokens)
+    vocab.json         optional if graphs.json carries "vocab" (models.config.Vocab layout)
+    card.json          optional: {"accuracy": {"<depth>": float}, ...} per exit depth
+    policy.safetensors + policy.json   optional checkpoint (the torch backend loads it)
+
+Sequence layout (rtinfer.model.sequence, shared with training):
+    [BOS][instruction C][observation L][SEP][action tokens H*D]
+The instruction prefix [BOS][instruction] is KV-cached across cycles; [observation][SEP]
+is prefilled each cycle; the SEP's logits give the first action token.
+Any missing or inconsistent file raises BackendError naming the file and the fix.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rtinfer.inference.backends.base import BackendError
+from rtinfer.model.obs_tokens import ObsTokens
+from rtinfer.model.sequence import prefix_len
+from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.model.vocab import VocabLayout
+
+SPECIALS = ("PAD", "BOS", "SEP")
+
+
+@dataclass
+class ModelDir:
+    path: Path
+    manifest: dict
+    config: dict                     # PolicyConfig.to_dict()
+    vocab: VocabLayout
+    tokenizer: TokenizerConfig
+    obs: ObsTokens
+    card: dict = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)  # (dtype, depth, k) -> manifest entry
+
+    @property
+    def n_layer(self) -> int:
+        return int(self.config["n_layer"])
+
+    @property
+    def max_ctx(self) -> int:
+        return int(self.config["max_ctx"])
+
+    @property
+    def kv_shape(self) -> tuple[int, ...]:
+        c = self.config
+        return (c["n_layer"], 2, 1, c["n_head"], c["max_ctx"], c["n_embd"] // c["n_head"])
+
+    @property
+    def prefix_len(self) -> int:
+        return prefix_len(self.obs.instr_length, self.obs.length)
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self.tokenizer.horizon * self.tokenizer.dim
+
+    def graph_path(self, dtype: str, depth: int, k: int) -> Path:
+        return self.path / self.graphs[(dtype, depth, k)]["file"]
+
+    def ks(self, depth: int, dtype: str = "float32") -> list[int]:
+        """Sorted k values exported at this depth."""
+        return sorted(k for (dt, d, k) in self.graphs if dt == dtype and d == depth)
+
+    def accuracy(self, depth: int) -> float | None:
+        acc = self.card.get("accuracy", {})
+        v = acc.get(str(depth), acc.get(depth))
+        return None if v is None else float(v)
+
+    @classmethod
+    def load(cls, path, *, check_hashes: bool = True) -> "ModelDir":
+        """Read and cross-check every file. check_hashes: sha256 of each graph against the
+        manifest (reads every graph once; seconds for large models)."""
+        path = Path(path)
+        if not path.is_dir():
+            raise BackendError(f"model directory {path} does not exist; export one with "
+                               "models.export.export_all and write tokenizer.json/obs_tokens.json")
+        manifest = _json(path / "graphs.json", "run models.export.export_all into this folder")
+        if manifest.get("format") != "rtinfer-graphs" or manifest.get("version", 0) > 1:
+            raise BackendError(f"{path / 'graphs.json'}: not an rtinfer-graphs v1 manifest")
+        vd = manifest.get("vocab") or _json(path / "vocab.json",
+                                            "pass vocab= to export_all or write Vocab.to_dict()")
+        try:
+            vocab = VocabLayout(int(vd["n_instr"]), int(vd["n_obs_bins"]),
+                                int(vd["n_action_bins"]), tuple(vd["specials"]))
+            tok = TokenizerConfig.from_dict(_json(path / "tokenizer.json",
+                                                  "save the model's TokenizerConfig there"))
+            obs = ObsTokens(_json(path / "obs_tokens.json", "write the obs_tokens spec there"))
+        except (KeyError, ValueError, TypeError) as e:
+            raise BackendError(f"{path}: invalid vocab/tokenizer/obs spec: {e}") from None
+        card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
+        graphs = {(g["dtype"], int(g["depth"]), int(g["k"])): g for g in manifest["graphs"]}
+        md = cls(path, manifest, manifest["config"], vocab, tok, obs, card, graphs)
+        md._validate(check_hashes)
+        return md
+
+    def _validate(self, check_hashes: bool) -> None:
+        v, c, where = self.vocab, self.config, self.path
+        for name in SPECIALS:
+            if name not in v.specials:
+                raise BackendError(f"{where}: vocab lacks special token {name}")
+        if v.size != c["vocab_size"]:
+            raise BackendError(f"{where}: vocab size {v.size} != model vocab_size {c['vocab_size']}")
+        if self.tokenizer.bins != v.n_action_bins:
+            raise BackendError(f"{where}/tokenizer.json: {self.tokenizer.bins} bins but the "
+                               f"vocab has {v.n_action_bins} action bins; re-export")
+        if self.obs.bins > v.n_obs_bins or self.obs.instr_classes > v.n_instr:
+            raise BackendError(f"{where}/obs_tokens.json: bins {self.obs.bins} / instruction "
+                               f"classes {self.obs.instr_classes} exceed the vocab ranges")
+        need = self.prefix_len + self.chunk_tokens
+        if need > self.max_ctx:
+            raise BackendError(f"{where}: sequence needs {need} positions > max_ctx {self.max_ctx}")
+        for depth in [self.n_layer] + list(c.get("exits", [])):
+            if 1 not in self.ks(depth):
+                raise BackendError(f"{where}: no k=1 graph at depth {depth} in graphs.json")
+        for key, g in self.graphs.items():
+            f = self.path / g["file"]
+            if not f.exists():
+                raise BackendError(f"{f} listed in graphs.json is missing; re-export the model")
+            if check_hashes and key[0] == "float32" and g.get("sha256") and \
+                    hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
+                raise BackendError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+        for name, digest in self.manifest.get("weights", {}).items():  # shared external data
+            f = self.path / name
+            if not f.exists():
+                raise BackendError(f"{f} (shared weights) is missing; re-export the model")
+            if check_hashes and not name.startswith("fp16") and \
+                    hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+                raise BackendError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+
+
+def _json(path: Path, fix: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BackendError(f"{path} is missing; {fix}") from None
+    except (OSError, ValueError) as e:
+        raise BackendError(f"{path} is unreadable or not JSON ({e}); {fix}") from None

@@ -1,0 +1,300 @@
+"""The deadline monitor: per-cycle latency by stage, node liveliness, clock offsets, policy.
+
+    python -m rtinfer.monitor.node --listen ipc:///run/obs ipc:///run/act --control ipc:///run/ctl \
+        --deadline-ms 100 --report monitor.json --seconds 60
+
+Listens (SUB, connects) to every node's trace/health/heartbeat; binds the control
+endpoint (PUB) for `budget`, `command` and heartbeat pings. Per controller `trace`
+record: e2e = apply - capture, ttft = first_token - obs_recv, transport = recv -
+publish, apply_delay = apply - recv, obs_transport = obs_recv - capture, each into a
+LatencyHistogram. A record with fields.late_index (a waypoint the controller rejected past
+the deadline, never applied) is a miss with latency recv - capture. Cycles are told apart by
+(node, cycle id, capture): a record counts a new cycle only if no earlier record of it did
+(a late tail of an applied cycle, or a late waypoint 1 whose waypoint 0 never came, counts
+right), and a cycle counts as missed at most once.
+Stamps of capture/recv/apply are on the trace node's clock and
+obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
+clock with the offsets estimated from heartbeat round trips before they are subtracted.
+Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
+the controller's own watchdog is; if this process dies the robot carries on safely.
+Single-threaded; spin_once blocks up to timeout_ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+
+import yaml
+
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.monitor.clocksync import OffsetEstimator
+from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.transport.curve import add_curve_arguments, curve_from_args
+from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
+from rtinfer.transport.wire import Envelope, now_ns
+
+# (stage, start stamp, end stamp); names as in rtinfer.monitor.report
+STAGES = (("e2e", "capture", "apply"), ("obs_transport", "capture", "obs_recv"),
+          ("ttft", "obs_recv", "first_token"), ("transport", "publish", "recv"),
+          ("apply_delay", "recv", "apply"))
+POLICY_STAMPS = frozenset({"obs_recv", "first_token", "publish"})  # the rest: robot clock
+CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
+
+
+class NodeState:
+    """Liveliness of one node, from the arrival times (monitor clock) of all its messages."""
+    __slots__ = ("first_ns", "last_ns", "messages", "missed", "deaths", "alive", "state")
+
+    def __init__(self, now: int) -> None:
+        self.first_ns = self.last_ns = now
+        self.messages = self.missed = self.deaths = 0
+        self.alive, self.state = True, ""
+
+    def note(self, now: int, period_ns: int) -> None:
+        gap = now - self.last_ns
+        if self.messages and gap >= 2 * period_ns:
+            self.missed += gap // period_ns - 1  # expected periods that passed silently
+        self.last_ns, self.messages = now, self.messages + 1
+
+
+CYCLE_MEMORY = 256  # cycles remembered for counting each once (~13 s at 20 Hz)
+
+
+class Monitor:
+    def __init__(self, listen: str | list[str], control: str, cfg: MonitorConfig | None = None,
+                 *, ctx=None, curve=None, bind_control: bool = True) -> None:
+        self.cfg = cfg = cfg or MonitorConfig()
+        self.sub = Subscriber(listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve)
+        self.pub = Publisher(control, cfg.name, ctx=ctx, curve=curve, bind=bind_control)
+        self.start_ns = now_ns()
+        self.policy = DeadlinePolicy(cfg, self.start_ns)
+        self.hist = {name: LatencyHistogram() for name, _, _ in STAGES}
+        self.nodes: dict[str, NodeState] = {}
+        self.clocks: dict[str, OffsetEstimator] = {}
+        self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
+                                       "echoes_foreign", "pings", "publish_dropped"), 0)
+        self.running = True
+        self._pings: dict[int, None] = {}  # t0 of recent pings: echoes must answer one
+        self._cycles: dict[tuple, bool] = {}  # recent cycles -> counted as missed
+        self._next_ping = self._next_check = self._next_republish = 0
+
+    # --- loop -------------------------------------------------------------------------
+    def spin_once(self, timeout_ms: int = 50) -> int:
+        """Handle every queued message (waiting up to timeout_ms for the first), then the
+        periodic work (pings, liveliness, hold/clear). Returns the messages handled."""
+        n, env = 0, self.sub.recv(timeout_ms)
+        while env is not None:
+            self._on_message(env)
+            n += 1
+            env = self.sub.recv(0) if n < 1000 else None  # bound one call's work
+        self._periodic(now_ns())
+        return n
+
+    def run(self, seconds: float | None = None) -> None:
+        """Spin until stop() or `seconds` elapse."""
+        end = None if seconds is None else now_ns() + int(seconds * 1e9)
+        while self.running and (end is None or now_ns() < end):
+            self.spin_once(20)
+
+    def stop(self) -> None:
+        self.running = False
+
+    # --- messages ---------------------------------------------------------------------
+    def _on_message(self, env: Envelope) -> None:
+        t = env.stamps["recv"]
+        body = env.body
+        name = body["node"]
+        node = self.nodes.get(name)
+        if node is None:
+            node = self.nodes[name] = NodeState(t)
+        node.note(t, self.cfg.period_ns(name))
+        if env.topic == "trace":
+            self._on_trace(body, t)
+        elif env.topic == "health":
+            node.state = body["state"]
+        elif "echo" in body:
+            self._on_echo(name, body, t)
+
+    def _on_echo(self, name: str, body: dict, t3: int) -> None:
+        echo = body["echo"]
+        if echo["src"] != self.cfg.name or echo["sent_ns"] not in self._pings:
+            self.counters["echoes_foreign"] += 1  # another monitor's, or a forged/stale one
+            return
+        self.counters["echoes"] += 1
+        est = self.clocks.get(name)
+        if est is None:
+            est = self.clocks[name] = OffsetEstimator(self.cfg.clock_window)
+        est.add(echo["sent_ns"], echo["recv_ns"], body["sent_ns"], t3)
+
+    def _on_trace(self, body: dict, t: int) -> None:
+        self.counters["traces"] += 1
+        st = body["stamps"]
+        robot, policy = self.clocks.get(body["node"]), self._policy_clock(body["node"])
+        local = {}  # every stamp on the monitor's clock
+        for k, v in st.items():
+            est = policy if k in POLICY_STAMPS else robot
+            local[k] = est.to_local(v) if est is not None else v
+        late = body.get("fields", {}).get("late_index") is not None
+        if late:
+            self.counters["late_cycles"] += 1
+        else:
+            for name, a, b in STAGES:
+                if a in local and b in local:
+                    self.hist[name].record(local[b] - local[a])
+                else:
+                    self.counters["trace_incomplete"] += 1
+        end = local.get("recv" if late else "apply")
+        if "capture" in local and end is not None:
+            e2e = end - local["capture"]
+            # capture too: a restarted publisher may reuse cycle ids (raw stamp: it does
+            # not move with the clock-offset estimate)
+            key = (body["node"], body["cycle"], st.get("capture"))
+            seen, missed = key in self._cycles, self._cycles.get(key, False)
+            self._cycles[key] = missed or e2e > self.policy.deadline_ns
+            if len(self._cycles) > CYCLE_MEMORY:
+                del self._cycles[next(iter(self._cycles))]
+            for ev in self.policy.on_cycle(e2e, t, new_cycle=not seen, count_miss=not missed):
+                self._act(ev)
+
+    def _policy_clock(self, trace_node: str) -> OffsetEstimator | None:
+        """The policy node's clock: configured, else the one other node we have a clock for."""
+        if self.cfg.policy_node is not None:
+            return self.clocks.get(self.cfg.policy_node)
+        others = [e for n, e in self.clocks.items() if n != trace_node]
+        return others[0] if len(others) == 1 else None
+
+    # --- periodic work and decisions -----------------------------------------------------
+    def _periodic(self, now: int) -> None:
+        cfg = self.cfg
+        if cfg.ping_period_s > 0 and now >= self._next_ping:
+            self._next_ping = now + int(cfg.ping_period_s * 1e9)
+            t0 = now_ns()
+            self._pings[t0] = None
+            if len(self._pings) > 64:
+                del self._pings[next(iter(self._pings))]
+            self._send("heartbeat", {"node": cfg.name, "sent_ns": t0})
+            self.counters["pings"] += 1
+        if now >= self._next_check:
+            self._next_check = now + CHECK_EVERY_NS
+            for ev in self.policy.on_tick(self._check_liveliness(now), now):
+                self._act(ev)
+        if cfg.republish_s > 0 and now >= self._next_republish:
+            self._next_republish = now + int(cfg.republish_s * 1e9)
+            self._send("budget", {"level": self.policy.level, "reason": "periodic"})
+            self._send("health", self.health())
+
+    def health(self) -> dict:
+        """`health` body for dashboards: the fleet view in counters and ms gauges (costs a
+        few ms of percentile work, so it goes out at the republish rate, not per message)."""
+        p = self.policy
+        gauges = {}
+        for stage in ("e2e", "ttft"):
+            us = self.hist[stage].percentiles_us()
+            gauges.update({f"{stage}_{q}_ms": us[q] / 1e3 for q in ("p50", "p99", "max")})
+        counters = {"cycles": p.counters["cycles"], "misses": p.counters["misses"],
+                    "holds": p.counters["holds"], "budget_changes": p.counters["budget_changes"],
+                    "level": p.level, "nodes_alive": sum(n.alive for n in self.nodes.values())}
+        return {"node": self.cfg.name, "state": "holding" if p.holding else "ok",
+                "counters": counters, "gauges": gauges}
+
+    def _check_liveliness(self, now: int) -> list[str]:
+        """Update alive flags (events on change); the required nodes that are dead."""
+        cfg = self.cfg
+        for name, node in self.nodes.items():
+            alive = now - node.last_ns < cfg.dead_after_periods * cfg.period_ns(name)
+            if alive != node.alive:
+                node.alive, node.deaths = alive, node.deaths + (not alive)
+                silent_s = (now - node.last_ns) / 1e9
+                self.policy.event(now, "node_alive" if alive else "node_dead",
+                                  f"{name} {'is back' if alive else f'silent for {silent_s:.2f} s'}",
+                                  {"node": name, "silent_s": silent_s})
+        in_grace = now - self.start_ns < cfg.startup_grace_s * 1e9
+        return [n for n in cfg.required
+                if (n in self.nodes and not self.nodes[n].alive) or (n not in self.nodes and not in_grace)]
+
+    def _act(self, ev: Event) -> None:
+        if ev.kind == "budget":
+            self._send("budget", {"level": self.policy.level, "reason": ev.reason})
+        elif ev.kind in ("safe_hold", "clear"):
+            self._send("command", {"cmd": ev.kind, "reason": ev.reason})
+
+    def _send(self, topic: str, body: dict) -> None:
+        if not self.pub.publish(topic, body):
+            self.counters["publish_dropped"] += 1
+
+    # --- reporting --------------------------------------------------------------------
+    def summary(self) -> dict:
+        """Everything a report needs (JSON-ready); costs a few ms: not for the hot path."""
+        p, now = self.policy, now_ns()
+        stages = {}
+        for name, h in self.hist.items():
+            us = h.percentiles_us()
+            stages[name] = {k: (v if k == "count" else v / 1e3) for k, v in us.items()}
+            stages[name]["clamped"] = h.clamped
+        nodes = {n: {"alive": s.alive, "state": s.state, "messages": s.messages,
+                     "missed_periods": s.missed, "deaths": s.deaths,
+                     "silent_s": (now - s.last_ns) / 1e9} for n, s in self.nodes.items()}
+        return {"deadline_ms": self.cfg.deadline_ms, "cycles": p.counters["cycles"],
+                "misses": p.counters["misses"],
+                "miss_rate": p.counters["misses"] / max(p.counters["cycles"], 1),
+                "budget": {"level": p.level, "changes": p.counters["budget_changes"],
+                           "slack_p99_ms": p.last_slack_p99_ms},
+                "holds": p.counters["holds"], "clears": p.counters["clears"],
+                "holding": p.holding, "stages_ms": stages, "nodes": nodes,
+                "clocks": {n: e.report() for n, e in self.clocks.items()},
+                "counters": {**self.counters, **self.sub.counters},
+                "events": [e.to_dict() for e in p.events]}
+
+    def close(self) -> None:
+        self.sub.close()
+        self.pub.close()
+
+
+def load_config(path: str | None, **overrides) -> MonitorConfig:
+    """MonitorConfig from a YAML file (its `monitor:` section, or the whole file)."""
+    d = {}
+    if path:
+        with open(path) as f:
+            d = yaml.safe_load(f) or {}
+        d = d.get("monitor", d)
+    d.update({k: v for k, v in overrides.items() if v is not None})
+    return MonitorConfig.from_dict(d)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rtinfer.monitor.node", description=__doc__.split("\n")[0])
+    ap.add_argument("--listen", nargs="+", required=True,
+                    help="endpoints to connect (trace/health/heartbeat)")
+    ap.add_argument("--control", required=True, help="endpoint to bind for budget/command/pings")
+    ap.add_argument("--config", default=None, help="YAML file with a monitor: section")
+    ap.add_argument("--deadline-ms", type=float, default=None)
+    ap.add_argument("--required", nargs="*", default=None, help="nodes whose death orders safe_hold")
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--report", default=None, help="write the summary JSON here on exit")
+    ap.add_argument("--seconds", type=float, default=None)
+    add_curve_arguments(ap)
+    a = ap.parse_args(argv)
+    curve = curve_from_args(ap, a, binds=[a.control], connects=a.listen)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg = load_config(a.config, deadline_ms=a.deadline_ms, name=a.name,
+                      required=tuple(a.required) if a.required is not None else None)
+    mon = Monitor(a.listen, a.control, cfg, curve=curve)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: mon.stop())
+    print(f"{cfg.name}: ready (deadline {cfg.deadline_ms:g} ms)", flush=True)
+    try:
+        mon.run(a.seconds)
+    finally:
+        report = mon.summary()
+        mon.close()
+        if a.report:
+            with open(a.report, "w") as f:
+                json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

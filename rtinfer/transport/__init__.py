@@ -1,0 +1,7 @@
+"""rtinfer.transport: the wire format, the ZeroMQ bus and its freshness and security.
+
+wire, arrays and schema define a message; bus moves it (PUB/SUB, bounded, counted);
+curve holds CURVE keys and socket security; liveliness is the one freshness check;
+heartbeat is the node side of heartbeats. Robot-safe: imports numpy, pyzmq, msgpack and
+the standard library only, and nothing else of rtinfer.
+"""

@@ -1,0 +1,412 @@
+"""ZeroMQ PUB/SUB bus: bounded, non-blocking publish; validated, counted receive.
+
+A message is the multipart ``[topic, *wire.encode_frames(...)]``. Subscription is by
+topic prefix inside libzmq, so the subscriber also checks that the topic frame is one of
+its topics exactly and equals the envelope's topic ("obs" would otherwise match "obs2").
+
+Endpoints: ``ipc://`` on one host, ``tcp://`` across hosts (use CURVE, see keys.py:
+``curve=`` is one CurveConfig for all endpoints or a mapping endpoint -> CurveConfig),
+``inproc://`` for tests (both ends must share one zmq.Context: pass ``ctx=``).
+Neither class is thread-safe: use each from one thread (zmq sockets are not shareable).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence, Union
+
+import zmq
+from zmq import zmq_poll
+from zmq.utils.monitor import recv_monitor_message
+
+from rtinfer.transport.curve import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
+from rtinfer.transport.liveliness import Liveliness
+from rtinfer.transport.wire import (DEFAULT_MAX_BYTES, Envelope, WireError, decode, decode_frames, encode_frames,
+                   now_ns)
+
+_EMPTY = object()  # sentinel: nothing queued on the socket
+# Plain ints: OR-ing zmq's IntFlag members costs ~0.5 us of Python per message.
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_POLLIN = int(zmq.POLLIN)
+
+# One config for every endpoint of the socket, or one per endpoint (unlisted: plaintext),
+# e.g. from keys.curve_configs: a Subscriber connecting to two CURVE servers needs the
+# public key of each.
+Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
+HEAL_EVERY_NS = 100_000_000  # how often a CURVE client looks for a dead endpoint
+_HEAL_EVERY_MS = HEAL_EVERY_NS // 1_000_000
+
+
+class _BusSocket:
+    """Context/socket/CURVE lifecycle shared by Publisher and Subscriber.
+
+    A connecting CURVE socket watches its handshakes: libzmq treats a peer with another
+    mechanism (a plaintext server that bound the endpoint, even once) as a protocol error
+    and never reconnects that endpoint again. `_heal` (on every recv/poll_latest/publish,
+    doing work at most every HEAL_EVERY_NS) reconnects such an endpoint, counted in
+    `reconnects` (failed attempts in `heal_errors`).
+    """
+
+    def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
+                 ctx: zmq.Context | None, curve: Curve,
+                 options: Sequence[tuple[int, int | bytes]] = ()) -> None:
+        self._own_ctx = ctx is None
+        self._ctx = zmq.Context() if ctx is None else ctx
+        self._auth = False
+        self._sock: zmq.Socket | None = self._ctx.socket(kind)
+        self._mon: zmq.Socket | None = None
+        self._next_heal = 0
+        self.endpoints: list[str] = []
+        self._security: dict[str, CurveConfig | None] = {}  # connected endpoint -> its CURVE
+        self.reconnects = self.heal_errors = 0
+        try:
+            self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for unsent messages
+            self._sock.setsockopt(zmq.SNDHWM, hwm)
+            self._sock.setsockopt(zmq.RCVHWM, hwm)
+            for opt, value in options:  # before bind/connect, so peers see them at handshake
+                self._sock.setsockopt(opt, value)
+            per_ep = [curve if isinstance(curve, CurveConfig) or curve is None
+                      else curve.get(ep) for ep in endpoints]
+            allow = {c.allowed_clients_dir for c in per_ep if c is not None}
+            if bind and allow:  # the ZAP handler must run before any client can handshake
+                if len(allow) > 1:
+                    raise ValueError(f"one socket binds {endpoints} with different allow-lists")
+                acquire_authenticator(self._ctx, allow.pop())
+                self._auth = True
+            if not bind and any(c is not None for c in per_ep):
+                self._mon = self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
+                if bind:
+                    self._secure(cfg, curve is not None, server=True)
+                    self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
+                    self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                else:
+                    self._secure(cfg, curve is not None, server=False)
+                    self._sock.connect(ep)
+                    self.endpoints.append(ep)
+                    self._security[ep] = cfg
+        except BaseException:
+            self.close()
+            raise
+
+    def _secure(self, cfg: CurveConfig | None, any_curve: bool, *, server: bool) -> None:
+        # libzmq copies the security options at each bind/connect, so each endpoint gets
+        # its own server key (or none: CURVE_SERVER=0 means NULL).
+        if cfg is not None:
+            secure_socket(self._sock, cfg, server=server)
+        elif any_curve:
+            self._sock.curve_server = False
+
+    def _heal(self, now: int) -> None:
+        """Reconnect every endpoint whose handshake failed on a protocol error since the
+        last look (at most every HEAL_EVERY_NS; a no-op for other sockets)."""
+        if self._mon is None or now < self._next_heal:
+            return
+        self._next_heal = now + HEAL_EVERY_NS
+        failed = set()
+        while zmq_poll([(self._mon, _POLLIN)], 0):
+            failed.add(recv_monitor_message(self._mon)["endpoint"].decode())
+        for ep in failed:
+            # an endpoint libzmq names otherwise than we did (a resolved host): all of them
+            for known in ([ep] if ep in self._security else list(self._security)):
+                try:
+                    self._sock.disconnect(known)
+                except zmq.ZMQError:
+                    pass  # libzmq dropped it already: connecting again is what matters
+                try:
+                    self._secure(self._security[known], True, server=False)
+                    self._sock.connect(known)
+                    self.reconnects += 1
+                except zmq.ZMQError:
+                    self.heal_errors += 1
+
+    def close(self) -> None:
+        """Close the socket at once (LINGER 0, queued messages are discarded); idempotent."""
+        if self._sock is None:
+            return
+        if self._mon is not None:
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            finally:
+                self._mon.close(linger=0)
+                self._mon = None
+        self._sock.close(linger=0)
+        self._sock = None
+        if self._auth:
+            release_authenticator(self._ctx)
+        if self._own_ctx:
+            self._ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Publisher(_BusSocket):
+    """Publishes envelopes on one endpoint; binds by default.
+
+    ``publish`` never blocks. Note that a PUB socket never blocks anyway: at the high
+    water mark libzmq drops the message for that subscriber *silently* and exposes no
+    counter, so ``counters["dropped"]`` cannot see those drops (receivers see them as
+    seq gaps). It counts what zmq does report: ``zmq.Again``, and a multipart send that
+    fails mid-way. ``count_drops=True`` sets ZMQ_XPUB_NODROP so a full queue raises Again
+    and is counted, at a price: one slow subscriber then makes the message drop for all.
+
+    Arrays of at least ``oob_bytes`` go out-of-band and are sent without copying: do not
+    mutate them after ``publish`` (zmq reads them later from its I/O thread).
+    """
+
+    def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, curve: Curve = None,
+                 oob_bytes: int = 65536, count_drops: bool = False) -> None:
+        options = [(zmq.XPUB_NODROP, 1)] if count_drops else []
+        super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve,
+                         options=options)
+        self.endpoint = self.endpoints[0]
+        self.src = src
+        self.counters = {"sent": 0, "dropped": 0}
+        self._oob_bytes = oob_bytes
+        self._seq = 0
+        self._topic_bytes: dict[str, bytes] = {}
+        self._open_multipart = False  # a send failed mid-message; must be terminated first
+
+    def publish(self, topic: str, body: dict, stamps: dict | None = None) -> bool:
+        """Send one message without blocking; True if zmq accepted it.
+
+        Adds stamp "publish" (now_ns) unless present; the caller's dict is not modified.
+        seq advances on every call that encodes, so receivers see drops as seq gaps.
+        Raises WireError (nothing sent) if the body does not match the topic's schema.
+        """
+        st = {} if stamps is None else dict(stamps)
+        if "publish" not in st:
+            st["publish"] = now_ns()
+        if self._mon is not None:
+            self._heal(now_ns())
+        frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
+                               oob_bytes=self._oob_bytes)
+        self._seq += 1
+        topic_b = self._topic_bytes.get(topic)
+        if topic_b is None:
+            topic_b = self._topic_bytes[topic] = topic.encode()
+        counters = self.counters
+        if self._open_multipart and not self._terminate():
+            counters["dropped"] += 1
+            return False
+        sock = self._sock
+        try:
+            sock.send(topic_b, _NOBLOCK_MORE)
+        except zmq.Again:
+            counters["dropped"] += 1
+            return False
+        if not self._send_rest(sock, frames):
+            counters["dropped"] += 1
+            return False
+        counters["sent"] += 1
+        return True
+
+    def _send_rest(self, sock: zmq.Socket, frames: list) -> bool:
+        """The frames after the topic; big ones zero-copy. False if zmq refused one."""
+        last = len(frames)
+        try:
+            if last == 1:  # the common case: one envelope frame, no out-of-band arrays
+                sock.send(frames[0], _NOBLOCK, copy=len(frames[0]) < self._oob_bytes)
+                return True
+            for i, frame in enumerate(frames, 1):
+                size = frame.nbytes if isinstance(frame, memoryview) else len(frame)
+                sock.send(frame, _NOBLOCK_MORE if i < last else _NOBLOCK,
+                          copy=size < self._oob_bytes)
+        except zmq.Again:
+            self._open_multipart = True
+            self._terminate()
+            return False
+        return True
+
+    def _terminate(self) -> bool:
+        """End a half-sent message with an empty last frame.
+
+        zmq cannot abort a started multipart message; unterminated, the next message
+        would be glued onto it. Receivers reject the truncated message (WireError).
+        """
+        try:
+            self._sock.send(b"", _NOBLOCK)
+        except zmq.Again:
+            return False
+        self._open_multipart = False
+        return True
+
+
+class Subscriber(_BusSocket):
+    """Receives, validates and stamps envelopes of the given topics; connects by default.
+
+    Counters: received, rejected (malformed, wrong topic, bad schema), superseded
+    (replaced by a newer message of the same topic before being handed out),
+    dropped_for_age (``max_age_ns``), and ``received.<topic>``.
+
+    latest_only: for state topics. ZMQ_CONFLATE is not used because it does not support
+    multipart messages (and every message here is multipart); instead each ``recv``
+    drains the socket and keeps only the newest message per topic.
+    max_age_ns: drop messages whose stamps["capture"] (else stamps["publish"]) is older
+    than this on arrival. Stamps are monotonic: meaningful on one host only.
+    max_bytes: per-message decode limit; also ZMQ_MAXMSGSIZE, so libzmq disconnects a
+    tcp/ipc peer that sends a larger frame.
+    """
+
+    def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
+                 bind: bool = False, latest_only: bool = False, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, curve: Curve = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES, alive_periods: float = 3.0,
+                 max_age_ns: int | None = None) -> None:
+        if not topics or any(not t for t in topics):
+            raise ValueError("Subscriber needs at least one non-empty topic")
+        self.topics = tuple(dict.fromkeys(topics))
+        self._by_bytes = {t.encode(): t for t in self.topics}
+        options = [(zmq.MAXMSGSIZE, max_bytes)] + [(zmq.SUBSCRIBE, t) for t in self._by_bytes]
+        super().__init__(zmq.SUB, [endpoints] if isinstance(endpoints, str) else endpoints,
+                         bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=options)
+        self.latest_only = latest_only
+        self.max_age_ns = max_age_ns
+        self.liveliness = Liveliness(alive_periods)
+        self.counters = {"received": 0, "rejected": 0, "superseded": 0, "dropped_for_age": 0}
+        self._count_key = {t: f"received.{t}" for t in self.topics}  # no per-message f-string
+        self.counters.update(dict.fromkeys(self._count_key.values(), 0))
+        self._max_bytes = max_bytes
+        self._drain_limit = 2 * hwm + 1  # bounds the work of one call under a flood
+        self._poll_items = [(self._sock, _POLLIN)]  # zmq_poll directly: Poller costs more
+        self._pending: dict[str, Envelope] = {}  # newest per topic, not yet handed out
+        self._last: dict[str, Envelope] = {}
+
+    def recv(self, timeout_ms: int = 0) -> Envelope | None:
+        """The next valid message, or None after ``timeout_ms`` (0: don't wait, <0: forever).
+
+        Stamps "recv" (now_ns). Malformed messages are counted and skipped, never raised.
+        In latest_only mode, drains the socket first and returns the newest message of
+        the topic that has waited longest; older ones are counted as superseded.
+        """
+        if self._mon is not None:
+            self._heal(now_ns())
+            while timeout_ms < 0:  # a dead endpoint must not block this forever
+                env = self.recv(_HEAL_EVERY_MS)
+                if env is not None:
+                    return env
+        if self.latest_only:
+            self._fill(timeout_ms)
+            if not self._pending:
+                return None
+            return self._pending.pop(next(iter(self._pending)))
+        deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
+        wait_ms = timeout_ms
+        # Poll before reading: reading an empty socket raises zmq.Again, which costs ~3x more.
+        while zmq_poll(self._poll_items, wait_ms):
+            for _ in range(self._drain_limit):
+                env = self._take()
+                if env is _EMPTY:
+                    break
+                if env is not None:
+                    return env
+            wait_ms = self._left_ms(deadline, timeout_ms)
+            if wait_ms == 0:
+                return None
+        return None
+
+    def poll_latest(self, timeout_ms: int = 0) -> dict[str, Envelope]:
+        """Drain everything queued; the newest message per topic (older: superseded).
+
+        Waits up to ``timeout_ms`` only while nothing at all has arrived.
+        """
+        if self._mon is not None:
+            self._heal(now_ns())
+            while timeout_ms < 0:  # a dead endpoint must not block this forever
+                out = self.poll_latest(_HEAL_EVERY_MS)
+                if out:
+                    return out
+        self._fill(timeout_ms)
+        out, self._pending = self._pending, {}
+        return out
+
+    def last(self, topic: str) -> Envelope | None:
+        """The newest valid message of ``topic`` received so far (handed out or not)."""
+        return self._last.get(topic)
+
+    def alive(self, topic: str, period_s: float) -> bool:
+        """True if the newest ``topic`` message arrived less than alive_periods*period_s ago."""
+        return self.liveliness.alive(topic, period_s)
+
+    def rate_hz(self, topic: str) -> float:
+        """Measured arrival rate of ``topic`` (EWMA, decays while silent); 0.0 if unknown."""
+        return self.liveliness.rate_hz(topic)
+
+    def _fill(self, timeout_ms: int) -> None:
+        deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
+        pending, items = self._pending, self._poll_items
+        wait_ms = 0 if pending else timeout_ms
+        while zmq_poll(items, wait_ms):
+            for _ in range(self._drain_limit):
+                env = self._take()
+                if env is _EMPTY:
+                    break
+                if env is not None:
+                    if pending.pop(env.topic, None) is not None:
+                        self.counters["superseded"] += 1
+                    pending[env.topic] = env  # re-insert: dict order = arrival order of newest
+                if not zmq_poll(items, 0):  # drained (cheaper than the Again of an empty read)
+                    break
+            if pending:
+                return
+            wait_ms = self._left_ms(deadline, timeout_ms)
+            if wait_ms == 0:
+                return
+
+    @staticmethod
+    def _left_ms(deadline: int | None, timeout_ms: int) -> int:
+        """Milliseconds left to wait (-1: forever, 0: time is up), rounded up."""
+        if deadline is None:
+            return -1 if timeout_ms < 0 else 0
+        return max(0, -(-(deadline - now_ns()) // 1_000_000))  # ceil: a sub-ms rest still waits
+
+    def _take(self):
+        """One message off the socket: Envelope, None (rejected/too old) or _EMPTY."""
+        sock = self._sock
+        try:
+            head = sock.recv(_NOBLOCK, copy=False)
+        except zmq.Again:
+            return _EMPTY
+        if not head.more:  # a lone frame: no envelope
+            self.counters["rejected"] += 1
+            return None
+        # The rest of a message is always queued once its first frame is (zmq is atomic).
+        # .buffer: zero-copy views; arrays decoded from them keep their frames alive.
+        frame = sock.recv(_NOBLOCK, copy=False)
+        views = [frame.buffer]
+        while frame.more:
+            frame = sock.recv(_NOBLOCK, copy=False)
+            views.append(frame.buffer)
+        topic = self._by_bytes.get(head.bytes)
+        if topic is None:  # a longer topic that only shares our prefix
+            self.counters["rejected"] += 1
+            return None
+        try:
+            if len(views) == 1:
+                env = decode(views[0], max_bytes=self._max_bytes, topics=self.topics)
+            else:
+                env = decode_frames(views, max_bytes=self._max_bytes, topics=self.topics)
+        except WireError:
+            self.counters["rejected"] += 1
+            return None
+        if env.topic != topic:
+            self.counters["rejected"] += 1
+            return None
+        now = now_ns()
+        if self.max_age_ns is not None:
+            born = env.stamps.get("capture", env.stamps.get("publish"))
+            if born is not None and now - born > self.max_age_ns:
+                self.counters["dropped_for_age"] += 1
+                return None
+        env.stamps["recv"] = now
+        self.counters["received"] += 1
+        self.counters[self._count_key[topic]] += 1
+        self.liveliness.note(topic, now)
+        self._last[topic] = env
+        return env
