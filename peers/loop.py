@@ -25,7 +25,7 @@ _BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end
 def _measure(seconds: float, hz: float, blocks: int) -> dict:
     from rtinfer.bench.jitter import _naive_block, _ratekeeper_block
     from rtinfer.realtime.hist import LatencyHistogram
-    from rtinfer.realtime.rate import DEFAULT_RT_PRIORITY, configure_realtime
+    from rtinfer.realtime.os_setup import DEFAULT_RT_PRIORITY, configure_realtime
     steps = configure_realtime(cpus=None, priority=None)  # GC freeze + mlockall for all loops
     hists = {k: LatencyHistogram() for k in ("fifo", "plain", "naive")}
     ticks = max(1, int(seconds * hz / blocks))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.backends import ModelError, get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.bench.backend import _time_steps, copy_bandwidth_gbs, make_random_model, weight_bytes
 from rtinfer.model.directory import ModelDir
@@ -88,7 +88,7 @@ def bench_variant(name, md, opts, ref, steps, floor_us) -> dict:
     backend = "tensorrt" if name.startswith("tensorrt") else "torch"
     try:
         be = get_backend(backend).load(md, **opts)
-    except BackendError as e:
+    except ModelError as e:
         return {"skipped": str(e)[:300]}
     row = {"decode": _time_steps(be, steps, 1), "verify": _time_steps(be, steps, Decoder(be).k_verify)}
     row["decode_over_floor"] = row["decode"]["p50_us"] / floor_us

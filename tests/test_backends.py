@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import random_obs_body
-from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.backends import BackendError, ModelError, get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import EarlyExitDrafter
 from rtinfer.model.directory import ModelDir
@@ -46,12 +46,12 @@ def test_model_dir_exposes_layout_and_card(tiny_model_dir):
     (lambda d: (d / "step_d1_k1.onnx").unlink(), "step_d1_k1.onnx listed in graphs.json is missing"),
     (lambda d: (d / "graphs.json").unlink(), "graphs.json is missing"),
 ])
-def test_broken_model_dir_raises_backend_error_naming_the_file(tiny_model_dir, tmp_path,
-                                                               damage, match):
+def test_broken_model_dir_raises_model_error_naming_the_file(tiny_model_dir, tmp_path,
+                                                             damage, match):
     d = tmp_path / "m"
     shutil.copytree(tiny_model_dir, d)
     damage(d)
-    with pytest.raises(BackendError, match=match):
+    with pytest.raises(ModelError, match=match):
         ModelDir.load(d)
 
 
@@ -61,7 +61,7 @@ def test_edited_tokenizer_config_fails_its_hash(tiny_model_dir, tmp_path):
     tok = json.loads((d / "tokenizer.json").read_text())
     tok["high"][0] = 2.0
     (d / "tokenizer.json").write_text(json.dumps(tok))
-    with pytest.raises(BackendError, match="hash"):
+    with pytest.raises(ModelError, match="hash"):
         ModelDir.load(d)
 
 

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rtinfer.inference.backends import BackendError, get_backend
-from rtinfer.inference.backends.tensorrt_plan import (BuildLog, BuildPlan, assert_static, build_plan, cache_key, main,
-                            parse_version, profile_shapes, sparse_from_log, sparse_layers)
+from rtinfer.inference.backends.tensorrt_build import main
+from rtinfer.inference.backends.tensorrt_plan import (BuildLog, BuildPlan, assert_static, build_plan,
+                                                      cache_key, parse_version, profile_shapes,
+                                                      sparse_from_log, sparse_layers)
 
 BOTH = {"float32", "float16"}
 FP32 = {"float32"}

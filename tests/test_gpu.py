@@ -123,7 +123,7 @@ def test_tensorrt_graph_launch_gives_onnx_cpu_tokens(tiny_model_dir, onnx_tokens
 
 
 def test_tensorrt_engines_are_cached_with_timing_cache_and_build_log(tiny_model_dir, trt_cache):
-    from rtinfer.inference.backends.tensorrt_plan import EngineBuilder
+    from rtinfer.inference.backends.tensorrt_build import EngineBuilder
     from rtinfer.model.directory import ModelDir
     md = ModelDir.load(tiny_model_dir)
     builder = EngineBuilder(trt_cache, opt_level=1)

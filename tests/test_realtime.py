@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.rate import RateKeeper, configure_realtime, realtime_gc
+from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
+from rtinfer.realtime.rate import RateKeeper
 
 STEPS = {"affinity", "scheduler", "gc", "mlockall"}
 
@@ -125,7 +126,7 @@ def test_configure_realtime_in_a_fresh_process_logs_each_refusal_once():
     code = (
         "import json, logging\n"
         "logging.basicConfig(level=logging.WARNING)\n"
-        "from rtinfer.realtime.rate import configure_realtime, DEFAULT_RT_PRIORITY\n"
+        "from rtinfer.realtime.os_setup import configure_realtime, DEFAULT_RT_PRIORITY\n"
         "ok = configure_realtime(cpus=[0], priority=DEFAULT_RT_PRIORITY, lock_memory=True)\n"
         "bad = [configure_realtime(cpus=[100000], priority=100000, lock_memory=False)"
         " for _ in range(3)]\n"

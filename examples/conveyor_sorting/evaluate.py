@@ -84,3 +84,23 @@ def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0
                    progress=progress)
     r["policy"] = policy
     return r
+
+
+def main(argv=None) -> None:
+    """`python -m examples.conveyor_sorting.evaluate`: the scripted expert's success."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Measure the scripted expert's sorting success.")
+    ap.add_argument("--objects", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--belt-speed", type=float, default=None)
+    a = ap.parse_args(argv)
+    cfg = EnvConfig()
+    if a.belt_speed is not None:
+        cfg = replace(cfg, cell=replace(cfg.cell, belt_speed=a.belt_speed))
+    print(json.dumps(run_expert(a.objects, seed=a.seed, cfg=cfg), indent=1))
+
+
+if __name__ == "__main__":
+    main()

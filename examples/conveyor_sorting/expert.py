@@ -147,25 +147,3 @@ def _move_time(d, axis: int):
     d = np.asarray(d, np.float64)
     vm, am = VMAX[axis], AMAX[axis]
     return np.where(d > vm * vm / am, d / vm + vm / am, 2 * np.sqrt(d / am))
-
-
-def main(argv=None) -> None:
-    import argparse
-    import json
-    from dataclasses import replace
-
-    from .config import EnvConfig
-    from .evaluate import run_expert
-    ap = argparse.ArgumentParser(description="Measure the scripted expert's sorting success.")
-    ap.add_argument("--objects", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--belt-speed", type=float, default=None)
-    a = ap.parse_args(argv)
-    cfg = EnvConfig()
-    if a.belt_speed is not None:
-        cfg = replace(cfg, cell=replace(cfg.cell, belt_speed=a.belt_speed))
-    print(json.dumps(run_expert(a.objects, seed=a.seed, cfg=cfg), indent=1))
-
-
-if __name__ == "__main__":
-    main()

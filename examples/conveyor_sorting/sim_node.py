@@ -20,7 +20,7 @@ from controllers.node import ControllerNode, NodeConfig
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
-from rtinfer.realtime.rate import configure_realtime, realtime_gc
+from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.trace import TraceWriter
 
 from .cell import ConveyorCell

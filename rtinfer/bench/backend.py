@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.inference.backends import BackendError, get_backend
+from rtinfer.inference.backends import ModelError, get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.realtime.hist import LatencyHistogram
 
@@ -94,7 +94,7 @@ def run(model_dirs: dict, backends=("onnx", "torch"), steps: int = 200,
             opts = {"threads": threads} if name in ("onnx", "torch") else {}
             try:
                 be = get_backend(name).load(path, **opts)
-            except BackendError as e:
+            except ModelError as e:
                 row["backends"][name] = {"skipped": str(e)[:200]}
                 continue
             k_verify = Decoder(be).k_verify

@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.rate import DEFAULT_RT_PRIORITY, RateKeeper, configure_realtime
+from rtinfer.realtime.os_setup import DEFAULT_RT_PRIORITY, configure_realtime
+from rtinfer.realtime.rate import RateKeeper
 
 
 def _work(state: np.ndarray, out: np.ndarray) -> None:

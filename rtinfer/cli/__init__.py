@@ -1,5 +1,9 @@
-"""The `rtinfer` command line. Each subcommand imports its module lazily, so `rtinfer --version`
-and the robot-side commands never pull in heavy packages."""
+"""The `rtinfer` command line: the composition root.
+
+Each subcommand imports its module lazily, so `rtinfer --version` and the robot-side
+commands never pull in heavy packages. Code above rtinfer in the layer order (the conveyor
+task, the model packager, the peer benchmarks) is reached by ``module:function`` text, as
+launch files reach their nodes, never by an import statement."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +12,11 @@ import sys
 from pathlib import Path
 
 from rtinfer import __version__
+from rtinfer.launch.entry import resolve
+
+EVAL_TASK = "examples.conveyor_sorting.evaluate:evaluate"
+PACKAGER = "models.package:package"
+PEERS = "peers.run"
 
 
 DEFAULT_MODEL = "models/zoo/conveyor-v1"
@@ -22,11 +31,10 @@ def _bench(args: argparse.Namespace) -> int:
         from rtinfer.bench.jitter import run
         result = run(seconds=args.seconds, hz=args.hz)
     elif w == "peers":
-        from peers import run as peers
-        result = peers.run(None if args.model == DEFAULT_MODEL and not Path(args.model).is_dir()
-                           else args.model, skip_bench_size=args.skip_bench_size,
-                           bench_model_dir=args.bench_model)
-        print(f"table written to {peers.write_markdown(result)}", file=sys.stderr)
+        result = resolve(f"{PEERS}:run")(
+            None if args.model == DEFAULT_MODEL and not Path(args.model).is_dir() else args.model,
+            skip_bench_size=args.skip_bench_size, bench_model_dir=args.bench_model)
+        print(f"table written to {resolve(f'{PEERS}:write_markdown')(result)}", file=sys.stderr)
     elif w == "decode":
         from rtinfer.bench.decode import run
         result = run(args.model, cycles=args.cycles, backend=args.backend,
@@ -51,8 +59,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from models.package import package
-    card = package(args.checkpoint, args.out, fp16=not args.no_fp16)
+    card = resolve(PACKAGER)(args.checkpoint, args.out, fp16=not args.no_fp16)
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 
@@ -70,10 +77,8 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    # The CLI is the composition root: it may reach the example cell, lazily.
-    from examples.conveyor_sorting.evaluate import evaluate
     opts = {} if args.exit is None else {"exit_depth": args.exit}
-    r = evaluate(args.policy, episodes=args.episodes, per_episode=args.objects_per_episode,
+    r = resolve(args.task)(args.policy, episodes=args.episodes, per_episode=args.objects_per_episode,
                  seed=args.seed, belt_speed=args.belt_speed, **opts)
     keys = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate")
     print(json.dumps(r if args.full else {k: r[k] for k in keys}, indent=None if args.json else 1))
@@ -138,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="success rate of a policy in the lockstep conveyor env")
     e.add_argument("--policy", default="expert", help='"expert" or a model directory')
+    e.add_argument("--task", default=EVAL_TASK,
+                   help="module:function that evaluates a policy (default: the conveyor cell)")
     e.add_argument("--episodes", type=int, default=10)
     e.add_argument("--objects-per-episode", type=int, default=20)
     e.add_argument("--seed", type=int, default=1000, help="episode seeds (training used 1..)")
@@ -173,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
-        from rtinfer.inference.backends.tensorrt_plan import main as build_engine
+        from rtinfer.inference.backends.tensorrt_build import main as build_engine
         return build_engine(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)

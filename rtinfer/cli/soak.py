@@ -2,8 +2,9 @@
 
 Runs launch/conveyor_sorting.yaml (the learned policy) if models/zoo/conveyor-v1 exists,
 else launch/conveyor_expert.yaml, through the real launcher, with one low-priority busy
-process as background load. The sim node runs through `sim_entry`, the stock SimNode with
-every written force checked against the force limit. Reported:
+process as background load. The sim node runs as SOAK_SIM (examples.conveyor_sorting.soak_sim,
+named by module string): the stock SimNode with every written force checked against the
+force limit. Reported:
 
 - RSS of every node (VmRSS from /proc/PID/status, sampled each second): mean over the
   first minute vs the last minute (first vs last third for runs under 3 minutes);
@@ -12,7 +13,7 @@ every written force checked against the force limit. Reported:
   clamps are fine and reported), objects sorted.
 
 Targets for a 30-minute soak: RSS growth < 5 % per node, zero misses at nominal load,
-zero forces beyond the limit. Composition root: imports the example cell lazily.
+zero forces beyond the limit.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ from pathlib import Path
 import yaml
 
 MODEL = "models/zoo/conveyor-v1"
+# The sim node, with every written force checked against the limit (a module string: the
+# runtime never imports the example).
+SOAK_SIM = "examples.conveyor_sorting.soak_sim:main"
 RSS_GROWTH_TARGET_PCT = 5.0
 
 
@@ -55,7 +59,7 @@ def _launch_file(run_dir: Path, seconds: float, policy: str | None) -> Path:
         data.setdefault("vars", {})["model"] = policy
     for node in data["nodes"]:
         if node["name"] == "sim":
-            node["entry"] = "rtinfer.cli.soak:sim_entry"
+            node["entry"] = SOAK_SIM
     out = run_dir / "soak.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
@@ -134,42 +138,6 @@ def _figures(rd: Path, exit_code: int, samples: dict, minutes: float, launch: Pa
                               and out["deadline_misses"] == 0 and growth
                               and max(growth) < RSS_GROWTH_TARGET_PCT)
     return out
-
-
-class _ForceCheck:
-    """A HardwareInterface wrapper that checks every written force against the limit."""
-
-    def __init__(self, hw, force_limit):
-        self.hw, self.limit = hw, [float(x) for x in force_limit]
-        self.over_limit, self.max_ratio = 0, 0.0
-
-    def read(self):
-        return self.hw.read()
-
-    def write(self, cmd) -> None:
-        ratio = max(abs(f) / lim for f, lim in zip(cmd.force.tolist(), self.limit))
-        if ratio > self.max_ratio:
-            self.max_ratio = ratio
-        if ratio > 1.0 + 1e-9:
-            self.over_limit += 1
-        self.hw.write(cmd)
-
-
-def sim_entry(argv: list[str]) -> int:
-    """examples.conveyor_sorting.sim_node's command line (the same parser: every option,
-    the cell seed included); the SimNode with _ForceCheck."""
-    from examples.conveyor_sorting.sim_node import make_sim, parse_options, run_sim
-    ap, a = parse_options(argv)
-    sim = make_sim(ap, a)
-    check = _ForceCheck(sim.node.hw, sim.node.cfg.control.force_limit)
-    sim.node.hw = check
-    report = run_sim(sim, a.seconds)
-    report["force_check"] = {"over_limit": check.over_limit, "max_ratio": check.max_ratio}
-    report["instruction"] = sim.cell.instruction.tolist()
-    report["obs_dropped"] = sim.pub.counters.get("dropped")
-    if a.report:
-        Path(a.report).write_text(json.dumps(report, indent=1))
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
 
 Order: (1) ask the kernel to send SIGTERM when the launcher dies (Linux prctl
 PR_SET_PDEATHSIG), so a SIGKILLed launcher leaves no node behind; (2) CPU affinity and
-SCHED_FIFO priority via `rtinfer.realtime.rate.configure_realtime` (best effort: a refusal is
+SCHED_FIFO priority via `rtinfer.realtime.os_setup.configure_realtime` (best effort: a refusal is
 printed, the node still runs; GC and mlockall are left to the node); (3) import the module
 and call ``function(argv_list)``; its return value (int or None) is the exit status.
 A missing module or function exits 127 with a message saying which.
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib
 import os
 import signal
 import sys
+
+from rtinfer.launch.entry import EntryError, resolve
 
 _PR_SET_PDEATHSIG = 1
 
@@ -43,24 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     _die_with_parent(a.parent)
     if a.cpus is not None or a.priority is not None:
-        from rtinfer.realtime.rate import configure_realtime
+        from rtinfer.realtime.os_setup import configure_realtime
         cpus = None if a.cpus is None else [int(c) for c in a.cpus.split(",")]
         steps = configure_realtime(cpus, a.priority, lock_memory=False, freeze_gc=False)
         wanted = {k: v for k, v in steps.items() if k in ("affinity", "scheduler")}
         print(f"launch_child {a.name}: " + ", ".join(f"{k} {v}" for k, v in wanted.items()),
               flush=True)
-    module_name, func_name = a.entry.split(":", 1)
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            print(f"launch_child {a.name}: no module {module_name!r}", file=sys.stderr)
-            return 127
-        raise  # the module exists but one of its imports is missing: show the traceback
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        print(f"launch_child {a.name}: {module_name!r} has no function {func_name!r}",
-              file=sys.stderr)
+        func = resolve(a.entry)  # a module whose own imports fail shows its traceback
+    except EntryError as e:
+        print(f"launch_child {a.name}: {e}", file=sys.stderr)
         return 127
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     sys.argv = [a.entry, *args]

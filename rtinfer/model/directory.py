@@ -12,7 +12,7 @@ Sequence layout (rtinfer.model.sequence, shared with training):
     [BOS][instruction C][observation L][SEP][action tokens H*D]
 The instruction prefix [BOS][instruction] is KV-cached across cycles; [observation][SEP]
 is prefilled each cycle; the SEP's logits give the first action token.
-Any missing or inconsistent file raises BackendError naming the file and the fix.
+Any missing or inconsistent file raises ModelError naming the file and the fix.
 """
 from __future__ import annotations
 
@@ -21,13 +21,17 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rtinfer.inference.backends.base import BackendError
 from rtinfer.model.obs_tokens import ObsTokens
 from rtinfer.model.sequence import prefix_len
 from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.model.vocab import VocabLayout
 
 SPECIALS = ("PAD", "BOS", "SEP")
+
+
+class ModelError(RuntimeError):
+    """A model cannot be loaded or run; the message names the file or option and the fix.
+    The inference side's BackendError is a ModelError too, so one except catches both."""
 
 
 @dataclass
@@ -80,11 +84,11 @@ class ModelDir:
         manifest (reads every graph once; seconds for large models)."""
         path = Path(path)
         if not path.is_dir():
-            raise BackendError(f"model directory {path} does not exist; export one with "
+            raise ModelError(f"model directory {path} does not exist; export one with "
                                "models.export.export_all and write tokenizer.json/obs_tokens.json")
         manifest = _json(path / "graphs.json", "run models.export.export_all into this folder")
         if manifest.get("format") != "rtinfer-graphs" or manifest.get("version", 0) > 1:
-            raise BackendError(f"{path / 'graphs.json'}: not an rtinfer-graphs v1 manifest")
+            raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v1 manifest")
         vd = manifest.get("vocab") or _json(path / "vocab.json",
                                             "pass vocab= to export_all or write Vocab.to_dict()")
         try:
@@ -94,7 +98,7 @@ class ModelDir:
                                                   "save the model's TokenizerConfig there"))
             obs = ObsTokens(_json(path / "obs_tokens.json", "write the obs_tokens spec there"))
         except (KeyError, ValueError, TypeError) as e:
-            raise BackendError(f"{path}: invalid vocab/tokenizer/obs spec: {e}") from None
+            raise ModelError(f"{path}: invalid vocab/tokenizer/obs spec: {e}") from None
         card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
         graphs = {(g["dtype"], int(g["depth"]), int(g["k"])): g for g in manifest["graphs"]}
         md = cls(path, manifest, manifest["config"], vocab, tok, obs, card, graphs)
@@ -105,41 +109,41 @@ class ModelDir:
         v, c, where = self.vocab, self.config, self.path
         for name in SPECIALS:
             if name not in v.specials:
-                raise BackendError(f"{where}: vocab lacks special token {name}")
+                raise ModelError(f"{where}: vocab lacks special token {name}")
         if v.size != c["vocab_size"]:
-            raise BackendError(f"{where}: vocab size {v.size} != model vocab_size {c['vocab_size']}")
+            raise ModelError(f"{where}: vocab size {v.size} != model vocab_size {c['vocab_size']}")
         if self.tokenizer.bins != v.n_action_bins:
-            raise BackendError(f"{where}/tokenizer.json: {self.tokenizer.bins} bins but the "
+            raise ModelError(f"{where}/tokenizer.json: {self.tokenizer.bins} bins but the "
                                f"vocab has {v.n_action_bins} action bins; re-export")
         if self.obs.bins > v.n_obs_bins or self.obs.instr_classes > v.n_instr:
-            raise BackendError(f"{where}/obs_tokens.json: bins {self.obs.bins} / instruction "
+            raise ModelError(f"{where}/obs_tokens.json: bins {self.obs.bins} / instruction "
                                f"classes {self.obs.instr_classes} exceed the vocab ranges")
         need = self.prefix_len + self.chunk_tokens
         if need > self.max_ctx:
-            raise BackendError(f"{where}: sequence needs {need} positions > max_ctx {self.max_ctx}")
+            raise ModelError(f"{where}: sequence needs {need} positions > max_ctx {self.max_ctx}")
         for depth in [self.n_layer] + list(c.get("exits", [])):
             if 1 not in self.ks(depth):
-                raise BackendError(f"{where}: no k=1 graph at depth {depth} in graphs.json")
+                raise ModelError(f"{where}: no k=1 graph at depth {depth} in graphs.json")
         for key, g in self.graphs.items():
             f = self.path / g["file"]
             if not f.exists():
-                raise BackendError(f"{f} listed in graphs.json is missing; re-export the model")
+                raise ModelError(f"{f} listed in graphs.json is missing; re-export the model")
             if check_hashes and key[0] == "float32" and g.get("sha256") and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
-                raise BackendError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
         for name, digest in self.manifest.get("weights", {}).items():  # shared external data
             f = self.path / name
             if not f.exists():
-                raise BackendError(f"{f} (shared weights) is missing; re-export the model")
+                raise ModelError(f"{f} (shared weights) is missing; re-export the model")
             if check_hashes and not name.startswith("fp16") and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != digest:
-                raise BackendError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
 
 
 def _json(path: Path, fix: str) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise BackendError(f"{path} is missing; {fix}") from None
+        raise ModelError(f"{path} is missing; {fix}") from None
     except (OSError, ValueError) as e:
-        raise BackendError(f"{path} is unreadable or not JSON ({e}); {fix}") from None
+        raise ModelError(f"{path} is unreadable or not JSON ({e}); {fix}") from None

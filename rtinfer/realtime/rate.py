@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.os_setup import DEFAULT_RT_PRIORITY, configure_realtime, realtime_gc  # noqa: F401 (re-exported)
 
 
 DEFAULT_SPIN_S = 250e-6      # busy-spin this long before each deadline (wake-up jitter)

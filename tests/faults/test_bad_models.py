@@ -1,4 +1,4 @@
-"""Bad models and configs fail with a clear BackendError before the loop starts.
+"""Bad models and configs fail with a clear ModelError (a BackendError is one too) before the loop starts.
 
 Each case corrupts a copy of the tiny exported model (tests/conftest.py: tiny_model_dir)
 and builds a real InferenceNode from it; the CLI case checks that the node process exits
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rtinfer.inference.backends.base import BackendError
+from rtinfer.inference.backends import ModelError
 from tests.faults.common import PY, ROOT
 
 
@@ -87,11 +87,11 @@ def _node(model, backend="onnx"):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_broken_model_is_refused_with_a_backend_error_before_the_loop(tiny_model_dir, tmp_path, case):
+def test_broken_model_is_refused_with_a_model_error_before_the_loop(tiny_model_dir, tmp_path, case):
     m = tmp_path / "model"
     shutil.copytree(tiny_model_dir, m)
     CASES[case](m)
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(ModelError) as e:
         node = _node(m)
         node.close()
     print(f"{case}: {e.value}")
@@ -99,9 +99,9 @@ def test_broken_model_is_refused_with_a_backend_error_before_the_loop(tiny_model
 
 
 def test_unknown_backend_and_missing_directory_are_refused(tiny_model_dir, tmp_path):
-    with pytest.raises(BackendError, match="unknown backend"):
+    with pytest.raises(ModelError, match="unknown backend"):
         _node(tiny_model_dir, backend="tpu9000")
-    with pytest.raises(BackendError, match="does not exist"):
+    with pytest.raises(ModelError, match="does not exist"):
         _node(tmp_path / "nowhere")
 
 
@@ -113,5 +113,5 @@ def test_node_process_exits_non_zero_with_the_reason_and_never_gets_ready(tiny_m
                         f"ipc://{tmp_path}/o", "--actions", f"ipc://{tmp_path}/a"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
-    assert "BackendError" in r.stderr and "corrupt" in r.stderr
+    assert "ModelError" in r.stderr and "corrupt" in r.stderr
     assert "ready" not in r.stdout

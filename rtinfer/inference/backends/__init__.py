@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from rtinfer.inference.backends.base import Backend, BackendError
+from rtinfer.inference.backends.base import Backend, BackendError, ModelError
 
 # name -> (module, class); modules are imported on demand
 BACKENDS = {
@@ -28,4 +28,4 @@ def get_backend(name: str) -> Backend:
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendError", "ModelError", "get_backend"]

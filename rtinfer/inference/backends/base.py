@@ -14,9 +14,12 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from rtinfer.model.directory import ModelDir, ModelError
 
-class BackendError(RuntimeError):
-    """Loading or running a model failed; the message says which file/option and the fix."""
+
+class BackendError(ModelError):
+    """A backend failed to load or run a model; the message says which file/option and the fix.
+    A bad model directory raises ModelError (its base class) before any backend is involved."""
 
 
 class Backend(ABC):
@@ -54,7 +57,6 @@ class Backend(ABC):
     # --- shared ---------------------------------------------------------------------------
     def load(self, model, **opts) -> "Backend":
         """model: a ModelDir or its path. opts are backend-specific (see each backend)."""
-        from rtinfer.model.directory import ModelDir
         self.model = model if isinstance(model, ModelDir) else ModelDir.load(model)
         self.max_ctx, self.n_layer = self.model.max_ctx, self.model.n_layer
         self.pad = self.model.vocab.special("PAD")

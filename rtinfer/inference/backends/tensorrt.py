@@ -1,6 +1,6 @@
 """TensorRT backend: one engine per exported (depth, k) graph, name-based tensor I/O.
 
-Engines come from rtinfer.inference.backends.tensorrt_plan.EngineBuilder (TensorRT 10.x/11.x plan, SPARSE_WEIGHTS,
+Engines come from rtinfer.inference.backends.tensorrt_build.EngineBuilder (TensorRT 10.x/11.x plan, SPARSE_WEIGHTS,
 timing cache, engine cache keyed by graph sha256 + TensorRT version + GPU + flags), so a
 restart, or a second process on the same Jetson, only deserialises.
 Device memory is owned here and allocated once from torch's CUDA allocator: per engine a
@@ -38,7 +38,7 @@ class TensorRTBackend(Backend):
             raise BackendError(f"tensorrt backend needs tensorrt and torch (CUDA) ({e})") from None
         if not torch.cuda.is_available():
             raise BackendError("tensorrt backend needs a CUDA device; use backend 'onnx'")
-        from rtinfer.inference.backends.tensorrt_plan import EngineBuilder
+        from rtinfer.inference.backends.tensorrt_build import EngineBuilder
         self.trt, self.torch = trt, torch
         builder = EngineBuilder(cache_dir or self.model.path / "trt_cache",
                                 workspace_mb=workspace_mb, opt_level=opt_level)

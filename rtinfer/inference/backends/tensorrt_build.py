@@ -1,22 +1,29 @@
 """EngineBuilder: TensorRT engine builds with an engine cache and a shared timing cache.
 
-Needs `tensorrt`, torch (to name the GPU) and a GPU; imported lazily by rtinfer.inference.backends.tensorrt_plan.
-The plan (flags, ONNX variant, strong typing) and the cache key come from rtinfer.inference.backends.tensorrt_plan.
+Needs `tensorrt`, torch (to name the GPU) and a GPU, imported when a builder is created.
+
+    rtinfer build-engine --model models/zoo/conveyor-v1-sparse24 --fp16 --sparse
+
+The plan (flags, ONNX variant, strong typing) and the cache key come from tensorrt_plan.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import re
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Sequence
 
-from rtinfer.inference.backends.base import BackendError
-from rtinfer.inference.backends.tensorrt_plan import (BuildPlan, assert_static, build_plan, cache_key, gpu_identity,
-                            profile_shapes)
+from rtinfer.inference.backends.base import BackendError, ModelError
 from rtinfer.inference.backends.tensorrt_log import BuildLog, sparse_from_log, sparse_layers
+from rtinfer.inference.backends.tensorrt_plan import (BuildPlan, assert_static, build_plan,
+                                                      cache_key, gpu_identity, profile_shapes)
+from rtinfer.model.directory import ModelDir
 
 
 class EngineBuilder:
@@ -137,3 +144,61 @@ def _atomic_write(path: Path, data) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`rtinfer build-engine`: build (or find cached) engines for every graph of a model.
+    --dry-run prints the plan only (works without tensorrt; --trt-version overrides)."""
+    p = argparse.ArgumentParser(prog="rtinfer build-engine", description=main.__doc__)
+    p.add_argument("--model", default="models/zoo/conveyor-v1", help="model directory")
+    p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--sparse", action=argparse.BooleanOptionalAction, default=True,
+                   help="BuilderFlag.SPARSE_WEIGHTS (2:4 weights); same default as the backend")
+    p.add_argument("--cache-dir", default=None, help="default: <model>/trt_cache")
+    p.add_argument("--workspace-mb", type=int, default=1024)
+    p.add_argument("--opt-level", type=int, default=3, help="builder optimization level 0-5")
+    p.add_argument("--force", action="store_true", help="rebuild even if cached")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--trt-version", default=None, help="plan for this version (dry run)")
+    args = p.parse_args(argv)
+    try:
+        md = ModelDir.load(args.model, check_hashes=False)
+        dtypes = {key[0] for key in md.graphs}
+        if args.dry_run:
+            version = args.trt_version or _installed_trt_version()
+            plan = build_plan(version, args.fp16, args.sparse, dtypes)
+            print(json.dumps({"plan": asdict(plan), "graphs": len(
+                [k for k in md.graphs if k[0] == plan.onnx_dtype])}, indent=1))
+            return 0
+        t0 = time.perf_counter()
+        builder = EngineBuilder(args.cache_dir or md.path / "trt_cache",
+                                workspace_mb=args.workspace_mb, opt_level=args.opt_level)
+        report = builder.build_model(md, fp16=args.fp16, sparse=args.sparse, force=args.force)
+        report["seconds"] = round(time.perf_counter() - t0, 2)
+        print(json.dumps(report, indent=1))
+        return 0
+    except ModelError as e:
+        print(f"build-engine: {e}", file=sys.stderr)
+        return 2
+
+
+def _installed_trt_version() -> str:
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise BackendError("tensorrt is not installed; pass --trt-version for a dry run "
+                           "or install TensorRT (JetPack ships it)") from None
+    return trt.__version__
+
+
+def _installed_trt_version() -> str:
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise BackendError("tensorrt is not installed; pass --trt-version for a dry run "
+                           "or install TensorRT (JetPack ships it)") from None
+    return trt.__version__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,12 +1,10 @@
 """TensorRT engine builds from the exported ONNX step graphs (TensorRT 10.x and 11.x).
 
-    rtinfer build-engine --model models/zoo/conveyor-v1-sparse24 --fp16 --sparse
-
 The pure parts run anywhere and are unit-tested without TensorRT: `build_plan` (which
 ONNX file, which builder flags, strongly typed or not, per TensorRT version), `cache_key`,
 `profile_shapes`, the sparsity parsers (`sparse_layers` for engine-inspector JSON,
-`sparse_from_log` for the build log) and `BuildLog`. `EngineBuilder` needs `tensorrt`,
-torch (for the GPU name) and a GPU; both are imported only when a builder is created.
+`sparse_from_log` for the build log) and `BuildLog`. `EngineBuilder` (in tensorrt_build)
+needs `tensorrt`, torch (for the GPU name) and a GPU.
 
 TensorRT 10 vs 11 (docs.nvidia.com "Migrating from TensorRT 10.x to 11.x"): 11 removes the
 weak-typing precision flags (BuilderFlag.FP16/BF16/INT8...) and every network is strongly
@@ -18,11 +16,8 @@ on, hence the cache key. Errors: BackendError (the inference boundary's one erro
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import sys
-import time
 from dataclasses import asdict, dataclass
 from typing import Collection, Mapping, Sequence
 
@@ -31,8 +26,7 @@ from rtinfer.inference.backends.tensorrt_log import BuildLog, sparse_from_log, s
 
 
 __all__ = ["BuildPlan", "build_plan", "cache_key", "profile_shapes", "assert_static",
-           "parse_version", "BuildLog", "sparse_layers", "sparse_from_log", "gpu_identity",
-           "EngineBuilder", "main"]
+           "parse_version", "BuildLog", "sparse_layers", "sparse_from_log", "gpu_identity"]
 
 
 @dataclass(frozen=True)
@@ -146,62 +140,3 @@ def gpu_identity() -> tuple[str, tuple[int, int]]:
     if not torch.cuda.is_available():
         raise BackendError("no CUDA device: TensorRT engines are built on the target GPU")
     return torch.cuda.get_device_name(0), tuple(torch.cuda.get_device_capability(0))
-
-
-def __getattr__(name: str):
-    # EngineBuilder lives in engine_build (it needs tensorrt at use); import it on first use.
-    if name == "EngineBuilder":
-        from rtinfer.inference.backends.tensorrt_build import EngineBuilder
-        return EngineBuilder
-    raise AttributeError(f"module 'rtinfer.inference.backends.tensorrt_plan' has no attribute {name!r}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`rtinfer build-engine`: build (or find cached) engines for every graph of a model.
-    --dry-run prints the plan only (works without tensorrt; --trt-version overrides)."""
-    p = argparse.ArgumentParser(prog="rtinfer build-engine", description=main.__doc__)
-    p.add_argument("--model", default="models/zoo/conveyor-v1", help="model directory")
-    p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--sparse", action=argparse.BooleanOptionalAction, default=True,
-                   help="BuilderFlag.SPARSE_WEIGHTS (2:4 weights); same default as the backend")
-    p.add_argument("--cache-dir", default=None, help="default: <model>/trt_cache")
-    p.add_argument("--workspace-mb", type=int, default=1024)
-    p.add_argument("--opt-level", type=int, default=3, help="builder optimization level 0-5")
-    p.add_argument("--force", action="store_true", help="rebuild even if cached")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--trt-version", default=None, help="plan for this version (dry run)")
-    args = p.parse_args(argv)
-    try:
-        from rtinfer.model.directory import ModelDir
-        md = ModelDir.load(args.model, check_hashes=False)
-        dtypes = {key[0] for key in md.graphs}
-        if args.dry_run:
-            version = args.trt_version or _installed_trt_version()
-            plan = build_plan(version, args.fp16, args.sparse, dtypes)
-            print(json.dumps({"plan": asdict(plan), "graphs": len(
-                [k for k in md.graphs if k[0] == plan.onnx_dtype])}, indent=1))
-            return 0
-        t0 = time.perf_counter()
-        from rtinfer.inference.backends.tensorrt_build import EngineBuilder
-        builder = EngineBuilder(args.cache_dir or md.path / "trt_cache",
-                                workspace_mb=args.workspace_mb, opt_level=args.opt_level)
-        report = builder.build_model(md, fp16=args.fp16, sparse=args.sparse, force=args.force)
-        report["seconds"] = round(time.perf_counter() - t0, 2)
-        print(json.dumps(report, indent=1))
-        return 0
-    except BackendError as e:
-        print(f"build-engine: {e}", file=sys.stderr)
-        return 2
-
-
-def _installed_trt_version() -> str:
-    try:
-        import tensorrt as trt
-    except ImportError:
-        raise BackendError("tensorrt is not installed; pass --trt-version for a dry run "
-                           "or install TensorRT (JetPack ships it)") from None
-    return trt.__version__
-
-
-if __name__ == "__main__":
-    sys.exit(main())

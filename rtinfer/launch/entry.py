@@ -1,0 +1,30 @@
+"""Entry points named by text, ``module:function``: how launch files and the CLI reach code
+above rtinfer (the example cells, the model packager, the peer benchmarks) without importing it.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+
+class EntryError(LookupError):
+    """The module or the function of an entry point is missing; the message says which."""
+
+
+def resolve(entry: str) -> Callable:
+    """'package.module:function' -> the function. Raises EntryError when the text has no
+    ':', the module does not exist or the function is not there. A module that exists but
+    fails inside its own imports raises that error unchanged (its traceback is the fix)."""
+    module_name, sep, func_name = entry.partition(":")
+    if not sep or not module_name or not func_name:
+        raise EntryError(f"{entry!r} is not module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise EntryError(f"no module {module_name!r}") from None
+        raise
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise EntryError(f"{module_name!r} has no function {func_name!r}")
+    return func
