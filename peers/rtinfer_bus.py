@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from rtinfer.transport import wire
+from rtinfer.transport.action_chunk import waypoint_body
 
 HORIZON = 4
 MAX_LIFETIME_S = 900  # bounded even if the parent dies without killing it
@@ -50,9 +51,8 @@ def _respond(obs_ep: str, act_ep: str) -> None:
             continue
         chunk = respond_chunk(env.body["values"]["state"], HORIZON)
         for i, wp in enumerate(chunk):
-            pub.publish("action_chunk", {"cycle": env.body["ints"]["cycle"], "index": i,
-                                         "count": HORIZON, "tokens": tokens, "values": wp,
-                                         "tokenizer": "0" * 16, "period_ns": 50_000_000})
+            pub.publish("action_chunk", waypoint_body(env.body["ints"]["cycle"], i, HORIZON,
+                                                      tokens, wp, "0" * 16, 50_000_000))
 
 
 class BusClient:

@@ -13,6 +13,7 @@ import argparse
 import signal
 import sys
 
+from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.wire import now_ns
@@ -48,11 +49,11 @@ def serve(obs_endpoint: str, actions_endpoint: str, *, seconds: float | None = N
                 counters["bad_obs"] += 1
                 continue
             tokens, values = expert.act_tokens(obs)
-            stamps = {**env.stamps, "obs_recv": recv_ns, "first_token": now_ns()}
+            stamps = carried_stamps(env.stamps, recv_ns)
+            stamps["first_token"] = now_ns()
             for i in range(tcfg.horizon):
-                pub.publish("action_chunk", {
-                    "cycle": env.seq, "index": i, "count": tcfg.horizon, "tokens": tokens[i],
-                    "values": values[i], "tokenizer": tcfg.hash, "period_ns": tcfg.period_ns},
+                pub.publish("action_chunk", waypoint_body(
+                    env.seq, i, tcfg.horizon, tokens[i], values[i], tcfg.hash, tcfg.period_ns),
                     dict(stamps))
             counters["cycles"] += 1
     except KeyboardInterrupt:

@@ -20,6 +20,7 @@ import numpy as np
 import zmq
 
 from rtinfer.transport import wire
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.realtime.hist import LatencyHistogram
 
 TOPIC = "action_chunk"
@@ -30,9 +31,8 @@ _HDR = struct.Struct("<QQ")  # raw path: seq, publish_ns
 
 def sample_body() -> dict:
     """A representative action-chunk waypoint: 16 tokens (4 waypoints x 4 dims) plus values."""
-    return {"cycle": 1, "index": 0, "count": 4, "tokens": np.arange(16, dtype=np.int32),
-            "values": np.linspace(-0.5, 0.5, 16, dtype=np.float32), "tokenizer": "0" * 16,
-            "period_ns": 50_000_000}
+    return waypoint_body(1, 0, 4, np.arange(16, dtype=np.int32),
+                         np.linspace(-0.5, 0.5, 16, dtype=np.float32), "0" * 16, 50_000_000)
 
 
 def publish_paced(send, count: int, rate_hz: float) -> None:

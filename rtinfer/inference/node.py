@@ -21,9 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from rtinfer.inference.budget import Budget, default_levels
+from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder
 from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.realtime.spin import spin
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.model.directory import ModelDir
 from rtinfer.inference.runner import ChunkRunner
@@ -99,9 +101,7 @@ class InferenceNode:
 
     def run(self, seconds: float | None = None) -> None:
         """Spin until a `stop` command, stop(), or `seconds` elapse."""
-        end = None if seconds is None else now_ns() + int(seconds * 1e9)
-        while self.running and (end is None or now_ns() < end):
-            self.spin_once(50)
+        spin(self, seconds, 50)
 
     def stop(self) -> None:
         self.running = False
@@ -111,8 +111,7 @@ class InferenceNode:
         level = self.budget.level
         t_recv = env.stamps.get("recv", now_ns())
         capture = env.stamps.get("capture")
-        stamps = {k: v for k, v in env.stamps.items() if k not in ("publish", "recv")}
-        stamps["obs_recv"] = t_recv
+        stamps = carried_stamps(env.stamps, t_recv)
         self._cycle_stamps, self._cycle = stamps, (env.seq, level.chunk)
         self._first_publish = None
         bins, t_first = self.runner.run(instr, obs, capture, level, self._publish_waypoint)
@@ -121,9 +120,8 @@ class InferenceNode:
     def _publish_waypoint(self, index: int, bins: np.ndarray) -> None:
         cycle, count = self._cycle
         tokens = bins.astype(np.int32)
-        body = {"cycle": cycle, "index": index, "count": count, "tokens": tokens,
-                "values": self.tokenizer.decode(tokens), "tokenizer": self.model.tokenizer.hash,
-                "period_ns": self.model.tokenizer.period_ns}
+        body = waypoint_body(cycle, index, count, tokens, self.tokenizer.decode(tokens),
+                             self.model.tokenizer.hash, self.model.tokenizer.period_ns)
         st = dict(self._cycle_stamps)
         st["first_token"] = self.runner.first_token_ns
         st["publish"] = now_ns()

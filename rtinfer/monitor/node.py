@@ -32,15 +32,12 @@ import yaml
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.monitor.clocksync import OffsetEstimator
 from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.realtime.spin import spin
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
+from rtinfer.monitor.stages import POLICY_STAMPS, STAGES
 from rtinfer.transport.wire import Envelope, now_ns
 
-# (stage, start stamp, end stamp); names as in rtinfer.monitor.report
-STAGES = (("e2e", "capture", "apply"), ("obs_transport", "capture", "obs_recv"),
-          ("ttft", "obs_recv", "first_token"), ("transport", "publish", "recv"),
-          ("apply_delay", "recv", "apply"))
-POLICY_STAMPS = frozenset({"obs_recv", "first_token", "publish"})  # the rest: robot clock
 CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
 
 
@@ -95,9 +92,7 @@ class Monitor:
 
     def run(self, seconds: float | None = None) -> None:
         """Spin until stop() or `seconds` elapse."""
-        end = None if seconds is None else now_ns() + int(seconds * 1e9)
-        while self.running and (end is None or now_ns() < end):
-            self.spin_once(20)
+        spin(self, seconds, 20)
 
     def stop(self) -> None:
         self.running = False

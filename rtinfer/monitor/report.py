@@ -12,16 +12,9 @@ import os
 
 import numpy as np
 
+from rtinfer.monitor.stages import STAGES
 from rtinfer.realtime.trace import read_trace
 
-# (stage, start stamp, end stamp): latency = stamps[end] - stamps[start]
-STAGES = (
-    ("e2e", "capture", "apply"),
-    ("obs_transport", "capture", "obs_recv"),
-    ("ttft", "obs_recv", "first_token"),
-    ("transport", "publish", "recv"),
-    ("apply_delay", "recv", "apply"),
-)
 COLUMNS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
 
 
