@@ -38,7 +38,7 @@ COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rej
 
 
 @dataclass
-class NodeConfig:
+class ControllerConfig:
     tokenizer: TokenizerConfig
     control: ControlConfig = field(default_factory=ControlConfig)
     name: str = "controller"
@@ -51,7 +51,7 @@ class NodeConfig:
     max_period_ns: int = 1_000_000_000   # a waypoint period longer than this is bogus
 
     @classmethod
-    def from_dict(cls, d: dict) -> "NodeConfig":
+    def from_dict(cls, d: dict) -> "ControllerConfig":
         """From YAML data: "tokenizer" is a dict or the path of a saved TokenizerConfig."""
         d = dict(d)
         tok = d.pop("tokenizer")
@@ -60,7 +60,7 @@ class NodeConfig:
 
 
 class ControllerNode:
-    def __init__(self, hw: HardwareInterface, cfg: NodeConfig, sub, pub,
+    def __init__(self, hw: HardwareInterface, cfg: ControllerConfig, sub, pub,
                  tokenizer_hash: str | None = None, *, trace=None,
                  on_tick: Callable[[RobotState, int], None] | None = None):
         """sub/pub: rtinfer.transport.bus Subscriber/Publisher (not owned: the caller closes them).

@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from controllers.hardware import Command, RobotState
-from controllers.node import ControllerNode, NodeConfig
+from controllers.node import ControllerNode, ControllerConfig
 from controllers.stack import ControlConfig
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
@@ -66,7 +66,7 @@ class Cell:
         _sync(self.pub, self.watch, "health",
               {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
         self.plant = Plant()
-        cfg = NodeConfig(tokenizer=TOK, control=ControlConfig(
+        cfg = ControllerConfig(tokenizer=TOK, control=ControlConfig(
             mass_kg=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
         self.node = ControllerNode(self.plant, cfg, self.sub, self.pub, TOK.hash, **node_kw)
         self.tok = ActionTokenizer(TOK)
@@ -283,7 +283,7 @@ def test_on_tick_hook_sees_every_tick():
 
 
 def test_a_mismatched_tokenizer_hash_is_refused_at_construction():
-    cfg = NodeConfig(tokenizer=TOK)
+    cfg = ControllerConfig(tokenizer=TOK)
     with pytest.raises(ValueError, match="hash"):
         ControllerNode(Plant(), cfg, None, None, "ffffffffffffffff")
 
@@ -306,7 +306,7 @@ def test_stop_command_ends_the_real_time_loop(cell):
 
 def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
     TOK.save(tmp_path / "tok.json")
-    cfg = NodeConfig.from_dict({"tokenizer": str(tmp_path / "tok.json"), "deadline_ns": 80 * MS,
+    cfg = ControllerConfig.from_dict({"tokenizer": str(tmp_path / "tok.json"), "deadline_ns": 80 * MS,
                                 "control": {"kp": [1.0, 2.0, 3.0]}})
     assert cfg.tokenizer.hash == TOK.hash and cfg.deadline_ns == 80 * MS
     assert cfg.control.kp == (1.0, 2.0, 3.0)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import TINY_SPEC, random_obs_body
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.inference.node import InferenceNode, NodeConfig
+from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.model.obs_tokens import ObsError, ObsTokens
 from rtinfer.model.sequence import action_positions, build_prefix, build_sequence, target_positions
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
@@ -76,7 +76,7 @@ def node_env(tiny_model_dir, tmp_path):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl")}
     obs_pub, ctl_pub = Publisher(eps["obs"], "sim"), Publisher(eps["ctl"], "monitor")
     node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
-                         cfg=NodeConfig(health_hz=20.0))
+                         cfg=InferenceNodeConfig(health_hz=20.0))
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
     # slow joiner: publish until the node answers, then drain

@@ -294,7 +294,7 @@ def test_cli_writes_its_report_and_exits_0_on_sigterm(tmp_path):
 
 def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
     from controllers.hardware import Command, RobotState
-    from controllers.node import ControllerNode, NodeConfig
+    from controllers.node import ControllerNode, ControllerConfig
     from rtinfer.transport.heartbeat import HeartbeatResponder
     from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 
@@ -316,7 +316,7 @@ def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
     sub = Subscriber([eps["act"], eps["ctl"]], ["action_chunk", "command"])
     pings = Subscriber(eps["ctl"], ["heartbeat"])
     hb = HeartbeatResponder(pub, "controller")
-    node = ControllerNode(Plant(), NodeConfig(tokenizer=tok, deadline_ns=500 * MS), sub, pub)
+    node = ControllerNode(Plant(), ControllerConfig(tokenizer=tok, deadline_ns=500 * MS), sub, pub)
     sent = 0
 
     def drive(seconds):
@@ -359,13 +359,13 @@ def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
 
 
 def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_dir, tmp_path):
-    from rtinfer.inference.node import InferenceNode, NodeConfig
+    from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl", "robot")}
     robot = Publisher(eps["robot"], "sim")
     mon = Monitor([eps["act"], eps["robot"]], eps["ctl"],
                   MonitorConfig(ping_period_s=0.02, **BUDGET))
     node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
-                         cfg=NodeConfig(name="infer", health_hz=20.0))
+                         cfg=InferenceNodeConfig(name="infer", health_hz=20.0))
     try:
         end = time.monotonic() + 20
         while not (mon.clocks.get("infer") and mon.clocks["infer"].count >= 5):

@@ -16,7 +16,7 @@ import signal
 import sys
 from dataclasses import replace
 
-from controllers.node import ControllerNode, NodeConfig
+from controllers.node import ControllerNode, ControllerConfig
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
@@ -48,7 +48,7 @@ class SimNode:
         self.pings = Subscriber(control_endpoint, ["heartbeat"], curve=curve) \
             if control_endpoint else None
         self.hb = HeartbeatResponder(self.pub, "controller")
-        cfg = NodeConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
+        cfg = ControllerConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
                          deadline_ns=int(deadline_ms * 1e6),
                          chunk_interval_ns=int(1e9 / policy_hz))
         self.node = ControllerNode(self.cell, cfg, self.sub, self.pub, trace=self.trace,

@@ -35,7 +35,7 @@ from rtinfer.transport.wire import WireError, now_ns
 
 
 @dataclass
-class NodeConfig:
+class InferenceNodeConfig:
     name: str = "infer"
     backend: str = "onnx"
     drafter: str = "chunk"           # "chunk" | "self" | "none"
@@ -52,10 +52,10 @@ class NodeConfig:
 
 class InferenceNode:
     def __init__(self, model_dir, obs_endpoint: str, action_endpoint: str, *,
-                 control_endpoint: str | None = None, cfg: NodeConfig | None = None,
+                 control_endpoint: str | None = None, cfg: InferenceNodeConfig | None = None,
                  backend_opts: dict | None = None, ctx=None, curve=None):
         """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
-        self.cfg = cfg = cfg or NodeConfig()
+        self.cfg = cfg = cfg or InferenceNodeConfig()
         self.model = md = ModelDir.load(model_dir)
         opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
         self.runner = ChunkRunner(md, backend=cfg.backend, backend_opts={**opts, **(backend_opts or {})},
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     add_curve_arguments(p)
     a = p.parse_args(argv)
     curve = curve_from_args(p, a, binds=[a.actions], connects=[a.obs, a.control])
-    cfg = NodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
+    cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
                      prefix_cache=not a.no_prefix_cache, deadline_ms=a.deadline_ms,
                      auto_budget=a.budget,
                      threads=a.threads, trace_path=a.trace)

@@ -80,10 +80,10 @@ CASES = {"missing_graph": _missing_graph, "truncated_graph": _truncated_graph,
 
 
 def _node(model, backend="onnx"):
-    from rtinfer.inference.node import InferenceNode, NodeConfig
+    from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
     d = tempfile.mkdtemp(prefix="rtf-bad-")
     return InferenceNode(model, f"ipc://{d}/obs", f"ipc://{d}/act",
-                         cfg=NodeConfig(backend=backend))
+                         cfg=InferenceNodeConfig(backend=backend))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -89,7 +89,7 @@ def test_runtime_times_nothing_with_the_wall_clock():
 
 def test_controller_ignores_wall_clock_steps(monkeypatch):
     from controllers.hardware import RobotState
-    from controllers.node import ControllerNode, NodeConfig
+    from controllers.node import ControllerNode, ControllerConfig
     from rtinfer.transport.bus import Publisher, Subscriber
     from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
     import zmq
@@ -115,7 +115,7 @@ def test_controller_ignores_wall_clock_steps(monkeypatch):
         pol = Publisher("inproc://c", "policy", ctx=ctx)
         sub = Subscriber("inproc://c", ["action_chunk", "command"], ctx=ctx)
         out = Publisher("inproc://h", "controller", ctx=ctx)
-        node = ControllerNode(Plant(), NodeConfig(tokenizer=tok), sub, out, tok.hash)
+        node = ControllerNode(Plant(), ControllerConfig(tokenizer=tok), sub, out, tok.hash)
         try:
             while node.counters["commands"] == 0:
                 pol.publish("command", {"cmd": "clear", "reason": "sync"})

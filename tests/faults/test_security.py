@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from controllers.hardware import Command, RobotState
-from controllers.node import ControllerNode, NodeConfig
+from controllers.node import ControllerNode, ControllerConfig
 from rtinfer.transport import curve
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import CurveConfig
@@ -99,7 +99,7 @@ def certs(tmp_path):
 
 def make_node(sub) -> ControllerNode:
     pub = Publisher("inproc://health-sink", "controller")
-    node = ControllerNode(Plant(), NodeConfig(tokenizer=TOK), sub, pub, TOK.hash)
+    node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK), sub, pub, TOK.hash)
     node._closers = [pub]
     return node
 

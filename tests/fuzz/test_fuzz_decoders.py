@@ -209,7 +209,7 @@ def test_subscriber_counts_raw_garbage_and_never_raises(raw_bus, topic, frames):
 @pytest.fixture(scope="module")
 def controller():
     from controllers.hardware import RobotState
-    from controllers.node import ControllerNode, NodeConfig
+    from controllers.node import ControllerNode, ControllerConfig
 
     class Plant:
         state = RobotState(0, np.array([0.0, 0.0, 0.2]), np.zeros(3))
@@ -224,7 +224,7 @@ def controller():
     pub = Publisher("inproc://fuzz-chunks", "policy", ctx=ctx)
     sub = Subscriber("inproc://fuzz-chunks", ["action_chunk", "command"], ctx=ctx)
     out = Publisher("inproc://fuzz-health", "controller", ctx=ctx)
-    node = ControllerNode(Plant(), NodeConfig(tokenizer=TOK), sub, out, TOK.hash)
+    node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK), sub, out, TOK.hash)
     while node.counters["commands"] == 0:
         pub.publish("command", {"cmd": "clear", "reason": "sync"})
         node.tick()
