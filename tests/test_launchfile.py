@@ -109,6 +109,21 @@ def test_missing_function_reports_line(tmp_path):
     assert f"{p}:{line_of(p, 'nowhere')}:" in msg and "no top-level 'nowhere'" in msg
 
 
+def test_an_entry_of_the_old_flat_layout_says_where_it_moved(tmp_path):
+    p = good(tmp_path, ("tests.launch_fixtures:forever", "rtinfer.node:main"))
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'rtinfer.node')}:" in msg
+    assert "'rtinfer.node' moved to 'rtinfer.inference.node': write rtinfer.inference.node:main" in msg
+
+
+def test_the_launched_child_also_says_where_an_old_entry_moved():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "rtinfer.launch.child", "--name", "x",
+                        "rtinfer.monitor:main"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 127 and "moved to 'rtinfer.monitor.node'" in r.stderr
+
+
 def test_entry_check_can_be_skipped(tmp_path):
     load(good(tmp_path, ("launch_fixtures:forever", "launch_fixtures:nowhere")),
          check_entries=False)

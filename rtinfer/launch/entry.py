@@ -7,6 +7,27 @@ import importlib
 from typing import Callable
 
 
+# Entry modules of rtinfer 0.1, before the package was split into subpackages: a launch file
+# that still names one gets "moved to ..." with the new path, at check time and at start.
+MOVED = {
+    "rtinfer.node": "rtinfer.inference.node",
+    "rtinfer.monitor": "rtinfer.monitor.node",
+    "rtinfer.launch": "rtinfer.launch.supervisor",
+    "rtinfer.launch_child": "rtinfer.launch.child",
+    "rtinfer.report": "rtinfer.monitor.report",
+    "rtinfer.demo": "rtinfer.cli.demo",
+    "rtinfer.soak": "rtinfer.cli.soak",
+    "rtinfer.engine": "rtinfer.inference.backends.tensorrt_build",
+}
+
+
+def moved(entry: str) -> str | None:
+    """'rtinfer.node:main' -> "moved to 'rtinfer.inference.node:main'"; None if not moved."""
+    module, _, func = entry.partition(":")
+    new = MOVED.get(module)
+    return None if new is None else f"{module!r} moved to {new!r}: write {new}:{func or 'main'}"
+
+
 class EntryError(LookupError):
     """The module or the function of an entry point is missing; the message says which."""
 
@@ -18,6 +39,8 @@ def resolve(entry: str) -> Callable:
     module_name, sep, func_name = entry.partition(":")
     if not sep or not module_name or not func_name:
         raise EntryError(f"{entry!r} is not module:function")
+    if moved(entry):
+        raise EntryError(moved(entry))
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

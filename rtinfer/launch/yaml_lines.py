@@ -16,6 +16,8 @@ from pathlib import Path
 import yaml
 from yaml.constructor import SafeConstructor
 
+from rtinfer.launch.entry import moved
+
 ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -144,6 +146,9 @@ def check_entry(r: Report, path: tuple, entry: str) -> None:
         r.err(path, f"entry {entry!r} must look like package.module:function")
         return
     module, func = entry.split(":")
+    if moved(entry):
+        r.err(path, moved(entry))
+        return
     try:
         spec = importlib.util.find_spec(module)
     except Exception as exc:  # a parent package failed to import: report, don't crash
