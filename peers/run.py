@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 import platform
 import tempfile
 from dataclasses import asdict, dataclass
@@ -110,3 +111,19 @@ def write_markdown(result: dict, path="docs/benchmarks.md") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(replace_section(text, section(result)))
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench peers`: every peer row in one run; the table goes into docs/benchmarks.md."""
+    from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
+    p = parser("peers", main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="policy model directory (default: the shipped one, else a random one)")
+    p.add_argument("--skip-bench-size", action="store_true", help="no bench-size model row")
+    p.add_argument("--bench-model", default=None, help="reuse this bench-size model directory")
+    a = p.parse_args(argv)
+    shipped_missing = a.model == DEFAULT_MODEL and not Path(a.model).is_dir()
+    result = run(None if shipped_missing else a.model, skip_bench_size=a.skip_bench_size,
+                 bench_model_dir=a.bench_model)
+    print(f"table written to {write_markdown(result)}", file=sys.stderr)
+    return emit("peers", result, a.json)

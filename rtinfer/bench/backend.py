@@ -9,11 +9,14 @@ lazily, like the torch backend).
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import ModelError, get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.realtime.hist import LatencyHistogram
@@ -104,3 +107,23 @@ def run(model_dirs: dict, backends=("onnx", "torch"), steps: int = 200,
                 row["backends"][name]["decode"]["p50_us"] / max(row["floor_us"], 1e-9)
         out["sizes"][size] = row
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench backend`: decode-step time per backend and size against the bandwidth floor."""
+    p = parser("backend", main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="the demo-size model directory")
+    p.add_argument("--steps", type=int, default=100, help="steps timed per graph")
+    p.add_argument("--sizes", nargs="+", default=["demo"], choices=["demo", "bench"],
+                   help="bench: also a random-weight bench-size model (~350 MB per graph)")
+    a = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {"demo": a.model} if "demo" in a.sizes else {}
+        if "bench" in a.sizes:
+            dirs["bench"] = make_random_model("bench", f"{tmp}/bench")
+        result = run(dirs, steps=a.steps)
+    return emit("backend", result, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

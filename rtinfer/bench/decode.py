@@ -9,11 +9,13 @@ compared token for token with plain greedy (`identical`).
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
@@ -115,3 +117,24 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
             "speedup": per[best]["speedup"],
             "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
             "identical": identical, "drafters": per}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench decode`: speculative against plain decoding, tokens per second."""
+    p = parser("decode", main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model directory")
+    p.add_argument("--cycles", type=int, default=100, help="chunks per variant")
+    p.add_argument("--backend", default="onnx")
+    p.add_argument("--run-length", type=int, default=10,
+                   help="consecutive cycles per variant before the next takes its turn")
+    p.add_argument("--stream", default=None,
+                   help="observation stream .npz (default: the model's stream.npz)")
+    p.add_argument("--pace-ms", type=float, default=0.0,
+                   help="idle this long before each cycle, as a node between observations")
+    a = p.parse_args(argv)
+    return emit("decode", run(a.model, cycles=a.cycles, backend=a.backend,
+                              run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream), a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,10 +8,12 @@ naive loop it is `sleep start + requested period` (its schedule also drifts, rep
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
 
+from rtinfer.bench.options import emit, parser
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.os_setup import DEFAULT_RT_PRIORITY, configure_realtime
 from rtinfer.realtime.rate import RateKeeper
@@ -72,3 +74,16 @@ def run(seconds: float = 5.0, hz: float = 1000.0, blocks: int = 5) -> dict:
         "ratekeeper_rate_error": round(rk_s / ideal - 1.0, 4),
         "naive_rate_error": round(naive_s / ideal - 1.0, 4),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench jitter`: 1 kHz loop lateness, RateKeeper against a naive sleep loop."""
+    p = parser("jitter", main.__doc__)
+    p.add_argument("--seconds", type=float, default=5.0, help="seconds per loop")
+    p.add_argument("--hz", type=float, default=1000.0, help="loop rate")
+    a = p.parse_args(argv)
+    return emit("jitter", run(seconds=a.seconds, hz=a.hz), a.json, table=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,7 @@ import time
 import numpy as np
 import zmq
 
+from rtinfer.bench.options import emit, parser
 from rtinfer.transport import wire
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.realtime.hist import LatencyHistogram
@@ -160,7 +161,8 @@ def run(messages: int = 5000, blocks: int = 4) -> dict:
     return result
 
 
-def _main() -> None:
+def _subscriber_main() -> None:
+    """The subscriber process of one block (spawned by _one_block)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--role", choices=["sub"], required=True)
     ap.add_argument("--kind", choices=["rtinfer", "raw"], required=True)
@@ -174,5 +176,12 @@ def _main() -> None:
         json.dump(res, f)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench transport`: rtinfer's bus against raw pyzmq, one way, ipc and tcp."""
+    p = parser("transport", main.__doc__)
+    p.add_argument("--messages", type=int, default=5000, help="messages per endpoint kind")
+    a = p.parse_args(argv)
+    return emit("transport", run(messages=a.messages), a.json, table=True)
+
 if __name__ == "__main__":
-    _main()
+    _subscriber_main()

@@ -6,10 +6,12 @@ the two so drift on a noisy host hits both alike. TTFT = prefill + first-token p
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
 
+from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import get_backend
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.model.sequence import instruction_prefix, observation_segment
@@ -45,3 +47,17 @@ def run(model_dir, cycles: int = 200, backend: str = "onnx", seed: int = 0, **op
     out.update(backend=backend, cycles=cycles, prefix_tokens=len(head) + md.obs.length + 1,
                cached_tokens=md.obs.length + 1)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench ttft`: time to first token with and without the prefix KV cache."""
+    p = parser("ttft", main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model directory")
+    p.add_argument("--cycles", type=int, default=100)
+    p.add_argument("--backend", default="onnx")
+    a = p.parse_args(argv)
+    return emit("ttft", run(a.model, cycles=a.cycles, backend=a.backend), a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

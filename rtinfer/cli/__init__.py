@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rtinfer import __version__
 from rtinfer.launch.entry import resolve
@@ -19,43 +18,11 @@ PACKAGER = "models.package:package"
 PEERS = "peers.run"
 
 
-DEFAULT_MODEL = "models/zoo/conveyor-v1"
 
-
-def _bench(args: argparse.Namespace) -> int:
-    w = args.what
-    if w == "transport":
-        from rtinfer.bench.transport import run
-        result = run(messages=args.messages)
-    elif w == "jitter":
-        from rtinfer.bench.jitter import run
-        result = run(seconds=args.seconds, hz=args.hz)
-    elif w == "peers":
-        result = resolve(f"{PEERS}:run")(
-            None if args.model == DEFAULT_MODEL and not Path(args.model).is_dir() else args.model,
-            skip_bench_size=args.skip_bench_size, bench_model_dir=args.bench_model)
-        print(f"table written to {resolve(f'{PEERS}:write_markdown')(result)}", file=sys.stderr)
-    elif w == "decode":
-        from rtinfer.bench.decode import run
-        result = run(args.model, cycles=args.cycles, backend=args.backend,
-                     run_length=args.run_length, pace_ms=args.pace_ms, stream=args.stream)
-    elif w == "ttft":
-        from rtinfer.bench.ttft import run
-        result = run(args.model, cycles=args.cycles, backend=args.backend)
-    else:
-        import tempfile
-        from rtinfer.bench.backend import make_random_model, run
-        with tempfile.TemporaryDirectory() as tmp:
-            dirs = {"demo": args.model}
-            if args.sizes == "demo,bench":
-                dirs["bench"] = make_random_model("bench", f"{tmp}/bench")
-            result = run(dirs, steps=args.cycles)
-    if args.json or w not in ("transport", "jitter"):
-        print(json.dumps(result, indent=2))
-    else:
-        from rtinfer.bench.table import print_result
-        print_result(w, result)
-    return 0
+# `rtinfer bench NAME ...`: each benchmark's own main(argv), reached by module:function
+BENCHES = {name: f"rtinfer.bench.{name}:main" for name in ("transport", "jitter", "decode", "ttft",
+                                                             "backend")}
+BENCHES["peers"] = f"{PEERS}:main"
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -97,26 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rtinfer {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("bench", help="benchmarks, each against a baseline measured in the same run")
-    b.add_argument("what", choices=["transport", "jitter", "decode", "ttft", "backend", "peers"])
-    b.add_argument("--json", action="store_true", help="print the result as JSON")
-    b.add_argument("--messages", type=int, default=5000, help="transport: messages per case")
-    b.add_argument("--seconds", type=float, default=5.0, help="jitter: seconds per loop")
-    b.add_argument("--hz", type=float, default=1000.0, help="jitter: loop rate")
-    b.add_argument("--model", default=DEFAULT_MODEL, help="decode/ttft/backend: model directory")
-    b.add_argument("--cycles", type=int, default=100, help="decode/ttft: chunks; backend: steps")
-    b.add_argument("--backend", default="onnx", help="decode/ttft: backend")
-    b.add_argument("--run-length", type=int, default=10,
-                   help="decode: consecutive cycles per variant before the next takes its turn")
-    b.add_argument("--stream", default=None,
-                   help="decode: observation stream .npz (default: the model's stream.npz)")
-    b.add_argument("--pace-ms", type=float, default=0.0,
-                   help="decode: idle this long before each cycle, as a node between observations")
-    b.add_argument("--sizes", default="demo", choices=["demo", "demo,bench"],
-                   help="backend: also a random-weight bench-size model (~350 MB per graph)")
-    b.add_argument("--skip-bench-size", action="store_true", help="peers: no bench-size model row")
-    b.add_argument("--bench-model", default=None, help="peers: reuse this bench-size model dir")
-    b.set_defaults(func=_bench)
+    sub.add_parser("bench", add_help=False,
+                   help=f"benchmarks against a same-run baseline: {', '.join(BENCHES)} "
+                        "(see rtinfer bench NAME --help)")
 
     r = sub.add_parser("report", help="latency table (and PNG) from a trace file")
     r.add_argument("trace")
@@ -179,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # each benchmark parses its own options
+        if argv[1:2] and argv[1] in BENCHES:
+            return int(resolve(BENCHES[argv[1]])(argv[2:]) or 0)
+        print(f"usage: rtinfer bench {{{','.join(BENCHES)}}} [options]; "
+              "rtinfer bench NAME --help lists that benchmark's options", file=sys.stderr)
+        return 2
     if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
         from rtinfer.inference.backends.tensorrt_build import main as build_engine
         return build_engine(argv[1:])
