@@ -1,6 +1,6 @@
 """Inference backends behind one interface (rtinfer.inference.backends.base.Backend).
 
-    backend = get_backend("onnx").load("models/zoo/demo", threads=1)
+    backend = get_backend("onnx").load("models/zoo/conveyor-v1", threads=1)
 
 Each backend module imports its heavy package (onnxruntime, torch, tensorrt) only when a
 backend is built, so importing this package stays light.
