@@ -1,7 +1,9 @@
 """rtinfer: real-time robotics control-loop middleware.
 
-The light core (wire, bus, realtime, tokens, trace) imports only numpy, pyzmq, msgpack and
-yaml. Heavy backends (onnxruntime, torch, tensorrt) are imported lazily by the inference side.
+Subpackages, bottom to top (docs/architecture.md): transport and realtime, model, then
+inference, monitor and launch, then bench and cli. transport, realtime and model are the
+robot-safe core: numpy, pyzmq, msgpack, pyyaml and hdrhistogram only. Heavy backends
+(onnxruntime, torch, tensorrt) are imported by rtinfer.inference, lazily.
 """
 
 __version__ = "0.1.0"
