@@ -25,9 +25,11 @@ from typing import Callable
 import numpy as np
 
 from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.realtime.rate import RateKeeper
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
 
+from .assembler import ChunkAssembler
 from .hardware import HardwareInterface, RobotState
 from .stack import ControlConfig, ControlStack
 from .watchdog import Watchdog
@@ -35,6 +37,8 @@ from .watchdog import Watchdog
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
             "late_waypoints", "rejected_bad", "rejected_hash", "rejected_hold", "holds",
             "commands")
+LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
+HELD = ("safe_hold", "stopped")  # commanded holds: nothing is applied
 
 
 @dataclass
@@ -49,6 +53,25 @@ class ControllerConfig:
     health_hz: float = 10.0
     max_msgs_per_tick: int = 32          # bounds update()'s work under a flood
     max_period_ns: int = 1_000_000_000   # a waypoint period longer than this is bogus
+
+    def __post_init__(self) -> None:
+        """Refuse settings the loop cannot run with: ValueError naming each and its fix."""
+        rules = (
+            (bool(self.name), "name is empty", "give the node a name (it labels health, trace)"),
+            (self.deadline_ns > 0, f"deadline_ns={self.deadline_ns} must be > 0",
+             "the most a chunk's capture may lag its arrival, e.g. 100_000_000 (100 ms)"),
+            (self.chunk_interval_ns >= 0, f"chunk_interval_ns={self.chunk_interval_ns} must be "
+             ">= 0", "the policy's period in ns, e.g. 50_000_000 at 20 Hz, or 0"),
+            (self.health_hz > 0, f"health_hz={self.health_hz} must be > 0",
+             "health messages per second, e.g. 10"),
+            (self.max_msgs_per_tick >= 1, f"max_msgs_per_tick={self.max_msgs_per_tick} must be "
+             ">= 1", "the messages one tick may take, e.g. 32"),
+            (self.max_period_ns > 0, f"max_period_ns={self.max_period_ns} must be > 0",
+             "the longest plausible waypoint period, e.g. 1_000_000_000 (1 s)"),
+        )
+        wrong = [f"{what}: {fix}" for ok, what, fix in rules if not ok]
+        if wrong:
+            raise ValueError(f"controller config {self.name!r}: " + "; ".join(wrong))
 
     @classmethod
     def from_dict(cls, d: dict) -> "ControllerConfig":
@@ -80,12 +103,8 @@ class ControllerNode:
         self.state = "idle"   # idle (no chunk yet) | run | hold | safe_hold | stopped
         self.e2e = LatencyHistogram()  # apply - capture per cycle, ns
         self.e2e_last_ns = self.e2e_max_ns = 0
-        h, d = cfg.tokenizer.horizon, cfg.tokenizer.dim
-        self._wps, self._got = np.zeros((h, d)), np.zeros(h, bool)
-        self._key = None      # (src, cycle, capture) of the chunk being assembled / tracked
-        self._capture_ns = self._period_ns = self._count = self._applied = 0
-        self._stamps: dict = {}
-        self._apply_pending = False
+        self.chunk = ChunkAssembler(cfg.tokenizer.horizon, cfg.tokenizer.dim)
+        self._apply_pending = False  # the chunk's first setpoint goes out this tick: stamp it
         self._late_key = None  # the last cycle reported late (once per cycle)
         self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
@@ -109,7 +128,6 @@ class ControllerNode:
 
     def run(self, seconds: float | None = None) -> None:
         """Tick at control.rate_hz for `seconds` (None: until a `stop` command)."""
-        from rtinfer.realtime.rate import RateKeeper  # tick() alone needs no realtime kit
         rk = RateKeeper(self.cfg.control.rate_hz, self.cfg.name)
         end = None if seconds is None else clock_ns() + int(seconds * 1e9)
         while self.state != "stopped" and (end is None or clock_ns() < end):
@@ -155,61 +173,67 @@ class ControllerNode:
         elif cmd == "stop":
             self._hold("stopped", now)
 
-    def _reject(self, why: str) -> None:
-        self.counters[why] += 1
-
     def _on_waypoint(self, env: Envelope, now: int) -> None:
-        b, c = env.body, self.counters
-        capture = env.stamps.get("capture")
+        """check -> assemble -> apply; a waypoint not taken is counted under its reason."""
+        why, wp = self._check(env, now)
+        if why is None:
+            b = env.body
+            why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
+                                 b["count"], b["period_ns"], wp, env.stamps)
+        if why is None:
+            self._apply(now)
+        elif why == LATE:
+            self._late(env)
+        else:
+            self.counters[why] += 1
+
+    def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:
+        """(None, the decoded waypoint) if the message may join a chunk, else (the reason
+        not to, None): a rejected_* counter, or LATE."""
+        b, capture = env.body, env.stamps.get("capture")
         if b["tokenizer"] != self.tokenizer_hash:
-            return self._reject("rejected_hash")
+            return "rejected_hash", None
         if capture is None or self.watchdog.from_future(capture, now):
-            return self._reject("rejected_bad")
+            return "rejected_bad", None
         if self.watchdog.too_old(capture, now):
-            return self._late(env, capture)
-        if b["count"] > len(self._got) or b["period_ns"] > self.cfg.max_period_ns:
-            return self._reject("rejected_bad")
+            return LATE, None
+        if b["count"] > self.chunk.horizon or b["period_ns"] > self.cfg.max_period_ns:
+            return "rejected_bad", None
         try:
             wp = self.tok.decode(b["tokens"])
         except WireError:
-            return self._reject("rejected_bad")
+            return "rejected_bad", None
         if b["values"].shape != wp.shape or np.any(np.abs(b["values"] - wp) > self._tol):
-            return self._reject("rejected_bad")
-        if self.state in ("safe_hold", "stopped"):
-            return self._reject("rejected_hold")
-        # capture is in the key: a restarted policy may reuse cycle numbers
-        key, i = (env.src, b["cycle"], capture), b["index"]
-        if key != self._key:
-            if self._key is not None and capture < self._capture_ns:
-                return self._reject("rejected_stale")  # older than the chunk in use
-            self._key, self._capture_ns, self._period_ns = key, capture, b["period_ns"]
-            self._count, self._applied, self._stamps = b["count"], 0, env.stamps
-            self._got[:] = False
+            return "rejected_bad", None  # tokens are the truth: the values must agree
+        if self.state in HELD:
+            return "rejected_hold", None
+        return None, wp
+
+    def _apply(self, now: int) -> None:
+        """A waypoint joined the chunk: a new chunk feeds the watchdog; a longer ready
+        prefix goes to the tracker (from waypoint 0 on, before the rest arrive)."""
+        chunk, c = self.chunk, self.counters
+        if chunk.received == 1:  # the first waypoint of a new chunk: a fresh one
             self.watchdog.feed(now)
             c["chunks_accepted"] += 1
-        elif (b["count"], b["period_ns"]) != (self._count, self._period_ns) or self._got[i]:
-            return self._reject("rejected_bad")  # inconsistent with its cycle, or a repeat
-        self._wps[i], self._got[i] = wp, True
         c["waypoints_accepted"] += 1
-        n = self._applied
-        while n < self._count and self._got[n]:
-            n += 1
-        if n > self._applied:
-            if self._applied == 0:  # the cycle's first setpoint goes out this tick
-                self._apply_pending = True
-            self._applied = n
-            self.stack.set_chunk(self._wps[:n], self._capture_ns, self._period_ns, now,
-                                 complete=n == self._count)
-            self.state = "run"
+        if chunk.ready == chunk.applied:
+            return  # it arrived past a gap: nothing new to track yet
+        if chunk.applied == 0:  # the chunk's first setpoint goes out this tick
+            self._apply_pending = True
+        chunk.applied = chunk.ready
+        self.stack.set_chunk(chunk.waypoints[:chunk.ready], chunk.capture_ns, chunk.period_ns,
+                             now, complete=chunk.complete)
+        self.state = "run"
 
-    def _late(self, env: Envelope, capture: int) -> None:
+    def _late(self, env: Envelope) -> None:
         """Reject a waypoint past the deadline; report its cycle once as missed (not while
         held on command: nothing is applied then, late or not)."""
-        self._reject("rejected_stale")
-        if self.state in ("safe_hold", "stopped"):
+        self.counters["rejected_stale"] += 1
+        if self.state in HELD:
             return
         self.counters["late_waypoints"] += 1
-        key = (env.src, env.body["cycle"], capture)
+        key = (env.src, env.body["cycle"], env.stamps["capture"])
         if key == self._late_key:
             return
         self._late_key = key
@@ -223,9 +247,10 @@ class ControllerNode:
 
     def _record_apply(self, apply_ns: int) -> None:
         self._apply_pending = False
-        e2e = apply_ns - self._capture_ns
+        chunk = self.chunk
+        e2e = apply_ns - chunk.capture_ns
         self.e2e.record(e2e)
         self.e2e_last_ns, self.e2e_max_ns = e2e, max(self.e2e_max_ns, e2e)
-        stamps = {**self._stamps, "apply": apply_ns}
-        self._emit({"node": self.cfg.name, "cycle": int(self._key[1]), "stamps": stamps,
+        stamps = {**chunk.stamps, "apply": apply_ns}
+        self._emit({"node": self.cfg.name, "cycle": int(chunk.cycle), "stamps": stamps,
                     "fields": {"e2e_ms": e2e / 1e6}})

@@ -3,6 +3,7 @@
 The node is ticked with explicit now_ns so every timing decision is deterministic; the
 messages themselves travel through real zmq sockets.
 """
+import re
 import time
 
 import numpy as np
@@ -302,6 +303,33 @@ def test_stop_command_ends_the_real_time_loop(cell):
     cell.node.run(seconds=30.0)  # returns as soon as the stop arrives
     assert cell.node.state == "stopped" and cell.node.counters["commands"] == 1
     assert cell.node.stack.holding and cell.node.counters["ticks"] >= 1
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("health_hz", 0.0, "health_hz=0.0 must be > 0"),
+    ("health_hz", -5.0, "health_hz=-5.0 must be > 0"),
+    ("health_hz", float("nan"), "health_hz=nan must be > 0"),
+    ("deadline_ns", 0, "deadline_ns=0 must be > 0"),
+    ("chunk_interval_ns", -1, "chunk_interval_ns=-1 must be >= 0"),
+    ("max_msgs_per_tick", 0, "max_msgs_per_tick=0 must be >= 1"),
+    ("max_period_ns", 0, "max_period_ns=0 must be > 0"),
+    ("name", "", "name is empty"),
+])
+def test_a_config_the_loop_cannot_run_with_is_refused_with_the_fix(field, value, says):
+    with pytest.raises(ValueError, match=re.escape(says)) as e:
+        ControllerConfig(tokenizer=TOK, **{field: value})
+    assert "e.g." in str(e.value) or "give the node a name" in str(e.value)  # the fix
+
+
+def test_every_wrong_setting_is_named_at_once():
+    with pytest.raises(ValueError) as e:
+        ControllerConfig(tokenizer=TOK, health_hz=0, deadline_ns=-1)
+    assert "health_hz=0" in str(e.value) and "deadline_ns=-1" in str(e.value)
+
+
+def test_a_config_from_yaml_data_is_validated_too():
+    with pytest.raises(ValueError, match="health_hz"):
+        ControllerConfig.from_dict({"tokenizer": TOK.to_dict(), "health_hz": 0})
 
 
 def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
