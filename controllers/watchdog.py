@@ -1,9 +1,14 @@
-"""Freshness in one place: is a chunk too old to apply, and has the stream gone quiet?
+"""The controller's freshness rules: is a chunk too old to apply, and has the stream gone quiet?
 
 The controller enforces the deadline itself; safety never depends on another process.
-Times are monotonic ns from the controller's own clock (stamps are same-host).
+Times are monotonic ns from the controller's own clock (stamps are same-host). The quiet
+stream is rtinfer.transport.liveliness, the one freshness mechanism of the system.
 """
 from __future__ import annotations
+
+from rtinfer.transport.liveliness import Liveliness
+
+FRESH = "fresh_chunk"  # the one stream the watchdog follows
 
 
 class Watchdog:
@@ -19,7 +24,12 @@ class Watchdog:
                              f"{interval_ns}")
         self.deadline_ns = int(deadline_ns)
         self.quiet_ns = int(deadline_ns) + int(interval_ns)
-        self.last_fresh_ns: int | None = None  # receive time of the newest fresh chunk
+        self.live = Liveliness()
+
+    @property
+    def last_fresh_ns(self) -> int | None:
+        """Receive time of the newest fresh chunk; None before the first."""
+        return self.live[FRESH].last_ns if FRESH in self.live else None
 
     def too_old(self, capture_ns: int, now_ns: int) -> bool:
         """The observation behind this chunk was captured more than a deadline ago."""
@@ -31,8 +41,8 @@ class Watchdog:
 
     def feed(self, now_ns: int) -> None:
         """A fresh chunk arrived at now_ns."""
-        self.last_fresh_ns = int(now_ns)
+        self.live.note(FRESH, int(now_ns))
 
     def expired(self, now_ns: int) -> bool:
         """Fed at least once, and not within the last interval + deadline."""
-        return self.last_fresh_ns is not None and now_ns - self.last_fresh_ns > self.quiet_ns
+        return self.live.overdue(FRESH, self.quiet_ns, now_ns)

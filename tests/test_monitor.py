@@ -14,7 +14,7 @@ import zmq
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.monitor.node import Monitor, load_config
 from rtinfer.monitor.policy import MonitorConfig
-from rtinfer.transport.wire import now_ns
+from rtinfer.transport.wire import Envelope, now_ns
 
 MS = 1_000_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +36,7 @@ class Rig:
         for _ in range(500):  # until the monitor hears us and we hear its periodic budget
             self.robot.publish("health", {"node": "sync", "state": "ok", "counters": {}, "gauges": {}})
             self.mon.spin_once(5)
-            if "sync" in self.mon.nodes and self.ctl.recv(5) is not None:
+            if "sync" in self.mon.live and self.ctl.recv(5) is not None:
                 break
         else:
             raise AssertionError("monitor never connected")
@@ -201,7 +201,7 @@ def test_dead_required_node_orders_safe_hold_and_its_return_clears(rig_factory):
         rig.mon.spin_once(10)
     for _ in range(10):
         beat()
-    assert rig.mon.nodes["infer"].alive and not rig.mon.policy.holding
+    assert rig.mon.live["infer"].alive and not rig.mon.policy.holding
     rig.spin_until(lambda: rig.mon.policy.holding)  # infer went silent
     assert rig.kinds()[-2:] == ["node_dead", "safe_hold"]
     (topic, body), = rig.decisions()
@@ -374,7 +374,7 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
             mon.spin_once(5)
         est = mon.clocks["infer"]
         assert abs(est.offset_ns) <= est.uncertainty_ns  # one host: one monotonic clock
-        assert mon.nodes["infer"].alive and mon.nodes["infer"].state == "run"
+        assert mon.live["infer"].alive and mon.states["infer"] == "run"
         assert node.heartbeat.counters["echoes"] >= 5
         cycle = 0
         while mon.policy.level == 0:  # slack 5 ms: the monitor lowers the budget
@@ -390,3 +390,38 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
     finally:
         for s in (node, mon, robot):
             s.close()
+
+
+def test_node_liveliness_report_counts_missed_periods_deaths_and_alive():
+    # Arrival stamps are passed in: the report's numbers follow from them exactly.
+    ctx = zmq.Context()
+    cfg = MonitorConfig(node_periods={"infer": 0.05}, dead_after_periods=3, ping_period_s=0)
+    mon = Monitor(["inproc://liveliness"], "inproc://liveliness-ctl", cfg, ctx=ctx)
+    t0 = now_ns() - 10_000 * MS
+
+    def arrive(ms, topic="heartbeat", **body):
+        body = {"node": "infer", "sent_ns": 0} if topic == "heartbeat" else {"node": "infer", **body}
+        mon._on_message(Envelope(1, topic, 0, "infer", {"recv": t0 + ms * MS}, body))
+    try:
+        for ms in (0, 50, 100):
+            arrive(ms)
+        arrive(300)  # 200 ms of silence: four periods, three of them missed
+        mon._check_liveliness(t0 + 449 * MS)
+        assert mon.summary()["nodes"]["infer"]["alive"]
+        mon._check_liveliness(t0 + 450 * MS)  # three periods silent: dead
+        mon._check_liveliness(t0 + 900 * MS)  # still dead: one death
+        dead = mon.summary()["nodes"]["infer"]
+        assert set(dead) == {"alive", "state", "messages", "missed_periods", "deaths", "silent_s"}
+        assert (dead["alive"], dead["state"], dead["messages"], dead["missed_periods"],
+                dead["deaths"]) == (False, "", 4, 3, 1)
+        assert mon.health()["counters"]["nodes_alive"] == 0
+        arrive(950, "health", state="run", counters={}, gauges={})  # 650 ms: 12 missed
+        mon._check_liveliness(t0 + 960 * MS)
+        back = mon.summary()["nodes"]["infer"]
+        assert (back["alive"], back["state"], back["messages"], back["missed_periods"],
+                back["deaths"]) == (True, "run", 5, 15, 1)
+        assert [e.kind for e in mon.policy.events] == ["node_dead", "node_alive"]
+        assert mon.health()["counters"]["nodes_alive"] == 1
+    finally:
+        mon.close()
+        ctx.term()

@@ -1,4 +1,4 @@
-"""Watchdog freshness rules: stale captures, bogus future stamps, quiet streams."""
+"""Watchdog freshness rules: stale captures, bogus future stamps, quiet streams (on Liveliness)."""
 import pytest
 
 from controllers.watchdog import Watchdog
@@ -34,3 +34,11 @@ def test_capture_age_checks_use_the_deadline_only():
 def test_bad_settings_are_rejected(args):
     with pytest.raises(ValueError):
         Watchdog(*args)
+
+
+def test_last_fresh_time_is_the_newest_feed_and_none_before_any():
+    w = Watchdog(20 * MS, 50 * MS)
+    assert w.last_fresh_ns is None
+    w.feed(5 * MS)
+    w.feed(60 * MS)
+    assert w.last_fresh_ns == 60 * MS

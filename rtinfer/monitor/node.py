@@ -34,27 +34,12 @@ from rtinfer.monitor.clocksync import OffsetEstimator
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import spin
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
+from rtinfer.transport.liveliness import Liveliness
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
 from rtinfer.monitor.stages import POLICY_STAMPS, STAGES
 from rtinfer.transport.wire import Envelope, now_ns
 
 CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
-
-
-class NodeState:
-    """Liveliness of one node, from the arrival times (monitor clock) of all its messages."""
-    __slots__ = ("first_ns", "last_ns", "messages", "missed", "deaths", "alive", "state")
-
-    def __init__(self, now: int) -> None:
-        self.first_ns = self.last_ns = now
-        self.messages = self.missed = self.deaths = 0
-        self.alive, self.state = True, ""
-
-    def note(self, now: int, period_ns: int) -> None:
-        gap = now - self.last_ns
-        if self.messages and gap >= 2 * period_ns:
-            self.missed += gap // period_ns - 1  # expected periods that passed silently
-        self.last_ns, self.messages = now, self.messages + 1
 
 
 CYCLE_MEMORY = 256  # cycles remembered for counting each once (~13 s at 20 Hz)
@@ -69,7 +54,9 @@ class Monitor:
         self.start_ns = now_ns()
         self.policy = DeadlinePolicy(cfg, self.start_ns)
         self.hist = {name: LatencyHistogram() for name, _, _ in STAGES}
-        self.nodes: dict[str, NodeState] = {}
+        # per node, from the arrival times (monitor clock) of all its messages
+        self.live = Liveliness(alive_periods=cfg.dead_after_periods)
+        self.states: dict[str, str] = {}  # node -> the state of its latest health message
         self.clocks: dict[str, OffsetEstimator] = {}
         self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
                                        "echoes_foreign", "pings", "publish_dropped"), 0)
@@ -102,14 +89,11 @@ class Monitor:
         t = env.stamps["recv"]
         body = env.body
         name = body["node"]
-        node = self.nodes.get(name)
-        if node is None:
-            node = self.nodes[name] = NodeState(t)
-        node.note(t, self.cfg.period_ns(name))
+        self.live.note(name, t, self.cfg.period_ns(name))
         if env.topic == "trace":
             self._on_trace(body, t)
         elif env.topic == "health":
-            node.state = body["state"]
+            self.states[name] = body["state"]
         elif "echo" in body:
             self._on_echo(name, body, t)
 
@@ -191,24 +175,22 @@ class Monitor:
             gauges.update({f"{stage}_{q}_ms": us[q] / 1e3 for q in ("p50", "p99", "max")})
         counters = {"cycles": p.counters["cycles"], "misses": p.counters["misses"],
                     "holds": p.counters["holds"], "budget_changes": p.counters["budget_changes"],
-                    "level": p.level, "nodes_alive": sum(n.alive for n in self.nodes.values())}
+                    "level": p.level, "nodes_alive": sum(s.alive for s in self.live.values())}
         return {"node": self.cfg.name, "state": "holding" if p.holding else "ok",
                 "counters": counters, "gauges": gauges}
 
     def _check_liveliness(self, now: int) -> list[str]:
         """Update alive flags (events on change); the required nodes that are dead."""
-        cfg = self.cfg
-        for name, node in self.nodes.items():
-            alive = now - node.last_ns < cfg.dead_after_periods * cfg.period_ns(name)
-            if alive != node.alive:
-                node.alive, node.deaths = alive, node.deaths + (not alive)
-                silent_s = (now - node.last_ns) / 1e9
+        cfg, live = self.cfg, self.live
+        for name, node in live.items():
+            if live.check(name, cfg.period_ns(name), now):
+                alive, silent_s = node.alive, (now - node.last_ns) / 1e9
                 self.policy.event(now, "node_alive" if alive else "node_dead",
                                   f"{name} {'is back' if alive else f'silent for {silent_s:.2f} s'}",
                                   {"node": name, "silent_s": silent_s})
         in_grace = now - self.start_ns < cfg.startup_grace_s * 1e9
         return [n for n in cfg.required
-                if (n in self.nodes and not self.nodes[n].alive) or (n not in self.nodes and not in_grace)]
+                if (n in live and not live[n].alive) or (n not in live and not in_grace)]
 
     def _act(self, ev: Event) -> None:
         if ev.kind == "budget":
@@ -229,9 +211,9 @@ class Monitor:
             us = h.percentiles_us()
             stages[name] = {k: (v if k == "count" else v / 1e3) for k, v in us.items()}
             stages[name]["clamped"] = h.clamped
-        nodes = {n: {"alive": s.alive, "state": s.state, "messages": s.messages,
+        nodes = {n: {"alive": s.alive, "state": self.states.get(n, ""), "messages": s.count,
                      "missed_periods": s.missed, "deaths": s.deaths,
-                     "silent_s": (now - s.last_ns) / 1e9} for n, s in self.nodes.items()}
+                     "silent_s": (now - s.last_ns) / 1e9} for n, s in self.live.items()}
         return {"deadline_ms": self.cfg.deadline_ms, "cycles": p.counters["cycles"],
                 "misses": p.counters["misses"],
                 "miss_rate": p.counters["misses"] / max(p.counters["cycles"], 1),

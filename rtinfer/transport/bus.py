@@ -18,7 +18,6 @@ from zmq import zmq_poll
 from zmq.utils.monitor import recv_monitor_message
 
 from rtinfer.transport.curve import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
-from rtinfer.transport.liveliness import Liveliness
 from rtinfer.transport.wire import (DEFAULT_MAX_BYTES, Envelope, WireError, decode, decode_frames, encode_frames,
                    now_ns)
 
@@ -252,13 +251,14 @@ class Subscriber(_BusSocket):
     than this on arrival. Stamps are monotonic: meaningful on one host only.
     max_bytes: per-message decode limit; also ZMQ_MAXMSGSIZE, so libzmq disconnects a
     tcp/ipc peer that sends a larger frame.
+    Whether a topic is alive, and its rate, is the receiver's business: keep a
+    rtinfer.transport.liveliness.Liveliness and note the "recv" stamps it cares about.
     """
 
     def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
                  bind: bool = False, latest_only: bool = False, hwm: int = 1000,
                  ctx: zmq.Context | None = None, curve: Curve = None,
-                 max_bytes: int = DEFAULT_MAX_BYTES, alive_periods: float = 3.0,
-                 max_age_ns: int | None = None) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_age_ns: int | None = None) -> None:
         if not topics or any(not t for t in topics):
             raise ValueError("Subscriber needs at least one non-empty topic")
         self.topics = tuple(dict.fromkeys(topics))
@@ -268,7 +268,6 @@ class Subscriber(_BusSocket):
                          bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=options)
         self.latest_only = latest_only
         self.max_age_ns = max_age_ns
-        self.liveliness = Liveliness(alive_periods)
         self.counters = {"received": 0, "rejected": 0, "superseded": 0, "dropped_for_age": 0}
         self._count_key = {t: f"received.{t}" for t in self.topics}  # no per-message f-string
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
@@ -329,14 +328,6 @@ class Subscriber(_BusSocket):
     def last(self, topic: str) -> Envelope | None:
         """The newest valid message of ``topic`` received so far (handed out or not)."""
         return self._last.get(topic)
-
-    def alive(self, topic: str, period_s: float) -> bool:
-        """True if the newest ``topic`` message arrived less than alive_periods*period_s ago."""
-        return self.liveliness.alive(topic, period_s)
-
-    def rate_hz(self, topic: str) -> float:
-        """Measured arrival rate of ``topic`` (EWMA, decays while silent); 0.0 if unknown."""
-        return self.liveliness.rate_hz(topic)
 
     def _fill(self, timeout_ms: int) -> None:
         deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
@@ -407,6 +398,5 @@ class Subscriber(_BusSocket):
         env.stamps["recv"] = now
         self.counters["received"] += 1
         self.counters[self._count_key[topic]] += 1
-        self.liveliness.note(topic, now)
         self._last[topic] = env
         return env
