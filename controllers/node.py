@@ -1,14 +1,15 @@
 """ControllerNode: the robot-side 1 kHz loop, update() -> compute() -> publish().
 
 update(): drain action_chunk and command messages without blocking. Each action_chunk
-message is one waypoint; waypoints of a cycle are assembled as they stream and the
-tracker starts on waypoint 0 before the rest arrive. Tokens are the source of truth:
-they are decoded here and the message's `values` must agree with them. Rejected, and
-counted per message: capture older than the deadline or older than the chunk in use
-(rejected_stale), wrong tokenizer hash (rejected_hash), bad tokens or inconsistent
-fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold).
-Local watchdog: no fresh chunk for a deadline past the expected chunk interval
-(`chunk_interval_ns`, the policy's period) -> hold (brake within limits, keep suction);
+message is one waypoint, taken check -> assemble -> apply: waypoints of a cycle are
+assembled as they stream (ChunkAssembler) and the tracker starts on waypoint 0 before
+the rest arrive. Tokens are the source of truth: they are decoded here and the message's
+`values` must agree with them. Rejected, and counted per message: capture older than the
+deadline or older than the chunk in use (rejected_stale), wrong tokenizer hash
+(rejected_hash), bad tokens or inconsistent fields (rejected_bad), anything while in a
+commanded safe_hold (rejected_hold). Local watchdog (on transport.liveliness): no fresh
+chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the policy's
+period) -> hold (brake within limits, keep suction);
 the next fresh chunk resumes. compute(): ControlStack -> HardwareInterface.write().
 publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
