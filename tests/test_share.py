@@ -25,10 +25,10 @@ def test_shared_weights_give_identical_logits_and_a_smaller_folder(tiny_model_di
 
 def test_a_truncated_weights_file_is_a_clear_error_before_the_loop(tiny_model_dir, tmp_path):
     import pytest
-    from rtinfer.inference.backends.base import BackendError
+    from rtinfer.model.directory import ModelError
     shared = tmp_path / "shared"
     shutil.copytree(tiny_model_dir, shared)
     share_weights(shared)
     (shared / WEIGHTS).write_bytes((shared / WEIGHTS).read_bytes()[:100])
-    with pytest.raises(BackendError):
+    with pytest.raises(ModelError):  # the hash check, before any backend
         get_backend("onnx").load(ModelDir.load(shared), threads=1)
