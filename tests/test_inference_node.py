@@ -156,6 +156,38 @@ def test_prefix_cache_hits_while_the_instruction_is_unchanged(node_env):
     assert node.runner.counters["prefix_hits"] >= 2
 
 
+def test_same_host_slack_compares_the_stamps_as_they_are(node_env):
+    node, obs_pub, _, act, rng = node_env
+    obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    assert node.spin_once(1000)
+    first = _chunks(act, 1)[0].stamps
+    assert node.robot_clock is None and node.trace_sub is None  # ipc: one clock
+    assert node.slack_ns == node.budget.deadline_ns - (first["publish"] - first["capture"])
+    node._next_health = 0
+    node.spin_once(10)
+    health = next(e for e in iter(lambda: act.recv(500), None) if e.topic == "health")
+    assert health.body["gauges"]["slack_us"] == node.slack_ns / 1e3
+
+
+# --- configuration ----------------------------------------------------------------------------
+@pytest.mark.parametrize("field, value, says", [
+    ("health_hz", 0.0, "health_hz is 0.0"), ("health_hz", -1.0, "rate > 0"),
+    ("deadline_ms", 0.0, "deadline_ms is 0.0"), ("threads", 0, "at least 1 thread"),
+    ("temperature", 0.0, "temperature > 0"), ("drafter", "big", "use one of chunk, self, none"),
+    ("name", "", "name is empty")])
+def test_a_bad_config_is_refused_when_built_saying_what_and_the_fix(field, value, says):
+    with pytest.raises(ValueError, match=says):
+        InferenceNodeConfig(**{field: value})
+
+
+def test_the_cli_refuses_a_bad_config_with_a_usage_error(capsys):
+    from rtinfer.inference.node import main
+    with pytest.raises(SystemExit) as e:
+        main(["--model", "m", "--obs", "ipc:///tmp/o", "--actions", "ipc:///tmp/a",
+              "--deadline-ms", "0"])
+    assert e.value.code == 2 and "deadline_ms is 0.0" in capsys.readouterr().err
+
+
 # --- the real process -------------------------------------------------------------------------
 def test_node_process_streams_stamped_waypoints_over_ipc(tiny_model_dir, tmp_path):
     obs_ep, act_ep = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"

@@ -10,20 +10,28 @@ changes) -> decode one chunk (plain or speculative, per budget level) -> one
 (capture, ...) + obs_recv, first_token, publish. Also: `budget`/`command` in, `heartbeat`
 and `health` out at `health_hz`, a trace record per cycle. A bad obs is counted and
 dropped; the loop never dies of one. Single-threaded; `spin_once` blocks up to timeout_ms.
+
+Own slack = deadline - (first publish - capture), capture moved onto this node's clock.
+On one host (ipc/inproc/loopback obs endpoint) the clocks are one. Across hosts the
+robot's clock offset is bracketed by its `obs` (robot -> node) and its `trace` records of
+this node's waypoint 0 (node -> robot), both read on the obs endpoint (PeerClock); until
+both have been seen the slack is unknown, counted (slack_unknown) and not acted on.
 """
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from rtinfer.inference.budget import Budget, default_levels
+from rtinfer.inference.cycle import Cycle
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.transport.heartbeat import HeartbeatResponder
+from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import spin
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
@@ -32,6 +40,9 @@ from rtinfer.inference.runner import ChunkRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.wire import WireError, now_ns
+
+
+DRAFTERS = ("chunk", "self", "none")
 
 
 @dataclass
@@ -48,6 +59,19 @@ class InferenceNodeConfig:
     threads: int = 1
     trace_path: str | None = None
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str, fix: str) -> None:
+            if not ok:
+                raise ValueError(f"InferenceNodeConfig: {what}: {fix}")
+        need(bool(self.name), "name is empty", "give the node a name (it is the wire source)")
+        need(self.drafter in DRAFTERS, f"drafter {self.drafter!r} is unknown",
+             f"use one of {', '.join(DRAFTERS)}")
+        need(self.deadline_ms > 0, f"deadline_ms is {self.deadline_ms}", "use a deadline > 0 ms")
+        need(self.health_hz > 0, f"health_hz is {self.health_hz}", "use a rate > 0 Hz")
+        need(self.threads >= 1, f"threads is {self.threads}", "use at least 1 thread")
+        need(self.temperature > 0, f"temperature is {self.temperature}",
+             "use a temperature > 0 (1.0: the model's own distribution)")
 
 
 class InferenceNode:
@@ -69,17 +93,21 @@ class InferenceNode:
         self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx, curve=curve)
         self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
                                   curve=curve) if control_endpoint else None
+        # another host's robot: its clock is bracketed from its obs and traces (module doc)
+        self.robot_clock = None if same_host(obs_endpoint) else PeerClock()
+        self.trace_sub = None if self.robot_clock is None else \
+            Subscriber(obs_endpoint, ["trace"], ctx=ctx, curve=curve)
+        self._sent_ns: deque[int] = deque(maxlen=16)  # recent waypoint-0 publish stamps
         self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
         self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
         self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
-                                       "publish_dropped"), 0)
+                                       "publish_dropped", "slack_unknown"), 0)
         self.state, self.running = "run", True
+        self.slack_ns: int | None = None  # the last cycle's own slack (a gauge)
         self._next_health = 0
-        self._cycle_stamps: dict = {}
-        self._cycle = (0, 1)
-        self._first_publish: int | None = None
+        self._on_waypoint = self._publish_waypoint  # bound once: no allocation per cycle
 
     # --- loop -----------------------------------------------------------------------------
     def spin_once(self, timeout_ms: int = 50) -> bool:
@@ -110,44 +138,56 @@ class InferenceNode:
     def _infer(self, env, instr, obs) -> None:
         level = self.budget.level
         t_recv = env.stamps.get("recv", now_ns())
-        capture = env.stamps.get("capture")
-        stamps = carried_stamps(env.stamps, t_recv)
-        self._cycle_stamps, self._cycle = stamps, (env.seq, level.chunk)
-        self._first_publish = None
-        bins, t_first = self.runner.run(instr, obs, capture, level, self._publish_waypoint)
-        self._account(env, stamps, t_recv, t_first, now_ns(), len(bins), capture)
+        if self.robot_clock is not None:
+            self.robot_clock.from_peer(env.stamps["publish"], t_recv)
+        cycle = Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
+                      level, level.chunk)
+        bins = self.runner.run_cycle(cycle, instr, obs, self._on_waypoint)
+        self._account(cycle, t_recv, now_ns(), len(bins))
 
-    def _publish_waypoint(self, index: int, bins: np.ndarray) -> None:
-        cycle, count = self._cycle
+    def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:
         tokens = bins.astype(np.int32)
-        body = waypoint_body(cycle, index, count, tokens, self.tokenizer.decode(tokens),
+        body = waypoint_body(cycle.seq, index, cycle.count, tokens, self.tokenizer.decode(tokens),
                              self.model.tokenizer.hash, self.model.tokenizer.period_ns)
-        st = dict(self._cycle_stamps)
-        st["first_token"] = self.runner.first_token_ns
+        st = dict(cycle.stamps)
+        st["first_token"] = cycle.first_token_ns
         st["publish"] = now_ns()
-        if self._first_publish is None:
-            self._first_publish = st["publish"]
+        if cycle.first_publish_ns is None:
+            cycle.first_publish_ns = st["publish"]
+            self._sent_ns.append(st["publish"])
         if not self.pub.publish("action_chunk", body, st):
             self.counters["publish_dropped"] += 1
         self.counters["waypoints"] += 1
 
-    def _account(self, env, stamps, t_recv, t_first, t_end, n, capture) -> None:
-        st = self.decoder.stats
+    def _account(self, cycle: Cycle, t_recv: int, t_end: int, n: int) -> None:
+        st, t_first = self.decoder.stats, cycle.first_token_ns
         self.counters["cycles"] += 1
         self.hist["ttft"].record(t_first - t_recv)
         self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
         self.hist["cycle"].record(t_end - t_recv)
-        if capture is not None and self._first_publish is not None:
-            self.budget.update(self.budget.deadline_ns - (self._first_publish - capture))
+        slack = self._slack_ns(cycle)
+        if slack is not None:
+            self.slack_ns = slack
+            self.budget.update(slack)
         if self.trace is not None:
-            self.trace.write({"node": self.cfg.name, "cycle": env.seq,
-                              "stamps": {**stamps, "first_token": t_first, "end": t_end},
+            self.trace.write({"node": self.cfg.name, "cycle": cycle.seq,
+                              "stamps": {**cycle.stamps, "first_token": t_first, "end": t_end},
                               "fields": {"ttft_us": (t_first - t_recv) / 1e3,
                                          "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
                                          "tokens_per_pass": st.tokens_per_target_pass,
                                          "accepted_per_verify": st.accepted / max(st.verifies, 1),
                                          "level": float(self.budget.index),
                                          "skipped": float(self.obs_sub.counters["superseded"])}})
+
+    def _slack_ns(self, cycle: Cycle) -> int | None:
+        """deadline - (first publish - capture), capture on this node's clock; None if unknown."""
+        if cycle.capture is None or cycle.first_publish_ns is None:
+            return None
+        offset = 0 if self.robot_clock is None else self.robot_clock.offset_ns
+        if offset is None:  # another host's clock, not yet bracketed both ways
+            self.counters["slack_unknown"] += 1
+            return None
+        return self.budget.deadline_ns - (cycle.first_publish_ns - (cycle.capture - offset))
 
     # --- control, heartbeat, health -----------------------------------------------------
     def _housekeeping(self) -> None:
@@ -162,11 +202,20 @@ class InferenceNode:
                     self.running = False
                 else:
                     self.state = "hold" if env.body["cmd"] == "safe_hold" else "run"
+        if self.trace_sub is not None:
+            self._on_robot_trace(self.trace_sub.poll_latest(0).get("trace"))
         now = now_ns()
         if now >= self._next_health:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
+
+    def _on_robot_trace(self, env) -> None:
+        """The robot's trace of one of our waypoint 0s: a node -> robot message (its
+        publish on our clock, its recv on the robot's). Others' traces are ignored."""
+        st = env.body["stamps"] if env is not None else None
+        if st is not None and "recv" in st and st.get("publish") in self._sent_ns:
+            self.robot_clock.to_peer(st["publish"], st["recv"])
 
     def health(self) -> dict:
         """`health` body: counters (node, subscriber, drafters) and latency gauges (us)."""
@@ -177,10 +226,15 @@ class InferenceNode:
             c.update({f"{name}.{k}": v for k, v in d.stats.items()})
         g = {f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
              for k in self.hist for p in (50, 99)}
+        if self.slack_ns is not None:
+            g["slack_us"] = self.slack_ns / 1e3
+        offset = self.robot_clock.offset_ns if self.robot_clock is not None else None
+        if offset is not None:
+            g["robot_clock_offset_us"] = offset / 1e3
         return {"node": self.cfg.name, "state": self.state, "counters": c, "gauges": g}
 
     def close(self) -> None:
-        for s in (self.obs_sub, self.ctl_sub, self.pub, self.trace):
+        for s in (self.obs_sub, self.ctl_sub, self.trace_sub, self.pub, self.trace):
             if s is not None:
                 s.close()
 
@@ -192,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--actions", required=True, help="endpoint this node binds for actions")
     p.add_argument("--control", default=None, help="endpoint of budget/command messages")
     p.add_argument("--backend", default="onnx")
-    p.add_argument("--drafter", default="chunk", choices=["chunk", "self", "none"])
+    p.add_argument("--drafter", default="chunk", choices=DRAFTERS)
     p.add_argument("--name", default="infer")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--deadline-ms", type=float, default=100.0)
@@ -205,10 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     add_curve_arguments(p)
     a = p.parse_args(argv)
     curve = curve_from_args(p, a, binds=[a.actions], connects=[a.obs, a.control])
-    cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter, sample=a.sample,
-                     prefix_cache=not a.no_prefix_cache, deadline_ms=a.deadline_ms,
-                     auto_budget=a.budget,
-                     threads=a.threads, trace_path=a.trace)
+    try:
+        cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter,
+                                  sample=a.sample, prefix_cache=not a.no_prefix_cache,
+                                  deadline_ms=a.deadline_ms, auto_budget=a.budget,
+                                  threads=a.threads, trace_path=a.trace)
+    except ValueError as e:
+        p.error(str(e))
     node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
                          curve=curve)
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -5,12 +5,14 @@ inference node and offline evaluation run exactly the same code. Not thread-safe
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
 
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.model.directory import ModelDir
@@ -38,7 +40,6 @@ class ChunkRunner:
         self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores"), 0)
         self._instr_key, self._snaps = None, {}
         self._prev: tuple[np.ndarray, int] | None = None  # (bins (H', D), capture_ns)
-        self.first_token_ns = 0
 
     def reset(self) -> None:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""
@@ -68,11 +69,22 @@ class ChunkRunner:
 
     def run(self, instr: np.ndarray, obs: np.ndarray, capture_ns: int | None, level: BudgetLevel,
             on_waypoint: Callable[[int, np.ndarray], None] | None = None) -> tuple[np.ndarray, int]:
-        """Decode one chunk of level.chunk waypoints at level.depth. on_waypoint(index, bins)
-        fires as each waypoint is final. Returns (bins (chunk * D,) int64 view, first_token_ns)."""
-        md = self.model
+        """Offline form of run_cycle: on_waypoint(index, bins). Returns (bins, first_token_ns)."""
+        cycle = Cycle(0, {}, capture_ns, level, level.chunk)
+        return self._decode(cycle, instr, obs, on_waypoint), cycle.first_token_ns
+
+    def run_cycle(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray,
+                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> np.ndarray:
+        """Decode one chunk of cycle.level.chunk waypoints at cycle.level.depth; sets
+        cycle.first_token_ns before on_waypoint(cycle, index, bins) first fires (once per
+        waypoint, the moment it is final; bins is a reused view). Returns the chunk's bins
+        (chunk * D,) int64, a view valid until the next call."""
+        return self._decode(cycle, instr, obs, partial(on_waypoint, cycle) if on_waypoint else None)
+
+    def _decode(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray, on_waypoint) -> np.ndarray:
+        md, level, capture_ns = self.model, cycle.level, cycle.capture
         logits, pos = self._prefill(instr, obs)
-        self.first_token_ns = t_first = now_ns()  # waypoint callbacks stamp it
+        cycle.first_token_ns = now_ns()
         drafter = None if level.spec_len == 0 or self.drafter == "none" \
             else self.drafters[self.drafter]
         if isinstance(drafter, ChunkReuseDrafter):
@@ -86,4 +98,4 @@ class ChunkRunner:
                                    drafter=drafter, gamma=level.spec_len or None, dim=D,
                                    on_waypoint=on_waypoint)
         self._prev = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
-        return bins, t_first
+        return bins
