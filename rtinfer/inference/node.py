@@ -138,7 +138,7 @@ class InferenceNode:
     def _infer(self, env, instr, obs) -> None:
         level = self.budget.level
         t_recv = env.stamps.get("recv", now_ns())
-        if self.robot_clock is not None:
+        if self.robot_clock is not None and "publish" in env.stamps:
             self.robot_clock.from_peer(env.stamps["publish"], t_recv)
         cycle = Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
                       level, level.chunk)
