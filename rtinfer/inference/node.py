@@ -20,7 +20,6 @@ both have been seen the slack is unknown, counted (slack_unknown) and not acted 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections import deque
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.spin import spin
+from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.model.directory import ModelDir
 from rtinfer.inference.runner import ChunkRunner
@@ -268,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
                          curve=curve)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: node.stop())
+    stop_on_signals(node)
     print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)
     try:
         node.run(a.seconds)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 
 import yaml
@@ -32,7 +31,7 @@ import yaml
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.monitor.clocksync import OffsetEstimator
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.spin import spin
+from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.liveliness import Liveliness
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
@@ -259,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(a.config, deadline_ms=a.deadline_ms, name=a.name,
                       required=tuple(a.required) if a.required is not None else None)
     mon = Monitor(a.listen, a.control, cfg, curve=curve)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: mon.stop())
+    stop_on_signals(mon)
     print(f"{cfg.name}: ready (deadline {cfg.deadline_ms:g} ms)", flush=True)
     try:
         mon.run(a.seconds)

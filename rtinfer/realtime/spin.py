@@ -5,6 +5,7 @@ inference node and the monitor. The controller is paced by its RateKeeper instea
 """
 from __future__ import annotations
 
+import signal
 import time
 from typing import Protocol
 
@@ -14,6 +15,8 @@ class Spinnable(Protocol):
 
     def spin_once(self, timeout_ms: int) -> object: ...
 
+    def stop(self) -> None: ...
+
 
 def spin(node: Spinnable, seconds: float | None = None, timeout_ms: int = 50) -> None:
     """Call node.spin_once(timeout_ms) until node.running is False or `seconds` elapse
@@ -21,3 +24,10 @@ def spin(node: Spinnable, seconds: float | None = None, timeout_ms: int = 50) ->
     end = None if seconds is None else time.monotonic_ns() + int(seconds * 1e9)
     while node.running and (end is None or time.monotonic_ns() < end):
         node.spin_once(timeout_ms)
+
+
+def stop_on_signals(node: Spinnable) -> None:
+    """SIGINT and SIGTERM call node.stop(): the loop ends after the current spin_once, and
+    the caller's cleanup (reports, closing sockets) runs. Main thread only."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: node.stop())

@@ -191,14 +191,5 @@ def _installed_trt_version() -> str:
     return trt.__version__
 
 
-def _installed_trt_version() -> str:
-    try:
-        import tensorrt as trt
-    except ImportError:
-        raise BackendError("tensorrt is not installed; pass --trt-version for a dry run "
-                           "or install TensorRT (JetPack ships it)") from None
-    return trt.__version__
-
-
 if __name__ == "__main__":
     sys.exit(main())
