@@ -2,10 +2,14 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-HEAVY = ("torch", "onnxruntime", "tensorrt", "mujoco")
-LIGHT = ("controllers", "rtinfer.transport.wire", "rtinfer.transport.bus", "rtinfer.realtime.rate", "rtinfer.model.action_tokens",
-         "rtinfer.realtime.trace", "rtinfer.realtime.hist", "controllers.node", "controllers.stack")
+HEAVY = ("torch", "onnxruntime", "tensorrt", "mujoco", "rich")
+# every module of the robot-safe packages (docs/architecture.md), and the controllers
+LIGHT = tuple(sorted(
+    f"{pkg}.{p.stem}" if p.stem != "__init__" else pkg
+    for pkg in ("rtinfer.transport", "rtinfer.realtime", "rtinfer.model", "controllers")
+    for p in (Path(__file__).resolve().parents[1] / pkg.replace(".", "/")).glob("*.py")))
 
 
 def test_light_core_imports_no_heavy_package():
