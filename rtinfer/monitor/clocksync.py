@@ -9,8 +9,15 @@ One round trip, t0/t3 on the local (monitor) clock and t1/t2 on the remote node'
 Whatever the split of rtt between the two directions, the true offset lies within
 offset ± rtt/2. Queueing only ever adds delay, so of a window of recent samples the one
 with the smallest rtt is the least disturbed (the min-RTT filter of NTP's clock filter):
-it gives the estimate, and its rtt/2 is the stated uncertainty. Assumes both clocks tick
-at the same rate over the window (monotonic clocks drift ~ppm: microseconds a second).
+it gives the estimate, and its rtt/2 is the stated uncertainty.
+
+Stamps are moved by `correction_ns`: the estimate, or exactly 0 while offset ± uncertainty
+holds 0 (the rule of rtinfer.transport.heartbeat.PeerClock). On one host that interval
+always holds 0 (offset + rtt/2 = t1 - t0 >= 0 and offset - rtt/2 = t2 - t3 <= 0 on one
+clock), so one host's stamps are compared as they are, never shifted by a noisy estimate;
+across hosts, clocks closer than the round trips can tell apart are left alone too.
+Assumes both clocks tick at the same rate over the window (monotonic clocks drift ~ppm:
+microseconds a second).
 Pure arithmetic on ints, no clock reads; not thread-safe.
 """
 from __future__ import annotations
@@ -81,12 +88,22 @@ class OffsetEstimator:
     def rtt_ns(self) -> int:
         return self._best.rtt_ns if self._best else 0
 
+    @property
+    def correction_ns(self) -> float:
+        """What `to_local` subtracts: offset_ns, or 0.0 while the true offset may be 0
+        (|offset_ns| <= uncertainty_ns: one host, or clocks the round trips cannot tell
+        apart) or no sample has come yet."""
+        if self._best is None or abs(self.offset_ns) <= self.uncertainty_ns:
+            return 0.0
+        return self.offset_ns
+
     def to_local(self, remote_ns: int) -> int:
-        """A remote clock stamp expressed on the local clock."""
-        return int(remote_ns - self.offset_ns)
+        """A remote clock stamp expressed on the local clock (moved by correction_ns)."""
+        return int(remote_ns - self.correction_ns)
 
     def report(self) -> dict:
-        """offset/uncertainty/rtt in ms, sample count and rejects (for summaries)."""
-        return {"offset_ms": self.offset_ns / 1e6,
+        """offset, the correction applied to stamps, uncertainty and rtt in ms, sample count
+        and rejects (for summaries)."""
+        return {"offset_ms": self.offset_ns / 1e6, "applied_ms": self.correction_ns / 1e6,
                 "uncertainty_ms": self.uncertainty_ns / 1e6 if self.valid else None,
                 "rtt_ms": self.rtt_ns / 1e6, "samples": self.count, "rejected": self.rejected}

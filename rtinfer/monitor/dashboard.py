@@ -1,7 +1,10 @@
 """Live terminal dashboard: the latest `health` of every node, as one rich table.
 
 Listens to the endpoints of a running launch (robot, policy, monitor) and keeps only the
-newest health body per node; rendering reads those. Not on any real-time path.
+newest health body per node; rendering reads those. The monitor's figures are shown as its
+health states them, by the definitions of rtinfer.monitor.stages; once the monitor has
+stopped, its last health carries the same counts as its report (`final`). Not on any
+real-time path.
 """
 from __future__ import annotations
 
@@ -32,6 +35,24 @@ class Dashboard:
     def _get(self, node: str, kind: str, key: str, default=0):
         return self.latest.get(node, {}).get(kind, {}).get(key, default)
 
+    @property
+    def final(self) -> bool:
+        """The monitor's last health has come: its counts are those of its report."""
+        return self.latest.get("monitor", {}).get("state") == "stopped"
+
+    def _budget(self) -> str:
+        mon = lambda k, d=0: self._get("monitor", "counters", k, d)  # noqa: E731
+        requested = f"{mon('budget_requests')} requested"
+        if mon("budget_changes", None) is None:  # no policy node reports what it applied
+            return f"level {mon('level')} requested ({requested}; none reported applied)"
+        return f"level {mon('applied_level')}  ({mon('budget_changes')} applied, {requested})"
+
+    def _latency(self, stage: str, quantiles: tuple[str, ...], digits: int) -> str:
+        g = lambda q: self._get("monitor", "gauges", f"{stage}_{q}_ms")  # noqa: E731
+        text = " / ".join(f"{g(q):.{digits}f}" for q in quantiles) + " ms"
+        clamped = self._get("monitor", "counters", f"{stage}_clamped")
+        return text + (f"  ({clamped} clamped)" if clamped else "")
+
     def render(self) -> Table:
         now = time.monotonic()
         # from the controller's own health messages (their publish stamps), so the rate holds
@@ -45,19 +66,20 @@ class Dashboard:
         pol = lambda k: self._get("policy", "counters", k)  # noqa: E731
         drafted = pol("chunk.drafted") + pol("self.drafted")
         acc = (pol("chunk.accepted") + pol("self.accepted")) / drafted if drafted else None
-        t = Table(title=f"{self.title}  ({now - self.t0:.0f} s)", show_header=False)
+        final = "final, as the monitor's report" if self.final else f"{now - self.t0:.0f} s"
+        t = Table(title=f"{self.title}  ({final})", show_header=False)
         t.add_column("what", style="bold")
         t.add_column("value", justify="right")
         rows = [
             ("objects sorted / wrong / missed / dropped",
              f"{cell('correct')} / {cell('wrong')} / {cell('missed')} / {cell('dropped')}"),
             ("control loop rate", f"{self.loop_hz:.0f} Hz  (late ticks {self._get('controller', 'counters', 'late_ticks')})"),
-            ("e2e latency p50 / p99 / max",
-             f"{mon('gauges', 'e2e_p50_ms'):.1f} / {mon('gauges', 'e2e_p99_ms'):.1f} / "
-             f"{mon('gauges', 'e2e_max_ms'):.1f} ms"),
-            ("TTFT p50 / p99", f"{mon('gauges', 'ttft_p50_ms'):.2f} / {mon('gauges', 'ttft_p99_ms'):.2f} ms"),
-            ("deadline misses / cycles", f"{mon('counters', 'misses')} / {mon('counters', 'cycles')}"),
-            ("budget level (changes)", f"{mon('counters', 'level')} ({mon('counters', 'budget_changes')})"),
+            ("e2e p50 / p99 / max (applied chunks)", self._latency("e2e", ("p50", "p99", "max"), 1)),
+            ("TTFT p50 / p99", self._latency("ttft", ("p50", "p99"), 2)),
+            ("deadline misses / cycles",
+             f"{mon('counters', 'misses')} / {mon('counters', 'cycles')}  "
+             f"({mon('counters', 'late_cycles')} late waypoints: never applied, so in no e2e)"),
+            ("budget", self._budget()),
             ("holds (watchdog / ordered)",
              f"{self._get('controller', 'counters', 'holds')} / {mon('counters', 'holds')}"),
             ("speculative acceptance", "-" if acc is None else f"{acc:.2f}"),

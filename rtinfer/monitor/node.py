@@ -5,16 +5,22 @@
 
 Listens (SUB, connects) to every node's trace/health/heartbeat; binds the control
 endpoint (PUB) for `budget`, `command` and heartbeat pings. Per controller `trace`
-record: e2e = apply - capture, ttft = first_token - obs_recv, transport = recv -
-publish, apply_delay = apply - recv, obs_transport = obs_recv - capture, each into a
+record: each latency stage of rtinfer.monitor.stages (e2e = apply - capture, ...) into a
 LatencyHistogram. A record with fields.late_index (a waypoint the controller rejected past
-the deadline, never applied) is a miss with latency recv - capture. Cycles are told apart by
+the deadline, never applied) is a miss with latency recv - capture, and no stage sample
+(the figures and what each counts: rtinfer.monitor.stages.DEFINITIONS). Cycles are told apart by
 (node, cycle id, capture): a record counts a new cycle only if no earlier record of it did
 (a late tail of an applied cycle, or a late waypoint 1 whose waypoint 0 never came, counts
 right), and a cycle counts as missed at most once.
 Stamps of capture/recv/apply are on the trace node's clock and
 obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
-clock with the offsets estimated from heartbeat round trips before they are subtracted.
+clock with the offsets estimated from heartbeat round trips before they are subtracted,
+except where the estimate cannot be told from 0 (always on one host: stamps are then
+compared as they are; see rtinfer.monitor.clocksync).
+Budget: `requests` are the level changes this monitor asked for; `changes` are those the
+policy node applied, from its own health (`budget_switches`): a --no-budget node applies none.
+On exit the monitor publishes one last `health` (state "stopped") from the same summary it
+writes to --report, so a dashboard's final counts are the report's.
 Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
 the controller's own watchdog is; if this process dies the robot carries on safely.
 Single-threaded; spin_once blocks up to timeout_ms.
@@ -25,6 +31,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 
 import yaml
 
@@ -35,13 +42,14 @@ from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.liveliness import Liveliness
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
-from rtinfer.monitor.stages import POLICY_STAMPS, STAGES
+from rtinfer.monitor.stages import DEFINITIONS, POLICY_STAMPS, STAGES, is_late, stage_samples
 from rtinfer.transport.wire import Envelope, now_ns
 
 CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
 
 
 CYCLE_MEMORY = 256  # cycles remembered for counting each once (~13 s at 20 Hz)
+FINAL_HEALTH_S = 0.2  # after the last health: time for libzmq to send it before close
 
 
 class Monitor:
@@ -56,6 +64,7 @@ class Monitor:
         # per node, from the arrival times (monitor clock) of all its messages
         self.live = Liveliness(alive_periods=cfg.dead_after_periods)
         self.states: dict[str, str] = {}  # node -> the state of its latest health message
+        self.applied: dict[str, tuple[int, int]] = {}  # policy node -> (budget switches, level)
         self.clocks: dict[str, OffsetEstimator] = {}
         self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
                                        "echoes_foreign", "pings", "publish_dropped"), 0)
@@ -93,6 +102,9 @@ class Monitor:
             self._on_trace(body, t)
         elif env.topic == "health":
             self.states[name] = body["state"]
+            c = body["counters"]
+            if "budget_switches" in c:  # a policy node's own count of the levels it applied
+                self.applied[name] = (c["budget_switches"], c.get("budget_level", 0))
         elif "echo" in body:
             self._on_echo(name, body, t)
 
@@ -115,15 +127,15 @@ class Monitor:
         for k, v in st.items():
             est = policy if k in POLICY_STAMPS else robot
             local[k] = est.to_local(v) if est is not None else v
-        late = body.get("fields", {}).get("late_index") is not None
+        late = is_late(body)
         if late:
             self.counters["late_cycles"] += 1
         else:
-            for name, a, b in STAGES:
-                if a in local and b in local:
-                    self.hist[name].record(local[b] - local[a])
-                else:
-                    self.counters["trace_incomplete"] += 1
+            n = 0
+            for name, ns in stage_samples(local):
+                self.hist[name].record(ns)
+                n += 1
+            self.counters["trace_incomplete"] += len(STAGES) - n
         end = local.get("recv" if late else "apply")
         if "capture" in local and end is not None:
             e2e = end - local["capture"]
@@ -164,19 +176,41 @@ class Monitor:
             self._send("budget", {"level": self.policy.level, "reason": "periodic"})
             self._send("health", self.health())
 
-    def health(self) -> dict:
-        """`health` body for dashboards: the fleet view in counters and ms gauges (costs a
-        few ms of percentile work, so it goes out at the republish rate, not per message)."""
+    def budget(self) -> dict:
+        """The budget figures (DEFINITIONS): the level and changes requested, and the changes
+        and level the policy nodes applied (None while no policy node has reported them)."""
         p = self.policy
+        applied = list(self.applied.values())
+        return {"level": p.level, "requests": p.counters["budget_requests"],
+                "changes": sum(a[0] for a in applied) if applied else None,
+                "applied_level": max(a[1] for a in applied) if applied else None,
+                "slack_p99_ms": p.last_slack_p99_ms}
+
+    def health(self, state: str | None = None) -> dict:
+        """`health` body for dashboards: the fleet view in counters and ms gauges, the same
+        figures as summary() (costs a few ms of percentile work, so it goes out at the
+        republish rate, not per message). state: instead of "ok"/"holding" (the last
+        health says "stopped")."""
+        p, b = self.policy, self.budget()
         gauges = {}
         for stage in ("e2e", "ttft"):
             us = self.hist[stage].percentiles_us()
             gauges.update({f"{stage}_{q}_ms": us[q] / 1e3 for q in ("p50", "p99", "max")})
         counters = {"cycles": p.counters["cycles"], "misses": p.counters["misses"],
-                    "holds": p.counters["holds"], "budget_changes": p.counters["budget_changes"],
-                    "level": p.level, "nodes_alive": sum(s.alive for s in self.live.values())}
-        return {"node": self.cfg.name, "state": "holding" if p.holding else "ok",
+                    "late_cycles": self.counters["late_cycles"], "holds": p.counters["holds"],
+                    "budget_requests": b["requests"], "level": p.level,
+                    "nodes_alive": sum(s.alive for s in self.live.values()),
+                    **{f"{name}_clamped": h.clamped for name, h in self.hist.items()}}
+        if b["changes"] is not None:
+            counters.update(budget_changes=b["changes"], applied_level=b["applied_level"])
+        return {"node": self.cfg.name, "state": state or ("holding" if p.holding else "ok"),
                 "counters": counters, "gauges": gauges}
+
+    def publish_final(self) -> None:
+        """One last `health` (state "stopped"), then a moment for libzmq to send it (the
+        bus closes with LINGER 0). Call it after the last message was handled."""
+        self._send("health", self.health("stopped"))
+        time.sleep(FINAL_HEALTH_S)
 
     def _check_liveliness(self, now: int) -> list[str]:
         """Update alive flags (events on change); the required nodes that are dead."""
@@ -214,15 +248,14 @@ class Monitor:
                      "missed_periods": s.missed, "deaths": s.deaths,
                      "silent_s": (now - s.last_ns) / 1e9} for n, s in self.live.items()}
         return {"deadline_ms": self.cfg.deadline_ms, "cycles": p.counters["cycles"],
-                "misses": p.counters["misses"],
+                "misses": p.counters["misses"], "late_cycles": self.counters["late_cycles"],
                 "miss_rate": p.counters["misses"] / max(p.counters["cycles"], 1),
-                "budget": {"level": p.level, "changes": p.counters["budget_changes"],
-                           "slack_p99_ms": p.last_slack_p99_ms},
+                "budget": self.budget(),
                 "holds": p.counters["holds"], "clears": p.counters["clears"],
                 "holding": p.holding, "stages_ms": stages, "nodes": nodes,
                 "clocks": {n: e.report() for n, e in self.clocks.items()},
                 "counters": {**self.counters, **self.sub.counters},
-                "events": [e.to_dict() for e in p.events]}
+                "events": [e.to_dict() for e in p.events], "definitions": DEFINITIONS}
 
     def close(self) -> None:
         self.sub.close()
@@ -264,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         mon.run(a.seconds)
     finally:
         report = mon.summary()
+        mon.publish_final()
         mon.close()
         if a.report:
             with open(a.report, "w") as f:

@@ -90,7 +90,7 @@ class DeadlinePolicy:
         self.level = 0
         self.holding = False
         self.events: deque[Event] = deque(maxlen=cfg.max_events)
-        self.counters = dict.fromkeys(("cycles", "misses", "budget_changes", "holds", "clears",
+        self.counters = dict.fromkeys(("cycles", "misses", "budget_requests", "holds", "clears",
                                        "evaluations"), 0)
         self.consecutive_misses = 0
         self.last_slack_p99_ms: float | None = None
@@ -168,7 +168,7 @@ class DeadlinePolicy:
     def _set_level(self, level: int, now_ns: int, reason: str, vals: dict) -> Event:
         vals["from"], vals["to"] = self.level, level
         self.level, self._calm, self._n = level, 0, 0  # restart the window at the new level
-        self.counters["budget_changes"] += 1
+        self.counters["budget_requests"] += 1
         return self.event(now_ns, "budget", reason, vals)
 
     def _hold(self, now_ns: int, reason: str, vals: dict) -> Event:

@@ -1,7 +1,11 @@
 """`rtinfer report TRACE [--png OUT]`: per-stage latency table from a trace file.
 
 Each record's `stamps` (monotonic ns; see rtinfer.transport.wire) give a stage latency
-wherever both of its stamps exist; records are not merged across nodes. rich
+wherever both of its stamps exist, by the monitor's own definitions (rtinfer.monitor.stages):
+a late waypoint's record is a miss, not a stage sample; a sample outside [0, MAX_NS] is
+counted as clamped; a percentile is the sample at stages.rank. The trace's stamps are
+compared as they are (one host; the monitor corrects only a cross-host offset it can tell
+from 0). Records are not merged across nodes. rich
 and matplotlib are imported lazily: this module is for people, not the loop.
 Exit codes: 0 ok, 1 table printed but the PNG could not be written,
 2 unreadable/empty trace or no stage could be computed.
@@ -12,14 +16,17 @@ import os
 
 import numpy as np
 
-from rtinfer.monitor.stages import STAGES
+from rtinfer.monitor.stages import DEFINITIONS, MAX_NS, STAGES, is_late, rank, stage_samples
 from rtinfer.realtime.trace import read_trace
 
 COLUMNS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
+START = {name: a for name, a, _ in STAGES}  # each stage's start stamp (the PNG's time axis)
 
 
-def stage_latencies(records) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
-    """Per stage: (latencies ns int64, start stamps ns int64), and the record count."""
+def stage_latencies(records, late: list | None = None
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """Per stage: (latencies ns int64, start stamps ns int64), and the record count. Records
+    of late waypoints give no stage sample; they are appended to `late` when given."""
     lat: dict[str, list[int]] = {name: [] for name, _, _ in STAGES}
     start: dict[str, list[int]] = {name: [] for name, _, _ in STAGES}
     n = 0
@@ -28,37 +35,45 @@ def stage_latencies(records) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
         stamps = rec.get("stamps")
         if not isinstance(stamps, dict):
             continue
-        for name, a, b in STAGES:
-            t0, t1 = stamps.get(a), stamps.get(b)
-            if isinstance(t0, int) and isinstance(t1, int):
-                lat[name].append(t1 - t0)
-                start[name].append(t0)
+        if is_late(rec):
+            if late is not None:
+                late.append(rec)
+            continue
+        for name, ns in stage_samples(stamps):
+            lat[name].append(ns)
+            start[name].append(stamps[START[name]])
     as_arr = lambda d: {k: np.asarray(v, dtype=np.int64) for k, v in d.items() if v}  # noqa: E731
     return as_arr(lat), as_arr(start), n
 
 
 def summarize(lat_ns: np.ndarray) -> dict[str, float]:
-    """count and p50/p90/p99/p99.9/max in milliseconds (exact, not binned)."""
-    ms = lat_ns / 1e6
-    out = {col: float(np.percentile(ms, pct)) for col, pct in COLUMNS}
-    out["max"] = float(ms.max())
+    """count, clamped and p50/p90/p99/p99.9/max in milliseconds (exact samples, not binned;
+    clamped to [0, MAX_NS] and ranked as the monitor's histograms are)."""
+    ns = np.sort(lat_ns)
+    clamped = int(np.count_nonzero((ns < 0) | (ns > MAX_NS)))
+    ms = np.clip(ns, 0, MAX_NS) / 1e6
+    out = {col: float(ms[rank(pct, ms.size) - 1]) for col, pct in COLUMNS}
+    out["max"] = float(ms[-1])
     out["count"] = float(ms.size)
+    out["clamped"] = float(clamped)
     return out
 
 
-def _print_table(path: str, n_records: int, lat: dict[str, np.ndarray]) -> None:
+def _print_table(path: str, n_records: int, lat: dict[str, np.ndarray], n_late: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{os.path.basename(path)}: {n_records} records, latency in ms")
+    table = Table(title=f"{os.path.basename(path)}: {n_records} records, latency in ms",
+                  caption=f"{n_late} late-waypoint records: misses, in no stage "
+                          f"(misses: {DEFINITIONS['misses']}); clamped: {DEFINITIONS['clamped']}")
     table.add_column("stage")
-    for col in ("count", *(c for c, _ in COLUMNS), "max"):
+    for col in ("count", "clamped", *(c for c, _ in COLUMNS), "max"):
         table.add_column(col, justify="right")
     for name, _, _ in STAGES:
         if name in lat:
             s = summarize(lat[name])
             cells = [f"{s[c]:.3f}" for c, _ in COLUMNS] + [f"{s['max']:.3f}"]
-            table.add_row(name, str(int(s["count"])), *cells)
+            table.add_row(name, str(int(s["count"])), str(int(s["clamped"])), *cells)
     Console().print(table)
 
 
@@ -83,8 +98,9 @@ def write_png(png: str, lat: dict[str, np.ndarray], start: dict[str, np.ndarray]
 
 def main(trace_path: str, png: str | None = None) -> int:
     """Print the latency table for `trace_path`; write `png` if given. Returns an exit code."""
+    late: list[dict] = []
     try:
-        lat, start, n = stage_latencies(read_trace(trace_path))
+        lat, start, n = stage_latencies(read_trace(trace_path), late)
     except (OSError, ValueError) as exc:
         print(f"rtinfer report: cannot read trace {trace_path!r}: {exc}")
         return 2
@@ -95,7 +111,7 @@ def main(trace_path: str, png: str | None = None) -> int:
         pairs = ", ".join(f"{a}->{b}" for _, a, b in STAGES)
         print(f"rtinfer report: {n} records in {trace_path!r} but none has a stamp pair ({pairs})")
         return 2
-    _print_table(trace_path, n, lat)
+    _print_table(trace_path, n, lat, len(late))
     if png is None:
         return 0
     try:

@@ -1,11 +1,19 @@
-"""The latency stages of one cycle: the one list that the monitor, `rtinfer report` and the
-dashboard all compute, from the stamps named in docs/wire.md.
+"""The figures of one run, each defined once: the monitor, `rtinfer report` and the dashboard
+all compute them from here, from the stamps named in docs/wire.md.
 
 A stage's latency is ``stamps[end] - stamps[start]`` (monotonic ns). Stamps taken on the
 policy host are POLICY_STAMPS; every other stamp is taken on the robot host (the trace's
-sender). Across hosts the monitor moves both onto its own clock before subtracting.
+sender). On one host they are compared as they are; across hosts the monitor moves both
+onto its own clock first (rtinfer.monitor.clocksync). A record of a late waypoint
+(`is_late`) is a miss, never a stage sample. A sample outside [0, MAX_NS] is recorded at
+that bound and counted as clamped. A percentile is the sample at `rank` (HdrHistogram's
+rule, so the monitor's histogram and the report's exact arrays pick the same sample).
 """
 from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+from rtinfer.realtime.hist import DEFAULT_MAX_NS
 
 # (stage, start stamp, end stamp)
 STAGES = (
@@ -16,3 +24,37 @@ STAGES = (
     ("apply_delay", "recv", "apply"),
 )
 POLICY_STAMPS = frozenset({"obs_recv", "first_token", "publish"})
+MAX_NS = DEFAULT_MAX_NS  # a stage sample above this is a stall: recorded here, clamped
+
+# What each figure counts, in one line: reports carry these, the dashboard labels by them.
+DEFINITIONS = {
+    "cycles": "observations answered: distinct cycles (node, cycle id, capture) with a "
+              "controller trace record, applied or late, each counted once",
+    "misses": "cycles past the deadline: a waypoint that arrived late (rejected, never "
+              "applied, so in no e2e sample) or e2e above the deadline",
+    "e2e": "apply - capture of each applied chunk (late waypoints are misses, not e2e samples)",
+    "clamped": f"stage samples below 0 (stamps on two clocks moved apart) or above "
+               f"{MAX_NS / 1e9:g} s, recorded at that bound",
+    "budget_requests": "budget level changes the monitor requested",
+    "budget_changes": "budget level changes the policy node applied (its own and the "
+                      "monitor's; a --no-budget node applies none)",
+}
+
+
+def is_late(record: Mapping) -> bool:
+    """A trace record of a waypoint the controller rejected past the deadline (a miss)."""
+    fields = record.get("fields")
+    return isinstance(fields, Mapping) and fields.get("late_index") is not None
+
+
+def stage_samples(stamps: Mapping[str, int]) -> Iterator[tuple[str, int]]:
+    """(stage, end - start ns) for every stage whose two stamps are both ints in `stamps`."""
+    for name, a, b in STAGES:
+        t0, t1 = stamps.get(a), stamps.get(b)
+        if isinstance(t0, int) and isinstance(t1, int):
+            yield name, t1 - t0
+
+
+def rank(percentile: float, count: int) -> int:
+    """1-based rank of the sample that is the `percentile` of `count` sorted samples."""
+    return max(1, int(min(percentile, 100.0) * count / 100 + 0.5))
