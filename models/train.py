@@ -25,7 +25,6 @@ from .config import PolicyConfig
 from .data import Demos, load, split
 from .policy import Policy
 
-HELD_OUT_INSTRUCTIONS = ([2, 0, 1],)   # class -> bin permutations never seen in training
 
 
 def exit_weights(cfg: PolicyConfig) -> dict[int, float]:
@@ -123,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--init", default=None, help="warm start from this checkpoint (same vocab)")
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="class->bin permutation to hold out of training, e.g. 2,0,1 (repeatable)")
     a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    demos = load(a.data, exclude_instructions=HELD_OUT_INSTRUCTIONS)
+    held_out = [[int(x) for x in e.split(",")] for e in a.exclude]
+    demos = load(a.data, exclude_instructions=held_out)
     train, val = split(demos, 0.05, a.seed)
     if a.init:
         model = checkpoint.load(a.init).model
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     val_acc = evaluate_tokens(model, val)
     meta = {"tokenizer_config": demos.tokenizer_config, "obs_tokens_spec": demos.obs_tokens_spec,
             "train_rows": len(train), "val_rows": len(val), "held_out_instructions":
-            [list(h) for h in HELD_OUT_INSTRUCTIONS], "val_token_accuracy":
+            held_out, "val_token_accuracy":
             {str(d): round(x, 4) for d, x in val_acc.items()}, "train_seconds": round(dense_s, 1),
             "steps": a.steps, "batch": a.batch, "seed": a.seed, "data": [str(d) for d in a.data],
             "init": a.init, "balanced_instructions": True,

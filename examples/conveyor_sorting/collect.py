@@ -5,8 +5,8 @@
 
 With --policy (DAgger, Ross et al. 2011) the model drives the cell and the scripted expert,
 fed the same observations, labels every state the model visits; --beta is the fraction of
-steps that run the expert's chunk instead. The summary's counts are then the driving
-policy's own sorting result (with --beta 0: a lockstep evaluation for free).
+steps that run the expert's chunk instead. The summary's counts (overall and per_instruction)
+are then the driving policy's own sorting result (with --beta 0: a lockstep evaluation for free).
 
 Arrays (N = env steps over all episodes; no object arrays, so np.load needs no pickle):
   obs_tokens int32 (N, L), instruction_tokens int32 (N, C), action_tokens int32 (N, H, D),
@@ -27,7 +27,7 @@ from rich.progress import Progress
 
 from .config import EnvConfig
 from .env import ConveyorSortEnv
-from .evaluate import COUNTS
+from .evaluate import COUNTS, SUMMARY, instruction_key, parse_instructions
 from .expert import ScriptedExpert
 from .obs_tokens import ObsTokenizer, ObsTokenizerConfig
 
@@ -57,11 +57,14 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                                               "action_values", "objects", "gantry", "held", "reward",
                                               "episode", "step")}
     totals = dict.fromkeys(COUNTS, 0)
+    per_instruction: dict[str, dict] = {}
     with Progress(disable=not show_progress) as bar:
         task = bar.add_task("collecting", total=episodes)
         for ep in range(episodes):
             opts = {"instruction": instructions[ep % len(instructions)]} if instructions else None
             obs, _ = env.reset(seed=seed * 1_000_003 + ep, options=opts)
+            counts = per_instruction.setdefault(instruction_key(obs["instruction"]),
+                                                dict.fromkeys(COUNTS, 0))
             expert.reset()
             if policy is not None:
                 policy.reset()
@@ -88,11 +91,14 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                 k += 1
             for c in COUNTS:
                 totals[c] += info[c]
+                counts[c] += info[c]
             bar.update(task, advance=1, description=f"collecting ({totals['correct']} sorted)")
     resolved = totals["correct"] + totals["wrong"] + totals["missed"] + totals["dropped"]
     summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "noise_prob": noise_prob,
                "dagger": policy is not None, "beta": beta, "steps": len(rows["step"]), **totals,
-               "success_rate": totals["correct"] / resolved if resolved else 1.0}
+               "success_rate": totals["correct"] / resolved if resolved else 1.0,
+               "per_instruction": {k: {c: v[c] for c in SUMMARY[:-1]} | {"success_rate": _rate(v)}
+                                   for k, v in sorted(per_instruction.items())}}
     dtypes = {"reward": np.float32, "episode": np.int32, "step": np.int32}
     arrays = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in rows.items()}
     np.savez_compressed(
@@ -102,6 +108,11 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
         obs_tokens_spec=np.array(json.dumps(otok.cfg.spec())),
         cell_config=np.array(cfg.cell.to_json()), summary=np.array(json.dumps(summary)))
     return summary
+
+
+def _rate(counts: dict) -> float:
+    resolved = sum(counts[c] for c in ("correct", "wrong", "missed", "dropped"))
+    return counts["correct"] / resolved if resolved else 1.0
 
 
 def main(argv=None) -> None:
@@ -116,14 +127,18 @@ def main(argv=None) -> None:
     ap.add_argument("--policy", default=None, help="model directory that drives the cell (DAgger)")
     ap.add_argument("--beta", type=float, default=0.0, help="with --policy: expert step fraction")
     ap.add_argument("--instruction", action="append", default=[],
-                    help="class->bin permutation, e.g. 0,1,2 (repeatable; episodes cycle through)")
+                    help="class->bin permutation, e.g. 0,1,2, or 'all' for the six "
+                         "(repeatable; episodes cycle through)")
     a = ap.parse_args(argv)
     cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms)
     make_policy = None
     if a.policy:
         from .policy_adapter import model_factory
         make_policy = model_factory(a.policy)
-    instructions = [[int(x) for x in i.split(",")] for i in a.instruction] or None
+    try:
+        instructions = parse_instructions(a.instruction) if a.instruction else None
+    except ValueError as e:
+        raise SystemExit(f"collect: --instruction: {e}")
     print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m,
                              noise_prob=a.noise_prob, make_policy=make_policy, beta=a.beta,
                              instructions=instructions)))

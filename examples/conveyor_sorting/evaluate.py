@@ -2,10 +2,12 @@
 
 `run_policy` runs whole episodes (a new instruction each); `run_expert` runs the scripted
 expert until a number of objects has spawned. Both return summed metrics, success rate,
-throughput and sim speed.
+throughput and sim speed. `run_per_instruction` runs the same episode seeds once per
+instruction (class -> bin permutation) and reports success per instruction and overall.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
 from typing import Callable, Protocol
@@ -18,6 +20,40 @@ from .expert import ScriptedExpert
 from .metrics import Metrics
 
 COUNTS = ("spawned", "picked", "correct", "wrong", "missed", "dropped", "pool_exhausted")
+SUMMARY = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate")
+
+
+def all_instructions(num_classes: int = 3) -> list[list[int]]:
+    """Every class -> bin permutation, in lexicographic order (six for three classes)."""
+    return [list(p) for p in itertools.permutations(range(num_classes))]
+
+
+def instruction_key(perm) -> str:
+    """"2,0,1": how an instruction is named in results, card.json and on the CLI."""
+    return ",".join(str(int(c)) for c in perm)
+
+
+def parse_instructions(spec, num_classes: int = 3) -> list[list[int]] | None:
+    """None -> None (a seeded random instruction per episode); "all" -> every permutation;
+    "2,0,1" or a list of such strings / int lists -> those. ValueError names a bad one."""
+    if spec is None:
+        return None
+    items = [spec] if isinstance(spec, str) else list(spec)
+    if items == ["all"]:
+        return all_instructions(num_classes)
+    valid = all_instructions(num_classes)
+    out = []
+    for item in items:
+        try:
+            perm = [int(c) for c in item.split(",")] if isinstance(item, str) else \
+                [int(c) for c in item]
+        except ValueError:
+            perm = None
+        if perm not in valid:
+            raise ValueError(f"instruction {item!r} is not a permutation of "
+                             f"{instruction_key(range(num_classes))}; use e.g. 2,0,1 or 'all'")
+        out.append(perm)
+    return out
 
 
 class Policy(Protocol):
@@ -57,6 +93,29 @@ def run_policy(make_policy: Callable[[ConveyorSortEnv], Policy], *, episodes: in
             "belt_speed": cfg.cell.belt_speed, "spawn_interval_s": list(cfg.cell.spawn_interval_s)}
 
 
+def run_per_instruction(make_policy: Callable[[ConveyorSortEnv], Policy],
+                        instructions: list[list[int]], *, episodes: int,
+                        progress: Callable[[int], None] | None = None, **run_opts) -> dict:
+    """`episodes` episodes for each instruction, in lockstep: every instruction runs the same
+    episode seeds (the same scenes). Returns the summed counts and overall success_rate, plus
+    per_instruction {"2,0,1": counts + success_rate} and min_success_rate (the worst one)."""
+    per, total, done = {}, dict.fromkeys(COUNTS, 0), 0
+    for perm in instructions:
+        tick = None if progress is None else (lambda e, d=done: progress(d + e))
+        r = run_policy(make_policy, episodes=episodes, instructions=[perm], progress=tick,
+                       **run_opts)
+        per[instruction_key(perm)] = {k: r[k] for k in SUMMARY}
+        for k in COUNTS:
+            total[k] += r[k]
+        done += episodes
+    resolved = total["correct"] + total["wrong"] + total["missed"] + total["dropped"]
+    return {**total, "resolved": resolved,
+            "success_rate": total["correct"] / resolved if resolved else 1.0,
+            "episodes": episodes * len(instructions), "episodes_per_instruction": episodes,
+            "per_instruction": per,
+            "min_success_rate": min(v["success_rate"] for v in per.values())}
+
+
 def expert_factory(env: ConveyorSortEnv) -> ScriptedExpert:
     return ScriptedExpert(env.cfg.cell, env.tokenizer_cfg)
 
@@ -70,9 +129,14 @@ def run_expert(objects: int = 200, *, seed: int = 0, per_episode: int = 20,
 
 
 def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0,
-             belt_speed: float | None = None, progress=None, **policy_opts) -> dict:
-    """`rtinfer eval`: policy is "expert" or a model directory (see policy_adapter.py)."""
+             belt_speed: float | None = None, progress=None, instructions=None,
+             **policy_opts) -> dict:
+    """`rtinfer eval`: policy is "expert" or a model directory (see policy_adapter.py).
+    instructions: None (a seeded random instruction per episode), "all" or a list such as
+    ["2,0,1"]: then `episodes` episodes per instruction, with "per_instruction" success and
+    "min_success_rate" in the result (see run_per_instruction)."""
     cfg = EnvConfig()
+    perms = parse_instructions(instructions, cfg.cell.num_classes)
     if belt_speed is not None:
         cfg = replace(cfg, cell=replace(cfg.cell, belt_speed=belt_speed))
     if policy == "expert":
@@ -80,14 +144,17 @@ def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0
     else:
         from .policy_adapter import model_factory
         factory = model_factory(policy, **policy_opts)
-    r = run_policy(factory, episodes=episodes, per_episode=per_episode, seed=seed, cfg=cfg,
-                   progress=progress)
+    common = dict(episodes=episodes, per_episode=per_episode, seed=seed, cfg=cfg,
+                  progress=progress)
+    r = run_policy(factory, **common) if perms is None else \
+        run_per_instruction(factory, perms, **common)
     r["policy"] = policy
     return r
 
 
 def main(argv=None) -> None:
-    """`python -m examples.conveyor_sorting.evaluate`: the scripted expert's success."""
+    """`python -m examples.conveyor_sorting.evaluate`: the scripted expert's success; with
+    --policy, a model directory's (per instruction with --instructions all)."""
     import argparse
     import json
 
@@ -95,7 +162,19 @@ def main(argv=None) -> None:
     ap.add_argument("--objects", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--belt-speed", type=float, default=None)
+    ap.add_argument("--policy", default=None, help='"expert" or a model directory')
+    ap.add_argument("--episodes", type=int, default=4, help="with --policy: episodes (per instruction)")
+    ap.add_argument("--instructions", action="append", default=None,
+                    help='"all" or a permutation such as 2,0,1 (repeatable)')
     a = ap.parse_args(argv)
+    if a.policy or a.instructions:
+        try:
+            r = evaluate(a.policy or "expert", episodes=a.episodes, seed=a.seed,
+                         belt_speed=a.belt_speed, instructions=a.instructions)
+        except ValueError as e:
+            raise SystemExit(f"evaluate: {e}")
+        print(json.dumps(r, indent=1))
+        return
     cfg = EnvConfig()
     if a.belt_speed is not None:
         cfg = replace(cfg, cell=replace(cfg.cell, belt_speed=a.belt_speed))

@@ -8,8 +8,8 @@ the instruction (the copycat problem). Relabelling every carry state under every
 training instruction, with the expert's action for that instruction, makes the instruction
 the only way to predict the bin. States stay real (collected); only labels are recomputed.
 
-    python -m examples.conveyor_sorting.relabel demos.npz dart.npz --out relabel.npz \
-        --exclude 2,0,1
+    python -m examples.conveyor_sorting.relabel demos.npz dart.npz --out relabel.npz
+    python -m examples.conveyor_sorting.relabel ... --exclude 2,0,1   # hold an instruction out
 """
 from __future__ import annotations
 
