@@ -425,3 +425,46 @@ def test_node_liveliness_report_counts_missed_periods_deaths_and_alive():
     finally:
         mon.close()
         ctx.term()
+
+
+@pytest.mark.parametrize("auto_budget", [True, False], ids=["budget", "no-budget"])
+def test_budget_changes_are_those_the_node_applied_beside_the_requests(tiny_model_dir, tmp_path,
+                                                                      auto_budget):
+    """The monitor's `requests` are its own; `changes` are what the policy node says it applied:
+    a --no-budget node hears the request and applies none."""
+    from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl", "robot")}
+    robot = Publisher(eps["robot"], "sim")
+    mon = Monitor([eps["act"], eps["robot"]], eps["ctl"],
+                  MonitorConfig(ping_period_s=0.02, policy_node="infer", **BUDGET))
+    node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
+                         cfg=InferenceNodeConfig(name="infer", health_hz=20.0,
+                                                 auto_budget=auto_budget))
+    try:
+        end = time.monotonic() + 20
+        while "infer" not in mon.applied:  # the node's health has come
+            assert time.monotonic() < end, "no health from the inference node"
+            node.spin_once(5)
+            mon.spin_once(5)
+        cycle = 0
+        while mon.policy.level == 0:  # slack 5 ms: the monitor asks for a lower budget
+            assert time.monotonic() < end, "budget never lowered"
+            t, cycle = now_ns(), cycle + 1
+            robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {},
+                                    "stamps": {"capture": t - 95 * MS, "apply": t}})
+            mon.spin_once(5)
+        heard = node.ctl_sub.counters.get("received.budget", 0)
+        while node.ctl_sub.counters.get("received.budget", 0) == heard or \
+                mon.applied["infer"][0] != node.budget.switches:
+            assert time.monotonic() < end, "the node never heard the budget, or never said so"
+            node.spin_once(5)
+            mon.spin_once(5)
+        b = mon.summary()["budget"]
+        assert b["level"] == 1 and b["requests"] == 1
+        assert b["changes"] == (1 if auto_budget else 0)
+        assert b["applied_level"] == (1 if auto_budget else 0)
+        c = mon.health()["counters"]
+        assert (c["budget_requests"], c["budget_changes"]) == (b["requests"], b["changes"])
+    finally:
+        for s in (node, mon, robot):
+            s.close()
