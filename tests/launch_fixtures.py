@@ -62,3 +62,44 @@ def echo_args(argv: list[str]) -> int:
 
 
 NOT_CALLABLE = 42  # a top-level name that is not a function
+
+
+def bind_forever(argv: list[str]) -> int:
+    """argv: [pidfile, endpoint]. Binds a ZeroMQ PUB there, then records its pid and sleeps.
+    SIGTERM kills it at once (the default action), so its ipc socket file is left behind,
+    as after a SIGKILL."""
+    import zmq
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.bind(argv[1])
+    _append(argv[0], str(os.getpid()))
+    while True:
+        time.sleep(0.1)
+
+
+def _load_config(key: str) -> None:
+    raise ValueError(f"bad config key {key!r}")
+
+
+def raise_error(argv: list[str]) -> int:
+    """argv: [startsfile]. Records a start, then dies of a ValueError with a traceback."""
+    _append(argv[0], str(time.monotonic()))
+    print("raise_error: reading the config", flush=True)
+    _load_config("windw")
+    return 0
+
+
+def fail_once(argv: list[str]) -> int:
+    """argv: [startsfile]. The first start exits 4; later starts run until signalled."""
+    _append(argv[0], str(time.monotonic()))
+    if len(Path(argv[0]).read_text().split()) == 1:
+        return 4
+    while True:
+        time.sleep(0.1)
+
+
+def print_report(argv: list[str]) -> int:
+    """argv: [reportfile]. Prints a 42-line JSON report (as the sim does), writes it, exits 0."""
+    text = json.dumps({f"figure_{i}": i for i in range(40)}, indent=1)
+    Path(argv[0]).write_text(text)
+    print(text, flush=True)
+    return 0

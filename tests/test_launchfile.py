@@ -231,3 +231,69 @@ def test_every_shipped_launch_file_checks_from_the_command_line():
                              capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 0, out.stdout + out.stderr
         assert ": ok (" in out.stdout
+
+
+# Issue 15, item 6: each of these passed --check (or was accepted) before.
+
+def test_a_typo_in_the_monitor_section_is_refused_with_its_line(tmp_path):
+    p = write(tmp_path, GOOD.replace("actions: tcp://127.0.0.1:5599", "actions: ipc")
+              + "monitor:\n  policy_node: a\n  windw: 50\n  window: fifty\n")
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'windw')}: monitor.windw: unknown monitor key 'windw'; " \
+           "did you mean 'window'?" in msg
+    assert f"{p}:{line_of(p, 'fifty')}: monitor.window: monitor.window must be an integer" in msg
+    msg = error_of(ROOT / "launch" / "conveyor_expert.yaml", overrides={"monitor.windw": "3"})
+    assert "monitor.windw (--set monitor.windw=3): unknown monitor key 'windw'" in msg
+
+
+def test_set_of_an_unknown_variable_is_refused_with_a_suggestion(tmp_path):
+    p = good(tmp_path)
+    msg = error_of(p, overrides={"vars.modle": "m2", "rates.policy_hzz": "5"})
+    assert f"{p}:{line_of(p, 'vars:')}: vars.modle (--set vars.modle=m2): unknown variable " \
+           "'modle'; did you mean vars.model?" in msg
+    assert "unknown rate 'policy_hzz'; did you mean rates.policy_hz?" in msg
+
+
+def test_non_positive_deadline_seconds_and_rates_are_refused(tmp_path):
+    p = good(tmp_path)
+    msg = error_of(p, overrides={"deadline_ms": "-5", "seconds": "0", "rates.policy_hz": "0"})
+    assert f"{p}:{line_of(p, 'deadline_ms')}: deadline_ms (--set deadline_ms=-5): " \
+           "deadline_ms must be > 0 (the end-to-end deadline in ms), got -5" in msg
+    assert "seconds must be > 0" in msg and "rates.policy_hz must be > 0" in msg
+    p = good(tmp_path, ("    priority: 10\n", "    priority: 10\n    stop_grace_s: -1\n"))
+    assert "stop_grace_s must be >= 0" in error_of(p)
+
+
+def test_a_bad_port_is_one_problem_without_follow_on_reference_errors(tmp_path):
+    p = good(tmp_path, ("  obs: ipc\n", "  obs: tcp://127.0.0.1:99999\n"))
+    msg = error_of(p)
+    assert "(1 problem)" in msg and "unknown reference" not in msg, msg
+    assert f"{p}:{line_of(p, '99999')}: endpoints.obs: bad endpoint 'tcp://127.0.0.1:99999': " \
+           "port 99999 is outside 1..65535" in msg
+
+
+def test_an_explicit_ipc_path_over_the_sun_path_limit_is_refused(tmp_path):
+    long = "ipc:///tmp/" + "x" * 120
+    p = good(tmp_path, ("  obs: ipc\n", f"  obs: {long}\n"))
+    assert f"{p}:{line_of(p, long)}: endpoints.obs: ipc endpoint 'obs' is over the 107-byte" \
+           in error_of(p)
+
+
+def test_check_finds_a_node_module_in_the_working_directory_as_the_run_does(tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "mynode.py").write_text("def main(argv):\n    print('mynode ran')\n")
+    (tmp_path / "l.yaml").write_text("endpoints: {obs: ipc}\nnodes:\n"
+                                     "  - name: a\n    entry: mynode:main\n")
+    rtinfer = Path(sys.executable).parent / "rtinfer"  # the console script: bin/ is sys.path[0]
+    check = subprocess.run([str(rtinfer), "launch", "l.yaml", "--check"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "l.yaml: ok (a)" in check.stdout, check.stderr
+    run = subprocess.run([str(rtinfer), "launch", "l.yaml", "--run-dir", "run"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "[a] mynode ran" in run.stdout, run.stdout + run.stderr
+    (tmp_path / "mynode.py").unlink()
+    check = subprocess.run([str(rtinfer), "launch", "l.yaml", "--check"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 2 and "l.yaml:4: nodes[0].entry: module 'mynode' not found" \
+        in check.stderr

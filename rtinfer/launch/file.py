@@ -56,8 +56,10 @@ import difflib
 import re
 from pathlib import Path
 
+from rtinfer.launch.runs import SUN_PATH_MAX, ipc_path
 from rtinfer.launch.spec import REF, Endpoint, LaunchSpec, NodeSpec, RestartPolicy, as_text
-from rtinfer.launch.yaml_lines import LaunchError, Report, check_entry, check_fields, compose_file, is_type
+from rtinfer.launch.yaml_lines import (TYPE_NAMES, LaunchError, Report, annotation_types, check_entry,
+                                       check_fields, compose_file, dataclass_fields, is_type)
 
 TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
             "deadline_ms": float, "seconds": float, "rates": dict, "vars": dict,
@@ -72,6 +74,9 @@ ENDPOINT_KEYS = {"url": str, "curve": (str, bool), "server_key": str, "allow": s
 HOST_KEYS = {"address": str, "description": str}
 TCP = re.compile(r"^tcp://([^:/]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
 SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config", "curve_map")
+# The `monitor:` section is this dataclass's fields, read from its source (not imported:
+# rtinfer.monitor sits beside rtinfer.launch, and no node code runs in the launcher).
+MONITOR_CONFIG = "rtinfer.monitor.policy:MonitorConfig"
 
 
 def _section(data: dict, key: str, t: type):
@@ -87,17 +92,23 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     overrides: {"deadline_ms": "50", "vars.model": "...", "rates.policy_hz": "10", ...},
     each value parsed as YAML, applied before validation (reported as line 0).
     """
-    data, marks = compose_file(path, overrides)
-    r = Report(str(path), marks)
+    data, r = compose_file(path, overrides)
     check_fields(r, data, (), TOP_KEYS, required=("endpoints", "nodes"))
     if data.get("version", 1) != 1:
         r.err(("version",), "unsupported version; this launcher reads version: 1")
+    for key, what in (("deadline_ms", "the end-to-end deadline in ms"),
+                      ("seconds", "how long the run lasts")):
+        if is_type(data.get(key), float) and data[key] <= 0:
+            r.err((key,), f"{key} must be > 0 ({what}), got {data[key]!r}")
     rates, vars_, hosts = _section(data, "rates", dict), _section(data, "vars", dict), \
         _section(data, "hosts", dict)
     for sect, values, t in (("rates", rates, float), ("vars", vars_, (int, float, str, bool))):
         for k, x in values.items():
             if not is_type(x, t):
                 r.err((sect, k), f"{sect}.{k} must be {'a number' if t is float else 'a scalar'}")
+            elif sect == "rates" and x <= 0:
+                r.err((sect, k), f"rates.{k} must be > 0 (a rate in Hz), got {x!r}")
+    _check_monitor(r, _section(data, "monitor", dict))
     for h, body in hosts.items():
         check_fields(r, body, ("hosts", h), HOST_KEYS)
     endpoints = _endpoints(r, _section(data, "endpoints", dict))
@@ -114,6 +125,25 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
                       monitor=dict(data.get("monitor") or {}))
 
 
+def _check_monitor(r: Report, monitor: dict) -> None:
+    """Unknown keys (with a "did you mean") and simple types of the `monitor:` section."""
+    fields = dataclass_fields(MONITOR_CONFIG)
+    if fields is None:
+        return  # the monitor's source is not here (a robot-only install): the node checks
+    for key, value in monitor.items():
+        if key not in fields:
+            near = difflib.get_close_matches(key, fields, n=1)
+            r.err(("monitor", key), f"unknown monitor key {key!r}; "
+                  + (f"did you mean {near[0]!r}?" if near else
+                     f"the keys are the fields of {MONITOR_CONFIG}: {', '.join(fields)}"))
+            continue
+        types = annotation_types(fields[key])
+        if types is not None and not is_type(value, types):
+            want = " or ".join(TYPE_NAMES[t] for t in dict.fromkeys(types))
+            r.err(("monitor", key), f"monitor.{key} must be {want} ({MONITOR_CONFIG}."
+                                    f"{key}: {fields[key]}), got {value!r}")
+
+
 def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
     out: dict[str, Endpoint] = {}
     seen: dict[str, str] = {}
@@ -125,9 +155,18 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
             continue
         url = body["url"]
         tcp = TCP.match(url)
-        if not (url == "ipc" or url.startswith("ipc:///") or tcp and 0 < int(tcp.group(2)) < 65536):
+        if tcp and not 0 < int(tcp.group(2)) < 65536:
+            r.err(path, f"bad endpoint {url!r}: port {int(tcp.group(2))} is outside 1..65535")
+            continue
+        if not (url == "ipc" or url.startswith("ipc:///") or tcp):
             r.err(path, f"bad endpoint {url!r}: use ipc (a path in the run directory), "
                         "ipc:///absolute/path or tcp://HOST:PORT")
+            continue
+        too_long = (url == "ipc" and len(ipc_path("/", name).encode()) > SUN_PATH_MAX
+                    or url.startswith("ipc:///") and len(url[6:].encode()) > SUN_PATH_MAX)
+        if too_long:
+            r.err(path, f"ipc endpoint {name!r} is over the {SUN_PATH_MAX}-byte limit of a "
+                        "unix socket path; use a shorter " + ("name" if url == "ipc" else "path"))
             continue
         where = url if url != "ipc" else f"ipc:{name}"  # "ipc" is per name: unique
         if where in seen:
@@ -185,11 +224,20 @@ def _nodes(r: Report, data: list, hosts: dict) -> list[NodeSpec]:
             name=name, entry=body["entry"], args=tuple(as_text(a) for a in args), host=host,
             cpus=tuple(cpus) if cpus else None, priority=prio if is_type(prio, int) else None,
             required=body.get("required", True), restart=_restart(r, path, body.get("restart")),
-            after=tuple(after), stop_grace_s=float(body.get("stop_grace_s", 5.0)),
+            after=tuple(after), stop_grace_s=_grace(r, path, body.get("stop_grace_s", 5.0)),
             curve_secret=body.get("curve_secret"), line=r.line(path)))
     if not data:
         r.err(("nodes",), "no nodes: list at least one")
     return out
+
+
+def _grace(r: Report, path: tuple, value) -> float:
+    if not is_type(value, float):
+        return 5.0  # check_fields has reported it
+    if value < 0:
+        r.err(path + ("stop_grace_s",), "stop_grace_s must be >= 0 (seconds from SIGTERM "
+                                        "to SIGKILL)")
+    return float(value)
 
 
 def _restart(r: Report, path: tuple, value) -> RestartPolicy:
@@ -235,7 +283,9 @@ def _order(r: Report, nodes: list[NodeSpec]) -> list[NodeSpec]:
 def _check_references(r: Report, nodes: list[NodeSpec], endpoints: dict, data: dict) -> None:
     known = set(SCALARS) | {"node.name", "node.curve_secret"}
     known |= {f"{s}.{k}" for s in ("vars", "rates") for k in _section(data, s, dict)}
-    known |= {f"endpoints.{e}{x}" for e in endpoints for x in ("", ".server_key", ".allow")}
+    # every endpoint named in the file, valid or not: a bad one is reported once, where it is
+    named = _section(data, "endpoints", dict)
+    known |= {f"endpoints.{e}{x}" for e in named for x in ("", ".server_key", ".allow")}
     raw = _section(data, "nodes", list)
     used_on: dict[str, set] = {}
     for node in nodes:
@@ -253,6 +303,6 @@ def _check_references(r: Report, nodes: list[NodeSpec], endpoints: dict, data: d
                     r.err(("nodes", i, "args", j), "${seconds} is used but no top-level "
                                                    "seconds: is set")
     for name, hosts in used_on.items():
-        if endpoints[name].url.startswith("ipc") and len(hosts - {None}) > 1:
+        if name in endpoints and endpoints[name].url.startswith("ipc") and len(hosts - {None}) > 1:
             r.err(("endpoints", name), f"ipc endpoint {name!r} is used by nodes on hosts "
                   f"{', '.join(sorted(hosts - {None}))}; ipc works within one host: use tcp://")

@@ -1,7 +1,12 @@
 """One supervised node process (its own process group) and the launcher's log console.
 
-`NodeProcess` is driven from the supervisor's thread only; its log reader thread only
-touches the `Console`, which is thread-safe (one lock around print + file write).
+`NodeProcess` is driven from the supervisor's thread only; its log reader thread touches
+the `Console` (thread-safe: one lock around print + file write) and `last_error` /
+`last_line`, which the supervisor reads only after the reader is joined.
+
+Every line a node prints goes to its log. The console gets the same lines except two kinds
+of block, which it gets as one line each: a Python traceback (its final ``Error: message``
+line and the log's path) and a multi-line JSON document (a report; the sim prints its own).
 """
 from __future__ import annotations
 
@@ -16,6 +21,11 @@ from pathlib import Path
 from typing import Callable
 
 from rtinfer.launch.spec import NodeSpec
+
+
+TRACEBACK = "Traceback (most recent call last):"
+CHAINED = ("During handling of the above exception, another exception occurred:",
+           "The above exception was the direct cause of the following exception:")
 
 
 class Console:
@@ -60,6 +70,12 @@ class NodeProcess:
         self.restarts = 0
         self.restart_times: deque[float] = deque()
         self.last_exit: int | None = None
+        self.started_at = 0.0                 # monotonic start of the current process
+        self.last_error: str | None = None    # last traceback's final line (this process)
+        self.last_line: str | None = None     # last non-empty output line (this process)
+        self.failures = 0                     # failed exits, over the whole run
+        self.failure: str | None = None       # the last one: "exit code 1: ValueError: ..."
+        self.up_at_stop = 0.0                 # up_for() when the launch stopped it
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "rtinfer.launch.child", "--name", self.name,
@@ -76,6 +92,7 @@ class NodeProcess:
             self.restarts += 1
             self.restart_times.append(now)
         self.first_start = min(self.first_start, now)
+        self.started_at, self.last_error, self.last_line = now, None, None
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # start_new_session: the node leads its own process group (killpg reaches its
         # children) and a terminal's Ctrl-C reaches only the launcher, which forwards it.
@@ -90,9 +107,40 @@ class NodeProcess:
         self.reader.start()
 
     def _pump(self, stream) -> None:
+        block: str | None = None  # "traceback" | "json" while inside one
+        lines = 0
         with stream, open(self.log_path, "a", buffering=1) as log:
             for raw in stream:
-                self.console.line(self.name, raw.decode(errors="replace").rstrip("\n"), log)
+                text = raw.decode(errors="replace").rstrip("\n")
+                if text.strip():
+                    self.last_line = text.strip()
+                if block is None and (text == TRACEBACK or text in ("{", "[")):
+                    block, lines = ("traceback" if text == TRACEBACK else "json"), 0
+                if block is None:
+                    self.console.line(self.name, text, log)
+                    continue
+                log.write(text + "\n")
+                lines += 1
+                if block == "json" and text in ("}", "]"):
+                    self.console.line(self.name, f"(printed {lines} lines of JSON: see "
+                                                 f"{self.log_path})")
+                    block = None
+                elif block == "traceback" and text and not text[0].isspace() \
+                        and text != TRACEBACK and text not in CHAINED:
+                    self.last_error = text.strip()  # "ValueError: what went wrong"
+                    self.console.line(self.name, f"{self.last_error} (traceback in "
+                                                 f"{self.log_path})")
+                    block = None
+            if block is not None:  # the stream ended inside a block (the node died)
+                self.console.line(self.name, f"(output cut short: see {self.log_path})")
+
+    def reason(self) -> str:
+        """What the node's last process said before it ended: its exception, else its last line."""
+        return self.last_error or self.last_line or "no output"
+
+    def up_for(self, now: float) -> float:
+        """Seconds the current process has been running (0 when none is)."""
+        return now - self.started_at if self.state == "running" else 0.0
 
     def poll(self) -> int | None:
         """The exit status if the running process has just exited (once), else None."""
@@ -121,6 +169,7 @@ class NodeProcess:
 
     def stop(self, hurry: Callable[[], bool]) -> None:
         """SIGTERM the group, wait up to stop_grace_s (less if hurry()), SIGKILL the group."""
+        self.up_at_stop = self.up_for(time.monotonic())
         if self.state == "running":
             self._signal(signal.SIGTERM)
             deadline = time.monotonic() + self.spec.stop_grace_s

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rtinfer.launch.runs import ipc_path
 from rtinfer.launch.yaml_lines import LaunchError
 
 REF = re.compile(r"\$\{([^}]*)\}")  # a ${name} reference in a node argument
@@ -32,13 +33,13 @@ class RestartPolicy:
 @dataclass(frozen=True)
 class Endpoint:
     name: str
-    url: str                     # "ipc" means ipc://<run_dir>/<name>, resolved per run
+    url: str                     # "ipc": ipc://<run_dir>/<name> (rtinfer.launch.runs.ipc_path)
     curve: bool = False
     server_key: str | None = None
     allow: str | None = None
 
     def address(self, run_dir: str | Path) -> str:
-        return f"ipc://{Path(run_dir).resolve()}/{self.name}" if self.url == "ipc" else self.url
+        return f"ipc://{ipc_path(run_dir, self.name)}" if self.url == "ipc" else self.url
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ class LaunchSpec:
             v[f"endpoints.{e.name}.server_key"] = e.server_key or ""
             v[f"endpoints.{e.name}.allow"] = e.allow or ""
         return v
+
+    def endpoints_used(self, nodes) -> list[str]:
+        """Names of the endpoints that `nodes`' args refer to (what a launcher of them holds)."""
+        refs = {m.group(1).strip() for n in nodes for a in n.args for m in REF.finditer(a)}
+        return [e for e in self.endpoints if any(r == f"endpoints.{e}" for r in refs)]
 
     def curve_map(self, run_dir: str | Path) -> dict:
         """{address: {"server_key", "allow"}} of the CURVE endpoints (written to curve.json)."""

@@ -18,8 +18,18 @@ that fails for good ends it with exit 1. When no node is left running or waiting
 restart, the launch ends (exit 1 if any failed). SIGINT/SIGTERM (once) or the --seconds bound
 stop the nodes in reverse start order: SIGTERM to the group, `stop_grace_s`, then
 SIGKILL to the group; a second signal skips the grace. Leftover members of a node's group
-are SIGKILLed when the node exits. Exit status: 0 clean stop, 1 required node failed,
-2 invalid launch file or setup.
+are SIGKILLed when the node exits.
+
+Exit status: 0 clean stop; 1 a required node failed for good (or every node exited, some
+failed); 2 invalid launch file or setup (nothing started); 3 the run ended normally but a
+node failed for good (restarts exhausted) or never became healthy (it failed and was not
+back up for RECOVERED_S when the run ended). Each failed node gets one line,
+``node 'N' FAILED: why (last exit: the exception's line); log PATH``; the traceback is only
+in the node's log.
+
+Runs: the default run directory is new for every run (rtinfer.launch.runs.make_run_dir);
+a run directory or endpoint held by another live launcher is refused before any node
+starts, and a stale ipc socket file left by a killed run is reused (rtinfer.launch.runs).
 
 Limits: a grandchild that calls setsid() leaves its node's group and is not tracked; if
 the launcher is SIGKILLed, nodes get SIGTERM from the kernel (PR_SET_PDEATHSIG) but their
@@ -32,15 +42,19 @@ import json
 import signal
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 from rtinfer.launch.file import load
+from rtinfer.launch.runs import Claim, make_run_dir
 from rtinfer.launch.spec import LaunchSpec
 from rtinfer.launch.process import Console, NodeProcess
 from rtinfer.launch.yaml_lines import LaunchError
 
 POLL_S = 0.05  # supervision tick: exit detection and restart latency, not a control loop
+RECOVERED_S = 2.0  # a node that failed counts as healthy again once up this long
+DEGRADED = 3  # exit status: the run ended normally, but a node failed or never got healthy
+# Files in the run directory that are the launcher's own, not a node's report.
+OWN_FILES = {"monitor.json", "curve.json", "launch_summary.json"}
 
 
 class Supervisor:
@@ -105,6 +119,9 @@ class Supervisor:
         if rc is None:
             return
         reason = p.describe_exit(rc)
+        if rc != 0:
+            p.failures += 1
+            p.failure = f"{reason}: {p.reason()}"
         if rc == 0:
             p.state = "done"
             self.console.say(f"node {p.name!r} finished ({reason})")
@@ -130,13 +147,37 @@ class Supervisor:
         for p in reversed(sorted(self.procs, key=lambda q: q.first_start)):
             p.stop(lambda: self.hurry)
 
+    def _verdict(self, p: NodeProcess) -> str | None:
+        """Why `p` failed this run (None: it did not), for its FAILED line."""
+        if p.state == "failed":
+            if p.spec.restart.policy == "on-failure":
+                return f"exhausted its restarts ({p.restarts} of {p.spec.restart.max_restarts})"
+            return "failed (restart: never)"
+        if p.failures and p.state != "done" and p.up_at_stop < RECOVERED_S:
+            return (f"never became healthy ({p.failures} failures, {p.restarts} restarts; "
+                    f"not back up for {RECOVERED_S:g} s when the run ended)")
+        return None
+
     def _summary(self) -> None:
+        failed = {p.name: f"{why} (last exit: {p.failure})" for p in self.procs
+                  if (why := self._verdict(p))}
+        if failed and self.exit_code == 0:
+            self.exit_code = DEGRADED
         nodes = {p.name: {"state": p.state, "restarts": p.restarts, "last_exit": p.last_exit}
                  for p in self.procs}
-        summary = {"exit_code": self.exit_code, "reason": self.stop_reason, "nodes": nodes}
+        summary = {"exit_code": self.exit_code, "reason": self.stop_reason, "nodes": nodes,
+                   "failed": failed, "run_dir": str(self.run_dir)}
         (self.run_dir / "launch_summary.json").write_text(json.dumps(summary, indent=1))
         self.console.say(f"exit {self.exit_code}: " + ", ".join(
             f"{n} {v['state']} ({v['restarts']} restarts)" for n, v in nodes.items()))
+        for p in self.procs:
+            if p.name in failed:
+                self.console.say(f"node {p.name!r} FAILED: {failed[p.name]}; log {p.log_path}")
+        reports = sorted(f.name for f in self.run_dir.iterdir() if f.is_file()
+                         and f.suffix in (".json", ".trace") and f.name not in OWN_FILES)
+        self.console.say(f"run directory {self.run_dir}: "
+                         + (f"reports {', '.join(reports)}; " if reports else "")
+                         + "each node's full output in NODE.log")
         self.console.close()
 
 
@@ -157,19 +198,26 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
     if check:
         print(f"{path}: ok ({', '.join(n.name for n in nodes)})")
         return 0
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    rd = Path(run_dir or spec.run_dir or f"runs/{spec.name}-{stamp}").resolve()
+    explicit = run_dir or spec.run_dir
+    existed = explicit is not None and Path(explicit).exists()
+    rd = make_run_dir(explicit, spec.name)
+    claim = Claim(rd, path, spec.name, host,
+                  {e: spec.endpoints[e].address(rd) for e in spec.endpoints_used(nodes)})
     try:
-        rd.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LaunchError(f"cannot create run directory {rd}: {exc.strerror}") from None
-    too_long = [e.name for e in spec.endpoints.values() if len(e.address(rd)) - 6 > 100]
-    if too_long:
-        raise LaunchError(f"run directory {rd} makes ipc paths too long for a unix socket "
-                          f"({', '.join(too_long)}); use a shorter --run-dir")
-    (rd / "monitor.json").write_text(json.dumps(spec.monitor, indent=1))
-    (rd / "curve.json").write_text(json.dumps(spec.curve_map(rd), indent=1))
-    return Supervisor(spec, nodes, rd, host=host, seconds=seconds).run()
+        claim.check()
+    except LaunchError:
+        if not existed and not any(rd.iterdir()):
+            rd.rmdir()  # a run dir made for a run that never started is no record
+        raise
+    try:
+        (rd / "monitor.json").write_text(json.dumps(spec.monitor, indent=1))
+        (rd / "curve.json").write_text(json.dumps(spec.curve_map(rd), indent=1))
+        sup = Supervisor(spec, nodes, rd, host=host, seconds=seconds)
+        for note in claim.notes:
+            sup.console.say(note)
+        return sup.run()
+    finally:
+        claim.release()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -177,7 +225,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="YAML launch file")
     p.add_argument("--host", default=None, help="run only this host's nodes (and host-less ones)")
     p.add_argument("--seconds", type=float, default=None, help="stop everything after S seconds")
-    p.add_argument("--run-dir", default=None, help="logs, ipc sockets, reports (default runs/NAME-TIME)")
+    p.add_argument("--run-dir", default=None,
+                   help="logs, ipc sockets, reports (default: a new runs/NAME-TIME[-N]; "
+                        "refused while another live run uses it)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override deadline_ms, seconds, run_dir, name, vars.NAME, rates.NAME "
                         "or monitor.NAME")

@@ -3,14 +3,18 @@
 `compose_file` parses with `yaml.compose` (safe: only plain scalars, lists and mappings;
 no Python tags), rejects duplicate mapping keys, and records the 1-based line of every
 value under its path, e.g. ``("nodes", 1, "entry") -> 14``. `Report` turns paths into
-``FILE:LINE: where: message`` lines and raises them together as one `LaunchError`.
+``FILE:LINE: where: message`` lines and raises them together as one `LaunchError`. A value
+set by ``--set`` keeps the line of the key it replaced (or of its section) and its message
+names the ``--set``.
 """
 from __future__ import annotations
 
 import ast
 import difflib
 import importlib.util
+import os
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -30,6 +34,7 @@ class Report:
 
     def __init__(self, file: str, marks: dict[tuple, int]):
         self.file, self.marks, self.errors = file, marks, []
+        self.overrides: dict[tuple, str] = {}  # path -> "KEY=VALUE" of the --set that set it
 
     def line(self, path: tuple) -> int:
         while path and path not in self.marks:
@@ -39,8 +44,10 @@ class Report:
     def err(self, path: tuple, msg: str) -> None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
         line = self.line(path)
-        self.errors.append((line, f"{self.file}:{line if line else '<override>'}: "
-                                  f"{where or '(top)'}: {msg}"))
+        by = next((self.overrides[path[:i]] for i in range(len(path), 0, -1)
+                   if path[:i] in self.overrides), None)
+        where = (where or "(top)") + (f" (--set {by})" if by else "")
+        self.errors.append((line, f"{self.file}:{line}: {where}: {msg}"))
 
     def raise_if_any(self) -> None:
         if self.errors:
@@ -49,8 +56,13 @@ class Report:
                               f"{'s' if len(lines) > 1 else ''}):\n  " + "\n  ".join(lines))
 
 
+OVERRIDABLE = ("deadline_ms", "seconds", "run_dir", "name")
+
+
 def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
-    """-> (data, marks). Syntax errors, a non-mapping top level or bad overrides raise."""
+    """-> (data, report): the plain data with overrides applied, and a `Report` holding the
+    lines and any problems so far. Syntax errors and a non-mapping top level raise; an
+    override of an unknown name (`vars.NAME`, `rates.NAME` not in the file) is a problem."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -69,17 +81,29 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
         raise LaunchError(f"{path}:1: the top level must be a mapping (endpoints:, nodes:, ...)")
     for key, text_value in (overrides or {}).items():
         parts = key.split(".")
-        if not (len(parts) == 1 and parts[0] in ("deadline_ms", "seconds", "run_dir", "name")
+        if not (len(parts) == 1 and parts[0] in OVERRIDABLE
                 or len(parts) == 2 and parts[0] in ("vars", "rates", "monitor")):
             raise LaunchError(f"override {key!r}: only deadline_ms, seconds, run_dir, name, "
                               "vars.NAME, rates.NAME and monitor.NAME can be overridden")
-        value = yaml.safe_load(text_value) if text_value != "" else ""
+        try:
+            value = yaml.safe_load(text_value) if text_value != "" else ""
+        except yaml.YAMLError:
+            value = text_value  # not YAML: the text itself (a type check reports misuse)
         target = data.setdefault(parts[0], {}) if len(parts) == 2 else data
         if not isinstance(target, dict):
             raise LaunchError(f"override {key!r}: {parts[0]} is not a mapping in {path}")
+        report.overrides[tuple(parts)] = f"{key}={text_value}"
+        if parts[0] in ("vars", "rates") and parts[1] not in target:
+            names = sorted(target)
+            near = difflib.get_close_matches(parts[1], names, n=1)
+            report.err(tuple(parts), f"unknown {'variable' if parts[0] == 'vars' else 'rate'} "
+                       f"{parts[1]!r}" + (f"; did you mean {parts[0]}.{near[0]}?" if near else "")
+                       + f" ({parts[0]}: {', '.join(names) or 'none'}; declare it under "
+                       f"{parts[0]}: in the file to add one)")
+            continue
         target[parts[-1]] = value
-        marks[tuple(parts)] = 0
-    return data, marks
+        marks.setdefault(tuple(parts), marks.get(tuple(parts[:-1]), 1))
+    return data, report
 
 
 _CONSTRUCT = SafeConstructor()
@@ -149,22 +173,63 @@ def check_entry(r: Report, path: tuple, entry: str) -> None:
     if moved(entry):
         r.err(path, moved(entry))
         return
+    origin, why = find_source(module)
+    if why:
+        r.err(path, f"module {module!r} {why}; check the spelling and that it is importable "
+                    f"from the launch's working directory ({os.getcwd()})")
+        return
+    if origin is None:
+        return  # no source to read; the child reports a missing function at start
+    tree = ast.parse(Path(origin).read_text(), origin)
+    if func not in _top_level_names(tree.body):
+        r.err(path, f"module {module!r} ({origin}) has no top-level {func!r}; "
+                    "name a function that takes an argv list")
+
+
+def find_source(module: str) -> tuple[str | None, str | None]:
+    """(source file or None, None) if `module` is importable by a launched node, else
+    (None, why). A node runs as ``python -m rtinfer.launch.child`` in the launcher's working
+    directory, so its sys.path[0] is that directory; the launcher's own sys.path[0] may be
+    another (the `rtinfer` script's bin directory), so the search uses the node's path."""
+    saved = sys.path[:]
+    sys.path[:] = [os.getcwd(), *saved[1:]]
     try:
         spec = importlib.util.find_spec(module)
     except Exception as exc:  # a parent package failed to import: report, don't crash
-        spec, why = None, f"{type(exc).__name__}: {exc}"
-    else:
-        why = "not found"
+        return None, f"cannot be found: {type(exc).__name__}: {exc}"
+    finally:
+        sys.path[:] = saved
     if spec is None:
-        r.err(path, f"module {module!r} {why}; check the spelling and that it is importable "
-                    "from the launch's working directory")
-        return
-    if not (spec.origin and spec.origin.endswith(".py")):
-        return  # no source to read; the child reports a missing function at start
-    tree = ast.parse(Path(spec.origin).read_text(), spec.origin)
-    if func not in _top_level_names(tree.body):
-        r.err(path, f"module {module!r} ({spec.origin}) has no top-level {func!r}; "
-                    "name a function that takes an argv list")
+        return None, "not found"
+    return (spec.origin if spec.origin and spec.origin.endswith(".py") else None), None
+
+
+def dataclass_fields(target: str) -> dict[str, str] | None:
+    """'module:Class' -> {field: annotation text} read from the module's source (no import
+    of the module itself); None when the source or the class cannot be found."""
+    module, _, cls = target.partition(":")
+    origin, why = find_source(module)
+    if origin is None:
+        return None
+    for st in ast.parse(Path(origin).read_text(), origin).body:
+        if isinstance(st, ast.ClassDef) and st.name == cls:
+            return {s.target.id: ast.unparse(s.annotation) for s in st.body
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    return None
+
+
+def annotation_types(text: str) -> tuple | None:
+    """'float' -> (float,), 'str | None' -> (str, NoneType), 'tuple[str, ...]' -> (list,);
+    None when the annotation is not one of these simple forms (then any value passes)."""
+    simple = {"float": float, "int": int, "str": str, "bool": bool, "None": type(None),
+              "dict": dict, "list": list, "tuple": list}
+    out = []
+    for part in text.split("|"):
+        base = part.strip().split("[")[0]
+        if base not in simple:
+            return None
+        out.append(simple[base])
+    return tuple(out)
 
 
 def _top_level_names(body) -> set[str]:
