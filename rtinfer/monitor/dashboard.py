@@ -45,7 +45,7 @@ class Dashboard:
         requested = f"{mon('budget_requests')} requested"
         if mon("budget_changes", None) is None:  # no policy node reports what it applied
             return f"level {mon('level')} requested ({requested}; none reported applied)"
-        return f"level {mon('applied_level')}  ({mon('budget_changes')} applied, {requested})"
+        return f"level {mon('applied_level')}  ({mon('budget_changes')} changes applied, {requested})"
 
     def _latency(self, stage: str, quantiles: tuple[str, ...], digits: int) -> str:
         g = lambda q: self._get("monitor", "gauges", f"{stage}_{q}_ms")  # noqa: E731

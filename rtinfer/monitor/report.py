@@ -64,8 +64,8 @@ def _print_table(path: str, n_records: int, lat: dict[str, np.ndarray], n_late: 
     from rich.table import Table
 
     table = Table(title=f"{os.path.basename(path)}: {n_records} records, latency in ms",
-                  caption=f"{n_late} late-waypoint records: misses, in no stage "
-                          f"(misses: {DEFINITIONS['misses']}); clamped: {DEFINITIONS['clamped']}")
+                  caption=f"{n_late} late-waypoint records: misses, never applied, in no "
+                          f"stage. clamped: {DEFINITIONS['clamped']}")
     table.add_column("stage")
     for col in ("count", "clamped", *(c for c, _ in COLUMNS), "max"):
         table.add_column(col, justify="right")
