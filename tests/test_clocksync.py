@@ -143,3 +143,16 @@ def test_cross_host_stages_use_the_estimated_offsets(shifted):
     assert abs(s["obs_transport"]["p50"] - 4) <= slack_ms + 0.01
     if slack_ms < 5:  # an offset error beyond the true 5 ms (a loaded machine) may go negative
         assert s["transport"]["clamped"] == 0
+
+
+def test_an_offset_the_round_trips_cannot_tell_from_zero_moves_no_stamp():
+    # One host: a slow echo (200 ms out, 1 ms back) gives a 99.5 ms "offset" within ±100.5 ms
+    # of its rtt; stamps must stay as they are, not move by the noise.
+    est = OffsetEstimator()
+    est.add(*exchange(10**9, 0, 200 * MS, 0, 1 * MS))
+    assert est.offset_ns == pytest.approx(99.5 * MS) and est.uncertainty_ns == 100.5 * MS
+    assert est.correction_ns == 0.0 and est.to_local(5 * 10**9) == 5 * 10**9
+    assert est.report()["applied_ms"] == 0.0
+    # a real offset beyond the uncertainty is applied
+    est.add(*exchange(2 * 10**9, 7 * MS, 100, 0, 100))
+    assert est.correction_ns == est.offset_ns == 7 * MS
