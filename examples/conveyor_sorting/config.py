@@ -82,6 +82,37 @@ class CellConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
 
+BELT_SPEED_MAX = 2.0  # m/s: faster, an object crosses the 1.3 m belt in under a policy second
+
+
+def parse_instruction(text: str, num_classes: int = len(DEFAULT_CLASSES)) -> tuple[int, ...]:
+    """"2,0,1" -> (2, 0, 1): the bin for each object class, a permutation of 0..num_classes-1.
+    Raises ValueError with a message that says what is wrong and what is expected."""
+    want = ",".join(str(i) for i in range(num_classes))
+    try:
+        perm = tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise ValueError(f"instruction {text!r}: expected {num_classes} comma-separated bin "
+                         f"numbers, a permutation of {want} such as "
+                         f"{','.join(str(i) for i in reversed(range(num_classes)))}") from None
+    if sorted(perm) != list(range(num_classes)):
+        raise ValueError(f"instruction {text!r}: must be a permutation of {want} (one bin per "
+                         f"object class, each bin once)")
+    return perm
+
+
+def parse_belt_speed(text: str) -> float:
+    """"0.3" -> 0.3 m/s; refuses what is not a number in (0, BELT_SPEED_MAX]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"belt speed {text!r}: expected a number of m/s, e.g. 0.3") from None
+    if not 0.0 < v <= BELT_SPEED_MAX:  # also refuses nan
+        raise ValueError(f"belt speed {text!r}: must be in (0, {BELT_SPEED_MAX:g}] m/s "
+                         f"(the cell's default is {CellConfig.belt_speed:g})")
+    return v
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """The gymnasium env around a cell.

@@ -33,11 +33,15 @@ def run(seconds: float, *, seed: int = 0, trace: str | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--trace", default=None)
-    ap.add_argument("--report", default=None)
+    ap = argparse.ArgumentParser(
+        prog="python -m examples.conveyor_sorting.realtime_run",
+        description="The first closed loop across processes: the scripted expert node (its "
+                    "own OS process) drives the conveyor cell over ZeroMQ in real time. "
+                    "Prints the sim's report as JSON.")
+    ap.add_argument("--seconds", type=float, default=60.0, help="sim seconds (default 60)")
+    ap.add_argument("--seed", type=int, default=0, help="cell seed (default 0)")
+    ap.add_argument("--trace", default=None, help="write the controller's trace file here")
+    ap.add_argument("--report", default=None, help="also write the report JSON here")
     a = ap.parse_args(argv)
     emit_report(run(a.seconds, seed=a.seed, trace=a.trace), a.report)
     return 0

@@ -24,7 +24,8 @@ from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.trace import TraceWriter
 
 from .cell import ConveyorCell
-from .config import CellConfig, control_config, tokenizer_config
+from .config import (BELT_SPEED_MAX, CellConfig, control_config, parse_belt_speed,
+                     parse_instruction, tokenizer_config)
 from .observe import obs_body, observe
 
 
@@ -33,11 +34,13 @@ class SimNode:
 
     def __init__(self, obs_endpoint: str, actions_endpoint: str, *, control_endpoint: str | None = None,
                  cell: CellConfig | None = None,
-                 policy_hz: float = 20.0, seed: int = 0, trace_path: str | None = None,
-                 deadline_ms: float = 100.0, curve=None):
-        """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
+                 policy_hz: float = 20.0, seed: int = 0, instruction=None,
+                 trace_path: str | None = None, deadline_ms: float = 100.0, curve=None):
+        """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint).
+        instruction: the bin of each object class (None: drawn from the seed)."""
         self.cell = ConveyorCell(cell or CellConfig())
-        self.cell.reset(seed)
+        self.seed = seed
+        self.cell.reset(seed, instruction)
         tok = tokenizer_config(self.cell.cfg)
         self.pub = Publisher(obs_endpoint, "sim", bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
@@ -105,7 +108,9 @@ class SimNode:
         return {"metrics": self.cell.metrics.as_dict(), "controller": dict(self.node.counters),
                 "stack": dict(self.node.stack.counters), "obs_sent": self.obs_sent,
                 "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()},
-                "sim_s": self.cell.t_ns / 1e9}
+                "sim_s": self.cell.t_ns / 1e9,
+                "task": {"seed": self.seed, "instruction": self.cell.instruction.tolist(),
+                         "belt_speed": self.cell.cfg.belt_speed}}
 
     def close(self) -> None:
         for c in (self.trace, self.pub, self.sub, self.pings):
@@ -121,8 +126,13 @@ def parse_options(argv: list[str] | None = None
     ap.add_argument("--actions", required=True, help="the policy's action endpoint (connect)")
     ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--belt-speed", type=float, default=None)
+    ap.add_argument("--seed", type=_seed, default=0, help="cell seed: spawns and, unless "
+                    "--instruction is given, the class -> bin instruction")
+    ap.add_argument("--instruction", type=_instruction, default=None,
+                    help='the bin of each object class, e.g. 2,0,1; "seed" (default): drawn '
+                         "from --seed")
+    ap.add_argument("--belt-speed", type=_belt_speed, default=None,
+                    help=f"m/s, in (0, {BELT_SPEED_MAX:g}] (default {CellConfig.belt_speed:g})")
     ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
     ap.add_argument("--deadline-ms", type=float, default=100.0)
     ap.add_argument("--trace", default=None)
@@ -131,12 +141,38 @@ def parse_options(argv: list[str] | None = None
     return ap, ap.parse_args(argv)
 
 
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"seed {text!r}: expected a whole number >= 0")
+    return v
+
+
+def _instruction(text: str) -> tuple[int, ...] | None:
+    if text == "seed":
+        return None
+    try:
+        return parse_instruction(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _belt_speed(text: str) -> float:
+    try:
+        return parse_belt_speed(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def make_sim(ap: argparse.ArgumentParser, a: argparse.Namespace) -> SimNode:
     """A SimNode from parse_options' result (a bad key setup is a usage error)."""
     curve = curve_from_args(ap, a, binds=[a.obs], connects=[a.actions, a.control])
     cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
     return SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
-                   trace_path=a.trace, deadline_ms=a.deadline_ms, curve=curve)
+                   instruction=a.instruction, trace_path=a.trace, deadline_ms=a.deadline_ms, curve=curve)
 
 
 def run_sim(sim: SimNode, seconds: float) -> dict:

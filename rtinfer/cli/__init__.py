@@ -55,8 +55,30 @@ def _eval(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rtinfer.cli.demo import run
     return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
-               stress=args.stress, run_dir=args.run_dir,
-               deadline_ms=args.deadline_ms)
+               stress=args.stress, run_dir=args.run_dir, deadline_ms=args.deadline_ms,
+               seed=args.seed, instruction=args.instruction, belt_speed=args.belt_speed,
+               json_out=args.json)
+
+
+def _task_option(checker: str):
+    """An argparse type from the conveyor task's own parser (reached by module:function)."""
+    def parse(text: str):
+        try:
+            value = resolve(f"examples.conveyor_sorting.config:{checker}")(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return ",".join(map(str, value)) if isinstance(value, tuple) else value
+    return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 0")
+    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,14 +129,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("build-engine", help="build TensorRT engines for a model (see --help there)",
                    add_help=False)
 
+    from rtinfer.cli.soak import add_arguments as soak_arguments, run_args as soak_run
     s = sub.add_parser("soak", help="the demo under mild stress for M minutes: RSS growth, misses")
-    s.add_argument("rest", nargs=argparse.REMAINDER, help="options of python -m rtinfer.cli.soak")
-    s.set_defaults(func=lambda a: __import__("rtinfer.cli.soak", fromlist=["main"]).main(a.rest))
+    soak_arguments(s)
+    s.set_defaults(func=soak_run)
 
-    d = sub.add_parser("demo", help="run the demo for a bounded time")
+    d = sub.add_parser("demo", help="run the demo for a bounded time",
+                       description="The conveyor demo as supervised processes: a live "
+                       "dashboard on stderr, the final report as JSON on stdout. Ctrl-C or "
+                       "SIGTERM stops it in order (the partial report is printed; exit "
+                       "128 + signal).")
     d.add_argument("--seconds", type=float, default=60.0, help="sim seconds per run")
     d.add_argument("--policy", default=None, help='"expert" or a model directory (default: '
                    "the shipped models/zoo/conveyor-v1)")
+    d.add_argument("--seed", type=_seed, default=None,
+                   help="cell seed: spawns and, unless --instruction, the instruction "
+                        "(default: the launch file's, 1 for the model, 0 for the expert)")
+    d.add_argument("--instruction", type=_task_option("parse_instruction"), default=None,
+                   metavar="B,B,B", help="the bin of each object class (box, cylinder, "
+                   "sphere), e.g. 2,0,1 (default: drawn from the seed)")
+    d.add_argument("--belt-speed", type=_task_option("parse_belt_speed"), default=None,
+                   metavar="M_S", help="belt speed in m/s (default 0.3)")
+    d.add_argument("--json", action="store_true",
+                   help="the report on stdout as one JSON line (it is JSON either way)")
     d.add_argument("--report", default=None, help="write the final report JSON here")
     d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
     d.add_argument("--stress", choices=["cpu"], default=None,

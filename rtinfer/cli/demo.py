@@ -1,18 +1,33 @@
 """`rtinfer demo`: the conveyor-sorting demo as separate supervised processes, with a live
 dashboard and a final report.
 
-Runs a launch file (default launch/conveyor_sorting.yaml: MuJoCo cell + PID layer, the
-learned policy on ONNX Runtime, the deadline monitor) through `rtinfer launch` in a child
-process, watches every node's `health` for the dashboard, then merges the nodes' reports.
-`--stress cpu` runs twice under competing CPU load, a fixed full-depth policy and then the
-budget controller, and reports both. It uses a 20 ms deadline unless told otherwise: on a
-2-core CPU the shipped policy's e2e stays near 10-20 ms under that load, so the 100 ms
-deadline is never at risk and there would be nothing for the budget controller to do.
+Runs a shipped launch file (conveyor_sorting.yaml: MuJoCo cell + PID layer, the learned
+policy on ONNX Runtime, the deadline monitor; conveyor_expert.yaml for --policy expert)
+through the launcher in a child process, watches every node's `health` for the dashboard,
+then merges the nodes' reports. `--stress cpu` runs twice under competing CPU load, a fixed
+full-depth policy and then the budget controller, and reports both. It uses a 20 ms deadline
+unless told otherwise: on a 2-core CPU the shipped policy's e2e stays near 10-20 ms under
+that load, so the 100 ms deadline is never at risk and there would be nothing for the
+budget controller to do.
+
+Output: stdout carries the final report as JSON and nothing else (one line with --json);
+the dashboard, progress and errors go to stderr. Options and outputs are checked before
+anything starts (exit 2). A failed run prints the launcher's failure lines and the failed
+node's last log line, and exits 1.
+
+Stopping: SIGINT (Ctrl-C) or SIGTERM is forwarded once to the launcher, which stops the
+nodes in reverse order (each writes its report; the robot holds once the policy is gone);
+the demo then prints the partial report and exits 128 + the signal. A second signal is
+forwarded too (the launcher then skips the grace period). The launcher and the stress load
+get PR_SET_PDEATHSIG, so if the demo dies by any means (SIGKILL too) the launcher stops
+its nodes in order, and nothing the demo started outlives it.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,55 +36,104 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from rtinfer.monitor.dashboard import Dashboard
+from rtinfer.cli.shipped import launch_file, zoo_model
 from rtinfer.launch.file import load
+from rtinfer.monitor.dashboard import Dashboard
 
-EXPERT_LAUNCH, MODEL_LAUNCH = "launch/conveyor_expert.yaml", "launch/conveyor_sorting.yaml"
+EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
 STRESS_DEADLINE_MS = 20.0
+SUPERVISOR = "rtinfer.launch.supervisor:main"
+_PR_SET_PDEATHSIG = 1
+
+
+class DemoError(Exception):
+    """An option or output the demo refuses before it starts anything (exit 2)."""
+
+
+class _Stop:
+    """SIGINT/SIGTERM: remember the first, forward each to the launcher (if running)."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def __call__(self, signum, _frame) -> None:
+        self.signum = self.signum or signum
+        self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
 
 
 def _stress(n: int, seconds: float) -> list[subprocess.Popen]:
-    """n busy-looping processes that end by themselves after `seconds`."""
-    code = f"import time\nend=time.monotonic()+{seconds}\nwhile time.monotonic()<end: pass"
-    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    """n busy-looping processes that end by themselves after `seconds`, or when the demo
+    dies (PR_SET_PDEATHSIG SIGKILL); each in its own session, so Ctrl-C does not reach it."""
+    code = (f"import ctypes, os, time\nctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, 9, 0, 0, 0)\n"
+            f"if os.getppid() != {os.getpid()}: raise SystemExit\n"
+            f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass")
+    return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                             stdin=subprocess.DEVNULL) for _ in range(n)]
 
 
-def run_once(launch: str, seconds: float, run_dir: Path, overrides: dict, console: Console,
-             title: str, stress: int = 0) -> dict:
+def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dict) -> list[str]:
+    """The launcher, started through rtinfer.launch.child so that it gets PR_SET_PDEATHSIG
+    (SIGTERM: an orderly stop of its nodes) when the demo dies."""
+    sets = [f"--set={k}={v}" for k, v in {**overrides, "seconds": seconds}.items()]
+    return [sys.executable, "-m", "rtinfer.launch.child", "--name", "launcher",
+            "--parent", str(os.getpid()), "--", SUPERVISOR, str(launch),
+            "--run-dir", str(run_dir), "--seconds", str(seconds + 60), *sets]
+
+
+def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, console: Console,
+             title: str, stop: _Stop, stress: int = 0) -> dict:
     spec = load(launch, overrides)
     endpoints = [e.address(run_dir) for e in spec.endpoints.values()]
-    sets = [f"--set={k}={v}" for k, v in {**overrides, "seconds": seconds}.items()]
-    cmd = [sys.executable, "-m", "rtinfer.launch.supervisor", launch, "--run-dir", str(run_dir),
-           "--seconds", str(seconds + 60), *sets]
-    log = open(run_dir / "launch.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    hogs = _stress(stress, seconds + 30) if stress else []
+    cmd = launcher_command(launch, run_dir, seconds, overrides)
+    with open(run_dir / "console.log", "w") as log:
+        # Its own session: a terminal's Ctrl-C reaches the demo only, which forwards it once.
+        stop.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+    if stop.signum is not None:  # a signal came before the launcher existed
+        stop.forward(stop.signum)
+    proc = stop.proc
+    hogs = _stress(stress, seconds + 30) if stress and stop.signum is None else []
     dash = Dashboard(endpoints, title)
     try:
         with Live(dash.render(), console=console, refresh_per_second=4) as live:
             while proc.poll() is None:
                 dash.poll(100)
                 live.update(dash.render())
+        if not console.is_terminal:
+            console.line()  # a log file gets the table's last line ended (no "┘{")
     finally:
         for h in hogs:
             h.kill()
-        if proc.poll() is None:
+            h.wait()
+        if proc.poll() is None:  # only on an error in this loop: an orderly stop first
             proc.terminate()
-        proc.wait(timeout=60)
+        proc.wait()
         dash.close()
-        log.close()
-    return collect_report(run_dir, dash.latest, proc.returncode)
+    report = collect_report(run_dir, dash.latest, proc.returncode)
+    if stop.signum is not None:
+        report["stopped_by"] = signal.Signals(stop.signum).name
+    return report
 
 
 def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
-    """Merge the sim's and the monitor's reports (and the policy's last health) into one."""
+    """Merge the sim's and the monitor's reports (and the policy's last health) into one;
+    a failed launch adds "error": the launcher's failure lines and the failed nodes' last
+    log lines."""
     sim = _read(run_dir / "sim_report.json")
     mon = _read(run_dir / "monitor_report.json")
     m, stages = sim.get("metrics", {}), mon.get("stages_ms", {})
     e2e, ttft = stages.get("e2e") or sim.get("e2e_ms", {}), stages.get("ttft", {})
     resolved = m.get("resolved", 0)
     pol = latest.get("policy", {}).get("counters", {})
-    return {
+    out = {
         "exit_code": exit_code, "run_dir": str(run_dir),
         "cycles": mon.get("cycles", sim.get("controller", {}).get("chunks_accepted", 0)),
         "deadline_ms": mon.get("deadline_ms", 100.0), "deadline_misses": mon.get("misses"),
@@ -81,8 +145,37 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
         "budget_changes": mon.get("budget", {}).get("changes"),
         "holds": {"watchdog": sim.get("controller", {}).get("holds"), "ordered": mon.get("holds")},
         "controller": sim.get("controller", {}), "policy": pol,
-        "sim_s": sim.get("sim_s"),
+        "sim_s": sim.get("sim_s"), "task": sim.get("task"),
     }
+    if exit_code != 0:
+        out["error"] = failure_lines(run_dir)
+    return out
+
+
+def failure_lines(run_dir: Path) -> list[str]:
+    """What went wrong, from the run directory: the launcher's "node 'X' FAILED: ...; log
+    PATH" lines; failing those (an older launcher), its "failed for good" lines and a
+    launch-file error, then the last line of each failed node's log."""
+    console = _lines(run_dir / "console.log")
+    failed = [ln for ln in console if ln.startswith("[launch]") and " FAILED" in ln]
+    if failed:  # the launcher's one line per failed node: the node, the reason, its log
+        return failed
+    out = [ln for ln in console if (ln.startswith("[launch]") and "for good" in ln)
+           or (not ln.startswith("[") and "error" in ln.lower() or ln.startswith("launch:"))]
+    summary = _read(run_dir / "launch_summary.json").get("nodes", {})
+    for name, node in summary.items():
+        if node.get("state") == "failed" or (node.get("last_exit") or 0) > 0:
+            last = _lines(run_dir / f"{name}.log")[-1:]
+            out += [f"[{name}] {ln}  (log: {run_dir / f'{name}.log'})" for ln in last]
+    return list(dict.fromkeys(out)) or [f"the launcher exited without a reason; see "
+                                        f"{run_dir / 'console.log'}"]
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return []
 
 
 def _read(path: Path) -> dict:
@@ -92,11 +185,20 @@ def _read(path: Path) -> dict:
         return {}
 
 
-def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str | None) -> dict:
-    """`--set` overrides for the launch file: the model directory, and the deadline with the
-    monitor's budget margins scaled to it (lower the budget below 20% slack, raise it back
-    above 50%, as the node's own budget does); --stress defaults to STRESS_DEADLINE_MS."""
+def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str | None, *,
+                     seed: int | None = None, instruction: str | None = None,
+                     belt_speed: float | None = None) -> dict:
+    """`--set` overrides for the launch file: the model directory, the task (cell seed,
+    class -> bin instruction, belt speed), and the deadline with the monitor's budget
+    margins scaled to it (lower the budget below 20% slack, raise it back above 50%, as the
+    node's own budget does); --stress defaults to STRESS_DEADLINE_MS."""
     out = {} if policy in (None, "expert") else {"vars.model": policy}
+    if seed is not None:
+        out["vars.seed"] = str(seed)
+    if instruction is not None:
+        out["vars.instruction"] = instruction
+    if belt_speed is not None:
+        out["vars.belt_speed"] = f"{belt_speed:g}"
     if stress and deadline_ms is None:
         deadline_ms = STRESS_DEADLINE_MS
     if deadline_ms is not None:
@@ -106,37 +208,120 @@ def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str 
     return out
 
 
+def model_dir(policy: str | None) -> Path | None:
+    """The model directory for --policy (None for the expert), absolute; DemoError naming
+    the path the user gave when it is not a model directory."""
+    if policy == "expert":
+        return None
+    if policy is None:
+        path = zoo_model()
+        if not (path / "graphs.json").is_file():
+            raise DemoError(f"the shipped model {path} is missing (graphs.json not found): "
+                            "reinstall rtinfer, or run with --policy expert")
+        return path
+    path = Path(policy).expanduser()
+    if not path.exists():
+        raise DemoError(f"--policy {policy}: no such directory; give a model directory "
+                        "(e.g. one written by `rtinfer export`) or --policy expert")
+    if not (path / "graphs.json").is_file():
+        raise DemoError(f"--policy {policy}: not a model directory (no graphs.json in it); "
+                        "give one written by `rtinfer export`, or --policy expert")
+    return path.resolve()
+
+
+def check_output(option: str, path: str | None) -> None:
+    """An output file must be writable where it is asked for, before the run starts."""
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    parent = p.parent
+    if p.is_dir():
+        raise DemoError(f"{option} {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise DemoError(f"{option} {path}: directory {parent} does not exist; create it first "
+                        "or write elsewhere")
+    if not os.access(parent, os.W_OK):
+        raise DemoError(f"{option} {path}: directory {parent} is not writable")
+
+
+def check_options(seconds: float, deadline_ms: float | None, report: str | None,
+                  png: str | None) -> None:
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise DemoError(f"--seconds {seconds:g}: must be a positive number of seconds")
+    if deadline_ms is not None and not (math.isfinite(deadline_ms) and deadline_ms > 0):
+        raise DemoError(f"--deadline-ms {deadline_ms:g}: must be a positive number of ms")
+    check_output("--report", report)
+    check_output("--png", png)
+    if png is not None:
+        from importlib.util import find_spec
+        if find_spec("matplotlib") is None:
+            raise DemoError(f"--png {png}: needs matplotlib (pip install 'rtinfer[viz]')")
+
+
 def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None = None,
         png: str | None = None, stress: str | None = None, run_dir: str | None = None,
-        deadline_ms: float | None = None) -> int:
+        deadline_ms: float | None = None, seed: int | None = None,
+        instruction: str | None = None, belt_speed: float | None = None,
+        json_out: bool = False) -> int:
     """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
-    end-to-end deadline (None: the launch file's; see launch_overrides)."""
-    console = Console()
-    launch = EXPERT_LAUNCH if policy == "expert" else MODEL_LAUNCH
-    overrides = launch_overrides(policy, deadline_ms, stress)
-    if launch == MODEL_LAUNCH and not Path(overrides.get("vars.model", "models/zoo/conveyor-v1")).is_dir():
-        console.print("[red]no trained model found[/red]: run with --policy expert, or train one "
-                      "(see README) into models/zoo/conveyor-v1")
+    end-to-end deadline (None: the launch file's; see launch_overrides). Returns the exit
+    status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
+                    instruction, belt_speed, json_out, stop)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
+         belt_speed, json_out, stop: _Stop) -> int:
+    console = Console(stderr=True)
+    try:
+        check_options(seconds, deadline_ms, report, png)
+        model = model_dir(policy)
+        base = Path(run_dir).expanduser() if run_dir else Path(tempfile.mkdtemp(prefix="rtinfer-demo-"))
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DemoError(f"--run-dir {run_dir}: cannot create it ({exc.strerror})") from None
+    except DemoError as exc:
+        print(f"rtinfer demo: {exc}", file=sys.stderr)
         return 2
-    base = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="rtinfer-demo-"))
+    launch = launch_file(EXPERT_LAUNCH if model is None else MODEL_LAUNCH)
+    overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
+                                 seed=seed, instruction=instruction, belt_speed=belt_speed)
     runs = [("nominal", {}, 0)]
     if stress == "cpu":
         n = 2 * (os.cpu_count() or 2)
         runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n), ("stress-budget", {}, n)]
     results = {}
     for name, extra, hogs in runs:
-        rd = base / name
+        if stop.signum is not None:
+            break
+        rd = base.resolve() / name
         rd.mkdir(parents=True, exist_ok=True)
-        results[name] = run_once(launch, seconds, rd, {**overrides, **extra}, console,
-                                 f"rtinfer demo: {name}", stress=hogs)
-        console.print_json(json.dumps({k: v for k, v in results[name].items()
-                                       if k not in ("controller", "policy")}))
+        r = results[name] = run_once(launch, seconds, rd, {**overrides, **extra}, console,
+                                     f"rtinfer demo: {name}", stop, stress=hogs)
+        for line in r.get("error", []):
+            console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
+        if len(runs) > 1:
+            console.print_json(json.dumps({k: v for k, v in r.items()
+                                           if k not in ("controller", "policy")}))
         trace = rd / "controller.trace"
-        if png and trace.exists():
+        if png and trace.exists() and stop.signum is None:
             from rtinfer.monitor.report import main as report_main
-            report_main(str(trace), png=png if len(runs) == 1 else f"{Path(png).stem}-{name}.png")
-    out = results["nominal"] if len(runs) == 1 else results
+            report_main(str(trace), png=png if len(runs) == 1 else
+                        str(Path(png).with_name(f"{Path(png).stem}-{name}.png")))
+    out = results.get("nominal", {}) if len(runs) == 1 else results
+    text = json.dumps(out, indent=None if json_out else 1)
     if report:
-        Path(report).write_text(json.dumps(out, indent=1))
+        Path(report).expanduser().write_text(text + "\n")
         console.print(f"report written to {report}")
-    return 0 if all(r["exit_code"] == 0 for r in results.values()) else 1
+    print(text, flush=True)
+    if stop.signum is not None:
+        console.print(f"stopped by {signal.Signals(stop.signum).name}: partial report above")
+        return 128 + stop.signum
+    return 0 if results and all(r["exit_code"] == 0 for r in results.values()) else 1

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import yaml
 
-MODEL = "models/zoo/conveyor-v1"
+from rtinfer.cli.shipped import launch_file, zoo_model
+
 # The sim node, with every written force checked against the limit (a module string: the
 # runtime never imports the example).
 SOAK_SIM = "examples.conveyor_sorting.soak_sim:main"
@@ -51,12 +52,13 @@ def _pids(launch_log: Path) -> dict[str, int]:
 
 
 def _launch_file(run_dir: Path, seconds: float, policy: str | None) -> Path:
-    expert = policy == "expert" or (policy is None and not Path(MODEL).is_dir())
-    src = Path("launch/conveyor_expert.yaml" if expert else "launch/conveyor_sorting.yaml")
+    model = zoo_model() if policy is None else Path(policy).resolve()
+    expert = policy == "expert" or (policy is None and not model.is_dir())
+    src = launch_file("conveyor_expert.yaml" if expert else "conveyor_sorting.yaml")
     data = yaml.safe_load(src.read_text())
     data["seconds"], data["name"] = seconds, f"soak-{data.get('name', src.stem)}"
-    if policy not in (None, "expert"):
-        data.setdefault("vars", {})["model"] = policy
+    if not expert:
+        data.setdefault("vars", {})["model"] = str(model)
     for node in data["nodes"]:
         if node["name"] == "sim":
             node["entry"] = SOAK_SIM
@@ -140,17 +142,27 @@ def _figures(rd: Path, exit_code: int, samples: dict, minutes: float, launch: Pa
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rtinfer soak", description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=float, default=30.0)
-    ap.add_argument("--policy", default=None, help='"expert" or a model directory')
-    ap.add_argument("--run-dir", default=None)
-    ap.add_argument("--stress", type=int, default=1, help="low-priority busy processes")
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    a = ap.parse_args(argv)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The soak's options, for `rtinfer soak` and `python -m rtinfer.cli.soak`."""
+    ap.add_argument("--minutes", type=float, default=30.0, help="how long to run (default 30)")
+    ap.add_argument("--policy", default=None, help='"expert" or a model directory (default: '
+                    "the shipped models/zoo/conveyor-v1 if present, else the expert)")
+    ap.add_argument("--run-dir", default=None, help="logs and reports (default: a temp dir)")
+    ap.add_argument("--stress", type=int, default=1, help="low-priority busy processes "
+                    "(default 1)")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+
+
+def run_args(a: argparse.Namespace) -> int:
     r = run(a.minutes, policy=a.policy, run_dir=a.run_dir, stress=a.stress)
     print(json.dumps(r, indent=None if a.json else 1))
     return 0 if r["targets_met"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rtinfer soak", description=__doc__.split("\n")[0])
+    add_arguments(ap)
+    return run_args(ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""`rtinfer demo` from any directory, its options and outputs checked before it starts, a
+failed run that says why, stdout that is JSON, and package metadata without warnings.
+Real processes: the installed `rtinfer` entry (python -m rtinfer.cli) run from a tmp dir."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_demo_runs_from_another_directory_with_the_task_options_and_json_stdout(tmp_path):
+    r = demo(tmp_path, "--seconds", "3", "--seed", "3", "--instruction", "2,0,1",
+             "--belt-speed", "0.25", "--json", "--run-dir", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)  # nothing but the report on stdout
+    assert report["exit_code"] == 0 and report["cycles"] > 0
+    assert report["task"] == {"seed": 3, "instruction": [2, 0, 1], "belt_speed": 0.25}
+    assert "Traceback" not in r.stderr
+
+
+def test_shipped_launch_files_and_model_are_found_from_the_installed_package():
+    from rtinfer.cli.shipped import launch_file, zoo_model
+    assert launch_file("conveyor_sorting.yaml").is_file()
+    assert launch_file("conveyor_expert.yaml").is_file()
+    assert (zoo_model() / "graphs.json").is_file() and zoo_model().is_absolute()
+
+
+def test_bad_options_and_outputs_are_refused_before_the_run_naming_the_path_given(tmp_path):
+    cases = [
+        (["--policy", str(tmp_path / "no/such/dir")], str(tmp_path / "no/such/dir")),
+        (["--policy", str(tmp_path)], "not a model directory"),
+        (["--policy", "expert", "--report", str(tmp_path / "missing/r.json")],
+         str(tmp_path / "missing")),
+        (["--policy", "expert", "--png", str(tmp_path / "missing/p.png")],
+         str(tmp_path / "missing")),
+        (["--policy", "expert", "--deadline-ms", "-5"], "--deadline-ms -5"),
+        (["--instruction", "1,1,2"], "permutation of 0,1,2"),
+        (["--instruction", "a,b"], "comma-separated"),
+        (["--belt-speed", "-1"], "belt speed '-1'"),
+        (["--seed", "-3"], "--seed"),
+    ]
+    for args, says in cases:
+        r = demo(tmp_path, *args, "--run-dir", str(tmp_path / "run"), timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert says in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "run" / "nominal").exists()  # nothing was started
+
+
+def test_a_corrupt_model_fails_the_demo_with_the_nodes_error_on_the_console(tmp_path):
+    bad = tmp_path / "bad-model"
+    shutil.copytree(ROOT / "models/zoo/conveyor-v1", bad)
+    with open(bad / "weights.bin", "r+b") as f:
+        f.truncate(1000)
+    r = demo(tmp_path, "--policy", str(bad), "--seconds", "3", "--json",
+             "--run-dir", str(tmp_path / "run"))
+    assert r.returncode == 1, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    error = "\n".join(report["error"])
+    assert "policy" in error and "weights.bin" in error, error
+    assert "weights.bin" in r.stderr and "policy.log" in r.stderr, r.stderr[-3000:]
+
+
+def test_package_metadata_builds_without_deprecation_warnings_and_ships_models_and_launch_files(
+        tmp_path):
+    """What `pip install` runs (egg_info + build_py into a tmp dir): any setuptools warning
+    about the metadata fails; the wheel's tree holds the models' weights and streams and
+    the demo's launch files."""
+    lib = tmp_path / "lib"
+    r = subprocess.run([sys.executable, "-W", "always", "-c", "from setuptools import setup; setup()",
+                        "-q", "egg_info", "--egg-base", str(tmp_path), "build_py", "-d", str(lib)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "eprecat" not in out and "SetuptoolsWarning" not in out, out
+    for rel in ("models/zoo/conveyor-v1/weights.bin", "models/zoo/conveyor-v1/stream.npz",
+                "models/zoo/conveyor-v1/graphs.json", "rtinfer/cli/launch/conveyor_sorting.yaml",
+                "rtinfer/cli/launch/conveyor_expert.yaml"):
+        assert (lib / rel).is_file() and not (lib / rel).is_symlink(), rel
+
+
+def test_help_texts_list_the_options_in_whole_sentences():
+    soak = subprocess.run([sys.executable, "-m", "rtinfer.cli", "soak", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert soak.returncode == 0
+    for opt in ("--minutes", "--policy", "--run-dir", "--stress", "--json"):
+        assert opt in soak.stdout, soak.stdout
+    rt = subprocess.run([sys.executable, "-m", "examples.conveyor_sorting.realtime_run", "--help"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert rt.returncode == 0
+    text = " ".join(rt.stdout.split("options:")[0].split())
+    assert text.rstrip().endswith("."), text
+    assert "--seconds" in rt.stdout and "--seed" in rt.stdout
