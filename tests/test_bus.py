@@ -1,5 +1,6 @@
 """The ZeroMQ bus over real sockets: delivery, filtering, rejection, bounded queues,
 latest-only, max age. Timing is only ever bounded loosely (noisy 2-core VM)."""
+import socket
 import time
 
 import numpy as np
@@ -235,6 +236,30 @@ def test_one_bound_subscriber_hears_several_connecting_publishers(ctx):
         b.publish("heartbeat", hb(2))
         got = recv_n(sub, 2)
     assert sorted(e.src for e in got) == ["a", "b"]
+
+
+@pytest.mark.parametrize("kind", ["ipc", "tcp"])
+def test_a_publisher_that_restarts_is_libzmqs_reconnect_not_a_lost_session(kind, ctx, tmp_path):
+    """The bus reconnects only sessions libzmq gave up on (a frame over the hard cap:
+    tests/test_oversize.py). A publisher that goes away and comes back is libzmq's own
+    reconnect, and is not counted. tcp by host name: some of libzmq's events name the
+    endpoint as resolved (127.0.0.1), others as connected (localhost)."""
+    if kind == "ipc":
+        bind_ep = connect_ep = f"ipc://{tmp_path}/restart.sock"
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        bind_ep, connect_ep = f"tcp://127.0.0.1:{port}", f"tcp://localhost:{port}"
+    with Subscriber(connect_ep, ["heartbeat"], ctx=ctx) as sub:
+        with Publisher(bind_ep, "first", ctx=ctx) as pub:
+            link(pub, sub)
+        end = time.monotonic() + 0.5  # several of the bus's looks while the publisher is gone
+        while time.monotonic() < end:
+            assert sub.recv(timeout_ms=50) is None
+        with Publisher(bind_ep, "second", ctx=ctx) as pub:
+            link(pub, sub)
+        assert sub.sessions_ended == 0 and sub.reconnects == 0
 
 
 def test_close_returns_with_messages_queued_for_an_absent_peer():

@@ -6,6 +6,7 @@ import shutil
 import stat
 import time
 
+import numpy as np
 import pytest
 import zmq
 
@@ -170,3 +171,31 @@ def test_a_curve_subscriber_reconnects_after_a_plaintext_server_held_its_endpoin
         with Publisher(ep, "server", curve=CurveConfig(paths["server"][1],
                                                        allowed_clients_dir=allowed)) as server:
             wait_first(server, sub, "server", timeout_s=5.0)
+
+
+def test_a_curve_subscriber_reconnects_after_a_frame_over_its_hard_cap(certs):
+    """libzmq ends a session on a frame over ZMQ_MAXMSGSIZE and never restores it, CURVE or
+    not; the bus reconnects (counted), and everything published after that arrives."""
+    paths, allowed = certs
+    with Publisher("tcp://127.0.0.1:*", "server", hwm=5000,
+                   curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed)) as pub, \
+            Subscriber(pub.endpoint, ["heartbeat", "obs"], max_bytes=100_000, hwm=5000,
+                       curve=CurveConfig(paths["client"][1], paths["server"][0])) as sub:
+        wait_first(pub, sub, "server")
+        while sub.recv(timeout_ms=100) is not None:
+            pass
+        assert pub.publish("obs", {"values": {"img": np.zeros(sub.hard_cap_bytes + 1, np.uint8)},
+                                   "ints": {}})
+        wait_first(pub, sub, "server")  # a heartbeat after the reconnect
+        assert sub.sessions_ended == 1 and sub.reconnects == 1
+        while sub.recv(timeout_ms=100) is not None:
+            pass
+        for i in range(N):
+            pub.publish("heartbeat", hb("server", i))
+        got, end = [], time.monotonic() + 10
+        while len(got) < N and time.monotonic() < end:
+            env = sub.recv(timeout_ms=100)
+            if env is not None and env.topic == "heartbeat":
+                got.append(env.body["sent_ns"])
+        assert got == list(range(N))  # nothing lost after the reconnect
+        assert sub.counters["oversize"] == 0 and sub.counters["rejected"] == 0

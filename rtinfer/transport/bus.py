@@ -11,6 +11,7 @@ Neither class is thread-safe: use each from one thread (zmq sockets are not shar
 """
 from __future__ import annotations
 
+import itertools
 from typing import Mapping, Sequence, Union
 
 import zmq
@@ -18,8 +19,8 @@ from zmq import zmq_poll
 from zmq.utils.monitor import recv_monitor_message
 
 from rtinfer.transport.curve import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
-from rtinfer.transport.wire import (DEFAULT_MAX_BYTES, Envelope, WireError, decode, decode_frames, encode_frames,
-                   now_ns)
+from rtinfer.transport.wire import (DEFAULT_MAX_BYTES, Envelope, OversizeError, WireError, decode, decode_frames,
+                   encode_frames, now_ns)
 
 _EMPTY = object()  # sentinel: nothing queued on the socket
 # Plain ints: OR-ing zmq's IntFlag members costs ~0.5 us of Python per message.
@@ -31,18 +32,36 @@ _POLLIN = int(zmq.POLLIN)
 # e.g. from keys.curve_configs: a Subscriber connecting to two CURVE servers needs the
 # public key of each.
 Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
-HEAL_EVERY_NS = 100_000_000  # how often a CURVE client looks for a dead endpoint
+HEAL_EVERY_NS = 100_000_000  # how often a connecting socket looks for a dead endpoint
 _HEAL_EVERY_MS = HEAL_EVERY_NS // 1_000_000
+# What a connecting socket's monitor reports (see _BusSocket._heal).
+_WATCH = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_SUCCEEDED
+          | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
+_monitor_ids = itertools.count()  # inproc monitor names, unique in the process
+
+# A Subscriber's libzmq limit (ZMQ_MAXMSGSIZE, per frame) is a memory guard well above its
+# max_bytes: a message over max_bytes still arrives, and rtinfer drops and counts it with
+# the session intact. Only a frame over this hard cap makes libzmq end the session.
+HARD_CAP_FACTOR = 4
+HARD_CAP_FLOOR_BYTES = 65536
+
+
+def hard_cap_bytes(max_bytes: int) -> int:
+    """libzmq's per-frame limit for a Subscriber of this max_bytes: 4x it, at least 64 KiB."""
+    return max(HARD_CAP_FACTOR * max_bytes, HARD_CAP_FLOOR_BYTES)
 
 
 class _BusSocket:
     """Context/socket/CURVE lifecycle shared by Publisher and Subscriber.
 
-    A connecting CURVE socket watches its handshakes: libzmq treats a peer with another
-    mechanism (a plaintext server that bound the endpoint, even once) as a protocol error
-    and never reconnects that endpoint again. `_heal` (on every recv/poll_latest/publish,
-    doing work at most every HEAL_EVERY_NS) reconnects such an endpoint, counted in
-    `reconnects` (failed attempts in `heal_errors`).
+    libzmq never reconnects an endpoint after a protocol error: a CURVE client's handshake
+    with a peer of another mechanism (a plaintext server that bound the endpoint, even
+    once), or a frame over ZMQ_MAXMSGSIZE (plaintext or CURVE, ipc or tcp). A connecting
+    socket therefore watches its sessions; `_heal` (on every recv/poll_latest/publish, doing
+    work at most every HEAL_EVERY_NS) reconnects such an endpoint, counted in `reconnects`
+    (failed attempts in `heal_errors`). `sessions_ended` counts the sessions among them that
+    libzmq ended after their handshake: in practice a frame over the hard cap.
+    A bound socket has nothing to heal: its connecting peers reconnect themselves.
     """
 
     def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
@@ -56,7 +75,9 @@ class _BusSocket:
         self._next_heal = 0
         self.endpoints: list[str] = []
         self._security: dict[str, CurveConfig | None] = {}  # connected endpoint -> its CURVE
-        self.reconnects = self.heal_errors = 0
+        self._up: set[str] = set()  # endpoints whose session is past its handshake
+        self._ended: dict[str, int] = {}  # endpoint -> heal pass that saw its session end
+        self.reconnects = self.heal_errors = self.sessions_ended = 0
         try:
             self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for unsent messages
             self._sock.setsockopt(zmq.SNDHWM, hwm)
@@ -71,8 +92,8 @@ class _BusSocket:
                     raise ValueError(f"one socket binds {endpoints} with different allow-lists")
                 acquire_authenticator(self._ctx, allow.pop())
                 self._auth = True
-            if not bind and any(c is not None for c in per_ep):
-                self._mon = self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            if not bind:
+                self._mon = self._monitor()
             for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
                 if bind:
                     self._secure(cfg, curve is not None, server=True)
@@ -87,6 +108,18 @@ class _BusSocket:
             self.close()
             raise
 
+    def _monitor(self) -> zmq.Socket:
+        """A PAIR socket receiving this socket's _WATCH events. Its RCVHWM is 0: libzmq's
+        I/O thread blocks on a full monitor queue (CONNECT_RETRIED arrives every 100 ms
+        while a peer is down), and with it every socket of the context."""
+        addr = f"inproc://rtinfer.bus.monitor.{next(_monitor_ids)}"
+        self._sock.monitor(addr, _WATCH)
+        mon = self._ctx.socket(zmq.PAIR)
+        mon.setsockopt(zmq.LINGER, 0)
+        mon.setsockopt(zmq.RCVHWM, 0)
+        mon.connect(addr)
+        return mon
+
     def _secure(self, cfg: CurveConfig | None, any_curve: bool, *, server: bool) -> None:
         # libzmq copies the security options at each bind/connect, so each endpoint gets
         # its own server key (or none: CURVE_SERVER=0 means NULL).
@@ -96,14 +129,34 @@ class _BusSocket:
             self._sock.curve_server = False
 
     def _heal(self, now: int) -> None:
-        """Reconnect every endpoint whose handshake failed on a protocol error since the
-        last look (at most every HEAL_EVERY_NS; a no-op for other sockets)."""
+        """Reconnect every endpoint libzmq gave up on since the last look (at most every
+        HEAL_EVERY_NS; a no-op for a bound socket).
+
+        Given up on: a handshake that failed on a protocol error, or a session that ended
+        (DISCONNECTED) with no CONNECT_RETRIED by the next look: libzmq follows a lost
+        connection with a retry at once, and a protocol error with nothing.
+        """
         if self._mon is None or now < self._next_heal:
             return
         self._next_heal = now + HEAL_EVERY_NS
-        failed = set()
+        failed, up, ended = set(), self._up, self._ended
         while zmq_poll([(self._mon, _POLLIN)], 0):
-            failed.add(recv_monitor_message(self._mon)["endpoint"].decode())
+            msg = recv_monitor_message(self._mon)
+            event, ep = msg["event"], self._known(msg["endpoint"].decode())
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                up.add(ep)
+            elif event == zmq.EVENT_DISCONNECTED:
+                if ep in up:  # a session ended (not a handshake that failed)
+                    up.discard(ep)
+                    ended.setdefault(ep, now)
+            elif event == zmq.EVENT_CONNECT_RETRIED:
+                ended.pop(ep, None)  # libzmq reconnects this one itself
+            else:
+                failed.add(ep)  # HANDSHAKE_FAILED_PROTOCOL
+        for ep in [ep for ep, seen in ended.items() if seen < now]:  # no retry since a look ago
+            del ended[ep]
+            self.sessions_ended += 1
+            failed.add(ep)
         for ep in failed:
             # an endpoint libzmq names otherwise than we did (a resolved host): all of them
             for known in ([ep] if ep in self._security else list(self._security)):
@@ -118,13 +171,23 @@ class _BusSocket:
                 except zmq.ZMQError:
                     self.heal_errors += 1
 
+    def _known(self, ep: str) -> str:
+        """Our name for an endpoint libzmq names ``ep``: some of its events name a tcp host
+        as resolved (tcp://localhost:5 -> tcp://127.0.0.1:5), so an unknown name maps to the
+        one connected tcp endpoint of that port, if there is one; else it stays as it is."""
+        if ep in self._security or not ep.startswith("tcp://"):
+            return ep
+        port = ep.rpartition(":")[2]
+        same = [k for k in self._security if k.startswith("tcp://") and k.rpartition(":")[2] == port]
+        return same[0] if len(same) == 1 else ep
+
     def close(self) -> None:
         """Close the socket at once (LINGER 0, queued messages are discarded); idempotent."""
         if self._sock is None:
             return
         if self._mon is not None:
             try:
-                self._sock.disable_monitor()
+                self._sock.monitor(None, 0)
             except zmq.ZMQError:
                 pass
             finally:
@@ -240,17 +303,24 @@ class Publisher(_BusSocket):
 class Subscriber(_BusSocket):
     """Receives, validates and stamps envelopes of the given topics; connects by default.
 
-    Counters: received, rejected (malformed, wrong topic, bad schema), superseded
-    (replaced by a newer message of the same topic before being handed out),
-    dropped_for_age (``max_age_ns``), and ``received.<topic>``.
+    Counters: received, rejected (malformed, wrong topic, bad schema), oversize (over
+    ``max_bytes``), superseded (replaced by a newer message of the same topic before being
+    handed out), dropped_for_age (``max_age_ns``), and ``received.<topic>``. Each message
+    dropped is in exactly one of them. A connecting Subscriber also counts, as attributes,
+    ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
+    ``reconnects`` (see _BusSocket).
 
     latest_only: for state topics. ZMQ_CONFLATE is not used because it does not support
     multipart messages (and every message here is multipart); instead each ``recv``
     drains the socket and keeps only the newest message per topic.
     max_age_ns: drop messages whose stamps["capture"] (else stamps["publish"]) is older
     than this on arrival. Stamps are monotonic: meaningful on one host only.
-    max_bytes: per-message decode limit; also ZMQ_MAXMSGSIZE, so libzmq disconnects a
-    tcp/ipc peer that sends a larger frame.
+    max_bytes: the largest message (all frames) handed out; a larger one is dropped and
+    counted in "oversize", and the session lives on. libzmq's own per-frame limit
+    (ZMQ_MAXMSGSIZE) is ``hard_cap_bytes`` = hard_cap_bytes(max_bytes), a memory guard: a
+    frame over it ends the session (libzmq), and a connecting Subscriber then reconnects
+    within about 2 x HEAL_EVERY_NS while it is being read (recv/poll_latest). Messages sent
+    meanwhile are lost: a seq gap. docs/wire.md, "Size limits".
     Whether a topic is alive, and its rate, is the receiver's business: keep a
     rtinfer.transport.liveliness.Liveliness and note the "recv" stamps it cares about.
     """
@@ -263,12 +333,14 @@ class Subscriber(_BusSocket):
             raise ValueError("Subscriber needs at least one non-empty topic")
         self.topics = tuple(dict.fromkeys(topics))
         self._by_bytes = {t.encode(): t for t in self.topics}
-        options = [(zmq.MAXMSGSIZE, max_bytes)] + [(zmq.SUBSCRIBE, t) for t in self._by_bytes]
+        self.hard_cap_bytes = hard_cap_bytes(max_bytes)
+        options = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)] + [(zmq.SUBSCRIBE, t) for t in self._by_bytes]
         super().__init__(zmq.SUB, [endpoints] if isinstance(endpoints, str) else endpoints,
                          bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=options)
         self.latest_only = latest_only
         self.max_age_ns = max_age_ns
-        self.counters = {"received": 0, "rejected": 0, "superseded": 0, "dropped_for_age": 0}
+        self.counters = {"received": 0, "rejected": 0, "oversize": 0, "superseded": 0,
+                         "dropped_for_age": 0}
         self._count_key = {t: f"received.{t}" for t in self.topics}  # no per-message f-string
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
         self._max_bytes = max_bytes
@@ -285,11 +357,11 @@ class Subscriber(_BusSocket):
         the topic that has waited longest; older ones are counted as superseded.
         """
         if self._mon is not None:
-            self._heal(now_ns())
-            while timeout_ms < 0:  # a dead endpoint must not block this forever
-                env = self.recv(_HEAL_EVERY_MS)
-                if env is not None:
-                    return env
+            now = now_ns()
+            if now >= self._next_heal:
+                self._heal(now)
+            if timeout_ms < 0 or timeout_ms > _HEAL_EVERY_MS:  # keep healing while waiting
+                return self._in_slices(self.recv, timeout_ms)
         if self.latest_only:
             self._fill(timeout_ms)
             if not self._pending:
@@ -316,14 +388,25 @@ class Subscriber(_BusSocket):
         Waits up to ``timeout_ms`` only while nothing at all has arrived.
         """
         if self._mon is not None:
-            self._heal(now_ns())
-            while timeout_ms < 0:  # a dead endpoint must not block this forever
-                out = self.poll_latest(_HEAL_EVERY_MS)
-                if out:
-                    return out
+            now = now_ns()
+            if now >= self._next_heal:
+                self._heal(now)
+            if timeout_ms < 0 or timeout_ms > _HEAL_EVERY_MS:  # keep healing while waiting
+                return self._in_slices(self.poll_latest, timeout_ms)
         self._fill(timeout_ms)
         out, self._pending = self._pending, {}
         return out
+
+    def _in_slices(self, take, timeout_ms: int):
+        """take(wait_ms) in waits of at most HEAL_EVERY_MS until it returns something or
+        ``timeout_ms`` is up (<0: never), so a dead endpoint is healed while we wait."""
+        deadline = None if timeout_ms < 0 else now_ns() + timeout_ms * 1_000_000
+        while True:
+            wait_ms = (_HEAL_EVERY_MS if deadline is None
+                       else min(_HEAL_EVERY_MS, self._left_ms(deadline, timeout_ms)))
+            got = take(wait_ms)
+            if got or wait_ms == 0:
+                return got
 
     def last(self, topic: str) -> Envelope | None:
         """The newest valid message of ``topic`` received so far (handed out or not)."""
@@ -383,6 +466,9 @@ class Subscriber(_BusSocket):
                 env = decode(views[0], max_bytes=self._max_bytes, topics=self.topics)
             else:
                 env = decode_frames(views, max_bytes=self._max_bytes, topics=self.topics)
+        except OversizeError:  # under the hard cap, or libzmq would have ended the session
+            self.counters["oversize"] += 1
+            return None
         except WireError:
             self.counters["rejected"] += 1
             return None
