@@ -86,10 +86,13 @@ class SimNode:
             self.hb.poll(self.pings)
         self.hb.beat(now_ns)
         if self._tick % self._health_every == 0:
-            m = self.cell.metrics
-            self.pub.publish("health", {"node": "cell", "state": "run", "counters": {
-                k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
-                                           "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
+            self._publish_cell_health("run")
+
+    def _publish_cell_health(self, state: str) -> None:
+        m = self.cell.metrics
+        self.pub.publish("health", {"node": "cell", "state": state, "counters": {
+            k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
+                                       "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
 
     def run(self, seconds: float, wait_s: float = 30.0) -> dict:
         """Run the 1 kHz loop: frozen until the first action chunk (at most wait_s), then
@@ -98,6 +101,7 @@ class SimNode:
         self._seconds, self._wait_until_ns = seconds, now_ns() + int(wait_s * 1e9)
         with realtime_gc():
             self.node.run(None)
+        self._publish_cell_health("stopped")  # the dashboard's last counts are the report's
         return self.report()
 
     def stop(self) -> None:

@@ -107,6 +107,8 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
             while proc.poll() is None:
                 dash.poll(100)
                 live.update(dash.render())
+            dash.poll(0)  # what the nodes sent as they stopped
+            live.update(dash.render())
         if not console.is_terminal:
             console.line()  # a log file gets the table's last line ended (no "┘{")
     finally:
@@ -143,6 +145,7 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
         "objects": {k: m.get(k, 0) for k in ("spawned", "correct", "wrong", "missed", "dropped")},
         "success_rate": m["correct"] / resolved if resolved else None,
         "budget_changes": mon.get("budget", {}).get("changes"),
+        "budget_requests": mon.get("budget", {}).get("requests"),
         "holds": {"watchdog": sim.get("controller", {}).get("holds"), "ordered": mon.get("holds")},
         "controller": sim.get("controller", {}), "policy": pol,
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
