@@ -32,7 +32,7 @@ def bind_file(tmp_path: Path, fname: str, url: str = "ipc", name: str = "t") -> 
 
 def test_default_run_dirs_are_unique_within_one_second(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    dirs = [make_run_dir(None, "cell") for _ in range(3)]
+    dirs = [make_run_dir(None, "cell", "20260101-120000") for _ in range(3)]
     assert len(set(dirs)) == 3 and all(d.is_dir() and d.parent == tmp_path / "runs" for d in dirs)
 
 

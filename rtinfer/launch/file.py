@@ -8,7 +8,7 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
     version: 1                    # optional, must be 1
     name: conveyor_sorting        # optional; default: the file's stem
     description: text             # optional
-    run_dir: runs/demo            # optional; default runs/<name>-<YYYYmmdd-HHMMSS>; --run-dir wins
+    run_dir: runs/demo            # optional; default a new runs/<name>-<YYYYmmdd-HHMMSS>[-N]; --run-dir wins
     deadline_ms: 100              # number, default 100       -> ${deadline_ms}
     seconds: 60                   # number, optional          -> ${seconds}
     rates: {policy_hz: 20}        # name -> number            -> ${rates.policy_hz}
@@ -34,7 +34,7 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
         after: [sim]              # optional: start after these nodes
         stop_grace_s: 5           # SIGTERM -> wait this long -> SIGKILL (whole process group)
         curve_secret: keys/gpu.key_secret   # optional -> ${node.curve_secret}
-    monitor: {...}                # free-form data, written to ${monitor_config} (JSON)
+    monitor: {...}                # MonitorConfig's fields (checked from its source), -> ${monitor_config}
 
 Files the launcher writes in run_dir before starting nodes: monitor.json (the monitor:
 section) and curve.json ({address: {server_key, allow}} for each CURVE endpoint; a node

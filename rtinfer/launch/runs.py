@@ -10,7 +10,10 @@
   in ``/tmp/rtinfer-<uid>/runs/``. Before a node starts, `Claim.check` refuses a run dir or
   an endpoint held by another *live* launcher (naming that run), probes every ipc socket
   file (a connect: a live binder answers, a file left by a SIGKILLed run refuses and is
-  removed and reused), and drops the records of launchers that are gone.
+  removed and reused), and drops the records of launchers that are gone. A live binder
+  that no recorded run holds (a process outside the launch, e.g. a robot a test drives)
+  is noted in the log, not refused: the launcher cannot tell whether its nodes bind the
+  endpoint or connect to it.
 """
 from __future__ import annotations
 
@@ -20,7 +23,6 @@ import json
 import os
 import socket
 import time
-from datetime import datetime
 from pathlib import Path
 
 from rtinfer.launch.yaml_lines import LaunchError
@@ -39,14 +41,15 @@ def ipc_path(run_dir: str | Path, name: str) -> str:
     return f"{RUNTIME_DIR}/s/{digest}/{name}"
 
 
-def make_run_dir(explicit: str | None, name: str) -> Path:
-    """`explicit` as given (created if missing), else a new unique runs/<name>-<stamp>[-N]."""
+def make_run_dir(explicit: str | None, name: str, stamp: str) -> Path:
+    """`explicit` as given (created if missing), else a new unique runs/<name>-<stamp>[-N]
+    (`stamp`: the caller's date text, YYYYmmdd-HHMMSS)."""
     try:
         if explicit:
             rd = Path(explicit).resolve()
             rd.mkdir(parents=True, exist_ok=True)
             return rd
-        base = Path("runs").resolve() / f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
+        base = Path("runs").resolve() / f"{name}-{stamp}"
         base.parent.mkdir(parents=True, exist_ok=True)
         for n in range(1, 1000):
             rd = base if n == 1 else base.with_name(f"{base.name}-{n}")
@@ -97,7 +100,7 @@ class Claim:
     def __init__(self, run_dir: Path, file: str, name: str, host: str | None,
                  endpoints: dict[str, str]):
         self.record = {"pid": os.getpid(), "start": _start_ticks(os.getpid()),
-                       "written_ns": time.time_ns(), "run_dir": str(run_dir), "file": str(file),
+                       "written_ns": time.monotonic_ns(), "run_dir": str(run_dir), "file": str(file),
                        "name": name, "host": host, "endpoints": endpoints}
         self.dir = RUNTIME_DIR / "runs"
         self.path = self.dir / f"{os.getpid()}.json"
@@ -135,7 +138,7 @@ class Claim:
                 self.notes.append(f"removed the record of a run that no longer runs "
                                   f"({rec.get('run_dir')}, launcher pid {rec.get('pid')})")
             elif (rec.get("written_ns", 0), rec["pid"]) < (self.record["written_ns"], os.getpid()):
-                out.append(rec)  # the later of two launchers is the one that gives way
+                out.append(rec)  # recorded before us (CLOCK_MONOTONIC): the later one gives way
         return out
 
     def _refuse_overlap(self, other: dict) -> None:
@@ -161,10 +164,10 @@ class Claim:
                 continue
             path = address[len("ipc://"):]
             state = _probe(path)
-            if state == "live":
-                raise LaunchError(f"endpoint {name!r}: {path} is bound by a live process "
-                                  "that is not a recorded run; stop it, or pass another "
-                                  "--run-dir")
+            if state == "live":  # e.g. a robot process outside the launch that binds it
+                self.notes.append(f"endpoint {name!r}: {path} is bound by a live process "
+                                  "outside any recorded run: nodes that connect reach it, "
+                                  "a node that binds it takes it over")
             if state == "other":
                 raise LaunchError(f"endpoint {name!r}: {path} exists and is not a socket; "
                                   "remove it or choose another address")

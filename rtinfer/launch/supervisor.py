@@ -42,6 +42,7 @@ import json
 import signal
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from rtinfer.launch.file import load
@@ -200,7 +201,7 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
         return 0
     explicit = run_dir or spec.run_dir
     existed = explicit is not None and Path(explicit).exists()
-    rd = make_run_dir(explicit, spec.name)
+    rd = make_run_dir(explicit, spec.name, datetime.now().strftime("%Y%m%d-%H%M%S"))
     claim = Claim(rd, path, spec.name, host,
                   {e: spec.endpoints[e].address(rd) for e in spec.endpoints_used(nodes)})
     try:
