@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
+import pytest
+
 from rtinfer.launch.supervisor import RECOVERED_S
-from tests.test_launch import finish, start, text, wait_for, write
+from tests.test_launch import WAIT_S, finish, start, text, wait_for, write
 
 ENDS = """\
   - name: job
@@ -22,6 +26,27 @@ CRASHER = """\
     required: false
     restart: {{policy: on-failure, max_restarts: {n}, backoff_s: {backoff}}}
 """
+
+
+@pytest.fixture(autouse=True)
+def _no_launcher_left(monkeypatch):
+    """Every launcher a test starts is stopped at teardown, even when the test fails."""
+    started, real_start = [], start
+
+    def tracked(*a, **kw):
+        started.append(real_start(*a, **kw))
+        return started[-1]
+    monkeypatch.setattr(sys.modules[__name__], "start", tracked)
+    yield
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
 
 
 def failed_lines(out: str) -> list[str]:

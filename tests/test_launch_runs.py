@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rtinfer.launch.runs import RUNTIME_DIR, SUN_PATH_MAX, make_run_dir
 from tests.test_launch import ROOT, WAIT_S, alive, finish, pids, start, text, wait_for
 
@@ -22,6 +24,27 @@ nodes:
     args: ["${{run_dir}}/pub.pid", "${{endpoints.obs}}"]
     stop_grace_s: 2
 """
+
+
+@pytest.fixture(autouse=True)
+def _no_launcher_left(monkeypatch):
+    """Every launcher a test starts is stopped at teardown, even when the test fails."""
+    started, real_start = [], start
+
+    def tracked(*a, **kw):
+        started.append(real_start(*a, **kw))
+        return started[-1]
+    monkeypatch.setattr(sys.modules[__name__], "start", tracked)
+    yield
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
 
 
 def bind_file(tmp_path: Path, fname: str, url: str = "ipc", name: str = "t") -> Path:
