@@ -90,3 +90,25 @@ def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tm
     finally:
         dash.close()
         pub.close()
+
+
+def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_path):
+    """`--stress cpu` briefly, as a user runs it: the threat is measured first, both runs use
+    its deadline, and stdout is the one JSON report with the calibration and both runs."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", "--stress", "cpu",
+                        "--seconds", "2", "--json", "--run-dir", str(tmp_path / "run")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    assert list(report) == ["calibration", "stress-fixed", "stress-budget"]
+    threat = report["calibration"]
+    assert threat["samples"] >= 40 and threat["how"]
+    assert threat["full_ms"]["p50"] > 0 and threat["cheapest_ms"]["p50"] > 0
+    for name in ("stress-fixed", "stress-budget"):
+        assert report[name]["exit_code"] == 0
+        assert report[name]["deadline_ms"] == threat["deadline_ms"]
+        assert "late_fraction" in report[name]
+    assert "fixed full depth" in r.stderr and "budget controller" in r.stderr
+    assert "Traceback" not in r.stderr

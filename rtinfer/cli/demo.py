@@ -37,6 +37,8 @@ from rich.console import Console
 from rich.live import Live
 
 from rtinfer.cli.shipped import launch_file, zoo_model
+from rtinfer.cli.stress import (Threat, _pct, _sorted, choose_deadline, late_fraction, measure,
+                                node_options, stress_table)
 from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
 
@@ -77,6 +79,33 @@ def _stress(n: int, seconds: float) -> list[subprocess.Popen]:
             f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass")
     return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                              stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def calibrate(launch: Path, model: Path, overrides: dict, hogs: int, seconds: float,
+              deadline_ms: float | None, console: Console, stop: _Stop) -> Threat | None:
+    """The stress threat (rtinfer.cli.stress): the policy's chunk times at full depth and at
+    the cheapest level, measured under `hogs` busy processes, give the deadline (unless
+    --deadline-ms gave one). None if stopped before enough samples came."""
+    policy = next(n for n in load(launch, overrides).nodes if n.name == "policy")
+    cycles = int(min(100, max(40, seconds * 20 / 6)))
+    console.print(f"calibrating the stress threat: {cycles} chunks at full depth and at the "
+                  f"cheapest level under {hogs} busy processes ...", highlight=False)
+    procs = _stress(hogs, cycles * 0.05 + 60)
+    try:
+        full, cheapest = measure(model, cycles, stopped=lambda: stop.signum is not None,
+                                 **node_options(policy.args))
+    finally:
+        for h in procs:
+            h.kill()
+            h.wait()
+    try:
+        threat = choose_deadline(full, cheapest, given_ms=deadline_ms)
+    except ValueError:
+        return None
+    console.print(f"stress deadline {threat.deadline_ms:g} ms: {threat.how}; in calibration "
+                  f"{_pct(threat.fixed_late)} of full-depth chunks late, "
+                  f"{_pct(threat.cheapest_late)} at the cheapest level", highlight=False)
+    return threat
 
 
 def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dict) -> list[str]:
@@ -296,10 +325,15 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     launch = launch_file(EXPERT_LAUNCH if model is None else MODEL_LAUNCH)
     overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
                                  seed=seed, instruction=instruction, belt_speed=belt_speed)
-    runs = [("nominal", {}, 0)]
+    runs, threat = [("nominal", {}, 0)], None
     if stress == "cpu":
         n = 2 * (os.cpu_count() or 2)
         runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n), ("stress-budget", {}, n)]
+        if model is not None:
+            threat = calibrate(launch, model, overrides, n, seconds, deadline_ms, console, stop)
+            if threat is not None:
+                overrides = launch_overrides(str(model), threat.deadline_ms, stress, seed=seed,
+                                             instruction=instruction, belt_speed=belt_speed)
     results = {}
     for name, extra, hogs in runs:
         if stop.signum is not None:
@@ -311,13 +345,17 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         for line in r.get("error", []):
             console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
         if len(runs) > 1:
-            console.print_json(json.dumps({k: v for k, v in r.items()
-                                           if k not in ("controller", "policy")}))
+            r["late_fraction"] = late_fraction(r)
+            console.print(f"{name}: {_pct(r['late_fraction'])} of {r['cycles']} cycles late, "
+                          f"sorted {_sorted(r)}", highlight=False)
         trace = rd / "controller.trace"
         if png and trace.exists() and stop.signum is None:
             from rtinfer.monitor.report import main as report_main
             report_main(str(trace), png=png if len(runs) == 1 else
                         str(Path(png).with_name(f"{Path(png).stem}-{name}.png")))
+    if len(runs) > 1:
+        results = {"calibration": None if threat is None else threat.report(), **results}
+        console.print(stress_table(results))
     out = results.get("nominal", {}) if len(runs) == 1 else results
     text = json.dumps(out, indent=None if json_out else 1)
     if report:
@@ -327,4 +365,5 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     if stop.signum is not None:
         console.print(f"stopped by {signal.Signals(stop.signum).name}: partial report above")
         return 128 + stop.signum
-    return 0 if results and all(r["exit_code"] == 0 for r in results.values()) else 1
+    runs_done = [r for k, r in results.items() if k != "calibration"]
+    return 0 if runs_done and all(r["exit_code"] == 0 for r in runs_done) else 1
