@@ -4,11 +4,14 @@ dashboard and a final report.
 Runs a shipped launch file (conveyor_sorting.yaml: MuJoCo cell + PID layer, the learned
 policy on ONNX Runtime, the deadline monitor; conveyor_expert.yaml for --policy expert)
 through the launcher in a child process, watches every node's `health` for the dashboard,
-then merges the nodes' reports. `--stress cpu` runs twice under competing CPU load, a fixed
-full-depth policy and then the budget controller, and reports both. It uses a 20 ms deadline
-unless told otherwise: on a 2-core CPU the shipped policy's e2e stays near 10-20 ms under
-that load, so the 100 ms deadline is never at risk and there would be nothing for the
-budget controller to do.
+then merges the nodes' reports. `--stress cpu` first calibrates its threat
+(rtinfer.cli.stress): the policy's chunk times at full depth and at the cheapest budget
+level, measured under the same CPU hogs with the node's backend and threads, give a deadline
+that full depth misses about 20% of the time and the cheapest level meets. Then it runs
+twice under that load and deadline, a fixed full-depth policy and then the budget
+controller, and shows both side by side (a table on stderr; the calibration and both runs in
+the JSON). --deadline-ms overrides the calibrated deadline; the expert (no model to time)
+gets STRESS_DEADLINE_MS.
 
 Output: stdout carries the final report as JSON and nothing else (one line with --json);
 the dashboard, progress and errors go to stderr. Options and outputs are checked before
@@ -43,7 +46,7 @@ from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
 
 EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
-STRESS_DEADLINE_MS = 20.0
+STRESS_DEADLINE_MS = 20.0  # --stress with the expert, which has no chunk time to calibrate
 SUPERVISOR = "rtinfer.launch.supervisor:main"
 _PR_SET_PDEATHSIG = 1
 
