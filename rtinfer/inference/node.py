@@ -220,6 +220,8 @@ class InferenceNode:
         """`health` body: counters (node, subscriber, drafters) and latency gauges (us)."""
         c = {**self.counters, **self.runner.counters, "obs_skipped": self.obs_sub.counters["superseded"],
              "obs_rejected": self.obs_sub.counters["rejected"],
+             "obs_oversize": self.obs_sub.counters["oversize"],
+             "obs_sessions_ended": self.obs_sub.sessions_ended,
              "budget_level": self.budget.index, "budget_switches": self.budget.switches}
         for name, d in self.drafters.items():
             c.update({f"{name}.{k}": v for k, v in d.stats.items()})
