@@ -176,8 +176,9 @@ class NodeProcess:
             while time.monotonic() < deadline and not hurry() and not self._group_gone():
                 time.sleep(0.02)
             if not self._group_gone():
-                self.console.say(f"{self.name!r} still running after {self.spec.stop_grace_s:g} s"
-                                 " grace: SIGKILL to its process group")
+                why = "a second signal" if hurry() else \
+                    f"still running after {self.spec.stop_grace_s:g} s grace"
+                self.console.say(f"{self.name!r}: {why}: SIGKILL to its process group")
             self._reap_group()
             self.last_exit = self.popen.returncode
             self.console.say(f"stopped {self.name!r} ({self.describe_exit(self.popen.returncode)})")

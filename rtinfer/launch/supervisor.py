@@ -55,6 +55,10 @@ POLL_S = 0.05  # supervision tick: exit detection and restart latency, not a con
 RECOVERED_S = 2.0  # a node that failed counts as healthy again once up this long
 DEGRADED = 3  # exit status: the run ended normally, but a node failed or never got healthy
 # Files in the run directory that are the launcher's own, not a node's report.
+# A second SIGINT/SIGTERM this long after the first means "kill now". Closer ones are one
+# event: PR_SET_PDEATHSIG fires once per exiting thread of the dying parent (the kernel
+# reparents to its next thread first), so a SIGKILLed demo delivers several at once.
+HURRY_AFTER_S = 0.5
 OWN_FILES = {"monitor.json", "curve.json", "launch_summary.json"}
 
 
@@ -73,11 +77,14 @@ class Supervisor:
         self.stop_reason: str | None = None
         self.exit_code = 0
         self.hurry = False
+        self._first_signal_at = 0.0
 
     def _on_signal(self, signum, _frame) -> None:
-        if self.stop_reason is not None:
-            self.hurry = True  # second signal: kill now
-        self.stop_reason = self.stop_reason or f"received {signal.Signals(signum).name}"
+        now = time.monotonic()
+        if self.stop_reason is not None and now - self._first_signal_at >= HURRY_AFTER_S:
+            self.hurry = True  # a second signal: kill now
+        if self.stop_reason is None:
+            self.stop_reason, self._first_signal_at = f"received {signal.Signals(signum).name}", now
 
     def _stop(self, reason: str, code: int = 0) -> None:
         if self.stop_reason is None:
