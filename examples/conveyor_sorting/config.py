@@ -101,6 +101,18 @@ def parse_instruction(text: str, num_classes: int = len(DEFAULT_CLASSES)) -> tup
     return perm
 
 
+def parse_seed(text: str) -> int:
+    """"3" -> 3: a cell seed, a whole number >= 0 (it picks the spawns and, unless an
+    instruction is given, the instruction)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise ValueError(f"seed {text!r}: expected a whole number >= 0")
+    return v
+
+
 def parse_belt_speed(text: str) -> float:
     """"0.3" -> 0.3 m/s; refuses what is not a number in (0, BELT_SPEED_MAX]."""
     try:

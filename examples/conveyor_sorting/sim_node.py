@@ -24,7 +24,7 @@ from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.trace import TraceWriter
 
 from .cell import ConveyorCell
-from .config import (BELT_SPEED_MAX, CellConfig, control_config, parse_belt_speed,
+from .config import (BELT_SPEED_MAX, CellConfig, control_config, parse_belt_speed, parse_seed,
                      parse_instruction, tokenizer_config)
 from .observe import obs_body, observe
 
@@ -145,30 +145,19 @@ def parse_options(argv: list[str] | None = None
     return ap, ap.parse_args(argv)
 
 
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"seed {text!r}: expected a whole number >= 0")
-    return v
+def _option(parse):
+    """An argparse type from one of the task's parsers (config.parse_*): its ValueError
+    becomes a usage error with the same message."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return convert
 
 
-def _instruction(text: str) -> tuple[int, ...] | None:
-    if text == "seed":
-        return None
-    try:
-        return parse_instruction(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _belt_speed(text: str) -> float:
-    try:
-        return parse_belt_speed(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+_seed, _belt_speed = _option(parse_seed), _option(parse_belt_speed)
+_instruction = _option(lambda text: None if text == "seed" else parse_instruction(text))
 
 
 def make_sim(ap: argparse.ArgumentParser, a: argparse.Namespace) -> SimNode:

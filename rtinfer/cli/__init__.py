@@ -71,16 +71,6 @@ def _task_option(checker: str):
     return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 0")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rtinfer", description=__doc__)
     p.add_argument("--version", action="version", version=f"rtinfer {__version__}")
@@ -142,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seconds", type=float, default=60.0, help="sim seconds per run")
     d.add_argument("--policy", default=None, help='"expert" or a model directory (default: '
                    "the shipped models/zoo/conveyor-v1)")
-    d.add_argument("--seed", type=_seed, default=None,
+    d.add_argument("--seed", type=_task_option("parse_seed"), default=None,
                    help="cell seed: spawns and, unless --instruction, the instruction "
                         "(default: the launch file's, 1 for the model, 0 for the expert)")
     d.add_argument("--instruction", type=_task_option("parse_instruction"), default=None,
