@@ -73,3 +73,26 @@ def tiny_model_dir(tmp_path_factory):
     (out / "card.json").write_text(json.dumps({"accuracy": {"1": 0.5, "2": 0.8, "3": 0.9}}))
     checkpoint.save(out / "policy", model, vocab)
     return out
+
+
+@pytest.fixture
+def no_launcher_left(request, monkeypatch):
+    """The test module's `start` (tests.test_launch.start: one launcher process) is tracked,
+    and every launcher a test starts is stopped at teardown, even when the test fails."""
+    import subprocess
+    from tests.test_launch import WAIT_S
+    started, real_start = [], request.module.start
+
+    def tracked(*a, **kw):
+        started.append(real_start(*a, **kw))
+        return started[-1]
+    monkeypatch.setattr(request.module, "start", tracked)
+    yield
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()

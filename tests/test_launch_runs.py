@@ -27,23 +27,8 @@ nodes:
 
 
 @pytest.fixture(autouse=True)
-def _no_launcher_left(monkeypatch):
+def _no_launcher_left(no_launcher_left):
     """Every launcher a test starts is stopped at teardown, even when the test fails."""
-    started, real_start = [], start
-
-    def tracked(*a, **kw):
-        started.append(real_start(*a, **kw))
-        return started[-1]
-    monkeypatch.setattr(sys.modules[__name__], "start", tracked)
-    yield
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.communicate(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
 
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Collection, Mapping, Sequence
 
 from rtinfer.inference.backends.base import BackendError
