@@ -1,5 +1,6 @@
 """The demo's merged report and its dashboard, from real files and real health messages."""
 import json
+import os
 import time
 
 from rtinfer.transport.bus import Publisher
@@ -93,8 +94,9 @@ def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tm
 
 
 def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_path):
-    """`--stress cpu` briefly, as a user runs it: the threat is measured first, both runs use
-    its deadline, and stdout is the one JSON report with the calibration and both runs."""
+    """`--stress cpu` briefly, as a user runs it: the threat is measured first, in place (two
+    short launched runs under the load), both runs use its deadline, and stdout is the one
+    JSON report with the calibration and both runs."""
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", "--stress", "cpu",
@@ -106,9 +108,34 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
     threat = report["calibration"]
     assert threat["samples"] >= 40 and threat["how"]
     assert threat["full_ms"]["p50"] > 0 and threat["cheapest_ms"]["p50"] > 0
+    assert "pinned to CPU" in threat["load"]
+    # calibrated in place: two launched runs, fixed full depth and pinned at the cheapest level
+    run = tmp_path / "run"
+    fixed = json.loads((run / "calibrate-fixed" / "monitor_report.json").read_text())
+    cheap = json.loads((run / "calibrate-cheapest" / "monitor_report.json").read_text())
+    assert fixed["budget"]["applied_level"] == 0 and cheap["budget"]["applied_level"] == 3
+    assert fixed["budget"]["changes"] == cheap["budget"]["changes"] == 0
     for name in ("stress-fixed", "stress-budget"):
         assert report[name]["exit_code"] == 0
         assert report[name]["deadline_ms"] == threat["deadline_ms"]
         assert "late_fraction" in report[name]
     assert "fixed full depth" in r.stderr and "budget controller" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_stress_load_is_pinned_to_the_policys_cpu():
+    """The busy processes share the policy node's CPU (rtinfer.cli.stress.policy_cpu)."""
+    from rtinfer.cli.demo import _stress
+    from rtinfer.cli.stress import policy_cpu
+    cpu = policy_cpu()
+    hogs = _stress(1, 30, cpu)
+    try:
+        for _ in range(1000):  # until the hog has pinned itself (10 s at most)
+            if os.sched_getaffinity(hogs[0].pid) == {cpu}:
+                break
+            time.sleep(0.01)
+        assert os.sched_getaffinity(hogs[0].pid) == {cpu}
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()

@@ -145,11 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--report", default=None, help="write the final report JSON here")
     d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
     d.add_argument("--stress", choices=["cpu"], default=None,
-                   help="run under CPU load twice: fixed full depth vs the budget controller")
+                   help="run under CPU load twice, fixed full depth vs the budget controller: "
+                        "the policy node and a busy process pinned to one CPU; the deadline "
+                        "calibrated in place, from two short launched runs under that load "
+                        "(fixed full depth, and the cheapest budget level): the fixed run's "
+                        "e2e p90, raised to the cheapest level's p99 x 1.1")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
     d.add_argument("--deadline-ms", type=float, default=None,
-                   help="end-to-end deadline (default: the launch file's, 100 ms; 20 ms with "
-                        "--stress); the monitor's budget margins scale with it (20%% / 50%%)")
+                   help="end-to-end deadline (default: the launch file's, 100 ms; with "
+                        "--stress the calibrated one, 20 ms for --policy expert); the "
+                        "monitor's budget margins scale with it (20%% / 50%%)")
     d.set_defaults(func=_demo)
     return p
 

@@ -4,14 +4,15 @@ dashboard and a final report.
 Runs a shipped launch file (conveyor_sorting.yaml: MuJoCo cell + PID layer, the learned
 policy on ONNX Runtime, the deadline monitor; conveyor_expert.yaml for --policy expert)
 through the launcher in a child process, watches every node's `health` for the dashboard,
-then merges the nodes' reports. `--stress cpu` first calibrates its threat
-(rtinfer.cli.stress): the policy's chunk times at full depth and at the cheapest budget
-level, measured under the same CPU hogs with the node's backend and threads, give a deadline
-that full depth misses about 20% of the time and the cheapest level meets. Then it runs
-twice under that load and deadline, a fixed full-depth policy and then the budget
-controller, and shows both side by side (a table on stderr; the calibration and both runs in
-the JSON). --deadline-ms overrides the calibrated deadline; the expert (no model to time)
-gets STRESS_DEADLINE_MS.
+then merges the nodes' reports. `--stress cpu` first calibrates its threat in place
+(rtinfer.cli.stress): the policy node and HOGS busy processes pinned to one CPU, and two
+short launched runs under that load at a loose deadline (fixed full depth, then pinned at the
+cheapest budget level with the node's --level) whose cycles' e2e give the deadline: the fixed
+run's p90, raised to the cheapest level's p99 x 1.1. Then it runs twice under that load and
+deadline, a fixed full-depth policy and then the budget controller, and shows both side by
+side (a table on stderr; the calibration and both runs in the JSON). --deadline-ms overrides
+the calibrated deadline; the expert (no policy node to load) gets free-floating hogs and
+STRESS_DEADLINE_MS.
 
 Output: stdout carries the final report as JSON and nothing else (one line with --json);
 the dashboard, progress and errors go to stderr. Options and outputs are checked before
@@ -34,14 +35,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
 
 from rtinfer.cli.shipped import launch_file, zoo_model
-from rtinfer.cli.stress import (Threat, _pct, _sorted, choose_deadline, late_fraction, measure,
-                                node_options, stress_table)
+from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat, _pct, _sorted,
+                                calibration_seconds, choose_deadline, cycle_e2e_ms, late_fraction,
+                                load_line, pin_tasks, policy_cpu, stress_table)
 from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
 
@@ -74,41 +77,57 @@ class _Stop:
                 pass
 
 
-def _stress(n: int, seconds: float) -> list[subprocess.Popen]:
-    """n busy-looping processes that end by themselves after `seconds`, or when the demo
-    dies (PR_SET_PDEATHSIG SIGKILL); each in its own session, so Ctrl-C does not reach it."""
+def _stress(n: int, seconds: float, cpu: int | None = None) -> list[subprocess.Popen]:
+    """n busy-looping processes (pinned to `cpu` when given) that end by themselves after
+    `seconds`, or when the demo dies (PR_SET_PDEATHSIG SIGKILL); each in its own session, so
+    Ctrl-C does not reach it."""
+    pin = "" if cpu is None else f"os.sched_setaffinity(0, {{{cpu}}})\n"
     code = (f"import ctypes, os, time\nctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, 9, 0, 0, 0)\n"
-            f"if os.getppid() != {os.getpid()}: raise SystemExit\n"
+            f"if os.getppid() != {os.getpid()}: raise SystemExit\n{pin}"
             f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass")
     return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                              stdin=subprocess.DEVNULL) for _ in range(n)]
 
 
-def calibrate(launch: Path, model: Path, overrides: dict, hogs: int, seconds: float,
-              deadline_ms: float | None, console: Console, stop: _Stop) -> Threat | None:
-    """The stress threat (rtinfer.cli.stress): the policy's chunk times at full depth and at
-    the cheapest level, measured under `hogs` busy processes, give the deadline (unless
-    --deadline-ms gave one). None if stopped before enough samples came."""
-    policy = next(n for n in load(launch, overrides).nodes if n.name == "policy")
-    cycles = int(min(100, max(40, seconds * 20 / 6)))
-    console.print(f"calibrating the stress threat: {cycles} chunks at full depth and at the "
-                  f"cheapest level under {hogs} busy processes ...", highlight=False)
-    procs = _stress(hogs, cycles * 0.05 + 60)
+CALIBRATION = (("calibrate-fixed", "--no-budget"), ("calibrate-cheapest", "--level=-1"))
+
+
+def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: float | None,
+              seconds: float, console: Console, stop: _Stop) -> tuple[Threat | None, list[str]]:
+    """The stress threat (rtinfer.cli.stress), measured in place: two short runs of the
+    launched stack under the stress load (the policy and HOGS busy processes on `cpu`) at a
+    loose deadline, at fixed full depth and pinned at the cheapest budget level; their
+    cycles' e2e give the deadline (unless --deadline-ms gave one). (None, errors) if stopped
+    or a run gave no samples."""
+    cal_s = calibration_seconds(seconds)
+    console.print(f"calibrating the stress threat in place: {cal_s:g} s at fixed full "
+                  f"depth and {cal_s:g} s at the cheapest level, {load_line(HOGS, cpu)}"
+                  " ...", highlight=False)
+    loose = launch_overrides(None, CALIBRATE_DEADLINE_MS, "cpu")
+    samples, errors = [], []
+    for name, budget in CALIBRATION:
+        if stop.signum is not None:
+            return None, errors
+        rd = base / name
+        rd.mkdir(parents=True, exist_ok=True)
+        r = run_once(launch, cal_s, rd, {**overrides, **loose, "vars.budget": budget},
+                     console, f"rtinfer demo: {name}", stop, stress=HOGS, pin_cpu=cpu)
+        errors += [f"{name}: {ln}" for ln in r.get("error", [])]
+        try:
+            from rtinfer.realtime.trace import read_trace
+            e2e = cycle_e2e_ms(read_trace(rd / "controller.trace"))
+        except (OSError, ValueError):
+            e2e = []
+        samples.append(e2e[WARMUP_CYCLES:])  # graphs and caches warming
     try:
-        full, cheapest = measure(model, cycles, stopped=lambda: stop.signum is not None,
-                                 **node_options(policy.args))
-    finally:
-        for h in procs:
-            h.kill()
-            h.wait()
-    try:
-        threat = choose_deadline(full, cheapest, given_ms=deadline_ms)
+        threat = choose_deadline(*samples, given_ms=deadline_ms)
     except ValueError:
-        return None
+        return None, errors
+    threat = Threat(**{**threat.report(), "load": load_line(HOGS, cpu)})
     console.print(f"stress deadline {threat.deadline_ms:g} ms: {threat.how}; in calibration "
-                  f"{_pct(threat.fixed_late)} of full-depth chunks late, "
+                  f"{_pct(threat.fixed_late)} of fixed full-depth cycles late, "
                   f"{_pct(threat.cheapest_late)} at the cheapest level", highlight=False)
-    return threat
+    return threat, errors
 
 
 def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dict) -> list[str]:
@@ -121,7 +140,10 @@ def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dic
 
 
 def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, console: Console,
-             title: str, stop: _Stop, stress: int = 0) -> dict:
+             title: str, stop: _Stop, stress: int = 0, pin_cpu: int | None = None) -> dict:
+    """One launched run; `stress` busy processes beside it; pin_cpu: the policy node's
+    threads and those processes pinned to that CPU (the node re-pinned each second, so a
+    thread it starts later is pinned too)."""
     spec = load(launch, overrides)
     endpoints = [e.address(run_dir) for e in spec.endpoints.values()]
     cmd = launcher_command(launch, run_dir, seconds, overrides)
@@ -132,11 +154,15 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
     if stop.signum is not None:  # a signal came before the launcher existed
         stop.forward(stop.signum)
     proc = stop.proc
-    hogs = _stress(stress, seconds + 30) if stress and stop.signum is None else []
+    hogs = _stress(stress, seconds + 30, pin_cpu) if stress and stop.signum is None else []
     dash = Dashboard(endpoints, title)
+    next_pin = 0.0
     try:
         with Live(dash.render(), console=console, refresh_per_second=4) as live:
             while proc.poll() is None:
+                if pin_cpu is not None and time.monotonic() >= next_pin:
+                    pinned = pin_tasks(proc.pid, "rtinfer.inference.node", pin_cpu)
+                    next_pin = time.monotonic() + (1.0 if pinned else 0.1)
                 dash.poll(100)
                 live.update(dash.render())
             dash.poll(0)  # what the nodes sent as they stopped
@@ -328,12 +354,17 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     launch = launch_file(EXPERT_LAUNCH if model is None else MODEL_LAUNCH)
     overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
                                  seed=seed, instruction=instruction, belt_speed=belt_speed)
-    runs, threat = [("nominal", {}, 0)], None
+    runs, threat, cpu = [("nominal", {}, 0)], None, None
     if stress == "cpu":
-        n = 2 * (os.cpu_count() or 2)
+        # the expert has no policy node to load: free-floating hogs, STRESS_DEADLINE_MS
+        n = 2 * (os.cpu_count() or 2) if model is None else HOGS
         runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n), ("stress-budget", {}, n)]
         if model is not None:
-            threat = calibrate(launch, model, overrides, n, seconds, deadline_ms, console, stop)
+            cpu = policy_cpu()
+            threat, errors = calibrate(launch, base.resolve(), overrides, cpu, deadline_ms,
+                                       seconds, console, stop)
+            for line in errors:
+                console.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
             if threat is not None:
                 overrides = launch_overrides(str(model), threat.deadline_ms, stress, seed=seed,
                                              instruction=instruction, belt_speed=belt_speed)
@@ -344,7 +375,7 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         rd = base.resolve() / name
         rd.mkdir(parents=True, exist_ok=True)
         r = results[name] = run_once(launch, seconds, rd, {**overrides, **extra}, console,
-                                     f"rtinfer demo: {name}", stop, stress=hogs)
+                                     f"rtinfer demo: {name}", stop, stress=hogs, pin_cpu=cpu)
         for line in r.get("error", []):
             console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
         if len(runs) > 1:

@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-budget: fixed full-quality level, ignoring slack and the monitor")
+    p.add_argument("--level", type=int, default=None,
+                   help="fixed at this budget level (0 = full quality; -1 = the cheapest), "
+                        "ignoring slack and the monitor, as --no-budget does")
     p.add_argument("--sample", action="store_true")
     p.add_argument("--trace", default=None)
     p.add_argument("--seconds", type=float, default=None)
@@ -263,12 +266,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter,
                                   sample=a.sample, prefix_cache=not a.no_prefix_cache,
-                                  deadline_ms=a.deadline_ms, auto_budget=a.budget,
+                                  deadline_ms=a.deadline_ms,
+                                  auto_budget=a.budget and a.level is None,
                                   threads=a.threads, trace_path=a.trace)
     except ValueError as e:
         p.error(str(e))
     node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
                          curve=curve)
+    if a.level is not None:
+        n = len(node.budget.levels)
+        if not -n <= a.level < n:
+            node.close()
+            p.error(f"--level {a.level}: this model has {n} budget levels (0 .. {n - 1}, "
+                    f"or -1 for the cheapest)")
+        node.budget.own_level = node.budget._last = a.level % n
     stop_on_signals(node)
     print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)
     try:
