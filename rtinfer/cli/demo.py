@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.live import Live
 
 from rtinfer.cli.shipped import launch_file, zoo_model
-from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat, _pct, _sorted,
+from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat, percent_text, sorted_text,
                                 calibration_seconds, choose_deadline, cycle_e2e_ms, late_fraction,
                                 load_line, pin_tasks, policy_cpu, stress_table)
 from rtinfer.launch.file import load
@@ -125,8 +125,8 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
         return None, errors
     threat = Threat(**{**threat.report(), "load": load_line(HOGS, cpu)})
     console.print(f"stress deadline {threat.deadline_ms:g} ms: {threat.how}; in calibration "
-                  f"{_pct(threat.fixed_late)} of fixed full-depth cycles late, "
-                  f"{_pct(threat.cheapest_late)} at the cheapest level", highlight=False)
+                  f"{percent_text(threat.fixed_late)} of fixed full-depth cycles late, "
+                  f"{percent_text(threat.cheapest_late)} at the cheapest level", highlight=False)
     return threat, errors
 
 
@@ -380,8 +380,8 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
             console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
         if len(runs) > 1:
             r["late_fraction"] = late_fraction(r)
-            console.print(f"{name}: {_pct(r['late_fraction'])} of {r['cycles']} cycles late, "
-                          f"sorted {_sorted(r)}", highlight=False)
+            console.print(f"{name}: {percent_text(r['late_fraction'])} of {r['cycles']} cycles late, "
+                          f"sorted {sorted_text(r)}", highlight=False)
         trace = rd / "controller.trace"
         if png and trace.exists() and stop.signum is None:
             from rtinfer.monitor.report import main as report_main

@@ -167,11 +167,11 @@ def late_fraction(run: dict) -> float | None:
     return round(misses / cycles, 4) if misses is not None and cycles else None
 
 
-def _pct(x: float | None) -> str:
+def percent_text(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _sorted(run: dict) -> str:
+def sorted_text(run: dict) -> str:
     o, rate = run.get("objects", {}), run.get("success_rate")
     resolved = sum(o.get(k, 0) for k in ("correct", "wrong", "missed", "dropped"))
     return f"{o.get('correct', 0)}/{resolved}" + ("" if rate is None else f" ({100 * rate:.1f}%)")
@@ -192,7 +192,7 @@ def stress_table(results: dict):
     for col in ("", "fixed full depth", "budget controller"):
         t.add_column(col, justify="left" if not col else "right")
     if threat:
-        t.add_row("late in calibration", _pct(threat["fixed_late"]), _pct(threat["cheapest_late"])
+        t.add_row("late in calibration", percent_text(threat["fixed_late"]), percent_text(threat["cheapest_late"])
                   + " (cheapest level)")
         t.add_row("e2e p50 / p99 (calibration)",
                   f"{threat['full_ms']['p50']:.1f} / {threat['full_ms']['p99']:.1f} ms",
@@ -202,12 +202,12 @@ def stress_table(results: dict):
         t.add_row(label, *(f(r) if r else "-" for r in (fixed, budget)))
 
     row("cycles late", lambda r: f"{r.get('deadline_misses')} / {r.get('cycles')} "
-                                 f"({_pct(late_fraction(r))})")
+                                 f"({percent_text(late_fraction(r))})")
     row("late waypoints (rejected)", lambda r: str(r.get("late_waypoints")))
     row("e2e p50 / p99 / max", lambda r: " / ".join(
         "-" if r["e2e_ms"].get(k) is None else f"{r['e2e_ms'][k]:.1f}" for k in
         ("p50", "p99", "max")) + " ms")
-    row("sorted", _sorted)
+    row("sorted", sorted_text)
     row("budget changes", lambda r: str(r.get("budget_changes")))
     row("watchdog holds", lambda r: str(r.get("holds", {}).get("watchdog")))
     return t
