@@ -42,9 +42,10 @@ from rich.console import Console
 from rich.live import Live
 
 from rtinfer.cli.shipped import launch_file, zoo_model
-from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat, percent_text, sorted_text,
+from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, cycle_e2e_ms, late_fraction,
-                                load_line, pin_tasks, policy_cpu, stress_table)
+                                load_line, percent_text, pin_tasks, policy_cpu, sorted_text,
+                                stress_table)
 from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
 
