@@ -65,3 +65,19 @@ def test_collect_summary_counts_every_instruction_it_ran(tmp_path):
                 instructions=all_instructions())
     assert set(s["per_instruction"]) == SIX
     assert sum(v["spawned"] for v in s["per_instruction"].values()) == s["spawned"] == 6
+
+
+def test_rtinfer_eval_instructions_all_reports_each_of_the_six():
+    import json
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "eval", "--policy", "expert",
+                        "--episodes", "1", "--objects-per-episode", "2", "--instructions", "all",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["per_instruction"]) == 6
+    assert sum(v["spawned"] for v in out["per_instruction"].values()) == out["spawned"]
+    bad = subprocess.run([sys.executable, "-m", "rtinfer.cli", "eval", "--policy", "expert",
+                          "--instructions", "3,3,3"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "permutation" in bad.stderr

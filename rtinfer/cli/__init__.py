@@ -45,9 +45,17 @@ def _keys(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     opts = {} if args.exit is None else {"exit_depth": args.exit}
-    r = resolve(args.task)(args.policy, episodes=args.episodes, per_episode=args.objects_per_episode,
-                 seed=args.seed, belt_speed=args.belt_speed, **opts)
-    keys = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate")
+    if args.instructions:
+        opts["instructions"] = args.instructions
+    try:
+        r = resolve(args.task)(args.policy, episodes=args.episodes,
+                               per_episode=args.objects_per_episode, seed=args.seed,
+                               belt_speed=args.belt_speed, **opts)
+    except ValueError as e:
+        print(f"rtinfer eval: {e}", file=sys.stderr)
+        return 2
+    keys = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate") + \
+        (("per_instruction", "min_success_rate") if args.instructions else ())
     print(json.dumps(r if args.full else {k: r[k] for k in keys}, indent=None if args.json else 1))
     return 0
 
@@ -112,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=1000, help="episode seeds (training used 1..)")
     e.add_argument("--belt-speed", type=float, default=None)
     e.add_argument("--exit", type=int, default=None, help="model: exit depth (default full)")
+    e.add_argument("--instructions", action="append", default=None,
+                   help='"all": each of the six class -> bin permutations, --episodes each, '
+                        "success per instruction and overall; or one such as 2,0,1 (repeatable)")
     e.add_argument("--json", action="store_true", help="one-line JSON")
     e.add_argument("--full", action="store_true", help="all metrics, not only the counts")
     e.set_defaults(func=_eval)
