@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from rtinfer.monitor.stages import is_late
+
 AIM_Q = 0.90           # the deadline: this quantile of the fixed run's e2e (~10% late)
 CEIL_Q = 0.95          # a floor above this one leaves nothing to separate
 FLOOR_Q, FLOOR_HEADROOM = 0.99, 1.10  # at or above the cheapest level's p99 x 1.10
@@ -82,11 +84,10 @@ def cycle_e2e_ms(records) -> list[float]:
     cycle's records."""
     out: dict[tuple, float] = {}
     for rec in records:
-        st, f = rec.get("stamps"), rec.get("fields")
+        st = rec.get("stamps")
         if not isinstance(st, dict):
             continue
-        late = isinstance(f, dict) and f.get("late_index") is not None
-        end, cap = st.get("recv" if late else "apply"), st.get("capture")
+        end, cap = st.get("recv" if is_late(rec) else "apply"), st.get("capture")
         if isinstance(end, int) and isinstance(cap, int):
             key = (rec.get("node"), rec.get("cycle"), cap)
             out[key] = max(out.get(key, 0.0), (end - cap) / 1e6)

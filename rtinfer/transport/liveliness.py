@@ -89,7 +89,7 @@ class Liveliness(Mapping):
         """Store alive() in ``live[key].alive``, counting a death when it turns false;
         True if it changed since the last check. ``key`` must have been noted."""
         st = self._streams[key]
-        alive = now - st.last_ns < self.alive_periods * period_ns
+        alive = self.alive(key, period_ns, now)
         if alive == st.alive:
             return False
         st.alive = alive
