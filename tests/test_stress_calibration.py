@@ -1,7 +1,7 @@
-"""The stress demo's threat, calibrated in place (rtinfer.cli.stress): the policy node and a
-busy process pinned to one CPU, and a deadline from the e2e of two short launched runs (fixed
-full depth, and the cheapest budget level): the fixed run's p90, raised to the cheapest
-level's p99 x 1.10, `separable` false when that floor is above the fixed p95. The choice is
+"""The stress demo's threat, calibrated in place (rtinfer.cli.stress): the policy node alone on
+one CPU with a nice-19 busy process, and a deadline from the chunk times of two short launched
+runs (fixed full depth, and the cheapest budget level): the fixed run's p85, raised to the
+cheapest level's p99 x 1.10, `separable` false when that floor is above the fixed p95. The choice is
 pure (samples in, deadline out), so it is pinned here on given samples; the pinning runs on
 real processes (no timing asserted)."""
 import json
@@ -15,37 +15,38 @@ import pytest
 from rich.console import Console
 
 from rtinfer.cli.stress import (AIM_Q, FLOOR_HEADROOM, calibration_seconds, choose_deadline,
-                                cycle_e2e_ms, late_fraction, pin_tasks, policy_cpu, stress_table)
+                                chunk_complete_ms, late_fraction, pin_tasks, policy_cpu, stress_table)
 
 RNG = np.random.default_rng(0)
-FULL = 8.0 + RNG.gamma(2.0, 2.0, 400)     # fixed full depth, e2e: p50 ~11 ms, a long tail
+FULL = 8.0 + RNG.gamma(2.0, 2.0, 400)     # fixed full depth, chunk time: p50 ~11 ms, a long tail
 CHEAP = 3.0 + RNG.gamma(2.0, 0.5, 400)    # the cheapest level: ~4 ms
 
 
-def test_deadline_is_the_fixed_runs_p90_when_the_cheapest_level_fits_under_it():
+def test_deadline_is_the_fixed_runs_p85_when_the_cheapest_level_fits_under_it():
     t = choose_deadline(FULL, CHEAP)
-    assert AIM_Q == 0.90 and t.separable
-    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.90), abs=0.05)
+    assert AIM_Q == 0.85 and t.separable
+    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.85), abs=0.05)
     assert t.deadline_ms > np.quantile(CHEAP, 0.99) * FLOOR_HEADROOM
-    assert 0.05 <= t.fixed_late <= 0.15 and t.cheapest_late == 0
+    assert 0.10 <= t.fixed_late <= 0.20 and t.cheapest_late == 0
     assert t.fixed_late == pytest.approx(np.mean(FULL > t.deadline_ms), abs=1e-4)
-    assert "p90" in t.how and "launched stack" in t.how and t.samples == 400
+    assert "p85" in t.how and "launched stack" in t.how and t.samples == 400
 
 
 def test_a_cheapest_level_near_full_depth_lifts_the_deadline_to_its_own_p99():
-    cheap = np.linspace(11.0, 13.4, 400)  # p99 x 1.10 (~14.7) between the fixed p90 and p95
+    cheap = np.linspace(11.0, 13.4, 400)  # p99 x 1.10 (~14.7) between the fixed p85 and p95
     full = np.linspace(5.0, 15.5, 400)
     t = choose_deadline(full, cheap)
     floor = np.quantile(cheap, 0.99) * FLOOR_HEADROOM
-    assert np.quantile(full, 0.90) < floor <= np.quantile(full, 0.95)
+    assert np.quantile(full, 0.85) < floor <= np.quantile(full, 0.95)
     assert t.separable and t.deadline_ms == pytest.approx(floor, abs=0.05)
-    assert t.fixed_late >= 0.05 and t.cheapest_late == 0 and "cheapest level's e2e p99" in t.how
+    assert t.fixed_late >= 0.05 and t.cheapest_late == 0
+    assert "cheapest level's chunk-time p99" in t.how
 
 
 def test_no_separating_deadline_is_said_not_hidden():
     t = choose_deadline(FULL, FULL + 3.0)  # the budget has nothing faster to offer here
     assert not t.separable and "no deadline separates" in t.how
-    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.90), abs=0.05)
+    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.85), abs=0.05)
     assert t.fixed_late >= 0.05 and t.cheapest_late > t.fixed_late
 
 
@@ -57,24 +58,29 @@ def test_a_given_deadline_is_kept_with_the_late_fractions_it_implies():
 
 @pytest.mark.parametrize("full,cheap", [([], [1.0]), ([1.0], []), ([float("nan")], [1.0])])
 def test_no_usable_samples_is_a_value_error(full, cheap):
-    with pytest.raises(ValueError, match="finite e2e samples"):
+    with pytest.raises(ValueError, match="finite chunk-time samples"):
         choose_deadline(full, cheap)
 
 
-def test_each_cycles_e2e_is_read_from_the_trace_as_the_monitor_counts_it():
+def test_a_cycles_chunk_time_runs_to_its_last_waypoint_at_the_controller():
     ms = 1_000_000
-    recs = [
-        {"node": "c", "cycle": 1, "stamps": {"capture": 0, "recv": 9 * ms, "apply": 10 * ms}},
-        # a rejected (late) waypoint: recv - capture, as the monitor counts its miss
-        {"node": "c", "cycle": 2, "stamps": {"capture": 50 * ms, "recv": 80 * ms},
-         "fields": {"late_index": 0}},
-        # the same cycle twice: its largest e2e
-        {"node": "c", "cycle": 3, "stamps": {"capture": 100 * ms, "apply": 112 * ms}},
-        {"node": "c", "cycle": 3, "stamps": {"capture": 100 * ms, "apply": 115 * ms}},
-        {"node": "c", "cycle": 4, "stamps": {"capture": 150 * ms}},  # never applied
-        {"node": "c", "cycle": 5},
+    policy = [  # the policy node's trace: "end" = its last waypoint published
+        {"node": "policy", "cycle": 1, "stamps": {"capture": 0, "first_token": 3 * ms,
+                                                  "end": 9 * ms}},
+        {"node": "policy", "cycle": 2, "stamps": {"capture": 50 * ms, "end": 70 * ms}},
+        {"node": "policy", "cycle": 3, "stamps": {"capture": 100 * ms, "end": 104 * ms}},
+        {"node": "policy", "cycle": 4, "stamps": {"capture": 150 * ms}},  # never finished
+        {"node": "policy", "cycle": 5},
     ]
-    assert sorted(cycle_e2e_ms(recs)) == [10.0, 15.0, 30.0]
+    controller = [  # waypoint 0's transport per cycle: recv - publish (first record wins)
+        {"cycle": 1, "stamps": {"capture": 0, "publish": 4 * ms, "recv": 5 * ms,
+                                "apply": 6 * ms}},
+        {"cycle": 2, "stamps": {"capture": 50 * ms, "publish": 55 * ms, "recv": 57 * ms},
+         "fields": {"late_index": 0}},
+        {"cycle": 2, "stamps": {"capture": 50 * ms, "publish": 60 * ms, "recv": 69 * ms}},
+        {"cycle": 4, "stamps": {"capture": 150 * ms, "publish": 151 * ms, "recv": 152 * ms}},
+    ]  # cycle 3 never reached the controller: no sample
+    assert sorted(chunk_complete_ms(policy, controller)) == [10.0, 22.0]
 
 
 def test_calibration_runs_are_short_beside_the_demos_runs():

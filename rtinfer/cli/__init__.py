@@ -157,10 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
     d.add_argument("--stress", choices=["cpu"], default=None,
                    help="run under CPU load twice, fixed full depth vs the budget controller: "
-                        "the policy node and a busy process pinned to one CPU; the deadline "
-                        "calibrated in place, from two short launched runs under that load "
-                        "(fixed full depth, and the cheapest budget level): the fixed run's "
-                        "e2e p90, raised to the cheapest level's p99 x 1.1")
+                        "the policy node alone on one CPU with a busy process at nice 19; the "
+                        "deadline calibrated in place, from two short launched runs under "
+                        "that load (fixed full depth, and the cheapest budget level): the "
+                        "fixed run's chunk-time p85 (capture -> last waypoint at the "
+                        "controller), raised to the cheapest level's p99 x 1.1")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
     d.add_argument("--deadline-ms", type=float, default=None,
                    help="end-to-end deadline (default: the launch file's, 100 ms; with "

@@ -5,10 +5,11 @@ Runs a shipped launch file (conveyor_sorting.yaml: MuJoCo cell + PID layer, the 
 policy on ONNX Runtime, the deadline monitor; conveyor_expert.yaml for --policy expert)
 through the launcher in a child process, watches every node's `health` for the dashboard,
 then merges the nodes' reports. `--stress cpu` first calibrates its threat in place
-(rtinfer.cli.stress): the policy node and HOGS busy processes pinned to one CPU, and two
-short launched runs under that load at a loose deadline (fixed full depth, then pinned at the
-cheapest budget level with the node's --level) whose cycles' e2e give the deadline: the fixed
-run's p90, raised to the cheapest level's p99 x 1.1. Then it runs twice under that load and
+(rtinfer.cli.stress): the policy node alone on one CPU with HOGS busy processes at nice
+HOG_NICE, and two short launched runs under that load at a loose deadline (fixed full depth,
+then pinned at the cheapest budget level with the node's --level) whose cycles' chunk times
+(capture -> last waypoint at the controller) give the deadline: the fixed run's p85, raised
+to the cheapest level's p99 x 1.1. Then it runs twice under that load and
 deadline, a fixed full-depth policy and then the budget controller, and shows both side by
 side (a table on stderr; the calibration and both runs in the JSON). --deadline-ms overrides
 the calibrated deadline; the expert (no policy node to load) gets free-floating hogs and
@@ -42,9 +43,9 @@ from rich.console import Console
 from rich.live import Live
 
 from rtinfer.cli.shipped import launch_file, zoo_model
-from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat,
-                                calibration_seconds, choose_deadline, cycle_e2e_ms, late_fraction,
-                                load_line, percent_text, pin_tasks, policy_cpu, sorted_text,
+from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOG_NICE, HOGS, WARMUP_CYCLES, Threat,
+                                calibration_seconds, choose_deadline, chunk_complete_ms,
+                                late_fraction, load_line, percent_text, pin_tasks, policy_cpu, sorted_text,
                                 stress_table)
 from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
@@ -78,13 +79,15 @@ class _Stop:
                 pass
 
 
-def _stress(n: int, seconds: float, cpu: int | None = None) -> list[subprocess.Popen]:
-    """n busy-looping processes (pinned to `cpu` when given) that end by themselves after
+def _stress(n: int, seconds: float, cpu: int | None = None,
+            nice: int = 0) -> list[subprocess.Popen]:
+    """n busy-looping processes (pinned to `cpu` when given, at `nice`) that end by themselves after
     `seconds`, or when the demo dies (PR_SET_PDEATHSIG SIGKILL); each in its own session, so
     Ctrl-C does not reach it."""
     pin = "" if cpu is None else f"os.sched_setaffinity(0, {{{cpu}}})\n"
     code = (f"import ctypes, os, time\nctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, 9, 0, 0, 0)\n"
             f"if os.getppid() != {os.getpid()}: raise SystemExit\n{pin}"
+            f"os.nice({nice})\n"
             f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass")
     return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                              stdin=subprocess.DEVNULL) for _ in range(n)]
@@ -98,7 +101,7 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
     """The stress threat (rtinfer.cli.stress), measured in place: two short runs of the
     launched stack under the stress load (the policy and HOGS busy processes on `cpu`) at a
     loose deadline, at fixed full depth and pinned at the cheapest budget level; their
-    cycles' e2e give the deadline (unless --deadline-ms gave one). (None, errors) if stopped
+    cycles' chunk times give the deadline (unless --deadline-ms gave one). (None, errors) if stopped
     or a run gave no samples."""
     cal_s = calibration_seconds(seconds)
     console.print(f"calibrating the stress threat in place: {cal_s:g} s at fixed full "
@@ -116,7 +119,8 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
         errors += [f"{name}: {ln}" for ln in r.get("error", [])]
         try:
             from rtinfer.realtime.trace import read_trace
-            e2e = cycle_e2e_ms(read_trace(rd / "controller.trace"))
+            e2e = chunk_complete_ms(read_trace(rd / "policy.trace"),
+                                    read_trace(rd / "controller.trace"))
         except (OSError, ValueError):
             e2e = []
         samples.append(e2e[WARMUP_CYCLES:])  # graphs and caches warming
@@ -143,11 +147,15 @@ def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dic
 def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, console: Console,
              title: str, stop: _Stop, stress: int = 0, pin_cpu: int | None = None) -> dict:
     """One launched run; `stress` busy processes beside it; pin_cpu: the policy node's
-    threads and those processes pinned to that CPU (the node re-pinned each second, so a
-    thread it starts later is pinned too)."""
+    threads and those processes (at nice HOG_NICE) pinned to that CPU (the node re-pinned
+    each second, so a thread it starts later is pinned too), and the launcher, sim and
+    monitor kept off it."""
     spec = load(launch, overrides)
     endpoints = [e.address(run_dir) for e in spec.endpoints.values()]
     cmd = launcher_command(launch, run_dir, seconds, overrides)
+    mine = os.sched_getaffinity(0)
+    if pin_cpu is not None and len(mine - {pin_cpu}) > 0:
+        os.sched_setaffinity(0, mine - {pin_cpu})  # the launcher, sim and monitor inherit it
     with open(run_dir / "console.log", "w") as log:
         # Its own session: a terminal's Ctrl-C reaches the demo only, which forwards it once.
         stop.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -155,7 +163,8 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
     if stop.signum is not None:  # a signal came before the launcher existed
         stop.forward(stop.signum)
     proc = stop.proc
-    hogs = _stress(stress, seconds + 30, pin_cpu) if stress and stop.signum is None else []
+    hogs = _stress(stress, seconds + 30, pin_cpu, 0 if pin_cpu is None else HOG_NICE) \
+        if stress and stop.signum is None else []
     dash = Dashboard(endpoints, title)
     next_pin = 0.0
     try:
@@ -171,6 +180,7 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
         if not console.is_terminal:
             console.line()  # a log file gets the table's last line ended (no "┘{")
     finally:
+        os.sched_setaffinity(0, mine)
         for h in hogs:
             h.kill()
             h.wait()

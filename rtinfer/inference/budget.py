@@ -69,7 +69,7 @@ class Budget:
         self._count()
 
     def update(self, slack_ns: int) -> int:
-        """One finished cycle's slack (deadline - (first publish - capture)); returns the
+        """One finished cycle's slack (deadline - (last publish - capture)); returns the
         active level index."""
         if not self.auto:
             return self.index

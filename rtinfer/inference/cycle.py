@@ -2,7 +2,8 @@
 
 The node makes one when an observation is taken (InferenceNode._infer), the runner stamps
 first_token_ns before the first waypoint callback, the waypoint publisher stamps
-first_publish_ns on waypoint 0, and the accounting reads it at the end. Nothing about a
+first_publish_ns on waypoint 0 and last_publish_ns on every one, and the accounting reads
+them at the end. Nothing about a
 cycle lives in the node's or the runner's fields. One small object per cycle; nothing is
 allocated per waypoint. Not thread-safe (one cycle, one thread).
 """
@@ -22,3 +23,4 @@ class Cycle:
     count: int                   # waypoints in this cycle's chunk
     first_token_ns: int = 0      # set by the runner before any waypoint fires
     first_publish_ns: int | None = None  # set when waypoint 0 goes out
+    last_publish_ns: int | None = None   # set when each waypoint goes out: the last one's

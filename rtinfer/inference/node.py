@@ -11,7 +11,8 @@ changes) -> decode one chunk (plain or speculative, per budget level) -> one
 and `health` out at `health_hz`, a trace record per cycle. A bad obs is counted and
 dropped; the loop never dies of one. Single-threaded; `spin_once` blocks up to timeout_ms.
 
-Own slack = deadline - (first publish - capture), capture moved onto this node's clock.
+Own slack = deadline - (last publish - capture), capture moved onto this node's clock (the
+last waypoint: a chunk is on time only when its last waypoint is).
 On one host (ipc/inproc/loopback obs endpoint) the clocks are one. Across hosts the
 robot's clock offset is bracketed by its `obs` (robot -> node) and its `trace` records of
 this node's waypoint 0 (node -> robot), both read on the obs endpoint (PeerClock); until
@@ -151,6 +152,7 @@ class InferenceNode:
         st = dict(cycle.stamps)
         st["first_token"] = cycle.first_token_ns
         st["publish"] = now_ns()
+        cycle.last_publish_ns = st["publish"]
         if cycle.first_publish_ns is None:
             cycle.first_publish_ns = st["publish"]
             self._sent_ns.append(st["publish"])
@@ -179,14 +181,16 @@ class InferenceNode:
                                          "skipped": float(self.obs_sub.counters["superseded"])}})
 
     def _slack_ns(self, cycle: Cycle) -> int | None:
-        """deadline - (first publish - capture), capture on this node's clock; None if unknown."""
-        if cycle.capture is None or cycle.first_publish_ns is None:
+        """deadline - (last publish - capture), capture on this node's clock; None if unknown.
+        The last waypoint: the controller rejects any waypoint past the deadline, so a chunk
+        is on time only when its last one is."""
+        if cycle.capture is None or cycle.last_publish_ns is None:
             return None
         offset = 0 if self.robot_clock is None else self.robot_clock.offset_ns
         if offset is None:  # another host's clock, not yet bracketed both ways
             self.counters["slack_unknown"] += 1
             return None
-        return self.budget.deadline_ns - (cycle.first_publish_ns - (cycle.capture - offset))
+        return self.budget.deadline_ns - (cycle.last_publish_ns - (cycle.capture - offset))
 
     # --- control, heartbeat, health -----------------------------------------------------
     def _housekeeping(self) -> None:
