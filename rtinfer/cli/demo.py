@@ -146,10 +146,10 @@ def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dic
 
 def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, console: Console,
              title: str, stop: _Stop, stress: int = 0, pin_cpu: int | None = None) -> dict:
-    """One launched run; `stress` busy processes beside it; pin_cpu: the policy node's
-    threads and those processes (at nice HOG_NICE) pinned to that CPU (the node re-pinned
-    each second, so a thread it starts later is pinned too), and the launcher, sim and
-    monitor kept off it."""
+    """One launched run; `stress` busy processes beside it; pin_cpu: the policy node's main
+    thread (its compute) and those processes (at nice HOG_NICE) pinned to that CPU, its other
+    threads and the launcher, sim and monitor kept off it (the node re-pinned each second, so
+    a thread it starts later is placed too)."""
     spec = load(launch, overrides)
     endpoints = [e.address(run_dir) for e in spec.endpoints.values()]
     cmd = launcher_command(launch, run_dir, seconds, overrides)

@@ -6,8 +6,10 @@ A fixed 20 ms deadline said nothing on a faster or less loaded host (0 misses ei
 and timing the policy's chunk offline underestimated the launched stack. So
 `rtinfer demo --stress cpu`:
 
-- gives the policy node one CPU (policy_cpu: the last one) and keeps the launcher, sim and
-  monitor off it; HOGS busy processes run pinned to that CPU at nice HOG_NICE. At the
+- gives the policy node's main thread (its compute) one CPU (policy_cpu: the last one) and
+  keeps its ZeroMQ I/O thread, the launcher, sim and monitor off it (pin_tasks: with the I/O
+  thread there, waypoint 0's transport waited for the rest of the chunk's compute); HOGS
+  busy processes run pinned to that CPU at nice HOG_NICE. At the
   policy's own priority a hog made every wake-up wait behind it for a CFS slice (waypoint 0's
   e2e p50 9.3 ms at full depth, 8.9 ms at the cheapest level): scheduling delay that no
   budget level removes. At nice 19 it takes the policy's CPU whenever the policy waits and
@@ -153,8 +155,11 @@ def descendants(pid: int) -> list[int]:
 
 
 def pin_tasks(root_pid: int, marker: str, cpu: int) -> int:
-    """Pin every thread of the processes below root_pid whose command line holds `marker`
-    to `cpu`; returns how many processes matched (0: not started yet)."""
+    """Pin the main thread of each process below root_pid whose command line holds `marker`
+    to `cpu`, and its other threads (ZeroMQ's I/O thread: the sends) to every other CPU
+    this process may use, so a waypoint's transport never waits behind the compute or the
+    load; returns how many processes matched (0: not started yet)."""
+    rest = (os.sched_getaffinity(0) - {cpu}) or {cpu}
     n = 0
     for pid in descendants(root_pid):
         try:
@@ -163,7 +168,7 @@ def pin_tasks(root_pid: int, marker: str, cpu: int) -> int:
                     continue
             n += 1
             for tid in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setaffinity(int(tid), {cpu})
+                os.sched_setaffinity(int(tid), {cpu} if int(tid) == pid else rest)
         except OSError:  # it ended meanwhile
             continue
     return n
