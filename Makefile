@@ -30,3 +30,9 @@ test: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+
+# LeRobot ACT venv (models/lerobot_act.py); LEROBOT_VENV overrides the path.
+LEROBOT_VENV ?= .venv-lerobot
+.PHONY: lerobot-env
+lerobot-env:
+	LEROBOT_VENV=$(LEROBOT_VENV) bash scripts/lerobot_env.sh

@@ -16,7 +16,7 @@ class ChunkAssembler:
         self.waypoints = np.zeros((horizon, dim))  # row i: waypoint i of the chunk held
         self._got = np.zeros(horizon, bool)
         self.key: tuple | None = None   # (src, cycle, capture_ns); None before the first
-        self.capture_ns = self.period_ns = self.count = 0
+        self.capture_ns = self.period_ns = self.start_ns = self.count = 0
         self.stamps: dict = {}          # stamps of the chunk's first waypoint message
         self.received = 0               # waypoints of this chunk added
         self.ready = 0                  # waypoints[:ready] have all arrived
@@ -35,23 +35,28 @@ class ChunkAssembler:
         return self.ready == self.count
 
     def add(self, src: str, cycle: int, capture_ns: int, index: int, count: int,
-            period_ns: int, waypoint: np.ndarray, stamps: dict | None = None) -> str | None:
+            period_ns: int, waypoint: np.ndarray, stamps: dict | None = None,
+            start_ns: int | None = None) -> str | None:
         """Add waypoint `index` of `count`; None if taken, else the counter to reject it under.
 
         Another (src, cycle, capture_ns) starts a new chunk in place of the one held,
-        unless it was captured earlier (rejected_stale). Within a chunk, a count or period
-        that differs from its first waypoint's, or a repeated index, is rejected_bad.
+        unless it was captured earlier (rejected_stale). Within a chunk, a count, period or
+        start (waypoint 0's due time after capture; None: one period) that differs from its
+        first waypoint's, or a repeated index, is rejected_bad.
         The caller checks 0 <= index < count <= horizon. `stamps` is kept, not copied.
         """
         key = (src, cycle, capture_ns)  # capture too: a restarted policy may reuse cycles
+        start_ns = period_ns if start_ns is None else start_ns
         if key != self.key:
             if self.key is not None and capture_ns < self.capture_ns:
                 return "rejected_stale"  # older than the chunk in use
-            self.key, self.capture_ns, self.period_ns, self.count = key, capture_ns, period_ns, count
+            self.key, self.capture_ns, self.count = key, capture_ns, count
+            self.period_ns, self.start_ns = period_ns, start_ns
             self.stamps = {} if stamps is None else stamps
             self.received = self.ready = self.applied = 0
             self._got[:] = False
-        elif (count, period_ns) != (self.count, self.period_ns) or self._got[index]:
+        elif (count, period_ns, start_ns) != (self.count, self.period_ns, self.start_ns) \
+                or self._got[index]:
             return "rejected_bad"  # inconsistent with its chunk, or a repeat
         self.waypoints[index] = waypoint
         self._got[index] = True

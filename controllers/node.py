@@ -3,11 +3,15 @@
 update(): drain action_chunk and command messages without blocking. Each action_chunk
 message is one waypoint, taken check -> assemble -> apply: waypoints of a cycle are
 assembled as they stream (ChunkAssembler) and the tracker starts on waypoint 0 before
-the rest arrive. Tokens are the source of truth: they are decoded here and the message's
-`values` must agree with them. Rejected, and counted per message: capture older than the
-deadline or older than the chunk in use (rejected_stale), wrong tokenizer hash
-(rejected_hash), bad tokens or inconsistent fields (rejected_bad), anything while in a
-commanded safe_hold (rejected_hold). Local watchdog (on transport.liveliness): no fresh
+the rest arrive. Both policy kinds of docs/wire.md v2: a waypoint with `tokens` (an action-
+token policy) must carry the tokenizer's hash as `spec`; its tokens are the truth, decoded
+here, and its `values` must agree with them within half a bin. A waypoint without tokens (a
+continuous-chunk policy) must carry the hash of the robot's own ActionSpec (cfg.action):
+its values are the truth. Waypoint i is due at capture + start_ns + i * period_ns.
+Rejected, and counted per message: addressed to another robot (rejected_dest: `dest` is not
+this robot's obs source name), capture older than the deadline or older than the chunk in
+use (rejected_stale), a spec hash not this robot's (rejected_hash), bad tokens or
+inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold). Local watchdog (on transport.liveliness): no fresh
 chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the policy's
 period) -> hold (brake within limits, keep suction);
 the next fresh chunk resumes. compute(): ControlStack -> HardwareInterface.write().
@@ -27,6 +31,7 @@ import numpy as np
 
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.rate import RateKeeper
+from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
 
@@ -36,8 +41,8 @@ from .stack import ControlConfig, ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
-            "late_waypoints", "rejected_bad", "rejected_hash", "rejected_hold", "holds",
-            "commands")
+            "late_waypoints", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold",
+            "holds", "commands")
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
 HELD = ("safe_hold", "stopped")  # commanded holds: nothing is applied
 
@@ -53,7 +58,9 @@ class ControllerConfig:
     # robot between every two chunks
     health_hz: float = 10.0
     max_msgs_per_tick: int = 32          # bounds update()'s work under a flood
-    max_period_ns: int = 1_000_000_000   # a waypoint period longer than this is bogus
+    max_period_ns: int = 1_000_000_000   # a waypoint period (or start) longer than this is bogus
+    action: ActionSpec | None = None     # the robot's action spec: continuous chunks must carry
+    # its hash; None: only action-token chunks (on `tokenizer`) are followed
 
     def __post_init__(self) -> None:
         """Refuse settings the loop cannot run with: ValueError naming each and its fix."""
@@ -70,6 +77,11 @@ class ControllerConfig:
             (self.max_period_ns > 0, f"max_period_ns={self.max_period_ns} must be > 0",
              "the longest plausible waypoint period, e.g. 1_000_000_000 (1 s)"),
         )
+        a, t = self.action, self.tokenizer
+        if a is not None and (a.names, a.horizon) != (t.names, t.horizon):
+            rules += ((False, f"action spec names {list(a.names)} / horizon {a.horizon} differ "
+                       f"from the tokenizer's {list(t.names)} / {t.horizon}",
+                       "describe the same axes and chunk length in both"),)
         wrong = [f"{what}: {fix}" for ok, what, fix in rules if not ok]
         if wrong:
             raise ValueError(f"controller config {self.name!r}: " + "; ".join(wrong))
@@ -80,23 +92,31 @@ class ControllerConfig:
         d = dict(d)
         tok = d.pop("tokenizer")
         tok = TokenizerConfig.load(tok) if isinstance(tok, str) else TokenizerConfig.from_dict(tok)
-        return cls(tokenizer=tok, control=ControlConfig.from_dict(d.pop("control", {})), **d)
+        act = d.pop("action", None)
+        act = ActionSpec.load(act) if isinstance(act, str) else \
+            None if act is None else ActionSpec.from_dict(act)
+        return cls(tokenizer=tok, control=ControlConfig.from_dict(d.pop("control", {})),
+                   action=act, **d)
 
 
 class ControllerNode:
     def __init__(self, hw: HardwareInterface, cfg: ControllerConfig, sub, pub,
-                 tokenizer_hash: str | None = None, *, trace=None,
+                 tokenizer_hash: str | None = None, *, trace=None, robot: str | None = None,
                  on_tick: Callable[[RobotState, int], None] | None = None):
         """sub/pub: rtinfer.transport.bus Subscriber/Publisher (not owned: the caller closes them).
-        tokenizer_hash: the hash chunks must carry; must match cfg.tokenizer. trace: an
-        optional rtinfer.realtime.trace.TraceWriter. on_tick(state, now_ns): called every tick after
-        the command is written (e.g. a sim publishing `obs` from the same loop)."""
+        tokenizer_hash: the hash token chunks must carry; must match cfg.tokenizer. robot: the
+        `src` this robot's obs go out under, which chunks for it carry as `dest` (default
+        pub.src). trace: an optional rtinfer.realtime.trace.TraceWriter. on_tick(state,
+        now_ns): called every tick after the command is written (e.g. a sim publishing `obs`
+        from the same loop)."""
         if tokenizer_hash is not None and tokenizer_hash != cfg.tokenizer.hash:
             raise ValueError(f"tokenizer hash {tokenizer_hash} does not match the node's "
                              f"tokenizer config ({cfg.tokenizer.hash}): ship them together")
         self.hw, self.cfg, self.sub, self.pub, self.trace, self.on_tick = \
             hw, cfg, sub, pub, trace, on_tick
         self.tokenizer_hash = cfg.tokenizer.hash
+        self.action_hash = None if cfg.action is None else cfg.action.hash
+        self.robot = pub.src if robot is None else robot
         self.tok = ActionTokenizer(cfg.tokenizer)
         self.stack = ControlStack(cfg.control)
         self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns)
@@ -180,7 +200,7 @@ class ControllerNode:
         if why is None:
             b = env.body
             why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
-                                 b["count"], b["period_ns"], wp, env.stamps)
+                                 b["count"], b["period_ns"], wp, env.stamps, b["start_ns"])
         if why is None:
             self._apply(now)
         elif why == LATE:
@@ -192,20 +212,29 @@ class ControllerNode:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason
         not to, None): a rejected_* counter, or LATE."""
         b, capture = env.body, env.stamps.get("capture")
-        if b["tokenizer"] != self.tokenizer_hash:
+        if b["dest"] != self.robot:
+            return "rejected_dest", None
+        tokens = b.get("tokens")
+        if b["spec"] != (self.tokenizer_hash if tokens is not None else self.action_hash):
             return "rejected_hash", None
         if capture is None or self.watchdog.from_future(capture, now):
             return "rejected_bad", None
         if self.watchdog.too_old(capture, now):
             return LATE, None
-        if b["count"] > self.chunk.horizon or b["period_ns"] > self.cfg.max_period_ns:
+        if b["count"] > self.chunk.horizon or b["period_ns"] > self.cfg.max_period_ns \
+                or b["start_ns"] > self.cfg.max_period_ns:
             return "rejected_bad", None
-        try:
-            wp = self.tok.decode(b["tokens"])
-        except WireError:
-            return "rejected_bad", None
-        if b["values"].shape != wp.shape or np.any(np.abs(b["values"] - wp) > self._tol):
-            return "rejected_bad", None  # tokens are the truth: the values must agree
+        if tokens is None:  # a continuous chunk: its values are the truth
+            wp = b["values"]
+            if wp.shape != (self.chunk.waypoints.shape[1],):
+                return "rejected_bad", None
+        else:
+            try:
+                wp = self.tok.decode(tokens)
+            except WireError:
+                return "rejected_bad", None
+            if b["values"].shape != wp.shape or np.any(np.abs(b["values"] - wp) > self._tol):
+                return "rejected_bad", None  # tokens are the truth: the values must agree
         if self.state in HELD:
             return "rejected_hold", None
         return None, wp
@@ -224,7 +253,7 @@ class ControllerNode:
             self._apply_pending = True
         chunk.applied = chunk.ready
         self.stack.set_chunk(chunk.waypoints[:chunk.ready], chunk.capture_ns, chunk.period_ns,
-                             now, complete=chunk.complete)
+                             now, complete=chunk.complete, start_ns=chunk.start_ns)
         self.state = "run"
 
     def _late(self, env: Envelope) -> None:

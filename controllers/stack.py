@@ -88,16 +88,17 @@ class ControlStack:
         return self.limits.counters
 
     def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
-                  complete: bool = True) -> None:
+                  complete: bool = True, start_ns: int | None = None) -> None:
         """Track `waypoints` (n, 4), the first n of a chunk; waypoint i targets time
-        capture_ns + (i + 1) * period_ns. Positions are clipped into the workspace
-        (counted as waypoint_clamps). Ends a hold. complete=False while more stream in."""
+        capture_ns + start_ns + i * period_ns (start_ns None: one period). Positions are
+        clipped into the workspace (counted as waypoint_clamps). Ends a hold.
+        complete=False while more stream in."""
         w = np.array(waypoints, dtype=np.float64, ndmin=2)
         self.limits.clamp_waypoints(w[:, :3])
         if self.tracker.t_ns is None:
-            self._pending = (w, capture_ns, period_ns, now_ns, complete)
+            self._pending = (w, capture_ns, period_ns, now_ns, complete, start_ns)
             return
-        self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete)
+        self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
 
     def hold(self, now_ns: int) -> None:
         """Decelerate the reference to a stop at hold_decel, then hold it; suction unchanged."""
@@ -111,7 +112,8 @@ class ControlStack:
         if self.tracker.t_ns is None:
             self.tracker.reset(state.pos, now_ns, state.suction)
             if self._pending is not None:
-                self.tracker.set_chunk(*self._pending[:3], now_ns, self._pending[4])
+                w, capture_ns, period_ns, _, complete, start_ns = self._pending
+                self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
                 self._pending = None
         dt = self.dt_s if self._last_ns is None else (now_ns - self._last_ns) * 1e-9
         dt = min(max(dt, 1e-6), 10 * self.dt_s)  # a repeated or stalled tick must not blow up

@@ -1,6 +1,8 @@
 """Setpoint tracker: a stream of waypoints -> a rate-limited position/velocity reference.
 
-Waypoint i of a chunk targets time capture_ns + (i + 1) * period_ns. Between knots the
+Waypoint i of a chunk targets time capture_ns + start_ns + i * period_ns (start_ns defaults
+to one period: rtinfer's policies; 0 for a policy whose action 0 means "now"); waypoints
+already due when the chunk arrives are skipped. Between knots the
 plan is a monotone cubic Hermite spline (Fritsch-Butland tangents: no overshoot past a
 waypoint, which matters for z near the belt). It is C1 (continuous velocity), so
 accelerations are finite and, when the limits do not bind, the reference passes through
@@ -95,12 +97,13 @@ class SetpointTracker:
         self._ev_t, self._ev_on, self._ev_next = [], [], 0
 
     def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
-                  complete: bool = True) -> None:
+                  complete: bool = True, start_ns: int | None = None) -> None:
         """Re-plan from the current reference through `waypoints` (n, n_axes + 1), the
         first n waypoints of a chunk; complete=False while more are still streaming."""
         self.update(now_ns)
         w = np.asarray(waypoints, float)
-        times = capture_ns + (np.arange(len(w), dtype=np.int64) + 1) * int(period_ns)
+        start = int(period_ns) if start_ns is None else int(start_ns)
+        times = capture_ns + start + np.arange(len(w), dtype=np.int64) * int(period_ns)
         fut = times > now_ns
         ts = np.concatenate(([0.0], (times[fut] - now_ns) * 1e-9))
         ps = np.vstack((self.pos, w[fut, :self.n]))

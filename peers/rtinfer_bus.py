@@ -51,8 +51,9 @@ def _respond(obs_ep: str, act_ep: str) -> None:
             continue
         chunk = respond_chunk(env.body["values"]["state"], HORIZON)
         for i, wp in enumerate(chunk):
-            pub.publish("action_chunk", waypoint_body(env.body["ints"]["cycle"], i, HORIZON,
-                                                      tokens, wp, "0" * 16, 50_000_000))
+            pub.publish("action_chunk", waypoint_body(
+                env.body["ints"]["cycle"], i, HORIZON, wp, spec="0" * 16, period_ns=50_000_000,
+                start_ns=50_000_000, dest=env.src, tokens=tokens))
 
 
 class BusClient:

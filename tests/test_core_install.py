@@ -37,8 +37,9 @@ PUBLISHER = textwrap.dedent("""
     while time.monotonic() < end:
         stamps = {"capture": now_ns()}
         for i in range(2):
-            pub.publish("action_chunk", waypoint_body(cycle, i, 2, tokens[i], enc.decode(tokens[i]),
-                                                      tok.hash, tok.period_ns), dict(stamps))
+            pub.publish("action_chunk", waypoint_body(
+                cycle, i, 2, enc.decode(tokens[i]), spec=tok.hash, period_ns=tok.period_ns,
+                start_ns=tok.period_ns, dest="robot", tokens=tokens[i]), dict(stamps))
         cycle += 1
         time.sleep(0.02)
     pub.close()

@@ -165,3 +165,14 @@ def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> 
     from rtinfer.model.action_tokens import TokenizerConfig
     return TokenizerConfig(low=(*cell.gantry_low, 0.0), high=(*cell.gantry_high, 1.0),
                            bins=bins, horizon=horizon)
+
+
+ACTION_UNITS = ("m", "m", "m", "1")  # x, y, z of the gantry; suction on (1) / off (0)
+
+
+def action_spec(cell: CellConfig, *, horizon: int = 4) -> "ActionSpec":
+    """What a continuous-chunk policy for this cell must declare (its action_spec.json):
+    the tokenizer's axes, limits and timing, in ACTION_UNITS; waypoint 0 one period after
+    capture."""
+    from rtinfer.model.action_spec import ActionSpec
+    return ActionSpec.from_tokenizer(tokenizer_config(cell, horizon=horizon), ACTION_UNITS)

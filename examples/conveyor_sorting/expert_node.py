@@ -53,8 +53,8 @@ def serve(obs_endpoint: str, actions_endpoint: str, *, seconds: float | None = N
             stamps["first_token"] = now_ns()
             for i in range(tcfg.horizon):
                 pub.publish("action_chunk", waypoint_body(
-                    env.seq, i, tcfg.horizon, tokens[i], values[i], tcfg.hash, tcfg.period_ns),
-                    dict(stamps))
+                    env.seq, i, tcfg.horizon, values[i], spec=tcfg.hash, period_ns=tcfg.period_ns,
+                    start_ns=tcfg.period_ns, dest=env.src, tokens=tokens[i]), dict(stamps))
             counters["cycles"] += 1
     except KeyboardInterrupt:
         pass

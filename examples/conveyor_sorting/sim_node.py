@@ -24,7 +24,7 @@ from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.trace import TraceWriter
 
 from .cell import ConveyorCell
-from .config import (BELT_SPEED_MAX, CellConfig, control_config, parse_belt_speed, parse_seed,
+from .config import (BELT_SPEED_MAX, CellConfig, action_spec, control_config, parse_belt_speed, parse_seed,
                      parse_instruction, tokenizer_config)
 from .observe import obs_body, observe
 
@@ -52,8 +52,9 @@ class SimNode:
             if control_endpoint else None
         self.hb = HeartbeatResponder(self.pub, "controller")
         cfg = ControllerConfig(tokenizer=tok, control=control_config(self.cell.cfg), name="controller",
-                         deadline_ns=int(deadline_ms * 1e6),
-                         chunk_interval_ns=int(1e9 / policy_hz))
+                               action=action_spec(self.cell.cfg),
+                               deadline_ns=int(deadline_ms * 1e6),
+                               chunk_interval_ns=int(1e9 / policy_hz))
         self.node = ControllerNode(self.cell, cfg, self.sub, self.pub, trace=self.trace,
                                    on_tick=self._on_tick)
         self._obs_every = max(1, int(round(1000.0 / policy_hz)))  # ticks per observation

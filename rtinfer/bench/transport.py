@@ -32,8 +32,9 @@ _HDR = struct.Struct("<QQ")  # raw path: seq, publish_ns
 
 def sample_body() -> dict:
     """A representative action-chunk waypoint: 16 tokens (4 waypoints x 4 dims) plus values."""
-    return waypoint_body(1, 0, 4, np.arange(16, dtype=np.int32),
-                         np.linspace(-0.5, 0.5, 16, dtype=np.float32), "0" * 16, 50_000_000)
+    return waypoint_body(1, 0, 4, np.linspace(-0.5, 0.5, 16, dtype=np.float32), spec="0" * 16,
+                         period_ns=50_000_000, start_ns=50_000_000, dest="robot",
+                         tokens=np.arange(16, dtype=np.int32))
 
 
 def publish_paced(send, count: int, rate_hz: float) -> None:

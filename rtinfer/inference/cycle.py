@@ -21,6 +21,7 @@ class Cycle:
     capture: int | None          # the observation's capture stamp, ns on the robot's clock
     level: BudgetLevel           # the budget level this cycle decodes at
     count: int                   # waypoints in this cycle's chunk
+    dest: str = ""               # the robot it answers: the observation's src
     first_token_ns: int = 0      # set by the runner before any waypoint fires
     first_publish_ns: int | None = None  # set when waypoint 0 goes out
     last_publish_ns: int | None = None   # set when each waypoint goes out: the last one's

@@ -35,7 +35,9 @@ from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
-from rtinfer.model.directory import ModelDir
+from rtinfer.model.chunk_model import load_model
+from rtinfer.model.directory import ModelError
+from rtinfer.inference.chunk_runner import GraphChunkRunner, chunk_levels
 from rtinfer.inference.runner import ChunkRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.realtime.trace import TraceWriter
@@ -80,16 +82,33 @@ class InferenceNode:
                  backend_opts: dict | None = None, ctx=None, curve=None):
         """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
         self.cfg = cfg = cfg or InferenceNodeConfig()
-        self.model = md = ModelDir.load(model_dir)
-        opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
-        self.runner = ChunkRunner(md, backend=cfg.backend, backend_opts={**opts, **(backend_opts or {})},
-                                  drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
-                                  sample=cfg.sample, temperature=cfg.temperature, seed=cfg.seed)
-        self.backend, self.decoder = self.runner.backend, self.runner.decoder
-        self.drafters = self.runner.drafters
-        self.tokenizer = ActionTokenizer(md.tokenizer)
-        self.budget = Budget(default_levels(md, self.decoder.k_verify),
-                             int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
+        self.model = md = load_model(model_dir)
+        if md.kind == "chunk":  # a continuous-chunk policy: one graph per level
+            if cfg.backend != "onnx":
+                raise ModelError(f"{md.path}: a continuous-chunk policy runs on ONNX Runtime; "
+                                 f"use --backend onnx (not {cfg.backend})")
+            self.runner = GraphChunkRunner(md, threads=cfg.threads,
+                                           spin=(backend_opts or {}).get("spin"))
+            self.decoder, self.drafters, self.tokenizer = None, {}, None
+            self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
+            self.start_ns = md.action.start_ns
+            levels = chunk_levels(md)
+            self._encode, self._run = md.obs.feeds, self.runner.run_cycle
+        else:
+            opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
+            self.runner = ChunkRunner(md, backend=cfg.backend,
+                                      backend_opts={**opts, **(backend_opts or {})},
+                                      drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
+                                      sample=cfg.sample, temperature=cfg.temperature,
+                                      seed=cfg.seed)
+            self.decoder, self.drafters = self.runner.decoder, self.runner.drafters
+            self.tokenizer = ActionTokenizer(md.tokenizer)
+            self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
+            self.start_ns = md.tokenizer.period_ns
+            levels = default_levels(md, self.decoder.k_verify)
+            self._encode = md.obs.encode  # -> (instruction tokens, observation tokens)
+            self._run = lambda cycle, x, cb: self.runner.run_cycle(cycle, *x, cb)
+        self.budget = Budget(levels, int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
         self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx, curve=curve)
         self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
                                   curve=curve) if control_endpoint else None
@@ -106,8 +125,10 @@ class InferenceNode:
                                        "publish_dropped", "slack_unknown"), 0)
         self.state, self.running = "run", True
         self.slack_ns: int | None = None  # the last cycle's own slack (a gauge)
+        self._complaints: dict[str, tuple[int, int]] = {}  # kind -> (suppressed, last ns)
         self._next_health = 0
-        self._on_waypoint = self._publish_waypoint  # bound once: no allocation per cycle
+        # bound once: no allocation per cycle
+        self._on_waypoint = self._publish_values if md.kind == "chunk" else self._publish_waypoint
 
     # --- loop -----------------------------------------------------------------------------
     def spin_once(self, timeout_ms: int = 50) -> bool:
@@ -120,11 +141,13 @@ class InferenceNode:
             self.counters["obs_held"] += 1
             return False
         try:
-            instr, obs = self.model.obs.encode(env.body)
-        except WireError:
+            inputs = self._encode(env.body)
+        except WireError as e:
             self.counters["obs_bad"] += 1
+            self._complain("obs_bad", f"observation {env.seq} from {env.src} does not match the "
+                                      f"model's spec, not answered: {e}")
             return False
-        self._infer(env, instr, obs)
+        self._infer(env, inputs)
         return True
 
     def run(self, seconds: float | None = None) -> None:
@@ -135,20 +158,41 @@ class InferenceNode:
         self.running = False
 
     # --- one cycle --------------------------------------------------------------------------
-    def _infer(self, env, instr, obs) -> None:
+    def _infer(self, env, inputs) -> None:
         level = self.budget.level
         t_recv = env.stamps.get("recv", now_ns())
         if self.robot_clock is not None and "publish" in env.stamps:
             self.robot_clock.from_peer(env.stamps["publish"], t_recv)
         cycle = Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
-                      level, level.chunk)
-        bins = self.runner.run_cycle(cycle, instr, obs, self._on_waypoint)
-        self._account(cycle, t_recv, now_ns(), len(bins))
+                      level, level.chunk, env.src)
+        out = self._run(cycle, inputs, self._on_waypoint)
+        self._account(cycle, t_recv, now_ns(), len(out))
 
     def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:
+        """An action-token waypoint: its tokens and their bin centres."""
         tokens = bins.astype(np.int32)
-        body = waypoint_body(cycle.seq, index, cycle.count, tokens, self.tokenizer.decode(tokens),
-                             self.model.tokenizer.hash, self.model.tokenizer.period_ns)
+        self._send(cycle, waypoint_body(
+            cycle.seq, index, cycle.count, self.tokenizer.decode(tokens), spec=self.spec_hash,
+            period_ns=self.period_ns, start_ns=self.start_ns, dest=cycle.dest, tokens=tokens))
+
+    def _publish_values(self, cycle: Cycle, index: int, values: np.ndarray) -> None:
+        """A continuous waypoint: its values only."""
+        self._send(cycle, waypoint_body(
+            cycle.seq, index, cycle.count, values, spec=self.spec_hash,
+            period_ns=self.period_ns, start_ns=self.start_ns, dest=cycle.dest))
+
+    def _complain(self, kind: str, message: str) -> None:
+        """One error line on stderr per kind and second (with how many since the last)."""
+        now = now_ns()
+        seen, last = self._complaints.get(kind, (0, 0))
+        if now - last >= 1_000_000_000:
+            more = f" ({seen} more since the last line)" if seen else ""
+            print(f"{self.cfg.name}: error: {message}{more}", file=sys.stderr, flush=True)
+            self._complaints[kind] = (0, now)
+        else:
+            self._complaints[kind] = (seen + 1, last)
+
+    def _send(self, cycle: Cycle, body: dict) -> None:
         st = dict(cycle.stamps)
         st["first_token"] = cycle.first_token_ns
         st["publish"] = now_ns()
@@ -161,7 +205,7 @@ class InferenceNode:
         self.counters["waypoints"] += 1
 
     def _account(self, cycle: Cycle, t_recv: int, t_end: int, n: int) -> None:
-        st, t_first = self.decoder.stats, cycle.first_token_ns
+        t_first = cycle.first_token_ns
         self.counters["cycles"] += 1
         self.hist["ttft"].record(t_first - t_recv)
         self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
@@ -171,14 +215,17 @@ class InferenceNode:
             self.slack_ns = slack
             self.budget.update(slack)
         if self.trace is not None:
+            fields = {"ttft_us": (t_first - t_recv) / 1e3,
+                      "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
+                      "level": float(self.budget.index),
+                      "skipped": float(self.obs_sub.counters["superseded"])}
+            if self.decoder is not None:
+                st = self.decoder.stats
+                fields["tokens_per_pass"] = st.tokens_per_target_pass
+                fields["accepted_per_verify"] = st.accepted / max(st.verifies, 1)
             self.trace.write({"node": self.cfg.name, "cycle": cycle.seq,
                               "stamps": {**cycle.stamps, "first_token": t_first, "end": t_end},
-                              "fields": {"ttft_us": (t_first - t_recv) / 1e3,
-                                         "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
-                                         "tokens_per_pass": st.tokens_per_target_pass,
-                                         "accepted_per_verify": st.accepted / max(st.verifies, 1),
-                                         "level": float(self.budget.index),
-                                         "skipped": float(self.obs_sub.counters["superseded"])}})
+                              "fields": fields})
 
     def _slack_ns(self, cycle: Cycle) -> int | None:
         """deadline - (last publish - capture), capture on this node's clock; None if unknown.
@@ -275,8 +322,12 @@ def main(argv: list[str] | None = None) -> int:
                                   threads=a.threads, trace_path=a.trace)
     except ValueError as e:
         p.error(str(e))
-    node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
-                         curve=curve)
+    try:
+        node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
+                             curve=curve)
+    except ModelError as e:  # BackendError too: one line naming the file and the fix
+        print(f"{cfg.name}: error: {e}", file=sys.stderr, flush=True)
+        return 2
     if a.level is not None:
         n = len(node.budget.levels)
         if not -n <= a.level < n:
@@ -285,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"or -1 for the cheapest)")
         node.budget.own_level = node.budget._last = a.level % n
     stop_on_signals(node)
-    print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)
+    if node.model.kind == "chunk":
+        n = len(node.budget.levels)
+        print(f"{cfg.name}: ready ({cfg.backend}, continuous-chunk policy, {n} budget level"
+              + ("s)" if n > 1 else "; a one-shot graph without alternatives: a shorter chunk "
+                 "saves no compute, so the budget has nothing cheaper to switch to)"), flush=True)
+    else:
+        print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)
     try:
         node.run(a.seconds)
     finally:

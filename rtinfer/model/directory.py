@@ -44,6 +44,7 @@ class ModelDir:
     obs: ObsTokens
     card: dict = field(default_factory=dict)
     graphs: dict = field(default_factory=dict)  # (dtype, depth, k) -> manifest entry
+    kind = "tokens"  # an action-token policy (rtinfer.model.chunk_model: the other kind)
 
     @property
     def n_layer(self) -> int:

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: action_chunk for both policy kinds (optional tokens, spec, dest, start_ns)
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 U64_MAX = 2**64 - 1
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -194,7 +194,7 @@ def _chunk_cross(body):
     if body["index"] >= body["count"]:
         raise SchemaError(f"{body['index']} is out of range: must be < count ({body['count']})",
                           "body.index")
-    if body["tokens"].shape != body["values"].shape:
+    if "tokens" in body and body["tokens"].shape != body["values"].shape:
         raise ArrayError(f"tokens shape {body['tokens'].shape} differs from values shape "
                          f"{body['values'].shape}: both must be (D,)", "body.tokens")
 
@@ -204,10 +204,11 @@ _ECHO = ({"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozense
 BODIES = {
     "obs": ({"values": check_map(check_array()), "ints": check_map(i64)}, frozenset(), None),
     "action_chunk": ({"cycle": u64, "index": u64, "count": check_int(1, U64_MAX, ">= 1"),
-                      "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
+                      "dest": check_name,
                       "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
-                      "tokenizer": check_str, "period_ns": positive_ns},
-                     frozenset(), _chunk_cross),
+                      "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
+                      "spec": check_str, "period_ns": positive_ns, "start_ns": ns},
+                     frozenset({"tokens"}), _chunk_cross),
     "heartbeat": ({"node": check_name, "sent_ns": ns, "echo": _check_echo},
                   frozenset({"echo"}), None),
     "health": ({"node": check_name, "state": check_str, "counters": check_map(u64),
