@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.rate import RateKeeper
 from rtinfer.model.action_spec import ActionSpec
@@ -44,6 +45,18 @@ COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rej
             "late_waypoints", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold",
             "holds", "commands")
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
+# Rejections that mean no chunk from that policy will ever be followed: one line a second.
+LOUD = {
+    "rejected_hash": lambda self, env: (
+        f"chunk from {env.src} rejected: its spec {env.body['spec']} is not this robot's ("
+        + (f"tokenizer {self.tokenizer_hash}" if "tokens" in env.body else
+           f"action spec {self.action_hash}" if self.action_hash else
+           "no action spec: this robot follows action-token chunks only")
+        + "); serve a policy packaged for this robot (rtinfer check-model --robot-spec)"),
+    "rejected_dest": lambda self, env: (
+        f"chunk from {env.src} rejected: it is for robot {env.body['dest']!r}, this is "
+        f"{self.robot!r}; give each robot its own name and each policy its own robot"),
+}
 HELD = ("safe_hold", "stopped")  # commanded holds: nothing is applied
 
 
@@ -130,6 +143,7 @@ class ControllerNode:
         self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
         self._tol = self.tok.bin_width / 2 + 1e-6  # values vs decoded tokens (float32 slack)
+        self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
 
     # -- the loop ---------------------------------------------------------------------
     def tick(self, now_ns: int | None = None) -> None:
@@ -207,6 +221,8 @@ class ControllerNode:
             self._late(env)
         else:
             self.counters[why] += 1
+            if why in LOUD:
+                self.complaints.say(why, lambda: LOUD[why](self, env))
 
     def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason

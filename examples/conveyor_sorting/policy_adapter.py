@@ -8,10 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.chunk_runner import GraphChunkRunner
+from rtinfer.model.chunk_model import ChunkModelDir, load_model
 from rtinfer.model.directory import ModelDir
 from rtinfer.inference.runner import ChunkRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 
+from .config import action_spec
 from .env import ConveyorSortEnv
 from .observe import obs_body
 
@@ -41,7 +44,31 @@ class ModelPolicy:
         return self.tok.decode(bins.reshape(self.shape).astype(np.int32))
 
 
-def model_factory(path, **opts):
-    """A run_policy factory for the model directory at `path`."""
-    model = ModelDir.load(path)
-    return lambda env: ModelPolicy(model, env, **opts)
+class ChunkModelPolicy:
+    """reset() / act(obs) -> (H, D) chunk of a continuous-chunk model directory at `level`,
+    through the inference node's GraphChunkRunner and the same obs wire body."""
+
+    def __init__(self, model: ChunkModelDir, env: ConveyorSortEnv, *, level: int = 0,
+                 threads: int = 1):
+        want = action_spec(env.cfg.cell, horizon=env.cfg.horizon)
+        if model.action.hash != want.hash:
+            raise ValueError(f"{model.path}: its action spec differs from the cell's: "
+                             + "; ".join(want.differences(model.action)))
+        self.runner, self.level, self.model = GraphChunkRunner(model, threads=threads), level, model
+
+    def reset(self) -> None:
+        self.runner.reset()
+
+    def act(self, obs: dict) -> np.ndarray:
+        return self.runner.run(self.model.obs.feeds(obs_body(obs)), self.level).copy()
+
+
+def model_factory(path, *, exit_depth: int | None = None, **opts):
+    """A run_policy factory for the model directory at `path` (either kind; for a
+    continuous-chunk policy `exit_depth` is taken as its budget level)."""
+    model = load_model(path)
+    if model.kind == "chunk":
+        level = 0 if exit_depth is None else exit_depth
+        opts = {k: v for k, v in opts.items() if k == "threads"}
+        return lambda env: ChunkModelPolicy(model, env, level=level, **opts)
+    return lambda env: ModelPolicy(model, env, exit_depth=exit_depth, **opts)

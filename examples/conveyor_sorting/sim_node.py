@@ -65,6 +65,7 @@ class SimNode:
         self._seconds = 0.0
         self._wait_until_ns = 0
         self.frozen = True        # physics waits for the policy's first chunk (or wait_s)
+        self.signalled = False    # stopped by SIGTERM/SIGINT (run_sim)
 
     def _on_tick(self, state, now_ns: int) -> None:
         if self.frozen:
@@ -171,8 +172,11 @@ def make_sim(ap: argparse.ArgumentParser, a: argparse.Namespace) -> SimNode:
 
 def run_sim(sim: SimNode, seconds: float) -> dict:
     """Run until `seconds` or SIGTERM/SIGINT (stopping cleanly), close; the report."""
+    def on_signal(*_):
+        sim.signalled = True
+        sim.stop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly and still write the report
-        signal.signal(sig, lambda *_: sim.stop())
+        signal.signal(sig, on_signal)
     try:
         return sim.run(seconds)
     finally:
@@ -183,8 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     ap, a = parse_options(argv)
     configure_realtime(cpus=None if a.cpu is None else [a.cpu])
     sim = make_sim(ap, a)
-    emit_report(run_sim(sim, a.seconds), a.report)
-    return 0
+    report = run_sim(sim, a.seconds)
+    emit_report(report, a.report)
+    return 0 if sim.signalled else never_followed(report["controller"])
+
+
+def never_followed(counters: dict) -> int:
+    """1, with one error line saying why, when a run ended without a single chunk followed
+    (the cell stood still throughout); else 0."""
+    if counters["chunks_accepted"]:
+        return 0
+    why = {k: v for k, v in counters.items() if k.startswith("rejected_") and v}
+    print("sim: error: no action chunk was accepted in the whole run; "
+          + (f"rejected: {why} (the controller's error lines above say why)" if why else
+             "none arrived: is the policy running and connected to this robot's endpoints?"),
+          file=sys.stderr, flush=True)
+    return 1
 
 
 def emit_report(report: dict, path: str | None) -> None:

@@ -15,6 +15,7 @@ from rtinfer.launch.entry import resolve
 
 EVAL_TASK = "examples.conveyor_sorting.evaluate:evaluate"
 PACKAGER = "models.package:package"
+CHUNK_PACKAGER = "models.chunk_package:main"
 PEERS = "peers.run"
 
 
@@ -26,6 +27,14 @@ BENCHES["peers"] = f"{PEERS}:main"
 
 
 def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+    ck = Path(args.checkpoint)
+    if not ck.with_suffix(".json").is_file() or not ck.with_suffix(".safetensors").is_file():
+        print(f"rtinfer export: --checkpoint {args.checkpoint}: no rtinfer checkpoint there "
+              f"(wants {ck.with_suffix('.json').name} and {ck.with_suffix('.safetensors').name}, "
+              f"as models.train writes, given without the extension); for your own torch "
+              f"module or ONNX file use `rtinfer package` (docs/policies.md)", file=sys.stderr)
+        return 2
     card = resolve(PACKAGER)(args.checkpoint, args.out, fp16=not args.no_fp16)
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
@@ -44,6 +53,7 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from rtinfer.model.directory import ModelError
     opts = {} if args.exit is None else {"exit_depth": args.exit}
     if args.instructions:
         opts["instructions"] = args.instructions
@@ -51,7 +61,7 @@ def _eval(args: argparse.Namespace) -> int:
         r = resolve(args.task)(args.policy, episodes=args.episodes,
                                per_episode=args.objects_per_episode, seed=args.seed,
                                belt_speed=args.belt_speed, **opts)
-    except ValueError as e:
+    except (ValueError, ModelError) as e:
         print(f"rtinfer eval: {e}", file=sys.stderr)
         return 2
     keys = ("spawned", "correct", "wrong", "missed", "dropped", "success_rate") + \
@@ -127,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--full", action="store_true", help="all metrics, not only the counts")
     e.set_defaults(func=_eval)
 
+    sub.add_parser("package", add_help=False,
+                   help="a continuous-chunk policy (torch module or ONNX files) -> model "
+                        "directory (see rtinfer package --help)")
+    sub.add_parser("check-model", add_help=False,
+                   help="check a model directory against docs/policies.md, one line per "
+                        "problem (see rtinfer check-model --help)")
     sub.add_parser("build-engine", help="build TensorRT engines for a model (see --help there)",
                    add_help=False)
 
@@ -179,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: rtinfer bench {{{','.join(BENCHES)}}} [options]; "
               "rtinfer bench NAME --help lists that benchmark's options", file=sys.stderr)
         return 2
+    if argv[:1] == ["package"]:  # a continuous-chunk policy -> model directory (own parser)
+        return int(resolve(CHUNK_PACKAGER)(argv[1:]) or 0)
+    if argv[:1] == ["check-model"]:
+        from rtinfer.cli.check_model import main as check_model
+        return check_model(argv[1:])
     if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
         from rtinfer.inference.backends.tensorrt_build import main as build_engine
         return build_engine(argv[1:])

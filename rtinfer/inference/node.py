@@ -40,6 +40,7 @@ from rtinfer.model.directory import ModelError
 from rtinfer.inference.chunk_runner import GraphChunkRunner, chunk_levels
 from rtinfer.inference.runner import ChunkRunner
 from rtinfer.model.action_tokens import ActionTokenizer
+from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.wire import WireError, now_ns
 
@@ -125,7 +126,7 @@ class InferenceNode:
                                        "publish_dropped", "slack_unknown"), 0)
         self.state, self.running = "run", True
         self.slack_ns: int | None = None  # the last cycle's own slack (a gauge)
-        self._complaints: dict[str, tuple[int, int]] = {}  # kind -> (suppressed, last ns)
+        self.complaints = Complaints(cfg.name)  # loud, rate-limited error lines
         self._next_health = 0
         # bound once: no allocation per cycle
         self._on_waypoint = self._publish_values if md.kind == "chunk" else self._publish_waypoint
@@ -144,8 +145,8 @@ class InferenceNode:
             inputs = self._encode(env.body)
         except WireError as e:
             self.counters["obs_bad"] += 1
-            self._complain("obs_bad", f"observation {env.seq} from {env.src} does not match the "
-                                      f"model's spec, not answered: {e}")
+            self.complaints.say("obs_bad", lambda: f"observation {env.seq} from {env.src} does "
+                                                   f"not fit the model, not answered: {e}")
             return False
         self._infer(env, inputs)
         return True
@@ -180,17 +181,6 @@ class InferenceNode:
         self._send(cycle, waypoint_body(
             cycle.seq, index, cycle.count, values, spec=self.spec_hash,
             period_ns=self.period_ns, start_ns=self.start_ns, dest=cycle.dest))
-
-    def _complain(self, kind: str, message: str) -> None:
-        """One error line on stderr per kind and second (with how many since the last)."""
-        now = now_ns()
-        seen, last = self._complaints.get(kind, (0, 0))
-        if now - last >= 1_000_000_000:
-            more = f" ({seen} more since the last line)" if seen else ""
-            print(f"{self.cfg.name}: error: {message}{more}", file=sys.stderr, flush=True)
-            self._complaints[kind] = (0, now)
-        else:
-            self._complaints[kind] = (seen + 1, last)
 
     def _send(self, cycle: Cycle, body: dict) -> None:
         st = dict(cycle.stamps)

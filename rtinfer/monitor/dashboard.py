@@ -84,9 +84,27 @@ class Dashboard:
              f"{self._get('controller', 'counters', 'holds')} / {mon('counters', 'holds')}"),
             ("speculative acceptance", "-" if acc is None else f"{acc:.2f}"),
         ]
+        errors = self.errors()
+        if errors:
+            rows.append(("[bold red]errors[/]", "[red]" + "; ".join(errors) + "[/]"))
         for r in rows:
             t.add_row(*r)
         return t
+
+    def errors(self) -> list[str]:
+        """Input dropped that means a policy is not being followed: one phrase each."""
+        ctl = lambda k: self._get("controller", "counters", k)  # noqa: E731
+        out = []
+        if ctl("rejected_hash"):
+            out.append(f"{ctl('rejected_hash')} chunks of another spec (hash) rejected")
+        if ctl("rejected_dest"):
+            out.append(f"{ctl('rejected_dest')} chunks for another robot rejected")
+        if ctl("rejected_bad"):
+            out.append(f"{ctl('rejected_bad')} malformed waypoints rejected")
+        if self._get("policy", "counters", "obs_bad"):
+            out.append(f"{self._get('policy', 'counters', 'obs_bad')} observations did not "
+                       f"fit the policy's model")
+        return out
 
     def close(self) -> None:
         self.sub.close()
