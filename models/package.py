@@ -32,10 +32,11 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) 
     obs_tokens = ObsTokens(spec)
     c, n_obs = obs_tokens.instr_length, obs_tokens.length
     # Prefill graphs: the instruction prefix (cached), the per-cycle observation segment,
-    # and the whole prefix (for running without the prefix cache).
+    # and the whole prefix (for running without the prefix cache); the observation segment
+    # at each exit depth too (the budget levels that decode there prefill there).
     prefixes = [1 + c, n_obs + 1, sequence.prefix_len(c, n_obs)]
     parity = export_all(ck.model, cfg, out, k_verify=k_verify, prefix_len=prefixes,
-                        vocab=vocab, fp16=fp16)
+                        vocab=vocab, fp16=fp16, exit_prefill_lens=[n_obs + 1])
     sizes = share_weights(out)
     tok.save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(spec, indent=1))

@@ -45,7 +45,12 @@ class ChunkRunner:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""
         self._prev = None
 
-    def _prefill(self, instr: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, int]:
+    def _prefill(self, instr: np.ndarray, obs: np.ndarray,
+                 level: BudgetLevel | None = None) -> tuple[np.ndarray, int]:
+        """The prefix: the instruction (cached, at full depth: every level reuses it) and the
+        observation segment, at the level's exit depth when that level decodes there alone
+        (no speculation) and the model exported a prefill graph at that depth, else at full
+        depth. So a cheap level skips the deeper layers in its prefill too."""
         be, v = self.backend, self.model.vocab
         head = instruction_prefix(v, instr)
         if not self.prefix_cache:
@@ -65,7 +70,11 @@ class ChunkRunner:
             self._snaps[key] = be.snapshot(len(head))
         self._instr_key = key
         seg = observation_segment(v, obs)
-        return be.prefill(seg, len(head)), len(head) + len(seg)
+        depth = None
+        if level is not None and level.spec_len == 0 and level.depth < self.model.n_layer \
+                and be.has_graph(level.depth, len(seg)):
+            depth = level.depth
+        return be.prefill(seg, len(head), depth), len(head) + len(seg)
 
     def run(self, instr: np.ndarray, obs: np.ndarray, capture_ns: int | None, level: BudgetLevel,
             on_waypoint: Callable[[int, np.ndarray], None] | None = None) -> tuple[np.ndarray, int]:
@@ -83,7 +92,7 @@ class ChunkRunner:
 
     def _decode(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray, on_waypoint) -> np.ndarray:
         md, level, capture_ns = self.model, cycle.level, cycle.capture
-        logits, pos = self._prefill(instr, obs)
+        logits, pos = self._prefill(instr, obs, level)
         cycle.first_token_ns = now_ns()
         drafter = None if level.spec_len == 0 or self.drafter == "none" \
             else self.drafters[self.drafter]

@@ -87,6 +87,10 @@ class Backend(ABC):
                                f"(max_ctx {self.max_ctx})")
         return best
 
+    def has_graph(self, depth: int, k: int) -> bool:
+        """An exported step graph runs k tokens at `depth` in one pass."""
+        return k in self._ks.get(depth, ())
+
     def step(self, tokens: np.ndarray, start_pos: int, depth: int | None = None) -> np.ndarray:
         """Run n tokens (vocab ids) from start_pos at `depth` (None: full) in ONE forward
         pass; returns logits (n, V), a view valid until the next call. Raises BackendError
@@ -104,10 +108,11 @@ class Backend(ABC):
         self.forwards[depth] += 1
         return self._run(depth, k, start_pos)[0, :n]
 
-    def prefill(self, tokens: np.ndarray, start_pos: int) -> np.ndarray:
-        """Run any number of tokens at full depth (split over the exported k's if needed);
-        returns the logits (V,) of the last token."""
-        n, at, depth = len(tokens), 0, self.n_layer
+    def prefill(self, tokens: np.ndarray, start_pos: int, depth: int | None = None) -> np.ndarray:
+        """Run any number of tokens at `depth` (None: full; split over the exported k's if
+        needed); returns the logits (V,) of the last token. Only layers < depth get KV."""
+        n, at = len(tokens), 0
+        depth = self.n_layer if depth is None else depth
         while at < n:
             k = min(self.pick_k(depth, n - at, start_pos + at), n - at)
             logits = self.step(tokens[at:at + k], start_pos + at, depth)
