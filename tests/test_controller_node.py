@@ -5,6 +5,7 @@ messages themselves travel through real zmq sockets.
 """
 import re
 import time
+import types
 
 import numpy as np
 import pytest
@@ -13,12 +14,15 @@ import zmq
 from controllers.hardware import Command, RobotState
 from controllers.node import ControllerNode, ControllerConfig
 from controllers.stack import ControlConfig
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000
 TOK = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))
+ACT = ActionSpec.from_tokenizer(TOK, ("m", "m", "m", "1"))  # the robot's own action spec
 MASS = 2.0
 
 
@@ -54,7 +58,7 @@ def _sync(pub, sub, topic, body):
 
 
 class Cell:
-    def __init__(self, ctx, **node_kw):
+    def __init__(self, ctx, action=ACT, **node_kw):
         self.policy = Publisher("inproc://chunks", "policy", ctx=ctx)
         self.monitor = Publisher("inproc://cmd", "monitor", ctx=ctx)
         self.sub = Subscriber(["inproc://chunks", "inproc://cmd"], ["action_chunk", "command"],
@@ -67,7 +71,7 @@ class Cell:
         _sync(self.pub, self.watch, "health",
               {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
         self.plant = Plant()
-        cfg = ControllerConfig(tokenizer=TOK, control=ControlConfig(
+        cfg = ControllerConfig(tokenizer=TOK, action=action, control=ControlConfig(
             mass_kg=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
         self.node = ControllerNode(self.plant, cfg, self.sub, self.pub, TOK.hash, **node_kw)
         self.tok = ActionTokenizer(TOK)
@@ -90,22 +94,29 @@ class Cell:
             time.sleep(0.001)
         raise AssertionError(f"node saw {self.seen()} of {want} messages")
 
-    def send_chunk(self, points, *, age_ms=10, suction=0.0, tokenizer=None, tokens=None,
-                   indices=None, cycle=None):
-        """Publish a chunk, one waypoint per message, captured age_ms before now."""
+    def send_chunk(self, points, *, age_ms=10, suction=0.0, spec=None, tokens=None,
+                   indices=None, cycle=None, dest=None, start_ns=50 * MS, continuous=False):
+        """Publish a chunk, one waypoint per message, captured age_ms before now, for this
+        robot (dest: its pub's src) unless `dest` says otherwise. An action-token chunk
+        (spec: the tokenizer hash) by default; continuous=True: no tokens, the values are
+        the waypoints themselves and spec is the robot's action spec hash."""
         if cycle is None:
             self.cycle += 1
         w = np.zeros((len(points), 4))
         w[:, :3], w[:, 3] = points, suction
-        toks = self.tok.encode(w) if tokens is None else np.asarray(tokens)
-        vals = self.tok.decode(np.clip(toks, 0, TOK.bins - 1))
+        if continuous:
+            toks, vals = None, w.astype(np.float32)
+        else:
+            toks = self.tok.encode(w) if tokens is None else np.asarray(tokens)
+            vals = self.tok.decode(np.clip(toks, 0, TOK.bins - 1))
         for i in (range(len(points)) if indices is None else indices):
-            self.policy.publish("action_chunk", {
-                "cycle": self.cycle if cycle is None else cycle, "index": i,
-                "count": len(points), "tokens": toks[i], "values": vals[i],
-                "tokenizer": tokenizer or TOK.hash, "period_ns": 50 * MS},
+            self.policy.publish("action_chunk", waypoint_body(
+                self.cycle if cycle is None else cycle, i, len(points), vals[i],
+                spec=spec or (ACT.hash if continuous else TOK.hash), period_ns=50 * MS,
+                start_ns=start_ns, dest=self.node.robot if dest is None else dest,
+                tokens=None if toks is None else toks[i]),
                 stamps={"capture": self.t - age_ms * MS})
-        return self.tok.decode(self.tok.encode(w))
+        return vals if continuous else self.tok.decode(self.tok.encode(w))
 
     def command(self, cmd):
         self.monitor.publish("command", {"cmd": cmd, "reason": "test"})
@@ -170,12 +181,89 @@ def test_stale_chunk_is_rejected_and_counted_and_not_applied(cell):
 
 
 def test_chunk_with_a_wrong_tokenizer_hash_is_rejected(cell):
-    cell.send_chunk(LINE, tokenizer="0123456789abcdef")
+    cell.send_chunk(LINE, spec="0123456789abcdef")
     cell.deliver(4)
     c = cell.node.counters
     assert c["rejected_hash"] == 4 and c["chunks_accepted"] == 0
     cell.run(100)
     assert np.allclose(cell.plant.state.pos, [0.0, 0.0, 0.2], atol=1e-6)
+
+
+def test_the_robot_is_its_publishers_src_unless_named():
+    pub, cfg = types.SimpleNamespace(src="ctl"), ControllerConfig(tokenizer=TOK)
+    assert ControllerNode(Plant(), cfg, None, pub).robot == "ctl"
+    assert ControllerNode(Plant(), cfg, None, pub, robot="cell7").robot == "cell7"
+
+
+def test_a_chunk_for_another_robot_is_rejected_as_rejected_dest_and_not_applied(cell):
+    assert cell.node.robot == "controller"  # default: the src its pub sends under
+    cell.send_chunk(LINE, age_ms=10, dest="other-robot")
+    cell.send_chunk(LINE, age_ms=10, dest="other-robot", continuous=True)
+    cell.deliver(8)
+    c = cell.node.counters
+    assert c["rejected_dest"] == 8 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0
+    assert sum(v for k, v in c.items() if k.startswith("rejected_")) == 8  # nothing else
+    cell.run(100)
+    assert cell.node.state == "idle" and cell.node.stack.holding
+    assert np.allclose(cell.plant.state.pos, [0.0, 0.0, 0.2], atol=1e-6)
+    cell.send_chunk(LINE, age_ms=10)  # the same chunk for this robot is taken
+    cell.deliver(4)
+    assert cell.node.counters["chunks_accepted"] == 1 and cell.node.state == "run"
+
+
+def test_a_waypoint_with_start_ns_0_is_due_at_capture(cell):
+    cell.send_chunk(LINE, age_ms=10, start_ns=0, suction=1.0)
+    cell.deliver(4)
+    capture = cell.t - 10 * MS
+    tracker = cell.node.stack.tracker
+    assert tracker._ev_t == [capture + i * 50 * MS for i in range(4)]
+    assert tracker.suction  # waypoint 0 was due at capture, 10 ms ago: on already
+    # the v1 rule, start_ns = period_ns: waypoint 0 is due one period after capture
+    cell.send_chunk(LINE, age_ms=5, start_ns=50 * MS, suction=0.0)
+    cell.deliver(4)
+    capture = cell.t - 5 * MS
+    assert tracker._ev_t == [capture + (i + 1) * 50 * MS for i in range(4)]
+    cell.run(44)
+    assert tracker.suction  # waypoint 0 (suction off) is not due yet
+    cell.run(1)
+    assert not tracker.suction  # ... and is at capture + 50 ms
+
+
+def test_a_continuous_chunk_is_followed_and_one_with_another_spec_is_rejected_hash(cell):
+    cell.send_chunk(LINE, continuous=True, spec=TOK.hash)  # no tokens: the tokenizer's hash is
+    cell.send_chunk(LINE, continuous=True, spec="0123456789abcdef")  # not this robot's spec
+    cell.deliver(8)
+    c = cell.node.counters
+    assert c["rejected_hash"] == 8 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0
+    cell.run(100)
+    assert np.allclose(cell.plant.state.pos, [0.0, 0.0, 0.2], atol=1e-6)
+    sent = cell.send_chunk(LINE, continuous=True, suction=1.0)  # spec = ACT.hash
+    cell.deliver(4)
+    assert c["chunks_accepted"] == 1 and c["waypoints_accepted"] == 4 and cell.node.state == "run"
+    np.testing.assert_array_equal(cell.node.chunk.waypoints, sent)  # the values are the truth,
+    assert not np.allclose(cell.tok.decode(cell.tok.encode(sent)), sent, atol=1e-6)  # not bins
+    cell.run(50)
+    for _ in range(15):
+        cell.send_chunk([LINE[-1]] * 4, continuous=True, suction=1.0)
+        cell.deliver(4)
+        cell.run(50)
+    assert cell.node.state == "run" and cell.node.counters["holds"] == 0
+    assert np.allclose(cell.plant.state.pos, LINE[-1], atol=1e-3) and cell.plant.state.suction
+
+
+def test_without_an_action_spec_a_continuous_chunk_is_rejected_hash():
+    ctx = zmq.Context()
+    c = Cell(ctx, action=None)
+    try:
+        c.send_chunk(LINE, continuous=True)
+        c.deliver(4)
+        assert c.node.counters["rejected_hash"] == 4 and c.node.counters["chunks_accepted"] == 0
+        c.send_chunk(LINE)  # action-token chunks are still followed
+        c.deliver(4)
+        assert c.node.counters["chunks_accepted"] == 1
+    finally:
+        c.close()
+        ctx.term()
 
 
 def test_bad_tokens_are_rejected_exactly_as_many_as_sent(cell):
@@ -185,10 +273,10 @@ def test_bad_tokens_are_rejected_exactly_as_many_as_sent(cell):
     bad[1, 2] = -3                # negative id
     cell.send_chunk(LINE[:3], tokens=bad, indices=[0, 1])
     # values that disagree with their tokens: tokens are the truth, so the message is bad
-    cell.policy.publish("action_chunk", {
-        "cycle": 99, "index": 0, "count": 1, "tokens": good[2],
-        "values": np.array([0.3, 0.0, 0.2, 0.0], np.float32), "tokenizer": TOK.hash,
-        "period_ns": 50 * MS}, stamps={"capture": cell.t})
+    cell.policy.publish("action_chunk", waypoint_body(
+        99, 0, 1, np.array([0.3, 0.0, 0.2, 0.0], np.float32), spec=TOK.hash,
+        period_ns=50 * MS, start_ns=50 * MS, dest=cell.node.robot, tokens=good[2]),
+        stamps={"capture": cell.t})
     cell.deliver(3)
     c = cell.node.counters
     assert c["rejected_bad"] == 3 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = ("controllers", "controllers.node", "rtinfer.transport.bus", "rtinfer.transport.wire",
         "rtinfer.transport.curve", "rtinfer.realtime.rate", "rtinfer.realtime.hist",
         "rtinfer.realtime.trace", "rtinfer.model.directory", "rtinfer.model.action_tokens",
-        "rtinfer.model.obs_tokens")
+        "rtinfer.model.obs_tokens", "rtinfer.model.action_spec", "rtinfer.transport.action_chunk")
 ABSENT = ("torch", "onnxruntime", "tensorrt", "mujoco", "rich", "matplotlib", "onnx")
 
 PUBLISHER = textwrap.dedent("""
@@ -39,7 +39,7 @@ PUBLISHER = textwrap.dedent("""
         for i in range(2):
             pub.publish("action_chunk", waypoint_body(
                 cycle, i, 2, enc.decode(tokens[i]), spec=tok.hash, period_ns=tok.period_ns,
-                start_ns=tok.period_ns, dest="robot", tokens=tokens[i]), dict(stamps))
+                start_ns=tok.period_ns, dest=sys.argv[3], tokens=tokens[i]), dict(stamps))
         cycle += 1
         time.sleep(0.02)
     pub.close()
@@ -70,7 +70,8 @@ CONTROLLER = textwrap.dedent("""
     out = Publisher("inproc://health", "controller")
     plant = Plant()
     node = ControllerNode(plant, ControllerConfig(tokenizer=tok), sub, out, tok.hash)
-    pub = subprocess.Popen([sys.executable, "-c", sys.argv[2], ep, "3"])
+    assert node.robot == "controller"  # its pub's src: the dest chunks for it carry
+    pub = subprocess.Popen([sys.executable, "-c", sys.argv[2], ep, "3", node.robot])
     node.run(4.0)
     pub.wait(10)
     heavy = [m for m in sys.argv[4].split(",") if importlib.util.find_spec(m) is not None]
@@ -103,7 +104,7 @@ def test_core_install_runs_a_controller_against_a_real_publisher(core_venv, tmp_
     assert out["publisher_exit"] == 0
     c = out["counters"]
     assert c["chunks_accepted"] >= 50  # ~150 sent in 3 s at 50 Hz; PUB/SUB joins late
-    assert c["rejected_bad"] == c["rejected_hash"] == 0
+    assert c["rejected_bad"] == c["rejected_hash"] == c["rejected_dest"] == 0
     assert out["writes"] > 1000 and out["max_force"] > 0.0  # the 1 kHz loop drove the plant
 
 

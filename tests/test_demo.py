@@ -1,6 +1,7 @@
 """The demo's merged report and its dashboard, from real files and real health messages."""
 import json
 import os
+import re
 import time
 
 from rtinfer.transport.bus import Publisher
@@ -108,7 +109,9 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
     threat = report["calibration"]
     assert threat["samples"] >= 40 and threat["how"]
     assert threat["full_ms"]["p50"] > 0 and threat["cheapest_ms"]["p50"] > 0
-    assert "pinned to CPU" in threat["load"]
+    # the policy node shares one named CPU with the load (rtinfer.cli.stress.load_line)
+    assert re.search(r"policy node alone with \d+ busy process\(es\) at nice \d+ on CPU \d+",
+                     threat["load"]), threat["load"]
     # calibrated in place: two launched runs, fixed full depth and pinned at the cheapest level
     run = tmp_path / "run"
     fixed = json.loads((run / "calibrate-fixed" / "monitor_report.json").read_text())

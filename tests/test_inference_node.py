@@ -113,6 +113,7 @@ def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
     assert node.spin_once(1000)
     chunks = _chunks(act, 3)
     assert {c.body["cycle"] for c in chunks} == {seqs[-1]}
+    assert {c.body["dest"] for c in chunks} == {"sim"}
     assert node.obs_sub.counters["superseded"] - skipped0 == 4
     assert not node.spin_once(50)  # nothing older is answered later
 
@@ -217,8 +218,9 @@ def test_node_process_streams_stamped_waypoints_over_ipc(tiny_model_dir, tmp_pat
             s, b = c.stamps, c.body
             assert list(s)[:4] == ["capture", "obs_recv", "first_token", "publish"]
             assert s["capture"] <= s["obs_recv"] <= s["first_token"] <= s["publish"] <= s["recv"]
-            assert b["count"] == 3 and b["tokenizer"] == tok.cfg.hash
-            assert b["period_ns"] == tok.cfg.period_ns
+            assert b["count"] == 3 and b["spec"] == tok.cfg.hash
+            assert b["dest"] == "sim"  # the src of the obs it answers
+            assert b["period_ns"] == b["start_ns"] == tok.cfg.period_ns
             assert np.array_equal(b["values"], tok.decode(b["tokens"]))
         assert chunks[0].stamps["publish"] <= chunks[1].stamps["publish"]
     finally:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import zmq
 
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.monitor.node import Monitor, load_config
 from rtinfer.monitor.policy import MonitorConfig
@@ -328,10 +329,10 @@ def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
                 toks = enc.encode(np.array([[0.01 * sent % 0.3, 0.0, 0.2, 0.0]] * 2))
                 capture = now_ns() - 5 * MS
                 for i in range(2):
-                    policy.publish("action_chunk", {
-                        "cycle": sent, "index": i, "count": 2, "tokens": toks[i],
-                        "values": enc.decode(toks[i]), "tokenizer": tok.hash,
-                        "period_ns": 50 * MS}, stamps={"capture": capture})
+                    policy.publish("action_chunk", waypoint_body(
+                        sent, i, 2, enc.decode(toks[i]), spec=tok.hash, period_ns=50 * MS,
+                        start_ns=50 * MS, dest=node.robot, tokens=toks[i]),
+                        stamps={"capture": capture})
             node.tick()
             if node.counters["ticks"] % 10 == 0:
                 hb.poll(pings)

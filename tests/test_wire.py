@@ -11,13 +11,24 @@ from rtinfer.transport import wire
 from rtinfer.transport.wire import (ArrayError, MalformedError, OversizeError, SchemaError, TopicError,
                           VersionError, WireError)
 from rtinfer.transport.arrays import EXT_ARRAY, EXT_ARRAY_OOB, default_inline
+from rtinfer.transport.action_chunk import waypoint_body
+from rtinfer.transport.schema import SCHEMA_VERSION
 
 f32 = np.float32
 
 
 def chunk(**over):
-    body = {"cycle": 41, "index": 0, "count": 4, "tokens": np.arange(4, dtype=np.int32),
-            "values": np.array([0.1, -0.2, 0.3, 1.0], f32), "tokenizer": "9f2c", "period_ns": 25_000_000}
+    body = waypoint_body(41, 0, 4, np.array([0.1, -0.2, 0.3, 1.0], f32), spec="9f2c",
+                         period_ns=25_000_000, start_ns=25_000_000, dest="cell1",
+                         tokens=np.arange(4, dtype=np.int32))
+    body.update(over)
+    return body
+
+
+def continuous_chunk(**over):
+    """A waypoint of a continuous-chunk policy: no tokens, spec = the action spec's hash."""
+    body = waypoint_body(41, 0, 4, np.array([0.1, -0.2, 0.3, 1.0], f32), spec="7e1d",
+                         period_ns=25_000_000, start_ns=0, dest="cell1")
     body.update(over)
     return body
 
@@ -41,7 +52,7 @@ def raw(env: dict) -> bytes:
 
 
 def env_of(topic="action_chunk", body=None, **over) -> dict:
-    env = {"version": 1, "topic": topic, "seq": 3, "src": "infer", "stamps": {"capture": 10},
+    env = {"version": SCHEMA_VERSION, "topic": topic, "seq": 3, "src": "infer", "stamps": {"capture": 10},
            "body": chunk() if body is None else body}
     env.update(over)
     return env
@@ -57,8 +68,20 @@ def array_ext(header: bytes, data: bytes = b"") -> msgpack.ExtType:
 def test_every_body_type_round_trips(topic):
     data = wire.encode(topic, BODIES[topic], seq=7, src="node-1", stamps={"capture": 1})
     env = wire.decode(data)
-    assert (env.version, env.topic, env.seq, env.src) == (1, topic, 7, "node-1")
+    assert (env.version, env.topic, env.seq, env.src) == (SCHEMA_VERSION, topic, 7, "node-1")
     assert env.body.keys() == BODIES[topic].keys()
+
+
+def test_schema_version_is_2():
+    assert SCHEMA_VERSION == 2
+
+
+def test_a_continuous_chunk_without_tokens_round_trips():
+    body = continuous_chunk()
+    env = wire.decode(wire.encode("action_chunk", body, seq=7, src="infer", stamps={"capture": 1}))
+    assert "tokens" not in env.body and env.body.keys() == body.keys()
+    assert (env.body["dest"], env.body["spec"], env.body["start_ns"]) == ("cell1", "7e1d", 0)
+    np.testing.assert_array_equal(env.body["values"], body["values"])
 
 
 def test_stamps_keep_their_order_along_the_path():
@@ -128,16 +151,19 @@ def test_docs_hex_example_is_what_the_code_produces():
     text = (Path(__file__).parent.parent / "docs" / "wire.md").read_text()
     block = re.search(r"<!-- hex-example -->\s*```\n(.*?)```", text, re.S).group(1)
     hex_bytes = bytes.fromhex("".join(line.split("  ")[1] for line in block.splitlines()))
-    example = {"cycle": 7, "index": 0, "count": 1, "tokens": np.array([128, 3], np.uint8),
-               "values": np.array([0.5, -1.0], f32), "tokenizer": "ab12", "period_ns": 20_000_000}
+    example = waypoint_body(7, 0, 1, np.array([0.5, -1.0], f32), spec="ab12",
+                            period_ns=20_000_000, start_ns=20_000_000, dest="arm",
+                            tokens=np.array([128, 3], np.uint8))
     assert hex_bytes == wire.encode("action_chunk", example, seq=42, src="inf", stamps={"capture": 1000})
 
 
 # ---- rejections: envelope ----------------------------------------------------------------
 
 def test_wrong_version_is_rejected_with_version_error():
-    with pytest.raises(VersionError, match="version 2 is not supported"):
-        wire.decode(raw(env_of(version=2)))
+    with pytest.raises(VersionError, match="version 1 is not supported"):
+        wire.decode(raw(env_of(version=1)))
+    with pytest.raises(VersionError, match="version 3 is not supported"):
+        wire.decode(raw(env_of(version=3)))
 
 
 def test_missing_version_is_rejected():
@@ -276,6 +302,26 @@ def test_out_of_range_chunk_integers_are_rejected(over):
 def test_tokens_and_values_of_different_length_are_rejected():
     with pytest.raises(ArrayError, match="tokens shape"):
         wire.decode(raw(env_of(body=chunk(tokens=np.arange(3, dtype=np.int32)))))
+
+
+@pytest.mark.parametrize("field", ["dest", "spec", "start_ns", "values"])
+def test_a_waypoint_missing_a_v2_field_is_rejected(field):
+    for body in (chunk(), continuous_chunk()):
+        del body[field]
+        with pytest.raises(SchemaError, match=f"missing field.*{field}"):
+            wire.encode("action_chunk", body, seq=1, src="i")
+
+
+@pytest.mark.parametrize("over", [{"dest": ""}, {"dest": "a b"}, {"start_ns": -1},
+                                  {"start_ns": 1.0}, {"spec": 5}])
+def test_bad_dest_start_or_spec_is_rejected(over):
+    with pytest.raises(SchemaError):
+        wire.decode(raw(env_of(body=continuous_chunk(**over))))
+
+
+def test_v1_tokenizer_field_is_rejected_as_unknown():
+    with pytest.raises(SchemaError, match="unknown field.*'tokenizer'"):
+        wire.decode(raw(env_of(body=chunk(tokenizer="9f2c"))))
 
 
 def test_action_values_must_be_float32():

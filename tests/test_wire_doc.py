@@ -53,6 +53,12 @@ def depth(obj) -> int:
 
 # --- section 5: the obs example ------------------------------------------------------------
 
+def shape_of(text: str, sizes: dict[str, int]) -> tuple[int, ...]:
+    """A doc table's shape, e.g. "(K, 4)" or "(8,)", with its letters read from `sizes`."""
+    dims = [d.strip() for d in text.strip().strip("()").split(",") if d.strip()]
+    return tuple(sizes[d] if d in sizes else int(d) for d in dims)
+
+
 def test_obs_example_is_the_conveyor_cells_observation():
     from examples.conveyor_sorting.config import CellConfig
     from examples.conveyor_sorting.env import ConveyorSortEnv
@@ -76,7 +82,7 @@ def test_obs_example_is_the_conveyor_cells_observation():
     for key, (dtype, shape) in want["values"].items():
         arr = body["values"][key]
         assert arr.dtype == np.dtype(dtype), (key, arr.dtype, dtype)
-        assert arr.shape == eval(shape, {"K": k, "C": c}), (key, arr.shape, shape)  # "(K, 4)"
+        assert arr.shape == shape_of(shape, {"K": k, "C": c}), (key, arr.shape, shape)
     for key, (dtype, shape) in want["ints"].items():
         assert dtype == "int" and shape == ""
         assert type(body["ints"][key]) is int

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from rtinfer.transport import wire
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.wire import WireError
 from rtinfer.transport.arrays import DTYPES, EXT_ARRAY, EXT_ARRAY_OOB, MAX_NDIM
 
@@ -30,10 +31,11 @@ def arrays(dtype=st.sampled_from(DTYPES), shape=hnp.array_shapes(min_dims=0, max
 def action_chunks(draw):
     d = draw(st.integers(1, 8))
     count = draw(st.integers(1, 2**64 - 1))
-    return {"cycle": draw(u64), "index": draw(st.integers(0, min(count - 1, 2**64 - 1))),
-            "count": count, "tokens": draw(arrays(st.sampled_from(DTYPES[1:9]), st.just((d,)))),
-            "values": draw(arrays(st.just(np.dtype("<f4")), st.just((d,)))),
-            "tokenizer": draw(st.text(max_size=16)), "period_ns": draw(st.integers(1, 2**63 - 1))}
+    tokens = draw(st.none() | arrays(st.sampled_from(DTYPES[1:9]), st.just((d,))))
+    return waypoint_body(draw(u64), draw(st.integers(0, min(count - 1, 2**64 - 1))), count,
+                         draw(arrays(st.just(np.dtype("<f4")), st.just((d,)))),
+                         spec=draw(st.text(max_size=16)), period_ns=draw(st.integers(1, 2**63 - 1)),
+                         start_ns=draw(ns), dest=draw(names), tokens=tokens)
 
 
 echo = st.fixed_dictionaries({"src": names, "seq": u64, "sent_ns": ns, "recv_ns": ns})

@@ -113,5 +113,7 @@ def test_node_process_exits_non_zero_with_the_reason_and_never_gets_ready(tiny_m
                         f"ipc://{tmp_path}/o", "--actions", f"ipc://{tmp_path}/a"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
-    assert "ModelError" in r.stderr and "corrupt" in r.stderr
+    # the reason, as one error line naming the file (no traceback): "infer: error: ... corrupt"
+    assert "error:" in r.stderr and "corrupt" in r.stderr and str(m) in r.stderr
+    assert "Traceback" not in r.stderr
     assert "ready" not in r.stdout

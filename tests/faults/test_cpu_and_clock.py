@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.wire import now_ns
 from tests.faults.common import LONG, PY, ROOT, hogs, stop, wait_for
 from tests.faults.harness import Recorder
@@ -128,10 +129,10 @@ def test_controller_ignores_wall_clock_steps(monkeypatch):
                     toks = enc.encode(np.array([[0.1, 0.0, 0.2, 0.0]] * 2))
                     cap = now_ns()
                     for i in range(2):
-                        pol.publish("action_chunk", {
-                            "cycle": cycle, "index": i, "count": 2, "tokens": toks[i],
-                            "values": enc.decode(toks[i]), "tokenizer": tok.hash,
-                            "period_ns": 50_000_000}, {"capture": cap})
+                        pol.publish("action_chunk", waypoint_body(
+                            cycle, i, 2, enc.decode(toks[i]), spec=tok.hash,
+                            period_ns=50_000_000, start_ns=50_000_000, dest=node.robot,
+                            tokens=toks[i]), {"capture": cap})
                 node.tick()
                 time.sleep(0.001)
             return {"sent": cycle, **node.counters}

@@ -24,6 +24,7 @@ import pytest
 from controllers.hardware import Command, RobotState
 from controllers.node import ControllerNode, ControllerConfig
 from rtinfer.transport import curve
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import CurveConfig
 from rtinfer.launch.file import load
@@ -50,9 +51,12 @@ class Plant:
         pass
 
 
+ROBOT = "controller"  # the src of make_node's publisher: the controller's robot name
+
+
 def chunk(cycle: int) -> dict:
-    return {"cycle": cycle, "index": 0, "count": 1, "tokens": TOKENS, "values": ENC.decode(TOKENS),
-            "tokenizer": TOK.hash, "period_ns": 50_000_000}
+    return waypoint_body(cycle, 0, 1, ENC.decode(TOKENS), spec=TOK.hash, period_ns=50_000_000,
+                         start_ns=50_000_000, dest=ROBOT, tokens=TOKENS)
 
 
 def send_flood(pubs, node: ControllerNode, n: int) -> None:
@@ -98,8 +102,9 @@ def certs(tmp_path):
 
 
 def make_node(sub) -> ControllerNode:
-    pub = Publisher("inproc://health-sink", "controller")
+    pub = Publisher("inproc://health-sink", ROBOT)
     node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK), sub, pub, TOK.hash)
+    assert node.robot == ROBOT
     node._closers = [pub]
     return node
 

@@ -3,7 +3,7 @@
     python tests/fuzz/atheris_wire.py -max_total_time=10 -print_final_stats=1 CORPUS_DIR
 
 The input length mod 4 picks the path (so corpus messages stay valid as they are): wire.decode; wire.decode_frames (frames split at
-b"\\xfe\\xff"); decode then ObsTokens.encode (obs) or ActionTokenizer.decode (tokens).
+b"\\xfe\\xff"); decode then ObsTokens.encode (obs) or ActionTokenizer.decode (tokens, when the waypoint has them).
 Anything but WireError is a crash (libFuzzer saves the input). RTINFER_FUZZ_COUNTS=FILE:
 {"runs", "rejected", "ok"} is rewritten there every 2000 runs and at the end of input.
 """
@@ -40,8 +40,8 @@ def one(data: bytes) -> None:
             env = wire.decode(rest)
         if mode == 2 and env.topic == "obs":
             OBS.encode(env.body)
-        if mode == 3 and env.topic == "action_chunk":
-            TOK.decode(env.body["tokens"])
+        if mode == 3 and env.topic == "action_chunk" and "tokens" in env.body:
+            TOK.decode(env.body["tokens"])  # v2: a continuous-chunk waypoint has no tokens
     except wire.WireError:
         COUNTS["rejected"] += 1
         return

@@ -1,8 +1,8 @@
 """Property fuzzing (hypothesis) of every subscriber-facing decoder and handler.
 
 Inputs: random bytes, mutated valid messages of every topic (bit flips, truncation,
-splices), wrong versions, huge declared sizes, NaN/inf, odd dtypes, wrong tokenizer
-hashes, out-of-range token ids. The rule: decoders raise only WireError (or return a
+splices), wrong versions, huge declared sizes, NaN/inf, odd dtypes, wrong spec
+hashes and dests, token and continuous waypoints, out-of-range token ids. The rule: decoders raise only WireError (or return a
 valid Envelope); the bus counts and drops; the controller and the monitor count and go
 on. The corpus in tests/fuzz/corpus/ seeds the mutations (and atheris).
 """
@@ -18,7 +18,9 @@ import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rtinfer.transport import wire
+from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import Envelope, WireError
 from tests.faults.common import LONG
@@ -60,8 +62,12 @@ def mutated(draw):
 
 
 def test_corpus_has_a_valid_message_of_every_topic():
-    topics = {wire.decode(s).topic for s in SEEDS if must_reject_or_decode(wire.decode, s)}
-    assert topics >= {"obs", "action_chunk", "heartbeat", "health", "budget", "command", "trace"}
+    envs = [e for e in (must_reject_or_decode(wire.decode, s) for s in SEEDS) if e is not None]
+    assert {e.topic for e in envs} >= {"obs", "action_chunk", "heartbeat", "health", "budget",
+                                       "command", "trace"}
+    assert {e.version for e in envs} == {wire.SCHEMA_VERSION}
+    chunks = [e.body for e in envs if e.topic == "action_chunk"]  # both policy kinds seed
+    assert any("tokens" in b for b in chunks) and any("tokens" not in b for b in chunks)
 
 
 @FUZZ
@@ -152,6 +158,7 @@ def test_obs_tokens_encode_on_decoded_bodies_only_wire_error(obs_tokens, values,
 
 
 TOK = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0), horizon=2)
+ACT = ActionSpec.from_tokenizer(TOK, ("m", "m", "m", "1"))
 
 
 @FUZZ
@@ -224,7 +231,7 @@ def controller():
     pub = Publisher("inproc://fuzz-chunks", "policy", ctx=ctx)
     sub = Subscriber("inproc://fuzz-chunks", ["action_chunk", "command"], ctx=ctx)
     out = Publisher("inproc://fuzz-health", "controller", ctx=ctx)
-    node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK), sub, out, TOK.hash)
+    node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK, action=ACT), sub, out, TOK.hash)
     while node.counters["commands"] == 0:
         pub.publish("command", {"cmd": "clear", "reason": "sync"})
         node.tick()
@@ -239,19 +246,22 @@ def _handled(c: dict) -> int:
 
 
 @FUZZ
-@given(tokens=odd_arrays(), values=odd_arrays(),
-       hash_ok=st.booleans(), cycle=st.integers(0, 2**64 - 1), count=st.integers(1, 2**64 - 1),
-       index=st.integers(0, 2**64 - 1), period=st.integers(1, 2**63 - 1),
+@given(tokens=st.one_of(st.none(), odd_arrays()), values=odd_arrays(),
+       hash_ok=st.booleans(), dest_ok=st.booleans(), cycle=st.integers(0, 2**64 - 1),
+       count=st.integers(1, 2**64 - 1), index=st.integers(0, 2**64 - 1),
+       period=st.integers(1, 2**63 - 1), start=st.integers(0, 2**63 - 1),
        age_ns=st.integers(-2**40, 2**40), cmd=st.sampled_from(["", "safe_hold", "clear"]))
 def test_controller_counts_every_hostile_chunk_and_keeps_running(controller, tokens, values, hash_ok,
-                                                                 cycle, count, index, period,
-                                                                 age_ns, cmd):
+                                                                 dest_ok, cycle, count, index,
+                                                                 period, start, age_ns, cmd):
     pub, node = controller
     from rtinfer.transport.wire import now_ns
     index = index % count if index >= count and index % 3 else index  # mostly schema-valid
-    body = {"cycle": cycle, "index": index, "count": count, "tokens": tokens,
-            "values": values.astype(np.float32) if values.dtype.kind == "f" else values,
-            "tokenizer": TOK.hash if hash_ok else "0" * 16, "period_ns": period}
+    spec = (TOK.hash if tokens is not None else ACT.hash) if hash_ok else "0" * 16
+    body = waypoint_body(cycle, index, count,
+                         values.astype(np.float32) if values.dtype.kind == "f" else values,
+                         spec=spec, period_ns=period, start_ns=start,
+                         dest=node.robot if dest_ok else "another-robot", tokens=tokens)
     before = _handled(node.counters)
     sent = 0
     try:
