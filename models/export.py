@@ -54,15 +54,19 @@ class StepGraph(nn.Module):
 
 
 def graph_plan(cfg: PolicyConfig, k_verify: int, prefix_lens,
-               exit_prefill_lens=()) -> dict[tuple[int, int], list[str]]:
+               exit_prefills=()) -> dict[tuple[int, int], list[str]]:
     """(depth, k) -> roles. A (depth, k) pair needed for two roles is exported once.
-    exit_prefill_lens: prefill graphs at every exit depth too (a budget level that decodes
-    at an exit prefills the observation there, so it skips the deeper layers entirely)."""
+    exit_prefills: (exit depth, k) prefill graphs: a budget level that decodes at that exit
+    then prefills the observation there too and skips the deeper layers entirely (its first
+    action token then comes from the exit head: check the level's success before shipping)."""
     plan: dict[tuple[int, int], list[str]] = {}
     wanted = [("decode", cfg.n_layer, 1), ("verify", cfg.n_layer, k_verify)]
     wanted += [("prefill", cfg.n_layer, p) for p in prefix_lens]
     wanted += [("draft", e, 1) for e in cfg.exits]
-    wanted += [("prefill", e, p) for e in cfg.exits for p in exit_prefill_lens]
+    for e, k in exit_prefills:
+        if e not in cfg.exits:
+            raise ValueError(f"exit prefill at depth {e}: not an exit of this model {cfg.exits}")
+        wanted.append(("prefill", e, k))
     for role, depth, k in wanted:
         if not 1 <= k <= cfg.max_ctx:
             raise ValueError(f"{role} k={k} outside [1, max_ctx={cfg.max_ctx}]")
@@ -127,7 +131,7 @@ def _io(cfg: PolicyConfig, k: int, kv_dtype: str) -> dict:
 def export_all(model: nn.Module, cfg: PolicyConfig, out_dir, k_verify: int = 8,
                prefix_len=None, *, vocab: Vocab | None = None, fp16: bool = True,
                opset: int = OPSET, dynamo: bool = False, seed: int = 0,
-               exit_prefill_lens=()) -> dict:
+               exit_prefills=()) -> dict:
     """Write every step graph (fp32, and fp16 under out_dir/fp16/) plus graphs.json.
 
     prefix_len: int or sequence of ints, one prefill graph each (default max_ctx // 2).
@@ -145,7 +149,7 @@ def export_all(model: nn.Module, cfg: PolicyConfig, out_dir, k_verify: int = 8,
         variants.append(("float16", copy.deepcopy(model).half(), "fp16/"))
         (out_dir / "fp16").mkdir(exist_ok=True)
     graphs, parity = [], {"graphs": {}}
-    plan = graph_plan(cfg, k_verify, prefix_lens, exit_prefill_lens)
+    plan = graph_plan(cfg, k_verify, prefix_lens, exit_prefills)
     for dtype, policy, sub in variants:
         for (depth, k), roles in plan.items():
             name = f"{sub}step_d{depth}_k{k}.onnx"

@@ -22,7 +22,8 @@ from .share import share_weights
 K_VERIFY = 8
 
 
-def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) -> dict:
+def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True,
+            exit_prefill: tuple[int, ...] = ()) -> dict:
     ck = checkpoint.load(ckpt_path)
     meta, cfg, vocab = ck.meta, ck.cfg, ck.vocab
     out = Path(out_dir)
@@ -32,11 +33,12 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True) 
     obs_tokens = ObsTokens(spec)
     c, n_obs = obs_tokens.instr_length, obs_tokens.length
     # Prefill graphs: the instruction prefix (cached), the per-cycle observation segment,
-    # and the whole prefix (for running without the prefix cache); the observation segment
-    # at each exit depth too (the budget levels that decode there prefill there).
+    # and the whole prefix (for running without the prefix cache); with exit_prefill, the
+    # observation segment at those exit depths too (their budget levels prefill there).
     prefixes = [1 + c, n_obs + 1, sequence.prefix_len(c, n_obs)]
     parity = export_all(ck.model, cfg, out, k_verify=k_verify, prefix_len=prefixes,
-                        vocab=vocab, fp16=fp16, exit_prefill_lens=[n_obs + 1])
+                        vocab=vocab, fp16=fp16,
+                        exit_prefills=[(e, n_obs + 1) for e in exit_prefill])
     sizes = share_weights(out)
     tok.save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(spec, indent=1))
@@ -65,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-fp16", action="store_true")
+    ap.add_argument("--exit-prefill", type=int, nargs="*", default=[],
+                    help="exit depths whose budget levels prefill there too")
     a = ap.parse_args(argv)
-    card = package(a.checkpoint, a.out, fp16=not a.no_fp16)
+    card = package(a.checkpoint, a.out, fp16=not a.no_fp16, exit_prefill=tuple(a.exit_prefill))
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 

@@ -66,7 +66,7 @@ def tiny_model_dir(tmp_path_factory):
                 p.mul_(6.0)
     out = tmp_path_factory.mktemp("tiny_model")
     export_all(model, cfg, out, k_verify=K_VERIFY, prefix_len=[4, 12, 16], vocab=vocab,
-               fp16=False, exit_prefill_lens=[12])
+               fp16=False, exit_prefills=[(1, 12), (2, 12)])
     TokenizerConfig(low=(-1.0, -1.0, 0.0, 0.0), high=(1.0, 1.0, 1.0, 1.0), bins=32,
                     horizon=3, period_ns=50_000_000).save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(TINY_SPEC))

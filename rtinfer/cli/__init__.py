@@ -35,7 +35,8 @@ def _export(args: argparse.Namespace) -> int:
               f"as models.train writes, given without the extension); for your own torch "
               f"module or ONNX file use `rtinfer package` (docs/policies.md)", file=sys.stderr)
         return 2
-    card = resolve(PACKAGER)(args.checkpoint, args.out, fp16=not args.no_fp16)
+    card = resolve(PACKAGER)(args.checkpoint, args.out, fp16=not args.no_fp16,
+                             exit_prefill=tuple(args.exit_prefill))
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
     x.add_argument("--out", required=True)
     x.add_argument("--no-fp16", action="store_true")
+    x.add_argument("--exit-prefill", type=int, nargs="*", default=[], metavar="DEPTH",
+                   help="exit depths whose budget levels also prefill there (cheaper; the "
+                        "first action token then comes from the exit head: check its success)")
     x.set_defaults(func=_export)
 
     e = sub.add_parser("eval", help="success rate of a policy in the lockstep conveyor env")
