@@ -267,6 +267,8 @@ def train(paths: list[str], out: str | Path, *, steps: int = 20000, batch: int =
     save_file({kk: v.contiguous() for kk, v in policy.state_dict().items()},
               str(out / "model.safetensors"))
     meta = {"implementation": IMPL, "visible_k": k, "chunk": chunk,
+            "command": "python -m models.lerobot_act " + " ".join(sys.argv[1:])
+            if sys.argv[0].endswith("lerobot_act.py") else None, "per_state": per_state,
             "config": {**DEFAULTS, **cfg_over, "chunk_size": chunk, "n_action_steps": chunk,
                        "state_dim": STATE_DIM, "env_state_dim": SLOT_DIM * k + NUM_CLASSES ** 2,
                        "action_dim": D},
@@ -399,6 +401,14 @@ def write_lineage(onnx_path: Path, meta: dict, result: dict, extra: dict) -> Pat
            "onnx": version("onnx"), "onnxruntime": version("onnxruntime"),
            "config": meta["config"], "params": meta["params"], "data": meta["data"],
            "training_rows": meta["rows"],
+           "data_note": "expert demonstrations from examples.conveyor_sorting.collect (raw "
+                        "arrays). Token-only relabel files (relabel.npz from clean+dart, "
+                        "relabel_d1.npz from dagger1/dagger1b) hold no raw arrays, so the same "
+                        "counterfactual relabelling (examples.conveyor_sorting.relabel's "
+                        "method) was regenerated from raw source files (the entries with "
+                        "relabelled_rows; per_state 0 = all five other instructions per carry "
+                        "state); 'repeat' = times a file is replicated in the training set.",
+           "train_command": meta.get("command"),
            "training": {k: meta[k] for k in ("steps", "batch", "lr", "seed", "threads", "train_s",
                                              "init")} | {"final_l1": meta["loss"][-1]["l1"]
                                                          if meta["loss"] else None},
