@@ -312,6 +312,10 @@ def export(ckpt: str | Path, out: str | Path, *, parity_data: list[str] = (),
     out.parent.mkdir(parents=True, exist_ok=True)
     dummy = (torch.zeros(1, k, 4), torch.zeros(1, 8), torch.full((1, 1), -1.0),
              torch.tensor([[0, 1, 2]], dtype=torch.int32))
+    # dynamo=False: torch 2.14's torch.export-based exporter writes Split with num_outputs
+    # (an opset-18 attribute) into an opset-17 graph, which ONNX Runtime rejects; the
+    # TorchScript exporter gives a valid opset-17 graph (its TracerWarnings about iterating
+    # a tensor in modeling_act.py are harmless at these static shapes).
     with torch.no_grad():
         torch.onnx.export(graph, dummy, str(out), input_names=list(OBS_KEYS),
                           output_names=["actions"], opset_version=17, dynamo=False,
