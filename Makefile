@@ -31,7 +31,7 @@ test: $(VENV)/.installed-dev
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 
-# LeRobot ACT venv (models/lerobot_act.py); LEROBOT_VENV overrides the path.
+# LeRobot ACT venv (examples/conveyor_sorting/lerobot_act.py); LEROBOT_VENV overrides the path.
 LEROBOT_VENV ?= .venv-lerobot
 .PHONY: lerobot-env
 lerobot-env:

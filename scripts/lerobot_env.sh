@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the LeRobot venv used by models/lerobot_act.py (ACT train / ONNX export / lockstep eval).
+# Build the LeRobot venv used by examples/conveyor_sorting/lerobot_act.py (ACT train / ONNX export / lockstep eval).
 #
 #   scripts/lerobot_env.sh [VENV]        # or LEROBOT_VENV=path scripts/lerobot_env.sh
 #

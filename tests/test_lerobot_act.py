@@ -1,4 +1,4 @@
-"""models/lerobot_act.py: LeRobot ACTPolicy, state only -> one ONNX graph with the fixed contract.
+"""examples/conveyor_sorting/lerobot_act.py: LeRobot ACTPolicy, state only -> one ONNX graph with the fixed contract.
 
 Runs where lerobot is installed (the LeRobot venv: `make lerobot-env`, then
 `.venv-lerobot/bin/python -m pytest tests/test_lerobot_act.py`); skips elsewhere.
@@ -16,7 +16,7 @@ pytest.importorskip("lerobot")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("mujoco")
 
-from models import lerobot_act as la  # noqa: E402
+from examples.conveyor_sorting import lerobot_act as la  # noqa: E402
 
 TINY = ["--dim-model", "32", "--n-heads", "2", "--dim-feedforward", "64",
         "--n-encoder-layers", "1", "--n-decoder-layers", "1"]

@@ -3,10 +3,10 @@
 Runs in the LeRobot venv (`make lerobot-env`, scripts/lerobot_env.sh); torch and lerobot
 are imported inside functions only, so this module imports anywhere.
 
-    python -m models.lerobot_act train --data A.npz B.npz ... --out DIR [--steps N --chunk 4]
-    python -m models.lerobot_act export --checkpoint DIR --out model.onnx
-    python -m models.lerobot_act eval --onnx model.onnx --episodes 10
-    python -m models.lerobot_act dagger --onnx model.onnx --episodes 12 --out d.npz
+    python -m examples.conveyor_sorting.lerobot_act train --data A.npz B.npz ... --out DIR [--steps N --chunk 4]
+    python -m examples.conveyor_sorting.lerobot_act export --checkpoint DIR --out model.onnx
+    python -m examples.conveyor_sorting.lerobot_act eval --onnx model.onnx --episodes 10
+    python -m examples.conveyor_sorting.lerobot_act dagger --onnx model.onnx --episodes 12 --out d.npz
 
 Model: lerobot.policies.act.modeling_act.ACTPolicy, state only (no images, use_vae=False),
 chunk_size = n_action_steps = H = 4. ACT needs "observation.environment_state" (or images),
@@ -267,7 +267,7 @@ def train(paths: list[str], out: str | Path, *, steps: int = 20000, batch: int =
     save_file({kk: v.contiguous() for kk, v in policy.state_dict().items()},
               str(out / "model.safetensors"))
     meta = {"implementation": IMPL, "visible_k": k, "chunk": chunk,
-            "command": "python -m models.lerobot_act " + " ".join(sys.argv[1:])
+            "command": "python -m examples.conveyor_sorting.lerobot_act " + " ".join(sys.argv[1:])
             if sys.argv[0].endswith("lerobot_act.py") else None, "per_state": per_state,
             "config": {**DEFAULTS, **cfg_over, "chunk_size": chunk, "n_action_steps": chunk,
                        "state_dim": STATE_DIM, "env_state_dim": SLOT_DIM * k + NUM_CLASSES ** 2,
@@ -400,7 +400,7 @@ def time_onnx(path, k: int, n: int = 1000, threads: int = 1) -> dict:
 def write_lineage(onnx_path: Path, meta: dict, result: dict, extra: dict) -> Path:
     import torch
     from importlib.metadata import version
-    recipe = Path(__file__).resolve().parents[1] / "scripts" / "lerobot_env.sh"
+    recipe = Path(__file__).resolve().parents[2] / "scripts" / "lerobot_env.sh"
     lin = {"implementation": IMPL, "lerobot": version("lerobot"), "torch": torch.__version__,
            "onnx": version("onnx"), "onnxruntime": version("onnxruntime"),
            "config": meta["config"], "params": meta["params"], "data": meta["data"],
@@ -490,7 +490,7 @@ def dagger(onnx_path: str | Path, out: str | Path, episodes: int, seed: int, bet
 
 # -- CLI ----------------------------------------------------------------------------------
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m models.lerobot_act", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.lerobot_act", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("--data", nargs="+", required=True)
@@ -544,7 +544,7 @@ def main(argv=None) -> int:
                                                  "episodes_per_instruction", "seed", "correct",
                                                  "wrong", "missed", "dropped", "per_instruction",
                                                  "wall_s")}
-            lin["lockstep"]["command"] = "python -m models.lerobot_act eval --onnx " \
+            lin["lockstep"]["command"] = "python -m examples.conveyor_sorting.lerobot_act eval --onnx " \
                 f"{a.onnx} --episodes {a.episodes} --seed {a.seed}"
             p.write_text(json.dumps(lin, indent=1))
     else:
