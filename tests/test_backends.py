@@ -35,7 +35,8 @@ def test_unknown_backend_name_lists_the_valid_ones():
 def test_model_dir_exposes_layout_and_card(tiny_model_dir):
     md = ModelDir.load(tiny_model_dir)
     assert md.prefix_len == 16 and md.chunk_tokens == 12 and md.max_ctx == 32
-    assert md.ks(3) == [1, 4, 12, 16] and md.ks(1) == [1]
+    # depth 1: its k=1 draft step and the exit prefill (1, 12) conftest exports
+    assert md.ks(3) == [1, 4, 12, 16] and md.ks(1) == [1, 12]
     assert md.accuracy(2) == 0.8 and md.accuracy(5) is None
 
 

@@ -219,7 +219,8 @@ def test_dry_run_prints_the_plan_for_a_given_tensorrt_version(tiny_model_dir, ca
     assert main(["--model", str(tiny_model_dir), "--dry-run", "--trt-version", "10.3.0",
                  "--fp16", "--sparse"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["plan"]["flags"] == ["FP16", "SPARSE_WEIGHTS"] and out["graphs"] == 6
+    # 6 graphs, and the exit prefills (1, 12) and (2, 12) the tiny model is exported with
+    assert out["plan"]["flags"] == ["FP16", "SPARSE_WEIGHTS"] and out["graphs"] == 8
 
 
 def test_dry_run_for_trt11_fp16_without_fp16_graphs_fails_with_the_fix(tiny_model_dir, capsys):

@@ -7,9 +7,10 @@
                    `python -m tests.faults.test_node_slack robot ...`)
 
 The robot also watches the node's waypoints and health on one socket (PUB order: a health
-message follows the cycle its slack gauge is from) and brackets each cycle's true slack
-on one clock at a time: deadline - (recv of waypoint 0 - capture) on the robot's,
-deadline - (publish - obs_recv) on the node's. The old computation, deadline - (publish -
+message follows the cycle its slack gauge is from) and brackets each cycle's true slack,
+taken on its last waypoint (the node's slack is the last waypoint's: a chunk is on time only
+when its last waypoint is), on one clock at a time: deadline - (recv of the last waypoint -
+capture) on the robot's, deadline - (its publish - obs_recv) on the node's. The old computation, deadline - (publish -
 capture), mixes the clocks and is off by the offset. Needs root, `ip` and time
 namespaces; skips with the reason otherwise.
 """
@@ -84,7 +85,7 @@ def robot(model: str, seconds: float, out: str) -> None:
             if env is None:
                 break
             s = env.stamps
-            if env.topic == "action_chunk" and env.body["index"] == 0:
+            if env.topic == "action_chunk" and env.body["index"] == env.body["count"] - 1:
                 rec["cycles"] += 1
                 last.update(robot_low=(DEADLINE_NS - (s["recv"] - s["capture"])) / 1e3,
                             node_high=(DEADLINE_NS - (s["publish"] - s["obs_recv"])) / 1e3,
