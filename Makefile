@@ -25,14 +25,21 @@ venv: $(VENV)/.installed-dev
 demo: $(VENV)/.installed-demo
 	$(BIN)/rtinfer demo --seconds $(SECONDS)
 
+# Then the LeRobot packaging path, in its own venv (torch 2.14.1 + lerobot; ~2 min to build).
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
+	$(MAKE) test-lerobot
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 
 # LeRobot ACT venv (examples/conveyor_sorting/lerobot_act.py); LEROBOT_VENV overrides the path.
 LEROBOT_VENV ?= .venv-lerobot
-.PHONY: lerobot-env
-lerobot-env:
+.PHONY: lerobot-env test-lerobot
+lerobot-env: $(LEROBOT_VENV)/.installed-lerobot
+
+$(LEROBOT_VENV)/.installed-lerobot: scripts/lerobot_env.sh pyproject.toml
 	LEROBOT_VENV=$(LEROBOT_VENV) bash scripts/lerobot_env.sh
+
+test-lerobot: $(LEROBOT_VENV)/.installed-lerobot
+	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_act.py

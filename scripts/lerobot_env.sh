@@ -39,6 +39,18 @@ CELL_DEPS=(
 t0=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+# Never a CUDA torch from the registry: every file of torch and its dependencies must come
+# from this machine's disk (file:// indexes / find-links), or nothing is installed.
+"${PIP[@]}" --dry-run --ignore-installed --report "$VENV/.torch-plan.json" "${TORCH_PINS[@]}"
+"$VENV/bin/python" - "$VENV/.torch-plan.json" <<'PY'
+import json, sys
+remote = [i["download_info"]["url"] for i in json.load(open(sys.argv[1]))["install"]
+          if not i["download_info"]["url"].startswith("file:")]
+if remote:
+    sys.exit("lerobot-env: torch 2.14.1 / torchvision 0.29.1 are not all on this machine's disk "
+             f"({len(remote)} files would be downloaded, e.g. {remote[0]}); refusing to fetch "
+             "a CUDA build from the registry: run where the local builds lie")
+PY
 "${PIP[@]}" "${TORCH_PINS[@]}"
 "${PIP[@]}" --no-deps "$LEROBOT_PIN"
 # torch is already satisfied, so nothing here may replace it; the constraint keeps it so.
