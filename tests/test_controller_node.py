@@ -170,8 +170,9 @@ def test_fresh_chunk_is_applied_tracked_and_traced(cell):
     assert st["apply"] - st["capture"] == 10 * MS and traces[-1].body["cycle"] == cell.cycle
 
 
-def test_stale_chunk_is_rejected_and_counted_and_not_applied(cell):
-    cell.send_chunk(LINE, age_ms=101)
+@pytest.mark.parametrize("continuous", [False, True], ids=["tokens", "continuous"])
+def test_stale_chunk_is_rejected_and_counted_and_not_applied(cell, continuous):
+    cell.send_chunk(LINE, age_ms=101, continuous=continuous)
     cell.deliver(4)
     c = cell.node.counters
     assert c["rejected_stale"] == 4 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0
@@ -428,8 +429,9 @@ def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
     assert cfg.control.kp == (1.0, 2.0, 3.0)
 
 
-def test_late_waypoints_are_reported_once_per_cycle_as_a_trace_without_apply(cell):
-    cell.send_chunk(LINE, age_ms=101)
+@pytest.mark.parametrize("continuous", [False, True], ids=["tokens", "continuous"])
+def test_late_waypoints_are_reported_once_per_cycle_as_a_trace_without_apply(cell, continuous):
+    cell.send_chunk(LINE, age_ms=101, continuous=continuous)
     cell.deliver(4)
     assert cell.node.counters["rejected_stale"] == cell.node.counters["late_waypoints"] == 4
     traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
