@@ -39,17 +39,19 @@ CELL_DEPS=(
 t0=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
-# Never a CUDA torch from the registry: every file of torch and its dependencies must come
-# from this machine's disk (file:// indexes / find-links), or nothing is installed.
+# Never a CUDA torch from the registry: torch and torchvision themselves must come from this
+# machine's disk (a file:// index or find-links), or nothing is installed. (Their small
+# dependencies, e.g. cuda-bindings or pillow, may come from the registry.)
 "${PIP[@]}" --dry-run --ignore-installed --report "$VENV/.torch-plan.json" "${TORCH_PINS[@]}"
 "$VENV/bin/python" - "$VENV/.torch-plan.json" <<'PY'
 import json, sys
-remote = [i["download_info"]["url"] for i in json.load(open(sys.argv[1]))["install"]
-          if not i["download_info"]["url"].startswith("file:")]
+plan = {i["metadata"]["name"].lower(): i["download_info"]["url"]
+        for i in json.load(open(sys.argv[1]))["install"]}
+remote = {n: u for n, u in plan.items() if n in ("torch", "torchvision") and not u.startswith("file:")}
 if remote:
-    sys.exit("lerobot-env: torch 2.14.1 / torchvision 0.29.1 are not all on this machine's disk "
-             f"({len(remote)} files would be downloaded, e.g. {remote[0]}); refusing to fetch "
-             "a CUDA build from the registry: run where the local builds lie")
+    sys.exit(f"lerobot-env: {', '.join(remote)} would be downloaded from the registry "
+             f"({next(iter(remote.values()))}): refusing to fetch a CUDA build; run where "
+             f"torch 2.14.1 and torchvision 0.29.1 lie on local disk")
 PY
 "${PIP[@]}" "${TORCH_PINS[@]}"
 "${PIP[@]}" --no-deps "$LEROBOT_PIN"
