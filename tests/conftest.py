@@ -96,3 +96,30 @@ def no_launcher_left(request, monkeypatch):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+
+
+def recv_chunks(sub, n: int, timeout_s: float = 10.0) -> list:
+    """Up to n `action_chunk` envelopes from `sub` (other topics skipped), within timeout_s."""
+    import time
+    got, end = [], time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < end:
+        env = sub.recv(100)
+        if env is not None and env.topic == "action_chunk":
+            got.append(env)
+    return got
+
+
+def answered_node(node, obs_pub, act, rng):
+    """Publish observations until `node` answers one (the slow joiner), then drain `act`."""
+    import time
+    from rtinfer.transport.wire import now_ns
+    for _ in range(200):
+        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        if node.spin_once(20):
+            break
+    else:
+        pytest.fail("node never answered an observation")
+    time.sleep(0.1)
+    while act.recv(50) is not None:
+        pass
+

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import random_obs_body
+from conftest import answered_node, random_obs_body, recv_chunks
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.chunk_model import ChunkModelDir, load_model
 from rtinfer.model.directory import ModelError
@@ -156,27 +156,10 @@ def chunk_node(chunk_dir, tmp_path):
                          cfg=InferenceNodeConfig(health_hz=20.0))
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
-    for _ in range(200):  # slow joiner: publish until the node answers, then drain
-        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
-        if node.spin_once(20):
-            break
-    else:
-        pytest.fail("node never answered an observation")
-    time.sleep(0.1)
-    while act.recv(50) is not None:
-        pass
+    answered_node(node, obs_pub, act, rng)
     yield node, obs_pub, act, rng
     for s in (node, obs_pub, act):
         s.close()
-
-
-def _chunks(act, n, timeout_s=10.0):
-    got, end = [], time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < end:
-        env = act.recv(100)
-        if env is not None and env.topic == "action_chunk":
-            got.append(env)
-    return got
 
 
 def test_a_chunk_streams_one_values_only_waypoint_per_message_for_the_obs_robot(chunk_node):
@@ -184,7 +167,7 @@ def test_a_chunk_streams_one_values_only_waypoint_per_message_for_the_obs_robot(
     body = random_obs_body(rng)
     obs_pub.publish("obs", body, {"capture": now_ns()})
     assert node.spin_once(1000)
-    chunk = _chunks(act, 3)
+    chunk = recv_chunks(act, 3)
     assert [c.body["index"] for c in chunk] == [0, 1, 2]
     ref = Chunker()(**{k: torch.from_numpy(v[None]) for k, v in body["values"].items()
                        if k in ("gantry", "objects", "instruction")}).detach().numpy()[0]
@@ -208,7 +191,7 @@ def test_the_node_answers_only_the_newest_observation(chunk_node):
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     time.sleep(0.2)
     assert node.spin_once(1000)
-    assert {c.body["cycle"] for c in _chunks(act, 3)} == {seqs[-1]}
+    assert {c.body["cycle"] for c in recv_chunks(act, 3)} == {seqs[-1]}
     assert node.obs_sub.counters["superseded"] - skipped0 == 4
 
 
@@ -221,7 +204,7 @@ def test_the_budget_levels_are_the_graphs_and_a_level_runs_its_own(chunk_node):
     assert node.spin_once(1000)
     small = Chunker(hidden=4, seed=1)(**{k: torch.from_numpy(v[None]) for k, v in
                                          body["values"].items()}).detach().numpy()[0]
-    assert np.allclose(_chunks(act, 3)[0].body["values"], small[0], atol=1e-5)
+    assert np.allclose(recv_chunks(act, 3)[0].body["values"], small[0], atol=1e-5)
 
 
 def test_an_observation_that_does_not_fit_is_counted_and_not_answered(chunk_node):
@@ -230,7 +213,7 @@ def test_an_observation_that_does_not_fit_is_counted_and_not_answered(chunk_node
     body["values"]["gantry"] = np.zeros(6, np.float32)
     obs_pub.publish("obs", body, {"capture": now_ns()})
     assert not node.spin_once(1000)
-    assert node.counters["obs_bad"] == 1 and not _chunks(act, 1, timeout_s=0.3)
+    assert node.counters["obs_bad"] == 1 and not recv_chunks(act, 1, timeout_s=0.3)
 
 
 # --- real processes ----------------------------------------------------------------------------

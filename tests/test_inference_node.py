@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import TINY_SPEC, random_obs_body
+from conftest import TINY_SPEC, answered_node, random_obs_body, recv_chunks
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.model.obs_tokens import ObsError, ObsTokens
@@ -79,28 +79,10 @@ def node_env(tiny_model_dir, tmp_path):
                          cfg=InferenceNodeConfig(health_hz=20.0))
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
-    # slow joiner: publish until the node answers, then drain
-    for _ in range(200):
-        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
-        if node.spin_once(20):
-            break
-    else:
-        pytest.fail("node never answered an observation")
-    time.sleep(0.1)
-    while act.recv(50) is not None:
-        pass
+    answered_node(node, obs_pub, act, rng)
     yield node, obs_pub, ctl_pub, act, rng
     for s in (node, obs_pub, ctl_pub, act):
         s.close()
-
-
-def _chunks(act, n, timeout_s=10.0):
-    got, end = [], time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < end:
-        env = act.recv(100)
-        if env is not None and env.topic == "action_chunk":
-            got.append(env)
-    return got
 
 
 def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
@@ -111,7 +93,7 @@ def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     time.sleep(0.3)
     assert node.spin_once(1000)
-    chunks = _chunks(act, 3)
+    chunks = recv_chunks(act, 3)
     assert {c.body["cycle"] for c in chunks} == {seqs[-1]}
     assert {c.body["dest"] for c in chunks} == {"sim"}
     assert node.obs_sub.counters["superseded"] - skipped0 == 4
@@ -126,7 +108,7 @@ def test_bad_observation_is_counted_and_the_loop_continues(node_env):
     assert not node.spin_once(1000)
     assert node.counters["obs_bad"] == 1
     obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
-    assert node.spin_once(1000) and len(_chunks(act, 3)) == 3
+    assert node.spin_once(1000) and len(recv_chunks(act, 3)) == 3
 
 
 def test_budget_message_shortens_the_chunk_and_commands_hold_and_stop(node_env):
@@ -135,7 +117,7 @@ def test_budget_message_shortens_the_chunk_and_commands_hold_and_stop(node_env):
     time.sleep(0.2)
     obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     assert node.spin_once(1000) and node.budget.index >= 1
-    chunks = _chunks(act, 2)  # the tiny model's horizon is 3; a shorter chunk keeps 2
+    chunks = recv_chunks(act, 2)  # the tiny model's horizon is 3; a shorter chunk keeps 2
     assert chunks[0].body["count"] == node.budget.level.chunk == 2
     ctl_pub.publish("command", {"cmd": "safe_hold", "reason": "test"})
     time.sleep(0.2)
@@ -163,7 +145,7 @@ def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):
     node, obs_pub, _, act, rng = node_env
     obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     assert node.spin_once(1000)
-    chunk = _chunks(act, node.budget.level.chunk)
+    chunk = recv_chunks(act, node.budget.level.chunk)
     assert len(chunk) == chunk[0].body["count"] >= 2
     last = max(chunk, key=lambda e: e.body["index"]).stamps
     assert last["publish"] > chunk[0].stamps["publish"]
@@ -210,7 +192,7 @@ def test_node_process_streams_stamped_waypoints_over_ipc(tiny_model_dir, tmp_pat
         while time.monotonic() < end and len(chunks) < 3:
             sent_capture = now_ns()
             obs_pub.publish("obs", random_obs_body(rng), {"capture": sent_capture})
-            got = _chunks(act, 3, timeout_s=0.5)  # one cycle's three waypoints, or retry
+            got = recv_chunks(act, 3, timeout_s=0.5)  # one cycle's three waypoints, or retry
             chunks = got if len({c.body["cycle"] for c in got}) == 1 else []
         assert len(chunks) == 3, proc.stderr.read() if proc.poll() is not None else "no chunks"
         assert [c.body["index"] for c in chunks] == [0, 1, 2]
