@@ -3,11 +3,15 @@
     python -m rtinfer.inference.node --model DIR --obs ipc:///tmp/obs --actions ipc:///tmp/act \
         [--curve-secret K.key_secret --curve-map curve.json]     # CURVE on tcp endpoints
 
-Each cycle: newest `obs` (latest-only; skipped ones counted) -> tokens -> prefill (the
+It serves a model directory of either kind (docs/policies.md). An action-token policy, each
+cycle: newest `obs` (latest-only; skipped ones counted) -> tokens -> prefill (the
 instruction prefix stays KV-cached across cycles, re-prefilled only when the instruction
 changes) -> decode one chunk (plain or speculative, per budget level) -> one
-`action_chunk` message per waypoint the moment its D tokens are final. Stamps: the obs's
-(capture, ...) + obs_recv, first_token, publish. Also: `budget`/`command` in, `heartbeat`
+`action_chunk` message per waypoint the moment its D tokens are final. A continuous-chunk
+policy: newest `obs` -> its obs-spec inputs -> the level's graph -> the chunk, then one
+`action_chunk` message per waypoint (values only). Each waypoint goes to the robot whose obs
+it answers (`dest` = the obs's src). Stamps: the obs's (capture, ...) + obs_recv,
+first_token (for a chunk policy: the chunk computed), publish. Also: `budget`/`command` in, `heartbeat`
 and `health` out at `health_hz`, a trace record per cycle. A bad obs is counted and
 dropped; the loop never dies of one. Single-threaded; `spin_once` blocks up to timeout_ms.
 
