@@ -145,29 +145,21 @@ def package_module(modules, example_obs: dict[str, np.ndarray], out_dir, action:
         files.append(path)
         levels.append({"level": level, "parity_max_abs": parity,
                        "params": int(sum(p.numel() for p in module.parameters()))})
-    card = {"levels": levels, **(card or {})}
-    package_onnx(files, out, action, obs=obs, card={k: v for k, v in card.items()})
-    card = json.loads((out / "card.json").read_text())
-    card["levels"] = levels
-    (out / "card.json").write_text(json.dumps(card, indent=1) + "\n")
-    return card
+    return package_onnx(files, out, action, obs=obs, card={**(card or {}), "levels": levels})
 
 
-class _Keywords:
-    """Calls a module with positional graph inputs as the observation's keywords."""
+def _keywords(module, keys):
+    """`module` called with positional graph inputs as the observation's keyword arguments."""
+    import torch
 
-    @staticmethod
-    def wrap(module, keys):
-        import torch
+    class Keywords(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = module
 
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.inner = module
-
-            def forward(self, *xs):
-                return self.inner(**dict(zip(keys, xs)))
-        return Wrapped()
+        def forward(self, *xs):
+            return self.inner(**dict(zip(keys, xs)))
+    return Keywords()
 
 
 def _export(module, example: dict, path: Path) -> None:
@@ -181,7 +173,7 @@ def _export(module, example: dict, path: Path) -> None:
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
-            torch.onnx.export(_Keywords.wrap(module, keys), args, str(path), input_names=keys,
+            torch.onnx.export(_keywords(module, keys), args, str(path), input_names=keys,
                               output_names=[OUTPUT], opset_version=OPSET, dynamo=False)
     except Exception as e:  # tracing errors come in many types
         raise PackageError(f"torch.onnx.export failed ({type(e).__name__}: {str(e)[:200]}); "
