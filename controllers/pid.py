@@ -14,6 +14,11 @@ setpoint step gives no derivative kick. Not thread-safe; one instance per loop.
 The arrays (i, rate, e, u, ...) are the state; update() does its arithmetic on Python
 floats per axis, because numpy's per-call overhead dwarfs the maths on 3-vectors at 1 kHz.
 Gain and limit arrays are read-only: change gains with set_gains().
+
+Checked at construction and on every set_gains (ValueError naming the axis and the fix):
+kt * dt < 1 (a larger tracking step overshoots the saturation it should track), and a
+defaulted kt = ki / kp needs kp > 0 wherever ki != 0 (kp <= 0 would silently mean kt = 0: no
+back-calculation at all); pass kt explicitly there.
 """
 from __future__ import annotations
 
@@ -39,13 +44,14 @@ class PID:
     def __init__(self, kp, ki, kd, *, dt_s: float, n: int = 3, kt=None, tau_d_s: float = 0.0,
                  out_min=-np.inf, out_max=np.inf, i_min=None, i_max=None):
         """Gains per axis. kt defaults to ki / kp (tracking time = integral time Ti),
-        a common choice; kt * dt_s must stay below 1. i_min/i_max default to the output
-        limits. tau_d_s: time constant (s) of the low-pass on the measured rate."""
+        a common choice, and then follows kp and ki through set_gains; kt * dt_s must stay
+        below 1. i_min/i_max default to the output limits. tau_d_s: time constant (s) of
+        the low-pass on the measured rate."""
         self.n, self.dt_s, self.tau_d_s = n, float(dt_s), float(tau_d_s)
         self.kp, self.ki, self.kd = _arr(kp, n), _arr(ki, n), _arr(kd, n)
-        if kt is None:
-            kt = np.divide(self.ki, self.kp, out=np.zeros(n), where=self.kp > 0)
-        self.kt = _arr(kt, n)
+        self._kt_default = kt is None  # kt = ki / kp, re-derived when kp or ki change
+        self.kt = self._derived_kt() if kt is None else _arr(kt, n)
+        self._check_kt()
         self.out_min, self.out_max = _arr(out_min, n), _arr(out_max, n)
         self.i_min = self.out_min.copy() if i_min is None else _arr(i_min, n)
         self.i_max = self.out_max.copy() if i_max is None else _arr(i_max, n)
@@ -60,6 +66,23 @@ class PID:
         self._primed = False
         self._cache_gains()
 
+    def _derived_kt(self) -> np.ndarray:
+        bad = np.flatnonzero((self.kp <= 0) & (self.ki != 0))
+        if bad.size:
+            raise ValueError(f"PID axis {int(bad[0])}: kt defaults to ki / kp, but kp = "
+                             f"{self.kp[bad[0]]:g} <= 0 with ki = {self.ki[bad[0]]:g} would "
+                             f"mean no anti-windup back-calculation; pass kt explicitly")
+        return _arr(np.divide(self.ki, self.kp, out=np.zeros(self.n), where=self.kp > 0),
+                    self.n)
+
+    def _check_kt(self) -> None:
+        bad = np.flatnonzero((self.kt * self.dt_s >= 1) | (self.kt < 0))
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(f"PID axis {k}: kt = {self.kt[k]:g}/s with dt = {self.dt_s:g} s "
+                             f"gives kt * dt = {self.kt[k] * self.dt_s:g}; it must be in "
+                             f"[0, 1): lower kt (or ki / kp) or the period")
+
     def _cache_gains(self) -> None:
         self._gains = list(zip(self.kp.tolist(), self.ki.tolist(), self.kd.tolist(),
                                self.kt.tolist(), self.out_min.tolist(), self.out_max.tolist(),
@@ -70,14 +93,27 @@ class PID:
             a.fill(0.0)
         self._primed = False
 
-    def set_gains(self, kp=None, ki=None, kd=None) -> None:
+    def set_gains(self, kp=None, ki=None, kd=None, kt=None) -> None:
         """Bumpless transfer: the integral is re-solved so that the last output, evaluated
         with the new gains, is unchanged; the next output then moves only by what new
-        errors ask for."""
+        errors ask for. The integral stays within [i_min, i_max]: where the re-solved one
+        lies outside, the last output is kept as nearly as that allows (it moves by the
+        excess). kt: a new tracking gain; a defaulted kt (ki / kp) is re-derived. Raises
+        ValueError (nothing changed) on gains the checks above refuse."""
+        old = (self.kp, self.ki, self.kd, self.kt)
         u_prev = self.u.copy()  # the applied (saturated) output is what must not jump
         for name, g in (("kp", kp), ("ki", ki), ("kd", kd)):
             if g is not None:
                 setattr(self, name, _arr(g, self.n))
+        try:
+            if kt is not None:
+                self.kt, self._kt_default = _arr(kt, self.n), False
+            elif self._kt_default:
+                self.kt = self._derived_kt()
+            self._check_kt()
+        except ValueError:
+            self.kp, self.ki, self.kd, self.kt = old
+            raise
         self._cache_gains()
         if self._primed:
             self.i[:] = u_prev - self.kp * self.e - self.kd * self.d_err - self.ff

@@ -14,7 +14,7 @@ def test_p_only_output_is_gain_times_error_per_axis():
 
 
 def test_integral_accumulates_ki_e_dt_each_step():
-    pid = PID(0.0, 4.0, 0.0, dt_s=DT, n=1)
+    pid = PID(0.0, 4.0, 0.0, dt_s=DT, n=1, kt=0.0)
     for n in range(1, 6):
         u = pid.update(0.5, 0.0)
         assert u[0] == pytest.approx(n * 4.0 * 0.5 * DT)
@@ -87,9 +87,50 @@ def test_bumpless_gain_change_keeps_the_output_continuous():
 
 
 def test_reset_clears_integral_and_filter():
-    pid = PID(0.0, 5.0, 1.0, dt_s=DT, n=1)
+    pid = PID(0.0, 5.0, 1.0, dt_s=DT, n=1, kt=0.0)
     for _ in range(10):
         pid.update(1.0, 0.0, measurement_rate=0.3)
     pid.reset()
     assert pid.i[0] == 0.0 and pid.rate[0] == 0.0
     assert pid.update(0.0, 0.0)[0] == 0.0
+
+
+def test_a_gain_change_whose_integral_would_pass_its_limits_moves_the_output_by_the_excess():
+    pid = PID(2.0, 1.0, 0.0, dt_s=DT, n=1, i_min=-0.5, i_max=0.5)
+    for _ in range(20):
+        pid.update(1.05, 0.0)
+    u_before, e = pid.u[0], pid.e[0]
+    pid.set_gains(kp=8.0)  # keeping u would need i = u - 8 e, far below i_min = -0.5
+    assert pid.i[0] == -0.5
+    u_after = pid.update(1.05, 0.0)[0]
+    excess = (8.0 * e - 0.5) - u_before  # the new kp * e + clipped integral, over the old u
+    assert u_after == pytest.approx(u_before + excess + DT * 1.0 * e, abs=1e-9)
+
+
+def test_a_defaulted_kt_follows_kp_and_ki_and_kt_can_be_set():
+    pid = PID(2.0, 1.0, 0.0, dt_s=DT, n=2)
+    assert pid.kt.tolist() == [0.5, 0.5]
+    pid.set_gains(kp=4.0, ki=8.0)
+    assert pid.kt.tolist() == [2.0, 2.0]  # ki / kp again, not the old 0.5
+    pid.set_gains(kt=[3.0, 0.0])
+    assert pid.kt.tolist() == [3.0, 0.0]
+    pid.set_gains(kp=1.0)
+    assert pid.kt.tolist() == [3.0, 0.0]  # given explicitly: kept
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: PID(0.0, 5.0, 0.0, dt_s=DT, n=1), "kp = 0 <= 0 with ki = 5 would mean no anti-windup"),
+    (lambda: PID([1.0, -1.0], 2.0, 0.0, dt_s=DT, n=2), "axis 1: kt defaults to ki / kp"),
+    (lambda: PID(1.0, 1.0, 0.0, dt_s=DT, n=1, kt=1 / DT), "kt \\* dt = 1; it must be in \\[0, 1\\)"),
+    (lambda: PID(1.0, 2000.0, 0.0, dt_s=DT, n=1), "kt = 2000/s"),
+])
+def test_gains_the_loop_cannot_run_with_are_refused_with_the_fix(make, says):
+    with pytest.raises(ValueError, match=says):
+        make()
+
+
+def test_a_refused_gain_change_changes_nothing():
+    pid = PID(2.0, 1.0, 0.0, dt_s=DT, n=1)
+    with pytest.raises(ValueError, match="kt \\* dt"):
+        pid.set_gains(ki=5000.0)
+    assert (pid.kp[0], pid.ki[0], pid.kt[0]) == (2.0, 1.0, 0.5)
