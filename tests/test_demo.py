@@ -110,7 +110,7 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
     assert threat["samples"] >= 40 and threat["how"]
     assert threat["full_ms"]["p50"] > 0 and threat["cheapest_ms"]["p50"] > 0
     # the policy node shares one named CPU with the load (rtinfer.cli.stress.load_line)
-    assert re.search(r"policy node alone with \d+ busy process\(es\) at nice \d+ on CPU \d+",
+    assert re.search(r"policy node alone with \d+ busy process\(es\) under SCHED_IDLE on CPU \d+",
                      threat["load"]), threat["load"]
     # calibrated in place: two launched runs, fixed full depth and pinned at the cheapest level
     run = tmp_path / "run"

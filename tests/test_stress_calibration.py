@@ -84,8 +84,8 @@ def test_a_cycles_chunk_time_runs_to_its_last_waypoint_at_the_controller():
 
 
 def test_calibration_runs_are_short_beside_the_demos_runs():
-    assert calibration_seconds(2) == 4 and calibration_seconds(30) == 7.5
-    assert calibration_seconds(600) == 8
+    assert calibration_seconds(2) == 6 and calibration_seconds(30) == 9.5
+    assert calibration_seconds(600) == 10
 
 
 def test_the_policy_node_is_pinned_to_the_cpu_the_load_shares(tmp_path):

@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
     d.add_argument("--stress", choices=["cpu"], default=None,
                    help="run under CPU load twice, fixed full depth vs the budget controller: "
-                        "the policy node alone on one CPU with a busy process at nice 19; the "
+                        "the policy node alone on one CPU with a busy process under "
+                        "SCHED_IDLE; the "
                         "deadline calibrated in place, from two short launched runs under "
                         "that load (fixed full depth, and the cheapest budget level): the "
                         "fixed run's chunk-time p85 (capture -> last waypoint at the "

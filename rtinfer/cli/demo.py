@@ -5,8 +5,8 @@ Runs a shipped launch file (conveyor_sorting.yaml: MuJoCo cell + PID layer, the 
 policy on ONNX Runtime, the deadline monitor; conveyor_expert.yaml for --policy expert)
 through the launcher in a child process, watches every node's `health` for the dashboard,
 then merges the nodes' reports. `--stress cpu` first calibrates its threat in place
-(rtinfer.cli.stress): the policy node alone on one CPU with HOGS busy processes at nice
-HOG_NICE, and two short launched runs under that load at a loose deadline (fixed full depth,
+(rtinfer.cli.stress): the policy node alone on one CPU with HOGS busy processes under
+SCHED_IDLE, and two short launched runs under that load at a loose deadline (fixed full depth,
 then pinned at the cheapest budget level with the node's --level) whose cycles' chunk times
 (capture -> last waypoint at the controller) give the deadline: the fixed run's p85, raised
 to the cheapest level's p99 x 1.1. Then it runs twice under that load and
@@ -43,7 +43,7 @@ from rich.console import Console
 from rich.live import Live
 
 from rtinfer.cli.shipped import launch_file, zoo_model
-from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOG_NICE, HOGS, WARMUP_CYCLES, Threat,
+from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, chunk_complete_ms,
                                 late_fraction, load_line, percent_text, pin_tasks, policy_cpu, sorted_text,
                                 stress_table)
@@ -80,14 +80,14 @@ class _Stop:
 
 
 def _stress(n: int, seconds: float, cpu: int | None = None,
-            nice: int = 0) -> list[subprocess.Popen]:
-    """n busy-looping processes (pinned to `cpu` when given, at `nice`) that end by themselves after
-    `seconds`, or when the demo dies (PR_SET_PDEATHSIG SIGKILL); each in its own session, so
-    Ctrl-C does not reach it."""
+            idle: bool = False) -> list[subprocess.Popen]:
+    """n busy-looping processes (pinned to `cpu` and under SCHED_IDLE when asked) that end by
+    themselves after `seconds`, or when the demo dies (PR_SET_PDEATHSIG SIGKILL); each in its
+    own session, so Ctrl-C does not reach it."""
     pin = "" if cpu is None else f"os.sched_setaffinity(0, {{{cpu}}})\n"
+    sched = "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n" if idle else ""
     code = (f"import ctypes, os, time\nctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, 9, 0, 0, 0)\n"
-            f"if os.getppid() != {os.getpid()}: raise SystemExit\n{pin}"
-            f"os.nice({nice})\n"
+            f"if os.getppid() != {os.getpid()}: raise SystemExit\n{pin}{sched}"
             f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass")
     return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                              stdin=subprocess.DEVNULL) for _ in range(n)]
@@ -147,7 +147,7 @@ def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dic
 def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, console: Console,
              title: str, stop: _Stop, stress: int = 0, pin_cpu: int | None = None) -> dict:
     """One launched run; `stress` busy processes beside it; pin_cpu: the policy node's main
-    thread (its compute) and those processes (at nice HOG_NICE) pinned to that CPU, its other
+    thread (its compute) and those processes (SCHED_IDLE) pinned to that CPU, its other
     threads and the launcher, sim and monitor kept off it (the node re-pinned each second, so
     a thread it starts later is placed too)."""
     spec = load(launch, overrides)
@@ -163,7 +163,7 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
     if stop.signum is not None:  # a signal came before the launcher existed
         stop.forward(stop.signum)
     proc = stop.proc
-    hogs = _stress(stress, seconds + 30, pin_cpu, 0 if pin_cpu is None else HOG_NICE) \
+    hogs = _stress(stress, seconds + 30, pin_cpu, idle=pin_cpu is not None) \
         if stress and stop.signum is None else []
     dash = Dashboard(endpoints, title)
     next_pin = 0.0

@@ -9,14 +9,17 @@ and timing the policy's chunk offline underestimated the launched stack. So
 - gives the policy node's main thread (its compute) one CPU (policy_cpu: the last one) and
   keeps its ZeroMQ I/O thread, the launcher, sim and monitor off it (pin_tasks: with the I/O
   thread there, waypoint 0's transport waited for the rest of the chunk's compute); HOGS
-  busy processes run pinned to that CPU at nice HOG_NICE. At the
-  policy's own priority a hog made every wake-up wait behind it for a CFS slice (waypoint 0's
-  e2e p50 9.3 ms at full depth, 8.9 ms at the cheapest level): scheduling delay that no
-  budget level removes. At nice 19 it takes the policy's CPU whenever the policy waits and
-  slows its compute (the full chunk 6.5 -> 13.3 ms p50 here), which a cheaper level does cut;
-- calibrates from short runs of the launched stack itself under that load (CALIBRATE_S of
-  sim each, at a loose deadline so no waypoint is rejected): one at fixed full depth and one
-  pinned at the cheapest budget level (the node's --level). A sample is a cycle's chunk time
+  busy processes run pinned to that CPU under SCHED_IDLE. At the policy's own priority a
+  hog made every wake-up wait behind it for a scheduler slice (waypoint 0's e2e p50 9.3 ms
+  at full depth, 8.9 ms at the cheapest level): scheduling delay that no budget level
+  removes. Under SCHED_IDLE (any waking task preempts it) it takes the policy's CPU whenever
+  the policy waits and still slows its compute (the full chunk 6.5 -> ~14.5 ms p50 here),
+  which a cheaper level does cut; at nice 19 instead the tails were longer (in 1 of 2 quiet
+  runs the fixed run was only 1.0% late);
+- calibrates from short runs of the launched stack itself under that load (calibration_seconds
+  of sim each, the first WARMUP_S no samples, at a loose deadline so no waypoint is rejected):
+  one at fixed full depth and one pinned at the cheapest budget level (the node's --level).
+  A sample is a cycle's chunk time
   (chunk_complete_ms): its last waypoint's arrival - capture, since the controller rejects a
   chunk's waypoints past the deadline one by one and a cycle is on time only when its last
   waypoint is (waypoint 0's apply alone predicted ~10% late where runs were 85-100% late);
@@ -40,9 +43,11 @@ AIM_Q = 0.85           # the deadline: this quantile of the fixed run's chunk ti
 CEIL_Q = 0.95          # a floor above this one leaves nothing to separate
 FLOOR_Q, FLOOR_HEADROOM = 0.99, 1.10  # at or above the cheapest level's p99 x 1.10
 HOGS = 1               # busy processes on the policy's CPU ...
-HOG_NICE = 19          # ... at this nice: they run whenever the policy waits (module doc)
-CALIBRATE_S = 8.0      # sim seconds of each calibration run (at most; see calibration_seconds)
-WARMUP_CYCLES = 10     # a calibration run's first cycles (graphs, caches) are no samples
+# ... under SCHED_IDLE: they run whenever the policy waits and never delay its wake-up
+WARMUP_S = 2.0         # a calibration run's first seconds (graphs, caches, the other nodes
+#                        starting) are no samples: their chunk-time p90 was 25 ms against 16
+CALIBRATE_S = 10.0     # sim seconds of each calibration run (at most; see calibration_seconds)
+WARMUP_CYCLES = int(WARMUP_S * 20)  # at the demo's 20 Hz policy rate
 CALIBRATE_DEADLINE_MS = 200.0  # loose: no waypoint rejected, every cycle a sample
 QUANTILES = (0.5, 0.8, 0.9, 0.95, 0.99)
 
@@ -69,14 +74,14 @@ def policy_cpu() -> int:
 
 
 def load_line(hogs: int = HOGS, cpu: int | None = None) -> str:
-    return (f"the policy node alone with {hogs} busy process(es) at nice {HOG_NICE} on CPU "
+    return (f"the policy node alone with {hogs} busy process(es) under SCHED_IDLE on CPU "
             f"{policy_cpu() if cpu is None else cpu}")
 
 
 def calibration_seconds(seconds: float) -> float:
-    """Sim seconds of each calibration run for a demo of `seconds` per run: a quarter of it,
-    4 to CALIBRATE_S."""
-    return float(min(CALIBRATE_S, max(4.0, seconds / 4)))
+    """Sim seconds of each calibration run for a demo of `seconds` per run: WARMUP_S, then a
+    quarter of it, 4 s to CALIBRATE_S - WARMUP_S."""
+    return float(WARMUP_S + min(CALIBRATE_S - WARMUP_S, max(4.0, seconds / 4)))
 
 
 def _quantiles(x: np.ndarray) -> dict:
