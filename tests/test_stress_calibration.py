@@ -1,6 +1,6 @@
 """The stress demo's threat, calibrated in place (rtinfer.cli.stress): the policy node alone on
 one CPU with a nice-19 busy process, and a deadline from the chunk times of two short launched
-runs (fixed full depth, and the cheapest budget level): the fixed run's p85, raised to the
+runs (fixed full depth, and the cheapest budget level): the fixed run's p70, raised to the
 cheapest level's p99 x 1.10, `separable` false when that floor is above the fixed p95. The choice is
 pure (samples in, deadline out), so it is pinned here on given samples; the pinning runs on
 real processes (no timing asserted)."""
@@ -22,22 +22,22 @@ FULL = 8.0 + RNG.gamma(2.0, 2.0, 400)     # fixed full depth, chunk time: p50 ~1
 CHEAP = 3.0 + RNG.gamma(2.0, 0.5, 400)    # the cheapest level: ~4 ms
 
 
-def test_deadline_is_the_fixed_runs_p85_when_the_cheapest_level_fits_under_it():
+def test_deadline_is_the_fixed_runs_p70_when_the_cheapest_level_fits_under_it():
     t = choose_deadline(FULL, CHEAP)
-    assert AIM_Q == 0.85 and t.separable
-    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.85), abs=0.05)
+    assert AIM_Q == 0.70 and t.separable
+    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.70), abs=0.05)
     assert t.deadline_ms > np.quantile(CHEAP, 0.99) * FLOOR_HEADROOM
-    assert 0.10 <= t.fixed_late <= 0.20 and t.cheapest_late == 0
+    assert 0.25 <= t.fixed_late <= 0.35 and t.cheapest_late == 0
     assert t.fixed_late == pytest.approx(np.mean(FULL > t.deadline_ms), abs=1e-4)
-    assert "p85" in t.how and "launched stack" in t.how and t.samples == 400
+    assert "p70" in t.how and "launched stack" in t.how and t.samples == 400
 
 
 def test_a_cheapest_level_near_full_depth_lifts_the_deadline_to_its_own_p99():
-    cheap = np.linspace(11.0, 13.4, 400)  # p99 x 1.10 (~14.7) between the fixed p85 and p95
+    cheap = np.linspace(11.0, 13.4, 400)  # p99 x 1.10 (~14.7) between the fixed p70 and p95
     full = np.linspace(5.0, 15.5, 400)
     t = choose_deadline(full, cheap)
     floor = np.quantile(cheap, 0.99) * FLOOR_HEADROOM
-    assert np.quantile(full, 0.85) < floor <= np.quantile(full, 0.95)
+    assert np.quantile(full, 0.70) < floor <= np.quantile(full, 0.95)
     assert t.separable and t.deadline_ms == pytest.approx(floor, abs=0.05)
     assert t.fixed_late >= 0.05 and t.cheapest_late == 0
     assert "cheapest level's chunk-time p99" in t.how
@@ -46,7 +46,7 @@ def test_a_cheapest_level_near_full_depth_lifts_the_deadline_to_its_own_p99():
 def test_no_separating_deadline_is_said_not_hidden():
     t = choose_deadline(FULL, FULL + 3.0)  # the budget has nothing faster to offer here
     assert not t.separable and "no deadline separates" in t.how
-    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.85), abs=0.05)
+    assert t.deadline_ms == pytest.approx(np.quantile(FULL, 0.70), abs=0.05)
     assert t.fixed_late >= 0.05 and t.cheapest_late > t.fixed_late
 
 

@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "SCHED_IDLE; the "
                         "deadline calibrated in place, from two short launched runs under "
                         "that load (fixed full depth, and the cheapest budget level): the "
-                        "fixed run's chunk-time p85 (capture -> last waypoint at the "
+                        "fixed run's chunk-time p70 (capture -> last waypoint at the "
                         "controller), raised to the cheapest level's p99 x 1.1")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
     d.add_argument("--deadline-ms", type=float, default=None,

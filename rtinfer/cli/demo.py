@@ -8,7 +8,7 @@ then merges the nodes' reports. `--stress cpu` first calibrates its threat in pl
 (rtinfer.cli.stress): the policy node alone on one CPU with HOGS busy processes under
 SCHED_IDLE, and two short launched runs under that load at a loose deadline (fixed full depth,
 then pinned at the cheapest budget level with the node's --level) whose cycles' chunk times
-(capture -> last waypoint at the controller) give the deadline: the fixed run's p85, raised
+(capture -> last waypoint at the controller) give the deadline: the fixed run's p70, raised
 to the cheapest level's p99 x 1.1. Then it runs twice under that load and
 deadline, a fixed full-depth policy and then the budget controller, and shows both side by
 side (a table on stderr; the calibration and both runs in the JSON). --deadline-ms overrides
