@@ -11,10 +11,12 @@ its values are the truth. Waypoint i is due at capture + start_ns + i * period_n
 Rejected, and counted per message: addressed to another robot (rejected_dest: `dest` is not
 this robot's obs source name), capture older than the deadline or older than the chunk in
 use (rejected_stale), a spec hash not this robot's (rejected_hash), bad tokens or
-inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold). Local watchdog (on transport.liveliness): no fresh
-chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the policy's
-period) -> hold (brake within limits, keep suction);
-the next fresh chunk resumes. compute(): ControlStack -> HardwareInterface.write().
+inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold).
+A chunk of another spec or for another robot is also said on stderr at once, then at most
+once a second (rtinfer.realtime.complaints). Local watchdog (on transport.liveliness): no
+fresh chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the
+policy's period) -> hold (brake within limits, keep suction); the next fresh chunk resumes.
+compute(): ControlStack -> HardwareInterface.write().
 publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
 cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,

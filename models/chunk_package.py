@@ -95,8 +95,8 @@ def package_onnx(graphs, out_dir, action: ActionSpec, *, obs: ObsSpec | None = N
         digest = hashlib.sha256((out / name).read_bytes()).hexdigest()
         entries.append({"level": level, "file": name, "sha256": digest,
                         "bytes": (out / name).stat().st_size})
-    (out / "graphs.json").write_text(json.dumps(
-        {"format": "rtinfer-graphs", "version": 2, "kind": KIND, "graphs": entries}, indent=1) + "\n")
+    manifest = {"format": "rtinfer-graphs", "version": 2, "kind": KIND, "graphs": entries}
+    (out / "graphs.json").write_text(json.dumps(manifest, indent=1) + "\n")
     action.save(out / "action_spec.json")
     (out / "obs_spec.json").write_text(json.dumps(obs.doc, indent=1) + "\n")
     card = {"kind": KIND, "levels": [{"level": e["level"]} for e in entries], **(card or {})}

@@ -24,8 +24,8 @@ from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.trace import TraceWriter
 
 from .cell import ConveyorCell
-from .config import (BELT_SPEED_MAX, CellConfig, action_spec, control_config, parse_belt_speed, parse_seed,
-                     parse_instruction, tokenizer_config)
+from .config import (BELT_SPEED_MAX, CellConfig, action_spec, control_config, parse_belt_speed,
+                     parse_seed, parse_instruction, tokenizer_config)
 from .observe import obs_body, observe
 
 

@@ -71,7 +71,8 @@ class GraphChunkRunner:
         return self.out[level][0]
 
     def run_cycle(self, cycle: Cycle, feeds: dict[str, np.ndarray],
-                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> np.ndarray:
+                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
+                  ) -> np.ndarray:
         """One cycle at cycle.level: the chunk, then on_waypoint(cycle, i, values) for its
         first cycle.count waypoints."""
         chunk = self.run(feeds, cycle.level.depth)
