@@ -53,15 +53,15 @@ def obs_spec_of(example_obs: dict[str, np.ndarray]) -> ObsSpec:
 
 def _graph_obs_spec(path: Path) -> ObsSpec:
     import onnxruntime as ort
-    names = {"float": "float32", "double": "float64"}
+
+    from rtinfer.inference.chunk_runner import numpy_dtype
     inputs = []
     for i in _session(path, ort).get_inputs():
-        dtype = i.type[len("tensor("):-1]
         shape = list(i.shape)
         if not shape or shape[0] != 1 or not all(isinstance(n, int) for n in shape):
             raise PackageError(f"{path}: input {i.name!r} has shape {shape}; the contract is "
                                f"static [1, ...] (batch 1): re-export with fixed shapes")
-        inputs.append({"key": i.name, "dtype": names.get(dtype, dtype), "shape": shape[1:]})
+        inputs.append({"key": i.name, "dtype": numpy_dtype(i.type), "shape": shape[1:]})
     return ObsSpec({"format": OBS_FORMAT, "version": 1, "normalisation": "in the graph",
                     "inputs": inputs})
 
@@ -106,19 +106,15 @@ def package_onnx(graphs, out_dir, action: ActionSpec, *, obs: ObsSpec | None = N
 
 
 def _dry_run(out: Path) -> None:
-    """Load `out` as the node does and run each level once on zeros."""
-    from rtinfer.inference.chunk_runner import GraphChunkRunner
+    """Load `out` as the node does and run each level once on zeros; PackageError names the
+    first problem."""
+    from rtinfer.inference.chunk_runner import dry_run_problems
     try:
-        md = ChunkModelDir.load(out)
-        runner = GraphChunkRunner(md)
-    except ModelError as e:  # BackendError too
+        problems = dry_run_problems(ChunkModelDir.load(out))
+    except ModelError as e:
         raise PackageError(str(e)) from None
-    zeros = {k: np.zeros((1, *s), d) for k, d, s in zip(md.obs.keys, md.obs.dtypes, md.obs.shapes)}
-    for level in range(len(md.levels)):
-        chunk = runner.run(zeros, level)
-        if not np.isfinite(chunk).all():
-            raise PackageError(f"{md.graph_path(level)}: the chunk for an all-zero observation "
-                               f"is not finite; check the graph's normalisation")
+    if problems:
+        raise PackageError(problems[0])
 
 
 def package_module(modules, example_obs: dict[str, np.ndarray], out_dir, action: ActionSpec, *,

@@ -33,7 +33,8 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
         spec = md.action
         summary.update(levels=len(md.levels), inputs=md.obs.keys, action=spec.to_dict(),
                        spec_hash=spec.hash)
-        out += _chunk_graphs(md)
+        from rtinfer.inference.chunk_runner import dry_run_problems
+        out += dry_run_problems(md)
     else:
         spec = ActionSpec.from_tokenizer(md.tokenizer, ("",) * md.tokenizer.dim)
         summary.update(depths=[md.n_layer, *md.config.get("exits", [])],
@@ -50,23 +51,6 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
         out += [f"action spec differs from the robot's: {d}; a robot follows only chunks of "
                 f"its own spec: re-package with the robot's action_spec.json" for d in diffs]
     return out, summary
-
-
-def _chunk_graphs(md) -> list[str]:
-    from rtinfer.inference.backends.base import BackendError
-    from rtinfer.inference.chunk_runner import GraphChunkRunner
-    try:
-        runner = GraphChunkRunner(md)
-    except BackendError as e:
-        return [str(e)]
-    out = []
-    zeros = {k: np.zeros((1, *s), d) for k, d, s in zip(md.obs.keys, md.obs.dtypes, md.obs.shapes)}
-    for level in range(len(md.levels)):
-        chunk = runner.run(zeros, level)
-        if not np.isfinite(chunk).all():
-            out.append(f"{md.graph_path(level)}: the chunk for an all-zero observation is not "
-                       f"finite; check the graph's normalisation")
-    return out
 
 
 def _token_graphs(md) -> list[str]:

@@ -83,6 +83,21 @@ class GraphChunkRunner:
         return chunk
 
 
+def dry_run_problems(model: ChunkModelDir) -> list[str]:
+    """Open every level as the node does and run it once on an all-zero observation: one
+    line per problem with its fix (empty: none). `rtinfer check-model` and `rtinfer package`
+    both check a directory this way."""
+    try:
+        runner = GraphChunkRunner(model)
+    except BackendError as e:
+        return [str(e)]
+    o = model.obs
+    zeros = {k: np.zeros((1, *s), d) for k, d, s in zip(o.keys, o.dtypes, o.shapes)}
+    return [f"{model.graph_path(level)}: the chunk for an all-zero observation is not finite; "
+            f"check the graph's normalisation"
+            for level in range(len(model.levels)) if not np.isfinite(runner.run(zeros, level)).all()]
+
+
 def graph_problems(sess, model: ChunkModelDir) -> list[str]:
     """Where a loaded graph breaks the contract: one line each with the fix (empty: none)."""
     want = model.obs.graph_inputs()
@@ -96,7 +111,7 @@ def graph_problems(sess, model: ChunkModelDir) -> list[str]:
         if i is None:
             out.append(f"obs_spec.json input {key!r} is not a graph input; name the graph's "
                        f"inputs after the observation keys")
-        elif i.type != f"tensor({_ort_type(dtype)})" or list(i.shape) != list(shape):
+        elif i.type != ort_type(dtype) or list(i.shape) != list(shape):
             out.append(f"graph input {key!r} is {i.type} {i.shape}; obs_spec.json says "
                        f"{dtype} {list(shape)}: export with static shapes and these dtypes")
     outs = sess.get_outputs()
@@ -105,11 +120,21 @@ def graph_problems(sess, model: ChunkModelDir) -> list[str]:
     if [o.name for o in outs] != [OUTPUT]:
         out.append(f"graph outputs {[o.name for o in outs]}; the contract is one output "
                    f"{OUTPUT!r}")
-    elif outs[0].type != "tensor(float)" or list(outs[0].shape) != shape:
+    elif outs[0].type != ort_type("float32") or list(outs[0].shape) != shape:
         out.append(f"output {OUTPUT!r} is {outs[0].type} {outs[0].shape}; action_spec.json "
                    f"says float32 {shape} (horizon x names)")
     return out
 
 
-def _ort_type(dtype: str) -> str:
-    return {"float32": "float", "float64": "double"}.get(dtype, dtype)
+_ORT_NAMES = {"float32": "float", "float64": "double"}  # numpy dtype name -> ORT's, where they differ
+
+
+def ort_type(dtype: str) -> str:
+    """ONNX Runtime's tensor type string of a numpy dtype name: "float32" -> "tensor(float)"."""
+    return f"tensor({_ORT_NAMES.get(dtype, dtype)})"
+
+
+def numpy_dtype(ort_tensor_type: str) -> str:
+    """The numpy dtype name of an ONNX Runtime tensor type string (ort_type's inverse)."""
+    name = ort_tensor_type[len("tensor("):-1]
+    return next((np_name for np_name, ort in _ORT_NAMES.items() if ort == name), name)
