@@ -26,6 +26,13 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = "rtinfer-action-spec"
+
+
+def content_hash(doc: dict) -> str:
+    """First 16 hex digits of sha256 over `doc`'s canonical JSON (sorted keys, no spaces):
+    the hash of an action spec and of a tokenizer config."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 FIELDS = ("names", "units", "low", "high", "horizon", "period_ns", "start_ns")
 
 
@@ -71,8 +78,7 @@ class ActionSpec:
 
     @cached_property
     def hash(self) -> str:
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return content_hash(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict) -> "ActionSpec":

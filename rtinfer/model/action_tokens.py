@@ -11,13 +11,14 @@ chunk shifted by one waypoint an exact-time draft for speculative decoding.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+
+from rtinfer.model.action_spec import content_hash
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,7 @@ class TokenizerConfig:
     @cached_property
     def hash(self) -> str:
         """First 16 hex digits of sha256 over canonical JSON (sorted keys, no spaces)."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return content_hash(self.to_dict())
 
     def to_dict(self) -> dict:
         d = asdict(self)
