@@ -85,27 +85,20 @@ def relabel_rows(data: dict[str, np.ndarray], per_state: int = 0, seed: int = 0
     """Counterfactual relabelling (as examples.conveyor_sorting.relabel, on raw arrays): each
     carry state (held >= 0) under every other instruction (or per_state of them), labelled by
     the scripted expert's chunk for that instruction."""
-    import itertools
     from examples.conveyor_sorting.config import CellConfig, tokenizer_config
+    from examples.conveyor_sorting.evaluate import all_instructions
     from examples.conveyor_sorting.expert import ScriptedExpert
+    from examples.conveyor_sorting.relabel import carry_counterfactuals
     cell = CellConfig()
     expert = ScriptedExpert(cell, tokenizer_config(cell))
-    perms = [list(p) for p in itertools.permutations(range(NUM_CLASSES))]
     rng = np.random.default_rng(seed)
     out = {k: [] for k in (*OBS_KEYS, "actions")}
-    for i in np.flatnonzero(data["held"][:, 0] >= 0):
-        others = [p for p in perms if p != list(data["instruction"][i])]
-        if per_state:
-            others = [others[j] for j in rng.choice(len(others), per_state, replace=False)]
-        for perm in others:
-            expert.reset()
-            obs = {"objects": data["objects"][i], "gantry": data["gantry"][i],
-                   "held": data["held"][i], "instruction": np.int32(perm)}
-            out["objects"].append(obs["objects"])
-            out["gantry"].append(obs["gantry"])
-            out["held"].append(obs["held"])
-            out["instruction"].append(obs["instruction"])
-            out["actions"].append(expert.act(obs))
+    for _, _, obs in carry_counterfactuals(data, data["instruction"],
+                                           all_instructions(NUM_CLASSES), per_state, rng):
+        expert.reset()
+        for k in OBS_KEYS:
+            out[k].append(obs[k])
+        out["actions"].append(expert.act(obs))
     dt = {"instruction": np.int32}
     return {k: np.asarray(v, dtype=dt.get(k, np.float32)).reshape(
         (-1, *data[k].shape[1:])) for k, v in out.items()}

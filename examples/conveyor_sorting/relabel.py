@@ -25,6 +25,20 @@ from .expert import ScriptedExpert
 from rtinfer.model.action_tokens import TokenizerConfig
 
 
+def carry_counterfactuals(data: dict[str, np.ndarray], instructions: np.ndarray, perms,
+                          per_state: int, rng: np.random.Generator):
+    """(row, instruction, observation) for every carry state (held >= 0) of `data` (arrays
+    objects, gantry, held) under each instruction of `perms` other than its own
+    (`instructions[row]`), or per_state of them drawn from `rng`: the states to relabel."""
+    for i in np.flatnonzero(data["held"][:, 0] >= 0):
+        others = [p for p in perms if p != list(instructions[i])]
+        if per_state:
+            others = [others[j] for j in rng.choice(len(others), per_state, replace=False)]
+        for perm in others:
+            yield i, perm, {"objects": data["objects"][i], "gantry": data["gantry"][i],
+                            "held": data["held"][i], "instruction": np.int32(perm)}
+
+
 def relabel(paths: list[str], out: str, exclude: list[list[int]], per_state: int = 0,
             seed: int = 0) -> dict:
     """per_state > 0: only that many other instructions per carry state (drawn at random), so
@@ -43,19 +57,15 @@ def relabel(paths: list[str], out: str, exclude: list[list[int]], per_state: int
              if list(p) not in exclude]
     rows = {k: [] for k in ("obs_tokens", "instruction_tokens", "action_tokens")}
     for z in parts:
-        held = z["held"][:, 0]
-        carry = np.flatnonzero(held >= 0)
-        for i in track(carry, description=f"relabel {len(carry)} carry states"):
-            obs = {"objects": z["objects"][i], "gantry": z["gantry"][i], "held": z["held"][i]}
-            others = [p for p in perms if p != list(z["instruction_tokens"][i])]
-            if per_state:
-                others = [others[j] for j in rng.choice(len(others), per_state, replace=False)]
-            for perm in others:
-                expert.reset()  # a carry is decided from the observation alone
-                tokens, _ = expert.act_tokens({**obs, "instruction": np.int32(perm)})
-                rows["obs_tokens"].append(z["obs_tokens"][i])
-                rows["instruction_tokens"].append(np.int32(perm))
-                rows["action_tokens"].append(tokens)
+        n = int(np.count_nonzero(z["held"][:, 0] >= 0))
+        for i, perm, obs in track(carry_counterfactuals(z, z["instruction_tokens"], perms,
+                                                        per_state, rng),
+                                  description=f"relabel {n} carry states"):
+            expert.reset()  # a carry is decided from the observation alone
+            tokens, _ = expert.act_tokens(obs)
+            rows["obs_tokens"].append(z["obs_tokens"][i])
+            rows["instruction_tokens"].append(np.int32(perm))
+            rows["action_tokens"].append(tokens)
     arrays = {k: np.asarray(v, np.int32) for k, v in rows.items()}
     np.savez_compressed(out, **arrays, tokenizer_config=z0["tokenizer_config"],
                         obs_tokens_spec=z0["obs_tokens_spec"], cell_config=z0["cell_config"],
