@@ -119,11 +119,11 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
         errors += [f"{name}: {ln}" for ln in r.get("error", [])]
         try:
             from rtinfer.realtime.trace import read_trace
-            e2e = chunk_complete_ms(read_trace(rd / "policy.trace"),
-                                    read_trace(rd / "controller.trace"))
+            chunk_ms = chunk_complete_ms(read_trace(rd / "policy.trace"),
+                                         read_trace(rd / "controller.trace"))
         except (OSError, ValueError):
-            e2e = []
-        samples.append(e2e[WARMUP_CYCLES:])  # graphs and caches warming
+            chunk_ms = []
+        samples.append(chunk_ms[WARMUP_CYCLES:])  # the first WARMUP_S: start-up, no samples
     try:
         threat = choose_deadline(*samples, given_ms=deadline_ms)
     except ValueError:
