@@ -9,7 +9,7 @@ A chunk is `horizon` waypoints of D = len(names) values; waypoint i is due at
 capture + start_ns + i * period_ns (start_ns = period_ns: waypoint 0 one period after the
 observation, rtinfer's own policies; start_ns = 0: waypoint 0 means "now", as ACT's action 0
 does). low/high are the limits the values must stay within; the robot clips to its own.
-`hash` (16 hex digits of sha256 over the canonical JSON of every field but the hash) is what
+`hash` (16 hex digits of sha256 over the canonical msgpack bytes of every field but the hash) is what
 an `action_chunk` of a continuous-chunk policy carries as `spec` (docs/wire.md), so a robot
 never follows a chunk whose names, units, limits or timing differ from its own. An action-
 token policy carries its tokenizer's hash instead (rtinfer.model.action_tokens), which
@@ -23,16 +23,34 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import msgpack
 import numpy as np
 
 FORMAT = "rtinfer-action-spec"
 
 
+def canonical_bytes(value) -> bytes:
+    """The canonical byte form that content hashes are taken over, computable in any
+    language with a msgpack library: msgpack, with every map's keys sorted by their UTF-8
+    bytes, text as msgpack str, integers in their shortest msgpack form, every real number
+    (a limit) as a float64 (0xcb), lists as arrays. docs/wire.md §8 states it."""
+    def canon(v):
+        if isinstance(v, dict):
+            return {k: canon(v[k]) for k in sorted(v, key=lambda k: k.encode())}
+        if isinstance(v, (list, tuple)):
+            return [canon(x) for x in v]
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise TypeError(f"canonical form takes str, int, float, lists and maps, not {v!r}")
+        return v
+    return msgpack.packb(canon(value), use_bin_type=True, use_single_float=False)
+
+
 def content_hash(doc: dict) -> str:
-    """First 16 hex digits of sha256 over `doc`'s canonical JSON (sorted keys, no spaces):
-    the hash of an action spec and of a tokenizer config."""
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """First 16 hex digits of sha256 over `doc`'s canonical_bytes: the hash of an action
+    spec and of a tokenizer config."""
+    return hashlib.sha256(canonical_bytes(doc)).hexdigest()[:16]
+
+
 FIELDS = ("names", "units", "low", "high", "horizon", "period_ns", "start_ns")
 
 

@@ -52,7 +52,7 @@ class TokenizerConfig:
 
     @cached_property
     def hash(self) -> str:
-        """First 16 hex digits of sha256 over canonical JSON (sorted keys, no spaces)."""
+        """action_spec.content_hash of to_dict(): sha256 over its canonical msgpack bytes."""
         return content_hash(self.to_dict())
 
     def to_dict(self) -> dict:
