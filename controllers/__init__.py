@@ -2,7 +2,9 @@
 
 Imports only numpy and rtinfer's light core (never torch, onnxruntime, tensorrt, mujoco).
 """
-from .hardware import Command, HardwareInterface, RobotState
-from .stack import ControlConfig, ControlStack
+from .config import AxisConfig, ControlConfig, ToolConfig
+from .hardware import Command, HardwareFault, HardwareInterface, RobotState
+from .stack import ControlStack
 
-__all__ = ["Command", "ControlConfig", "ControlStack", "HardwareInterface", "RobotState"]
+__all__ = ["AxisConfig", "Command", "ControlConfig", "ControlStack", "HardwareFault",
+           "HardwareInterface", "RobotState", "ToolConfig"]

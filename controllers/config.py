@@ -92,11 +92,16 @@ class AxisConfig:
         gains = {k: getattr(self, k) for k in ("kp", "ki", "kd")}
         if any(not math.isfinite(g) or g < 0 for g in gains.values()):
             wrong.append(f"gains must be finite and >= 0, got {gains}")
+        if self.ki and not self.kp and self.kt is None:
+            wrong.append("ki without kp: kt (back-calculation) would default to ki / kp; "
+                         "give kt explicitly")
         if self.mode == "effort":
             if not (math.isfinite(self.effort_limit) and self.effort_limit > 0):
                 wrong.append("effort mode needs a finite effort_limit > 0 (N or N m)")
             if self.kp <= 0:
                 wrong.append("effort mode needs kp > 0 (it is the position loop)")
+        elif self.mode == "velocity" and self.kd:
+            wrong.append("velocity mode does not use kd; leave it out")
         elif self.mode == "position" and any(gains.values()):
             wrong.append("position mode: the drive closes the loop; leave kp, ki, kd out")
         if self.mode != "effort" and (self.gravity or self.mass):

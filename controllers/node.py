@@ -16,7 +16,11 @@ A chunk of another spec or for another robot is also said on stderr at once, the
 once a second (rtinfer.realtime.complaints). Local watchdog (on transport.liveliness): no
 fresh chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the
 policy's period) -> hold (brake within limits, keep suction); the next fresh chunk resumes.
-compute(): ControlStack -> HardwareInterface.write().
+compute(): ControlStack -> HardwareInterface.write(). A read or write that raises HardwareFault
+(or OSError) is counted (read_faults, write_faults): the robot holds (a failed read gets
+ControlStack.safe_command from the last good state), the state is "fault" until a tick whose
+read and write both succeed, and chunks meanwhile are rejected_hold; the next fresh chunk
+after that resumes.
 publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
 cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,
@@ -39,33 +43,40 @@ from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
 
 from .assembler import ChunkAssembler
-from .hardware import HardwareInterface, RobotState
-from .stack import ControlConfig, ControlStack
+from .config import ControlConfig
+from .hardware import HardwareFault, HardwareInterface, RobotState
+from .stack import ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
             "late_waypoints", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold",
-            "holds", "commands")
+            "holds", "commands", "read_faults", "write_faults")
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
 # Rejections that mean no chunk from that policy will ever be followed: one line a second.
 LOUD = {
     "rejected_hash": lambda self, env: (
         f"chunk from {env.src} rejected: its spec {env.body['spec']} is not this robot's ("
-        + (f"tokenizer {self.tokenizer_hash}" if "tokens" in env.body else
-           f"action spec {self.action_hash}" if self.action_hash else
+        + ((f"tokenizer {self.tokenizer_hash}" if self.tokenizer_hash else
+            "no tokenizer: this robot follows continuous chunks only") if "tokens" in env.body
+           else f"action spec {self.action_hash}" if self.action_hash else
            "no action spec: this robot follows action-token chunks only")
         + "); serve a policy packaged for this robot (rtinfer check-model --robot-spec)"),
     "rejected_dest": lambda self, env: (
         f"chunk from {env.src} rejected: it is for robot {env.body['dest']!r}, this is "
         f"{self.robot!r}; give each robot its own name and each policy its own robot"),
 }
-HELD = ("safe_hold", "stopped")  # commanded holds: nothing is applied
+HELD = ("safe_hold", "stopped", "fault")  # commanded holds and a failing robot: nothing applied
+FAULTS = (HardwareFault, OSError)  # a failed transfer; any other exception is a bug
 
 
 @dataclass
 class ControllerConfig:
-    tokenizer: TokenizerConfig
-    control: ControlConfig = field(default_factory=ControlConfig)
+    """control: the robot (controllers.config). tokenizer: the action-token policy's, whose
+    chunks this robot follows; action: the continuous-chunk policy's action spec. At least
+    one; each is checked against the robot's axes here (names, units, ranges): a policy that
+    does not fit is a ValueError naming both sides, before the first tick."""
+    control: ControlConfig
+    tokenizer: TokenizerConfig | None = None
     name: str = "controller"
     deadline_ns: int = 100_000_000
     chunk_interval_ns: int = 0           # expected time between fresh chunks (policy period);
@@ -93,24 +104,37 @@ class ControllerConfig:
              "the longest plausible waypoint period, e.g. 1_000_000_000 (1 s)"),
         )
         a, t = self.action, self.tokenizer
-        if a is not None and (a.names, a.horizon) != (t.names, t.horizon):
+        if a is None and t is None:
+            rules += ((False, "no policy spec", "give the tokenizer (action-token policies) "
+                       "or the action spec (continuous-chunk policies) this robot follows"),)
+        if a is not None and t is not None and (a.names, a.horizon) != (t.names, t.horizon):
             rules += ((False, f"action spec names {list(a.names)} / horizon {a.horizon} differ "
                        f"from the tokenizer's {list(t.names)} / {t.horizon}",
                        "describe the same axes and chunk length in both"),)
+        c = self.control
+        misfit = ([] if t is None else c.spec_problems(t.names, None, t.low, t.high,
+                                                       "the policy's tokenizer")) + \
+            ([] if a is None else c.spec_problems(a.names, a.units, a.low, a.high,
+                                                  "the policy's action spec"))
+        rules += tuple((False, m, "serve a policy made for this robot, or fix the robot "
+                        "config") for m in dict.fromkeys(misfit))
         wrong = [f"{what}: {fix}" for ok, what, fix in rules if not ok]
         if wrong:
             raise ValueError(f"controller config {self.name!r}: " + "; ".join(wrong))
 
     @classmethod
     def from_dict(cls, d: dict) -> "ControllerConfig":
-        """From YAML data: "tokenizer" is a dict or the path of a saved TokenizerConfig."""
+        """From YAML data: "control" is a robot (controllers.config.ControlConfig.from_dict);
+        "tokenizer" and "action" are dicts or paths of saved files."""
         d = dict(d)
-        tok = d.pop("tokenizer")
-        tok = TokenizerConfig.load(tok) if isinstance(tok, str) else TokenizerConfig.from_dict(tok)
-        act = d.pop("action", None)
+        if "control" not in d:
+            raise ValueError("controller config: `control` (the robot's axes) is missing")
+        tok, act = d.pop("tokenizer", None), d.pop("action", None)
+        tok = TokenizerConfig.load(tok) if isinstance(tok, str) else \
+            None if tok is None else TokenizerConfig.from_dict(tok)
         act = ActionSpec.load(act) if isinstance(act, str) else \
             None if act is None else ActionSpec.from_dict(act)
-        return cls(tokenizer=tok, control=ControlConfig.from_dict(d.pop("control", {})),
+        return cls(tokenizer=tok, control=ControlConfig.from_dict(d.pop("control")),
                    action=act, **d)
 
 
@@ -124,27 +148,31 @@ class ControllerNode:
         pub.src). trace: an optional rtinfer.realtime.trace.TraceWriter. on_tick(state,
         now_ns): called every tick after the command is written (e.g. a sim publishing `obs`
         from the same loop)."""
-        if tokenizer_hash is not None and tokenizer_hash != cfg.tokenizer.hash:
+        if tokenizer_hash is not None and (cfg.tokenizer is None
+                                           or tokenizer_hash != cfg.tokenizer.hash):
             raise ValueError(f"tokenizer hash {tokenizer_hash} does not match the node's "
                              f"tokenizer config ({cfg.tokenizer.hash}): ship them together")
         self.hw, self.cfg, self.sub, self.pub, self.trace, self.on_tick = \
             hw, cfg, sub, pub, trace, on_tick
-        self.tokenizer_hash = cfg.tokenizer.hash
+        self.tokenizer_hash = None if cfg.tokenizer is None else cfg.tokenizer.hash
         self.action_hash = None if cfg.action is None else cfg.action.hash
         self.robot = pub.src if robot is None else robot
-        self.tok = ActionTokenizer(cfg.tokenizer)
-        self.stack = ControlStack(cfg.control)
+        self.tok = None if cfg.tokenizer is None else ActionTokenizer(cfg.tokenizer)
+        self.stack = ControlStack(cfg.control, gravity=getattr(hw, "gravity", None))
         self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns)
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.state = "idle"   # idle (no chunk yet) | run | hold | safe_hold | stopped
+        self.state = "idle"   # idle (no chunk yet) | run | hold | safe_hold | fault | stopped
+        self.last_state: RobotState | None = None  # the last good read
         self.e2e = LatencyHistogram()  # apply - capture per cycle, ns
         self.e2e_last_ns = self.e2e_max_ns = 0
-        self.chunk = ChunkAssembler(cfg.tokenizer.horizon, cfg.tokenizer.dim)
+        spec = cfg.action if cfg.action is not None else cfg.tokenizer
+        self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
         self._apply_pending = False  # the chunk's first setpoint goes out this tick: stamp it
         self._late_key = None  # the last cycle reported late (once per cycle)
         self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
-        self._tol = self.tok.bin_width / 2 + 1e-6  # values vs decoded tokens (float32 slack)
+        # values vs decoded tokens (float32 slack)
+        self._tol = None if self.tok is None else self.tok.bin_width / 2 + 1e-6
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
 
     # -- the loop ---------------------------------------------------------------------
@@ -154,12 +182,14 @@ class ControllerNode:
         explicit = now_ns is not None
         now = now_ns if explicit else clock_ns()
         self.update(now)
-        state = self.hw.read()
-        self.hw.write(self.stack.compute(state, now))
-        if self._apply_pending:
-            self._record_apply(now if explicit else clock_ns())
-        if self.on_tick is not None:
-            self.on_tick(state, now)
+        state = self._read(now)
+        if state is not None and self._write(self.stack.compute(state, now), now):
+            if self.state == "fault":
+                self.state = "hold"  # the robot answers again; the next fresh chunk resumes
+            if self._apply_pending:
+                self._record_apply(now if explicit else clock_ns())
+        if self.on_tick is not None and self.last_state is not None:
+            self.on_tick(self.last_state, now)
         self.publish(now)
         self.counters["ticks"] += 1
 
@@ -183,6 +213,33 @@ class ControllerNode:
                 self._on_command(env.body["cmd"], now)
         if self.state == "run" and self.watchdog.expired(now):
             self._hold("hold", now)
+
+    def _read(self, now: int) -> RobotState | None:
+        """The robot's state, or None after a failed read (counted; the robot holds on
+        ControlStack.safe_command from the last good state)."""
+        try:
+            state = self.last_state = self.hw.read()
+            return state
+        except FAULTS:
+            self.counters["read_faults"] += 1
+            self._fault(now)
+            cmd = self.stack.safe_command(self.last_state, now)
+            if cmd is not None:
+                self._write(cmd, now)
+            return None
+
+    def _write(self, cmd, now: int) -> bool:
+        try:
+            self.hw.write(cmd)
+            return True
+        except FAULTS:
+            self.counters["write_faults"] += 1
+            self._fault(now)
+            return False
+
+    def _fault(self, now: int) -> None:
+        if self.state != "stopped":
+            self._hold("fault" if self.state != "safe_hold" else "safe_hold", now)
 
     def publish(self, now: int) -> None:
         if now < self._next_health_ns:

@@ -1,82 +1,57 @@
-"""The control stack for one tick: setpoint tracker -> PID (+ feed-forward) -> safety limits.
+"""The control stack for one tick: setpoint tracker -> per-mode law (+ feed-forward) -> limits.
 
-    stack = ControlStack(ControlConfig(...))
+    stack = ControlStack(ControlConfig.from_dict(robot_yaml["control"]), gravity=hw.gravity)
     stack.set_chunk(waypoints, capture_ns, period_ns, now_ns)   # at the policy rate
-    cmd = stack.compute(state, now_ns)                          # every tick, 1 kHz
-    stack.hold(now_ns)                                          # brake to a stop, keep suction
+    cmd = stack.compute(state, now_ns)                          # every tick, e.g. 1 kHz
+    stack.hold(now_ns)                                          # brake to a stop, keep the tool
 
-Axes are x, y, z (m, m/s, N); a waypoint row is (x, y, z, suction in [0, 1]). Not
-thread-safe: call everything from the control loop thread.
+A waypoint row is the axes in order, then the tool if the robot has one (controllers.config).
+Per axis, the command mode decides the law (controllers.config's docstring): position axes
+get the reference position, velocity axes the reference velocity plus PI position
+correction, effort axes PID plus feed-forward (constant gravity, the hardware's gravity hook,
+mass * reference acceleration). Not thread-safe: call everything from the control loop thread.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from typing import Callable
 
 import numpy as np
 
+from .config import ControlConfig
 from .hardware import Command, RobotState
-from .limits import SafetyLimits
+from .limits import EFFORT, POSITION, VELOCITY, SafetyLimits
 from .pid import PID
 from .tracker import SetpointTracker
 
-Vec3 = tuple[float, float, float]
-
-
-@dataclass
-class ControlConfig:
-    """Gains and limits per axis (x, y, z). Defaults suit a ~2 kg gantry carriage; a cell
-    should set its own. gravity_ff: constant force (N) added per axis, e.g. +m*g on z to
-    carry the z carriage; it is also the 'no net force' level the safety limits cut to.
-    mass_kg: acceleration feed-forward (N = kg * reference acceleration)."""
-    rate_hz: float = 1000.0
-    kp: Vec3 = (400.0, 400.0, 600.0)          # N/m
-    ki: Vec3 = (200.0, 200.0, 300.0)          # N/(m s)
-    kd: Vec3 = (60.0, 60.0, 60.0)             # N s/m
-    kt: Vec3 | None = None                    # 1/s, back-calculation gain; None: ki/kp
-    tau_d_s: float = 0.002                    # low-pass on measured velocity
-    gravity_ff: Vec3 = (0.0, 0.0, 0.0)        # N
-    mass_kg: Vec3 = (0.0, 0.0, 0.0)
-    force_limit: Vec3 = (60.0, 60.0, 80.0)    # N, |force| per axis
-    workspace_low: Vec3 = (-0.5, -0.5, 0.0)   # m
-    workspace_high: Vec3 = (0.5, 0.5, 0.5)    # m
-    vel_limit: Vec3 = (0.6, 0.6, 0.4)         # m/s, of the reference
-    acc_limit: Vec3 = (3.0, 3.0, 3.0)         # m/s^2, of the reference
-    safety_vel_limit: Vec3 | None = None      # m/s, measured; None: 1.5 * vel_limit
-    hold_decel: Vec3 | None = None            # m/s^2 when holding; None: acc_limit
-    blend_ns: int = 0                         # old -> new chunk blend window
-    follow_per_s: float = 200.0               # 1/s, reference catch-up rate when off plan
-
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ControlConfig":
-        """From YAML/JSON data; unknown keys are an error (typos must not pass silently)."""
-        names = {f.name for f in fields(cls)}
-        if set(d) - names:
-            raise ValueError(f"unknown control config keys {sorted(set(d) - names)}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+Gravity = Callable[[RobotState, np.ndarray], None]
 
 
 class ControlStack:
-    def __init__(self, cfg: ControlConfig):
+    def __init__(self, cfg: ControlConfig, gravity: Gravity | None = None):
+        """gravity(state, out): the hardware's gravity-compensation hook (see
+        controllers.hardware), called every tick when the robot has effort axes."""
         self.cfg = cfg
+        n = self.n = cfg.n
         self.dt_s = 1.0 / cfg.rate_hz
-        flim = np.asarray(cfg.force_limit, float)
-        self.tracker = SetpointTracker(cfg.vel_limit, cfg.acc_limit, blend_ns=cfg.blend_ns,
-                                       hold_decel=cfg.hold_decel,
+        self.modes = cfg.axis("mode")
+        self.tracker = SetpointTracker(cfg.axis("vel_limit"), cfg.axis("acc_limit"), n_axes=n,
+                                       blend_ns=cfg.blend_ns,
+                                       hold_decel=[a.hold_decel or a.acc_limit for a in cfg.axes],
                                        follow_per_s=cfg.follow_per_s)
-        self.pid = PID(cfg.kp, cfg.ki, cfg.kd, dt_s=self.dt_s, kt=cfg.kt, tau_d_s=cfg.tau_d_s,
-                       out_min=-flim, out_max=flim)
-        svel = cfg.safety_vel_limit or tuple(1.5 * v for v in cfg.vel_limit)
-        self.limits = SafetyLimits(cfg.workspace_low, cfg.workspace_high, svel, flim,
-                                   bias=cfg.gravity_ff)
-        self._gravity = [float(g) for g in cfg.gravity_ff]
-        self._mass = [float(m) for m in cfg.mass_kg]
-        self._ff = np.zeros(3)
+        self.limits = SafetyLimits(cfg)
+        lim = self.limits.out_limit
+        kt = [a.kt if a.kt is not None else (a.ki / a.kp if a.kp > 0 else 0.0) for a in cfg.axes]
+        self.pid = PID(cfg.axis("kp"), cfg.axis("ki"), cfg.axis("kd"), dt_s=self.dt_s, n=n,
+                       kt=kt, tau_d_s=cfg.tau_d_s, out_min=-lim, out_max=lim)
+        self._gravity_hook = gravity if EFFORT in self.modes else None
+        self._g = np.zeros(n)                   # the hook's output, per axis
+        self._gconst = list(cfg.axis("gravity"))
+        self._mass = list(cfg.axis("mass"))
+        self._ff = np.zeros(n)
+        self._bias = np.zeros(n)                # effort that holds each effort axis still
         self._pending: tuple | None = None  # a chunk that arrived before the first compute
         self._last_ns: int | None = None
-        self.cmd = Command(np.zeros(3), False)
+        self.cmd = Command.zeros(n)
 
     @property
     def holding(self) -> bool:
@@ -84,51 +59,101 @@ class ControlStack:
         return self.tracker.braking
 
     @property
+    def started(self) -> bool:
+        """The first compute() has run: the reference starts at the robot's state."""
+        return self.tracker.t_ns is not None
+
+    @property
     def counters(self) -> dict[str, int]:
         return self.limits.counters
 
     def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
                   complete: bool = True, start_ns: int | None = None) -> None:
-        """Track `waypoints` (n, 4), the first n of a chunk; waypoint i targets time
+        """Track `waypoints` (m, dim), the first m of a chunk; waypoint i targets time
         capture_ns + start_ns + i * period_ns (start_ns None: one period). Positions are
-        clipped into the workspace (counted as waypoint_clamps). Ends a hold.
-        complete=False while more stream in."""
+        clipped into the workspace (counted as waypoint_clamps), tool values mapped by the
+        tool's kind. Ends a hold. complete=False while more stream in."""
         w = np.array(waypoints, dtype=np.float64, ndmin=2)
-        self.limits.clamp_waypoints(w[:, :3])
+        self.limits.clamp_waypoints(w[:, :self.n])
+        if self.cfg.tool is not None:
+            w[:, self.n] = [self.cfg.tool.command(v) for v in w[:, self.n].tolist()]
         if self.tracker.t_ns is None:
             self._pending = (w, capture_ns, period_ns, now_ns, complete, start_ns)
             return
         self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
 
     def hold(self, now_ns: int) -> None:
-        """Decelerate the reference to a stop at hold_decel, then hold it; suction unchanged."""
+        """Decelerate the reference to a stop at hold_decel, then hold it; tool unchanged."""
         self._pending = None
         if self.tracker.t_ns is not None:
             self.tracker.brake(now_ns)
 
+    def _start(self, state: RobotState, now_ns: int) -> None:
+        """The first tick: the reference starts at rest where the robot is (a smooth start,
+        never a jump to the first waypoint), then follows a chunk that came before."""
+        self.tracker.reset(state.pos, now_ns, state.tool)
+        if self._pending is not None:
+            w, capture_ns, period_ns, _, complete, start_ns = self._pending
+            self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
+            self._pending = None
+
+    def _feedforward(self, state: RobotState, acc: list[float]) -> None:
+        """self._ff: per axis, what the law adds before the limits; self._bias: the effort
+        that holds an effort axis still (its gravity)."""
+        if self._gravity_hook is not None:
+            self._gravity_hook(state, self._g)
+        ff, bias = self._ff, self._bias
+        for k, (mode, m, g, gh, a) in enumerate(zip(self.modes, self._mass, self._gconst,
+                                                   self._g.tolist(), acc)):
+            if mode == EFFORT:
+                bias[k] = g + gh
+                ff[k] = m * a + g + gh
+            else:
+                ff[k] = 0.0
+
     def compute(self, state: RobotState, now_ns: int) -> Command:
-        """One tick. Returns `self.cmd`, whose force array is reused by the next call:
-        copy it if you keep it. The first call starts the reference at the robot's pose."""
+        """One tick. Returns `self.cmd`, whose arrays are reused by the next call: copy what
+        you keep. The first call starts the reference at the robot's state."""
         if self.tracker.t_ns is None:
-            self.tracker.reset(state.pos, now_ns, state.suction)
-            if self._pending is not None:
-                w, capture_ns, period_ns, _, complete, start_ns = self._pending
-                self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
-                self._pending = None
+            self._start(state, now_ns)
         dt = self.dt_s if self._last_ns is None else (now_ns - self._last_ns) * 1e-9
         dt = min(max(dt, 1e-6), 10 * self.dt_s)  # a repeated or stalled tick must not blow up
         self._last_ns = now_ns
         pos, vel, acc = self.tracker.update(now_ns)
-        # plain floats per axis: numpy's call overhead dwarfs 3-element maths at 1 kHz
+        self._feedforward(state, acc.tolist())
         ff = self._ff
-        for k, (m, a, g) in enumerate(zip(self._mass, acc.tolist(), self._gravity)):
-            ff[k] = m * a + g
+        for k, mode in enumerate(self.modes):
+            if mode == VELOCITY:   # PI position correction on the reference velocity
+                ff[k] = vel[k]
         self.pid.update(pos, state.pos, rate_setpoint=vel, measurement_rate=state.vel,
                         feedforward=ff, dt_s=dt)
-        # The PID saturates at the same force limit (for its anti-windup); the limits take
-        # the unsaturated output so every clamp is done, and counted, in one place.
-        force = self.cmd.force
-        force[0], force[1], force[2] = self.pid.u_raw.tolist()
-        self.limits.apply(force, state.pos, state.vel)
-        self.cmd.suction = self.tracker.suction
-        return self.cmd
+        # The PID saturates at the same limit (for its anti-windup); the limits take the
+        # unsaturated output so every clamp is done, and counted, in one place.
+        cmd = self.cmd
+        value = cmd.value
+        value[:] = self.pid.u_raw
+        for k, mode in enumerate(self.modes):
+            if mode == POSITION:
+                value[k] = pos[k]
+        self.limits.apply(value, state.pos, state.vel, self._bias)
+        cmd.ref_pos[:], cmd.ref_vel[:] = pos, vel
+        cmd.tool = self.tracker.tool
+        return cmd
+
+    def safe_command(self, state: RobotState | None, now_ns: int) -> Command | None:
+        """The command for a tick whose read failed (`state`: the last good one, None if
+        none): the reference brakes as on hold; position axes get it, velocity axes 0,
+        effort axes only their gravity bias (no feedback on a stale measurement). None
+        before the first good read (nothing is known to command)."""
+        if state is None or self.tracker.t_ns is None:
+            return None
+        self.hold(now_ns)
+        pos, vel, acc = self.tracker.update(now_ns)
+        self._feedforward(state, acc.tolist())
+        cmd = self.cmd
+        for k, mode in enumerate(self.modes):
+            cmd.value[k] = pos[k] if mode == POSITION else \
+                (self._bias[k] if mode == EFFORT else 0.0)
+        cmd.ref_pos[:], cmd.ref_vel[:] = pos, vel
+        cmd.tool = self.tracker.tool
+        return cmd

@@ -15,8 +15,9 @@ lasts `blend_ns`, but never past the new chunk's first waypoint. A follower then
 enforces per-axis velocity and acceleration limits on the reference itself: on plan it
 samples the plan exactly, off plan it chases it along a braking curve.
 
-Suction is discrete: a waypoint's value > 0.5 means on, switched when the reference time
-reaches the waypoint's time. Planning (per chunk) uses numpy; the per-tick update works
+The tool (a column after the axes, if the chunk has one) is discrete in time: a waypoint's
+tool value (already mapped by the caller, controllers.config.ToolConfig.command) takes effect
+when the reference time reaches the waypoint's time. Planning (per chunk) uses numpy; the per-tick update works
 on Python floats per axis (numpy's call overhead dominates on 3-vectors). Not
 thread-safe; one instance per control loop.
 """
@@ -74,32 +75,33 @@ class SetpointTracker:
         self.blend_ns, self.follow_per_s = int(blend_ns), float(follow_per_s)
         self.t_ns: int | None = None  # reference time; None until reset()
         self.pos, self.vel, self.acc = np.zeros(n_axes), np.zeros(n_axes), np.zeros(n_axes)
-        self.suction = False
+        self.tool = 0.0
         self.braking = True           # no plan: brake to a stop, then hold position
         self._plan = self._old = None  # (ts, ps, vs, tail) as lists of floats
         self._t0_ns = self._old_t0_ns = 0
         self._blend = (0, 0)
         self._on = [False] * n_axes   # per axis: the reference sits exactly on the plan
-        self._ev_t: list[int] = []    # pending suction switches (time ns, on)
-        self._ev_on: list[bool] = []
+        self._ev_t: list[int] = []    # pending tool switches (time ns, value)
+        self._ev_val: list[float] = []
         self._ev_next = 0
 
-    def reset(self, pos, now_ns: int, suction: bool = False) -> None:
-        """Start at rest at `pos`, holding it."""
-        self.t_ns, self.suction = int(now_ns), bool(suction)
+    def reset(self, pos, now_ns: int, tool: float = 0.0) -> None:
+        """Start at rest at `pos`, holding it, with the tool as it is."""
+        self.t_ns, self.tool = int(now_ns), float(tool)
         self.pos[:], self.vel[:], self.acc[:] = pos, 0.0, 0.0
         self.brake(now_ns)
 
     def brake(self, now_ns: int) -> None:
-        """Drop the plan and pending suction switches; decelerate at hold_decel to a stop."""
+        """Drop the plan and pending tool switches; decelerate at hold_decel to a stop."""
         self.update(now_ns)
         self.braking, self._plan, self._old = True, None, None
-        self._ev_t, self._ev_on, self._ev_next = [], [], 0
+        self._ev_t, self._ev_val, self._ev_next = [], [], 0
 
     def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
                   complete: bool = True, start_ns: int | None = None) -> None:
-        """Re-plan from the current reference through `waypoints` (n, n_axes + 1), the
-        first n waypoints of a chunk; complete=False while more are still streaming."""
+        """Re-plan from the current reference through `waypoints` (n, n_axes), or (n,
+        n_axes + 1) with the tool last, the first n waypoints of a chunk; complete=False while
+        more are still streaming."""
         self.update(now_ns)
         w = np.asarray(waypoints, float)
         start = int(period_ns) if start_ns is None else int(start_ns)
@@ -124,13 +126,15 @@ class SetpointTracker:
             self._old, self._on = None, [True] * self.n
         self._plan = (ts.tolist(), ps.tolist(), vs.tolist(), w[-1, :self.n].tolist())
         self._t0_ns = int(now_ns)
-        self._ev_t, self._ev_on, self._ev_next = times.tolist(), (w[:, self.n] > 0.5).tolist(), 0
+        tool = w.shape[1] > self.n
+        self._ev_t = times.tolist() if tool else []
+        self._ev_val, self._ev_next = w[:, self.n].tolist() if tool else [], 0
         self.braking = False
-        self._switch_suction(now_ns)
+        self._switch_tool(now_ns)
 
-    def _switch_suction(self, now_ns: int) -> None:
+    def _switch_tool(self, now_ns: int) -> None:
         while self._ev_next < len(self._ev_t) and self._ev_t[self._ev_next] <= now_ns:
-            self.suction = self._ev_on[self._ev_next]
+            self.tool = self._ev_val[self._ev_next]
             self._ev_next += 1
 
     def _desired(self, now_ns: int):
@@ -150,7 +154,7 @@ class SetpointTracker:
         if self.t_ns is None:
             raise RuntimeError("SetpointTracker.update before reset(pos, now_ns)")
         if self._ev_next < len(self._ev_t):
-            self._switch_suction(now_ns)
+            self._switch_tool(now_ns)
         dt = (now_ns - self.t_ns) * 1e-9
         if dt <= 0:
             return self.pos, self.vel, self.acc

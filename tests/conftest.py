@@ -123,3 +123,24 @@ def answered_node(node, obs_pub, act, rng):
     while act.recv(50) is not None:
         pass
 
+
+
+GANTRY_AXES = {  # a ~2 kg three-axis test gantry: per axis x, y, z
+    "kp": (400.0, 400.0, 600.0), "ki": (200.0, 200.0, 300.0), "kd": (60.0, 60.0, 60.0),
+    "effort_limit": (60.0, 60.0, 80.0), "low": (-0.5, -0.5, 0.0), "high": (0.5, 0.5, 0.5),
+    "vel_limit": (0.6, 0.6, 0.4), "acc_limit": (3.0, 3.0, 3.0)}
+
+
+def gantry_control(tool: bool = True, **kw):
+    """controllers.config.ControlConfig of the test gantry: three effort-mode axes (m, N)
+    and a binary suction tool. kw: an AxisConfig field as a per-axis tuple (e.g.
+    mass=(2, 2, 1)), or a ControlConfig field (e.g. blend_ns=...)."""
+    from dataclasses import fields
+
+    from controllers.config import AxisConfig, ControlConfig, ToolConfig
+    per_axis = {f.name for f in fields(AxisConfig)}
+    axes_kw = {**GANTRY_AXES, **{k: v for k, v in kw.items() if k in per_axis}}
+    axes = tuple(AxisConfig(name, "m", "effort", **{k: v[i] for k, v in axes_kw.items()})
+                 for i, name in enumerate("xyz"))
+    return ControlConfig(axes, ToolConfig("suction") if tool else None,
+                         **{k: v for k, v in kw.items() if k not in per_axis})

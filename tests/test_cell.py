@@ -101,7 +101,7 @@ def test_suction_without_contact_picks_nothing():
     s = cell.place_object(0, 0.0)
     stack = ControlStack(control_config(cell.cfg))
     _drive(cell, stack, (0.0, 0.0, cell.cfg.belt_top + 2 * cell.pool.half_h[s] + 0.04, 1), 800)
-    assert cell.read().suction and not cell.read().holding
+    assert cell.read().tool == 1.0 and not cell.read().holding
 
 
 @pytest.mark.parametrize("to_instructed_bin", [True, False])
@@ -131,7 +131,7 @@ def test_object_released_over_the_floor_counts_dropped():
 
 def test_write_applies_forces_and_read_reports_motion():
     cell = _quiet_cell()
-    cell.write(Command(np.array([50.0, 0.0, 0.0]), False))
+    cell.write(Command(np.array([50.0, 0.0, 0.0]), 0.0, np.zeros(3), np.zeros(3)))
     cell.step(50)
     st = cell.read()
     assert st.vel[0] > 0.1 and abs(st.vel[1]) < 1e-6 and st.t_ns == 50_000_000

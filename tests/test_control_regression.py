@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from controllers.limits import SafetyLimits
+from conftest import gantry_control
 from controllers.pid import PID
 
 vec = st.lists(st.floats(-10, 10), min_size=3, max_size=3).map(np.array)
@@ -56,10 +57,10 @@ def test_safety_limits_match_the_vectorised_formulas_and_counts(force, p, v):
     want[out], counts["workspace_clamps"] = bias[out], int(out.sum())
     fast = ((want > bias) & (v > vlim)) | ((want < bias) & (v < -vlim))
     want[fast], counts["velocity_clamps"] = bias[fast], int(fast.sum())
-    counts["force_clamps"] = int((np.abs(want) > flim).sum())
+    counts["effort_clamps"] = int((np.abs(want) > flim).sum())
     np.clip(want, -flim, flim, out=want)
-    lim = SafetyLimits(low, high, vlim, flim, bias=bias)
-    got = lim.apply(force.copy(), p, v)
+    lim = SafetyLimits(gantry_control(low=low, high=high, safety_vel_limit=vlim, effort_limit=flim))
+    got = lim.apply(force.copy(), p, v, bias)
     np.testing.assert_array_equal(got, want)
     assert {k: lim.counters[k] for k in counts} == counts
 

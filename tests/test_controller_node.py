@@ -13,7 +13,7 @@ import zmq
 
 from controllers.hardware import Command, RobotState
 from controllers.node import ControllerNode, ControllerConfig
-from controllers.stack import ControlConfig
+from conftest import gantry_control
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.model.action_spec import ActionSpec
@@ -37,7 +37,7 @@ class Plant:
         return self.state
 
     def write(self, cmd: Command) -> None:
-        self.force[:], self.state.suction = cmd.force, cmd.suction
+        self.force[:], self.state.tool = cmd.value, cmd.tool
 
     def step(self, dt_ns: int) -> None:
         self.state.vel += self.force / MASS * dt_ns * 1e-9
@@ -71,8 +71,8 @@ class Cell:
         _sync(self.pub, self.watch, "health",
               {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
         self.plant = Plant()
-        cfg = ControllerConfig(tokenizer=TOK, action=action, control=ControlConfig(
-            mass_kg=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
+        cfg = ControllerConfig(tokenizer=TOK, action=action, control=gantry_control(
+            mass=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
         self.node = ControllerNode(self.plant, cfg, self.sub, self.pub, TOK.hash, **node_kw)
         self.tok = ActionTokenizer(TOK)
         self.t = now_ns()  # explicit loop clock, starting at the real one
@@ -160,7 +160,7 @@ def test_fresh_chunk_is_applied_tracked_and_traced(cell):
         cell.run(50)
     assert cell.node.state == "run" and cell.node.counters["holds"] == 0
     assert np.allclose(cell.plant.state.pos, sent[-1, :3], atol=1e-3)
-    assert cell.plant.state.suction
+    assert cell.plant.state.tool
     # per-cycle trace: stamps capture..apply, e2e = apply - capture (10 ms: applied at once)
     assert cell.node.e2e.count == 16 and cell.node.e2e_last_ns == 10 * MS
     traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
@@ -191,7 +191,7 @@ def test_chunk_with_a_wrong_tokenizer_hash_is_rejected(cell):
 
 
 def test_the_robot_is_its_publishers_src_unless_named():
-    pub, cfg = types.SimpleNamespace(src="ctl"), ControllerConfig(tokenizer=TOK)
+    pub, cfg = types.SimpleNamespace(src="ctl"), ControllerConfig(gantry_control(), tokenizer=TOK)
     assert ControllerNode(Plant(), cfg, None, pub).robot == "ctl"
     assert ControllerNode(Plant(), cfg, None, pub, robot="cell7").robot == "cell7"
 
@@ -218,16 +218,16 @@ def test_a_waypoint_with_start_ns_0_is_due_at_capture(cell):
     capture = cell.t - 10 * MS
     tracker = cell.node.stack.tracker
     assert tracker._ev_t == [capture + i * 50 * MS for i in range(4)]
-    assert tracker.suction  # waypoint 0 was due at capture, 10 ms ago: on already
+    assert tracker.tool  # waypoint 0 was due at capture, 10 ms ago: on already
     # the v1 rule, start_ns = period_ns: waypoint 0 is due one period after capture
     cell.send_chunk(LINE, age_ms=5, start_ns=50 * MS, suction=0.0)
     cell.deliver(4)
     capture = cell.t - 5 * MS
     assert tracker._ev_t == [capture + (i + 1) * 50 * MS for i in range(4)]
     cell.run(44)
-    assert tracker.suction  # waypoint 0 (suction off) is not due yet
+    assert tracker.tool  # waypoint 0 (suction off) is not due yet
     cell.run(1)
-    assert not tracker.suction  # ... and is at capture + 50 ms
+    assert not tracker.tool  # ... and is at capture + 50 ms
 
 
 def test_a_continuous_chunk_is_followed_and_one_with_another_spec_is_rejected_hash(cell):
@@ -249,7 +249,7 @@ def test_a_continuous_chunk_is_followed_and_one_with_another_spec_is_rejected_ha
         cell.deliver(4)
         cell.run(50)
     assert cell.node.state == "run" and cell.node.counters["holds"] == 0
-    assert np.allclose(cell.plant.state.pos, LINE[-1], atol=1e-3) and cell.plant.state.suction
+    assert np.allclose(cell.plant.state.pos, LINE[-1], atol=1e-3) and cell.plant.state.tool
 
 
 def test_without_an_action_spec_a_continuous_chunk_is_rejected_hash():
@@ -303,7 +303,7 @@ def test_watchdog_holds_within_one_deadline_and_resumes_on_the_next_fresh_chunk(
     ref_vel = np.array([r for r, _, _ in log[100:]])
     assert np.all(np.abs(np.diff(ref_vel, axis=0)) <= 2.0e-3 + 1e-12)  # hold_decel * dt
     assert np.all(ref_vel[int(v_at_hold / 2.0 * 1e3) + 2:] == 0.0)
-    assert np.abs(cell.plant.state.vel).max() < 2e-3 and cell.plant.state.suction
+    assert np.abs(cell.plant.state.vel).max() < 2e-3 and cell.plant.state.tool
     # resumes on the next fresh chunk
     here = cell.plant.state.pos.copy()
     cell.send_chunk([here + [0.01, 0, 0]] * 4, age_ms=5, suction=1.0)
@@ -373,7 +373,7 @@ def test_on_tick_hook_sees_every_tick():
 
 
 def test_a_mismatched_tokenizer_hash_is_refused_at_construction():
-    cfg = ControllerConfig(tokenizer=TOK)
+    cfg = ControllerConfig(gantry_control(), tokenizer=TOK)
     with pytest.raises(ValueError, match="hash"):
         ControllerNode(Plant(), cfg, None, None, "ffffffffffffffff")
 
@@ -406,27 +406,29 @@ def test_stop_command_ends_the_real_time_loop(cell):
 ])
 def test_a_config_the_loop_cannot_run_with_is_refused_with_the_fix(field, value, says):
     with pytest.raises(ValueError, match=re.escape(says)) as e:
-        ControllerConfig(tokenizer=TOK, **{field: value})
+        ControllerConfig(gantry_control(), tokenizer=TOK, **{field: value})
     assert "e.g." in str(e.value) or "give the node a name" in str(e.value)  # the fix
 
 
 def test_every_wrong_setting_is_named_at_once():
     with pytest.raises(ValueError) as e:
-        ControllerConfig(tokenizer=TOK, health_hz=0, deadline_ns=-1)
+        ControllerConfig(gantry_control(), tokenizer=TOK, health_hz=0, deadline_ns=-1)
     assert "health_hz=0" in str(e.value) and "deadline_ns=-1" in str(e.value)
 
 
 def test_a_config_from_yaml_data_is_validated_too():
     with pytest.raises(ValueError, match="health_hz"):
-        ControllerConfig.from_dict({"tokenizer": TOK.to_dict(), "health_hz": 0})
+        ControllerConfig.from_dict({"tokenizer": TOK.to_dict(), "health_hz": 0,
+                                    "control": gantry_control().to_dict()})
 
 
 def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
     TOK.save(tmp_path / "tok.json")
-    cfg = ControllerConfig.from_dict({"tokenizer": str(tmp_path / "tok.json"), "deadline_ns": 80 * MS,
-                                "control": {"kp": [1.0, 2.0, 3.0]}})
+    control = gantry_control(kp=(1.0, 2.0, 3.0)).to_dict()
+    cfg = ControllerConfig.from_dict({"tokenizer": str(tmp_path / "tok.json"),
+                                      "deadline_ns": 80 * MS, "control": control})
     assert cfg.tokenizer.hash == TOK.hash and cfg.deadline_ns == 80 * MS
-    assert cfg.control.kp == (1.0, 2.0, 3.0)
+    assert cfg.control.axis("kp") == (1.0, 2.0, 3.0)
 
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["tokens", "continuous"])

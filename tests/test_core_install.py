@@ -50,6 +50,7 @@ CONTROLLER = textwrap.dedent("""
     import numpy as np
     for m in sys.argv[3].split(","):
         importlib.import_module(m)
+    from controllers.config import AxisConfig, ControlConfig, ToolConfig
     from controllers.hardware import Command, RobotState
     from controllers.node import ControllerConfig, ControllerNode
     from rtinfer.model.action_tokens import TokenizerConfig
@@ -62,14 +63,17 @@ CONTROLLER = textwrap.dedent("""
             return self.state
         def write(self, cmd):
             self.writes += 1
-            self.max_force = max(self.max_force, float(np.abs(cmd.force).max()))
+            self.max_force = max(self.max_force, float(np.abs(cmd.value).max()))
 
     tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0), horizon=2)
     ep = sys.argv[1]
     sub = Subscriber(ep, ["action_chunk", "command"], bind=False)
     out = Publisher("inproc://health", "controller")
     plant = Plant()
-    node = ControllerNode(plant, ControllerConfig(tokenizer=tok), sub, out, tok.hash)
+    axes = [AxisConfig(n, 'm', 'effort', lo, hi, 0.6, 3.0, effort_limit=60.0, kp=400.0, ki=200.0,
+                       kd=60.0) for n, lo, hi in zip('xyz', tok.low, tok.high)]
+    control = ControlConfig(tuple(axes), ToolConfig('suction'))
+    node = ControllerNode(plant, ControllerConfig(control, tokenizer=tok), sub, out, tok.hash)
     assert node.robot == "controller"  # its pub's src: the dest chunks for it carry
     pub = subprocess.Popen([sys.executable, "-c", sys.argv[2], ep, "3", node.robot])
     node.run(4.0)

@@ -14,6 +14,7 @@ import zmq
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.monitor.node import Monitor, load_config
+from conftest import gantry_control
 from rtinfer.monitor.policy import MonitorConfig
 from rtinfer.transport.wire import Envelope, now_ns
 
@@ -317,7 +318,7 @@ def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
     sub = Subscriber([eps["act"], eps["ctl"]], ["action_chunk", "command"])
     pings = Subscriber(eps["ctl"], ["heartbeat"])
     hb = HeartbeatResponder(pub, "controller")
-    node = ControllerNode(Plant(), ControllerConfig(tokenizer=tok, deadline_ns=500 * MS), sub, pub)
+    node = ControllerNode(Plant(), ControllerConfig(gantry_control(), tokenizer=tok, deadline_ns=500 * MS), sub, pub)
     sent = 0
 
     def drive(seconds):

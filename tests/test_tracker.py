@@ -135,27 +135,27 @@ def test_waypoints_already_past_are_still_reached_within_limits():
     assert np.allclose(tr.pos, [0.1, 0.0, 0.0], atol=1e-6) and np.allclose(tr.vel, 0, atol=1e-6)
 
 
-def test_suction_switches_when_reference_time_reaches_the_waypoint_time():
+def test_the_tool_switches_when_reference_time_reaches_the_waypoint_time():
     tr = SetpointTracker(1.0, 10.0)
     tr.reset([0.0, 0.0, 0.0], 0)
     w = _chunk([[0.0, 0.0, 0.0]] * 4)
-    w[:, 3] = [0.2, 0.9, 0.9, 0.1]  # on at waypoint 1 (t=100 ms), off at waypoint 3 (200 ms)
+    w[:, 3] = [0.0, 1.0, 1.0, 0.0]  # on at waypoint 1 (t=100 ms), off at waypoint 3 (200 ms)
     tr.set_chunk(w, 0, P, 0)
     states = {}
     for t in range(MS, 250 * MS, MS):
         tr.update(t)
-        states[t] = tr.suction
-    assert not states[99 * MS] and states[100 * MS] and states[199 * MS] and not states[200 * MS]
+        states[t] = tr.tool
+    assert (states[99 * MS], states[100 * MS], states[199 * MS], states[200 * MS]) == (0, 1, 1, 0)
 
 
-def test_brake_stops_within_the_deceleration_limit_holds_and_keeps_suction():
+def test_brake_stops_within_the_deceleration_limit_holds_and_keeps_the_tool():
     tr = SetpointTracker(1.0, 20.0, hold_decel=4.0)
     tr.reset([0.0, 0.0, 0.0], 0)
     w = _chunk([[0.03 * (i + 1), 0.0, 0.0] for i in range(4)], suction=1.0)
     tr.set_chunk(w, 0, P, 0)
     _run(tr, MS, 60 * MS)
     v0 = tr.vel[0]
-    assert v0 > 0.4 and tr.suction
+    assert v0 > 0.4 and tr.tool
     tr.brake(60 * MS)
     log = []
     _run(tr, 61 * MS, 400 * MS, log)
@@ -164,7 +164,7 @@ def test_brake_stops_within_the_deceleration_limit_holds_and_keeps_suction():
     stop_ms = next(i for i, v in enumerate(vel) if np.all(v == 0.0)) + 1
     assert stop_ms <= np.ceil(v0 / 4.0 * 1e3) + 1
     pos = np.array([p for _, p, _ in log])
-    assert np.all(pos[stop_ms:] == pos[-1]) and tr.suction and tr.braking
+    assert np.all(pos[stop_ms:] == pos[-1]) and tr.tool and tr.braking
 
 
 def test_a_chunk_faster_than_the_limits_is_not_overshot_at_its_end():

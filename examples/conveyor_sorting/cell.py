@@ -1,6 +1,6 @@
 """ConveyorCell: the MuJoCo conveyor-sorting cell behind controllers.hardware.HardwareInterface.
 
-`write()` sets the three gantry motor forces and the suction valve, `step()` advances the
+`write()` sets the three gantry motor forces and the suction valve (the tool), `step()` advances the
 physics by exactly 1 ms, `read()` returns the gantry state at the current sim time.
 
 Belt: kinematic. The belt geom's contact is frictionless (priority + condim 1), and every
@@ -39,7 +39,7 @@ class ConveyorCell:
         self.cup = SuctionCup(cfg, m, self.data, self.pool)
         # Band above the belt within which an object counts as resting on it (m).
         self._reach = [max(cfg.classes[c].size) * 1.8 for c in self.pool.slot_class]
-        self._state = RobotState()
+        self._state = RobotState.zeros(3)
         # Cached views: MjData attribute access builds a new array wrapper on every call.
         self._qpos3, self._qvel3, self._ctrl3 = self.data.qpos[:3], self.data.qvel[:3], \
             self.data.ctrl[:3]
@@ -93,16 +93,17 @@ class ConveyorCell:
     def read(self) -> RobotState:
         """Gantry state now. The returned object is reused (updated in place) by the next read()."""
         s = self._state
-        s.t_ns, s.suction, s.holding = self.step_count * NS_PER_STEP, self.suction, \
+        s.t_ns, s.tool, s.holding = self.step_count * NS_PER_STEP, float(self.suction), \
             self.cup.held >= 0
         s.pos[:] = self._qpos3
         s.vel[:] = self._qvel3
         return s
 
     def write(self, cmd: Command) -> None:
-        """Motor forces (N; MuJoCo clamps them to force_limit) and suction valve."""
-        self._ctrl3[:] = cmd.force
-        self.suction = bool(cmd.suction)
+        """Motor forces (N; MuJoCo clamps them to force_limit) and the suction valve (the
+        tool: open when its command is 1)."""
+        self._ctrl3[:] = cmd.value
+        self.suction = cmd.tool > 0.5
 
     # -- physics -------------------------------------------------------------------------------
     def step(self, n: int = 1) -> None:

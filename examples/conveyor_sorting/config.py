@@ -145,18 +145,20 @@ class EnvConfig:
 
 
 def control_config(cell: CellConfig) -> "ControlConfig":
-    """PID/tracker/limits tuned for this gantry: ~60 rad/s closed-loop bandwidth per axis
-    (kp = m w^2, kd = 1.8 m w), acceleration feed-forward with the moving masses
-    (carriages + armature), workspace just inside the joint ranges."""
-    from controllers.stack import ControlConfig
+    """The gantry as a robot: three effort-mode linear axes (x, y, z; their joint ranges,
+    kept 5 mm inside) and the suction valve as a binary tool. PID tuned to ~60 rad/s
+    closed-loop bandwidth per axis (kp = m w^2, kd = 1.8 m w), acceleration feed-forward with
+    the moving masses (carriages + armature)."""
+    from controllers.config import AxisConfig, ControlConfig, ToolConfig
     w = 60.0
-    m = tuple(sum(cell.carriage_mass[i:]) + cell.armature[i] for i in range(3))
-    return ControlConfig(
-        kp=tuple(mi * w * w for mi in m), ki=tuple(mi * w * w * 5.0 for mi in m),
-        kd=tuple(1.8 * mi * w for mi in m), mass_kg=m, force_limit=cell.force_limit,
-        workspace_low=tuple(v + 0.005 for v in cell.gantry_low),
-        workspace_high=tuple(v - 0.005 for v in cell.gantry_high),
-        vel_limit=(1.2, 1.2, 0.8), acc_limit=(10.0, 10.0, 10.0))
+    axes = []
+    for i, (name, vmax) in enumerate(zip("xyz", (1.2, 1.2, 0.8))):
+        m = sum(cell.carriage_mass[i:]) + cell.armature[i]
+        axes.append(AxisConfig(name, "m", "effort", cell.gantry_low[i], cell.gantry_high[i],
+                               vel_limit=vmax, acc_limit=10.0,
+                               effort_limit=cell.force_limit[i], kp=m * w * w,
+                               ki=m * w * w * 5.0, kd=1.8 * m * w, mass=m, margin=0.005))
+    return ControlConfig(tuple(axes), ToolConfig("suction", "binary"))
 
 
 def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> "TokenizerConfig":

@@ -41,7 +41,7 @@ def observe(cell: ConveyorCell) -> dict[str, np.ndarray]:
     s = cell.read()
     gantry = np.empty(8, np.float32)
     gantry[:3], gantry[3:6] = s.pos, s.vel
-    gantry[6], gantry[7] = float(s.suction), float(s.holding)
+    gantry[6], gantry[7] = s.tool, float(s.holding)
     held = np.float32([p.slot_class[cell.held] if cell.held >= 0 else -1])
     return {"objects": objects, "gantry": gantry, "held": held,
             "instruction": cell.instruction.astype(np.int32)}

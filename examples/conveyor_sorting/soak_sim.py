@@ -24,7 +24,7 @@ class _ForceCheck:
         return self.hw.read()
 
     def write(self, cmd) -> None:
-        ratio = max(abs(f) / lim for f, lim in zip(cmd.force.tolist(), self.limit))
+        ratio = max(abs(f) / lim for f, lim in zip(cmd.value.tolist(), self.limit))
         if ratio > self.max_ratio:
             self.max_ratio = ratio
         if ratio > 1.0 + 1e-9:
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     the cell seed included); the SimNode with _ForceCheck."""
     ap, a = parse_options(argv)
     sim = make_sim(ap, a)
-    check = _ForceCheck(sim.node.hw, sim.node.cfg.control.force_limit)
+    check = _ForceCheck(sim.node.hw, sim.node.cfg.control.axis("effort_limit"))
     sim.node.hw = check
     report = run_sim(sim, a.seconds)
     report["force_check"] = {"over_limit": check.over_limit, "max_ratio": check.max_ratio}

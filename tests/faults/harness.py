@@ -30,7 +30,7 @@ class Recorder:
         self.sim, self.node = sim, sim.node
         self.inner = self.node.on_tick
         self.node.on_tick = self._on_tick
-        self.flim = np.asarray(self.node.cfg.control.force_limit, float)
+        self.flim = np.asarray(self.node.cfg.control.axis("effort_limit"), float)
         self.transitions: list[tuple[int, str, int]] = []  # (now_ns, new state, last_fresh_ns)
         self.state = self.node.state
         self.force_over_limit = 0
@@ -43,7 +43,7 @@ class Recorder:
         if self.inner is not None:
             self.inner(state, now_ns)
         node = self.node
-        ratio = float(np.max(np.abs(node.stack.cmd.force) / self.flim))
+        ratio = float(np.max(np.abs(node.stack.cmd.value) / self.flim))
         self.max_force_ratio = max(self.max_force_ratio, ratio)
         if ratio > 1.0 + 1e-9:
             self.force_over_limit += 1

@@ -26,6 +26,7 @@ from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.wire import now_ns
 from tests.faults.common import LONG, PY, ROOT, hogs, stop, wait_for
 from tests.faults.harness import Recorder
+from tests.conftest import gantry_control
 
 DEADLINE_MS = 100.0
 # the controller holds after the sim's 50 ms chunk interval + the deadline without a fresh chunk
@@ -116,7 +117,7 @@ def test_controller_ignores_wall_clock_steps(monkeypatch):
         pol = Publisher("inproc://c", "policy", ctx=ctx)
         sub = Subscriber("inproc://c", ["action_chunk", "command"], ctx=ctx)
         out = Publisher("inproc://h", "controller", ctx=ctx)
-        node = ControllerNode(Plant(), ControllerConfig(tokenizer=tok), sub, out, tok.hash)
+        node = ControllerNode(Plant(), ControllerConfig(gantry_control(), tokenizer=tok), sub, out, tok.hash)
         try:
             while node.counters["commands"] == 0:
                 pol.publish("command", {"cmd": "clear", "reason": "sync"})

@@ -62,7 +62,10 @@ class Plant:
 
 def robot(model: str, seconds: float, out: str) -> None:
     from controllers.node import ControllerConfig, ControllerNode
-    from controllers.stack import ControlConfig
+    from dataclasses import replace
+
+    from controllers.config import ControlConfig
+    from examples.conveyor_sorting.config import CellConfig, control_config
     from rtinfer.model.action_tokens import TokenizerConfig
     from rtinfer.transport.bus import Publisher, Subscriber
     from rtinfer.transport.wire import now_ns
@@ -71,8 +74,10 @@ def robot(model: str, seconds: float, out: str) -> None:
     pub = Publisher(OBS, "controller", bind=True)
     sub = Subscriber(ACTIONS, ["action_chunk", "command"])
     watch = Subscriber(ACTIONS, ["action_chunk", "health"])
+    cell = control_config(CellConfig())
     cfg = ControllerConfig(tokenizer=TokenizerConfig.load(Path(model) / "tokenizer.json"),
-                           control=ControlConfig(mass_kg=(2.0,) * 3, hold_decel=(2.0,) * 3),
+                           control=ControlConfig(tuple(replace(a, mass=2.0, hold_decel=2.0) for a in cell.axes),
+                                                 cell.tool),
                            deadline_ns=DEADLINE_NS, chunk_interval_ns=50_000_000)
     rng, rec, last = np.random.default_rng(0), {"health": [], "cycles": 0}, {}
     end = now_ns() + int(seconds * 1e9)

@@ -32,6 +32,7 @@ from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import now_ns
 from tests.faults.common import PY, ROOT
+from tests.conftest import gantry_control
 
 N_ROGUE = 1000
 N_GOOD = 200
@@ -103,7 +104,7 @@ def certs(tmp_path):
 
 def make_node(sub) -> ControllerNode:
     pub = Publisher("inproc://health-sink", ROBOT)
-    node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK), sub, pub, TOK.hash)
+    node = ControllerNode(Plant(), ControllerConfig(gantry_control(), tokenizer=TOK), sub, pub, TOK.hash)
     assert node.robot == ROBOT
     node._closers = [pub]
     return node

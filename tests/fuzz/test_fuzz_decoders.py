@@ -24,6 +24,7 @@ from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import Envelope, WireError
 from tests.faults.common import LONG
+from tests.conftest import gantry_control
 
 CORPUS = Path(__file__).parent / "corpus" / "wire"
 SEEDS = sorted(p.read_bytes() for p in CORPUS.glob("*.bin"))
@@ -225,13 +226,13 @@ def controller():
             return self.state
 
         def write(self, cmd):
-            assert (np.abs(cmd.force) <= np.asarray(node.cfg.control.force_limit)).all()
+            assert (np.abs(cmd.value) <= np.asarray(node.cfg.control.axis("effort_limit"))).all()
 
     ctx = zmq.Context()
     pub = Publisher("inproc://fuzz-chunks", "policy", ctx=ctx)
     sub = Subscriber("inproc://fuzz-chunks", ["action_chunk", "command"], ctx=ctx)
     out = Publisher("inproc://fuzz-health", "controller", ctx=ctx)
-    node = ControllerNode(Plant(), ControllerConfig(tokenizer=TOK, action=ACT), sub, out, TOK.hash)
+    node = ControllerNode(Plant(), ControllerConfig(gantry_control(), tokenizer=TOK, action=ACT), sub, out, TOK.hash)
     while node.counters["commands"] == 0:
         pub.publish("command", {"cmd": "clear", "reason": "sync"})
         node.tick()
