@@ -69,6 +69,7 @@ class HardwareInterface(Protocol):
           `state` (gravity compensation), added as feed-forward on effort-mode axes.
       on_tick(node, state, now_ns): called after every write (a simulator steps its
           physics and publishes `obs` here); `node` is the ControllerNode.
+      on_stop(node): once, after the loop ended (a simulator's final health message).
       report() -> dict: merged into the run's final report. close(): at the end."""
 
     def read(self) -> RobotState:

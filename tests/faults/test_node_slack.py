@@ -62,22 +62,18 @@ class Plant:
 
 def robot(model: str, seconds: float, out: str) -> None:
     from controllers.node import ControllerConfig, ControllerNode
-    from dataclasses import replace
-
-    from controllers.config import ControlConfig
-    from examples.conveyor_sorting.config import CellConfig, control_config
     from rtinfer.model.action_tokens import TokenizerConfig
     from rtinfer.transport.bus import Publisher, Subscriber
     from rtinfer.transport.wire import now_ns
-    from tests.conftest import random_obs_body
+    from tests.conftest import gantry_control, random_obs_body
 
     pub = Publisher(OBS, "controller", bind=True)
     sub = Subscriber(ACTIONS, ["action_chunk", "command"])
     watch = Subscriber(ACTIONS, ["action_chunk", "health"])
-    cell = control_config(CellConfig())
-    cfg = ControllerConfig(tokenizer=TokenizerConfig.load(Path(model) / "tokenizer.json"),
-                           control=ControlConfig(tuple(replace(a, mass=2.0, hold_decel=2.0) for a in cell.axes),
-                                                 cell.tool),
+    tok = TokenizerConfig.load(Path(model) / "tokenizer.json")
+    cfg = ControllerConfig(tokenizer=tok, control=gantry_control(
+                               low=tok.low[:3], high=tok.high[:3], mass=(2.0,) * 3,
+                               hold_decel=(2.0,) * 3),
                            deadline_ns=DEADLINE_NS, chunk_interval_ns=50_000_000)
     rng, rec, last = np.random.default_rng(0), {"health": [], "cycles": 0}, {}
     end = now_ns() + int(seconds * 1e9)

@@ -1,0 +1,304 @@
+"""The robot side as a process: any HardwareInterface and a robot file, on the bus.
+
+    python -m controllers.run --hardware MODULE:CLASS --config ROBOT.yaml --model POLICY \
+        --obs ENDPOINT --actions ENDPOINT [--control ENDPOINT] [--set KEY=VALUE ...]
+
+ROBOT.yaml (docs/robots.md; a path, or PACKAGE:NAME for a file inside an importable package):
+
+    name: arm                 # the robot's name: the src of its messages, the dest of its chunks
+    control: {axes: [...], tool: {...}, rate_hz: 1000}    # controllers.config.ControlConfig
+    hardware: {port: /dev/ttyUSB0}                         # keyword arguments for CLASS
+
+CLASS is called as CLASS(control, **hardware), `control` being the parsed ControlConfig;
+`--set KEY=VALUE` overrides one `hardware` entry (VALUE read as YAML). POLICY is the policy's
+model directory, or its action_spec.json or tokenizer.json: the robot follows chunks of that
+spec only, and the spec is checked against the axes (names, units, ranges) before the first
+tick. The loop ticks at control.rate_hz until --seconds pass, a `stop` command, the hardware
+stopping it, or SIGINT/SIGTERM (all clean: the report is still written). This process binds
+ENDPOINT --obs (health, trace, heartbeat echoes, and whatever the hardware publishes, e.g. a
+simulator's `obs`) and connects to the policy's --actions and the monitor's --control.
+
+Exit status: 0, or 1 when the run ended without a single chunk followed (said on stderr,
+with the rejection counters), or 2 for a usage or configuration error (one line, with the fix).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.resources
+import inspect
+import json
+import signal
+import sys
+from pathlib import Path
+
+import yaml
+
+from rtinfer.model.action_spec import FORMAT as ACTION_SPEC_FORMAT, ActionSpec
+from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
+from rtinfer.realtime.trace import TraceWriter
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import add_curve_arguments, curve_from_args
+from rtinfer.transport.heartbeat import HeartbeatResponder
+
+from .config import ControlConfig
+from .node import ControllerConfig, ControllerNode
+
+PING_EVERY = 10  # ticks between polls of the monitor's heartbeat pings
+ROBOT_KEYS = ("name", "control", "hardware")
+
+
+class RobotProcess:
+    """A HardwareInterface behind a ControllerNode, with its sockets, heartbeats and trace.
+    Not thread-safe: run() from one thread; stop() may come from a signal handler."""
+
+    def __init__(self, hw, control: ControlConfig, *, robot: str, obs: str, actions: str,
+                 control_endpoint: str | None = None, tokenizer: TokenizerConfig | None = None,
+                 action: ActionSpec | None = None, name: str = "controller",
+                 deadline_ms: float = 100.0, policy_hz: float = 20.0,
+                 trace_path: str | None = None, curve=None):
+        """robot: the src of this robot's messages (its chunks carry it as dest). name: the
+        controller's node name (health, trace). tokenizer / action: the policy's spec (at
+        least one). curve: the bus ``curve=`` for every socket."""
+        cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, name=name,
+                               deadline_ns=int(deadline_ms * 1e6),
+                               chunk_interval_ns=int(1e9 / policy_hz))  # checked: no socket yet
+        self.hw = hw
+        self.pub = Publisher(obs, robot, bind=True, curve=curve)
+        # The policy binds its actions endpoint; the monitor binds the control endpoint.
+        self.sub = Subscriber([actions] + ([control_endpoint] if control_endpoint else []),
+                              ["action_chunk", "command"], curve=curve)
+        # Round-trip echoes for the monitor's clock-offset estimate go out on the obs PUB.
+        self.pings = Subscriber(control_endpoint, ["heartbeat"], curve=curve) \
+            if control_endpoint else None
+        self.hb = HeartbeatResponder(self.pub, name)
+        self.trace = TraceWriter(trace_path) if trace_path else None
+        self._hw_tick = getattr(hw, "on_tick", None)
+        self._ticks = 0
+        self.signalled = False   # stopped by SIGTERM/SIGINT
+        self.node = ControllerNode(hw, cfg, self.sub, self.pub, trace=self.trace,
+                                   on_tick=self._on_tick)
+
+    def _on_tick(self, state, now_ns: int) -> None:
+        if self._hw_tick is not None:
+            self._hw_tick(self.node, state, now_ns)
+        self._ticks += 1
+        if self.pings is not None and self._ticks % PING_EVERY == 0:
+            self.hb.poll(self.pings)
+        self.hb.beat(now_ns)
+
+    def run(self, seconds: float | None = None) -> dict:
+        """The loop, with the GC frozen, until `seconds` (None: until stopped); the report."""
+        with realtime_gc():
+            self.node.run(seconds)
+        on_stop = getattr(self.hw, "on_stop", None)
+        if on_stop is not None:
+            on_stop(self.node)
+        return self.report()
+
+    def stop(self) -> None:
+        """End the loop after the current tick (safe from a signal handler)."""
+        self.node.state = "stopped"
+
+    def report(self) -> dict:
+        e2e = self.node.e2e.percentiles_us()
+        out = {"controller": dict(self.node.counters), "stack": dict(self.node.stack.counters),
+               "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}
+        extra = getattr(self.hw, "report", None)
+        return {**out, **(extra() if extra is not None else {})}
+
+    def close(self) -> None:
+        for c in (self.trace, self.pub, self.sub, self.pings):
+            if c is not None:
+                c.close()
+        closer = getattr(self.hw, "close", None)
+        if closer is not None:
+            closer()
+
+    def run_until_signalled(self, seconds: float | None = None) -> dict:
+        """run(), stopping cleanly on SIGTERM/SIGINT; closes everything; the report."""
+        def on_signal(*_):
+            self.signalled = True
+            self.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        try:
+            return self.run(seconds)
+        finally:
+            self.close()
+
+
+def resolve(path: str) -> Path:
+    """A file path, or PACKAGE:NAME for a file shipped inside an importable package (e.g.
+    examples.conveyor_sorting:robot.yaml), so a launch file works from any directory."""
+    p = Path(path)
+    package, sep, name = path.partition(":")
+    if p.exists() or not sep or "/" in package:
+        return p
+    try:
+        return Path(str(importlib.resources.files(package) / name))
+    except ModuleNotFoundError:
+        return p
+
+
+def load_policy_spec(path: str | Path) -> tuple[TokenizerConfig | None, ActionSpec | None]:
+    """The spec a policy's chunks carry: from a model directory (its tokenizer.json and/or
+    action_spec.json) or one of those files. ValueError says what is wrong and the fix."""
+    p = resolve(str(path))
+    files = [p / "tokenizer.json", p / "action_spec.json"] if p.is_dir() else [p]
+    found = [f for f in files if f.is_file()]
+    if not found:
+        raise ValueError(f"{path}: no policy spec there (a model directory with tokenizer.json "
+                         "or action_spec.json, or one of those files); check --model")
+    tok = act = None
+    for f in found:
+        try:
+            doc = json.loads(f.read_text())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            if doc.get("format") == ACTION_SPEC_FORMAT:
+                act = ActionSpec.from_dict(doc)
+            else:
+                tok = TokenizerConfig.from_dict(doc)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{f}: not a valid action spec or tokenizer config: {e}") from None
+    return tok, act
+
+
+def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:
+    """(name, control, hardware kwargs) from a robot YAML file; ValueError names the problem."""
+    try:
+        doc = yaml.safe_load(resolve(str(path)).read_text())
+    except OSError as e:
+        raise ValueError(f"robot config {path}: {e.strerror}; check --config") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"robot config {path}: not valid YAML: {e}".replace("\n", " ")) from None
+    if not isinstance(doc, dict) or set(doc) - set(ROBOT_KEYS) or "control" not in doc:
+        keys = sorted(doc) if isinstance(doc, dict) else doc
+        raise ValueError(f"robot config {path}: needs `control` and may have {list(ROBOT_KEYS)}, "
+                         f"got {keys}")
+    hardware = doc.get("hardware") or {}
+    if not isinstance(hardware, dict):
+        raise ValueError(f"robot config {path}: `hardware` must be a mapping of keyword "
+                         "arguments for the hardware class")
+    try:
+        control = ControlConfig.from_dict(doc["control"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"robot config {path}: {e}") from None
+    return str(doc.get("name") or "robot"), control, hardware
+
+
+def hardware_class(ref: str):
+    """The class named by MODULE:CLASS; ValueError says why not."""
+    module, _, attr = ref.partition(":")
+    if not module or not attr:
+        raise ValueError(f"--hardware {ref!r}: give it as MODULE:CLASS, e.g. "
+                         "examples.arm_reach.sim:ArmSim")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"--hardware {ref!r}: no module {e.name!r} (run from the directory "
+                         "that holds it, or install it)") from None
+    except AttributeError:
+        raise ValueError(f"--hardware {ref!r}: module {module} has no {attr!r}") from None
+    return cls
+
+
+def build_hardware(cls, control: ControlConfig, hardware: dict):
+    """cls(control, **hardware), its keyword arguments checked against its signature first."""
+    params = list(inspect.signature(cls).parameters.values())[1:]
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        known = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        unknown = sorted(set(hardware) - set(known))
+        if unknown:
+            raise ValueError(f"hardware options {unknown} are not {cls.__name__}'s; it takes "
+                             f"{known}")
+    return cls(control, **hardware)
+
+
+def parse_sets(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--set {item!r}: give it as KEY=VALUE, e.g. --set seed=3")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def never_followed(counters: dict, who: str = "robot") -> int:
+    """1, with one error line saying why, when a run ended without a single chunk followed
+    (the robot stood still throughout); else 0."""
+    if counters["chunks_accepted"]:
+        return 0
+    why = {k: v for k, v in counters.items() if k.startswith("rejected_") and v}
+    print(f"{who}: error: no action chunk was accepted in the whole run; "
+          + (f"rejected: {why} (the controller's error lines above say why)" if why else
+             "none arrived: is the policy running and connected to this robot's endpoints?"),
+          file=sys.stderr, flush=True)
+    return 1
+
+
+def emit_report(report: dict, path: str | None) -> None:
+    """Print the report as JSON, and write it to `path` when given."""
+    text = json.dumps(report, indent=1)
+    if path:
+        Path(path).write_text(text)
+    print(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m controllers.run",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--hardware", required=True, help="MODULE:CLASS of the HardwareInterface")
+    ap.add_argument("--config", required=True, help="the robot YAML (docs/robots.md)")
+    ap.add_argument("--model", required=True, help="the policy: a model directory, or its "
+                    "action_spec.json or tokenizer.json")
+    ap.add_argument("--obs", required=True, help="endpoint to bind: obs, health, trace")
+    ap.add_argument("--actions", required=True, help="the policy's action endpoint (connect)")
+    ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one `hardware:` entry of the robot file (VALUE as YAML)")
+    ap.add_argument("--name", default="controller", help="the controller's node name")
+    ap.add_argument("--seconds", type=float, default=None, help="stop after this long")
+    ap.add_argument("--deadline-ms", type=float, default=100.0)
+    ap.add_argument("--policy-hz", type=float, default=20.0,
+                    help="how often fresh chunks come (the watchdog's expected interval)")
+    ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
+    ap.add_argument("--trace", default=None, help="write trace records here")
+    ap.add_argument("--report", default=None, help="write the final report JSON here")
+    add_curve_arguments(ap)
+    return ap
+
+
+def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotProcess:
+    """A RobotProcess from the parsed options; a bad option or file is ap.error (exit 2)."""
+    curve = curve_from_args(ap, a, binds=[a.obs], connects=[a.actions, a.control])
+    try:
+        if a.deadline_ms <= 0 or a.policy_hz <= 0:
+            raise ValueError("--deadline-ms and --policy-hz must be > 0")
+        robot, control, hardware = load_robot(a.config)
+        tok, act = load_policy_spec(a.model)
+        cls = hardware_class(a.hardware)
+        hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})
+        return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
+                            control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
+                            deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
+                            trace_path=a.trace, curve=curve)
+    except ValueError as e:
+        ap.error(str(e))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    a = ap.parse_args(argv)
+    configure_realtime(cpus=None if a.cpu is None else [a.cpu])
+    proc = make_process(ap, a)
+    report = proc.run_until_signalled(a.seconds)
+    emit_report(report, a.report)
+    return 0 if proc.signalled else never_followed(report["controller"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
