@@ -40,6 +40,13 @@ def marked_table(marker: str) -> list[list[str]]:
     return [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[2:]]
 
 
+def section(n: int) -> str:
+    """The text of section n (from its `## n.` heading to the next heading of that level)."""
+    m = re.search(rf"^## {n}\. .*?(?=^## |\Z)", doc(), re.M | re.S)
+    assert m, f"docs/wire.md has no section {n}"
+    return m.group(0)
+
+
 def unquote(cell: str) -> str:
     return cell.strip().strip("`")
 
@@ -319,3 +326,63 @@ def test_seq_counts_per_socket_across_topics_and_stamps_per_hop(tmp_path):
             n += 1
             got = sub.recv(timeout_ms=5)
         assert got.seq < n
+
+
+# --- sections 1, 4 and 9: rules written down while building the C++ client --------------------
+def _obs_with(value: bytes) -> bytes:
+    """An obs message whose `values` map holds one entry, `a`, with these raw bytes."""
+    head = msgpack.packb({"version": 2, "topic": "obs", "seq": 0, "src": "s", "stamps": {}})
+    return (b"\x86" + head[1:] + msgpack.packb("body") + b"\x82" + msgpack.packb("values")
+            + b"\x81\xa1a" + value + msgpack.packb("ints") + b"\x80")
+
+
+def _array(code: int, dims, data: bytes = b"") -> bytes:
+    import struct
+    payload = bytes([code, len(dims)]) + bytes(6) + b"".join(struct.pack("<Q", d) for d in dims)
+    return b"\xc7" + bytes([len(payload) + len(data)]) + b"\x01" + payload + data
+
+
+def _doc_empty_array_rule(code: int, dims) -> bool:
+    """Section 4's rule for an empty array, as the page words it: True if it is rejected."""
+    itemsize = (1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8)[code]
+    nonzero = math.prod(d for d in dims if d)
+    return len(dims) >= 2 and (max(dims) > 2**63 - 1 or itemsize * nonzero > 2**63 - 1)
+
+
+@pytest.mark.parametrize("code,dims", [
+    (5, (2**63 - 1, 0)), (5, (2**63, 0)), (5, (2**31, 2**31, 0)), (5, (2**62 - 1, 2, 0)),
+    (5, (2**62, 2, 0)), (11, (2**60 - 1, 0)), (11, (0, 2**60)), (0, (0,)), (0, (0, 5))])
+def test_empty_array_size_rule(code, dims):
+    text = " ".join(section(4).split())
+    assert "an empty array (a dim of 0) of 2 or more dims is rejected" in text
+    data = _obs_with(_array(code, dims))
+    if _doc_empty_array_rule(code, dims):
+        with pytest.raises(wire.MalformedError):
+            wire.decode(data)
+    else:
+        wire.decode(data)
+
+
+def test_a_map_keys_type_is_checked_after_its_value():
+    assert "once its **value** has been" in section(9)
+    bad_array = b"\xd4\x01\x00"  # ext 1 with a 1-byte payload: a short array header
+    with pytest.raises(wire.ArrayError):
+        wire.decode(_obs_with(bad_array).replace(b"\x81\xa1a", b"\x81\xc0"))
+    with pytest.raises(wire.MalformedError):
+        wire.decode(_obs_with(b"\x01").replace(b"\x81\xa1a", b"\x81\xc0"))
+
+
+@pytest.mark.parametrize("text", [b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"])
+def test_strict_utf8(text):
+    assert "no surrogates U+D800..U+DFFF" in section(1)
+    msg = wire.encode("command", {"cmd": "stop", "reason": "ab"}, seq=0, src="s")
+    with pytest.raises(wire.MalformedError):
+        wire.decode(msg.replace(msgpack.packb("ab"), bytes([0xa0 | len(text)]) + text))
+
+
+def test_the_page_points_to_the_content_hash_and_the_cpp_client():
+    spec_row = next(line for line in section(5).splitlines() if line.startswith("| `spec` |"))
+    assert "docs/policies.md section 2" in spec_row and "content hash" in spec_row
+    assert "clients/cpp/README.md" in section(10)
+    assert (DOC.parent.parent / "clients/cpp/README.md").exists()
+    assert "tests/vectors/" in DOC.read_text()

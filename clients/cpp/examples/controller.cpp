@@ -1,0 +1,229 @@
+// An example robot-side controller in C++: follows action_chunk waypoints on simulated axes
+// by the reference controller's rules (ChunkRules), answers the monitor's heartbeat pings,
+// and publishes `trace` (apply stamp per cycle, late_index per late cycle) and `health`.
+//
+//   rtinfer_controller --actions ipc:///tmp/act --control ipc:///tmp/ctl --publish ipc:///tmp/robot
+//       --robot arm --tokenizer models/zoo/conveyor-v1/tokenizer.json --seconds 10
+//
+// SIGINT/SIGTERM stop it cleanly; on exit it prints (or writes --report) its counters as JSON.
+#include <csignal>
+#include <deque>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "rtinfer/bus.hpp"
+#include "rtinfer/controller.hpp"
+#include "rtinfer/json.hpp"
+
+using namespace rtinfer;
+using wire::Entry;
+using wire::Value;
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+struct Options {
+    std::string actions, control, publish, robot, name = "controller", tokenizer, action_spec;
+    std::string curve_secret, curve_map, report;
+    double deadline_ms = 100, chunk_interval_ms = 0, rate_hz = 1000, health_hz = 10, seconds = -1;
+    double beat_s = 1.0;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+    std::cerr << "rtinfer_controller: " << why << "\n"
+              << "usage: rtinfer_controller --actions EP --publish EP --robot NAME --tokenizer FILE\n"
+                 "       [--control EP] [--name NAME] [--action-spec FILE] [--deadline-ms MS]\n"
+                 "       [--chunk-interval-ms MS] [--rate-hz HZ] [--health-hz HZ] [--seconds S]\n"
+                 "       [--curve-secret FILE --curve-map FILE] [--report FILE]\n";
+    std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    std::map<std::string, std::string*> text = {
+        {"--actions", &o.actions}, {"--control", &o.control}, {"--publish", &o.publish},
+        {"--robot", &o.robot}, {"--name", &o.name}, {"--tokenizer", &o.tokenizer},
+        {"--action-spec", &o.action_spec}, {"--curve-secret", &o.curve_secret},
+        {"--curve-map", &o.curve_map}, {"--report", &o.report}};
+    std::map<std::string, double*> num = {
+        {"--deadline-ms", &o.deadline_ms}, {"--chunk-interval-ms", &o.chunk_interval_ms},
+        {"--rate-hz", &o.rate_hz}, {"--health-hz", &o.health_hz}, {"--seconds", &o.seconds},
+        {"--beat-s", &o.beat_s}};
+    for (int k = 1; k < argc; ++k) {
+        std::string a = argv[k];
+        if (k + 1 >= argc) usage(a + " needs a value");
+        if (text.count(a)) *text[a] = argv[++k];
+        else if (num.count(a)) {
+            char* end;
+            *num[a] = std::strtod(argv[++k], &end);
+            if (*end) usage(a + " needs a number");
+        } else usage("unknown option " + a);
+    }
+    if (o.actions.empty() || o.publish.empty() || o.robot.empty() || o.tokenizer.empty())
+        usage("--actions, --publish, --robot and --tokenizer are required");
+    if (o.deadline_ms <= 0 || o.rate_hz <= 0 || o.health_hz <= 0) usage("deadline, rate and health rate must be > 0");
+    return o;
+}
+
+Value counters_map(const ChunkRules& rules) {
+    Value m = Value::object({});
+    for (const auto& kv : rules.counters()) m.map.push_back({Value::str(kv.first), Value::uinteger(kv.second)});
+    return m;
+}
+
+// Values view their strings: `keep` holds the ones built here until the message is sent (a
+// deque, so adding one never moves the others).
+Value trace_body(const std::string& node, const TraceRecord& r, std::deque<std::string>& keep) {
+    Value stamps = Value::object({});
+    for (const auto& kv : r.stamps) stamps.map.push_back({Value::str(kv.first), Value::integer(kv.second)});
+    keep.push_back(r.field);
+    return Value::object({{Value::str("node"), Value::str(node)},
+                          {Value::str("cycle"), Value::uinteger(r.cycle)},
+                          {Value::str("stamps"), stamps},
+                          {Value::str("fields"), Value::object({{Value::str(keep.back()), Value::real(r.value)}})}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o = parse(argc, argv);
+    ControllerConfig cfg;
+    std::map<std::string, bus::CurveConfig> sub_curve;
+    std::optional<bus::CurveConfig> pub_curve;
+    try {
+        cfg.name = o.name;
+        cfg.robot = o.robot;
+        cfg.deadline_ns = int64_t(o.deadline_ms * 1e6);
+        cfg.chunk_interval_ns = int64_t(o.chunk_interval_ms * 1e6);
+        cfg.tokenizer = TokenizerConfig::from_json(json::parse_file(o.tokenizer));
+        if (!o.action_spec.empty()) cfg.action = ActionSpec::from_json(json::parse_file(o.action_spec));
+        for (const auto& ep : {o.actions, o.control})
+            if (!ep.empty())
+                if (auto c = bus::curve_for(ep, false, o.curve_secret, o.curve_map)) sub_curve[ep] = *c;
+        pub_curve = bus::curve_for(o.publish, true, o.curve_secret, o.curve_map);
+    } catch (const std::exception& e) {
+        usage(e.what());
+    }
+    ChunkRules rules(cfg);
+    SimAxes axes(cfg.tokenizer.dim());
+    zmq::context_t ctx(1);
+    std::vector<std::string> eps{o.actions};
+    if (!o.control.empty()) eps.push_back(o.control);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    int rc = 0;
+    std::map<std::string, uint64_t> hb = {{"pings", 0}, {"echoes", 0}, {"beats", 0}, {"dropped", 0}};
+    {
+        bus::Subscriber sub(ctx, eps, {"action_chunk", "command", "heartbeat"}, 1000,
+                            wire::DEFAULT_MAX_BYTES, sub_curve);
+        bus::Publisher pub(ctx, o.publish, o.robot, true, 1000, pub_curve);
+        std::cout << o.name << ": ready (robot " << o.robot << ", tokenizer " << cfg.tokenizer.hash()
+                  << ", publishing on " << pub.endpoint << ")" << std::endl;
+        const int64_t period = int64_t(1e9 / o.rate_hz), health_period = int64_t(1e9 / o.health_hz);
+        const int64_t beat_period = int64_t(o.beat_s * 1e9);
+        int64_t start = wire::now_ns(), next = start, next_health = start, next_beat = start;
+        const int64_t end = o.seconds >= 0 ? start + int64_t(o.seconds * 1e9) : INT64_MAX;
+        std::deque<std::string> keep;
+        uint64_t publish_errors = 0;
+        // a body this program built wrongly: counted and said once, never the end of the loop
+        auto send = [&](const std::string& topic, const Value& body) {
+            try {
+                return pub.publish(topic, body);
+            } catch (const wire::WireError& e) {
+                if (publish_errors++ == 0) std::cerr << o.name << ": " << topic << " not sent: " << e.what() << std::endl;
+                return false;
+            }
+        };
+        while (!g_stop && rules.state() != "stopped" && wire::now_ns() < end) {
+            int64_t now = wire::now_ns();
+            // update(): drain what arrived, at most 32 messages a tick
+            for (int k = 0; k < 32; ++k) {
+                auto msg = sub.recv(0);
+                if (!msg) break;
+                const wire::Envelope& env = msg->env;
+                if (env.topic == "action_chunk") {
+                    rules.on_waypoint(env, now);
+                } else if (env.topic == "command") {
+                    rules.on_command(std::string(env.body.get("cmd")->s), now);
+                } else if (!env.body.get("echo") && env.body.get("node")->s != o.name) {
+                    ++hb["pings"];  // a ping: echo it (rtinfer/transport/heartbeat.py)
+                    int64_t t2 = wire::now_ns(), t1 = *wire::get_stamp(env.stamps, "recv");
+                    Value echo = Value::object({{Value::str("src"), Value::str(env.src)},
+                                                {Value::str("seq"), Value::uinteger(env.seq)},
+                                                {Value::str("sent_ns"), *env.body.get("sent_ns")},
+                                                {Value::str("recv_ns"), Value::integer(std::min(t1, t2))}});
+                    Value body = Value::object({{Value::str("node"), Value::str(o.name)},
+                                                {Value::str("sent_ns"), Value::integer(t2)},
+                                                {Value::str("echo"), echo}});
+                    ++hb[send("heartbeat", body) ? "echoes" : "dropped"];
+                }
+            }
+            rules.check_watchdog(now);
+            // compute(): the simulated axes follow the chunk
+            axes.step(rules, now, double(period) / 1e9);
+            int64_t applied_ns = wire::now_ns();
+            // publish(): trace records, health, the periodic heartbeat
+            keep.clear();
+            for (const auto& r : rules.take_late()) send("trace", trace_body(o.name, r, keep));
+            if (auto r = rules.applied(applied_ns)) send("trace", trace_body(o.name, *r, keep));
+            if (now >= next_health) {
+                next_health = now + health_period;
+                Value gauges = Value::object({{Value::str("e2e_last_ms"), Value::real(rules.e2e_last_ns / 1e6)},
+                                              {Value::str("e2e_max_ms"), Value::real(rules.e2e_max_ns / 1e6)},
+                                              {Value::str("holding"), Value::real(rules.holding() ? 1 : 0)}});
+                for (size_t d = 0; d < axes.pos.size(); ++d) {
+                    keep.push_back("pos_" + cfg.tokenizer.names[d]);
+                    gauges.map.push_back({Value::str(keep.back()), Value::real(axes.pos[d])});
+                }
+                Value body = Value::object({{Value::str("node"), Value::str(o.name)},
+                                            {Value::str("state"), Value::str(rules.state())},
+                                            {Value::str("counters"), counters_map(rules)},
+                                            {Value::str("gauges"), gauges}});
+                send("health", body);
+            }
+            if (beat_period > 0 && now >= next_beat) {
+                next_beat = now + beat_period;
+                ++hb["beats"];
+                send("heartbeat", Value::object({{Value::str("node"), Value::str(o.name)},
+                                                        {Value::str("sent_ns"), Value::integer(now)}}));
+            }
+            ++rules.counter("ticks");
+            next += period;
+            int64_t after = wire::now_ns();
+            if (after > next) {  // overran: count it, and never try to catch up in a burst
+                ++rules.counter("late_ticks");
+                next = after;
+                continue;
+            }
+            timespec ts{time_t(next / 1000000000), long(next % 1000000000)};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+        }
+        std::string out = "{\"node\": " + json::quote(o.name) + ", \"state\": " + json::quote(rules.state()) +
+                          ", \"counters\": {";
+        bool first = true;
+        auto add = [&](const std::string& k, uint64_t v) {
+            out += (first ? "" : ", ") + json::quote(k) + ": " + std::to_string(v);
+            first = false;
+        };
+        for (const auto& kv : rules.counters()) add(kv.first, kv.second);
+        for (const auto& kv : sub.counters) add("sub." + kv.first, kv.second);
+        for (const auto& kv : hb) add("heartbeat." + kv.first, kv.second);
+        add("pub.sent", pub.sent);
+        add("pub.dropped", pub.dropped);
+        add("pub.errors", publish_errors);
+        out += "}, \"pos\": [";
+        for (size_t d = 0; d < axes.pos.size(); ++d) out += (d ? ", " : "") + std::to_string(axes.pos[d]);
+        out += "]}\n";
+        if (o.report.empty()) std::cout << out;
+        else std::ofstream(o.report) << out;
+        // a moment for libzmq to send the last messages (the sockets close with linger 0)
+        timespec pause{0, 100000000};
+        nanosleep(&pause, nullptr);
+    }
+    return rc;
+}

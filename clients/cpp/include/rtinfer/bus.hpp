@@ -1,0 +1,104 @@
+// ZeroMQ PUB/SUB framing of docs/wire.md section 2 over cppzmq, with CURVE as
+// rtinfer/transport/curve.py sets it up (pyzmq certificate files, the launcher's curve.json).
+//
+//   rtinfer::bus::Publisher pub(ctx, "ipc:///tmp/ctl", "arm");           // binds
+//   pub.publish("trace", body, stamps);                                   // never blocks
+//   rtinfer::bus::Subscriber sub(ctx, {"ipc:///tmp/act"}, {"action_chunk"});  // connects
+//   if (auto msg = sub.recv(10)) use(msg->env);                           // recv stamped
+//
+// Neither class is thread-safe. Bad messages are counted (counters), never thrown.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "rtinfer/wire.hpp"
+
+namespace rtinfer::bus {
+
+// CURVE for one endpoint. A binding socket is the server (it checks clients against the
+// public keys in allowed_clients_dir); a connecting one is a client of server_public_key_file.
+struct CurveConfig {
+    std::string secret_key_file;         // this node's *.key_secret (mode 0600)
+    std::string server_public_key_file;  // connecting side: the binder's *.key
+    std::string allowed_clients_dir;     // binding side: directory of client *.key files
+};
+
+struct KeyPair {
+    std::string public_z85, secret_z85;
+};
+// Keys of a pyzmq certificate file (zmq.auth format). A secret file readable by group or
+// others is refused, as curve.py's load_keypair does. Throws std::runtime_error.
+KeyPair load_certificate(const std::string& path, bool need_secret);
+
+// The CurveConfig of one endpoint from the launcher's curve.json ({address: {server_key,
+// allow}}); nullopt where the map does not list it, or it is not tcp:// (plaintext).
+std::optional<CurveConfig> curve_for(const std::string& endpoint, bool bind,
+                                     const std::string& secret_file, const std::string& curve_map);
+
+// One ZAP handler per context: accepts CURVE clients whose public key is in the allow-list.
+class Authenticator {
+  public:
+    Authenticator(zmq::context_t& ctx, const std::string& allowed_clients_dir);
+    ~Authenticator();
+    Authenticator(const Authenticator&) = delete;
+    Authenticator& operator=(const Authenticator&) = delete;
+
+  private:
+    zmq::socket_t sock_;
+    std::thread thread_;
+    std::vector<std::string> allowed_;  // 32-byte binary public keys
+    bool running_ = true;
+    void serve();
+};
+
+class Publisher {
+  public:
+    Publisher(zmq::context_t& ctx, const std::string& endpoint, std::string src, bool bind = true,
+              int hwm = 1000, const std::optional<CurveConfig>& curve = std::nullopt);
+    // Send one message without blocking; false if zmq refused it (counted as dropped).
+    // Adds a `publish` stamp unless present. Throws WireError if the body is invalid.
+    bool publish(const std::string& topic, const wire::Value& body, wire::Stamps stamps = {});
+    const std::string& src() const { return src_; }
+    std::string endpoint;  // the bound address (tcp://host:* resolved)
+    uint64_t sent = 0, dropped = 0;
+
+  private:
+    zmq::socket_t sock_;
+    std::string src_;
+    uint64_t seq_ = 0;
+    std::unique_ptr<Authenticator> auth_;
+};
+
+struct Received {
+    // owns the bytes env's strings and arrays view (on the heap: a small zmq message keeps
+    // its bytes inside the message object, which must therefore never move)
+    std::vector<std::unique_ptr<zmq::message_t>> frames;
+    wire::Envelope env;
+};
+
+class Subscriber {
+  public:
+    // curve: endpoint -> CurveConfig (unlisted endpoints are plaintext).
+    Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
+               std::vector<std::string> topics, int hwm = 1000,
+               size_t max_bytes = wire::DEFAULT_MAX_BYTES,
+               const std::map<std::string, CurveConfig>& curve = {});
+    // The next valid message, or nullopt after timeout_ms (0: don't wait). Sets `recv`.
+    std::optional<Received> recv(int timeout_ms = 0);
+    std::map<std::string, uint64_t> counters;  // received, rejected, oversize
+
+  private:
+    zmq::socket_t sock_;
+    std::vector<std::string> topics_;
+    size_t max_bytes_;
+    std::optional<Received> take();
+};
+
+}  // namespace rtinfer::bus

@@ -1,0 +1,112 @@
+// The robot side's chunk rules, as the reference controller (controllers/node.py) applies
+// them: which action_chunk waypoints are taken, the counter each rejected one is counted
+// under, the chunk under assembly, the local watchdog, and the trace records the monitor
+// reads (an `apply` record per applied cycle, a `late_index` record per late cycle).
+// No sockets and no clock reads: every call takes now_ns, so a test replays it exactly.
+// Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rtinfer/spec.hpp"
+#include "rtinfer/wire.hpp"
+
+namespace rtinfer {
+
+struct ControllerConfig {
+    std::string name = "controller";  // the `node` of its health, heartbeat and trace bodies
+    std::string robot;                // the `src` its obs go out under: chunks' `dest`
+    int64_t deadline_ns = 100000000;
+    int64_t chunk_interval_ns = 0;     // the policy's period: the watchdog waits this + deadline
+    int64_t max_period_ns = 1000000000;  // a waypoint period (or start) longer is bogus
+    TokenizerConfig tokenizer;         // token chunks must carry its hash
+    std::optional<ActionSpec> action;  // continuous chunks must carry its hash; none: refused
+};
+
+// The reference controller's counters, in its order (controllers/node.py COUNTERS).
+extern const char* const COUNTERS[12];
+
+struct TraceRecord {  // a `trace` body: {node, cycle, stamps, fields: {name: value}}
+    uint64_t cycle;
+    wire::Stamps stamps;
+    std::string field;
+    double value;
+};
+
+class ChunkRules {
+  public:
+    explicit ChunkRules(ControllerConfig cfg);
+
+    // One action_chunk message (stamps as the bus handed it out, `recv` included). Returns
+    // the counter it went to: "waypoints_accepted" if taken, else its rejected_* reason.
+    std::string on_waypoint(const wire::Envelope& env, int64_t now_ns);
+    void on_command(const std::string& cmd, int64_t now_ns);
+    void check_watchdog(int64_t now_ns);  // after each batch of messages
+    // The chunk's first setpoint went out at apply_ns: its `apply` trace record, if due.
+    std::optional<TraceRecord> applied(int64_t apply_ns);
+    std::vector<TraceRecord> take_late();  // `late_index` records since the last call
+
+    uint64_t& counter(const std::string& name);
+    const std::vector<std::pair<std::string, uint64_t>>& counters() const { return counters_; }
+    const std::string& state() const { return state_; }  // idle|run|hold|safe_hold|stopped
+    bool holding() const { return state_ != "run"; }
+
+    // The chunk being followed: waypoints [0, ready), waypoint i due at
+    // capture + start + i * period (ns). Empty before the first chunk.
+    struct Chunk {
+        std::vector<std::vector<double>> waypoints;
+        std::vector<bool> got;
+        std::string src;
+        uint64_t cycle = 0, count = 0;
+        int64_t capture_ns = 0, period_ns = 0, start_ns = 0;
+        wire::Stamps stamps;  // its first-received waypoint's
+        bool keyed = false;
+        size_t received = 0, ready = 0, applied = 0;
+    };
+    const Chunk& chunk() const { return chunk_; }
+    int64_t e2e_last_ns = 0, e2e_max_ns = 0;
+    const ControllerConfig& config() const { return cfg_; }
+
+  private:
+    ControllerConfig cfg_;
+    std::string tokenizer_hash_, action_hash_;
+    std::vector<double> bin_width_;
+    std::vector<std::pair<std::string, uint64_t>> counters_;
+    std::string state_ = "idle";
+    Chunk chunk_;
+    bool apply_pending_ = false;
+    std::optional<int64_t> last_fresh_ns_;
+    bool late_keyed_ = false;
+    std::string late_src_;
+    uint64_t late_cycle_ = 0;
+    int64_t late_capture_ = 0;
+    std::vector<TraceRecord> late_;
+
+    std::string check(const wire::Envelope& env, int64_t now, std::vector<double>& wp);
+    std::string add(const wire::Envelope& env, const std::vector<double>& wp);
+    void take(int64_t now);
+    void late(const wire::Envelope& env);
+    void hold(const std::string& state);
+    bool held() const { return state_ == "safe_hold" || state_ == "stopped"; }
+};
+
+// One simulated axis per action dimension, tracking the chunk's waypoints: the reference
+// is the waypoints interpolated by due time; the axis follows it with a velocity limit.
+class SimAxes {
+  public:
+    SimAxes(size_t dim, double gain_per_s = 30.0, double vel_limit = 2.0);
+    void step(const ChunkRules& rules, int64_t now_ns, double dt_s);
+    std::vector<double> pos, ref;
+
+  private:
+    double gain_, vmax_;
+    std::vector<double> from_;  // where the current chunk started from
+    int64_t chunk_capture_ = -1;
+    uint64_t chunk_cycle_ = 0;
+};
+
+}  // namespace rtinfer

@@ -1,0 +1,245 @@
+#include "rtinfer/bus.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <stdexcept>
+
+#include "rtinfer/json.hpp"
+
+namespace rtinfer::bus {
+
+namespace {
+
+std::string quoted_value(const std::string& line) {
+    auto a = line.find('"'), b = line.rfind('"');
+    if (a == std::string::npos || b <= a) return "";
+    return line.substr(a + 1, b - a - 1);
+}
+
+std::string z85_to_binary(const std::string& z85) {
+    if (z85.size() != 40) throw std::runtime_error("a CURVE key must be 40 Z85 characters");
+    std::string out(32, '\0');
+    if (!zmq_z85_decode(reinterpret_cast<uint8_t*>(out.data()), z85.c_str()))
+        throw std::runtime_error("a CURVE key is not valid Z85");
+    return out;
+}
+
+void set_curve(zmq::socket_t& s, const CurveConfig& c, bool server) {
+    KeyPair kp = load_certificate(c.secret_key_file, true);
+    s.set(zmq::sockopt::curve_secretkey, kp.secret_z85);
+    s.set(zmq::sockopt::curve_publickey, kp.public_z85);
+    if (server) {
+        s.set(zmq::sockopt::curve_server, 1);
+        return;
+    }
+    if (c.server_public_key_file.empty())
+        throw std::runtime_error("CURVE: the connecting side needs the server's public key file");
+    s.set(zmq::sockopt::curve_serverkey, load_certificate(c.server_public_key_file, false).public_z85);
+}
+
+}  // namespace
+
+KeyPair load_certificate(const std::string& path, bool need_secret) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) throw std::runtime_error("cannot read key file " + path);
+    if (need_secret && (st.st_mode & 077))
+        throw std::runtime_error("secret key file " + path + " is accessible by group/others; run: chmod 600 " + path);
+    std::ifstream f(path);
+    KeyPair kp;
+    for (std::string line; std::getline(f, line);) {
+        auto k = line.find_first_not_of(" \t");
+        if (k == std::string::npos || line[k] == '#') continue;
+        if (line.compare(k, 10, "public-key") == 0) kp.public_z85 = quoted_value(line);
+        if (line.compare(k, 10, "secret-key") == 0) kp.secret_z85 = quoted_value(line);
+    }
+    if (kp.public_z85.size() != 40) throw std::runtime_error(path + " holds no public key");
+    if (need_secret && kp.secret_z85.size() != 40)
+        throw std::runtime_error(path + " holds no secret key; pass the .key_secret file, not the .key");
+    return kp;
+}
+
+std::optional<CurveConfig> curve_for(const std::string& endpoint, bool bind,
+                                     const std::string& secret_file, const std::string& curve_map) {
+    if (curve_map.empty()) {
+        if (!secret_file.empty())
+            throw std::runtime_error("--curve-secret needs --curve-map (the launcher's curve.json)");
+        return std::nullopt;
+    }
+    json::Value table = json::parse_file(curve_map);
+    const json::Value* entry = table.get(endpoint);
+    if (!entry || endpoint.rfind("tcp://", 0) != 0) return std::nullopt;
+    if (secret_file.empty())
+        throw std::runtime_error(endpoint + " requires CURVE (" + curve_map + ") but this node has no key: "
+                                 "pass --curve-secret FILE.key_secret");
+    load_certificate(secret_file, true);
+    CurveConfig c{secret_file, "", ""};
+    if (bind) {
+        const json::Value* allow = entry->get("allow");
+        struct stat st;
+        if (!allow || stat(allow->text.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            throw std::runtime_error(endpoint + ": the allow-list directory in " + curve_map + " does not exist");
+        c.allowed_clients_dir = allow->text;
+    } else {
+        const json::Value* key = entry->get("server_key");
+        if (!key) throw std::runtime_error(endpoint + ": no server_key in " + curve_map);
+        load_certificate(key->text, false);
+        c.server_public_key_file = key->text;
+    }
+    return c;
+}
+
+// ---- ZAP (ZeroMQ RFC 27): the allow-list check for CURVE servers ----------------------------
+Authenticator::Authenticator(zmq::context_t& ctx, const std::string& dir)
+    : sock_(ctx, zmq::socket_type::rep) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) throw std::runtime_error("allowed_clients_dir " + dir + " is not a directory");
+    while (dirent* e = readdir(d)) {
+        std::string name = e->d_name;
+        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".key") == 0)
+            allowed_.push_back(z85_to_binary(load_certificate(dir + "/" + name, false).public_z85));
+    }
+    closedir(d);
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.bind("inproc://zeromq.zap.01");
+    thread_ = std::thread([this] { serve(); });
+}
+
+Authenticator::~Authenticator() {
+    running_ = false;
+    thread_.join();
+}
+
+void Authenticator::serve() {
+    while (running_) {
+        zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) <= 0) continue;
+        std::vector<zmq::message_t> req;
+        do {
+            req.emplace_back();
+            if (!sock_.recv(req.back(), zmq::recv_flags::none)) return;
+        } while (req.back().more());
+        // version, request_id, domain, address, identity, mechanism, credentials...
+        bool ok = req.size() >= 7 && req[5].to_string() == "CURVE";
+        if (ok) {
+            std::string key = req[6].to_string();
+            ok = false;
+            for (const auto& a : allowed_) ok |= a == key;
+        }
+        std::string version = req.empty() ? "1.0" : req[0].to_string();
+        std::string id = req.size() > 1 ? req[1].to_string() : "";
+        sock_.send(zmq::buffer(version), zmq::send_flags::sndmore);
+        sock_.send(zmq::buffer(id), zmq::send_flags::sndmore);
+        sock_.send(zmq::buffer(std::string(ok ? "200" : "400")), zmq::send_flags::sndmore);
+        sock_.send(zmq::buffer(std::string(ok ? "OK" : "client key not allowed")), zmq::send_flags::sndmore);
+        sock_.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);  // user id
+        sock_.send(zmq::buffer(std::string()), zmq::send_flags::none);     // metadata
+    }
+}
+
+// ---- Publisher ------------------------------------------------------------------------------
+Publisher::Publisher(zmq::context_t& ctx, const std::string& ep, std::string src, bool bind, int hwm,
+                     const std::optional<CurveConfig>& curve)
+    : sock_(ctx, zmq::socket_type::pub), src_(std::move(src)) {
+    if (!wire::valid_name(src_)) throw std::invalid_argument("publisher src is not a valid name");
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.set(zmq::sockopt::sndhwm, hwm);
+    if (curve) {
+        if (bind) auth_ = std::make_unique<Authenticator>(ctx, curve->allowed_clients_dir);
+        set_curve(sock_, *curve, bind);
+    }
+    if (bind) {
+        sock_.bind(ep);
+        endpoint = sock_.get(zmq::sockopt::last_endpoint);
+    } else {
+        sock_.connect(ep);
+        endpoint = ep;
+    }
+}
+
+bool Publisher::publish(const std::string& topic, const wire::Value& body, wire::Stamps stamps) {
+    if (!wire::get_stamp(stamps, "publish")) wire::set_stamp(stamps, "publish", wire::now_ns());
+    auto frames = wire::encode_frames(topic, body, seq_, src_, stamps);
+    ++seq_;  // every message that encodes takes a number, sent or not
+    auto sent_ok = sock_.send(zmq::buffer(topic), zmq::send_flags::dontwait | zmq::send_flags::sndmore);
+    for (size_t k = 0; sent_ok && k < frames.size(); ++k) {
+        auto more = k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+        sent_ok = sock_.send(zmq::buffer(frames[k]), zmq::send_flags::dontwait | more);
+    }
+    // A PUB socket takes a started message whole, so a refusal can only come first.
+    if (!sent_ok) ++dropped; else ++sent;
+    return bool(sent_ok);
+}
+
+// ---- Subscriber -----------------------------------------------------------------------------
+Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
+                       std::vector<std::string> topics, int hwm, size_t max_bytes,
+                       const std::map<std::string, CurveConfig>& curve)
+    : sock_(ctx, zmq::socket_type::sub), topics_(std::move(topics)), max_bytes_(max_bytes) {
+    if (topics_.empty()) throw std::invalid_argument("Subscriber needs at least one topic");
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.set(zmq::sockopt::rcvhwm, hwm);
+    // libzmq's per-frame memory guard: 4 x max_bytes, at least 64 KiB (docs/wire.md section 6)
+    sock_.set(zmq::sockopt::maxmsgsize, int64_t(std::max<size_t>(4 * max_bytes, 65536)));
+    for (const auto& t : topics_) sock_.set(zmq::sockopt::subscribe, t);
+    for (const auto& ep : endpoints) {
+        auto c = curve.find(ep);
+        if (c != curve.end()) set_curve(sock_, c->second, false);
+        else if (!curve.empty()) sock_.set(zmq::sockopt::curve_server, 0);  // back to NULL
+        sock_.connect(ep);
+    }
+    for (auto* k : {"received", "rejected", "oversize"}) counters[k] = 0;
+}
+
+std::optional<Received> Subscriber::recv(int timeout_ms) {
+    auto deadline = wire::now_ns() + int64_t(timeout_ms) * 1000000;
+    while (true) {
+        zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
+        int64_t left_ms = std::max<int64_t>(0, (deadline - wire::now_ns() + 999999) / 1000000);
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(left_ms)) <= 0) return std::nullopt;
+        if (auto msg = take()) return msg;
+        if (wire::now_ns() >= deadline && timeout_ms >= 0) {
+            zmq::pollitem_t again{sock_.handle(), 0, ZMQ_POLLIN, 0};
+            if (zmq::poll(&again, 1, std::chrono::milliseconds(0)) <= 0) return std::nullopt;
+        }
+    }
+}
+
+std::optional<Received> Subscriber::take() {
+    Received r;
+    do {
+        r.frames.push_back(std::make_unique<zmq::message_t>());
+        if (!sock_.recv(*r.frames.back(), zmq::recv_flags::dontwait)) return std::nullopt;
+    } while (r.frames.back()->more());
+    if (r.frames.size() < 2) {  // a lone frame: no envelope
+        ++counters["rejected"];
+        return std::nullopt;
+    }
+    std::string topic = r.frames[0]->to_string();
+    bool ours = false;
+    for (const auto& t : topics_) ours |= t == topic;  // zmq's filter matches prefixes
+    if (!ours) {
+        ++counters["rejected"];
+        return std::nullopt;
+    }
+    std::vector<wire::Frame> views;
+    for (size_t k = 1; k < r.frames.size(); ++k)
+        views.push_back({static_cast<const uint8_t*>(r.frames[k]->data()), r.frames[k]->size()});
+    try {
+        r.env = wire::decode_frames(views, max_bytes_, topics_);
+    } catch (const wire::WireError& e) {
+        ++counters[e.kind() == wire::ErrorKind::Oversize ? "oversize" : "rejected"];
+        return std::nullopt;
+    }
+    if (r.env.topic != topic) {
+        ++counters["rejected"];
+        return std::nullopt;
+    }
+    wire::set_stamp(r.env.stamps, "recv", wire::now_ns());
+    ++counters["received"];
+    ++counters["received." + topic];
+    return r;
+}
+
+}  // namespace rtinfer::bus

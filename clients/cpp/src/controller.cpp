@@ -1,0 +1,215 @@
+#include "rtinfer/controller.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace rtinfer {
+
+using wire::Envelope;
+using wire::Value;
+
+const char* const COUNTERS[12] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
+                                  "rejected_stale", "late_waypoints", "rejected_bad", "rejected_hash",
+                                  "rejected_dest", "rejected_hold", "holds", "commands"};
+static const std::string LATE = "late";
+
+ChunkRules::ChunkRules(ControllerConfig cfg) : cfg_(std::move(cfg)) {
+    if (cfg_.robot.empty() || !wire::valid_name(cfg_.robot) || !wire::valid_name(cfg_.name))
+        throw std::invalid_argument("controller config: name and robot must be valid names");
+    if (cfg_.deadline_ns <= 0 || cfg_.chunk_interval_ns < 0 || cfg_.max_period_ns <= 0)
+        throw std::invalid_argument("controller config: need deadline_ns > 0, chunk_interval_ns >= 0, "
+                                    "max_period_ns > 0");
+    const TokenizerConfig& t = cfg_.tokenizer;
+    if (cfg_.action && (cfg_.action->names != t.names || cfg_.action->horizon != t.horizon))
+        throw std::invalid_argument("controller config: the action spec's names/horizon differ from "
+                                    "the tokenizer's: describe the same axes and chunk length in both");
+    tokenizer_hash_ = t.hash();
+    if (cfg_.action) action_hash_ = cfg_.action->hash();
+    for (size_t d = 0; d < t.dim(); ++d) bin_width_.push_back((t.high[d] - t.low[d]) / double(t.bins));
+    for (const char* c : COUNTERS) counters_.emplace_back(c, 0);
+    chunk_.waypoints.assign(t.horizon, std::vector<double>(t.dim(), 0.0));
+    chunk_.got.assign(t.horizon, false);
+}
+
+uint64_t& ChunkRules::counter(const std::string& name) {
+    for (auto& kv : counters_)
+        if (kv.first == name) return kv.second;
+    throw std::invalid_argument("no counter " + name);
+}
+
+std::string ChunkRules::on_waypoint(const Envelope& env, int64_t now) {
+    std::vector<double> wp;
+    std::string why = check(env, now, wp);
+    if (why.empty()) why = add(env, wp);
+    if (why.empty()) {
+        take(now);
+        return "waypoints_accepted";
+    }
+    if (why == LATE) {
+        late(env);
+        return "rejected_stale";
+    }
+    ++counter(why);
+    return why;
+}
+
+// check -> assemble -> apply, as controllers/node.py: the first failing rule names the counter.
+std::string ChunkRules::check(const Envelope& env, int64_t now, std::vector<double>& wp) {
+    const Value& b = env.body;
+    if (b.get("dest")->s != cfg_.robot) return "rejected_dest";
+    const Value* tokens = b.get("tokens");
+    const std::string& want = tokens ? tokenizer_hash_ : action_hash_;
+    if (want.empty() || b.get("spec")->s != want) return "rejected_hash";
+    auto capture = wire::get_stamp(env.stamps, "capture");
+    if (!capture || *capture - now > cfg_.deadline_ns) return "rejected_bad";  // none, or future
+    if (now - *capture > cfg_.deadline_ns) return LATE;
+    const int64_t max_p = cfg_.max_period_ns;
+    if (b.get("count")->u > cfg_.tokenizer.horizon || b.get("period_ns")->u > uint64_t(max_p) ||
+        b.get("start_ns")->u > uint64_t(max_p))
+        return "rejected_bad";
+    const wire::NdArray& values = b.get("values")->arr;
+    const size_t dim = cfg_.tokenizer.dim();
+    if (values.dims.size() != 1 || values.dims[0] != dim) return "rejected_bad";
+    wp.assign(dim, 0.0);
+    if (!tokens) {  // a continuous chunk: its values are the truth
+        for (size_t d = 0; d < dim; ++d) wp[d] = values.real(d);
+    } else {  // tokens are the truth; values must be their bin centres within half a bin
+        const wire::NdArray& t = tokens->arr;
+        if (t.dims.size() != 1 || t.dims[0] != dim) return "rejected_bad";
+        const TokenizerConfig& tc = cfg_.tokenizer;
+        for (size_t d = 0; d < dim; ++d) {
+            if (!t.integer_in(d, 0, int64_t(tc.bins) - 1)) return "rejected_bad";
+            float centre = float(tc.low[d] + (double(t.integer(d)) + 0.5) * bin_width_[d]);
+            float diff = std::fabs(float(values.real(d)) - centre);  // float32, as numpy
+            if (double(diff) > bin_width_[d] / 2 + 1e-6) return "rejected_bad";
+            wp[d] = centre;
+        }
+    }
+    if (held()) return "rejected_hold";
+    return "";
+}
+
+std::string ChunkRules::add(const Envelope& env, const std::vector<double>& wp) {
+    const Value& b = env.body;
+    Chunk& c = chunk_;
+    int64_t capture = *wire::get_stamp(env.stamps, "capture");
+    uint64_t cycle = b.get("cycle")->u, index = b.get("index")->u, count = b.get("count")->u;
+    int64_t period = int64_t(b.get("period_ns")->u), start = int64_t(b.get("start_ns")->u);
+    // the key has capture too: a restarted policy may reuse cycles
+    bool same = c.keyed && c.src == env.src && c.cycle == cycle && c.capture_ns == capture;
+    if (!same) {
+        if (c.keyed && capture < c.capture_ns) return "rejected_stale";  // older than the one in use
+        c.keyed = true;
+        c.src = env.src;
+        c.cycle = cycle;
+        c.capture_ns = capture;
+        c.count = count;
+        c.period_ns = period;
+        c.start_ns = start;
+        c.stamps = env.stamps;
+        c.received = c.ready = c.applied = 0;
+        std::fill(c.got.begin(), c.got.end(), false);
+    } else if (count != c.count || period != c.period_ns || start != c.start_ns || c.got[index]) {
+        return "rejected_bad";  // inconsistent with its chunk, or a repeat
+    }
+    c.waypoints[index] = wp;
+    c.got[index] = true;
+    ++c.received;
+    while (c.ready < c.count && c.got[c.ready]) ++c.ready;
+    return "";
+}
+
+void ChunkRules::take(int64_t now) {
+    Chunk& c = chunk_;
+    if (c.received == 1) {  // the first waypoint of a new chunk: a fresh one
+        last_fresh_ns_ = now;
+        ++counter("chunks_accepted");
+    }
+    ++counter("waypoints_accepted");
+    if (c.ready == c.applied) return;  // past a gap: nothing new to track yet
+    if (c.applied == 0) apply_pending_ = true;
+    c.applied = c.ready;
+    state_ = "run";
+}
+
+void ChunkRules::late(const Envelope& env) {
+    ++counter("rejected_stale");
+    if (held()) return;
+    ++counter("late_waypoints");
+    int64_t capture = *wire::get_stamp(env.stamps, "capture");
+    uint64_t cycle = env.body.get("cycle")->u;
+    if (late_keyed_ && late_src_ == env.src && late_cycle_ == cycle && late_capture_ == capture) return;
+    late_keyed_ = true;
+    late_src_ = env.src;
+    late_cycle_ = cycle;
+    late_capture_ = capture;
+    late_.push_back({cycle, env.stamps, "late_index", double(env.body.get("index")->u)});
+}
+
+std::vector<TraceRecord> ChunkRules::take_late() {
+    std::vector<TraceRecord> out;
+    out.swap(late_);
+    return out;
+}
+
+std::optional<TraceRecord> ChunkRules::applied(int64_t apply_ns) {
+    if (!apply_pending_) return std::nullopt;
+    apply_pending_ = false;
+    int64_t e2e = apply_ns - chunk_.capture_ns;
+    e2e_last_ns = e2e;
+    e2e_max_ns = std::max(e2e_max_ns, e2e);
+    TraceRecord r{chunk_.cycle, chunk_.stamps, "e2e_ms", double(e2e) / 1e6};
+    wire::set_stamp(r.stamps, "apply", apply_ns);
+    return r;
+}
+
+void ChunkRules::hold(const std::string& state) {
+    if (state_ == "run") ++counter("holds");  // transitions from tracking to holding
+    state_ = state;
+}
+
+void ChunkRules::on_command(const std::string& cmd, int64_t) {
+    ++counter("commands");
+    if (cmd == "safe_hold") hold("safe_hold");
+    else if (cmd == "clear" && state_ == "safe_hold") state_ = "hold";  // until the next fresh chunk
+    else if (cmd == "stop") hold("stopped");
+}
+
+void ChunkRules::check_watchdog(int64_t now) {
+    if (state_ == "run" && last_fresh_ns_ &&
+        now - *last_fresh_ns_ > cfg_.deadline_ns + cfg_.chunk_interval_ns)
+        hold("hold");
+}
+
+SimAxes::SimAxes(size_t dim, double gain_per_s, double vel_limit)
+    : pos(dim, 0.0), ref(dim, 0.0), gain_(gain_per_s), vmax_(vel_limit), from_(dim, 0.0) {}
+
+void SimAxes::step(const ChunkRules& rules, int64_t now, double dt) {
+    const auto& c = rules.chunk();
+    if (!rules.holding() && c.applied > 0) {
+        if (c.capture_ns != chunk_capture_ || c.cycle != chunk_cycle_) {  // a new chunk: start here
+            chunk_capture_ = c.capture_ns;
+            chunk_cycle_ = c.cycle;
+            from_ = ref;
+        }
+        // the reference: from where the chunk started to waypoint 0, then waypoint to waypoint
+        double t = double(now - c.capture_ns - c.start_ns) / double(c.period_ns);
+        size_t last = c.applied - 1;
+        for (size_t d = 0; d < pos.size(); ++d) {
+            if (t >= double(last)) ref[d] = c.waypoints[last][d];
+            else if (t < 0) ref[d] = c.waypoints[0][d] + (from_[d] - c.waypoints[0][d]) * std::min(1.0, -t);
+            else {
+                size_t i = size_t(t);
+                double a = t - double(i);
+                ref[d] = c.waypoints[i][d] * (1 - a) + c.waypoints[i + 1][d] * a;
+            }
+        }
+    }  // holding: the reference stays where it is
+    for (size_t d = 0; d < pos.size(); ++d) {
+        double v = std::clamp(gain_ * (ref[d] - pos[d]), -vmax_, vmax_);
+        pos[d] += v * dt;
+    }
+}
+
+}  // namespace rtinfer

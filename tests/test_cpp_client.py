@@ -1,0 +1,336 @@
+"""The C++ client (clients/cpp) against the Python reference, with real processes and sockets:
+the shared vectors, mutated corpus messages under ASan/UBSan, the content hash, the C++
+encoder's messages in the Python decoder, and the example controller following the real
+inference node while the Python monitor counts its cycles (plaintext over ipc, CURVE over tcp).
+
+The C++ builds (build/cpp, build/cpp-asan) are made by `make cpp`, or here with cmake when
+missing. Without the toolchain these tests skip, except in CI (CI=true), where it is a failure:
+.ci/run installs it (scripts/cpp_deps.sh)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtinfer.model.action_spec import ActionSpec, canonical_bytes
+from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.transport import wire
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import CurveConfig, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+VECTORS = ROOT / "tests" / "vectors"
+MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
+BUILDS = {"release": ROOT / "build" / "cpp", "asan": ROOT / "build" / "cpp-asan"}
+FLAGS = {"release": ["-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+         "asan": ["-DCMAKE_BUILD_TYPE=Debug", "-DRTINFER_SANITIZE=ON"]}
+ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+
+
+def _missing_toolchain() -> str | None:
+    for tool in ("cmake", "g++", "pkg-config"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if subprocess.run(["pkg-config", "--exists", "libzmq"]).returncode != 0:
+        return "libzmq3-dev is not installed"
+    for header in ("/usr/include/zmq.hpp", "/usr/include/msgpack.hpp"):
+        if not Path(header).exists():
+            return f"{header} is missing (cppzmq-dev / libmsgpack-cxx-dev)"
+    return None
+
+
+def build(kind: str) -> Path:
+    """The build dir of `kind`, configured and built (incremental: a no-op when up to date)."""
+    why = _missing_toolchain()
+    if why:
+        msg = f"C++ toolchain absent: {why}; run: bash scripts/cpp_deps.sh"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(msg + " (in CI the toolchain is required)")
+        pytest.skip(msg)
+    out = BUILDS[kind]
+    if not (out / "CMakeCache.txt").exists():
+        subprocess.run(["cmake", "-S", str(ROOT / "clients/cpp"), "-B", str(out), *FLAGS[kind]],
+                       check=True, capture_output=True)
+    r = subprocess.run(["cmake", "--build", str(out), "-j2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def asan():
+    return build("asan")
+
+
+@pytest.fixture(scope="module")
+def release():
+    return build("release")
+
+
+def tool(build_dir: Path, *args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(build_dir / "rtinfer_wire_tool"), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **ASAN_ENV})
+
+
+# --- the shared vectors ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpp_results(asan):
+    r = tool(asan, "vectors", VECTORS)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_cpp_decoder_gives_every_stated_verdict(cpp_results):
+    got = {v["name"]: v for v in cpp_results["decode"]}
+    assert len(got) == len(MANIFEST["decode"])
+    wrong = [(e["name"], e["verdict"], got[e["name"]]["verdict"], got[e["name"]]["why"])
+             for e in MANIFEST["decode"] if got[e["name"]]["verdict"] != e["verdict"]]
+    assert not wrong
+    for e in MANIFEST["decode"]:
+        if "decoded" in e:
+            assert got[e["name"]]["decoded"] == e["decoded"], e["name"]
+        if e["verdict"] != "ok":
+            assert got[e["name"]]["why"], e["name"]  # every rejection says why
+
+
+def test_cpp_controller_moves_the_stated_counters(cpp_results):
+    c = MANIFEST["controller"]
+    for case, result in zip(c["cases"], cpp_results["controller"], strict=True):
+        before = dict.fromkeys(c["counters"], 0)
+        for k, (step, got) in enumerate(zip(case["steps"], result["steps"], strict=True)):
+            delta = {n: got["counters"][n] - before[n] for n in c["counters"]}
+            assert (delta, got["state"], got["trace"]) == \
+                (step["expect"], step["state"], step["trace"]), f"{case['name']} step {k}"
+            before = {n: got["counters"][n] for n in c["counters"]}
+
+
+def test_cpp_decoder_rejects_mutated_corpus_messages_without_crashing(asan):
+    """Every mutation is accepted or rejected with a WireError; ASan/UBSan abort on anything
+    else (an overflow, a use after free, undefined behaviour)."""
+    seeds = sorted((ROOT / "tests/fuzz/corpus/wire").glob("*.bin")) + \
+        [VECTORS / v["frames"][0] for v in MANIFEST["decode"] if len(v["frames"]) == 1
+         and (VECTORS / v["frames"][0]).stat().st_size < 4096]
+    r = tool(asan, "fuzz", 150, 20260601, *seeds, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout)
+    assert out["mutations"] == 2 * 150 * len(seeds)
+    assert out["verdicts"].get("ok", 0) > 0 and out["verdicts"]["MalformedError"] > 0
+    print(f"{out['mutations']} mutations of {len(seeds)} seeds: {out['verdicts']}")
+
+
+# --- content hash ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("doc", [
+    TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json"),
+    ActionSpec.load(ROOT / "models/zoo/conveyor-act/action_spec.json"),
+    TokenizerConfig(low=(-1e-300, 0, -0.0), high=(1e300, 1, 2**53 + 1.5), bins=70000,
+                    horizon=300, names=("ä", "", "z" * 40), period_ns=2**40),
+    ActionSpec(("b", "a"), ("rad", "°"), (0.1, -5), (0.30000000000000004, 5), 1, 1, 0),
+], ids=["zoo_tokenizer", "zoo_action_spec", "odd_tokenizer", "odd_action_spec"])
+def test_cpp_content_hash_equals_python(release, tmp_path, doc):
+    path = tmp_path / "spec.json"
+    doc.save(path)
+    r = tool(release, "hash", path)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["canonical_hex"] == canonical_bytes(doc.to_dict()).hex()
+    assert got["hash"] == doc.hash
+
+
+def test_cpp_refuses_an_edited_spec_file(release, tmp_path):
+    d = json.loads((ROOT / "models/zoo/conveyor-v1/tokenizer.json").read_text())
+    d["low"][0] = -0.71
+    (tmp_path / "t.json").write_text(json.dumps(d))
+    r = tool(release, "hash", tmp_path / "t.json")
+    assert r.returncode == 1 and "does not match its content" in r.stderr
+
+
+# --- the C++ encoder -------------------------------------------------------------------------------
+def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
+    r = tool(asan, "encode", tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = {}
+    for m in json.loads(r.stdout):
+        got[m["name"]] = wire.decode_frames([Path(f).read_bytes() for f in m["frames"]])
+    assert len(got) == 9 and {e.topic.partition("/")[0] for e in got.values()} == set(wire.schema.BODIES)
+    ch, oob = got["action_chunk"], got["action_chunk_oob"]
+    assert list(ch.stamps.items()) == [("capture", 1000), ("obs_recv", 1100)]
+    assert ch.seq == 42 and ch.src == "cppinf" and ch.body["values"].dtype == np.float32
+    assert ch.body["values"].tolist() == oob.body["values"].tolist() == [0.5, -1.0, 0.25, 1.0]
+    assert ch.body["tokens"].tolist() == [128, 3, 0, 255]
+    assert len([Path(f) for f in json.loads(r.stdout)[1]["frames"]]) == 3  # both arrays out of band
+    obs = got["obs"]
+    assert obs.topic == "obs/cell2" and obs.body["values"]["grid"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert obs.body["values"]["flags"].tolist() == [True, False, True]
+    assert obs.body["ints"] == {"n": -5}
+    assert got["heartbeat"].seq == 2**64 - 1 and got["heartbeat"].body["echo"]["seq"] == 2**64 - 1
+    assert got["health"].body["gauges"] == {"e2e_ms": 1.25, "n": -3}
+    assert got["budget"].body["reason"] == "slack ü"
+    # the same bytes as Python's encoder writes for the same message
+    assert Path(json.loads(r.stdout)[7]["frames"][0]).read_bytes() == wire.encode(
+        "budget", {"level": 2, "reason": "slack ü"}, seq=5, src="cppmon")
+
+
+# --- the example controller against the real nodes -------------------------------------------------
+def conveyor_obs(rng) -> dict:
+    objects = np.zeros((6, 4), np.float32)
+    objects[0] = (rng.integers(0, 3), rng.uniform(-0.5, 0.5), rng.uniform(-0.2, 0.5), 1.0)
+    gantry = np.array([0.0, 0.2, 0.5, 0, 0, 0, 0, 0], np.float32)
+    return {"values": {"objects": objects, "gantry": gantry, "held": np.array([-1], np.float32),
+                       "instruction": np.array([2, 0, 1], np.int32)}, "ints": {"instruction_id": 4}}
+
+
+def start(cmd, **kw):
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw)
+
+
+def stop(proc, timeout=20):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def controller_cmd(build_dir, eps, robot="cpparm", extra=()):
+    return [str(build_dir / "rtinfer_controller"), "--actions", eps["act"], "--control", eps["ctl"],
+            "--publish", eps["robot"], "--robot", robot, "--name", "cppctl",
+            "--tokenizer", str(ROOT / "models/zoo/conveyor-v1/tokenizer.json"),
+            "--chunk-interval-ms", "100", "--beat-s", "0.5", *extra]
+
+
+def test_cpp_controller_follows_the_inference_node_and_the_monitor_counts_it(release, tmp_path):
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl", "robot")}
+    obs_pub = Publisher(eps["obs"], "cpparm")  # the robot's obs: src = the C++ robot name
+    node = start([sys.executable, "-m", "rtinfer.inference.node", "--model",
+                  str(ROOT / "models/zoo/conveyor-v1"), "--obs", eps["obs"], "--actions", eps["act"],
+                  "--control", eps["ctl"], "--drafter", "none", "--no-budget", "--threads", "1"])
+    mon = start([sys.executable, "-m", "rtinfer.monitor.node", "--listen", eps["robot"],
+                 "--control", eps["ctl"], "--report", str(tmp_path / "monitor.json"),
+                 "--deadline-ms", "100"])
+    ctl = start(controller_cmd(release, eps))
+    traces = Subscriber(eps["robot"], ["trace"])
+    try:
+        for proc, what in ((node, "ready"), (mon, "ready"), (ctl, "ready")):
+            line = proc.stdout.readline()
+            assert what in line, proc.stderr.read() if proc.poll() is not None else line
+        rng, got, end = np.random.default_rng(0), [], time.monotonic() + 40
+        while time.monotonic() < end and len([t for t in got if "apply" in t.body["stamps"]]) < 8:
+            obs_pub.publish("obs", conveyor_obs(rng), {"capture": wire.now_ns()})
+            t_next = time.monotonic() + 0.1
+            while time.monotonic() < t_next:
+                env = traces.recv(20)
+                if env is not None:
+                    got.append(env)
+        applied = [t for t in got if "apply" in t.body["stamps"]]
+        assert len(applied) >= 8, (len(got), [t.body for t in got[:3]])
+        for t in applied:
+            st = t.body["stamps"]
+            assert list(st) == ["capture", "obs_recv", "first_token", "publish", "recv", "apply"]
+            assert list(st.values()) == sorted(st.values())  # one host: one clock
+            assert t.body["node"] == "cppctl" and t.src == "cpparm"
+        cycles = [t.body["cycle"] for t in applied]
+        assert cycles == sorted(cycles) and len(set(cycles)) == len(cycles)
+        time.sleep(1.0)  # the monitor's next pings and echoes
+    finally:
+        ctl_out, ctl_err = stop(ctl)
+        stop(mon)
+        stop(node)
+        obs_pub.close()
+        traces.close()
+    assert ctl.returncode == 0, ctl_err
+    report = json.loads(ctl_out.strip().splitlines()[-1])
+    c = report["counters"]
+    assert c["chunks_accepted"] >= 8 and c["waypoints_accepted"] >= 4 * 8
+    assert c["rejected_hash"] == c["rejected_dest"] == c["rejected_bad"] == 0
+    assert c["heartbeat.echoes"] >= 1 and c["sub.rejected"] == 0
+    monitor = json.loads((tmp_path / "monitor.json").read_text())
+    assert monitor["cycles"] >= len(applied) - 1, monitor["cycles"]
+    assert monitor["nodes"]["cppctl"]["messages"] > 0
+    assert "cppctl" in monitor["clocks"] and monitor["counters"]["echoes"] >= 1
+    assert report["pos"] != [0.0, 0.0, 0.0, 0.0]  # the simulated axes moved
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
+    """Chunks in over tcp + CURVE (the C++ side a client of a Python server), traces out over
+    tcp + CURVE (the C++ side the server, checking its allow-list); a stranger gets nothing."""
+    keys = tmp_path / "keys"
+    for name in ("policy", "cpp", "viewer", "stranger"):
+        generate(keys / name, name)
+    allow_cpp, allow_viewer = tmp_path / "allow_cpp", tmp_path / "allow_viewer"
+    for d, who in ((allow_cpp, "cpp"), (allow_viewer, "viewer")):
+        d.mkdir()
+        shutil.copy(keys / who / f"{who}.key", d)
+    eps = {"act": f"tcp://127.0.0.1:{free_port()}", "robot": f"tcp://127.0.0.1:{free_port()}",
+           "ctl": f"ipc://{tmp_path}/ctl"}
+    curve_map = tmp_path / "curve.json"
+    curve_map.write_text(json.dumps({
+        eps["act"]: {"server_key": str(keys / "policy/policy.key"), "allow": str(allow_cpp)},
+        eps["robot"]: {"server_key": str(keys / "cpp/cpp.key"), "allow": str(allow_viewer)}}))
+    policy = Publisher(eps["act"], "inf", curve=CurveConfig(keys / "policy/policy.key_secret",
+                                                            allowed_clients_dir=allow_cpp))
+    ctl = start(controller_cmd(release, eps, extra=["--curve-secret", str(keys / "cpp/cpp.key_secret"),
+                                                    "--curve-map", str(curve_map)]))
+    viewer = Subscriber(eps["robot"], ["trace"], curve=CurveConfig(
+        keys / "viewer/viewer.key_secret", server_public_key_file=keys / "cpp/cpp.key"))
+    stranger = Subscriber(eps["robot"], ["trace"], curve=CurveConfig(
+        keys / "stranger/stranger.key_secret", server_public_key_file=keys / "cpp/cpp.key"))
+    tok = TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json")
+    from rtinfer.model.action_tokens import ActionTokenizer
+    from rtinfer.transport.action_chunk import waypoint_body
+    decode = ActionTokenizer(tok).decode
+    try:
+        assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
+        got, end, cycle = [], time.monotonic() + 20, 0
+        while time.monotonic() < end and len(got) < 3:
+            cycle += 1
+            capture = wire.now_ns()
+            for i in range(tok.horizon):
+                ids = np.array([100 + i, 50, 20, 255], np.int32)
+                policy.publish("action_chunk", waypoint_body(
+                    cycle, i, tok.horizon, decode(ids), spec=tok.hash, period_ns=tok.period_ns,
+                    start_ns=tok.period_ns, dest="cpparm", tokens=ids),
+                    {"capture": capture, "obs_recv": capture, "first_token": capture})
+            env = viewer.recv(200)
+            if env is not None and "apply" in env.body["stamps"]:
+                got.append(env)
+        assert len(got) >= 3, "no traces over CURVE"
+        assert stranger.recv(300) is None  # not on the allow-list: the handshake is refused
+    finally:
+        out, err = stop(ctl)
+        for s in (policy, viewer, stranger):
+            s.close()
+    assert ctl.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["counters"]["chunks_accepted"] >= 3
+
+
+def test_cpp_controller_refuses_bad_setup_with_a_clear_error(release, tmp_path):
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "ctl", "robot")}
+    r = subprocess.run(controller_cmd(release, eps)[:-6], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--tokenizer" in r.stderr
+    secret = tmp_path / "k"
+    generate(secret, "k")
+    os.chmod(secret / "k.key_secret", 0o644)
+    tcp = f"tcp://127.0.0.1:{free_port()}"
+    (tmp_path / "c.json").write_text(json.dumps({tcp: {"server_key": str(secret / "k.key")}}))
+    r = subprocess.run(controller_cmd(release, {**eps, "act": tcp}, extra=[
+        "--curve-secret", str(secret / "k.key_secret"), "--curve-map", str(tmp_path / "c.json")]),
+        capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "chmod 600" in r.stderr
