@@ -30,7 +30,7 @@ would drop waypoints). Not thread-safe: run it from one thread.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np

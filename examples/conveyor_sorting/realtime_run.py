@@ -11,7 +11,9 @@ import sys
 import tempfile
 import time
 
-from .sim_node import SimNode, emit_report
+from controllers.run import emit_report
+
+from .sim_node import SimNode
 
 
 def run(seconds: float, *, seed: int = 0, trace: str | None = None) -> dict:

@@ -3,29 +3,22 @@ controllers.run) and SimNode (it, behind controllers.run.RobotProcess, for calle
 
 One tick = read -> PID -> write -> one 1 ms physics step. Every policy period the tick also
 publishes an `obs` message stamped `capture` (what a perception stage would send). The launch
-files run it through the generic robot entry point:
+files run it through the generic robot entry point (docs/robots.md):
 
     python -m controllers.run --hardware examples.conveyor_sorting.sim_node:ConveyorSim \
-        --config examples/conveyor_sorting/robot.yaml --model models/zoo/conveyor-v1 \
+        --config examples.conveyor_sorting:robot.yaml --model models/zoo/conveyor-v1 \
         --obs ipc:///tmp/obs --actions ipc:///tmp/act --set seed=1 --set seconds=60
-
-and `python -m examples.conveyor_sorting.sim_node` is the same with the cell's options
-checked by their own parsers (--seed, --instruction, --belt-speed).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import replace
 
 from controllers.config import ControlConfig
-from controllers.run import RobotProcess, emit_report, never_followed
-from rtinfer.transport.curve import add_curve_arguments, curve_from_args
-from rtinfer.realtime.os_setup import configure_realtime
+from controllers.run import RobotProcess
 
 from .cell import ConveyorCell
-from .config import (BELT_SPEED_MAX, CellConfig, action_spec, control_config, parse_belt_speed,
-                     parse_seed, parse_instruction, tokenizer_config)
+from .config import (CellConfig, action_spec, control_config, parse_belt_speed, parse_seed,
+                     parse_instruction, tokenizer_config)
 from .observe import obs_body, observe
 
 HEALTH_EVERY = 500  # ticks between the cell's own health messages (2 Hz)
@@ -127,67 +120,3 @@ class SimNode(RobotProcess):
         until stop() (e.g. from a signal handler)."""
         self.sim.seconds, self.sim.wait_s = seconds, wait_s
         return super().run(None)
-
-
-def parse_options(argv: list[str] | None = None
-                  ) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    """The sim node's command line: (parser, parsed options)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--obs", required=True, help="endpoint to bind for obs/health/trace")
-    ap.add_argument("--actions", required=True, help="the policy's action endpoint (connect)")
-    ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--seed", type=_seed, default=0, help="cell seed: spawns and, unless "
-                    "--instruction is given, the class -> bin instruction")
-    ap.add_argument("--instruction", type=_instruction, default=None,
-                    help='the bin of each object class, e.g. 2,0,1; "seed" (default): drawn '
-                         "from --seed")
-    ap.add_argument("--belt-speed", type=_belt_speed, default=None,
-                    help=f"m/s, in (0, {BELT_SPEED_MAX:g}] (default {CellConfig.belt_speed:g})")
-    ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
-    ap.add_argument("--deadline-ms", type=float, default=100.0)
-    ap.add_argument("--trace", default=None)
-    ap.add_argument("--report", default=None, help="write the final report JSON here")
-    add_curve_arguments(ap)
-    return ap, ap.parse_args(argv)
-
-
-def _option(parse):
-    """An argparse type from one of the task's parsers (config.parse_*): its ValueError
-    becomes a usage error with the same message."""
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return convert
-
-
-_seed, _belt_speed = _option(parse_seed), _option(parse_belt_speed)
-_instruction = _option(lambda text: None if text == "seed" else parse_instruction(text))
-
-
-def make_sim(ap: argparse.ArgumentParser, a: argparse.Namespace) -> SimNode:
-    """A SimNode from parse_options' result (a bad key setup is a usage error)."""
-    curve = curve_from_args(ap, a, binds=[a.obs], connects=[a.actions, a.control])
-    cell = CellConfig() if a.belt_speed is None else replace(CellConfig(), belt_speed=a.belt_speed)
-    return SimNode(a.obs, a.actions, control_endpoint=a.control, cell=cell, seed=a.seed,
-                   instruction=a.instruction, trace_path=a.trace, deadline_ms=a.deadline_ms, curve=curve)
-
-
-def run_sim(sim: SimNode, seconds: float) -> dict:
-    """Run until `seconds` or SIGTERM/SIGINT (stopping cleanly), close; the report."""
-    return sim.run_until_signalled(seconds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap, a = parse_options(argv)
-    configure_realtime(cpus=None if a.cpu is None else [a.cpu])
-    sim = make_sim(ap, a)
-    report = run_sim(sim, a.seconds)
-    emit_report(report, a.report)
-    return 0 if sim.signalled else never_followed(report["controller"])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,9 +31,10 @@ import yaml
 
 from rtinfer.cli.shipped import launch_file, zoo_model
 
-# The sim node, with every written force checked against the limit (a module string: the
-# runtime never imports the example).
-SOAK_SIM = "examples.conveyor_sorting.soak_sim:main"
+# The sim's hardware, with every written force checked against the limit (a module string:
+# the runtime never imports the example).
+SIM_HARDWARE = "examples.conveyor_sorting.sim_node:ConveyorSim"
+SOAK_HARDWARE = "examples.conveyor_sorting.soak_sim:CheckedConveyorSim"
 RSS_GROWTH_TARGET_PCT = 5.0
 
 
@@ -61,7 +62,7 @@ def _launch_file(run_dir: Path, seconds: float, policy: str | None) -> Path:
         data.setdefault("vars", {})["model"] = str(model)
     for node in data["nodes"]:
         if node["name"] == "sim":
-            node["entry"] = SOAK_SIM
+            node["args"] = [SOAK_HARDWARE if a == SIM_HARDWARE else a for a in node["args"]]
     out = run_dir / "soak.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out

@@ -151,10 +151,13 @@ endpoints:
 nodes:
   - name: sim
     host: robot
-    entry: examples.conveyor_sorting.sim_node:main
+    entry: controllers.run:main
     args: [--curve-secret, "${{node.curve_secret}}", --curve-map, "${{curve_map}}",
+           --hardware, "examples.conveyor_sorting.sim_node:ConveyorSim",
+           --config, "examples.conveyor_sorting:robot.yaml",
+           --model, "examples.conveyor_sorting:tokenizer.json",
            --obs, "${{endpoints.obs}}", --actions, "${{endpoints.actions}}",
-           --control, "${{endpoints.control}}", --seconds, "${{seconds}}",
+           --control, "${{endpoints.control}}", --set, "seconds=${{seconds}}",
            --report, "${{run_dir}}/sim_report.json"]
     curve_secret: {k}/robot.key_secret
   - name: monitor

@@ -23,10 +23,16 @@ def test_short_soak_reports_memory_misses_and_no_force_beyond_limits():
     assert sorted(r["instruction"]) == [0, 1, 2]
 
 
-def test_the_soaks_sim_takes_the_launch_files_cell_seed():
+def test_the_soaks_sim_takes_the_launch_files_cell_seed(tmp_path):
     """The seed picks the instruction: the learned policy's launch sets seed 1, a training
     instruction; without it the soak sorted under the held-out one."""
-    from examples.conveyor_sorting.sim_node import parse_options
-    ends = ["--obs", "ipc:///x", "--actions", "ipc:///y"]
-    assert parse_options([*ends, "--seed", "1", "--cpu", "0"])[1].seed == 1
-    assert parse_options(ends)[1].seed == 0
+    import yaml
+    from controllers.run import build_hardware, load_robot
+    from examples.conveyor_sorting.soak_sim import CheckedConveyorSim
+    data = yaml.safe_load(soak._launch_file(tmp_path, 10.0, None).read_text())
+    args = next(n["args"] for n in data["nodes"] if n["name"] == "sim")
+    assert args[args.index("--hardware") + 1] == soak.SOAK_HARDWARE
+    assert "seed=${vars.seed}" in args and data["vars"]["seed"] == 1
+    _, control, hardware = load_robot("examples.conveyor_sorting:robot.yaml")
+    sim = build_hardware(CheckedConveyorSim, control, {**hardware, "seed": 1})
+    assert sim.seed == 1
