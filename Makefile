@@ -34,14 +34,14 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 
 # The C++ client (clients/cpp): its Debian packages (installed when missing), then a normal
-# and an ASan/UBSan build; tests/test_cpp_client.py uses both.
+# and an ASan/UBSan build of the test tool; tests/test_cpp_client.py uses both.
 .PHONY: cpp
 cpp:
 	bash scripts/cpp_deps.sh
 	cmake -S clients/cpp -B build/cpp -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build/cpp -j2
 	cmake -S clients/cpp -B build/cpp-asan -DCMAKE_BUILD_TYPE=Debug -DRTINFER_SANITIZE=ON >/dev/null
-	cmake --build build/cpp-asan -j2
+	cmake --build build/cpp-asan -j2 --target rtinfer_wire_tool
 
 # LeRobot ACT venv (examples/conveyor_sorting/lerobot_act.py); LEROBOT_VENV overrides the path.
 LEROBOT_VENV ?= .venv-lerobot

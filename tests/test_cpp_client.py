@@ -61,7 +61,8 @@ def build(kind: str) -> Path:
     if not (out / "CMakeCache.txt").exists():
         subprocess.run(["cmake", "-S", str(ROOT / "clients/cpp"), "-B", str(out), *FLAGS[kind]],
                        check=True, capture_output=True)
-    r = subprocess.run(["cmake", "--build", str(out), "-j2"], capture_output=True, text=True)
+    target = ["--target", "rtinfer_wire_tool"] if kind == "asan" else []  # no sockets under ASan
+    r = subprocess.run(["cmake", "--build", str(out), "-j2", *target], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out
 
@@ -125,6 +126,30 @@ def test_cpp_decoder_rejects_mutated_corpus_messages_without_crashing(asan):
     assert out["mutations"] == 2 * 150 * len(seeds)
     assert out["verdicts"].get("ok", 0) > 0 and out["verdicts"]["MalformedError"] > 0
     print(f"{out['mutations']} mutations of {len(seeds)} seeds: {out['verdicts']}")
+
+
+def test_cpp_and_python_decoders_agree_on_mutated_messages(asan):
+    """A differential test: the same mutated frames through both decoders, the same verdict
+    (accept or the same error class) every time."""
+    seeds = sorted((ROOT / "tests/fuzz/corpus/wire").glob("*.bin")) + \
+        [VECTORS / v["frames"][0] for v in MANIFEST["decode"] if v["verdict"] == "ok"
+         and len(v["frames"]) == 1 and (VECTORS / v["frames"][0]).stat().st_size < 4096]
+    r = tool(asan, "fuzz-dump", 40, 7, *seeds, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    lines = r.stdout.strip().splitlines()[:-1]
+    differ = []
+    for line in lines:
+        m = json.loads(line)
+        frames = [bytes.fromhex(f) for f in m["frames"]]
+        try:
+            wire.decode_frames(frames)
+            verdict = "ok"
+        except wire.WireError as e:
+            verdict = type(e).__name__
+        if verdict != m["verdict"]:
+            differ.append((m["frames"], m["verdict"], verdict))
+    assert len(lines) == 2 * 40 * len(seeds)
+    assert not differ, differ[:3]
 
 
 # --- content hash ----------------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 //                                        controller cases through ChunkRules
 //   rtinfer_wire_tool fuzz N SEED FILE.. N mutations of each file: decode must reject with a
 //                                        WireError or accept; anything else exits 2
+//   rtinfer_wire_tool fuzz-dump N SEED FILE..  the same, one JSON line per decode (frames as
+//                                        hex, verdict): for a differential test against Python
 //   rtinfer_wire_tool encode OUTDIR      write one message of every kind for Python to decode
 //   rtinfer_wire_tool hash FILE          content hash of a tokenizer.json / action_spec.json
 #include <cmath>
@@ -182,7 +184,7 @@ std::string mutate(const std::string& in, std::mt19937_64& rng) {
     return s;
 }
 
-int fuzz(long n, uint64_t seed, const std::vector<std::string>& files) {
+int fuzz(long n, uint64_t seed, const std::vector<std::string>& files, bool dump) {
     std::mt19937_64 rng(seed);
     std::map<std::string, long> verdicts;
     long total = 0;
@@ -199,15 +201,21 @@ int fuzz(long n, uint64_t seed, const std::vector<std::string>& files) {
                           {reinterpret_cast<const uint8_t*>(m.data()) + cut, m.size() - cut}};
                 }
                 ++total;
+                std::string verdict = "ok";
                 try {
                     wire::decode_frames(fr);
-                    ++verdicts["ok"];
                 } catch (const wire::WireError& e) {
                     if (std::strlen(e.what()) == 0) { std::cerr << "empty error message\n"; return 2; }
-                    ++verdicts[wire::error_class(e.kind())];
+                    verdict = wire::error_class(e.kind());
                 } catch (const std::exception& e) {
                     std::cerr << "not a WireError: " << e.what() << " (file " << path << ", mutation " << k << ")\n";
                     return 2;
+                }
+                ++verdicts[verdict];
+                if (dump) {
+                    std::cout << "{\"frames\": [";
+                    for (size_t f = 0; f < fr.size(); ++f) std::cout << (f ? ", " : "") << json::quote(hex(fr[f].data, fr[f].size));
+                    std::cout << "], \"verdict\": " << json::quote(verdict) << "}\n";
                 }
             }
         }
@@ -306,14 +314,15 @@ int main(int argc, char** argv) {
     std::vector<std::string> a(argv + 1, argv + argc);
     try {
         if (a.size() == 2 && a[0] == "vectors") return vectors(a[1]);
-        if (a.size() >= 4 && a[0] == "fuzz")
-            return fuzz(std::stol(a[1]), std::stoull(a[2]), std::vector<std::string>(a.begin() + 3, a.end()));
+        if (a.size() >= 4 && (a[0] == "fuzz" || a[0] == "fuzz-dump"))
+            return fuzz(std::stol(a[1]), std::stoull(a[2]), std::vector<std::string>(a.begin() + 3, a.end()),
+                        a[0] == "fuzz-dump");
         if (a.size() == 2 && a[0] == "encode") return encode(a[1]);
         if (a.size() == 2 && a[0] == "hash") return hash(a[1]);
     } catch (const std::exception& e) {
         std::cerr << "rtinfer_wire_tool: " << e.what() << "\n";
         return 1;
     }
-    std::cerr << "usage: rtinfer_wire_tool vectors DIR | fuzz N SEED FILE... | encode OUTDIR | hash FILE\n";
+    std::cerr << "usage: rtinfer_wire_tool vectors DIR | fuzz[-dump] N SEED FILE... | encode OUTDIR | hash FILE\n";
     return 2;
 }
