@@ -1,7 +1,8 @@
 """The reach arm as real processes: `rtinfer launch launch/arm_reach.yaml` (controllers.run
 with ArmSim, the inference node on ONNX Runtime with the shipped BC policy, the deadline
-monitor; real ZeroMQ between them) and its expert twin launch/arm_reach_expert.yaml exit 0 with targets reached and no deadline missed, and
-bad input to the robot process is one line and exit 2."""
+monitor; real ZeroMQ between them) and its expert twin launch/arm_reach_expert.yaml exit 0
+with targets reached and no deadline missed, and bad input to the robot process is one line
+and exit 2."""
 from __future__ import annotations
 
 import json
@@ -19,9 +20,9 @@ ROBOT = [sys.executable, "-m", "controllers.run", "--hardware", "examples.arm_re
 @pytest.mark.parametrize("launch", ["launch/arm_reach.yaml", "launch/arm_reach_expert.yaml"])
 def test_launch_reaches_targets_with_no_deadline_miss(tmp_path, launch):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor", launch, "--set", "seconds=3", "--run-dir",
-                           str(run_dir), "--seconds", "60"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=90)
+    proc = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor", launch,
+                           "--set", "seconds=3", "--run-dir", str(run_dir), "--seconds", "60"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     robot = json.loads((run_dir / "robot_report.json").read_text())
     monitor = json.loads((run_dir / "monitor_report.json").read_text())
@@ -34,7 +35,8 @@ def test_launch_reaches_targets_with_no_deadline_miss(tmp_path, launch):
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["--model", "models/zoo/arm-reach-bc", "--set", "sed=3"], "unknown keys ['sed'] for the reach arm"),
+    (["--model", "models/zoo/arm-reach-bc", "--set", "sed=3"],
+     "unknown keys ['sed'] for the reach arm"),
     (["--model", "models/zoo/no-such-model"], "models/zoo/no-such-model: no policy spec there"),
     (["--model", "models/zoo/conveyor-act"], "action names ['x', 'y', 'z', 'suction'] are not "
      "this robot's ['base', 'shoulder', 'elbow', 'wrist']"),

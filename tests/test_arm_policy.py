@@ -17,18 +17,19 @@ from rtinfer.model.directory import ModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "zoo" / "arm-reach-bc"
+ROBOT_SPEC = ROOT / "examples" / "arm_reach" / "action_spec.json"
 _, CONTROL, _ = load_robot()
 
 
 def test_shipped_model_passes_check_model_against_the_robots_spec():
-    found, summary = problems(str(MODEL), robot_spec=str(ROOT / "examples/arm_reach/action_spec.json"))
+    found, summary = problems(str(MODEL), robot_spec=str(ROBOT_SPEC))
     assert found == [] and summary["kind"] == "chunk"
     assert summary["inputs"] == ["joints", "ee", "target"]
 
 
 def test_shipped_model_is_made_for_this_robot_and_small():
     spec = ActionSpec.load(MODEL / "action_spec.json")
-    assert spec == action_spec(CONTROL) == ActionSpec.load(ROOT / "examples/arm_reach/action_spec.json")
+    assert spec == action_spec(CONTROL) == ActionSpec.load(ROBOT_SPEC)
     ControllerConfig(CONTROL, action=spec)        # the controller's own check on connect
     assert sum(f.stat().st_size for f in MODEL.iterdir()) < 2_000_000
 

@@ -6,8 +6,9 @@ scripted expert through the real ControlStack, one row per policy period, into a
 Each episode starts from the ready pose plus noise and gets its own target seed. DART-style
 noise (Laskey et al. 2017): on a fraction `noise_prob` of the policy periods the arm
 executes the expert's chunk offset by a Gaussian joint offset (`noise_rad`, one draw per
-chunk; only while the hand is over NOISE_FAR_M from the target), while the row keeps the clean expert label, so the dataset also covers states just
-off the expert's path and how to return from them.
+chunk; only while the hand is over NOISE_FAR_M from the target), while the row keeps the
+clean expert label, so the dataset also covers states just off the expert's path and how to
+return from them.
 
 Arrays (N rows): joints float32 (N, 2n), ee float32 (N, 3), target float32 (N, 3),
 chunk float32 (N, H, n) (the expert's label), episode int32 (N,); summary: a JSON string.

@@ -55,7 +55,8 @@ def run(sim: ArmSim, policy: Policy, *, seconds: float | None = None, targets: i
         raise ValueError(f"latency_ms must be in [0, {obs_every})")
     end = None if seconds is None else sim.step_count + round(seconds * 1000)
     pending, chunks, wall0 = None, 0, time.perf_counter()
-    while (end is None or sim.step_count < end) and (targets is None or sim.task.resolved < targets):
+    while (end is None or sim.step_count < end) and \
+            (targets is None or sim.task.resolved < targets):
         k = sim.step_count % obs_every
         if k == 0:
             obs = observe(sim)

@@ -46,7 +46,8 @@ class ReachMLP(nn.Module):
             body += [nn.Linear(a, b), nn.SiLU()]
         self.net = nn.Sequential(*body, nn.Linear(hidden, spec.horizon * n))
         for k, v in (("x_mean", torch.zeros(d_in)), ("x_std", torch.ones(d_in)),
-                     ("y_mean", torch.zeros(spec.horizon, n)), ("y_std", torch.ones(spec.horizon, n)),
+                     ("y_mean", torch.zeros(spec.horizon, n)),
+                     ("y_std", torch.ones(spec.horizon, n)),
                      ("low", torch.tensor(spec.low[:n], dtype=torch.float32)),
                      ("high", torch.tensor(spec.high[:n], dtype=torch.float32))):
             self.register_buffer(k, v)
