@@ -9,6 +9,7 @@
 // Neither class is thread-safe. Bad messages are counted (counters), never thrown.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,7 +55,7 @@ class Authenticator {
     zmq::socket_t sock_;
     std::thread thread_;
     std::vector<std::string> allowed_;  // 32-byte binary public keys
-    bool running_ = true;
+    std::atomic<bool> running_{true};
     void serve();
 };
 
