@@ -92,7 +92,8 @@ class Dashboard:
         return t
 
     def errors(self) -> list[str]:
-        """Input dropped that means a policy is not being followed: one phrase each."""
+        """Input dropped that means a policy is not being followed, and a robot that does
+        not answer: one phrase each."""
         ctl = lambda k: self._get("controller", "counters", k)  # noqa: E731
         out = []
         if ctl("rejected_hash"):
@@ -101,6 +102,10 @@ class Dashboard:
             out.append(f"{ctl('rejected_dest')} chunks for another robot rejected")
         if ctl("rejected_bad"):
             out.append(f"{ctl('rejected_bad')} malformed waypoints rejected")
+        faults = [f"{ctl(k)} failed {k.split('_')[0]}s" for k in ("read_faults", "write_faults")
+                  if ctl(k)]
+        if faults:
+            out.append("robot hardware: " + ", ".join(faults) + " (the robot held)")
         if self._get("policy", "counters", "obs_bad"):
             out.append(f"{self._get('policy', 'counters', 'obs_bad')} observations did not "
                        f"fit the policy's model")
