@@ -15,7 +15,7 @@ inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rej
 A chunk of another spec or for another robot is also said on stderr at once, then at most
 once a second (rtinfer.realtime.complaints). Local watchdog (on transport.liveliness): no
 fresh chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the
-policy's period) -> hold (brake within limits, keep suction); the next fresh chunk resumes.
+policy's period) -> hold (brake within limits, keep the tool); the next fresh chunk resumes.
 compute(): ControlStack -> HardwareInterface.write(). A read or write that raises HardwareFault
 (or OSError) is counted (read_faults, write_faults): the robot holds (a failed read gets
 ControlStack.safe_command from the last good state), the state is "fault" until a tick whose

@@ -121,7 +121,7 @@ class PID:
 
     def update(self, setpoint, measurement, *, rate_setpoint=0.0, measurement_rate=None,
                feedforward=0.0, dt_s: float | None = None) -> np.ndarray:
-        """Return the output (N per axis for the gantry). The returned array is reused by
+        """Return the output (per axis, in output units). The returned array is reused by
         the next call. measurement_rate: a measured velocity, used instead of differencing
         the measurement (both go through the low-pass)."""
         n, dt = self.n, self.dt_s if dt_s is None else dt_s
