@@ -33,7 +33,7 @@ def canonical_bytes(value) -> bytes:
     """The canonical byte form that content hashes are taken over, computable in any
     language with a msgpack library: msgpack, with every map's keys sorted by their UTF-8
     bytes, text as msgpack str, integers in their shortest msgpack form, every real number
-    (a limit) as a float64 (0xcb), lists as arrays. docs/wire.md §8 states it."""
+    (a limit) as a float64 (0xcb), lists as arrays. docs/policies.md §2 states it."""
     def canon(v):
         if isinstance(v, dict):
             return {k: canon(v[k]) for k in sorted(v, key=lambda k: k.encode())}
