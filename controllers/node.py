@@ -150,8 +150,9 @@ class ControllerNode:
         from the same loop)."""
         if tokenizer_hash is not None and (cfg.tokenizer is None
                                            or tokenizer_hash != cfg.tokenizer.hash):
+            mine = "none" if cfg.tokenizer is None else cfg.tokenizer.hash
             raise ValueError(f"tokenizer hash {tokenizer_hash} does not match the node's "
-                             f"tokenizer config ({cfg.tokenizer.hash}): ship them together")
+                             f"tokenizer config ({mine}): ship them together")
         self.hw, self.cfg, self.sub, self.pub, self.trace, self.on_tick = \
             hw, cfg, sub, pub, trace, on_tick
         self.tokenizer_hash = None if cfg.tokenizer is None else cfg.tokenizer.hash
