@@ -2,9 +2,11 @@
 
     rtinfer export --checkpoint runs/conveyor-v1/policy --out models/zoo/conveyor-v1
 
-Writes the ONNX step graphs (fp32 and fp16) with graphs.json, tokenizer.json,
-obs_tokens.json and card.json (training facts, per-exit token accuracy, export parity).
-Success rates are added to the card by `models.package --eval` (they need the cell).
+Writes the ONNX step graphs (fp32 and fp16, and with --quantise int8/int4 weight-quantised
+sets: models.quantise) with graphs.json, tokenizer.json, obs_tokens.json and card.json
+(training facts, per-exit token accuracy, export parity, each quantised set's greedy
+agreement with fp32 on stream.npz when the folder has one). Success rates are added to the
+card by examples.conveyor_sorting.card_eval (they need the cell).
 """
 from __future__ import annotations
 
@@ -17,13 +19,17 @@ from rtinfer.model.action_tokens import TokenizerConfig
 
 from . import checkpoint
 from .export import export_all
+from .quantise import quantise as quantise_sets
 from .share import share_weights
 
 K_VERIFY = 8
 
 
 def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True,
-            exit_prefill: tuple[int, ...] = ()) -> dict:
+            exit_prefill: tuple[int, ...] = (), quantise: tuple[str, ...] = (),
+            stream=None) -> dict:
+    """quantise: precisions ("int8", "int4") to add beside fp32; stream: the recorded .npz
+    their agreement is measured on (default out_dir/stream.npz, if there)."""
     ck = checkpoint.load(ckpt_path)
     meta, cfg, vocab = ck.meta, ck.cfg, ck.vocab
     out = Path(out_dir)
@@ -56,6 +62,8 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True,
                        "max_logit_diff": {n: g.get("max_abs_logits")
                                           for n, g in parity["graphs"].items()},
                        "weights_24": {n: g.get("weights_24") for n, g in parity["graphs"].items()}}}
+    if quantise:
+        card["quantised"] = quantise_sets(out, quantise, stream=stream, card=False)
     (out / "card.json").write_text(json.dumps(card, indent=1))
     return card
 
@@ -69,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fp16", action="store_true")
     ap.add_argument("--exit-prefill", type=int, nargs="*", default=[],
                     help="exit depths whose budget levels prefill there too")
+    ap.add_argument("--quantise", nargs="*", default=[], choices=["int8", "int4"],
+                    help="weight-quantised graph sets to add beside fp32 (models.quantise)")
     a = ap.parse_args(argv)
-    card = package(a.checkpoint, a.out, fp16=not a.no_fp16, exit_prefill=tuple(a.exit_prefill))
+    card = package(a.checkpoint, a.out, fp16=not a.no_fp16, exit_prefill=tuple(a.exit_prefill),
+                   quantise=tuple(a.quantise))
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 

@@ -10,6 +10,11 @@ scenes are held out of training: run_policy seeds episode e as seed * 100003 + e
 uses seed * 1000003 + e; the recipe's collection seeds are 200..303). Instructions named in
 the card's training.held_out_instructions are also reported apart. The scripted expert runs
 the same full-depth episodes as the reference.
+
+    python -m examples.conveyor_sorting.card_eval models/zoo/conveyor-v1 --precision int8
+
+runs a quantised graph set (models.quantise) at full depth on the same seeds instead, and
+writes its success beside fp32's into the card's "quantised" entry for that precision.
 """
 from __future__ import annotations
 
@@ -77,6 +82,29 @@ def card_eval(model_dir: str, *, episodes: int = 5, short_episodes: int = 2,
     return out
 
 
+def precision_eval(model_dir: str, precision: str, *, episodes: int = 5, per_episode: int = 20,
+                   seed: int = 7000) -> dict:
+    """Full-depth success of one graph set (int8, int4, fp16) on card_eval's seeds, written
+    into card.json "quantised"[precision]["success"] with fp32's rate from the card."""
+    card_path = Path(model_dir) / "card.json"
+    card = json.loads(card_path.read_text())
+    full = str(card["config"]["n_layer"])
+    r = run_per_instruction(model_factory(model_dir, precision=precision),
+                            all_instructions(EnvConfig().cell.num_classes),
+                            episodes=episodes, per_episode=per_episode, seed=seed)
+    ref = card.get("success", {})  # fp32's, when card_eval ran the same episodes
+    same = all(ref.get(k) == v for k, v in
+               (("seed", seed), ("episodes", episodes), ("objects_per_episode", per_episode)))
+    out = {"depth": int(full), "episodes": episodes, "objects_per_episode": per_episode,
+           "seed": seed, **_summary(r), "float32_success_rate":
+           ref["seen_instructions"][full]["success_rate"] if same else None}
+    Console().print(f"{precision}: {r['success_rate']:.3f} overall (fp32 on these episodes: "
+                    f"{out['float32_success_rate']}), worst instruction {r['min_success_rate']:.3f}")
+    card.setdefault("quantised", {}).setdefault(precision, {})["success"] = out
+    card_path.write_text(json.dumps(card, indent=1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -85,7 +113,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="per instruction, early exits and other belt speeds")
     ap.add_argument("--objects-per-episode", type=int, default=20)
     ap.add_argument("--seed", type=int, default=7000)
+    ap.add_argument("--precision", default=None,
+                    help="int8, int4 or fp16: that graph set at full depth only (card 'quantised')")
     a = ap.parse_args(argv)
+    if a.precision and a.precision != "fp32":
+        print(json.dumps(precision_eval(a.model, a.precision, episodes=a.episodes,
+                                        per_episode=a.objects_per_episode, seed=a.seed), indent=1))
+        return 0
     print(json.dumps(card_eval(a.model, episodes=a.episodes, short_episodes=a.short_episodes,
                                per_episode=a.objects_per_episode, seed=a.seed), indent=1))
     return 0

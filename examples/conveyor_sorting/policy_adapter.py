@@ -20,14 +20,18 @@ from .observe import obs_body
 
 
 class ModelPolicy:
-    """reset() / act(obs) -> (H, D) chunk, decoded greedily at `exit_depth`."""
+    """reset() / act(obs) -> (H, D) chunk, decoded greedily at `exit_depth` with the
+    `precision` graph set (None: fp32; ONNX Runtime only)."""
 
     def __init__(self, model: ModelDir, env: ConveyorSortEnv, *, exit_depth: int | None = None,
-                 backend: str = "onnx", drafter: str = "chunk", threads: int = 1):
+                 backend: str = "onnx", drafter: str = "chunk", threads: int = 1,
+                 precision: str | None = None):
         if model.tokenizer.hash != env.tokenizer_cfg.hash:
             raise ValueError(f"{model.path}: action tokenizer {model.tokenizer.hash} does not "
                              f"match the cell's ({env.tokenizer_cfg.hash}); re-export the model")
         opts = {"threads": threads} if backend == "onnx" else {}
+        if precision:
+            opts["precision"] = precision
         self.runner = ChunkRunner(model, backend=backend, backend_opts=opts, drafter=drafter)
         depth = exit_depth or model.n_layer
         spec = self.runner.decoder.k_verify - 1 if depth == model.n_layer else 0

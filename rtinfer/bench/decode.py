@@ -5,7 +5,9 @@ Cycles replay consecutive real observations: `stream=` (an .npz with instruction
 the model directory's `stream.npz` when it ships one, else a slowly drifting synthetic
 stream (each cycle moves a few random observation tokens by one bin: out of distribution
 for a trained policy, so acceptance rates there say little). Every drafter's output is
-compared token for token with plain greedy (`identical`).
+compared token for token with plain greedy (`identical`). `--precision int8` runs the same on
+that graph set; several precisions (`--precision fp32 int8 int4`) compare their plain greedy
+decode steps instead (`precision_run`), the first being the baseline.
 """
 from __future__ import annotations
 
@@ -119,6 +121,48 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
             "identical": identical, "drafters": per}
 
 
+def precision_run(model_dir, precisions=("fp32", "int8", "int4"), cycles: int = 50,
+                  rounds: int = 5, backend: str = "onnx", seed: int = 0, stream=None,
+                  **opts) -> dict:
+    """Plain greedy decode of the same cycles with each precision's graphs, in one run: per
+    round every precision decodes all cycles (the order rotating from round to round).
+    Per precision: the decode step in us (decode phase / steps; the prefill is not timed)
+    as the median over rounds, its ratio to the first precision's (per round, then the
+    median, min and max), and its greedy token agreement with the first precision."""
+    bes = {p: get_backend(backend).load(model_dir, precision=p, **opts) for p in precisions}
+    md = bes[precisions[0]].model
+    prefixes = list(prefix_stream(md, cycles, seed, stream))
+    if not prefixes:
+        raise ValueError(f"{stream or md.path}: the observation stream has no cycles")
+    n = md.chunk_tokens
+    decs = {p: Decoder(be) for p, be in bes.items()}
+    outs = {p: np.zeros((len(prefixes), n), np.int64) for p in precisions}
+    step_ns: dict[str, list[float]] = {p: [] for p in precisions}
+    for r in range(rounds):
+        for p in precisions[r % len(precisions):] + precisions[:r % len(precisions)]:
+            be, spent = bes[p], 0
+            for i, prefix in enumerate(prefixes):
+                be.reset()
+                logits = be.prefill(prefix, 0)
+                t0 = time.perf_counter_ns()
+                outs[p][i] = decs[p].decode(logits, len(prefix), n)
+                spent += time.perf_counter_ns() - t0
+            step_ns[p].append(spent / (len(prefixes) * (n - 1)))
+    base = np.array(step_ns[precisions[0]])
+    per = {}
+    for p in precisions:
+        ratio = np.array(step_ns[p]) / base
+        per[p] = {"step_us": float(np.median(step_ns[p]) / 1e3),
+                  "ratio": float(np.median(ratio)), "ratio_min": float(ratio.min()),
+                  "ratio_max": float(ratio.max()),
+                  "token_agreement": float((outs[p] == outs[precisions[0]]).mean())}
+    return {"backend": backend, "baseline": precisions[0], "cycles": len(prefixes),
+            "rounds": rounds, "steps_per_round": len(prefixes) * (n - 1),
+            "stream": str(stream) if stream else
+            "recorded" if (md.path / "stream.npz").exists() else "synthetic",
+            "precisions": per}
+
+
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench decode`: speculative against plain decoding, tokens per second."""
     p = parser("decode", main.__doc__)
@@ -131,9 +175,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="observation stream .npz (default: the model's stream.npz)")
     p.add_argument("--pace-ms", type=float, default=0.0,
                    help="idle this long before each cycle, as a node between observations")
+    p.add_argument("--precision", nargs="+", default=None, metavar="P",
+                   help="graph set: fp32, fp16, int8 or int4 (default fp32); several: compare "
+                        "their plain decode steps against the first, in the same run")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="with several precisions: rounds over the cycles per precision")
     a = p.parse_args(argv)
+    if a.precision and len(a.precision) > 1:
+        return emit("decode", precision_run(a.model, tuple(a.precision), cycles=a.cycles,
+                                            rounds=a.rounds, backend=a.backend,
+                                            stream=a.stream), a.json)
+    opts = {"precision": a.precision[0]} if a.precision else {}
     return emit("decode", run(a.model, cycles=a.cycles, backend=a.backend,
-                              run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream), a.json)
+                              run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream,
+                              **opts), a.json)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ def _export(args: argparse.Namespace) -> int:
               f"module or ONNX file use `rtinfer package` (docs/policies.md)", file=sys.stderr)
         return 2
     card = resolve(PACKAGER)(args.checkpoint, args.out, fp16=not args.no_fp16,
-                             exit_prefill=tuple(args.exit_prefill))
+                             exit_prefill=tuple(args.exit_prefill),
+                             quantise=tuple(args.quantise), stream=args.stream)
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 
@@ -57,6 +58,8 @@ def _keys(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from rtinfer.model.directory import ModelError
     opts = {} if args.exit is None else {"exit_depth": args.exit}
+    if args.precision:
+        opts["precision"] = args.precision
     if args.instructions:
         opts["instructions"] = args.instructions
     try:
@@ -124,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--exit-prefill", type=int, nargs="*", default=[], metavar="DEPTH",
                    help="exit depths whose budget levels also prefill there (cheaper; the "
                         "first action token then comes from the exit head: check its success)")
+    x.add_argument("--quantise", nargs="*", default=[], choices=["int8", "int4"],
+                   metavar="PRECISION", help="also write weight-quantised step graphs (int8, "
+                   "int4) in their own folders, with their greedy agreement with fp32 in the card")
+    x.add_argument("--stream", default=None, help="recorded observation stream .npz the "
+                   "agreement is measured on (default: OUT/stream.npz, if there)")
     x.set_defaults(func=_export)
 
     e = sub.add_parser("eval", help="success rate of a policy in the lockstep conveyor env")
@@ -135,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=1000, help="episode seeds (training used 1..)")
     e.add_argument("--belt-speed", type=float, default=None)
     e.add_argument("--exit", type=int, default=None, help="model: exit depth (default full)")
+    e.add_argument("--precision", default=None, choices=["fp32", "fp16", "int8", "int4"],
+                   help="model: which graph set runs (default fp32; graphs.json lists them)")
     e.add_argument("--instructions", action="append", default=None,
                    help='"all": each of the six class -> bin permutations, --episodes each, '
                         "success per instruction and overall; or one such as 2,0,1 (repeatable)")

@@ -40,7 +40,7 @@ from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.model.chunk_model import load_model
-from rtinfer.model.directory import ModelError
+from rtinfer.model.directory import PRECISIONS, ModelError
 from rtinfer.inference.chunk_runner import GraphChunkRunner, chunk_levels
 from rtinfer.inference.runner import ChunkRunner
 from rtinfer.model.action_tokens import ActionTokenizer
@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drafter", default="chunk", choices=DRAFTERS)
     p.add_argument("--name", default="infer")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precision", default=None, choices=list(PRECISIONS),
+                   help="action-token policy on --backend onnx: which graph set of graphs.json "
+                        "runs (default fp32)")
     p.add_argument("--deadline-ms", type=float, default=100.0)
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
@@ -316,12 +319,19 @@ def main(argv: list[str] | None = None) -> int:
                                   threads=a.threads, trace_path=a.trace)
     except ValueError as e:
         p.error(str(e))
+    if a.precision and a.backend != "onnx":
+        p.error(f"--precision {a.precision}: the graph sets run on --backend onnx")
     try:
         node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
-                             curve=curve)
+                             curve=curve,
+                             backend_opts={"precision": a.precision} if a.precision else None)
     except ModelError as e:  # BackendError too: one line naming the file and the fix
         print(f"{cfg.name}: error: {e}", file=sys.stderr, flush=True)
         return 2
+    if a.precision and node.model.kind == "chunk":
+        node.close()
+        p.error(f"--precision {a.precision}: a continuous-chunk policy has one graph per "
+                "level and no precision sets; leave --precision out")
     if a.level is not None:
         n = len(node.budget.levels)
         if not -n <= a.level < n:
@@ -336,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
               + ("s)" if n > 1 else "; a one-shot graph without alternatives: a shorter chunk "
                  "saves no compute, so the budget has nothing cheaper to switch to)"), flush=True)
     else:
-        print(f"{cfg.name}: ready ({cfg.backend}, drafter {cfg.drafter})", flush=True)
+        prec = f" {a.precision}" if a.precision else ""
+        print(f"{cfg.name}: ready ({cfg.backend}{prec}, drafter {cfg.drafter})", flush=True)
     try:
         node.run(a.seconds)
     finally:

@@ -1,7 +1,8 @@
 """A model directory: everything the inference node needs, validated up front.
 
     graphs.json        export manifest (models.export): config, vocab, one entry per graph
-    step_d{D}_k{K}.onnx  the static-shape step graphs (fp16/ holds the fp16 set)
+    step_d{D}_k{K}.onnx  the static-shape step graphs; fp16/, int8/ and int4/ hold the same
+                       set in other precisions (graphs.json "dtype": float16, int8, int4)
     tokenizer.json     rtinfer.model.action_tokens.TokenizerConfig (with its hash; checked on load)
     obs_tokens.json    rtinfer.model.obs_tokens spec (observation + instruction tokens)
     vocab.json         optional if graphs.json carries "vocab" (models.config.Vocab layout)
@@ -27,6 +28,18 @@ from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.model.vocab import VocabLayout
 
 SPECIALS = ("PAD", "BOS", "SEP")
+# precision (the name a user picks) -> graphs.json "dtype" of that graph set
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8", "int4": "int4"}
+
+
+def graph_dtype(precision: str) -> str:
+    """The graphs.json dtype of a precision: "fp16" or "float16" -> "float16"."""
+    if precision in PRECISIONS.values():
+        return precision
+    if precision not in PRECISIONS:
+        raise ModelError(f"precision {precision!r} is unknown; choose one of "
+                         f"{', '.join(PRECISIONS)}")
+    return PRECISIONS[precision]
 
 
 class ModelError(RuntimeError):
@@ -73,6 +86,40 @@ class ModelDir:
     def ks(self, depth: int, dtype: str = "float32") -> list[int]:
         """Sorted k values exported at this depth."""
         return sorted(k for (dt, d, k) in self.graphs if dt == dtype and d == depth)
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The graph sets this directory ships ("float32" first, then as graphs.json lists)."""
+        return list(dict.fromkeys(dt for dt, _, _ in self.graphs))
+
+    def kv_dtype(self, dtype: str) -> str:
+        """The KV cache dtype of a graph set: float16 for the fp16 graphs, float32 for the
+        fp32 and the weight-quantised (int8, int4) ones, as their `kv` input declares."""
+        g = next(g for (dt, _, _), g in self.graphs.items() if dt == dtype)
+        return next((i["dtype"] for i in g.get("inputs", ()) if i["name"] == "kv"),
+                    "float16" if dtype == "float16" else "float32")
+
+    def check_graph_set(self, dtype: str) -> None:
+        """A non-fp32 set is usable: it exists, holds every (depth, k) the fp32 set holds,
+        and its graphs and shared weights match their sha256s (load checks fp32's only).
+        Raises ModelError naming what is missing or corrupt and the fix."""
+        if dtype not in self.dtypes:
+            raise ModelError(f"{self.path}: no {dtype} graphs in graphs.json (it has "
+                             f"{', '.join(self.dtypes)}); export them (rtinfer export "
+                             "--quantise, docs/policies.md)")
+        want = {(d, k) for dt, d, k in self.graphs if dt == "float32"}
+        have = {(d, k) for dt, d, k in self.graphs if dt == dtype}
+        if want - have:
+            raise ModelError(f"{self.path}: the {dtype} set lacks (depth, k) {sorted(want - have)} "
+                             "that the fp32 set has; re-export it")
+        entries = [g for (dt, _, _), g in self.graphs.items() if dt == dtype]
+        folders = {Path(g["file"]).parent for g in entries}
+        files = [(g["file"], g.get("sha256")) for g in entries] + \
+            [(n, d) for n, d in self.manifest.get("weights", {}).items() if Path(n).parent in folders]
+        for name, digest in files:
+            if digest and hashlib.sha256((self.path / name).read_bytes()).hexdigest() != digest:
+                raise ModelError(f"{self.path / name}: sha256 differs from graphs.json; the "
+                                 "file is corrupt or stale: re-export")
 
     def accuracy(self, depth: int) -> float | None:
         acc = self.card.get("accuracy", {})
@@ -136,7 +183,7 @@ class ModelDir:
             f = self.path / name
             if not f.exists():
                 raise ModelError(f"{f} (shared weights) is missing; re-export the model")
-            if check_hashes and not name.startswith("fp16") and \
+            if check_hashes and Path(name).parent == Path(".") and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != digest:
                 raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
 

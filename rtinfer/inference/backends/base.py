@@ -70,6 +70,13 @@ class Backend(ABC):
         """Selectable depths: early exits, then full depth."""
         return tuple(sorted(set(self.model.config.get("exits", [])) | {self.model.n_layer}))
 
+    def _use_graphs(self, dtype: str) -> None:
+        """Run the `dtype` graph set (graphs.json "dtype"); a non-fp32 set is checked complete
+        and against its sha256s first (ModelError naming the file otherwise)."""
+        if dtype != "float32":
+            self.model.check_graph_set(dtype)
+        self._ks = {d: self.model.ks(d, dtype) for d in self.depths}
+
     def max_k(self, depth: int) -> int:
         return self._ks[depth][-1]
 

@@ -9,15 +9,18 @@ opt-in. On the CPU provider every bound buffer is numpy memory shared with ORT, 
 decode loop allocates nothing; on CUDA the KV stays on the device and tokens/logits are
 copied by ORT.
 Options (load(..., **opts)): threads (intra-op, default 1), inter_threads (1),
-providers ("cpu" | "cuda" | "auto", default "cpu"), dtype ("float32" | "float16"),
-inplace_kv (False), opt_level ("all" | "extended" | "basic" | "disable"), spin (None:
-ORT default; False saves a core on a busy host at some latency cost).
+providers ("cpu" | "cuda" | "auto", default "cpu"), precision ("fp32" | "fp16" | "int8" |
+"int4": which graph set of graphs.json runs; the KV is float16 for fp16, float32 otherwise),
+dtype (the older spelling: "float32" | "float16"), inplace_kv (False), opt_level ("all" |
+"extended" | "basic" | "disable"), spin (None: ORT default; False saves a core on a busy
+host at some latency cost).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from rtinfer.inference.backends.base import Backend, BackendError
+from rtinfer.model.directory import graph_dtype
 
 _LEVELS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED",
            "basic": "ORT_ENABLE_BASIC", "disable": "ORT_DISABLE_ALL"}
@@ -29,13 +32,15 @@ class OnnxBackend(Backend):
 
     def _open(self, threads: int = 1, inter_threads: int = 1, providers: str = "cpu",
               dtype: str = "float32", inplace_kv: bool = False, opt_level: str = "all",
-              spin: bool | None = None) -> None:
+              spin: bool | None = None, precision: str | None = None) -> None:
         try:
             import onnxruntime as ort
         except ImportError as e:
             raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
-        if dtype not in _NP or opt_level not in _LEVELS:
-            raise BackendError(f"dtype must be one of {list(_NP)}, opt_level one of {list(_LEVELS)}")
+        if opt_level not in _LEVELS:
+            raise BackendError(f"opt_level must be one of {list(_LEVELS)}, not {opt_level!r}")
+        dtype = graph_dtype(precision or dtype)
+        self._use_graphs(dtype)
         self._ort, self.dtype = ort, dtype
         avail = ort.get_available_providers()
         want_cuda = providers == "cuda" or (providers == "auto" and "CUDAExecutionProvider" in avail)
@@ -51,7 +56,8 @@ class OnnxBackend(Backend):
         if spin is not None:
             so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         md, V = self.model, int(self.model.config["vocab_size"])
-        self._kv_np = [np.zeros(md.kv_shape, _NP[dtype]) for _ in range(1 if inplace_kv else 2)]
+        kv_dtype = _NP[md.kv_dtype(dtype)]
+        self._kv_np = [np.zeros(md.kv_shape, kv_dtype) for _ in range(1 if inplace_kv else 2)]
         self._kv = [self._ortvalue(a) for a in self._kv_np]
         self._start = np.zeros(1, np.int64)
         start_ov = ort.OrtValue.ortvalue_from_numpy(self._start)

@@ -1,0 +1,163 @@
+"""Weight-quantised step graphs (int8, int4) beside the fp32 and fp16 sets of a model directory.
+
+    python -m models.quantise models/zoo/conveyor-v1 int8 int4
+    rtinfer export --checkpoint CKPT --out DIR --quantise int8 int4
+
+The quantiser is ONNX Runtime's own (onnxruntime.quantization.matmul_nbits_quantizer): every
+MatMul with a constant weight (the blocks' four Linear layers and the LM head) becomes a
+com.microsoft MatMulNBits node with the weight in `bits`-bit blocks of `block_size` along K
+and one fp32 scale per block (symmetric, round to nearest). Embeddings, LayerNorms, biases,
+attention and the KV cache stay fp32. accuracy_level 4 lets ONNX Runtime's CPU kernel
+multiply in int8: it quantises each activation row, one token, per block from that row
+alone. So a k-token verify rounds every row as a 1-token step does, and speculative greedy
+stays token-identical to plain greedy on the same graphs (tests/test_quantised.py). Dynamic
+activation quantisation (quantize_dynamic) is not used: it takes one scale per call from all
+k tokens, so a verify would round differently from the steps it replaces.
+
+Each precision gets its own folder (int8/, int4/) with its own shared weights.bin and sha256s
+in graphs.json. The fp32 graphs are the source; they and the fp16 set are left byte-identical.
+`agreement` measures greedy chunks of a set against fp32 on the directory's recorded
+stream.npz; `quantise` writes that into card.json under "quantised" (success in the cell is
+added there by examples.conveyor_sorting.card_eval --precision).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+
+from rtinfer.inference.backends import get_backend
+from rtinfer.inference.decode import Decoder
+from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
+from rtinfer.model.directory import ModelDir
+from rtinfer.model.sequence import build_prefix
+
+from .export import MANIFEST
+from .share import share_weights
+
+# precision -> MatMulNBits settings (block 32: the smallest block ORT's int8 kernels keep fast here)
+SETTINGS = {"int8": {"bits": 8, "block_size": 32}, "int4": {"bits": 4, "block_size": 32}}
+ACCURACY_LEVEL = 4   # MatMulNBits: int8 compute, activations quantised per row and block
+STREAM = "stream.npz"
+
+
+def quantise_graph(src, dst, bits: int, block_size: int) -> None:
+    """One fp32 step graph (external weights are read) -> a MatMulNBits graph, weights inside."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # a line per node
+    q = MatMulNBitsQuantizer(onnx.load(str(src)), bits=bits, block_size=block_size,
+                             is_symmetric=True, accuracy_level=ACCURACY_LEVEL,
+                             op_types_to_quantize=("MatMul",))
+    q.process()
+    onnx.save(q.model.model, str(dst))
+
+
+def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = True) -> dict:
+    """Write the `precisions` sets from out_dir's fp32 graphs, list them in graphs.json (an
+    existing set of that precision is replaced), share each set's weights, and measure each
+    against fp32 on `stream` (default out_dir/stream.npz; none: no agreement figures).
+    card: also write the figures into out_dir/card.json "quantised" (replacing that
+    precision's entry, success included: it was measured on the old graphs).
+    Returns {precision: {"settings", "bytes", "agreement"}}. Blocks for seconds (demo size)."""
+    out = Path(out_dir)
+    manifest = json.loads((out / MANIFEST).read_text())
+    unknown = [p for p in precisions if p not in SETTINGS]
+    if unknown:
+        raise ValueError(f"cannot quantise to {unknown}; choose from {sorted(SETTINGS)}")
+    fp32 = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
+    kept = [g for g in manifest["graphs"] if g["dtype"] not in precisions]
+    weights = {n: d for n, d in manifest.get("weights", {}).items()
+               if Path(n).parent.name not in precisions}
+    tool = f"onnxruntime {onnxruntime.__version__} matmul_nbits_quantizer"
+    for prec in precisions:
+        folder = out / prec
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        for g in fp32:
+            name = f"{prec}/{Path(g['file']).name}"
+            quantise_graph(out / g["file"], out / name, **SETTINGS[prec])
+            kept.append({**g, "file": name, "dtype": prec, "sha256": None})
+        manifest.setdefault("quantised", {})[prec] = {
+            "method": "MatMulNBits weight-only", **SETTINGS[prec], "symmetric": True,
+            "accuracy_level": ACCURACY_LEVEL, "tool": tool}
+    manifest["graphs"], manifest["weights"] = kept, weights
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    share_weights(out)  # re-shares every folder: fp32 and fp16 come out byte-identical
+    recorded = Path(stream) if stream else out / STREAM
+    report = {}
+    for prec in precisions:
+        size = sum(f.stat().st_size for f in (out / prec).iterdir())
+        report[prec] = {"settings": manifest["quantised"][prec], "bytes": size,
+                        "agreement": agreement(out, prec, recorded) if recorded.exists()
+                        else None}
+    if card and (out / "card.json").exists():
+        c = json.loads((out / "card.json").read_text())
+        c.setdefault("quantised", {}).update(report)
+        (out / "card.json").write_text(json.dumps(c, indent=1))
+    return report
+
+
+def recorded_prefixes(md: ModelDir, stream) -> list[np.ndarray]:
+    """The model prefixes of a recorded stream .npz (instruction_tokens, obs_tokens)."""
+    with np.load(stream, allow_pickle=False) as z:
+        pairs = zip(z["instruction_tokens"], z["obs_tokens"])
+        return [build_prefix(md.vocab, instr, obs) for instr, obs in pairs]
+
+
+def greedy_chunks(backend, prefixes, drafter: str = "none") -> np.ndarray:
+    """Full-depth greedy chunk per prefix, (cycles, chunk tokens): plain ("none"), or
+    speculative with the early-exit drafter ("self") or the previous cycle's chunk ("chunk")."""
+    md = backend.model
+    v, n, period = md.vocab, md.chunk_tokens, md.tokenizer.period_ns
+    dec, out = Decoder(backend), np.zeros((len(prefixes), n), np.int64)
+    d = {"none": None, "self": EarlyExitDrafter(min(backend.depths), v.action_start, v.action_stop),
+         "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}[drafter]
+    for i, prefix in enumerate(prefixes):
+        backend.reset()
+        logits = backend.prefill(prefix, 0)
+        if drafter == "chunk" and i == 0:
+            d.clear()
+        elif drafter == "chunk":
+            d.set_previous(out[i - 1], 0, period, period)
+        out[i] = dec.decode(logits, len(prefix), n, drafter=d)
+    return out
+
+
+def agreement(model_dir, precision: str, stream=None) -> dict:
+    """Greedy chunks of `precision` against fp32's on a recorded stream (ONNX Runtime, one
+    thread): the fraction of tokens and of whole chunks that agree, of first tokens (the
+    prefill's), and whether both speculative drafters reproduce the precision's own plain
+    greedy token for token (`speculative_identical`)."""
+    md = ModelDir.load(model_dir)
+    prefixes = recorded_prefixes(md, stream or md.path / STREAM)
+    ref = greedy_chunks(get_backend("onnx").load(md, precision="fp32"), prefixes)
+    be = get_backend("onnx").load(md, precision=precision)
+    got = greedy_chunks(be, prefixes)
+    spec = all(bool((greedy_chunks(be, prefixes, d) == got).all()) for d in ("self", "chunk"))
+    return {"stream": Path(stream or md.path / STREAM).name, "cycles": len(prefixes),
+            "tokens": int(got.size), "token_agreement": float((got == ref).mean()),
+            "chunk_agreement": float((got == ref).all(axis=1).mean()),
+            "first_token_agreement": float((got[:, 0] == ref[:, 0]).mean()),
+            "speculative_identical": spec}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="model directory with fp32 step graphs")
+    ap.add_argument("precisions", nargs="+", choices=sorted(SETTINGS))
+    ap.add_argument("--stream", default=None, help="recorded stream .npz (default: the model's)")
+    ap.add_argument("--no-card", action="store_true", help="leave card.json as it is")
+    a = ap.parse_args(argv)
+    print(json.dumps(quantise(a.model, a.precisions, stream=a.stream, card=not a.no_card),
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
