@@ -158,7 +158,12 @@ def test_shipped_set_speculates_exactly_and_its_card_holds_the_measured_agreemen
     measured = agreement(ZOO, prec)
     assert measured["speculative_identical"] and measured["cycles"] == 300
     assert measured["token_agreement"] > 0.98
-    assert json.loads((ZOO / "card.json").read_text())["quantised"][prec]["agreement"] == measured
+    card = json.loads((ZOO / "card.json").read_text())["quantised"][prec]["agreement"]
+    # another CPU's int8 kernels may round a near-tie differently: a point of slack, no more
+    assert {k: card[k] for k in ("stream", "cycles", "tokens", "speculative_identical")} == \
+        {k: measured[k] for k in ("stream", "cycles", "tokens", "speculative_identical")}
+    for k in ("token_agreement", "chunk_agreement", "first_token_agreement"):
+        assert card[k] == pytest.approx(measured[k], abs=0.01), k
 
 
 @needs_zoo
