@@ -185,14 +185,14 @@ def test_a_chunk_streams_one_values_only_waypoint_per_message_for_the_obs_robot(
 
 def test_the_node_answers_only_the_newest_observation(chunk_node):
     node, obs_pub, act, rng = chunk_node
-    skipped0 = node.obs_sub.counters["superseded"]
+    skipped0 = node.health()["counters"]["obs_skipped"]
     seqs = [obs_pub._seq + i for i in range(5)]
     for _ in seqs:
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     time.sleep(0.2)
     assert node.spin_once(1000)
     assert {c.body["cycle"] for c in recv_chunks(act, 3)} == {seqs[-1]}
-    assert node.obs_sub.counters["superseded"] - skipped0 == 4
+    assert node.health()["counters"]["obs_skipped"] - skipped0 == 4
 
 
 def test_the_budget_levels_are_the_graphs_and_a_level_runs_its_own(chunk_node):

@@ -87,7 +87,7 @@ def node_env(tiny_model_dir, tmp_path):
 
 def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
     node, obs_pub, _, act, rng = node_env
-    skipped0 = node.obs_sub.counters["superseded"]
+    skipped0 = node.health()["counters"]["obs_skipped"]
     seqs = [obs_pub._seq + i for i in range(5)]
     for _ in range(5):
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
@@ -96,7 +96,7 @@ def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
     chunks = recv_chunks(act, 3)
     assert {c.body["cycle"] for c in chunks} == {seqs[-1]}
     assert {c.body["dest"] for c in chunks} == {"sim"}
-    assert node.obs_sub.counters["superseded"] - skipped0 == 4
+    assert node.health()["counters"]["obs_skipped"] - skipped0 == 4
     assert not node.spin_once(50)  # nothing older is answered later
 
 

@@ -55,6 +55,16 @@ class Budget:
         self.switches = 0
         self._last = 0
 
+    def fresh(self) -> "Budget":
+        """A new Budget like this one (levels, deadline, thresholds, mode) for another robot:
+        at level 0, or at this one's own level when that is fixed (auto off)."""
+        b = Budget(self.levels, self.deadline_ns, patience=self.patience, auto=self.auto)
+        b.raise_below_ns, b.lower_above_ns = self.raise_below_ns, self.lower_above_ns
+        if not self.auto:
+            b.own_level = b._last = self.own_level
+        b.monitor_level = self.monitor_level
+        return b
+
     @property
     def index(self) -> int:
         return min(max(self.monitor_level, self.own_level), len(self.levels) - 1)

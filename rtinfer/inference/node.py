@@ -3,12 +3,16 @@
     python -m rtinfer.inference.node --model DIR --obs ipc:///tmp/obs --actions ipc:///tmp/act \
         [--curve-secret K.key_secret --curve-map curve.json]     # CURVE on tcp endpoints
 
-It serves a model directory of either kind (docs/policies.md). An action-token policy, each
-cycle: newest `obs` (latest-only; skipped ones counted) -> tokens -> prefill (the
+It serves a model directory of either kind (docs/policies.md), to one robot or several
+(each an obs `src`, on one or more --obs endpoints; rtinfer.inference.robots): per robot its
+own newest observation (latest-only per robot; skipped ones counted), previous chunk, budget
+level, clock and counters; one cycle at a time, the robot whose chunk is due first (earliest
+deadline first); a robot beyond what the measured cycle time fits is refused when it joins,
+said once and counted. An action-token policy, each cycle: the observation -> tokens -> prefill (the
 instruction prefix stays KV-cached across cycles, re-prefilled only when the instruction
 changes) -> decode one chunk (plain or speculative, per budget level) -> one
 `action_chunk` message per waypoint the moment its D tokens are final. A continuous-chunk
-policy: newest `obs` -> its obs-spec inputs -> the level's graph -> the chunk, then one
+policy: the observation -> its obs-spec inputs -> the level's graph -> the chunk, then one
 `action_chunk` message per waypoint (values only). Each waypoint goes to the robot whose obs
 it answers (`dest` = the obs's src). Stamps: the obs's (capture, ...) + obs_recv,
 first_token (for a chunk policy: the chunk computed), publish. Also: `budget`/`command` in, `heartbeat`
@@ -26,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import deque
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from rtinfer.inference.budget import Budget, default_levels
 from rtinfer.inference.cycle import Cycle
+from rtinfer.inference.robots import Robots, RobotSlot
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
@@ -50,6 +55,7 @@ from rtinfer.transport.wire import WireError, now_ns
 
 
 DRAFTERS = ("chunk", "self", "none")
+DRAIN_LIMIT = 256  # messages one spin takes off a socket: bounds its work under a flood
 
 
 @dataclass
@@ -66,6 +72,7 @@ class InferenceNodeConfig:
     threads: int = 1
     trace_path: str | None = None
     seed: int = 0
+    max_robots: int | None = None    # a cap on the robots served (None: what the cycle time fits)
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str, fix: str) -> None:
@@ -77,15 +84,18 @@ class InferenceNodeConfig:
         need(self.deadline_ms > 0, f"deadline_ms is {self.deadline_ms}", "use a deadline > 0 ms")
         need(self.health_hz > 0, f"health_hz is {self.health_hz}", "use a rate > 0 Hz")
         need(self.threads >= 1, f"threads is {self.threads}", "use at least 1 thread")
+        need(self.max_robots is None or self.max_robots >= 1,
+             f"max_robots is {self.max_robots}", "use at least 1 robot, or leave it out")
         need(self.temperature > 0, f"temperature is {self.temperature}",
              "use a temperature > 0 (1.0: the model's own distribution)")
 
 
 class InferenceNode:
-    def __init__(self, model_dir, obs_endpoint: str, action_endpoint: str, *,
+    def __init__(self, model_dir, obs_endpoint: str | Sequence[str], action_endpoint: str, *,
                  control_endpoint: str | None = None, cfg: InferenceNodeConfig | None = None,
                  backend_opts: dict | None = None, ctx=None, curve=None):
-        """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint)."""
+        """obs_endpoint: the robots' obs endpoint(s). curve: bus ``curve=`` for every socket
+        (keys.curve_configs: per endpoint)."""
         self.cfg = cfg = cfg or InferenceNodeConfig()
         self.model = md = load_model(model_dir)
         if md.kind == "chunk":  # a continuous-chunk policy: one graph per level
@@ -114,18 +124,20 @@ class InferenceNode:
             self._encode = md.obs.encode  # -> (instruction tokens, observation tokens)
             self._run = lambda cycle, x, cb: self.runner.run_cycle(cycle, *x, cb)
         self.budget = Budget(levels, int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
-        self.obs_sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, ctx=ctx, curve=curve)
+        obs_eps = [obs_endpoint] if isinstance(obs_endpoint, str) else list(obs_endpoint)
+        # latest-only per robot, not per topic: the robots' slots keep each one's newest
+        self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=ctx, curve=curve)
         self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
                                   curve=curve) if control_endpoint else None
-        # another host's robot: its clock is bracketed from its obs and traces (module doc)
-        self.robot_clock = None if same_host(obs_endpoint) else PeerClock()
-        self.trace_sub = None if self.robot_clock is None else \
-            Subscriber(obs_endpoint, ["trace"], ctx=ctx, curve=curve)
-        self._sent_ns: deque[int] = deque(maxlen=16)  # recent waypoint-0 publish stamps
+        # robots on other hosts: their clocks are bracketed from obs and traces (module doc)
+        remote = not all(same_host(e) for e in obs_eps)
+        self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx, curve=curve) if remote else None
+        self.robots = Robots(self.budget, remote=remote, max_robots=cfg.max_robots,
+                             period_ns=self.period_ns)
         self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
         self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
         self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
-        self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle")}
+        self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle", "compute")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
                                        "publish_dropped", "slack_unknown"), 0)
         self.state, self.running = "run", True
@@ -135,13 +147,22 @@ class InferenceNode:
         # bound once: no allocation per cycle
         self._on_waypoint = self._publish_values if md.kind == "chunk" else self._publish_waypoint
 
+    @property
+    def robot_clock(self) -> PeerClock | None:
+        """The first robot's clock (another host's; None on one host or before a robot)."""
+        first = next(iter(self.robots.slots.values()), None)
+        return None if first is None else first.clock
+
     # --- loop -----------------------------------------------------------------------------
     def spin_once(self, timeout_ms: int = 50) -> bool:
-        """Handle control messages and at most one observation; True if one was answered."""
+        """Handle control messages, take the observations that arrived, and answer at most
+        one: the robot's whose chunk is due first. True if one was answered."""
         self._housekeeping()
-        env = self.obs_sub.recv(timeout_ms)
-        if env is None:
+        self._take_observations(timeout_ms)
+        slot = self.robots.next(self.budget.deadline_ns)
+        if slot is None:
             return False
+        env, slot.waiting = slot.waiting, None
         if self.state == "hold":
             self.counters["obs_held"] += 1
             return False
@@ -149,11 +170,48 @@ class InferenceNode:
             inputs = self._encode(env.body)
         except WireError as e:
             self.counters["obs_bad"] += 1
+            slot.counters["obs_bad"] += 1
+            why = str(e)
             self.complaints.say("obs_bad", lambda: f"observation {env.seq} from {env.src} does "
-                                                   f"not fit the model, not answered: {e}")
+                                                   f"not fit the model, not answered: {why}")
             return False
-        self._infer(env, inputs)
+        self._infer(slot, env, inputs)
         return True
+
+    def _take_observations(self, timeout_ms: int) -> None:
+        """Everything queued, into the robots' slots; waits up to timeout_ms only while no
+        robot has an observation waiting."""
+        waiting = any(s.waiting is not None for s in self.robots.slots.values())
+        env = self.obs_sub.recv(0 if waiting else timeout_ms)
+        for _ in range(DRAIN_LIMIT):
+            if env is None:
+                return
+            self._offer(env)
+            env = self.obs_sub.recv(0)
+
+    def _offer(self, env) -> None:
+        robots = self.robots
+        if env.src not in robots.slots and robots.slots and robots.chunk_ns is None:
+            self._profile(env)  # a second robot joins before any cycle was timed
+        verdict = robots.offer(env, now_ns(), self.budget.deadline_ns)
+        if isinstance(verdict, str):
+            self.complaints.say(f"refused {env.src}", lambda: verdict)
+
+    def _profile(self, env, rounds: int = 5) -> None:
+        """Time `rounds` cycles at full quality on this observation, publishing nothing:
+        the cycle cost admission plans with until real cycles are timed."""
+        try:
+            inputs = self._encode(env.body)
+        except WireError:
+            return  # counted when it is answered
+        level, kept = self.budget.levels[0], getattr(self.runner, "previous", None)
+        for _ in range(rounds):
+            t0 = now_ns()
+            self._run(Cycle(env.seq, {}, None, level, level.chunk, env.src), inputs, None)
+            self.hist["compute"].record(now_ns() - t0)
+        if self.decoder is not None:
+            self.runner.previous = kept
+        self.robots.chunk_ns = self.hist["compute"].percentiles_us()["max"] * 1000
 
     def run(self, seconds: float | None = None) -> None:
         """Spin until a `stop` command, stop(), or `seconds` elapse."""
@@ -163,15 +221,23 @@ class InferenceNode:
         self.running = False
 
     # --- one cycle --------------------------------------------------------------------------
-    def _infer(self, env, inputs) -> None:
-        level = self.budget.level
-        t_recv = env.stamps.get("recv", now_ns())
-        if self.robot_clock is not None and "publish" in env.stamps:
-            self.robot_clock.from_peer(env.stamps["publish"], t_recv)
+    def _infer(self, slot: RobotSlot, env, inputs) -> None:
+        level = slot.budget.level
+        t_start = now_ns()
+        t_recv = env.stamps.get("recv", t_start)
+        if slot.clock is not None and "publish" in env.stamps:
+            slot.clock.from_peer(env.stamps["publish"], t_recv)
         cycle = Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
                       level, level.chunk, env.src)
+        if self.decoder is not None:  # this robot's previous chunk drafts its next
+            self.runner.previous = slot.previous
         out = self._run(cycle, inputs, self._on_waypoint)
-        self._account(cycle, t_recv, now_ns(), len(out))
+        if self.decoder is not None:
+            slot.previous = self.runner.previous
+        t_end = now_ns()
+        self.hist["compute"].record(t_end - t_start)
+        self.robots.chunk_ns = self.hist["compute"].percentiles_us()["p99"] * 1000
+        self._account(slot, cycle, t_recv, t_end, len(out))
 
     def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:
         """An action-token waypoint: its tokens and their bin centres."""
@@ -193,26 +259,29 @@ class InferenceNode:
         cycle.last_publish_ns = st["publish"]
         if cycle.first_publish_ns is None:
             cycle.first_publish_ns = st["publish"]
-            self._sent_ns.append(st["publish"])
+            slot = self.robots.slots.get(cycle.dest)
+            if slot is not None:
+                slot.sent_ns.append(st["publish"])
         if not self.pub.publish("action_chunk", body, st):
             self.counters["publish_dropped"] += 1
         self.counters["waypoints"] += 1
 
-    def _account(self, cycle: Cycle, t_recv: int, t_end: int, n: int) -> None:
+    def _account(self, slot: RobotSlot, cycle: Cycle, t_recv: int, t_end: int, n: int) -> None:
         t_first = cycle.first_token_ns
         self.counters["cycles"] += 1
+        slot.counters["cycles"] += 1
         self.hist["ttft"].record(t_first - t_recv)
         self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
         self.hist["cycle"].record(t_end - t_recv)
-        slack = self._slack_ns(cycle)
+        slack = self._slack_ns(slot, cycle)
         if slack is not None:
-            self.slack_ns = slack
-            self.budget.update(slack)
+            self.slack_ns = slot.slack_ns = slack
+            slot.budget.update(slack)
         if self.trace is not None:
             fields = {"ttft_us": (t_first - t_recv) / 1e3,
                       "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
-                      "level": float(self.budget.index),
-                      "skipped": float(self.obs_sub.counters["superseded"])}
+                      "level": float(slot.budget.index),
+                      "skipped": float(slot.counters["obs_superseded"])}
             if self.decoder is not None:
                 st = self.decoder.stats
                 fields["tokens_per_pass"] = st.tokens_per_target_pass
@@ -221,17 +290,17 @@ class InferenceNode:
                               "stamps": {**cycle.stamps, "first_token": t_first, "end": t_end},
                               "fields": fields})
 
-    def _slack_ns(self, cycle: Cycle) -> int | None:
+    def _slack_ns(self, slot: RobotSlot, cycle: Cycle) -> int | None:
         """deadline - (last publish - capture), capture on this node's clock; None if unknown.
         The last waypoint: the controller rejects any waypoint past the deadline, so a chunk
         is on time only when its last one is."""
         if cycle.capture is None or cycle.last_publish_ns is None:
             return None
-        offset = 0 if self.robot_clock is None else self.robot_clock.offset_ns
+        offset = 0 if slot.clock is None else slot.clock.offset_ns
         if offset is None:  # another host's clock, not yet bracketed both ways
             self.counters["slack_unknown"] += 1
             return None
-        return self.budget.deadline_ns - (cycle.last_publish_ns - (cycle.capture - offset))
+        return slot.budget.deadline_ns - (cycle.last_publish_ns - (cycle.capture - offset))
 
     # --- control, heartbeat, health -----------------------------------------------------
     def _housekeeping(self) -> None:
@@ -241,29 +310,44 @@ class InferenceNode:
                     self.heartbeat.on_ping(env)
                 elif topic == "budget":
                     if self.cfg.auto_budget:  # a fixed-budget node ignores the monitor too
-                        self.budget.set_monitor_level(env.body["level"])
+                        for b in self._budgets():
+                            b.set_monitor_level(env.body["level"])
                 elif env.body["cmd"] == "stop":
                     self.running = False
                 else:
                     self.state = "hold" if env.body["cmd"] == "safe_hold" else "run"
         if self.trace_sub is not None:
-            self._on_robot_trace(self.trace_sub.poll_latest(0).get("trace"))
+            for _ in range(DRAIN_LIMIT):
+                env = self.trace_sub.recv(0)
+                if env is None:
+                    break
+                self._on_robot_trace(env)
         now = now_ns()
         if now >= self._next_health:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
+            self.robots.leave_idle(now)
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
 
+    def _budgets(self) -> list:
+        return [self.budget] + [s.budget for s in self.robots.slots.values()
+                                if s.budget is not self.budget]
+
     def _on_robot_trace(self, env) -> None:
-        """The robot's trace of one of our waypoint 0s: a node -> robot message (its
-        publish on our clock, its recv on the robot's). Others' traces are ignored."""
-        st = env.body["stamps"] if env is not None else None
-        if st is not None and "recv" in st and st.get("publish") in self._sent_ns:
-            self.robot_clock.to_peer(st["publish"], st["recv"])
+        """A robot's trace of one of our waypoint 0s: a node -> robot message (its publish
+        on our clock, its recv on the robot's). Others' traces are ignored."""
+        slot = self.robots.slots.get(env.src)
+        st = env.body["stamps"]
+        if slot is not None and "recv" in st and st.get("publish") in slot.sent_ns:
+            slot.clock.to_peer(st["publish"], st["recv"])
 
     def health(self) -> dict:
         """`health` body: counters (node, subscriber, drafters) and latency gauges (us)."""
-        c = {**self.counters, **self.runner.counters, "obs_skipped": self.obs_sub.counters["superseded"],
+        slots = list(self.robots.slots.values())
+        c = {**self.counters, **self.runner.counters, **self.robots.counters,
+             "robots": len(slots),
+             "obs_skipped": sum(s.counters["obs_superseded"] for s in slots),
+             "robot_restarts": sum(s.counters["restarts"] for s in slots),
              "obs_rejected": self.obs_sub.counters["rejected"],
              "obs_oversize": self.obs_sub.counters["oversize"],
              "obs_sessions_ended": self.obs_sub.sessions_ended,
@@ -277,6 +361,14 @@ class InferenceNode:
         offset = self.robot_clock.offset_ns if self.robot_clock is not None else None
         if offset is not None:
             g["robot_clock_offset_us"] = offset / 1e3
+        if len(slots) > 1:  # per robot, when there are several
+            for s in slots:
+                c[f"robot.{s.name}.cycles"] = s.counters["cycles"]
+                c[f"robot.{s.name}.budget_level"] = s.budget.index
+                if s.slack_ns is not None:
+                    g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
+        if self.robots.chunk_ns:
+            g["cycle_cost_us"] = self.robots.chunk_ns / 1e3
         return {"node": self.cfg.name, "state": self.state, "counters": c, "gauges": g}
 
     def close(self) -> None:
@@ -288,13 +380,17 @@ class InferenceNode:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rtinfer.inference.node", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
-    p.add_argument("--obs", required=True, help="endpoint the obs publisher binds")
+    p.add_argument("--obs", required=True, nargs="+",
+                   help="the endpoint(s) the robots' obs publishers bind (one or more robots)")
     p.add_argument("--actions", required=True, help="endpoint this node binds for actions")
     p.add_argument("--control", default=None, help="endpoint of budget/command messages")
     p.add_argument("--backend", default="onnx")
     p.add_argument("--drafter", default="chunk", choices=DRAFTERS)
     p.add_argument("--name", default="infer")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-robots", type=int, default=None,
+                   help="serve at most this many robots (default: as many as the measured "
+                        "cycle time fits at the policy's rate)")
     p.add_argument("--precision", default=None, choices=list(PRECISIONS),
                    help="action-token policy on --backend onnx: which graph set of graphs.json "
                         "runs (default fp32)")
@@ -310,13 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=None)
     add_curve_arguments(p)
     a = p.parse_args(argv)
-    curve = curve_from_args(p, a, binds=[a.actions], connects=[a.obs, a.control])
+    curve = curve_from_args(p, a, binds=[a.actions], connects=[*a.obs, a.control])
     try:
         cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter,
                                   sample=a.sample, prefix_cache=not a.no_prefix_cache,
                                   deadline_ms=a.deadline_ms,
                                   auto_budget=a.budget and a.level is None,
-                                  threads=a.threads, trace_path=a.trace)
+                                  threads=a.threads, trace_path=a.trace,
+                                  max_robots=a.max_robots)
     except ValueError as e:
         p.error(str(e))
     if a.precision and a.backend != "onnx":

@@ -39,11 +39,13 @@ class ChunkRunner:
         self.drafter, self.prefix_cache = drafter, prefix_cache
         self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores"), 0)
         self._instr_key, self._snaps = None, {}
-        self._prev: tuple[np.ndarray, int] | None = None  # (bins (H', D), capture_ns)
+        # the last chunk decoded, (bins (H', D), capture_ns): the chunk-reuse drafter's input.
+        # A node serving several robots keeps one per robot and swaps it in per cycle.
+        self.previous: tuple[np.ndarray, int] | None = None
 
     def reset(self) -> None:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""
-        self._prev = None
+        self.previous = None
 
     def _prefill(self, instr: np.ndarray, obs: np.ndarray,
                  level: BudgetLevel | None = None) -> tuple[np.ndarray, int]:
@@ -97,14 +99,14 @@ class ChunkRunner:
         drafter = None if level.spec_len == 0 or self.drafter == "none" \
             else self.drafters[self.drafter]
         if isinstance(drafter, ChunkReuseDrafter):
-            if self._prev is None or capture_ns is None:
+            if self.previous is None or capture_ns is None:
                 drafter.clear()
             else:
-                drafter.set_previous(self._prev[0], self._prev[1], capture_ns,
+                drafter.set_previous(self.previous[0], self.previous[1], capture_ns,
                                      md.tokenizer.period_ns)
         D = md.tokenizer.dim
         bins = self.decoder.decode(logits, pos, level.chunk * D, depth=level.depth,
                                    drafter=drafter, gamma=level.spec_len or None, dim=D,
                                    on_waypoint=on_waypoint)
-        self._prev = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
+        self.previous = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
         return bins
