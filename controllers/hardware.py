@@ -68,7 +68,8 @@ class HardwareInterface(Protocol):
       gravity(state, out): fill `out` (N,) with the effort that holds the robot still in
           `state` (gravity compensation), added as feed-forward on effort-mode axes.
       on_tick(node, state, now_ns): called after every write (a simulator steps its
-          physics and publishes `obs` here); `node` is the ControllerNode.
+          physics and publishes `obs` here); `node` is the ControllerNode (node.counters;
+          node.stop() ends the run after this tick).
       on_stop(node): once, after the loop ended (a simulator's final health message).
       report() -> dict: merged into the run's final report. close(): at the end."""
 

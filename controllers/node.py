@@ -203,6 +203,11 @@ class ControllerNode:
             rk.keep_time()
             self.counters["late_ticks"] = rk.late_ticks
 
+    def stop(self) -> None:
+        """End the loop after the current tick (a hardware hook may call it, e.g. a simulator
+        whose episode is over; safe from a signal handler)."""
+        self.state = "stopped"
+
     def update(self, now: int) -> None:
         for _ in range(self.cfg.max_msgs_per_tick):
             env = self.sub.recv(timeout_ms=0)

@@ -99,7 +99,7 @@ class RobotProcess:
 
     def stop(self) -> None:
         """End the loop after the current tick (safe from a signal handler)."""
-        self.node.state = "stopped"
+        self.node.stop()
 
     def report(self) -> dict:
         e2e = self.node.e2e.percentiles_us()

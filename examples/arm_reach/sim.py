@@ -134,7 +134,7 @@ class ArmSim:
         self.step()
         done_targets = self.cfg.targets is not None and self.task.resolved >= self.cfg.targets
         if done_targets or (self._end_step is not None and self.step_count >= self._end_step):
-            node.state = "stopped"
+            node.stop()
         self._publish(node, now_ns, self.step_count % self._obs_every == 0)
 
     def _tick_frozen(self) -> bool:

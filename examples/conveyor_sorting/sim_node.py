@@ -64,7 +64,7 @@ class ConveyorSim:
                 return
             self.frozen, self._end_ns = False, now_ns + int(self.seconds * 1e9)
         if now_ns >= self._end_ns:
-            node.state = "stopped"  # the loop ends after this tick
+            node.stop()  # the loop ends after this tick
         self.cell.step()
         self._tick += 1
         if self._tick % self._obs_every == 0:
