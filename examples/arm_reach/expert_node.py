@@ -11,12 +11,9 @@ policy, so the robot side cannot tell the two apart.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
-from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
-from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.transport.wire import now_ns
+from rtinfer.inference import function_node
 
 from .expert import ReachExpert
 from .lockstep import ROBOT_YAML, action_spec, load_robot
@@ -29,39 +26,10 @@ def serve(obs_endpoint: str, actions_endpoint: str, *, config=ROBOT_YAML,
     _, control, _ = load_robot(config)
     spec = action_spec(control)
     expert = ReachExpert(control, spec)
-    sub = Subscriber(obs_endpoint, ["obs"], latest_only=True)
-    pub = Publisher(actions_endpoint, "expert")  # a policy binds its action endpoint
-    counters = {"cycles": 0, "skipped": 0, "bad_obs": 0}
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    end = None if seconds is None else now_ns() + int(seconds * 1e9)
-    try:
-        while not stop and (end is None or now_ns() < end):
-            env = sub.poll_latest(timeout_ms=100).get("obs")
-            if env is None:
-                continue
-            recv_ns = now_ns()
-            try:
-                obs = obs_from_body(env.body)
-            except (KeyError, ValueError):
-                counters["bad_obs"] += 1
-                continue
-            chunk = expert.act(obs)
-            stamps = carried_stamps(env.stamps, recv_ns)
-            stamps["first_token"] = now_ns()
-            for i in range(spec.horizon):
-                pub.publish("action_chunk", waypoint_body(
-                    env.seq, i, spec.horizon, chunk[i], spec=spec.hash,
-                    period_ns=spec.period_ns, start_ns=spec.start_ns, dest=env.src),
-                    dict(stamps))
-            counters["cycles"] += 1
-    except KeyboardInterrupt:
-        pass
-    finally:
-        counters["skipped"] = sub.counters["superseded"]
-        sub.close()
-        pub.close()
-    return counters
+    return function_node.serve(lambda body: (expert.act(obs_from_body(body)), None),
+                               obs_endpoint, actions_endpoint, spec=spec.hash,
+                               period_ns=spec.period_ns, start_ns=spec.start_ns,
+                               seconds=seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
