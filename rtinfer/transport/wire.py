@@ -21,6 +21,7 @@ from rtinfer.transport.schema import (  # noqa: F401  (re-exported: the wire's p
     DEFAULT_MAX_BYTES, SCHEMA_VERSION, U64_MAX, ArrayError, MalformedError, OversizeError,
     SchemaError, TopicError, VersionError, WireError, check_name)
 from rtinfer.transport.arrays import OobHook, OobPacker, ext_hook
+from rtinfer.transport.chunk_codec import decode_chunk, encode_chunk
 
 ENVELOPE_KEYS = ("version", "topic", "seq", "src", "stamps", "body")
 _ENVELOPE_KEYSET = frozenset(ENVELOPE_KEYS)
@@ -103,6 +104,10 @@ def _check_size(nbytes: int, max_bytes: int, what: str) -> None:
 def encode(topic: str, body: dict, *, seq: int, src: str, stamps: dict | None = None,
            max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """One self-contained message (arrays inline). Bad body or too big -> WireError."""
+    data = encode_chunk(topic, body, seq, src, {} if stamps is None else stamps, max_bytes,
+                        math.inf)  # the common action_chunk: same bytes, fewer steps
+    if data is not None:
+        return data
     data, _ = _pack(_envelope(topic, body, seq, src, stamps), math.inf)  # all inline
     if len(data) > max_bytes:
         _check_size(len(data), max_bytes, "message")
@@ -117,6 +122,10 @@ def encode_frames(topic: str, body: dict, *, seq: int, src: str, stamps: dict | 
     The memoryviews alias the caller's arrays: do not modify them until the send is done.
     On ZeroMQ the bus sends [topic.encode(), *encode_frames(...)].
     """
+    data = encode_chunk(topic, body, seq, src, {} if stamps is None else stamps, max_bytes,
+                        oob_bytes)  # the common action_chunk: same bytes, fewer steps
+    if data is not None:
+        return [data]
     data, oob = _pack(_envelope(topic, body, seq, src, stamps), oob_bytes)
     if not oob:
         if len(data) > max_bytes:
@@ -187,6 +196,9 @@ def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES,
         if type(data) is not bytes:
             data = memoryview(data).cast("B")
         _check_size(len(data), max_bytes, "message")
+        fast = decode_chunk(data, topics)  # the common action_chunk, or None: the generic path
+        if fast is not None:
+            return Envelope(SCHEMA_VERSION, *fast)
         env = _unpack(data, ext_hook, max_bytes)
         _validate(env, topics)
     except WireError:
