@@ -13,7 +13,8 @@ this robot's obs source name), capture older than the deadline or older than the
 use (rejected_stale), a spec hash not this robot's (rejected_hash), bad tokens or
 inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold).
 A chunk of another spec or for another robot is also said on stderr at once, then at most
-once a second (rtinfer.realtime.complaints). Local watchdog (on transport.liveliness): no
+once a second (rtinfer.realtime.complaints), unless it comes from a policy whose chunks this
+robot follows too (one node serving several robots: the others' chunks are counted only). Local watchdog (on transport.liveliness): no
 fresh chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the
 policy's period) -> hold (brake within limits, keep the tool); the next fresh chunk resumes.
 compute(): ControlStack -> HardwareInterface.write(). A read or write that raises HardwareFault
@@ -175,6 +176,7 @@ class ControllerNode:
         # values vs decoded tokens (float32 slack)
         self._tol = None if self.tok is None else self.tok.bin_width / 2 + 1e-6
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
+        self._served_by: set[str] = set()  # policies (src) whose chunks this robot followed
 
     # -- the loop ---------------------------------------------------------------------
     def tick(self, now_ns: int | None = None) -> None:
@@ -281,12 +283,16 @@ class ControllerNode:
             why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
                                  b["count"], b["period_ns"], wp, env.stamps, b["start_ns"])
         if why is None:
+            self._served_by.add(env.src)
             self._apply(now)
         elif why == LATE:
             self._late(env)
         else:
             self.counters[why] += 1
-            if why in LOUD:
+            # A policy that also serves this robot sends the others' chunks on the same
+            # socket (one node, several robots): counted, but that is no misconfiguration.
+            fleet = why == "rejected_dest" and env.src in self._served_by
+            if why in LOUD and not fleet:
                 self.complaints.say(why, lambda: LOUD[why](self, env))
 
     def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:

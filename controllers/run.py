@@ -260,6 +260,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one `hardware:` entry of the robot file (VALUE as YAML)")
+    ap.add_argument("--robot", default=None, help="the robot's name (default: the robot "
+                    "file's `name`): one robot file can serve several robots of a kind")
     ap.add_argument("--name", default="controller", help="the controller's node name")
     ap.add_argument("--seconds", type=float, default=None, help="stop after this long")
     ap.add_argument("--deadline-ms", type=float, default=100.0)
@@ -279,6 +281,7 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
         if a.deadline_ms <= 0 or a.policy_hz <= 0:
             raise ValueError("--deadline-ms and --policy-hz must be > 0")
         robot, control, hardware = load_robot(a.config)
+        robot = a.robot or robot
         tok, act = load_policy_spec(a.model)
         cls = hardware_class(a.hardware)
         hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})

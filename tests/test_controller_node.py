@@ -212,6 +212,21 @@ def test_a_chunk_for_another_robot_is_rejected_as_rejected_dest_and_not_applied(
     assert cell.node.counters["chunks_accepted"] == 1 and cell.node.state == "run"
 
 
+def test_another_robots_chunks_from_this_robots_own_policy_are_counted_without_a_complaint(
+        cell, capfd):
+    cell.send_chunk(LINE, age_ms=10, dest="other-robot")
+    cell.deliver(4)
+    assert "it is for robot 'other-robot', this is 'controller'" in capfd.readouterr().err
+    cell.send_chunk(LINE, age_ms=10)       # the policy serves this robot too: a fleet node
+    cell.deliver(4)
+    cell.node.complaints = type(cell.node.complaints)(cell.node.cfg.name)  # no rate limit left
+    cell.send_chunk(LINE, age_ms=10, dest="other-robot")
+    cell.deliver(4)
+    c = cell.node.counters
+    assert c["rejected_dest"] == 8 and c["chunks_accepted"] == 1
+    assert "other-robot" not in capfd.readouterr().err
+
+
 def test_a_waypoint_with_start_ns_0_is_due_at_capture(cell):
     cell.send_chunk(LINE, age_ms=10, start_ns=0, suction=1.0)
     cell.deliver(4)

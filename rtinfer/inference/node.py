@@ -56,6 +56,7 @@ from rtinfer.transport.wire import WireError, now_ns
 
 DRAFTERS = ("chunk", "self", "none")
 DRAIN_LIMIT = 256  # messages one spin takes off a socket: bounds its work under a flood
+WARM_UP = 3       # cycles not timed for admission (allocations and caches of the first runs)
 
 
 @dataclass
@@ -198,20 +199,22 @@ class InferenceNode:
             self.complaints.say(f"refused {env.src}", lambda: verdict)
 
     def _profile(self, env, rounds: int = 5) -> None:
-        """Time `rounds` cycles at full quality on this observation, publishing nothing:
-        the cycle cost admission plans with until real cycles are timed."""
+        """Time `rounds` cycles at full quality on this observation (after WARM_UP untimed
+        ones: a session's first runs are slow), publishing nothing: the cycle cost admission
+        plans with until real cycles are timed."""
         try:
             inputs = self._encode(env.body)
         except WireError:
             return  # counted when it is answered
         level, kept = self.budget.levels[0], getattr(self.runner, "previous", None)
-        for _ in range(rounds):
+        for i in range(WARM_UP + rounds):
             t0 = now_ns()
             self._run(Cycle(env.seq, {}, None, level, level.chunk, env.src), inputs, None)
-            self.hist["compute"].record(now_ns() - t0)
+            if i >= WARM_UP:
+                self.hist["compute"].record(now_ns() - t0)
         if self.decoder is not None:
             self.runner.previous = kept
-        self.robots.chunk_ns = self.hist["compute"].percentiles_us()["max"] * 1000
+        self.robots.chunk_ns = self.hist["compute"].percentiles_us()["p99"] * 1000
 
     def run(self, seconds: float | None = None) -> None:
         """Spin until a `stop` command, stop(), or `seconds` elapse."""
@@ -235,8 +238,9 @@ class InferenceNode:
         if self.decoder is not None:
             slot.previous = self.runner.previous
         t_end = now_ns()
-        self.hist["compute"].record(t_end - t_start)
-        self.robots.chunk_ns = self.hist["compute"].percentiles_us()["p99"] * 1000
+        if self.counters["cycles"] >= WARM_UP:  # a session's first runs are slow
+            self.hist["compute"].record(t_end - t_start)
+            self.robots.chunk_ns = self.hist["compute"].percentiles_us()["p99"] * 1000
         self._account(slot, cycle, t_recv, t_end, len(out))
 
     def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:

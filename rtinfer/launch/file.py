@@ -62,15 +62,16 @@ from rtinfer.launch.yaml_lines import (TYPE_NAMES, LaunchError, Report, annotati
                                        check_fields, compose_file, dataclass_fields, is_type)
 
 TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
-            "deadline_ms": float, "seconds": float, "rates": dict, "vars": dict,
+            "deadline_ms": float, "seconds": float, "robots": int, "rates": dict, "vars": dict,
             "hosts": dict, "endpoints": dict, "nodes": list, "monitor": dict}
 NODE_KEYS = {"name": str, "entry": str, "args": list, "host": str, "cpus": list,
              "priority": (int, type(None)), "required": bool, "restart": (str, dict),
-             "after": list, "stop_grace_s": float, "curve_secret": str}
+             "after": list, "stop_grace_s": float, "curve_secret": str, "per_robot": bool}
 RESTART_KEYS = {"policy": str, "max_restarts": int, "window_s": float, "backoff_s": float,
                 "backoff_max_s": float}
 # YAML 1.1 reads a bare `off` as false: accept the bool and normalise it below.
-ENDPOINT_KEYS = {"url": str, "curve": (str, bool), "server_key": str, "allow": str}
+ENDPOINT_KEYS = {"url": str, "curve": (str, bool), "server_key": str, "allow": str,
+                 "per_robot": bool}
 HOST_KEYS = {"address": str, "description": str}
 TCP = re.compile(r"^tcp://([^:/]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
 SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config", "curve_map")
@@ -94,6 +95,7 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     """
     data, r = compose_file(path, overrides)
     check_fields(r, data, (), TOP_KEYS, required=("endpoints", "nodes"))
+    _expand_robots(r, data)
     if data.get("version", 1) != 1:
         r.err(("version",), "unsupported version; this launcher reads version: 1")
     for key, what in (("deadline_ms", "the end-to-end deadline in ms"),
@@ -123,6 +125,89 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
                       deadline_ms=data.get("deadline_ms", 100), seconds=data.get("seconds"),
                       run_dir=data.get("run_dir"), rates=rates, vars=vars_, hosts=hosts,
                       monitor=dict(data.get("monitor") or {}))
+
+
+def _expand_robots(r: Report, data: dict) -> None:
+    """`robots: N`: each `per_robot: true` endpoint becomes NAME-0 .. NAME-(N-1) and each
+    `per_robot: true` node NAME-0 .. NAME-(N-1), in place. In robot k's node, ${robot} is k
+    and ${endpoints.E} of a per-robot E is E-k; in any other node, an argument that is
+    exactly ${endpoints.E} becomes N arguments, one address per robot. The line marks follow
+    the copies, so problems in them point at the block they came from."""
+    eps, nodes = _section(data, "endpoints", dict), _section(data, "nodes", list)
+    per_eps = [e for e, b in eps.items() if isinstance(b, dict) and b.get("per_robot")]
+    per_nodes = [b["name"] for b in nodes if isinstance(b, dict) and b.get("per_robot")
+                 and isinstance(b.get("name"), str)]
+    n = data.get("robots")
+    if n is None:
+        if per_eps or per_nodes:
+            r.err(("robots",), f"per_robot: is used ({', '.join(per_eps + per_nodes)}) but no "
+                               "top-level robots: N says how many robots")
+        return
+    if not is_type(n, int) or n < 1:
+        r.err(("robots",), f"robots must be a whole number >= 1, got {n!r}")
+        return
+    marks, orig = r.marks, dict(r.marks)
+    for path in [p for p in marks if len(p) > 1 and p[0] == "nodes"]:
+        del marks[path]  # re-marked below, from `orig`, at each node's new index
+
+    def copy_marks(old: tuple, new: tuple) -> None:
+        for path, line in orig.items():
+            if path[:len(old)] == old:
+                marks[new + path[len(old):]] = line
+
+    out_eps = {}
+    for name, body in eps.items():
+        if name not in per_eps:
+            out_eps[name] = body
+            continue
+        if body.get("url") != "ipc":
+            r.err(("endpoints", name, "url"), "a per-robot endpoint is url: ipc (one socket "
+                                              "per robot in the run directory)")
+        for k in range(n):
+            out_eps[f"{name}-{k}"] = {x: v for x, v in body.items() if x != "per_robot"}
+            copy_marks(("endpoints", name), ("endpoints", f"{name}-{k}"))
+    data["endpoints"] = out_eps
+    own = re.compile(r"\$\{\s*endpoints\.(" + "|".join(map(re.escape, per_eps)) + r")\s*\}") \
+        if per_eps else None
+    out_nodes = []
+    for i, body in enumerate(nodes):
+        if not isinstance(body, dict):
+            out_nodes.append(body)
+            continue
+        after = [x for a in body.get("after") or [] for x in
+                 ([f"{a}-{k}" for k in range(n)] if a in per_nodes else [a])]
+        args = [str(a) if isinstance(a, (int, float)) else a for a in body.get("args") or []]
+        if not body.get("per_robot"):
+            spliced = []
+            for j, a in enumerate(args):
+                m = own.fullmatch(a.strip()) if own and isinstance(a, str) else None
+                if m:
+                    spliced += [f"${{endpoints.{m.group(1)}-{k}}}" for k in range(n)]
+                elif own and isinstance(a, str) and own.search(a):
+                    r.err(("nodes", i, "args", j), "a per-robot endpoint stands alone as an "
+                          "argument here (it becomes one argument per robot)")
+                    spliced.append(a)
+                else:
+                    spliced.append(a)
+            new = dict(body, args=spliced) if "args" in body else dict(body)
+            if "after" in body:
+                new["after"] = after
+            copy_marks(("nodes", i), ("nodes", len(out_nodes)))
+            out_nodes.append(new)
+            continue
+        for k in range(n):
+            def mine(a: str, k=k) -> str:
+                a = re.sub(r"\$\{\s*robot\s*\}", str(k), a)
+                return own.sub(lambda m: f"${{endpoints.{m.group(1)}-{k}}}", a) if own else a
+            new = {x: v for x, v in body.items() if x != "per_robot"}
+            new["name"] = f"{body['name']}-{k}"
+            if "args" in body:
+                new["args"] = [mine(a) if isinstance(a, str) else a for a in args]
+            if "after" in body:
+                new["after"] = after
+            copy_marks(("nodes", i), ("nodes", len(out_nodes)))
+            out_nodes.append(new)
+    data["nodes"] = out_nodes
 
 
 def _check_monitor(r: Report, monitor: dict) -> None:

@@ -56,7 +56,7 @@ class Report:
                               f"{'s' if len(lines) > 1 else ''}):\n  " + "\n  ".join(lines))
 
 
-OVERRIDABLE = ("deadline_ms", "seconds", "run_dir", "name")
+OVERRIDABLE = ("deadline_ms", "seconds", "run_dir", "name", "robots")
 
 
 def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
