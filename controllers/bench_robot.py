@@ -1,0 +1,168 @@
+"""A bench robot for `rtinfer bench fleet`: replays recorded observations, checks chunks.
+
+    python -m controllers.bench_robot --name r0 --obs ipc:///tmp/obs-r0 --actions ipc:///tmp/act \
+        --model models/zoo/conveyor-v1 --stream models/zoo/conveyor-v1/obs_stream.npz --out r0.npz
+
+A real process on the bus, as a robot is, without physics or a 1 kHz loop (sixteen of those
+would starve the node on two cores). It publishes the recorded obs bodies of --stream
+(`values.<field>` / `ints.<field>` rows, from row --offset on, wrapping) at --rate-hz, each
+stamped `capture` when it is sent, and hands every message it receives to a ControllerNode
+(the robot's own acceptance rules: dest, spec hash, deadline, tokens vs values, assembly)
+over a still HardwareInterface, ticked once per message. Per observation in the measured
+window it records the stream row, the capture, the waypoints received and accepted for it,
+the last one's recv stamp and the tokens.
+
+Protocol with the bench: "ready" on stdout once the sockets are up; then one JSON line on
+stdin, {"start_ns", "measure_ns", "end_ns"} (CLOCK_MONOTONIC): publish from start_ns (+ the
+--phase-ms), record captures in [measure_ns, end_ns), keep receiving a deadline past end_ns,
+write --out (.npz) and exit 0. Imports no inference package (robot-safe).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from rtinfer.model.obs_stream import load_bodies
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.wire import now_ns
+
+from .hardware import Command, RobotState
+from .node import ControllerConfig, ControllerNode
+from .run import load_policy_spec, load_robot
+
+
+class StillRobot:
+    """A HardwareInterface that never moves: the controller's checks run, physics does not."""
+
+    def __init__(self, n: int) -> None:
+        self.state = RobotState.zeros(n)
+
+    def read(self) -> RobotState:
+        return self.state
+
+    def write(self, cmd: Command) -> None:
+        pass
+
+
+class OneMessage:
+    """The Subscriber the ControllerNode reads: the one message handed to it, then nothing,
+    so each tick's verdict belongs to one message."""
+
+    def __init__(self) -> None:
+        self.pending = None
+
+    def recv(self, timeout_ms: int = 0):
+        env, self.pending = self.pending, None
+        return env
+
+
+class Record:
+    """Per observation sent in the measured window: what came back for it."""
+
+    def __init__(self, rows: int, horizon: int, dim: int) -> None:
+        self.n = 0
+        self.capture_ns = np.zeros(rows, np.int64)
+        self.stream_index = np.zeros(rows, np.int32)
+        self.count = np.zeros(rows, np.int32)        # waypoints the chunk announced
+        self.received = np.zeros(rows, np.int32)
+        self.accepted = np.zeros(rows, np.int32)
+        self.last_recv_ns = np.zeros(rows, np.int64)
+        self.tokens = np.full((rows, horizon, dim), -1, np.int32)
+        self.row_of: dict[int, int] = {}
+
+    def sent(self, capture_ns: int, index: int) -> None:
+        if self.n < len(self.capture_ns):
+            self.capture_ns[self.n], self.stream_index[self.n] = capture_ns, index
+            self.row_of[capture_ns] = self.n
+            self.n += 1
+
+    def waypoint(self, env, accepted: bool) -> None:
+        row = self.row_of.get(env.stamps.get("capture"))
+        if row is None:
+            return  # answers an observation outside the window
+        b = env.body
+        self.count[row] = b["count"]
+        self.received[row] += 1
+        self.accepted[row] += accepted
+        self.last_recv_ns[row] = max(self.last_recv_ns[row], env.stamps["recv"])
+        if "tokens" in b and 0 <= b["index"] < self.tokens.shape[1]:
+            self.tokens[row, b["index"]] = b["tokens"]
+
+    def save(self, path: str, counters: dict) -> None:
+        n = self.n
+        np.savez(path, capture_ns=self.capture_ns[:n], stream_index=self.stream_index[:n],
+                 count=self.count[:n], received=self.received[:n], accepted=self.accepted[:n],
+                 last_recv_ns=self.last_recv_ns[:n], tokens=self.tokens[:n],
+                 counters=np.array(json.dumps(counters)))
+
+
+def run(a: argparse.Namespace) -> int:
+    tok, action = load_policy_spec(a.model)
+    _, control, _ = load_robot(a.robot)
+    period_ns = int(1e9 / a.rate_hz)
+    cfg = ControllerConfig(control, tokenizer=tok, action=action, name=f"{a.name}-controller",
+                           deadline_ns=int(a.deadline_ms * 1e6), chunk_interval_ns=period_ns)
+    bodies = load_bodies(a.stream)
+    pub = Publisher(a.obs, a.name)
+    sub = Subscriber(a.actions, ["action_chunk", "command"])
+    feed = OneMessage()
+    node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name)
+    spec = action if action is not None else tok
+    print("ready", flush=True)
+    times = json.loads(sys.stdin.readline())
+    start, measure, end = times["start_ns"], times["measure_ns"], times["end_ns"]
+    rec = Record(int((end - measure) / period_ns) + 2, spec.horizon, len(spec.names))
+    next_ns, k = start + int(a.phase_ms * 1e6), 0
+    stop_ns = end + int(a.deadline_ms * 1e6) + 200_000_000
+    counters = node.counters
+    while True:
+        now = now_ns()
+        if now >= stop_ns:
+            break
+        if now >= next_ns and next_ns < end:
+            index = (a.offset + k) % len(bodies)
+            capture = now_ns()
+            pub.publish("obs", bodies[index], {"capture": capture})
+            if capture >= measure:
+                rec.sent(capture, index)
+            k += 1
+            next_ns += period_ns
+            continue
+        wait_ns = (next_ns if next_ns < end else stop_ns) - now
+        env = sub.recv(timeout_ms=max(0, min(wait_ns // 1_000_000, 100)))
+        if env is None:
+            continue
+        before = counters["waypoints_accepted"]
+        feed.pending = env
+        node.tick(now_ns())
+        if env.topic == "action_chunk" and env.body.get("dest") == a.name:
+            rec.waypoint(env, counters["waypoints_accepted"] > before)
+    rec.save(a.out, {**counters, "obs_sent": k})
+    pub.close()
+    sub.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m controllers.bench_robot",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--name", required=True, help="the robot's src (its chunks' dest)")
+    p.add_argument("--obs", required=True, help="endpoint this robot binds for its obs")
+    p.add_argument("--actions", required=True, help="the policy node's actions endpoint")
+    p.add_argument("--model", required=True, help="the policy's model directory (its spec)")
+    p.add_argument("--robot", default="examples.conveyor_sorting:robot.yaml",
+                   help="robot file (docs/robots.md) whose axes the chunks are checked on")
+    p.add_argument("--stream", required=True, help="recorded obs bodies (.npz)")
+    p.add_argument("--offset", type=int, default=0, help="the stream row to start at")
+    p.add_argument("--rate-hz", type=float, default=20.0)
+    p.add_argument("--phase-ms", type=float, default=0.0, help="delay of the first obs")
+    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--out", required=True, help="the record (.npz) written at the end")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

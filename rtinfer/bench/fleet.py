@@ -1,0 +1,290 @@
+"""Many robots at the policy rate: deadline met, e2e and chunks per inference CPU second.
+
+For each fleet size N (--robots), the arrangements take turns in the same run (their order
+rotating from one N to the next), each on a fresh set of processes:
+  sequential  one inference node (rtinfer.inference.node, N --obs endpoints) serving all N
+              robots, one cycle at a time, earliest deadline first, with admission control
+  separate    N inference nodes, one per robot (the LeRobot way)
+  batched     one node with batched graphs: not implemented yet, reported as null + reason
+Each robot is a real process (controllers.bench_robot, started by module name) replaying the
+model's recorded obs bodies (obs_stream.npz) at --rate-hz with real capture stamps, at a
+seeded phase that is the same in every arrangement, and checking every waypoint with the
+controller's own acceptance rules. Per arrangement, over the cycles of --seconds (after
+--warmup): deadline_met (a cycle's chunk counts when every waypoint arrived within the
+deadline of its capture and was accepted; over the robots that were answered at all),
+e2e p50/p99 (capture -> last waypoint received, complete chunks), chunks_per_cpu_s (accepted
+chunks per CPU second of the node processes only, from /proc/PID/stat), refused (the nodes'
+robots_refused, or robots never answered, whichever is more) and identical (accepted
+chunks whose tokens equal plain greedy on the same observation, recomputed here with
+ChunkRunner(drafter="none")). Nodes run at fixed full quality (--no-budget) unless --budget.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
+from rtinfer.model.obs_stream import FILE as STREAM_FILE, load_bodies
+from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.transport.bus import Subscriber
+from rtinfer.transport.wire import now_ns
+
+ROBOT = "controllers.bench_robot"  # the robot side ranks above rtinfer: started by name
+ARRANGEMENTS = ("sequential", "separate")
+BATCHED_REASON = ("batched graphs (one node decoding all robots' chunks in one batch) are "
+                  "not implemented in this repo yet: nothing to measure")
+METRICS = ("deadline_met", "e2e_p50_ms", "e2e_p99_ms", "chunks_per_cpu_s", "refused",
+           "identical")
+REJECTED = ("rejected_stale", "rejected_dest", "rejected_bad", "rejected_hash")
+READY_S = 180.0  # 16 nodes loading their graphs on 2 cores take a while
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_ready(procs: list, logs: list[Path], what: str) -> None:
+    """Until every process has printed its ready line; RuntimeError if one exits first."""
+    end = time.monotonic() + READY_S
+    pending = list(zip(procs, logs))
+    while pending:
+        p, log = pending[0]
+        if "ready" in log.read_text():
+            pending.pop(0)
+            continue
+        if p.poll() is not None or time.monotonic() > end:
+            err = log.with_suffix(".err").read_text()[-2000:]
+            raise RuntimeError(f"{what} ({log.stem}) did not get ready (exit {p.returncode}): "
+                               f"{err}")
+        time.sleep(0.05)
+
+
+def _start(cmd: list[str], log: Path, stdin=None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdin=stdin, stdout=log.open("w"),
+                            stderr=log.with_suffix(".err").open("w"))
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
+    """One arrangement with n robots: started, measured, stopped. Raw records + CPU."""
+    obs = [f"ipc://{tmp}/obs-r{i}" for i in range(n)]
+    acts = [f"ipc://{tmp}/act-{j}" for j in range(n if arrangement == "separate" else 1)]
+    node_opts = ["--model", a.model, "--deadline-ms", str(a.deadline_ms), "--threads", "1"]
+    node_opts += [] if a.budget else ["--no-budget"]
+    node_opts += ["--max-robots", str(a.max_robots)] if a.max_robots else []
+    plan = [(["--obs", *obs], acts[0], "infer")] if len(acts) == 1 else \
+        [(["--obs", obs[j]], acts[j], f"infer{j}") for j in range(n)]
+    nodes, robots, logs = [], [], []
+    health = Subscriber(acts, ["health"])
+    rng = np.random.default_rng(a.seed)
+    phases = rng.uniform(0, 1e3 / a.rate_hz, n)
+    try:
+        for obs_args, act, name in plan:
+            logs.append(tmp / f"{name}.log")
+            nodes.append(_start([sys.executable, "-m", "rtinfer.inference.node", *node_opts,
+                                 *obs_args, "--actions", act, "--name", name], logs[-1]))
+        _wait_ready(nodes, logs, "inference node")
+        rlogs = []
+        for i in range(n):
+            rlogs.append(tmp / f"r{i}.log")
+            robots.append(_start([
+                sys.executable, "-m", ROBOT, "--name", f"r{i}", "--obs", obs[i],
+                "--actions", acts[i if arrangement == "separate" else 0], "--model", a.model,
+                "--robot", a.robot, "--stream", a.stream, "--offset", str(i * 53),
+                "--rate-hz", str(a.rate_hz), "--phase-ms", f"{phases[i]:.3f}",
+                "--deadline-ms", str(a.deadline_ms), "--out", str(tmp / f"r{i}.npz")],
+                rlogs[-1], stdin=subprocess.PIPE))
+        _wait_ready(robots, rlogs, "bench robot")
+        start = now_ns() + 200_000_000
+        measure = start + int(a.warmup * 1e9)
+        end = measure + int(a.seconds * 1e9)
+        for r in robots:
+            r.stdin.write(json.dumps({"start_ns": start, "measure_ns": measure,
+                                      "end_ns": end}).encode() + b"\n")
+            r.stdin.close()
+        last = {}
+        cpu = {}
+        for label, at in (("start", measure), ("end", end)):
+            while now_ns() < at:
+                env = health.recv(timeout_ms=max(1, min(100, (at - now_ns()) // 1_000_000)))
+                if env is not None:
+                    last[env.src] = env.body
+            cpu[label] = ([cpu_s(p.pid) for p in nodes], [cpu_s(p.pid) for p in robots])
+        for r in robots:
+            r.wait(timeout=60)
+            if r.returncode != 0:
+                raise RuntimeError(f"bench robot exited {r.returncode}: see {tmp}")
+        while (env := health.recv(timeout_ms=0)) is not None:
+            last[env.src] = env.body
+    finally:
+        _stop(robots + nodes)
+        health.close()
+    records = []
+    for i in range(n):
+        with np.load(tmp / f"r{i}.npz", allow_pickle=False) as z:
+            records.append({k: z[k] for k in z.files})
+    return {"records": records,
+            "node_cpu_s": sum(cpu["end"][0]) - sum(cpu["start"][0]),
+            "robot_cpu_s": sum(cpu["end"][1]) - sum(cpu["start"][1]),
+            "robots_refused": sum(h["counters"].get("robots_refused", 0) for h in last.values()),
+            "refusals": [line for log in logs for line in
+                         log.with_suffix(".err").read_text().splitlines() if "refused" in line]}
+
+
+def summarise(raw: dict, greedy, seconds: float) -> dict:
+    """The arrangement's figures from its robots' records (see the module doc)."""
+    recs = raw["records"]
+    answered = [r for r in recs if r["received"].sum() > 0]
+    hist, cycles, met, same, checked = LatencyHistogram(), 0, 0, 0, 0
+    for r in answered:
+        ok = (r["count"] > 0) & (r["accepted"] == r["count"])
+        cycles += len(ok)
+        met += int(ok.sum())
+        for row in np.flatnonzero((r["count"] > 0) & (r["received"] == r["count"])):
+            hist.record(int(r["last_recv_ns"][row] - r["capture_ns"][row]))
+        for row in np.flatnonzero(ok):
+            c = r["count"][row]
+            checked += 1
+            same += np.array_equal(r["tokens"][row][:c], greedy(int(r["stream_index"][row]))[:c])
+    p = hist.percentiles_us()
+    all_cycles = sum(len(r["count"]) for r in recs)
+    return {
+        "deadline_met": round(met / cycles, 4) if cycles else None,
+        "e2e_p50_ms": round(p["p50"] / 1e3, 2) if hist.count else None,
+        "e2e_p99_ms": round(p["p99"] / 1e3, 2) if hist.count else None,
+        "chunks_per_cpu_s": round(met / raw["node_cpu_s"], 1) if raw["node_cpu_s"] else None,
+        "refused": max(raw["robots_refused"], len(recs) - len(answered)),
+        "identical": round(same / checked, 4) if checked else None,
+        "deadline_met_all_robots": round(met / all_cycles, 4) if all_cycles else None,
+        "cycles": cycles, "chunks_accepted": met, "chunks_checked": checked,
+        "node_cpu_s": round(raw["node_cpu_s"], 2),
+        "node_cpu_share": round(raw["node_cpu_s"] / seconds, 3),
+        "robot_cpu_s": round(raw["robot_cpu_s"], 2),
+        "robots_answered": len(answered), "refusals": raw["refusals"][:3],
+        "robot_rejected": {k: sum(json.loads(str(r["counters"]))[k] for r in recs)
+                           for k in REJECTED},
+    }
+
+
+class Greedy:
+    """Plain greedy tokens (H, D) of stream row i, decoded once per row (lazily: the model
+    loads at the first call)."""
+
+    def __init__(self, model: str, stream: str) -> None:
+        self.model, self.stream, self.cache = model, stream, {}
+        self.runner = None
+
+    def __call__(self, index: int) -> np.ndarray:
+        if index not in self.cache:
+            if self.runner is None:
+                self._load()
+            instr, obs = self.md.obs.encode(self.bodies[index])
+            bins, _ = self.runner.run(instr, obs, None, self.level)
+            self.cache[index] = bins.reshape(-1, self.md.tokenizer.dim).copy()
+        return self.cache[index]
+
+    def _load(self) -> None:
+        from rtinfer.inference.budget import default_levels
+        from rtinfer.inference.runner import ChunkRunner
+        from rtinfer.model.chunk_model import load_model
+        self.md = load_model(self.model)
+        self.runner = ChunkRunner(self.md, drafter="none", backend_opts={"threads": 1})
+        self.level = default_levels(self.md, self.runner.decoder.k_verify)[0]
+        self.bodies = load_bodies(self.stream)
+
+
+def run(a) -> dict:
+    raws = {}
+    for k, n in enumerate(a.robots):
+        order = ARRANGEMENTS[k % 2:] + ARRANGEMENTS[:k % 2]  # taking turns
+        for arrangement in order:
+            with tempfile.TemporaryDirectory(prefix="rtinfer-fleet-") as tmp:
+                raws[n, arrangement] = run_point(arrangement, n, a, Path(tmp))
+            print(f"fleet: {n} robots, {arrangement}: done", file=sys.stderr, flush=True)
+    greedy = Greedy(a.model, a.stream)  # after the runs: the check costs them nothing
+    rows = []
+    for n in a.robots:
+        row = {"robots": n, "batched": {**dict.fromkeys(METRICS), "reason": BATCHED_REASON}}
+        for arrangement in ARRANGEMENTS:
+            row[arrangement] = summarise(raws[n, arrangement], greedy, a.seconds)
+        rows.append(row)
+    return {"deadline_ms": a.deadline_ms, "rate_hz": a.rate_hz, "seconds": a.seconds,
+            "warmup_s": a.warmup, "model": a.model, "stream": a.stream,
+            "budget": "auto" if a.budget else "fixed full quality", "rows": rows}
+
+
+def plot(result: dict, path: str) -> None:
+    """deadline_met against N, one line per arrangement measured."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ns = [r["robots"] for r in result["rows"]]
+    for arrangement in ARRANGEMENTS:
+        ax.plot(ns, [r[arrangement]["deadline_met"] for r in result["rows"]], "o-",
+                label=arrangement)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlabel(f"robots at {result['rate_hz']:g} Hz each")
+    ax.set_ylabel(f"deadline met ({result['deadline_ms']:g} ms)")
+    ax.set_title("batched: not implemented", fontsize=9, loc="right")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench fleet`: N robots at 20 Hz on one node, on N nodes (and batched)."""
+    p = parser("fleet", main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--stream", default=None, help="recorded obs bodies (.npz; default: "
+                   "the model's obs_stream.npz)")
+    p.add_argument("--robot", default="examples.conveyor_sorting:robot.yaml",
+                   help="robot file the bench robots check chunks against")
+    p.add_argument("--robots", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per point")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
+    p.add_argument("--quick", action="store_true", help="3 s points, 1.5 s warm-up (tests)")
+    p.add_argument("--rate-hz", type=float, default=20.0, help="observations per robot")
+    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--max-robots", type=int, default=None, help="the node's --max-robots")
+    p.add_argument("--budget", action="store_true",
+                   help="let the nodes lower their budget (default: fixed full quality)")
+    p.add_argument("--seed", type=int, default=0, help="the robots' phases")
+    p.add_argument("--plot", default=None, help="write deadline-met against N (PNG)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.seconds, a.warmup = 3.0, 1.5
+    a.stream = a.stream or str(Path(a.model) / STREAM_FILE)
+    if not Path(a.stream).is_file():
+        p.error(f"--stream {a.stream}: no such file (record one: python -m "
+                "examples.conveyor_sorting.record_obs_stream --out FILE)")
+    if min(a.robots) < 1:
+        p.error("--robots: each fleet size must be at least 1")
+    result = run(a)
+    if a.plot:
+        plot(result, a.plot)
+    return emit("fleet", result, a.json)

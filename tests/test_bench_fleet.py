@@ -1,0 +1,49 @@
+"""`rtinfer bench fleet` on a tiny configuration, as real processes: the shipped policy, one
+and two bench robots, a node for all and a node each. Chunks are accepted by the robots'
+own controller rules and equal plain greedy; a robot over --max-robots is refused and
+counted, while one node per robot serves both."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_fleet_bench_counts_accepted_identical_chunks_and_a_refused_robot(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", "bench", "fleet", "--json", "--robots", "1", "2",
+         "--seconds", "2", "--warmup", "1", "--max-robots", "1",
+         "--plot", str(tmp_path / "fleet.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["deadline_ms"] == 100.0 and [r["robots"] for r in result["rows"]] == [1, 2]
+    for row in result["rows"]:
+        assert row["batched"]["deadline_met"] is None and row["batched"]["reason"]
+        for arrangement in ("sequential", "separate"):
+            r = row[arrangement]
+            assert set(r) >= {"deadline_met", "e2e_p50_ms", "e2e_p99_ms", "chunks_per_cpu_s",
+                              "refused", "identical"}
+            assert r["chunks_accepted"] > 0 and r["chunks_per_cpu_s"] > 0
+            assert r["identical"] == 1.0 and r["chunks_checked"] == r["chunks_accepted"]
+            assert 0 < r["e2e_p50_ms"] <= r["e2e_p99_ms"]
+    one, two = result["rows"]
+    assert one["sequential"]["refused"] == 0 and one["separate"]["refused"] == 0
+    # one node for both robots, at most one robot per node: the second is refused
+    assert two["sequential"]["refused"] == 1 and two["sequential"]["robots_answered"] == 1
+    assert two["sequential"]["deadline_met_all_robots"] <= 0.5
+    assert any("--max-robots" in line for line in two["sequential"]["refusals"])
+    # a node per robot: both served
+    assert two["separate"]["refused"] == 0 and two["separate"]["robots_answered"] == 2
+    assert (tmp_path / "fleet.png").stat().st_size > 0
+
+
+def test_the_bench_robot_imports_no_inference_package():
+    code = ("import sys, controllers.bench_robot; "
+            "print([m for m in ('torch', 'onnxruntime', 'tensorrt', 'rtinfer.inference') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
