@@ -65,16 +65,24 @@ def test_a_fleet_that_cannot_expand_is_refused_at_its_line(tmp_path, edit, says)
 
 
 def test_two_conveyor_cells_are_served_by_one_inference_node(tmp_path):
-    run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor",
-                        "launch/conveyor_fleet.yaml", "--set", "seconds=4", "--run-dir", str(run),
-                        "--seconds", "90"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    reports = [json.loads((run / f"sim_report-{k}.json").read_text()) for k in range(2)]
-    for rep in reports:
-        c = rep["controller"]
-        assert c["chunks_accepted"] >= 20 and c["rejected_hash"] == c["rejected_bad"] == 0, c
-        assert c["rejected_dest"] > 0  # the other cell's chunks, on the same socket
-    assert reports[0]["task"]["instruction"] != reports[1]["task"]["instruction"]
-    log = (run / "sim-0.log").read_text()
+    """`rtinfer demo --robots 2`: launch/conveyor_fleet.yaml through the launcher, one
+    report entry per cell."""
+    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", "--robots", "2",
+                        "--seconds", "4", "--json", "--run-dir", str(tmp_path / "run")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    cells = report["robots"]
+    assert [c["robot"] for c in cells] == ["cell-0", "cell-1"]
+    for c in cells:
+        assert c["chunks_accepted"] >= 20, cells
+    assert cells[0]["task"]["instruction"] != cells[1]["task"]["instruction"]
+    assert report["controller"]["chunks_accepted"] == sum(c["chunks_accepted"] for c in cells)
+    log = (tmp_path / "run" / "nominal" / "sim-0.log").read_text()
     assert "is for robot" not in log  # the other cell's chunks are no misconfiguration
+
+
+def test_the_demo_refuses_options_a_fleet_contradicts(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", "--robots", "2",
+                        "--seed", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--robots 2 with --seed" in r.stderr and r.stdout == ""

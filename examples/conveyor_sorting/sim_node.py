@@ -50,12 +50,14 @@ class ConveyorSim:
         self.obs_sent = 0
         self._end_ns = self._wait_until_ns = None
         self.frozen = True
+        self.health_node = "cell"  # its health's node name: the robot's when in a fleet
 
     def on_tick(self, node, state, now_ns: int) -> None:
         pub = node.pub
         if self.frozen:
             if self._wait_until_ns is None:
                 self._wait_until_ns = now_ns + int(self.wait_s * 1e9)
+                self.health_node = "cell" if node.robot == "sim" else node.robot
             # Observations go out, but the world stands still until the policy answers.
             if node.counters["chunks_accepted"] == 0 and now_ns < self._wait_until_ns:
                 self._tick += 1
@@ -75,7 +77,7 @@ class ConveyorSim:
 
     def publish_health(self, pub, state: str) -> None:
         m = self.cell.metrics
-        pub.publish("health", {"node": "cell", "state": state, "counters": {
+        pub.publish("health", {"node": self.health_node, "state": state, "counters": {
             k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
                                        "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
 

@@ -80,7 +80,7 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
                stress=args.stress, run_dir=args.run_dir, deadline_ms=args.deadline_ms,
                seed=args.seed, instruction=args.instruction, belt_speed=args.belt_speed,
-               json_out=args.json)
+               json_out=args.json, robots=args.robots)
 
 
 def _task_option(checker: str):
@@ -194,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "that load (fixed full depth, and the cheapest budget level): the "
                         "fixed run's chunk-time p70 (capture -> last waypoint at the "
                         "controller), raised to the cheapest level's p99 x 1.1")
+    d.add_argument("--robots", type=int, default=1, metavar="N",
+                   help="N conveyor cells (seeds 0..N-1, so each its own instruction) served "
+                        "by one inference node (launch/conveyor_fleet.yaml); the report has "
+                        "one entry per robot")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
     d.add_argument("--deadline-ms", type=float, default=None,
                    help="end-to-end deadline (default: the launch file's, 100 ms; with "

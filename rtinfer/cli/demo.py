@@ -51,6 +51,7 @@ from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
 
 EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
+FLEET_LAUNCH = "conveyor_fleet.yaml"  # --robots N: N cells, one inference node
 STRESS_DEADLINE_MS = 20.0  # --stress with the expert, which has no chunk time to calibrate
 SUPERVISOR = "rtinfer.launch.supervisor:main"
 _PR_SET_PDEATHSIG = 1
@@ -194,11 +195,46 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
     return report
 
 
+def robot_reports(run_dir: Path) -> list[dict]:
+    """The fleet launch's per-cell reports (sim_report-K.json), in robot order."""
+    out, k = [], 0
+    while (run_dir / f"sim_report-{k}.json").exists():
+        out.append(_read(run_dir / f"sim_report-{k}.json"))
+        k += 1
+    return out
+
+
+def _robot_entry(k: int, sim: dict) -> dict:
+    m, c = sim.get("metrics", {}), sim.get("controller", {})
+    resolved = m.get("resolved", 0)
+    return {"robot": f"cell-{k}", "task": sim.get("task"),
+            "objects": {x: m.get(x, 0) for x in ("spawned", "correct", "wrong", "missed",
+                                                 "dropped")},
+            "success_rate": m["correct"] / resolved if resolved else None,
+            "e2e_ms": {x: sim.get("e2e_ms", {}).get(x) for x in ("p50", "p99", "max")},
+            "chunks_accepted": c.get("chunks_accepted"), "late_waypoints": c.get("late_waypoints"),
+            "late_ticks": c.get("late_ticks")}
+
+
+def _merged_fleet(sims: list[dict]) -> dict:
+    """One sim report standing for all cells: metrics and controller counters summed."""
+    metrics: dict = {}
+    ctl: dict = {}
+    for s in sims:
+        for src, dst in ((s.get("metrics", {}), metrics), (s.get("controller", {}), ctl)):
+            for k, v in src.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    dst[k] = dst.get(k, 0) + v
+    return {"metrics": metrics, "controller": ctl, "sim_s": sims[0].get("sim_s")}
+
+
 def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
     """Merge the sim's and the monitor's reports (and the policy's last health) into one;
     a failed launch adds "error": the launcher's failure lines and the failed nodes' last
-    log lines."""
-    sim = _read(run_dir / "sim_report.json")
+    log lines. A fleet run (sim_report-K.json per cell) adds "robots", one entry per cell,
+    and sums the cells' objects and controller counters."""
+    fleet = robot_reports(run_dir)
+    sim = _merged_fleet(fleet) if fleet else _read(run_dir / "sim_report.json")
     mon = _read(run_dir / "monitor_report.json")
     m, stages = sim.get("metrics", {}), mon.get("stages_ms", {})
     e2e, ttft = stages.get("e2e") or sim.get("e2e_ms", {}), stages.get("ttft", {})
@@ -219,6 +255,8 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
         "controller": sim.get("controller", {}), "policy": pol,
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
     }
+    if fleet:
+        out["robots"] = [_robot_entry(k, s) for k, s in enumerate(fleet)]
     if exit_code != 0:
         out["error"] = failure_lines(run_dir)
     return out
@@ -301,6 +339,22 @@ def model_dir(policy: str | None) -> Path | None:
     return path.resolve()
 
 
+def check_fleet(robots: int, policy, stress, seed, instruction, png) -> None:
+    """--robots N needs the learned policy and gives each cell its own seed (k) and
+    instruction: the options that would contradict that are refused."""
+    if robots < 1:
+        raise DemoError(f"--robots {robots}: give 1 or more robots")
+    if robots == 1:
+        return
+    clash = [o for o, v in (("--policy expert", policy == "expert"), ("--stress", stress),
+                            ("--seed", seed is not None), ("--instruction", instruction),
+                            ("--png", png)) if v]
+    if clash:
+        raise DemoError(f"--robots {robots} with {', '.join(clash)}: a fleet runs the learned "
+                        "policy on cells seeded 0..N-1, each with its own instruction; leave "
+                        f"{'them' if len(clash) > 1 else 'it'} out")
+
+
 def check_output(option: str, path: str | None) -> None:
     """An output file must be writable where it is asked for, before the run starts."""
     if path is None:
@@ -334,7 +388,7 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
         png: str | None = None, stress: str | None = None, run_dir: str | None = None,
         deadline_ms: float | None = None, seed: int | None = None,
         instruction: str | None = None, belt_speed: float | None = None,
-        json_out: bool = False) -> int:
+        json_out: bool = False, robots: int = 1) -> int:
     """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
     end-to-end deadline (None: the launch file's; see launch_overrides). Returns the exit
     status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
@@ -342,17 +396,18 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
-                    instruction, belt_speed, json_out, stop)
+                    instruction, belt_speed, json_out, stop, robots)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
 
 
 def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
-         belt_speed, json_out, stop: _Stop) -> int:
+         belt_speed, json_out, stop: _Stop, robots: int = 1) -> int:
     console = Console(stderr=True)
     try:
         check_options(seconds, deadline_ms, report, png)
+        check_fleet(robots, policy, stress, seed, instruction, png)
         model = model_dir(policy)
         base = Path(run_dir).expanduser() if run_dir else Path(tempfile.mkdtemp(prefix="rtinfer-demo-"))
         try:
@@ -362,9 +417,12 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     except DemoError as exc:
         print(f"rtinfer demo: {exc}", file=sys.stderr)
         return 2
-    launch = launch_file(EXPERT_LAUNCH if model is None else MODEL_LAUNCH)
+    launch = launch_file(EXPERT_LAUNCH if model is None else
+                         FLEET_LAUNCH if robots > 1 else MODEL_LAUNCH)
     overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
                                  seed=seed, instruction=instruction, belt_speed=belt_speed)
+    if robots > 1:
+        overrides["robots"] = str(robots)
     runs, threat, cpu = [("nominal", {}, 0)], None, None
     if stress == "cpu":
         # the expert has no policy node to load: free-floating hogs, STRESS_DEADLINE_MS

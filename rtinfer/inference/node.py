@@ -194,9 +194,11 @@ class InferenceNode:
         robots = self.robots
         if env.src not in robots.slots and robots.slots and robots.chunk_ns is None:
             self._profile(env)  # a second robot joins before any cycle was timed
-        verdict = robots.offer(env, now_ns(), self.budget.deadline_ns)
-        if isinstance(verdict, str):
-            self.complaints.say(f"refused {env.src}", lambda: verdict)
+        robots.offer(env, now_ns(), self.budget.deadline_ns)
+        for text, error in robots.said:
+            print(f"{self.cfg.name}: {'error: ' if error else ''}{text}", file=sys.stderr,
+                  flush=True)
+        robots.said.clear()
 
     def _profile(self, env, rounds: int = 5) -> None:
         """Time `rounds` cycles at full quality on this observation (after WARM_UP untimed
@@ -211,10 +213,9 @@ class InferenceNode:
             t0 = now_ns()
             self._run(Cycle(env.seq, {}, None, level, level.chunk, env.src), inputs, None)
             if i >= WARM_UP:
-                self.hist["compute"].record(now_ns() - t0)
+                self.robots.timed(now_ns() - t0)
         if self.decoder is not None:
             self.runner.previous = kept
-        self.robots.chunk_ns = self.hist["compute"].percentiles_us()["p99"] * 1000
 
     def run(self, seconds: float | None = None) -> None:
         """Spin until a `stop` command, stop(), or `seconds` elapse."""
@@ -238,9 +239,9 @@ class InferenceNode:
         if self.decoder is not None:
             slot.previous = self.runner.previous
         t_end = now_ns()
+        self.hist["compute"].record(t_end - t_start)
         if self.counters["cycles"] >= WARM_UP:  # a session's first runs are slow
-            self.hist["compute"].record(t_end - t_start)
-            self.robots.chunk_ns = self.hist["compute"].percentiles_us()["p99"] * 1000
+            self.robots.timed(t_end - t_start)
         self._account(slot, cycle, t_recv, t_end, len(out))
 
     def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:

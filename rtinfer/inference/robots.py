@@ -16,7 +16,9 @@ Admission: the node serves one cycle at a time, earliest deadline first, so n ro
 policy's rate fit while n * chunk_time <= UTILISATION * min(deadline, period). A robot
 joining beyond that is refused, said once on stderr with what load would fit, and counted
 (robots_refused); its observations are counted (obs_refused) and never answered, so it is
-never admitted and then served late in silence. `chunk_ns` is measured by the node (a
+never admitted and then served late in silence. A refused robot that keeps sending is
+checked again once every RETRY_NS: when the load has fallen enough it is admitted, and that
+is said too (robots_admitted_late). `chunk_ns` is measured by the node (a
 profile of its own cycles; see InferenceNode). Pure bookkeeping, no clock reads; not
 thread-safe.
 """
@@ -26,11 +28,41 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rtinfer.inference.budget import Budget
+from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport.heartbeat import PeerClock
 from rtinfer.transport.wire import Envelope
 
 UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter
+RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
 ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts")
+
+
+class CycleCost:
+    """The cost of one cycle at the current load: the p99 of the last `window` to
+    2 * `window` cycles timed (two hdr histograms, the older dropped when the newer fills),
+    so a slow start-up ages out instead of capping admission for good."""
+
+    def __init__(self, window: int = 64):
+        self.window = window
+        self._old, self._new = LatencyHistogram(), LatencyHistogram()
+
+    def record(self, ns: int) -> None:
+        if self._new.count >= self.window:
+            self._old, self._new = self._new, self._old
+            self._new.reset()
+        self._new.record(ns)
+
+    @property
+    def count(self) -> int:
+        return self._old.count + self._new.count
+
+    def p99_ns(self) -> int | None:
+        if not self.count:
+            return None
+        both = LatencyHistogram()
+        both.merge(self._old)
+        both.merge(self._new)
+        return int(both.percentiles_us()["p99"] * 1000)
 
 
 @dataclass
@@ -69,9 +101,17 @@ class Robots:
         self.remote, self.max_robots = remote, max_robots
         self.period_ns, self.leave_after_ns = int(period_ns), int(leave_after_ns)
         self.slots: dict[str, RobotSlot] = {}
-        self.refused: dict[str, str] = {}   # robot -> why, said once
-        self.counters = dict.fromkeys(("robots_refused", "robots_left", "obs_refused"), 0)
+        self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
+        self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
+                                       "obs_refused"), 0)
+        self.cost = CycleCost()             # cycles timed: the node records them
         self.chunk_ns: int | None = None    # the measured cost of one cycle (see capacity)
+        self.said: list[tuple[str, bool]] = []  # lines for the caller to print: (text, error)
+
+    def timed(self, ns: int) -> None:
+        """One cycle took `ns` (the node's compute time for it)."""
+        self.cost.record(ns)
+        self.chunk_ns = self.cost.p99_ns()
 
     def capacity(self, deadline_ns: int) -> int | None:
         """How many robots fit at the policy's rate (None: no measurement yet)."""
@@ -80,21 +120,31 @@ class Robots:
         window = min(deadline_ns, self.period_ns)
         return max(1, int(UTILISATION * window // self.chunk_ns))
 
-    def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | str | None:
+    def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
         """An observation arrived: the robot's slot (the observation now waits there), or
-        a string (a refusal to say once) or None (refused, already said)."""
+        None (refused). A refusal or a late admission also appends its line to `said`, as
+        (text, is_error), for the caller to print once."""
         name = env.src
         slot = self.slots.get(name)
         if slot is None:
-            if name in self.refused:
+            checked = self.refused.get(name)
+            if checked is not None and now_ns - checked < RETRY_NS:
                 self.counters["obs_refused"] += 1
                 return None
             why = self._refusal(name, deadline_ns)
             if why is not None:
-                self.refused[name] = why
-                self.counters["robots_refused"] += 1
+                if checked is None:
+                    self.counters["robots_refused"] += 1
+                self.refused[name] = now_ns
                 self.counters["obs_refused"] += 1
-                return why
+                if checked is None:
+                    self.said.append((why, True))
+                return None
+            if checked is not None:
+                del self.refused[name]
+                self.counters["robots_admitted_late"] += 1
+                self.said.append((f"robot {name!r} admitted: the load has fallen to what "
+                                  f"{len(self.slots) + 1} robots fit", False))
             budget = self.first_budget.fresh() if self._first_taken else self.first_budget
             self._first_taken = True
             slot = self.slots[name] = RobotSlot(name, budget, PeerClock() if self.remote else None)

@@ -27,13 +27,18 @@ class Dashboard:
         env = self.sub.recv(timeout_ms)
         while env is not None:
             self.latest[env.body["node"]] = env.body
-            if env.body["node"] == "controller":  # timed by the sender: no poll jitter
+            if env.body["node"] in ("controller", "controller-0"):  # sender-timed: no jitter
                 sent = env.stamps.get("publish", env.stamps.get("recv", 0))
                 self._ctl = (sent / 1e9, env.body["counters"].get("ticks", 0))
             env = self.sub.recv(0)
 
     def _get(self, node: str, kind: str, key: str, default=0):
         return self.latest.get(node, {}).get(kind, {}).get(key, default)
+
+    def _sum(self, node: str, key: str) -> int:
+        """A counter of `node`, or summed over a fleet's `node-0`, `node-1`, ..."""
+        return sum(b.get("counters", {}).get(key, 0) for n, b in self.latest.items()
+                   if n == node or n.startswith(node + "-"))
 
     @property
     def final(self) -> bool:
@@ -61,7 +66,7 @@ class Dashboard:
         if t > t_prev + 0.5 and ticks >= n_prev:
             self.loop_hz = (ticks - n_prev) / (t - t_prev) if n_prev else 0.0
             self._ticks = (t, ticks)
-        cell = lambda k: self._get("cell", "counters", k)  # noqa: E731
+        cell = lambda k: self._sum("cell", k)  # noqa: E731
         mon = lambda kind, k: self._get("monitor", kind, k)  # noqa: E731
         pol = lambda k: self._get("policy", "counters", k)  # noqa: E731
         drafted = pol("chunk.drafted") + pol("self.drafted")
@@ -73,7 +78,7 @@ class Dashboard:
         rows = [
             ("objects sorted / wrong / missed / dropped",
              f"{cell('correct')} / {cell('wrong')} / {cell('missed')} / {cell('dropped')}"),
-            ("control loop rate", f"{self.loop_hz:.0f} Hz  (late ticks {self._get('controller', 'counters', 'late_ticks')})"),
+            ("control loop rate", f"{self.loop_hz:.0f} Hz  (late ticks {self._sum('controller', 'late_ticks')})"),
             ("e2e p50 / p99 / max (applied chunks)", self._latency("e2e", ("p50", "p99", "max"), 1)),
             ("TTFT p50 / p99", self._latency("ttft", ("p50", "p99"), 2)),
             ("deadline misses / cycles",
@@ -81,9 +86,14 @@ class Dashboard:
              f"({mon('counters', 'late_cycles')} late waypoints: never applied, so in no e2e)"),
             ("budget", self._budget()),
             ("holds (watchdog / ordered)",
-             f"{self._get('controller', 'counters', 'holds')} / {mon('counters', 'holds')}"),
+             f"{self._sum('controller', 'holds')} / {mon('counters', 'holds')}"),
             ("speculative acceptance", "-" if acc is None else f"{acc:.2f}"),
         ]
+        for name, body in sorted(self.latest.items()):  # a fleet: one row per cell
+            if name.startswith("cell-") and "spawned" in body.get("counters", {}):
+                c = body["counters"]
+                rows.append((f"{name}: sorted / wrong / missed",
+                             f"{c['correct']} / {c['wrong']} / {c['missed']}"))
         errors = self.errors()
         if errors:
             rows.append(("[bold red]errors[/]", "[red]" + "; ".join(errors) + "[/]"))
@@ -94,11 +104,12 @@ class Dashboard:
     def errors(self) -> list[str]:
         """Input dropped that means a policy is not being followed, and a robot that does
         not answer: one phrase each."""
-        ctl = lambda k: self._get("controller", "counters", k)  # noqa: E731
+        ctl = lambda k: self._sum("controller", k)  # noqa: E731
+        fleet = any(n.startswith("controller-") for n in self.latest)
         out = []
         if ctl("rejected_hash"):
             out.append(f"{ctl('rejected_hash')} chunks of another spec (hash) rejected")
-        if ctl("rejected_dest"):
+        if ctl("rejected_dest") and not fleet:  # in a fleet: the other robots' chunks
             out.append(f"{ctl('rejected_dest')} chunks for another robot rejected")
         if ctl("rejected_bad"):
             out.append(f"{ctl('rejected_bad')} malformed waypoints rejected")
