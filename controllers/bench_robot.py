@@ -132,7 +132,7 @@ def run(a: argparse.Namespace) -> int:
             next_ns += period_ns
             continue
         wait_ns = (next_ns if next_ns < end else stop_ns) - now
-        env = sub.recv(timeout_ms=max(0, min(wait_ns // 1_000_000, 100)))
+        env = sub.recv(timeout_ms=min(-(-wait_ns // 1_000_000), 100))  # ceil: no spin
         if env is None:
             continue
         before = counters["waypoints_accepted"]

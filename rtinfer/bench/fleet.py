@@ -11,12 +11,13 @@ model's recorded obs bodies (obs_stream.npz) at --rate-hz with real capture stam
 seeded phase that is the same in every arrangement, and checking every waypoint with the
 controller's own acceptance rules. Per arrangement, over the cycles of --seconds (after
 --warmup): deadline_met (a cycle's chunk counts when every waypoint arrived within the
-deadline of its capture and was accepted; over the robots that were answered at all),
+deadline of its capture and was accepted; over each robot's cycles from its first answer on,
+so a robot refused, or admitted late, is counted under refused and refused_cycles instead),
 e2e p50/p99 (capture -> last waypoint received, complete chunks), chunks_per_cpu_s (accepted
 chunks per CPU second of the node processes only, from /proc/PID/stat), refused (the nodes'
-robots_refused, or robots never answered, whichever is more) and identical (accepted
-chunks whose tokens equal plain greedy on the same observation, recomputed here with
-ChunkRunner(drafter="none")). Nodes run at fixed full quality (--no-budget) unless --budget.
+robots_refused less robots_admitted_late, or robots never answered, whichever is more) and
+identical (accepted chunks whose tokens equal plain greedy on the same observation,
+recomputed here with ChunkRunner(drafter="none")). Nodes run at fixed full quality (--no-budget) unless --budget.
 """
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     return {"records": records,
             "node_cpu_s": sum(cpu["end"][0]) - sum(cpu["start"][0]),
             "robot_cpu_s": sum(cpu["end"][1]) - sum(cpu["start"][1]),
-            "robots_refused": sum(h["counters"].get("robots_refused", 0) for h in last.values()),
+            **{k: sum(h["counters"].get(k, 0) for h in last.values())
+               for k in ("robots_refused", "robots_admitted_late")},
             "refusals": [line for log in logs for line in
                          log.with_suffix(".err").read_text().splitlines() if "refused" in line]}
 
@@ -158,12 +160,14 @@ def summarise(raw: dict, greedy, seconds: float) -> dict:
     answered = [r for r in recs if r["received"].sum() > 0]
     hist, cycles, met, same, checked = LatencyHistogram(), 0, 0, 0, 0
     for r in answered:
-        ok = (r["count"] > 0) & (r["accepted"] == r["count"])
+        # a robot's cycles count from its first answer on (before it: refused, said apart)
+        first = int(np.flatnonzero(r["received"] > 0)[0])
+        ok = ((r["count"] > 0) & (r["accepted"] == r["count"]))[first:]
         cycles += len(ok)
         met += int(ok.sum())
         for row in np.flatnonzero((r["count"] > 0) & (r["received"] == r["count"])):
             hist.record(int(r["last_recv_ns"][row] - r["capture_ns"][row]))
-        for row in np.flatnonzero(ok):
+        for row in first + np.flatnonzero(ok):
             c = r["count"][row]
             checked += 1
             same += np.array_equal(r["tokens"][row][:c], greedy(int(r["stream_index"][row]))[:c])
@@ -174,14 +178,16 @@ def summarise(raw: dict, greedy, seconds: float) -> dict:
         "e2e_p50_ms": round(p["p50"] / 1e3, 2) if hist.count else None,
         "e2e_p99_ms": round(p["p99"] / 1e3, 2) if hist.count else None,
         "chunks_per_cpu_s": round(met / raw["node_cpu_s"], 1) if raw["node_cpu_s"] else None,
-        "refused": max(raw["robots_refused"], len(recs) - len(answered)),
+        "refused": max(raw["robots_refused"] - raw["robots_admitted_late"],
+                       len(recs) - len(answered)),
         "identical": round(same / checked, 4) if checked else None,
         "deadline_met_all_robots": round(met / all_cycles, 4) if all_cycles else None,
         "cycles": cycles, "chunks_accepted": met, "chunks_checked": checked,
         "node_cpu_s": round(raw["node_cpu_s"], 2),
         "node_cpu_share": round(raw["node_cpu_s"] / seconds, 3),
         "robot_cpu_s": round(raw["robot_cpu_s"], 2),
-        "robots_answered": len(answered), "refusals": raw["refusals"][:3],
+        "robots_answered": len(answered), "robots_admitted_late": raw["robots_admitted_late"],
+        "refused_cycles": all_cycles - cycles, "refusals": raw["refusals"][:3],
         "robot_rejected": {k: sum(json.loads(str(r["counters"]))[k] for r in recs)
                            for k in REJECTED},
     }
