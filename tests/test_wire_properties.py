@@ -1,5 +1,6 @@
 """Property tests: every valid message round-trips; no byte string raises anything but WireError."""
 import msgpack
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -200,3 +201,15 @@ def test_strided_and_byte_swapped_arrays_encode_as_their_values(arr, swap):
     got = wire.decode(wire.encode("obs", body, seq=0, src="p")).body["values"]["a"]
     assert got.shape == view.shape and got.dtype.kind == view.dtype.kind
     np.testing.assert_array_equal(got, view)
+
+
+@pytest.mark.parametrize("topic, body", [
+    ("health", {"node": "a", "state": "x" * 70000, "counters": {}, "gauges": {}}),
+    ("action_chunk", {"cycle": 1, "index": 0, "count": 1, "dest": "a", "spec": "é" * 40000,
+                      "values": np.zeros(3, np.float32), "period_ns": 1, "start_ns": 1}),
+])
+def test_a_string_over_the_limit_is_refused_when_sent_not_only_when_received(topic, body):
+    """What encodes must decode: a receiver refuses strings over 65,536 UTF-8 bytes, so the
+    encoder does too (a SchemaError naming the field), on every path."""
+    with pytest.raises(wire.SchemaError, match="over the 65536-byte limit"):
+        wire.encode(topic, body, seq=0, src="a", stamps={"capture": 1})

@@ -17,8 +17,8 @@ import msgpack
 import numpy as np
 
 from rtinfer.transport.arrays import DTYPES, EXT_ARRAY
-from rtinfer.transport.schema import (I64_MAX, MAX_NAME_CHARS, SCHEMA_VERSION, U64_MAX,
-                                      all_finite, topic_kind)
+from rtinfer.transport.schema import (I64_MAX, MAX_NAME_CHARS, MAX_STR_BYTES, SCHEMA_VERSION,
+                                      U64_MAX, all_finite, topic_kind)
 
 _MEMO_MAX = 4096  # entries per memo: hostile input cannot grow them without bound
 _F32 = DTYPES[10]
@@ -72,8 +72,9 @@ def _name_packed(s, memo: dict, topic: bool):
 
 
 def _str_packed(s):
-    """The msgpack bytes of str `s`, or None (not a str, or not UTF-8: a lone surrogate)."""
-    if type(s) is not str:
+    """The msgpack bytes of str `s`, or None (not a str, not UTF-8: a lone surrogate, or
+    possibly over the string limit: the generic codec refuses it, naming the field)."""
+    if type(s) is not str or len(s) * 4 > MAX_STR_BYTES:
         return None
     try:
         packed = msgpack.packb(s)

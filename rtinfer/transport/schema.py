@@ -88,9 +88,16 @@ def check_float(v):
         raise SchemaError(f"must be a finite float, got {_tname(v)}")
 
 
+MAX_STR_BYTES = 65536  # longest string (any field, any map key), in UTF-8 bytes
+
+
 def check_str(v):
     if not isinstance(v, str):
         raise SchemaError(f"must be a string, got {_tname(v)}")
+    if len(v) * 4 > MAX_STR_BYTES and len(v.encode("utf-8", "surrogatepass")) > MAX_STR_BYTES:
+        # what a receiver refuses (docs/wire.md section 1) is never sent
+        raise SchemaError(f"string of {len(v.encode('utf-8', 'surrogatepass'))} bytes is over "
+                          f"the {MAX_STR_BYTES}-byte limit; send less text")
 
 
 def check_name(v):

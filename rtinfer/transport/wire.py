@@ -18,14 +18,13 @@ import msgpack
 
 from rtinfer.transport import schema
 from rtinfer.transport.schema import (  # noqa: F401  (re-exported: the wire's public error types)
-    DEFAULT_MAX_BYTES, SCHEMA_VERSION, U64_MAX, ArrayError, MalformedError, OversizeError,
-    SchemaError, TopicError, VersionError, WireError, check_name)
+    DEFAULT_MAX_BYTES, MAX_STR_BYTES, SCHEMA_VERSION, U64_MAX, ArrayError, MalformedError,
+    OversizeError, SchemaError, TopicError, VersionError, WireError, check_name)
 from rtinfer.transport.arrays import OobHook, OobPacker, ext_hook
 from rtinfer.transport.chunk_codec import decode_chunk, encode_chunk
 
 ENVELOPE_KEYS = ("version", "topic", "seq", "src", "stamps", "body")
 _ENVELOPE_KEYSET = frozenset(ENVELOPE_KEYS)
-MAX_STR_BYTES = 65536  # longest string (any field, any map key), in UTF-8 bytes
 MAX_MAP_LEN = 4096  # most entries in any one map
 _ERRORS = (ValueError, TypeError, OverflowError, RecursionError, MemoryError,
            KeyError, IndexError, msgpack.UnpackException)
