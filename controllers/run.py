@@ -38,7 +38,7 @@ from rtinfer.model.action_spec import FORMAT as ACTION_SPEC_FORMAT, ActionSpec
 from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.trace import TraceWriter
-from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.heartbeat import HeartbeatResponder
 
@@ -289,7 +289,7 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
                             deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
                             trace_path=a.trace, curve=curve)
-    except ValueError as e:
+    except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
 
 

@@ -273,3 +273,31 @@ def test_close_returns_with_messages_queued_for_an_absent_peer():
 def test_subscriber_needs_a_topic(ctx):
     with pytest.raises(ValueError):
         Subscriber("inproc://none", [], ctx=ctx)
+
+
+def test_binding_an_ipc_endpoint_another_live_socket_holds_is_refused(tmp_path):
+    """libzmq would unlink the other's socket file and bind anew, cutting it off in silence;
+    a stale file (its process gone) is taken over as before."""
+    from rtinfer.transport.bus import EndpointInUse
+    ep = f"ipc://{tmp_path}/obs"
+    first = Publisher(ep, "first")
+    try:
+        with pytest.raises(EndpointInUse, match="is bound by another live process"):
+            Publisher(ep, "second")
+        sub = Subscriber(ep, ["obs"])  # the first is still the one reached
+        try:
+            for _ in range(200):
+                first.publish("obs", {"values": {}, "ints": {}}, {"capture": 1})
+                env = sub.recv(10)
+                if env is not None:
+                    break
+            assert env is not None and env.src == "first"
+        finally:
+            sub.close()
+    finally:
+        first.close()
+    import socket
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(tmp_path / "stale"))
+    stale.close()  # the file stays, nobody listens
+    Publisher(f"ipc://{tmp_path}/stale", "third").close()

@@ -39,7 +39,7 @@ from rtinfer.inference.budget import Budget, default_levels
 from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.robots import Robots, RobotSlot
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
-from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import spin, stop_on_signals
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
                              curve=curve,
                              backend_opts={"precision": a.precision} if a.precision else None)
-    except ModelError as e:  # BackendError too: one line naming the file and the fix
+    except (ModelError, EndpointInUse) as e:  # BackendError too: one line with the fix
         print(f"{cfg.name}: error: {e}", file=sys.stderr, flush=True)
         return 2
     if a.precision and node.model.kind == "chunk":

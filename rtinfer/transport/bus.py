@@ -11,7 +11,10 @@ Neither class is thread-safe: use each from one thread (zmq sockets are not shar
 """
 from __future__ import annotations
 
+import errno
 import itertools
+import os
+import socket
 from typing import Mapping, Sequence, Union
 
 import zmq
@@ -49,6 +52,35 @@ HARD_CAP_FLOOR_BYTES = 65536
 def hard_cap_bytes(max_bytes: int) -> int:
     """libzmq's per-frame limit for a Subscriber of this max_bytes: 4x it, at least 64 KiB."""
     return max(HARD_CAP_FACTOR * max_bytes, HARD_CAP_FLOOR_BYTES)
+
+
+class EndpointInUse(OSError):
+    """An ipc endpoint another live process has bound. libzmq would take the path over
+    silently (it unlinks the socket file and binds anew), cutting the other process off
+    from its peers; binding refuses instead."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def refuse_live_ipc(endpoint: str) -> None:
+    """Raise EndpointInUse if `endpoint` is ipc:// and a live process listens on its path
+    (a stale socket file, left by a process that died, is not in use)."""
+    if not endpoint.startswith("ipc://"):
+        return
+    path = endpoint[len("ipc://"):]
+    if not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.2)
+        probe.connect(path)
+    except OSError:
+        return  # nobody listens: a stale file, which the bind replaces
+    finally:
+        probe.close()
+    raise EndpointInUse(errno.EADDRINUSE, f"{endpoint} is bound by another live process; give "
+                        "this run its own endpoint, or stop the other run first")
 
 
 class _BusSocket:
@@ -96,6 +128,7 @@ class _BusSocket:
                 self._mon = self._monitor()
             for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
                 if bind:
+                    refuse_live_ipc(ep)
                     self._secure(cfg, curve is not None, server=True)
                     self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
                     self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
