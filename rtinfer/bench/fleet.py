@@ -248,16 +248,26 @@ def plot(result: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ns = [r["robots"] for r in result["rows"]]
     for arrangement in ARRANGEMENTS:
-        ax.plot(ns, [r[arrangement]["deadline_met"] for r in result["rows"]], "o-",
-                label=arrangement)
+        line, = ax.plot(ns, [r[arrangement]["deadline_met"] for r in result["rows"]], "o-",
+                        label=f"{arrangement} (admitted robots)")
+        if any(r[arrangement]["refused"] for r in result["rows"]):
+            ax.plot(ns, [r[arrangement]["deadline_met_all_robots"] for r in result["rows"]],
+                    "o--", color=line.get_color(), alpha=0.6,
+                    label=f"{arrangement} (all robots: refused = missed)")
+        for r in result["rows"]:
+            if r[arrangement]["refused"]:
+                ax.annotate(f"{r[arrangement]['refused']} refused", (r["robots"], 1.0),
+                            textcoords="offset points", xytext=(0, 6), fontsize=7,
+                            ha="center", color=line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_xticks(ns, [str(n) for n in ns])
-    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlim(min(ns) / 1.3, max(ns) * 1.3)
+    ax.set_ylim(-0.02, 1.1)
     ax.set_xlabel(f"robots at {result['rate_hz']:g} Hz each")
     ax.set_ylabel(f"deadline met ({result['deadline_ms']:g} ms)")
     ax.set_title("batched: not implemented", fontsize=9, loc="right")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
