@@ -192,7 +192,7 @@ class InferenceNode:
 
     def _offer(self, env) -> None:
         robots = self.robots
-        if env.src not in robots.slots and robots.slots and robots.chunk_ns is None:
+        if env.src not in robots.slots and robots.slots and not robots.cost.count:
             self._profile(env)  # a second robot joins before any cycle was timed
         robots.offer(env, now_ns(), self.budget.deadline_ns)
         for text, error in robots.said:
@@ -213,7 +213,7 @@ class InferenceNode:
             t0 = now_ns()
             self._run(Cycle(env.seq, {}, None, level, level.chunk, env.src), inputs, None)
             if i >= WARM_UP:
-                self.robots.timed(now_ns() - t0)
+                self.robots.cost.record(now_ns() - t0)
         if self.decoder is not None:
             self.runner.previous = kept
 
@@ -241,7 +241,7 @@ class InferenceNode:
         t_end = now_ns()
         self.hist["compute"].record(t_end - t_start)
         if self.counters["cycles"] >= WARM_UP:  # a session's first runs are slow
-            self.robots.timed(t_end - t_start)
+            self.robots.cost.record(t_end - t_start)
         self._account(slot, cycle, t_recv, t_end, len(out))
 
     def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:

@@ -40,29 +40,36 @@ ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts")
 class CycleCost:
     """The cost of one cycle at the current load: the p99 of the last `window` to
     2 * `window` cycles timed (two hdr histograms, the older dropped when the newer fills),
-    so a slow start-up ages out instead of capping admission for good."""
+    so a slow start-up ages out instead of capping admission for good. record() is O(1);
+    the percentile (a pass over the counts, ~1.5 ms) is taken only when asked for, at
+    admission and health, and kept until the next record."""
 
     def __init__(self, window: int = 64):
         self.window = window
         self._old, self._new = LatencyHistogram(), LatencyHistogram()
+        self._both = LatencyHistogram()  # scratch for the union, allocated once
+        self._p99: int | None = None     # the last p99_ns(), until the next record()
+        self._fresh = True
 
     def record(self, ns: int) -> None:
         if self._new.count >= self.window:
             self._old, self._new = self._new, self._old
             self._new.reset()
         self._new.record(ns)
+        self._fresh = False
 
     @property
     def count(self) -> int:
         return self._old.count + self._new.count
 
     def p99_ns(self) -> int | None:
-        if not self.count:
-            return None
-        both = LatencyHistogram()
-        both.merge(self._old)
-        both.merge(self._new)
-        return int(both.percentiles_us()["p99"] * 1000)
+        if not self._fresh:
+            both = self._both
+            both.reset()
+            both.merge(self._old)
+            both.merge(self._new)
+            self._p99, self._fresh = int(both.percentiles_us()["p99"] * 1000), True
+        return self._p99
 
 
 @dataclass
@@ -105,20 +112,20 @@ class Robots:
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
                                        "obs_refused"), 0)
         self.cost = CycleCost()             # cycles timed: the node records them
-        self.chunk_ns: int | None = None    # the measured cost of one cycle (see capacity)
         self.said: list[tuple[str, bool]] = []  # lines for the caller to print: (text, error)
 
-    def timed(self, ns: int) -> None:
-        """One cycle took `ns` (the node's compute time for it)."""
-        self.cost.record(ns)
-        self.chunk_ns = self.cost.p99_ns()
+    @property
+    def chunk_ns(self) -> int | None:
+        """The measured cost of one cycle (None: none timed yet); see capacity."""
+        return self.cost.p99_ns()
 
     def capacity(self, deadline_ns: int) -> int | None:
         """How many robots fit at the policy's rate (None: no measurement yet)."""
-        if not self.chunk_ns:
+        cost = self.chunk_ns
+        if not cost:
             return None
         window = min(deadline_ns, self.period_ns)
-        return max(1, int(UTILISATION * window // self.chunk_ns))
+        return max(1, int(UTILISATION * window // cost))
 
     def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
         """An observation arrived: the robot's slot (the observation now waits there), or
@@ -193,6 +200,3 @@ class Robots:
             del self.slots[n]
             self.counters["robots_left"] += 1
         return gone
-
-    def by_trace_src(self, src: str) -> RobotSlot | None:
-        return self.slots.get(src)
