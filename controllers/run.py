@@ -75,7 +75,6 @@ class RobotProcess:
         self.hb = HeartbeatResponder(self.pub, name)
         self.trace = TraceWriter(trace_path) if trace_path else None
         self._hw_tick = getattr(hw, "on_tick", None)
-        self._ticks = 0
         self.signalled = False   # stopped by SIGTERM/SIGINT
         self.node = ControllerNode(hw, cfg, self.sub, self.pub, trace=self.trace,
                                    on_tick=self._on_tick)
@@ -83,8 +82,7 @@ class RobotProcess:
     def _on_tick(self, state, now_ns: int) -> None:
         if self._hw_tick is not None:
             self._hw_tick(self.node, state, now_ns)
-        self._ticks += 1
-        if self.pings is not None and self._ticks % PING_EVERY == 0:
+        if self.pings is not None and self.node.counters["ticks"] % PING_EVERY == 0:
             self.hb.poll(self.pings)
         self.hb.beat(now_ns)
 

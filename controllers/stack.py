@@ -97,19 +97,21 @@ class ControlStack:
             self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
             self._pending = None
 
-    def _feedforward(self, state: RobotState, acc: list[float]) -> None:
-        """self._ff: per axis, what the law adds before the limits; self._bias: the effort
-        that holds an effort axis still (its gravity)."""
+    def _feedforward(self, state: RobotState, vel: list[float], acc: list[float]) -> None:
+        """self._ff: per axis, what the law adds before the limits (effort: gravity and
+        mass x reference acceleration; velocity: the reference velocity, which the PI
+        position correction is added to); self._bias: the effort that holds an effort axis
+        still (its gravity)."""
         if self._gravity_hook is not None:
             self._gravity_hook(state, self._g)
         ff, bias = self._ff, self._bias
-        for k, (mode, m, g, gh, a) in enumerate(zip(self.modes, self._mass, self._gconst,
-                                                   self._g.tolist(), acc)):
+        for k, (mode, m, g, gh, v, a) in enumerate(zip(self.modes, self._mass, self._gconst,
+                                                      self._g.tolist(), vel, acc)):
             if mode == EFFORT:
                 bias[k] = g + gh
                 ff[k] = m * a + g + gh
             else:
-                ff[k] = 0.0
+                ff[k] = v if mode == VELOCITY else 0.0
 
     def compute(self, state: RobotState, now_ns: int) -> Command:
         """One tick. Returns `self.cmd`, whose arrays are reused by the next call: copy what
@@ -120,13 +122,9 @@ class ControlStack:
         dt = min(max(dt, 1e-6), 10 * self.dt_s)  # a repeated or stalled tick must not blow up
         self._last_ns = now_ns
         pos, vel, acc = self.tracker.update(now_ns)
-        self._feedforward(state, acc.tolist())
-        ff = self._ff
-        for k, mode in enumerate(self.modes):
-            if mode == VELOCITY:   # PI position correction on the reference velocity
-                ff[k] = vel[k]
+        self._feedforward(state, vel.tolist(), acc.tolist())
         self.pid.update(pos, state.pos, rate_setpoint=vel, measurement_rate=state.vel,
-                        feedforward=ff, dt_s=dt)
+                        feedforward=self._ff, dt_s=dt)
         # The PID saturates at the same limit (for its anti-windup); the limits take the
         # unsaturated output so every clamp is done, and counted, in one place.
         cmd = self.cmd
@@ -149,7 +147,7 @@ class ControlStack:
             return None
         self.hold(now_ns)
         pos, vel, acc = self.tracker.update(now_ns)
-        self._feedforward(state, acc.tolist())
+        self._feedforward(state, vel.tolist(), acc.tolist())
         cmd = self.cmd
         for k, mode in enumerate(self.modes):
             cmd.value[k] = pos[k] if mode == POSITION else \
