@@ -12,9 +12,11 @@ Rejected, and counted per message: addressed to another robot (rejected_dest: `d
 this robot's obs source name), capture older than the deadline or older than the chunk in
 use (rejected_stale), a spec hash not this robot's (rejected_hash), bad tokens or
 inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold).
-A chunk of another spec or for another robot is also said on stderr at once, then at most
-once a second (rtinfer.realtime.complaints), unless it comes from a policy whose chunks this
-robot follows too (one node serving several robots: the others' chunks are counted only). Local watchdog (on transport.liveliness): no
+A chunk of another spec is also said on stderr at once, then at most once a second
+(rtinfer.realtime.complaints). A chunk for another robot is said the same way once its
+policy has sent only other robots' chunks for DEST_GRACE_NS: a node serving several robots
+sends every robot's chunks on one socket, in any order, so a robot it serves too counts the
+others' chunks and says nothing. Local watchdog (on transport.liveliness): no
 fresh chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the
 policy's period) -> hold (brake within limits, keep the tool); the next fresh chunk resumes.
 compute(): ControlStack -> HardwareInterface.write(). A read or write that raises HardwareFault
@@ -64,8 +66,11 @@ LOUD = {
         + "); serve a policy packaged for this robot (rtinfer check-model --robot-spec)"),
     "rejected_dest": lambda self, env: (
         f"chunk from {env.src} rejected: it is for robot {env.body['dest']!r}, this is "
-        f"{self.robot!r}; give each robot its own name and each policy its own robot"),
+        f"{self.robot!r}, and none for this robot came from it for a second; give each robot "
+        f"its own name and each policy its own robot (or see the policy's log: a node serving "
+        f"several robots says there when it refuses one)"),
 }
+DEST_GRACE_NS = 1_000_000_000  # another robot's chunks only, this long: a misconfiguration
 HELD = ("safe_hold", "stopped", "fault")  # commanded holds and a failing robot: nothing applied
 FAULTS = (HardwareFault, OSError)  # a failed transfer; any other exception is a bug
 
@@ -177,6 +182,7 @@ class ControllerNode:
         self._tol = None if self.tok is None else self.tok.bin_width / 2 + 1e-6
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
         self._served_by: set[str] = set()  # policies (src) whose chunks this robot followed
+        self._others_since: dict[str, int] = {}  # policy -> its first chunk for another robot
 
     # -- the loop ---------------------------------------------------------------------
     def tick(self, now_ns: int | None = None) -> None:
@@ -291,9 +297,14 @@ class ControllerNode:
             self.counters[why] += 1
             # A policy that also serves this robot sends the others' chunks on the same
             # socket (one node, several robots): counted, but that is no misconfiguration.
-            fleet = why == "rejected_dest" and env.src in self._served_by
-            if why in LOUD and not fleet:
+            if why in LOUD and (why != "rejected_dest" or self._only_others(env.src, now)):
                 self.complaints.say(why, lambda: LOUD[why](self, env))
+
+    def _only_others(self, src: str, now: int) -> bool:
+        """Policy `src` has sent only other robots' chunks, for DEST_GRACE_NS or longer."""
+        if src in self._served_by:
+            return False
+        return now - self._others_since.setdefault(src, now) >= DEST_GRACE_NS
 
     def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason

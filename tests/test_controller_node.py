@@ -212,14 +212,24 @@ def test_a_chunk_for_another_robot_is_rejected_as_rejected_dest_and_not_applied(
     assert cell.node.counters["chunks_accepted"] == 1 and cell.node.state == "run"
 
 
-def test_another_robots_chunks_from_this_robots_own_policy_are_counted_without_a_complaint(
-        cell, capfd):
+def test_only_other_robots_chunks_for_a_second_are_said_as_a_misconfiguration(cell, capfd):
+    cell.send_chunk(LINE, age_ms=10, dest="other-robot")
+    cell.deliver(4)
+    assert "other-robot" not in capfd.readouterr().err  # a fleet node may serve it first
+    cell.t += 1100 * MS
     cell.send_chunk(LINE, age_ms=10, dest="other-robot")
     cell.deliver(4)
     assert "it is for robot 'other-robot', this is 'controller'" in capfd.readouterr().err
+    assert cell.node.counters["rejected_dest"] == 8
+
+
+def test_another_robots_chunks_from_this_robots_own_policy_are_counted_without_a_complaint(
+        cell, capfd):
+    cell.send_chunk(LINE, age_ms=10, dest="other-robot")  # the node answered the other first
+    cell.deliver(4)
     cell.send_chunk(LINE, age_ms=10)       # the policy serves this robot too: a fleet node
     cell.deliver(4)
-    cell.node.complaints = type(cell.node.complaints)(cell.node.cfg.name)  # no rate limit left
+    cell.t += 1100 * MS
     cell.send_chunk(LINE, age_ms=10, dest="other-robot")
     cell.deliver(4)
     c = cell.node.counters
