@@ -47,14 +47,13 @@ from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.model.chunk_model import load_model
 from rtinfer.model.directory import PRECISIONS, ModelError
 from rtinfer.inference.chunk_runner import GraphChunkRunner, chunk_levels
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.runner import DRAFTERS, ChunkRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.wire import WireError, now_ns
 
 
-DRAFTERS = ("chunk", "self", "none")
 DRAIN_LIMIT = 256  # messages one spin takes off a socket: bounds its work under a flood
 WARM_UP = 3       # cycles not timed for admission (allocations and caches of the first runs)
 

@@ -20,6 +20,7 @@ from rtinfer.model.sequence import instruction_prefix, observation_segment
 from rtinfer.transport.wire import now_ns
 
 MAX_CACHED_INSTRUCTIONS = 8
+DRAFTERS = ("chunk", "self", "none")  # the drafters a runner (and so the node) can be given
 
 
 class ChunkRunner:
@@ -27,8 +28,8 @@ class ChunkRunner:
                  drafter: str = "chunk", prefix_cache: bool = True, sample: bool = False,
                  temperature: float = 1.0, seed: int = 0):
         """drafter: "chunk" | "self" | "none". backend_opts go to Backend.load."""
-        if drafter not in ("chunk", "self", "none"):
-            raise ValueError(f"unknown drafter {drafter!r}: use chunk, self or none")
+        if drafter not in DRAFTERS:
+            raise ValueError(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
         self.model = md = model
         self.backend = get_backend(backend).load(md, **(backend_opts or {}))
         self.decoder = Decoder(self.backend, sample=sample, temperature=temperature, seed=seed)
