@@ -15,19 +15,26 @@ from rtinfer.inference.budget import BudgetLevel
 from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
+from rtinfer.inference.model_drafter import CascadeDrafter, ModelDrafter
 from rtinfer.model.directory import ModelDir
 from rtinfer.model.sequence import instruction_prefix, observation_segment
 from rtinfer.transport.wire import now_ns
 
 MAX_CACHED_INSTRUCTIONS = 8
-DRAFTERS = ("chunk", "self", "none")  # the drafters a runner (and so the node) can be given
+# the drafters a runner (and so the node) can be given
+DRAFTERS = ("chunk", "self", "model", "cascade", "none")
+DRAFT_DIR = "draft"  # a model directory's own draft model, when it ships one there
 
 
 class ChunkRunner:
     def __init__(self, model: ModelDir, *, backend: str = "onnx", backend_opts: dict | None = None,
                  drafter: str = "chunk", prefix_cache: bool = True, sample: bool = False,
-                 temperature: float = 1.0, seed: int = 0):
-        """drafter: "chunk" | "self" | "none". backend_opts go to Backend.load."""
+                 temperature: float = 1.0, seed: int = 0, draft_model=None):
+        """drafter: one of DRAFTERS. backend_opts go to Backend.load (of the draft model too).
+        "model": a separate draft policy, `draft_model` (a model directory or its path;
+        default: the model's own `draft/` folder, else the folder card.json's "draft_model"
+        names, relative to the model directory). "cascade": chunk-reuse drafts verified at
+        the deepest early exit that has a k_verify graph, then at full depth."""
         if drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
         self.model = md = model
@@ -37,12 +44,36 @@ class ChunkRunner:
         self.drafters = {"chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim),
                          "self": EarlyExitDrafter(min(self.backend.depths), v.action_start,
                                                   v.action_stop)}
+        if drafter == "model":
+            self.drafters["model"] = self._model_drafter(draft_model, backend, backend_opts)
+        elif drafter == "cascade":
+            self.drafters["cascade"] = self._cascade_drafter()
         self.drafter, self.prefix_cache = drafter, prefix_cache
         self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores"), 0)
         self._instr_key, self._snaps = None, {}
         # the last chunk decoded, (bins (H', D), capture_ns): the chunk-reuse drafter's input.
         # A node serving several robots keeps one per robot and swaps it in per cycle.
         self.previous: tuple[np.ndarray, int] | None = None
+
+    def _model_drafter(self, draft_model, backend: str, backend_opts: dict | None) -> ModelDrafter:
+        md = self.model
+        if draft_model is None:
+            named = md.card.get("draft_model")
+            draft_model = md.path / DRAFT_DIR if (md.path / DRAFT_DIR).is_dir() or not named \
+                else md.path / named
+        d = ModelDrafter(get_backend(backend).load(draft_model, **(backend_opts or {})))
+        d.check_target(md)
+        return d
+
+    def _cascade_drafter(self) -> CascadeDrafter:
+        be, k = self.backend, self.decoder.k_verify
+        exits = [e for e in be.depths if e < be.n_layer and be.has_graph(e, k)]
+        if not exits:
+            raise ValueError(f"{self.model.path}: the cascade drafter needs a k={k} graph at an "
+                             f"early exit (none in graphs.json); export one "
+                             f"(rtinfer.bench.dynamic_models.with_exit_verify) or pick another drafter")
+        v = self.model.vocab
+        return CascadeDrafter(self.drafters["chunk"], max(exits), v.action_start, v.action_stop, k)
 
     def reset(self) -> None:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""
@@ -99,11 +130,15 @@ class ChunkRunner:
         cycle.first_token_ns = now_ns()
         drafter = None if level.spec_len == 0 or self.drafter == "none" \
             else self.drafters[self.drafter]
-        if isinstance(drafter, ChunkReuseDrafter):
+        if isinstance(drafter, ModelDrafter):
+            drafter.start(np.concatenate([instruction_prefix(md.vocab, instr),
+                                          observation_segment(md.vocab, obs)]))
+        reuse = drafter.reuse if isinstance(drafter, CascadeDrafter) else drafter
+        if isinstance(reuse, ChunkReuseDrafter):
             if self.previous is None or capture_ns is None:
-                drafter.clear()
+                reuse.clear()
             else:
-                drafter.set_previous(self.previous[0], self.previous[1], capture_ns,
+                reuse.set_previous(self.previous[0], self.previous[1], capture_ns,
                                      md.tokenizer.period_ns)
         D = md.tokenizer.dim
         bins = self.decoder.decode(logits, pos, level.chunk * D, depth=level.depth,
