@@ -73,3 +73,63 @@ def load(path, device: str = "cpu") -> Checkpoint:
         raise ValueError(f"{weights} does not match its config: {e}") from e
     dtype = DTYPES[info.get("dtype", "float32")]
     return Checkpoint(model.to(device=device, dtype=dtype).eval(), cfg, vocab, info["meta"])
+
+
+# --- resumable training state ---------------------------------------------------------
+# One safetensors file: model and optimizer tensors and the RNG states as tensors, the rest
+# (step, scheduler, param groups, log, run identity) as JSON in its metadata. Written to a
+# temporary name and renamed, so a kill while writing leaves the previous state whole.
+TRAIN_FORMAT = "rtinfer-train-state"
+
+
+def save_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, *, step: int,
+                        generator: torch.Generator, log: list, run: dict,
+                        seconds: float = 0.0) -> Path:
+    """Everything a run needs to continue bit-for-bit from `step` (steps done). `run`:
+    JSON-able identity of the run (config, data, hyper-parameters) checked on resume;
+    seconds: training time spent so far (all sessions)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    opt_state = opt.state_dict()
+    for i, st in opt_state["state"].items():
+        for k, v in st.items():
+            tensors[f"opt.{i}.{k}"] = v.detach().cpu().contiguous() if torch.is_tensor(v) \
+                else torch.tensor(v)
+    tensors["rng.generator"] = generator.get_state()
+    tensors["rng.torch"] = torch.get_rng_state()
+    meta = {"step": step, "param_groups": opt_state["param_groups"],
+            "scheduler": sched.state_dict(), "log": log, "run": run, "seconds": seconds}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": TRAIN_FORMAT, "meta": json.dumps(meta)})
+    tmp.replace(path)
+    return path
+
+
+def load_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, *,
+                        generator: torch.Generator, run: dict) -> tuple[int, list, float]:
+    """Restore what save_training_state wrote into model, opt, sched, generator and torch's
+    global RNG; returns (steps done, log so far, seconds so far). Raises ValueError when the state belongs
+    to another run (`run` differs) or is not a training state."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        info = f.metadata() or {}
+        if info.get("format") != TRAIN_FORMAT:
+            raise ValueError(f"{path}: not a {TRAIN_FORMAT} file")
+        meta = json.loads(info["meta"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if meta["run"] != run:
+        diff = sorted(k for k in set(run) | set(meta["run"]) if run.get(k) != meta["run"].get(k))
+        raise ValueError(f"{path} was written by a different run (differs in {diff}); "
+                         "resume with the same arguments or start a new --out")
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    state: dict = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = v
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    sched.load_state_dict(meta["scheduler"])
+    generator.set_state(tensors["rng.generator"])
+    torch.set_rng_state(tensors["rng.torch"])
+    return meta["step"], meta["log"], meta["seconds"]
