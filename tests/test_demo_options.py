@@ -98,3 +98,12 @@ def test_help_texts_list_the_options_in_whole_sentences():
     text = " ".join(rt.stdout.split("options:")[0].split())
     assert text.rstrip().endswith("."), text
     assert "--seconds" in rt.stdout and "--seed" in rt.stdout
+
+
+def test_unknown_stress_modes_and_near_deadline_for_the_expert_are_refused(tmp_path, capsys):
+    from rtinfer.cli.demo import run
+    assert run(1, stress="disk", run_dir=str(tmp_path / "run")) == 2
+    assert "--stress disk: give one of cpu, near-deadline" in capsys.readouterr().err
+    assert run(1, stress="near-deadline", policy="expert", run_dir=str(tmp_path / "run")) == 2
+    assert "no chunk time to set a deadline from" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything started

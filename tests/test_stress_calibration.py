@@ -129,3 +129,83 @@ def test_the_two_runs_are_shown_side_by_side_with_the_threat():
     assert "60 / 600 (10.0%)" in text and "3 / 600 (0.5%)" in text
     assert f"deadline {t['deadline_ms']:g} ms" in text and "14/15" in text
     assert "pinned to CPU 1" in text
+
+
+# --- a policy near its deadline (rtinfer.cli.pressure) -----------------------------------------
+MS = 1_000_000
+
+
+def _policy(cycle, capture_ms, end_ms):
+    return {"node": "policy", "cycle": cycle, "stamps": {"capture": int(capture_ms * MS),
+                                                         "end": int(end_ms * MS)}}
+
+
+def _applied(cycle, capture_ms, recv_ms, apply_ms):
+    return {"cycle": cycle, "stamps": {"capture": int(capture_ms * MS), "publish": int(recv_ms * MS),
+                                       "recv": int(recv_ms * MS), "apply": int(apply_ms * MS)}}
+
+
+def _late(cycle, capture_ms, recv_ms):
+    return {"cycle": cycle, "stamps": {"capture": int(capture_ms * MS), "recv": int(recv_ms * MS)},
+            "fields": {"late_index": 1.0}}
+
+
+def test_a_certainly_late_cycle_the_controller_never_reported_is_counted_undetected():
+    from rtinfer.cli.pressure import audit
+    policy = [_policy(1, 0, 8), _policy(2, 50, 65), _policy(3, 100, 115), _policy(4, 150, 160.5),
+              _policy(5, 200, 230)]
+    controller = [_applied(1, 0, 3, 4), _applied(2, 50, 53, 54), _late(2, 50, 66),
+                  _applied(3, 100, 104, 105),  # cycle 3: 15 ms at the policy, never reported
+                  _applied(4, 150, 153, 154),  # 10.5 ms: within CERTAIN_MS of the deadline
+                  _applied(6, 250, 259, 260.5)]  # cycle 5 (30 ms) was sent before this record
+    a = audit(policy, controller, deadline_ms=10.0)
+    assert a == {"late_cycles": 1, "certainly_late": 3, "undetected": 2, "applied_cycles": 5,
+                 "stale_applied": 1}  # cycle 6 applied 10.5 ms after its capture
+    # a cycle sent after the controller's last record (the run ended) is no evidence
+    assert audit(policy[:2] + [_policy(7, 300, 330)], controller[:3], 10.0)["undetected"] == 0
+    assert audit(policy, controller[:3] + [_late(3, 100, 116)], 10.0)["undetected"] == 0
+
+
+def _pair_results(fixed_late=60, budget_late=3, undetected=0, stale=0, sorted_budget=30):
+    def run(misses, correct):
+        return {"cycles": 1200, "deadline_misses": misses, "success_rate": correct / 30,
+                "audit": {"undetected": undetected, "stale_applied": stale}}
+    pair = {"fixed": run(fixed_late, 30), "budget": run(budget_late, sorted_budget)}
+    return {"unpressured": {"success_rate": 1.0}, "nominal": pair, "stress": pair}
+
+
+@pytest.mark.parametrize("change,failing", [
+    ({}, None), ({"fixed_late": 59}, "fixed full depth late"),
+    ({"budget_late": 13}, "budget controller late"), ({"undetected": 1}, "not reported"),
+    ({"stale": 1}, "applied past the deadline"), ({"sorted_budget": 29}, "sorting")])
+def test_the_verdict_fails_each_target_on_its_own_figure(change, failing):
+    from rtinfer.cli.pressure import verdict, verdict_lines
+    v = verdict(_pair_results(**change))
+    bad = [c["check"] for c in v["checks"] if not c["met"]]
+    assert v["met"] == (failing is None)
+    assert all(failing in b for b in bad) and (failing is None or bad)
+    assert verdict_lines(v)[-1] == ("targets all met" if failing is None else "targets NOT all met")
+
+
+def test_a_missing_run_is_no_met_target():
+    from rtinfer.cli.pressure import verdict
+    r = _pair_results()
+    del r["stress"]
+    assert not verdict(r)["met"]
+
+
+def test_the_four_runs_are_shown_with_each_pairs_deadline():
+    from rtinfer.cli.pressure import pressure_columns
+    from rtinfer.cli.stress import runs_table
+    r = _pair_results()
+    for cond, ms in (("nominal", 7.5), ("stress", 16.25)):
+        t = choose_deadline(FULL, CHEAP, given_ms=ms).report()
+        r[cond] = {"calibration": t, **{role: {**run, "audit": {**run["audit"], "certainly_late": 4},
+                                               "e2e_ms": {"p50": 5.0}, "objects": {"correct": 30}}
+                                        for role, run in r[cond].items()}}
+    console = Console(record=True, width=220)
+    console.print(runs_table("near", pressure_columns(r), deadline_row=True))
+    text = console.export_text()
+    assert "nominal: fixed full depth" in text and "stress: budget controller" in text
+    assert "7.5 ms" in text and "16.25 ms" in text and "0 of 4 / 0" in text
+    assert "60 / 1200 (5.0%)" in text and "3 / 1200 (0.2%)" in text

@@ -13,7 +13,12 @@ to the cheapest level's p99 x 1.1. Then it runs twice under that load and
 deadline, a fixed full-depth policy and then the budget controller, and shows both side by
 side (a table on stderr; the calibration and both runs in the JSON). --deadline-ms overrides
 the calibrated deadline; the expert (no policy node to load) gets free-floating hogs and
-STRESS_DEADLINE_MS.
+STRESS_DEADLINE_MS. `--stress near-deadline` (rtinfer.cli.pressure; the learned policy only)
+runs unpressured at the launch file's deadline, then for each load (nominal: the policy
+node alone on its CPU; stress: as above) calibrates the deadline under it the same way and
+runs fixed full depth against the budget controller at it; each pressured run is audited from
+its traces (certainly late cycles not reported, cycles applied past the deadline) and the
+JSON ends with the targets' verdict.
 
 Output: stdout carries the final report as JSON and nothing else (one line with --json);
 the dashboard, progress and errors go to stderr. Options and outputs are checked before
@@ -42,11 +47,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from rtinfer.cli.pressure import CONDITIONS, ROLES, audit, pressure_columns, verdict, verdict_lines
 from rtinfer.cli.shipped import launch_file, zoo_model
-from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, WARMUP_CYCLES, Threat,
+from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, chunk_complete_ms,
-                                late_fraction, load_line, percent_text, pin_tasks, policy_cpu, sorted_text,
-                                stress_table)
+                                late_fraction, load_line, percent_text, pin_tasks, policy_cpu,
+                                runs_table, sorted_text, stress_table)
 from rtinfer.launch.file import load
 from rtinfer.monitor.dashboard import Dashboard
 
@@ -98,25 +104,27 @@ CALIBRATION = (("calibrate-fixed", "--no-budget"), ("calibrate-cheapest", "--lev
 
 
 def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: float | None,
-              seconds: float, console: Console, stop: _Stop) -> tuple[Threat | None, list[str]]:
+              seconds: float, console: Console, stop: _Stop, hogs: int = HOGS,
+              prefix: str = "") -> tuple[Threat | None, list[str]]:
     """The stress threat (rtinfer.cli.stress), measured in place: two short runs of the
-    launched stack under the stress load (the policy and HOGS busy processes on `cpu`) at a
-    loose deadline, at fixed full depth and pinned at the cheapest budget level; their
-    cycles' chunk times give the deadline (unless --deadline-ms gave one). (None, errors) if stopped
-    or a run gave no samples."""
+    launched stack under the load (the policy and `hogs` busy processes on `cpu`; 0: the
+    policy alone there) at a loose deadline, at fixed full depth and pinned at the cheapest
+    budget level (run directories <prefix>calibrate-fixed and -cheapest); their cycles' chunk
+    times give the deadline (unless --deadline-ms gave one). (None, errors) if stopped or a
+    run gave no samples."""
     cal_s = calibration_seconds(seconds)
-    console.print(f"calibrating the stress threat in place: {cal_s:g} s at fixed full "
-                  f"depth and {cal_s:g} s at the cheapest level, {load_line(HOGS, cpu)}"
+    console.print(f"calibrating the deadline in place: {cal_s:g} s at fixed full "
+                  f"depth and {cal_s:g} s at the cheapest level, {load_line(hogs, cpu)}"
                   " ...", highlight=False)
     loose = launch_overrides(None, CALIBRATE_DEADLINE_MS, "cpu")
     samples, errors = [], []
     for name, budget in CALIBRATION:
         if stop.signum is not None:
             return None, errors
-        rd = base / name
+        rd = base / f"{prefix}{name}"
         rd.mkdir(parents=True, exist_ok=True)
         r = run_once(launch, cal_s, rd, {**overrides, **loose, "vars.budget": budget},
-                     console, f"rtinfer demo: {name}", stop, stress=HOGS, pin_cpu=cpu)
+                     console, f"rtinfer demo: {prefix}{name}", stop, stress=hogs, pin_cpu=cpu)
         errors += [f"{name}: {ln}" for ln in r.get("error", [])]
         try:
             from rtinfer.realtime.trace import read_trace
@@ -129,8 +137,8 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
         threat = choose_deadline(*samples, given_ms=deadline_ms)
     except ValueError:
         return None, errors
-    threat = Threat(**{**threat.report(), "load": load_line(HOGS, cpu)})
-    console.print(f"stress deadline {threat.deadline_ms:g} ms: {threat.how}; in calibration "
+    threat = Threat(**{**threat.report(), "load": load_line(hogs, cpu)})
+    console.print(f"{prefix.rstrip('-') or 'stress'} deadline {threat.deadline_ms:g} ms: {threat.how}; in calibration "
                   f"{percent_text(threat.fixed_late)} of fixed full-depth cycles late, "
                   f"{percent_text(threat.cheapest_late)} at the cheapest level", highlight=False)
     return threat, errors
@@ -402,6 +410,14 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
             signal.signal(s, h)
 
 
+def check_stress(stress: str | None, model: Path | None) -> None:
+    if stress is not None and stress not in STRESS_MODES:
+        raise DemoError(f"--stress {stress}: give one of {', '.join(STRESS_MODES)}")
+    if stress == "near-deadline" and model is None:
+        raise DemoError("--stress near-deadline with --policy expert: the expert has no chunk "
+                        "time to set a deadline from; run it with the learned policy")
+
+
 def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
          belt_speed, json_out, stop: _Stop, robots: int = 1) -> int:
     console = Console(stderr=True)
@@ -409,6 +425,7 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         check_options(seconds, deadline_ms, report, png)
         check_fleet(robots, policy, stress, seed, instruction, png)
         model = model_dir(policy)
+        check_stress(stress, model)
         base = Path(run_dir).expanduser() if run_dir else Path(tempfile.mkdtemp(prefix="rtinfer-demo-"))
         try:
             base.mkdir(parents=True, exist_ok=True)
@@ -419,8 +436,67 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         return 2
     launch = launch_file(EXPERT_LAUNCH if model is None else
                          FLEET_LAUNCH if robots > 1 else MODEL_LAUNCH)
+    task = {"seed": seed, "instruction": instruction, "belt_speed": belt_speed}
+    if stress == "near-deadline":
+        out = near_deadline(launch, base.resolve(), str(model), deadline_ms, seconds, task,
+                            console, stop, png)
+        runs_done = [out["unpressured"]] + [r for c, _ in CONDITIONS for k, r in
+                                            out.get(c, {}).items() if k != "calibration"]
+    else:
+        results = _runs(launch, base.resolve(), model, robots, stress, deadline_ms, seconds,
+                        task, console, stop, png)
+        runs_done = [r for k, r in results.items() if k != "calibration"]
+        out = results.get("nominal", {}) if stress is None else results
+    text = json.dumps(out, indent=None if json_out else 1)
+    if report:
+        Path(report).expanduser().write_text(text + "\n")
+        console.print(f"report written to {report}")
+    print(text, flush=True)
+    if stop.signum is not None:
+        console.print(f"stopped by {signal.Signals(stop.signum).name}: partial report above")
+        return 128 + stop.signum
+    return 0 if runs_done and all(r["exit_code"] == 0 for r in runs_done) else 1
+
+
+def _one(launch: Path, base: Path, name: str, seconds: float, overrides: dict, console: Console,
+         stop: _Stop, png: str | None, single: bool, hogs: int = 0, cpu: int | None = None,
+         deadline_ms: float | None = None) -> dict:
+    """One named run in base/name, its errors on the console; deadline_ms: audit its traces
+    against it (rtinfer.cli.pressure.audit) and say how late it was."""
+    rd = base / name
+    rd.mkdir(parents=True, exist_ok=True)
+    r = run_once(launch, seconds, rd, overrides, console, f"rtinfer demo: {name}", stop,
+                 stress=hogs, pin_cpu=cpu)
+    for line in r.get("error", []):
+        console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
+    if deadline_ms is not None:
+        r["late_fraction"] = late_fraction(r)
+        r["audit"] = _audit(rd, deadline_ms)
+        console.print(f"{name}: {percent_text(r['late_fraction'])} of {r['cycles']} cycles late, "
+                      f"sorted {sorted_text(r)}", highlight=False)
+    trace = rd / "controller.trace"
+    if png and trace.exists() and stop.signum is None:
+        from rtinfer.monitor.report import main as report_main
+        report_main(str(trace), png=png if single else
+                    str(Path(png).with_name(f"{Path(png).stem}-{name}.png")))
+    return r
+
+
+def _audit(run_dir: Path, deadline_ms: float) -> dict | None:
+    from rtinfer.realtime.trace import read_trace
+    try:
+        return audit(read_trace(run_dir / "policy.trace"), read_trace(run_dir / "controller.trace"),
+                     deadline_ms)
+    except (OSError, ValueError):
+        return None
+
+
+def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, console, stop,
+          png) -> dict:
+    """The plain demo ({"nominal": run}) or `--stress cpu` (calibration, stress-fixed,
+    stress-budget)."""
     overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
-                                 seed=seed, instruction=instruction, belt_speed=belt_speed)
+                                 **task)
     if robots > 1:
         overrides["robots"] = str(robots)
     runs, threat, cpu = [("nominal", {}, 0)], None, None
@@ -430,43 +506,56 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n), ("stress-budget", {}, n)]
         if model is not None:
             cpu = policy_cpu()
-            threat, errors = calibrate(launch, base.resolve(), overrides, cpu, deadline_ms,
+            threat, errors = calibrate(launch, base, overrides, cpu, deadline_ms,
                                        seconds, console, stop)
             for line in errors:
                 console.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
             if threat is not None:
-                overrides = launch_overrides(str(model), threat.deadline_ms, stress, seed=seed,
-                                             instruction=instruction, belt_speed=belt_speed)
+                overrides = launch_overrides(str(model), threat.deadline_ms, stress, **task)
     results = {}
     for name, extra, hogs in runs:
         if stop.signum is not None:
             break
-        rd = base.resolve() / name
-        rd.mkdir(parents=True, exist_ok=True)
-        r = results[name] = run_once(launch, seconds, rd, {**overrides, **extra}, console,
-                                     f"rtinfer demo: {name}", stop, stress=hogs, pin_cpu=cpu)
-        for line in r.get("error", []):
-            console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
-        if len(runs) > 1:
-            r["late_fraction"] = late_fraction(r)
-            console.print(f"{name}: {percent_text(r['late_fraction'])} of {r['cycles']} cycles late, "
-                          f"sorted {sorted_text(r)}", highlight=False)
-        trace = rd / "controller.trace"
-        if png and trace.exists() and stop.signum is None:
-            from rtinfer.monitor.report import main as report_main
-            report_main(str(trace), png=png if len(runs) == 1 else
-                        str(Path(png).with_name(f"{Path(png).stem}-{name}.png")))
+        ov = {**overrides, **extra}
+        results[name] = _one(launch, base, name, seconds, ov, console, stop, png,
+                             len(runs) == 1, hogs, cpu,
+                             float(ov["deadline_ms"]) if len(runs) > 1 else None)
     if len(runs) > 1:
         results = {"calibration": None if threat is None else threat.report(), **results}
         console.print(stress_table(results))
-    out = results.get("nominal", {}) if len(runs) == 1 else results
-    text = json.dumps(out, indent=None if json_out else 1)
-    if report:
-        Path(report).expanduser().write_text(text + "\n")
-        console.print(f"report written to {report}")
-    print(text, flush=True)
-    if stop.signum is not None:
-        console.print(f"stopped by {signal.Signals(stop.signum).name}: partial report above")
-        return 128 + stop.signum
-    runs_done = [r for k, r in results.items() if k != "calibration"]
-    return 0 if runs_done and all(r["exit_code"] == 0 for r in runs_done) else 1
+    return results
+
+
+def near_deadline(launch: Path, base: Path, model: str, deadline_ms: float | None,
+                  seconds: float, task: dict, console: Console, stop: _Stop,
+                  png: str | None) -> dict:
+    """`--stress near-deadline` (rtinfer.cli.pressure): unpressured at the launch file's
+    deadline, then per load of CONDITIONS a deadline calibrated under it and fixed full depth
+    against the budget controller at it; the runs, their audits and the targets' verdict."""
+    cpu = policy_cpu()
+    out: dict = {"unpressured": _one(launch, base, "unpressured", seconds,
+                                     launch_overrides(model, None, None, **task), console,
+                                     stop, png, False, 0, cpu)}
+    for cond, hogs in CONDITIONS:
+        if stop.signum is not None:
+            break
+        threat, errors = calibrate(launch, base, launch_overrides(model, None, None, **task),
+                                   cpu, deadline_ms, seconds, console, stop, hogs, f"{cond}-")
+        for line in errors:
+            console.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
+        if threat is None:
+            continue
+        pair = out[cond] = {"calibration": threat.report()}
+        overrides = launch_overrides(model, threat.deadline_ms, "near-deadline", **task)
+        for role, extra in ROLES:
+            if stop.signum is None:
+                pair[role] = _one(launch, base, f"{cond}-{role}", seconds,
+                                  {**overrides, **extra}, console, stop, png, False, hogs, cpu,
+                                  threat.deadline_ms)
+    out["targets"] = verdict(out)
+    console.print(runs_table(f"a policy near its deadline: fixed full depth vs the budget "
+                             f"controller, unpressured sorted {sorted_text(out['unpressured'])}",
+                             pressure_columns(out), deadline_row=True))
+    for line in verdict_lines(out["targets"]):
+        console.print(line, highlight=False)
+    return out

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
+STRESS_MODES = ("cpu", "near-deadline")  # rtinfer demo --stress (near-deadline: rtinfer.cli.pressure)
 AIM_Q = 0.70           # the deadline: this quantile of the fixed run's chunk time (~30% late)
 CEIL_Q = 0.95          # a floor above this one leaves nothing to separate
 FLOOR_Q, FLOOR_HEADROOM = 0.99, 1.10  # at or above the cheapest level's p99 x 1.10
@@ -76,8 +77,10 @@ def policy_cpu() -> int:
 
 
 def load_line(hogs: int = HOGS, cpu: int | None = None) -> str:
-    return (f"the policy node alone with {hogs} busy process(es) under SCHED_IDLE on CPU "
-            f"{policy_cpu() if cpu is None else cpu}")
+    cpu = policy_cpu() if cpu is None else cpu
+    if hogs == 0:
+        return f"the policy node alone on CPU {cpu}, no added load"
+    return f"the policy node alone with {hogs} busy process(es) under SCHED_IDLE on CPU {cpu}"
 
 
 def calibration_seconds(seconds: float) -> float:
@@ -198,36 +201,59 @@ def sorted_text(run: dict) -> str:
 
 
 def stress_table(results: dict):
-    """The two stress runs side by side (a rich Table), with the calibrated threat."""
-    from rich.table import Table
-
-    fixed, budget = results.get("stress-fixed", {}), results.get("stress-budget", {})
+    """The two `--stress cpu` runs side by side (a rich Table), with the calibrated threat."""
     threat = results.get("calibration")
     title = "fixed full depth vs the budget controller"
     if threat:
         title += f": deadline {threat['deadline_ms']:g} ms ({threat['how']})"
         if threat.get("load"):
             title += f"; load: {threat['load']}"
+    return runs_table(title, [("fixed full depth", "fixed", results.get("stress-fixed", {}), threat),
+                              ("budget controller", "budget", results.get("stress-budget", {}),
+                               threat)])
+
+
+def audit_text(run: dict) -> str:
+    """rtinfer.cli.pressure.audit's figures: undetected of certainly late / stale applied."""
+    a = run.get("audit")
+    return "-" if not a else f"{a['undetected']} of {a['certainly_late']} / {a['stale_applied']}"
+
+
+def runs_table(title: str, columns, deadline_row: bool = False):
+    """Runs side by side (a rich Table). columns: (heading, role "fixed" or "budget", run
+    report, its calibration Threat.report() or None); a fixed column shows the calibration's
+    full-depth figures, a budget column its cheapest level's; deadline_row: each column's
+    calibrated deadline in a row (when the title does not give the one deadline)."""
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left")
-    for col in ("", "fixed full depth", "budget controller"):
-        t.add_column(col, justify="left" if not col else "right")
-    if threat:
-        t.add_row("late in calibration", percent_text(threat["fixed_late"]), percent_text(threat["cheapest_late"])
-                  + " (cheapest level)")
-        t.add_row("chunk time p50 / p99 (calibration)",
-                  f"{threat['full_ms']['p50']:.1f} / {threat['full_ms']['p99']:.1f} ms",
-                  f"{threat['cheapest_ms']['p50']:.1f} / {threat['cheapest_ms']['p99']:.1f} ms")
+    t.add_column("", justify="left")
+    for heading, *_ in columns:
+        t.add_column(heading, justify="right")
 
-    def row(label, f):
-        t.add_row(label, *(f(r) if r else "-" for r in (fixed, budget)))
+    def row(label, f, of_calibration=False):
+        cells = []
+        for _, role, run, cal in columns:
+            x = cal if of_calibration else run
+            cells.append(f(x, role) if x else "-")
+        t.add_row(label, *cells)
 
-    row("cycles late", lambda r: f"{r.get('deadline_misses')} / {r.get('cycles')} "
-                                 f"({percent_text(late_fraction(r))})")
-    row("late waypoints (rejected)", lambda r: str(r.get("late_waypoints")))
-    row("e2e p50 / p99 / max", lambda r: " / ".join(
+    if deadline_row:
+        row("deadline", lambda c, _: f"{c['deadline_ms']:g} ms", True)
+    if any(c for *_, c in columns):
+        row("late in calibration", lambda c, role: percent_text(c["fixed_late"]) if role == "fixed"
+            else percent_text(c["cheapest_late"]) + " (cheapest level)", True)
+        row("chunk time p50 / p99 (calibration)", lambda c, role: "{p50:.1f} / {p99:.1f} ms".format(
+            **c["full_ms" if role == "fixed" else "cheapest_ms"]), True)
+    row("cycles late", lambda r, _: f"{r.get('deadline_misses')} / {r.get('cycles')} "
+                                    f"({percent_text(late_fraction(r))})")
+    row("late waypoints (rejected)", lambda r, _: str(r.get("late_waypoints")))
+    if any(run.get("audit") for _, _, run, _ in columns):
+        row("unreported late / applied late", lambda r, _: audit_text(r))
+    row("e2e p50 / p99 / max", lambda r, _: " / ".join(
         "-" if r["e2e_ms"].get(k) is None else f"{r['e2e_ms'][k]:.1f}" for k in
         ("p50", "p99", "max")) + " ms")
-    row("sorted", sorted_text)
-    row("budget changes", lambda r: str(r.get("budget_changes")))
-    row("watchdog holds", lambda r: str(r.get("holds", {}).get("watchdog")))
+    row("sorted", lambda r, _: sorted_text(r))
+    row("budget changes", lambda r, _: str(r.get("budget_changes")))
+    row("watchdog holds", lambda r, _: str(r.get("holds", {}).get("watchdog")))
     return t

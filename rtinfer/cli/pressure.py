@@ -1,0 +1,109 @@
+"""`rtinfer demo --stress near-deadline`: the deadline guarantee for a policy that is itself
+near its deadline (issue 20), judged from the runs' own traces.
+
+One invocation runs the shipped policy unpressured (the launch file's deadline: the sorting
+baseline), then under each load of CONDITIONS (nominal: the policy node alone on its CPU;
+stress: HOGS busy processes there under SCHED_IDLE, rtinfer.cli.stress) calibrates a deadline
+from the policy's own chunk time under that load (rtinfer.cli.stress.choose_deadline) and runs
+fixed full depth (--no-budget) against the budget controller at it. One deadline cannot
+serve both loads: the load slows even the cheapest level past full depth's unloaded chunk.
+
+`audit` reads a run's traces: a cycle whose last waypoint left the policy node more than
+CERTAIN_MS past the deadline was certainly late, so the controller must have reported it
+(a `late_index` record, which the monitor counts); and no cycle was applied past the
+deadline. `verdict` checks the targets. Pure: records in, figures out.
+"""
+from __future__ import annotations
+
+from rtinfer.cli.stress import HOGS, late_fraction
+
+CONDITIONS = (("nominal", 0), ("stress", HOGS))  # (name, busy processes on the policy's CPU)
+ROLES = (("fixed", {"vars.budget": "--no-budget"}), ("budget", {}))  # launch overrides
+BUDGET_LATE_MAX = 0.01    # the budget controller: at most this fraction of cycles late
+FIXED_LATE_MIN = 0.05     # fixed full depth: at least this (else the deadline was no threat)
+SORTING_POINTS = 2.0      # the budget controller's sorting: within this of unpressured, points
+CERTAIN_MS = 1.0          # "end" is stamped just after the last publish: margin for "certainly"
+
+
+def audit(policy_records, controller_records, deadline_ms: float) -> dict:
+    """A run's misses from its traces. late_cycles: cycles the controller reported late;
+    certainly_late: cycles the policy's own stamps put past the deadline (end - capture >
+    deadline + CERTAIN_MS), sent before the controller's last recv or apply stamp (it was
+    still running); undetected: of those, the ones never reported late; stale_applied:
+    cycles whose first setpoint was applied more than a deadline after capture."""
+    deadline_ns = deadline_ms * 1e6
+    late, applied, stale, seen_ns = set(), 0, 0, 0
+    for rec in controller_records:
+        st, cycle = rec.get("stamps"), rec.get("cycle")
+        if not isinstance(st, dict) or not isinstance(cycle, int):
+            continue
+        seen_ns = max([seen_ns, *(v for k, v in st.items() if k in ("recv", "apply")
+                                  and isinstance(v, int))])
+        if "late_index" in (rec.get("fields") or {}):
+            late.add(cycle)
+        elif isinstance(st.get("apply"), int) and isinstance(st.get("capture"), int):
+            applied += 1
+            stale += st["apply"] - st["capture"] > deadline_ns
+    certain = set()
+    for rec in policy_records:
+        st, cycle = rec.get("stamps"), rec.get("cycle")
+        if isinstance(st, dict) and isinstance(st.get("end"), int) \
+                and isinstance(st.get("capture"), int) \
+                and st["end"] - st["capture"] > deadline_ns + CERTAIN_MS * 1e6 \
+                and st["end"] < seen_ns:  # the controller was still there when it came
+            certain.add(cycle)
+    return {"late_cycles": len(late), "certainly_late": len(certain),
+            "undetected": len(certain - late), "applied_cycles": applied, "stale_applied": stale}
+
+
+def _points(run: dict) -> float | None:
+    rate = run.get("success_rate")
+    return None if rate is None else 100 * rate
+
+
+def verdict(results: dict) -> dict:
+    """The targets, one check each: {"met": all met, "checks": [{"check", "value", "target",
+    "met"}]}; a check whose figure is missing counts as not met."""
+    checks = []
+
+    def check(name, value, target, ok):
+        checks.append({"check": name, "value": value, "target": target,
+                       "met": value is not None and bool(ok(value))})
+
+    base = _points(results.get("unpressured", {}))
+    for cond, _ in CONDITIONS:
+        pair = results.get(cond, {})
+        fixed, budget = pair.get("fixed", {}), pair.get("budget", {})
+        check(f"{cond}: fixed full depth late", late_fraction(fixed), f">= {FIXED_LATE_MIN:g}",
+              lambda v: v >= FIXED_LATE_MIN)
+        check(f"{cond}: budget controller late", late_fraction(budget),
+              f"<= {BUDGET_LATE_MAX:g}", lambda v: v <= BUDGET_LATE_MAX)
+        for role, run in (("fixed", fixed), ("budget", budget)):
+            a = run.get("audit", {})
+            check(f"{cond} {role}: certainly late cycles not reported", a.get("undetected"),
+                  "0", lambda v: v == 0)
+            check(f"{cond} {role}: cycles applied past the deadline", a.get("stale_applied"),
+                  "0", lambda v: v == 0)
+        pts = _points(budget)
+        check(f"{cond}: budget controller sorting - unpressured (points)",
+              None if pts is None or base is None else round(pts - base, 1),
+              f">= -{SORTING_POINTS:g}", lambda v: v >= -SORTING_POINTS)
+    return {"met": all(c["met"] for c in checks), "checks": checks}
+
+
+def verdict_lines(v: dict) -> list[str]:
+    """One line per check, then the overall line."""
+    out = [f"{'met    ' if c['met'] else 'NOT MET'} {c['check']}: {c['value']} (target {c['target']})"
+           for c in v["checks"]]
+    return out + [f"targets {'all met' if v['met'] else 'NOT all met'}"]
+
+
+def pressure_columns(results: dict) -> list[tuple[str, str, dict, dict | None]]:
+    """(heading, role, run, calibration) per run of CONDITIONS, for rtinfer.cli.stress.runs_table."""
+    out = []
+    for cond, _ in CONDITIONS:
+        pair = results.get(cond, {})
+        for role, _ in ROLES:
+            label = "fixed full depth" if role == "fixed" else "budget controller"
+            out.append((f"{cond}: {label}", role, pair.get(role, {}), pair.get("calibration")))
+    return out
