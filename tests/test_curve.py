@@ -199,3 +199,114 @@ def test_a_curve_subscriber_reconnects_after_a_frame_over_its_hard_cap(certs):
                 got.append(env.body["sent_ns"])
         assert got == list(range(N))  # nothing lost after the reconnect
         assert sub.counters["oversize"] == 0 and sub.counters["rejected"] == 0
+
+
+def key_of(path) -> str:
+    return curve.load_public(path).decode()
+
+
+def drain(sub: Subscriber, ms: int = 100) -> list:
+    """(src, peer) of everything that arrives until `ms` pass without a message."""
+    got = []
+    while (env := sub.recv(timeout_ms=ms)) is not None:
+        got.append((env.src, sub.peer))
+    return got
+
+
+def test_a_connecting_subscriber_names_each_message_by_its_servers_key(certs, tmp_path):
+    """Endpoints whose CURVE servers hold different keys: each message's peer is the key of
+    the server it came from, whatever src it declares; a plaintext endpoint's is None."""
+    paths, allowed = certs
+    other = curve.generate(tmp_path / "other", "other")
+    servers = {"a": paths["server"], "b": other}
+    with contextlib.ExitStack() as stack:
+        pubs = {n: stack.enter_context(Publisher("tcp://127.0.0.1:*", "liar", curve=CurveConfig(
+            k[1], allowed_clients_dir=allowed))) for n, k in servers.items()}
+        plain = stack.enter_context(Publisher("tcp://127.0.0.1:*", "plain"))
+        cfg = {pubs[n].endpoint: CurveConfig(paths["client"][1], k[0]) for n, k in servers.items()}
+        sub = stack.enter_context(Subscriber([*cfg, plain.endpoint], ["heartbeat"],
+                                             curve={**cfg, plain.endpoint: None}))
+        assert len(sub._legs) == 3  # one socket per server key, one for plaintext
+        for n in servers:
+            wait_first(pubs[n], sub, n)
+        wait_first(plain, sub, "plain")
+        drain(sub)
+        for i in range(20):
+            for p in (*pubs.values(), plain):
+                p.publish("heartbeat", hb("x", i))
+        got = drain(sub)
+    assert len(got) == 60 and sub.counters["rejected"] == 0
+    assert {peer for src, peer in got if src == "plain"} == {None}
+    assert sorted({peer for src, peer in got if src == "liar"}) == sorted(
+        [key_of(paths["server"][0]), key_of(other[0])])
+    assert sum(peer == key_of(other[0]) for _, peer in got) == 20
+
+
+def test_a_binding_curve_subscriber_names_each_message_by_its_clients_key(certs, tmp_path):
+    paths, allowed = certs
+    second = curve.generate(tmp_path / "second", "second")
+    shutil.copy(second[0], allowed)
+    server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub, \
+            Publisher(sub.endpoints[0], "same", bind=False,
+                      curve=CurveConfig(paths["client"][1], paths["server"][0])) as a, \
+            Publisher(sub.endpoints[0], "same", bind=False,
+                      curve=CurveConfig(second[1], paths["server"][0])) as b:
+        wait_first(a, sub, "a")
+        wait_first(b, sub, "b")
+        drain(sub)
+        a.publish("heartbeat", hb("a"))
+        assert drain(sub) == [("same", key_of(paths["client"][0]))]
+        b.publish("heartbeat", hb("b"))
+        assert drain(sub) == [("same", key_of(second[0]))]
+
+
+def received_after(pub: Publisher, subs: dict, seconds: float) -> dict:
+    """Publish for `seconds` (every 10 ms); how many messages each subscriber got."""
+    counts = dict.fromkeys(subs, 0)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pub.publish("heartbeat", hb("srv"))
+        for n, s in subs.items():
+            while s.recv(timeout_ms=0) is not None:
+                counts[n] += 1
+        time.sleep(0.01)
+    return counts
+
+
+def test_a_key_removed_from_the_allow_list_is_cut_within_a_second_and_refused(certs, tmp_path):
+    """No restart: the server re-reads its allow-list about once a second; a removed key's
+    session ends and its new handshakes are refused, the other client comes back by itself;
+    a key copied back in is admitted again."""
+    paths, allowed = certs
+    second = curve.generate(tmp_path / "second", "second")
+    shutil.copy(second[0], allowed)
+    server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+    with Publisher("tcp://127.0.0.1:*", "srv", curve=server) as pub:
+        subs = {n: Subscriber(pub.endpoint, ["heartbeat"], curve=CurveConfig(k, paths["server"][0]))
+                for n, k in (("client", paths["client"][1]), ("second", second[1]))}
+        with contextlib.ExitStack() as stack:
+            for s in subs.values():
+                stack.enter_context(s)
+                wait_first(pub, s, "srv")
+            os.remove(allowed / "second.key")
+            received_after(pub, subs, 1.5)  # the watch runs, the sessions are cut
+            assert pub.revocations == 1 and pub.revoked == ["second"]
+            after = received_after(pub, subs, 1.0)
+            assert after["second"] == 0
+            assert after["client"] > 50  # back within ~0.2 s of the cut
+            shutil.copy(second[0], allowed)  # admitted again, no cut needed
+            again = received_after(pub, subs, 2.5)
+            assert again["second"] > 0 and pub.revocations == 1
+
+
+def test_an_allow_list_reads_names_and_skips_a_key_file_it_cannot_parse(certs):
+    paths, allowed = certs
+    allow = curve.AllowList(allowed)
+    assert allow.names == {key_of(paths["client"][0]): "client"}
+    assert not allow.refresh()  # unchanged: not read again
+    (allowed / "half.key").write_text("metadata\ncurve\n")  # half copied
+    assert allow.refresh() and set(allow.names.values()) == {"client"}
+    shutil.copy(paths["rogue"][0], allowed / "half.key")
+    assert allow.refresh() and set(allow.names.values()) == {"client", "half"}
+    assert curve.allow_list(allowed) is curve.allow_list(str(allowed) + "/")

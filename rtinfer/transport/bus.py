@@ -15,13 +15,15 @@ import errno
 import itertools
 import os
 import socket
+import time
 from typing import Mapping, Sequence, Union
 
 import zmq
 from zmq import zmq_poll
 from zmq.utils.monitor import recv_monitor_message
 
-from rtinfer.transport.curve import CurveConfig, acquire_authenticator, release_authenticator, secure_socket
+from rtinfer.transport.curve import (AllowList, CurveConfig, acquire_authenticator, load_public,
+                                     release_authenticator, secure_socket)
 from rtinfer.transport.wire import (DEFAULT_MAX_BYTES, Envelope, OversizeError, WireError, decode, decode_frames,
                    encode_frames, now_ns)
 
@@ -37,8 +39,12 @@ _POLLIN = int(zmq.POLLIN)
 Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
 HEAL_EVERY_NS = 100_000_000  # how often a connecting socket looks for a dead endpoint
 _HEAL_EVERY_MS = HEAL_EVERY_NS // 1_000_000
+WATCH_EVERY_NS = 1_000_000_000  # how often a CURVE server re-reads its allow-list
+REBIND_WAIT_NS = 1_000_000_000  # how long a cut endpoint is tried again (libzmq unbinds async)
+REFUSED_RETRY_NS = 1_000_000_000  # a client the server's allow-list refused tries again this often
 # What a connecting socket's monitor reports (see _BusSocket._heal).
-_WATCH = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_SUCCEEDED
+_WATCH = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+          | zmq.EVENT_HANDSHAKE_SUCCEEDED
           | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
 _monitor_ids = itertools.count()  # inproc monitor names, unique in the process
 
@@ -94,6 +100,11 @@ class _BusSocket:
     (failed attempts in `heal_errors`). `sessions_ended` counts the sessions among them that
     libzmq ended after their handshake: in practice a frame over the hard cap.
     A bound socket has nothing to heal: its connecting peers reconnect themselves.
+
+    A bound CURVE server watches its allow-list instead (`_watch`, every WATCH_EVERY_NS):
+    when a key was removed it ends every session on its endpoints (unbind, bind again), so
+    each client handshakes anew and the revoked one is refused; counted in `revocations`,
+    the names in `revoked`. The others reconnect by themselves (libzmq: ~0.1-0.2 s).
     """
 
     def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
@@ -105,11 +116,20 @@ class _BusSocket:
         self._sock: zmq.Socket | None = self._ctx.socket(kind)
         self._mon: zmq.Socket | None = None
         self._next_heal = 0
+        self._tending = False  # set below: a connecting socket or a CURVE server
         self.endpoints: list[str] = []
         self._security: dict[str, CurveConfig | None] = {}  # connected endpoint -> its CURVE
         self._up: set[str] = set()  # endpoints whose session is past its handshake
         self._ended: dict[str, int] = {}  # endpoint -> heal pass that saw its session end
-        self.reconnects = self.heal_errors = self.sessions_ended = 0
+        self.reconnects = self.heal_errors = self.sessions_ended = self.refusals = 0
+        self._refused: dict[str, int] = {}  # endpoint -> when the server refused our key
+        self._allow: AllowList | None = None  # a bound CURVE server's allow-list
+        self._allowed: dict[str, str] = {}  # its keys (-> names) as this socket last saw them
+        self._unbound = False  # a cut endpoint could not be bound again yet
+        self._bound: dict[str, CurveConfig | None] = {}  # bound endpoint (resolved) -> its CURVE
+        self._next_watch = 0
+        self.revocations = 0
+        self.revoked: list[str] = []
         try:
             self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for unsent messages
             self._sock.setsockopt(zmq.SNDHWM, hwm)
@@ -122,7 +142,9 @@ class _BusSocket:
             if bind and allow:  # the ZAP handler must run before any client can handshake
                 if len(allow) > 1:
                     raise ValueError(f"one socket binds {endpoints} with different allow-lists")
-                acquire_authenticator(self._ctx, allow.pop())
+                self._allow = acquire_authenticator(self._ctx, allow.pop())
+                self._allowed = self._allow.names
+                self._next_watch = now_ns() + WATCH_EVERY_NS
                 self._auth = True
             if not bind:
                 self._mon = self._monitor()
@@ -132,11 +154,13 @@ class _BusSocket:
                     self._secure(cfg, curve is not None, server=True)
                     self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
                     self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                    self._bound[self.endpoints[-1]] = cfg
                 else:
                     self._secure(cfg, curve is not None, server=False)
                     self._sock.connect(ep)
                     self.endpoints.append(ep)
                     self._security[ep] = cfg
+            self._tending = self._mon is not None or self._allow is not None
         except BaseException:
             self.close()
             raise
@@ -167,7 +191,10 @@ class _BusSocket:
 
         Given up on: a handshake that failed on a protocol error, or a session that ended
         (DISCONNECTED) with no CONNECT_RETRIED by the next look: libzmq follows a lost
-        connection with a retry at once, and a protocol error with nothing.
+        connection with a retry at once, and a protocol error with nothing. A handshake the
+        server refused (its allow-list: HANDSHAKE_FAILED_AUTH, which libzmq never retries
+        either) is tried again every REFUSED_RETRY_NS, so a key added there is admitted
+        without restarting this side; counted in `refusals`.
         """
         if self._mon is None or now < self._next_heal:
             return
@@ -184,8 +211,14 @@ class _BusSocket:
                     ended.setdefault(ep, now)
             elif event == zmq.EVENT_CONNECT_RETRIED:
                 ended.pop(ep, None)  # libzmq reconnects this one itself
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self.refusals += 1
+                self._refused.setdefault(ep, now)
             else:
                 failed.add(ep)  # HANDSHAKE_FAILED_PROTOCOL
+        for ep in [ep for ep, seen in self._refused.items() if now - seen >= REFUSED_RETRY_NS]:
+            del self._refused[ep]
+            failed.add(ep)
         for ep in [ep for ep, seen in ended.items() if seen < now]:  # no retry since a look ago
             del ended[ep]
             self.sessions_ended += 1
@@ -203,6 +236,51 @@ class _BusSocket:
                     self.reconnects += 1
                 except zmq.ZMQError:
                     self.heal_errors += 1
+
+    def _tend(self, now: int) -> None:
+        """The periodic work of a connecting socket (`_heal`) or a CURVE server (`_watch`);
+        call only where `_tending` is true. Each checks its own schedule."""
+        if self._mon is not None:
+            self._heal(now)
+        if self._allow is not None and now >= self._next_watch:
+            self._watch(now)
+
+    def _watch(self, now: int) -> None:
+        """Re-read the allow-list; if a key this socket admitted is gone, cut every session."""
+        self._next_watch = now + WATCH_EVERY_NS
+        self._allow.refresh()
+        names = self._allow.names
+        gone = [name for key, name in self._allowed.items() if key not in names]
+        self._allowed = names
+        if gone:
+            self.revoked.extend(sorted(gone))
+            self.revocations += 1
+        if gone or self._unbound:
+            self._cut()
+
+    def _cut(self) -> None:
+        """Unbind and bind again every endpoint: libzmq ends the sessions accepted there.
+        Blocks until each is bound again (~1-2 ms) or REBIND_WAIT_NS; one that is not is
+        counted in heal_errors and tried again at the next watch."""
+        for ep in self._bound:
+            try:
+                self._sock.unbind(ep)
+            except zmq.ZMQError:
+                pass  # not bound (its rebind failed before): bound below
+        self._unbound = False
+        for ep, cfg in self._bound.items():
+            give_up = now_ns() + REBIND_WAIT_NS
+            while True:
+                try:
+                    self._secure(cfg, True, server=True)
+                    self._sock.bind(ep)
+                    break
+                except zmq.ZMQError:
+                    if now_ns() > give_up:
+                        self.heal_errors += 1
+                        self._unbound = True
+                        break
+                    time.sleep(0.001)  # the unbind completes in libzmq's I/O thread
 
     def _known(self, ep: str) -> str:
         """Our name for an endpoint libzmq names ``ep``: some of its events name a tcp host
@@ -278,8 +356,8 @@ class Publisher(_BusSocket):
         st = {} if stamps is None else dict(stamps)
         if "publish" not in st:
             st["publish"] = now_ns()
-        if self._mon is not None:
-            self._heal(now_ns())
+        if self._tending:
+            self._tend(now_ns())
         frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
                                oob_bytes=self._oob_bytes)
         self._seq += 1
@@ -333,7 +411,23 @@ class Publisher(_BusSocket):
         return True
 
 
-class Subscriber(_BusSocket):
+def _by_peer(endpoints: Sequence[str], curve: Curve, bind: bool) -> list[tuple[str | None, list[str]]]:
+    """The endpoints grouped by the peer their messages are known to come from: for a
+    connecting socket, the Z85 server key each endpoint's CURVE trusts (None: plaintext).
+    A binding socket is one group: its peers are named per message (ZAP's User-Id)."""
+    if bind or curve is None:
+        return [(None, list(endpoints))]
+    groups: dict[str | None, list[str]] = {}
+    for ep in endpoints:
+        cfg = curve if isinstance(curve, CurveConfig) else curve.get(ep)
+        key = None
+        if cfg is not None and cfg.server_public_key_file is not None:
+            key = load_public(cfg.server_public_key_file).decode()
+        groups.setdefault(key, []).append(ep)
+    return list(groups.items())
+
+
+class Subscriber:
     """Receives, validates and stamps envelopes of the given topics; connects by default.
 
     Counters: received, rejected (malformed, wrong topic, bad schema), oversize (over
@@ -341,7 +435,14 @@ class Subscriber(_BusSocket):
     handed out), dropped_for_age (``max_age_ns``), and ``received.<topic>``. Each message
     dropped is in exactly one of them. A connecting Subscriber also counts, as attributes,
     ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
-    ``reconnects`` (see _BusSocket).
+    ``reconnects`` (see _BusSocket); a binding CURVE one ``revocations`` and ``revoked``.
+
+    Peers: ``peer`` is who the message ``recv`` returned last came from, as CURVE
+    authenticated it: the Z85 public key (str) of the server at its endpoint (connecting;
+    endpoints whose servers have different keys get a socket each, polled together), or of
+    the client that sent it (binding: ZAP's User-Id); None without CURVE. ``peers`` is the
+    same per topic for what ``poll_latest`` returned last. The ``src`` a message declares is
+    not checked against it here: that is rtinfer.transport.identity's.
 
     latest_only: for state topics. ZMQ_CONFLATE is not used because it does not support
     multipart messages (and every message here is multipart); instead each ``recv``
@@ -356,6 +457,7 @@ class Subscriber(_BusSocket):
     meanwhile are lost: a seq gap. docs/wire.md, "Size limits".
     Whether a topic is alive, and its rate, is the receiver's business: keep a
     rtinfer.transport.liveliness.Liveliness and note the "recv" stamps it cares about.
+    Not thread-safe (module doc).
     """
 
     def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
@@ -368,8 +470,26 @@ class Subscriber(_BusSocket):
         self._by_bytes = {t.encode(): t for t in self.topics}
         self.hard_cap_bytes = hard_cap_bytes(max_bytes)
         options = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)] + [(zmq.SUBSCRIBE, t) for t in self._by_bytes]
-        super().__init__(zmq.SUB, [endpoints] if isinstance(endpoints, str) else endpoints,
-                         bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=options)
+        eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        self._own_ctx = ctx is None
+        self._ctx = zmq.Context() if ctx is None else ctx
+        self._legs: list[_BusSocket] = []
+        peers: list[str | None] = []
+        try:
+            for peer, group in _by_peer(eps, curve, bind):
+                self._legs.append(_BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=self._ctx,
+                                             curve=curve, options=options))
+                peers.append(peer)
+        except BaseException:
+            self.close()
+            raise
+        self.endpoints = [ep for leg in self._legs for ep in leg.endpoints]
+        self._peer_of = {leg._sock: peer for leg, peer in zip(self._legs, peers)}
+        self._user_id = any(leg._allow is not None for leg in self._legs)  # ZAP names the peer
+        self._tending = any(leg._tending for leg in self._legs)
+        self._next_tend = 0
+        self.peer: str | None = None
+        self.peers: dict[str, str | None] = {}
         self.latest_only = latest_only
         self.max_age_ns = max_age_ns
         self.counters = {"received": 0, "rejected": 0, "oversize": 0, "superseded": 0,
@@ -378,56 +498,82 @@ class Subscriber(_BusSocket):
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
         self._max_bytes = max_bytes
         self._drain_limit = 2 * hwm + 1  # bounds the work of one call under a flood
-        self._poll_items = [(self._sock, _POLLIN)]  # zmq_poll directly: Poller costs more
+        # zmq_poll directly: Poller costs more. With several sockets the order rotates after
+        # each message handed out, so one that floods cannot starve the others.
+        self._poll_items = [(leg._sock, _POLLIN) for leg in self._legs]
+        self._rotate = len(self._poll_items) > 1
+        self._alone = {item[0]: [item] for item in self._poll_items}  # each socket's own poll
         self._pending: dict[str, Envelope] = {}  # newest per topic, not yet handed out
+        self._pending_peers: dict[str, str | None] = {}
         self._last: dict[str, Envelope] = {}
+
+    # counters of the sockets, summed (see _BusSocket)
+    reconnects = property(lambda self: sum(leg.reconnects for leg in self._legs))
+    heal_errors = property(lambda self: sum(leg.heal_errors for leg in self._legs))
+    refusals = property(lambda self: sum(leg.refusals for leg in self._legs))
+    sessions_ended = property(lambda self: sum(leg.sessions_ended for leg in self._legs))
+    revocations = property(lambda self: sum(leg.revocations for leg in self._legs))
+    revoked = property(lambda self: [name for leg in self._legs for name in leg.revoked])
+
+    def _tend(self, now: int) -> None:
+        self._next_tend = now + HEAL_EVERY_NS
+        for leg in self._legs:
+            if leg._tending:
+                leg._tend(now)
 
     def recv(self, timeout_ms: int = 0) -> Envelope | None:
         """The next valid message, or None after ``timeout_ms`` (0: don't wait, <0: forever).
 
-        Stamps "recv" (now_ns). Malformed messages are counted and skipped, never raised.
-        In latest_only mode, drains the socket first and returns the newest message of
-        the topic that has waited longest; older ones are counted as superseded.
+        Stamps "recv" (now_ns); sets ``peer``. Malformed messages are counted and skipped,
+        never raised. In latest_only mode, drains the socket first and returns the newest
+        message of the topic that has waited longest; older ones are counted as superseded.
         """
-        if self._mon is not None:
+        if self._tending:
             now = now_ns()
-            if now >= self._next_heal:
-                self._heal(now)
-            if timeout_ms < 0 or timeout_ms > _HEAL_EVERY_MS:  # keep healing while waiting
+            if now >= self._next_tend:
+                self._tend(now)
+            if timeout_ms < 0 or timeout_ms > _HEAL_EVERY_MS:  # keep tending while waiting
                 return self._in_slices(self.recv, timeout_ms)
         if self.latest_only:
             self._fill(timeout_ms)
             if not self._pending:
                 return None
-            return self._pending.pop(next(iter(self._pending)))
+            topic = next(iter(self._pending))
+            self.peer = self._pending_peers.pop(topic)
+            return self._pending.pop(topic)
         deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
-        wait_ms = timeout_ms
+        wait_ms, items = timeout_ms, self._poll_items
         # Poll before reading: reading an empty socket raises zmq.Again, which costs ~3x more.
-        while zmq_poll(self._poll_items, wait_ms):
-            for _ in range(self._drain_limit):
-                env = self._take()
-                if env is _EMPTY:
-                    break
-                if env is not None:
-                    return env
+        while True:
+            ready = zmq_poll(items, wait_ms)
+            if not ready:
+                return None
+            for sock, _ in ready:
+                for _ in range(self._drain_limit):
+                    env = self._take(sock)
+                    if env is _EMPTY:
+                        break
+                    if env is not None:
+                        if self._rotate:
+                            items.append(items.pop(0))
+                        return env
             wait_ms = self._left_ms(deadline, timeout_ms)
             if wait_ms == 0:
                 return None
-        return None
 
     def poll_latest(self, timeout_ms: int = 0) -> dict[str, Envelope]:
-        """Drain everything queued; the newest message per topic (older: superseded).
-
-        Waits up to ``timeout_ms`` only while nothing at all has arrived.
+        """Drain everything queued; the newest message per topic (older: superseded), their
+        peers in ``peers``. Waits up to ``timeout_ms`` only while nothing at all has arrived.
         """
-        if self._mon is not None:
+        if self._tending:
             now = now_ns()
-            if now >= self._next_heal:
-                self._heal(now)
-            if timeout_ms < 0 or timeout_ms > _HEAL_EVERY_MS:  # keep healing while waiting
+            if now >= self._next_tend:
+                self._tend(now)
+            if timeout_ms < 0 or timeout_ms > _HEAL_EVERY_MS:  # keep tending while waiting
                 return self._in_slices(self.poll_latest, timeout_ms)
         self._fill(timeout_ms)
         out, self._pending = self._pending, {}
+        self.peers, self._pending_peers = self._pending_peers, {}
         return out
 
     def _in_slices(self, take, timeout_ms: int):
@@ -447,19 +593,25 @@ class Subscriber(_BusSocket):
 
     def _fill(self, timeout_ms: int) -> None:
         deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
-        pending, items = self._pending, self._poll_items
+        pending, peers, items = self._pending, self._pending_peers, self._poll_items
         wait_ms = 0 if pending else timeout_ms
-        while zmq_poll(items, wait_ms):
-            for _ in range(self._drain_limit):
-                env = self._take()
-                if env is _EMPTY:
-                    break
-                if env is not None:
-                    if pending.pop(env.topic, None) is not None:
-                        self.counters["superseded"] += 1
-                    pending[env.topic] = env  # re-insert: dict order = arrival order of newest
-                if not zmq_poll(items, 0):  # drained (cheaper than the Again of an empty read)
-                    break
+        while True:
+            ready = zmq_poll(items, wait_ms)
+            if not ready:
+                return
+            for sock, _ in ready:
+                one = self._alone[sock]
+                for _ in range(self._drain_limit):
+                    env = self._take(sock)
+                    if env is _EMPTY:
+                        break
+                    if env is not None:
+                        if pending.pop(env.topic, None) is not None:
+                            self.counters["superseded"] += 1
+                        pending[env.topic] = env  # re-insert: dict order = arrival order of newest
+                        peers[env.topic] = self.peer
+                    if not zmq_poll(one, 0):  # drained (cheaper than the Again of an empty read)
+                        break
             if pending:
                 return
             wait_ms = self._left_ms(deadline, timeout_ms)
@@ -473,9 +625,8 @@ class Subscriber(_BusSocket):
             return -1 if timeout_ms < 0 else 0
         return max(0, -(-(deadline - now_ns()) // 1_000_000))  # ceil: a sub-ms rest still waits
 
-    def _take(self):
-        """One message off the socket: Envelope, None (rejected/too old) or _EMPTY."""
-        sock = self._sock
+    def _take(self, sock: zmq.Socket):
+        """One message off ``sock``: Envelope (``peer`` set), None (rejected/too old) or _EMPTY."""
         try:
             head = sock.recv(_NOBLOCK, copy=False)
         except zmq.Again:
@@ -518,4 +669,28 @@ class Subscriber(_BusSocket):
         self.counters["received"] += 1
         self.counters[self._count_key[topic]] += 1
         self._last[topic] = env
+        self.peer = self._client_of(head) if self._user_id else self._peer_of[sock]
         return env
+
+    @staticmethod
+    def _client_of(head: zmq.Frame) -> str | None:
+        """The CURVE client that sent this frame (ZAP's User-Id), or None (a NULL session)."""
+        try:
+            return head.get("User-Id") or None
+        except zmq.ZMQError:
+            return None
+
+    def close(self) -> None:
+        """Close every socket at once (LINGER 0, queued messages are discarded); idempotent."""
+        for leg in self._legs:
+            leg.close()
+        self._legs = []
+        if self._own_ctx and self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -10,6 +10,12 @@ Launched nodes get ``--curve-secret FILE`` (their own key pair) and ``--curve-ma
 (the launcher's curve.json: ``{address: {server_key, allow}}``); ``curve_for`` turns the
 two into the CurveConfig of one endpoint, and ``curve_configs`` into the per-endpoint
 mapping that Publisher/Subscriber accept as ``curve=``.
+
+An allow-list directory is an ``AllowList``: ``NAME.key`` is the key of the peer NAME (a
+robot's key is named after the robot). It is kept current while the process runs: a socket
+that binds with it re-reads the directory about once a second (``refresh``) and, when a key
+was removed, ends every session on its endpoints, so each client handshakes again and the
+revoked one is refused (docs/wire.md, "Security: CURVE").
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from typing import Iterable
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 
 
 @dataclass(frozen=True)
@@ -106,35 +113,112 @@ def secure_socket(sock: zmq.Socket, cfg: CurveConfig, *, server: bool) -> None:
     sock.curve_serverkey = load_public(cfg.server_public_key_file)
 
 
+class AllowList:
+    """The client keys of an allow-list directory, by name: ``NAME.key`` holds NAME's key.
+
+    ``names`` maps each Z85 public key (str, 40 characters) to its name. ``refresh`` re-reads
+    the directory when a ``*.key`` file was added, removed or changed (one listing and a stat
+    per file; nothing when unchanged). A file that does not parse (say, half copied) is left
+    out until it changes again. Shared by the threads of one process (see ``allow_list``):
+    ``names`` is replaced whole, never edited, so a reader sees one version or the other.
+    """
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = str(Path(directory).resolve())
+        if not os.path.isdir(self.directory):
+            raise ValueError(f"allowed_clients_dir {self.directory} is not a directory")
+        self.names: dict[str, str] = {}
+        self._seen: frozenset | None = None
+        self.refresh()
+
+    def _listing(self) -> frozenset:
+        out = []
+        with os.scandir(self.directory) as entries:
+            for e in entries:
+                if e.name.endswith(".key"):
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        continue  # removed meanwhile
+                    out.append((e.name, st.st_mtime_ns, st.st_size))
+        return frozenset(out)
+
+    def refresh(self) -> bool:
+        """Re-read the directory if it changed; True if it did. A directory that went away
+        reads as empty (every key revoked)."""
+        try:
+            listing = self._listing()
+        except OSError:
+            listing = frozenset()
+        if listing == self._seen:
+            return False
+        names = {}
+        for name, _, _ in sorted(listing):
+            try:
+                names[load_public(os.path.join(self.directory, name)).decode()] = name[:-len(".key")]
+            except (OSError, ValueError):
+                continue
+        self._seen, self.names = listing, names
+        return True
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's ZAP credentials check (``configure_curve_callback``): the Z85 key is listed."""
+        return key.decode() in self.names
+
+
+_allow_lock = threading.Lock()
+_allow_lists: dict[str, AllowList] = {}  # resolved directory -> its one AllowList
+
+
+def allow_list(directory: str | os.PathLike) -> AllowList:
+    """The process's one AllowList of ``directory`` (created on first use): the ZAP handler,
+    every socket binding with it, and rtinfer.transport.identity see the same keys."""
+    location = str(Path(directory).resolve())
+    with _allow_lock:
+        found = _allow_lists.get(location)
+        if found is None:
+            found = _allow_lists[location] = AllowList(location)
+        return found
+
+
+class _Authenticator(ThreadAuthenticator):
+    """pyzmq's ZAP thread, asking an AllowList; User-Id is the client's Z85 public key."""
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        return z85.encode(client_public_key).decode("ascii")
+
+
 # One ZAP handler per context (libzmq allows one bind of inproc://zeromq.zap.01 per context),
 # shared by every CURVE server socket on that context and stopped with the last of them.
 _auth_lock = threading.Lock()
 _auths: dict[int, list] = {}  # id(ctx) -> [authenticator, refcount, allow-list dir]
 
 
-def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLike | None) -> None:
-    """Start (or share) the allow-list authenticator on ``ctx``.
+def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLike | None
+                          ) -> AllowList:
+    """Start (or share) the allow-list authenticator on ``ctx``; returns its AllowList.
 
-    The allow-list is read once, here: keys added to the directory later need a restart.
-    All CURVE servers on one context must use the same directory (ValueError otherwise).
+    Each handshake is checked against the AllowList as it is then; the socket that binds
+    keeps it current (``AllowList.refresh``, about once a second). All CURVE servers on one
+    context must use the same directory (ValueError otherwise).
     """
     if allowed_clients_dir is None:
         raise ValueError("CurveConfig.allowed_clients_dir is required on the binding side "
                          "(the allow-list of client public keys)")
-    location = str(Path(allowed_clients_dir).resolve())
-    if not os.path.isdir(location):
-        raise ValueError(f"allowed_clients_dir {location} is not a directory")
+    allow = allow_list(allowed_clients_dir)  # ValueError if it is not a directory
+    location = allow.directory
     with _auth_lock:
         entry = _auths.get(id(ctx))
         if entry is not None:
             if entry[2] != location:
                 raise ValueError(f"context already authenticates against {entry[2]}, not {location}")
             entry[1] += 1
-            return
-        auth = ThreadAuthenticator(ctx)
+            return allow
+        auth = _Authenticator(ctx)
         auth.start()
-        auth.configure_curve(domain="*", location=location)
+        auth.configure_curve_callback(domain="*", credentials_provider=allow)
         _auths[id(ctx)] = [auth, 1, location]
+    return allow
 
 
 def release_authenticator(ctx: zmq.Context) -> None:
