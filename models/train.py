@@ -280,9 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     held_out = [[int(x) for x in e.split(",")] for e in a.exclude]
     demos = load(a.data, exclude_instructions=held_out)
     train, val = split(demos, 0.05, a.seed)
+    init_meta = {}
     if a.init:
-        model = checkpoint.load(a.init).model
-        cfg = model.cfg
+        ck = checkpoint.load(a.init)
+        model, cfg, init_meta = ck.model, ck.cfg, ck.meta
         if model.cfg.vocab_size != demos.vocab.size:
             raise SystemExit(f"--init {a.init}: vocab size {cfg.vocab_size} != data's {demos.vocab.size}")
         if any(x is not None for x in (a.n_layer, a.n_embd, a.n_head, a.exits)):
@@ -317,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             "steps": a.steps, "batch": a.batch, "seed": a.seed, "data": [str(d) for d in a.data],
             "init": a.init, "balanced_instructions": True, "lr": a.lr,
             "params": model.num_params()}
+    if "grown_from" in init_meta:  # the start's own provenance (models.grow)
+        meta["grown_from"] = init_meta["grown_from"]
     if teacher is not None:
         agree = teacher_agreement(model, teacher.model, val)
         meta.update(teacher=a.teacher, distill=a.distill, distill_weight=a.distill_weight,
