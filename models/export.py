@@ -77,16 +77,25 @@ def graph_plan(cfg: PolicyConfig, k_verify: int, prefix_lens,
 def export_graph(policy: nn.Module, depth: int, k: int, path, *, opset: int = OPSET,
                  dynamo: bool = False) -> Path:
     """Export one step graph (policy's dtype decides fp32/fp16), name weights, check it."""
-    path, cfg = Path(path), policy.cfg
-    p = next(policy.parameters())
+    cfg, p = policy.cfg, next(policy.parameters())
     args = (torch.zeros(1, k, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
             torch.zeros(cfg.kv_shape(1), dtype=p.dtype))
-    kw = dict(input_names=["tokens", "start_pos", "kv"], output_names=["logits", "kv_out"],
-              opset_version=opset, dynamo=dynamo)
+    return export_module(policy, StepGraph(policy.eval(), depth), args, path,
+                         ["tokens", "start_pos", "kv"], ["logits", "kv_out"],
+                         opset=opset, dynamo=dynamo)
+
+
+def export_module(policy: nn.Module, module: nn.Module, args: tuple, path, inputs: list[str],
+                  outputs: list[str], *, opset: int = OPSET, dynamo: bool = False) -> Path:
+    """torch.onnx.export a graph module wrapping `policy` (in eval mode; its train/eval mode
+    is restored), give the initializers the policy's names, check the graph, save it."""
+    path = Path(path)
+    kw = dict(input_names=inputs, output_names=outputs, opset_version=opset, dynamo=dynamo)
     was_training = policy.training
+    policy.eval()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # legacy-exporter deprecation + tracer chatter
-        torch.onnx.export(StepGraph(policy.eval(), depth), args, str(path),
+        torch.onnx.export(module, args, str(path),
                           **kw, **({"external_data": False} if dynamo else {}))
     policy.train(was_training)
     proto = onnx.load(str(path))

@@ -70,6 +70,22 @@ class CausalSelfAttention(nn.Module):
         att = F.softmax(att.float(), dim=-1).to(q.dtype)
         return self._out(att @ v_all), torch.stack((k_all, v_all))
 
+    def forward_rows(self, x, k_cache, v_cache, keep, place, allowed):
+        """forward_cached for a batch whose rows sit at their own positions, with the cache
+        read-only. k_cache, v_cache: (B, H, max_ctx, hd) of this layer; keep: (B, 1, T, 1)
+        1.0 where the cache stands, 0.0 in each row's window; place: (B, 1, T, k) one-hot,
+        new row j into cache position start + j; allowed: (B, k, T). Returns (y, k_new,
+        v_new (B, H, k, hd)). The same values as forward_cached's Gather + Where (a one-hot
+        product and a multiply by 1 or 0 are exact for finite numbers), in ops whose cost
+        does not grow with each row's share of gathers and copies."""
+        q, k_new, v_new = self._qkv(x)
+        k_all = k_cache * keep + place @ k_new
+        v_all = v_cache * keep + place @ v_new
+        att = (q @ k_all.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        att = att.masked_fill(~allowed[:, None], float("-inf"))
+        att = F.softmax(att.float(), dim=-1).to(q.dtype)
+        return self._out(att @ v_all), k_new, v_new
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: PolicyConfig):
@@ -98,6 +114,12 @@ class Block(nn.Module):
         a, kv = self.attn.forward_cached(self.ln_1(x), kv, allowed, window, src)
         x = x + a
         return x + self.mlp(self.ln_2(x)), kv
+
+    def forward_rows(self, x, k_cache, v_cache, keep, place, allowed):
+        a, k_new, v_new = self.attn.forward_rows(self.ln_1(x), k_cache, v_cache, keep, place,
+                                                 allowed)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), k_new, v_new
 
 
 class Policy(nn.Module):
@@ -204,3 +226,33 @@ class Policy(nn.Module):
             layers.append(kv_l)
         layers.extend(kv[l] for l in range(depth, self.cfg.n_layer))
         return self.head(x), torch.stack(layers)
+
+    def step_rows(self, tokens, start_pos, caches, exit_layer: int | None = None):
+        """`step` for a batch whose rows are separate sequences at their own positions.
+
+        tokens: (B, k) int64; start_pos: (B,) int64, row b runs positions
+        [start_pos[b], start_pos[b] + k); caches: per layer a (k, v) pair, each
+        (B, H, max_ctx, hd), read only. Row b attends to its own cache row and its own new
+        tokens only, so its logits are what `step` gives that row alone, to the bit.
+        Returns (logits (B, k, V), kv_new (depth, 2, B, H, k, hd)): the new positions' KV of
+        the layers run, for the caller to write at each row's window. Caller keeps every
+        start_pos + k <= max_ctx.
+        """
+        depth = self._depth(exit_layer)
+        k, T = tokens.shape[1], self.cfg.max_ctx
+        start = start_pos.reshape(-1, 1)                                       # (B, 1)
+        pos = start + torch.arange(k, device=tokens.device)                    # (B, k)
+        cols = torch.arange(T, device=tokens.device)                           # (T,)
+        allowed = cols[None, None, :] <= pos[:, :, None]                       # (B, k, T)
+        window = (cols[None, :] >= start) & (cols[None, :] < start + k)        # (B, T)
+        src = (cols[None, :] - start).clamp(0, k - 1)                          # (B, T)
+        dtype = self.wte.weight.dtype
+        place = ((src[:, :, None] == torch.arange(k, device=tokens.device)) &
+                 window[:, :, None]).to(dtype)[:, None]                        # (B, 1, T, k)
+        keep = (~window).to(dtype)[:, None, :, None]                           # (B, 1, T, 1)
+        x = self.wte(tokens) + self.wpe(pos)
+        new = []
+        for l in range(depth):
+            x, k_new, v_new = self.blocks[l].forward_rows(x, *caches[l], keep, place, allowed)
+            new.append(torch.stack((k_new, v_new)))
+        return self.head(x), torch.stack(new)

@@ -22,7 +22,7 @@ ALIGN = 64          # bytes: keeps every tensor aligned for mmap'd loads
 MIN_BYTES = 1024    # small constants stay inside the graph
 
 
-def _externalise(model: onnx.ModelProto, blob: bytearray, seen: dict) -> None:
+def externalise(model: onnx.ModelProto, blob: bytearray, seen: dict) -> None:
     for t in model.graph.initializer:
         if not t.HasField("raw_data") or len(t.raw_data) < MIN_BYTES:
             continue
@@ -56,7 +56,7 @@ def share_weights(out_dir) -> dict:
             path = out / g["file"]
             before += path.stat().st_size
             model = onnx.load(str(path))
-            _externalise(model, blob, seen)
+            externalise(model, blob, seen)
             onnx.save_model(model, str(path))
             g["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
             after += path.stat().st_size

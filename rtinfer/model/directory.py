@@ -57,6 +57,7 @@ class ModelDir:
     obs: ObsTokens
     card: dict = field(default_factory=dict)
     graphs: dict = field(default_factory=dict)  # (dtype, depth, k) -> manifest entry
+    batched: dict = field(default_factory=dict)  # (batch, depth, k) -> manifest entry (fp32)
     kind = "tokens"  # an action-token policy (rtinfer.model.chunk_model: the other kind)
 
     @property
@@ -82,6 +83,11 @@ class ModelDir:
 
     def graph_path(self, dtype: str, depth: int, k: int) -> Path:
         return self.path / self.graphs[(dtype, depth, k)]["file"]
+
+    @property
+    def batches(self) -> list[int]:
+        """The batch sizes of the batched graphs (models.export_batched), ascending; [] if none."""
+        return sorted({b for b, _, _ in self.batched})
 
     def ks(self, depth: int, dtype: str = "float32") -> list[int]:
         """Sorted k values exported at this depth."""
@@ -149,7 +155,9 @@ class ModelDir:
             raise ModelError(f"{path}: invalid vocab/tokenizer/obs spec: {e}") from None
         card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
         graphs = {(g["dtype"], int(g["depth"]), int(g["k"])): g for g in manifest["graphs"]}
-        md = cls(path, manifest, manifest["config"], vocab, tok, obs, card, graphs)
+        batched = {(int(g["batch"]), int(g["depth"]), int(g["k"])): g
+                   for g in manifest.get("batched", [])}
+        md = cls(path, manifest, manifest["config"], vocab, tok, obs, card, graphs, batched)
         md._validate(check_hashes)
         return md
 
@@ -172,7 +180,8 @@ class ModelDir:
         for depth in [self.n_layer] + list(c.get("exits", [])):
             if 1 not in self.ks(depth):
                 raise ModelError(f"{where}: no k=1 graph at depth {depth} in graphs.json")
-        for key, g in self.graphs.items():
+        for key, g in [*self.graphs.items(), *(((g["dtype"],) + k[1:], g)
+                                                for k, g in self.batched.items())]:
             f = self.path / g["file"]
             if not f.exists():
                 raise ModelError(f"{f} listed in graphs.json is missing; re-export the model")
