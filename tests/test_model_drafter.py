@@ -50,8 +50,8 @@ def drafts(tiny_model_dir, random_draft_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def target(tiny_model_dir, tmp_path_factory):
-    from rtinfer.bench.dynamic_models import with_exit_verify
-    path = with_exit_verify(tiny_model_dir, tmp_path_factory.mktemp("exitv"), 2, K_VERIFY)
+    from rtinfer.bench.dynamic_models import with_graphs
+    path = with_graphs(tiny_model_dir, tmp_path_factory.mktemp("exitv"), [(2, K_VERIFY)])
     return get_backend("onnx").load(path)
 
 

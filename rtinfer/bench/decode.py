@@ -52,73 +52,109 @@ def prefix_stream(md, cycles: int, seed: int, stream=None):
         yield build_prefix(md.vocab, instr, obs)
 
 
+COUNTS = ("verifies", "accepted", "target_passes", "plain_steps", "draft_passes", "passes",
+          "rows")
+
+
 def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_length: int = 10,
         pace_ms: float = 0.0, stream=None, **opts) -> dict:
     """Returns plain/spec tokens per second (decode phase, prefill excluded), the speedup
     of the best drafter, its mean accepted drafts per verify, `identical` (all drafters
-    reproduced plain greedy), and per-drafter figures under `drafters`.
+    reproduced plain greedy), and per-drafter figures under `drafters` (see `measure`)."""
+    be = get_backend(backend).load(model_dir, **opts)
+    md, v = be.model, be.model.vocab
+    drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
+                "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
+    prefixes = list(prefix_stream(md, cycles, seed, stream))
+    m = measure(be, drafters, prefixes, run_length, pace_ms)
+    per = {name: {k: m[name][k] for k in ("tokens_per_s", "speedup", "mean_accepted_per_verify",
+                                          "tokens_per_target_pass", "acceptance", "identical")}
+           for name in drafters}
+    best = max(per, key=lambda k: per[k]["tokens_per_s"])
+    return {"backend": backend, "cycles": len(prefixes), "chunk_tokens": md.chunk_tokens,
+            "best_drafter": best,
+            "stream": str(stream) if stream else
+            "recorded" if (md.path / "stream.npz").exists() else "synthetic",
+            "run_length": run_length, "pace_ms": pace_ms,
+            "plain_tokens_per_s": m["plain"]["tokens_per_s"],
+            "spec_tokens_per_s": per[best]["tokens_per_s"], "speedup": per[best]["speedup"],
+            "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
+            "identical": all(p["identical"] for p in per.values()), "drafters": per}
+
+
+def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
+            pace_ms: float = 0.0, decoder_opts: dict | None = None) -> dict:
+    """Plain greedy and each drafter (name -> Drafter) decode every prefix on backend `be`.
 
     The variants take turns in runs of `run_length` consecutive cycles, their order
     rotating from run to run: within a run a variant's decode follows its own previous
     cycle, as in a node that decodes with one variant, so its graphs are as warm as they
     are there (run_length 1: every decode follows another variant's and finds its own
-    weights partly evicted). The chunk drafter drafts from its own previous chunk.
+    weights partly evicted). A drafter that reuses chunks (ChunkReuseDrafter, or one with
+    such a `reuse`) drafts from its own previous chunk, one period on; one with `start`
+    (a separate draft model) is prefilled with the prefix inside the timed decode.
     pace_ms > 0 idles that long before each cycle, as a node waits between observations;
     on a shared host the caches go cold meanwhile, which costs the few verify passes of a
-    speculative chunk relatively more than the many steps of a plain one."""
-    be = get_backend(backend).load(model_dir, **opts)
-    md, v = be.model, be.model.vocab
-    dec, n, period = Decoder(be), be.model.chunk_tokens, md.tokenizer.period_ns
-    drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
-                "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
+    speculative chunk relatively more than the many steps of a plain one.
+    Returns per variant ("plain" and each drafter's name): tokens_per_s (decode phase),
+    outs (cycles, n) bins, decode_ns and prefill_ns (cycles,) per cycle, the COUNTS summed
+    over cycles (target_passes with each prefill; plain_steps: 1-token full-depth steps;
+    draft_passes: the decoder's; passes and rows: the drafter's own counters), and for drafters
+    speedup, identical, mean_accepted_per_verify, tokens_per_target_pass, acceptance.
+    decoder_opts: drafter name -> its Decoder's options (k_verify, fit_verify; default none)."""
     if run_length < 1:
         raise ValueError(f"run_length must be >= 1, got {run_length}")
-    prefixes = list(prefix_stream(md, cycles, seed, stream))
     if not prefixes:
-        raise ValueError(f"{stream or md.path}: the observation stream has no cycles")
-    cycles, names = len(prefixes), ["plain", *drafters]
-    t = dict.fromkeys(names, 0)
-    stats = {name: {"verifies": 0, "accepted": 0, "target_passes": 0} for name in drafters}
-    outs = {name: np.zeros((cycles, n), np.int64) for name in names}
+        raise ValueError("the observation stream has no cycles")
+    md, opts = be.model, decoder_opts or {}
+    decs = {name: Decoder(be, **opts.get(name, {})) for name in ["plain", *drafters]}
+    n, period, cycles = md.chunk_tokens, md.tokenizer.period_ns, len(prefixes)
+    names = ["plain", *drafters]
+    res = {name: {"outs": np.zeros((cycles, n), np.int64), "decode_ns": np.zeros(cycles),
+                  "prefill_ns": np.zeros(cycles), "cycles": cycles}
+           | dict.fromkeys(COUNTS, 0) for name in names}
     for r, first in enumerate(range(0, cycles, run_length)):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            d = drafters.get(name)
+            d, out, dec = drafters.get(name), res[name], decs[name]
+            reuse = getattr(d, "reuse", d)
             for i in range(first, min(first + run_length, cycles)):
                 if pace_ms > 0:
                     time.sleep(pace_ms / 1e3)
                 be.reset()
-                logits = be.prefill(prefixes[i], 0)
-                if name == "chunk":
-                    if i == 0:
-                        d.clear()
-                    else:
-                        d.set_previous(outs[name][i - 1], 0, period, period)
                 t0 = time.perf_counter_ns()
-                out = dec.decode(logits, len(prefixes[i]), n, drafter=d)
-                t[name] += time.perf_counter_ns() - t0
-                outs[name][i] = out
-                if d is not None:
-                    s = stats[name]
-                    s["verifies"] += dec.stats.verifies
-                    s["accepted"] += dec.stats.accepted
-                    s["target_passes"] += dec.stats.target_passes + 1
-    identical = all(bool((outs[name] == outs["plain"]).all()) for name in drafters)
+                logits = be.prefill(prefixes[i], 0)
+                t1 = time.perf_counter_ns()
+                if isinstance(reuse, ChunkReuseDrafter):
+                    if i == 0:
+                        reuse.clear()
+                    else:
+                        reuse.set_previous(out["outs"][i - 1], 0, period, period)
+                passes, rows = getattr(d, "passes", 0), getattr(d, "rows", 0)
+                if hasattr(d, "start"):
+                    d.start(prefixes[i])
+                out["outs"][i] = dec.decode(logits, len(prefixes[i]), n, drafter=d)
+                t2 = time.perf_counter_ns()
+                out["prefill_ns"][i], out["decode_ns"][i] = t1 - t0, t2 - t1
+                st = dec.stats
+                out["verifies"] += st.verifies
+                out["accepted"] += st.accepted
+                out["target_passes"] += st.target_passes + 1
+                out["plain_steps"] += st.target_passes - st.verifies
+                out["draft_passes"] += st.draft_passes
+                out["passes"] += getattr(d, "passes", 0) - passes
+                out["rows"] += getattr(d, "rows", 0) - rows
     tokens = n * cycles
-    tps = {k: tokens / (ns / 1e9) for k, ns in t.items()}
-    per = {name: {"tokens_per_s": tps[name], "speedup": tps[name] / tps["plain"],
-                  "mean_accepted_per_verify": s["accepted"] / max(s["verifies"], 1),
-                  "tokens_per_target_pass": tokens / max(s["target_passes"], 1),
-                  "acceptance": drafters[name].acceptance}
-           for name, s in stats.items()}
-    best = max(per, key=lambda k: per[k]["tokens_per_s"])
-    return {"backend": backend, "cycles": cycles, "chunk_tokens": n, "best_drafter": best,
-            "stream": str(stream) if stream else
-            "recorded" if (md.path / "stream.npz").exists() else "synthetic",
-            "run_length": run_length, "pace_ms": pace_ms,
-            "plain_tokens_per_s": tps["plain"], "spec_tokens_per_s": tps[best],
-            "speedup": per[best]["speedup"],
-            "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
-            "identical": identical, "drafters": per}
+    for name in names:
+        out = res[name]
+        out["tokens_per_s"] = tokens / (out["decode_ns"].sum() / 1e9)
+        if name == "plain":
+            continue
+        out.update(speedup=out["tokens_per_s"] / res["plain"]["tokens_per_s"],
+                   identical=bool((out["outs"] == res["plain"]["outs"]).all()),
+                   mean_accepted_per_verify=out["accepted"] / max(out["verifies"], 1),
+                   tokens_per_target_pass=tokens / max(out["target_passes"], 1),
+                   acceptance=drafters[name].acceptance)
+    return res
 
 
 def precision_run(model_dir, precisions=("fp32", "int8", "int4"), cycles: int = 50,

@@ -1,7 +1,8 @@
 """Model directories the dynamic-compute bench derives from a shipped one (offline, torch).
 
-- `with_exit_verify`: the model's fp32 graphs plus a k-token graph at an early exit (the
-  cascade drafter's first verify), in a new folder whose files link to the original's.
+- `with_graphs`: the model's fp32 graphs plus more (depth, k) step graphs (role "extra":
+  e.g. a k-token graph at an early exit, the cascade drafter's first verify, or a wider
+  full-depth verify), in a new folder whose files link to the original's.
 - `truncated_draft`: a separate draft model made of the target's first `depth` blocks and
   its shared final norm and LM head (what the early exit computes, as a model of its own):
   the stand-in when no distilled draft model ships.
@@ -23,9 +24,9 @@ def _checkpoint(model_dir: Path):
     return checkpoint.load(model_dir / "policy")
 
 
-def with_exit_verify(model_dir, out_dir, depth: int, k: int) -> Path:
-    """out_dir: model_dir's fp32 graph set plus step_d{depth}_k{k}.onnx (role
-    "exit_verify"). Returns out_dir."""
+def with_graphs(model_dir, out_dir, graphs) -> Path:
+    """out_dir: model_dir's fp32 graph set plus step_d{depth}_k{k}.onnx for each (depth, k)
+    in `graphs` it lacks (role "extra": no decoder picks it by role). Returns out_dir."""
     from models.export import MANIFEST, _io, export_graph
     src, out = Path(model_dir).resolve(), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -33,14 +34,17 @@ def with_exit_verify(model_dir, out_dir, depth: int, k: int) -> Path:
         if f.is_file() and f.name != MANIFEST and not (out / f.name).exists():
             (out / f.name).symlink_to(f)
     manifest = json.loads((src / MANIFEST).read_text())
-    graphs = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
-    if not any(g["depth"] == depth and g["k"] == k for g in graphs):
-        ck = _checkpoint(src)
+    have = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
+    ck = None
+    for depth, k in graphs:
+        if any(g["depth"] == depth and g["k"] == k for g in have):
+            continue
+        ck = ck or _checkpoint(src)
         path = export_graph(ck.model.eval(), depth, k, out / f"step_d{depth}_k{k}.onnx")
-        graphs.append({"file": path.name, "roles": ["exit_verify"], "depth": depth, "k": k,
-                       "dtype": "float32", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                       **_io(ck.cfg, k, "float32")})
-    manifest["graphs"] = graphs
+        have.append({"file": path.name, "roles": ["extra"], "depth": depth, "k": k,
+                     "dtype": "float32", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                     **_io(ck.cfg, k, "float32")})
+    manifest["graphs"] = have
     manifest["weights"] = {n: d for n, d in manifest.get("weights", {}).items()
                            if Path(n).parent == Path(".")}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))

@@ -7,7 +7,9 @@
 - `CascadeDrafter`: chunk-reuse drafts, verified first in ONE pass at an early exit of the
   target itself; the drafts the exit agrees with, followed by the exit's own greedy token at
   the first disagreement and its rows after it (Jacobi-style), go on to the full-depth
-  verify. Needs a (exit depth, k_verify) graph (models.export: `exit_verifies`).
+  verify. Needs a (exit depth, k_verify) step graph in the model directory (one way to add
+  it: rtinfer.bench.dynamic_models.with_graphs). `rounds` > 1 repeats the exit pass over its
+  own output (Jacobi) until it stops changing.
 Both leave greedy output token-identical to plain greedy: the full-depth verify decides.
 """
 from __future__ import annotations
@@ -93,13 +95,14 @@ class CascadeDrafter(Drafter):
     adapt_gamma = False
 
     def __init__(self, reuse: ChunkReuseDrafter, depth: int, action_start: int,
-                 action_stop: int, k_verify: int = 8):
+                 action_stop: int, k_verify: int = 8, rounds: int = 1):
         super().__init__()
         self.reuse, self.depth, self.a0, self.a1 = reuse, depth, action_start, action_stop
+        self.rounds = rounds  # exit passes per draft at most (Jacobi: until they agree)
         self._v = np.zeros(k_verify, np.int64)
         self._bins = np.zeros(k_verify, np.int64)
-        self.passes = 0
-        self.exit_accepted = 0  # chunk-reuse drafts the exit agreed with
+        self.passes = self.rows = 0  # exit passes, and the rows they computed (padded)
+        self.exit_accepted = 0  # chunk-reuse drafts the first exit pass agreed with
 
     def draft(self, ctx: DraftContext, k: int) -> np.ndarray:
         self.q = None
@@ -107,17 +110,22 @@ class CascadeDrafter(Drafter):
         g = len(plan)
         if g == 0 or ctx.sample:  # sampling: the exit's greedy filter would bias q
             return plan
-        be = ctx.backend
+        be, out = ctx.backend, self._bins[:g]
         v = self._v[:g + 1]
         v[0], v[1:] = ctx.last, plan + self.a0
-        rows = be.step(v, ctx.pos, self.depth)[:g, self.a0:self.a1]
-        self.passes += 1
-        out = self._bins[:g]
-        rows.argmax(axis=1, out=out)
-        a = 0
-        while a < g and out[a] == plan[a]:
-            a += 1
-        self.exit_accepted += a
+        for r in range(self.rounds):
+            rows = be.step(v, ctx.pos, self.depth)[:g, self.a0:self.a1]
+            self.passes += 1
+            self.rows += be.pick_k(self.depth, g + 1, ctx.pos)
+            rows.argmax(axis=1, out=out)
+            a = 0
+            while a < g and out[a] + self.a0 == v[a + 1]:
+                a += 1
+            if r == 0:
+                self.exit_accepted += a
+            if a == g:
+                break
+            v[1:] = out + self.a0
         return out
 
     def observe(self, accepted: int, drafted: int) -> None:

@@ -71,9 +71,9 @@ class ChunkRunner:
         if not exits:
             raise ValueError(f"{self.model.path}: the cascade drafter needs a k={k} graph at an "
                              f"early exit (none in graphs.json); export one "
-                             f"(rtinfer.bench.dynamic_models.with_exit_verify) or pick another drafter")
+                             f"(rtinfer.bench.dynamic_models.with_graphs) or pick another drafter")
         v = self.model.vocab
-        return CascadeDrafter(self.drafters["chunk"], max(exits), v.action_start, v.action_stop, k)
+        return CascadeDrafter(self.drafters["chunk"], min(exits), v.action_start, v.action_stop, k)
 
     def reset(self) -> None:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""

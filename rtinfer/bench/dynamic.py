@@ -1,0 +1,179 @@
+"""`rtinfer bench dynamic`: compute per token, dense greedy against each way of spending less.
+
+One row per variant on the recorded stream (the model's stream.npz): dense (plain greedy),
+then each drafter: chunk reuse, self-speculative (the shallowest exit), a separate draft
+model (the shipped `<model>-draft` when there is one, and the target's first blocks as a
+model of their own), and the cascade (chunk reuse filtered at an exit, then full depth).
+Every variant runs on the same fp32 graphs (plus the cascade's exit-verify graph), ONNX
+Runtime, one thread, in `runs` runs of rtinfer.bench.decode.measure (variants interleaved).
+Per row:
+- params: total parameters (a draft model's added to the target's);
+- active_flops_per_token: matmul and attention FLOPs computed per output token in the decode
+  phase (verify rows counted padded, as they run), relative to dense's 1-token step;
+- step_p50_us: median over chunks of decode time / decoded tokens (dense: the 1-token step);
+- chunk_p50_ms: median over chunks of prefill + decode;
+- speedup (drafters): tokens/s over plain greedy's in the same run, median of the runs;
+- identical: the drafter's output equals plain greedy's on every cycle (null for dense);
+- success: lockstep success from card.json at full depth over the instructions it lists;
+  drafters are lossless, so where identical their success is dense's (`success_from`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from rtinfer.bench.decode import measure, prefix_stream
+from rtinfer.bench.dynamic_models import truncated_draft, with_graphs
+from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
+from rtinfer.inference.backends import get_backend
+from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
+from rtinfer.inference.model_drafter import CascadeDrafter, ModelDrafter
+
+
+def params(cfg: dict) -> int:
+    """Parameter count of a models.policy.Policy with this config (dict), biases included."""
+    C, V, T, L, b = cfg["n_embd"], cfg["vocab_size"], cfg["max_ctx"], cfg["n_layer"], cfg["bias"]
+    block = 12 * C * C + (13 * C if b else 2 * C)  # qkv, proj, fc, proj; 2 LayerNorms
+    return V * C + T * C + L * block + (2 if b else 1) * C + C * V
+
+
+def pass_flops(cfg: dict, depth: int, rows: int) -> float:
+    """FLOPs of one step graph over `rows` tokens at `depth`: matmuls, attention over the
+    whole max_ctx buffer (the graphs attend over all of it, masked), the LM head."""
+    C, V, T = cfg["n_embd"], cfg["vocab_size"], cfg["max_ctx"]
+    return rows * (depth * (24 * C * C + 4 * T * C) + 2 * C * V)
+
+
+def lockstep_success(card: dict, depth: int) -> dict | None:
+    """card.json's lockstep success at `depth` over the instructions it ran, or None."""
+    seen = card.get("success", {}).get("seen_instructions", {}).get(str(depth))
+    if not seen:
+        return None
+    return {"rate": seen["success_rate"], "episodes_objects": seen["spawned"],
+            "per_instruction": {i: r["success_rate"]
+                                for i, r in seen.get("per_instruction", {}).items()}}
+
+
+def _variants(be, draft_dirs: list[Path], k: int, wide: int) -> tuple[dict, dict, dict]:
+    """name -> Drafter, name -> its Decoder's options, name -> a draft model's config."""
+    md, v = be.model, be.model.vocab
+    H, D, e = md.tokenizer.horizon, md.tokenizer.dim, min(be.depths)
+    drafters = {"chunk": ChunkReuseDrafter(H, D),
+                "self": EarlyExitDrafter(e, v.action_start, v.action_stop),
+                "cascade": CascadeDrafter(ChunkReuseDrafter(H, D), e, v.action_start,
+                                          v.action_stop, k),
+                f"cascade-k{wide}": CascadeDrafter(ChunkReuseDrafter(H, D), e, v.action_start,
+                                                   v.action_stop, wide, rounds=2)}
+    opts = {name: {"k_verify": k} for name in ["plain", *drafters]}
+    opts[f"cascade-k{wide}"] = {"k_verify": wide}
+    cfgs = {}
+    for path in draft_dirs:
+        d = ModelDrafter(get_backend("onnx").load(path, threads=1))
+        d.check_target(md)
+        name = f"model:{path.name}"
+        drafters[name], opts[name], cfgs[name] = d, {"k_verify": k}, d.backend.model.config
+    return drafters, opts, cfgs
+
+
+def _flops(m: dict, d, cfg: dict, dcfg: dict | None, k: int, n_prefix: int) -> float:
+    """FLOPs of a variant's decode phase over all its cycles (m: one measure() row)."""
+    L = cfg["n_layer"]
+    total = pass_flops(cfg, L, 1) * m["plain_steps"] + pass_flops(cfg, L, k) * m["verifies"]
+    if isinstance(d, EarlyExitDrafter):
+        total += pass_flops(cfg, d.depth, 1) * m["draft_passes"]
+    elif isinstance(d, CascadeDrafter):
+        total += pass_flops(cfg, d.depth, 1) * m["rows"]
+    elif isinstance(d, ModelDrafter):
+        total += pass_flops(dcfg, dcfg["n_layer"], 1) * m["passes"] + \
+            pass_flops(dcfg, dcfg["n_layer"], n_prefix) * m["cycles"]
+    return total
+
+
+def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: int = 10,
+        draft_models=None, stream=None, seed: int = 0, workdir=None) -> dict:
+    """The rows (see the module docstring). draft_models: model directories of draft
+    policies (default: `<model>-draft` beside the model when it exists); the truncated
+    draft (the target's shallowest exit as a model) is always added. workdir: where the
+    derived model directories go (default: a temporary folder, removed after)."""
+    src = Path(model_dir)
+    md0 = get_backend("onnx").load(src, threads=1).model
+    cfg, exit_d = md0.config, min(md0.config["exits"])
+    k = max(g["k"] for g in md0.manifest["graphs"] if "verify" in g.get("roles", ()))
+    wide = min(md0.chunk_tokens, md0.max_ctx - md0.prefix_len - 1)  # one verify per chunk
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        target = with_graphs(src, Path(tmp) / "target",
+                             [(exit_d, k), (exit_d, wide), (cfg["n_layer"], wide)])
+        dirs = [Path(p) for p in (draft_models or [])]
+        shipped = src.parent / f"{src.name}-draft"
+        if draft_models is None and shipped.is_dir():
+            dirs.append(shipped)
+        dirs.append(truncated_draft(src, Path(tmp) / f"truncated-d{exit_d}", exit_d, k))
+        be = get_backend("onnx").load(target, threads=1)
+        drafters, opts, dcfgs = _variants(be, dirs, k, wide)
+        prefixes = list(prefix_stream(be.model, cycles, seed, stream))
+        load = [os.getloadavg()[0]]
+        results = [measure(be, drafters, prefixes, run_length, decoder_opts=opts)
+                   for _ in range(runs)]
+        load.append(os.getloadavg()[0])
+        rows = _rows(be.model, drafters, opts, dcfgs, results, len(prefixes[0]))
+    return {"model": str(src), "backend": "onnx", "threads": 1, "cycles": len(prefixes),
+            "runs": runs, "run_length": run_length, "chunk_tokens": be.model.chunk_tokens,
+            "load_1min": load, "rows": rows}
+
+
+def _rows(md, drafters: dict, opts: dict, dcfgs: dict, results: list, n_prefix: int) -> list:
+    cfg, n = md.config, md.chunk_tokens
+    dense = pass_flops(cfg, cfg["n_layer"], 1)
+    success = lockstep_success(md.card, cfg["n_layer"])
+    rows = []
+    for name in ["plain", *drafters]:
+        d, per = drafters.get(name), [r[name] for r in results]
+        decode = np.concatenate([p["decode_ns"] for p in per])
+        chunk = decode + np.concatenate([p["prefill_ns"] for p in per])
+        tokens = n * len(per[0]["decode_ns"])
+        flops = _flops(per[0], d, cfg, dcfgs.get(name), opts[name]["k_verify"], n_prefix)
+        row = {"variant": "dense" if d is None else name,
+               "params": params(cfg) + (params(dcfgs[name]) if name in dcfgs else 0),
+               "active_flops_per_token": flops / (tokens - len(per[0]["decode_ns"])) / dense,
+               "step_p50_us": float(np.median(decode) / (n - 1) / 1e3),
+               "chunk_p50_ms": float(np.median(chunk) / 1e6),
+               "identical": None, "success": success, "success_from": "card.json"}
+        if d is not None:
+            ident = all(p["identical"] for p in per)
+            sp = [p["speedup"] for p in per]
+            row.update(identical=ident, speedup=float(np.median(sp)),
+                       speedup_min=float(min(sp)), speedup_max=float(max(sp)),
+                       tokens_per_target_pass=float(np.median([p["tokens_per_target_pass"]
+                                                               for p in per])),
+                       acceptance=float(d.acceptance),
+                       success=success if ident else None,
+                       success_from="dense (lossless: identical output)" if ident else
+                       "not measured: output differs from dense")
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench dynamic`: dense against each drafter (compute, step time, speedup)."""
+    p = parser("dynamic", main.__doc__)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model directory")
+    p.add_argument("--cycles", type=int, default=300, help="cycles of the stream per run")
+    p.add_argument("--runs", type=int, default=5, help="interleaved runs (medians over them)")
+    p.add_argument("--run-length", type=int, default=10,
+                   help="consecutive cycles per variant before the next takes its turn")
+    p.add_argument("--draft-model", action="append", default=None, metavar="DIR",
+                   help="a draft model directory (repeatable; default: <model>-draft if there)")
+    p.add_argument("--stream", default=None, help="observation stream .npz")
+    p.add_argument("--quick", action="store_true", help="10 cycles, 2 runs (a smoke test)")
+    a = p.parse_args(argv)
+    cycles, runs = (10, 2) if a.quick else (a.cycles, a.runs)
+    return emit("dynamic", run(a.model, cycles, runs, a.run_length, a.draft_model, a.stream),
+                a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
