@@ -75,3 +75,17 @@ def test_the_verdict_counts_measured_rows_under_the_deadline_only():
     assert largest_meeting(rows, 4.0) == 5
     assert largest_meeting(rows, 6.0) == 1   # 95 + 6 is over
     assert largest_meeting(rows, 95.0) is None
+
+
+def test_cost_sweep_covers_each_length_and_longer_chunks_cost_more(tmp_path, monkeypatch):
+    from rtinfer.bench.scale_sweep import VALUES, sweep
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    s = sweep("tiny", "fp32", runs=3, log=lambda msg: None)
+    assert set(s["points"]) == set(VALUES) == {"H", "D", "L", "C"}
+    for var, pts in s["points"].items():
+        assert sorted({p["value"] for p in pts}) == sorted(VALUES[var])
+        assert all(0 < p["chunk_p50_ms"] <= p["chunk_p99_ms"] for p in pts)
+    assert {p["prefix"] for p in s["points"]["C"]} == {"cached", "uncached"}
+    h = {p["value"]: p["chunk_p50_ms"] for p in s["points"]["H"]}
+    assert h[16] > 2 * h[1]  # 64 decoded tokens against 4
+    assert s["slopes_ms"]["H_per_token"] > 0

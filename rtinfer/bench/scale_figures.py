@@ -14,12 +14,12 @@ def print_table(result: dict, console=None) -> None:
     t = Table(title=f"scale: chunk time (prefill + {16}-token chunk), deadline "
                     f"{result['deadline_ms']:.0f} ms, fixed overheads "
                     f"{result['fixed_overheads_ms']:.1f} ms, {result['threads']} thread(s)")
-    for col in ("params", "precision", "method", "chunk p50 ms", "chunk p99 ms", "prefill p50",
-                "step p50", "step/floor", "exit chunk p99", "torch eager ms", "projected"):
-        t.add_column(col, justify="right")
+    for col in ("params", "prec", "method", "p50 ms", "p99 ms", "prefill", "step", "/floor",
+                "exit p99", "eager", "proj"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in result["rows"]:
         ex = r.get("exit_chunk_p99_ms")
-        t.add_row(f"{r['params'] / 1e6:.1f} M", r["precision"], r["method"],
+        t.add_row(f"{r['params'] / 1e6:.1f}M", r["precision"], r["method"][:5],
                   f"{r['chunk_p50_ms']:.1f}", f"{r['chunk_p99_ms']:.1f}",
                   f"{r['prefill_p50_ms']:.1f}", f"{r['step_p50_ms']:.2f}",
                   f"{r['step_over_floor']:.2f}", "-" if ex is None else f"{ex:.1f}",
@@ -52,9 +52,9 @@ def plot(result: dict, path) -> Path:
                         mfc="white" if r["projected"] else colour)
     budget = result["deadline_ms"] - result["fixed_overheads_ms"]
     ax.axhline(budget, color="red", lw=1)
-    ax.text(ax.get_xlim()[0] if rows else 1, budget * 1.05,
-            f" deadline {result['deadline_ms']:.0f} ms - overheads "
-            f"{result['fixed_overheads_ms']:.1f} ms", color="red", fontsize=8)
+    ax.text(0.01, budget * 1.05, f"deadline {result['deadline_ms']:.0f} ms - overheads "
+            f"{result['fixed_overheads_ms']:.1f} ms", color="red", fontsize=8,
+            transform=ax.get_yaxis_transform())
     ax.set(xscale="log", yscale="log", xlabel="parameters",
            ylabel="chunk time p99, ms (prefill + 16 tokens)",
            title=f"chunk time against model size, ONNX Runtime CPU, {result['threads']} thread")
