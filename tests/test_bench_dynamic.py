@@ -4,7 +4,7 @@ import json
 
 def test_bench_dynamic_rows_cover_dense_and_every_drafter(tiny_model_dir, tmp_path, capsys):
     from rtinfer.bench.dynamic import main, params
-    assert main(["--model", str(tiny_model_dir), "--quick", "--json"]) == 0
+    assert main(["--model", str(tiny_model_dir), "--quick", "--json", "--ffn-skip", "1"]) == 0
     r = json.loads(capsys.readouterr().out)
     rows = {row["variant"]: row for row in r["rows"]}
     assert list(rows)[0] == "dense" and r["runs"] == 2
@@ -15,6 +15,10 @@ def test_bench_dynamic_rows_cover_dense_and_every_drafter(tiny_model_dir, tmp_pa
     cfg = json.loads((tiny_model_dir / "graphs.json").read_text())["config"]
     assert dense["params"] == params(cfg)
     assert rows["model:truncated-d1"]["params"] > dense["params"]
+    skip = rows.pop("ffn-skip:1")
+    assert skip["identical"] is None and skip["success"] is None
+    assert 0 <= skip["token_agreement"] <= 1 and skip["step_ratio"] > 0
+    assert skip["active_flops_per_token"] < 1 and skip["params"] < dense["params"]
     for name, row in rows.items():
         assert row["identical"] is True, name
         assert row["speedup"] > 0 and row["step_p50_us"] > 0 and row["chunk_p50_ms"] > 0

@@ -94,11 +94,14 @@ def _flops(m: dict, d, cfg: dict, dcfg: dict | None, k: int, n_prefix: int) -> f
 
 
 def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: int = 10,
-        draft_models=None, stream=None, seed: int = 0, workdir=None) -> dict:
+        draft_models=None, stream=None, seed: int = 0, workdir=None,
+        ffn_skip=(2, 4, 6)) -> dict:
     """The rows (see the module docstring). draft_models: model directories of draft
     policies (default: `<model>-draft` beside the model when it exists); the truncated
-    draft (the target's shallowest exit as a model) is always added. workdir: where the
-    derived model directories go (default: a temporary folder, removed after)."""
+    draft (the target's shallowest exit as a model) is always added. ffn_skip: FFN-skip
+    levels (models.gating: the FFNs of the N deepest layers removed), plain greedy each,
+    after the drafters in every run. workdir: where the derived model directories go
+    (default: a temporary folder, removed after)."""
     src = Path(model_dir)
     md0 = get_backend("onnx").load(src, threads=1).model
     cfg, exit_d = md0.config, min(md0.config["exits"])
@@ -116,10 +119,20 @@ def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: i
         drafters, opts, dcfgs = _variants(be, dirs, k, wide)
         prefixes = list(prefix_stream(be.model, cycles, seed, stream))
         load = [os.getloadavg()[0]]
-        results = [measure(be, drafters, prefixes, run_length, decoder_opts=opts)
-                   for _ in range(runs)]
+        levels = {}
+        ffn_skip = [s for s in ffn_skip if 0 < s <= cfg["n_layer"]]
+        if ffn_skip:
+            from models.gating import export_levels
+            levels = {n: get_backend("onnx").load(p, threads=1) for n, p in
+                      export_levels(src, Path(tmp) / "gating", ffn_skip, k).items()}
+        results, skips = [], []
+        for _ in range(runs):
+            results.append(measure(be, drafters, prefixes, run_length, decoder_opts=opts))
+            skips.append({n: measure(lb, {}, prefixes, len(prefixes))["plain"]
+                          for n, lb in levels.items()})
         load.append(os.getloadavg()[0])
         rows = _rows(be.model, drafters, opts, dcfgs, results, len(prefixes[0]))
+        rows += _skip_rows(be.model, results, skips)
     return {"model": str(src), "backend": "onnx", "threads": 1, "cycles": len(prefixes),
             "runs": runs, "run_length": run_length, "chunk_tokens": be.model.chunk_tokens,
             "load_1min": load, "rows": rows}
@@ -157,6 +170,34 @@ def _rows(md, drafters: dict, opts: dict, dcfgs: dict, results: list, n_prefix: 
     return rows
 
 
+def _skip_rows(md, results: list, skips: list) -> list:
+    """Rows of the FFN-skip levels: lossy, so agreement with dense instead of identical."""
+    from models.config import PolicyConfig
+    from models.gating import ffn_flops_fraction
+    cfg, n, rows = md.config, md.chunk_tokens, []
+    C = cfg["n_embd"]
+    dense_out = results[0]["plain"]["outs"]
+    for skip in (skips[0] if skips else {}):
+        per = [s[skip] for s in skips]
+        decode = np.concatenate([p["decode_ns"] for p in per])
+        chunk = decode + np.concatenate([p["prefill_ns"] for p in per])
+        ratio = [np.median(p["decode_ns"]) / np.median(r["plain"]["decode_ns"])
+                 for p, r in zip(per, results)]
+        agree = float((per[0]["outs"] == dense_out).mean())
+        rows.append({"variant": f"ffn-skip:{skip}",
+                     "params": params(cfg) - skip * (8 * C * C + (7 if cfg["bias"] else 1) * C),
+                     "active_flops_per_token": ffn_flops_fraction(
+                         PolicyConfig.from_dict(cfg), skip),
+                     "step_p50_us": float(np.median(decode) / (n - 1) / 1e3),
+                     "chunk_p50_ms": float(np.median(chunk) / 1e6),
+                     "step_ratio": float(np.median(ratio)), "token_agreement": agree,
+                     "chunk_agreement": float((per[0]["outs"] == dense_out).all(1).mean()),
+                     "identical": None, "success": None,
+                     "success_from": "not measured: static FFN skip, no router, untrained "
+                                     "(lossy; see token_agreement)"})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench dynamic`: dense against each drafter (compute, step time, speedup)."""
     p = parser("dynamic", main.__doc__)
@@ -168,11 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft-model", action="append", default=None, metavar="DIR",
                    help="a draft model directory (repeatable; default: <model>-draft if there)")
     p.add_argument("--stream", default=None, help="observation stream .npz")
+    p.add_argument("--ffn-skip", type=int, nargs="*", default=[2, 4, 6], metavar="N",
+                   help="FFN-skip levels: the FFNs of the N deepest layers removed (none: off)")
     p.add_argument("--quick", action="store_true", help="10 cycles, 2 runs (a smoke test)")
     a = p.parse_args(argv)
     cycles, runs = (10, 2) if a.quick else (a.cycles, a.runs)
-    return emit("dynamic", run(a.model, cycles, runs, a.run_length, a.draft_model, a.stream),
-                a.json)
+    return emit("dynamic", run(a.model, cycles, runs, a.run_length, a.draft_model, a.stream,
+                               ffn_skip=tuple(a.ffn_skip)), a.json)
 
 
 if __name__ == "__main__":

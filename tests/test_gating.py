@@ -1,0 +1,38 @@
+"""FFN-skip levels (models.gating): each level's graphs lack the skipped FFNs' MatMuls, and
+skipping none reproduces the dense model's greedy tokens."""
+import numpy as np
+import onnx
+
+from conftest import random_obs_body
+from rtinfer.inference.backends import get_backend
+from rtinfer.inference.decode import Decoder
+from rtinfer.model.sequence import build_prefix
+
+
+def _matmuls(path) -> int:
+    return sum(n.op_type in ("MatMul", "Gemm") for n in onnx.load(str(path)).graph.node)
+
+
+def _greedy(be, prefix):
+    be.reset()
+    logits = be.prefill(prefix, 0).copy()
+    return Decoder(be).decode(logits, len(prefix), be.model.chunk_tokens).copy()
+
+
+def test_ffn_skip_levels_drop_the_ffn_matmuls_and_level_0_is_dense(tiny_model_dir, tmp_path):
+    from models.gating import export_levels
+    paths = export_levels(tiny_model_dir, tmp_path, skips=(0, 1, 3), k_verify=4)
+    dense = get_backend("onnx").load(tiny_model_dir)
+    counts = {n: _matmuls(p / "step_d3_k1.onnx") for n, p in paths.items()}
+    assert counts[0] == _matmuls(tiny_model_dir / "step_d3_k1.onnx")
+    assert counts[0] - counts[1] == 2 and counts[0] - counts[3] == 6  # c_fc and c_proj
+    level0 = get_backend("onnx").load(paths[0])
+    level3 = get_backend("onnx").load(paths[3])
+    same, differ = 0, 0
+    for seed in range(5):
+        md = dense.model
+        prefix = build_prefix(md.vocab, *md.obs.encode(random_obs_body(np.random.default_rng(seed))))
+        ref = _greedy(dense, prefix)
+        same += (_greedy(level0, prefix) == ref).all()
+        differ += (_greedy(level3, prefix) != ref).any()
+    assert same == 5 and differ > 0
