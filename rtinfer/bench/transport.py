@@ -1,9 +1,14 @@
 """One-way publisher -> subscriber latency of an action-chunk message across two processes.
 
-Two paths, alternated in blocks in the same run: rtinfer's bus + wire (encode, validate,
-decode), and raw pyzmq PUB/SUB sending the same msgpack bytes with no validation. Both sides
-read CLOCK_MONOTONIC, which is shared by all processes of one host. Messages are paced (not
-flooded) so that the figure is latency, not queueing.
+Three paths, alternated in blocks in the same run, each sending the same two ZeroMQ frames
+(the topic, then the envelope):
+  rtinfer  rtinfer's bus + wire (Publisher.publish, Subscriber.recv: encode, validate, decode);
+  wire     plain pyzmq sockets around wire.encode_frames / wire.decode (the codec, no bus);
+  raw      plain pyzmq sending the envelope rtinfer would send, pre-encoded, its `publish`
+           stamp written in place (the same bytes), received with no decoding at all.
+So rtinfer - raw is what rtinfer adds, wire - raw its codec's share and rtinfer - wire the
+bus's. Both sides read CLOCK_MONOTONIC, which all processes of one host share. Messages are
+paced (not flooded) so that the figure is latency, not queueing.
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ from rtinfer.realtime.hist import LatencyHistogram
 TOPIC = "action_chunk"
 RATE_HZ = 1000.0
 WARMUP = 200
-_HDR = struct.Struct("<QQ")  # raw path: seq, publish_ns
+PATHS = ("rtinfer", "wire", "raw")
+_STAMP = struct.Struct(">Q")  # a msgpack uint64's 8 bytes: the raw path's `publish` stamp
+_BIG_NS = 2**40  # a placeholder stamp that msgpack writes as uint64, as it does real ones
 
 
 def sample_body() -> dict:
@@ -49,22 +56,50 @@ def publish_paced(send, count: int, rate_hz: float) -> None:
     time.sleep(0.2)
 
 
+def raw_message(body: dict) -> tuple[bytearray, int]:
+    """(the envelope rtinfer sends, offset of its `publish` stamp's 8 bytes) for the raw path,
+    which writes its send time there. Its seq stays fixed: a message or two of another seq
+    width would differ by a byte or two, not in kind."""
+    data = wire.encode(TOPIC, body, seq=WARMUP, src="bench",
+                       stamps={"capture": _BIG_NS, "publish": _BIG_NS})
+    return bytearray(data), data.index(b"\xa7publish\xcf") + 9
+
+
+def _pyzmq(kind: int, endpoint: str, bind: bool) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.SNDHWM if kind == zmq.PUB else zmq.RCVHWM, 1000)
+    sock.setsockopt(zmq.LINGER, 0)
+    if kind == zmq.SUB:
+        sock.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+    (sock.bind if bind else sock.connect)(endpoint)
+    return sock
+
+
 def _publish(kind: str, endpoint: str, count: int) -> None:
     body = sample_body()
+    topic, nb, nb_more = TOPIC.encode(), int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
     if kind == "rtinfer":
         from rtinfer.transport.bus import Publisher
         pub = Publisher(endpoint, "bench", bind=False)
         send = lambda seq: pub.publish(TOPIC, body, {"capture": wire.now_ns()})  # noqa: E731
+    elif kind == "wire":  # what Publisher.publish does, minus the bus around it
+        sock = _pyzmq(zmq.PUB, endpoint, bind=False)
+
+        def send(seq: int) -> None:
+            caller = {"capture": wire.now_ns()}
+            stamps = dict(caller)  # as publish() copies the caller's stamps
+            stamps["publish"] = wire.now_ns()
+            frames = wire.encode_frames(TOPIC, body, seq=seq, src="bench", stamps=stamps)
+            sock.send(topic, nb_more)
+            sock.send(frames[0], nb)
     else:
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.PUB)
-        sock.setsockopt(zmq.SNDHWM, 1000)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        payload = wire.encode(TOPIC, body, seq=0, src="bench", stamps={"capture": 0})
-        topic = TOPIC.encode()
-        send = lambda seq: sock.send_multipart(  # noqa: E731
-            [topic, _HDR.pack(seq, time.monotonic_ns()), payload], flags=zmq.NOBLOCK)
+        sock = _pyzmq(zmq.PUB, endpoint, bind=False)
+        buf, at = raw_message(body)
+
+        def send(seq: int) -> None:
+            _STAMP.pack_into(buf, at, time.monotonic_ns())
+            sock.send(topic, nb_more)
+            sock.send(buf, nb)
     time.sleep(0.3)  # slow joiner: let the subscription reach the publisher
     publish_paced(send, count, RATE_HZ)
 
@@ -86,18 +121,26 @@ def _subscribe(kind: str, endpoint: str, count: int, ready_path: str) -> dict:
                 lat[got] = t - env.stamps["publish"]
                 got += 1
     else:
-        sock = zmq.Context.instance().socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, 1000)
-        sock.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
-        sock.bind(endpoint)
+        sock = _pyzmq(zmq.SUB, endpoint, bind=True)
         open(ready_path, "w").close()
+        nb, topics = int(zmq.NOBLOCK), (TOPIC,)
+        at = raw_message(sample_body())[1]
+        n = 0
         while got < count and time.monotonic() < deadline:
             if not sock.poll(100):
                 continue
-            frames = sock.recv_multipart(copy=True)
-            t = time.monotonic_ns()
-            seq, sent = _HDR.unpack(frames[1])
-            if seq >= WARMUP:
+            sock.recv(nb)  # the topic frame
+            data = sock.recv(nb)
+            if kind == "wire":
+                env = wire.decode(data, topics=topics)
+                t = time.monotonic_ns()
+                sent, warm = env.stamps["publish"], env.seq < WARMUP
+            else:
+                t = time.monotonic_ns()
+                (sent,) = _STAMP.unpack_from(data, at)
+                warm = n < WARMUP  # the raw seq is fixed: count the warm-up here
+            n += 1
+            if not warm:
                 lat[got] = t - sent
                 got += 1
     return {"received": got, "lat_ns": lat[:got].tolist()}
@@ -138,27 +181,34 @@ class socket_free_port:
         self.s.close()
 
 
-def run(messages: int = 5000, blocks: int = 4) -> dict:
-    """Alternate rtinfer / raw blocks (A B A B ...) per endpoint kind; return percentiles in us."""
+def run(messages: int = 5000, blocks: int = 4, paths: tuple[str, ...] = PATHS) -> dict:
+    """Alternate the paths in blocks (A B C A B C ...) per endpoint kind; percentiles in us.
+
+    `paths` must include "rtinfer" and "raw"; "wire" adds the codec/bus split."""
     result: dict = {"messages_per_path": messages, "blocks": blocks, "rate_hz": RATE_HZ,
-                    "payload_bytes": len(wire.encode(TOPIC, sample_body(), seq=0, src="bench",
-                                                     stamps={"capture": 0, "publish": 0}))}
+                    "payload_bytes": len(raw_message(sample_body())[0]), "paths": list(paths)}
     per_block = max(1, messages // blocks)
     with tempfile.TemporaryDirectory() as tmp:
         for kind in ("ipc", "tcp"):
-            hists = {"rtinfer": LatencyHistogram(), "raw": LatencyHistogram()}
+            hists = {path: LatencyHistogram() for path in paths}
             for _ in range(blocks):
-                for path in ("rtinfer", "raw"):
+                for path in paths:
                     for v in _one_block(path, _endpoint(kind, tmp), per_block):
                         hists[path].record(int(v))
-            r, w = hists["rtinfer"].percentiles_us(), hists["raw"].percentiles_us()
-            result[kind] = {
+            pct = {path: h.percentiles_us() for path, h in hists.items()}
+            r, w = pct["rtinfer"], pct["raw"]
+            row = result[kind] = {
                 "rtinfer_p50_us": r["p50"], "rtinfer_p99_us": r["p99"], "rtinfer_max_us": r["max"],
                 "raw_p50_us": w["p50"], "raw_p99_us": w["p99"], "raw_max_us": w["max"],
                 "ratio_p50": round(r["p50"] / w["p50"], 3), "ratio_p99": round(r["p99"] / w["p99"], 3),
                 "added_p50_us": round(r["p50"] - w["p50"], 1),
-                "received": {"rtinfer": r["count"], "raw": w["count"]},
+                "received": {path: p["count"] for path, p in pct.items()},
             }
+            if "wire" in pct:  # the codec's share of the added cost, and the bus's
+                c = pct["wire"]
+                row.update(wire_p50_us=c["p50"], wire_p99_us=c["p99"],
+                           codec_added_p50_us=round(c["p50"] - w["p50"], 1),
+                           bus_added_p50_us=round(r["p50"] - c["p50"], 1))
     return result
 
 
@@ -166,7 +216,7 @@ def _subscriber_main() -> None:
     """The subscriber process of one block (spawned by _one_block)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--role", choices=["sub"], required=True)
-    ap.add_argument("--kind", choices=["rtinfer", "raw"], required=True)
+    ap.add_argument("--kind", choices=list(PATHS), required=True)
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--ready", required=True)
