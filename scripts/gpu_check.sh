@@ -6,8 +6,10 @@
 #
 # Needs python3 with torch (CUDA build). Optional: pytest (tests), onnx + onnxruntime
 # (random models + CPU reference), tensorrt (engine build + parity); each missing one
-# skips its part with a message. Stage timeouts keep the whole run under ~8 minutes.
-# Results: OUTDIR/{nvidia-smi.txt,torch.txt,pytest.txt,gpu_check.txt,gpu_check.json}.
+# skips its part with a message. Stage timeouts keep the whole run under ~15 minutes (the
+# INT8/FP8 stage at most 6 minutes, about one on a small GPU build).
+# Results: OUTDIR/{nvidia-smi.txt,torch.txt,pytest.txt,trt_quantised.txt,trt_int8.json,
+# trt_fp8.json,qdq.json,gpu_check.txt,gpu_check.json}.
 set -u
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
 cd "$(dirname "$0")/.."
@@ -53,6 +55,29 @@ if "$PY" -c "import pytest" 2>/dev/null; then
     [ "$rc" -eq 0 ] || status=1
 else
     echo "SKIPPED: pytest is not installed" | tee "$OUT/pytest.txt"
+fi
+
+echo "== TensorRT INT8 / FP8 engines of the shipped model (models.qdq + build-engine --precision)"
+# Q/DQ sets are written into a copy (the repo's model stays as it is); FP8 only where the
+# GPU has it (sm_89+): elsewhere the refusal line is what is recorded.
+if "$PY" -c "import tensorrt, onnxruntime" 2>/dev/null; then
+    Q="$OUT/qdq-model"
+    rm -rf "$Q" && cp -r models/zoo/conveyor-v1 "$Q" && rm -rf "$Q/trt_cache"
+    CC=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())" 2>/dev/null)
+    echo "compute capability: ${CC:-unknown}" | tee "$OUT/trt_quantised.txt"
+    timeout 120 "$PY" -m models.qdq "$Q" int8 fp8 --cycles 16 >"$OUT/qdq.json" 2>>"$OUT/trt_quantised.txt"
+    echo "models.qdq exit code: $?" | tee -a "$OUT/trt_quantised.txt"
+    for prec in int8 fp8; do
+        timeout 120 "$PY" -m rtinfer.inference.backends.tensorrt_build --model "$Q" \
+            --precision "$prec" --cache-dir "$OUT/trt_$prec" --opt-level 1 \
+            >"$OUT/trt_$prec.json" 2>>"$OUT/trt_quantised.txt"
+        rc=$?
+        echo "build-engine --precision $prec exit code: $rc (2 = refused: the line above says why)" \
+            | tee -a "$OUT/trt_quantised.txt"
+        if [ "$prec" = int8 ] && [ "$rc" -ne 0 ]; then status=1; fi
+    done
+else
+    echo "SKIPPED: tensorrt or onnxruntime is not installed" | tee "$OUT/trt_quantised.txt"
 fi
 
 echo "== benchmarks (scripts/gpu_check.py)"

@@ -248,3 +248,131 @@ def test_torch_sparse24_and_bad_dtype_are_refused_on_cpu(tiny_model_dir):
         get_backend("torch").load(tiny_model_dir, device="cpu", sparse24=True)
     with pytest.raises(BackendError, match="dtype must be one of"):
         get_backend("torch").load(tiny_model_dir, device="cpu", dtype="int8")
+
+
+# --- INT8 / FP8: explicit quantization from Q/DQ graphs --------------------------------------
+QDQ = {"float32", "float16", "int8", "int4", "qdq-int8", "qdq-fp8"}
+
+
+@pytest.mark.parametrize("version", ["10.3.0", "10.13.0", "11.0.0", "11.4.1"])
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_int8_and_fp8_build_the_qdq_graphs_strongly_typed_without_precision_flags(version, precision):
+    plan = build_plan(version, True, False, QDQ, quantised=precision, compute_capability=(9, 0))
+    assert plan.onnx_dtype == f"qdq-{precision}" and plan.precision == precision
+    assert plan.strongly_typed and plan.flags == ()
+    assert any("Q/DQ" in n for n in plan.notes)
+    sparse = build_plan(version, True, True, QDQ, quantised=precision, compute_capability=(9, 0))
+    assert sparse.flags == ("SPARSE_WEIGHTS",)
+
+
+def test_orin_gets_int8_and_a_one_line_refusal_of_fp8():
+    assert build_plan("10.3.0", True, True, QDQ, quantised="int8",
+                      compute_capability=(8, 7)).onnx_dtype == "qdq-int8"
+    with pytest.raises(BackendError) as e:
+        build_plan("10.3.0", True, True, QDQ, quantised="fp8", compute_capability=(8, 7))
+    msg = str(e.value)
+    assert "\n" not in msg and "FP8 needs compute capability 8.9" in msg and "sm_87" in msg
+    assert "--precision int8" in msg
+    for cc in ((8, 9), (9, 0), (10, 0)):  # Ada, Hopper, Blackwell
+        assert build_plan("10.13.0", False, False, QDQ, "fp8", cc).precision == "fp8"
+
+
+def test_a_dry_run_without_the_gpu_plans_fp8_and_says_it_is_checked_there():
+    plan = build_plan("11.0.0", False, False, QDQ, quantised="fp8")
+    assert any("checked on the GPU" in n for n in plan.notes)
+
+
+def test_the_matmulnbits_int8_set_is_refused_with_the_qdq_fix():
+    with pytest.raises(BackendError, match="MatMulNBits.*python -m models.qdq MODEL int8"):
+        build_plan("10.3.0", True, False, {"float32", "int8", "int4"}, quantised="int8")
+    with pytest.raises(BackendError, match="no qdq-fp8 graphs.*models.qdq MODEL fp8"):
+        build_plan("11.1.0", True, False, FP32, quantised="fp8", compute_capability=(9, 0))
+    with pytest.raises(BackendError, match="'int4' is unknown"):
+        build_plan("10.3.0", True, False, QDQ, quantised="int4")
+
+
+def test_cache_key_includes_the_precision():
+    plans = [build_plan("10.3.0", True, True, QDQ), build_plan("10.3.0", False, True, QDQ),
+             build_plan("10.3.0", True, True, QDQ, "int8", (9, 0)),
+             build_plan("10.3.0", True, True, QDQ, "fp8", (9, 0))]
+    assert [p.precision for p in plans] == ["fp16", "fp32", "int8", "fp8"]
+    keys = {cache_key("ab", "10.3.0", "H200", (9, 0), p) for p in plans}
+    assert len(keys) == 4
+    # the same graph set and flags but another precision is another engine
+    a = BuildPlan("10.3.0", "qdq-int8", True, (), (), "int8")
+    b = BuildPlan("10.3.0", "qdq-int8", True, (), (), "fp8")
+    assert cache_key("ab", "10.3.0", "g", (9, 0), a) != cache_key("ab", "10.3.0", "g", (9, 0), b)
+
+
+def test_dry_run_plans_int8_for_a_model_with_a_qdq_set_and_refuses_fp8_on_orin(qdq_dir, capsys):
+    qdq_dir = qdq_dir[0]
+    assert main(["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0",
+                 "--precision", "int8", "--compute-capability", "8.7"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"]["onnx_dtype"] == "qdq-int8" and out["plan"]["precision"] == "int8"
+    assert out["graphs"] == 8 and out["plan"]["flags"] == ["SPARSE_WEIGHTS"]
+    assert main(["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0",
+                 "--precision", "fp8", "--compute-capability", "8.7"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "FP8 needs compute capability 8.9" in err
+    assert main(["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0",
+                 "--precision", "fp32"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["precision"] == "fp32"
+
+
+@pytest.fixture(scope="module")
+def qdq_dir(tiny_model_dir, tmp_path_factory):
+    return make_qdq_dir(tiny_model_dir, tmp_path_factory)
+
+
+def make_qdq_dir(tiny_model_dir, tmp_path_factory):
+    """A copy of the tiny model with a recorded-style stream and its qdq-int8 set
+    (models.qdq): (directory, qdq's report)."""
+    pytest.importorskip("onnxruntime")
+    import shutil
+    import numpy as np
+    from conftest import random_obs_body
+    from models.qdq import qdq
+    from rtinfer.model.directory import ModelDir
+    d = tmp_path_factory.mktemp("qdq") / "m"
+    shutil.copytree(tiny_model_dir, d)
+    md, rng = ModelDir.load(d), np.random.default_rng(0)
+    pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(6)]
+    np.savez(d / "stream.npz", instruction_tokens=np.stack([i for i, _ in pairs]),
+             obs_tokens=np.stack([o for _, o in pairs]))
+    return d, qdq(d, ("int8",))
+
+
+def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir):
+    """Every graph of the qdq-int8 set has Q/DQ pairs with zero zero-points (TensorRT's
+    rule: models.qdq.qdq_pairs raises otherwise) and, run by ONNX Runtime on the inputs it was
+    calibrated on, picks the same next token as its fp32 graph almost everywhere."""
+    import numpy as np
+    import onnxruntime as ort
+    from models.qdq import graph_feeds, qdq_pairs, sequences
+    from rtinfer.model.directory import ModelDir
+    qdq_dir, report = qdq_dir
+    md = ModelDir.load(qdq_dir)
+    assert report["int8"]["graphs"] == 8 and report["int8"]["qdq_pairs"] > 0
+    seqs = sequences(md, qdq_dir / "stream.npz", cycles=3)
+    same = total = 0
+    for (dtype, depth, k), g in md.graphs.items():
+        if dtype != "qdq-int8":
+            continue
+        assert qdq_pairs(qdq_dir / g["file"]) > 0
+        ref = ort.InferenceSession(str(md.graph_path("float32", depth, k)))
+        got = ort.InferenceSession(str(qdq_dir / g["file"]))
+        for feed in graph_feeds(md.graph_path("float32", depth, k), seqs,
+                                md.vocab.special("PAD")):
+            a, b = (s.run(["logits"], feed)[0].argmax(-1) for s in (ref, got))
+            same, total = same + int((a == b).sum()), total + a.size
+    assert total > 0 and same / total > 0.9, same / total
+    scrambled = qdq_dir / "qdq-int8" / "x.onnx"
+    import onnx
+    m = onnx.load(str(md.graph_path("qdq-int8", md.n_layer, 1)))
+    zp = next(t for t in m.graph.initializer if t.name.endswith("zero_point"))
+    zp.CopyFrom(onnx.numpy_helper.from_array(
+        np.ones_like(onnx.numpy_helper.to_array(zp)), zp.name))
+    onnx.save(m, str(scrambled))
+    with pytest.raises(ValueError, match="nonzero zero point"):
+        qdq_pairs(scrambled)

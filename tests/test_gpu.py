@@ -144,3 +144,42 @@ def test_tensorrt_fp16_sparse_engine_reports_layers_and_tracks_onnx(pruned_model
     assert rep["plan"]["onnx_dtype"] == "float16" and "SPARSE_WEIGHTS" in rep["plan"]["flags"]
     assert all(g["inspector"]["layers"] > 0 for g in rep["graphs"].values())
     assert (_greedy(be) == ref).mean() > 0.8  # fp16 engine vs fp32 CPU reference
+
+
+# --- TensorRT INT8 / FP8 (explicit quantization from the Q/DQ graphs of models.qdq) ----------
+@pytest.fixture(scope="module")
+def qdq_dir(tiny_model_dir, tmp_path_factory):
+    from test_engine import make_qdq_dir
+    return make_qdq_dir(tiny_model_dir, tmp_path_factory)
+
+
+def test_tensorrt_int8_engine_builds_from_the_qdq_graphs_and_tracks_onnx(qdq_dir, trt_cache):
+    d, _ = qdq_dir
+    ref = _greedy(get_backend("onnx").load(d))
+    be = get_backend("tensorrt").load(d, precision="int8", sparse=False, cache_dir=trt_cache,
+                                      opt_level=1)
+    rep = be.build_report
+    assert rep["plan"]["onnx_dtype"] == "qdq-int8" and rep["plan"]["precision"] == "int8"
+    assert rep["plan"]["strongly_typed"] and rep["plan"]["flags"] == []
+    assert be.counters["graph_fallbacks"] == 0
+    assert (_greedy(be) == ref).mean() > 0.8  # int8 engine vs fp32 CPU reference
+    again = get_backend("tensorrt").load(d, precision="int8", sparse=False, cache_dir=trt_cache,
+                                         opt_level=1)
+    assert all(g["cached"] for g in again.build_report["graphs"].values())
+
+
+def test_tensorrt_fp8_is_built_on_sm89_and_later_and_refused_below(qdq_dir, trt_cache):
+    from models.qdq import qdq
+    from rtinfer.inference.backends import BackendError
+    d, _ = qdq_dir
+    cc = torch.cuda.get_device_capability()
+    if cc < (8, 9):
+        with pytest.raises(BackendError, match="FP8 needs compute capability 8.9"):
+            get_backend("tensorrt").load(d, precision="fp8", cache_dir=trt_cache)
+        return
+    qdq(d, ("fp8",))
+    ref = _greedy(get_backend("onnx").load(d))
+    be = get_backend("tensorrt").load(d, precision="fp8", sparse=False, cache_dir=trt_cache,
+                                      opt_level=1)
+    assert be.build_report["plan"]["onnx_dtype"] == "qdq-fp8"
+    assert (_greedy(be) == ref).mean() > 0.8

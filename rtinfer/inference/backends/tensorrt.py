@@ -14,7 +14,8 @@ torch.cuda.CUDAGraph, twice per engine (one graph per KV parity, since the tenso
 are baked into a graph). A capture that fails falls back to plain `execute_async_v3` for
 that engine and is counted in `counters["graph_fallbacks"]`.
 Options: fp16 (True), sparse (True), cache_dir (<model>/trt_cache), workspace_mb (1024),
-opt_level (3), cuda_graphs (True), force_build (False).
+opt_level (3), cuda_graphs (True), force_build (False), precision (None; "int8" or "fp8":
+the model's Q/DQ set, explicit quantization, see tensorrt_plan; FP8 refused below sm_89).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class TensorRTBackend(Backend):
 
     def _open(self, fp16: bool = True, sparse: bool = True, cache_dir=None,
               workspace_mb: int = 1024, opt_level: int = 3, cuda_graphs: bool = True,
-              force_build: bool = False) -> None:
+              force_build: bool = False, precision: str | None = None) -> None:
         try:
             import tensorrt as trt
             import torch
@@ -43,7 +44,7 @@ class TensorRTBackend(Backend):
         builder = EngineBuilder(cache_dir or self.model.path / "trt_cache",
                                 workspace_mb=workspace_mb, opt_level=opt_level)
         self.build_report = builder.build_model(self.model, fp16=fp16, sparse=sparse,
-                                                force=force_build)
+                                                force=force_build, precision=precision)
         self.counters = {"graph_replays": 0, "plain_launches": 0, "graph_fallbacks": 0}
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)

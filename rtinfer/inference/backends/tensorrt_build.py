@@ -3,6 +3,7 @@
 Needs `tensorrt`, torch (to name the GPU) and a GPU, imported when a builder is created.
 
     rtinfer build-engine --model models/zoo/conveyor-v1-sparse24 --fp16 --sparse
+    rtinfer build-engine --model models/zoo/conveyor-v1 --precision int8   # Q/DQ set: models.qdq
 
 The plan (flags, ONNX variant, strong typing) and the cache key come from tensorrt_plan.
 """
@@ -21,8 +22,9 @@ from typing import Sequence
 
 from rtinfer.inference.backends.base import BackendError, ModelError
 from rtinfer.inference.backends.tensorrt_log import BuildLog, sparse_from_log, sparse_layers
-from rtinfer.inference.backends.tensorrt_plan import (BuildPlan, assert_static, build_plan,
-                                                      cache_key, gpu_identity, profile_shapes)
+from rtinfer.inference.backends.tensorrt_plan import (QUANTISED, BuildPlan, assert_static,
+                                                      build_plan, cache_key, gpu_identity,
+                                                      profile_shapes)
 from rtinfer.model.directory import ModelDir
 
 
@@ -48,10 +50,13 @@ class EngineBuilder:
         self.timing_path = self.cache_dir / f"timing-trt{self.version}-{tag}.cache"
         self.builds = 0
 
-    def build_model(self, md, *, fp16: bool, sparse: bool, force: bool = False) -> dict:
+    def build_model(self, md, *, fp16: bool, sparse: bool, force: bool = False,
+                    precision: str | None = None) -> dict:
         """Engines for every (depth, k) graph of a ModelDir: {"plan", "trt_version", "gpu",
-        "graphs": {"d{depth}_k{k}": report with "engine" path, "depth", "k"}}."""
-        plan = build_plan(self.version, fp16, sparse, {key[0] for key in md.graphs})
+        "graphs": {"d{depth}_k{k}": report with "engine" path, "depth", "k"}}. precision:
+        "int8" or "fp8" builds the Q/DQ set (fp16 unused), refused on a GPU without it."""
+        plan = build_plan(self.version, fp16, sparse, {key[0] for key in md.graphs},
+                          quantised=precision, compute_capability=self.cc)
         graphs = {}
         for (dtype, depth, k) in sorted(md.graphs):
             if dtype == plan.onnx_dtype:
@@ -152,6 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rtinfer build-engine", description=main.__doc__)
     p.add_argument("--model", default="models/zoo/conveyor-v1", help="model directory")
     p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--precision", choices=["fp32", "fp16", *QUANTISED], default=None,
+                   help="the engine's precision (overrides --fp16); int8 and fp8 build the "
+                        "model's Q/DQ graphs (python -m models.qdq MODEL int8)")
+    p.add_argument("--compute-capability", default=None, metavar="MAJOR.MINOR",
+                   help="dry run: check the plan against this GPU (e.g. 8.7 for Orin)")
     p.add_argument("--sparse", action=argparse.BooleanOptionalAction, default=True,
                    help="BuilderFlag.SPARSE_WEIGHTS (2:4 weights); same default as the backend")
     p.add_argument("--cache-dir", default=None, help="default: <model>/trt_cache")
@@ -161,25 +171,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--trt-version", default=None, help="plan for this version (dry run)")
     args = p.parse_args(argv)
+    fp16 = args.fp16 if args.precision in (None, *QUANTISED) else args.precision == "fp16"
+    quantised = args.precision if args.precision in QUANTISED else None
     try:
         md = ModelDir.load(args.model, check_hashes=False)
         dtypes = {key[0] for key in md.graphs}
         if args.dry_run:
             version = args.trt_version or _installed_trt_version()
-            plan = build_plan(version, args.fp16, args.sparse, dtypes)
+            plan = build_plan(version, fp16, args.sparse, dtypes, quantised,
+                              _capability(args.compute_capability))
             print(json.dumps({"plan": asdict(plan), "graphs": len(
                 [k for k in md.graphs if k[0] == plan.onnx_dtype])}, indent=1))
             return 0
         t0 = time.perf_counter()
         builder = EngineBuilder(args.cache_dir or md.path / "trt_cache",
                                 workspace_mb=args.workspace_mb, opt_level=args.opt_level)
-        report = builder.build_model(md, fp16=args.fp16, sparse=args.sparse, force=args.force)
+        report = builder.build_model(md, fp16=fp16, sparse=args.sparse, force=args.force,
+                                     precision=quantised)
         report["seconds"] = round(time.perf_counter() - t0, 2)
         print(json.dumps(report, indent=1))
         return 0
     except ModelError as e:
         print(f"build-engine: {e}", file=sys.stderr)
         return 2
+
+
+def _capability(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        major, minor = text.split(".")
+        return int(major), int(minor)
+    except ValueError:
+        raise BackendError(f"--compute-capability {text!r}: give MAJOR.MINOR, e.g. 8.7") from None
 
 
 def _installed_trt_version() -> str:
