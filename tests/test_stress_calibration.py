@@ -159,11 +159,28 @@ def test_a_certainly_late_cycle_the_controller_never_reported_is_counted_undetec
                   _applied(4, 150, 153, 154),  # 10.5 ms: within CERTAIN_MS of the deadline
                   _applied(6, 250, 259, 260.5)]  # cycle 5 (30 ms) was sent before this record
     a = audit(policy, controller, deadline_ms=10.0)
-    assert a == {"late_cycles": 1, "certainly_late": 3, "undetected": 2, "applied_cycles": 5,
-                 "stale_applied": 1}  # cycle 6 applied 10.5 ms after its capture
-    # a cycle sent after the controller's last record (the run ended) is no evidence
-    assert audit(policy[:2] + [_policy(7, 300, 330)], controller[:3], 10.0)["undetected"] == 0
+    assert a == {"late_cycles": 1, "certainly_late": 3, "held": 0, "undetected": 2,
+                 "applied_cycles": 5, "stale_applied": 1}  # cycle 6: applied 10.5 ms after capture
+    # cycles captured before the controller's first trace record or after its last (the run
+    # started or ended) are no evidence
+    early = [_policy(0, -50, -20)]
+    assert audit(early + policy[:2] + [_policy(7, 300, 330)], controller[:3], 10.0)["undetected"] == 0
     assert audit(policy, controller[:3] + [_late(3, 100, 116)], 10.0)["undetected"] == 0
+    # a cycle whose last waypoint left during an ordered hold is counted apart (the
+    # controller rejects late waypoints then and reports none, by design)
+    held = audit(policy, controller, 10.0, holds_ns=[(225 * MS, 240 * MS)])
+    assert held["held"] == 1 and held["undetected"] == 1
+    # the last publish, where the trace has it, is the evidence ("end" comes after it)
+    on_time = {**policy[2], "stamps": {**policy[2]["stamps"], "last_publish": 109 * MS}}
+    assert audit([on_time], controller, 10.0)["certainly_late"] == 0
+
+
+def test_hold_intervals_pair_each_safe_hold_with_its_clear():
+    from rtinfer.cli.pressure import hold_intervals
+    ev = [{"kind": "budget", "t_ns": 1}, {"kind": "safe_hold", "t_ns": 10},
+          {"kind": "clear", "t_ns": 20}, {"kind": "safe_hold", "t_ns": 30}]
+    assert hold_intervals({"events": ev}) == [(10, 20), (30, float("inf"))]
+    assert hold_intervals({}) == []
 
 
 def _pair_results(fixed_late=60, budget_late=3, undetected=0, stale=0, sorted_budget=30):

@@ -47,7 +47,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from rtinfer.cli.pressure import CONDITIONS, ROLES, audit, pressure_columns, verdict, verdict_lines
+from rtinfer.cli.pressure import (CONDITIONS, ROLES, audit, hold_intervals, pressure_columns, verdict,
+                                  verdict_lines)
 from rtinfer.cli.shipped import launch_file, zoo_model
 from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, chunk_complete_ms,
@@ -484,9 +485,10 @@ def _one(launch: Path, base: Path, name: str, seconds: float, overrides: dict, c
 
 def _audit(run_dir: Path, deadline_ms: float) -> dict | None:
     from rtinfer.realtime.trace import read_trace
+    holds = hold_intervals(_read(run_dir / "monitor_report.json"))
     try:
         return audit(read_trace(run_dir / "policy.trace"), read_trace(run_dir / "controller.trace"),
-                     deadline_ms)
+                     deadline_ms, holds)
     except (OSError, ValueError):
         return None
 

@@ -10,8 +10,9 @@ serve both loads: the load slows even the cheapest level past full depth's unloa
 
 `audit` reads a run's traces: a cycle whose last waypoint left the policy node more than
 CERTAIN_MS past the deadline was certainly late, so the controller must have reported it
-(a `late_index` record, which the monitor counts); and no cycle was applied past the
-deadline. `verdict` checks the targets. Pure: records in, figures out.
+(a `late_index` record, which the monitor counts) unless the monitor had ordered a hold
+(the controller then rejects late waypoints without a report); and no cycle was applied past
+the deadline. `verdict` checks the targets. Pure: records in, figures out.
 """
 from __future__ import annotations
 
@@ -22,38 +23,61 @@ ROLES = (("fixed", {"vars.budget": "--no-budget"}), ("budget", {}))  # launch ov
 BUDGET_LATE_MAX = 0.01    # the budget controller: at most this fraction of cycles late
 FIXED_LATE_MIN = 0.05     # fixed full depth: at least this (else the deadline was no threat)
 SORTING_POINTS = 2.0      # the budget controller's sorting: within this of unpressured, points
-CERTAIN_MS = 1.0          # "end" is stamped just after the last publish: margin for "certainly"
+CERTAIN_MS = 1.0          # margin for "certainly late" (the last publish to the controller's recv)
 
 
-def audit(policy_records, controller_records, deadline_ms: float) -> dict:
-    """A run's misses from its traces. late_cycles: cycles the controller reported late;
-    certainly_late: cycles the policy's own stamps put past the deadline (end - capture >
-    deadline + CERTAIN_MS), sent before the controller's last recv or apply stamp (it was
-    still running); undetected: of those, the ones never reported late; stale_applied:
-    cycles whose first setpoint was applied more than a deadline after capture."""
+def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -> dict:
+    """A run's misses from its traces (one host, one clock). late_cycles: cycles the controller
+    reported late; certainly_late: cycles the policy's own stamps put past the deadline (its
+    last publish - capture > deadline + CERTAIN_MS; the trace's "last_publish" stamp where it
+    has one, else "end", stamped after it: a preemption in between can make an on-time cycle
+    look late, never the reverse) while the controller ran (captured between the first and
+    the last capture it traced); of those, held: their last waypoint left during an ordered
+    hold (holds_ns: (start, end) pairs; the controller rejects late waypoints then and, by
+    design, reports none), undetected: the others never reported late; stale_applied: cycles
+    whose first setpoint was applied more than a deadline after capture."""
     deadline_ns = deadline_ms * 1e6
-    late, applied, stale, seen_ns = set(), 0, 0, 0
+    late, applied, stale, captures = set(), 0, 0, []
     for rec in controller_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
-        if not isinstance(st, dict) or not isinstance(cycle, int):
+        if not isinstance(st, dict) or not isinstance(cycle, int) \
+                or not isinstance(st.get("capture"), int):
             continue
-        seen_ns = max([seen_ns, *(v for k, v in st.items() if k in ("recv", "apply")
-                                  and isinstance(v, int))])
+        captures.append(st["capture"])
         if "late_index" in (rec.get("fields") or {}):
             late.add(cycle)
-        elif isinstance(st.get("apply"), int) and isinstance(st.get("capture"), int):
+        elif isinstance(st.get("apply"), int):
             applied += 1
             stale += st["apply"] - st["capture"] > deadline_ns
-    certain = set()
+    first, last = (min(captures), max(captures)) if captures else (0, -1)
+    certain, held = set(), set()
     for rec in policy_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
-        if isinstance(st, dict) and isinstance(st.get("end"), int) \
-                and isinstance(st.get("capture"), int) \
-                and st["end"] - st["capture"] > deadline_ns + CERTAIN_MS * 1e6 \
-                and st["end"] < seen_ns:  # the controller was still there when it came
+        if not isinstance(st, dict):
+            continue
+        sent = st.get("last_publish", st.get("end"))
+        if isinstance(sent, int) and isinstance(st.get("capture"), int) \
+                and first <= st["capture"] <= last \
+                and sent - st["capture"] > deadline_ns + CERTAIN_MS * 1e6:
             certain.add(cycle)
+            if any(a <= sent <= b for a, b in holds_ns):
+                held.add(cycle)
     return {"late_cycles": len(late), "certainly_late": len(certain),
-            "undetected": len(certain - late), "applied_cycles": applied, "stale_applied": stale}
+            "held": len(held - late), "undetected": len(certain - late - held),
+            "applied_cycles": applied, "stale_applied": stale}
+
+
+def hold_intervals(monitor_report: dict) -> list[tuple[int, float]]:
+    """(safe_hold, clear) times (ns) from a monitor report's events; a hold never cleared
+    lasts to the end."""
+    out, start = [], None
+    for ev in monitor_report.get("events", []):
+        if ev.get("kind") == "safe_hold" and start is None:
+            start = ev["t_ns"]
+        elif ev.get("kind") == "clear" and start is not None:
+            out.append((start, ev["t_ns"]))
+            start = None
+    return out + ([(start, float("inf"))] if start is not None else [])
 
 
 def _points(run: dict) -> float | None:

@@ -214,9 +214,13 @@ def stress_table(results: dict):
 
 
 def audit_text(run: dict) -> str:
-    """rtinfer.cli.pressure.audit's figures: undetected of certainly late / stale applied."""
+    """rtinfer.cli.pressure.audit's figures: undetected of certainly late (and those during
+    an ordered hold) / cycles applied past the deadline."""
     a = run.get("audit")
-    return "-" if not a else f"{a['undetected']} of {a['certainly_late']} / {a['stale_applied']}"
+    if not a:
+        return "-"
+    held = f" ({a['held']} held)" if a.get("held") else ""
+    return f"{a['undetected']} of {a['certainly_late']}{held} / {a['stale_applied']}"
 
 
 def runs_table(title: str, columns, deadline_row: bool = False):
