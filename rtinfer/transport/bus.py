@@ -411,20 +411,55 @@ class Publisher(_BusSocket):
         return True
 
 
-def _by_peer(endpoints: Sequence[str], curve: Curve, bind: bool) -> list[tuple[str | None, list[str]]]:
-    """The endpoints grouped by the peer their messages are known to come from: for a
-    connecting socket, the Z85 server key each endpoint's CURVE trusts (None: plaintext).
-    A binding socket is one group: its peers are named per message (ZAP's User-Id)."""
+def _server_addresses(endpoint: str) -> list[str] | None:
+    """The IP addresses libzmq may name as a tcp endpoint's Peer-Address (its host resolved),
+    or None for an endpoint that is not tcp."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host = endpoint[len("tcp://"):].rpartition(";")[2].rpartition(":")[0].strip("[]")
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+    except (OSError, UnicodeError):
+        return [host]
+
+
+def _by_peer(endpoints: Sequence[str], curve: Curve, bind: bool
+             ) -> list[tuple[list[str], str | None, dict[str, str | None] | None]]:
+    """The sockets a Subscriber needs, as (endpoints, peer, by_address): every message of the
+    socket comes from ``peer``, or (by_address not None) from by_address[its Peer-Address].
+
+    Connecting, an endpoint's peer is the Z85 server key its CURVE trusts (None: plaintext).
+    The session to it is authenticated to that key, and libzmq names its remote address on
+    every message, so endpoints share a socket while no address of one is that of another
+    with a different peer (robots on hosts of their own: one socket). Two servers on one
+    host with different keys get a socket each: zmq_poll costs ~2 us a socket. A binding
+    socket is one (ZAP's User-Id names the client of each message).
+    """
     if bind or curve is None:
-        return [(None, list(endpoints))]
-    groups: dict[str | None, list[str]] = {}
+        return [(list(endpoints), None, None)]
+    legs: list[tuple[list[str], set, dict]] = []  # (endpoints, peers, address -> peer)
     for ep in endpoints:
         cfg = curve if isinstance(curve, CurveConfig) else curve.get(ep)
         key = None
         if cfg is not None and cfg.server_public_key_file is not None:
             key = load_public(cfg.server_public_key_file).decode()
-        groups.setdefault(key, []).append(ep)
-    return list(groups.items())
+        addrs = _server_addresses(ep)
+        for eps, peers, by_addr in legs:
+            if addrs is None:  # not tcp: no address names it, it shares only with its peer
+                fits = peers == {key} and by_addr is None
+            else:
+                fits = by_addr is not None and all(by_addr.get(x, key) == key for x in addrs)
+            if fits:
+                break
+        else:
+            eps, peers, by_addr = [], set(), (None if addrs is None else {})
+            legs.append((eps, peers, by_addr))
+        eps.append(ep)
+        peers.add(key)
+        if addrs is not None:
+            by_addr.update(dict.fromkeys(addrs, key))
+    return [(eps, next(iter(peers)), None) if len(peers) == 1 else (eps, None, by_addr)
+            for eps, peers, by_addr in legs]
 
 
 class Subscriber:
@@ -438,9 +473,10 @@ class Subscriber:
     ``reconnects`` (see _BusSocket); a binding CURVE one ``revocations`` and ``revoked``.
 
     Peers: ``peer`` is who the message ``recv`` returned last came from, as CURVE
-    authenticated it: the Z85 public key (str) of the server at its endpoint (connecting;
-    endpoints whose servers have different keys get a socket each, polled together), or of
-    the client that sent it (binding: ZAP's User-Id); None without CURVE. ``peers`` is the
+    authenticated it: the Z85 public key (str) of the server at its endpoint (connecting:
+    told apart by the remote address libzmq names on each message; servers on one host with
+    different keys get a socket each, see _by_peer), or of the client that sent it (binding:
+    ZAP's User-Id); None without CURVE. ``peers`` is the
     same per topic for what ``poll_latest`` returned last. The ``src`` a message declares is
     not checked against it here: that is rtinfer.transport.identity's.
 
@@ -474,18 +510,20 @@ class Subscriber:
         self._own_ctx = ctx is None
         self._ctx = zmq.Context() if ctx is None else ctx
         self._legs: list[_BusSocket] = []
-        peers: list[str | None] = []
+        peers = []
         try:
-            for peer, group in _by_peer(eps, curve, bind):
+            for group, peer, by_address in _by_peer(eps, curve, bind):
                 self._legs.append(_BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=self._ctx,
                                              curve=curve, options=options))
-                peers.append(peer)
+                peers.append((peer, by_address))
         except BaseException:
             self.close()
             raise
         self.endpoints = [ep for leg in self._legs for ep in leg.endpoints]
-        self._peer_of = {leg._sock: peer for leg, peer in zip(self._legs, peers)}
-        self._user_id = any(leg._allow is not None for leg in self._legs)  # ZAP names the peer
+        # sock -> (its one peer, None) or (None, {Peer-Address: peer}); binding with CURVE:
+        # ZAP's User-Id names each message's client
+        self._peer_of = {leg._sock: p for leg, p in zip(self._legs, peers)}
+        self._user_id = any(leg._allow is not None for leg in self._legs)
         self._tending = any(leg._tending for leg in self._legs)
         self._next_tend = 0
         self.peer: str | None = None
@@ -669,7 +707,11 @@ class Subscriber:
         self.counters["received"] += 1
         self.counters[self._count_key[topic]] += 1
         self._last[topic] = env
-        self.peer = self._client_of(head) if self._user_id else self._peer_of[sock]
+        if self._user_id:
+            self.peer = self._client_of(head)
+        else:
+            peer, by_address = self._peer_of[sock]
+            self.peer = peer if by_address is None else self._server_of(head, by_address)
         return env
 
     @staticmethod
@@ -679,6 +721,17 @@ class Subscriber:
             return head.get("User-Id") or None
         except zmq.ZMQError:
             return None
+
+    @staticmethod
+    def _server_of(head: zmq.Frame, by_address: dict) -> str | None:
+        """The peer of the server this frame came from, by its Peer-Address (~0.7 us). An
+        address none of our endpoints resolved to (its host's DNS changed since) is named
+        ``unknown@ADDRESS``: never None, which would pass for plaintext."""
+        try:
+            address = head.get("Peer-Address")
+        except zmq.ZMQError:
+            address = ""
+        return by_address[address] if address in by_address else f"unknown@{address}"
 
     def close(self) -> None:
         """Close every socket at once (LINGER 0, queued messages are discarded); idempotent."""

@@ -9,8 +9,8 @@ sockets secured from the CURVE options like every product node's (bench_robot ta
 options of its own yet). probe: subscribes to the robots' obs endpoints as the inference node
 does (its key, the curve map's server keys) and judges every observation with
 rtinfer.transport.identity, re-reading the allow-list twice a second; at --seconds or
-SIGTERM writes [[recv_ns, src, peer, verdict], ...] as JSON, verdict "ok" or the counter it
-went to.
+SIGTERM writes {"sockets": the Subscriber's socket count, "seen": [[recv_ns, src, peer,
+verdict], ...]} as JSON, verdict "ok" or the counter it went to.
 """
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ def probe(argv: list[str]) -> int:
     seen, stopped = [], []
     signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     with Subscriber(a.obs, ["obs"], curve=curve) as sub:
+        sockets = len(sub._legs)  # robots on hosts of their own: one
         print("ready", flush=True)
         end = now_ns() + int(a.seconds * 1e9)
         next_refresh = 0
@@ -77,7 +78,7 @@ def probe(argv: list[str]) -> int:
             seen.append([env.stamps["recv"], env.src, sub.peer, verdict])
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(seen, f)
+        json.dump({"sockets": sockets, "seen": seen}, f)
     os.replace(tmp, a.out)
     return 0
 
