@@ -299,3 +299,10 @@ def test_decode_bench_runs_every_variant_on_every_cycle_and_checks_identity(tiny
     assert r["identical"] is True and r["cycles"] == 5 and r["run_length"] == 2
     assert set(r["drafters"]) == {"self", "chunk"}
     assert r["speedup"] == r["drafters"][r["best_drafter"]]["speedup"] > 0
+
+
+def test_decode_bench_measures_a_draft_model_beside_the_other_drafters(tiny_model_dir):
+    from rtinfer.bench.decode import run
+    r = run(tiny_model_dir, cycles=3, run_length=1, draft_model=tiny_model_dir)
+    assert set(r["drafters"]) == {"self", "chunk", "model"} and r["identical"] is True
+    assert r["drafters"]["model"]["acceptance"] == 1.0  # the target drafting for itself

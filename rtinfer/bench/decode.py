@@ -21,6 +21,7 @@ from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
+from rtinfer.inference.model_drafter import ModelDrafter
 from rtinfer.model.sequence import build_prefix
 
 
@@ -57,14 +58,18 @@ COUNTS = ("verifies", "accepted", "target_passes", "plain_steps", "draft_passes"
 
 
 def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_length: int = 10,
-        pace_ms: float = 0.0, stream=None, **opts) -> dict:
+        pace_ms: float = 0.0, stream=None, draft_model=None, **opts) -> dict:
     """Returns plain/spec tokens per second (decode phase, prefill excluded), the speedup
     of the best drafter, its mean accepted drafts per verify, `identical` (all drafters
-    reproduced plain greedy), and per-drafter figures under `drafters` (see `measure`)."""
+    reproduced plain greedy), and per-drafter figures under `drafters` (see `measure`).
+    draft_model: a draft model directory, measured as drafter "model" (same backend, opts)."""
     be = get_backend(backend).load(model_dir, **opts)
     md, v = be.model, be.model.vocab
     drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
                 "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
+    if draft_model is not None:
+        drafters["model"] = ModelDrafter(get_backend(backend).load(draft_model, **opts))
+        drafters["model"].check_target(md)
     prefixes = list(prefix_stream(md, cycles, seed, stream))
     m = measure(be, drafters, prefixes, run_length, pace_ms)
     per = {name: {k: m[name][k] for k in ("tokens_per_s", "speedup", "mean_accepted_per_verify",
@@ -214,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", nargs="+", default=None, metavar="P",
                    help="graph set: fp32, fp16, int8 or int4 (default fp32); several: compare "
                         "their plain decode steps against the first, in the same run")
+    p.add_argument("--draft-model", default=None, metavar="DIR",
+                   help="also measure this draft model directory as drafter \"model\"")
     p.add_argument("--rounds", type=int, default=5,
                    help="with several precisions: rounds over the cycles per precision")
     a = p.parse_args(argv)
@@ -224,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = {"precision": a.precision[0]} if a.precision else {}
     return emit("decode", run(a.model, cycles=a.cycles, backend=a.backend,
                               run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream,
-                              **opts), a.json)
+                              draft_model=a.draft_model, **opts), a.json)
 
 
 if __name__ == "__main__":
