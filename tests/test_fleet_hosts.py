@@ -165,7 +165,7 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
 
     # every admitted robot's chunks arrive and are accepted by its own controller
     assert not re.search(r"robot '[^']+' refused", node_err), node_err[-2000:]  # admission
-    assert answered("r1", measure, end) >= (0.8 if NODE_CHECKS_KEYS else 0.2)
+    assert answered("r1", measure, end) >= (0.7 if NODE_CHECKS_KEYS else 0.2)
     assert answered("r2", measure, revoke) >= 0.8
     # the deleted key is cut off within about a second, with no restart: nothing after
     after = rec["r2"]["capture_ns"] >= revoke + int(CUT_S * 1e9)
