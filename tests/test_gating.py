@@ -36,3 +36,35 @@ def test_ffn_skip_levels_drop_the_ffn_matmuls_and_level_0_is_dense(tiny_model_di
         same += (_greedy(level0, prefix) == ref).all()
         differ += (_greedy(level3, prefix) != ref).any()
     assert same == 5 and differ > 0
+
+
+def _demos(tiny_model_dir, n=64, seed=0):
+    """Random action sequences in the tiny model's layout (labels: random bins)."""
+    from types import SimpleNamespace
+    from models import checkpoint
+    from rtinfer.model.sequence import build_sequence, target_positions
+    ck = checkpoint.load(tiny_model_dir / "policy")
+    rng, v = np.random.default_rng(seed), ck.vocab
+    seqs = np.stack([build_sequence(v, rng.integers(0, 3, 3), rng.integers(0, 16, 10),
+                                    rng.integers(0, 32, 12)) for _ in range(n)])
+    return ck, SimpleNamespace(seqs=seqs, targets=target_positions(3, 10, 12), vocab=v)
+
+
+def test_router_threshold_0_is_dense_above_1_skips_every_ffn_and_the_penalty_lowers_gates(
+        tiny_model_dir):
+    import torch
+    from models.gating import GatedPolicy, evaluate, skip_ffn, train
+    ck, demos = _demos(tiny_model_dir)
+    gated = GatedPolicy(ck.model)
+    idx = torch.from_numpy(demos.seqs[:4, :-1])
+    with torch.no_grad():
+        assert torch.equal(gated(idx, 0.0)[0], ck.model(idx))
+        none = skip_ffn(ck.model, range(ck.cfg.n_layer))
+        assert torch.allclose(gated(idx, 1.1)[0], none(idx), atol=1e-5)
+    r = evaluate(gated, demos, [0.0, 1.1])
+    assert r["0"]["agreement"] == 1.0 and r["0"]["skipped"] == 0.0 and r["1.1"]["skipped"] == 1.0
+    with torch.no_grad():
+        before = gated(idx)[1].mean().item()
+    train(gated, demos, steps=30, batch=16, penalty=5.0)
+    with torch.no_grad():
+        assert gated(idx)[1].mean().item() < before
