@@ -192,6 +192,19 @@ def test_fast_finite_check_agrees_with_numpy_and_never_warns(arr):
 
 
 @SETTINGS
+@given(st.integers(0, 64).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.sampled_from([0, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001,
+                                          0x7F7FFFFF, 0x00800000, 0x80000001]) | st.integers(0, 2**32 - 1),
+                         min_size=n, max_size=n))))
+def test_float32_bit_finite_check_agrees_with_numpy_on_any_bytes(case):
+    """Any bit patterns: every NaN payload, both infinities, the largest finite and denormals."""
+    from rtinfer.transport.schema import f32_finite
+    n, words = case
+    raw = np.array(words, dtype="<u4").tobytes()
+    assert f32_finite(raw, n) == bool(np.isfinite(np.frombuffer(raw, "<f4")).all())
+
+
+@SETTINGS
 @given(arrays(), st.booleans())
 def test_strided_and_byte_swapped_arrays_encode_as_their_values(arr, swap):
     view = arr[::-1] if arr.ndim else arr  # negative strides: not C-contiguous

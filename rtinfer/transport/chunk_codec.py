@@ -18,7 +18,7 @@ import numpy as np
 
 from rtinfer.transport.arrays import DTYPES, EXT_ARRAY
 from rtinfer.transport.schema import (I64_MAX, MAX_NAME_CHARS, MAX_STR_BYTES, SCHEMA_VERSION,
-                                      U64_MAX, all_finite, topic_kind)
+                                      SMALL_ARRAY, U64_MAX, all_finite, f32_finite, topic_kind)
 
 _MEMO_MAX = 4096  # entries per memo: hostile input cannot grow them without bound
 _F32 = DTYPES[10]
@@ -96,12 +96,18 @@ def _pack_uint(v: int) -> bytes:
     return b"\xcf" + v.to_bytes(8, "big")
 
 
-def _ext_array(code: int, arr: np.ndarray) -> bytes:
-    """An ext 1 value (msgpack ext8/ext16/ext32 header, then the array payload)."""
-    n = 16 + arr.nbytes  # >= 17: never one of the fixext sizes
+def _ext_array(code: int, count: int, raw: bytes) -> bytes:
+    """An ext 1 value (msgpack ext8/ext16/ext32 header, then the array payload) of a 1-D
+    array of `count` elements whose data is `raw`."""
+    n = 16 + len(raw)  # >= 17: never one of the fixext sizes
     head = (b"\xc7" + n.to_bytes(1, "big") if n <= 0xFF else
             b"\xc8" + n.to_bytes(2, "big") if n <= 0xFFFF else b"\xc9" + n.to_bytes(4, "big"))
-    return head + b"\x01" + _HEAD1.pack(code, 1, 0, 0, arr.shape[0]) + arr.tobytes()
+    return head + b"\x01" + _HEAD1.pack(code, 1, 0, 0, count) + raw
+
+
+def _finite(raw: bytes, count: int, values: np.ndarray) -> bool:
+    """The float32 `values` (their bytes `raw`) hold no NaN or inf."""
+    return f32_finite(raw, count) if count <= SMALL_ARRAY else all_finite(values)
 
 
 def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
@@ -126,7 +132,10 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
                     and 0 < period <= I64_MAX and 0 <= start <= I64_MAX)):
         return None
     if (type(values) is not np.ndarray or values.dtype is not _F32 or values.ndim != 1
-            or not values.size or values.nbytes >= oob_bytes or not all_finite(values)):
+            or not values.size or values.nbytes >= oob_bytes):
+        return None
+    raw = values.tobytes()  # C order whatever the strides
+    if not _finite(raw, values.size, values):
         return None
     if len(stamps) > 15:  # a fixmap holds 0..15 entries
         return None
@@ -145,13 +154,13 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
     out += (_BODY_VALUES if len(keys) == 8 else _BODY_TOKENS, _pack_uint(cycle),
             _INDEX, _pack_uint(index), _COUNT, _pack_uint(count),
             _DEST, (type(dest) is str and _name_bytes.get(dest)) or _name_packed(dest, _name_bytes, False),
-            _VALUES, _ext_array(10, values),
+            _VALUES, _ext_array(10, values.size, raw),
             _SPEC, (type(spec) is str and _str_bytes.get(spec)) or _str_packed(spec),
             _PERIOD, _pack_uint(period), _START, _pack_uint(start))
     if len(keys) == 9:
         if tokens.shape != values.shape or tokens.nbytes >= oob_bytes:
             return None
-        out += (_TOKENS, _ext_array(tcode, tokens))
+        out += (_TOKENS, _ext_array(tcode, tokens.size, tokens.tobytes()))
     if None in out:  # a name, topic or string the generic codec must judge
         return None
     data = b"".join(out)
@@ -253,6 +262,7 @@ def decode_chunk(data, topics):
         values = np.frombuffer(data, dt, size, end + 26)
         if not lit(_DEST, p) or not lit(_VALUES, end):
             return None
+        raw = data[end + 26:end + 26 + 4 * size]  # float32 once its header is checked below
         p = end + 7 + skip
         end = p + 6 + (data[p + 5] & 0x1F)
         spec = strs.get(data[p + 5:end]) or _learn_str(strs, data, p + 5, end, None)
@@ -276,6 +286,6 @@ def decode_chunk(data, topics):
     except (_Miss, IndexError, ValueError):  # ValueError: frombuffer past the end
         return None
     if (p != len(data) or index >= count or not 0 < period <= I64_MAX or start > I64_MAX
-            or values.dtype is not _F32 or not all_finite(values)):  # trailing bytes, ranges
+            or values.dtype is not _F32 or not _finite(raw, values.size, values)):  # trailing bytes, ranges
         return None
     return topic, seq, src, stamps, body
