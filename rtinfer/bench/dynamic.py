@@ -3,7 +3,11 @@
 One row per variant on the recorded stream (the model's stream.npz): dense (plain greedy),
 then each drafter: chunk reuse, self-speculative (the shallowest exit), a separate draft
 model (the shipped `<model>-draft` when there is one, and the target's first blocks as a
-model of their own), and the cascade (chunk reuse filtered at an exit, then full depth).
+model of their own), the cascade (chunk reuse filtered at the shallowest exit, then full
+depth; `cascade-k{W}`: a verify window W wide enough for the whole chunk, and up to two exit
+passes), then the FFN-skip levels of models.gating (`ffn-skip:N`: lossy, so they carry
+`step_ratio` against dense and `token_agreement` / `chunk_agreement` with dense's greedy
+output instead of `identical` and `speedup`).
 Every variant runs on the same fp32 graphs (plus the cascade's exit-verify graph), ONNX
 Runtime, one thread, in `runs` runs of rtinfer.bench.decode.measure (variants interleaved).
 Per row:
@@ -100,7 +104,8 @@ def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: i
     policies (default: `<model>-draft` beside the model when it exists); the truncated
     draft (the target's shallowest exit as a model) is always added. ffn_skip: FFN-skip
     levels (models.gating: the FFNs of the N deepest layers removed), plain greedy each,
-    after the drafters in every run. workdir: where the derived model directories go
+    after the drafters in every run, beside dense run the same way (all cycles in one go:
+    their step_ratio is against that). workdir: where the derived model directories go
     (default: a temporary folder, removed after)."""
     src = Path(model_dir)
     md0 = get_backend("onnx").load(src, threads=1).model
@@ -128,8 +133,9 @@ def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: i
         results, skips = [], []
         for _ in range(runs):
             results.append(measure(be, drafters, prefixes, run_length, decoder_opts=opts))
+            # dense again, the way the levels run (all cycles in one go), as their baseline
             skips.append({n: measure(lb, {}, prefixes, len(prefixes))["plain"]
-                          for n, lb in levels.items()})
+                          for n, lb in [(0, be), *levels.items()]} if levels else {})
         load.append(os.getloadavg()[0])
         rows = _rows(be.model, drafters, opts, dcfgs, results, len(prefixes[0]))
         rows += _skip_rows(be.model, results, skips)
@@ -177,12 +183,12 @@ def _skip_rows(md, results: list, skips: list) -> list:
     cfg, n, rows = md.config, md.chunk_tokens, []
     C = cfg["n_embd"]
     dense_out = results[0]["plain"]["outs"]
-    for skip in (skips[0] if skips else {}):
+    for skip in [n for n in (skips[0] if skips else {}) if n]:
         per = [s[skip] for s in skips]
         decode = np.concatenate([p["decode_ns"] for p in per])
         chunk = decode + np.concatenate([p["prefill_ns"] for p in per])
-        ratio = [np.median(p["decode_ns"]) / np.median(r["plain"]["decode_ns"])
-                 for p, r in zip(per, results)]
+        ratio = [np.median(p["decode_ns"]) / np.median(s[0]["decode_ns"])
+                 for p, s in zip(per, skips)]
         agree = float((per[0]["outs"] == dense_out).mean())
         rows.append({"variant": f"ffn-skip:{skip}",
                      "params": params(cfg) - skip * (8 * C * C + (7 if cfg["bias"] else 1) * C),
