@@ -6,9 +6,12 @@
 
 TensorRT 11 builds INT8 and FP8 only from QuantizeLinear/DequantizeLinear pairs in the ONNX
 (BuilderFlag.INT8/FP8 and the IInt8Calibrator are gone; in 10.x the calibrator is deprecated),
-so the scales are fixed here, offline, with ONNX Runtime's static quantiser in QDQ format:
+so the scales are fixed here, offline, with ONNX Runtime's static quantiser in QDQ format
+(MinMax; FP8 takes the same amax onto the E4M3 grid, fp8_from_int8):
 per-channel symmetric weights (TensorRT's quantization is symmetric: every zero point 0) and
-per-tensor symmetric activation scales calibrated on the model's recorded stream. Each graph
+per-tensor symmetric activation scales calibrated on the model's recorded stream, on the
+MatMuls with a constant weight only (the attention products stay in float: quantising them
+too cut the shipped model's next-action-token agreement with fp32 from 0.969 to 0.959 in int8). Each graph
 is calibrated on its own inputs: the recorded prefixes followed by fp32 greedy chunks, run
 through that graph in windows of its k from position 0, the KV carried from window to window.
 The scales are static, so a k-token verify quantises each row as a 1-token step does.
@@ -35,9 +38,10 @@ from rtinfer.model.directory import ModelDir
 from .export import MANIFEST
 from .quantise import STREAM, greedy_chunks, recorded_prefixes
 
-# precision -> (graphs.json dtype, ONNX Runtime QuantType name, calibration method name)
-SETS = {"int8": ("qdq-int8", "QInt8", "MinMax"), "fp8": ("qdq-fp8", "QFLOAT8E4M3FN", "Distribution")}
+# precision -> (graphs.json dtype, calibration); fp8 reuses int8's MinMax amax (fp8_from_int8)
+SETS = {"int8": ("qdq-int8", "MinMax"), "fp8": ("qdq-fp8", "MinMax amax, rescaled to E4M3")}
 FP8_OPSET = 19   # QuantizeLinear to float8e4m3fn needs ONNX opset 19
+INT8_MAX, E4M3_MAX = 127.0, 448.0
 CYCLES = 32      # recorded cycles to calibrate on (each one prefix + its fp32 chunk)
 
 
@@ -81,19 +85,61 @@ class _Feeds(CalibrationDataReader):
         return next(self._it, None)
 
 
+def weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """The MatMul/Gemm nodes with a constant weight (the Linear layers and the LM head); the
+    attention products (activation x activation) are left in float."""
+    consts = {t.name for t in model.graph.initializer}
+    return [n.name for n in model.graph.node
+            if n.op_type in ("MatMul", "Gemm") and any(i in consts for i in n.input)]
+
+
 def qdq_graph(src, dst, feeds, precision: str) -> None:
-    """One fp32 step graph -> its Q/DQ graph (weights inside) calibrated on `feeds`."""
+    """One fp32 step graph -> its Q/DQ graph (weights inside) calibrated on `feeds`: the
+    weight MatMuls quantised, inputs and weights (symmetric int8, MinMax; fp8: the same amax
+    on the E4M3 grid, fp8_from_int8)."""
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    _, qtype, method = SETS[precision]
     model = onnx.load(str(src))
+    nodes = weight_matmuls(model)
     if precision == "fp8" and model.opset_import[0].version < FP8_OPSET:
         model = onnx.version_converter.convert_version(model, FP8_OPSET)
     quantize_static(model, str(dst), _Feeds(feeds), quant_format=QuantFormat.QDQ,
-                    op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
-                    activation_type=getattr(QuantType, qtype), weight_type=getattr(QuantType, qtype),
-                    calibrate_method=getattr(CalibrationMethod, method),
+                    op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes,
+                    per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                                    "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1}})
+    if precision == "fp8":
+        onnx.save(fp8_from_int8(onnx.load(str(dst))), str(dst))
+
+
+def fp8_from_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A symmetric int8 Q/DQ graph -> FP8 E4M3 with the same amax per tensor or channel:
+    every Q/DQ scale x 127/448, zero points float8 zeros, the int8 weights q -> q x 448/127
+    rounded to E4M3. (ONNX Runtime's own float8 path allows only its Distribution
+    calibration, whose scales gave the shipped model 0.37 next-action-token agreement with
+    fp32, against 0.90 this way.)"""
+    import ml_dtypes
+    from onnx import numpy_helper
+    inits = {t.name: t for t in model.graph.initializer}
+    done = set()
+
+    def put(name, array):
+        inits[name].CopyFrom(numpy_helper.from_array(array, name))
+        done.add(name)
+
+    for node in model.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        x, scale, zp = node.input[0], node.input[1], node.input[2]
+        if scale not in done:
+            put(scale, numpy_helper.to_array(inits[scale]) * np.float32(INT8_MAX / E4M3_MAX))
+        if zp not in done:
+            put(zp, np.zeros(numpy_helper.to_array(inits[zp]).shape, ml_dtypes.float8_e4m3fn))
+        if node.op_type == "DequantizeLinear" and x in inits and x not in done:  # a weight
+            q = numpy_helper.to_array(inits[x]).astype(np.float32)
+            put(x, (q * np.float32(E4M3_MAX / INT8_MAX)).astype(ml_dtypes.float8_e4m3fn))
+    return model
 
 
 def qdq(out_dir, precisions=("int8",), *, stream=None, cycles: int = CYCLES) -> dict:
@@ -125,8 +171,8 @@ def qdq(out_dir, precisions=("int8",), *, stream=None, cycles: int = CYCLES) -> 
             pairs += qdq_pairs(out / name)
             kept.append({**g, "file": name, "dtype": dtype, "sha256": None})
         manifest.setdefault("quantised", {})[dtype] = {
-            "method": "static Q/DQ (TensorRT explicit quantization)", "type": SETS[prec][1],
-            "calibration": f"{SETS[prec][2]}, {len(seqs)} recorded cycles",
+            "method": "static Q/DQ (TensorRT explicit quantization)", "type": prec,
+            "calibration": f"{SETS[prec][1]}, {len(seqs)} recorded cycles",
             "tool": f"onnxruntime {onnxruntime.__version__} quantize_static"}
         report[prec] = {"dtype": dtype, "graphs": len(fp32), "qdq_pairs": pairs,
                         "bytes": sum(f.stat().st_size for f in folder.iterdir())}

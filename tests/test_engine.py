@@ -340,24 +340,27 @@ def make_qdq_dir(tiny_model_dir, tmp_path_factory):
     pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(6)]
     np.savez(d / "stream.npz", instruction_tokens=np.stack([i for i, _ in pairs]),
              obs_tokens=np.stack([o for _, o in pairs]))
-    return d, qdq(d, ("int8",))
+    return d, qdq(d, ("int8", "fp8"))
 
 
-def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir):
-    """Every graph of the qdq-int8 set has Q/DQ pairs with zero zero-points (TensorRT's
-    rule: models.qdq.qdq_pairs raises otherwise) and, run by ONNX Runtime on the inputs it was
-    calibrated on, picks the same next token as its fp32 graph almost everywhere."""
+@pytest.mark.parametrize("dtype,agree", [("qdq-int8", 0.9), ("qdq-fp8", 0.8)])
+def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir, dtype, agree):
+    """Every graph of the qdq-int8 and qdq-fp8 sets has Q/DQ pairs with zero zero-points
+    (TensorRT's rule: models.qdq.qdq_pairs raises otherwise) and, run by ONNX Runtime on the
+    inputs it was calibrated on, picks the same next token as its fp32 graph almost
+    everywhere."""
     import numpy as np
     import onnxruntime as ort
     from models.qdq import graph_feeds, qdq_pairs, sequences
     from rtinfer.model.directory import ModelDir
     qdq_dir, report = qdq_dir
-    md = ModelDir.load(qdq_dir)
-    assert report["int8"]["graphs"] == 8 and report["int8"]["qdq_pairs"] > 0
+    want, md = dtype, ModelDir.load(qdq_dir)
+    assert report["int8"]["graphs"] == report["fp8"]["graphs"] == 8
+    assert report["int8"]["qdq_pairs"] == report["fp8"]["qdq_pairs"] > 0
     seqs = sequences(md, qdq_dir / "stream.npz", cycles=3)
     same = total = 0
-    for (dtype, depth, k), g in md.graphs.items():
-        if dtype != "qdq-int8":
+    for (dt, depth, k), g in md.graphs.items():
+        if dt != want:
             continue
         assert qdq_pairs(qdq_dir / g["file"]) > 0
         ref = ort.InferenceSession(str(md.graph_path("float32", depth, k)))
@@ -366,10 +369,10 @@ def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir):
                                 md.vocab.special("PAD")):
             a, b = (s.run(["logits"], feed)[0].argmax(-1) for s in (ref, got))
             same, total = same + int((a == b).sum()), total + a.size
-    assert total > 0 and same / total > 0.9, same / total
-    scrambled = qdq_dir / "qdq-int8" / "x.onnx"
+    assert total > 0 and same / total > agree, same / total
+    scrambled = qdq_dir / want / "x.onnx"
     import onnx
-    m = onnx.load(str(md.graph_path("qdq-int8", md.n_layer, 1)))
+    m = onnx.load(str(md.graph_path(want, md.n_layer, 1)))
     zp = next(t for t in m.graph.initializer if t.name.endswith("zero_point"))
     zp.CopyFrom(onnx.numpy_helper.from_array(
         np.ones_like(onnx.numpy_helper.to_array(zp)), zp.name))

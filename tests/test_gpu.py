@@ -149,7 +149,7 @@ def test_tensorrt_fp16_sparse_engine_reports_layers_and_tracks_onnx(pruned_model
 # --- TensorRT INT8 / FP8 (explicit quantization from the Q/DQ graphs of models.qdq) ----------
 @pytest.fixture(scope="module")
 def qdq_dir(tiny_model_dir, tmp_path_factory):
-    from test_engine import make_qdq_dir
+    from test_engine import make_qdq_dir  # the tiny model with its qdq-int8 and qdq-fp8 sets
     return make_qdq_dir(tiny_model_dir, tmp_path_factory)
 
 
@@ -169,7 +169,6 @@ def test_tensorrt_int8_engine_builds_from_the_qdq_graphs_and_tracks_onnx(qdq_dir
 
 
 def test_tensorrt_fp8_is_built_on_sm89_and_later_and_refused_below(qdq_dir, trt_cache):
-    from models.qdq import qdq
     from rtinfer.inference.backends import BackendError
     d, _ = qdq_dir
     cc = torch.cuda.get_device_capability()
@@ -177,7 +176,6 @@ def test_tensorrt_fp8_is_built_on_sm89_and_later_and_refused_below(qdq_dir, trt_
         with pytest.raises(BackendError, match="FP8 needs compute capability 8.9"):
             get_backend("tensorrt").load(d, precision="fp8", cache_dir=trt_cache)
         return
-    qdq(d, ("fp8",))
     ref = _greedy(get_backend("onnx").load(d))
     be = get_backend("tensorrt").load(d, precision="fp8", sparse=False, cache_dir=trt_cache,
                                       opt_level=1)
