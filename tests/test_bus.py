@@ -301,3 +301,60 @@ def test_binding_an_ipc_endpoint_another_live_socket_holds_is_refused(tmp_path):
     stale.bind(str(tmp_path / "stale"))
     stale.close()  # the file stays, nobody listens
     Publisher(f"ipc://{tmp_path}/stale", "third").close()
+
+
+def chunk(dest: str, cycle: int = 0) -> dict:
+    from rtinfer.transport.action_chunk import waypoint_body
+    return waypoint_body(cycle, 0, 1, np.zeros(2, np.float32), spec="s", period_ns=1,
+                         start_ns=1, dest=dest)
+
+
+def test_addressed_chunks_reach_only_their_robot_and_every_unaddressed_subscriber(ctx):
+    """to=: libzmq filters at the publisher, so a robot never receives (or decodes) the
+    others' chunks; a subscriber without to= (a monitor) takes every robot's, addressed or
+    not; `cell-1` does not take `cell-10`'s."""
+    with Publisher("inproc://addr", "policy", ctx=ctx) as pub, \
+            Subscriber("inproc://addr", ["action_chunk", "heartbeat"], ctx=ctx,
+                       to={"action_chunk": "cell-1"}) as one, \
+            Subscriber("inproc://addr", ["action_chunk", "heartbeat"], ctx=ctx) as every:
+        link(pub, one)
+        link(pub, every)
+        for i in range(30):
+            for dest in ("cell-1", "cell-10", "cell-2"):
+                assert pub.publish("action_chunk", chunk(dest, i), to=dest)
+        pub.publish("action_chunk", chunk("cell-1", 99))  # unaddressed: not for `one`
+        pub.publish("heartbeat", hb())
+        mine, alls = recv_n(one, 31, timeout_s=2), recv_n(every, 92, timeout_s=2)
+    assert [e.body["cycle"] for e in mine if e.topic == "action_chunk"] == list(range(30))
+    assert {e.body["dest"] for e in mine if e.topic == "action_chunk"} == {"cell-1"}
+    assert [e.topic for e in mine].count("heartbeat") == 1
+    assert len(alls) == 92 and one.counters["rejected"] == every.counters["rejected"] == 0
+
+
+def test_an_addressed_frame_whose_body_names_another_robot_is_rejected(ctx):
+    raw = ctx.socket(zmq.PUB)
+    raw.bind("inproc://addressed")
+    with Subscriber("inproc://addressed", ["action_chunk"], ctx=ctx) as sub:
+        frames = encode_frames("action_chunk", chunk("cell-2"), seq=0, src="p", stamps={})
+        deadline = time.monotonic() + 10
+        while sub.recv(timeout_ms=20) is None:  # the slow joiner
+            assert time.monotonic() < deadline
+            raw.send_multipart([b"action_chunk", *frames])
+        while sub.recv(timeout_ms=100) is not None:
+            pass
+        raw.send_multipart([b"action_chunk\x00cell-1\x00", *frames])
+        raw.send_multipart([b"action_chunk\x00cell-2", *frames])  # no closing NUL
+        raw.send_multipart([b"action_chunk\x00cell-2\x00", *frames])
+        got = recv_n(sub, 1, timeout_s=2)
+        time.sleep(0.1)
+        assert sub.recv(timeout_ms=100) is None
+    raw.close(linger=0)
+    assert [e.body["dest"] for e in got] == ["cell-2"] and sub.counters["rejected"] == 2
+
+
+def test_a_message_is_addressed_only_to_the_robot_its_body_names(inproc_pair):
+    pub, _ = inproc_pair
+    with pytest.raises(ValueError, match="must have dest 'cell-1'"):
+        pub.publish("action_chunk", chunk("cell-2"), to="cell-1")
+    with pytest.raises(ValueError, match="does not take"):
+        Subscriber("inproc://x", ["action_chunk"], to={"obs": "cell-1"})

@@ -3,6 +3,10 @@
 A message is the multipart ``[topic, *wire.encode_frames(...)]``. Subscription is by
 topic prefix inside libzmq, so the subscriber also checks that the topic frame is one of
 its topics exactly and equals the envelope's topic ("obs" would otherwise match "obs2").
+An *addressed* message (``publish(..., to=ROBOT)``) has the topic frame
+``TOPIC NUL ROBOT NUL`` and a body whose ``dest`` is ROBOT: a Subscriber made with
+``to={TOPIC: ROBOT}`` subscribes to that frame only, so libzmq filters the other robots'
+messages at the publisher; one without ``to`` takes both forms (addressed_topic).
 
 Endpoints: ``ipc://`` on one host, ``tcp://`` across hosts (use CURVE, see keys.py:
 ``curve=`` is one CurveConfig for all endpoints or a mapping endpoint -> CurveConfig),
@@ -53,6 +57,12 @@ _monitor_ids = itertools.count()  # inproc monitor names, unique in the process
 # the session intact. Only a frame over this hard cap makes libzmq end the session.
 HARD_CAP_FACTOR = 4
 HARD_CAP_FLOOR_BYTES = 65536
+
+
+def addressed_topic(topic: str, to: str) -> bytes:
+    """The topic frame of a message for one receiver: ``TOPIC NUL TO NUL`` (UTF-8). The
+    closing NUL keeps a subscription to "cell-1" from matching "cell-10"."""
+    return b"%s\x00%s\x00" % (topic.encode(), to.encode())
 
 
 def hard_cap_bytes(max_bytes: int) -> int:
@@ -343,16 +353,23 @@ class Publisher(_BusSocket):
         self.counters = {"sent": 0, "dropped": 0}
         self._oob_bytes = oob_bytes
         self._seq = 0
-        self._topic_bytes: dict[str, bytes] = {}
+        self._topic_bytes: dict = {}  # topic, or (topic, to) -> its frame
         self._open_multipart = False  # a send failed mid-message; must be terminated first
 
-    def publish(self, topic: str, body: dict, stamps: dict | None = None) -> bool:
+    def publish(self, topic: str, body: dict, stamps: dict | None = None,
+                to: str | None = None) -> bool:
         """Send one message without blocking; True if zmq accepted it.
 
         Adds stamp "publish" (now_ns) unless present; the caller's dict is not modified.
         seq advances on every call that encodes, so receivers see drops as seq gaps.
         Raises WireError (nothing sent) if the body does not match the topic's schema.
+        to: address it to one robot (its body's ``dest``, ValueError otherwise): only that
+        robot's ``Subscriber(to=...)`` and the unaddressed Subscribers of the topic receive
+        it. Receivers that predate addressed frames reject it (docs/wire.md).
         """
+        if to is not None and body.get("dest") != to:
+            raise ValueError(f"a message addressed to {to!r} must have dest {to!r} in its "
+                             f"body, not {body.get('dest')!r}")
         st = {} if stamps is None else dict(stamps)
         if "publish" not in st:
             st["publish"] = now_ns()
@@ -361,9 +378,11 @@ class Publisher(_BusSocket):
         frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
                                oob_bytes=self._oob_bytes)
         self._seq += 1
-        topic_b = self._topic_bytes.get(topic)
+        key = topic if to is None else (topic, to)
+        topic_b = self._topic_bytes.get(key)
         if topic_b is None:
-            topic_b = self._topic_bytes[topic] = topic.encode()
+            topic_b = self._topic_bytes[key] = topic.encode() if to is None else \
+                addressed_topic(topic, to)
         counters = self.counters
         if self._open_multipart and not self._terminate():
             counters["dropped"] += 1
@@ -480,6 +499,11 @@ class Subscriber:
     same per topic for what ``poll_latest`` returned last. The ``src`` a message declares is
     not checked against it here: that is rtinfer.transport.identity's.
 
+    to: {topic: robot}: of these topics, take only the messages addressed to that robot
+    (``Publisher.publish(..., to=robot)``: libzmq drops the others at the publisher), and no
+    unaddressed ones. Every other topic, addressed or not, is taken whatever its address; an
+    addressed message whose body's ``dest`` is not its address is rejected.
+
     latest_only: for state topics. ZMQ_CONFLATE is not used because it does not support
     multipart messages (and every message here is multipart); instead each ``recv``
     drains the socket and keeps only the newest message per topic.
@@ -499,13 +523,20 @@ class Subscriber:
     def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
                  bind: bool = False, latest_only: bool = False, hwm: int = 1000,
                  ctx: zmq.Context | None = None, curve: Curve = None,
-                 max_bytes: int = DEFAULT_MAX_BYTES, max_age_ns: int | None = None) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_age_ns: int | None = None,
+                 to: Mapping[str, str] | None = None) -> None:
         if not topics or any(not t for t in topics):
             raise ValueError("Subscriber needs at least one non-empty topic")
         self.topics = tuple(dict.fromkeys(topics))
+        self._to = dict(to or {})
+        if set(self._to) - set(self.topics):
+            raise ValueError(f"to= names topics {sorted(set(self._to) - set(self.topics))} "
+                             f"this Subscriber does not take ({list(self.topics)})")
         self._by_bytes = {t.encode(): t for t in self.topics}
         self.hard_cap_bytes = hard_cap_bytes(max_bytes)
-        options = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)] + [(zmq.SUBSCRIBE, t) for t in self._by_bytes]
+        options = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)] + [
+            (zmq.SUBSCRIBE, addressed_topic(t, self._to[t]) if t in self._to else t.encode())
+            for t in self.topics]
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         self._own_ctx = ctx is None
         self._ctx = zmq.Context() if ctx is None else ctx
@@ -679,10 +710,12 @@ class Subscriber:
         while frame.more:
             frame = sock.recv(_NOBLOCK, copy=False)
             views.append(frame.buffer)
-        topic = self._by_bytes.get(head.bytes)
-        if topic is None:  # a longer topic that only shares our prefix
-            self.counters["rejected"] += 1
-            return None
+        topic, dest = self._by_bytes.get(head.bytes), None
+        if topic is None:
+            topic, dest = self._addressed(head.bytes)
+            if topic is None:  # a longer topic that only shares our prefix
+                self.counters["rejected"] += 1
+                return None
         try:
             if len(views) == 1:
                 env = decode(views[0], max_bytes=self._max_bytes, topics=self.topics)
@@ -694,7 +727,7 @@ class Subscriber:
         except WireError:
             self.counters["rejected"] += 1
             return None
-        if env.topic != topic:
+        if env.topic != topic or (dest is not None and env.body.get("dest") != dest):
             self.counters["rejected"] += 1
             return None
         now = now_ns()
@@ -713,6 +746,19 @@ class Subscriber:
             peer, by_address = self._peer_of[sock]
             self.peer = peer if by_address is None else self._server_of(head, by_address)
         return env
+
+    def _addressed(self, frame: bytes) -> tuple[str | None, str | None]:
+        """(topic, address) of an addressed topic frame of ours, else (None, None)."""
+        name, sep, rest = frame.partition(b"\x00")
+        topic = self._by_bytes.get(name) if sep and rest[-1:] == b"\x00" else None
+        if topic is None:
+            return None, None
+        try:
+            dest = rest[:-1].decode()
+        except UnicodeDecodeError:
+            return None, None
+        want = self._to.get(topic)
+        return (topic, dest) if want is None or want == dest else (None, None)
 
     @staticmethod
     def _client_of(head: zmq.Frame) -> str | None:
