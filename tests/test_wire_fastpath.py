@@ -133,6 +133,40 @@ def test_mutated_chunks_get_the_generic_verdict_error_class_and_values(topic, bo
     assert_decoders_agree(mutate(encoded, data.draw), topics=(topic,))
 
 
+@SETTINGS
+@given(CHUNK_TOPICS, action_chunks(), names, stamps, st.data())
+def test_same_length_changes_to_a_learnt_layout_get_the_generic_verdict_and_values(topic, body, src, st_, data):
+    """A decoded chunk leaves its layout's template; any bytes of the same length (values,
+    int markers, keys, headers overwritten) must still decode as the generic codec says."""
+    encoded = wire.encode(topic, body, seq=data.draw(st.integers(0, 2**64 - 1)), src=src, stamps=st_)
+    assert_decoders_agree(encoded)
+    changed = bytearray(encoded)
+    for _ in range(data.draw(st.integers(1, 3))):
+        changed[data.draw(st.integers(0, len(encoded) - 1))] = data.draw(
+            st.sampled_from([0x00, 0x7F, 0x80, 0xCC, 0xCF, 0xFF]) | st.integers(0, 255))
+    assert_decoders_agree(bytes(changed))
+    assert_decoders_agree(bytes(changed), topics=(topic,))
+
+
+def test_a_chunk_of_a_learnt_layout_is_read_by_its_template():
+    stamps_ = {"capture": 10**13, "publish": 10**13 + 5}
+    first = wire.encode("action_chunk", typical(), seq=300, src="inf", stamps=stamps_)
+    wire.decode(first)
+    template = chunk_codec._templates[len(first)]
+    body = typical(cycle=9, index=3, values=np.full(6, 0.25, np.float32), tokens=np.arange(6, 12, dtype=np.int32))
+    second = wire.encode("action_chunk", body, seq=301, src="inf", stamps={"capture": 10**13 + 9, "publish": 10**13 + 99})
+    got = chunk_codec._by_template(second, ("action_chunk",), template)
+    assert got is not None and got[:4] == ("action_chunk", 301, "inf", {"capture": 10**13 + 9, "publish": 10**13 + 99})
+    with generic_only():
+        assert_same(got[4], wire.decode(second).body)
+    assert not got[4]["values"].flags.writeable and not got[4]["tokens"].flags.writeable
+    assert chunk_codec._by_template(second, ("action_chunk/x",), template) is None  # not subscribed
+    late = first.replace(b"\xa5index\x01", b"\xa5index\x04")  # index 4 of count 4
+    assert chunk_codec._by_template(late, None, template) is None
+    with pytest.raises(wire.SchemaError):
+        wire.decode(late)
+
+
 def packed(env: dict) -> bytes:
     return msgpack.packb(env, default=default_inline, use_bin_type=True)
 

@@ -9,7 +9,8 @@ else returns None and the caller takes the generic codec, which then accepts it 
 the right WireError. So this module never raises and never decides a verdict: it accepts a
 subset of what the generic codec accepts, and produces (or reads) the same bytes and values
 (tests/test_wire_fastpath.py checks both against the generic codec). Thread-safe: the memos
-below are only added to, bounded, and hold immutable values.
+and templates below are bounded and hold immutable values; memos are only added to, and a
+template is only replaced whole.
 """
 import struct
 
@@ -221,13 +222,28 @@ def decode_chunk(data, topics):
     """(topic, seq, src, stamps, body) exactly as the generic decoder gives them, or None.
 
     `data` is the whole single-frame message, already within max_bytes. Arrays are
-    read-only views of `data` (of a bytes copy of it when it is not bytes). Each str is read
-    through a memo of its raw bytes, each array header through one of its 19 header bytes.
+    read-only views of `data` or of bytes taken from it. A message laid out as one already
+    read (its length's template, below) is read in one struct.unpack; otherwise each str is
+    read through a memo of its raw bytes, each array header through one of its 19 header
+    bytes, and the layout is learnt.
     """
     if type(data) is not bytes:
         if data[17:29] != b"action_chunk":  # another kind: copy nothing
             return None
         data = bytes(data)
+    template = _templates.get(len(data))
+    if template is not None:
+        got = _by_template(data, topics, template)
+        if got is not None:
+            return got
+    got = _parse(data, topics)
+    if got is not None and len(data) <= _TEMPLATE_BYTES:
+        _learn(data, got)
+    return got
+
+
+def _parse(data: bytes, topics):
+    """decode_chunk without templates."""
     names, strs, arrays, lit = _name_of, _str_of, _array_of, data.startswith
     try:  # inline reads: this runs once a message, and a call costs more than its work here
         end = 17 + (data[16] & 0x1F)
@@ -289,3 +305,86 @@ def decode_chunk(data, topics):
             or values.dtype is not _F32 or not _finite(raw, values.size, values)):  # trailing bytes, ranges
         return None
     return topic, seq, src, stamps, body
+
+
+# Templates: message length -> the layout of the last message of that length read by _parse,
+# as a struct that splits it into its constant runs (keys, names, strs, array headers, int
+# markers) and its values (ints, array data), alternately. A message of that length whose
+# constant runs are the template's is that layout with other values: every byte is either
+# compared or read as a value behind the marker compared before it (a positive fixint is its
+# own marker: read signed, any other marker byte reads negative). Bounded like the memos;
+# a layout replaces the one before it at the same length.
+_TEMPLATE_BYTES = 4096  # longer messages get no template (a template holds ~their size)
+_TEMPLATES_MAX = 256
+_templates: dict[int, tuple] = {}
+_INT_FORMS = ((0xFF, b"\xcc", "B"), (0xFFFF, b"\xcd", "H"), (0xFFFFFFFF, b"\xce", "I"),
+              (U64_MAX, b"\xcf", "Q"))
+
+
+def _learn(data: bytes, got: tuple) -> None:
+    """Remember the layout of `data`, which _parse read as `got`."""
+    if len(_templates) >= _TEMPLATES_MAX and len(data) not in _templates:
+        return
+    topic, seq, src, stamps, body = got
+    values, tokens = body["values"], body.get("tokens")
+    items = [_PREFIX, msgpack.packb(topic), _SEQ, seq, _SRC, msgpack.packb(src), _STAMPS,
+             _FIXMAP[len(stamps)]]
+    for k, t in stamps.items():
+        items += (msgpack.packb(k), t)
+    items += (_BODY_VALUES if tokens is None else _BODY_TOKENS, body["cycle"], _INDEX,
+              body["index"], _COUNT, body["count"], _DEST, msgpack.packb(body["dest"]), _VALUES,
+              _ext_head(10, values), (values.nbytes,), _SPEC, msgpack.packb(body["spec"]), _PERIOD,
+              body["period_ns"], _START, body["start_ns"])
+    if tokens is not None:
+        items += (_TOKENS, _ext_head(DTYPES.index(tokens.dtype), tokens), (tokens.nbytes,))
+    consts, codes, run = [], [">"], b""  # ints by value, array data as (byte count,)
+    for item in items:
+        if type(item) is bytes:
+            run += item
+            continue
+        if type(item) is tuple:
+            code = f"{item[0]}s"  # array data: (its byte count,)
+        elif item < 0x80:
+            code = "b"
+        else:
+            marker, code = next((m, c) for top, m, c in _INT_FORMS if item <= top)
+            run += marker
+        consts.append(run)
+        codes += (f"{len(run)}s", code)
+        run = b""
+    layout = struct.Struct("".join(codes))
+    if layout.size != len(data) or layout.unpack(data)[0::2] != tuple(consts):
+        return  # not the shortest forms: _parse reads it, a template would not match
+    _templates[len(data)] = (layout, tuple(consts), topic, src, tuple(stamps), body["dest"],
+                             body["spec"], None if tokens is None else tokens.dtype)
+
+
+def _ext_head(code: int, arr: np.ndarray) -> bytes:
+    """The ext 1 value of 1-D `arr` up to its data: msgpack's ext header, the array header."""
+    ext = _ext_array(code, arr.size, bytes(arr.nbytes))
+    return ext[:len(ext) - arr.nbytes]
+
+
+def _by_template(data: bytes, topics, template: tuple):
+    """decode_chunk's result if `data` has the template's layout, else None."""
+    layout, consts, topic, src, keys, dest, spec, tokens_dtype = template
+    if topics is not None and topic not in topics:
+        return None
+    parts = layout.unpack(data)
+    if parts[0::2] != consts:
+        return None
+    n = len(keys)
+    vals = parts[1::2]
+    seq, stamp_values = vals[0], vals[1:1 + n]
+    cycle, index, count, raw, period, start = vals[1 + n:7 + n]
+    if ((seq | cycle | index | start) < 0 or index >= count or not 0 < period <= I64_MAX
+            or start > I64_MAX or n and (min(stamp_values) < 0 or max(stamp_values) > I64_MAX)):
+        return None  # a marker where the template has a fixint, or a value out of range
+    values = np.frombuffer(raw, _F32)
+    if not _finite(raw, values.size, values):
+        return None
+    body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "values": values,
+            "spec": spec, "period_ns": period, "start_ns": start}
+    if tokens_dtype is not None:
+        body["tokens"] = np.frombuffer(vals[7 + n], tokens_dtype)
+    return topic, seq, src, dict(zip(keys, stamp_values)), body
