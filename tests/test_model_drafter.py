@@ -138,3 +138,5 @@ def test_runner_serves_the_draft_model_and_the_cascade(tiny_model_dir, target, d
         assert all((a == b).all() for a, b in zip(outs[name], outs["none"])), name
     with pytest.raises(ValueError, match="needs a k=4 graph at an early exit"):
         ChunkRunner(ModelDir.load(tiny_model_dir), drafter="cascade")
+    with pytest.raises(ValueError, match="needs a draft model: none at"):
+        ChunkRunner(ModelDir.load(tiny_model_dir), drafter="model")

@@ -61,6 +61,10 @@ class ChunkRunner:
             named = md.card.get("draft_model")
             draft_model = md.path / DRAFT_DIR if (md.path / DRAFT_DIR).is_dir() or not named \
                 else md.path / named
+            if not (draft_model / "graphs.json").is_file():
+                raise ValueError(f"drafter 'model' needs a draft model: none at {draft_model}; "
+                                 f"pass draft_model=DIR, put one in {md.path / DRAFT_DIR} or name "
+                                 f"it in {md.path / 'card.json'} \"draft_model\"")
         d = ModelDrafter(get_backend(backend).load(draft_model, **(backend_opts or {})))
         d.check_target(md)
         return d
@@ -72,8 +76,11 @@ class ChunkRunner:
             raise ValueError(f"{self.model.path}: the cascade drafter needs a k={k} graph at an "
                              f"early exit (none in graphs.json); export one "
                              f"(rtinfer.bench.dynamic_models.with_graphs) or pick another drafter")
-        v = self.model.vocab
-        return CascadeDrafter(self.drafters["chunk"], min(exits), v.action_start, v.action_stop, k)
+        # with a verify as wide as the chunk a second exit pass pays; with 8 it does not
+        # (rtinfer bench dynamic: cascade-k16 against cascade)
+        v, rounds = self.model.vocab, 2 if k >= self.model.chunk_tokens else 1
+        return CascadeDrafter(self.drafters["chunk"], min(exits), v.action_start, v.action_stop,
+                              k, rounds)
 
     def reset(self) -> None:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""
