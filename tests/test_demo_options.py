@@ -2,10 +2,13 @@
 failed run that says why, stdout that is JSON, and package metadata without warnings.
 Real processes: the installed `rtinfer` entry (python -m rtinfer.cli) run from a tmp dir."""
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,3 +110,30 @@ def test_unknown_stress_modes_and_near_deadline_for_the_expert_are_refused(tmp_p
     assert run(1, stress="near-deadline", policy="expert", run_dir=str(tmp_path / "run")) == 2
     assert "no chunk time to set a deadline from" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # refused before anything started
+
+
+@pytest.mark.skipif(os.environ.get("RTINFER_LONG") != "1",
+                    reason="about a minute of launched runs: opt-in with RTINFER_LONG=1")
+def test_near_deadline_runs_unpressured_then_both_loads_each_at_its_own_calibrated_deadline(
+        tmp_path):
+    """`--stress near-deadline` briefly (through demo.run in a child process, as
+    rtinfer.cli calls it): one JSON report with the unpressured run, per load its
+    calibration and both runs at its deadline, each audited, and the targets' verdict."""
+    code = ("import sys; from rtinfer.cli.demo import run; sys.exit(run(2, "
+            f"stress='near-deadline', json_out=True, run_dir={str(tmp_path / 'run')!r}))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    assert list(report) == ["unpressured", "nominal", "stress", "targets"]
+    assert report["unpressured"]["deadline_ms"] == 100
+    for cond, load in (("nominal", "no added load"), ("stress", "SCHED_IDLE")):
+        pair = report[cond]
+        assert load in pair["calibration"]["load"] and pair["calibration"]["samples"] >= 20
+        for role in ("fixed", "budget"):
+            assert pair[role]["exit_code"] == 0
+            assert pair[role]["deadline_ms"] == pair["calibration"]["deadline_ms"]
+            assert set(pair[role]["audit"]) >= {"undetected", "stale_applied", "held"}
+            assert (tmp_path / "run" / f"{cond}-{role}" / "policy.trace").exists()
+    assert {c["check"].split(":")[0] for c in report["targets"]["checks"]} >= {"nominal", "stress"}
+    assert "targets" in r.stderr and "Traceback" not in r.stderr
