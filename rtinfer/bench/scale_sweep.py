@@ -47,7 +47,7 @@ def prefill_lengths() -> list[int]:
     return list(dict.fromkeys(ks))
 
 
-def sweep(rung: str = "30M", precision: str = "int8", *, runs: int = 20, threads: int = 1,
+def sweep(rung: str = "30M", precision: str = "int4", *, runs: int = 20, threads: int = 1,
           seed: int = 0, log=print) -> dict:
     path = model_dir(rung, prefills=prefill_lengths(), max_ctx=MAX_CTX, horizon=HORIZON,
                      precisions=() if precision == "fp32" else (precision,), log=log)
