@@ -170,6 +170,39 @@ def evaluate(gated: GatedPolicy, demos, taus, batch: int = 512) -> dict:
     return out
 
 
+def finetune_level(model_dir, out_dir, skip: int, demos, val, *, steps: int, batch: int,
+                   lr: float = 3e-4) -> dict:
+    """The model with the FFNs of its `skip` deepest layers removed, fine-tuned (every
+    remaining weight, exits included: models.train.fit; token accuracy on `val` before and
+    after) and exported as a model directory with the source's prefill lengths, exits and
+    tokenizers (fp32). Returns the card."""
+    from models.train import evaluate_tokens, fit
+    from rtinfer.model.directory import ModelDir
+    src, out = Path(model_dir), Path(out_dir)
+    md, ck = ModelDir.load(src), checkpoint.load(Path(model_dir) / "policy")
+    layers = list(range(ck.cfg.n_layer - skip, ck.cfg.n_layer))
+    model = skip_ffn(ck.model, layers)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    before = evaluate_tokens(model, val)
+    log, seconds = fit(model, demos, steps=steps, batch=batch, lr=lr, seed=0,
+                       desc=f"ffn-skip {skip}")
+    model.eval()
+    after = evaluate_tokens(model, val)
+    prefixes = sorted({g["k"] for g in md.manifest["graphs"] if "prefill" in g["roles"]
+                       and g["depth"] == ck.cfg.n_layer and g["dtype"] == "float32"})
+    export_all(model, ck.cfg, out, k_verify=8, prefix_len=prefixes, vocab=ck.vocab, fp16=False)
+    for name in SPEC_FILES:
+        shutil.copyfile(src / name, out / name)
+    card = {"name": out.name, "params": sum(p.numel() for p in model.parameters()),
+            "ffn_skipped_layers": layers, "from": src.name, "config": ck.cfg.to_dict(),
+            "accuracy": {str(d): a for d, a in after.items()},
+            "training": {"steps": steps, "batch": batch, "lr": lr, "train_seconds": seconds,
+                         "token_accuracy_before": before, "log": log}}
+    (out / "card.json").write_text(json.dumps(card, indent=1))
+    return card
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -187,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--penalty", type=float, nargs="+", default=[0.05, 0.2, 0.5])
     tr.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     tr.add_argument("--val", type=float, default=0.05)
+    ft = sub.add_parser("finetune", help="one FFN-skip level, fine-tuned, as a model directory")
+    ft.add_argument("model")
+    ft.add_argument("out")
+    ft.add_argument("--skip", type=int, required=True)
+    ft.add_argument("--data", nargs="+", required=True)
+    ft.add_argument("--steps", type=int, default=200)
+    ft.add_argument("--batch", type=int, default=64)
+    ft.add_argument("--lr", type=float, default=3e-4)
     a = ap.parse_args(argv)
     if a.cmd == "levels":
         print(json.dumps({n: str(p) for n, p in export_levels(a.model, a.out, a.skip).items()}))
@@ -197,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from models import data
     torch.set_num_threads(1)
+    if a.cmd == "finetune":
+        card = finetune_level(a.model, a.out, a.skip, *data.split(data.load(a.data), 0.02, 0),
+                              steps=a.steps, batch=a.batch, lr=a.lr)
+        print(json.dumps({k: card[k] for k in ("name", "params", "accuracy")}))
+        return 0
     tr_set, val = data.split(data.load(a.data), a.val, 0)
     results = {"data": a.data, "train_rows": len(tr_set), "val_rows": len(val),
                "steps": a.steps, "batch": a.batch, "runs": {}}

@@ -40,14 +40,15 @@ def test_ffn_skip_levels_drop_the_ffn_matmuls_and_level_0_is_dense(tiny_model_di
 
 def _demos(tiny_model_dir, n=64, seed=0):
     """Random action sequences in the tiny model's layout (labels: random bins)."""
-    from types import SimpleNamespace
     from models import checkpoint
+    from models.data import Demos
     from rtinfer.model.sequence import build_sequence, target_positions
     ck = checkpoint.load(tiny_model_dir / "policy")
     rng, v = np.random.default_rng(seed), ck.vocab
-    seqs = np.stack([build_sequence(v, rng.integers(0, 3, 3), rng.integers(0, 16, 10),
-                                    rng.integers(0, 32, 12)) for _ in range(n)])
-    return ck, SimpleNamespace(seqs=seqs, targets=target_positions(3, 10, 12), vocab=v)
+    instr = rng.integers(0, 3, (n, 3))
+    seqs = np.stack([build_sequence(v, instr[i], rng.integers(0, 16, 10),
+                                    rng.integers(0, 32, 12)) for i in range(n)])
+    return ck, Demos(seqs, target_positions(3, 10, 12), v, 3, 10, {}, {}, instr)
 
 
 def test_router_threshold_0_is_dense_above_1_skips_every_ffn_and_the_penalty_lowers_gates(
@@ -68,3 +69,19 @@ def test_router_threshold_0_is_dense_above_1_skips_every_ffn_and_the_penalty_low
     train(gated, demos, steps=30, batch=16, penalty=5.0)
     with torch.no_grad():
         assert gated(idx)[1].mean().item() < before
+
+
+def test_a_finetuned_ffn_skip_level_exports_a_model_directory_the_runner_serves(
+        tiny_model_dir, tmp_path):
+    from models.gating import finetune_level
+    from rtinfer.inference.budget import BudgetLevel
+    from rtinfer.inference.runner import ChunkRunner
+    from rtinfer.model.directory import ModelDir
+    ck, demos = _demos(tiny_model_dir)
+    card = finetune_level(tiny_model_dir, tmp_path / "skip1", 1, demos, demos, steps=3, batch=8)
+    assert card["ffn_skipped_layers"] == [2] and card["params"] < ck.model.num_params()
+    md = ModelDir.load(tmp_path / "skip1")
+    instr, obs = md.obs.encode(random_obs_body(np.random.default_rng(0)))
+    bins, _ = ChunkRunner(md, drafter="chunk").run(instr, obs, 0, BudgetLevel(3, 3, 3))
+    assert bins.shape == (12,)
+
