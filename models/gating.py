@@ -1,31 +1,23 @@
-"""Token-level FFN gating: learned routers, and FFN-skip graphs per level.
+"""Token-level FFN gating: learned, causal, per-layer routers on a frozen policy.
 
-Token-level gating (issue 21) skips a sub-layer for a token whose router score is below a
-threshold. Skipping the FFN keeps every KV entry (attention still runs), so routes stay
-causal and per token. In ONNX Runtime the 1-token step only gets faster if the skipped
-FFN's MatMuls are not in the graph it runs, so each level is its own graph set. This module
-builds those graph sets for a static route: the FFNs of the `skip` deepest layers removed
-for every token. That is what a router would do at the threshold where it skips those layers
-for all tokens, and so it bounds what any FFN gating can save per step at this model size;
-it is untrained (no router yet, no fine-tuning), so its token agreement with dense is a
-floor, not the gated model's accuracy.
-
-The routers (`GatedPolicy`): one linear score per layer on the FFN's input (ln_2(x)), per
-token, causal (a token's route depends only on its own hidden state, so it is the same in a
-1-token step and in a k-token verify). At threshold tau the FFN runs for a token where
-sigmoid(score) >= tau. Trained on top of the shipped weights (frozen) with the action
-tokens' cross-entropy plus `penalty` x the mean gate on the decoded rows (straight-through
-hard gates at 0.5). `evaluate` gives, per threshold, the fraction of FFNs skipped on the
-decoded rows and token accuracy and agreement with dense, teacher-forced.
+One linear score per layer on the FFN's input (ln_2(x)), per token: a token's route depends
+only on its own hidden state, so it is the same in a 1-token step and in a k-token verify
+(causal threshold routing, not top-k capacity across tokens). At threshold tau the FFN runs
+for a token where sigmoid(score) >= tau. `train` fits the routers on top of the shipped
+weights (frozen) with the action tokens' cross-entropy plus `penalty` x the mean gate on the
+decoded rows (straight-through hard gates at 0.5); `evaluate` gives, per threshold, the
+fraction of FFNs skipped on the decoded rows, token accuracy and agreement with dense
+(teacher forced). The routes are data-dependent: serving them would need conditional
+sub-graphs in the step graphs, which are not built; models.ffn_skip's static levels bound
+what they could save per step.
 
     python -m models.gating levels models/zoo/conveyor-v1 OUT --skip 2 4 6
     python -m models.gating train models/zoo/conveyor-v1 OUT --data /work/data16/clean.npz ...
+    python -m models.gating finetune models/zoo/conveyor-v1 OUT --skip 4 --data ...
 """
 from __future__ import annotations
 
-import copy
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -34,58 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import checkpoint
-from models.export import export_all
-
-SPEC_FILES = ("tokenizer.json", "obs_tokens.json")
-
-
-class NoFFN(nn.Module):
-    """The FFN of a skipped layer: adds nothing to the residual (no MatMul in the graph)."""
-
-    def forward(self, x):
-        return torch.zeros_like(x)
-
-
-def skip_ffn(policy: nn.Module, layers) -> nn.Module:
-    """A copy of `policy` whose blocks `layers` (0-based) have no FFN."""
-    out = copy.deepcopy(policy).eval()
-    for l in layers:
-        out.blocks[l].ln_2, out.blocks[l].mlp = nn.Identity(), NoFFN()
-    return out
-
-
-def ffn_flops_fraction(cfg, skip: int) -> float:
-    """Matmul FLOPs of a 1-token step at full depth with `skip` FFNs removed, over dense's
-    (attention over the whole max_ctx buffer and the LM head included)."""
-    C, V, T, L = cfg.n_embd, cfg.vocab_size, cfg.max_ctx, cfg.n_layer
-    dense = L * (24 * C * C + 4 * T * C) + 2 * C * V
-    return (dense - skip * 16 * C * C) / dense
-
-
-def export_levels(model_dir, out_dir, skips=(0, 2, 4, 6), k_verify: int = 8) -> dict:
-    """One model directory per level under out_dir (`skip{N}`): decode, verify and prefill
-    graphs at full depth with the FFNs of the N deepest layers removed. Returns
-    {N: its path}. Seconds at the shipped size."""
-    import dataclasses
-
-    from rtinfer.model.directory import ModelDir
-    src, out = Path(model_dir), Path(out_dir)
-    md, ck = ModelDir.load(src), checkpoint.load(Path(model_dir) / "policy")
-    cfg = dataclasses.replace(ck.cfg, exits=(), layer_dropout=0.0)
-    base = copy.deepcopy(ck.model)
-    base.cfg = cfg
-    paths = {}
-    for n in skips:
-        d = out / f"skip{n}"
-        layers = range(cfg.n_layer - n, cfg.n_layer)
-        export_all(skip_ffn(base, layers), cfg, d, k_verify=k_verify,
-                   prefix_len=[md.prefix_len], vocab=ck.vocab, fp16=False)
-        for name in SPEC_FILES:
-            shutil.copyfile(src / name, d / name)
-        (d / "card.json").write_text(json.dumps({"ffn_skipped_layers": list(layers),
-                                                 "from": src.name}))
-        paths[n] = d
-    return paths
+from models.ffn_skip import export_levels, finetune_level
 
 
 class GatedPolicy(nn.Module):
@@ -168,39 +109,6 @@ def evaluate(gated: GatedPolicy, demos, taus, batch: int = 512) -> dict:
                             per_layer_skipped=[round(float(x), 4) for x in skipped / n])
     out.pop("dense_pred")
     return out
-
-
-def finetune_level(model_dir, out_dir, skip: int, demos, val, *, steps: int, batch: int,
-                   lr: float = 3e-4) -> dict:
-    """The model with the FFNs of its `skip` deepest layers removed, fine-tuned (every
-    remaining weight, exits included: models.train.fit; token accuracy on `val` before and
-    after) and exported as a model directory with the source's prefill lengths, exits and
-    tokenizers (fp32). Returns the card."""
-    from models.train import evaluate_tokens, fit
-    from rtinfer.model.directory import ModelDir
-    src, out = Path(model_dir), Path(out_dir)
-    md, ck = ModelDir.load(src), checkpoint.load(Path(model_dir) / "policy")
-    layers = list(range(ck.cfg.n_layer - skip, ck.cfg.n_layer))
-    model = skip_ffn(ck.model, layers)
-    for p in model.parameters():
-        p.requires_grad_(True)
-    before = evaluate_tokens(model, val)
-    log, seconds = fit(model, demos, steps=steps, batch=batch, lr=lr, seed=0,
-                       desc=f"ffn-skip {skip}")
-    model.eval()
-    after = evaluate_tokens(model, val)
-    prefixes = sorted({g["k"] for g in md.manifest["graphs"] if "prefill" in g["roles"]
-                       and g["depth"] == ck.cfg.n_layer and g["dtype"] == "float32"})
-    export_all(model, ck.cfg, out, k_verify=8, prefix_len=prefixes, vocab=ck.vocab, fp16=False)
-    for name in SPEC_FILES:
-        shutil.copyfile(src / name, out / name)
-    card = {"name": out.name, "params": sum(p.numel() for p in model.parameters()),
-            "ffn_skipped_layers": layers, "from": src.name, "config": ck.cfg.to_dict(),
-            "accuracy": {str(d): a for d, a in after.items()},
-            "training": {"steps": steps, "batch": batch, "lr": lr, "train_seconds": seconds,
-                         "token_accuracy_before": before, "log": log}}
-    (out / "card.json").write_text(json.dumps(card, indent=1))
-    return card
 
 
 def main(argv: list[str] | None = None) -> int:

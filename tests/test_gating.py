@@ -1,5 +1,6 @@
-"""FFN-skip levels (models.gating): each level's graphs lack the skipped FFNs' MatMuls, and
-skipping none reproduces the dense model's greedy tokens."""
+"""FFN-skip levels (models.ffn_skip): each level's graphs lack the skipped FFNs' MatMuls,
+skipping none reproduces dense greedy, a fine-tuned level is a servable model directory;
+FFN routers (models.gating): threshold 0 is dense, above 1 skips every FFN."""
 import numpy as np
 import onnx
 
@@ -20,7 +21,7 @@ def _greedy(be, prefix):
 
 
 def test_ffn_skip_levels_drop_the_ffn_matmuls_and_level_0_is_dense(tiny_model_dir, tmp_path):
-    from models.gating import export_levels
+    from models.ffn_skip import export_levels
     paths = export_levels(tiny_model_dir, tmp_path, skips=(0, 1, 3), k_verify=4)
     dense = get_backend("onnx").load(tiny_model_dir)
     counts = {n: _matmuls(p / "step_d3_k1.onnx") for n, p in paths.items()}
@@ -54,7 +55,8 @@ def _demos(tiny_model_dir, n=64, seed=0):
 def test_router_threshold_0_is_dense_above_1_skips_every_ffn_and_the_penalty_lowers_gates(
         tiny_model_dir):
     import torch
-    from models.gating import GatedPolicy, evaluate, skip_ffn, train
+    from models.ffn_skip import skip_ffn
+    from models.gating import GatedPolicy, evaluate, train
     ck, demos = _demos(tiny_model_dir)
     gated = GatedPolicy(ck.model)
     idx = torch.from_numpy(demos.seqs[:4, :-1])
@@ -73,7 +75,7 @@ def test_router_threshold_0_is_dense_above_1_skips_every_ffn_and_the_penalty_low
 
 def test_a_finetuned_ffn_skip_level_exports_a_model_directory_the_runner_serves(
         tiny_model_dir, tmp_path):
-    from models.gating import finetune_level
+    from models.ffn_skip import finetune_level
     from rtinfer.inference.budget import BudgetLevel
     from rtinfer.inference.runner import ChunkRunner
     from rtinfer.model.directory import ModelDir

@@ -5,7 +5,7 @@ then each drafter: chunk reuse, self-speculative (the shallowest exit), a separa
 model (the shipped `<model>-draft` when there is one, and the target's first blocks as a
 model of their own), the cascade (chunk reuse filtered at the shallowest exit, then full
 depth; `cascade-k{W}`: a verify window W wide enough for the whole chunk, and up to two exit
-passes), then the FFN-skip levels of models.gating (`ffn-skip:N`: lossy, so they carry
+passes), then the FFN-skip levels of models.ffn_skip (`ffn-skip:N`: lossy, so they carry
 `step_ratio` against dense and `token_agreement` / `chunk_agreement` with dense's greedy
 output instead of `identical` and `speedup`).
 Every variant runs on the same fp32 graphs (plus the cascade's exit-verify graph), ONNX
@@ -103,7 +103,7 @@ def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: i
     """The rows (see the module docstring). draft_models: model directories of draft
     policies (default: `<model>-draft` beside the model when it exists); the truncated
     draft (the target's shallowest exit as a model) is always added. ffn_skip: FFN-skip
-    levels (models.gating: the FFNs of the N deepest layers removed), plain greedy each,
+    levels (models.ffn_skip: the FFNs of the N deepest layers removed), plain greedy each,
     after the drafters in every run, beside dense run the same way (all cycles in one go:
     their step_ratio is against that). workdir: where the derived model directories go
     (default: a temporary folder, removed after)."""
@@ -127,7 +127,7 @@ def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: i
         levels = {}
         ffn_skip = [s for s in ffn_skip if 0 < s <= cfg["n_layer"]]
         if ffn_skip:
-            from models.gating import export_levels
+            from models.ffn_skip import export_levels
             levels = {n: get_backend("onnx").load(p, threads=1) for n, p in
                       export_levels(src, Path(tmp) / "gating", ffn_skip, k).items()}
         results, skips = [], []
@@ -179,7 +179,7 @@ def _rows(md, drafters: dict, opts: dict, dcfgs: dict, results: list, n_prefix: 
 def _skip_rows(md, results: list, skips: list) -> list:
     """Rows of the FFN-skip levels: lossy, so agreement with dense instead of identical."""
     from models.config import PolicyConfig
-    from models.gating import ffn_flops_fraction
+    from models.ffn_skip import ffn_flops_fraction
     cfg, n, rows = md.config, md.chunk_tokens, []
     C = cfg["n_embd"]
     dense_out = results[0]["plain"]["outs"]
