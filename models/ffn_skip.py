@@ -103,3 +103,57 @@ def finetune_level(model_dir, out_dir, skip: int, demos, val, *, steps: int, bat
                          "token_accuracy_before": before, "log": log}}
     (out / "card.json").write_text(json.dumps(card, indent=1))
     return card
+
+
+def step_times(shape: tuple[int, int, int], vocab_size: int, max_ctx: int, skips,
+               rounds: int = 5, steps: int = 100, pos: int = 40, seed: int = 0) -> dict:
+    """1-token full-depth step p50 (us) of a random-weight policy of `shape` (n_layer, n_embd,
+    n_head) with each level's FFNs removed, ONNX Runtime CPU, 1 thread, IOBinding (inputs and
+    outputs bound once, as the backend does); levels interleaved, `rounds` rounds of `steps`
+    steps. Returns per level the median step and its ratio to level 0 (per round, median)."""
+    import tempfile
+    import time
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from models.config import PolicyConfig
+    from models.export import export_graph
+    from models.policy import Policy
+    n_layer, n_embd, n_head = shape
+    cfg = PolicyConfig(vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                       max_ctx=max_ctx, exits=())
+    torch.manual_seed(seed)
+    base = Policy(cfg).eval()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    runs, times = {}, {n: [] for n in skips}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in skips:
+            path = export_graph(skip_ffn(base, range(n_layer - n, n_layer)), n_layer, 1,
+                                Path(tmp) / f"skip{n}.onnx")
+            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            arrays = [np.full((1, 1), 7, np.int64), np.array([pos], np.int64),
+                      np.zeros(cfg.kv_shape(1), np.float32),
+                      np.zeros((1, 1, vocab_size), np.float32), np.zeros(cfg.kv_shape(1), np.float32)]
+            b = sess.io_binding()
+            for name, a in zip(("tokens", "start_pos", "kv"), arrays[:3]):
+                b.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(a))
+            for name, a in zip(("logits", "kv_out"), arrays[3:]):
+                b.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(a))
+            runs[n] = (sess, b, arrays)
+        for r in range(rounds):
+            for n in skips[r % len(skips):] + skips[:r % len(skips)]:
+                sess, b, _ = runs[n]
+                ts = []
+                for _ in range(steps):
+                    t0 = time.perf_counter_ns()
+                    sess.run_with_iobinding(b)
+                    ts.append(time.perf_counter_ns() - t0)
+                times[n].append(float(np.median(ts)))
+    base_t = np.array(times[skips[0]])
+    return {"shape": list(shape), "params": base.num_params(), "rounds": rounds,
+            "steps": steps, "levels": {n: {"step_p50_us": float(np.median(times[n])) / 1e3,
+                                           "ratio": float(np.median(np.array(times[n]) / base_t)),
+                                           "flops_fraction": ffn_flops_fraction(cfg, n)}
+                                       for n in skips}}

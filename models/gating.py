@@ -14,6 +14,7 @@ what they could save per step.
     python -m models.gating levels models/zoo/conveyor-v1 OUT --skip 2 4 6
     python -m models.gating train models/zoo/conveyor-v1 OUT --data /work/data16/clean.npz ...
     python -m models.gating finetune models/zoo/conveyor-v1 OUT --skip 4 --data ...
+    python -m models.gating steps --shape 6 128 4 --shape 8 320 5 --shape 10 512 8
 """
 from __future__ import annotations
 
@@ -128,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--penalty", type=float, nargs="+", default=[0.05, 0.2, 0.5])
     tr.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     tr.add_argument("--val", type=float, default=0.05)
+    st = sub.add_parser("steps", help="1-token step time per FFN-skip level, random weights")
+    st.add_argument("--shape", type=int, nargs=3, action="append", required=True,
+                    metavar=("N_LAYER", "N_EMBD", "N_HEAD"))
+    st.add_argument("--vocab-size", type=int, default=519)
+    st.add_argument("--max-ctx", type=int, default=64)
+    st.add_argument("--rounds", type=int, default=5)
     ft = sub.add_parser("finetune", help="one FFN-skip level, fine-tuned, as a model directory")
     ft.add_argument("model")
     ft.add_argument("out")
@@ -137,6 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     ft.add_argument("--batch", type=int, default=64)
     ft.add_argument("--lr", type=float, default=3e-4)
     a = ap.parse_args(argv)
+    if a.cmd == "steps":
+        from models.ffn_skip import step_times
+        torch.set_num_threads(1)
+        for shape in a.shape:
+            skips = sorted({0, shape[0] // 2, shape[0] - 1, shape[0]})
+            print(json.dumps(step_times(tuple(shape), a.vocab_size, a.max_ctx, skips,
+                                        a.rounds)), flush=True)
+        return 0
     if a.cmd == "levels":
         print(json.dumps({n: str(p) for n, p in export_levels(a.model, a.out, a.skip).items()}))
         return 0
