@@ -7,18 +7,21 @@ for a token where sigmoid(score) >= tau. `train` fits the routers on top of the 
 weights (frozen) with the action tokens' cross-entropy plus `penalty` x the mean gate on the
 decoded rows (straight-through hard gates at 0.5); `evaluate` gives, per threshold, the
 fraction of FFNs skipped on the decoded rows, token accuracy and agreement with dense
-(teacher forced). The routes are data-dependent: serving them would need conditional
-sub-graphs in the step graphs, which are not built; models.ffn_skip's static levels bound
-what they could save per step.
+(teacher forced). `export_routed` writes a model directory at one threshold (a graph set
+per level): in its 1-token graphs each FFN sits in an ONNX If (its MatMuls run only for a
+routed token), in its k-token graphs the batch is computed and skipped rows are masked.
 
     python -m models.gating levels models/zoo/conveyor-v1 OUT --skip 2 4 6
     python -m models.gating train models/zoo/conveyor-v1 OUT --data /work/data16/clean.npz ...
     python -m models.gating finetune models/zoo/conveyor-v1 OUT --skip 4 --data ...
     python -m models.gating steps --shape 6 128 4 --shape 8 320 5 --shape 10 512 8
+    python -m models.gating export models/zoo/conveyor-v1 ROUTERS.safetensors OUT --tau 0.5
 """
 from __future__ import annotations
 
+import copy
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import checkpoint
-from models.ffn_skip import export_levels, finetune_level
+from models.ffn_skip import SPEC_FILES, export_levels, finetune_level
 
 
 class GatedPolicy(nn.Module):
@@ -57,6 +60,98 @@ class GatedPolicy(nn.Module):
             x = x + g * b.mlp(h)
             scores.append(s)
         return p.head(x), torch.cat(scores, -1)
+
+
+@torch.jit.script
+def _ffn_if(h: torch.Tensor, score: torch.Tensor, tau: float, w1: torch.Tensor,
+            b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    """One token's FFN, run only when its score reaches tau (an ONNX If when exported)."""
+    if bool(score.reshape(-1)[0] >= tau):
+        return F.linear(F.gelu(F.linear(h, w1, b1)), w2, b2)
+    return torch.zeros_like(h)
+
+
+class RoutedMLP(nn.Module):
+    """A block's FFN behind its router at a fixed threshold: for one token an If (the FFN's
+    MatMuls run only when routed), for k tokens the batch computed and the skipped rows
+    masked. Either way a token's route is sigmoid(score) >= tau, per token."""
+
+    def __init__(self, mlp: nn.Module, router: nn.Linear, tau: float):
+        super().__init__()
+        self.mlp, self.router, self.tau = mlp, router, float(tau)
+
+    def forward(self, h):
+        score = torch.sigmoid(self.router(h))
+        if h.shape[1] == 1:  # a trace-time constant: the 1-token graph gets the If
+            m = self.mlp
+            return _ffn_if(h, score, self.tau, m.c_fc.weight, m.c_fc.bias, m.c_proj.weight,
+                           m.c_proj.bias)
+        return (score >= self.tau).to(h.dtype) * self.mlp(h)
+
+
+def routed_policy(gated: GatedPolicy, tau: float) -> nn.Module:
+    """A copy of the gated model's policy whose FFNs sit behind their routers at tau: it
+    exports through models.export like any Policy (the step-graph contract unchanged)."""
+    out = copy.deepcopy(gated.policy).eval()
+    for b, r in zip(out.blocks, copy.deepcopy(gated.routers)):
+        b.mlp = RoutedMLP(b.mlp, r, tau)
+    return out
+
+
+def export_routed(model_dir, routers_path, out_dir, tau: float, k_verify: int = 8,
+                  ffn_skipped: float | None = None) -> Path:
+    """A model directory of the shipped policy with trained routers (a safetensors file
+    `train` wrote) at threshold tau: the source's prefill lengths and exits, fp32.
+    ffn_skipped: the fraction of FFNs skipped at tau (from `evaluate`), kept in card.json."""
+    from safetensors.torch import load_file
+
+    from rtinfer.model.directory import ModelDir
+    src, out = Path(model_dir), Path(out_dir)
+    md, ck = ModelDir.load(src), checkpoint.load(src / "policy")
+    gated = GatedPolicy(ck.model)
+    gated.routers.load_state_dict(load_file(str(routers_path)))
+    prefixes = sorted({g["k"] for g in md.manifest["graphs"] if "prefill" in g["roles"]
+                       and g["depth"] == ck.cfg.n_layer and g["dtype"] == "float32"})
+    _export_plain(routed_policy(gated, tau), ck.cfg, ck.vocab, out, k_verify, prefixes)
+    for name in SPEC_FILES:
+        shutil.copyfile(src / name, out / name)
+    (out / "card.json").write_text(json.dumps({"name": out.name, "from": src.name, "tau": tau,
+                                               "routers": str(routers_path),
+                                               "ffn_skipped": ffn_skipped}))
+    return out
+
+
+def _export_plain(policy: nn.Module, cfg, vocab, out: Path, k_verify: int, prefixes) -> None:
+    """Every step graph of models.export's plan, fp32, and graphs.json, without renaming the
+    initializers: models.export's renaming does not reach inside an If's branches (their
+    nodes would name weights that no longer exist)."""
+    import hashlib
+    import warnings
+
+    import onnx
+
+    from models.export import MANIFEST, OPSET, StepGraph, _io, graph_plan
+    out.mkdir(parents=True, exist_ok=True)
+    graphs = []
+    for (depth, k), roles in graph_plan(cfg, k_verify, prefixes).items():
+        path = out / f"step_d{depth}_k{k}.onnx"
+        args = (torch.zeros(1, k, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
+                torch.zeros(cfg.kv_shape(1)))
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(StepGraph(policy, depth), args, str(path), opset_version=OPSET,
+                              input_names=["tokens", "start_pos", "kv"],
+                              output_names=["logits", "kv_out"], dynamo=False)
+        onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+        graphs.append({"file": path.name, "roles": roles, "depth": depth, "k": k,
+                       "dtype": "float32", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                       **_io(cfg, k, "float32")})
+    manifest = {"format": "rtinfer-graphs", "version": 1, "opset": OPSET,
+                "exporter": f"torch {torch.__version__} onnx legacy", "config": cfg.to_dict(),
+                "vocab": vocab.to_dict(), "batch": 1,
+                "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
+                "graphs": graphs}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 
 def train(gated: GatedPolicy, demos, *, steps: int, batch: int, penalty: float,
@@ -135,6 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--vocab-size", type=int, default=519)
     st.add_argument("--max-ctx", type=int, default=64)
     st.add_argument("--rounds", type=int, default=5)
+    ex = sub.add_parser("export", help="a routed model directory at one threshold")
+    ex.add_argument("model")
+    ex.add_argument("routers", help="a routers .safetensors `train` wrote")
+    ex.add_argument("out")
+    ex.add_argument("--tau", type=float, required=True)
+    ex.add_argument("--ffn-skipped", type=float, default=None,
+                    help="the fraction of FFNs skipped at tau (train's results), for the card")
     ft = sub.add_parser("finetune", help="one FFN-skip level, fine-tuned, as a model directory")
     ft.add_argument("model")
     ft.add_argument("out")
@@ -151,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
             skips = sorted({0, shape[0] // 2, shape[0] - 1, shape[0]})
             print(json.dumps(step_times(tuple(shape), a.vocab_size, a.max_ctx, skips,
                                         a.rounds)), flush=True)
+        return 0
+    if a.cmd == "export":
+        print(export_routed(a.model, a.routers, a.out, a.tau, ffn_skipped=a.ffn_skipped))
         return 0
     if a.cmd == "levels":
         print(json.dumps({n: str(p) for n, p in export_levels(a.model, a.out, a.skip).items()}))

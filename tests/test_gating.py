@@ -87,3 +87,41 @@ def test_a_finetuned_ffn_skip_level_exports_a_model_directory_the_runner_serves(
     bins, _ = ChunkRunner(md, drafter="chunk").run(instr, obs, 0, BudgetLevel(3, 3, 3))
     assert bins.shape == (12,)
 
+
+
+def test_a_routed_model_skips_ffns_through_ifs_and_stays_lossless_under_speculation(
+        tiny_model_dir, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    from models.gating import GatedPolicy, export_routed
+    from rtinfer.inference.drafters import ChunkReuseDrafter
+    ck, _ = _demos(tiny_model_dir)
+    gated = GatedPolicy(ck.model)
+    torch.manual_seed(0)
+    for r in gated.routers:  # routes that depend on the token
+        torch.nn.init.normal_(r.weight, std=2.0)
+        torch.nn.init.zeros_(r.bias)
+    save_file({k: t.contiguous() for k, t in gated.routers.state_dict().items()},
+              str(tmp_path / "r.safetensors"))
+    routed = export_routed(tiny_model_dir, tmp_path / "r.safetensors", tmp_path / "t0", 0.0,
+                           k_verify=4)
+    half = export_routed(tiny_model_dir, tmp_path / "r.safetensors", tmp_path / "t5", 0.5,
+                         k_verify=4)
+    ifs = [n.op_type for n in onnx.load(str(half / "step_d3_k1.onnx")).graph.node].count("If")
+    assert ifs == 3
+    dense, all_on, gated_be = (get_backend("onnx").load(p) for p in (tiny_model_dir, routed, half))
+    md = dense.model
+    differ = 0
+    for seed in range(4):
+        prefix = build_prefix(md.vocab, *md.obs.encode(random_obs_body(np.random.default_rng(seed))))
+        ref = _greedy(dense, prefix)
+        assert (_greedy(all_on, prefix) == ref).all()  # tau 0: every FFN runs
+        plain = _greedy(gated_be, prefix)
+        differ += (plain != ref).any()
+        gated_be.reset()
+        logits = gated_be.prefill(prefix, 0).copy()
+        d = ChunkReuseDrafter(3, 4)
+        d.set_previous(ref, 0, 50_000_000, 50_000_000)
+        spec = Decoder(gated_be).decode(logits, len(prefix), 12, drafter=d)
+        assert (spec == plain).all()  # causal routes: speculative == the routed plain greedy
+    assert differ > 0

@@ -99,13 +99,14 @@ def _flops(m: dict, d, cfg: dict, dcfg: dict | None, k: int, n_prefix: int) -> f
 
 def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: int = 10,
         draft_models=None, stream=None, seed: int = 0, workdir=None,
-        ffn_skip=(2, 4, 6)) -> dict:
+        ffn_skip=(2, 4, 6), routed=()) -> dict:
     """The rows (see the module docstring). draft_models: model directories of draft
     policies (default: `<model>-draft` beside the model when it exists); the truncated
     draft (the target's shallowest exit as a model) is always added. ffn_skip: FFN-skip
     levels (models.ffn_skip: the FFNs of the N deepest layers removed), plain greedy each,
     after the drafters in every run, beside dense run the same way (all cycles in one go:
-    their step_ratio is against that). workdir: where the derived model directories go
+    their step_ratio is against that). routed: model directories of routed policies
+    (models.gating export), measured the same way. workdir: where the derived model directories go
     (default: a temporary folder, removed after)."""
     src = Path(model_dir)
     md0 = get_backend("onnx").load(src, threads=1).model
@@ -124,21 +125,27 @@ def run(model_dir=DEFAULT_MODEL, cycles: int = 300, runs: int = 5, run_length: i
         drafters, opts, dcfgs = _variants(be, dirs, k, wide)
         prefixes = list(prefix_stream(be.model, cycles, seed, stream))
         load = [os.getloadavg()[0]]
-        levels = {}
+        levels = {f"routed:{Path(d).name}": get_backend("onnx").load(d, threads=1)
+                  for d in routed}
         ffn_skip = [s for s in ffn_skip if 0 < s <= cfg["n_layer"]]
         if ffn_skip:
             from models.ffn_skip import export_levels
-            levels = {n: get_backend("onnx").load(p, threads=1) for n, p in
-                      export_levels(src, Path(tmp) / "gating", ffn_skip, k).items()}
+            levels.update({f"ffn-skip:{n}": get_backend("onnx").load(p, threads=1) for n, p in
+                           export_levels(src, Path(tmp) / "gating", ffn_skip, k).items()})
         results, skips = [], []
         for _ in range(runs):
             results.append(measure(be, drafters, prefixes, run_length, decoder_opts=opts))
             # dense again, the way the levels run (all cycles in one go), as their baseline
             skips.append({n: measure(lb, {}, prefixes, len(prefixes))["plain"]
-                          for n, lb in [(0, be), *levels.items()]} if levels else {})
+                          for n, lb in [("dense", be), *levels.items()]} if levels else {})
         load.append(os.getloadavg()[0])
+        # a routed model's speculative greedy against its own plain greedy (causal routes)
+        ident = {n: measure(lb, {"chunk": ChunkReuseDrafter(md0.tokenizer.horizon,
+                                                           md0.tokenizer.dim)},
+                            prefixes, run_length)["chunk"]["identical"]
+                 for n, lb in levels.items() if n.startswith("routed:")}
         rows = _rows(be.model, drafters, opts, dcfgs, results, len(prefixes[0]))
-        rows += _skip_rows(be.model, results, skips)
+        rows += _level_rows(be.model, levels, results, skips, ident)
     return {"model": str(src), "backend": "onnx", "threads": 1, "cycles": len(prefixes),
             "runs": runs, "run_length": run_length, "chunk_tokens": be.model.chunk_tokens,
             "load_1min": load, "rows": rows}
@@ -176,31 +183,40 @@ def _rows(md, drafters: dict, opts: dict, dcfgs: dict, results: list, n_prefix: 
     return rows
 
 
-def _skip_rows(md, results: list, skips: list) -> list:
-    """Rows of the FFN-skip levels: lossy, so agreement with dense instead of identical."""
+def _level_rows(md, levels: dict, results: list, skips: list, ident: dict) -> list:
+    """Rows of the lossy levels (FFN-skip, routed): step ratio against dense run the same
+    way, agreement with dense's greedy output; a routed model's `identical` is its chunk
+    drafter's output against its own plain greedy."""
     from models.config import PolicyConfig
     from models.ffn_skip import ffn_flops_fraction
     cfg, n, rows = md.config, md.chunk_tokens, []
-    C = cfg["n_embd"]
+    C, L, pc = cfg["n_embd"], cfg["n_layer"], PolicyConfig.from_dict(cfg)
     dense_out = results[0]["plain"]["outs"]
-    for skip in [n for n in (skips[0] if skips else {}) if n]:
-        per = [s[skip] for s in skips]
+    for name, lb in levels.items():
+        per = [s[name] for s in skips]
         decode = np.concatenate([p["decode_ns"] for p in per])
         chunk = decode + np.concatenate([p["prefill_ns"] for p in per])
-        ratio = [np.median(p["decode_ns"]) / np.median(s[0]["decode_ns"])
+        ratio = [np.median(p["decode_ns"]) / np.median(s["dense"]["decode_ns"])
                  for p, s in zip(per, skips)]
-        agree = float((per[0]["outs"] == dense_out).mean())
-        rows.append({"variant": f"ffn-skip:{skip}",
-                     "params": params(cfg) - skip * (8 * C * C + (7 if cfg["bias"] else 1) * C),
-                     "active_flops_per_token": ffn_flops_fraction(
-                         PolicyConfig.from_dict(cfg), skip),
-                     "step_p50_us": float(np.median(decode) / (n - 1) / 1e3),
-                     "chunk_p50_ms": float(np.median(chunk) / 1e6),
-                     "step_ratio": float(np.median(ratio)), "token_agreement": agree,
-                     "chunk_agreement": float((per[0]["outs"] == dense_out).all(1).mean()),
-                     "identical": None, "success": None,
-                     "success_from": "not measured: static FFN skip, no router, untrained "
-                                     "(lossy; see token_agreement)"})
+        row = {"variant": name, "step_p50_us": float(np.median(decode) / (n - 1) / 1e3),
+               "chunk_p50_ms": float(np.median(chunk) / 1e6), "step_ratio": float(np.median(ratio)),
+               "token_agreement": float((per[0]["outs"] == dense_out).mean()),
+               "chunk_agreement": float((per[0]["outs"] == dense_out).all(1).mean()),
+               "identical": ident.get(name), "success": None}
+        if name.startswith("ffn-skip:"):
+            skip = int(name.split(":")[1])
+            row.update(params=params(cfg) - skip * (8 * C * C + (7 if cfg["bias"] else 1) * C),
+                       active_flops_per_token=ffn_flops_fraction(pc, skip),
+                       success_from="not measured: static FFN skip, no router, untrained "
+                                    "(lossy; see token_agreement)")
+        else:  # routers: one (C -> 1) linear per layer; FLOPs from the card's skipped fraction
+            skipped = lb.model.card.get("ffn_skipped")
+            row.update(params=params(cfg) + L * (C + 1),
+                       active_flops_per_token=None if skipped is None else
+                       1 - (1 - ffn_flops_fraction(pc, L)) * skipped,
+                       ffn_skipped=skipped,
+                       success_from="not measured: lossy (see token_agreement)")
+        rows.append(row)
     return rows
 
 
@@ -217,11 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream", default=None, help="observation stream .npz")
     p.add_argument("--ffn-skip", type=int, nargs="*", default=[2, 4, 6], metavar="N",
                    help="FFN-skip levels: the FFNs of the N deepest layers removed (none: off)")
+    p.add_argument("--routed", nargs="*", default=[], metavar="DIR",
+                   help="routed model directories (python -m models.gating export), as levels")
     p.add_argument("--quick", action="store_true", help="10 cycles, 2 runs (a smoke test)")
     a = p.parse_args(argv)
     cycles, runs = (10, 2) if a.quick else (a.cycles, a.runs)
     return emit("dynamic", run(a.model, cycles, runs, a.run_length, a.draft_model, a.stream,
-                               ffn_skip=tuple(a.ffn_skip)), a.json)
+                               ffn_skip=tuple(a.ffn_skip), routed=tuple(a.routed)), a.json)
 
 
 if __name__ == "__main__":
