@@ -163,6 +163,8 @@ def test_a_robot_beyond_the_measured_capacity_is_refused_once_and_counted(fleet,
 
 def test_a_silent_robot_leaves_and_frees_its_slot(fleet):
     node, pubs, act, rng, eps = fleet
+    pubs["a"].publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    node.spin_once(50)  # a is heard now: only b and c have been silent (since the fixture)
     node.robots.leave_after_ns = 200 * MS
     end = time.monotonic() + 1.0
     while time.monotonic() < end:

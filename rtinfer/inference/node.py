@@ -7,8 +7,10 @@ It serves a model directory of either kind (docs/policies.md), to one robot or s
 (each an obs `src`, on one or more --obs endpoints; rtinfer.inference.robots): per robot its
 own newest observation (latest-only per robot; skipped ones counted), previous chunk, budget
 level, clock and counters; one cycle at a time, the robot whose chunk is due first (earliest
-deadline first); a robot beyond what the measured cycle time fits is refused when it joins,
-said once and counted. An action-token policy, each cycle: the observation -> tokens -> prefill (the
+deadline first), several at once when the model ships batched graphs (models.export_batched:
+the robots waiting at the first one's budget level decode together, each row its own drafts,
+bit-identical per row; rtinfer.inference.batch); a robot beyond what the measured cycle and
+batch times fit is refused when it joins, said once and counted. An action-token policy, each cycle: the observation -> tokens -> prefill (the
 instruction prefix stays KV-cached across cycles, re-prefilled only when the instruction
 changes) -> decode one chunk (plain or speculative, per budget level) -> one
 `action_chunk` message per waypoint the moment its D tokens are final. A continuous-chunk
@@ -35,12 +37,14 @@ from typing import Sequence
 
 import numpy as np
 
+from rtinfer.inference.batch import BATCH_DRAFTERS, BatchRunner, Row
 from rtinfer.inference.budget import Budget, default_levels
 from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.robots import Robots, RobotSlot
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
+from rtinfer.transport.identity import Identity
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
@@ -73,6 +77,8 @@ class InferenceNodeConfig:
     trace_path: str | None = None
     seed: int = 0
     max_robots: int | None = None    # a cap on the robots served (None: what the cycle time fits)
+    batch: int | None = None         # the most robots decoded in one batch (None: the largest
+                                     # batch the model ships, where batching applies; 1: none)
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str, fix: str) -> None:
@@ -84,6 +90,8 @@ class InferenceNodeConfig:
         need(self.deadline_ms > 0, f"deadline_ms is {self.deadline_ms}", "use a deadline > 0 ms")
         need(self.health_hz > 0, f"health_hz is {self.health_hz}", "use a rate > 0 Hz")
         need(self.threads >= 1, f"threads is {self.threads}", "use at least 1 thread")
+        need(self.batch is None or self.batch >= 1, f"batch is {self.batch}",
+             "use 1 (no batching) or more, or leave it out (the model's largest batch)")
         need(self.max_robots is None or self.max_robots >= 1,
              f"max_robots is {self.max_robots}", "use at least 1 robot, or leave it out")
         need(self.temperature > 0, f"temperature is {self.temperature}",
@@ -134,6 +142,10 @@ class InferenceNode:
         self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx, curve=curve) if remote else None
         self.robots = Robots(self.budget, remote=remote, max_robots=cfg.max_robots,
                              period_ns=self.period_ns)
+        self.batcher = self._batcher(md, backend_opts or {})
+        if self.batcher is not None:
+            self.robots.set_batches(b for b in md.batches if b <= self.max_batch)
+            self._profile_batches()
         self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
         self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
         self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
@@ -143,9 +155,53 @@ class InferenceNode:
         self.state, self.running = "run", True
         self.slack_ns: int | None = None  # the last cycle's own slack (a gauge)
         self.complaints = Complaints(cfg.name)  # loud, rate-limited error lines
+        # with CURVE a robot is its key: an obs whose src is not its key's name is refused
+        self.identity = Identity.of(curve, action_endpoint, self.complaints.say)
         self._next_health = 0
         # bound once: no allocation per cycle
         self._on_waypoint = self._publish_values if md.kind == "chunk" else self._publish_waypoint
+
+    def _batcher(self, md, opts: dict) -> BatchRunner | None:
+        """A BatchRunner where batching applies (an action-token model with batched graphs,
+        ONNX Runtime fp32, greedy, a drafter that batches, cfg.batch not 1), else None;
+        sets self.max_batch."""
+        cfg, self.max_batch = self.cfg, 1
+        if md.kind == "chunk" or not md.batches or cfg.batch == 1:
+            return None
+        why = ("sampling" if cfg.sample else f"--backend {cfg.backend}" if cfg.backend != "onnx"
+               else f"--drafter {cfg.drafter}" if cfg.drafter not in BATCH_DRAFTERS
+               else f"--precision {opts['precision']}" if opts.get("precision") not in
+               (None, "fp32", "float32") else None)
+        if why is not None:
+            if cfg.batch is not None:
+                raise ModelError(f"--batch {cfg.batch}: batched decoding is greedy fp32 on ONNX "
+                                 f"Runtime with drafter {' or '.join(BATCH_DRAFTERS)}, not "
+                                 f"{why}; leave --batch out or use --batch 1")
+            return None
+        self.max_batch = min(cfg.batch or max(md.batches), max(md.batches))
+        return BatchRunner(md, drafter=cfg.drafter, threads=cfg.threads, spin=opts.get("spin"),
+                           k_verify=self.decoder.k_verify)
+
+    def _profile_batches(self, rounds: int = 3) -> None:
+        """The latency table: each batch size (and 1) timed on a synthetic observation at full
+        quality, no previous chunk, after WARM_UP untimed runs. Admission and batch sizes plan
+        with it until real batches of that size are timed (robots.Robots.batch_ns)."""
+        md, level = self.model, self.budget.levels[0]
+        instr = np.zeros(md.obs.instr_length, np.int64)
+        obs = np.zeros(md.obs.length, np.int64)
+        for b in self.robots.batches:
+            times = []
+            for i in range(WARM_UP + rounds):
+                t0 = now_ns()
+                if b == 1:
+                    self.runner.run(instr, obs, None, level)
+                else:
+                    self.batcher.run([Row(Cycle(0, {}, None, level, level.chunk, ""), instr, obs)
+                                      for _ in range(b)])
+                times.append(now_ns() - t0)
+            self.robots.profile[b] = max(times[WARM_UP:])
+        self.runner.reset()
+        self.batcher.counters.update(dict.fromkeys(self.batcher.counters, 0))
 
     @property
     def robot_clock(self) -> PeerClock | None:
@@ -155,28 +211,33 @@ class InferenceNode:
 
     # --- loop -----------------------------------------------------------------------------
     def spin_once(self, timeout_ms: int = 50) -> bool:
-        """Handle control messages, take the observations that arrived, and answer at most
-        one: the robot's whose chunk is due first. True if one was answered."""
+        """Handle control messages, take the observations that arrived, and answer the robot
+        whose chunk is due first (with the robots batched beside it, where the model
+        batches). True if any was answered."""
         self._housekeeping()
         self._take_observations(timeout_ms)
-        slot = self.robots.next(self.budget.deadline_ns)
-        if slot is None:
+        slots = self.robots.next_batch(self.budget.deadline_ns, now_ns(), self.max_batch)
+        if not slots:
             return False
-        env, slot.waiting = slot.waiting, None
-        if self.state == "hold":
-            self.counters["obs_held"] += 1
-            return False
-        try:
-            inputs = self._encode(env.body)
-        except WireError as e:
-            self.counters["obs_bad"] += 1
-            slot.counters["obs_bad"] += 1
-            why = str(e)
-            self.complaints.say("obs_bad", lambda: f"observation {env.seq} from {env.src} does "
-                                                   f"not fit the model, not answered: {why}")
-            return False
-        self._infer(slot, env, inputs)
-        return True
+        jobs = []
+        for slot in slots:
+            env, slot.waiting = slot.waiting, None
+            if self.state == "hold":
+                self.counters["obs_held"] += 1
+                continue
+            try:
+                jobs.append((slot, env, self._encode(env.body)))
+            except WireError as e:
+                self.counters["obs_bad"] += 1
+                slot.counters["obs_bad"] += 1
+                why = str(e)
+                self.complaints.say("obs_bad", lambda: f"observation {env.seq} from {env.src} "
+                                                       f"does not fit the model, not answered: {why}")
+        if len(jobs) == 1:
+            self._infer(*jobs[0])
+        elif jobs:
+            self._infer_batch(jobs)
+        return bool(jobs)
 
     def _take_observations(self, timeout_ms: int) -> None:
         """Everything queued, into the robots' slots; waits up to timeout_ms only while no
@@ -186,7 +247,8 @@ class InferenceNode:
         for _ in range(DRAIN_LIMIT):
             if env is None:
                 return
-            self._offer(env)
+            if self.identity.accept(env.src, self.obs_sub.peer):
+                self._offer(env)
             env = self.obs_sub.recv(0)
 
     def _offer(self, env) -> None:
@@ -224,14 +286,18 @@ class InferenceNode:
         self.running = False
 
     # --- one cycle --------------------------------------------------------------------------
-    def _infer(self, slot: RobotSlot, env, inputs) -> None:
+    def _cycle(self, slot: RobotSlot, env, t_start: int) -> tuple[Cycle, int]:
+        """The cycle answering env, and its recv stamp (this robot's clock bracketed)."""
         level = slot.budget.level
-        t_start = now_ns()
         t_recv = env.stamps.get("recv", t_start)
         if slot.clock is not None and "publish" in env.stamps:
             slot.clock.from_peer(env.stamps["publish"], t_recv)
-        cycle = Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
-                      level, level.chunk, env.src)
+        return Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
+                     level, level.chunk, env.src), t_recv
+
+    def _infer(self, slot: RobotSlot, env, inputs) -> None:
+        t_start = now_ns()
+        cycle, t_recv = self._cycle(slot, env, t_start)
         if self.decoder is not None:  # this robot's previous chunk drafts its next
             self.runner.previous = slot.previous
         out = self._run(cycle, inputs, self._on_waypoint)
@@ -241,7 +307,25 @@ class InferenceNode:
         self.hist["compute"].record(t_end - t_start)
         if self.counters["cycles"] >= WARM_UP:  # a session's first runs are slow
             self.robots.cost.record(t_end - t_start)
-        self._account(slot, cycle, t_recv, t_end, len(out))
+        self._account(slot, cycle, t_recv, t_end, len(out),
+                      self.decoder.stats if self.decoder is not None else None)
+
+    def _infer_batch(self, jobs: list) -> None:
+        """Several robots' cycles in one batch (same budget level: next_batch's choice)."""
+        t_start = now_ns()
+        rows, recvs = [], []
+        for slot, env, (instr, obs) in jobs:
+            cycle, t_recv = self._cycle(slot, env, t_start)
+            rows.append(Row(cycle, instr, obs, slot.previous))
+            recvs.append(t_recv)
+        outs = self.batcher.run(rows, self._on_waypoint)
+        t_end = now_ns()
+        self.hist["compute"].record(t_end - t_start)
+        if self.counters["cycles"] >= WARM_UP:
+            self.robots.costs[self.batcher.batch_for(len(rows))].record(t_end - t_start)
+        for i, ((slot, _, _), row) in enumerate(zip(jobs, rows)):
+            slot.previous = row.previous
+            self._account(slot, row.cycle, recvs[i], t_end, len(outs[i]), self.batcher.stats[i])
 
     def _publish_waypoint(self, cycle: Cycle, index: int, bins: np.ndarray) -> None:
         """An action-token waypoint: its tokens and their bin centres."""
@@ -270,7 +354,10 @@ class InferenceNode:
             self.counters["publish_dropped"] += 1
         self.counters["waypoints"] += 1
 
-    def _account(self, slot: RobotSlot, cycle: Cycle, t_recv: int, t_end: int, n: int) -> None:
+    def _account(self, slot: RobotSlot, cycle: Cycle, t_recv: int, t_end: int, n: int,
+                 st=None) -> None:
+        """One answered cycle into the counters, histograms, slack and trace (st: its
+        DecodeStats, for an action-token policy)."""
         t_first = cycle.first_token_ns
         self.counters["cycles"] += 1
         slot.counters["cycles"] += 1
@@ -286,8 +373,7 @@ class InferenceNode:
                       "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
                       "level": float(slot.budget.index),
                       "skipped": float(slot.counters["obs_superseded"])}
-            if self.decoder is not None:
-                st = self.decoder.stats
+            if st is not None:
                 fields["tokens_per_pass"] = st.tokens_per_target_pass
                 fields["accepted_per_verify"] = st.accepted / max(st.verifies, 1)
             self.trace.write({"node": self.cfg.name, "cycle": cycle.seq,
@@ -325,7 +411,8 @@ class InferenceNode:
                 env = self.trace_sub.recv(0)
                 if env is None:
                     break
-                self._on_robot_trace(env)
+                if self.identity.accept(env.src, self.trace_sub.peer):
+                    self._on_robot_trace(env)
         now = now_ns()
         if now >= self._next_health:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
@@ -349,12 +436,14 @@ class InferenceNode:
         """`health` body: counters (node, subscriber, drafters) and latency gauges (us)."""
         slots = list(self.robots.slots.values())
         c = {**self.counters, **self.runner.counters, **self.robots.counters,
+             **(self.batcher.counters if self.batcher is not None else {}),
              "robots": len(slots),
              "obs_skipped": sum(s.counters["obs_superseded"] for s in slots),
              "robot_restarts": sum(s.counters["restarts"] for s in slots),
              "obs_rejected": self.obs_sub.counters["rejected"],
              "obs_oversize": self.obs_sub.counters["oversize"],
              "obs_sessions_ended": self.obs_sub.sessions_ended,
+             **self.identity.counters, "keys_revoked": self.pub.revocations,
              "budget_level": self.budget.index, "budget_switches": self.budget.switches}
         for name, d in self.drafters.items():
             c.update({f"{name}.{k}": v for k, v in d.stats.items()})
@@ -373,6 +462,10 @@ class InferenceNode:
                     g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
         if self.robots.chunk_ns:
             g["cycle_cost_us"] = self.robots.chunk_ns / 1e3
+        for b in self.robots.batches[1:]:
+            cost = self.robots.batch_ns(b)
+            if cost:
+                g[f"batch_cost_us.b{b}"] = cost / 1e3
         return {"node": self.cfg.name, "state": self.state, "counters": c, "gauges": g}
 
     def close(self) -> None:
@@ -392,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drafter", default="chunk", choices=DRAFTERS)
     p.add_argument("--name", default="infer")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=None,
+                   help="the most robots decoded in one batch (default: the largest batch the "
+                        "model ships, where batching applies: greedy fp32 ONNX Runtime with "
+                        "drafter chunk or none; 1: one robot at a time)")
     p.add_argument("--max-robots", type=int, default=None,
                    help="serve at most this many robots (default: as many as the measured "
                         "cycle time fits at the policy's rate)")
@@ -417,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                                   deadline_ms=a.deadline_ms,
                                   auto_budget=a.budget and a.level is None,
                                   threads=a.threads, trace_path=a.trace,
-                                  max_robots=a.max_robots)
+                                  max_robots=a.max_robots, batch=a.batch)
     except ValueError as e:
         p.error(str(e))
     if a.precision and a.backend != "onnx":

@@ -12,15 +12,24 @@ drafter's first guess is the old chunk's, and speculation is lossless. The contr
 chunks by (src, cycle, capture), so it never mixes the two either way.) A robot silent for `leave_after_ns` leaves; its slot is
 freed.
 
-Admission: the node serves one cycle at a time, earliest deadline first, so n robots at the
-policy's rate fit while n * chunk_time <= UTILISATION * min(deadline, period). A robot
+Admission: the node serves one batch at a time, earliest deadline first. A robot whose
+observation arrives just after a batch started waits for it, then is served with the robots
+that arrived meanwhile: with serve(m) the cost of answering m robots (in batches of at most
+the largest batch; m cycles one by one when the node does not batch), n robots at the
+policy's rate fit while the worst case, max(serve(n), serve(a) + serve(n - a) for
+0 < a < n), is <= UTILISATION * min(deadline, period). Without batching that is
+n * chunk_time, the rule of one cycle at a time. A robot
 joining beyond that is refused, said once on stderr with what load would fit, and counted
 (robots_refused); its observations are counted (obs_refused) and never answered, so it is
 never admitted and then served late in silence. A refused robot that keeps sending is
 checked again once every RETRY_NS: when the load has fallen enough it is admitted, and that
-is said too (robots_admitted_late). `chunk_ns` is measured by the node (a
-profile of its own cycles; see InferenceNode). Pure bookkeeping, no clock reads; not
-thread-safe.
+is said too (robots_admitted_late). The costs are measured by the node: per batch size, the
+p99 of its recent batches of that size (`costs`), else a start-up profile of each batch size
+(`profile`, the latency table) scaled by what the batch-1 cycles measured against their own
+profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
+level (one exit depth per batch), as many as the largest batch holds, and drops the least
+urgent while the batch would finish after the first one's deadline. Pure bookkeeping, no
+clock reads; not thread-safe.
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ from rtinfer.transport.heartbeat import PeerClock
 from rtinfer.transport.wire import Envelope
 
 UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter
+MIN_TIMED = 16     # batches of one size timed before their p99 replaces the profile
 RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
 ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts")
 
@@ -111,21 +121,80 @@ class Robots:
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
                                        "obs_refused"), 0)
-        self.cost = CycleCost()             # cycles timed: the node records them
+        self.batches = [1]                  # the batch sizes the node runs (set by the node)
+        self.costs = {1: CycleCost()}       # batch size -> batches timed (the node records)
+        self.profile: dict[int, int] = {}   # batch size -> its start-up profile, ns
         self.said: list[tuple[str, bool]] = []  # lines for the caller to print: (text, error)
+
+    def set_batches(self, batches) -> None:
+        self.batches = sorted({1, *batches})
+        for b in self.batches:
+            self.costs.setdefault(b, CycleCost())
+
+    @property
+    def cost(self) -> CycleCost:
+        """The single cycles timed."""
+        return self.costs[1]
 
     @property
     def chunk_ns(self) -> int | None:
         """The measured cost of one cycle (None: none timed yet); see capacity."""
-        return self.cost.p99_ns()
+        return self.batch_ns(1)
+
+    def batch_ns(self, b: int) -> int | None:
+        """The cost of one batch of b robots (b an exported batch size): its measured p99
+        once MIN_TIMED were timed (any count for b = 1), else its profile scaled by batch 1's
+        measured-over-profiled ratio; None when neither is known."""
+        timed = self.costs.get(b)
+        if timed is not None and timed.count >= (1 if b == 1 else MIN_TIMED):
+            return timed.p99_ns()
+        prior = self.profile.get(b)
+        if prior is None:
+            return None
+        one, one_prior = (self.cost.p99_ns() if self.cost.count else None), self.profile.get(1)
+        return int(prior * one / one_prior) if one and one_prior else prior
+
+    def _costs(self) -> dict[int, int | None]:
+        return {b: self.batch_ns(b) for b in self.batches}
+
+    def serve_ns(self, m: int, costs: dict | None = None) -> int | None:
+        """The cost of answering m robots: full batches of the largest size, then the rest
+        in the smallest batch that holds it (None: a cost unknown). costs: _costs()."""
+        if m <= 0:
+            return 0
+        costs = self._costs() if costs is None else costs
+        top = self.batches[-1]
+        full, rest = divmod(m, top)
+        parts = [(top, full)] + ([(next(b for b in self.batches if b >= rest), 1)] if rest else [])
+        if any(costs[b] is None for b, count in parts if count):
+            return None
+        return sum(costs[b] * count for b, count in parts)
+
+    def worst_ns(self, n: int, costs: dict | None = None) -> int | None:
+        """The longest a robot waits, among n, for its chunk: a batch already running, then
+        its own batch of those that arrived meanwhile (see the module doc)."""
+        costs = self._costs() if costs is None else costs
+        whole = self.serve_ns(n, costs)
+        if whole is None:
+            return None
+        return max([whole] + [self.serve_ns(a, costs) + self.serve_ns(n - a, costs)
+                              for a in range(1, n)])
 
     def capacity(self, deadline_ns: int) -> int | None:
-        """How many robots fit at the policy's rate (None: no measurement yet)."""
-        cost = self.chunk_ns
-        if not cost:
+        """How many robots fit at the policy's rate (None: no measurement yet): the largest n
+        whose worst case fits (a binary search: the worst case grows with n)."""
+        if not self.chunk_ns:
             return None
-        window = min(deadline_ns, self.period_ns)
-        return max(1, int(UTILISATION * window // cost))
+        costs, budget = self._costs(), UTILISATION * min(deadline_ns, self.period_ns)
+
+        def fits(n: int) -> bool:
+            worst = self.worst_ns(n, costs)
+            return worst is not None and worst <= budget
+        lo, hi = 1, 4096  # lo: 1 always fits (the node serves at least one robot)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return lo
 
     def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
         """An observation arrived: the robot's slot (the observation now waits there), or
@@ -171,11 +240,16 @@ class Robots:
                     f"robots (--max-robots); start another node for it")
         cap = self.capacity(deadline_ns)
         if cap is not None and n >= cap:
-            per = self.chunk_ns / 1e6
             window = min(deadline_ns, self.period_ns) / 1e6
+            if self.batches == [1]:
+                measured = f"one cycle measured at {self.chunk_ns / 1e6:.1f} ms"
+            else:
+                measured = "a batch of " + ", ".join(
+                    f"{b} {self.batch_ns(b) / 1e6:.1f} ms" for b in self.batches
+                    if self.batch_ns(b)) + " (measured or profiled)"
             return (f"robot {name!r} refused: {n + 1} robots at {1e9 / self.period_ns:.3g} Hz "
-                    f"need {(n + 1) * per:.1f} ms of {UTILISATION * window:.1f} ms per "
-                    f"{window:.1f} ms window (one cycle measured at {per:.1f} ms); this node fits "
+                    f"need {self.worst_ns(n + 1) / 1e6:.1f} ms of {UTILISATION * window:.1f} ms "
+                    f"per {window:.1f} ms window ({measured}); this node fits "
                     f"{cap}: serve it from another node, or lower the policy rate or the "
                     f"model's cost")
         return None
@@ -191,6 +265,25 @@ class Robots:
             if best is None or (due is not None and (best_due is None or due < best_due)):
                 best, best_due = slot, due
         return best
+
+    def next_batch(self, deadline_ns: int, now_ns: int, max_batch: int) -> list[RobotSlot]:
+        """The waiting robots to answer together, most urgent first: the one due first, then
+        those waiting at its budget level in deadline order, up to max_batch, less the least
+        urgent while the batch would end after the first one's deadline ([]: none waits)."""
+        first = self.next(deadline_ns)
+        if first is None or max_batch <= 1:
+            return [] if first is None else [first]
+        level, late = first.budget.level, 1 << 62
+        batch = sorted((s for s in self.slots.values()
+                        if s.waiting is not None and s.budget.level == level),
+                       key=lambda s: (s is not first, s.due_ns(deadline_ns) or late))[:max_batch]
+        due = first.due_ns(deadline_ns)
+        while len(batch) > 1 and due is not None:
+            cost = self.batch_ns(next(b for b in self.batches if b >= len(batch)))
+            if cost is None or now_ns + cost <= due:
+                break
+            batch.pop()
+        return batch
 
     def leave_idle(self, now_ns: int) -> list[str]:
         """Free the slots of robots silent for leave_after_ns; their names."""

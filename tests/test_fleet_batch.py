@@ -1,0 +1,99 @@
+"""One node decoding several robots in one batch (issue 19): the shipped policy's batched
+graphs behind the real node and real ipc sockets. Robots whose observations wait together
+are answered in one batch, each robot's chunk is its own plain greedy chunk, and each robot
+still gets its own waypoints (dest); `--batch 1` serves one at a time; batching refuses the
+options it cannot honour with the fix."""
+import time
+
+import numpy as np
+import pytest
+
+from conftest import recv_chunks
+from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+from rtinfer.inference.runner import ChunkRunner
+from rtinfer.model.directory import ModelError
+from rtinfer.model.obs_stream import load_bodies
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.wire import now_ns
+
+ZOO = "models/zoo/conveyor-v1"
+NAMES = ("a", "b", "c", "d")
+
+
+@pytest.fixture(scope="module")
+def bodies():
+    return load_bodies(f"{ZOO}/obs_stream.npz")
+
+
+def _fleet(tmp_path, batch):
+    eps = {n: f"ipc://{tmp_path}/obs-{n}" for n in NAMES}
+    pubs = {n: Publisher(eps[n], n) for n in NAMES}
+    node = InferenceNode(ZOO, list(eps.values()), f"ipc://{tmp_path}/act",
+                         cfg=InferenceNodeConfig(deadline_ms=1000.0, auto_budget=False,
+                                                 batch=batch))
+    node.robots.period_ns = 1_000_000_000  # admission over a 1 s window: all four fit
+    act = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
+    time.sleep(0.3)  # the slow joiner: every robot connected before anything is answered
+    return node, pubs, act
+
+
+def _round(node, pubs, act, bodies, t):
+    """Every robot publishes its observation, then the node answers them all."""
+    sent = {n: bodies[(40 * i + t) % len(bodies)] for i, n in enumerate(NAMES)}
+    for n, p in pubs.items():
+        p.publish("obs", sent[n], {"capture": now_ns()})
+    time.sleep(0.05)
+    answered = 0
+    end = time.monotonic() + 10
+    while answered < len(NAMES) and time.monotonic() < end:
+        before = node.counters["cycles"]
+        node.spin_once(200)
+        answered += node.counters["cycles"] - before
+    H = node.budget.levels[0].chunk
+    chunks = recv_chunks(act, H * len(NAMES))
+    got = {}
+    for c in sorted(chunks, key=lambda c: c.body["index"]):
+        got.setdefault(c.body["dest"], []).append(c.body["tokens"])
+    return sent, {k: np.array(v) for k, v in got.items()}
+
+
+@pytest.mark.parametrize("batch", [None, 1])
+def test_robots_waiting_together_decode_together_each_its_own_greedy(tmp_path, bodies, batch):
+    node, pubs, act = _fleet(tmp_path, batch)
+    plain = ChunkRunner(node.model, drafter="none")
+    level = node.budget.levels[0]
+    try:
+        for t in range(3):  # later rounds draft each robot from its own previous chunk
+            sent, got = _round(node, pubs, act, bodies, t)
+            assert set(got) == set(NAMES)
+            for n in NAMES:
+                ref, _ = plain.run(*node.model.obs.encode(sent[n]), None, level)
+                assert np.array_equal(got[n], ref.reshape(-1, node.model.tokenizer.dim)), (n, t)
+        h = node.health()
+        if batch is None:
+            assert node.max_batch == 8 and h["counters"]["batches"] >= 3
+            assert h["counters"]["batched_rows"] >= 9  # most robots answered in batches
+            assert "batch_cost_us.b4" in h["gauges"] and node.robots.profile[8] > 0
+        else:
+            assert node.batcher is None and "batches" not in h["counters"]
+        assert all(h["counters"][f"robot.{n}.cycles"] == 3 for n in NAMES)
+    finally:
+        for s in (node, act, *pubs.values()):
+            s.close()
+
+
+def test_batch_options_it_cannot_honour_are_refused_with_the_fix(tmp_path):
+    with pytest.raises(ModelError, match="--batch 4: batched decoding is greedy"):
+        InferenceNode(ZOO, f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act",
+                      cfg=InferenceNodeConfig(batch=4, sample=True))
+    with pytest.raises(ValueError, match="batch is 0"):
+        InferenceNodeConfig(batch=0)
+
+
+def test_a_sampling_node_runs_one_robot_at_a_time_without_being_asked(tmp_path):
+    node = InferenceNode(ZOO, f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act",
+                         cfg=InferenceNodeConfig(sample=True))
+    try:
+        assert node.batcher is None and node.max_batch == 1
+    finally:
+        node.close()
