@@ -160,7 +160,8 @@ def test_a_certainly_late_cycle_the_controller_never_reported_is_counted_undetec
                   _applied(6, 250, 259, 260.5)]  # cycle 5 (30 ms) was sent before this record
     a = audit(policy, controller, deadline_ms=10.0)
     assert a == {"late_cycles": 1, "certainly_late": 3, "held": 0, "undetected": 2,
-                 "applied_cycles": 5, "stale_applied": 1}  # cycle 6: applied 10.5 ms after capture
+                 "applied_cycles": 5, "stale_applied": 1,  # cycle 6: applied 10.5 ms after capture
+                 "stale_applied_max_ms": 0.5}
     # cycles captured before the controller's first trace record or after its last (the run
     # started or ended) are no evidence
     early = [_policy(0, -50, -20)]

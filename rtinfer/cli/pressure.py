@@ -35,9 +35,11 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     the last capture it traced); of those, held: their last waypoint left during an ordered
     hold (holds_ns: (start, end) pairs; the controller rejects late waypoints then and, by
     design, reports none), undetected: the others never reported late; stale_applied: cycles
-    whose first setpoint was applied more than a deadline after capture."""
+    whose first setpoint was applied more than a deadline after capture, and by how much at
+    most (stale_applied_max_ms; the controller checks a waypoint's age when it arrives and
+    applies it on its next tick)."""
     deadline_ns = deadline_ms * 1e6
-    late, applied, stale, captures = set(), 0, 0, []
+    late, applied, stale, over_ns, captures = set(), 0, 0, 0, []
     for rec in controller_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
         if not isinstance(st, dict) or not isinstance(cycle, int) \
@@ -48,7 +50,9 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
             late.add(cycle)
         elif isinstance(st.get("apply"), int):
             applied += 1
-            stale += st["apply"] - st["capture"] > deadline_ns
+            over = st["apply"] - st["capture"] - deadline_ns
+            stale += over > 0
+            over_ns = max(over_ns, over)
     first, last = (min(captures), max(captures)) if captures else (0, -1)
     certain, held = set(), set()
     for rec in policy_records:
@@ -64,7 +68,8 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
                 held.add(cycle)
     return {"late_cycles": len(late), "certainly_late": len(certain),
             "held": len(held - late), "undetected": len(certain - late - held),
-            "applied_cycles": applied, "stale_applied": stale}
+            "applied_cycles": applied, "stale_applied": stale,
+            "stale_applied_max_ms": round(over_ns / 1e6, 3)}
 
 
 def hold_intervals(monitor_report: dict) -> list[tuple[int, float]]:

@@ -220,7 +220,9 @@ def audit_text(run: dict) -> str:
     if not a:
         return "-"
     held = f" ({a['held']} held)" if a.get("held") else ""
-    return f"{a['undetected']} of {a['certainly_late']}{held} / {a['stale_applied']}"
+    over = f" (at most +{a['stale_applied_max_ms']:g} ms)" if a.get("stale_applied") \
+        and a.get("stale_applied_max_ms") is not None else ""
+    return f"{a['undetected']} of {a['certainly_late']}{held} / {a['stale_applied']}{over}"
 
 
 def runs_table(title: str, columns, deadline_row: bool = False):
