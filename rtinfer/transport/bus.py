@@ -463,22 +463,22 @@ def _by_peer(endpoints: Sequence[str], curve: Curve, bind: bool
         if cfg is not None and cfg.server_public_key_file is not None:
             key = load_public(cfg.server_public_key_file).decode()
         addrs = _server_addresses(ep)
-        for eps, peers, by_addr in legs:
+        for eps, keys, by_addr in legs:
             if addrs is None:  # not tcp: no address names it, it shares only with its peer
-                fits = peers == {key} and by_addr is None
+                fits = keys == {key} and by_addr is None
             else:
                 fits = by_addr is not None and all(by_addr.get(x, key) == key for x in addrs)
             if fits:
                 break
         else:
-            eps, peers, by_addr = [], set(), (None if addrs is None else {})
-            legs.append((eps, peers, by_addr))
+            eps, keys, by_addr = [], set(), (None if addrs is None else {})
+            legs.append((eps, keys, by_addr))
         eps.append(ep)
-        peers.add(key)
+        keys.add(key)
         if addrs is not None:
             by_addr.update(dict.fromkeys(addrs, key))
-    return [(eps, next(iter(peers)), None) if len(peers) == 1 else (eps, None, by_addr)
-            for eps, peers, by_addr in legs]
+    return [(eps, next(iter(keys)), None) if len(keys) == 1 else (eps, None, by_addr)
+            for eps, keys, by_addr in legs]
 
 
 class Subscriber:
@@ -541,19 +541,19 @@ class Subscriber:
         self._own_ctx = ctx is None
         self._ctx = zmq.Context() if ctx is None else ctx
         self._legs: list[_BusSocket] = []
-        peers = []
+        leg_peers = []
         try:
             for group, peer, by_address in _by_peer(eps, curve, bind):
                 self._legs.append(_BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=self._ctx,
                                              curve=curve, options=options))
-                peers.append((peer, by_address))
+                leg_peers.append((peer, by_address))
         except BaseException:
             self.close()
             raise
         self.endpoints = [ep for leg in self._legs for ep in leg.endpoints]
         # sock -> (its one peer, None) or (None, {Peer-Address: peer}); binding with CURVE:
         # ZAP's User-Id names each message's client
-        self._peer_of = {leg._sock: p for leg, p in zip(self._legs, peers)}
+        self._peer_of = {leg._sock: p for leg, p in zip(self._legs, leg_peers)}
         self._user_id = any(leg._allow is not None for leg in self._legs)
         self._tending = any(leg._tending for leg in self._legs)
         self._next_tend = 0
