@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from models.compare import acceptance
 from models.quantise import STREAM, greedy_chunks, recorded_prefixes
 from rtinfer.inference.backends import get_backend
