@@ -66,7 +66,8 @@ WARM_UP = 3       # cycles not timed for admission (allocations and caches of th
 class InferenceNodeConfig:
     name: str = "infer"
     backend: str = "onnx"
-    drafter: str = "chunk"           # "chunk" | "self" | "none"
+    drafter: str = "chunk"           # one of runner.DRAFTERS
+    draft_model: str | None = None   # drafter "model": its directory (default: the model's own)
     sample: bool = False
     temperature: float = 1.0
     prefix_cache: bool = True
@@ -123,7 +124,7 @@ class InferenceNode:
                                       backend_opts={**opts, **(backend_opts or {})},
                                       drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
                                       sample=cfg.sample, temperature=cfg.temperature,
-                                      seed=cfg.seed)
+                                      seed=cfg.seed, draft_model=cfg.draft_model)
             self.decoder, self.drafters = self.runner.decoder, self.runner.drafters
             self.tokenizer = ActionTokenizer(md.tokenizer)
             self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
@@ -483,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--control", default=None, help="endpoint of budget/command messages")
     p.add_argument("--backend", default="onnx")
     p.add_argument("--drafter", default="chunk", choices=DRAFTERS)
+    p.add_argument("--draft-model", default=None, metavar="DIR",
+                   help="--drafter model: the draft model directory (default: the model's "
+                        "draft/ folder, else card.json draft_model)")
     p.add_argument("--name", default="infer")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch", type=int, default=None,
@@ -510,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     curve = curve_from_args(p, a, binds=[a.actions], connects=[*a.obs, a.control])
     try:
         cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter,
+                                  draft_model=a.draft_model,
                                   sample=a.sample, prefix_cache=not a.no_prefix_cache,
                                   deadline_ms=a.deadline_ms,
                                   auto_budget=a.budget and a.level is None,
