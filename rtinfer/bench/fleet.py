@@ -90,7 +90,7 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     node_opts = ["--model", a.model, "--deadline-ms", str(a.deadline_ms), "--threads", "1"]
     node_opts += [] if a.budget else ["--no-budget"]
     node_opts += ["--max-robots", str(a.max_robots)] if a.max_robots else []
-    node_opts += ["--batch", "1"] if arrangement == "sequential" else []
+    node_opts += [] if arrangement == "batched" else ["--batch", "1"]
     plan = [(["--obs", *obs], acts[0], "infer")] if len(acts) == 1 else \
         [(["--obs", obs[j]], acts[j], f"infer{j}") for j in range(n)]
     nodes, robots, logs = [], [], []

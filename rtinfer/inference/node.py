@@ -78,8 +78,9 @@ class InferenceNodeConfig:
     trace_path: str | None = None
     seed: int = 0
     max_robots: int | None = None    # a cap on the robots served (None: what the cycle time fits)
-    batch: int | None = None         # the most robots decoded in one batch (None: the largest
-                                     # batch the model ships, where batching applies; 1: none)
+    batch: int | None = None         # the most robots decoded in one batch (None: with several
+                                     # obs endpoints, the largest batch the model ships, where
+                                     # batching applies; 1: none)
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str, fix: str) -> None:
@@ -143,7 +144,7 @@ class InferenceNode:
         self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx, curve=curve) if remote else None
         self.robots = Robots(self.budget, remote=remote, max_robots=cfg.max_robots,
                              period_ns=self.period_ns)
-        self.batcher = self._batcher(md, backend_opts or {})
+        self.batcher = self._batcher(md, backend_opts or {}, len(obs_eps))
         if self.batcher is not None:
             self.robots.set_batches(b for b in md.batches if b <= self.max_batch)
             self._profile_batches()
@@ -162,12 +163,13 @@ class InferenceNode:
         # bound once: no allocation per cycle
         self._on_waypoint = self._publish_values if md.kind == "chunk" else self._publish_waypoint
 
-    def _batcher(self, md, opts: dict) -> BatchRunner | None:
+    def _batcher(self, md, opts: dict, endpoints: int) -> BatchRunner | None:
         """A BatchRunner where batching applies (an action-token model with batched graphs,
-        ONNX Runtime fp32, greedy, a drafter that batches, cfg.batch not 1), else None;
-        sets self.max_batch."""
+        ONNX Runtime fp32, greedy, a drafter that batches, cfg.batch not 1, and several obs
+        endpoints unless cfg.batch asks for it), else None; sets self.max_batch."""
         cfg, self.max_batch = self.cfg, 1
-        if md.kind == "chunk" or not md.batches or cfg.batch == 1:
+        if md.kind == "chunk" or not md.batches or cfg.batch == 1 or \
+                (cfg.batch is None and endpoints < 2):
             return None
         why = ("sampling" if cfg.sample else f"--backend {cfg.backend}" if cfg.backend != "onnx"
                else f"--drafter {cfg.drafter}" if cfg.drafter not in BATCH_DRAFTERS
@@ -490,9 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="infer")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch", type=int, default=None,
-                   help="the most robots decoded in one batch (default: the largest batch the "
-                        "model ships, where batching applies: greedy fp32 ONNX Runtime with "
-                        "drafter chunk or none; 1: one robot at a time)")
+                   help="the most robots decoded in one batch (default: with several --obs "
+                        "endpoints, the largest batch the model ships, where batching applies: "
+                        "greedy fp32 ONNX Runtime with drafter chunk or none; 1: one robot at "
+                        "a time)")
     p.add_argument("--max-robots", type=int, default=None,
                    help="serve at most this many robots (default: as many as the measured "
                         "cycle time fits at the policy's rate)")
