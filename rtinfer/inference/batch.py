@@ -112,7 +112,10 @@ class BatchRunner:
             if spec:
                 for i in range(n):
                     drafts[i] = self._draft(i, pos[i], m[i], N, cap) if m[i] < N else None
-                if any(d is not None and len(d) for d in drafts):
+                # a verify pass holds every active row (those without drafts take its first
+                # token), so each must fit k_verify positions before max_ctx
+                if any(d is not None for d in drafts) and all(
+                        pos[i] + self.k_verify <= self.T for i in range(n) if m[i] < N):
                     k, depth = self.k_verify, self.full
             tok = R.tokens(depth, k)
             tok.fill(self.pad)
@@ -186,8 +189,6 @@ class BatchRunner:
 
     # --- decoding ----------------------------------------------------------------------------
     def _draft(self, i: int, pos: int, m: int, N: int, cap: int):
-        if pos + self.k_verify > self.T:
-            return None
         ctx = self._ctx
         ctx.pos, ctx.last, ctx.index = pos, int(self._out[i, m - 1]) + self.a0, m
         ctx.chunk = self._out[i, :m]
