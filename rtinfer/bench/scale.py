@@ -14,7 +14,8 @@ and the shipped policy's measured verifies and plain steps per chunk at the same
 The plain rows also carry the budget level that prefills and decodes at the early exit
 (`exit_chunk_*`). P (`largest_params_meeting_deadline`) is the largest measured row whose
 chunk p99 plus the loop's fixed overheads (rtinfer.bench.scale_overheads) is under the
-deadline. Blocks for seconds (--quick) to about an hour (the full ladder, 300M included).
+deadline. Blocks for seconds (--quick) to ~11 min (the full ladder with --sweep, exports
+cached, on a loaded 2-core host); exporting the rungs the first time adds ~20 min.
 """
 from __future__ import annotations
 
