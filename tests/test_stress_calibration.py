@@ -161,7 +161,7 @@ def test_a_certainly_late_cycle_the_controller_never_reported_is_counted_undetec
     a = audit(policy, controller, deadline_ms=10.0)
     assert a == {"late_cycles": 1, "certainly_late": 3, "held": 0, "undetected": 2,
                  "applied_cycles": 5, "stale_applied": 1,  # cycle 6: applied 10.5 ms after capture
-                 "stale_applied_max_ms": 0.5}
+                 "stale_applied_max_ms": 0.5, "late_after_warmup": None}  # 0.25 s of records
     # cycles captured before the controller's first trace record or after its last (the run
     # started or ended) are no evidence
     early = [_policy(0, -50, -20)]
@@ -174,6 +174,16 @@ def test_a_certainly_late_cycle_the_controller_never_reported_is_counted_undetec
     # the last publish, where the trace has it, is the evidence ("end" comes after it)
     on_time = {**policy[2], "stamps": {**policy[2]["stamps"], "last_publish": 109 * MS}}
     assert audit([on_time], controller, 10.0)["certainly_late"] == 0
+
+
+def test_late_after_warmup_leaves_out_the_first_seconds():
+    from rtinfer.cli.pressure import audit
+    from rtinfer.cli.stress import WARMUP_S
+    w = int(WARMUP_S * 1000)  # ms
+    controller = [_late(1, 0, 20), _applied(2, 50, 53, 54)] + \
+        [_applied(3 + i, w + 50 * i, w + 50 * i + 3, w + 50 * i + 4) for i in range(3)] + \
+        [_late(6, w + 150, w + 170)]
+    assert audit([], controller, 10.0)["late_after_warmup"] == 0.25  # 1 of cycles 3-6
 
 
 def test_hold_intervals_pair_each_safe_hold_with_its_clear():

@@ -16,7 +16,7 @@ the deadline. `verdict` checks the targets. Pure: records in, figures out.
 """
 from __future__ import annotations
 
-from rtinfer.cli.stress import HOGS, late_fraction
+from rtinfer.cli.stress import HOGS, WARMUP_S, late_fraction
 
 CONDITIONS = (("nominal", 0), ("stress", HOGS))  # (name, busy processes on the policy's CPU)
 ROLES = (("fixed", {"vars.budget": "--no-budget"}), ("budget", {}))  # launch overrides
@@ -37,7 +37,9 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     design, reports none), undetected: the others never reported late; stale_applied: cycles
     whose first setpoint was applied more than a deadline after capture, and by how much at
     most (stale_applied_max_ms; the controller checks a waypoint's age when it arrives and
-    applies it on its next tick)."""
+    applies it on its next tick). late_after_warmup: the controller-traced cycles captured
+    WARMUP_S or more after its first that were reported late, over those cycles (the
+    calibration takes no samples in that start-up either)."""
     deadline_ns = deadline_ms * 1e6
     late, applied, stale, over_ns, captures = set(), 0, 0, 0, []
     for rec in controller_records:
@@ -54,6 +56,9 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
             stale += over > 0
             over_ns = max(over_ns, over)
     first, last = (min(captures), max(captures)) if captures else (0, -1)
+    steady = {rec["cycle"] for rec in controller_records if isinstance(rec.get("stamps"), dict)
+              and isinstance(rec.get("cycle"), int) and isinstance(rec["stamps"].get("capture"), int)
+              and rec["stamps"]["capture"] >= first + WARMUP_S * 1e9}
     certain, held = set(), set()
     for rec in policy_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
@@ -69,7 +74,8 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     return {"late_cycles": len(late), "certainly_late": len(certain),
             "held": len(held - late), "undetected": len(certain - late - held),
             "applied_cycles": applied, "stale_applied": stale,
-            "stale_applied_max_ms": round(over_ns / 1e6, 3)}
+            "stale_applied_max_ms": round(over_ns / 1e6, 3),
+            "late_after_warmup": round(len(steady & late) / len(steady), 4) if steady else None}
 
 
 def hold_intervals(monitor_report: dict) -> list[tuple[int, float]]:

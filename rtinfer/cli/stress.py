@@ -255,6 +255,8 @@ def runs_table(title: str, columns, deadline_row: bool = False):
                                     f"({percent_text(late_fraction(r))})")
     row("late waypoints (rejected)", lambda r, _: str(r.get("late_waypoints")))
     if any(run.get("audit") for _, _, run, _ in columns):
+        row(f"late after the first {WARMUP_S:g} s", lambda r, _: percent_text(
+            (r.get("audit") or {}).get("late_after_warmup")))
         row("unreported late / applied late", lambda r, _: audit_text(r))
     row("e2e p50 / p99 / max", lambda r, _: " / ".join(
         "-" if r["e2e_ms"].get(k) is None else f"{r['e2e_ms'][k]:.1f}" for k in
