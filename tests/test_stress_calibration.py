@@ -184,6 +184,7 @@ def test_late_after_warmup_leaves_out_the_first_seconds():
         [_applied(3 + i, w + 50 * i, w + 50 * i + 3, w + 50 * i + 4) for i in range(3)] + \
         [_late(6, w + 150, w + 170)]
     assert audit([], controller, 10.0)["late_after_warmup"] == 0.25  # 1 of cycles 3-6
+    assert audit([], iter(controller), 10.0)["late_after_warmup"] == 0.25  # a trace file's reader
 
 
 def test_hold_intervals_pair_each_safe_hold_with_its_clear():

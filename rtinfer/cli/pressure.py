@@ -41,6 +41,7 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     WARMUP_S or more after its first that were reported late, over those cycles (the
     calibration takes no samples in that start-up either)."""
     deadline_ns = deadline_ms * 1e6
+    controller_records = list(controller_records)  # read twice (a trace file is an iterator)
     late, applied, stale, over_ns, captures = set(), 0, 0, 0, []
     for rec in controller_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
