@@ -187,14 +187,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the report on stdout as one JSON line (it is JSON either way)")
     d.add_argument("--report", default=None, help="write the final report JSON here")
     d.add_argument("--png", default=None, help="latency timeline + histogram PNG (matplotlib)")
-    d.add_argument("--stress", choices=["cpu"], default=None,
-                   help="run under CPU load twice, fixed full depth vs the budget controller: "
-                        "the policy node alone on one CPU with a busy process under "
-                        "SCHED_IDLE; the "
+    d.add_argument("--stress", choices=["cpu", "near-deadline"], default=None,
+                   help="cpu: run under CPU load twice, fixed full depth vs the budget "
+                        "controller: the policy node alone on one CPU with a busy process "
+                        "under SCHED_IDLE; the "
                         "deadline calibrated in place, from two short launched runs under "
                         "that load (fixed full depth, and the cheapest budget level): the "
                         "fixed run's chunk-time p70 (capture -> last waypoint at the "
-                        "controller), raised to the cheapest level's p99 x 1.1")
+                        "controller), raised to the cheapest level's p99 x 1.1. "
+                        "near-deadline: the policy near its own deadline: one unpressured run "
+                        "(the launch file's deadline), then with the policy node alone on its "
+                        "CPU and under the cpu load, each with a deadline calibrated that way "
+                        "under it, fixed full depth vs the budget controller; every run "
+                        "audited from its traces, the targets' verdict in the JSON")
     d.add_argument("--robots", type=int, default=1, metavar="N",
                    help="N conveyor cells (seeds 0..N-1, so each its own instruction) served "
                         "by one inference node (launch/conveyor_fleet.yaml); the report has "

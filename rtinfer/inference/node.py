@@ -380,7 +380,9 @@ class InferenceNode:
                 fields["tokens_per_pass"] = st.tokens_per_target_pass
                 fields["accepted_per_verify"] = st.accepted / max(st.verifies, 1)
             self.trace.write({"node": self.cfg.name, "cycle": cycle.seq,
-                              "stamps": {**cycle.stamps, "first_token": t_first, "end": t_end},
+                              "stamps": {**cycle.stamps, "first_token": t_first,
+                                         "last_publish": cycle.last_publish_ns or t_end,
+                                         "end": t_end},
                               "fields": fields})
 
     def _slack_ns(self, slot: RobotSlot, cycle: Cycle) -> int | None:
