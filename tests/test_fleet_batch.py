@@ -97,3 +97,52 @@ def test_a_sampling_node_runs_one_robot_at_a_time_without_being_asked(tmp_path):
         assert node.batcher is None and node.max_batch == 1
     finally:
         node.close()
+
+
+def _robots(profile: dict, period_ms: float = 50.0):
+    from rtinfer.inference.budget import Budget, BudgetLevel
+    from rtinfer.inference.robots import Robots
+    r = Robots(Budget([BudgetLevel(6, 7, 4)], 100_000_000), remote=False,
+               period_ns=int(period_ms * 1e6))
+    r.set_batches(b for b in profile if b > 1)
+    r.profile.update({b: int(ms * 1e6) for b, ms in profile.items()})
+    return r
+
+
+def test_admission_plans_on_a_batch_running_then_ones_own():
+    """serve(m) packs m robots in full largest batches then the smallest that holds the
+    rest; the worst case is a batch of some running, then the rest's; capacity is the most
+    robots whose worst case fits 0.8 x min(deadline, period)."""
+    r = _robots({1: 10.0, 2: 12.0, 4: 16.0, 8: 30.0})
+    assert r.serve_ns(3) == 16_000_000 and r.serve_ns(9) == 40_000_000
+    assert r.worst_ns(4) == 26_000_000      # 1 running, then 3 in a batch of 4
+    assert r.worst_ns(5) == 30_000_000      # a batch of 8 for 5; or 1 then 4: 26
+    assert r.worst_ns(6) == 40_000_000      # 1 running, then 5 in a batch of 8
+    assert r.worst_ns(7) == 42_000_000      # 2 running, then 5 in a batch of 8
+    assert r.capacity(100_000_000) == 6
+    one_at_a_time = _robots({1: 10.0})
+    assert one_at_a_time.capacity(100_000_000) == 4  # n x 10 ms <= 40 ms
+
+
+def test_a_measured_cycle_scales_the_profiled_batch_costs():
+    r = _robots({1: 10.0, 8: 30.0})
+    for _ in range(5):
+        r.cost.record(20_000_000)  # the real cycles run twice the profile
+    assert r.batch_ns(8) == pytest.approx(60_000_000, rel=1e-3)
+    for _ in range(16):
+        r.costs[8].record(25_000_000)  # once batches of 8 are timed, theirs count
+    assert r.batch_ns(8) == pytest.approx(25_000_000, rel=1e-3)
+
+
+def test_a_batch_is_cut_to_what_ends_before_the_first_robots_deadline():
+    from types import SimpleNamespace
+    r = _robots({1: 10.0, 2: 12.0, 4: 16.0, 8: 30.0})
+    now, deadline = 10_000_000_000, 100_000_000
+    for i, age_ms in enumerate([75, 50, 40, 30, 20]):  # r0 is due first: in 25 ms
+        env = SimpleNamespace(src=f"r{i}", seq=0, stamps={"capture": now - int(age_ms * 1e6)})
+        r.offer(env, now, deadline)
+    batch = r.next_batch(deadline, now, 8)
+    # a batch of 5 runs at b = 8 (30 ms): it would end after the first robot's deadline;
+    # 4 (16 ms) ends in time, so the least urgent is dropped
+    assert [s.name for s in batch] == ["r0", "r1", "r2", "r3"]
+    assert [s.name for s in r.next_batch(deadline, now, 1)] == ["r0"]
