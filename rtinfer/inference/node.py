@@ -555,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
                  "saves no compute, so the budget has nothing cheaper to switch to)"), flush=True)
     else:
         prec = f" {a.precision}" if a.precision else ""
-        print(f"{cfg.name}: ready ({cfg.backend}{prec}, drafter {cfg.drafter})", flush=True)
+        batch = f", batches of up to {node.max_batch}" if node.batcher is not None else ""
+        print(f"{cfg.name}: ready ({cfg.backend}{prec}, drafter {cfg.drafter}{batch})", flush=True)
     try:
         node.run(a.seconds)
     finally:
