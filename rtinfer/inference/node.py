@@ -135,22 +135,29 @@ class InferenceNode:
             self._run = lambda cycle, x, cb: self.runner.run_cycle(cycle, *x, cb)
         self.budget = Budget(levels, int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
         obs_eps = [obs_endpoint] if isinstance(obs_endpoint, str) else list(obs_endpoint)
-        # latest-only per robot, not per topic: the robots' slots keep each one's newest
-        self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=ctx, curve=curve)
-        self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
-                                  curve=curve) if control_endpoint else None
-        # robots on other hosts: their clocks are bracketed from obs and traces (module doc)
-        remote = not all(same_host(e) for e in obs_eps)
-        self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx, curve=curve) if remote else None
-        self.robots = Robots(self.budget, remote=remote, max_robots=cfg.max_robots,
-                             period_ns=self.period_ns)
+        # before any socket: a refused --batch must leave nothing open behind the error
         self.batcher = self._batcher(md, backend_opts or {}, len(obs_eps))
-        if self.batcher is not None:
-            self.robots.set_batches(b for b in md.batches if b <= self.max_batch)
-            self._profile_batches()
-        self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
-        self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
-        self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
+        self.obs_sub = self.ctl_sub = self.trace_sub = self.pub = self.trace = None
+        try:  # a socket that fails (an endpoint in use, a bad key) closes those before it
+            # latest-only per robot, not per topic: the robots' slots keep each one's newest
+            self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=ctx, curve=curve)
+            self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"],
+                                      ctx=ctx, curve=curve) if control_endpoint else None
+            # robots on other hosts: their clocks are bracketed from obs and traces (module doc)
+            remote = not all(same_host(e) for e in obs_eps)
+            self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx,
+                                        curve=curve) if remote else None
+            self.robots = Robots(self.budget, remote=remote, max_robots=cfg.max_robots,
+                                 period_ns=self.period_ns)
+            if self.batcher is not None:
+                self.robots.set_batches(b for b in md.batches if b <= self.max_batch)
+                self._profile_batches()
+            self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
+            self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
+            self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
+        except BaseException:
+            self.close()
+            raise
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle", "compute")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
                                        "publish_dropped", "slack_unknown"), 0)
