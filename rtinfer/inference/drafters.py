@@ -61,6 +61,15 @@ def softmax(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
+def pick(logits: np.ndarray, ctx: DraftContext, q_row: np.ndarray) -> int:
+    """One drafted bin from a drafter's logits over the action bins: sampled when ctx
+    samples (its distribution kept in q_row, for the rejection rule), else greedy."""
+    if ctx.sample:
+        q_row[:] = softmax(logits, ctx.temperature)
+        return int(ctx.rng.choice(len(logits), p=q_row))
+    return int(logits.argmax())
+
+
 class EarlyExitDrafter(Drafter):
     """Self-speculative (LayerSkip): k single-token steps at a shallow exit `depth`.
     Its KV writes touch only the first `depth` layers; the verify rewrites them all."""
@@ -79,12 +88,7 @@ class EarlyExitDrafter(Drafter):
         for i in range(k):
             self._one[0] = tok
             logits = ctx.backend.step(self._one, ctx.pos + i, self.depth)[0, self.a0:self.a1]
-            if ctx.sample:
-                self._q[i] = softmax(logits, ctx.temperature)
-                b = int(ctx.rng.choice(len(logits), p=self._q[i]))
-            else:
-                b = int(logits.argmax())
-            self._bins[i] = b
+            b = self._bins[i] = pick(logits, ctx, self._q[i])
             tok = b + self.a0
         self.q = self._q[:k] if ctx.sample else None
         return self._bins[:k]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, Drafter, softmax
+from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, Drafter, pick
 
 
 class ModelDrafter(Drafter):
@@ -68,12 +68,7 @@ class ModelDrafter(Drafter):
             self.passes += 1
         self._valid = ctx.pos + 1
         for i in range(k):
-            if ctx.sample:
-                self._q[i] = softmax(logits, ctx.temperature)
-                b = int(ctx.rng.choice(len(logits), p=self._q[i]))
-            else:
-                b = int(logits.argmax())
-            self._bins[i] = b
+            b = self._bins[i] = pick(logits, ctx, self._q[i])
             if i + 1 < k:
                 self._one[0] = b + self.a0
                 logits = be.step(self._one, ctx.pos + 1 + i, None)[0, self.a0:self.a1]
