@@ -25,7 +25,7 @@ import numpy as np
 
 from rtinfer.inference.backends.onnx_rows import OnnxRows
 from rtinfer.inference.cycle import Cycle
-from rtinfer.inference.decode import DecodeStats
+from rtinfer.inference.decode import DecodeStats, completed_waypoints
 from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext
 from rtinfer.inference.runner import MAX_CACHED_INSTRUCTIONS
 from rtinfer.model.directory import ModelDir
@@ -224,6 +224,5 @@ class BatchRunner:
         if on_waypoint is None:
             return
         D, out = self.D, self._out[i]
-        for w in range(before // D, now // D):
-            if (w + 1) * D > before:
-                on_waypoint(cycle, w, out[w * D:(w + 1) * D])
+        for w in completed_waypoints(before, now, D):
+            on_waypoint(cycle, w, out[w * D:(w + 1) * D])

@@ -43,6 +43,12 @@ def speculative_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray,
     return g, int(rng.choice(p.shape[1], p=p[g]))
 
 
+def completed_waypoints(before: int, now: int, dim: int) -> range:
+    """The waypoints (D = dim tokens each) that tokens [before, now) complete: those ending
+    after token `before` and by token `now`."""
+    return range(before // dim, now // dim)
+
+
 @dataclass
 class DecodeStats:
     tokens: int = 0
@@ -123,9 +129,8 @@ class Decoder:
         """Fire on_waypoint for every waypoint completed by tokens [before, now)."""
         if on_waypoint is None:
             return
-        for w in range(before // dim, now // dim):
-            if (w + 1) * dim > before:
-                on_waypoint(w, self._out[w * dim:(w + 1) * dim])
+        for w in completed_waypoints(before, now, dim):
+            on_waypoint(w, self._out[w * dim:(w + 1) * dim])
 
     def _spec_round(self, drafter: Drafter, pos: int, m: int, n: int, cap: int) -> int:
         """One draft + verify; returns the number of new final tokens (0: nothing drafted)."""
