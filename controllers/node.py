@@ -27,7 +27,11 @@ after that resumes.
 publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
 cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,
-stamps up to "recv"), so the monitor counts the cycle as a deadline miss.
+stamps up to "recv"), so the monitor counts the cycle as a deadline miss. A new chunk taken in
+time is checked once more when the tick commits its first setpoint (after the messages and
+read(), just before the law computes it; that instant is its "apply" stamp): if the tick's
+own work carried it past the deadline it is dropped (late_applies, the same late record with
+late_index 0) and the robot holds, so no chunk's first setpoint goes out past capture + deadline.
 The node's Subscriber must be on ["action_chunk", "command"] and NOT latest_only (that
 would drop waypoints). Not thread-safe: run it from one thread.
 """
@@ -52,7 +56,7 @@ from .stack import ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
-            "late_waypoints", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold",
+            "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold",
             "holds", "commands", "read_faults", "write_faults")
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
 # Rejections that mean no chunk from that policy will ever be followed: one line a second.
@@ -175,6 +179,7 @@ class ControllerNode:
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
         self._apply_pending = False  # the chunk's first setpoint goes out this tick: stamp it
+        self._state_before = "idle"  # the state before the pending chunk was taken
         self._late_key = None  # the last cycle reported late (once per cycle)
         self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
@@ -185,22 +190,49 @@ class ControllerNode:
         self._others_since: dict[str, int] = {}  # policy -> its first chunk for another robot
 
     # -- the loop ---------------------------------------------------------------------
-    def tick(self, now_ns: int | None = None) -> None:
-        """One iteration. now_ns: the loop's clock (tests pass it explicitly; then the
-        "apply" stamp uses it too, so a test is deterministic)."""
+    def tick(self, now_ns: int | None = None, apply_ns: int | None = None) -> None:
+        """One iteration. now_ns: the loop's clock; apply_ns: its reading when the tick
+        commits a new chunk's first setpoint (tests pass them explicitly, apply_ns defaulting
+        to now_ns, so a test is deterministic; otherwise both are read from the clock)."""
         explicit = now_ns is not None
         now = now_ns if explicit else clock_ns()
         self.update(now)
         state = self._read(now)
-        if state is not None and self._write(self.stack.compute(state, now), now):
+        if state is None:
+            return self._end_tick(state, now)
+        commit = (now if apply_ns is None else apply_ns) if explicit else clock_ns()
+        if self._apply_pending:
+            self._commit(commit)
+        if self._write(self.stack.compute(state, now), now):
             if self.state == "fault":
                 self.state = "hold"  # the robot answers again; the next fresh chunk resumes
             if self._apply_pending:
-                self._record_apply(now if explicit else clock_ns())
+                self._record_apply(commit)
+        self._end_tick(state, now)
+
+    def _end_tick(self, state: RobotState | None, now: int) -> None:
         if self.on_tick is not None and self.last_state is not None:
             self.on_tick(self.last_state, now)
         self.publish(now)
         self.counters["ticks"] += 1
+
+    def _commit(self, commit_ns: int) -> None:
+        """A new chunk's first setpoint is about to be computed: if its capture is now older
+        than the deadline (the tick's own work, draining messages and read(), carried it
+        past), drop it: counted late_applies, reported as a late cycle (late_index 0), and
+        the robot holds (counted in holds when it was tracking)."""
+        chunk = self.chunk
+        if not self.watchdog.too_old(chunk.capture_ns, commit_ns):
+            return
+        self._apply_pending = False
+        self.counters["late_applies"] += 1
+        self.stack.hold(commit_ns)
+        if self._state_before == "run":
+            self.counters["holds"] += 1
+        self.state = "hold" if self._state_before == "run" else self._state_before
+        self._late_key = chunk.key
+        self._emit({"node": self.cfg.name, "cycle": int(chunk.cycle), "stamps": dict(chunk.stamps),
+                    "fields": {"late_index": 0.0}})
 
     def run(self, seconds: float | None = None) -> None:
         """Tick at control.rate_hz for `seconds` (None: until a `stop` command)."""
@@ -269,6 +301,7 @@ class ControllerNode:
     def _hold(self, state: str, now: int) -> None:
         if self.state == "run":  # counts transitions from tracking to holding
             self.counters["holds"] += 1
+        self._apply_pending = False  # a held robot sends no chunk's first setpoint
         self.stack.hold(now)
         self.state = state
 
@@ -348,6 +381,8 @@ class ControllerNode:
         if chunk.ready == chunk.applied:
             return  # it arrived past a gap: nothing new to track yet
         if chunk.applied == 0:  # the chunk's first setpoint goes out this tick
+            if not self._apply_pending:
+                self._state_before = self.state
             self._apply_pending = True
         chunk.applied = chunk.ready
         self.stack.set_chunk(chunk.waypoints[:chunk.ready], chunk.capture_ns, chunk.period_ns,

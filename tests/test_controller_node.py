@@ -475,3 +475,35 @@ def test_late_waypoints_during_a_commanded_hold_are_not_reported_as_misses(cell)
     assert cell.node.counters["rejected_stale"] == 4 and cell.node.counters["late_waypoints"] == 0
     traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
     assert traces == []
+
+
+def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_applied(cell):
+    """On the real clock: a chunk 60 ms old is taken in time, but read() then takes 45 ms, so
+    its first setpoint would go out 105 ms after capture. It is dropped and reported late;
+    with a fast read() the next one is applied, at most a deadline after its capture."""
+    slow = {"s": 0.045}
+    read = cell.plant.read
+    cell.plant.read = lambda: (time.sleep(slow["s"]), read())[1]
+    cell.t = now_ns()
+    cell.send_chunk(LINE, age_ms=60)
+    for _ in range(200):
+        cell.node.tick()
+        if cell.seen() >= 4:
+            break
+    c = cell.node.counters
+    assert (c["chunks_accepted"], c["late_applies"], c["rejected_stale"]) == (1, 1, 0)
+    assert cell.node.state == "idle" and cell.node.stack.holding and cell.node.e2e.count == 0
+    traces = [e.body for e in iter(lambda: cell.watch.recv(timeout_ms=50), None)
+              if e.topic == "trace"]
+    assert [t["fields"] for t in traces] == [{"late_index": 0.0}]
+    assert "apply" not in traces[0]["stamps"]
+    slow["s"] = 0.0
+    cell.t = now_ns()
+    cell.send_chunk(LINE, age_ms=10)
+    for _ in range(200):
+        cell.node.tick()
+        if cell.node.e2e.count:
+            break
+        time.sleep(0.001)
+    assert cell.node.state == "run" and c["late_applies"] == 1
+    assert 10 * MS <= cell.node.e2e_last_ns <= cell.node.cfg.deadline_ns

@@ -118,7 +118,7 @@ def test_python_controller_moves_the_stated_counters(case):
             env = wire.decode_frames(frames_of(step))
             env.stamps["recv"] = now  # as the bus does
             sub.queue.append(env)
-        node.tick(now)
+        node.tick(now, step.get("apply_ns"))
         delta = {n: node.counters[n] - before[n] for n in c["counters"]}
         traces = [b for t, b in pub.sent if t == "trace"]
         trace = ("apply" if any("apply" in b["stamps"] for b in traces) else

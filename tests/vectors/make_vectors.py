@@ -431,7 +431,8 @@ def command(cmd: str) -> bytes:
 
 
 def controller_cases():
-    """(name, [(now offset ns, message bytes or None, {counter: delta}, state, trace)])."""
+    """(name, [(now offset ns, message bytes or None, {counter: delta}, state, trace
+    [, apply offset ns: when the tick commits a new chunk's first setpoint, default now])])."""
     A, W = "chunks_accepted", "waypoints_accepted"
     first = {A: 1, W: 1}
     more = {W: 1}
@@ -503,6 +504,15 @@ def controller_cases():
             (8 * MS, command("stop"), {"commands": 1, "holds": 1}, "stopped", None),
             (9 * MS, command("clear"), {"commands": 1}, "stopped", None),
             (10 * MS, waypoint(0, cycle=3, capture=T0 + 9 * MS), {"rejected_hold": 1}, "stopped", None)]),
+        # taken in time, but the tick's own work (messages, read()) took it past the deadline
+        # by the time its first setpoint would be committed: dropped, reported late, held
+        ("late_at_apply", [
+            (99 * MS, waypoint(0), {A: 1, W: 1, "late_applies": 1}, "idle", "late", 100 * MS + 1),
+            (100 * MS + 2, waypoint(1), {"rejected_stale": 1, "late_waypoints": 1}, "idle", None),
+            (150 * MS, waypoint(0, cycle=2, capture=T0 + 100 * MS), first, "run", "apply", 200 * MS),
+            (249 * MS, waypoint(0, cycle=3, capture=T0 + 150 * MS),
+             {A: 1, W: 1, "late_applies": 1, "holds": 1}, "hold", "late", 250 * MS + 1),
+            (260 * MS, waypoint(0, cycle=4, capture=T0 + 250 * MS), first, "run", "apply")]),
         ("watchdog", [
             (1 * MS, waypoint(0), first, "run", "apply"),
             (151 * MS, None, {}, "run", None),
@@ -514,7 +524,7 @@ def controller_cases():
 
 MAX_DECODED_CHARS = 4000
 COUNTER_NAMES = ("chunks_accepted", "waypoints_accepted", "rejected_stale", "late_waypoints",
-                 "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold", "holds",
+                 "late_applies", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold", "holds",
                  "commands")
 
 
@@ -542,9 +552,11 @@ def write(out: Path) -> dict:
         manifest["decode"].append(entry)
     for name, steps in controller_cases():
         out_steps = []
-        for k, (dt, data, delta, state, trace) in enumerate(steps):
+        for k, (dt, data, delta, state, trace, *apply_dt) in enumerate(steps):
             step = {"now_ns": T0 + dt, "frames": [], "expect": {c: delta.get(c, 0) for c in COUNTER_NAMES},
                     "state": state, "trace": trace}
+            if apply_dt:
+                step["apply_ns"] = T0 + apply_dt[0]
             if data is not None:
                 env = wire.decode(data)
                 fname = f"msg/ctl_{name}_{k}.bin"

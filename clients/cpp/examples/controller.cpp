@@ -164,9 +164,11 @@ int main(int argc, char** argv) {
                 }
             }
             rules.check_watchdog(now);
-            // compute(): the simulated axes follow the chunk
-            axes.step(rules, now, double(period) / 1e9);
+            // compute(): a new chunk's first setpoint is committed now, or dropped if the
+            // tick's own work took it past the deadline; the simulated axes follow the chunk
             int64_t applied_ns = wire::now_ns();
+            rules.commit(applied_ns);
+            axes.step(rules, now, double(period) / 1e9);
             // publish(): trace records, health, the periodic heartbeat
             keep.clear();
             for (const auto& r : rules.take_late()) send("trace", trace_body(o.name, r, keep));

@@ -9,9 +9,10 @@ namespace rtinfer {
 using wire::Envelope;
 using wire::Value;
 
-const char* const COUNTERS[12] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
-                                  "rejected_stale", "late_waypoints", "rejected_bad", "rejected_hash",
-                                  "rejected_dest", "rejected_hold", "holds", "commands"};
+const char* const COUNTERS[13] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
+                                  "rejected_stale", "late_waypoints", "late_applies", "rejected_bad",
+                                  "rejected_hash", "rejected_dest", "rejected_hold", "holds",
+                                  "commands"};
 static const std::string LATE = "late";
 
 ChunkRules::ChunkRules(ControllerConfig cfg) : cfg_(std::move(cfg)) {
@@ -128,7 +129,10 @@ void ChunkRules::take(int64_t now) {
     }
     ++counter("waypoints_accepted");
     if (c.ready == c.applied) return;  // past a gap: nothing new to track yet
-    if (c.applied == 0) apply_pending_ = true;
+    if (c.applied == 0) {  // the chunk's first setpoint goes out this tick
+        if (!apply_pending_) state_before_ = state_;
+        apply_pending_ = true;
+    }
     c.applied = c.ready;
     state_ = "run";
 }
@@ -153,6 +157,19 @@ std::vector<TraceRecord> ChunkRules::take_late() {
     return out;
 }
 
+void ChunkRules::commit(int64_t commit_ns) {
+    if (!apply_pending_ || commit_ns - chunk_.capture_ns <= cfg_.deadline_ns) return;
+    apply_pending_ = false;
+    ++counter("late_applies");
+    if (state_before_ == "run") ++counter("holds");
+    state_ = state_before_ == "run" ? "hold" : state_before_;
+    late_keyed_ = true;  // reported once: its later waypoints are late too
+    late_src_ = chunk_.src;
+    late_cycle_ = chunk_.cycle;
+    late_capture_ = chunk_.capture_ns;
+    late_.push_back({chunk_.cycle, chunk_.stamps, "late_index", 0.0});
+}
+
 std::optional<TraceRecord> ChunkRules::applied(int64_t apply_ns) {
     if (!apply_pending_) return std::nullopt;
     apply_pending_ = false;
@@ -166,6 +183,7 @@ std::optional<TraceRecord> ChunkRules::applied(int64_t apply_ns) {
 
 void ChunkRules::hold(const std::string& state) {
     if (state_ == "run") ++counter("holds");  // transitions from tracking to holding
+    apply_pending_ = false;  // a held robot sends no chunk's first setpoint
     state_ = state;
 }
 

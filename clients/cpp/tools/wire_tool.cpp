@@ -141,9 +141,11 @@ int vectors(const std::string& dir) {
                 else if (env.topic == "command") rules.on_command(std::string(env.body.get("cmd")->s), now);
             }
             rules.check_watchdog(now);
+            int64_t apply = step.get("apply_ns") ? step.at("apply_ns").integer() : now;
+            rules.commit(apply);
             std::string trace = "null";
             auto late = rules.take_late();
-            if (auto rec = rules.applied(now)) trace = "\"apply\"";
+            if (auto rec = rules.applied(apply)) trace = "\"apply\"";
             else if (!late.empty()) trace = "\"late\"";
             std::cout << (first_step ? "" : ", ") << "{\"counters\": {";
             first_step = false;

@@ -28,7 +28,7 @@ struct ControllerConfig {
 };
 
 // The reference controller's counters, in its order (controllers/node.py COUNTERS).
-extern const char* const COUNTERS[12];
+extern const char* const COUNTERS[13];
 
 struct TraceRecord {  // a `trace` body: {node, cycle, stamps, fields: {name: value}}
     uint64_t cycle;
@@ -46,7 +46,11 @@ class ChunkRules {
     std::string on_waypoint(const wire::Envelope& env, int64_t now_ns);
     void on_command(const std::string& cmd, int64_t now_ns);
     void check_watchdog(int64_t now_ns);  // after each batch of messages
-    // The chunk's first setpoint went out at apply_ns: its `apply` trace record, if due.
+    // Just before the tick computes a new chunk's first setpoint (after the messages and the
+    // robot's read): a chunk whose capture is now older than the deadline is dropped
+    // (late_applies, a `late_index` 0 record, a hold), so none goes out stale.
+    void commit(int64_t commit_ns);
+    // The chunk's first setpoint went out, committed at apply_ns: its `apply` record, if due.
     std::optional<TraceRecord> applied(int64_t apply_ns);
     std::vector<TraceRecord> take_late();  // `late_index` records since the last call
 
@@ -79,6 +83,7 @@ class ChunkRules {
     std::string state_ = "idle";
     Chunk chunk_;
     bool apply_pending_ = false;
+    std::string state_before_ = "idle";  // the state before the pending chunk was taken
     std::optional<int64_t> last_fresh_ns_;
     bool late_keyed_ = false;
     std::string late_src_;
