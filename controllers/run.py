@@ -57,10 +57,12 @@ class RobotProcess:
                  control_endpoint: str | None = None, tokenizer: TokenizerConfig | None = None,
                  action: ActionSpec | None = None, name: str = "controller",
                  deadline_ms: float = 100.0, policy_hz: float = 20.0,
-                 trace_path: str | None = None, curve=None):
+                 trace_path: str | None = None, curve=None, addressed: bool = False):
         """robot: the src of this robot's messages (its chunks carry it as dest). name: the
         controller's node name (health, trace). tokenizer / action: the policy's spec (at
-        least one). curve: the bus ``curve=`` for every socket."""
+        least one). curve: the bus ``curve=`` for every socket. addressed: take only the
+        chunks addressed to this robot (a policy node run with --address-chunks): libzmq
+        filters the other robots' chunks at the node."""
         cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, name=name,
                                deadline_ns=int(deadline_ms * 1e6),
                                chunk_interval_ns=int(1e9 / policy_hz))  # checked: no socket yet
@@ -68,7 +70,8 @@ class RobotProcess:
         self.pub = Publisher(obs, robot, bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
         self.sub = Subscriber([actions] + ([control_endpoint] if control_endpoint else []),
-                              ["action_chunk", "command"], curve=curve)
+                              ["action_chunk", "command"], curve=curve,
+                              to={"action_chunk": robot} if addressed else None)
         # Round-trip echoes for the monitor's clock-offset estimate go out on the obs PUB.
         self.pings = Subscriber(control_endpoint, ["heartbeat"], curve=curve) \
             if control_endpoint else None
@@ -265,6 +268,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--deadline-ms", type=float, default=100.0)
     ap.add_argument("--policy-hz", type=float, default=20.0,
                     help="how often fresh chunks come (the watchdog's expected interval)")
+    ap.add_argument("--addressed", action="store_true",
+                    help="take only the chunks addressed to this robot: for a policy node "
+                    "run with --address-chunks (it serves several robots)")
     ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
     ap.add_argument("--trace", default=None, help="write trace records here")
     ap.add_argument("--report", default=None, help="write the final report JSON here")
@@ -286,7 +292,7 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
         return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
                             deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
-                            trace_path=a.trace, curve=curve)
+                            trace_path=a.trace, curve=curve, addressed=a.addressed)
     except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
 

@@ -359,3 +359,71 @@ def test_cpp_controller_refuses_bad_setup_with_a_clear_error(release, tmp_path):
         "--curve-secret", str(secret / "k.key_secret"), "--curve-map", str(tmp_path / "c.json")]),
         capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "chmod 600" in r.stderr
+
+
+@pytest.mark.parametrize("addressed", [True, False], ids=["addressed", "plain"])
+def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
+        release, tmp_path, addressed):
+    """Each round: this robot's chunk addressed to it, another robot's addressed to that one,
+    this robot's unaddressed with values off its tokens (rejected_bad if it arrives), and a
+    frame addressed to this robot whose body is for another (the bus rejects it). With
+    --addressed libzmq delivers only the first and the last; without, all four arrive."""
+    import zmq
+    from rtinfer.model.action_tokens import ActionTokenizer
+    from rtinfer.transport.action_chunk import waypoint_body
+    from rtinfer.transport.bus import addressed_topic
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "ctl", "robot")}
+    policy = Publisher(eps["act"], "inf")
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.PUB)  # on the control endpoint, which the controller also takes chunks from
+    raw.bind(eps["ctl"])
+    ctl = start(controller_cmd(release, eps, extra=["--addressed"] if addressed else []))
+    traces = Subscriber(eps["robot"], ["trace"])
+    tok = TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json")
+    decode, H, rounds = ActionTokenizer(tok).decode, tok.horizon, 5
+
+    def chunk(cycle, dest, to, off=0.0):
+        capture = wire.now_ns()
+        for i in range(H):
+            ids = np.array([100 + i, 50, 20, 255], np.int32)
+            body = waypoint_body(cycle, i, H, decode(ids) + np.float32(off), spec=tok.hash,
+                                 period_ns=tok.period_ns, start_ns=tok.period_ns, dest=dest,
+                                 tokens=ids)
+            policy.publish("action_chunk", body, {"capture": capture}, to=to)
+        return body
+
+    try:
+        assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
+        cycle, end = 0, time.monotonic() + 20
+        while time.monotonic() < end:  # until the controller hears the policy
+            cycle += 1
+            chunk(cycle, "cpparm", "cpparm")
+            env = traces.recv(100)
+            if env is not None and "apply" in env.body["stamps"]:
+                break
+        else:
+            raise AssertionError("the controller never applied an addressed chunk")
+        for _ in range(rounds):
+            cycle += 1
+            chunk(cycle, "cpparm", "cpparm")
+            chunk(cycle, "other", "other")
+            chunk(cycle + 1000, "cpparm", None, off=1.0)  # a whole bin and more off its tokens
+            mismatched = chunk(cycle, "other", "other")
+            raw.send_multipart([addressed_topic("action_chunk", "cpparm"),
+                                *wire.encode_frames("action_chunk", mismatched, seq=0, src="inf",
+                                                    stamps={"capture": wire.now_ns()})])
+            time.sleep(0.15)
+        time.sleep(0.5)
+    finally:
+        out, err = stop(ctl)
+        policy.close()
+        traces.close()
+        raw.close(0)
+        ctx.term()
+    assert ctl.returncode == 0, err
+    c = json.loads(out.strip().splitlines()[-1])["counters"]
+    assert c["chunks_accepted"] >= rounds + 1 and c["sub.rejected"] >= 1
+    if addressed:  # the others never reached this robot
+        assert (c["rejected_dest"], c["rejected_bad"]) == (0, 0)
+    else:
+        assert (c["rejected_dest"], c["rejected_bad"]) == (2 * H * rounds, H * rounds)

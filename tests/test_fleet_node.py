@@ -174,6 +174,33 @@ def test_a_silent_robot_leaves_and_frees_its_slot(fleet):
     assert node.health()["counters"]["robots_left"] == 2
 
 
+def test_with_address_chunks_a_robot_subscribed_to_its_address_gets_only_its_own(fleet, tmp_path):
+    node, pubs, act, rng, eps = fleet
+    node.cfg.address_chunks = True
+    H = node.budget.levels[0].chunk
+    mine = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"], to={"action_chunk": "a"})
+    try:
+        for _ in range(200):  # the slow joiner
+            pubs["a"].publish("obs", random_obs_body(rng), {"capture": now_ns()})
+            if node.spin_once(50) and mine.recv(100) is not None:
+                break
+        time.sleep(0.1)
+        while mine.recv(50) is not None or act.recv(0) is not None:
+            pass
+        for n, p in pubs.items():
+            p.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        time.sleep(0.1)
+        for _ in pubs:
+            assert node.spin_once(1000)
+        everyone = recv_chunks(act, H * len(pubs))  # unaddressed: takes both forms
+        own = recv_chunks(mine, H * len(pubs), timeout_s=1.0)
+        assert sorted({c.body["dest"] for c in everyone}) == ["a", "b", "c"]
+        assert len(everyone) == H * len(pubs) and len(own) == H
+        assert {c.body["dest"] for c in own} == {"a"} and mine.counters["rejected"] == 0
+    finally:
+        mine.close()
+
+
 def test_robots_that_join_together_are_admitted_on_a_profile_of_the_cycle(tiny_model_dir,
                                                                           tmp_path):
     eps = [f"ipc://{tmp_path}/obs-{n}" for n in "ab"]

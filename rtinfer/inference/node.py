@@ -81,6 +81,9 @@ class InferenceNodeConfig:
     batch: int | None = None         # the most robots decoded in one batch (None: with several
                                      # obs endpoints, the largest batch the model ships, where
                                      # batching applies; 1: none)
+    address_chunks: bool = False     # each action_chunk in an addressed topic frame for its
+                                     # robot (docs/wire.md): libzmq then sends a robot only its
+                                     # own chunks; its controllers must take addressed frames
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str, fix: str) -> None:
@@ -360,7 +363,8 @@ class InferenceNode:
             slot = self.robots.slots.get(cycle.dest)
             if slot is not None:
                 slot.sent_ns.append(st["publish"])
-        if not self.pub.publish("action_chunk", body, st):
+        to = cycle.dest if self.cfg.address_chunks else None
+        if not self.pub.publish("action_chunk", body, st, to=to):
             self.counters["publish_dropped"] += 1
         self.counters["waypoints"] += 1
 
@@ -505,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
                         "endpoints, the largest batch the model ships, where batching applies: "
                         "greedy fp32 ONNX Runtime with drafter chunk or none; 1: one robot at "
                         "a time)")
+    p.add_argument("--address-chunks", action="store_true",
+                   help="send each robot's chunks in a topic frame addressed to it, so each "
+                        "robot receives only its own; every controller must take addressed "
+                        "chunks (controllers.run --addressed, the C++ client's --addressed)")
     p.add_argument("--max-robots", type=int, default=None,
                    help="serve at most this many robots (default: as many as the measured "
                         "cycle time fits at the policy's rate)")
@@ -531,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
                                   deadline_ms=a.deadline_ms,
                                   auto_budget=a.budget and a.level is None,
                                   threads=a.threads, trace_path=a.trace,
-                                  max_robots=a.max_robots, batch=a.batch)
+                                  max_robots=a.max_robots, batch=a.batch,
+                                  address_chunks=a.address_chunks)
     except ValueError as e:
         p.error(str(e))
     if a.precision and a.backend != "onnx":

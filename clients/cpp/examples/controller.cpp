@@ -32,6 +32,7 @@ struct Options {
     std::string curve_secret, curve_map, report;
     double deadline_ms = 100, chunk_interval_ms = 0, rate_hz = 1000, health_hz = 10, seconds = -1;
     double beat_s = 1.0;
+    bool addressed = false;  // take only chunks addressed to --robot (a node run with --address-chunks)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -39,7 +40,7 @@ struct Options {
               << "usage: rtinfer_controller --actions EP --publish EP --robot NAME --tokenizer FILE\n"
                  "       [--control EP] [--name NAME] [--action-spec FILE] [--deadline-ms MS]\n"
                  "       [--chunk-interval-ms MS] [--rate-hz HZ] [--health-hz HZ] [--seconds S]\n"
-                 "       [--curve-secret FILE --curve-map FILE] [--report FILE]\n";
+                 "       [--curve-secret FILE --curve-map FILE] [--report FILE] [--addressed]\n";
     std::exit(2);
 }
 
@@ -56,6 +57,10 @@ Options parse(int argc, char** argv) {
         {"--beat-s", &o.beat_s}};
     for (int k = 1; k < argc; ++k) {
         std::string a = argv[k];
+        if (a == "--addressed") {
+            o.addressed = true;
+            continue;
+        }
         if (k + 1 >= argc) usage(a + " needs a value");
         if (text.count(a)) *text[a] = argv[++k];
         else if (num.count(a)) {
@@ -119,8 +124,10 @@ int main(int argc, char** argv) {
     int rc = 0;
     std::map<std::string, uint64_t> hb = {{"pings", 0}, {"echoes", 0}, {"beats", 0}, {"dropped", 0}};
     {
+        std::map<std::string, std::string> to;
+        if (o.addressed) to["action_chunk"] = o.robot;
         bus::Subscriber sub(ctx, eps, {"action_chunk", "command", "heartbeat"}, 1000,
-                            wire::DEFAULT_MAX_BYTES, sub_curve);
+                            wire::DEFAULT_MAX_BYTES, sub_curve, to);
         bus::Publisher pub(ctx, o.publish, o.robot, true, 1000, pub_curve);
         std::cout << o.name << ": ready (robot " << o.robot << ", tokenizer " << cfg.tokenizer.hash()
                   << ", publishing on " << pub.endpoint << ")" << std::endl;

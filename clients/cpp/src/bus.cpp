@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 
@@ -173,16 +174,28 @@ bool Publisher::publish(const std::string& topic, const wire::Value& body, wire:
 }
 
 // ---- Subscriber -----------------------------------------------------------------------------
+std::string addressed_topic(const std::string& topic, const std::string& to) {
+    return topic + '\0' + to + '\0';  // the closing NUL: "cell-1" must not match "cell-10"
+}
+
 Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
                        std::vector<std::string> topics, int hwm, size_t max_bytes,
-                       const std::map<std::string, CurveConfig>& curve)
-    : sock_(ctx, zmq::socket_type::sub), topics_(std::move(topics)), max_bytes_(max_bytes) {
+                       const std::map<std::string, CurveConfig>& curve,
+                       const std::map<std::string, std::string>& to)
+    : sock_(ctx, zmq::socket_type::sub), topics_(std::move(topics)), to_(to), max_bytes_(max_bytes) {
     if (topics_.empty()) throw std::invalid_argument("Subscriber needs at least one topic");
+    for (const auto& kv : to_)
+        if (std::find(topics_.begin(), topics_.end(), kv.first) == topics_.end() || !wire::valid_name(kv.second))
+            throw std::invalid_argument("Subscriber: `to` names topic " + kv.first +
+                                        " it does not subscribe to, or an invalid robot name");
     sock_.set(zmq::sockopt::linger, 0);
     sock_.set(zmq::sockopt::rcvhwm, hwm);
     // libzmq's per-frame memory guard: 4 x max_bytes, at least 64 KiB (docs/wire.md section 6)
     sock_.set(zmq::sockopt::maxmsgsize, int64_t(std::max<size_t>(4 * max_bytes, 65536)));
-    for (const auto& t : topics_) sock_.set(zmq::sockopt::subscribe, t);
+    for (const auto& t : topics_) {
+        auto a = to_.find(t);
+        sock_.set(zmq::sockopt::subscribe, a == to_.end() ? t : addressed_topic(t, a->second));
+    }
     for (const auto& ep : endpoints) {
         auto c = curve.find(ep);
         if (c != curve.end()) set_curve(sock_, c->second, false);
@@ -216,9 +229,24 @@ std::optional<Received> Subscriber::take() {
         ++counters["rejected"];
         return std::nullopt;
     }
-    std::string topic = r.frames[0]->to_string();
+    // frame 0: TOPIC, or TOPIC NUL ROBOT NUL (addressed); zmq's filter matches prefixes only
+    std::string topic = r.frames[0]->to_string(), dest;
+    bool addressed = false;
+    size_t nul = topic.find('\0');
+    if (nul != std::string::npos) {
+        if (topic.size() < nul + 3 || topic.back() != '\0' ||
+            topic.find('\0', nul + 1) != topic.size() - 1) {
+            ++counters["rejected"];
+            return std::nullopt;
+        }
+        dest = topic.substr(nul + 1, topic.size() - nul - 2);
+        topic.resize(nul);
+        addressed = true;
+    }
     bool ours = false;
-    for (const auto& t : topics_) ours |= t == topic;  // zmq's filter matches prefixes
+    for (const auto& t : topics_) ours |= t == topic;
+    auto want = to_.find(topic);
+    if (want != to_.end() && (!addressed || dest != want->second)) ours = false;
     if (!ours) {
         ++counters["rejected"];
         return std::nullopt;
@@ -232,7 +260,8 @@ std::optional<Received> Subscriber::take() {
         ++counters[e.kind() == wire::ErrorKind::Oversize ? "oversize" : "rejected"];
         return std::nullopt;
     }
-    if (r.env.topic != topic) {
+    const wire::Value* body_dest = addressed ? r.env.body.get("dest") : nullptr;
+    if (r.env.topic != topic || (addressed && (!body_dest || body_dest->s != dest))) {
         ++counters["rejected"];
         return std::nullopt;
     }

@@ -84,13 +84,20 @@ struct Received {
     wire::Envelope env;
 };
 
+// The topic frame of a message addressed to one receiver: TOPIC NUL TO NUL (docs/wire.md).
+std::string addressed_topic(const std::string& topic, const std::string& to);
+
 class Subscriber {
   public:
-    // curve: endpoint -> CurveConfig (unlisted endpoints are plaintext).
+    // curve: endpoint -> CurveConfig (unlisted endpoints are plaintext). to: topic -> robot:
+    // of these topics take only the messages addressed to that robot (libzmq filters the
+    // rest at the publisher), none unaddressed; every other topic is taken addressed or not.
+    // An addressed message whose body `dest` is not its address is rejected.
     Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
                std::vector<std::string> topics, int hwm = 1000,
                size_t max_bytes = wire::DEFAULT_MAX_BYTES,
-               const std::map<std::string, CurveConfig>& curve = {});
+               const std::map<std::string, CurveConfig>& curve = {},
+               const std::map<std::string, std::string>& to = {});
     // The next valid message, or nullopt after timeout_ms (0: don't wait). Sets `recv`.
     std::optional<Received> recv(int timeout_ms = 0);
     std::map<std::string, uint64_t> counters;  // received, rejected, oversize
@@ -98,6 +105,7 @@ class Subscriber {
   private:
     zmq::socket_t sock_;
     std::vector<std::string> topics_;
+    std::map<std::string, std::string> to_;
     size_t max_bytes_;
     std::optional<Received> take();
 };
