@@ -470,3 +470,37 @@ def test_budget_changes_are_those_the_node_applied_beside_the_requests(tiny_mode
     finally:
         for s in (node, mon, robot):
             s.close()
+
+
+def test_each_robot_has_its_own_cycles_misses_and_e2e_and_the_fleets_are_their_sums(rig_factory):
+    """Trace records of two controllers (a fleet): each one's figures from its own records,
+    by the fleet's rules (a late waypoint is a miss and a cycle, a late tail counts nothing
+    new); the fleet's cycles and misses are the sums, in health and in the report."""
+    rig = rig_factory(hold_after_misses=10**6)
+    e2e_ms = {"controller-0": [10.0, 20.0, 30.0, 40.0], "controller-1": [50.0, 130.0, 150.0]}
+    t = now_ns()
+    for node, values in e2e_ms.items():
+        for cycle, e in enumerate(values, 1):
+            rig.robot.publish("trace", {"node": node, "cycle": cycle, "fields": {}, "stamps": {
+                "capture": t - int(e * MS), "apply": t}})
+    late = {"capture": t - 140 * MS, "recv": t}
+    rig.robot.publish("trace", {"node": "controller-1", "cycle": 9, "stamps": late,
+                                "fields": {"late_index": 0.0}})  # a late cycle of its own
+    rig.robot.publish("trace", {"node": "controller-1", "cycle": 3, "fields": {"late_index": 1.0},
+                                "stamps": {"capture": t - 150 * MS, "recv": t}})  # a late tail
+    rig.spin_until(lambda: rig.mon.counters["traces"] == 9)
+    robots = rig.mon.summary()["robots"]
+    assert {n: (r["cycles"], r["misses"]) for n, r in robots.items()} == {
+        "controller-0": (4, 0), "controller-1": (4, 3)}
+    for node, values in e2e_ms.items():
+        got = robots[node]["e2e_ms"]
+        assert got["count"] == len(values)  # applied chunks only
+        assert got["max"] == pytest.approx(max(values), rel=1e-3)
+        assert got["p50"] == pytest.approx(np.sort(values)[(len(values) + 1) // 2 - 1], rel=1e-3)
+    c = rig.mon.policy.counters
+    assert (c["cycles"], c["misses"]) == (8, 3)
+    h = rig.mon.health()
+    assert h["counters"]["cycles.controller-1"] == 4 and h["counters"]["misses.controller-1"] == 3
+    assert h["gauges"]["e2e_max_ms.controller-0"] == robots["controller-0"]["e2e_ms"]["max"]
+    assert h["gauges"]["e2e_p99_ms.controller-1"] == robots["controller-1"]["e2e_ms"]["p99"]
+    assert sum(h["counters"][f"cycles.{n}"] for n in e2e_ms) == h["counters"]["cycles"]

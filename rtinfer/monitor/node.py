@@ -11,7 +11,9 @@ the deadline, never applied) is a miss with latency recv - capture, and no stage
 (the figures and what each counts: rtinfer.monitor.stages.DEFINITIONS). Cycles are told apart by
 (node, cycle id, capture): a record counts a new cycle only if no earlier record of it did
 (a late tail of an applied cycle, or a late waypoint 1 whose waypoint 0 never came, counts
-right), and a cycle counts as missed at most once.
+right), and a cycle counts as missed at most once. The same counts and the e2e samples are
+kept per trace node (a fleet's robots, up to MAX_ROBOTS; stages.RobotFigures): in health as
+`cycles.NODE`, `misses.NODE` and `e2e_p50_ms.NODE` (p99, max), in the report under "robots".
 Stamps of capture/recv/apply are on the trace node's clock and
 obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
 clock with the offsets estimated from heartbeat round trips before they are subtracted,
@@ -42,13 +44,15 @@ from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.liveliness import Liveliness
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
-from rtinfer.monitor.stages import DEFINITIONS, POLICY_STAMPS, STAGES, is_late, stage_samples
+from rtinfer.monitor.stages import (DEFINITIONS, POLICY_STAMPS, STAGES, RobotFigures, is_late,
+                                    percentiles_ms, stage_samples)
 from rtinfer.transport.wire import Envelope, now_ns
 
 CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
 
 
 CYCLE_MEMORY = 256  # cycles remembered for counting each once (~13 s at 20 Hz)
+MAX_ROBOTS = 64  # trace nodes with figures of their own; the rest count in the fleet's only
 FINAL_HEALTH_S = 0.2  # after the last health: time for libzmq to send it before close
 
 
@@ -61,13 +65,15 @@ class Monitor:
         self.start_ns = now_ns()
         self.policy = DeadlinePolicy(cfg, self.start_ns)
         self.hist = {name: LatencyHistogram() for name, _, _ in STAGES}
+        self.robots: dict[str, RobotFigures] = {}  # trace node -> its share of the figures
         # per node, from the arrival times (monitor clock) of all its messages
         self.live = Liveliness(alive_periods=cfg.dead_after_periods)
         self.states: dict[str, str] = {}  # node -> the state of its latest health message
         self.applied: dict[str, tuple[int, int]] = {}  # policy node -> (budget switches, level)
         self.clocks: dict[str, OffsetEstimator] = {}
         self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
-                                       "echoes_foreign", "pings", "publish_dropped"), 0)
+                                       "echoes_foreign", "pings", "publish_dropped",
+                                       "traces_untracked"), 0)
         self.running = True
         self._pings: dict[int, None] = {}  # t0 of recent pings: echoes must answer one
         self._cycles: dict[tuple, bool] = {}  # recent cycles -> counted as missed
@@ -127,6 +133,7 @@ class Monitor:
         for k, v in st.items():
             est = policy if k in POLICY_STAMPS else robot
             local[k] = est.to_local(v) if est is not None else v
+        fig = self._robot(body["node"])
         late = is_late(body)
         if late:
             self.counters["late_cycles"] += 1
@@ -135,6 +142,8 @@ class Monitor:
             for name, ns in stage_samples(local):
                 self.hist[name].record(ns)
                 n += 1
+                if name == "e2e" and fig is not None:
+                    fig.e2e.record(ns)
             self.counters["trace_incomplete"] += len(STAGES) - n
         end = local.get("recv" if late else "apply")
         if "capture" in local and end is not None:
@@ -144,10 +153,24 @@ class Monitor:
             key = (body["node"], body["cycle"], st.get("capture"))
             seen, missed = key in self._cycles, self._cycles.get(key, False)
             self._cycles[key] = missed or e2e > self.policy.deadline_ns
+            if fig is not None:  # by the policy's own rules (on_cycle's new_cycle, count_miss)
+                fig.cycles += not seen
+                fig.misses += not missed and e2e > self.policy.deadline_ns
             if len(self._cycles) > CYCLE_MEMORY:
                 del self._cycles[next(iter(self._cycles))]
             for ev in self.policy.on_cycle(e2e, t, new_cycle=not seen, count_miss=not missed):
                 self._act(ev)
+
+    def _robot(self, node: str) -> RobotFigures | None:
+        """The figures of trace node `node` (made on its first record); None beyond
+        MAX_ROBOTS nodes (its records still count in the fleet's figures)."""
+        fig = self.robots.get(node)
+        if fig is None:
+            if len(self.robots) >= MAX_ROBOTS:
+                self.counters["traces_untracked"] += 1
+                return None
+            fig = self.robots[node] = RobotFigures()
+        return fig
 
     def _policy_clock(self, trace_node: str) -> OffsetEstimator | None:
         """The policy node's clock: configured, else the one other node we have a clock for."""
@@ -203,6 +226,10 @@ class Monitor:
                     **{f"{name}_clamped": h.clamped for name, h in self.hist.items()}}
         if b["changes"] is not None:
             counters.update(budget_changes=b["changes"], applied_level=b["applied_level"])
+        for node, fig in self.robots.items():  # each robot's share (a pass per histogram)
+            r = fig.summary()
+            counters.update({f"cycles.{node}": r["cycles"], f"misses.{node}": r["misses"]})
+            gauges.update({f"e2e_{q}_ms.{node}": r["e2e_ms"][q] for q in ("p50", "p99", "max")})
         return {"node": self.cfg.name, "state": state or ("holding" if p.holding else "ok"),
                 "counters": counters, "gauges": gauges}
 
@@ -239,11 +266,7 @@ class Monitor:
     def summary(self) -> dict:
         """Everything a report needs (JSON-ready); costs a few ms: not for the hot path."""
         p, now = self.policy, now_ns()
-        stages = {}
-        for name, h in self.hist.items():
-            us = h.percentiles_us()
-            stages[name] = {k: (v if k == "count" else v / 1e3) for k, v in us.items()}
-            stages[name]["clamped"] = h.clamped
+        stages = {name: percentiles_ms(h) for name, h in self.hist.items()}
         nodes = {n: {"alive": s.alive, "state": self.states.get(n, ""), "messages": s.count,
                      "missed_periods": s.missed, "deaths": s.deaths,
                      "silent_s": (now - s.last_ns) / 1e9} for n, s in self.live.items()}
@@ -254,6 +277,7 @@ class Monitor:
                 "holds": p.counters["holds"], "clears": p.counters["clears"],
                 "holding": p.holding, "stages_ms": stages, "nodes": nodes,
                 "clocks": {n: e.report() for n, e in self.clocks.items()},
+                "robots": {n: fig.summary() for n, fig in self.robots.items()},
                 "counters": {**self.counters, **self.sub.counters},
                 "events": [e.to_dict() for e in p.events], "definitions": DEFINITIONS}
 

@@ -8,12 +8,14 @@ onto its own clock first (rtinfer.monitor.clocksync). A record of a late waypoin
 (`is_late`) is a miss, never a stage sample. A sample outside [0, MAX_NS] is recorded at
 that bound and counted as clamped. A percentile is the sample at `rank` (HdrHistogram's
 rule, so the monitor's histogram and the report's exact arrays pick the same sample).
+A fleet's figures are also kept per robot (RobotFigures, one per trace node): the fleet's
+cycles and misses are the sums of the robots', its e2e samples the union of theirs.
 """
 from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from rtinfer.realtime.hist import DEFAULT_MAX_NS
+from rtinfer.realtime.hist import DEFAULT_MAX_NS, LatencyHistogram
 
 # (stage, start stamp, end stamp)
 STAGES = (
@@ -38,6 +40,8 @@ DEFINITIONS = {
     "budget_requests": "budget level changes the monitor requested",
     "budget_changes": "budget level changes the policy node applied (its own and the "
                       "monitor's; a --no-budget node applies none)",
+    "robots": "per trace node (a robot's controller): its cycles, misses and e2e by the "
+              "definitions above; the fleet's cycles and misses are their sums",
 }
 
 
@@ -58,3 +62,26 @@ def stage_samples(stamps: Mapping[str, int]) -> Iterator[tuple[str, int]]:
 def rank(percentile: float, count: int) -> int:
     """1-based rank of the sample that is the `percentile` of `count` sorted samples."""
     return max(1, int(min(percentile, 100.0) * count / 100 + 0.5))
+
+
+class RobotFigures:
+    """One robot's share of the figures (DEFINITIONS["robots"]): the caller counts its
+    cycles and misses by the fleet's rules and records its e2e samples. Not thread-safe."""
+
+    __slots__ = ("cycles", "misses", "e2e")
+
+    def __init__(self) -> None:
+        self.cycles = self.misses = 0
+        self.e2e = LatencyHistogram(MAX_NS)
+
+    def summary(self) -> dict:
+        """{"cycles", "misses", "e2e_ms": percentiles_ms of its e2e}, JSON-ready."""
+        return {"cycles": self.cycles, "misses": self.misses, "e2e_ms": percentiles_ms(self.e2e)}
+
+
+def percentiles_ms(h: LatencyHistogram) -> dict[str, float]:
+    """count, clamped and p50/p90/p99/p999/max in ms of a stage histogram (a pass over its
+    counts, a few ms: for health and reports, not per message)."""
+    out = {k: (v if k == "count" else v / 1e3) for k, v in h.percentiles_us().items()}
+    out["clamped"] = h.clamped
+    return out
