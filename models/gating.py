@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -63,11 +64,13 @@ class GatedPolicy(nn.Module):
 
 
 @torch.jit.script
-def _ffn_if(h: torch.Tensor, score: torch.Tensor, tau: float, w1: torch.Tensor,
-            b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
-    """One token's FFN, run only when its score reaches tau (an ONNX If when exported)."""
+def _ffn_if(h: torch.Tensor, score: torch.Tensor, tau: float, w1t: torch.Tensor,
+            b1: torch.Tensor, w2t: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    """One token's FFN, run only when its score reaches tau (an ONNX If when exported). The
+    weights come transposed (folded at export into the same tensors the dense graphs hold,
+    so a gated set shares the directory's weights.bin)."""
     if bool(score.reshape(-1)[0] >= tau):
-        return F.linear(F.gelu(F.linear(h, w1, b1)), w2, b2)
+        return torch.matmul(F.gelu(torch.matmul(h, w1t) + b1), w2t) + b2
     return torch.zeros_like(h)
 
 
@@ -84,8 +87,8 @@ class RoutedMLP(nn.Module):
         score = torch.sigmoid(self.router(h))
         if h.shape[1] == 1:  # a trace-time constant: the 1-token graph gets the If
             m = self.mlp
-            return _ffn_if(h, score, self.tau, m.c_fc.weight, m.c_fc.bias, m.c_proj.weight,
-                           m.c_proj.bias)
+            return _ffn_if(h, score, self.tau, m.c_fc.weight.t(), m.c_fc.bias,
+                           m.c_proj.weight.t(), m.c_proj.bias)
         return (score >= self.tau).to(h.dtype) * self.mlp(h)
 
 
@@ -152,6 +155,102 @@ def _export_plain(policy: nn.Module, cfg, vocab, out: Path, k_verify: int, prefi
                 "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
                 "graphs": graphs}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+GATED_BIN = "gated.bin"  # a shipped gated directory's tensors that weights.bin lacks
+
+
+def gate_name(tau: float) -> str:
+    """The level name a threshold ships under: 0.5 -> "gate50"."""
+    return f"gate{round(tau * 100):02d}"
+
+
+def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = None) -> Path:
+    """A model directory serving the source's dense fp32 set (its files copied byte for byte:
+    graphs, weights.bin, tokenizers, checkpoint, stream) plus one gated set per threshold,
+    declared in graphs.json "gated" (docs/policies.md "Gated budget levels"): every
+    full-depth k of the source, at tau, as step_d{L}_k{k}_{name}.onnx beside the dense ones.
+    Their tensors point into the source's weights.bin where it holds them (so that file
+    stays identical), others into gated.bin (deduplicated). levels: {tau: {"ffn_active",
+    "step_ratio", "active_flops", "accuracy"}} measured (step_ratio defaults to 1.0, i.e.
+    not cheaper, until measured). The routers are copied in as routers.safetensors."""
+    import hashlib
+    import warnings
+
+    from onnx import TensorProto
+    from safetensors.torch import load_file
+
+    from models.export import MANIFEST, OPSET, StepGraph
+    from models.share import ALIGN, MIN_BYTES, WEIGHTS
+    src, out = Path(model_dir), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((src / MANIFEST).read_text())
+    manifest["graphs"] = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
+    manifest["weights"] = {n: d for n, d in manifest.get("weights", {}).items() if n == WEIGHTS}
+    manifest.pop("quantised", None)
+    for f in src.iterdir():
+        if f.is_file() and f.name not in (MANIFEST, "card.json"):
+            shutil.copyfile(f, out / f.name)
+    shutil.copyfile(routers_path, out / "routers.safetensors")
+    ck = checkpoint.load(src / "policy")
+    gated = GatedPolicy(ck.model)
+    gated.routers.load_state_dict(load_file(str(routers_path)))
+    full = ck.cfg.n_layer
+    blob = (src / WEIGHTS).read_bytes() if WEIGHTS in manifest["weights"] else b""
+    seen = {}
+    for g in manifest["graphs"]:
+        for t in onnx.load(str(out / g["file"]), load_external_data=False).graph.initializer:
+            if t.data_location == TensorProto.EXTERNAL:
+                e = {x.key: x.value for x in t.external_data}
+                off, n = int(e.get("offset", 0)), int(e["length"])
+                seen.setdefault(hashlib.sha256(blob[off:off + n]).digest(), (WEIGHTS, off, n))
+    extra, decl = bytearray(), []
+    ks = sorted(g["k"] for g in manifest["graphs"] if g["depth"] == full)
+    for tau in taus:
+        name, policy = gate_name(tau), routed_policy(gated, tau)
+        graphs = []
+        for k in ks:
+            path = out / f"step_d{full}_k{k}_{name}.onnx"
+            args = (torch.zeros(1, k, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
+                    torch.zeros(ck.cfg.kv_shape(1)))
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # initializer names kept: If branches use them
+                torch.onnx.export(StepGraph(policy, full), args, str(path), opset_version=OPSET,
+                                  input_names=["tokens", "start_pos", "kv"],
+                                  output_names=["logits", "kv_out"], dynamo=False)
+            model = onnx.load(str(path))
+            onnx.checker.check_model(model, full_check=True)
+            for t in model.graph.initializer:
+                if not t.HasField("raw_data") or len(t.raw_data) < MIN_BYTES:
+                    continue
+                key = hashlib.sha256(t.raw_data).digest()
+                if key not in seen:
+                    extra.extend(b"\0" * (-len(extra) % ALIGN))
+                    seen[key] = (GATED_BIN, len(extra), len(t.raw_data))
+                    extra.extend(t.raw_data)
+                loc, off, n = seen[key]
+                t.ClearField("raw_data")
+                t.data_location = TensorProto.EXTERNAL
+                del t.external_data[:]
+                for kk, v in (("location", loc), ("offset", str(off)), ("length", str(n))):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = kk, v
+            onnx.save_model(model, str(path))
+            role = [r for g in manifest["graphs"] if g["depth"] == full and g["k"] == k
+                    for r in g["roles"]]
+            graphs.append({"file": path.name, "roles": role, "depth": full, "k": k,
+                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+        m = (levels or {}).get(tau, {})
+        decl.append({"name": name, "tau": tau, "dtype": "float32",
+                     "ffn_active": m.get("ffn_active", 1.0), "step_ratio": m.get("step_ratio", 1.0),
+                     "active_flops": m.get("active_flops"), "accuracy": m.get("accuracy"),
+                     "graphs": graphs})
+    if extra:
+        (out / GATED_BIN).write_bytes(bytes(extra))
+        manifest["weights"][GATED_BIN] = hashlib.sha256(extra).hexdigest()
+    manifest["gated"] = decl
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return out
 
 
 def train(gated: GatedPolicy, demos, *, steps: int, batch: int, penalty: float,

@@ -8,6 +8,10 @@ depth; `cascade-k{W}`: a verify window W wide enough for the whole chunk, and up
 passes), then the FFN-skip levels of models.ffn_skip (`ffn-skip:N`: lossy, so they carry
 `step_ratio` against dense and `token_agreement` / `chunk_agreement` with dense's greedy
 output instead of `identical` and `speedup`).
+`--gated DIR` adds the budget levels a gated model directory declares (graphs.json "gated"),
+measured on that directory's own backend (one session set per level, switched with
+use_gate, as the runner does): `gated:dense` and `gated:<name>` rows (see `gated_rows`);
+`--gated-only` measures just those.
 Every variant runs on the same fp32 graphs (plus the cascade's exit-verify graph), ONNX
 Runtime, one thread, in `runs` runs of rtinfer.bench.decode.measure (variants interleaved).
 Per row:
@@ -26,6 +30,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +225,80 @@ def _level_rows(md, levels: dict, results: list, skips: list, ident: dict) -> li
     return rows
 
 
+def _step_times(be, prefix: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """ns of each 1-token full-depth step feeding `tokens` after `prefix` (prefilled first)."""
+    be.reset()
+    be.prefill(prefix, 0)
+    out, one, pos = np.zeros(len(tokens)), np.zeros(1, np.int64), len(prefix)
+    for j, t in enumerate(tokens):
+        one[0] = t
+        t0 = time.perf_counter_ns()
+        be.step(one, pos + j)
+        out[j] = time.perf_counter_ns() - t0
+    return out
+
+
+def gated_rows(model_dir, cycles: int = 300, runs: int = 5, run_length: int = 10,
+               seed: int = 0, stream=None) -> dict:
+    """The budget levels of a gated model directory on the recorded stream, ONNX Runtime,
+    one thread, one backend: in each of `runs` runs every level (dense, then each gated set,
+    the order rotating) decodes the stream plain and with the chunk-reuse drafter
+    (rtinfer.bench.decode.measure), then times each 1-token full-depth step of its own
+    plain greedy chunks on 1 in 3 cycles. Per row: step_p50_us / step_p99_us (those steps,
+    all runs), step_ratio (median over runs of the level's median step over dense's in
+    the same run), step_runs and step_count, chunk_p50_ms, token/chunk agreement with
+    dense's greedy output, identical (the drafter's output equals the level's own plain
+    greedy on every cycle), ffn_active / active_flops_per_token (the declared fraction of
+    FFNs run; FLOPs relative to dense's 1-token step) and success (the declaration's)."""
+    be = get_backend("onnx").load(model_dir, threads=1)
+    md, cfg = be.model, be.model.config
+    prefixes = list(prefix_stream(md, cycles, seed, stream))
+    names, n = [None, *be.gates], md.chunk_tokens
+    H, D = md.tokenizer.horizon, md.tokenizer.dim
+    drafters = {name: ChunkReuseDrafter(H, D) for name in names}
+    res, steps = {name: [] for name in names}, {name: [] for name in names}
+    load = [os.getloadavg()[0]]
+    for r in range(runs):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            be.use_gate(name)
+            m = measure(be, {"chunk": drafters[name]}, prefixes, run_length)
+            res[name].append(m)
+            steps[name].append(np.concatenate([
+                _step_times(be, prefixes[i], m["plain"]["outs"][i, :-1] + 0)
+                for i in range(0, len(prefixes), 3)]))
+    load.append(os.getloadavg()[0])
+    be.use_gate(None)
+    L, C = cfg["n_layer"], cfg["n_embd"]
+    dense_flops, ffn = pass_flops(cfg, L, 1), 16 * C * C * L
+    dense_out = res[None][0]["plain"]["outs"]
+    rows = []
+    for name in names:
+        gs = md.gated.get(name)
+        st, per = np.concatenate(steps[name]), res[name]
+        chunk = np.concatenate([p["plain"]["decode_ns"] + p["plain"]["prefill_ns"] for p in per])
+        outs = per[0]["plain"]["outs"]
+        active = 1.0 if gs is None else gs.ffn_active
+        rows.append({
+            "variant": f"gated:{name or 'dense'}",
+            "params": params(cfg) + (0 if gs is None else L * (C + 1)),  # + the routers
+            "tau": None if gs is None else gs.tau, "ffn_active": active,
+            "active_flops_per_token": (dense_flops - ffn * (1 - active)) / dense_flops,
+            "step_p50_us": float(np.median(st) / 1e3),
+            "step_p99_us": float(np.percentile(st, 99) / 1e3),
+            "step_ratio": float(np.median([np.median(a) / np.median(b)
+                                           for a, b in zip(steps[name], steps[None])])),
+            "step_runs": runs, "step_count": int(st.size),
+            "chunk_p50_ms": float(np.median(chunk) / 1e6),
+            "token_agreement": float((outs == dense_out).mean()),
+            "chunk_agreement": float((outs == dense_out).all(1).mean()),
+            "identical": all(p["chunk"]["identical"] for p in per),
+            "success": md.accuracy(L) if gs is None else gs.accuracy,
+            "success_from": "card.json accuracy" if gs is None else "graphs.json gated"})
+    return {"model": str(model_dir), "backend": "onnx", "threads": 1, "cycles": len(prefixes),
+            "runs": runs, "run_length": run_length, "chunk_tokens": n, "load_1min": load,
+            "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench dynamic`: dense against each drafter (compute, step time, speedup)."""
     p = parser("dynamic", main.__doc__)
@@ -235,11 +314,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="FFN-skip levels: the FFNs of the N deepest layers removed (none: off)")
     p.add_argument("--routed", nargs="*", default=[], metavar="DIR",
                    help="routed model directories (python -m models.gating export), as levels")
+    p.add_argument("--gated", default=None, metavar="DIR",
+                   help="a gated model directory (graphs.json \"gated\"): its levels as rows")
+    p.add_argument("--gated-only", action="store_true", help="measure only --gated's levels")
     p.add_argument("--quick", action="store_true", help="10 cycles, 2 runs (a smoke test)")
     a = p.parse_args(argv)
     cycles, runs = (10, 2) if a.quick else (a.cycles, a.runs)
-    return emit("dynamic", run(a.model, cycles, runs, a.run_length, a.draft_model, a.stream,
-                               ffn_skip=tuple(a.ffn_skip), routed=tuple(a.routed)), a.json)
+    if a.gated_only and not a.gated:
+        p.error("--gated-only needs --gated DIR")
+    out = None if a.gated_only else run(a.model, cycles, runs, a.run_length, a.draft_model,
+                                        a.stream, ffn_skip=tuple(a.ffn_skip),
+                                        routed=tuple(a.routed))
+    if a.gated:
+        g = gated_rows(a.gated, cycles, runs, a.run_length)
+        out = g if out is None else {**out, "rows": out["rows"] + g["rows"], "gated": {
+            k: v for k, v in g.items() if k != "rows"}}
+    return emit("dynamic", out, a.json)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Compute budget: anytime inference under a deadline.
 
-A level is (exit depth, speculation length, chunk length in waypoints). Level 0 is full
-quality; higher levels cost less: a longer fixed speculation window, a shorter chunk,
-then shallower early exits (lossy: their accuracy, from card.json, is shown per level).
+A level is (exit depth, speculation length, chunk length in waypoints, gate). Level 0 is
+full quality; higher levels cost less: a longer fixed speculation window, a shorter chunk,
+then, ordered by cost per token, the model's token-gated graph sets (graphs.json "gated":
+full depth with FFN routers at a threshold; cost their measured step ratio) and its
+shallower early exits (cost depth / n_layer). Both are lossy: their accuracy, from the card
+or the gated declaration, is shown per level.
 A chunk never gets shorter than two waypoints: with one, the tracker reaches its only
 setpoint before the next chunk lands and the arm stops and starts (in the conveyor demo
 under CPU stress that level sorted 13 of 29 objects against 30 of 30 at full quality).
@@ -21,19 +24,30 @@ class BudgetLevel:
     depth: int
     spec_len: int          # max drafts per verify (0: no speculation)
     chunk: int             # waypoints per chunk
-    accuracy: float | None = None  # from card.json, at this depth
+    accuracy: float | None = None  # from card.json, at this depth (or of this gate)
+    gate: str | None = None  # a gated graph set's name (ModelDir.gated); None: dense graphs
 
 
-def default_levels(model, k_verify: int) -> list[BudgetLevel]:
+def default_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
     """Levels for a ModelDir: full, full + max window + half chunk (at least two waypoints),
-    then each exit deep to shallow with that chunk."""
+    then, most expensive first, each exit (no speculation) and each gated set cheaper than
+    dense (step_ratio < 1; full depth, max window, half chunk) with that chunk; a tie in
+    cost puts the more accurate first. gates: the gated sets to offer (None: every one the
+    model declares; pass the backend's `gates` when it cannot run them all)."""
     full, H = model.n_layer, model.tokenizer.horizon
     half, g = min(H, max(2, H // 2)), max(0, k_verify - 1)
-    exits = sorted(model.config.get("exits", []), reverse=True)
-    raw = [(full, g, H), (full, g, half)] + [(e, 0, half) for e in exits]
+    gated = getattr(model, "gated", {})
+    names = list(gated) if gates is None else [n for n in gated if n in gates]
+    cheaper = [(e / full, model.accuracy(e), BudgetLevel(e, 0, half, model.accuracy(e)))
+               for e in model.config.get("exits", [])]
+    cheaper += [(gated[n].step_ratio, gated[n].accuracy,
+                 BudgetLevel(full, g, half, gated[n].accuracy, n))
+                for n in names if gated[n].step_ratio < 1.0]
+    cheaper.sort(key=lambda c: (-c[0], -(c[1] if c[1] is not None else -1.0)))
+    raw = [BudgetLevel(full, g, H, model.accuracy(full)),
+           BudgetLevel(full, g, half, model.accuracy(full))] + [c[2] for c in cheaper]
     levels = []
-    for d, s, c in raw:
-        lv = BudgetLevel(d, s, c, model.accuracy(d))
+    for lv in raw:
         if not levels or lv != levels[-1]:
             levels.append(lv)
     return levels

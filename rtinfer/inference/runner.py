@@ -1,7 +1,10 @@
 """ChunkRunner: observation tokens -> one action chunk, the compute core of a policy cycle.
 
 Owns the backend, the decoder, the drafters and the instruction-prefix KV cache, so the
-inference node and offline evaluation run exactly the same code. Not thread-safe.
+inference node and offline evaluation run exactly the same code. A level with a gate runs
+that gated graph set at full depth (the backend built its sessions at load; switching is a
+table swap); the instruction prefix is cached per gate, so every level's prefix KV is what
+its own graphs compute. Not thread-safe.
 """
 from __future__ import annotations
 
@@ -97,7 +100,7 @@ class ChunkRunner:
         if not self.prefix_cache:
             seg = np.concatenate([head, observation_segment(v, obs)])
             return be.prefill(seg, 0), len(seg)
-        key = tuple(instr.tolist())
+        key = (be.gate, *instr.tolist())
         if key == self._instr_key:
             self.counters["prefix_hits"] += 1
         elif key in self._snaps:
@@ -133,6 +136,8 @@ class ChunkRunner:
 
     def _decode(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray, on_waypoint) -> np.ndarray:
         md, level, capture_ns = self.model, cycle.level, cycle.capture
+        if level.gate != self.backend.gate:
+            self.backend.use_gate(level.gate)
         logits, pos = self._prefill(instr, obs, level)
         cycle.first_token_ns = now_ns()
         drafter = None if level.spec_len == 0 or self.drafter == "none" \

@@ -7,6 +7,8 @@
     obs_tokens.json    rtinfer.model.obs_tokens spec (observation + instruction tokens)
     vocab.json         optional if graphs.json carries "vocab" (models.config.Vocab layout)
     card.json          optional: {"accuracy": {"<depth>": float}, ...} per exit depth
+    graphs.json "gated"  optional: token-gated graph sets, one per router threshold, each a
+                       budget level (GatedSet; docs/policies.md "Gated budget levels")
     policy.safetensors + policy.json   optional checkpoint (the torch backend loads it)
 
 Sequence layout (rtinfer.model.sequence, shared with training):
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +45,26 @@ def graph_dtype(precision: str) -> str:
     return PRECISIONS[precision]
 
 
+GATED_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+@dataclass(frozen=True)
+class GatedSet:
+    """One declared token-gated graph set (graphs.json "gated"[i]): the full-depth graphs of the
+    policy with its FFN routers at threshold `tau`, standing in for the dense `dtype` set's
+    full-depth graphs (exits stay dense). ffn_active: the fraction of FFN sub-layers run per
+    decoded token; step_ratio: its 1-token step time over dense's, measured; accuracy: the
+    card's lockstep success at this level (None: not measured)."""
+    name: str
+    tau: float
+    dtype: str
+    ffn_active: float
+    step_ratio: float
+    active_flops: float | None
+    accuracy: float | None
+    graphs: dict                     # k -> manifest entry (all at full depth)
+
+
 class ModelError(RuntimeError):
     """A model cannot be loaded or run; the message names the file or option and the fix.
     The inference side's BackendError is a ModelError too, so one except catches both."""
@@ -58,6 +81,7 @@ class ModelDir:
     card: dict = field(default_factory=dict)
     graphs: dict = field(default_factory=dict)  # (dtype, depth, k) -> manifest entry
     batched: dict = field(default_factory=dict)  # (batch, depth, k) -> manifest entry (fp32)
+    gated: dict = field(default_factory=dict)  # name -> GatedSet, in graphs.json order
     kind = "tokens"  # an action-token policy (rtinfer.model.chunk_model: the other kind)
 
     @property
@@ -159,7 +183,64 @@ class ModelDir:
                    for g in manifest.get("batched", [])}
         md = cls(path, manifest, manifest["config"], vocab, tok, obs, card, graphs, batched)
         md._validate(check_hashes)
+        md.gated = md._gated(check_hashes)
         return md
+
+    def _gated(self, check_hashes: bool) -> dict:
+        """graphs.json "gated" parsed and checked (docs/policies.md "Gated budget levels");
+        anything wrong raises ModelError in one line naming the level, the key and the fix."""
+        decl, where = self.manifest.get("gated", []), self.path / "graphs.json"
+        if not isinstance(decl, list):
+            raise ModelError(f"{where}: \"gated\" must be a list of gated levels, not "
+                             f"{type(decl).__name__}")
+        out, full = {}, self.n_layer
+        for i, e in enumerate(decl):
+            name = e.get("name") if isinstance(e, dict) else None
+            at = f"{where}: gated level {i} ({name!r})"
+            if not isinstance(name, str) or not GATED_NAME.fullmatch(name) or name in out:
+                raise ModelError(f"{at}: \"name\" must be a unique string of 1-32 letters, "
+                                 "digits, '_', '.' or '-'")
+            try:
+                tau, ffn, ratio = float(e["tau"]), float(e["ffn_active"]), float(e["step_ratio"])
+                dtype, graphs = str(e.get("dtype", "float32")), list(e["graphs"])
+                flops = None if e.get("active_flops") is None else float(e["active_flops"])
+                acc = e.get("accuracy", self.card.get("accuracy", {}).get(name))
+                acc = None if acc is None else float(acc)
+            except KeyError as k:
+                raise ModelError(f"{at}: missing key {k}; a gated level needs name, tau, "
+                                 "ffn_active, step_ratio and graphs") from None
+            except (TypeError, ValueError) as x:
+                raise ModelError(f"{at}: a key has the wrong type ({x}); tau, ffn_active, "
+                                 "step_ratio, active_flops and accuracy are numbers, graphs "
+                                 "a list") from None
+            if not (0.0 < tau < 1.0 and 0.0 <= ffn <= 1.0 and ratio > 0.0):
+                raise ModelError(f"{at}: need 0 < tau < 1, 0 <= ffn_active <= 1 and "
+                                 f"step_ratio > 0 (got {tau}, {ffn}, {ratio})")
+            if dtype not in self.dtypes:
+                raise ModelError(f"{at}: dtype {dtype!r} is not a graph set of this directory "
+                                 f"({', '.join(self.dtypes)})")
+            by_k = {}
+            for g in graphs:
+                if not isinstance(g, dict) or not {"file", "k", "depth"} <= set(g):
+                    raise ModelError(f"{at}: each graph needs \"file\", \"depth\" and \"k\"")
+                if int(g["depth"]) != full:
+                    raise ModelError(f"{at}: {g['file']} has depth {g['depth']}; gated graphs "
+                                     f"are full depth ({full}) only")
+                f = self.path / g["file"]
+                if not f.is_file():
+                    raise ModelError(f"{f} (gated level {name!r}) is missing; re-export it "
+                                     "(python -m models.gating ship)")
+                if check_hashes and g.get("sha256") and \
+                        hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
+                    raise ModelError(f"{f}: sha256 differs from graphs.json; the file is "
+                                     "corrupt or stale: re-export")
+                by_k[int(g["k"])] = g
+            want = self.ks(full, dtype)
+            if sorted(by_k) != want:
+                raise ModelError(f"{at}: its graphs have k {sorted(by_k)} but the {dtype} set "
+                                 f"has k {want} at full depth; a gated level needs exactly those")
+            out[name] = GatedSet(name, tau, dtype, ffn, ratio, flops, acc, by_k)
+        return out
 
     def _validate(self, check_hashes: bool) -> None:
         v, c, where = self.vocab, self.config, self.path

@@ -6,7 +6,9 @@ KV and returns logits (n, V). n may be smaller than the exported k: the graph is
 with PAD (padded positions write KV that is never read before being rewritten: attention
 only looks at positions <= its own, and every later step rewrites its own window).
 The returned logits are a view into a buffer the backend reuses: consume them before the
-next call. Not thread-safe: one decoding thread per backend.
+next call. A backend that builds the model's token-gated graph sets (ModelDir.gated) lists
+them in `gates`; `use_gate(name)` makes full-depth steps run that set (None: dense) without
+loading anything, the KV cache kept as it is. Not thread-safe: one decoding thread per backend.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class Backend(ABC):
     def __init__(self) -> None:
         self.model = None
         self.forwards: dict[int, int] = {}  # depth -> forward passes run (counters, not logs)
+        self.gate: str | None = None  # the gated graph set full-depth steps run (None: dense)
 
     # --- subclass hooks -------------------------------------------------------------------
     @abstractmethod
@@ -41,6 +44,28 @@ class Backend(ABC):
     @abstractmethod
     def _run(self, depth: int, k: int, start_pos: int) -> np.ndarray:
         """Run graph (depth, k); advance the KV; return logits (1, k, V) (a reused buffer)."""
+
+    def _select_gate(self, name: str | None) -> None:
+        """Point the full-depth graphs at gated set `name` (None: dense); only called with a
+        name in `gates`. Backends that build gated sets override it."""
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        """The gated graph sets this backend built (none by default)."""
+        return ()
+
+    def use_gate(self, name: str | None) -> None:
+        """Run full-depth steps on gated set `name` from now on (None: the dense graphs).
+        A name this backend did not build raises BackendError."""
+        if name == self.gate:
+            return
+        if name is not None and name not in self.gates:
+            have = ", ".join(self.gates) or "none"
+            raise BackendError(f"gated level {name!r}: the {self.name} backend built no such "
+                               f"graph set (it has: {have}); run it on the onnx backend or "
+                               "leave gated levels out (default_levels(..., gates=backend.gates))")
+        self._select_gate(name)
+        self.gate = name
 
     @abstractmethod
     def reset(self) -> None:

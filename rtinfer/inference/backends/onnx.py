@@ -14,6 +14,8 @@ providers ("cpu" | "cuda" | "auto", default "cpu"), precision ("fp32" | "fp16" |
 dtype (the older spelling: "float32" | "float16"), inplace_kv (False), opt_level ("all" |
 "extended" | "basic" | "disable"), spin (None: ORT default; False saves a core on a busy
 host at some latency cost).
+Token-gated graph sets (graphs.json "gated") of the running precision get sessions of their
+own at load, bound to the same KV buffers; use_gate swaps which tables full-depth steps use.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ class OnnxBackend(Backend):
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         if spin is not None:
             so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        md, V = self.model, int(self.model.config["vocab_size"])
+        md = self.model
         kv_dtype = _NP[md.kv_dtype(dtype)]
         self._kv_np = [np.zeros(md.kv_shape, kv_dtype) for _ in range(1 if inplace_kv else 2)]
         self._kv = [self._ortvalue(a) for a in self._kv_np]
@@ -64,29 +66,51 @@ class OnnxBackend(Backend):
         self._live, self._sessions, self._bind, self._tok, self._logits = 0, {}, {}, {}, {}
         for depth in self.depths:
             for k in self._ks[depth]:
-                path = md.graph_path(dtype, depth, k)
-                try:
-                    sess = ort.InferenceSession(str(path), so, providers=prov)
-                except Exception as e:  # ORT raises its own untyped errors
-                    raise BackendError(f"{path}: onnxruntime cannot load it ({e}); re-export") from None
-                shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
-                if shapes.get("tokens") != [1, k] or shapes.get("kv") != list(md.kv_shape):
-                    raise BackendError(f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
-                                       f"kv {list(md.kv_shape)}); stale or swapped files: re-export")
-                tok, logits = np.full((1, k), self.pad, np.int64), np.zeros((1, k, V), np.float32)
-                tok_ov, logits_ov = (ort.OrtValue.ortvalue_from_numpy(a) for a in (tok, logits))
-                binds = []
-                for src in range(len(self._kv)):
-                    b = sess.io_binding()
-                    b.bind_ortvalue_input("tokens", tok_ov)
-                    b.bind_ortvalue_input("start_pos", start_ov)
-                    b.bind_ortvalue_input("kv", self._kv[src])
-                    b.bind_ortvalue_output("logits", logits_ov)
-                    b.bind_ortvalue_output("kv_out", self._kv[(src + 1) % len(self._kv)])
-                    binds.append(b)
-                key = (depth, k)
-                self._sessions[key], self._bind[key] = sess, binds
-                self._tok[key], self._logits[key] = (tok, tok_ov), (logits, logits_ov)
+                self._session(md.graph_path(dtype, depth, k), depth, k, so, prov, start_ov)
+        dense = (self._sessions, self._bind, self._tok, self._logits)
+        self._tables = {None: dense}
+        for name, gs in md.gated.items():
+            if gs.dtype != dtype:
+                continue
+            self._sessions, self._bind, self._tok, self._logits = (dict(t) for t in dense)
+            for k, g in gs.graphs.items():
+                self._session(md.path / g["file"], self.n_layer, k, so, prov, start_ov)
+            self._tables[name] = (self._sessions, self._bind, self._tok, self._logits)
+        self._select_gate(None)
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        return tuple(n for n in self._tables if n is not None)
+
+    def _select_gate(self, name: str | None) -> None:
+        self._sessions, self._bind, self._tok, self._logits = self._tables[name]
+
+    def _session(self, path, depth: int, k: int, so, prov, start_ov) -> None:
+        """A session for graph (depth, k) at `path`, its buffers and both IOBindings, into
+        the current tables."""
+        ort, md, V = self._ort, self.model, int(self.model.config["vocab_size"])
+        try:
+            sess = ort.InferenceSession(str(path), so, providers=prov)
+        except Exception as e:  # ORT raises its own untyped errors
+            raise BackendError(f"{path}: onnxruntime cannot load it ({e}); re-export") from None
+        shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
+        if shapes.get("tokens") != [1, k] or shapes.get("kv") != list(md.kv_shape):
+            raise BackendError(f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
+                               f"kv {list(md.kv_shape)}); stale or swapped files: re-export")
+        tok, logits = np.full((1, k), self.pad, np.int64), np.zeros((1, k, V), np.float32)
+        tok_ov, logits_ov = (ort.OrtValue.ortvalue_from_numpy(a) for a in (tok, logits))
+        binds = []
+        for src in range(len(self._kv)):
+            b = sess.io_binding()
+            b.bind_ortvalue_input("tokens", tok_ov)
+            b.bind_ortvalue_input("start_pos", start_ov)
+            b.bind_ortvalue_input("kv", self._kv[src])
+            b.bind_ortvalue_output("logits", logits_ov)
+            b.bind_ortvalue_output("kv_out", self._kv[(src + 1) % len(self._kv)])
+            binds.append(b)
+        key = (depth, k)
+        self._sessions[key], self._bind[key] = sess, binds
+        self._tok[key], self._logits[key] = (tok, tok_ov), (logits, logits_ov)
 
     def _ortvalue(self, a: np.ndarray):
         if self.device == "cpu":
