@@ -1,7 +1,8 @@
 """A bench robot for `rtinfer bench fleet`: replays recorded observations, checks chunks.
 
     python -m controllers.bench_robot --name r0 --obs ipc:///tmp/obs-r0 --actions ipc:///tmp/act \
-        --model models/zoo/conveyor-v1 --stream models/zoo/conveyor-v1/obs_stream.npz --out r0.npz
+        --model models/zoo/conveyor-v1 --stream models/zoo/conveyor-v1/obs_stream.npz --out r0.npz \
+        [--curve-secret r0.key_secret --curve-map curve.json]
 
 A real process on the bus, as a robot is, without physics or a 1 kHz loop (sixteen of those
 would starve the node on two cores). It publishes the recorded obs bodies of --stream
@@ -16,6 +17,10 @@ Protocol with the bench: "ready" on stdout once the sockets are up; then one JSO
 stdin, {"start_ns", "measure_ns", "end_ns"} (CLOCK_MONOTONIC): publish from start_ns (+ the
 --phase-ms), record captures in [measure_ns, end_ns), keep receiving a deadline past end_ns,
 write --out (.npz) and exit 0. Imports no inference package (robot-safe).
+
+Across hosts (tcp): --curve-secret and --curve-map as every node takes them (controllers.run,
+rtinfer.transport.curve): its obs endpoint is bound as a CURVE server, the policy's actions
+endpoint connected as a client; a bad key setup is a usage error (exit 2) before any socket.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import numpy as np
 
 from rtinfer.model.obs_stream import load_bodies
 from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.wire import now_ns
 
 from .hardware import Command, RobotState
@@ -99,15 +105,16 @@ class Record:
                  counters=np.array(json.dumps(counters)))
 
 
-def run(a: argparse.Namespace) -> int:
+def run(a: argparse.Namespace, curve=None) -> int:
+    """The robot's loop (module doc); curve: the bus ``curve=`` of its sockets (None: none)."""
     tok, action = load_policy_spec(a.model)
     _, control, _ = load_robot(a.robot)
     period_ns = int(1e9 / a.rate_hz)
     cfg = ControllerConfig(control, tokenizer=tok, action=action, name=f"{a.name}-controller",
                            deadline_ns=int(a.deadline_ms * 1e6), chunk_interval_ns=period_ns)
     bodies = load_bodies(a.stream)
-    pub = Publisher(a.obs, a.name)
-    sub = Subscriber(a.actions, ["action_chunk", "command"])
+    pub = Publisher(a.obs, a.name, curve=curve)
+    sub = Subscriber(a.actions, ["action_chunk", "command"], curve=curve)
     feed = OneMessage()
     node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name)
     spec = action if action is not None else tok
@@ -161,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--phase-ms", type=float, default=0.0, help="delay of the first obs")
     p.add_argument("--deadline-ms", type=float, default=100.0)
     p.add_argument("--out", required=True, help="the record (.npz) written at the end")
-    return run(p.parse_args(argv))
+    add_curve_arguments(p)
+    a = p.parse_args(argv)
+    return run(a, curve_from_args(p, a, binds=[a.obs], connects=[a.actions]))
 
 
 if __name__ == "__main__":

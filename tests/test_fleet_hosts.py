@@ -3,8 +3,9 @@
 Four network namespaces on one LAN (tests.faults.netns.Lan): the node host n (10.231.1.1)
 runs the real inference node (`python -m rtinfer.inference.node`, CURVE options as a launch
 file gives them) and an identity probe; robot hosts r1..r3 run bench robots
-(controllers.bench_robot: recorded observations out, chunks checked by the controller's own
-rules), each binding its obs endpoint with its own key:
+(`python -m controllers.bench_robot`: recorded observations out, chunks checked by the
+controller's own rules; the same CURVE options), each binding its obs endpoint with its own
+key:
 
     r1  key cell-1, src cell-1   honest
     r2  key cell-2, src cell-2   honest; its key is deleted from the node's allow-list mid-run
@@ -131,7 +132,7 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
         *node_key])
     for i, (h, (key, src)) in enumerate(ROBOTS.items()):
         procs[h] = start(h, h, [
-            PY, "-m", "tests.faults.fleet_hosts", "robot",
+            PY, "-m", "controllers.bench_robot",
             "--curve-secret", str(k["pairs"][key][1]), "--curve-map", k["map"],
             "--name", src, "--obs", k["obs"][h], "--actions", k["actions"],
             "--model", str(model), "--stream", str(stream), "--robot", str(d / "robot.yaml"),
