@@ -134,6 +134,8 @@ def test_near_deadline_runs_unpressured_then_both_loads_each_at_its_own_calibrat
             assert pair[role]["exit_code"] == 0
             assert pair[role]["deadline_ms"] == pair["calibration"]["deadline_ms"]
             assert set(pair[role]["audit"]) >= {"undetected", "stale_applied", "held"}
-            assert (tmp_path / "run" / f"{cond}-{role}" / "policy.trace").exists()
+            assert len(pair[role]["runs"]) == 2  # fixed, budget, budget, fixed
+        for k, role in enumerate(("fixed", "budget", "budget", "fixed")):
+            assert (tmp_path / "run" / f"{cond}-{k + 1}-{role}" / "policy.trace").exists()
     assert {c["check"].split(":")[0] for c in report["targets"]["checks"]} >= {"nominal", "stress"}
     assert "targets" in r.stderr and "Traceback" not in r.stderr

@@ -4,6 +4,7 @@ runs (fixed full depth, and the cheapest budget level): the fixed run's p70, rai
 cheapest level's p99 x 1.10, `separable` false when that floor is above the fixed p95. The choice is
 pure (samples in, deadline out), so it is pinned here on given samples; the pinning runs on
 real processes (no timing asserted)."""
+import io
 import json
 import os
 import subprocess
@@ -238,3 +239,42 @@ def test_the_four_runs_are_shown_with_each_pairs_deadline():
     assert "nominal: fixed full depth" in text and "stress: budget controller" in text
     assert "7.5 ms" in text and "16.25 ms" in text and "0 of 4 / 0" in text
     assert "60 / 1200 (5.0%)" in text and "3 / 1200 (0.2%)" in text
+
+
+def test_a_roles_two_runs_pool_their_counts_and_their_worst_figures():
+    from rtinfer.cli.pressure import pool
+    def run(cycles, misses, correct, missed, late_after, stale_max, e2e_max, code=0):
+        return {"exit_code": code, "deadline_ms": 20.0, "cycles": cycles, "deadline_misses": misses,
+                "late_waypoints": misses, "budget_changes": 1, "budget_requests": 2,
+                "objects": {"spawned": correct + missed, "correct": correct, "missed": missed},
+                "holds": {"watchdog": 1, "ordered": 0}, "e2e_ms": {"p50": 5.0, "max": e2e_max},
+                "audit": {"late_cycles": misses, "certainly_late": misses, "held": 0,
+                          "undetected": 0, "applied_cycles": cycles - misses, "stale_applied": 0,
+                          "stale_applied_max_ms": stale_max, "late_after_warmup": late_after}}
+    p = pool([run(600, 30, 14, 1, 0.05, 0.0, 19.0), run(400, 4, 10, 5, 0.01, 0.0, 19.5, code=1)])
+    assert (p["cycles"], p["deadline_misses"], p["late_fraction"]) == (1000, 34, 0.034)
+    assert p["objects"]["correct"] == 24 and p["success_rate"] == 24 / 30
+    assert p["audit"]["late_cycles"] == 34 and p["audit"]["applied_cycles"] == 966
+    assert p["audit"]["late_after_warmup"] == round((0.05 * 600 + 0.01 * 400) / 1000, 4)
+    assert p["e2e_ms"] == {"p50": None, "p99": None, "max": 19.5}
+    assert p["exit_code"] == 1 and p["holds"]["watchdog"] == 2 and len(p["runs"]) == 2
+    assert pool([]) == {}
+
+
+def test_near_deadline_runs_each_load_in_the_order_fixed_budget_budget_fixed(monkeypatch, tmp_path):
+    from rtinfer.cli import demo
+    calls = []
+
+    def one(launch, base, name, seconds, overrides, *rest):
+        calls.append(name)
+        return {"exit_code": 0, "cycles": 100, "deadline_misses": 1, "deadline_ms": 20.0,
+                "objects": {"correct": 1}, "e2e_ms": {"max": 1.0}}
+    monkeypatch.setattr(demo, "_one", one)
+    monkeypatch.setattr(demo, "calibrate", lambda *a, **k: (
+        choose_deadline(FULL, CHEAP, given_ms=20.0), []))
+    monkeypatch.setattr(demo, "policy_cpu", lambda: 0)
+    out = demo.near_deadline(tmp_path / "x.yaml", tmp_path, "m", None, 1.0, {},
+                             Console(file=io.StringIO()), demo._Stop(), None)
+    assert calls == ["unpressured"] + [f"{c}-{k + 1}-{r}" for c in ("nominal", "stress")
+                                       for k, r in enumerate(("fixed", "budget", "budget", "fixed"))]
+    assert out["nominal"]["fixed"]["cycles"] == 200 and len(out["stress"]["budget"]["runs"]) == 2

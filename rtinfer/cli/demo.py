@@ -47,8 +47,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from rtinfer.cli.pressure import (CONDITIONS, ROLES, audit, hold_intervals, pressure_columns, verdict,
-                                  verdict_lines)
+from rtinfer.cli.pressure import (CONDITIONS, ORDER, ROLES, audit, hold_intervals, pool,
+                                  pressure_columns, verdict, verdict_lines)
 from rtinfer.cli.shipped import launch_file, zoo_model
 from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, chunk_complete_ms,
@@ -213,10 +213,14 @@ def robot_reports(run_dir: Path) -> list[dict]:
     return out
 
 
-def _robot_entry(k: int, sim: dict) -> dict:
+def _robot_entry(k: int, sim: dict, mon: dict) -> dict:
+    """Cell k's entry: its sim report's figures, and the monitor's for its controller
+    (controller-k: cycles and deadline misses; None where it has none)."""
     m, c = sim.get("metrics", {}), sim.get("controller", {})
     resolved = m.get("resolved", 0)
+    own = mon.get("robots", {}).get(f"controller-{k}", {})
     return {"robot": f"cell-{k}", "task": sim.get("task"),
+            "cycles": own.get("cycles"), "deadline_misses": own.get("misses"),
             "objects": {x: m.get(x, 0) for x in ("spawned", "correct", "wrong", "missed",
                                                  "dropped")},
             "success_rate": m["correct"] / resolved if resolved else None,
@@ -240,8 +244,9 @@ def _merged_fleet(sims: list[dict]) -> dict:
 def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
     """Merge the sim's and the monitor's reports (and the policy's last health) into one;
     a failed launch adds "error": the launcher's failure lines and the failed nodes' last
-    log lines. A fleet run (sim_report-K.json per cell) adds "robots", one entry per cell,
-    and sums the cells' objects and controller counters."""
+    log lines. A fleet run (sim_report-K.json per cell) adds "robots", one entry per cell
+    (with the monitor's cycles and misses of its controller), and sums the cells' objects
+    and controller counters."""
     fleet = robot_reports(run_dir)
     sim = _merged_fleet(fleet) if fleet else _read(run_dir / "sim_report.json")
     mon = _read(run_dir / "monitor_report.json")
@@ -265,7 +270,7 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
     }
     if fleet:
-        out["robots"] = [_robot_entry(k, s) for k, s in enumerate(fleet)]
+        out["robots"] = [_robot_entry(k, s, mon) for k, s in enumerate(fleet)]
     if exit_code != 0:
         out["error"] = failure_lines(run_dir)
     return out
@@ -549,11 +554,15 @@ def near_deadline(launch: Path, base: Path, model: str, deadline_ms: float | Non
             continue
         pair = out[cond] = {"calibration": threat.report()}
         overrides = launch_overrides(model, threat.deadline_ms, "near-deadline", **task)
-        for role, extra in ROLES:
+        extras, done = dict(ROLES), {role: [] for role, _ in ROLES}
+        for k, role in enumerate(ORDER):
             if stop.signum is None:
-                pair[role] = _one(launch, base, f"{cond}-{role}", seconds,
-                                  {**overrides, **extra}, console, stop, png, False, hogs, cpu,
-                                  threat.deadline_ms)
+                done[role].append(_one(launch, base, f"{cond}-{k + 1}-{role}", seconds,
+                                       {**overrides, **extras[role]}, console, stop, png,
+                                       False, hogs, cpu, threat.deadline_ms))
+        for role, runs in done.items():
+            if runs:
+                pair[role] = pool(runs)
     out["targets"] = verdict(out)
     console.print(runs_table(f"a policy near its deadline: fixed full depth vs the budget "
                              f"controller, unpressured sorted {sorted_text(out['unpressured'])}",

@@ -5,8 +5,10 @@ One invocation runs the shipped policy unpressured (the launch file's deadline: 
 baseline), then under each load of CONDITIONS (nominal: the policy node alone on its CPU;
 stress: HOGS busy processes there under SCHED_IDLE, rtinfer.cli.stress) calibrates a deadline
 from the policy's own chunk time under that load (rtinfer.cli.stress.choose_deadline) and runs
-fixed full depth (--no-budget) against the budget controller at it. One deadline cannot
-serve both loads: the load slows even the cheapest level past full depth's unloaded chunk.
+fixed full depth (--no-budget) against the budget controller at it, in the order ORDER
+(fixed, budget, budget, fixed: a load that drifts during the four runs weighs on both roles
+alike), each role's two runs pooled (`pool`). One deadline cannot serve both loads: the load
+slows even the cheapest level past full depth's unloaded chunk.
 
 `audit` reads a run's traces: a cycle whose last waypoint left the policy node more than
 CERTAIN_MS past the deadline was certainly late, so the controller must have reported it
@@ -20,6 +22,7 @@ from rtinfer.cli.stress import HOGS, WARMUP_S, late_fraction
 
 CONDITIONS = (("nominal", 0), ("stress", HOGS))  # (name, busy processes on the policy's CPU)
 ROLES = (("fixed", {"vars.budget": "--no-budget"}), ("budget", {}))  # launch overrides
+ORDER = ("fixed", "budget", "budget", "fixed")  # ABBA: drift in the load cancels between roles
 BUDGET_LATE_MAX = 0.01    # the budget controller: at most this fraction of cycles late
 FIXED_LATE_MIN = 0.05     # fixed full depth: at least this (else the deadline was no threat)
 SORTING_POINTS = 2.0      # the budget controller's sorting: within this of unpressured, points
@@ -36,8 +39,8 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     hold (holds_ns: (start, end) pairs; the controller rejects late waypoints then and, by
     design, reports none), undetected: the others never reported late; stale_applied: cycles
     whose first setpoint was applied more than a deadline after capture, and by how much at
-    most (stale_applied_max_ms; the controller checks a waypoint's age when it arrives and
-    applies it on its next tick). late_after_warmup: the controller-traced cycles captured
+    most (stale_applied_max_ms; the controller checks a chunk's age when it arrives and again
+    when it commits the first setpoint, so this should be 0). late_after_warmup: the controller-traced cycles captured
     WARMUP_S or more after its first that were reported late, over those cycles (the
     calibration takes no samples in that start-up either)."""
     deadline_ns = deadline_ms * 1e6
@@ -90,6 +93,45 @@ def hold_intervals(monitor_report: dict) -> list[tuple[int, float]]:
             out.append((start, ev["t_ns"]))
             start = None
     return out + ([(start, float("inf"))] if start is not None else [])
+
+
+COUNTED = ("cycles", "deadline_misses", "late_waypoints", "budget_changes", "budget_requests")
+AUDIT_COUNTED = ("late_cycles", "certainly_late", "held", "undetected", "applied_cycles",
+                 "stale_applied")
+
+
+def pool(runs: list[dict]) -> dict:
+    """One role's runs as one: counts summed (cycles, misses, objects, the audit's, holds),
+    success_rate and late_after_warmup over the pooled counts (the latter weighted by cycles),
+    e2e and stale maxima the largest; each run itself under "runs". A run that did not end
+    cleanly makes exit_code nonzero."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return {}
+    out: dict = {"runs": runs, "exit_code": max(r.get("exit_code", 1) for r in runs),
+                 "deadline_ms": runs[0].get("deadline_ms")}
+    for k in COUNTED:
+        vals = [r.get(k) for r in runs]
+        out[k] = None if None in vals else sum(vals)
+    out["objects"] = {k: sum(r.get("objects", {}).get(k, 0) for r in runs)
+                      for k in ("spawned", "correct", "wrong", "missed", "dropped")}
+    resolved = sum(out["objects"][k] for k in ("correct", "wrong", "missed", "dropped"))
+    out["success_rate"] = out["objects"]["correct"] / resolved if resolved else None
+    out["late_fraction"] = late_fraction(out)
+    out["holds"] = {k: sum((r.get("holds") or {}).get(k) or 0 for r in runs)
+                    for k in ("watchdog", "ordered")}
+    maxima = [r["e2e_ms"]["max"] for r in runs if (r.get("e2e_ms") or {}).get("max") is not None]
+    out["e2e_ms"] = {"p50": None, "p99": None, "max": max(maxima) if maxima else None}
+    audits = [r["audit"] for r in runs if r.get("audit")]
+    if audits:
+        a = {k: sum(x[k] for x in audits) for k in AUDIT_COUNTED}
+        a["stale_applied_max_ms"] = max(x["stale_applied_max_ms"] for x in audits)
+        steady = [(x["late_after_warmup"], r.get("cycles") or 0) for x, r in zip(audits, runs)
+                  if x.get("late_after_warmup") is not None]
+        w = sum(c for _, c in steady)
+        a["late_after_warmup"] = round(sum(f * c for f, c in steady) / w, 4) if w else None
+        out["audit"] = a
+    return out
 
 
 def _points(run: dict) -> float | None:
