@@ -168,6 +168,9 @@ def test_a_certainly_late_cycle_the_controller_never_reported_is_counted_undetec
     early = [_policy(0, -50, -20)]
     assert audit(early + policy[:2] + [_policy(7, 300, 330)], controller[:3], 10.0)["undetected"] == 0
     assert audit(policy, controller[:3] + [_late(3, 100, 116)], 10.0)["undetected"] == 0
+    # nor is one whose last waypoint left after the controller's latest stamp: still in
+    # flight when the run ended (captured before the controller's last capture)
+    assert audit(policy + [_policy(8, 240, 265)], controller, 10.0)["undetected"] == 2
     # a cycle whose last waypoint left during an ordered hold is counted apart (the
     # controller rejects late waypoints then and reports none, by design)
     held = audit(policy, controller, 10.0, holds_ns=[(225 * MS, 240 * MS)])

@@ -34,8 +34,9 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     reported late; certainly_late: cycles the policy's own stamps put past the deadline (its
     last publish - capture > deadline + CERTAIN_MS; the trace's "last_publish" stamp where it
     has one, else "end", stamped after it: a preemption in between can make an on-time cycle
-    look late, never the reverse) while the controller ran (captured between the first and
-    the last capture it traced); of those, held: their last waypoint left during an ordered
+    look late, never the reverse) while the controller ran (captured no earlier than the first
+    capture it traced, and that last waypoint sent no later than the latest stamp it traced:
+    a waypoint still in flight when the run ended could not be reported); of those, held: their last waypoint left during an ordered
     hold (holds_ns: (start, end) pairs; the controller rejects late waypoints then and, by
     design, reports none), undetected: the others never reported late; stale_applied: cycles
     whose first setpoint was applied more than a deadline after capture, and by how much at
@@ -59,7 +60,9 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
             over = st["apply"] - st["capture"] - deadline_ns
             stale += over > 0
             over_ns = max(over_ns, over)
-    first, last = (min(captures), max(captures)) if captures else (0, -1)
+    first = min(captures) if captures else 0
+    last = max((v for rec in controller_records if isinstance(rec.get("stamps"), dict)
+                for v in rec["stamps"].values() if isinstance(v, int)), default=-1)
     steady = {rec["cycle"] for rec in controller_records if isinstance(rec.get("stamps"), dict)
               and isinstance(rec.get("cycle"), int) and isinstance(rec["stamps"].get("capture"), int)
               and rec["stamps"]["capture"] >= first + WARMUP_S * 1e9}
@@ -70,7 +73,7 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
             continue
         sent = st.get("last_publish", st.get("end"))
         if isinstance(sent, int) and isinstance(st.get("capture"), int) \
-                and first <= st["capture"] <= last \
+                and first <= st["capture"] and sent <= last \
                 and sent - st["capture"] > deadline_ns + CERTAIN_MS * 1e6:
             certain.add(cycle)
             if any(a <= sent <= b for a, b in holds_ns):
