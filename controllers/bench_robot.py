@@ -114,7 +114,8 @@ def run(a: argparse.Namespace, curve=None) -> int:
                            deadline_ns=int(a.deadline_ms * 1e6), chunk_interval_ns=period_ns)
     bodies = load_bodies(a.stream)
     pub = Publisher(a.obs, a.name, curve=curve)
-    sub = Subscriber(a.actions, ["action_chunk", "command"], curve=curve)
+    sub = Subscriber(a.actions, ["action_chunk", "command"], curve=curve,
+                     to={"action_chunk": a.name} if a.addressed else None)
     feed = OneMessage()
     node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name)
     spec = action if action is not None else tok
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--phase-ms", type=float, default=0.0, help="delay of the first obs")
     p.add_argument("--deadline-ms", type=float, default=100.0)
     p.add_argument("--out", required=True, help="the record (.npz) written at the end")
+    p.add_argument("--addressed", action="store_true",
+                   help="take only the chunks addressed to --name (a node run with "
+                        "--address-chunks): libzmq filters the other robots' at the node")
     add_curve_arguments(p)
     a = p.parse_args(argv)
     return run(a, curve_from_args(p, a, binds=[a.obs], connects=[a.actions]))

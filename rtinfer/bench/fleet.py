@@ -8,7 +8,8 @@ rotating from one N to the next), each on a fresh set of processes:
   sequential  the same node with --batch 1: one cycle at a time, earliest deadline first,
               with admission control
   separate    N inference nodes, one per robot (the LeRobot way)
-Each robot is a real process (controllers.bench_robot, started by module name) replaying the
+Each robot is a real process (controllers.bench_robot, started by module name; with
+--addressed, the default, it receives only its own chunks) replaying the
 model's recorded obs bodies (obs_stream.npz) at --rate-hz with real capture stamps, at a
 seeded phase that is the same in every arrangement, and checking every waypoint with the
 controller's own acceptance rules. Per arrangement, over the cycles of --seconds (after
@@ -23,6 +24,7 @@ recomputed here with ChunkRunner(drafter="none")). Nodes run at fixed full quali
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -91,6 +93,7 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     node_opts += [] if a.budget else ["--no-budget"]
     node_opts += ["--max-robots", str(a.max_robots)] if a.max_robots else []
     node_opts += [] if arrangement == "batched" else ["--batch", "1"]
+    node_opts += ["--address-chunks"] if a.addressed else []
     plan = [(["--obs", *obs], acts[0], "infer")] if len(acts) == 1 else \
         [(["--obs", obs[j]], acts[j], f"infer{j}") for j in range(n)]
     nodes, robots, logs = [], [], []
@@ -111,7 +114,8 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
                 "--actions", acts[i if arrangement == "separate" else 0], "--model", a.model,
                 "--robot", a.robot, "--stream", a.stream, "--offset", str(i * 53),
                 "--rate-hz", str(a.rate_hz), "--phase-ms", f"{phases[i]:.3f}",
-                "--deadline-ms", str(a.deadline_ms), "--out", str(tmp / f"r{i}.npz")],
+                "--deadline-ms", str(a.deadline_ms), "--out", str(tmp / f"r{i}.npz"),
+                *(["--addressed"] if a.addressed else [])],
                 rlogs[-1], stdin=subprocess.PIPE))
         _wait_ready(robots, rlogs, "bench robot")
         start = now_ns() + 200_000_000
@@ -168,7 +172,8 @@ def run(a) -> dict:
         rows.append(row)
     return {"deadline_ms": a.deadline_ms, "rate_hz": a.rate_hz, "seconds": a.seconds,
             "warmup_s": a.warmup, "model": a.model, "stream": a.stream,
-            "budget": "auto" if a.budget else "fixed full quality", "rows": rows}
+            "budget": "auto" if a.budget else "fixed full quality", "addressed": a.addressed,
+            "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", action="store_true",
                    help="let the nodes lower their budget (default: fixed full quality)")
     p.add_argument("--seed", type=int, default=0, help="the robots' phases")
+    p.add_argument("--addressed", action=argparse.BooleanOptionalAction, default=True,
+                   help="nodes address each robot's chunks to it and robots take only their "
+                        "own (--address-chunks / --addressed); --no-addressed: every robot "
+                        "receives and checks every robot's chunks")
     p.add_argument("--plot", default=None, help="write deadline-met against N (PNG)")
     a = p.parse_args(argv)
     if a.quick:
