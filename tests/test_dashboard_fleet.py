@@ -5,13 +5,14 @@ In one process, on real ipc sockets: the real inference node (the tiny exported 
 ControllerNode (controller-K, over the bench robot's still hardware) that sends its
 observations and traces on its own obs endpoint, with the health of a real conveyor cell
 (ConveyorSim, stepped on its own so that objects pass by unpicked); the real deadline
-monitor listens to all of it. cell-1's observations are stamped 500 ms old: past the
-monitor's 400 ms deadline, within the controllers' 1.5 s, so every one of its cycles is a
+monitor listens to all of it. cell-1's observations are stamped 1.2 s old: past the
+monitor's 1 s deadline, well within the controllers' 2.5 s, so every one of its cycles is a
 miss and none of cell-0's is (wide margins: the test machine may be busy). The dashboard must show each robot's own figures: the
 instruction its observations carry, its cell's objects, the monitor's figures for its
 controller (equal to the controller's own e2e histogram: the same samples), its holds and
 budget level, and cell-2 as refused.
 """
+import json
 import time
 
 import numpy as np
@@ -30,8 +31,8 @@ from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000
 INSTRUCTIONS = ([2, 0, 1], [1, 2, 0], [0, 1, 2])
-AGE_MS = (0, 500, 0)  # how old each robot's observations are when sent
-CONTROLLER_DEADLINE_MS, MONITOR_DEADLINE_MS = 1500, 400.0
+AGE_MS = (0, 1200, 0)  # how old each robot's observations are when sent
+CONTROLLER_DEADLINE_MS, MONITOR_DEADLINE_MS = 2500, 1000.0
 CELL_STEPS = (8000, 14000, 3000)  # sim ticks each cell ran before the run: objects missed
 
 
@@ -77,7 +78,7 @@ def fleet(tiny_model_dir, tmp_path):
     obs = [eps[f"obs-{k}"] for k in range(3)]
     mon = Monitor(obs + [eps["act"]], eps["ctl"],
                   MonitorConfig(deadline_ms=MONITOR_DEADLINE_MS, policy_node="policy", ping_period_s=0,
-                                republish_s=0.1, hold_after_misses=10**6))
+                                republish_s=0.5, hold_after_misses=10**6))
     node = InferenceNode(tiny_model_dir, obs, eps["act"], control_endpoint=eps["ctl"],
                          cfg=InferenceNodeConfig(name="policy", health_hz=20.0,
                                                  deadline_ms=3000.0, auto_budget=False,
@@ -109,12 +110,13 @@ def run(robots, node, mon, dash, seconds, send, until=lambda: False):
         dash.poll(0)
 
 
-def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_refused(fleet):
+def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_refused(fleet,
+                                                                                     tmp_path):
     robots, node, mon, dash = fleet
     # cell-0 and cell-1 join first (admitted), then cell-2 (beyond --max-robots 2: refused)
     run(*fleet, 20, send=2, until=lambda: len(node.robots.slots) == 2 and all(
         r.node.counters["chunks_accepted"] for r in robots[:2]))
-    run(*fleet, 3.0, send=3)
+    run(*fleet, 4.0, send=3)
     assert set(node.robots.slots) == {"cell-0", "cell-1"} and node.robots.refused.keys() == {"cell-2"}
     run(*fleet, 1.0, send=3, until=lambda: dash.latest["policy"]["counters"]["robots_refused"])
     # each robot's budget level as the node reports it while serving them (robots that
@@ -144,7 +146,9 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     for row, robot in zip(rows[:2], robots):
         own = robot.node.e2e.percentiles_us()  # the controller's own apply - capture samples
         fig = report[row["controller"]]
-        assert row["cycles"] == fig["cycles"] == own["count"] == robot.node.counters["chunks_accepted"] > 10
+        assert row["cycles"] == fig["cycles"] == own["count"] >= 5
+        # (a chunk superseded within one tick by the next is accepted but never applied)
+        assert robot.node.counters["chunks_accepted"] >= own["count"]
         for got, q in zip(row["e2e_ms"], ("p50", "p99", "max")):
             assert got == fig["e2e_ms"][q] == pytest.approx(own[q] / 1e3)
     assert rows[0]["misses"] == 0 and rows[1]["misses"] == rows[1]["cycles"]
@@ -165,3 +169,13 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     assert " / ".join(f"{v:.1f}" for v in rows[1]["e2e_ms"]) in lines["cell-1"]
     assert "2,0,1" in lines["cell-0"] and "1,2,0" in lines["cell-1"]
     assert "cell-0: sorted" not in text  # the rows replace the summary's per-cell lines
+
+    # the demo's report: each cell's entry carries the monitor's figures of its controller
+    from rtinfer.cli.demo import collect_report
+    (tmp_path / "monitor_report.json").write_text(json.dumps(mon.summary()))
+    for r in robots:  # what controllers.run writes: the controller's report and the cell's
+        (tmp_path / f"sim_report-{r.k}.json").write_text(json.dumps(
+            {"controller": dict(r.node.counters), **r.cell.report()}))
+    entries = collect_report(tmp_path, dash.latest, 0)["robots"]
+    assert [(e["robot"], e["cycles"], e["deadline_misses"]) for e in entries] == [
+        (r["robot"], r["cycles"], r["misses"]) for r in rows]
