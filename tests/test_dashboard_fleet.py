@@ -161,12 +161,13 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     console = Console(width=200, record=True)
     console.print(dash.render())
     text = console.export_text()
-    lines = {r["robot"]: next(ln for ln in text.splitlines() if f" {r['robot']} " in ln)
+    lines = {r["robot"]: next(ln for ln in text.splitlines() if ln.split()[:1] == [r["robot"]])
              for r in rows}
     assert "refused" in lines["cell-2"] and "refused" not in lines["cell-0"]
-    assert f"0 / {rows[0]['cycles']}" in lines["cell-0"]
-    assert f"{rows[1]['misses']} / {rows[1]['cycles']}" in lines["cell-1"]
-    assert " / ".join(f"{v:.1f}" for v in rows[1]["e2e_ms"]) in lines["cell-1"]
+    assert f" 0/{rows[0]['cycles']} " in lines["cell-0"]
+    assert f" {rows[1]['misses']}/{rows[1]['cycles']} " in lines["cell-1"]
+    assert "/".join(f"{v:.1f}" for v in rows[1]["e2e_ms"]) in lines["cell-1"]
+    assert "/".join(map(str, rows[1]["objects"])) in lines["cell-1"]
     assert "2,0,1" in lines["cell-0"] and "1,2,0" in lines["cell-1"]
     assert "cell-0: sorted" not in text  # the rows replace the summary's per-cell lines
 

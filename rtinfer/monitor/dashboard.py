@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 
@@ -206,25 +207,28 @@ class Dashboard:
         self.sub.close()
 
 
+ROBOT_COLUMNS = ("robot", "instruction", "state", "sorted/\nwrong/\nmissed", "e2e ms\np50/p99/max",
+                 "misses/\ncycles", "holds", "budget\nlevel")
 STATE_STYLE = {"run": "green", "hold": "yellow", "safe_hold": "yellow", "fault": "bold red",
                "refused": "bold red"}
 
 
 def robots_table(rows: list[dict]) -> Table:
-    """Dashboard.robot_rows as a table, one line per robot ("-": not reported)."""
+    """Dashboard.robot_rows as a table, one line per robot ("-": not reported); narrow
+    enough for 90 columns (headers wrap; on fewer, figures fold rather than lose digits)."""
     def text(v, fmt="{}"):
         return "-" if v is None else fmt.format(v)
-    t = Table(title="robots")
-    for name in ("robot", "instruction", "state", "sorted / wrong / missed",
-                 "e2e p50 / p99 / max ms", "misses / cycles", "holds", "budget"):
-        t.add_column(name, justify="left" if name in ("robot", "state") else "right")
+    t = Table(title="robots", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ROBOT_COLUMNS:
+        t.add_column(name, justify="left" if name in ("robot", "state") else "right",
+                     overflow="fold")
     for r in rows:
         state, misses = r["state"] or "-", r["misses"]
         t.add_row(r["robot"], text(r["instruction"]),
                   f"[{STATE_STYLE[state]}]{state}[/]" if state in STATE_STYLE else state,
-                  " / ".join(map(str, r["objects"])) if r["objects"] else "-",
-                  " / ".join(text(v, "{:.1f}") for v in r["e2e_ms"]),
-                  ("[red]" if misses else "") + f"{text(misses)} / {text(r['cycles'])}"
+                  "/".join(map(str, r["objects"])) if r["objects"] else "-",
+                  "/".join(text(v, "{:.1f}") for v in r["e2e_ms"]),
+                  ("[red]" if misses else "") + f"{text(misses)}/{text(r['cycles'])}"
                   + ("[/]" if misses else ""),
-                  text(r["holds"]), text(r["budget_level"], "level {}"))
+                  text(r["holds"]), text(r["budget_level"]))
     return t
