@@ -16,6 +16,10 @@ routed token), in its k-token graphs the batch is computed and skipped rows are 
     python -m models.gating finetune models/zoo/conveyor-v1 OUT --skip 4 --data ...
     python -m models.gating steps --shape 6 128 4 --shape 8 320 5 --shape 10 512 8
     python -m models.gating export models/zoo/conveyor-v1 ROUTERS.safetensors OUT --tau 0.5
+    python -m models.gating ship models/zoo/conveyor-v1-large ROUTERS OUT --tau 0.5 0.7 \
+        [--levels MEASURED.json]   # dense + gated budget levels in one directory
+`ship_gated` writes one model directory that serves the dense policy and a gated graph set per
+threshold, declared in graphs.json "gated" (docs/policies.md "Gated budget levels").
 """
 from __future__ import annotations
 
@@ -336,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--tau", type=float, required=True)
     ex.add_argument("--ffn-skipped", type=float, default=None,
                     help="the fraction of FFNs skipped at tau (train's results), for the card")
+    sh = sub.add_parser("ship", help="dense + a gated set per threshold, in one model directory")
+    sh.add_argument("model")
+    sh.add_argument("routers", help="a routers .safetensors `train` wrote")
+    sh.add_argument("out")
+    sh.add_argument("--tau", type=float, nargs="+", required=True)
+    sh.add_argument("--levels", default=None, help='JSON {"<tau>": {"ffn_active", "step_ratio", '
+                    '"active_flops", "accuracy"}} measured, for graphs.json "gated"')
     ft = sub.add_parser("finetune", help="one FFN-skip level, fine-tuned, as a model directory")
     ft.add_argument("model")
     ft.add_argument("out")
@@ -355,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.cmd == "export":
         print(export_routed(a.model, a.routers, a.out, a.tau, ffn_skipped=a.ffn_skipped))
+        return 0
+    if a.cmd == "ship":
+        lv = json.loads(Path(a.levels).read_text()) if a.levels else {}
+        print(ship_gated(a.model, a.routers, a.out, a.tau,
+                         {float(t): m for t, m in lv.items()}))
         return 0
     if a.cmd == "levels":
         print(json.dumps({n: str(p) for n, p in export_levels(a.model, a.out, a.skip).items()}))

@@ -142,3 +142,32 @@ def test_the_shipped_gated_directory_runs_its_levels_in_the_real_runner():
         a, _ = spec.run(instr, obs, i * 50_000_000, level)
         b, _ = plain.run(instr, obs, i * 50_000_000, level)
         assert (a == b).all() and spec.backend.gate == name
+
+
+def _doc_example() -> dict:
+    import re
+    text = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
+    block = re.search(r"<!-- gated-example: graphs.json -->\s*```json\n(.*?)```", text, re.S)
+    return json.loads(block.group(1))
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="models/zoo/conveyor-v1-large-gated not shipped")
+def test_the_policies_doc_example_declares_a_level_the_runtime_accepts_and_checks(tmp_path):
+    out = tmp_path / "doc"
+    out.mkdir()
+    for f in SHIPPED.iterdir():
+        (out / f.name).symlink_to(f)
+    m = json.loads((SHIPPED / "graphs.json").read_text())
+    decl = _doc_example()["gated"]
+    for g in decl[0]["graphs"]:
+        g.pop("sha256")  # the page shows "..."; without one the file is not hash-checked
+    (out / "graphs.json").unlink()
+    (out / "graphs.json").write_text(json.dumps({**m, "gated": decl}))
+    md = ModelDir.load(out)
+    assert list(md.gated) == ["gate50"] and md.gated["gate50"].step_ratio == 0.85
+    assert any(lv.gate == "gate50" for lv in default_levels(md, 8))
+    decl[0]["graphs"] = decl[0]["graphs"][:1] + decl[0]["graphs"][2:3]  # only k 1 and 8
+    (out / "graphs.json").write_text(json.dumps({**m, "gated": decl}))
+    with pytest.raises(ModelError, match=r"its graphs have k \[1, 8\] but the float32 set has "
+                                         r"k \[1, 4, 8, 28, 32\] at full depth"):
+        ModelDir.load(out)
