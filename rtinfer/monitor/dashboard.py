@@ -186,11 +186,10 @@ class Dashboard:
         """Input dropped that means a policy is not being followed, and a robot that does
         not answer: one phrase each."""
         ctl = lambda k: self._sum("controller", k)  # noqa: E731
-        fleet = any(n.startswith("controller-") for n in self.latest)
         out = []
         if ctl("rejected_hash"):
             out.append(f"{ctl('rejected_hash')} chunks of another spec (hash) rejected")
-        if ctl("rejected_dest") and not fleet:  # in a fleet: the other robots' chunks
+        if ctl("rejected_dest") and not self.fleet:  # in a fleet: the other robots' chunks
             out.append(f"{ctl('rejected_dest')} chunks for another robot rejected")
         if ctl("rejected_bad"):
             out.append(f"{ctl('rejected_bad')} malformed waypoints rejected")
