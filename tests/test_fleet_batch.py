@@ -146,3 +146,17 @@ def test_a_batch_is_cut_to_what_ends_before_the_first_robots_deadline():
     # 4 (16 ms) ends in time, so the least urgent is dropped
     assert [s.name for s in batch] == ["r0", "r1", "r2", "r3"]
     assert [s.name for s in r.next_batch(deadline, now, 1)] == ["r0"]
+
+
+def test_a_refused_robot_that_falls_silent_is_forgotten():
+    from rtinfer.inference.robots import RETRY_NS
+    from rtinfer.transport.wire import Envelope
+    r = _robots({1: 30.0})  # one robot fits 40 ms of a 50 ms window, two do not
+    env = lambda name, seq: Envelope(2, "obs", seq, name, {}, {})  # noqa: E731
+    assert r.offer(env("a", 1), 0, 100_000_000) is not None
+    assert r.offer(env("b", 1), 0, 100_000_000) is None and set(r.refused) == {"b"}
+    r.slots["a"].waiting = None
+    r.leave_idle(r.leave_after_ns)  # b is not yet silent for long enough: still refused
+    assert set(r.refused) == {"b"}
+    r.leave_idle(r.leave_after_ns + RETRY_NS + 1)
+    assert r.refused == {} and r.slots == {}

@@ -143,7 +143,7 @@ def test_a_robot_beyond_the_measured_capacity_is_refused_once_and_counted(fleet,
                 break
         h = node.health()["counters"]
         assert h["robots_refused"] == 1 and h["obs_refused"] >= 3 and h["robots"] == 3
-        assert "d" not in node.robots.slots
+        assert "d" not in node.robots.slots and h["robot.d.refused"] == 1
         err = capfd.readouterr().err
         assert len(re.findall(r"robot 'd' refused: 4 robots at [\d.]+ Hz need [\d.]+ ms", err)) == 1
         assert "this node fits 3: serve it from another node" in err
@@ -155,7 +155,8 @@ def test_a_robot_beyond_the_measured_capacity_is_refused_once_and_counted(fleet,
             late.publish("obs", random_obs_body(rng), {"capture": now_ns()})
             node.spin_once(20)
         assert "d" in node.robots.slots
-        assert node.health()["counters"]["robots_admitted_late"] == 1
+        h = node.health()["counters"]
+        assert h["robots_admitted_late"] == 1 and "robot.d.refused" not in h
         assert "robot 'd' admitted: the load has fallen" in capfd.readouterr().err
     finally:
         late.close()

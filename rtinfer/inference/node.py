@@ -470,12 +470,14 @@ class InferenceNode:
         offset = self.robot_clock.offset_ns if self.robot_clock is not None else None
         if offset is not None:
             g["robot_clock_offset_us"] = offset / 1e3
-        if len(slots) > 1:  # per robot, when there are several
+        if len(slots) > 1 or self.robots.refused:  # per robot, when there are several
             for s in slots:
                 c[f"robot.{s.name}.cycles"] = s.counters["cycles"]
                 c[f"robot.{s.name}.budget_level"] = s.budget.index
                 if s.slack_ns is not None:
                     g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
+        for name in self.robots.refused:  # refused and not admitted since (the dashboard)
+            c[f"robot.{name}.refused"] = 1
         if self.robots.chunk_ns:
             g["cycle_cost_us"] = self.robots.chunk_ns / 1e3
         for b in self.robots.batches[1:]:

@@ -286,10 +286,15 @@ class Robots:
         return batch
 
     def leave_idle(self, now_ns: int) -> list[str]:
-        """Free the slots of robots silent for leave_after_ns; their names."""
+        """Free the slots of robots silent for leave_after_ns; their names. A refused robot
+        silent that long is forgotten too (a refused one still sending is checked again
+        every RETRY_NS, which keeps it)."""
         gone = [n for n, s in self.slots.items()
                 if s.waiting is None and now_ns - s.last_seen_ns > self.leave_after_ns]
         for n in gone:
             del self.slots[n]
             self.counters["robots_left"] += 1
+        for n in [n for n, t in self.refused.items()
+                  if now_ns - t > self.leave_after_ns + RETRY_NS]:
+            del self.refused[n]
         return gone

@@ -1,12 +1,10 @@
 """The processes of tests/test_fleet_hosts.py, each run inside a network namespace:
 
-    python -m tests.faults.fleet_hosts robot --curve-secret K --curve-map M BENCH_ROBOT_OPTIONS...
     python -m tests.faults.fleet_hosts probe --obs EP... --allow DIR --seconds S --out F \
         --curve-secret K --curve-map M
 
-robot: controllers.bench_robot (its own loop, ControllerNode's acceptance rules) with its
-sockets secured from the CURVE options like every product node's (bench_robot takes no CURVE
-options of its own yet). probe: subscribes to the robots' obs endpoints as the inference node
+(The robots are `python -m controllers.bench_robot`, which takes the CURVE options itself.)
+probe: subscribes to the robots' obs endpoints as the inference node
 does (its key, the curve map's server keys) and judges every observation with
 rtinfer.transport.identity, re-reading the allow-list twice a second; at --seconds or
 SIGTERM writes {"sockets": the Subscriber's socket count, "seen": [[recv_ns, src, peer,
@@ -15,33 +13,12 @@ verdict], ...]} as JSON, verdict "ok" or the counter it went to.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import signal
 import sys
 
 from rtinfer.transport.curve import add_curve_arguments, allow_list, curve_configs
-
-
-def robot(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="fleet_hosts robot")
-    add_curve_arguments(ap)
-    ap.add_argument("--obs", required=True)
-    ap.add_argument("--actions", required=True)
-    a, _ = ap.parse_known_args(argv)
-    curve = curve_configs(binds=[a.obs], connects=[a.actions], secret=a.curve_secret,
-                          curve_map=a.curve_map)
-    rest, skip = [], False
-    for arg in argv:  # bench_robot's own options: all but the two CURVE ones
-        if skip or arg in ("--curve-secret", "--curve-map"):
-            skip = not skip
-            continue
-        rest.append(arg)
-    from controllers import bench_robot
-    bench_robot.Publisher = functools.partial(bench_robot.Publisher, curve=curve)
-    bench_robot.Subscriber = functools.partial(bench_robot.Subscriber, curve=curve)
-    return bench_robot.main(rest)
 
 
 def probe(argv: list[str]) -> int:
@@ -85,4 +62,4 @@ def probe(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     what, *args = sys.argv[1:]
-    sys.exit({"robot": robot, "probe": probe}[what](args))
+    sys.exit({"probe": probe}[what](args))
