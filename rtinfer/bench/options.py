@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-DEFAULT_MODEL = "models/zoo/conveyor-v1"
+from rtinfer.cli.shipped import zoo_model
+
+DEFAULT_MODEL = str(zoo_model())  # the shipped policy, found from any working directory
 
 
 def parser(name: str, doc: str | None) -> argparse.ArgumentParser:

@@ -151,11 +151,12 @@ def _atomic_write(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`rtinfer build-engine`: build (or find cached) engines for every graph of a model.
+def main(argv: Sequence[str] | None = None, default_model: str = "models/zoo/conveyor-v1") -> int:
+    """`rtinfer build-engine`: build (or find cached) engines for every graph of a model
+    (default_model: --model's default; the CLI passes the shipped one's absolute path).
     --dry-run prints the plan only (works without tensorrt; --trt-version overrides)."""
     p = argparse.ArgumentParser(prog="rtinfer build-engine", description=main.__doc__)
-    p.add_argument("--model", default="models/zoo/conveyor-v1", help="model directory")
+    p.add_argument("--model", default=default_model, help="model directory")
     p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--precision", choices=["fp32", "fp16", *QUANTISED], default=None,
                    help="the engine's precision (overrides --fp16); int8 and fp8 build the "
