@@ -160,3 +160,23 @@ def test_a_refused_robot_that_falls_silent_is_forgotten():
     assert set(r.refused) == {"b"}
     r.leave_idle(r.leave_after_ns + RETRY_NS + 1)
     assert r.refused == {} and r.slots == {}
+
+
+def test_robots_that_no_longer_fit_the_measured_costs_are_said_overloaded_once_until_they_fit():
+    from rtinfer.transport.wire import Envelope
+    r = _robots({1: 10.0})  # one at a time: 4 robots fit 40 ms of a 50 ms window
+    for name in "abc":
+        assert r.offer(Envelope(2, "obs", 1, name, {}, {}), 0, 100_000_000) is not None
+    r.check_load(100_000_000)
+    assert not r.overloaded and r.said == [] and r.counters["overloads"] == 0
+    for _ in range(64):
+        r.cost.record(19_000_000)  # the load rises: a cycle now takes 19 ms, 2 robots fit
+    r.check_load(100_000_000)
+    r.check_load(100_000_000)
+    assert r.overloaded and r.counters["overloads"] == 1 and len(r.said) == 1
+    text, error = r.said.pop()
+    assert error and text.startswith("overloaded: 3 robots admitted, the costs measured now fit 2")
+    for _ in range(128):
+        r.cost.record(12_000_000)  # the slow cycles age out: 3 fit again
+    r.check_load(100_000_000)
+    assert not r.overloaded and r.said == [("load fits again: 3 robots admitted, 3 fit", False)]

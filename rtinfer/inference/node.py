@@ -269,10 +269,14 @@ class InferenceNode:
         if env.src not in robots.slots and robots.slots and not robots.cost.count:
             self._profile(env)  # a second robot joins before any cycle was timed
         robots.offer(env, now_ns(), self.budget.deadline_ns)
-        for text, error in robots.said:
+        self._say(robots.said)
+
+    def _say(self, said: list) -> None:
+        """Print the robots' lines (text, is_error) on stderr, once each."""
+        for text, error in said:
             print(f"{self.cfg.name}: {'error: ' if error else ''}{text}", file=sys.stderr,
                   flush=True)
-        robots.said.clear()
+        said.clear()
 
     def _profile(self, env, rounds: int = 5) -> None:
         """Time `rounds` cycles at full quality on this observation (after WARM_UP untimed
@@ -433,6 +437,8 @@ class InferenceNode:
         if now >= self._next_health:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
             self.robots.leave_idle(now)
+            self.robots.check_load(self.budget.deadline_ns)
+            self._say(self.robots.said)
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
 

@@ -23,7 +23,11 @@ joining beyond that is refused, said once on stderr with what load would fit, an
 (robots_refused); its observations are counted (obs_refused) and never answered, so it is
 never admitted and then served late in silence. A refused robot that keeps sending is
 checked again once every RETRY_NS: when the load has fallen enough it is admitted, and that
-is said too (robots_admitted_late). The costs are measured by the node: per batch size, the
+is said too (robots_admitted_late). When the load rises after admission so that the robots
+already admitted no longer fit (`check_load`, once a second), that is said once and counted
+(overloads), and said again when they fit once more: their cycles may then be late, and
+every late one is counted by the monitor and the robot's controller, never silent. The
+costs are measured by the node: per batch size, the
 p99 of its recent batches of that size (`costs`), else a start-up profile of each batch size
 (`profile`, the latency table) scaled by what the batch-1 cycles measured against their own
 profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
@@ -120,7 +124,8 @@ class Robots:
         self.slots: dict[str, RobotSlot] = {}
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
-                                       "obs_refused"), 0)
+                                       "obs_refused", "overloads"), 0)
+        self.overloaded = False             # the admitted robots no longer fit (check_load)
         self.batches = [1]                  # the batch sizes the node runs (set by the node)
         self.costs = {1: CycleCost()}       # batch size -> batches timed (the node records)
         self.profile: dict[int, int] = {}   # batch size -> its start-up profile, ns
@@ -253,6 +258,25 @@ class Robots:
                     f"{cap}: serve it from another node, or lower the policy rate or the "
                     f"model's cost")
         return None
+
+    def check_load(self, deadline_ns: int) -> None:
+        """Whether the robots admitted still fit the measured costs; a change is said (into
+        `said`) and going over is counted (overloads)."""
+        n, cap = len(self.slots), self.capacity(deadline_ns)
+        over = cap is not None and n > max(cap, 1)
+        if over == self.overloaded:
+            return
+        self.overloaded = over
+        if over:
+            self.counters["overloads"] += 1
+            self.said.append((
+                f"overloaded: {n} robots admitted, the costs measured now fit {cap} within "
+                f"{UTILISATION * min(deadline_ns, self.period_ns) / 1e6:.1f} ms per window; "
+                f"their cycles may be late (each late one is counted by the monitor and its "
+                f"robot's controller): lower the load, or serve some robots from another node",
+                True))
+        else:
+            self.said.append((f"load fits again: {n} robots admitted, {cap} fit", False))
 
     def next(self, deadline_ns: int) -> RobotSlot | None:
         """The waiting robot whose chunk is due first (earliest deadline first); its
