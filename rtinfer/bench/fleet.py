@@ -150,7 +150,7 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
             "node_cpu_s": sum(cpu["end"][0]) - sum(cpu["start"][0]),
             "robot_cpu_s": sum(cpu["end"][1]) - sum(cpu["start"][1]),
             **{k: sum(h["counters"].get(k, 0) for h in last.values())
-               for k in ("robots_refused", "robots_admitted_late")},
+               for k in ("robots_refused", "robots_admitted_late", "overloads")},
             "refusals": [line for log in logs for line in
                          log.with_suffix(".err").read_text().splitlines() if "refused" in line]}
 

@@ -47,6 +47,7 @@ def summarise(raw: dict, greedy, seconds: float) -> dict:
         "node_cpu_share": round(raw["node_cpu_s"] / seconds, 3),
         "robot_cpu_s": round(raw["robot_cpu_s"], 2),
         "robots_answered": len(answered), "robots_admitted_late": raw["robots_admitted_late"],
+        "overloads": raw.get("overloads", 0),
         "refused_cycles": all_cycles - cycles, "refusals": raw["refusals"][:3],
         "robot_rejected": {k: sum(json.loads(str(r["counters"]))[k] for r in recs)
                            for k in REJECTED},
