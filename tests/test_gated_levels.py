@@ -133,6 +133,8 @@ def test_a_malformed_gated_declaration_is_refused_in_one_line(gated_dir, tmp_pat
 def test_the_shipped_gated_directory_runs_its_levels_in_the_real_runner():
     md = ModelDir.load(SHIPPED)
     assert md.gated and all(g.accuracy is not None for g in md.gated.values())
+    ladder = default_levels(md, 8, gates=get_backend("onnx").load(md).gates)
+    assert ladder[0].gate is None and {lv.gate for lv in ladder[2:]} >= set(md.gated)
     spec, plain = ChunkRunner(md, drafter="chunk"), ChunkRunner(md, drafter="none")
     stream = np.load(SHIPPED / "stream.npz")
     full = md.n_layer

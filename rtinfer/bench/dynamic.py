@@ -226,7 +226,8 @@ def _level_rows(md, levels: dict, results: list, skips: list, ident: dict) -> li
 
 
 def _step_times(be, prefix: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """ns of each 1-token full-depth step feeding `tokens` after `prefix` (prefilled first)."""
+    """ns of each 1-token full-depth step feeding `tokens` (vocab ids: a gated graph's routes
+    depend on them) after `prefix` (prefilled first)."""
     be.reset()
     be.prefill(prefix, 0)
     out, one, pos = np.zeros(len(tokens)), np.zeros(1, np.int64), len(prefix)
@@ -264,7 +265,7 @@ def gated_rows(model_dir, cycles: int = 300, runs: int = 5, run_length: int = 10
             m = measure(be, {"chunk": drafters[name]}, prefixes, run_length)
             res[name].append(m)
             steps[name].append(np.concatenate([
-                _step_times(be, prefixes[i], m["plain"]["outs"][i, :-1] + 0)
+                _step_times(be, prefixes[i], m["plain"]["outs"][i, :-1] + md.vocab.action_start)
                 for i in range(0, len(prefixes), 3)]))
     load.append(os.getloadavg()[0])
     be.use_gate(None)
