@@ -250,6 +250,20 @@ def active_params(policy: Policy) -> int:
     return total
 
 
+@torch.no_grad()
+def route_fractions(policy: Policy, seqs: torch.Tensor, batch: int = 256) -> list[list[float]]:
+    """Per MoE layer, the fraction of tokens (every position of `seqs`, (N, T) vocab ids)
+    routed to each expert; the policy is left in eval mode."""
+    policy.eval()
+    counts = None
+    for i in range(0, len(seqs), batch):
+        policy(seqs[i:i + batch])
+        r = [F.one_hot(b.mlp.last["route"].reshape(-1), b.mlp.n_expert).sum(0)
+             for b in policy.blocks if isinstance(b.mlp, MoEMLP)]
+        counts = torch.stack(r) if counts is None else counts + torch.stack(r)
+    return [[round(float(x), 4) for x in row / row.sum()] for row in counts]
+
+
 def save(path, policy: Policy, vocab: Vocab | None, meta: dict | None = None) -> Path:
     """`<stem>.safetensors` + `<stem>.json` (the config, FFN kind, vocab and meta); no pickle."""
     stem = Path(path)
@@ -297,13 +311,15 @@ def finetune(policy: Policy, data_paths, teacher_path, *, steps: int, batch: int
     policy.eval()
     acc = evaluate_tokens(policy, val)
     agree = teacher_agreement(policy, teacher.model, val)
-    policy.eval()
+    routes = route_fractions(policy, torch.from_numpy(val.seqs[:1024, :-1])) \
+        if ffn_kind(policy)["kind"] == "moe" else None
     return {"data": [str(d) for d in data_paths], "train_rows": len(train), "val_rows": len(val),
             "steps": steps, "batch": batch, "lr": lr, "seed": seed, "teacher": str(teacher_path),
             "distill": distill, "distill_weight": distill_weight, "train_seconds": seconds,
             "val_token_accuracy": {str(d): round(a, 4) for d, a in acc.items()},
             "val_teacher_agreement": {str(d): round(a, 4) for d, a in agree.items()},
-            "log": log, "tokenizer_config": demos.tokenizer_config,
+            "val_route_fractions": routes, "log": log,
+            "tokenizer_config": demos.tokenizer_config,
             "obs_tokens_spec": demos.obs_tokens_spec, "vocab": demos.vocab.to_dict()}
 
 

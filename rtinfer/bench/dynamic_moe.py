@@ -11,7 +11,8 @@ Rows in dynamic.py's format: variant, params, active_flops_per_token (relative t
 1-token step), step_p50_us, chunk_p50_ms, identical (chunk-reuse speculative greedy against
 the variant's own plain greedy), success (the card's lockstep success at full depth), plus
 step_ratio (against dense in the same run, median over runs), step_ratio_wide (against the
-equal-total dense) and token_agreement (greedy tokens equal to dense's).
+equal-total dense), dense_step_p50_us (dense's in the same run) and token_agreement (greedy
+tokens equal to dense's).
 """
 from __future__ import annotations
 
@@ -82,6 +83,10 @@ def moe_rows(moe_dir, dense_dir, wide_dir=None, cycles: int = 300, runs: int = 5
         return [_row(n, bes[n].model, per, names, ident[n], load) for n in names[1:]]
 
 
+def _step_us(runs: list, n: int) -> float:
+    return float(np.median(np.concatenate([p["decode_ns"] for p in runs])) / (n - 1) / 1e3)
+
+
 def _row(name: str, md, per: dict, names: list, identical: bool, load: list) -> dict:
     cfg, n = md.config, md.chunk_tokens
     mine = per[name]
@@ -98,9 +103,10 @@ def _row(name: str, md, per: dict, names: list, identical: bool, load: list) -> 
     return {"variant": name, "params": card.get("params", params(cfg)),
             "active_params": card.get("active_params"),
             "active_flops_per_token": _flops(card, cfg),
-            "step_p50_us": float(np.median(decode) / (n - 1) / 1e3),
+            "step_p50_us": _step_us(mine, n),
             "chunk_p50_ms": float(np.median(chunk) / 1e6),
             "step_ratio": ratio("dense"), "step_ratio_wide": ratio(names[-1]),
+            "dense_step_p50_us": _step_us(per["dense"], n),
             "token_agreement": float((mine[0]["outs"] == dense_out).mean()),
             "identical": identical, "success": success,
             "success_from": "card.json" if success else card.get("success_from",
