@@ -19,9 +19,10 @@ Static-shape export: a 1-token graph Gathers the chosen expert's weights (mode "
 or runs each expert in an ONNX If (mode "if"); a k-token graph computes every expert over
 the k tokens and picks each token's row (exact: a gather, no arithmetic on the others).
 
-    python -m models.moe upcycle models/zoo/conveyor-v1/policy OUT/moe --experts 4
-    python -m models.moe widen models/zoo/conveyor-v1/policy OUT/wide --factor 4
-    python -m models.moe train OUT/moe OUT/moe-ft --data ... --teacher .../policy --steps 200
+    python -m models.moe train models/zoo/conveyor-v1/policy OUT/moe --kind moe --experts 4 \
+        --data <the card's training.data> --teacher models/zoo/conveyor-v1/policy
+    python -m models.moe train ... OUT/wide --kind wide --experts 4   # equal-total baseline
+    python -m models.moe package OUT/moe models/zoo/conveyor-v1-moe
 """
 from __future__ import annotations
 
