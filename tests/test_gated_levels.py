@@ -173,3 +173,30 @@ def test_the_policies_doc_example_declares_a_level_the_runtime_accepts_and_check
     with pytest.raises(ModelError, match=r"its graphs have k \[1, 8\] but the float32 set has "
                                          r"k \[1, 4, 8, 28, 32\] at full depth"):
         ModelDir.load(out)
+
+
+def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path):
+    import time
+
+    from conftest import answered_node, recv_chunks
+    from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+    from rtinfer.transport.bus import Publisher, Subscriber
+    from rtinfer.transport.wire import now_ns
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl")}
+    obs_pub, ctl_pub = Publisher(eps["obs"], "sim"), Publisher(eps["ctl"], "monitor")
+    node = InferenceNode(gated_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
+                         cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0))
+    act = Subscriber(eps["act"], ["action_chunk", "health"])
+    rng = np.random.default_rng(0)
+    try:
+        answered_node(node, obs_pub, act, rng)
+        assert node.budget.levels[2].gate == "gate30"
+        ctl_pub.publish("budget", {"level": 2, "reason": "slack low"})
+        time.sleep(0.2)
+        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        assert node.spin_once(1000) and node.budget.index == 2
+        assert node.runner.backend.gate == node.budget.level.gate == "gate30"
+        assert len(recv_chunks(act, 2)) == 2
+    finally:
+        for s in (node, obs_pub, ctl_pub, act):
+            s.close()
