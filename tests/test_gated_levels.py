@@ -200,3 +200,15 @@ def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path
     finally:
         for s in (node, obs_pub, ctl_pub, act):
             s.close()
+
+
+def test_a_backend_without_gated_sets_decodes_a_gated_level_dense_and_counts_it(gated_dir):
+    md = ModelDir.load(gated_dir)
+    runner = ChunkRunner(md, backend="torch", drafter="none")
+    assert runner.backend.gates == ()
+    instr, obs = _prefix_inputs(md, 0)
+    dense = runner.run(instr, obs, None, BudgetLevel(3, 0, 3))[0].copy()
+    gated = runner.run(instr, obs, None, BudgetLevel(3, 0, 3, gate="gate60"))[0]
+    assert (gated == dense).all() and runner.counters["gate_fallbacks"] == 1
+    with pytest.raises(BackendError, match="the torch backend built no such graph set"):
+        runner.backend.use_gate("gate60")

@@ -4,7 +4,8 @@ Owns the backend, the decoder, the drafters and the instruction-prefix KV cache,
 inference node and offline evaluation run exactly the same code. A level with a gate runs
 that gated graph set at full depth (the backend built its sessions at load; switching is a
 table swap); the instruction prefix is cached per gate, so every level's prefix KV is what
-its own graphs compute. Not thread-safe.
+its own graphs compute. A gate the backend did not build (torch, TensorRT) decodes with the
+dense graphs instead, counted in counters["gate_fallbacks"]. Not thread-safe.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ class ChunkRunner:
         elif drafter == "cascade":
             self.drafters["cascade"] = self._cascade_drafter()
         self.drafter, self.prefix_cache = drafter, prefix_cache
-        self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores"), 0)
+        self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores",
+                                       "gate_fallbacks"), 0)
         self._instr_key, self._snaps = None, {}
         # the last chunk decoded, (bins (H', D), capture_ns): the chunk-reuse drafter's input.
         # A node serving several robots keeps one per robot and swaps it in per cycle.
@@ -136,8 +138,11 @@ class ChunkRunner:
 
     def _decode(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray, on_waypoint) -> np.ndarray:
         md, level, capture_ns = self.model, cycle.level, cycle.capture
-        if level.gate != self.backend.gate:
-            self.backend.use_gate(level.gate)
+        gate = level.gate if level.gate in self.backend.gates else None
+        if gate != level.gate:  # a backend without gated sets decodes dense (costlier, exact)
+            self.counters["gate_fallbacks"] += 1
+        if gate != self.backend.gate:
+            self.backend.use_gate(gate)
         logits, pos = self._prefill(instr, obs, level)
         cycle.first_token_ns = now_ns()
         drafter = None if level.spec_len == 0 or self.drafter == "none" \
