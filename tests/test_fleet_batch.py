@@ -180,3 +180,12 @@ def test_robots_that_no_longer_fit_the_measured_costs_are_said_overloaded_once_u
         r.cost.record(12_000_000)  # the slow cycles age out: 3 fit again
     r.check_load(100_000_000)
     assert not r.overloaded and r.said == [("load fits again: 3 robots admitted, 3 fit", False)]
+
+
+def test_a_profiled_batch_size_timed_above_a_larger_one_is_lowered_to_it():
+    r = _robots({1: 10.0})
+    r.set_batches([2, 3, 4, 5, 6, 8])
+    ms = {1: 9.0, 2: 44.2, 3: 47.2, 4: 59.7, 5: 35.5, 6: 40.1, 8: 50.0}  # a preempted start-up
+    r.set_profile({b: int(v * 1e6) for b, v in ms.items()})
+    assert {b: r.profile[b] / 1e6 for b in ms} == {1: 9.0, 2: 35.5, 3: 35.5, 4: 35.5, 5: 35.5,
+                                                   6: 40.1, 8: 50.0}

@@ -197,11 +197,14 @@ class InferenceNode:
 
     def _profile_batches(self, rounds: int = 3) -> None:
         """The latency table: each batch size (and 1) timed on a synthetic observation at full
-        quality, no previous chunk, after WARM_UP untimed runs. Admission and batch sizes plan
-        with it until real batches of that size are timed (robots.Robots.batch_ns)."""
+        quality, no previous chunk, after WARM_UP untimed runs; the median of `rounds` (one
+        preemption must not price a size out: batch_ns scales the table by batch 1's measured
+        p99 over its entry here). Admission and batch sizes plan with it until real batches
+        of that size are timed (robots.Robots.batch_ns)."""
         md, level = self.model, self.budget.levels[0]
         instr = np.zeros(md.obs.instr_length, np.int64)
         obs = np.zeros(md.obs.length, np.int64)
+        table = {}
         for b in self.robots.batches:
             times = []
             for i in range(WARM_UP + rounds):
@@ -212,7 +215,8 @@ class InferenceNode:
                     self.batcher.run([Row(Cycle(0, {}, None, level, level.chunk, ""), instr, obs)
                                       for _ in range(b)])
                 times.append(now_ns() - t0)
-            self.robots.profile[b] = max(times[WARM_UP:])
+            table[b] = int(np.median(times[WARM_UP:]))
+        self.robots.set_profile(table)
         self.runner.reset()
         self.batcher.counters.update(dict.fromkeys(self.batcher.counters, 0))
 

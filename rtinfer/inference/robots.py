@@ -159,6 +159,16 @@ class Robots:
         one, one_prior = (self.cost.p99_ns() if self.cost.count else None), self.profile.get(1)
         return int(prior * one / one_prior) if one and one_prior else prior
 
+    def set_profile(self, timed: dict[int, int]) -> None:
+        """The start-up latency table (batch size -> ns). A batched graph's cost grows with
+        its batch, so a batched size timed above a larger one was noise (a preemption during
+        its rounds): it is lowered to the larger one's figure."""
+        self.profile.update(timed)
+        low = None
+        for b in sorted((b for b in self.profile if b > 1), reverse=True):
+            low = self.profile[b] if low is None else min(low, self.profile[b])
+            self.profile[b] = low
+
     def _costs(self) -> dict[int, int | None]:
         return {b: self.batch_ns(b) for b in self.batches}
 
