@@ -7,13 +7,13 @@ import pytest
 from rtinfer.model.directory import ModelDir
 
 ZOO = Path(__file__).resolve().parents[1] / "models" / "zoo"
-DENSE, SPARSE = ZOO / "conveyor-v1", ZOO / "conveyor-v1-sparse24"
+DENSE, SPARSE, MOE = ZOO / "conveyor-v1", ZOO / "conveyor-v1-sparse24", ZOO / "conveyor-v1-moe"
 pytestmark = pytest.mark.skipif(not DENSE.is_dir(), reason="models/zoo/conveyor-v1 not built")
 SIX = {"0,1,2", "0,2,1", "1,0,2", "1,2,0", "2,0,1", "2,1,0"}
 TARGET = 0.98  # issue 16: every instruction, on episodes not used in training
 
 
-@pytest.mark.parametrize("path", [DENSE, SPARSE], ids=["dense", "sparse24"])
+@pytest.mark.parametrize("path", [DENSE, SPARSE, MOE], ids=["dense", "sparse24", "moe"])
 def test_shipped_model_loads_and_its_card_holds_measured_success(path):
     md = ModelDir.load(path)
     card = json.loads((path / "card.json").read_text())
@@ -26,7 +26,7 @@ def test_shipped_model_loads_and_its_card_holds_measured_success(path):
     assert card["training"]["train_rows"] > 0
 
 
-@pytest.mark.parametrize("path", [DENSE, SPARSE], ids=["dense", "sparse24"])
+@pytest.mark.parametrize("path", [DENSE, SPARSE, MOE], ids=["dense", "sparse24", "moe"])
 def test_shipped_model_sorts_every_instruction_as_its_card_records(path):
     md = ModelDir.load(path)
     card = json.loads((path / "card.json").read_text())
