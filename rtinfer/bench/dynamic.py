@@ -318,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gated", default=None, metavar="DIR",
                    help="a gated model directory (graphs.json \"gated\"): its levels as rows")
     p.add_argument("--gated-only", action="store_true", help="measure only --gated's levels")
+    p.add_argument("--moe", nargs="*", default=[], metavar="DIR",
+                   help="MoE model directories (models.moe): each beside dense and a dense "
+                        "policy of equal total parameters grown from --model")
     p.add_argument("--quick", action="store_true", help="10 cycles, 2 runs (a smoke test)")
     a = p.parse_args(argv)
     cycles, runs = (10, 2) if a.quick else (a.cycles, a.runs)
@@ -330,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         g = gated_rows(a.gated, cycles, runs, a.run_length)
         out = g if out is None else {**out, "rows": out["rows"] + g["rows"], "gated": {
             k: v for k, v in g.items() if k != "rows"}}
+    if a.moe:
+        # dynamic_moe builds on this module's figures (params, lockstep success): imported here
+        from rtinfer.bench.dynamic_moe import moe_rows
+        rows = [r for d in a.moe for r in moe_rows(d, a.model, cycles=cycles, runs=runs,
+                                                   stream=a.stream, run_length=a.run_length)]
+        out = {"rows": rows} if out is None else {**out, "rows": out["rows"] + rows}
     return emit("dynamic", out, a.json)
 
 

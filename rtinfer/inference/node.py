@@ -133,7 +133,7 @@ class InferenceNode:
             self.tokenizer = ActionTokenizer(md.tokenizer)
             self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
             self.start_ns = md.tokenizer.period_ns
-            levels = default_levels(md, self.decoder.k_verify)
+            levels = default_levels(md, self.decoder.k_verify, gates=self.runner.backend.gates)
             self._encode = md.obs.encode  # -> (instruction tokens, observation tokens)
             self._run = lambda cycle, x, cb: self.runner.run_cycle(cycle, *x, cb)
         self.budget = Budget(levels, int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
