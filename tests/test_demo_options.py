@@ -29,7 +29,8 @@ def test_demo_runs_from_another_directory_with_the_task_options_and_json_stdout(
 
 
 def test_shipped_launch_files_and_model_are_found_from_the_installed_package():
-    from rtinfer.cli.shipped import launch_file, zoo_model
+    from rtinfer.cli.shipped import launch_file
+    from rtinfer.model.zoo import zoo_model
     assert launch_file("conveyor_sorting.yaml").is_file()
     assert launch_file("conveyor_expert.yaml").is_file()
     assert (zoo_model() / "graphs.json").is_file() and zoo_model().is_absolute()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rtinfer.cli.shipped import zoo_model
+from rtinfer.model.zoo import zoo_model
 
 DEFAULT_MODEL = str(zoo_model())  # the shipped policy, found from any working directory
 

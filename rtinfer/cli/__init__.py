@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         from rtinfer.cli.check_model import main as check_model
         return check_model(argv[1:])
     if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
-        from rtinfer.cli.shipped import zoo_model
+        from rtinfer.model.zoo import zoo_model
         from rtinfer.inference.backends.tensorrt_build import main as build_engine
         return build_engine(argv[1:], default_model=str(zoo_model()))
     args = build_parser().parse_args(argv)

@@ -49,7 +49,8 @@ from rich.live import Live
 
 from rtinfer.cli.pressure import (CONDITIONS, ORDER, ROLES, audit, hold_intervals, pool,
                                   pressure_columns, verdict, verdict_lines)
-from rtinfer.cli.shipped import launch_file, zoo_model
+from rtinfer.cli.shipped import launch_file
+from rtinfer.model.zoo import zoo_model
 from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, chunk_complete_ms,
                                 late_fraction, load_line, percent_text, pin_tasks, policy_cpu,

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from rtinfer.cli.shipped import launch_file, zoo_model
+from rtinfer.cli.shipped import launch_file
+from rtinfer.model.zoo import zoo_model
 
 # The sim's hardware, with every written force checked against the limit (a module string:
 # the runtime never imports the example).
