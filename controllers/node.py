@@ -56,8 +56,8 @@ from .stack import ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
-            "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold",
-            "holds", "commands", "read_faults", "write_faults")
+            "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
+            "rejected_hold", "holds", "commands", "read_faults", "write_faults")
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
 # Rejections that mean no chunk from that policy will ever be followed: one line a second.
 LOUD = {
@@ -199,18 +199,19 @@ class ControllerNode:
         self.update(now)
         state = self._read(now)
         if state is None:
-            return self._end_tick(state, now)
-        commit = (now if apply_ns is None else apply_ns) if explicit else clock_ns()
-        if self._apply_pending:
+            return self._end_tick(now)
+        commit = None
+        if self._apply_pending:  # the clock when this tick commits the chunk's first setpoint
+            commit = (now if apply_ns is None else apply_ns) if explicit else clock_ns()
             self._commit(commit)
         if self._write(self.stack.compute(state, now), now):
             if self.state == "fault":
                 self.state = "hold"  # the robot answers again; the next fresh chunk resumes
             if self._apply_pending:
                 self._record_apply(commit)
-        self._end_tick(state, now)
+        self._end_tick(now)
 
-    def _end_tick(self, state: RobotState | None, now: int) -> None:
+    def _end_tick(self, now: int) -> None:
         if self.on_tick is not None and self.last_state is not None:
             self.on_tick(self.last_state, now)
         self.publish(now)

@@ -36,35 +36,13 @@ from pathlib import Path
 import numpy as np
 
 from rtinfer.bench.decode import measure, prefix_stream
+from rtinfer.bench.dynamic_figures import lockstep_success, params, pass_flops
+from rtinfer.bench.dynamic_moe import moe_rows
 from rtinfer.bench.dynamic_models import truncated_draft, with_graphs
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.inference.model_drafter import CascadeDrafter, ModelDrafter
-
-
-def params(cfg: dict) -> int:
-    """Parameter count of a models.policy.Policy with this config (dict), biases included."""
-    C, V, T, L, b = cfg["n_embd"], cfg["vocab_size"], cfg["max_ctx"], cfg["n_layer"], cfg["bias"]
-    block = 12 * C * C + (13 * C if b else 2 * C)  # qkv, proj, fc, proj; 2 LayerNorms
-    return V * C + T * C + L * block + (2 if b else 1) * C + C * V
-
-
-def pass_flops(cfg: dict, depth: int, rows: int) -> float:
-    """FLOPs of one step graph over `rows` tokens at `depth`: matmuls, attention over the
-    whole max_ctx buffer (the graphs attend over all of it, masked), the LM head."""
-    C, V, T = cfg["n_embd"], cfg["vocab_size"], cfg["max_ctx"]
-    return rows * (depth * (24 * C * C + 4 * T * C) + 2 * C * V)
-
-
-def lockstep_success(card: dict, depth: int) -> dict | None:
-    """card.json's lockstep success at `depth` over the instructions it ran, or None."""
-    seen = card.get("success", {}).get("seen_instructions", {}).get(str(depth))
-    if not seen:
-        return None
-    return {"rate": seen["success_rate"], "episodes_objects": seen["spawned"],
-            "per_instruction": {i: r["success_rate"]
-                                for i, r in seen.get("per_instruction", {}).items()}}
 
 
 def _variants(be, draft_dirs: list[Path], k: int, wide: int) -> tuple[dict, dict, dict]:
@@ -334,8 +312,6 @@ def main(argv: list[str] | None = None) -> int:
         out = g if out is None else {**out, "rows": out["rows"] + g["rows"], "gated": {
             k: v for k, v in g.items() if k != "rows"}}
     if a.moe:
-        # dynamic_moe builds on this module's figures (params, lockstep success): imported here
-        from rtinfer.bench.dynamic_moe import moe_rows
         rows = [r for d in a.moe for r in moe_rows(d, a.model, cycles=cycles, runs=runs,
                                                    stream=a.stream, run_length=a.run_length)]
         out = {"rows": rows} if out is None else {**out, "rows": out["rows"] + rows}

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rtinfer.bench.decode import measure, prefix_stream
-from rtinfer.bench.dynamic import lockstep_success, params, pass_flops
+from rtinfer.bench.dynamic_figures import lockstep_success, params, pass_flops
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.drafters import ChunkReuseDrafter
 
