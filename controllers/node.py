@@ -180,6 +180,7 @@ class ControllerNode:
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
         self._apply_pending = False  # the chunk's first setpoint goes out this tick: stamp it
         self._state_before = "idle"  # the state before the pending chunk was taken
+        self._stop_asked = False  # stop() was called: the loop ends after this tick, whatever else
         self._late_key = None  # the last cycle reported late (once per cycle)
         self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
@@ -216,6 +217,8 @@ class ControllerNode:
             self.on_tick(self.last_state, now)
         self.publish(now)
         self.counters["ticks"] += 1
+        if self._stop_asked:  # a stop() that landed mid-tick (a signal, another thread) sticks
+            self.state = "stopped"
 
     def _commit(self, commit_ns: int) -> None:
         """A new chunk's first setpoint is about to be computed: if its capture is now older
@@ -246,7 +249,9 @@ class ControllerNode:
 
     def stop(self) -> None:
         """End the loop after the current tick (a hardware hook may call it, e.g. a simulator
-        whose episode is over; safe from a signal handler)."""
+        whose episode is over; safe from a signal handler or another thread: one landing while
+        a waypoint is being taken is not undone by it)."""
+        self._stop_asked = True
         self.state = "stopped"
 
     def update(self, now: int) -> None:

@@ -507,3 +507,21 @@ def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_app
         time.sleep(0.001)
     assert cell.node.state == "run" and c["late_applies"] == 1
     assert 10 * MS <= cell.node.e2e_last_ns <= cell.node.cfg.deadline_ns
+
+
+def test_a_stop_landing_while_a_waypoint_is_taken_still_ends_the_loop_after_that_tick(cell):
+    """stop() from a signal handler or another thread can land after a waypoint's checks and
+    before it is applied (which sets the state to run): the tick still ends stopped."""
+    add = cell.node.chunk.add
+
+    def stop_then_add(*args):
+        cell.node.stop()  # as a SIGINT handler or a simulator's hook would, mid-waypoint
+        return add(*args)
+    cell.node.chunk.add = stop_then_add
+    cell.send_chunk(LINE[:1] * 4, age_ms=10, indices=[0])
+    for _ in range(200):
+        if cell.node.counters["waypoints_accepted"]:
+            break
+        cell.node.tick(cell.t)
+        time.sleep(0.001)
+    assert cell.node.counters["waypoints_accepted"] == 1 and cell.node.state == "stopped"
