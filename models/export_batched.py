@@ -32,12 +32,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from onnx import TensorProto
 from torch import nn
 
 from models import checkpoint
 from models.export import MANIFEST, export_module
-from models.share import WEIGHTS, externalise
+from models.share import WEIGHTS, external_tensors, externalise
 from rtinfer.model.obs_tokens import ObsTokens
 
 BATCHES = (2, 4, 8)
@@ -111,23 +110,6 @@ def check_rows(batched_path, single_path, depth: int, k: int, batch: int, seed: 
     return worst
 
 
-def _existing_tensors(out: Path, manifest: dict, blob: bytes) -> dict[bytes, tuple[int, int]]:
-    """sha256 of each tensor already in weights.bin -> (offset, length), from the fp32
-    graphs' external-data entries."""
-    seen = {}
-    for g in manifest["graphs"]:
-        if Path(g["file"]).parent != Path("."):
-            continue
-        model = onnx.load(str(out / g["file"]), load_external_data=False)
-        for t in model.graph.initializer:
-            if t.data_location != TensorProto.EXTERNAL:
-                continue
-            e = {x.key: x.value for x in t.external_data}
-            off, n = int(e.get("offset", 0)), int(e["length"])
-            seen.setdefault(hashlib.sha256(blob[off:off + n]).digest(), (off, n))
-    return seen
-
-
 def _share_into(path: Path, blob: bytearray, seen: dict) -> None:
     """Point a graph's initializers at weights.bin (appending any tensor not yet there)."""
     model = onnx.load(str(path))
@@ -147,7 +129,8 @@ def export_batched(model_dir, batches=BATCHES, *, policy: nn.Module | None = Non
     for old in manifest.get("batched", []):
         (out / old["file"]).unlink(missing_ok=True)
     blob = bytearray((out / WEIGHTS).read_bytes()) if (out / WEIGHTS).exists() else bytearray()
-    seen = _existing_tensors(out, manifest, bytes(blob))
+    seen = external_tensors(out, [g["file"] for g in manifest["graphs"]  # the fp32 set's
+                                  if Path(g["file"]).parent == Path(".")], bytes(blob))
     entries, report = [], {}
     for depth, k, roles in batched_plan(manifest, prefill_ks):
         single = out / f"step_d{depth}_k{k}.onnx"

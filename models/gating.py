@@ -181,11 +181,10 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
     import hashlib
     import warnings
 
-    from onnx import TensorProto
     from safetensors.torch import load_file
 
     from models.export import MANIFEST, OPSET, StepGraph
-    from models.share import ALIGN, MIN_BYTES, WEIGHTS
+    from models.share import WEIGHTS, external_tensors, externalise
     src, out = Path(model_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((src / MANIFEST).read_text())
@@ -201,13 +200,7 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
     gated.routers.load_state_dict(load_file(str(routers_path)))
     full = ck.cfg.n_layer
     blob = (src / WEIGHTS).read_bytes() if WEIGHTS in manifest["weights"] else b""
-    seen = {}
-    for g in manifest["graphs"]:
-        for t in onnx.load(str(out / g["file"]), load_external_data=False).graph.initializer:
-            if t.data_location == TensorProto.EXTERNAL:
-                e = {x.key: x.value for x in t.external_data}
-                off, n = int(e.get("offset", 0)), int(e["length"])
-                seen.setdefault(hashlib.sha256(blob[off:off + n]).digest(), (WEIGHTS, off, n))
+    seen = external_tensors(out, [g["file"] for g in manifest["graphs"]], blob)
     extra, decl = bytearray(), []
     ks = sorted(g["k"] for g in manifest["graphs"] if g["depth"] == full)
     for tau in taus:
@@ -224,21 +217,7 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
                                   output_names=["logits", "kv_out"], dynamo=False)
             model = onnx.load(str(path))
             onnx.checker.check_model(model, full_check=True)
-            for t in model.graph.initializer:
-                if not t.HasField("raw_data") or len(t.raw_data) < MIN_BYTES:
-                    continue
-                key = hashlib.sha256(t.raw_data).digest()
-                if key not in seen:
-                    extra.extend(b"\0" * (-len(extra) % ALIGN))
-                    seen[key] = (GATED_BIN, len(extra), len(t.raw_data))
-                    extra.extend(t.raw_data)
-                loc, off, n = seen[key]
-                t.ClearField("raw_data")
-                t.data_location = TensorProto.EXTERNAL
-                del t.external_data[:]
-                for kk, v in (("location", loc), ("offset", str(off)), ("length", str(n))):
-                    entry = t.external_data.add()
-                    entry.key, entry.value = kk, v
+            externalise(model, extra, seen, location=GATED_BIN)  # new tensors: gated.bin
             onnx.save_model(model, str(path))
             role = [r for g in manifest["graphs"] if g["depth"] == full and g["k"] == k
                     for r in g["roles"]]

@@ -22,22 +22,41 @@ ALIGN = 64          # bytes: keeps every tensor aligned for mmap'd loads
 MIN_BYTES = 1024    # small constants stay inside the graph
 
 
-def externalise(model: onnx.ModelProto, blob: bytearray, seen: dict) -> None:
+def externalise(model: onnx.ModelProto, blob: bytearray, seen: dict,
+                location: str = WEIGHTS) -> None:
+    """Point every initializer of MIN_BYTES or more at external data. seen: sha256 of a
+    tensor -> (file, offset, length) where it is stored already (in `blob` or in another file
+    beside the graph, e.g. from external_tensors); a tensor not seen is appended to `blob`,
+    which is written as `location`."""
     for t in model.graph.initializer:
         if not t.HasField("raw_data") or len(t.raw_data) < MIN_BYTES:
             continue
         key = hashlib.sha256(t.raw_data).digest()
         if key not in seen:
             blob.extend(b"\0" * (-len(blob) % ALIGN))
-            seen[key] = (len(blob), len(t.raw_data))
+            seen[key] = (location, len(blob), len(t.raw_data))
             blob.extend(t.raw_data)
-        offset, length = seen[key]
+        where, offset, length = seen[key]
         t.ClearField("raw_data")
         t.data_location = TensorProto.EXTERNAL
         del t.external_data[:]
-        for k, v in (("location", WEIGHTS), ("offset", str(offset)), ("length", str(length))):
+        for k, v in (("location", where), ("offset", str(offset)), ("length", str(length))):
             entry = t.external_data.add()
             entry.key, entry.value = k, v
+
+
+def external_tensors(folder: Path, files, blob: bytes) -> dict[bytes, tuple[str, int, int]]:
+    """externalise's `seen` for tensors already in `blob` (folder's weights.bin): sha256 ->
+    (WEIGHTS, offset, length), from the external-data entries of the graph `files` in folder."""
+    seen = {}
+    for f in files:
+        for t in onnx.load(str(Path(folder) / f), load_external_data=False).graph.initializer:
+            if t.data_location != TensorProto.EXTERNAL:
+                continue
+            e = {x.key: x.value for x in t.external_data}
+            off, n = int(e.get("offset", 0)), int(e["length"])
+            seen.setdefault(hashlib.sha256(blob[off:off + n]).digest(), (WEIGHTS, off, n))
+    return seen
 
 
 def share_weights(out_dir) -> dict:
