@@ -234,9 +234,7 @@ class ControllerNode:
         if self._state_before == "run":
             self.counters["holds"] += 1
         self.state = "hold" if self._state_before == "run" else self._state_before
-        self._late_key = chunk.key
-        self._emit({"node": self.cfg.name, "cycle": int(chunk.cycle), "stamps": dict(chunk.stamps),
-                    "fields": {"late_index": 0.0}})
+        self._report_late(chunk.key, chunk.stamps, 0)
 
     def run(self, seconds: float | None = None) -> None:
         """Tick at control.rate_hz for `seconds` (None: until a `stop` command)."""
@@ -403,11 +401,15 @@ class ControllerNode:
             return
         self.counters["late_waypoints"] += 1
         key = (env.src, env.body["cycle"], env.stamps["capture"])
-        if key == self._late_key:
-            return
+        if key != self._late_key:
+            self._report_late(key, env.stamps, env.body["index"])
+
+    def _report_late(self, key: tuple, stamps: dict, index: int) -> None:
+        """The `trace` of a late cycle (key: src, cycle, capture), reported once: stamps up to
+        "recv", no "apply", fields.late_index = the waypoint found late."""
         self._late_key = key
-        self._emit({"node": self.cfg.name, "cycle": int(key[1]), "stamps": dict(env.stamps),
-                    "fields": {"late_index": float(env.body["index"])}})
+        self._emit({"node": self.cfg.name, "cycle": int(key[1]), "stamps": dict(stamps),
+                    "fields": {"late_index": float(index)}})
 
     def _emit(self, rec: dict) -> None:
         if self.trace is not None:

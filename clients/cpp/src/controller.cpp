@@ -144,11 +144,16 @@ void ChunkRules::late(const Envelope& env) {
     int64_t capture = *wire::get_stamp(env.stamps, "capture");
     uint64_t cycle = env.body.get("cycle")->u;
     if (late_keyed_ && late_src_ == env.src && late_cycle_ == cycle && late_capture_ == capture) return;
-    late_keyed_ = true;
-    late_src_ = env.src;
+    report_late(env.src, cycle, capture, env.stamps, double(env.body.get("index")->u));
+}
+
+void ChunkRules::report_late(const std::string& src, uint64_t cycle, int64_t capture,
+                             const wire::Stamps& stamps, double index) {
+    late_keyed_ = true;  // reported once: the cycle's later waypoints are late too
+    late_src_ = src;
     late_cycle_ = cycle;
     late_capture_ = capture;
-    late_.push_back({cycle, env.stamps, "late_index", double(env.body.get("index")->u)});
+    late_.push_back({cycle, stamps, "late_index", index});
 }
 
 std::vector<TraceRecord> ChunkRules::take_late() {
@@ -163,11 +168,7 @@ void ChunkRules::commit(int64_t commit_ns) {
     ++counter("late_applies");
     if (state_before_ == "run") ++counter("holds");
     state_ = state_before_ == "run" ? "hold" : state_before_;
-    late_keyed_ = true;  // reported once: its later waypoints are late too
-    late_src_ = chunk_.src;
-    late_cycle_ = chunk_.cycle;
-    late_capture_ = chunk_.capture_ns;
-    late_.push_back({chunk_.cycle, chunk_.stamps, "late_index", 0.0});
+    report_late(chunk_.src, chunk_.cycle, chunk_.capture_ns, chunk_.stamps, 0.0);
 }
 
 std::optional<TraceRecord> ChunkRules::applied(int64_t apply_ns) {

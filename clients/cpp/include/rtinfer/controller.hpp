@@ -95,6 +95,9 @@ class ChunkRules {
     std::string add(const wire::Envelope& env, const std::vector<double>& wp);
     void take(int64_t now);
     void late(const wire::Envelope& env);
+    // the `late_index` record of a late cycle (src, cycle, capture), reported once
+    void report_late(const std::string& src, uint64_t cycle, int64_t capture,
+                     const wire::Stamps& stamps, double index);
     void hold(const std::string& state);
     bool held() const { return state_ == "safe_hold" || state_ == "stopped"; }
 };
