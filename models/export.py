@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import warnings
 from pathlib import Path
 
@@ -36,9 +35,9 @@ from torch import nn
 from models.config import PolicyConfig, Vocab
 from models.parity import greedy_parity, step_parity
 from models.sparsity import check_onnx_24
+from rtinfer.model.manifest import MANIFEST, write_manifest
 
 OPSET = 17
-MANIFEST = "graphs.json"
 
 
 class StepGraph(nn.Module):
@@ -178,7 +177,7 @@ def export_all(model: nn.Module, cfg: PolicyConfig, out_dir, k_verify: int = 8,
                 "config": cfg.to_dict(), "vocab": vocab.to_dict() if vocab else None,
                 "batch": 1, "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
                 "graphs": graphs}
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out_dir, manifest)
     parity["manifest"] = str(out_dir / MANIFEST)
     return parity
 
@@ -193,6 +192,3 @@ def _checked(dtype: str, check, *args, **kw) -> dict:
     except Exception as e:  # onnxruntime raises its own untyped errors here
         return {"error": f"{type(e).__name__}: {e}"}
 
-
-def load_manifest(out_dir) -> dict:
-    return json.loads((Path(out_dir) / MANIFEST).read_text())

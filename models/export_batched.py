@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 from models import checkpoint
-from models.export import MANIFEST, export_module
+from models.export import export_module
+from rtinfer.model.manifest import read_manifest, write_manifest
 from models.share import WEIGHTS, external_tensors, externalise
 from rtinfer.model.obs_tokens import ObsTokens
 
@@ -121,7 +122,7 @@ def export_batched(model_dir, batches=BATCHES, *, policy: nn.Module | None = Non
     """Write the batched graphs into a model directory (policy: its torch model, default the
     directory's policy.safetensors checkpoint). Returns {file: max abs diff vs batch 1}."""
     out = Path(model_dir)
-    manifest = json.loads((out / MANIFEST).read_text())
+    manifest = read_manifest(out)
     if policy is None:
         policy = checkpoint.load(out / "policy").model
     obs = ObsTokens(json.loads((out / "obs_tokens.json").read_text()))
@@ -150,7 +151,7 @@ def export_batched(model_dir, batches=BATCHES, *, policy: nn.Module | None = Non
         (out / WEIGHTS).write_bytes(bytes(blob))
         manifest.setdefault("weights", {})[WEIGHTS] = hashlib.sha256(blob).hexdigest()
     manifest["batched"] = entries
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
     return report
 
 

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import checkpoint
+from rtinfer.model.manifest import MANIFEST, read_manifest, write_manifest
 from models.ffn_skip import SPEC_FILES, export_levels, finetune_level
 
 
@@ -137,7 +138,7 @@ def _export_plain(policy: nn.Module, cfg, vocab, out: Path, k_verify: int, prefi
 
     import onnx
 
-    from models.export import MANIFEST, OPSET, StepGraph, _io, graph_plan
+    from models.export import OPSET, StepGraph, _io, graph_plan
     out.mkdir(parents=True, exist_ok=True)
     graphs = []
     for (depth, k), roles in graph_plan(cfg, k_verify, prefixes).items():
@@ -158,7 +159,7 @@ def _export_plain(policy: nn.Module, cfg, vocab, out: Path, k_verify: int, prefi
                 "vocab": vocab.to_dict(), "batch": 1,
                 "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
                 "graphs": graphs}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
 
 
 GATED_BIN = "gated.bin"  # a shipped gated directory's tensors that weights.bin lacks
@@ -183,11 +184,11 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
 
     from safetensors.torch import load_file
 
-    from models.export import MANIFEST, OPSET, StepGraph
+    from models.export import OPSET, StepGraph
     from models.share import WEIGHTS, external_tensors, externalise
     src, out = Path(model_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((src / MANIFEST).read_text())
+    manifest = read_manifest(src)
     manifest["graphs"] = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
     manifest["weights"] = {n: d for n, d in manifest.get("weights", {}).items() if n == WEIGHTS}
     manifest.pop("quantised", None)
@@ -232,7 +233,7 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
         (out / GATED_BIN).write_bytes(bytes(extra))
         manifest["weights"][GATED_BIN] = hashlib.sha256(extra).hexdigest()
     manifest["gated"] = decl
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
     return out
 
 

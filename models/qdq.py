@@ -35,7 +35,7 @@ from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, 
 from rtinfer.inference.backends import get_backend
 from rtinfer.model.directory import ModelDir
 
-from .export import MANIFEST
+from rtinfer.model.manifest import read_manifest, write_manifest
 from .quantise import STREAM, greedy_chunks, recorded_prefixes
 
 # precision -> (graphs.json dtype, calibration); fp8 reuses int8's MinMax amax (fp8_from_int8)
@@ -152,7 +152,7 @@ def qdq(out_dir, precisions=("int8",), *, stream=None, cycles: int = CYCLES) -> 
         raise ValueError(f"no Q/DQ set for {unknown}; choose from {sorted(SETS)}")
     md = ModelDir.load(out, check_hashes=False)
     seqs = sequences(md, Path(stream) if stream else out / STREAM, cycles)
-    manifest = json.loads((out / MANIFEST).read_text())
+    manifest = read_manifest(out)
     dtypes = {SETS[p][0] for p in precisions}
     fp32 = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
     kept = [g for g in manifest["graphs"] if g["dtype"] not in dtypes]
@@ -177,7 +177,7 @@ def qdq(out_dir, precisions=("int8",), *, stream=None, cycles: int = CYCLES) -> 
         report[prec] = {"dtype": dtype, "graphs": len(fp32), "qdq_pairs": pairs,
                         "bytes": sum(f.stat().st_size for f in folder.iterdir())}
     manifest["graphs"] = kept
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
     return report
 
 

@@ -37,7 +37,7 @@ from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.model.directory import ModelDir
 from rtinfer.model.sequence import build_prefix
 
-from .export import MANIFEST
+from rtinfer.model.manifest import read_manifest, write_manifest
 from .share import share_weights
 
 # precision -> MatMulNBits settings (block 32: the smallest block ORT's int8 kernels keep fast here)
@@ -65,7 +65,7 @@ def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = 
     precision's entry, success included: it was measured on the old graphs).
     Returns {precision: {"settings", "bytes", "agreement"}}. Blocks for seconds (demo size)."""
     out = Path(out_dir)
-    manifest = json.loads((out / MANIFEST).read_text())
+    manifest = read_manifest(out)
     unknown = [p for p in precisions if p not in SETTINGS]
     if unknown:
         raise ValueError(f"cannot quantise to {unknown}; choose from {sorted(SETTINGS)}")
@@ -86,7 +86,7 @@ def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = 
             "method": "MatMulNBits weight-only", **SETTINGS[prec], "symmetric": True,
             "accuracy_level": ACCURACY_LEVEL, "tool": tool}
     manifest["graphs"], manifest["weights"] = kept, weights
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
     share_weights(out)  # re-shares every folder: fp32 and fp16 come out byte-identical
     recorded = Path(stream) if stream else out / STREAM
     report = {}

@@ -9,13 +9,12 @@ TensorRT's parser both read external data relative to the graph file.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import onnx
 from onnx import TensorProto
 
-from .export import MANIFEST
+from rtinfer.model.manifest import read_manifest, write_manifest
 
 WEIGHTS = "weights.bin"
 ALIGN = 64          # bytes: keeps every tensor aligned for mmap'd loads
@@ -64,7 +63,7 @@ def share_weights(out_dir) -> dict:
     (fp32 graphs share out_dir/weights.bin, fp16 ones out_dir/fp16/weights.bin). Returns
     bytes before and after."""
     out = Path(out_dir)
-    manifest = json.loads((out / MANIFEST).read_text())
+    manifest = read_manifest(out)
     before = after = 0
     by_folder: dict[Path, list[dict]] = {}
     for g in manifest["graphs"]:
@@ -83,5 +82,5 @@ def share_weights(out_dir) -> dict:
         after += len(blob)
         manifest.setdefault("weights", {})[str(folder.relative_to(out) / WEIGHTS)] = \
             hashlib.sha256(blob).hexdigest()
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
     return {"bytes_before": before, "bytes_after": after}

@@ -9,7 +9,8 @@ import torch
 from models import checkpoint, sparsity
 from models.config import PolicyConfig, Vocab
 from models.policy import Policy
-from models.export import MANIFEST, export_all, export_graph, load_manifest
+from models.export import export_all, export_graph
+from rtinfer.model.manifest import MANIFEST, read_manifest
 from models.parity import ort_session, step_parity
 
 torch.set_num_threads(2)
@@ -32,7 +33,7 @@ def exported(tmp_path_factory):
 
 def test_every_selectable_graph_is_written_and_listed(exported):
     _, out, _ = exported
-    man = load_manifest(out)
+    man = read_manifest(out)
     got = {(g["dtype"], g["depth"], g["k"]): g["roles"] for g in man["graphs"]}
     for dtype in ("float32", "float16"):
         assert got[(dtype, 3, 1)] == ["decode"]
@@ -48,7 +49,7 @@ def test_every_selectable_graph_is_written_and_listed(exported):
 def test_graphs_have_the_documented_io_names_dtypes_and_static_shapes(exported):
     _, out, _ = exported
     np_type = {"int64": "tensor(int64)", "float32": "tensor(float)", "float16": "tensor(float16)"}
-    for g in load_manifest(out)["graphs"]:
+    for g in read_manifest(out)["graphs"]:
         proto = onnx.load(str(out / g["file"]))
         onnx.checker.check_model(proto, full_check=True)
         assert max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) >= 17
@@ -57,7 +58,7 @@ def test_graphs_have_the_documented_io_names_dtypes_and_static_shapes(exported):
             assert [d["name"] for d in decl] == [a.name for a in actual]
             for d, a in zip(decl, actual):
                 assert list(a.shape) == d["shape"] and a.type == np_type[d["dtype"]]
-    first = load_manifest(out)["graphs"][0]
+    first = read_manifest(out)["graphs"][0]
     assert first["inputs"][2]["shape"] == list(CFG.kv_shape(1))
     assert first["outputs"][0]["shape"] == [1, first["k"], CFG.vocab_size]
 

@@ -16,6 +16,8 @@ import json
 import shutil
 from pathlib import Path
 
+from rtinfer.model.manifest import MANIFEST, read_manifest, write_manifest
+
 SPEC_FILES = ("tokenizer.json", "obs_tokens.json")
 
 
@@ -27,13 +29,13 @@ def _checkpoint(model_dir: Path):
 def with_graphs(model_dir, out_dir, graphs) -> Path:
     """out_dir: model_dir's fp32 graph set plus step_d{depth}_k{k}.onnx for each (depth, k)
     in `graphs` it lacks (role "extra": no decoder picks it by role). Returns out_dir."""
-    from models.export import MANIFEST, _io, export_graph
+    from models.export import _io, export_graph
     src, out = Path(model_dir).resolve(), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
         if f.is_file() and f.name != MANIFEST and not (out / f.name).exists():
             (out / f.name).symlink_to(f)
-    manifest = json.loads((src / MANIFEST).read_text())
+    manifest = read_manifest(src)
     have = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
     ck = None
     for depth, k in graphs:
@@ -47,7 +49,7 @@ def with_graphs(model_dir, out_dir, graphs) -> Path:
     manifest["graphs"] = have
     manifest["weights"] = {n: d for n, d in manifest.get("weights", {}).items()
                            if Path(n).parent == Path(".")}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_manifest(out, manifest)
     return out
 
 
