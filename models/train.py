@@ -12,7 +12,6 @@ import argparse
 import copy
 import json
 import math
-import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from . import checkpoint, sparsity
 from .config import PolicyConfig
 from .data import Demos, load, split
 from .policy import Policy
+from rtinfer.realtime.spin import on_signals
 
 
 
@@ -154,13 +154,8 @@ def _stop_on_signals(enabled: bool):
     if not enabled:
         yield got
         return
-    handler = lambda signum, frame: got.append(signum)  # noqa: E731
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with on_signals(got.append):
         yield got
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def fit(model: Policy, train: Demos, *, steps: int, batch: int, lr: float, seed: int,

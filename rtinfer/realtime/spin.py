@@ -1,4 +1,5 @@
-"""spin(node, seconds): the one event loop of a node that is paced by its input.
+"""spin(node, seconds): the one event loop of a node that is paced by its input; and
+on_signals, the one way a process turns SIGINT/SIGTERM into a clean stop.
 
 A node is anything with `running` (bool), `spin_once(timeout_ms)` and `stop()`: the
 inference node and the monitor. The controller is paced by its RateKeeper instead.
@@ -7,7 +8,10 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Protocol
+from contextlib import contextmanager
+from typing import Callable, Iterator, Protocol
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Spinnable(Protocol):
@@ -26,8 +30,20 @@ def spin(node: Spinnable, seconds: float | None = None, timeout_ms: int = 50) ->
         node.spin_once(timeout_ms)
 
 
+@contextmanager
+def on_signals(handler: Callable[[int], None]) -> Iterator[None]:
+    """Inside the block, SIGINT and SIGTERM call handler(signum) instead of ending the
+    process, so the loop stops where it checks and its cleanup (reports, closing sockets)
+    runs; the previous handlers come back when the block ends. Main thread only."""
+    old = {s: signal.signal(s, lambda signum, _frame: handler(signum)) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def stop_on_signals(node: Spinnable) -> None:
-    """SIGINT and SIGTERM call node.stop(): the loop ends after the current spin_once, and
-    the caller's cleanup (reports, closing sockets) runs. Main thread only."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: node.stop())
+    """SIGINT and SIGTERM call node.stop() for the rest of the process (a node's main)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, lambda *_: node.stop())
