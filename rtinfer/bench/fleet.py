@@ -39,6 +39,7 @@ import numpy as np
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.bench.fleet_figures import ARRANGEMENTS, Greedy, plot, summarise
 from rtinfer.model.obs_stream import FILE as STREAM_FILE
+from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.transport.bus import Subscriber
 from rtinfer.transport.wire import now_ns
 
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
     p.add_argument("--quick", action="store_true", help="3 s points, 1.5 s warm-up (tests)")
     p.add_argument("--rate-hz", type=float, default=20.0, help="observations per robot")
-    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--deadline-ms", type=float, default=DEADLINE_MS)
     p.add_argument("--max-robots", type=int, default=None, help="the node's --max-robots")
     p.add_argument("--budget", action="store_true",
                    help="let the nodes lower their budget (default: fixed full quality)")

@@ -34,10 +34,10 @@ from rtinfer.bench.scale_overheads import fixed_overheads
 from rtinfer.inference.budget import BudgetLevel
 from rtinfer.inference.runner import ChunkRunner
 from rtinfer.model.directory import ModelDir, graph_dtype
+from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport.wire import now_ns
 
-DEADLINE_MS = 100.0
 PRECISIONS = ("fp32", "int8", "int4")
 SIZES = (SHIPPED, *RUNGS)
 
