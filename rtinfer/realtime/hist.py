@@ -8,6 +8,7 @@ ship copies across threads/processes with `encode()` / `decode()`.
 """
 from __future__ import annotations
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 DEFAULT_MAX_NS = 10_000_000_000  # 10 s: anything slower is a stall, clamped
@@ -48,16 +49,19 @@ class LatencyHistogram:
     def percentiles_us(self) -> dict[str, float]:
         """p50/p90/p99/p999/max in microseconds (floats) plus `count`.
 
-        An empty histogram reports zeros. Costs one pass over the counts array
-        (a few ms): call it from a report or health path, not per tick.
+        An empty histogram reports zeros. The same values as hdrh's own
+        get_percentile_to_value_dict, found with one numpy cumsum over the counts array
+        (about 0.1 ms for a 10 s range) instead of hdrh's per-bucket Python loop (1-25 ms,
+        which stalled the node's loop once a second in its health report).
         """
         h = self._h
         out = {name: 0.0 for name, _ in PERCENTILES}
         total = h.get_total_count()
         if total:
-            by_pct = h.get_percentile_to_value_dict([p for _, p in PERCENTILES])
+            cum = np.cumsum(np.ctypeslib.as_array(h.counts)[:h.counts_len])
             for name, pct in PERCENTILES:
-                out[name] = by_pct[pct] / 1e3
+                index = int(np.searchsorted(cum, h.get_target_count_at_percentile(pct)))
+                out[name] = h.get_highest_equivalent_value(h.get_value_from_index(index)) / 1e3
         out["max"] = h.get_max_value() / 1e3 if total else 0.0
         out["count"] = float(total)
         return out
