@@ -24,3 +24,18 @@ def test_percentiles_match_hdrh_for_any_recorded_values(values):
 
 def test_an_empty_histogram_reports_zeros():
     assert set(LatencyHistogram().percentiles_us().values()) == {0.0}
+
+
+@settings(max_examples=50, deadline=None)
+@given(latencies, latencies)
+def test_a_reset_histogram_is_a_fresh_one(before, after):
+    used, fresh = LatencyHistogram(), LatencyHistogram()
+    for v in before:
+        used.record(v)
+    used.reset()
+    assert used.count == 0 and used.clamped == 0
+    for v in after:
+        used.record(v)
+        fresh.record(v)
+    assert used.percentiles_us() == fresh.percentiles_us()
+    assert used.encode() == fresh.encode()

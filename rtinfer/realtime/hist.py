@@ -8,6 +8,9 @@ ship copies across threads/processes with `encode()` / `decode()`.
 """
 from __future__ import annotations
 
+import ctypes
+import sys
+
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
@@ -75,8 +78,12 @@ class LatencyHistogram:
         self.clamped += other.clamped
 
     def reset(self) -> None:
-        """Forget every recorded value (keeps the preallocated counts)."""
-        self._h.reset()
+        """Forget every recorded value (keeps the preallocated counts). One memset: hdrh's
+        own reset zeroes the counts one by one in Python (1.2 ms for a 10 s range)."""
+        h = self._h
+        ctypes.memset(h.counts, 0, ctypes.sizeof(h.counts))
+        h.total_count, h.min_value, h.max_value = 0, sys.maxsize, 0
+        h.start_time_stamp_msec, h.end_time_stamp_msec = sys.maxsize, 0
         self.clamped = 0
 
     def encode(self) -> str:
