@@ -113,6 +113,17 @@ def secure_socket(sock: zmq.Socket, cfg: CurveConfig, *, server: bool) -> None:
     sock.curve_serverkey = load_public(cfg.server_public_key_file)
 
 
+def secure_endpoint(sock: zmq.Socket, cfg: CurveConfig | None, *, server: bool,
+                    any_curve: bool = True) -> None:
+    """The security of the next bind/connect of ``sock``: CURVE as ``cfg`` says, or NULL
+    (None) where the socket has CURVE on another endpoint (``any_curve``). libzmq copies the
+    security options at each bind/connect, so each endpoint gets its own server key."""
+    if cfg is not None:
+        secure_socket(sock, cfg, server=server)
+    elif any_curve:
+        sock.curve_server = False
+
+
 class AllowList:
     """The client keys of an allow-list directory, by name: ``NAME.key`` holds NAME's key.
 

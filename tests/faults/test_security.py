@@ -174,7 +174,7 @@ def test_rogue_server_on_the_policys_port_is_never_applied_by_a_curve_client_con
 
 def test_curve_client_reconnects_to_the_real_policy_after_a_plaintext_imposter(certs):
     """libzmq never reconnects a CURVE client after a protocol error (the plaintext
-    imposter); the bus reconnects that endpoint itself (bus._BusSocket._heal)."""
+    imposter); the bus reconnects that endpoint itself (bus.heal.Healer.heal)."""
     paths, allow = certs
     ep = f"tcp://127.0.0.1:{_free_port()}"
     sub = Subscriber(ep, ["action_chunk", "command"],

@@ -1,0 +1,111 @@
+"""The bus's publisher: one endpoint, bounded, never blocking (rtinfer.transport.bus)."""
+from __future__ import annotations
+
+import zmq
+
+from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK, NOBLOCK_MORE as _NOBLOCK_MORE
+from rtinfer.transport.bus.sockets import BusSocket, Curve
+from rtinfer.transport.bus.topics import addressed_topic
+from rtinfer.transport.wire import encode_frames, now_ns
+
+
+class Publisher(BusSocket):
+    """Publishes envelopes on one endpoint; binds by default.
+
+    ``publish`` never blocks. Note that a PUB socket never blocks anyway: at the high
+    water mark libzmq drops the message for that subscriber *silently* and exposes no
+    counter, so ``counters["dropped"]`` cannot see those drops (receivers see them as
+    seq gaps). It counts what zmq does report: ``zmq.Again``, and a multipart send that
+    fails mid-way. ``count_drops=True`` sets ZMQ_XPUB_NODROP so a full queue raises Again
+    and is counted, at a price: one slow subscriber then makes the message drop for all.
+
+    Arrays of at least ``oob_bytes`` go out-of-band and are sent without copying: do not
+    mutate them after ``publish`` (zmq reads them later from its I/O thread).
+    """
+
+    def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, curve: Curve = None,
+                 oob_bytes: int = 65536, count_drops: bool = False) -> None:
+        options = [(zmq.XPUB_NODROP, 1)] if count_drops else []
+        super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve,
+                         options=options)
+        self.endpoint = self.endpoints[0]
+        self.src = src
+        self.counters = {"sent": 0, "dropped": 0}
+        self._oob_bytes = oob_bytes
+        self._seq = 0
+        self._topic_bytes: dict = {}  # topic, or (topic, to) -> its frame
+        self._open_multipart = False  # a send failed mid-message; must be terminated first
+
+    def publish(self, topic: str, body: dict, stamps: dict | None = None,
+                to: str | None = None) -> bool:
+        """Send one message without blocking; True if zmq accepted it.
+
+        Adds stamp "publish" (now_ns) unless present; the caller's dict is not modified.
+        seq advances on every call that encodes, so receivers see drops as seq gaps.
+        Raises WireError (nothing sent) if the body does not match the topic's schema.
+        to: address it to one robot (its body's ``dest``, ValueError otherwise): only that
+        robot's ``Subscriber(to=...)`` and the unaddressed Subscribers of the topic receive
+        it. Receivers that predate addressed frames reject it (docs/wire.md).
+        """
+        if to is not None and body.get("dest") != to:
+            raise ValueError(f"a message addressed to {to!r} must have dest {to!r} in its "
+                             f"body, not {body.get('dest')!r}")
+        st = {} if stamps is None else dict(stamps)
+        if "publish" not in st:
+            st["publish"] = now_ns()
+        if self._tending:
+            self._tend(now_ns())
+        frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
+                               oob_bytes=self._oob_bytes)
+        self._seq += 1
+        key = topic if to is None else (topic, to)
+        topic_b = self._topic_bytes.get(key)
+        if topic_b is None:
+            topic_b = self._topic_bytes[key] = topic.encode() if to is None else \
+                addressed_topic(topic, to)
+        counters = self.counters
+        if self._open_multipart and not self._terminate():
+            counters["dropped"] += 1
+            return False
+        sock = self._sock
+        try:
+            sock.send(topic_b, _NOBLOCK_MORE)
+        except zmq.Again:
+            counters["dropped"] += 1
+            return False
+        if not self._send_rest(sock, frames):
+            counters["dropped"] += 1
+            return False
+        counters["sent"] += 1
+        return True
+
+    def _send_rest(self, sock: zmq.Socket, frames: list) -> bool:
+        """The frames after the topic; big ones zero-copy. False if zmq refused one."""
+        last = len(frames)
+        try:
+            if last == 1:  # the common case: one envelope frame, no out-of-band arrays
+                sock.send(frames[0], _NOBLOCK, copy=len(frames[0]) < self._oob_bytes)
+                return True
+            for i, frame in enumerate(frames, 1):
+                size = frame.nbytes if isinstance(frame, memoryview) else len(frame)
+                sock.send(frame, _NOBLOCK_MORE if i < last else _NOBLOCK,
+                          copy=size < self._oob_bytes)
+        except zmq.Again:
+            self._open_multipart = True
+            self._terminate()
+            return False
+        return True
+
+    def _terminate(self) -> bool:
+        """End a half-sent message with an empty last frame.
+
+        zmq cannot abort a started multipart message; unterminated, the next message
+        would be glued onto it. Receivers reject the truncated message (WireError).
+        """
+        try:
+            self._sock.send(b"", _NOBLOCK)
+        except zmq.Again:
+            return False
+        self._open_multipart = False
+        return True
