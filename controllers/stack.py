@@ -24,6 +24,7 @@ from .pid import PID
 from .tracker import SetpointTracker
 
 Gravity = Callable[[RobotState, np.ndarray], None]
+MAX_STEP_TICKS = 10  # a stalled tick moves the reference and the PID this many ticks at most
 
 
 class ControlStack:
@@ -37,7 +38,10 @@ class ControlStack:
         self.tracker = SetpointTracker(cfg.axis("vel_limit"), cfg.axis("acc_limit"), n_axes=n,
                                        blend_ns=cfg.blend_ns,
                                        hold_decel=[a.hold_decel or a.acc_limit for a in cfg.axes],
-                                       follow_per_s=cfg.follow_per_s)
+                                       follow_per_s=cfg.follow_per_s,
+                                       low=[a.workspace[0] for a in cfg.axes],
+                                       high=[a.workspace[1] for a in cfg.axes],
+                                       max_step_s=MAX_STEP_TICKS * self.dt_s)
         self.limits = SafetyLimits(cfg)
         lim = self.limits.out_limit
         kt = [a.kt if a.kt is not None else (a.ki / a.kp if a.kp > 0 else 0.0) for a in cfg.axes]
@@ -119,7 +123,7 @@ class ControlStack:
         if self.tracker.t_ns is None:
             self._start(state, now_ns)
         dt = self.dt_s if self._last_ns is None else (now_ns - self._last_ns) * 1e-9
-        dt = min(max(dt, 1e-6), 10 * self.dt_s)  # a repeated or stalled tick must not blow up
+        dt = min(max(dt, 1e-6), MAX_STEP_TICKS * self.dt_s)  # a stalled tick must not blow up
         self._last_ns = now_ns
         pos, vel, acc = self.tracker.update(now_ns)
         self._feedforward(state, vel.tolist(), acc.tolist())

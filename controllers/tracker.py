@@ -57,11 +57,21 @@ def _hermite(plan, t: float):
 class SetpointTracker:
     """Limits are per axis (m/s, m/s^2). `follow_per_s`: rate (1/s) at which the reference
     closes a gap to the plan when it fell behind (a time constant of 1/follow_per_s).
-    `hold_decel`: braking deceleration for `brake()` (defaults to acc_limit)."""
+    `hold_decel`: braking deceleration for `brake()` (defaults to acc_limit). `low`, `high`:
+    per axis, the box the reference stays in: it brakes at acc_limit towards a bound it
+    could otherwise not stop at, and a step that would still cross it ends on the bound at
+    rest; a reference that started outside never moves further out. `max_step_s`: the most
+    motion one update() integrates: after a stalled tick the reference does not leap ahead of
+    a robot that stalled with it (it chases the plan from there, within the limits)."""
 
     def __init__(self, vel_limit, acc_limit, *, n_axes: int = 3, blend_ns: int = 0,
-                 hold_decel=None, follow_per_s: float = 200.0):
+                 hold_decel=None, follow_per_s: float = 200.0, low=-np.inf, high=np.inf,
+                 max_step_s: float = np.inf):
         self.n = n_axes
+        self.max_step_s = float(max_step_s)
+        # the box the reference never leaves (the workspace), whatever the plan or the timing
+        self._box = list(zip(np.broadcast_to(np.asarray(low, float), (n_axes,)).tolist(),
+                             np.broadcast_to(np.asarray(high, float), (n_axes,)).tolist()))
         self.vmax = np.broadcast_to(np.asarray(vel_limit, float), (n_axes,)).copy()
         self.amax = np.broadcast_to(np.asarray(acc_limit, float), (n_axes,)).copy()
         dec = acc_limit if hold_decel is None else hold_decel
@@ -155,16 +165,20 @@ class SetpointTracker:
             raise RuntimeError("SetpointTracker.update before reset(pos, now_ns)")
         if self._ev_next < len(self._ev_t):
             self._switch_tool(now_ns)
-        dt = (now_ns - self.t_ns) * 1e-9
+        dt = min((now_ns - self.t_ns) * 1e-9, self.max_step_s)
         if dt <= 0:
             return self.pos, self.vel, self.acc
         self.t_ns = int(now_ns)
         P, V, A = self.pos, self.vel, self.acc
         if self.braking:
-            for k, (p, v0, dec) in enumerate(zip(P.tolist(), V.tolist(), self._decel)):
+            for k, (p0, v0, dec, (lo, hi)) in enumerate(zip(P.tolist(), V.tolist(), self._decel,
+                                                            self._box)):
                 lim = dec * dt  # v -= clip(v, -lim, lim): one step of braking towards 0
                 v = v0 - (-lim if v0 < -lim else (lim if v0 > lim else v0))
-                P[k], V[k], A[k] = p + 0.5 * (v0 + v) * dt, v, (v - v0) / dt
+                p = p0 + 0.5 * (v0 + v) * dt
+                if (p > hi and p > p0) or (p < lo and p < p0):  # the box wins over the decel
+                    p, v = (max(hi, p0) if p > hi else min(lo, p0)), 0.0
+                P[k], V[k], A[k] = p, v, (v - v0) / dt
         else:
             self._follow(*self._desired(now_ns), dt)
         return P, V, A
@@ -172,13 +186,17 @@ class SetpointTracker:
     def _follow(self, pd: list, vd: list, dt: float) -> None:
         P, V, A, tail, on = self.pos, self.vel, self.acc, self._plan[3], self._on
         k_follow = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
-        for k, (p0, v0, (vmax, amax)) in enumerate(zip(P.tolist(), V.tolist(), self._limits)):
+        for k, (p0, v0, (vmax, amax), (blo, bhi)) in enumerate(zip(P.tolist(), V.tolist(),
+                                                                    self._limits, self._box)):
             pdk, vdk, tk = pd[k], vd[k], tail[k]
             adt, vdt = amax * dt, vmax * dt
-            # Stopping rule: never faster towards the plan's final rest point than a stop at
-            # amax allows, so an infeasible plan is overshot at intermediate points at most.
+            # Stopping rule: never faster towards the plan's final rest point, nor towards a
+            # bound of the box, than a stop at amax allows, so an infeasible plan is overshot
+            # at intermediate points at most, and never out of the box.
             dd = tk - pdk
-            stoppable = vdk * dd <= 0 or vdk * vdk <= 2 * amax * abs(dd) + adt * adt
+            room = bhi - pdk if vdk > 0 else pdk - blo
+            stoppable = (vdk * dd <= 0 or vdk * vdk <= 2 * amax * abs(dd) + adt * adt) \
+                and blo <= pdk <= bhi and vdk * vdk <= 2 * amax * room + adt * adt
             exact = (on[k] and stoppable and abs(vdk) <= vmax and abs(pdk - p0) <= vdt
                      and abs(vdk - v0) <= adt)
             if exact:
@@ -190,6 +208,9 @@ class SetpointTracker:
                 d = tk - p0
                 cap = min(_stop_speed(d, amax, dt), vmax)
                 lo, hi = (-vmax, cap) if d > 0 else (-cap, vmax)
+                up, down = bhi - p0, p0 - blo  # and a stop before either bound
+                hi = min(hi, _stop_speed(up, amax, dt)) if up > 0 else min(hi, 0.0)
+                lo = max(lo, -_stop_speed(down, amax, dt)) if down > 0 else max(lo, 0.0)
                 vc = lo if vc < lo else vc
                 vc = hi if vc > hi else vc
                 dv = vc - v0
@@ -197,6 +218,8 @@ class SetpointTracker:
                 dv = adt if dv > adt else dv
                 v = v0 + dv
                 p = p0 + v * dt
+                if (p > bhi and p > p0) or (p < blo and p < p0):  # a step too long to brake
+                    p, v = (max(bhi, p0) if p > bhi else min(blo, p0)), 0.0
             step = _SNAP * amax * dt
             on[k] = exact or (abs(p - pdk) <= step * dt and abs(v - vdk) <= step)
             P[k], V[k], A[k] = p, v, (v - v0) / dt
