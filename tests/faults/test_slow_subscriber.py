@@ -2,12 +2,18 @@
 blocks the loop, and drops are counted (by the publisher with count_drops, else by the
 receiver as seq gaps). Subscribers are real processes on ipc://.
 
-Timing: each publish is timed; the max is asserted only against a gross bound (50 ms: a
-blocked send would hang for good), the p99 is printed, not asserted (benchmarks own timing).
+Never blocking is shown by counts, not by timing, so it holds on a loaded host: the
+publisher floods a fixed number of messages, FLOOD, many times what the queues between it
+and a subscriber can hold (HWM 1000 at each end plus the socket buffer). A publisher that
+waited for a stuck subscriber would stop at that capacity; one that waited for the slow
+(~1 kHz) one would lose nothing, so its seq gaps would be 0. Per-publish times are printed,
+not asserted (a preempted publish on a busy host takes as long as the preemption; benchmarks
+own timing).
 """
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import tempfile
@@ -19,13 +25,17 @@ import pytest
 from rtinfer.transport.bus import Publisher
 from tests.faults.common import LONG, PY, ROOT, stop
 
-SECONDS = 10.0 if LONG else 2.0
+HWM = 1000
+FLOOD = 400_000 if LONG else 80_000  # messages: 80 x HWM
+WAIT_S = 60.0  # for the subscriber's first message: its start-up on a loaded host
 SUB = """
 import json, signal, sys, time
 from rtinfer.transport.bus import Subscriber
 sub = Subscriber(sys.argv[1], ["obs"])
 mode, seen, gaps, last, fast = sys.argv[2], 0, 0, None, []
 signal.signal(signal.SIGUSR1, lambda *_: fast.append(1))  # publisher done: drain what is left
+if sub.recv(timeout_ms=int(float(sys.argv[3]) * 1000)) is None:  # subscribed: say so
+    sys.exit("no message came")
 print("ready", flush=True)
 while True:
     if mode == "stuck":
@@ -54,44 +64,55 @@ def body(i: int) -> dict:
                        "gantry": np.zeros(7, np.float32)}, "ints": {"instruction": 1}}
 
 
-def flood(pub: Publisher, seconds: float) -> dict:
-    """Publish as fast as possible; per-publish durations and RSS before/after (kB)."""
-    durations = np.ones(3_000_000, np.int64)  # written now: its pages are not RSS growth
+def flood(pub: Publisher, n: int) -> dict:
+    """Publish n messages as fast as possible; per-publish durations and RSS before/after (kB)."""
+    durations = np.ones(n, np.int64)  # written now: its pages are not RSS growth
     for i in range(2000):  # warm up allocators and the pipe
         pub.publish("obs", body(i))
     rss0, c0 = rss_kb(), dict(pub.counters)
-    end = time.monotonic() + seconds
-    i = 0
-    while time.monotonic() < end and i < len(durations):
+    for i in range(n):
         t = time.perf_counter_ns()
         pub.publish("obs", body(i))
         durations[i] = time.perf_counter_ns() - t
-        i += 1
-    d = durations[:i]
-    return {"n": i, "max_ms": int(d.max()) / 1e6, "p99_us": float(np.percentile(d, 99)) / 1e3,
+    return {"n": n, "max_ms": int(durations.max()) / 1e6,
+            "p99_us": float(np.percentile(durations, 99)) / 1e3,
             "rss_growth_kb": rss_kb() - rss0, **{k: v - c0[k] for k, v in pub.counters.items()}}
+
+
+def subscribed(pub: Publisher, sub: subprocess.Popen) -> None:
+    """Publish one message every 10 ms until the subscriber says it heard one (the
+    subscription reached the publisher), for at most WAIT_S."""
+    end = time.monotonic() + WAIT_S
+    while time.monotonic() < end and sub.poll() is None:
+        pub.publish("obs", body(0))
+        if select.select([sub.stdout], [], [], 0.01)[0]:
+            line = sub.stdout.readline().strip()
+            assert line == "ready", f"the subscriber said {line!r}, not 'ready'"
+            return
+    raise AssertionError(f"waited {WAIT_S:g} s for the subscriber to hear a first message "
+                         f"(exit status {sub.poll()})")
 
 
 @pytest.mark.parametrize("mode", ["stuck", "slow"])
 @pytest.mark.parametrize("count_drops", [False, True])
 def test_publisher_stays_bounded_and_non_blocking_with_a_slow_or_stuck_subscriber(mode, count_drops):
     ep = f"ipc://{tempfile.mkdtemp(prefix='rtf-slow-')}/obs"
-    with Publisher(ep, "sim", hwm=1000, count_drops=count_drops) as pub:
-        sub = subprocess.Popen([PY, "-c", SUB, ep, mode], cwd=ROOT, stdout=subprocess.PIPE,
-                               text=True)
+    with Publisher(ep, "sim", hwm=HWM, count_drops=count_drops) as pub:
+        sub = subprocess.Popen([PY, "-c", SUB, ep, mode, str(WAIT_S)], cwd=ROOT,
+                               stdout=subprocess.PIPE, text=True)
         try:
-            assert sub.stdout.readline().strip() == "ready"
-            time.sleep(0.3)  # subscription reaches the publisher
-            r = flood(pub, SECONDS)
+            subscribed(pub, sub)
+            r = flood(pub, FLOOD)
         finally:
             sub.send_signal(signal.SIGUSR1 if mode == "slow" else signal.SIGTERM)
-            out = sub.communicate(timeout=30)[0]
+            out = sub.communicate(timeout=WAIT_S)[0]
             stop(sub)
     seen = json.loads(out.splitlines()[-1]) if mode == "slow" else {}
     print(f"{mode} count_drops={count_drops}:", json.dumps({**r, **seen}))
-    assert r["max_ms"] < 50.0            # never blocked (gross bound, see module docstring)
     assert r["rss_growth_kb"] < 16 * 1024  # HWM-bounded: no per-message growth
-    if count_drops:
-        assert r["dropped"] > 0 and r["sent"] + r["dropped"] == r["n"]
-    if mode == "slow":
-        assert seen["seen"] > 0 and seen["gaps"] > 0  # drops show up as seq gaps
+    if count_drops:  # every publish returned: sent or dropped and counted, none waited
+        assert r["dropped"] > 0 and r["sent"] + r["dropped"] == r["n"], r
+        if mode == "stuck":  # what was queued is at most the queues' capacity, far below FLOOD
+            assert r["sent"] < FLOOD // 4, r
+    if mode == "slow":  # the reader lost messages: the publisher did not wait for it
+        assert 0 < seen["seen"] < r["n"] and seen["gaps"] > 0, seen
