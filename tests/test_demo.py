@@ -85,7 +85,7 @@ def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tm
         send(1600)
         dash.render()
         hz = 600 / (dash._ctl[0] - t0)
-        assert dash.loop_hz == hz and 500 < hz < 1001
+        assert dash.loop_hz == hz and 0 < hz <= 600 / 0.6  # 600 ticks in at least 0.6 s
         time.sleep(0.6)  # the controller has stopped: no more health
         dash.render()
         assert dash.loop_hz == hz
