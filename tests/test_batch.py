@@ -35,8 +35,8 @@ def test_every_shipped_batched_graph_equals_its_batch_1_twin():
 
 def _rows(md, instr, obs, offsets, t, level, previous):
     period = md.tokenizer.period_ns
-    return [Row(Cycle(t, {}, t * period, level, level.chunk, f"r{r}"),
-                instr[(o + t) % len(obs)], obs[(o + t) % len(obs)], previous[r])
+    return [Row(Cycle(t, {}, t * period, level, level.chunk, f"r{r}", previous[r]),
+                instr[(o + t) % len(obs)], obs[(o + t) % len(obs)])
             for r, o in enumerate(offsets)]
 
 
@@ -56,7 +56,7 @@ def test_each_row_is_its_own_plain_greedy(shipped, offsets, level, rounds):
         for r, row in enumerate(rows):
             ref, _ = plain.run(row.instr, row.obs, None, lv)
             assert np.array_equal(got[r], ref), (r, offsets, level, t)
-            previous[r] = row.previous
+            previous[r] = row.cycle.previous
 
 
 def test_waypoints_stream_per_row_in_order(shipped):
@@ -86,7 +86,7 @@ def test_the_drafts_are_used_and_a_batch_costs_fewer_passes_than_its_rows(shippe
     for t in range(2):
         rows = _rows(md, instr, obs, [0, 40, 80, 120], t, lv, previous)
         br.run(rows)
-        previous = [r.previous for r in rows]
+        previous = [r.cycle.previous for r in rows]
     assert sum(s.accepted for s in br.stats[:4]) > 0
     assert all(s.verifies > 0 for s in br.stats[:4])
 

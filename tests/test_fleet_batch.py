@@ -71,11 +71,11 @@ def test_robots_waiting_together_decode_together_each_its_own_greedy(tmp_path, b
                 assert np.array_equal(got[n], ref.reshape(-1, node.model.tokenizer.dim)), (n, t)
         h = node.health()
         if batch is None:
-            assert node.max_batch == 8 and h["counters"]["batches"] >= 3
+            assert node.policy.max_batch == 8 and h["counters"]["batches"] >= 3
             assert h["counters"]["batched_rows"] >= 9  # most robots answered in batches
             assert "batch_cost_us.b4" in h["gauges"] and node.robots.profile[8] > 0
         else:
-            assert node.batcher is None and "batches" not in h["counters"]
+            assert node.policy.batcher is None and "batches" not in h["counters"]
         assert all(h["counters"][f"robot.{n}.cycles"] == 3 for n in NAMES)
     finally:
         for s in (node, act, *pubs.values()):
@@ -94,7 +94,7 @@ def test_a_sampling_node_runs_one_robot_at_a_time_without_being_asked(tmp_path):
     node = InferenceNode(ZOO, f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act",
                          cfg=InferenceNodeConfig(sample=True))
     try:
-        assert node.batcher is None and node.max_batch == 1
+        assert node.policy.batcher is None and node.policy.max_batch == 1
     finally:
         node.close()
 

@@ -195,7 +195,7 @@ def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path
         time.sleep(0.2)
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
         assert node.spin_once(1000) and node.budget.index == 2
-        assert node.runner.backend.gate == node.budget.level.gate == "gate30"
+        assert node.policy.runner.backend.gate == node.budget.level.gate == "gate30"
         assert len(recv_chunks(act, 2)) == 2
     finally:
         for s in (node, obs_pub, ctl_pub, act):

@@ -136,7 +136,7 @@ def test_prefix_cache_hits_while_the_instruction_is_unchanged(node_env):
         body["values"]["instruction"] = np.array([1, 2, 0], np.int32)
         obs_pub.publish("obs", body, {"capture": now_ns()})
         assert node.spin_once(1000)
-    assert node.runner.counters["prefix_hits"] >= 2
+    assert node.policy.runner.counters["prefix_hits"] >= 2
 
 
 def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):

@@ -24,10 +24,11 @@ from typing import Callable
 import numpy as np
 
 from rtinfer.inference.backends.onnx_rows import OnnxRows
+from rtinfer.inference.budget import prefill_depth
 from rtinfer.inference.cycle import Cycle
-from rtinfer.inference.decode import DecodeStats, completed_waypoints
+from rtinfer.inference.decode import DecodeStats, completed_waypoints, greedy_accepted, settle
 from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext
-from rtinfer.inference.runner import MAX_CACHED_INSTRUCTIONS
+from rtinfer.inference.prefix_cache import PrefixCache
 from rtinfer.model.directory import ModelDir
 from rtinfer.model.sequence import instruction_prefix, observation_segment
 from rtinfer.transport.wire import now_ns
@@ -37,12 +38,11 @@ BATCH_DRAFTERS = ("chunk", "none")
 
 @dataclass(slots=True)
 class Row:
-    """One robot's part of a batch: its cycle, its observation's tokens and its previous
-    chunk ((bins (H', D), capture_ns) or None), which run() replaces with this chunk."""
+    """One robot's part of a batch: its cycle (its previous chunk in cycle.previous, which
+    run() replaces with this chunk) and its observation's tokens."""
     cycle: Cycle
     instr: np.ndarray
     obs: np.ndarray
-    previous: tuple | None = None
 
 
 class BatchRunner:
@@ -65,14 +65,13 @@ class BatchRunner:
         self.drafter = drafter if self.k_verify > 1 else "none"
         self.drafters = [ChunkReuseDrafter(tok.horizon, tok.dim) for _ in range(self.max_batch)]
         self.head_len, self.seg_len = 1 + md.obs.instr_length, md.obs.length + 1
-        self._snaps: dict[tuple, np.ndarray] = {}
         n = md.chunk_tokens
         self._out = np.zeros((self.max_batch, n), np.int64)
         self._target = np.zeros(self.k_verify, np.int64)
         self._ctx = DraftContext(self, 0, 0, 0)
         self.stats = [DecodeStats() for _ in range(self.max_batch)]
-        self.counters = dict.fromkeys(("batches", "batched_rows", "prefix_prefills",
-                                       "prefix_hits"), 0)
+        self.counters = dict.fromkeys(("batches", "batched_rows"), 0)
+        self._cache = PrefixCache(self.counters)
 
     def batch_for(self, n: int) -> int:
         """The exported batch size a batch of n rows runs at (the smallest that holds them)."""
@@ -82,7 +81,8 @@ class BatchRunner:
             on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> list[np.ndarray]:
         """Decode one chunk per row (2 <= len(rows) <= max_batch; every row's cycle at the
         same level). Sets each cycle's first_token_ns; returns each row's bins (chunk * D,),
-        views valid until the next call; replaces each row's previous with this chunk."""
+        views valid until the next call; sets each cycle's previous to this chunk and its
+        stats."""
         n, level = len(rows), rows[0].cycle.level
         R = self.sessions[self.batch_for(n)]
         self.counters["batches"] += 1
@@ -100,7 +100,7 @@ class BatchRunner:
             out[i, 0] = logits[i, -1, self.a0:self.a1].argmax()
             self.stats[i] = DecodeStats()
             if spec:
-                d, prev, capture = self.drafters[i], r.previous, r.cycle.capture
+                d, prev, capture = self.drafters[i], r.cycle.previous, r.cycle.capture
                 if prev is None or capture is None:
                     d.clear()
                 else:
@@ -146,7 +146,8 @@ class BatchRunner:
             self.stats[i].tokens = N
             chunk = out[i, :N]
             capture = r.cycle.capture
-            r.previous = (chunk.reshape(-1, D).copy(), capture) if capture is not None else None
+            r.cycle.previous = (chunk.reshape(-1, D).copy(), capture) if capture is not None else None
+            r.cycle.stats = self.stats[i]
             bins.append(chunk)
         return bins
 
@@ -154,8 +155,9 @@ class BatchRunner:
     def _prefix(self, R: OnnxRows, rows: list[Row]) -> None:
         """Every row's instruction prefix into its cache row: from the snapshot of that
         instruction, computed first (in one batched prefill) for those not yet seen."""
-        keys = [tuple(r.instr.tolist()) for r in rows]
-        new = [i for i, key in enumerate(keys) if key not in self._snaps]
+        cache = self._cache
+        keys = [cache.key(r.instr) for r in rows]
+        new = [i for i, key in enumerate(keys) if key not in cache]
         if new:
             tok = R.tokens(self.full, self.head_len)
             tok.fill(self.pad)
@@ -164,22 +166,18 @@ class BatchRunner:
             R.start.fill(0)
             R.run(self.full, self.head_len)
             for i in new:
-                if keys[i] not in self._snaps:
-                    if len(self._snaps) >= MAX_CACHED_INSTRUCTIONS:
-                        self._snaps.pop(next(iter(self._snaps)))
-                    self._snaps[keys[i]] = R.snapshot(i, self.head_len)
-                    self.counters["prefix_prefills"] += 1
-        self.counters["prefix_hits"] += len(rows) - len(new)
+                if keys[i] not in cache:  # two rows with one new instruction: kept once
+                    cache.put(keys[i], R.snapshot(i, self.head_len))
         for i, key in enumerate(keys):
-            R.restore(i, self._snaps[key])
+            # a row computed just now has its prefix in place already
+            snap = cache.get(key) if i not in new else None
+            if snap is not None:
+                R.restore(i, snap)
 
     def _observe(self, R: OnnxRows, rows: list[Row], level) -> np.ndarray:
-        """The observation segments, in one batched prefill: at the level's exit depth when
-        that level decodes there alone and the graph exists (as ChunkRunner does), else at
-        full depth. Returns the logits (B, seg, V)."""
-        depth = self.full
-        if level.spec_len == 0 and level.depth < self.full and R.has_graph(level.depth, self.seg_len):
-            depth = level.depth
+        """The observation segments, in one batched prefill at the level's prefill depth
+        (budget.prefill_depth). Returns the logits (B, seg, V)."""
+        depth = prefill_depth(level, self.full, lambda d: R.has_graph(d, self.seg_len))
         tok = R.tokens(depth, self.seg_len)
         tok.fill(self.pad)
         for i, r in enumerate(rows):
@@ -205,19 +203,9 @@ class BatchRunner:
             return 1
         target = self._target[:g + 1]
         logits[:g + 1, self.a0:self.a1].argmax(axis=1, out=target)
-        a = 0
-        while a < g and drafts[a] == target[a]:
-            a += 1
-        take = min(a + 1, left)
-        out[m:m + min(a, take)] = drafts[:min(a, take)]
-        if a < take:
-            out[m + a] = target[a]
-        d, st = self.drafters[i], self.stats[i]
-        d.observe(a, g)
-        d.observe_target(target)
-        st.verifies += 1
-        st.accepted += a
-        return take
+        a = greedy_accepted(drafts, target, g)
+        return settle(out, m, left, drafts, a, target[a], self.drafters[i], target,
+                      self.stats[i])
 
     def _emit(self, on_waypoint, cycle: Cycle, i: int, before: int, now: int) -> None:
         """on_waypoint for every waypoint of row i completed by tokens [before, now)."""

@@ -53,6 +53,16 @@ def default_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
     return levels
 
 
+def prefill_depth(level: BudgetLevel, full: int, has_graph) -> int:
+    """The depth a level prefills the observation segment at: its exit depth when it decodes
+    there alone (no speculation: nothing will verify at full depth, so the deeper layers'
+    KV is never read) and has_graph(depth) says a prefill graph exists there; else full.
+    The single-row and the batched runner both ask here."""
+    if level.spec_len == 0 and level.depth < full and has_graph(level.depth):
+        return level.depth
+    return full
+
+
 class Budget:
     def __init__(self, levels: list[BudgetLevel], deadline_ns: int, *,
                  raise_below: float = 0.2, lower_above: float = 0.5, patience: int = 10,

@@ -5,20 +5,17 @@ directory's contract (rtinfer.model.chunk_model): its inputs are exactly obs_spe
 keys, dtypes and [1, *shape]s, its one output `actions` is float32 [1, horizon, D]. Each
 session has an IOBinding whose output is bound once to a preallocated numpy buffer, so a
 cycle allocates no output; inputs are bound per cycle from the observation's own arrays
-(views, no copy). The chunk exists all at once, so `first_token_ns` (TTFT) is when the graph
-returned, and every waypoint streams right after. Not thread-safe.
+(views, no copy). The chunk exists all at once (rtinfer.inference.policy.GraphPolicy stamps
+first_token_ns when the graph returned and streams every waypoint right after). Not
+thread-safe.
 """
 from __future__ import annotations
-
-from typing import Callable
 
 import numpy as np
 
 from rtinfer.inference.backends.base import BackendError
 from rtinfer.inference.budget import BudgetLevel
-from rtinfer.inference.cycle import Cycle
 from rtinfer.model.chunk_model import OUTPUT, ChunkModelDir
-from rtinfer.transport.wire import now_ns
 
 
 def chunk_levels(model: ChunkModelDir) -> list[BudgetLevel]:
@@ -70,17 +67,11 @@ class GraphChunkRunner:
         self._sessions[level].run_with_iobinding(bind)
         return self.out[level][0]
 
-    def run_cycle(self, cycle: Cycle, feeds: dict[str, np.ndarray],
-                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
-                  ) -> np.ndarray:
-        """One cycle at cycle.level: the chunk, then on_waypoint(cycle, i, values) for its
-        first cycle.count waypoints."""
-        chunk = self.run(feeds, cycle.level.depth)
-        cycle.first_token_ns = now_ns()
-        if on_waypoint is not None:
-            for i in range(cycle.count):
-                on_waypoint(cycle, i, chunk[i])
-        return chunk
+
+def zero_feeds(model: ChunkModelDir) -> dict[str, np.ndarray]:
+    """An all-zero observation's graph inputs."""
+    o = model.obs
+    return {k: np.zeros((1, *s), d) for k, d, s in zip(o.keys, o.dtypes, o.shapes)}
 
 
 def dry_run_problems(model: ChunkModelDir) -> list[str]:
@@ -91,8 +82,7 @@ def dry_run_problems(model: ChunkModelDir) -> list[str]:
         runner = GraphChunkRunner(model)
     except BackendError as e:
         return [str(e)]
-    o = model.obs
-    zeros = {k: np.zeros((1, *s), d) for k, d, s in zip(o.keys, o.dtypes, o.shapes)}
+    zeros = zero_feeds(model)
     return [f"{model.graph_path(level)}: the chunk for an all-zero observation is not finite; "
             f"check the graph's normalisation"
             for level in range(len(model.levels)) if not np.isfinite(runner.run(zeros, level)).all()]

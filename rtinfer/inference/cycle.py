@@ -1,11 +1,13 @@
 """Cycle: everything one observation's policy cycle knows, in one object passed along.
 
-The node makes one when an observation is taken (InferenceNode._infer), the runner stamps
-first_token_ns before the first waypoint callback, the waypoint publisher stamps
-first_publish_ns on waypoint 0 and last_publish_ns on every one, and the accounting reads
-them at the end. Nothing about a
-cycle lives in the node's or the runner's fields. One small object per cycle; nothing is
-allocated per waypoint. Not thread-safe (one cycle, one thread).
+The node makes one when an observation is taken (InferenceNode._encode) with the robot's
+previous chunk in it, the policy stamps first_token_ns before the first waypoint callback
+and replaces `previous` with the chunk it decoded (and, for an action-token policy, sets
+`stats`), the waypoint publisher stamps first_publish_ns on waypoint 0 and last_publish_ns
+on every one (or marks the cycle `dropped`), and the accounting reads them at the end and
+hands `previous` back to the robot. Nothing about a cycle lives in the node's or the
+policy's fields. One small object per cycle; nothing is allocated per waypoint. Not
+thread-safe (one cycle, one thread).
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ class Cycle:
     level: BudgetLevel           # the budget level this cycle decodes at
     count: int                   # waypoints in this cycle's chunk
     dest: str = ""               # the robot it answers: the observation's src
-    first_token_ns: int = 0      # set by the runner before any waypoint fires
+    previous: tuple | None = None  # in: the robot's last chunk (bins (H', D), capture_ns),
+                                   # the chunk-reuse drafts; out: this cycle's (None: none)
+    first_token_ns: int = 0      # set by the policy before any waypoint fires
     first_publish_ns: int | None = None  # set when waypoint 0 goes out
     last_publish_ns: int | None = None   # set when each waypoint goes out: the last one's
+    stats: object | None = None  # the decode's DecodeStats (an action-token policy)
+    dropped: bool = False        # the chunk had a value that is not finite: not sent on

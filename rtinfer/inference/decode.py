@@ -43,6 +43,32 @@ def speculative_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray,
     return g, int(rng.choice(p.shape[1], p=p[g]))
 
 
+def greedy_accepted(drafts: np.ndarray, target: np.ndarray, g: int) -> int:
+    """How many of g drafts greedy verification keeps: those equal to the target's own
+    greedy token at their row, up to the first that is not."""
+    a = 0
+    while a < g and drafts[a] == target[a]:
+        a += 1
+    return a
+
+
+def settle(out: np.ndarray, m: int, left: int, drafts: np.ndarray, a: int, nxt: int,
+           drafter: Drafter, target: np.ndarray, stats: "DecodeStats") -> int:
+    """One verify's outcome into the chunk: its first `a` drafts, then token `nxt`, written at
+    out[m:], at most `left` tokens; the drafter hears how it did (observe, observe_target)
+    and stats count the verify. Returns the tokens taken. The single-row Decoder and the
+    batched runner (rtinfer.inference.batch) settle every verify here."""
+    take = min(a + 1, left)
+    out[m:m + min(a, take)] = drafts[:min(a, take)]
+    if a < take:
+        out[m + a] = nxt
+    drafter.observe(a, len(drafts))
+    drafter.observe_target(target)
+    stats.verifies += 1
+    stats.accepted += a
+    return take
+
+
 def completed_waypoints(before: int, now: int, dim: int) -> range:
     """The waypoints (D = dim tokens each) that tokens [before, now) complete: those ending
     after token `before` and by token `now`."""
@@ -156,24 +182,15 @@ class Decoder:
         v[g + 1:] = be.pad
         logits = be.step(v, pos, be.n_layer)[:g + 1, self.a0:self.a1]
         st.target_passes += 1
-        st.verifies += 1
         target = self._target[:g + 1]
         logits.argmax(axis=1, out=target)
         if self.sample:
             a, nxt = speculative_accept(softmax(logits, self.temperature), drafter.q, drafts,
                                         self.rng)
         else:
-            a = 0
-            while a < g and drafts[a] == target[a]:
-                a += 1
+            a = greedy_accepted(drafts, target, g)
             nxt = int(target[a])
-        take = min(a + 1, n - m)
-        out[m:m + min(a, take)] = drafts[:min(a, take)]
-        if a < take:
-            out[m + a] = nxt
-        drafter.observe(a, g)
-        drafter.observe_target(target)
-        st.accepted += a
+        take = settle(out, m, n - m, drafts, a, nxt, drafter, target, st)
         if adapt:
             self.gamma = min(self.gamma + 1, cap) if a == g else max(self.gamma - 1, 1)
         return take

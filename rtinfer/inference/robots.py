@@ -92,7 +92,7 @@ class RobotSlot:
     budget: Budget
     clock: PeerClock | None
     waiting: Envelope | None = None     # the newest observation not yet answered
-    previous: tuple | None = None       # the runner's previous chunk for this robot
+    previous: tuple | None = None       # its last chunk (Cycle.previous), drafts its next
     last_seq: int = -1
     last_seen_ns: int = 0
     slack_ns: int | None = None
@@ -125,6 +125,7 @@ class Robots:
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
                                        "obs_refused", "overloads"), 0)
+        self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
         self.overloaded = False             # the admitted robots no longer fit (check_load)
         self.batches = [1]                  # the batch sizes the node runs (set by the node)
         self.costs = {1: CycleCost()}       # batch size -> batches timed (the node records)
@@ -287,6 +288,14 @@ class Robots:
                 True))
         else:
             self.said.append((f"load fits again: {n} robots admitted, {cap} fit", False))
+
+    def answered(self, slot: RobotSlot, slack_ns: int | None) -> None:
+        """One of slot's cycles answered with this slack (None: unknown, not acted on): the
+        robot's budget follows it, and the last one known is the node's slack gauge."""
+        slot.counters["cycles"] += 1
+        if slack_ns is not None:
+            self.slack_ns = slot.slack_ns = slack_ns
+            slot.budget.update(slack_ns)
 
     def next(self, deadline_ns: int) -> RobotSlot | None:
         """The waiting robot whose chunk is due first (earliest deadline first); its

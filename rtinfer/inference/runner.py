@@ -15,16 +15,16 @@ from typing import Callable
 import numpy as np
 
 from rtinfer.inference.backends import get_backend
-from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.budget import BudgetLevel, prefill_depth
 from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.inference.model_drafter import CascadeDrafter, ModelDrafter
+from rtinfer.inference.prefix_cache import PrefixCache
 from rtinfer.model.directory import ModelDir
 from rtinfer.model.sequence import instruction_prefix, observation_segment
 from rtinfer.transport.wire import now_ns
 
-MAX_CACHED_INSTRUCTIONS = 8
 # the drafters a runner (and so the node) can be given
 DRAFTERS = ("chunk", "self", "model", "cascade", "none")
 DRAFT_DIR = "draft"  # a model directory's own draft model, when it ships one there
@@ -55,9 +55,9 @@ class ChunkRunner:
         self.drafter, self.prefix_cache = drafter, prefix_cache
         self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores",
                                        "gate_fallbacks"), 0)
-        self._instr_key, self._snaps = None, {}
-        # the last chunk decoded, (bins (H', D), capture_ns): the chunk-reuse drafter's input.
-        # A node serving several robots keeps one per robot and swaps it in per cycle.
+        self._cache, self._instr_key = PrefixCache(self.counters), None
+        # run()'s last chunk, (bins (H', D), capture_ns): the chunk-reuse drafter's input
+        # offline. run_cycle takes and gives it in the Cycle (the node keeps one per robot).
         self.previous: tuple[np.ndarray, int] | None = None
 
     def _model_drafter(self, draft_model, backend: str, backend_opts: dict | None) -> ModelDrafter:
@@ -92,48 +92,46 @@ class ChunkRunner:
         self.previous = None
 
     def _prefill(self, instr: np.ndarray, obs: np.ndarray,
-                 level: BudgetLevel | None = None) -> tuple[np.ndarray, int]:
+                 level: BudgetLevel) -> tuple[np.ndarray, int]:
         """The prefix: the instruction (cached, at full depth: every level reuses it) and the
-        observation segment, at the level's exit depth when that level decodes there alone
-        (no speculation) and the model exported a prefill graph at that depth, else at full
-        depth. So a cheap level skips the deeper layers in its prefill too."""
+        observation segment at the level's prefill depth (budget.prefill_depth), so a cheap
+        level skips the deeper layers in its prefill too."""
         be, v = self.backend, self.model.vocab
         head = instruction_prefix(v, instr)
         if not self.prefix_cache:
             seg = np.concatenate([head, observation_segment(v, obs)])
             return be.prefill(seg, 0), len(seg)
-        key = (be.gate, *instr.tolist())
-        if key == self._instr_key:
+        key = self._cache.key(instr, be.gate)
+        if key == self._instr_key:  # already in the KV
             self.counters["prefix_hits"] += 1
-        elif key in self._snaps:
-            be.restore(self._snaps[key])
-            self.counters["prefix_restores"] += 1
         else:
-            be.prefill(head, 0)
-            self.counters["prefix_prefills"] += 1
-            if len(self._snaps) >= MAX_CACHED_INSTRUCTIONS:
-                self._snaps.pop(next(iter(self._snaps)))
-            self._snaps[key] = be.snapshot(len(head))
+            snap = self._cache.get(key)
+            if snap is not None:
+                be.restore(snap)
+            else:
+                be.prefill(head, 0)
+                self._cache.put(key, be.snapshot(len(head)))
         self._instr_key = key
         seg = observation_segment(v, obs)
-        depth = None
-        if level is not None and level.spec_len == 0 and level.depth < self.model.n_layer \
-                and be.has_graph(level.depth, len(seg)):
-            depth = level.depth
+        depth = prefill_depth(level, self.model.n_layer, lambda d: be.has_graph(d, len(seg)))
         return be.prefill(seg, len(head), depth), len(head) + len(seg)
 
     def run(self, instr: np.ndarray, obs: np.ndarray, capture_ns: int | None, level: BudgetLevel,
             on_waypoint: Callable[[int, np.ndarray], None] | None = None) -> tuple[np.ndarray, int]:
-        """Offline form of run_cycle: on_waypoint(index, bins). Returns (bins, first_token_ns)."""
-        cycle = Cycle(0, {}, capture_ns, level, level.chunk)
-        return self._decode(cycle, instr, obs, on_waypoint), cycle.first_token_ns
+        """Offline form of run_cycle: on_waypoint(index, bins); drafts from this runner's own
+        previous chunk (self.previous, replaced). Returns (bins, first_token_ns)."""
+        cycle = Cycle(0, {}, capture_ns, level, level.chunk, previous=self.previous)
+        bins = self._decode(cycle, instr, obs, on_waypoint)
+        self.previous = cycle.previous
+        return bins, cycle.first_token_ns
 
     def run_cycle(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray,
                   on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> np.ndarray:
-        """Decode one chunk of cycle.level.chunk waypoints at cycle.level.depth; sets
-        cycle.first_token_ns before on_waypoint(cycle, index, bins) first fires (once per
-        waypoint, the moment it is final; bins is a reused view). Returns the chunk's bins
-        (chunk * D,) int64, a view valid until the next call."""
+        """Decode one chunk of cycle.level.chunk waypoints at cycle.level.depth, drafting from
+        cycle.previous; sets cycle.first_token_ns before on_waypoint(cycle, index, bins)
+        first fires (once per waypoint, the moment it is final; bins is a reused view), then
+        cycle.previous to this chunk and cycle.stats. Returns the chunk's bins (chunk * D,)
+        int64, a view valid until the next call."""
         return self._decode(cycle, instr, obs, partial(on_waypoint, cycle) if on_waypoint else None)
 
     def _decode(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray, on_waypoint) -> np.ndarray:
@@ -152,14 +150,15 @@ class ChunkRunner:
                                           observation_segment(md.vocab, obs)]))
         reuse = drafter.reuse if isinstance(drafter, CascadeDrafter) else drafter
         if isinstance(reuse, ChunkReuseDrafter):
-            if self.previous is None or capture_ns is None:
+            previous = cycle.previous
+            if previous is None or capture_ns is None:
                 reuse.clear()
             else:
-                reuse.set_previous(self.previous[0], self.previous[1], capture_ns,
-                                     md.tokenizer.period_ns)
+                reuse.set_previous(previous[0], previous[1], capture_ns, md.tokenizer.period_ns)
         D = md.tokenizer.dim
         bins = self.decoder.decode(logits, pos, level.chunk * D, depth=level.depth,
                                    drafter=drafter, gamma=level.spec_len or None, dim=D,
                                    on_waypoint=on_waypoint)
-        self.previous = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
+        cycle.previous = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
+        cycle.stats = self.decoder.stats
         return bins
