@@ -15,6 +15,12 @@ exported themselves.
 Both write graphs.json (with sha256s), action_spec.json, obs_spec.json and card.json, then
 load the directory as the inference node does and run each level once. Any problem raises
 PackageError, one line with the fix; the CLI prints it and exits 2.
+
+The directory is built in a temporary folder beside `out` and moved into place only once
+every check passed, so a refusal leaves `out` as it was (a good policy already there keeps
+its graphs and its graphs.json). Into an existing `out` the package's files are moved one
+by one, graphs.json last; level graphs (chunk_l*.onnx) the new package does not have are
+removed, any other file stays.
 """
 from __future__ import annotations
 
@@ -22,9 +28,12 @@ import argparse
 import hashlib
 import importlib
 import json
+import os
 import shutil
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -74,10 +83,36 @@ def _session(path: Path, ort):
                            f".onnx file exported with static shapes") from None
 
 
+@contextmanager
+def _staged(out: Path):
+    """A temporary folder beside `out` to build the package in: moved into place if the block
+    ends without an exception, removed either way (module docstring)."""
+    if out.exists() and not out.is_dir():
+        raise PackageError(f"--out {out} is a file; give a folder (new, or one holding a "
+                           f"policy to replace)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        try:
+            yield tmp
+        except PackageError as e:  # name the folder asked for, not the temporary one
+            raise PackageError(str(e).replace(str(tmp), str(out))) from None
+        if not out.exists():
+            os.rename(tmp, out)
+            return
+        stale = [f for f in out.glob("chunk_l*.onnx") if not (tmp / f.name).exists()]
+        for name in sorted((f.name for f in tmp.iterdir()), key=lambda n: n == "graphs.json"):
+            os.replace(tmp / name, out / name)
+        for f in stale:
+            f.unlink()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def package_onnx(graphs, out_dir, action: ActionSpec, *, obs: ObsSpec | None = None,
                  card: dict | None = None) -> dict:
     """Write the model directory `out_dir` from ONNX files (level 0 first: full quality);
-    returns its card."""
+    returns its card. A refusal leaves `out_dir` as it was."""
     graphs = [Path(g) for g in graphs]
     if not graphs:
         raise PackageError("no graph given; pass at least one --onnx file (level 0)")
@@ -85,8 +120,13 @@ def package_onnx(graphs, out_dir, action: ActionSpec, *, obs: ObsSpec | None = N
         if not g.is_file():
             raise PackageError(f"{g}: no such file; give the path of an exported .onnx graph")
     obs = obs or _graph_obs_spec(graphs[0])
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with _staged(Path(out_dir)) as tmp:
+        return _write(graphs, tmp, action, obs, card)
+
+
+def _write(graphs: list[Path], out: Path, action: ActionSpec, obs: ObsSpec,
+           card: dict | None) -> dict:
+    """The directory's files in `out` (graphs copied unless already there), then its dry run."""
     entries = []
     for level, g in enumerate(graphs):
         name = f"chunk_l{level}.onnx"
@@ -120,28 +160,28 @@ def _dry_run(out: Path) -> None:
 def package_module(modules, example_obs: dict[str, np.ndarray], out_dir, action: ActionSpec, *,
                    card: dict | None = None, atol: float = PARITY_ATOL, seed: int = 0) -> dict:
     """Export each level's torch module (level 0 first) and package them; the card records
-    each level's parity (max |ONNX Runtime - torch|) and parameter count."""
+    each level's parity (max |ONNX Runtime - torch|) and parameter count. A refusal leaves
+    `out_dir` as it was."""
     import torch
 
     if isinstance(modules, torch.nn.Module):
         modules = [modules]
     example = {k: np.asarray(v) for k, v in example_obs.items()}
     obs = obs_spec_of(example)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files, levels = [], []
-    for level, module in enumerate(modules):
-        path = out / f"chunk_l{level}.onnx"
-        _export(module, example, path)
-        parity = _parity(module, example, path, action, seed)
-        if parity > atol:
-            raise PackageError(f"level {level}: ONNX Runtime differs from torch by {parity:.2g} "
-                               f"(> {atol:g}); the module does something the exporter cannot "
-                               f"trace (data-dependent control flow?)")
-        files.append(path)
-        levels.append({"level": level, "parity_max_abs": parity,
-                       "params": int(sum(p.numel() for p in module.parameters()))})
-    return package_onnx(files, out, action, obs=obs, card={**(card or {}), "levels": levels})
+    with _staged(Path(out_dir)) as out:
+        files, levels = [], []
+        for level, module in enumerate(modules):
+            path = out / f"chunk_l{level}.onnx"
+            _export(module, example, path)
+            parity = _parity(module, example, path, action, seed)
+            if parity > atol:
+                raise PackageError(f"level {level}: ONNX Runtime differs from torch by "
+                                   f"{parity:.2g} (> {atol:g}); the module does something the "
+                                   f"exporter cannot trace (data-dependent control flow?)")
+            files.append(path)
+            levels.append({"level": level, "parity_max_abs": parity,
+                           "params": int(sum(p.numel() for p in module.parameters()))})
+        return _write(files, out, action, obs, {**(card or {}), "levels": levels})
 
 
 def _keywords(module, keys):
@@ -193,21 +233,44 @@ def _parity(module, example: dict, path: Path, action: ActionSpec, seed: int) ->
         ref = ref.detach().cpu().numpy() if hasattr(ref, "detach") else np.asarray(ref)
         got = sess.run([OUTPUT], feeds)[0]
         if got.shape != shape:
-            raise PackageError(f"the module returns shape {list(got.shape)}; the action spec "
-                               f"says {list(shape)} (batch 1, horizon, names)")
+            raise PackageError(
+                f"the module returns shape {list(got.shape)}; the action spec says "
+                f"{list(shape)} (batch 1, horizon, names): return [1, {action.horizon}, "
+                f"{action.dim}], one column per name {list(action.names)} in that order "
+                f"(reshape a flat output with .view(1, {action.horizon}, {action.dim})), or "
+                f"make action_spec.json's horizon and names match the module")
         worst = max(worst, float(np.max(np.abs(got - ref))))
     return worst
 
 
 def _resolve(target: str):
+    """The nn.Module that `--module package.module:attr` names: the attribute itself when it is
+    a module instance, else what calling it with no arguments returns."""
+    import torch
+
     mod, _, attr = target.partition(":")
     try:
         obj = getattr(importlib.import_module(mod), attr) if attr else importlib.import_module(mod)
     except (ImportError, AttributeError) as e:
         raise PackageError(f"--module {target}: cannot import it ({e}); give "
-                           f"'package.module:factory', a callable returning the nn.Module") \
+                           f"'package.module:factory', a callable returning the nn.Module, "
+                           f"importable from here (its folder on PYTHONPATH)") from None
+    if isinstance(obj, torch.nn.Module):
+        return obj
+    if not callable(obj):
+        raise PackageError(f"--module {target}: is a {type(obj).__name__}; give a callable "
+                           f"that returns the nn.Module")
+    try:
+        made = obj()
+    except Exception as e:  # the user's factory: any error is theirs to fix
+        raise PackageError(f"--module {target}: calling it with no arguments failed "
+                           f"({type(e).__name__}: {str(e)[:160]}); the factory takes none: "
+                           f"let it build the module and load its trained weights itself") \
             from None
-    return obj() if callable(obj) and not hasattr(obj, "forward") else obj
+    if not isinstance(made, torch.nn.Module):
+        raise PackageError(f"--module {target}: returned a {type(made).__name__}, not a "
+                           f"torch nn.Module")
+    return made
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,13 +279,19 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--onnx", action="append", help="an exported graph; repeat for cheaper "
                                                      "levels (level 0 first)")
     src.add_argument("--module", action="append",
-                     help="package.module:factory returning a torch nn.Module; repeat for levels")
+                     help="package.module:factory, called with no arguments, returning a torch "
+                          "nn.Module with its trained weights loaded (the factory loads them, "
+                          "e.g. torch.load of a path it knows, relative to its own file); the "
+                          "module must be importable from here (its folder on PYTHONPATH); "
+                          "repeat for cheaper levels (level 0 first)")
     p.add_argument("--example-obs", help=".npz of one observation (arrays named by key), "
                                          "with --module")
     p.add_argument("--obs-spec", help="obs_spec.json (default: read off the graph / example)")
     p.add_argument("--action-spec", required=True, help="action_spec.json (docs/policies.md)")
     p.add_argument("--card", help="a JSON file merged into card.json (lineage, accuracy)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True,
+                   help="the model directory; built in a temporary folder beside it and moved "
+                        "into place only when every check passed (a refusal leaves it as it was)")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     try:

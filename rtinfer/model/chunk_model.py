@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtinfer.model.action_spec import ActionSpec
-from rtinfer.model.directory import ModelError, _json
+from rtinfer.model.directory import ModelError, _json, check_is_dir
 from rtinfer.model.obs_spec import ObsSpec
 
 KIND = "chunk"
@@ -101,9 +101,7 @@ def load_model(path, *, check_hashes: bool = True):
     says kind "chunk", else an action-token ModelDir."""
     from rtinfer.model.directory import ModelDir
     path = Path(path)
-    if not path.is_dir():
-        raise ModelError(f"model directory {path} does not exist; give a directory written by "
-                         f"`rtinfer export` or `rtinfer package`")
+    check_is_dir(path)
     try:
         kind = json.loads((path / "graphs.json").read_text()).get("kind", "tokens")
     except (OSError, ValueError, AttributeError):

@@ -148,8 +148,8 @@ class ModelDir:
             [(n, d) for n, d in self.manifest.get("weights", {}).items() if Path(n).parent in folders]
         for name, digest in files:
             if digest and hashlib.sha256((self.path / name).read_bytes()).hexdigest() != digest:
-                raise ModelError(f"{self.path / name}: sha256 differs from graphs.json; the "
-                                 "file is corrupt or stale: re-export")
+                raise ModelError(f"{self.path / name}: sha256 differs from graphs.json; "
+                                 f"{SHA_FIX}")
 
     def accuracy(self, depth: int) -> float | None:
         acc = self.card.get("accuracy", {})
@@ -161,10 +161,8 @@ class ModelDir:
         """Read and cross-check every file. check_hashes: sha256 of each graph against the
         manifest (reads every graph once; seconds for large models)."""
         path = Path(path)
-        if not path.is_dir():
-            raise ModelError(f"model directory {path} does not exist; export one with "
-                               "models.export.export_all and write tokenizer.json/obs_tokens.json")
-        manifest = _json(path / "graphs.json", "run models.export.export_all into this folder")
+        check_is_dir(path)
+        manifest = _json(path / "graphs.json", _manifest_fix(path))
         if manifest.get("format") != "rtinfer-graphs" or manifest.get("version", 0) > 1:
             raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v1 manifest")
         vd = manifest.get("vocab") or _json(path / "vocab.json",
@@ -232,8 +230,7 @@ class ModelDir:
                                      "(python -m models.gating ship)")
                 if check_hashes and g.get("sha256") and \
                         hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
-                    raise ModelError(f"{f}: sha256 differs from graphs.json; the file is "
-                                     "corrupt or stale: re-export")
+                    raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
                 by_k[int(g["k"])] = g
             want = self.ks(full, dtype)
             if sorted(by_k) != want:
@@ -268,14 +265,43 @@ class ModelDir:
                 raise ModelError(f"{f} listed in graphs.json is missing; re-export the model")
             if check_hashes and key[0] == "float32" and g.get("sha256") and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
-                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+                raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
         for name, digest in self.manifest.get("weights", {}).items():  # shared external data
             f = self.path / name
             if not f.exists():
                 raise ModelError(f"{f} (shared weights) is missing; re-export the model")
             if check_hashes and Path(name).parent == Path(".") and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != digest:
-                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt")
+                raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
+
+
+# The fix for a file whose sha256 is not the one graphs.json lists.
+SHA_FIX = ("the file is corrupt or changed since export: restore it from where the model came "
+           "from (a shipped model: `git checkout -- FOLDER`), or re-export the model "
+           "(`rtinfer export`; a chunk policy: `rtinfer package`)")
+
+
+def check_is_dir(path: Path) -> None:
+    """ModelError unless `path` is a directory: a file in one (graphs.json) is told the
+    folder to give instead, a missing path how to make one."""
+    if path.is_dir():
+        return
+    if path.is_file():
+        raise ModelError(f"{path} is a file, not a model directory; give the folder that "
+                         f"holds it: {path.parent}")
+    raise ModelError(f"model directory {path} does not exist; write one with `rtinfer export` "
+                     f"(an action-token policy, from a checkpoint) or `rtinfer package` (a "
+                     f"chunk policy, from a torch module or ONNX files)")
+
+
+def _manifest_fix(path: Path) -> str:
+    """What to run when `path` has no graphs.json: the packager for a chunk policy's files."""
+    if (path / "action_spec.json").exists() or any(path.glob("chunk_l*.onnx")):
+        return ("it looks like a continuous-chunk policy (action_spec.json, chunk_l*.onnx): "
+                "write its graphs.json with `rtinfer package --onnx chunk_l0.onnx "
+                "--action-spec action_spec.json --out FOLDER` (docs/policies.md section 9)")
+    return ("export a checkpoint into this folder with `rtinfer export --checkpoint CKPT --out "
+            "FOLDER`, or package a chunk policy with `rtinfer package` (docs/policies.md)")
 
 
 def _json(path: Path, fix: str) -> dict:
