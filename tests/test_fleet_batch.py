@@ -60,15 +60,16 @@ def _round(node, pubs, act, bodies, t):
 @pytest.mark.parametrize("batch", [None, 1])
 def test_robots_waiting_together_decode_together_each_its_own_greedy(tmp_path, bodies, batch):
     node, pubs, act = _fleet(tmp_path, batch)
-    plain = ChunkRunner(node.model, drafter="none")
+    md = node.policy.model
+    plain = ChunkRunner(md, drafter="none")
     level = node.budget.levels[0]
     try:
         for t in range(3):  # later rounds draft each robot from its own previous chunk
             sent, got = _round(node, pubs, act, bodies, t)
             assert set(got) == set(NAMES)
             for n in NAMES:
-                ref, _ = plain.run(*node.model.obs.encode(sent[n]), None, level)
-                assert np.array_equal(got[n], ref.reshape(-1, node.model.tokenizer.dim)), (n, t)
+                ref, _ = plain.run(*md.obs.encode(sent[n]), None, level)
+                assert np.array_equal(got[n], ref.reshape(-1, md.tokenizer.dim)), (n, t)
         h = node.health()
         if batch is None:
             assert node.policy.max_batch == 8 and h["counters"]["batches"] >= 3

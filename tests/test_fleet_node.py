@@ -52,11 +52,11 @@ def fleet(tiny_model_dir, tmp_path):
 def greedy(node, body) -> np.ndarray:
     """The tokens a plain greedy decode gives for this observation, in a runner of its own."""
     from rtinfer.inference.runner import ChunkRunner
-    plain = ChunkRunner(node.model, drafter="none", backend_opts={"threads": 1})
+    plain = ChunkRunner(node.policy.model, drafter="none", backend_opts={"threads": 1})
     level = node.budget.levels[0]
-    instr, obs = node.model.obs.encode(body)
+    instr, obs = node.policy.model.obs.encode(body)
     bins, _ = plain.run(instr, obs, None, level)
-    return bins.reshape(-1, node.model.tokenizer.dim)
+    return bins.reshape(-1, node.policy.model.tokenizer.dim)
 
 
 def tokens_by_robot(chunks) -> dict:

@@ -97,6 +97,15 @@ class Budget:
     def level(self) -> BudgetLevel:
         return self.levels[self.index]
 
+    def fix(self, level: int) -> None:
+        """Hold the own level at `level` (-1: the cheapest), as a fixed budget (auto off)
+        does. ValueError: no such level."""
+        n = len(self.levels)
+        if not -n <= level < n:
+            raise ValueError(f"this model has {n} budget levels (0 .. {n - 1}, or -1 for "
+                             f"the cheapest)")
+        self.own_level = self._last = level % n
+
     def set_monitor_level(self, level: int) -> None:
         """A `budget` message from the monitor: a floor on the level (0 lifts it)."""
         self.monitor_level = max(0, int(level))

@@ -31,3 +31,19 @@ class Cycle:
     last_publish_ns: int | None = None   # set when each waypoint goes out: the last one's
     stats: object | None = None  # the decode's DecodeStats (an action-token policy)
     dropped: bool = False        # the chunk had a value that is not finite: not sent on
+
+    def record(self, node: str, t_end: int, tokens: int, level: int, skipped: int) -> dict:
+        """This cycle's trace record (rtinfer.realtime.trace), answered at t_end with
+        `tokens` outputs, at budget level index `level`, `skipped` observations superseded
+        so far for its robot."""
+        t_recv, t_first, st = self.stamps["obs_recv"], self.first_token_ns, self.stats
+        fields = {"ttft_us": (t_first - t_recv) / 1e3,
+                  "per_token_us": (t_end - t_first) / max(tokens - 1, 1) / 1e3,
+                  "level": float(level), "skipped": float(skipped)}
+        if st is not None:
+            fields["tokens_per_pass"] = st.tokens_per_target_pass
+            fields["accepted_per_verify"] = st.accepted / max(st.verifies, 1)
+        return {"node": node, "cycle": self.seq,
+                "stamps": {**self.stamps, "first_token": t_first,
+                           "last_publish": self.last_publish_ns or t_end, "end": t_end},
+                "fields": fields}

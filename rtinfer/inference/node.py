@@ -3,34 +3,26 @@
     python -m rtinfer.inference.node --model DIR --obs ipc:///tmp/obs --actions ipc:///tmp/act \
         [--curve-secret K.key_secret --curve-map curve.json]     # CURVE on tcp endpoints
 
-It serves a model directory of either kind (docs/policies.md) through one policy object
-(rtinfer.inference.policy: levels, encode, run, figures), to one robot or several (each an
-obs `src`, on one or more --obs endpoints; rtinfer.inference.robots): per robot its own
-newest observation (latest-only per robot; skipped ones counted), previous chunk, budget
-level, clock and counters. Each spin, like openpilot's controlsd: take the observations that
-arrived -> pick the robot whose chunk is due first (earliest deadline first), with those
-waiting at its budget level beside it where the policy batches (an action-token model with
-batched graphs, models.export_batched: each row its own drafts, bit-identical per row) ->
-encode each into a Cycle (its previous chunk in it) -> run the policy, which streams one
-`action_chunk` message per waypoint the moment it is final, to the robot whose obs it
-answers (`dest` = the obs's src) -> account (counters, histograms, slack, budget, trace).
-One robot is a batch of one. A robot beyond what the measured cycle and batch times fit is
-refused when it joins, said once and counted.
-
-A chunk with a value that is not finite (NaN, inf: a broken policy) is not sent: counted
+One policy object of either kind (rtinfer.inference.policy; docs/policies.md) serves one
+robot or several (each an obs `src`, on one or more --obs endpoints; rtinfer.inference.robots:
+per robot its newest observation, previous chunk, budget level, clock, counters, admission).
+Each spin, as openpilot's controlsd: take the observations that arrived -> pick the robot
+due first (earliest deadline first) with those batched beside it where the policy batches
+-> encode each into a Cycle -> run the policy, which streams one `action_chunk` per waypoint
+the moment it is final to the robot whose obs it answers -> account (counters, histograms,
+slack -> budget, trace). One robot is a batch of one (docs/architecture.md draws it).
+A chunk with a value that is not finite (a broken policy's NaN or inf) is not sent: counted
 (chunks_not_finite), said in one rate-limited line, the robot holds as without a chunk, and
-the node serves on; BROKEN_AFTER such cycles in a row are reported (health counter
-policy_broken, a line). Stamps: the obs's (capture, ...) + obs_recv, first_token (for a
-chunk policy: the chunk computed), publish. Also: `budget`/`command` in, `heartbeat` and
-`health` out at `health_hz`, a trace record per cycle. A bad obs is counted and dropped; the
-loop never dies of one. Single-threaded; `spin_once` blocks up to timeout_ms.
+the node serves on; BROKEN_AFTER in a row are reported (health policy_broken, a line).
+Stamps: the obs's (capture, ...) + obs_recv, first_token, publish. Also: `budget`/`command`
+in, `heartbeat` and `health` out at `health_hz`, a trace record per cycle. A bad obs is
+counted and dropped. Single-threaded; `spin_once` blocks up to timeout_ms.
 
-Own slack = deadline - (last publish - capture), capture moved onto this node's clock (the
-last waypoint: a chunk is on time only when its last waypoint is).
-On one host (ipc/inproc/loopback obs endpoint) the clocks are one. Across hosts the
-robot's clock offset is bracketed by its `obs` (robot -> node) and its `trace` records of
-this node's waypoint 0 (node -> robot), both read on the obs endpoint (PeerClock); until
-both have been seen the slack is unknown, counted (slack_unknown) and not acted on.
+Own slack = deadline - (last publish - capture), capture on this node's clock (the last
+waypoint: a chunk is on time only when its last waypoint is). On one host (ipc/inproc/
+loopback) the clocks are one; across hosts the robot's clock offset is bracketed by its
+`obs` and its `trace` records of this node's waypoint 0 (PeerClock); until both have been
+seen the slack is unknown, counted (slack_unknown) and not acted on.
 """
 from __future__ import annotations
 
@@ -99,7 +91,7 @@ class InferenceNode:
             raise
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle", "compute")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
-                                       "publish_dropped", "slack_unknown", "chunks_not_finite",
+                                       "publish_dropped", "chunks_not_finite",
                                        "chunks_not_finite_in_a_row"), 0)
         self.state = "run"  # "hold" (a safe_hold command), "stop" (a stop command, stop())
         self.complaints = Complaints(cfg.name)  # loud, rate-limited error lines
@@ -113,10 +105,6 @@ class InferenceNode:
         return self.robots.first_budget
 
     @property
-    def model(self):
-        return self.policy.model
-
-    @property
     def running(self) -> bool:
         return self.state != "stop"
 
@@ -127,9 +115,7 @@ class InferenceNode:
 
     @property
     def robot_clock(self) -> PeerClock | None:
-        """The first robot's clock (another host's; None on one host or before a robot)."""
-        first = next(iter(self.robots.slots.values()), None)
-        return None if first is None else first.clock
+        return self.robots.first_clock
 
     def run(self, seconds: float | None = None) -> None:
         """Spin until a `stop` command, stop(), or `seconds` elapse."""
@@ -228,36 +214,10 @@ class InferenceNode:
             self.hist["ttft"].record(t_first - t_recv)
             self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
             self.hist["cycle"].record(t_end - t_recv)
-            self.robots.answered(slot, self._slack_ns(slot, cycle))
+            self.robots.answered(slot, cycle.capture, cycle.last_publish_ns)
             if self.trace is not None:
-                self._trace(slot, cycle, t_recv, t_end, n)
-
-    def _trace(self, slot: RobotSlot, cycle: Cycle, t_recv: int, t_end: int, n: int) -> None:
-        t_first, st = cycle.first_token_ns, cycle.stats
-        fields = {"ttft_us": (t_first - t_recv) / 1e3,
-                  "per_token_us": (t_end - t_first) / max(n - 1, 1) / 1e3,
-                  "level": float(slot.budget.index),
-                  "skipped": float(slot.counters["obs_superseded"])}
-        if st is not None:
-            fields["tokens_per_pass"] = st.tokens_per_target_pass
-            fields["accepted_per_verify"] = st.accepted / max(st.verifies, 1)
-        self.trace.write({"node": self.cfg.name, "cycle": cycle.seq,
-                          "stamps": {**cycle.stamps, "first_token": t_first,
-                                     "last_publish": cycle.last_publish_ns or t_end,
-                                     "end": t_end},
-                          "fields": fields})
-
-    def _slack_ns(self, slot: RobotSlot, cycle: Cycle) -> int | None:
-        """deadline - (last publish - capture), capture on this node's clock; None if unknown.
-        The last waypoint: the controller rejects any waypoint past the deadline, so a chunk
-        is on time only when its last one is."""
-        if cycle.capture is None or cycle.last_publish_ns is None:
-            return None
-        offset = 0 if slot.clock is None else slot.clock.offset_ns
-        if offset is None:  # another host's clock, not yet bracketed both ways
-            self.counters["slack_unknown"] += 1
-            return None
-        return slot.budget.deadline_ns - (cycle.last_publish_ns - (cycle.capture - offset))
+                self.trace.write(cycle.record(self.cfg.name, t_end, n, slot.budget.index,
+                                              slot.counters["obs_superseded"]))
 
     # --- robots joining -----------------------------------------------------------------------
     def _take_observations(self, timeout_ms: int) -> None:
@@ -313,11 +273,11 @@ class InferenceNode:
                     self.heartbeat.on_ping(env)
                 elif topic == "budget":
                     if self.cfg.auto_budget:  # a fixed-budget node ignores the monitor too
-                        for b in self._budgets():
+                        for b in {self.budget, *(s.budget for s in self.robots.slots.values())}:
                             b.set_monitor_level(env.body["level"])
                 elif env.body["cmd"] == "stop":
                     self.stop()
-                else:
+                elif self.running:  # a stop sticks
                     self.state = "hold" if env.body["cmd"] == "safe_hold" else "run"
         if self.trace_sub is not None:
             for _ in range(DRAIN_LIMIT):
@@ -335,10 +295,6 @@ class InferenceNode:
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
 
-    def _budgets(self) -> list:
-        return [self.budget] + [s.budget for s in self.robots.slots.values()
-                                if s.budget is not self.budget]
-
     def _on_robot_trace(self, env) -> None:
         """A robot's trace of one of our waypoint 0s: a node -> robot message (its publish
         on our clock, its recv on the robot's). Others' traces are ignored."""
@@ -349,12 +305,9 @@ class InferenceNode:
 
     def health(self) -> dict:
         """`health` body: counters (node, policy, robots, subscriber) and latency gauges (us)."""
-        slots = list(self.robots.slots.values())
-        c = {**self.counters, **self.policy.figures(), **self.robots.counters,
+        robots, gauges = self.robots.figures()
+        c = {**self.counters, **self.policy.figures(), **robots,
              "policy_broken": int(self.counters["chunks_not_finite_in_a_row"] >= BROKEN_AFTER),
-             "robots": len(slots),
-             "obs_skipped": sum(s.counters["obs_superseded"] for s in slots),
-             "robot_restarts": sum(s.counters["restarts"] for s in slots),
              "obs_rejected": self.obs_sub.counters["rejected"],
              "obs_oversize": self.obs_sub.counters["oversize"],
              "obs_sessions_ended": self.obs_sub.sessions_ended,
@@ -362,26 +315,8 @@ class InferenceNode:
              "budget_level": self.budget.index, "budget_switches": self.budget.switches}
         g = {f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
              for k in self.hist for p in (50, 99)}
-        if self.slack_ns is not None:
-            g["slack_us"] = self.slack_ns / 1e3
-        offset = self.robot_clock.offset_ns if self.robot_clock is not None else None
-        if offset is not None:
-            g["robot_clock_offset_us"] = offset / 1e3
-        if len(slots) > 1 or self.robots.refused:  # per robot, when there are several
-            for s in slots:
-                c[f"robot.{s.name}.cycles"] = s.counters["cycles"]
-                c[f"robot.{s.name}.budget_level"] = s.budget.index
-                if s.slack_ns is not None:
-                    g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
-        for name in self.robots.refused:  # refused and not admitted since (the dashboard)
-            c[f"robot.{name}.refused"] = 1
-        if self.robots.chunk_ns:
-            g["cycle_cost_us"] = self.robots.chunk_ns / 1e3
-        for b in self.robots.batches[1:]:
-            cost = self.robots.batch_ns(b)
-            if cost:
-                g[f"batch_cost_us.b{b}"] = cost / 1e3
-        return {"node": self.cfg.name, "state": self.state, "counters": c, "gauges": g}
+        return {"node": self.cfg.name, "state": self.state, "counters": c,
+                "gauges": {**g, **gauges}}
 
     def close(self) -> None:
         for s in (self.obs_sub, self.ctl_sub, self.trace_sub, self.pub, self.trace):
@@ -402,12 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cfg.name}: error: {e}", file=sys.stderr, flush=True)
         return 2
     if a.level is not None:
-        n = len(node.budget.levels)
-        if not -n <= a.level < n:
+        try:
+            node.budget.fix(a.level)
+        except ValueError as e:
             node.close()
-            p.error(f"--level {a.level}: this model has {n} budget levels (0 .. {n - 1}, "
-                    f"or -1 for the cheapest)")
-        node.budget.own_level = node.budget._last = a.level % n
+            p.error(f"--level {a.level}: {e}")
     stop_on_signals(node)
     print(f"{cfg.name}: ready ({node.policy.summary})", flush=True)
     try:

@@ -124,7 +124,7 @@ class Robots:
         self.slots: dict[str, RobotSlot] = {}
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
-                                       "obs_refused", "overloads"), 0)
+                                       "obs_refused", "overloads", "slack_unknown"), 0)
         self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
         self.overloaded = False             # the admitted robots no longer fit (check_load)
         self.batches = [1]                  # the batch sizes the node runs (set by the node)
@@ -289,13 +289,57 @@ class Robots:
         else:
             self.said.append((f"load fits again: {n} robots admitted, {cap} fit", False))
 
-    def answered(self, slot: RobotSlot, slack_ns: int | None) -> None:
-        """One of slot's cycles answered with this slack (None: unknown, not acted on): the
-        robot's budget follows it, and the last one known is the node's slack gauge."""
+    @property
+    def first_clock(self) -> PeerClock | None:
+        """The first robot's clock (another host's; None on one host or before a robot)."""
+        first = next(iter(self.slots.values()), None)
+        return None if first is None else first.clock
+
+    def figures(self) -> tuple[dict, dict]:
+        """(counters, gauges in us) for the node's health: the robots' own, and per robot
+        when there are several or one was refused."""
+        slots = list(self.slots.values())
+        c = {**self.counters, "robots": len(slots),
+             "obs_skipped": sum(s.counters["obs_superseded"] for s in slots),
+             "robot_restarts": sum(s.counters["restarts"] for s in slots)}
+        g = {}
+        if self.slack_ns is not None:
+            g["slack_us"] = self.slack_ns / 1e3
+        offset = self.first_clock.offset_ns if self.first_clock is not None else None
+        if offset is not None:
+            g["robot_clock_offset_us"] = offset / 1e3
+        if len(slots) > 1 or self.refused:
+            for s in slots:
+                c[f"robot.{s.name}.cycles"] = s.counters["cycles"]
+                c[f"robot.{s.name}.budget_level"] = s.budget.index
+                if s.slack_ns is not None:
+                    g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
+        for name in self.refused:  # refused and not admitted since (the dashboard)
+            c[f"robot.{name}.refused"] = 1
+        if self.chunk_ns:
+            g["cycle_cost_us"] = self.chunk_ns / 1e3
+        for b in self.batches[1:]:
+            cost = self.batch_ns(b)
+            if cost:
+                g[f"batch_cost_us.b{b}"] = cost / 1e3
+        return c, g
+
+    def answered(self, slot: RobotSlot, capture: int | None, last_publish_ns: int | None) -> None:
+        """One of slot's cycles answered. Its slack, deadline - (last publish - capture) with
+        capture on the node's clock (the last waypoint: the controller rejects any waypoint
+        past the deadline, so a chunk is on time only when its last one is), drives the
+        robot's budget and is the node's slack gauge; unknown (no capture, nothing sent,
+        another host's clock not yet bracketed both ways: counted) it is not acted on."""
         slot.counters["cycles"] += 1
-        if slack_ns is not None:
-            self.slack_ns = slot.slack_ns = slack_ns
-            slot.budget.update(slack_ns)
+        if capture is None or last_publish_ns is None:
+            return
+        offset = 0 if slot.clock is None else slot.clock.offset_ns
+        if offset is None:
+            self.counters["slack_unknown"] += 1
+            return
+        self.slack_ns = slot.slack_ns = slot.budget.deadline_ns - (last_publish_ns -
+                                                                   (capture - offset))
+        slot.budget.update(slot.slack_ns)
 
     def next(self, deadline_ns: int) -> RobotSlot | None:
         """The waiting robot whose chunk is due first (earliest deadline first); its
