@@ -504,3 +504,66 @@ def test_each_robot_has_its_own_cycles_misses_and_e2e_and_the_fleets_are_their_s
     assert h["gauges"]["e2e_max_ms.controller-0"] == robots["controller-0"]["e2e_ms"]["max"]
     assert h["gauges"]["e2e_p99_ms.controller-1"] == robots["controller-1"]["e2e_ms"]["p99"]
     assert sum(h["counters"][f"cycles.{n}"] for n in e2e_ms) == h["counters"]["cycles"]
+
+
+def _late(node, cycle, capture, recv, index):
+    return {"node": node, "cycle": cycle, "fields": {"late_index": float(index)},
+            "stamps": {"capture": capture, "recv": recv}}
+
+
+def test_the_monitor_and_rtinfer_report_count_the_same_misses_a_chunk_dropped_at_apply_too(
+        tmp_path):
+    """One definition of a miss (rtinfer.monitor.stages.DEFINITIONS): a cycle with a late
+    record, whatever its age (the controller drops a chunk that came in time but whose first
+    setpoint would go out past the deadline: late_applies, recv - capture < deadline), or an
+    applied cycle above the deadline. The real monitor process and `rtinfer report` on the
+    same records give the same cycles and misses (the monitor left the first kind out)."""
+    from rtinfer.realtime.trace import TraceWriter
+    robot, ctl, report = f"ipc://{tmp_path}/robot", f"ipc://{tmp_path}/ctl", tmp_path / "r.json"
+    t = now_ns()
+    records = [
+        {"node": "controller", "cycle": 1, "fields": {},
+         "stamps": {"capture": t, "apply": t + 10 * MS}},              # on time
+        _late("controller", 2, t + 1, t + 1 + 20 * MS, 0),              # dropped at apply
+        _late("controller", 3, t + 2, t + 2 + 150 * MS, 0),             # arrived late
+        {"node": "controller", "cycle": 4, "fields": {},
+         "stamps": {"capture": t + 3, "apply": t + 3 + 150 * MS}},      # applied past it
+        _late("controller", 5, t + 4, t + 4 + 30 * MS, 1),              # two late waypoints
+        _late("controller", 5, t + 4, t + 4 + 40 * MS, 2),              # of one cycle
+    ]
+    with TraceWriter(tmp_path / "controller.trace") as w:
+        for r in records:
+            w.write(r)
+    proc = _start_monitor(tmp_path, "--listen", robot, "--control", ctl, "--deadline-ms", "100",
+                          "--report", str(report))
+    try:
+        with Publisher(robot, "sim") as pub, Subscriber(ctl, ["health"]) as health:
+            def heard(cond, what, timeout_s=30.0):
+                end = time.monotonic() + timeout_s
+                while time.monotonic() < end:
+                    env = health.recv(50)
+                    if env is not None and cond(env.body["counters"]):
+                        return env.body["counters"]
+                    if what == "warm-up":
+                        t0 = now_ns()
+                        pub.publish("trace", {"node": "warmup", "cycle": 0, "fields": {},
+                                              "stamps": {"capture": t0 - MS, "apply": t0}})
+                raise AssertionError(f"waited {timeout_s:g} s for the monitor's health to show "
+                                     f"the {what}")
+            heard(lambda c: c.get("cycles.warmup"), "warm-up")  # it hears this publisher
+            for r in records:
+                pub.publish("trace", r)
+            c = heard(lambda c: c.get("cycles.controller") == 5 and c["late_cycles"] == 4,
+                      "5 cycles and 4 late records of 'controller'")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        proc.kill()
+    assert c["misses.controller"] == 4, c  # cycles 2, 3, 4 and 5; the old count was 3
+    rep = json.loads(report.read_text())
+    assert rep["robots"]["controller"]["misses"] == 4 and rep["late_cycles"] == 4
+    out = subprocess.run([sys.executable, "-m", "rtinfer.cli", "report",
+                          str(tmp_path / "controller.trace"), "--deadline-ms", "100"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, COLUMNS="300"))
+    assert out.returncode == 0 and "cycles 5, misses 4" in out.stdout, out.stdout

@@ -46,7 +46,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from rtinfer.monitor.report import main as report_main
-    return report_main(args.trace, png=args.png)
+    return report_main(args.trace, png=args.png, deadline_ms=args.deadline_ms)
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="latency table (and PNG) from a trace file")
     r.add_argument("trace")
     r.add_argument("--png", default=None, help="write a latency timeline + histogram PNG (needs matplotlib)")
+    r.add_argument("--deadline-ms", type=float, default=None,
+                   help="count applied cycles whose e2e is above it as misses too (late "
+                        "waypoints always are), as the monitor does")
     r.set_defaults(func=_report)
 
     k = sub.add_parser("keys", help="CURVE key management")

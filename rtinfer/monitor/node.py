@@ -152,13 +152,15 @@ class Monitor:
             # not move with the clock-offset estimate)
             key = (body["node"], body["cycle"], st.get("capture"))
             seen, missed = key in self._cycles, self._cycles.get(key, False)
-            self._cycles[key] = missed or e2e > self.policy.deadline_ns
+            miss = late or e2e > self.policy.deadline_ns  # a late record is a miss (DEFINITIONS)
+            self._cycles[key] = missed or miss
             if fig is not None:  # by the policy's own rules (on_cycle's new_cycle, count_miss)
                 fig.cycles += not seen
-                fig.misses += not missed and e2e > self.policy.deadline_ns
+                fig.misses += not missed and miss
             if len(self._cycles) > CYCLE_MEMORY:
                 del self._cycles[next(iter(self._cycles))]
-            for ev in self.policy.on_cycle(e2e, t, new_cycle=not seen, count_miss=not missed):
+            for ev in self.policy.on_cycle(e2e, t, new_cycle=not seen, count_miss=not missed,
+                                           late=late):
                 self._act(ev)
 
     def _robot(self, node: str) -> RobotFigures | None:

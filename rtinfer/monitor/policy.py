@@ -11,7 +11,7 @@ clock reads, no sockets, so every decision is reproducible in a test. Not thread
   (> lower margin: the hysteresis band) for `raise_patience` evaluations in a row ->
   level - 1. After any change the window restarts, so the next decision only sees
   cycles run at the new level.
-- safe_hold: `hold_after_misses` consecutive misses (e2e > deadline), or a required node
+- safe_hold: `hold_after_misses` consecutive misses (e2e > deadline, or late), or a required node
   dead. clear: in hold, no miss and no dead required node for `clear_after_s`. (No cycles
   run during a hold, so recovery is judged by time, not by cycles.)
 """
@@ -37,7 +37,7 @@ class MonitorConfig:
     raise_margin_ms: float = 50.0    # p99 slack above this ...
     raise_patience: int = 3          # ... for this many evaluations: raise it (level - 1)
     max_level: int = 4
-    hold_after_misses: int = 5       # consecutive e2e > deadline -> safe_hold
+    hold_after_misses: int = 5       # consecutive misses -> safe_hold
     clear_after_s: float = 2.0       # healthy this long in a hold -> clear
     required: tuple[str, ...] = ()   # nodes whose death orders safe_hold
     node_period_s: float = 1.0       # expected message period of a node ...
@@ -100,18 +100,20 @@ class DeadlinePolicy:
         self._last_bad_ns = start_ns  # newest miss or dead required node
 
     def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True,
-                 count_miss: bool = True) -> list[Event]:
+                 count_miss: bool = True, late: bool = False) -> list[Event]:
         """One cycle's end-to-end latency (ns); returns the decisions it caused. new_cycle
         False: another record of a cycle already counted (e.g. a late waypoint: its age is
         the sample, so the budget window sees late tails too); it counts no cycle and no
         evaluation. count_miss False: that cycle was counted as missed already; the sample
-        still enters the window."""
+        still enters the window. late: the controller dropped a waypoint of it as late
+        (never applied), a miss whatever e2e_ns says (a chunk that arrived in time but whose
+        first setpoint would have gone out past the deadline: late_applies)."""
         c, cfg = self.counters, self.cfg
         c["cycles"] += new_cycle
         self._ring[self._n % cfg.window] = e2e_ns
         self._n += 1
         out: list[Event] = []
-        if count_miss and e2e_ns > self.deadline_ns:
+        if count_miss and (late or e2e_ns > self.deadline_ns):
             c["misses"] += 1
             self.consecutive_misses += 1
             self._last_bad_ns = now_ns

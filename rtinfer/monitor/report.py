@@ -46,6 +46,27 @@ def stage_latencies(records, late: list | None = None
     return as_arr(lat), as_arr(start), n
 
 
+def cycle_counts(records, deadline_ns: int | None = None) -> dict[str, int]:
+    """The monitor's cycles and misses (stages.DEFINITIONS) on the trace's stamps as they
+    are: distinct (node, cycle id, capture) with a late record (capture and recv) or an
+    applied one (capture and apply); a cycle is missed when any record of it is late
+    (never applied, whatever its age: a chunk dropped at apply time too) or, with
+    deadline_ns, its e2e is above that."""
+    missed: dict[tuple, bool] = {}
+    for rec in records:
+        st = rec.get("stamps")
+        if not isinstance(st, dict):
+            continue
+        late = is_late(rec)
+        cap, end = st.get("capture"), st.get("recv" if late else "apply")
+        if not (isinstance(cap, int) and isinstance(end, int)):
+            continue
+        key = (rec.get("node"), rec.get("cycle"), cap)
+        miss = late or (deadline_ns is not None and end - cap > deadline_ns)
+        missed[key] = missed.get(key, False) or miss
+    return {"cycles": len(missed), "misses": sum(missed.values())}
+
+
 def summarize(lat_ns: np.ndarray) -> dict[str, float]:
     """count, clamped and p50/p90/p99/p99.9/max in milliseconds (exact samples, not binned;
     clamped to [0, MAX_NS] and ranked as the monitor's histograms are)."""
@@ -59,12 +80,16 @@ def summarize(lat_ns: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _print_table(path: str, n_records: int, lat: dict[str, np.ndarray], n_late: int) -> None:
+def _print_table(path: str, n_records: int, lat: dict[str, np.ndarray], n_late: int,
+                 counts: dict[str, int], deadline_ms: float | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    past = f"e2e above {deadline_ms:g} ms" if deadline_ms is not None else \
+        "give --deadline-ms to count applied cycles past it too"
     table = Table(title=f"{os.path.basename(path)}: {n_records} records, latency in ms",
-                  caption=f"{n_late} late-waypoint records: misses, never applied, in no "
+                  caption=f"cycles {counts['cycles']}, misses {counts['misses']} (late, or "
+                          f"{past}); {n_late} late-waypoint records: never applied, in no "
                           f"stage. clamped: {DEFINITIONS['clamped']}")
     table.add_column("stage")
     for col in ("count", "clamped", *(c for c, _ in COLUMNS), "max"):
@@ -96,11 +121,14 @@ def write_png(png: str, lat: dict[str, np.ndarray], start: dict[str, np.ndarray]
     fig.savefig(png, dpi=100)
 
 
-def main(trace_path: str, png: str | None = None) -> int:
-    """Print the latency table for `trace_path`; write `png` if given. Returns an exit code."""
+def main(trace_path: str, png: str | None = None, deadline_ms: float | None = None) -> int:
+    """Print the latency table for `trace_path` (with its cycles and misses, by the monitor's
+    definition; deadline_ms: the deadline applied cycles are held to); write `png` if given.
+    Returns an exit code."""
     late: list[dict] = []
     try:
-        lat, start, n = stage_latencies(read_trace(trace_path), late)
+        records = list(read_trace(trace_path))
+        lat, start, n = stage_latencies(records, late)
     except (OSError, ValueError) as exc:
         print(f"rtinfer report: cannot read trace {trace_path!r}: {exc}")
         return 2
@@ -111,7 +139,8 @@ def main(trace_path: str, png: str | None = None) -> int:
         pairs = ", ".join(f"{a}->{b}" for _, a, b in STAGES)
         print(f"rtinfer report: {n} records in {trace_path!r} but none has a stamp pair ({pairs})")
         return 2
-    _print_table(trace_path, n, lat, len(late))
+    counts = cycle_counts(records, None if deadline_ms is None else int(deadline_ms * 1e6))
+    _print_table(trace_path, n, lat, len(late), counts, deadline_ms)
     if png is None:
         return 0
     try:
