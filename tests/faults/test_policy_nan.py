@@ -121,3 +121,34 @@ def test_a_nan_chunk_is_dropped_and_the_node_serves_the_other_robot_on(sqrt_poli
     # rate-limited: at most one line a second, not one per chunk
     said = sum("not sent, the robot holds" in ln for ln in lines)
     assert said <= time.monotonic() - t0 + 1, err
+
+
+class LastWaypointNaN(torch.nn.Module):
+    def forward(self, gantry):  # waypoints 0 and 1 finite, waypoint 2 NaN where gantry[0] < 0
+        ones = torch.ones(1, 4) + 0.0 * gantry[:, :1]
+        return torch.cat([ones, torch.sqrt(gantry[:, :1]).expand(1, 2)], 1).reshape(1, 3, 2)
+
+
+def test_a_chunk_with_one_nan_waypoint_is_dropped_whole_before_any_is_sent(tmp_path):
+    from models.chunk_package import package_module
+    from rtinfer.inference.node import InferenceNode
+    package_module(LastWaypointNaN(), _obs(1.0)["values"], tmp_path / "policy", SPEC)
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
+    robot = Publisher(eps["obs"], "robot")
+    node = InferenceNode(tmp_path / "policy", eps["obs"], eps["act"])
+    act = Subscriber(eps["act"], ["action_chunk"])
+    try:
+        time.sleep(0.3)  # the slow joiner
+        sent = []
+        for x in (4.0, -1.0, -1.0, 9.0):
+            sent.append(robot._seq)
+            robot.publish("obs", _obs(x), {"capture": now_ns()})
+            assert wait_for(lambda: node.spin_once(100), 10)
+        got = _chunks(act, {"robot": 6}, 5)["robot"]
+        assert [(b["cycle"], b["index"]) for b in got] == [(s, i) for s in (sent[0], sent[3])
+                                                           for i in range(3)]
+        assert node.health()["counters"]["chunks_not_finite"] == 2
+        assert node.health()["counters"]["policy_broken"] == 0
+    finally:
+        for s in (node, robot, act):
+            s.close()
