@@ -125,6 +125,19 @@ def test_admission_plans_on_a_batch_running_then_ones_own():
     assert one_at_a_time.capacity(100_000_000) == 4  # n x 10 ms <= 40 ms
 
 
+@pytest.mark.parametrize("profile", [{1: 0.3}, {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0},
+                                     {1: 2.5, 3: 4.0, 6: 6.1}, {1: 39.0}, {1: 41.0},
+                                     {1: 5.0, 2: 5.5, 3: 6.0, 4: 7.0, 5: 8.0, 6: 9.0, 8: 11.0}])
+def test_capacity_is_the_largest_count_whose_worst_case_fits(profile):
+    """The search (double, then bisect) finds what counting up one robot at a time finds."""
+    r = _robots(profile)
+    window = 0.8 * 50_000_000
+    n = 1
+    while n < 512 and r.worst_ns(n + 1) <= window:
+        n += 1
+    assert r.capacity(100_000_000) == n
+
+
 def test_a_measured_cycle_scales_the_profiled_batch_costs():
     r = _robots({1: 10.0, 8: 30.0})
     for _ in range(5):
