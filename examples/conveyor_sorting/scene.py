@@ -6,14 +6,20 @@ force motors, the z carriage gravity-compensated like a counterbalanced axis) wi
 suction cup, and a pool of `pool_per_class` free bodies per class parked out of the way.
 Each pool body has an inactive weld to the z carriage: that weld is the suction.
 
+Cameras: `overview` (oblique, for videos) and `overhead` (straight down over the belt and
+bins: the camera a policy sees through, examples/conveyor_sorting/camera.py).
+
 Collision bits: static world 1, objects 1 (affinity 1|2), the cup 2 only (it touches
 objects, never the belt or bins), gantry structure none.
 """
 from __future__ import annotations
 
+import math
+
 from .config import CellConfig
 
 PARK_X, PARK_Y, PARK_Z = 4.0, 4.0, 0.5
+OVERHEAD_FOVY = 45  # degrees: the overhead camera's vertical field of view
 
 
 def park_position(slot: int) -> tuple[float, float, float]:
@@ -73,6 +79,16 @@ def _gantry(cfg: CellConfig) -> str:
         f'</body></body></body>')
 
 
+def _overhead_camera(cfg: CellConfig) -> str:
+    """A camera looking straight down (image up = +y), framing the belt and the bins."""
+    x0, x1 = cfg.belt_x
+    y0, y1 = -cfg.belt_half_width, cfg.bin_y + cfg.bin_half
+    half = max(x1 - x0, y1 - y0) / 2 + 0.05  # m of the belt's plane seen either side of centre
+    z = cfg.belt_top + half / math.tan(math.radians(OVERHEAD_FOVY / 2))
+    return (f'<camera name="overhead" pos="{_f((x0 + x1) / 2, (y0 + y1) / 2, z)}" '
+            f'xyaxes="1 0 0 0 1 0" fovy="{OVERHEAD_FOVY}"/>')
+
+
 def build_mjcf(cfg: CellConfig) -> str:
     """The scene as an MJCF string. Pool body `slot` has class slot // pool_per_class."""
     x0, x1 = cfg.belt_x
@@ -91,6 +107,7 @@ def build_mjcf(cfg: CellConfig) -> str:
 <worldbody>
 <light pos="0 0 3" dir="0 0 -1" directional="true"/>
 <camera name="overview" pos="0 -0.86 2.05" xyaxes="1 0 0 0 0.85 0.53"/>
+{_overhead_camera(cfg)}
 <geom name="floor" type="plane" size="3 3 0.1" rgba=".8 .8 .8 1"/>
 <geom name="belt" type="box" pos="{_f((x0 + x1) / 2, 0, cfg.belt_top - 0.02)}"
  size="{_f((x1 - x0) / 2, cfg.belt_half_width, 0.02)}" rgba=".15 .15 .15 1" priority="1" condim="1"/>
