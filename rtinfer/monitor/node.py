@@ -18,7 +18,7 @@ Stamps of capture/recv/apply are on the trace node's clock and
 obs_recv/first_token/publish on the policy node's; both are moved onto the monitor's
 clock with the offsets estimated from heartbeat round trips before they are subtracted,
 except where the estimate cannot be told from 0 (always on one host: stamps are then
-compared as they are; see rtinfer.monitor.clocksync).
+compared as they are; see rtinfer.transport.peer_clock).
 Budget: `requests` are the level changes this monitor asked for; `changes` are those the
 policy node applied, from its own health (`budget_switches`): a --no-budget node applies none.
 On exit the monitor publishes one last `health` (state "stopped") from the same summary it
@@ -38,11 +38,12 @@ import time
 import yaml
 
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.monitor.clocksync import OffsetEstimator
 from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import spin, stop_on_signals
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.liveliness import Liveliness
+from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
 from rtinfer.monitor.stages import (DEFINITIONS, POLICY_STAMPS, STAGES, RobotFigures, is_late,
                                     percentiles_ms, stage_samples)
@@ -58,10 +59,10 @@ FINAL_HEALTH_S = 0.2  # after the last health: time for libzmq to send it before
 
 class Monitor:
     def __init__(self, listen: str | list[str], control: str, cfg: MonitorConfig | None = None,
-                 *, ctx=None, curve=None, bind_control: bool = True) -> None:
+                 *, ctx=None, curve=None) -> None:
         self.cfg = cfg = cfg or MonitorConfig()
         self.sub = Subscriber(listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve)
-        self.pub = Publisher(control, cfg.name, ctx=ctx, curve=curve, bind=bind_control)
+        self.pub = Publisher(control, cfg.name, ctx=ctx, curve=curve)
         self.start_ns = now_ns()
         self.policy = DeadlinePolicy(cfg, self.start_ns)
         self.hist = {name: LatencyHistogram() for name, _, _ in STAGES}
@@ -70,7 +71,7 @@ class Monitor:
         self.live = Liveliness(alive_periods=cfg.dead_after_periods)
         self.states: dict[str, str] = {}  # node -> the state of its latest health message
         self.applied: dict[str, tuple[int, int]] = {}  # policy node -> (budget switches, level)
-        self.clocks: dict[str, OffsetEstimator] = {}
+        self.clocks: dict[str, PeerClock] = {}  # node -> its clock, from ping round trips
         self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
                                        "echoes_foreign", "pings", "publish_dropped",
                                        "traces_untracked"), 0)
@@ -122,8 +123,8 @@ class Monitor:
         self.counters["echoes"] += 1
         est = self.clocks.get(name)
         if est is None:
-            est = self.clocks[name] = OffsetEstimator(self.cfg.clock_window)
-        est.add(echo["sent_ns"], echo["recv_ns"], body["sent_ns"], t3)
+            est = self.clocks[name] = PeerClock(self.cfg.clock_window)
+        est.echo(echo["sent_ns"], echo["recv_ns"], body["sent_ns"], t3)
 
     def _on_trace(self, body: dict, t: int) -> None:
         self.counters["traces"] += 1
@@ -174,7 +175,7 @@ class Monitor:
             fig = self.robots[node] = RobotFigures()
         return fig
 
-    def _policy_clock(self, trace_node: str) -> OffsetEstimator | None:
+    def _policy_clock(self, trace_node: str) -> PeerClock | None:
         """The policy node's clock: configured, else the one other node we have a clock for."""
         if self.cfg.policy_node is not None:
             return self.clocks.get(self.cfg.policy_node)
@@ -325,9 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         report = mon.summary()
         mon.publish_final()
         mon.close()
-        if a.report:
-            with open(a.report, "w") as f:
-                json.dump(report, f, indent=1)
+        why = write_report(a.report, json.dumps(report, indent=1)) if a.report else None
+        if why:
+            print(f"{cfg.name}: report {a.report} not written: {why}", file=sys.stderr)
     return 0
 
 

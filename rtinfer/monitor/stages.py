@@ -4,7 +4,7 @@ all compute them from here, from the stamps named in docs/wire.md.
 A stage's latency is ``stamps[end] - stamps[start]`` (monotonic ns). Stamps taken on the
 policy host are POLICY_STAMPS; every other stamp is taken on the robot host (the trace's
 sender). On one host they are compared as they are; across hosts the monitor moves both
-onto its own clock first (rtinfer.monitor.clocksync). A record of a late waypoint
+onto its own clock first (rtinfer.transport.peer_clock). A record of a late waypoint
 (`is_late`) is a miss, never a stage sample. A sample outside [0, MAX_NS] is recorded at
 that bound and counted as clamped. A percentile is the sample at `rank` (HdrHistogram's
 rule, so the monitor's histogram and the report's exact arrays pick the same sample).
