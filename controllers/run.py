@@ -37,6 +37,7 @@ import yaml
 from rtinfer.model.action_spec import FORMAT as ACTION_SPEC_FORMAT, ActionSpec
 from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
+from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
@@ -244,8 +245,9 @@ def never_followed(counters: dict, who: str = "robot") -> int:
 def emit_report(report: dict, path: str | None) -> None:
     """Print the report as JSON, and write it to `path` when given."""
     text = json.dumps(report, indent=1)
-    if path:
-        Path(path).write_text(text)
+    why = write_report(path, text) if path else None  # whole or not at all (a full disk)
+    if why:
+        print(f"report {path} not written: {why}", file=sys.stderr)
     print(text)
 
 

@@ -156,3 +156,41 @@ def test_report_on_unwritable_png_path_prints_table_and_returns_1(tmp_path, caps
     _synthetic_trace(trace, n=20)
     assert report.main(str(trace), png=str(tmp_path / "no" / "such" / "dir.png")) == 1
     assert "e2e" in capsys.readouterr().out
+
+
+def test_a_full_disk_stops_the_trace_with_one_line_and_counts_what_was_lost(tmp_path, capfd):
+    """/dev/full fails every write with ENOSPC, as a full disk does: the writer neither
+    raises nor retries; it says so once and counts every record it did not write."""
+    tw = TraceWriter("/dev/full", flush_every=4)
+    for i in range(100):
+        tw.write(_record(i, capture=i, apply=i + 1))
+    tw.close()
+    tw.close()
+    err = capfd.readouterr().err.splitlines()
+    assert tw.failed == "No space left on device" and tw.written == 0 and tw.lost == 100
+    assert len(err) == 2 and "trace writing stopped" in err[0], err
+    assert "100 records not written" in err[1], err
+
+
+def test_a_trace_that_fills_its_disk_keeps_exactly_the_records_it_counts_written(tmp_path):
+    """A 16 KiB tmpfs: the writer fails part-way through a flush; the file is cut back to the
+    last whole flush, so it holds exactly `written` records and `lost` counts the rest."""
+    import os
+    import shutil
+    import subprocess as sp
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    d = tmp_path / "small"
+    d.mkdir()
+    if sp.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(d)]).returncode != 0:
+        pytest.skip("mount -t tmpfs refused")
+    try:
+        tw = TraceWriter(d / "t.trace", flush_every=8)
+        for i in range(2000):
+            tw.write(_record(i, capture=i, apply=i + 1))
+        tw.close()
+        got = list(read_trace(d / "t.trace"))
+        assert tw.failed and tw.written > 0 and tw.written + tw.lost == 2000
+        assert got == [_record(i, capture=i, apply=i + 1) for i in range(tw.written)]
+    finally:
+        sp.run(["umount", str(d)])

@@ -56,6 +56,8 @@ from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMU
                                 late_fraction, load_line, percent_text, pin_tasks, policy_cpu,
                                 runs_table, sorted_text, stress_table)
 from rtinfer.launch.file import load
+from rtinfer.launch.runs import unwritable
+from rtinfer.realtime.report_file import write_report
 from rtinfer.monitor.dashboard import Dashboard
 
 EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
@@ -199,24 +201,28 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
             proc.terminate()
         proc.wait()
         dash.close()
-    report = collect_report(run_dir, dash.latest, proc.returncode)
+    report = collect_report(run_dir, dash.latest, proc.returncode,
+                            robots=int(overrides.get("robots", 0)))
     if stop.signum is not None:
         report["stopped_by"] = signal.Signals(stop.signum).name
     return report
 
 
-def robot_reports(run_dir: Path) -> list[dict]:
-    """The fleet launch's per-cell reports (sim_report-K.json), in robot order."""
+def robot_reports(run_dir: Path, robots: int = 0) -> list[dict]:
+    """The fleet launch's per-cell reports (sim_report-K.json), in robot order: one per robot
+    of the `robots` launched ({} for a cell that left none: it ended early), and as many
+    more as are there."""
     out, k = [], 0
-    while (run_dir / f"sim_report-{k}.json").exists():
+    while k < robots or (run_dir / f"sim_report-{k}.json").exists():
         out.append(_read(run_dir / f"sim_report-{k}.json"))
         k += 1
     return out
 
 
-def _robot_entry(k: int, sim: dict, mon: dict) -> dict:
+def _robot_entry(k: int, sim: dict, mon: dict, ended: dict) -> dict:
     """Cell k's entry: its sim report's figures, and the monitor's for its controller
-    (controller-k: cycles and deadline misses; None where it has none)."""
+    (controller-k: cycles and deadline misses; None where it has none); "ended": why the
+    launcher ended this robot before the run did (launch_summary.json), else None."""
     m, c = sim.get("metrics", {}), sim.get("controller", {})
     resolved = m.get("resolved", 0)
     own = mon.get("robots", {}).get(f"controller-{k}", {})
@@ -227,7 +233,7 @@ def _robot_entry(k: int, sim: dict, mon: dict) -> dict:
             "success_rate": m["correct"] / resolved if resolved else None,
             "e2e_ms": {x: sim.get("e2e_ms", {}).get(x) for x in ("p50", "p99", "max")},
             "chunks_accepted": c.get("chunks_accepted"), "late_waypoints": c.get("late_waypoints"),
-            "late_ticks": c.get("late_ticks")}
+            "late_ticks": c.get("late_ticks"), "ended": ended.get(str(k))}
 
 
 def _merged_fleet(sims: list[dict]) -> dict:
@@ -242,23 +248,33 @@ def _merged_fleet(sims: list[dict]) -> dict:
     return {"metrics": metrics, "controller": ctl, "sim_s": sims[0].get("sim_s")}
 
 
-def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
+def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0) -> dict:
     """Merge the sim's and the monitor's reports (and the policy's last health) into one;
     a failed launch adds "error": the launcher's failure lines and the failed nodes' last
-    log lines. A fleet run (sim_report-K.json per cell) adds "robots", one entry per cell
+    log lines; a report that is missing or unreadable is named in "reports_missing" (cycles
+    and misses then come from the monitor's last health). A fleet run (sim_report-K.json
+    per cell) adds "robots", one entry per cell
     (with the monitor's cycles and misses of its controller), and sums the cells' objects
     and controller counters."""
-    fleet = robot_reports(run_dir)
-    sim = _merged_fleet(fleet) if fleet else _read(run_dir / "sim_report.json")
+    fleet = robot_reports(run_dir, robots)
+    sim = _merged_fleet([s for s in fleet if s] or [{}]) if fleet else \
+        _read(run_dir / "sim_report.json")
     mon = _read(run_dir / "monitor_report.json")
+    # A report a full disk kept out: the monitor's last health carries the same counts
+    sims = [(f"sim_report-{k}.json", r) for k, r in enumerate(fleet)] if fleet else \
+        [("sim_report.json", sim)]
+    missing = [n for n, r in [("monitor_report.json", mon), *sims] if not r]
+    said = latest.get("monitor", {}).get("counters", {})
     m, stages = sim.get("metrics", {}), mon.get("stages_ms", {})
     e2e, ttft = stages.get("e2e") or sim.get("e2e_ms", {}), stages.get("ttft", {})
     resolved = m.get("resolved", 0)
     pol = latest.get("policy", {}).get("counters", {})
     out = {
         "exit_code": exit_code, "run_dir": str(run_dir),
-        "cycles": mon.get("cycles", sim.get("controller", {}).get("chunks_accepted", 0)),
-        "deadline_ms": mon.get("deadline_ms", 100.0), "deadline_misses": mon.get("misses"),
+        "cycles": mon.get("cycles", said.get("cycles",
+                                             sim.get("controller", {}).get("chunks_accepted"))),
+        "deadline_ms": mon.get("deadline_ms", 100.0),
+        "deadline_misses": mon.get("misses", said.get("misses")),
         "late_waypoints": sim.get("controller", {}).get("late_waypoints"),
         "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "max")},
         "ttft_ms": {k: ttft.get(k) for k in ("p50", "p99")},
@@ -271,7 +287,10 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int) -> dict:
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
     }
     if fleet:
-        out["robots"] = [_robot_entry(k, s, mon) for k, s in enumerate(fleet)]
+        ended = _read(run_dir / "launch_summary.json").get("robots_ended", {})
+        out["robots"] = [_robot_entry(k, s, mon, ended) for k, s in enumerate(fleet)]
+    if missing:  # not written (a full disk) or unreadable: their figures are not in here
+        out["reports_missing"] = missing
     if exit_code != 0:
         out["error"] = failure_lines(run_dir)
     return out
@@ -438,6 +457,10 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
             base.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DemoError(f"--run-dir {run_dir}: cannot create it ({exc.strerror})") from None
+        why = unwritable(base)
+        if why:
+            raise DemoError(f"--run-dir {run_dir}: not writable ({why}); give a writable "
+                            "folder")
     except DemoError as exc:
         print(f"rtinfer demo: {exc}", file=sys.stderr)
         return 2
@@ -456,8 +479,9 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         out = results.get("nominal", {}) if stress is None else results
     text = json.dumps(out, indent=None if json_out else 1)
     if report:
-        Path(report).expanduser().write_text(text + "\n")
-        console.print(f"report written to {report}")
+        why = write_report(Path(report).expanduser(), text + "\n")
+        console.print(f"report not written to {report}: {why}" if why else
+                      f"report written to {report}")
     print(text, flush=True)
     if stop.signum is not None:
         console.print(f"stopped by {signal.Signals(stop.signum).name}: partial report above")

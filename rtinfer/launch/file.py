@@ -95,7 +95,7 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     """
     data, r = compose_file(path, overrides)
     check_fields(r, data, (), TOP_KEYS, required=("endpoints", "nodes"))
-    _expand_robots(r, data)
+    robot_of = _expand_robots(r, data)
     if data.get("version", 1) != 1:
         r.err(("version",), "unsupported version; this launcher reads version: 1")
     for key, what in (("deadline_ms", "the end-to-end deadline in ms"),
@@ -114,7 +114,7 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     for h, body in hosts.items():
         check_fields(r, body, ("hosts", h), HOST_KEYS)
     endpoints = _endpoints(r, _section(data, "endpoints", dict))
-    nodes = _order(r, _nodes(r, _section(data, "nodes", list), hosts))
+    nodes = _order(r, _nodes(r, _section(data, "nodes", list), hosts, robot_of))
     if check_entries:
         for i, n in enumerate(nodes):
             check_entry(r, ("nodes", i, "entry"), n.entry)
@@ -127,12 +127,14 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
                       monitor=dict(data.get("monitor") or {}))
 
 
-def _expand_robots(r: Report, data: dict) -> None:
+def _expand_robots(r: Report, data: dict) -> dict[str, int]:
     """`robots: N`: each `per_robot: true` endpoint becomes NAME-0 .. NAME-(N-1) and each
     `per_robot: true` node NAME-0 .. NAME-(N-1), in place. In robot k's node, ${robot} is k
     and ${endpoints.E} of a per-robot E is E-k; in any other node, an argument that is
     exactly ${endpoints.E} becomes N arguments, one address per robot. The line marks follow
-    the copies, so problems in them point at the block they came from."""
+    the copies, so problems in them point at the block they came from. Returns the robot of
+    each per-robot node copy, {node name: k}."""
+    robot_of: dict[str, int] = {}
     eps, nodes = _section(data, "endpoints", dict), _section(data, "nodes", list)
     per_eps = [e for e, b in eps.items() if isinstance(b, dict) and b.get("per_robot")]
     per_nodes = [b["name"] for b in nodes if isinstance(b, dict) and b.get("per_robot")
@@ -142,10 +144,10 @@ def _expand_robots(r: Report, data: dict) -> None:
         if per_eps or per_nodes:
             r.err(("robots",), f"per_robot: is used ({', '.join(per_eps + per_nodes)}) but no "
                                "top-level robots: N says how many robots")
-        return
+        return robot_of
     if not is_type(n, int) or n < 1:
         r.err(("robots",), f"robots must be a whole number >= 1, got {n!r}")
-        return
+        return robot_of
     marks, orig = r.marks, dict(r.marks)
     for path in [p for p in marks if len(p) > 1 and p[0] == "nodes"]:
         del marks[path]  # re-marked below, from `orig`, at each node's new index
@@ -201,6 +203,7 @@ def _expand_robots(r: Report, data: dict) -> None:
                 return own.sub(lambda m: f"${{endpoints.{m.group(1)}-{k}}}", a) if own else a
             new = {x: v for x, v in body.items() if x != "per_robot"}
             new["name"] = f"{body['name']}-{k}"
+            robot_of[new["name"]] = k
             if "args" in body:
                 new["args"] = [mine(a) if isinstance(a, str) else a for a in args]
             if "after" in body:
@@ -208,6 +211,7 @@ def _expand_robots(r: Report, data: dict) -> None:
             copy_marks(("nodes", i), ("nodes", len(out_nodes)))
             out_nodes.append(new)
     data["nodes"] = out_nodes
+    return robot_of
 
 
 def _check_monitor(r: Report, monitor: dict) -> None:
@@ -277,7 +281,7 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
     return out
 
 
-def _nodes(r: Report, data: list, hosts: dict) -> list[NodeSpec]:
+def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list[NodeSpec]:
     out: list[NodeSpec] = []
     names: dict[str, int] = {}
     for i, body in enumerate(data):
@@ -310,7 +314,8 @@ def _nodes(r: Report, data: list, hosts: dict) -> list[NodeSpec]:
             cpus=tuple(cpus) if cpus else None, priority=prio if is_type(prio, int) else None,
             required=body.get("required", True), restart=_restart(r, path, body.get("restart")),
             after=tuple(after), stop_grace_s=_grace(r, path, body.get("stop_grace_s", 5.0)),
-            curve_secret=body.get("curve_secret"), line=r.line(path)))
+            curve_secret=body.get("curve_secret"), robot=robot_of.get(name),
+            line=r.line(path)))
     if not data:
         r.err(("nodes",), "no nodes: list at least one")
     return out

@@ -28,21 +28,53 @@ CHAINED = ("During handling of the above exception, another exception occurred:"
            "The above exception was the direct cause of the following exception:")
 
 
+def _print(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError):
+        pass  # our stdout went away (closed pipe, full disk); the log files still get it
+
+
+class LogFile:
+    """A line-buffered log file that a full disk cannot break: the first write that fails
+    stops the file, said once on the console; the lines still reach the console, and those
+    the file missed are counted (`lost`). Used under the Console's lock."""
+
+    def __init__(self, path: Path):
+        self.path, self.lost, self.failed = path, 0, None
+        self._f = open(path, "a", buffering=1)
+
+    def write(self, text: str) -> None:
+        if self.failed is None:
+            try:
+                self._f.write(text)
+                return
+            except OSError as exc:
+                self.failed = exc.strerror or str(exc)
+                self.close()
+                _print(f"[launch] {self.path}: {self.failed}: writing it stopped; its lines "
+                       f"still come here")
+        self.lost += 1
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        except OSError:
+            pass  # the buffered tail could not be written either
+
+
 class Console:
     """Prefixed lines to stdout and to log files. Thread-safe."""
 
     def __init__(self, launch_log: Path):
         self._lock = threading.Lock()
-        self._log = open(launch_log, "a", buffering=1)
+        self._log = LogFile(launch_log)
 
-    def line(self, name: str, text: str, log=None) -> None:
+    def line(self, name: str, text: str, log: LogFile | None = None) -> None:
         with self._lock:
             if log is not None:
                 log.write(text + "\n")
-            try:
-                print(f"[{name}] {text}", flush=True)
-            except (OSError, ValueError):
-                pass  # our stdout went away (closed pipe); the log files still get it
+            _print(f"[{name}] {text}")
 
     def say(self, text: str) -> None:
         self.line("launch", text, self._log)
@@ -109,7 +141,8 @@ class NodeProcess:
     def _pump(self, stream) -> None:
         block: str | None = None  # "traceback" | "json" while inside one
         lines = 0
-        with stream, open(self.log_path, "a", buffering=1) as log:
+        log = LogFile(self.log_path)
+        with stream:
             for raw in stream:
                 text = raw.decode(errors="replace").rstrip("\n")
                 if text.strip():
@@ -133,6 +166,7 @@ class NodeProcess:
                     block = None
             if block is not None:  # the stream ended inside a block (the node died)
                 self.console.line(self.name, f"(output cut short: see {self.log_path})")
+        log.close()
 
     def reason(self) -> str:
         """What the node's last process said before it ended: its exception, else its last line."""

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,13 +42,31 @@ def ipc_path(run_dir: str | Path, name: str) -> str:
     return f"{RUNTIME_DIR}/s/{digest}/{name}"
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why no file can be created in `folder` (a read-only mount, a full disk, another
+    user's folder), or None: a file is created and removed, so root's permission bypass
+    and a read-only mount are told apart from what the mode bits say."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".rtinfer-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def make_run_dir(explicit: str | None, name: str, stamp: str) -> Path:
     """`explicit` as given (created if missing), else a new unique runs/<name>-<stamp>[-N]
-    (`stamp`: the caller's date text, YYYYmmdd-HHMMSS)."""
+    (`stamp`: the caller's date text, YYYYmmdd-HHMMSS). LaunchError when it cannot be
+    created or written."""
     try:
         if explicit:
             rd = Path(explicit).resolve()
             rd.mkdir(parents=True, exist_ok=True)
+            why = unwritable(rd)
+            if why:
+                raise LaunchError(f"run directory {rd} is not writable ({why}); pass a "
+                                  "writable --run-dir")
             return rd
         base = Path("runs").resolve() / f"{name}-{stamp}"
         base.parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ class NodeSpec:
     after: tuple[str, ...] = ()
     stop_grace_s: float = 5.0
     curve_secret: str | None = None
+    robot: int | None = None     # robot k's copy of a per_robot node (robots: N), else None
     line: int = 0
 
 

@@ -14,8 +14,11 @@ launcher's own lines go to ``[launch]`` and ``<run_dir>/launch.log``. At the end
 
 Lifecycle: nodes start in order. A node that exits is restarted per its policy (failure =
 non-zero exit or a signal). A required node that exits 0 ends the launch (exit 0); one
-that fails for good ends it with exit 1. When no node is left running or waiting to
-restart, the launch ends (exit 1 if any failed). SIGINT/SIGTERM (once) or the --seconds bound
+that fails for good ends it with exit 1. A per-robot node (`robots: N`) is required for its
+own robot only: when it exits 0 or fails for good, that robot ends (its other per-robot nodes
+are stopped, one line says so, launch_summary.json's "robots_ended" records it) and the
+other robots go on; the launch ends when every robot has (exit 1 if every robot failed).
+When no node is left running or waiting to restart, the launch ends (exit 1 if any failed). SIGINT/SIGTERM (once) or the --seconds bound
 stop the nodes in reverse start order: SIGTERM to the group, `stop_grace_s`, then
 SIGKILL to the group; a second signal skips the grace. Leftover members of a node's group
 are SIGKILLed when the node exits.
@@ -50,6 +53,7 @@ from rtinfer.launch.runs import Claim, make_run_dir
 from rtinfer.launch.spec import LaunchSpec
 from rtinfer.launch.process import Console, NodeProcess
 from rtinfer.launch.yaml_lines import LaunchError
+from rtinfer.realtime.report_file import write_report
 
 POLL_S = 0.05  # supervision tick: exit detection and restart latency, not a control loop
 RECOVERED_S = 2.0  # a node that failed counts as healthy again once up this long
@@ -76,6 +80,9 @@ class Supervisor:
         self.procs = [NodeProcess(n, spec.argv(n, values), run_dir, self.console) for n in nodes]
         self.stop_reason: str | None = None
         self.exit_code = 0
+        self.robots = sorted({n.robot for n in nodes if n.robot is not None})
+        self.robots_ended: dict[int, str] = {}  # robot -> why it ended (its required node)
+        self._robots_failed = 0
         self.hurry = False
         self._first_signal_at = 0.0
 
@@ -133,7 +140,9 @@ class Supervisor:
         if rc == 0:
             p.state = "done"
             self.console.say(f"node {p.name!r} finished ({reason})")
-            if p.spec.required:
+            if p.spec.required and p.spec.robot is not None:
+                self._end_robot(p, f"required node {p.name!r} finished", failed=False)
+            elif p.spec.required:
                 self._stop(f"required node {p.name!r} finished")
             return
         policy = p.spec.restart
@@ -147,8 +156,28 @@ class Supervisor:
         p.state = "failed"
         why = f"node {p.name!r} failed for good ({reason}, {p.restarts} restarts)"
         self.console.say(why)
-        if p.spec.required:
+        if p.spec.required and p.spec.robot is not None:
+            self._end_robot(p, f"required {why}", failed=True)
+        elif p.spec.required:
             self._stop(f"required {why}", code=1)
+
+    def _end_robot(self, p: NodeProcess, why: str, failed: bool) -> None:
+        """Robot p.spec.robot ends (its required node `p` finished or failed for good): its
+        other nodes are stopped, the rest of the launch goes on until every robot ended."""
+        k = p.spec.robot
+        if k in self.robots_ended:
+            return
+        self.robots_ended[k] = why
+        self._robots_failed += failed
+        for q in self.procs:
+            if q.spec.robot == k and q is not p and q.state in ("running", "backoff", "pending"):
+                q.stop(lambda: self.hurry)
+        left = len(self.robots) - len(self.robots_ended)
+        if failed or left:
+            self.console.say(f"robot {k} ended: {why}; {left} of {len(self.robots)} robots go on")
+        if not left:
+            every = self._robots_failed == len(self.robots)
+            self._stop(f"every robot has ended (the last: {why})", code=1 if every else 0)
 
     def _stop_all(self) -> None:
         self.console.say(f"stopping: {self.stop_reason or 'launcher error'}")
@@ -175,7 +204,11 @@ class Supervisor:
                  for p in self.procs}
         summary = {"exit_code": self.exit_code, "reason": self.stop_reason, "nodes": nodes,
                    "failed": failed, "run_dir": str(self.run_dir)}
-        (self.run_dir / "launch_summary.json").write_text(json.dumps(summary, indent=1))
+        if self.robots:
+            summary["robots_ended"] = {str(k): v for k, v in self.robots_ended.items()}
+        why = write_report(self.run_dir / "launch_summary.json", json.dumps(summary, indent=1))
+        if why:
+            self.console.say(f"launch_summary.json not written: {why}")
         self.console.say(f"exit {self.exit_code}: " + ", ".join(
             f"{n} {v['state']} ({v['restarts']} restarts)" for n, v in nodes.items()))
         for p in self.procs:
@@ -218,8 +251,11 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
             rd.rmdir()  # a run dir made for a run that never started is no record
         raise
     try:
-        (rd / "monitor.json").write_text(json.dumps(spec.monitor, indent=1))
-        (rd / "curve.json").write_text(json.dumps(spec.curve_map(rd), indent=1))
+        for name, doc in (("monitor.json", spec.monitor), ("curve.json", spec.curve_map(rd))):
+            why = write_report(rd / name, json.dumps(doc, indent=1))
+            if why:
+                raise LaunchError(f"cannot write {rd / name}: {why}; free some space or pass "
+                                  "another --run-dir")
         sup = Supervisor(spec, nodes, rd, host=host, seconds=seconds)
         for note in claim.notes:
             sup.console.say(note)
