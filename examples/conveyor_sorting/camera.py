@@ -210,6 +210,7 @@ def free_running_cell(state_endpoint: str, seconds: float, state_hz: float = 30.
     tap.close()
     late = rk.lateness.percentiles_us()
     return {"ticks": rk.frame, "late_ticks": rk.late_ticks, "overruns": rk.overruns,
+            "skipped": rk.skipped_frames,
             "lateness_p50_us": late["p50"], "lateness_p99_us": late["p99"],
             "lateness_max_us": late["max"], "states_sent": tap.pub.counters["sent"],
             "state_dropped": tap.pub.counters["dropped"], "tap_p50_us": cost.percentiles_us()["p50"],
