@@ -145,7 +145,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
             continue
         before = counters["waypoints_accepted"]
         feed.pending = env
-        node.tick(now_ns())
+        node.tick()
         if env.topic == "action_chunk" and env.body.get("dest") == a.name:
             rec.waypoint(env, counters["waypoints_accepted"] > before)
     rec.save(a.out, {**counters, "obs_sent": k})

@@ -2,13 +2,14 @@
 
 A robot is N axes (joints or linear axes) and an optional tool (a suction valve, a gripper),
 described by data: controllers.config.ControlConfig. A driver implements HardwareInterface:
-`read()` the state and `write()` a command, each once per tick from the control loop
-thread. docs/robots.md is the contract. Units are the axis config's: positions in m or rad,
+`read()` the state, optionally `observe()` what the policy sees, and `write()` a command,
+each once per tick from the control loop thread; the controller owns the wire (it publishes
+the observation). docs/robots.md is the contract. Units are the axis config's: positions in m or rad,
 velocities per second, efforts in N or N m; times in monotonic nanoseconds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -17,7 +18,17 @@ import numpy as np
 class HardwareFault(Exception):
     """A read or write that failed this tick (a bus timeout, a driver error). The controller
     catches it (and OSError), holds, counts it (read_faults, write_faults) and reports it in
-    health. Any other exception is a bug and ends the loop."""
+    health. Any other exception is a bug and ends the loop (DriverError)."""
+
+
+class DriverError(Exception):
+    """A driver's method raised something other than HardwareFault or OSError: a bug in the
+    driver. The loop ends; controllers.run writes the report, then exits 1 with this line
+    (`method` names the class and method, e.g. "XYTable.read")."""
+
+    def __init__(self, method: str, error: BaseException):
+        super().__init__(f"{method} raised {type(error).__name__}: {error}")
+        self.method, self.error = method, error
 
 
 @dataclass(slots=True)
@@ -56,6 +67,23 @@ class Command:
         return cls(np.zeros(n), 0.0, np.zeros(n), np.zeros(n))
 
 
+@dataclass(slots=True)
+class Observation:
+    """What the robot observed for the policy, returned by a driver's observe(); the
+    controller publishes it as an `obs` message (docs/wire.md section 5) stamped `capture`.
+
+    capture_ns: when it was sensed, monotonic ns on the controller's clock (the loop's `now`
+    for a simulator; a sensor's own stamp, on that clock, for a real robot). values: name ->
+    numpy array; ints: name -> int. Their keys, dtypes and shapes are what the policy's
+    observation spec names (its obs_spec.json or obs_tokens.json). frames: name -> (uint8
+    image array, its own capture ns), for camera frames; not carried on the wire yet, so
+    the controller refuses a non-empty one (counted obs_bad)."""
+    capture_ns: int
+    values: dict[str, np.ndarray]
+    ints: dict[str, int] = field(default_factory=dict)
+    frames: dict[str, tuple[np.ndarray, int]] = field(default_factory=dict)
+
+
 @runtime_checkable
 class HardwareInterface(Protocol):
     """Implemented by a robot driver or a simulator.
@@ -65,12 +93,16 @@ class HardwareInterface(Protocol):
     HardwareFault (or OSError) for a failed transfer; the controller then holds.
 
     Optional methods, used when present:
+      observe(state, now_ns) -> Observation | None: after every read, what the policy is to
+          see (None: nothing due this tick); the controller publishes it. Its rate sets the
+          policy's chunk rate.
       gravity(state, out): fill `out` (N,) with the effort that holds the robot still in
           `state` (gravity compensation), added as feed-forward on effort-mode axes.
-      on_tick(node, state, now_ns): called after every write (a simulator steps its
-          physics and publishes `obs` here); `node` is the ControllerNode (node.counters;
-          node.stop() ends the run after this tick).
-      on_stop(node): once, after the loop ended (a simulator's final health message).
+      advance(now_ns, following) -> bool: a simulator only, after every write: step the
+          world one tick (following: the controller has taken a chunk, so a simulator may
+          keep its world still until then); True ends the run after this tick.
+      health(robot, state) -> dict | None: a simulator's own `health` body (its task's
+          counters), published by controllers.run twice a second and once at the end.
       report() -> dict: merged into the run's final report. close(): at the end."""
 
     def read(self) -> RobotState:

@@ -1,6 +1,7 @@
-"""ControllerNode: the robot-side 1 kHz loop, update() -> compute() -> publish().
+"""ControllerNode: the robot-side 1 kHz loop. One tick reads
+messages -> read -> observe -> commit -> compute -> write -> trace (then health when due).
 
-update(): drain action_chunk and command messages without blocking. Each action_chunk
+Messages (update()): drain action_chunk and command messages without blocking. Each action_chunk
 message is one waypoint, taken check -> assemble -> apply: waypoints of a cycle are
 assembled as they stream (ChunkAssembler) and the tracker starts on waypoint 0 before
 the rest arrive. Both policy kinds of docs/wire.md v2: a waypoint with `tokens` (an action-
@@ -19,12 +20,16 @@ sends every robot's chunks on one socket, in any order, so a robot it serves too
 others' chunks and says nothing. Local watchdog (on transport.liveliness): no
 fresh chunk for a deadline past the expected chunk interval (`chunk_interval_ns`, the
 policy's period) -> hold (brake within limits, keep the tool); the next fresh chunk resumes.
-compute(): ControlStack -> HardwareInterface.write(). A read or write that raises HardwareFault
+A read or write that raises HardwareFault
 (or OSError) is counted (read_faults, write_faults): the robot holds (a failed read gets
 ControlStack.safe_command from the last good state), the state is "fault" until a tick whose
 read and write both succeed, and chunks meanwhile are rejected_hold; the next fresh chunk
-after that resumes.
-publish(): `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
+after that resumes. Observe: the driver's observe(state, now) returns what the policy is to
+see (controllers.hardware.Observation), and the node publishes it as `obs` (checked against
+the policy's observation spec when it has one: a mismatch is obs_bad, said, not sent).
+Compute, write: ControlStack -> HardwareInterface.write(). Any other exception from a driver
+method is a bug: DriverError, naming the method, ends the loop.
+Trace and health: `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
 cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,
 stamps up to "recv"), so the monitor counts the cycle as a deadline miss. A new chunk taken in
@@ -37,7 +42,10 @@ would drop waypoints). Not thread-safe: run it from one thread.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -47,17 +55,22 @@ from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.rate import RateKeeper
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.model.obs_spec import FORMAT as OBS_SPEC_FORMAT, ObsSpec
+from rtinfer.model.obs_tokens import ObsError, ObsTokens
 from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
 
 from .assembler import ChunkAssembler
 from .config import ControlConfig
-from .hardware import HardwareFault, HardwareInterface, RobotState
+from .hardware import DriverError, HardwareFault, HardwareInterface, Observation, RobotState
 from .stack import ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
             "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
-            "rejected_hold", "holds", "commands", "read_faults", "write_faults")
+            "rejected_hold", "holds", "commands", "read_faults", "write_faults", "obs_sent",
+            "obs_dropped", "obs_bad")
+CLAMPS = ("waypoint_clamps", "workspace_clamps")  # the policy asked past the axes: said
+BUS_DROPS = ("rejected", "oversize", "dropped_for_age")  # the Subscriber's, as sub.<name>
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
 # Rejections that mean no chunk from that policy will ever be followed: one line a second.
 LOUD = {
@@ -75,7 +88,6 @@ LOUD = {
         f"several robots says there when it refuses one)"),
 }
 DEST_GRACE_NS = 1_000_000_000  # another robot's chunks only, this long: a misconfiguration
-HELD = ("safe_hold", "stopped", "fault")  # commanded holds and a failing robot: nothing applied
 FAULTS = (HardwareFault, OSError)  # a failed transfer; any other exception is a bug
 
 
@@ -97,6 +109,11 @@ class ControllerConfig:
     max_period_ns: int = 1_000_000_000   # a waypoint period (or start) longer than this is bogus
     action: ActionSpec | None = None     # the robot's action spec: continuous chunks must carry
     # its hash; None: only action-token chunks (on `tokenizer`) are followed
+    obs: ObsSpec | ObsTokens | None = None  # the policy's observation spec: an observation
+    # that does not match it is not sent (obs_bad); None: sent unchecked
+    clock_uncertainty_ns: int = 0        # how far a chunk's capture may lie in this robot's
+    # future: 0 when the robot stamps its own observations (rtinfer's robots do); the clock
+    # estimate's uncertainty when another host's clock stamps them
 
     def __post_init__(self) -> None:
         """Refuse settings the loop cannot run with: ValueError naming each and its fix."""
@@ -112,6 +129,9 @@ class ControllerConfig:
              ">= 1", "the messages one tick may take, e.g. 32"),
             (self.max_period_ns > 0, f"max_period_ns={self.max_period_ns} must be > 0",
              "the longest plausible waypoint period, e.g. 1_000_000_000 (1 s)"),
+            (0 <= self.clock_uncertainty_ns < self.deadline_ns, f"clock_uncertainty_ns="
+             f"{self.clock_uncertainty_ns} must be >= 0 and below the deadline",
+             "0 on one host, else the clock offset estimate's uncertainty, e.g. 2_000_000"),
         )
         a, t = self.action, self.tokenizer
         if a is None and t is None:
@@ -135,29 +155,60 @@ class ControllerConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ControllerConfig":
         """From YAML data: "control" is a robot (controllers.config.ControlConfig.from_dict);
-        "tokenizer" and "action" are dicts or paths of saved files."""
+        "tokenizer", "action" and "obs" are dicts or paths of saved files."""
         d = dict(d)
         if "control" not in d:
             raise ValueError("controller config: `control` (the robot's axes) is missing")
-        tok, act = d.pop("tokenizer", None), d.pop("action", None)
+        tok, act, obs = d.pop("tokenizer", None), d.pop("action", None), d.pop("obs", None)
         tok = TokenizerConfig.load(tok) if isinstance(tok, str) else \
             None if tok is None else TokenizerConfig.from_dict(tok)
         act = ActionSpec.load(act) if isinstance(act, str) else \
             None if act is None else ActionSpec.from_dict(act)
+        obs = obs_spec_from(json.loads(Path(obs).read_text()) if isinstance(obs, str) else obs)
         return cls(tokenizer=tok, control=ControlConfig.from_dict(d.pop("control")),
-                   action=act, **d)
+                   action=act, obs=obs, **d)
+
+
+def obs_spec_from(doc: dict | None) -> ObsSpec | ObsTokens | None:
+    """The observation spec in a policy's obs_spec.json or obs_tokens.json document."""
+    if doc is None:
+        return None
+    return ObsSpec(doc) if doc.get("format") == OBS_SPEC_FORMAT else ObsTokens(doc)
+
+
+class State(StrEnum):
+    """The controller's state (a str: health carries its value)."""
+    IDLE = "idle"            # no chunk yet
+    RUN = "run"              # tracking a chunk
+    HOLD = "hold"            # braked: the watchdog, a late chunk; the next fresh chunk resumes
+    SAFE_HOLD = "safe_hold"  # held on command until `clear`
+    FAULT = "fault"          # a read or write failed; holds until both succeed again
+    STOPPED = "stopped"      # the loop ends after this tick
+
+
+HELD = (State.SAFE_HOLD, State.STOPPED, State.FAULT)  # nothing applied
+
+
+@dataclass(slots=True)
+class Pending:
+    """A new chunk whose first setpoint this tick commits (stamped "apply" when written).
+    before: the state before it was taken, which a chunk dropped at commit returns to."""
+    before: State
 
 
 class ControllerNode:
     def __init__(self, hw: HardwareInterface, cfg: ControllerConfig, sub, pub,
-                 tokenizer_hash: str | None = None, *, trace=None, robot: str | None = None,
+                 tokenizer_hash: str | None = None, *, clock: Callable[[], int] = clock_ns,
+                 trace=None, robot: str | None = None,
                  on_tick: Callable[[RobotState, int], None] | None = None):
         """sub/pub: rtinfer.transport.bus Subscriber/Publisher (not owned: the caller closes them).
-        tokenizer_hash: the hash token chunks must carry; must match cfg.tokenizer. robot: the
-        `src` this robot's obs go out under, which chunks for it carry as `dest` (default
-        pub.src). trace: an optional rtinfer.realtime.trace.TraceWriter. on_tick(state,
-        now_ns): called every tick after the command is written (e.g. a sim publishing `obs`
-        from the same loop)."""
+        tokenizer_hash: the hash token chunks must carry; must match cfg.tokenizer. clock: the
+        loop's monotonic ns clock, read at the start of each tick and when a tick commits a
+        new chunk's first setpoint (tests give their own). robot: the `src` this robot's obs
+        go out under, which chunks for it carry as `dest` (default pub.src). trace: an
+        optional rtinfer.realtime.trace.TraceWriter. on_tick(state, now_ns): the owner's hook,
+        called at the end of every tick once a read has succeeded, with the last good state
+        (controllers.run: a simulator's step, heartbeats)."""
         if tokenizer_hash is not None and (cfg.tokenizer is None
                                            or tokenizer_hash != cfg.tokenizer.hash):
             mine = "none" if cfg.tokenizer is None else cfg.tokenizer.hash
@@ -165,21 +216,24 @@ class ControllerNode:
                              f"tokenizer config ({mine}): ship them together")
         self.hw, self.cfg, self.sub, self.pub, self.trace, self.on_tick = \
             hw, cfg, sub, pub, trace, on_tick
+        self.clock = clock
         self.tokenizer_hash = None if cfg.tokenizer is None else cfg.tokenizer.hash
         self.action_hash = None if cfg.action is None else cfg.action.hash
         self.robot = pub.src if robot is None else robot
         self.tok = None if cfg.tokenizer is None else ActionTokenizer(cfg.tokenizer)
         self.stack = ControlStack(cfg.control, gravity=getattr(hw, "gravity", None))
-        self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns)
+        self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns,
+                                 cfg.clock_uncertainty_ns)
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.state = "idle"   # idle (no chunk yet) | run | hold | safe_hold | fault | stopped
+        self.state = State.IDLE
+        self.pending: Pending | None = None  # a new chunk's first setpoint goes out this tick
         self.last_state: RobotState | None = None  # the last good read
         self.e2e = LatencyHistogram()  # apply - capture per cycle, ns
         self.e2e_last_ns = self.e2e_max_ns = 0
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
-        self._apply_pending = False  # the chunk's first setpoint goes out this tick: stamp it
-        self._state_before = "idle"  # the state before the pending chunk was taken
+        self._observe = getattr(hw, "observe", None)
+        self._driver = type(hw).__name__
         self._stop_asked = False  # stop() was called: the loop ends after this tick, whatever else
         self._late_key = None  # the last cycle reported late (once per cycle)
         self._health_period_ns = int(1e9 / cfg.health_hz)
@@ -187,60 +241,58 @@ class ControllerNode:
         # values vs decoded tokens (float32 slack)
         self._tol = None if self.tok is None else self.tok.bin_width / 2 + 1e-6
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
+        self._clamps = dict.fromkeys(CLAMPS, 0)  # the limits' counts when last said
         self._served_by: set[str] = set()  # policies (src) whose chunks this robot followed
         self._others_since: dict[str, int] = {}  # policy -> its first chunk for another robot
 
     # -- the loop ---------------------------------------------------------------------
-    def tick(self, now_ns: int | None = None, apply_ns: int | None = None) -> None:
-        """One iteration. now_ns: the loop's clock; apply_ns: its reading when the tick
-        commits a new chunk's first setpoint (tests pass them explicitly, apply_ns defaulting
-        to now_ns, so a test is deterministic; otherwise both are read from the clock)."""
-        explicit = now_ns is not None
-        now = now_ns if explicit else clock_ns()
+    def tick(self) -> None:
+        """One iteration: messages -> read -> observe -> commit -> compute -> write -> trace.
+        Raises DriverError when a driver method raises anything but HardwareFault/OSError."""
+        now = self.clock()
         self.update(now)
         state = self._read(now)
-        if state is None:
-            return self._end_tick(now)
-        commit = None
-        if self._apply_pending:  # the clock when this tick commits the chunk's first setpoint
-            commit = (now if apply_ns is None else apply_ns) if explicit else clock_ns()
-            self._commit(commit)
-        if self._write(self.stack.compute(state, now), now):
-            if self.state == "fault":
-                self.state = "hold"  # the robot answers again; the next fresh chunk resumes
-            if self._apply_pending:
-                self._record_apply(commit)
-        self._end_tick(now)
-
-    def _end_tick(self, now: int) -> None:
+        if state is not None:
+            self._observe_step(state, now)
+            commit_ns = self._commit()
+            if self._write(self.stack.compute(state, now), now):
+                if self.state == State.FAULT:
+                    self.state = State.HOLD  # the robot answers again; the next fresh chunk resumes
+                if commit_ns is not None:
+                    self._record_apply(commit_ns)
         if self.on_tick is not None and self.last_state is not None:
             self.on_tick(self.last_state, now)
         self.publish(now)
         self.counters["ticks"] += 1
         if self._stop_asked:  # a stop() that landed mid-tick (a signal, another thread) sticks
-            self.state = "stopped"
+            self.state = State.STOPPED
 
-    def _commit(self, commit_ns: int) -> None:
-        """A new chunk's first setpoint is about to be computed: if its capture is now older
-        than the deadline (the tick's own work, draining messages and read(), carried it
-        past), drop it: counted late_applies, reported as a late cycle (late_index 0), and
-        the robot holds (counted in holds when it was tracking)."""
-        chunk = self.chunk
+    def _commit(self) -> int | None:
+        """The clock when a new chunk's first setpoint is about to be computed (its "apply"
+        stamp), or None when there is none. If its capture is older than the deadline by
+        then (the tick's own work, the messages, read() and observe(), carried it past),
+        drop it: counted late_applies, reported as a late cycle (late_index 0), and the
+        robot holds (counted in holds when it was tracking)."""
+        p = self.pending
+        if p is None:
+            return None
+        commit_ns, chunk = self.clock(), self.chunk
         if not self.watchdog.too_old(chunk.capture_ns, commit_ns):
-            return
-        self._apply_pending = False
+            return commit_ns
+        self.pending = None
         self.counters["late_applies"] += 1
         self.stack.hold(commit_ns)
-        if self._state_before == "run":
+        if p.before == State.RUN:
             self.counters["holds"] += 1
-        self.state = "hold" if self._state_before == "run" else self._state_before
+        self.state = State.HOLD if p.before == State.RUN else p.before
         self._report_late(chunk.key, chunk.stamps, 0)
+        return None
 
     def run(self, seconds: float | None = None) -> None:
         """Tick at control.rate_hz for `seconds` (None: until a `stop` command)."""
         rk = RateKeeper(self.cfg.control.rate_hz, self.cfg.name)
-        end = None if seconds is None else clock_ns() + int(seconds * 1e9)
-        while self.state != "stopped" and (end is None or clock_ns() < end):
+        end = None if seconds is None else self.clock() + int(seconds * 1e9)
+        while self.state != State.STOPPED and (end is None or self.clock() < end):
             self.tick()
             rk.keep_time()
             self.counters["late_ticks"] = rk.late_ticks
@@ -250,7 +302,7 @@ class ControllerNode:
         whose episode is over; safe from a signal handler or another thread: one landing while
         a waypoint is being taken is not undone by it)."""
         self._stop_asked = True
-        self.state = "stopped"
+        self.state = State.STOPPED
 
     def update(self, now: int) -> None:
         for _ in range(self.cfg.max_msgs_per_tick):
@@ -261,8 +313,8 @@ class ControllerNode:
                 self._on_waypoint(env, now)
             elif env.topic == "command":
                 self._on_command(env.body["cmd"], now)
-        if self.state == "run" and self.watchdog.expired(now):
-            self._hold("hold", now)
+        if self.state == State.RUN and self.watchdog.expired(now):
+            self._hold(State.HOLD, now)
 
     def _read(self, now: int) -> RobotState | None:
         """The robot's state, or None after a failed read (counted; the robot holds on
@@ -277,6 +329,46 @@ class ControllerNode:
             if cmd is not None:
                 self._write(cmd, now)
             return None
+        except Exception as e:  # a bug in the driver: the loop ends, naming it
+            raise DriverError(f"{self._driver}.read", e) from e
+
+    def _observe_step(self, state: RobotState, now: int) -> None:
+        """The driver's observation, if it has one this tick, published as `obs`."""
+        if self._observe is None:
+            return
+        try:
+            obs = self._observe(state, now)
+        except Exception as e:  # observe() touches no bus: any exception is a driver bug
+            raise DriverError(f"{self._driver}.observe", e) from e
+        if obs is not None:
+            self.send_obs(obs)
+
+    def send_obs(self, obs: Observation) -> bool:
+        """Publish `obs` as an `obs` message stamped capture; counted obs_sent, obs_dropped
+        (the bus refused it) or obs_bad (not what the policy's observation spec names: said
+        on stderr at most once a second, and not sent). True if sent."""
+        body = {"values": obs.values, "ints": obs.ints}
+        why = "frames are not carried on the wire yet; send them as values" if obs.frames \
+            else self._obs_problem(body)
+        if why is not None:
+            self.counters["obs_bad"] += 1
+            self.complaints.say("obs_bad", lambda: f"observation not sent: {why}; make the "
+                                "driver's observe() return what the policy's spec names")
+            return False
+        sent = self.pub.publish("obs", body, {"capture": int(obs.capture_ns)})
+        self.counters["obs_sent" if sent else "obs_dropped"] += 1
+        return sent
+
+    def _obs_problem(self, body: dict) -> str | None:
+        spec = self.cfg.obs
+        try:
+            if isinstance(spec, ObsSpec):
+                spec.feeds(body)
+            elif spec is not None:
+                spec.encode(body)
+        except ObsError as e:
+            return str(e)
+        return None
 
     def _write(self, cmd, now: int) -> bool:
         try:
@@ -286,37 +378,62 @@ class ControllerNode:
             self.counters["write_faults"] += 1
             self._fault(now)
             return False
+        except Exception as e:
+            raise DriverError(f"{self._driver}.write", e) from e
 
     def _fault(self, now: int) -> None:
-        if self.state != "stopped":
-            self._hold("fault" if self.state != "safe_hold" else "safe_hold", now)
+        if self.state != State.STOPPED:
+            self._hold(State.FAULT if self.state != State.SAFE_HOLD else State.SAFE_HOLD,
+                       now)
+
+    def health_counters(self) -> dict[str, int]:
+        """The controller's counters, the limits' and the bus's (sub.* and pub.*: messages
+        the sockets dropped before the controller saw them, docs/robots.md section 6)."""
+        sub, pub = getattr(self.sub, "counters", {}), getattr(self.pub, "counters", {})
+        bus = {f"sub.{k}": sub.get(k, 0) for k in BUS_DROPS}
+        bus["sub.sessions_ended"] = getattr(self.sub, "sessions_ended", 0)
+        bus["pub.dropped"] = pub.get("dropped", 0)
+        return {**self.counters, **self.stack.counters, **bus}
 
     def publish(self, now: int) -> None:
         if now < self._next_health_ns:
             return
         self._next_health_ns = now + self._health_period_ns
+        self._say_clamps()
         gauges = {"e2e_last_ms": self.e2e_last_ns / 1e6, "e2e_max_ms": self.e2e_max_ns / 1e6,
                   "holding": float(self.stack.holding)}
-        self.pub.publish("health", {"node": self.cfg.name, "state": self.state,
-                                    "counters": {**self.counters, **self.stack.counters},
-                                    "gauges": gauges})
+        self.pub.publish("health", {"node": self.cfg.name, "state": str(self.state),
+                                    "counters": self.health_counters(), "gauges": gauges})
+
+    def _say_clamps(self) -> None:
+        """The limits clipped the policy's waypoints or cut the command at a workspace bound
+        since the last health: one line (at most once a second), with the totals."""
+        c, seen = self.stack.counters, self._clamps
+        if all(c[k] == seen[k] for k in CLAMPS):
+            return
+        seen.update((k, c[k]) for k in CLAMPS)
+        self.complaints.say("clamps", lambda: (
+            f"the policy's chunks go past the axis limits: {seen['waypoint_clamps']} waypoint "
+            f"values clipped into [low + margin, high - margin], {seen['workspace_clamps']} "
+            f"commands cut back at a workspace bound so far (clipped, never sent as is); "
+            f"serve a policy whose action spec fits this robot, or check its output"))
 
     # -- events -----------------------------------------------------------------------
-    def _hold(self, state: str, now: int) -> None:
-        if self.state == "run":  # counts transitions from tracking to holding
+    def _hold(self, state: State, now: int) -> None:
+        if self.state == State.RUN:  # counts transitions from tracking to holding
             self.counters["holds"] += 1
-        self._apply_pending = False  # a held robot sends no chunk's first setpoint
+        self.pending = None  # a held robot sends no chunk's first setpoint
         self.stack.hold(now)
         self.state = state
 
     def _on_command(self, cmd: str, now: int) -> None:
         self.counters["commands"] += 1
         if cmd == "safe_hold":
-            self._hold("safe_hold", now)
-        elif cmd == "clear" and self.state == "safe_hold":
-            self.state = "hold"  # stays holding until the next fresh chunk
+            self._hold(State.SAFE_HOLD, now)
+        elif cmd == "clear" and self.state == State.SAFE_HOLD:
+            self.state = State.HOLD  # stays holding until the next fresh chunk
         elif cmd == "stop":
-            self._hold("stopped", now)
+            self._hold(State.STOPPED, now)
 
     def _on_waypoint(self, env: Envelope, now: int) -> None:
         """check -> assemble -> apply; a waypoint not taken is counted under its reason."""
@@ -384,14 +501,12 @@ class ControllerNode:
         c["waypoints_accepted"] += 1
         if chunk.ready == chunk.applied:
             return  # it arrived past a gap: nothing new to track yet
-        if chunk.applied == 0:  # the chunk's first setpoint goes out this tick
-            if not self._apply_pending:
-                self._state_before = self.state
-            self._apply_pending = True
+        if chunk.applied == 0 and self.pending is None:  # its first setpoint goes out this tick
+            self.pending = Pending(self.state)
         chunk.applied = chunk.ready
         self.stack.set_chunk(chunk.waypoints[:chunk.ready], chunk.capture_ns, chunk.period_ns,
                              now, complete=chunk.complete, start_ns=chunk.start_ns)
-        self.state = "run"
+        self.state = State.RUN
 
     def _late(self, env: Envelope) -> None:
         """Reject a waypoint past the deadline; report its cycle once as missed (not while
@@ -417,7 +532,7 @@ class ControllerNode:
         self.pub.publish("trace", rec)
 
     def _record_apply(self, apply_ns: int) -> None:
-        self._apply_pending = False
+        self.pending = None
         chunk = self.chunk
         e2e = apply_ns - chunk.capture_ns
         self.e2e.record(e2e)

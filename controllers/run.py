@@ -15,11 +15,13 @@ model directory, or its action_spec.json or tokenizer.json: the robot follows ch
 spec only, and the spec is checked against the axes (names, units, ranges) before the first
 tick. The loop ticks at control.rate_hz until --seconds pass, a `stop` command, the hardware
 stopping it, or SIGINT/SIGTERM (all clean: the report is still written). This process binds
-ENDPOINT --obs (health, trace, heartbeat echoes, and whatever the hardware publishes, e.g. a
-simulator's `obs`) and connects to the policy's --actions and the monitor's --control.
+ENDPOINT --obs (the driver's observations as `obs`, health, trace, heartbeat echoes and a
+simulator's own health) and connects to the policy's --actions and the monitor's --control.
 
-Exit status: 0, or 1 when the run ended without a single chunk followed (said on stderr,
-with the rejection counters), or 2 for a usage or configuration error (one line, with the fix).
+Exit status: 0; 1 when the run ended without a single chunk followed (said on stderr, with
+the rejection counters) or when a driver method raised something other than HardwareFault
+(the report is written first, then one line naming the method); 2 for a usage or
+configuration error (one line, with the fix).
 """
 from __future__ import annotations
 
@@ -44,9 +46,11 @@ from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.heartbeat import HeartbeatResponder
 
 from .config import ControlConfig
-from .node import ControllerConfig, ControllerNode
+from .hardware import DriverError
+from .node import ControllerConfig, ControllerNode, obs_spec_from
 
 PING_EVERY = 10  # ticks between polls of the monitor's heartbeat pings
+HW_HEALTH_NS = 500_000_000  # a simulator's own health: twice a second
 ROBOT_KEYS = ("name", "control", "hardware")
 
 
@@ -58,16 +62,18 @@ class RobotProcess:
                  control_endpoint: str | None = None, tokenizer: TokenizerConfig | None = None,
                  action: ActionSpec | None = None, name: str = "controller",
                  deadline_ms: float = 100.0, policy_hz: float = 20.0,
-                 trace_path: str | None = None, curve=None, addressed: bool = False):
+                 trace_path: str | None = None, curve=None, addressed: bool = False,
+                 obs_spec=None):
         """robot: the src of this robot's messages (its chunks carry it as dest). name: the
         controller's node name (health, trace). tokenizer / action: the policy's spec (at
-        least one). curve: the bus ``curve=`` for every socket. addressed: take only the
-        chunks addressed to this robot (a policy node run with --address-chunks): libzmq
-        filters the other robots' chunks at the node."""
-        cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, name=name,
-                               deadline_ns=int(deadline_ms * 1e6),
+        least one); obs_spec: its observation spec (ObsSpec or ObsTokens; None: the driver's
+        observations go out unchecked). curve: the bus ``curve=`` for every socket.
+        addressed: take only the chunks addressed to this robot (a policy node run with
+        --address-chunks): libzmq filters the other robots' chunks at the node."""
+        cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, obs=obs_spec,
+                               name=name, deadline_ns=int(deadline_ms * 1e6),
                                chunk_interval_ns=int(1e9 / policy_hz))  # checked: no socket yet
-        self.hw = hw
+        self.hw, self.robot = hw, robot
         self.pub = Publisher(obs, robot, bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
         self.sub = Subscriber([actions] + ([control_endpoint] if control_endpoint else []),
@@ -78,25 +84,48 @@ class RobotProcess:
             if control_endpoint else None
         self.hb = HeartbeatResponder(self.pub, name)
         self.trace = TraceWriter(trace_path) if trace_path else None
-        self._hw_tick = getattr(hw, "on_tick", None)
+        self._advance = getattr(hw, "advance", None)
+        self._hw_health = getattr(hw, "health", None)
+        self._next_hw_health_ns = 0
         self.signalled = False   # stopped by SIGTERM/SIGINT
+        self.driver_error: DriverError | None = None  # the driver bug that ended the run
         self.node = ControllerNode(hw, cfg, self.sub, self.pub, trace=self.trace,
                                    on_tick=self._on_tick)
 
     def _on_tick(self, state, now_ns: int) -> None:
-        if self._hw_tick is not None:
-            self._hw_tick(self.node, state, now_ns)
-        if self.pings is not None and self.node.counters["ticks"] % PING_EVERY == 0:
+        """After the controller's tick: a simulator's step, its health, heartbeats."""
+        node = self.node
+        if self._advance is not None and self._driver("advance", self._advance, now_ns,
+                                                      node.counters["chunks_accepted"] > 0):
+            node.stop()  # the simulator's episode is over: the loop ends after this tick
+        if self._hw_health is not None and now_ns >= self._next_hw_health_ns:
+            self._next_hw_health_ns = now_ns + HW_HEALTH_NS
+            self._publish_hw_health("run")
+        if self.pings is not None and node.counters["ticks"] % PING_EVERY == 0:
             self.hb.poll(self.pings)
         self.hb.beat(now_ns)
 
+    def _driver(self, method: str, call, *args):
+        try:
+            return call(*args)
+        except Exception as e:  # a bug in the driver: the run ends, naming it
+            raise DriverError(f"{type(self.hw).__name__}.{method}", e) from e
+
+    def _publish_hw_health(self, state: str) -> None:
+        body = self._driver("health", self._hw_health, self.robot, state)
+        if body is not None:
+            self.pub.publish("health", body)
+
     def run(self, seconds: float | None = None) -> dict:
-        """The loop, with the GC frozen, until `seconds` (None: until stopped); the report."""
-        with realtime_gc():
-            self.node.run(seconds)
-        on_stop = getattr(self.hw, "on_stop", None)
-        if on_stop is not None:
-            on_stop(self.node)
+        """The loop, with the GC frozen, until `seconds` (None: until stopped); the report.
+        A driver bug ends the loop early: `driver_error`, and the report up to it."""
+        try:
+            with realtime_gc():
+                self.node.run(seconds)
+            if self._hw_health is not None:
+                self._publish_hw_health("stopped")  # the dashboard's last counts: the report's
+        except DriverError as e:
+            self.driver_error = e
         return self.report()
 
     def stop(self) -> None:
@@ -104,11 +133,22 @@ class RobotProcess:
         self.node.stop()
 
     def report(self) -> dict:
-        e2e = self.node.e2e.percentiles_us()
-        out = {"controller": dict(self.node.counters), "stack": dict(self.node.stack.counters),
+        """controller, stack (the limits), bus (what the sockets dropped), e2e_ms, and the
+        hardware's report(); with `driver_error` (one line) when a driver bug ended the run."""
+        node = self.node
+        e2e = node.e2e.percentiles_us()
+        bus = {k: v for k, v in node.health_counters().items() if k.startswith(("sub.", "pub."))}
+        out = {"controller": dict(node.counters), "stack": dict(node.stack.counters), "bus": bus,
                "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}
+        if self.driver_error is not None:
+            out["driver_error"] = str(self.driver_error)
         extra = getattr(self.hw, "report", None)
-        return {**out, **(extra() if extra is not None else {})}
+        try:
+            return {**out, **(extra() if extra is not None else {})}
+        except Exception:
+            if self.driver_error is None:
+                raise
+            return out  # a broken driver's own report: the run's counters matter more
 
     def close(self) -> None:
         for c in (self.trace, self.pub, self.sub, self.pings):
@@ -229,6 +269,29 @@ def parse_sets(items: list[str]) -> dict:
     return out
 
 
+def load_obs_spec(path: str | Path):
+    """The observation spec of the policy at `path` (a model directory: its obs_spec.json or
+    obs_tokens.json), or None (none there, or `path` names a spec file)."""
+    p = resolve(str(path))
+    for name in ("obs_spec.json", "obs_tokens.json"):
+        f = p / name
+        if p.is_dir() and f.is_file():
+            try:
+                return obs_spec_from(json.loads(f.read_text()))
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"{f}: not a valid observation spec: {e}") from None
+    return None
+
+
+def bus_drops(report: dict, who: str = "robot") -> None:
+    """One line on stderr when the sockets dropped messages before the controller saw them."""
+    drops = {k: v for k, v in report["bus"].items() if v}
+    if drops:
+        print(f"{who}: warning: the bus dropped messages: {drops} (sub.rejected: malformed or "
+              "not of the wire's schema; sub.oversize: over the size limit; pub.dropped: "
+              "not sent); see docs/robots.md section 6", file=sys.stderr, flush=True)
+
+
 def never_followed(counters: dict, who: str = "robot") -> int:
     """1, with one error line saying why, when a run ended without a single chunk followed
     (the robot stood still throughout); else 0."""
@@ -251,9 +314,16 @@ def emit_report(report: dict, path: str | None) -> None:
     print(text)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, whose usage errors are the one line `PROG: error: ...` (exit 2), without
+    the usage block before it (--help still prints it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m controllers.run",
-                                 description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m controllers.run", description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", required=True, help="MODULE:CLASS of the HardwareInterface")
     ap.add_argument("--config", required=True, help="the robot YAML (docs/robots.md)")
     ap.add_argument("--model", required=True, help="the policy: a model directory, or its "
@@ -289,12 +359,14 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
         robot, control, hardware = load_robot(a.config)
         robot = a.robot or robot
         tok, act = load_policy_spec(a.model)
+        obs_spec = load_obs_spec(a.model)
         cls = hardware_class(a.hardware)
         hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})
         return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
                             deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
-                            trace_path=a.trace, curve=curve, addressed=a.addressed)
+                            trace_path=a.trace, curve=curve, addressed=a.addressed,
+                            obs_spec=obs_spec)
     except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
 
@@ -306,6 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     proc = make_process(ap, a)
     report = proc.run_until_signalled(a.seconds)
     emit_report(report, a.report)
+    bus_drops(report)
+    if proc.driver_error is not None:
+        print(f"robot: error: {proc.driver_error}: a bug in the driver ended the run (its "
+              "report is written); fix that method, or raise HardwareFault for a failed "
+              "transfer", file=sys.stderr, flush=True)
+        return 1
     return 0 if proc.signalled else never_followed(report["controller"])
 
 

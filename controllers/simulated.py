@@ -65,9 +65,12 @@ class SimulatedAxes:
         self.value[:] = cmd.value
         self.state.tool = cmd.tool
 
-    def on_tick(self, node, state: RobotState, now_ns: int) -> None:
+    def advance(self, now_ns: int, following: bool) -> bool:
+        """One tick of the drives (controllers.run calls it after every write); never ends
+        the run."""
         self.step(self.dt_s)
         self.state.t_ns = now_ns
+        return False
 
     def step(self, dt_s: float) -> None:
         s = self.state

@@ -1,7 +1,8 @@
 """The controller's freshness rules: is a chunk too old to apply, and has the stream gone quiet?
 
 The controller enforces the deadline itself; safety never depends on another process.
-Times are monotonic ns from the controller's own clock (stamps are same-host). The quiet
+Times are monotonic ns from the controller's own clock: a chunk's `capture` is the stamp
+of the robot's own observation, so it can never lie in the robot's future. The quiet
 stream is rtinfer.transport.liveliness, the one freshness mechanism of the system.
 """
 from __future__ import annotations
@@ -16,13 +17,17 @@ class Watchdog:
     `interval_ns`: when the next fresh chunk is due after one arrived (the policy's period);
     the controller holds when none came for interval + deadline. (A deadline shorter than
     the policy's period is legitimate: it bounds observation -> setpoint latency, not the
-    policy's rate.)"""
+    policy's rate.) `uncertainty_ns`: how far a capture may lie ahead of our clock (0: the
+    robot stamps its own observations; else the clock estimate's uncertainty), never the
+    deadline."""
 
-    def __init__(self, deadline_ns: int = 100_000_000, interval_ns: int = 0):
-        if deadline_ns <= 0 or interval_ns < 0:
-            raise ValueError(f"need deadline_ns > 0 and interval_ns >= 0, got {deadline_ns}, "
-                             f"{interval_ns}")
+    def __init__(self, deadline_ns: int = 100_000_000, interval_ns: int = 0,
+                 uncertainty_ns: int = 0):
+        if deadline_ns <= 0 or interval_ns < 0 or uncertainty_ns < 0:
+            raise ValueError(f"need deadline_ns > 0, interval_ns >= 0 and uncertainty_ns >= 0, "
+                             f"got {deadline_ns}, {interval_ns}, {uncertainty_ns}")
         self.deadline_ns = int(deadline_ns)
+        self.uncertainty_ns = int(uncertainty_ns)
         self.quiet_ns = int(deadline_ns) + int(interval_ns)
         self.live = Liveliness()
 
@@ -36,8 +41,9 @@ class Watchdog:
         return now_ns - capture_ns > self.deadline_ns
 
     def from_future(self, capture_ns: int, now_ns: int) -> bool:
-        """A capture stamp a deadline ahead of our clock is bogus (wrong clock or host)."""
-        return capture_ns - now_ns > self.deadline_ns
+        """A capture stamp ahead of our clock (by more than the clock's uncertainty) is bogus:
+        another clock, or a forged stamp. Taken, it would outrank every honest chunk."""
+        return capture_ns - now_ns > self.uncertainty_ns
 
     def feed(self, now_ns: int) -> None:
         """A fresh chunk arrived at now_ns."""

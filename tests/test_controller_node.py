@@ -1,7 +1,7 @@
 """ControllerNode over real inproc bus sockets, driving a pure-numpy double-integrator plant.
 
-The node is ticked with explicit now_ns so every timing decision is deterministic; the
-messages themselves travel through real zmq sockets.
+The node runs on the test's clock (given at construction), so every timing decision is
+deterministic; the messages themselves travel through real zmq sockets.
 """
 import re
 import time
@@ -58,7 +58,7 @@ def _sync(pub, sub, topic, body):
 
 
 class Cell:
-    def __init__(self, ctx, action=ACT, **node_kw):
+    def __init__(self, ctx, action=ACT, plant=None, **node_kw):
         self.policy = Publisher("inproc://chunks", "policy", ctx=ctx)
         self.monitor = Publisher("inproc://cmd", "monitor", ctx=ctx)
         self.sub = Subscriber(["inproc://chunks", "inproc://cmd"], ["action_chunk", "command"],
@@ -70,12 +70,13 @@ class Cell:
         _sync(self.monitor, self.sub, "command", noop)
         _sync(self.pub, self.watch, "health",
               {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
-        self.plant = Plant()
+        self.plant = Plant() if plant is None else plant
         cfg = ControllerConfig(tokenizer=TOK, action=action, control=gantry_control(
             mass=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
+        self.t = now_ns()  # the loop's clock, starting at the real one
+        node_kw.setdefault("clock", lambda: self.t)
         self.node = ControllerNode(self.plant, cfg, self.sub, self.pub, TOK.hash, **node_kw)
         self.tok = ActionTokenizer(TOK)
-        self.t = now_ns()  # explicit loop clock, starting at the real one
         self.cycle = 0
 
     def seen(self) -> int:
@@ -87,7 +88,7 @@ class Cell:
         """Tick at the current time until the node has taken n more messages."""
         want = self.seen() + n
         for _ in range(2000):
-            self.node.tick(self.t)
+            self.node.tick()
             if self.seen() >= want:
                 assert self.seen() == want
                 return
@@ -125,7 +126,7 @@ class Cell:
     def run(self, ms, log=None):
         for _ in range(ms):
             self.t += MS
-            self.node.tick(self.t)
+            self.node.tick()
             self.plant.step(MS)
             if log is not None:
                 log.append((self.node.stack.tracker.vel.copy(), self.plant.state.vel.copy(),
@@ -477,10 +478,21 @@ def test_late_waypoints_during_a_commanded_hold_are_not_reported_as_misses(cell)
     assert traces == []
 
 
-def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_applied(cell):
+@pytest.fixture
+def real_clock_cell():
+    ctx = zmq.Context()
+    c = Cell(ctx, clock=now_ns)
+    yield c
+    c.close()
+    ctx.term()
+
+
+def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_applied(
+        real_clock_cell):
     """On the real clock: a chunk 60 ms old is taken in time, but read() then takes 45 ms, so
     its first setpoint would go out 105 ms after capture. It is dropped and reported late;
     with a fast read() the next one is applied, at most a deadline after its capture."""
+    cell = real_clock_cell
     slow = {"s": 0.045}
     read = cell.plant.read
     cell.plant.read = lambda: (time.sleep(slow["s"]), read())[1]
@@ -522,6 +534,6 @@ def test_a_stop_landing_while_a_waypoint_is_taken_still_ends_the_loop_after_that
     for _ in range(200):
         if cell.node.counters["waypoints_accepted"]:
             break
-        cell.node.tick(cell.t)
+        cell.node.tick()
         time.sleep(0.001)
     assert cell.node.counters["waypoints_accepted"] == 1 and cell.node.state == "stopped"

@@ -121,3 +121,64 @@ def test_sigterm_to_the_process_stops_it_cleanly_with_its_report(tmp_path):
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert json.loads((tmp_path / "report.json").read_text())["controller"]["ticks"] > 0
+
+
+CRASHY = '''
+from controllers.simulated import SimulatedAxes
+
+
+class Crashy(SimulatedAxes):
+    """SimulatedAxes whose read() has a bug that shows on its 300th call."""
+
+    def __init__(self, control, **kw):
+        super().__init__(control, **kw)
+        self.reads = 0
+
+    def read(self):
+        self.reads += 1
+        if self.reads == 300:
+            raise RuntimeError("encoder table index out of range")
+        return super().read()
+'''
+
+
+def test_a_driver_bug_writes_the_report_then_exits_1_with_one_line_naming_the_method(tmp_path):
+    cfg, spec = robot_files(tmp_path)
+    (tmp_path / "crashy.py").write_text(CRASHY)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controllers.run", "--hardware", "crashy:Crashy", "--config",
+         str(cfg), "--model", str(spec), "--obs", f"ipc://{tmp_path}/robot", "--actions",
+         f"ipc://{tmp_path}/policy", "--report", str(tmp_path / "report.json"),
+         "--seconds", "30"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines() == [err.strip()]  # one line
+    assert "Crashy.read raised RuntimeError: encoder table index out of range" in err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert json.loads(out) == report
+    assert report["controller"]["ticks"] == 299  # every tick up to the bug, counted
+    assert report["driver_error"] in err
+
+
+def test_malformed_chunks_are_counted_in_the_report_and_said_at_the_end(tmp_path):
+    import zmq
+    cfg, spec = robot_files(tmp_path)
+    ctx = zmq.Context()
+    policy = ctx.socket(zmq.XPUB)  # sees the robot's subscription: nothing sent is lost
+    policy.bind(f"ipc://{tmp_path}/policy")
+    proc = start(tmp_path, cfg, spec, "--seconds", "3")
+    try:
+        assert policy.poll(30_000), "the robot never subscribed"
+        policy.recv()
+        for k in range(15):
+            policy.send_multipart([b"action_chunk", b"not a wire message %d" % k])
+        out, err = proc.communicate(timeout=60)
+    finally:
+        policy.close(linger=0)
+        ctx.term()
+        proc.kill()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["bus"]["sub.rejected"] == 15 and report["bus"]["sub.oversize"] == 0
+    assert report["controller"]["rejected_bad"] == 0  # dropped by the bus, before the controller
+    assert "the bus dropped messages: {'sub.rejected': 15}" in err

@@ -36,7 +36,7 @@ class Loop:
         self.health = Subscriber(f"inproc://robots-h{k}", ["health"], ctx=ctx)
         cfg = ControllerConfig(control, action=self.action, chunk_interval_ns=PERIOD)
         self.hw, self.n = hw, control.n
-        self.node = ControllerNode(hw, cfg, self.sub, self.pub)
+        self.node = ControllerNode(hw, cfg, self.sub, self.pub, clock=lambda: self.t)
         self.t = now_ns()
         self.cycle = 0
         while self.node.counters["commands"] == 0:  # the slow joiner
@@ -45,7 +45,7 @@ class Loop:
 
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
-            self.node.tick(self.t)
+            self.node.tick()
             self.hw.step(1e-3)
             self.t += MS
 

@@ -31,10 +31,11 @@ def test_the_worked_example_connects_the_xy_table_as_written(tmp_path):
     c = report["controller"]
     assert c["chunks_accepted"] > 20 and not any(
         v for k, v in c.items() if k.startswith("rejected_"))
+    assert c["obs_sent"] >= c["chunks_accepted"] and c["obs_bad"] == 0  # each chunk answers one
     assert abs(report["xy"][0] - 0.3) < 1e-3 and abs(report["xy"][1] - 0.2) < 1e-3
     assert report["pen"] == 1.0 and report["e2e_ms"]["count"] == c["chunks_accepted"]
     if shutil.which("jq"):  # step 5 as written
         out = subprocess.run(["bash", "-c", b["check.sh"]], cwd=tmp_path, capture_output=True,
                              text=True, check=True).stdout
         xy, pen = report["xy"], report["pen"]
-        assert json.loads(out) == [True, 0, xy, pen]
+        assert json.loads(out) == [True, True, 0, xy, pen]

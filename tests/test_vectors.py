@@ -76,13 +76,21 @@ class RecordingPub:
 
 
 class StillGantry:
-    """A robot that stays where it is: the replay checks the chunk rules, not the motion."""
+    """A robot that stays where it is: the replay checks the chunk rules, not the motion.
+    The replay's clock: `now_ns` when the tick starts; a step's apply_ns is the clock once
+    read() returns (a read that took that long)."""
 
     def __init__(self, n):
         from controllers.hardware import RobotState
         self.state = RobotState(0, np.array([0.0, 0.2, 0.5]), np.zeros(n))
+        self.now_ns = self.read_until_ns = 0
+
+    def clock(self):
+        return self.now_ns
 
     def read(self):
+        if self.read_until_ns is not None:
+            self.now_ns = self.read_until_ns
         return self.state
 
     def write(self, cmd):
@@ -102,8 +110,8 @@ def controller_node(cfg_data):
                            deadline_ns=cfg_data["deadline_ns"],
                            chunk_interval_ns=cfg_data["chunk_interval_ns"],
                            max_period_ns=cfg_data["max_period_ns"])
-    sub, pub = ListSub(), RecordingPub()
-    return ControllerNode(StillGantry(len(control.axes)), cfg, sub, pub, robot=cfg_data["robot"]), sub, pub
+    sub, pub, hw = ListSub(), RecordingPub(), StillGantry(len(control.axes))
+    return ControllerNode(hw, cfg, sub, pub, clock=hw.clock, robot=cfg_data["robot"]), sub, pub
 
 
 @pytest.mark.parametrize("case", MANIFEST["controller"]["cases"], ids=lambda c: c["name"])
@@ -118,7 +126,8 @@ def test_python_controller_moves_the_stated_counters(case):
             env = wire.decode_frames(frames_of(step))
             env.stamps["recv"] = now  # as the bus does
             sub.queue.append(env)
-        node.tick(now, step.get("apply_ns"))
+        node.hw.now_ns, node.hw.read_until_ns = now, step.get("apply_ns")
+        node.tick()
         delta = {n: node.counters[n] - before[n] for n in c["counters"]}
         traces = [b for t, b in pub.sent if t == "trace"]
         trace = ("apply" if any("apply" in b["stamps"] for b in traces) else

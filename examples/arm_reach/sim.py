@@ -6,10 +6,11 @@ the task, `read()` returns the joint angles (rad) and velocities (rad/s) at the 
 time. `gravity(state, out)` fills the torques that hold the arm still at `state.pos`: MuJoCo's
 bias force at zero velocity (mj_rne on a private MjData, so it never disturbs the physics).
 
-Run by controllers.run (`--hardware examples.arm_reach.sim:ArmSim`), `on_tick` drives the
+Run by controllers.run (`--hardware examples.arm_reach.sim:ArmSim`), `advance` drives the
 world from the controller's loop: the world stands still (observations still go out) until
-the first chunk is accepted or `wait_s` passes, then runs `seconds` of sim time and stops
-the node. An `obs` goes out every 1/obs_hz s, stamped `capture` with the loop's clock.
+the controller follows the first chunk or `wait_s` passes, then runs `seconds` of sim time
+(or until `targets` are resolved) and ends the run. `observe` returns an observation every
+1/obs_hz s, stamped `capture` with the loop's clock; the controller publishes it as `obs`.
 Not thread-safe: one loop drives a sim.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import mujoco
 import numpy as np
 
 from controllers.config import ControlConfig
-from controllers.hardware import Command, RobotState
+from controllers.hardware import Command, Observation, RobotState
 
 from .observe import obs_body, observe
 from .scene import ArmGeometry, build_mjcf
@@ -62,9 +63,8 @@ class ArmSim:
         self._show_target()
         self.step_count = 0
         self._obs_every = max(1, round(1000.0 / self.cfg.obs_hz))
-        self.obs_sent = 0
         self.frozen, self._end_step, self._wait_until_ns = True, None, None
-        self._frozen_ticks = 0
+        self._ticks = 0
 
     @property
     def t_ns(self) -> int:
@@ -120,35 +120,32 @@ class ArmSim:
             self._show_target()
 
     # -- in the controller's loop --------------------------------------------------------------
-    def on_tick(self, node, state: RobotState, now_ns: int) -> None:
-        """After every write: wait for the policy (world frozen), else step; publish `obs`."""
+    def observe(self, state: RobotState, now_ns: int) -> Observation | None:
+        """Every 1/obs_hz s of the loop (frozen: of its ticks), the arm and the target."""
+        self._ticks += 1
+        if self._ticks % self._obs_every:
+            return None
+        body = obs_body(observe(self), self.task.target_id)
+        return Observation(now_ns, body["values"], body["ints"])
+
+    def advance(self, now_ns: int, following: bool) -> bool:
+        """After every write: wait for the policy (world frozen), else step; True when the
+        episode is over (`seconds` of sim time, or `targets` resolved)."""
         if self.frozen:
             if self._wait_until_ns is None:
                 self._wait_until_ns = now_ns + int(self.cfg.wait_s * 1e9)
-            if node.counters["chunks_accepted"] == 0 and now_ns < self._wait_until_ns:
-                self._publish(node, now_ns, self._tick_frozen())
-                return
+            if not following and now_ns < self._wait_until_ns:
+                return False
             self.frozen = False
             if self.cfg.seconds is not None:
                 self._end_step = self.step_count + round(self.cfg.seconds * 1000)
         self.step()
         done_targets = self.cfg.targets is not None and self.task.resolved >= self.cfg.targets
-        if done_targets or (self._end_step is not None and self.step_count >= self._end_step):
-            node.stop()
-        self._publish(node, now_ns, self.step_count % self._obs_every == 0)
-
-    def _tick_frozen(self) -> bool:
-        self._frozen_ticks += 1
-        return self._frozen_ticks % self._obs_every == 0
-
-    def _publish(self, node, now_ns: int, due: bool) -> None:
-        if due and node.pub.publish("obs", obs_body(observe(self), self.task.target_id),
-                                   {"capture": now_ns}):
-            self.obs_sent += 1
+        return done_targets or (self._end_step is not None and self.step_count >= self._end_step)
 
     def report(self) -> dict:
         """The task's score and the sim's counts, for the run's final report."""
-        return {"task": self.task.metrics(), "sim_s": self.t_ns / 1e9, "obs_sent": self.obs_sent,
+        return {"task": self.task.metrics(), "sim_s": self.t_ns / 1e9,
                 "target_seed": self.cfg.seed}
 
     def close(self) -> None:

@@ -1,9 +1,10 @@
 """The conveyor cell as a robot process: ConveyorSim (the MuJoCo cell as the hardware of
 controllers.run) and SimNode (it, behind controllers.run.RobotProcess, for callers in Python).
 
-One tick = read -> PID -> write -> one 1 ms physics step. Every policy period the tick also
-publishes an `obs` message stamped `capture` (what a perception stage would send). The launch
-files run it through the generic robot entry point (docs/robots.md):
+One tick = read -> observe -> PID -> write -> one 1 ms physics step (advance). Every policy
+period observe() returns what a perception stage would send, stamped `capture` with the
+loop's clock; the controller publishes it as `obs`. The launch files run it through the
+generic robot entry point (docs/robots.md):
 
     python -m controllers.run --hardware examples.conveyor_sorting.sim_node:ConveyorSim \
         --config examples.conveyor_sorting:robot.yaml --model models/zoo/conveyor-v1 \
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controllers.config import ControlConfig
+from controllers.hardware import Observation
 from controllers.run import RobotProcess
 
 from .cell import ConveyorCell
@@ -21,15 +23,13 @@ from .config import (CellConfig, action_spec, control_config, parse_belt_speed, 
                      parse_instruction, tokenizer_config)
 from .observe import obs_body, observe
 
-HEALTH_EVERY = 500  # ticks between the cell's own health messages (2 Hz)
-
 
 class ConveyorSim:
     """The cell as a HardwareInterface with the simulator's hooks (controllers.hardware).
 
-    The world stands still until the policy's first chunk is accepted (at most wait_s), so
-    a slow policy start costs no objects; it then runs `seconds` of sim time and stops the
-    loop. Observations go out at obs_hz on the controller node's publisher."""
+    The world stands still until the controller follows the policy's first chunk (at most
+    wait_s), so a slow policy start costs no objects; it then runs `seconds` of sim time
+    and ends the run. Observations are due at obs_hz, frozen or not."""
 
     def __init__(self, control: ControlConfig, *, seed=0, instruction="seed", belt_speed=None,
                  seconds: float = 60.0, wait_s: float = 30.0, obs_hz: float = 20.0):
@@ -47,46 +47,47 @@ class ConveyorSim:
         self.seconds, self.wait_s = float(seconds), float(wait_s)
         self._obs_every = max(1, int(round(1000.0 / obs_hz)))  # ticks per observation
         self._tick = 0
-        self.obs_sent = 0
         self._end_ns = self._wait_until_ns = None
         self.frozen = True
         self.health_node = "cell"  # its health's node name: the robot's when in a fleet
 
-    def on_tick(self, node, state, now_ns: int) -> None:
-        pub = node.pub
+    def observe(self, state, now_ns: int) -> Observation | None:
+        """What the camera and the joints show, every 1/obs_hz s; None between."""
+        self._tick += 1
+        if self._tick % self._obs_every:
+            return None
+        body = obs_body(observe(self.cell))
+        return Observation(now_ns, body["values"], body["ints"])
+
+    def advance(self, now_ns: int, following: bool) -> bool:
+        """One 1 ms physics step, once the policy answered (or wait_s passed); True when the
+        `seconds` of sim time are over (the run ends after this tick)."""
         if self.frozen:
             if self._wait_until_ns is None:
                 self._wait_until_ns = now_ns + int(self.wait_s * 1e9)
-                self.health_node = "cell" if node.robot == "sim" else node.robot
-            # Observations go out, but the world stands still until the policy answers.
-            if node.counters["chunks_accepted"] == 0 and now_ns < self._wait_until_ns:
-                self._tick += 1
-                if self._tick % self._obs_every == 0:
-                    pub.publish("obs", obs_body(observe(self.cell)), {"capture": now_ns})
-                return
+            if not following and now_ns < self._wait_until_ns:
+                return False  # the world stands still until the policy answers
             self.frozen, self._end_ns = False, now_ns + int(self.seconds * 1e9)
-        if now_ns >= self._end_ns:
-            node.stop()  # the loop ends after this tick
         self.cell.step()
-        self._tick += 1
-        if self._tick % self._obs_every == 0:
-            if pub.publish("obs", obs_body(observe(self.cell)), {"capture": now_ns}):
-                self.obs_sent += 1
-        if self._tick % HEALTH_EVERY == 0:
-            self.publish_health(pub, "run")
+        return now_ns >= self._end_ns
+
+    def health(self, robot: str, state: str) -> dict:
+        """The cell's own `health` (its task counters), under node "cell", or the robot's
+        name when it is one of a fleet (robot is not "sim")."""
+        self.health_node = "cell" if robot == "sim" else robot
+        return self.health_body(state)
+
+    def health_body(self, state: str) -> dict:
+        m = self.cell.metrics
+        return {"node": self.health_node, "state": state, "counters": {
+            k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
+                                       "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}}
 
     def publish_health(self, pub, state: str) -> None:
-        m = self.cell.metrics
-        pub.publish("health", {"node": self.health_node, "state": state, "counters": {
-            k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
-                                       "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}})
-
-    def on_stop(self, node) -> None:
-        self.publish_health(node.pub, "stopped")  # the dashboard's last counts are the report's
+        pub.publish("health", self.health_body(state))
 
     def report(self) -> dict:
-        return {"metrics": self.cell.metrics.as_dict(), "obs_sent": self.obs_sent,
-                "sim_s": self.cell.t_ns / 1e9,
+        return {"metrics": self.cell.metrics.as_dict(), "sim_s": self.cell.t_ns / 1e9,
                 "task": {"seed": self.seed, "instruction": self.cell.instruction.tolist(),
                          "belt_speed": self.cell.cfg.belt_speed}}
 
@@ -115,7 +116,7 @@ class SimNode(RobotProcess):
 
     @property
     def obs_sent(self) -> int:
-        return self.sim.obs_sent
+        return self.node.counters["obs_sent"]
 
     def run(self, seconds: float, wait_s: float = 30.0) -> dict:
         """Frozen until the first action chunk (at most wait_s), then `seconds` of sim, or

@@ -14,7 +14,6 @@ class CheckedConveyorSim(ConveyorSim):
         super().__init__(control, **options)
         self.limit = [float(x) for x in control.axis("effort_limit")]
         self.over_limit, self.max_ratio = 0, 0.0
-        self._pub = None
         cell_write = self.write
 
         def write(cmd) -> None:
@@ -26,12 +25,7 @@ class CheckedConveyorSim(ConveyorSim):
             cell_write(cmd)
         self.write = write
 
-    def on_tick(self, node, state, now_ns: int) -> None:
-        self._pub = node.pub
-        super().on_tick(node, state, now_ns)
-
     def report(self) -> dict:
         return {**super().report(),
                 "force_check": {"over_limit": self.over_limit, "max_ratio": self.max_ratio},
-                "instruction": self.cell.instruction.tolist(),
-                "obs_dropped": None if self._pub is None else self._pub.counters.get("dropped")}
+                "instruction": self.cell.instruction.tolist()}

@@ -134,7 +134,7 @@ def _figures(rd: Path, exit_code: int, samples: dict, minutes: float, launch: Pa
         "cycles": mon.get("cycles"), "deadline_misses": mon.get("misses"),
         "holds": {"watchdog": ctl.get("holds"), "ordered": mon.get("holds")},
         "rejected": {k: v for k, v in ctl.items() if k.startswith("rejected_")},
-        "dropped": {"obs_not_sent": sim.get("obs_dropped"), "late_ticks": ctl.get("late_ticks")},
+        "dropped": {"obs_not_sent": ctl.get("obs_dropped"), "late_ticks": ctl.get("late_ticks")},
         "force_over_limit": force.get("over_limit"), "max_force_ratio": force.get("max_ratio"),
         "clamps": sim.get("stack"), "metrics": sim.get("metrics"), "e2e_ms": sim.get("e2e_ms"),
         "instruction": sim.get("instruction")}

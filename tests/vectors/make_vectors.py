@@ -460,9 +460,13 @@ def controller_cases():
             (100 * MS, waypoint(0, cycle=2), first, "run", "apply"),
             (200 * MS, waypoint(0, cycle=3, capture=T0 + 100 * MS), first, "run", "apply")]),
         ("capture_checks", [
+            (0, waypoint(0, capture=T0 + 1), {"rejected_bad": 1}, "idle", None),
             (0, waypoint(0, capture=T0 + 100 * MS + 1), {"rejected_bad": 1}, "idle", None),
             (0, waypoint(0, stamps={"publish": T0}), {"rejected_bad": 1}, "idle", None),
-            (0, waypoint(0, capture=T0 + 100 * MS), first, "run", "apply")]),
+            (0, waypoint(0, capture=T0), first, "run", "apply")]),
+        ("a_future_capture_never_outranks_an_honest_one", [
+            (0, waypoint(0, cycle=1, capture=T0 + 50 * MS), {"rejected_bad": 1}, "idle", None),
+            (1 * MS, waypoint(0, cycle=2, capture=T0), first, "run", "apply")]),
         ("field_checks", [
             (1 * MS, waypoint(0, count=5), {"rejected_bad": 1}, "idle", None),
             (1 * MS, waypoint(0, period=1_000_000_001), {"rejected_bad": 1}, "idle", None),

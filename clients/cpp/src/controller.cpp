@@ -18,9 +18,10 @@ static const std::string LATE = "late";
 ChunkRules::ChunkRules(ControllerConfig cfg) : cfg_(std::move(cfg)) {
     if (cfg_.robot.empty() || !wire::valid_name(cfg_.robot) || !wire::valid_name(cfg_.name))
         throw std::invalid_argument("controller config: name and robot must be valid names");
-    if (cfg_.deadline_ns <= 0 || cfg_.chunk_interval_ns < 0 || cfg_.max_period_ns <= 0)
+    if (cfg_.deadline_ns <= 0 || cfg_.chunk_interval_ns < 0 || cfg_.max_period_ns <= 0 ||
+        cfg_.clock_uncertainty_ns < 0 || cfg_.clock_uncertainty_ns >= cfg_.deadline_ns)
         throw std::invalid_argument("controller config: need deadline_ns > 0, chunk_interval_ns >= 0, "
-                                    "max_period_ns > 0");
+                                    "max_period_ns > 0, 0 <= clock_uncertainty_ns < deadline_ns");
     const TokenizerConfig& t = cfg_.tokenizer;
     if (cfg_.action && (cfg_.action->names != t.names || cfg_.action->horizon != t.horizon))
         throw std::invalid_argument("controller config: the action spec's names/horizon differ from "
@@ -63,7 +64,7 @@ std::string ChunkRules::check(const Envelope& env, int64_t now, std::vector<doub
     const std::string& want = tokens ? tokenizer_hash_ : action_hash_;
     if (want.empty() || b.get("spec")->s != want) return "rejected_hash";
     auto capture = wire::get_stamp(env.stamps, "capture");
-    if (!capture || *capture - now > cfg_.deadline_ns) return "rejected_bad";  // none, or future
+    if (!capture || *capture - now > cfg_.clock_uncertainty_ns) return "rejected_bad";  // none, or future
     if (now - *capture > cfg_.deadline_ns) return LATE;
     const int64_t max_p = cfg_.max_period_ns;
     if (b.get("count")->u > cfg_.tokenizer.horizon || b.get("period_ns")->u > uint64_t(max_p) ||

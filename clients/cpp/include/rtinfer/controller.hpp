@@ -23,6 +23,8 @@ struct ControllerConfig {
     int64_t deadline_ns = 100000000;
     int64_t chunk_interval_ns = 0;     // the policy's period: the watchdog waits this + deadline
     int64_t max_period_ns = 1000000000;  // a waypoint period (or start) longer is bogus
+    int64_t clock_uncertainty_ns = 0;  // how far a capture may lie in the robot's future: 0
+                                       // when the robot stamps its own obs (docs/wire.md 5)
     TokenizerConfig tokenizer;         // token chunks must carry its hash
     std::optional<ActionSpec> action;  // continuous chunks must carry its hash; none: refused
 };

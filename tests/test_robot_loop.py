@@ -1,0 +1,170 @@
+"""The robot loop's own steps and faults, in process on real (inproc) sockets and the test's
+clock: the driver's observation published by the controller (checked against the policy's
+observation spec), a driver's bug named, a capture from the robot's future refused, the
+policy's out-of-range waypoints said, and the bus's drops counted in health."""
+import numpy as np
+import pytest
+import zmq
+
+from controllers.hardware import DriverError, Observation
+from controllers.node import State
+from rtinfer.model.obs_spec import ObsSpec
+from rtinfer.transport.bus import Subscriber
+import time
+
+from test_controller_node import LINE, MS, Cell, Plant
+
+SPEC = ObsSpec({"format": "rtinfer-obs-spec", "version": 1,
+                "inputs": [{"key": "pos", "dtype": "float32", "shape": [3]}]})
+
+
+@pytest.fixture
+def ctx():
+    c = zmq.Context()
+    yield c
+    c.term()
+
+
+class ObservingPlant(Plant):
+    def __init__(self, observe):
+        super().__init__()
+        self._observe = observe
+
+    def observe(self, state, now_ns):
+        return self._observe(state, now_ns)
+
+
+def observing_cell(ctx, observe, **kw) -> Cell:
+    """A Cell whose plant observes: observe(state, now_ns) -> Observation | None."""
+    return Cell(ctx, plant=ObservingPlant(observe), **kw)
+
+
+def test_the_drivers_observation_goes_out_as_obs_with_its_capture_stamp(ctx):
+    every, observed = 50, []
+
+    def observe(state, now):
+        if (now // MS) % every:
+            return None
+        observed.append(now)
+        return Observation(now - 3 * MS, {"pos": state.pos.astype(np.float32)}, {"k": 7})
+    c = observing_cell(ctx, observe)
+    sub = Subscriber("inproc://ctl", ["obs"], ctx=ctx)
+    try:
+        for _ in range(200):  # the slow joiner: until one observation arrives
+            c.run(1)
+            if sub.recv(timeout_ms=5) is not None:
+                break
+        sent = c.node.counters["obs_sent"]
+        c.run(500)
+        got = [e for e in iter(lambda: sub.recv(timeout_ms=50), None)]
+        assert len(got) == c.node.counters["obs_sent"] - sent == 10
+        env = got[-1]
+        assert env.src == c.node.robot and env.body["ints"] == {"k": 7}
+        assert env.body["values"]["pos"].dtype == np.float32
+        assert env.stamps["capture"] == observed[-1] - 3 * MS  # the driver's own stamp
+    finally:
+        sub.close()
+        c.close()
+
+
+def test_an_observation_the_policys_spec_does_not_name_is_counted_said_and_not_sent(ctx, capfd):
+    def observe(state, now):
+        return Observation(now, {"pos": state.pos})  # float64: the spec wants float32
+    c = observing_cell(ctx, observe)
+    c.node.cfg.obs = SPEC
+    try:
+        c.run(100)
+        assert c.node.counters["obs_bad"] == 100 and c.node.counters["obs_sent"] == 0
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "values['pos'] is float64 [3]" in err[0]
+    finally:
+        c.close()
+
+
+def test_an_observation_with_frames_is_refused_until_the_wire_carries_them(ctx):
+    def observe(state, now):
+        return Observation(now, {"pos": state.pos.astype(np.float32)},
+                           frames={"cam": (np.zeros((4, 4), np.uint8), now)})
+    c = observing_cell(ctx, observe)
+    try:
+        c.run(10)
+        assert c.node.counters["obs_bad"] == 10 and c.node.counters["obs_sent"] == 0
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("method", ["read", "observe", "write"])
+def test_a_drivers_bug_ends_the_loop_naming_its_method(ctx, method):
+    c = observing_cell(ctx, lambda state, now: None)
+    try:
+        c.run(5)
+
+        def broken(*args):
+            raise RuntimeError("encoder gone")
+        if method == "observe":
+            c.plant._observe = broken
+        else:
+            setattr(c.plant, method, broken)
+        with pytest.raises(DriverError, match=f"Plant.{method} raised RuntimeError: encoder gone"):
+            c.run(1)
+        assert c.node.counters["ticks"] == 5  # the counters up to the bug are kept
+    finally:
+        c.close()
+
+
+def test_a_chunk_captured_in_the_robots_future_is_bad_and_the_next_honest_one_is_followed(ctx):
+    c = Cell(ctx)
+    try:
+        c.send_chunk(LINE, age_ms=-5)  # captured 5 ms ahead of the robot's clock
+        c.deliver(4)
+        n = c.node.counters
+        assert (n["rejected_bad"], n["chunks_accepted"]) == (4, 0) and c.node.state == "idle"
+        c.run(2)
+        c.send_chunk(LINE, age_ms=10)
+        c.deliver(4)
+        c.run(1)
+        assert (n["chunks_accepted"], n["waypoints_accepted"], n["rejected_stale"]) == (1, 4, 0)
+        assert c.node.state is State.RUN and 10 * MS <= c.node.e2e_last_ns <= 100 * MS
+    finally:
+        c.close()
+
+
+def test_policy_waypoints_past_the_axes_are_clipped_counted_and_said_once_a_second(ctx, capfd):
+    c = Cell(ctx)
+    t0 = time.monotonic()
+    try:
+        far = [[50.0, -50.0, 20.0]] * 4  # 100x past the gantry's axes
+        for _ in range(5):
+            c.send_chunk(far, age_ms=1, continuous=True)
+            c.deliver(4)
+            c.run(50)
+        c.run(100)  # a health message after the last chunk
+        health = [e.body for e in iter(lambda: c.watch.recv(timeout_ms=50), None)
+                  if e.topic == "health"]
+        counters = health[-1]["counters"]
+        assert counters["waypoint_clamps"] >= 5 * 4 * 3  # every value of every waypoint
+        assert counters["waypoint_clamps"] == c.node.stack.counters["waypoint_clamps"]
+        err = capfd.readouterr().err.strip().splitlines()
+        seconds = time.monotonic() - t0
+        assert 1 <= len(err) <= 1 + seconds and len(err) < len(health)  # at most one a second
+        assert all("the policy's chunks go past the axis limits" in e for e in err)
+        assert f"{counters['waypoint_clamps']} waypoint values clipped" in "".join(err) \
+            or len(err) == 1  # the totals, as health has them when the line was said
+    finally:
+        c.close()
+
+
+def test_malformed_chunks_dropped_by_the_bus_are_in_the_controllers_health(ctx):
+    c = Cell(ctx)
+    try:
+        for k in range(15):  # on the policy's real socket: not a wire message
+            c.policy._sock.send_multipart([b"action_chunk", b"not msgpack %d" % k])
+        c.run(150)
+        health = [e.body for e in iter(lambda: c.watch.recv(timeout_ms=50), None)
+                  if e.topic == "health"]
+        counters = health[-1]["counters"]
+        assert counters["sub.rejected"] == 15 and counters["sub.oversize"] == 0
+        assert counters["pub.dropped"] == 0 and counters["sub.sessions_ended"] == 0
+        assert c.node.counters["rejected_bad"] == 0  # never reached the controller
+    finally:
+        c.close()
