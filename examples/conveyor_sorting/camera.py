@@ -15,8 +15,13 @@ node would receive `obs/cell_state` and count it rejected.
 Each frame goes out as `obs/camera/NAME` with body {values: {NAME: uint8 [H, W, 3]}, ints:
 {state_seq: the state message's seq}} and stamp `capture` = the state's `capture` (when the
 world looked like that: a frame's age includes its render), `render` = when it was rendered.
-Latest only: the publisher's queue holds one frame (hwm=1) and a consumer subscribes with
-``latest_only=True``. Publishing never blocks; a full queue drops the frame (counted).
+Latest only: the publisher queues one frame per consumer (hwm=1) and drops newer ones while
+that queue is full, silently (libzmq counts none: consumers see gaps in the envelope seq),
+so it never blocks. A consumer subscribes with ``latest_only=True`` (and ``max_age_ns``):
+after a 2 s stall it was handed 2-3 frames from the stall's start (and 2-4 more superseded)
+that its socket buffers held, then fresh ones (96 and 224 px; `max_age_ns` drops those):
+
+    Subscriber(FRAMES, [frame_topic("overhead")], latest_only=True, hwm=2, max_age_ns=...)
 """
 from __future__ import annotations
 
@@ -53,8 +58,8 @@ class CameraConfig:
     frames: str = option("", help="endpoint this camera publishes its frames on (binds)")
     camera: str = option("overhead", help="MJCF camera to render (overhead, overview)")
     hz: float = option(20.0, help="frames per second (a camera's 15-30)")
-    width: int = 224
-    height: int = 224
+    width: int = option(224, help="frame width in pixels (at most 640)")
+    height: int = option(224, help="frame height in pixels (at most 480)")
     gl: str = option("egl", choices=("egl", "osmesa", "glfw"),
                      help="MuJoCo's GL backend (MUJOCO_GL); egl: the GPU's, or Mesa's on a CPU host")
     shadows: bool = option(False, help="render shadows (a 4096^2 shadow map: about 17 ms more "
@@ -82,7 +87,8 @@ class StateTap:
     """What the sim's loop adds for a camera: its qpos on `endpoint`, every 1000/hz ticks.
 
     `tick(cell, now_ns)` costs a counter check on other ticks and one encode and send of nq
-    float64 when due; it never blocks (a full queue drops, counted in `pub.counters`)."""
+    float64 when due (docs/benchmarks.md, "Camera"). It never blocks: a camera that falls
+    behind misses states (libzmq drops them at the queue's end), it never slows the loop."""
 
     def __init__(self, endpoint: str, hz: float = 30.0, src: str = "sim"):
         self.every = max(1, int(round(1000.0 / hz)))
