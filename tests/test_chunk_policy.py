@@ -188,6 +188,7 @@ def test_the_node_answers_only_the_newest_observation(chunk_node):
     seqs = [obs_pub._seq + i for i in range(5)]
     for _ in seqs:
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    node.budget.deadline_ns = 60_000_000_000  # they wait here on purpose: not stale
     time.sleep(0.2)
     assert node.spin_once(1000)
     assert {c.body["cycle"] for c in recv_chunks(act, 3)} == {seqs[-1]}

@@ -27,3 +27,9 @@ def test_first_line_at_once_then_one_a_second_with_the_count(monkeypatch):
     assert lines == ["robot: error: chunk rejected", "robot: error: other kind",
                      "robot: error: chunk rejected (50 more since the last line)"]
     assert len(built) == 2
+
+
+def test_news_that_is_not_an_error_has_no_error_word():
+    out = io.StringIO()
+    Complaints("policy", stream=out).say("fits", "load fits again", error=False)
+    assert out.getvalue() == "policy: load fits again\n"

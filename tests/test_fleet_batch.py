@@ -101,10 +101,16 @@ def test_a_sampling_node_runs_one_robot_at_a_time_without_being_asked(tmp_path):
 
 
 def _robots(profile: dict, period_ms: float = 50.0):
+    """Robots planned on `profile` (batch -> ms); what it says lands in r.said as
+    (text, is_error)."""
     from rtinfer.inference.budget import Budget, BudgetLevel
     from rtinfer.inference.robots import Robots
+    said = []
     r = Robots(Budget([BudgetLevel(6, 7, 4)], 100_000_000), remote=False,
-               period_ns=int(period_ms * 1e6))
+               period_ns=int(period_ms * 1e6),
+               say=lambda kind, text, error=True: said.append(
+                   (text() if callable(text) else text, error)))
+    r.said = said
     r.set_batches(b for b in profile if b > 1)
     r.profile.update({b: int(ms * 1e6) for b, ms in profile.items()})
     return r

@@ -91,6 +91,7 @@ def test_node_answers_the_newest_observation_and_counts_skipped(node_env):
     seqs = [obs_pub._seq + i for i in range(5)]
     for _ in range(5):
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    node.budget.deadline_ns = 60_000_000_000  # they wait here on purpose: not stale
     time.sleep(0.3)
     assert node.spin_once(1000)
     chunks = recv_chunks(act, 3)

@@ -76,8 +76,9 @@ class InferenceNode:
             remote = not all(same_host(e) for e in obs_eps)
             self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx,
                                         curve=curve) if remote else None
+            self.complaints = Complaints(cfg.name)  # every line the node says, rate-limited
             self.robots = Robots(budget, remote=remote, max_robots=cfg.max_robots,
-                                 period_ns=p.period_ns)
+                                 period_ns=p.period_ns, say=self.complaints.say)
             if len(p.batches) > 1:  # the latency table admission plans with at first
                 self.robots.set_batches(p.batches)
                 times = self._profile(p.sample_inputs(), p.batches, 3)
@@ -94,7 +95,6 @@ class InferenceNode:
                                        "publish_dropped", "chunks_not_finite",
                                        "chunks_not_finite_in_a_row"), 0)
         self.state = "run"  # "hold" (a safe_hold command), "stop" (a stop command, stop())
-        self.complaints = Complaints(cfg.name)  # loud, rate-limited error lines
         # with CURVE a robot is its key: an obs whose src is not its key's name is refused
         self.identity = Identity.of(curve, action_endpoint, self.complaints.say)
         self._next_health = 0
@@ -241,7 +241,6 @@ class InferenceNode:
             except WireError:
                 pass  # counted when it is answered
         robots.offer(env, now_ns(), self.budget.deadline_ns)
-        self._say(robots.said)
 
     def _profile(self, inputs, sizes: list[int], rounds: int) -> dict[int, list[int]]:
         """Per batch size, `rounds` runs on `inputs` timed (ns) after WARM_UP untimed ones (a
@@ -257,13 +256,6 @@ class InferenceNode:
                 times[b].append(now_ns() - t0)
             del times[b][:WARM_UP]
         return times
-
-    def _say(self, said: list) -> None:
-        """Print the robots' lines (text, is_error) on stderr, once each."""
-        for text, error in said:
-            print(f"{self.cfg.name}: {'error: ' if error else ''}{text}", file=sys.stderr,
-                  flush=True)
-        said.clear()
 
     # --- control, heartbeat, health -----------------------------------------------------
     def _housekeeping(self) -> None:
@@ -291,7 +283,6 @@ class InferenceNode:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
             self.robots.leave_idle(now)
             self.robots.check_load(self.budget.deadline_ns)
-            self._say(self.robots.said)
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
 

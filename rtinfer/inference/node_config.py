@@ -1,7 +1,8 @@
 """The inference node's configuration: a dataclass, and the command line that fills it.
 
 InferenceNodeConfig is checked when built (ValueError: what is wrong and the fix);
-arguments() is `python -m rtinfer.inference.node`'s parser, config(p, a) its parsed
+arguments() is `python -m rtinfer.inference.node`'s parser, its options generated from the
+dataclass (rtinfer.realtime.config_cli: a field is declared once), config(p, a) its parsed
 arguments as a config (a bad one is a usage error, exit 2).
 """
 from __future__ import annotations
@@ -11,31 +12,39 @@ from dataclasses import dataclass
 
 from rtinfer.inference.runner import DRAFTERS
 from rtinfer.model.directory import PRECISIONS
+from rtinfer.realtime.config_cli import add_config_arguments, config_from_args, option
+from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.transport.curve import add_curve_arguments
 
 
 @dataclass
 class InferenceNodeConfig:
-    name: str = "infer"
-    backend: str = "onnx"
-    drafter: str = "chunk"           # one of runner.DRAFTERS
-    draft_model: str | None = None   # drafter "model": its directory (default: the model's own)
-    sample: bool = False
-    temperature: float = 1.0
-    prefix_cache: bool = True
-    deadline_ms: float = 100.0
-    auto_budget: bool = True
-    health_hz: float = 1.0
-    threads: int = 1
-    trace_path: str | None = None
-    seed: int = 0
-    max_robots: int | None = None    # a cap on the robots served (None: what the cycle time fits)
-    batch: int | None = None         # the most robots decoded in one batch (None: with several
-                                     # obs endpoints, the largest batch the model ships, where
-                                     # batching applies; 1: none)
-    address_chunks: bool = False     # each action_chunk in an addressed topic frame for its
-                                     # robot (docs/wire.md): libzmq then sends a robot only its
-                                     # own chunks; its controllers must take addressed frames
+    name: str = option("infer", help="the node's name: the wire source of its messages")
+    backend: str = option("onnx", help="onnx (default), torch or tensorrt")
+    drafter: str = option("chunk", choices=DRAFTERS, help="where speculative drafts come from")
+    draft_model: str | None = option(None, help="--drafter model: the draft model directory "
+                                     "(default: the model's draft/ folder, else card.json "
+                                     "draft_model)")
+    sample: bool = option(False, help="sample (Leviathan/Chen rejection) instead of greedy")
+    temperature: float = option(1.0, help="with --sample (1.0: the model's own distribution)")
+    prefix_cache: bool = option(True, help="keep the instruction prefix KV-cached across cycles")
+    deadline_ms: float = option(DEADLINE_MS, help="capture -> first setpoint applied")
+    auto_budget: bool = option(True, flag="--budget", help="--no-budget: fixed full-quality "
+                               "level, ignoring slack and the monitor")
+    health_hz: float = option(1.0, help="health and heartbeat messages per second")
+    threads: int = option(1, help="ONNX Runtime intra-op threads")
+    trace_path: str | None = option(None, flag="--trace", help="write a trace record per cycle")
+    seed: int = option(0, help="the sampler's seed")
+    max_robots: int | None = option(None, help="serve at most this many robots (default: as "
+                                    "many as the measured cycle time fits at the policy's rate)")
+    batch: int | None = option(None, help="the most robots decoded in one batch (default: with "
+                               "several --obs endpoints, the largest batch the model ships, "
+                               "where batching applies: greedy fp32 ONNX Runtime with drafter "
+                               "chunk or none; 1: one robot at a time)")
+    address_chunks: bool = option(False, help="send each robot's chunks in a topic frame "
+                                  "addressed to it, so each robot receives only its own; every "
+                                  "controller must take addressed chunks (controllers.run "
+                                  "--addressed, the C++ client's --addressed)")
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str, fix: str) -> None:
@@ -56,43 +65,20 @@ class InferenceNodeConfig:
 
 
 def arguments(description: str) -> argparse.ArgumentParser:
+    """The command line: the endpoints and the model, then one option per config field."""
     p = argparse.ArgumentParser(prog="python -m rtinfer.inference.node", description=description)
     p.add_argument("--model", required=True)
     p.add_argument("--obs", required=True, nargs="+",
                    help="the endpoint(s) the robots' obs publishers bind (one or more robots)")
     p.add_argument("--actions", required=True, help="endpoint this node binds for actions")
     p.add_argument("--control", default=None, help="endpoint of budget/command messages")
-    p.add_argument("--backend", default="onnx")
-    p.add_argument("--drafter", default="chunk", choices=DRAFTERS)
-    p.add_argument("--draft-model", default=None, metavar="DIR",
-                   help="--drafter model: the draft model directory (default: the model's "
-                        "draft/ folder, else card.json draft_model)")
-    p.add_argument("--name", default="infer")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--batch", type=int, default=None,
-                   help="the most robots decoded in one batch (default: with several --obs "
-                        "endpoints, the largest batch the model ships, where batching applies: "
-                        "greedy fp32 ONNX Runtime with drafter chunk or none; 1: one robot at "
-                        "a time)")
-    p.add_argument("--address-chunks", action="store_true",
-                   help="send each robot's chunks in a topic frame addressed to it, so each "
-                        "robot receives only its own; every controller must take addressed "
-                        "chunks (controllers.run --addressed, the C++ client's --addressed)")
-    p.add_argument("--max-robots", type=int, default=None,
-                   help="serve at most this many robots (default: as many as the measured "
-                        "cycle time fits at the policy's rate)")
+    add_config_arguments(p, InferenceNodeConfig)
     p.add_argument("--precision", default=None, choices=list(PRECISIONS),
                    help="action-token policy on --backend onnx: which graph set of graphs.json "
                         "runs (default fp32)")
-    p.add_argument("--deadline-ms", type=float, default=100.0)
-    p.add_argument("--no-prefix-cache", action="store_true")
-    p.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
-                   help="--no-budget: fixed full-quality level, ignoring slack and the monitor")
     p.add_argument("--level", type=int, default=None,
                    help="fixed at this budget level (0 = full quality; -1 = the cheapest), "
                         "ignoring slack and the monitor, as --no-budget does")
-    p.add_argument("--sample", action="store_true")
-    p.add_argument("--trace", default=None)
     p.add_argument("--seconds", type=float, default=None)
     add_curve_arguments(p)
     return p
@@ -101,14 +87,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
 def config(p: argparse.ArgumentParser, a: argparse.Namespace) -> InferenceNodeConfig:
     """The config the parsed arguments ask for; a bad one is p.error (exit 2)."""
     try:
-        cfg = InferenceNodeConfig(name=a.name, backend=a.backend, drafter=a.drafter,
-                                  draft_model=a.draft_model,
-                                  sample=a.sample, prefix_cache=not a.no_prefix_cache,
-                                  deadline_ms=a.deadline_ms,
-                                  auto_budget=a.budget and a.level is None,
-                                  threads=a.threads, trace_path=a.trace,
-                                  max_robots=a.max_robots, batch=a.batch,
-                                  address_chunks=a.address_chunks)
+        cfg = config_from_args(InferenceNodeConfig, a, **(
+            {"auto_budget": False} if a.level is not None else {}))
     except ValueError as e:
         p.error(str(e))
     if a.precision and a.backend != "onnx":

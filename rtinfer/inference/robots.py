@@ -32,15 +32,32 @@ p99 of its recent batches of that size (`costs`), else a start-up profile of eac
 (`profile`, the latency table) scaled by what the batch-1 cycles measured against their own
 profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
 level (one exit depth per batch), as many as the largest batch holds, and drops the least
-urgent while the batch would finish after the first one's deadline. Pure bookkeeping, no
-clock reads; not thread-safe.
+urgent while the batch would finish after the first one's deadline.
+
+What an observation must be to be answered (docs/fleet.md "Observations the node refuses"):
+its capture, moved onto the node's clock, is neither older than the deadline (its chunk
+could never be applied in time; `obs_stale`) nor ahead of the observation's arrival by more
+than the clock estimate allows (nothing on one host; across hosts the bracket's width: a
+stamp from the future makes a chunk look fresh for longer than it is; `obs_future`), and no
+later than its own `publish` stamp (`obs_stamps_disordered`). Such an observation is refused
+before it can join, supersede or win the deadline order, counted, and said once a second per
+robot. A robot whose observations come faster than FLOOD_FACTOR times the policy rate is
+said to flood (`obs_floods`, once a second): only its newest observation is ever answered,
+so a flood costs the node the decoding, never a queue. A seq that goes back again within
+SEQ_JUMP_WINDOW_NS of the last time is two processes publishing under one name, not
+restarts (`obs_seq_jumps`), said with the fix.
+
+Pure bookkeeping, no clock reads (every time is passed in); lines go to `say` (a
+rtinfer.realtime.complaints.Complaints.say); not thread-safe.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rtinfer.inference.budget import Budget
+from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport.heartbeat import PeerClock
 from rtinfer.transport.wire import Envelope
@@ -49,6 +66,8 @@ UTILISATION = 0.8  # the share of the window admission plans to use: the rest ab
 MIN_TIMED = 16     # batches of one size timed before their p99 replaces the profile
 RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
 MAX_ROBOTS = 4096  # the most robots capacity() ever reports
+FLOOD_FACTOR = 4   # observations per second over this times the policy rate: a flood
+SEQ_JUMP_WINDOW_NS = 5_000_000_000  # a seq back again within this: two publishers, one name
 ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts")
 
 
@@ -56,8 +75,8 @@ class CycleCost:
     """The cost of one cycle at the current load: the p99 of the last `window` to
     2 * `window` cycles timed (two hdr histograms, the older dropped when the newer fills),
     so a slow start-up ages out instead of capping admission for good. record() is O(1);
-    the percentile (a pass over the counts, ~1.5 ms) is taken only when asked for, at
-    admission and health, and kept until the next record."""
+    the percentile (one cumsum over the counts, ~0.1 ms) is taken only when asked for,
+    at admission and health, and kept until the next record."""
 
     def __init__(self, window: int = 64):
         self.window = window
@@ -98,6 +117,7 @@ class RobotSlot:
     last_seen_ns: int = 0
     slack_ns: int | None = None
     sent_ns: deque = field(default_factory=lambda: deque(maxlen=16))  # waypoint-0 publishes
+    last_restart_ns: int | None = None  # when its seq last went back
     counters: dict = field(default_factory=lambda: dict.fromkeys(ROBOT_COUNTERS, 0))
 
     def due_ns(self, deadline_ns: int) -> int | None:
@@ -113,11 +133,13 @@ class RobotSlot:
 
 class Robots:
     def __init__(self, budget: Budget, *, remote: bool, max_robots: int | None = None,
-                 period_ns: int, leave_after_ns: int = 2_000_000_000):
+                 period_ns: int, leave_after_ns: int = 2_000_000_000,
+                 say: Callable[..., None] | None = None):
         """budget: the first robot's Budget (later robots get budget.fresh()); remote:
         robots are on other hosts (each gets a PeerClock); max_robots: a cap on top of the
         measured capacity (None: none); period_ns: the policy's period, the rate each robot
-        is planned at."""
+        is planned at; say: where lines go, say(kind, text, error=True) (default: a
+        Complaints of its own)."""
         self.first_budget = budget  # the first robot's; later ones get budget.fresh()
         self._first_taken = False
         self.remote, self.max_robots = remote, max_robots
@@ -125,13 +147,16 @@ class Robots:
         self.slots: dict[str, RobotSlot] = {}
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
-                                       "obs_refused", "overloads", "slack_unknown"), 0)
+                                       "obs_refused", "overloads", "slack_unknown",
+                                       "obs_stale", "obs_future", "obs_stamps_disordered",
+                                       "obs_floods", "obs_seq_jumps"), 0)
         self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
         self.overloaded = False             # the admitted robots no longer fit (check_load)
         self.batches = [1]                  # the batch sizes the node runs (set by the node)
         self.costs = {1: CycleCost()}       # batch size -> batches timed (the node records)
         self.profile: dict[int, int] = {}   # batch size -> its start-up profile, ns
-        self.said: list[tuple[str, bool]] = []  # lines for the caller to print: (text, error)
+        self.say = say or Complaints("inference").say
+        self.arrivals: dict[str, list[int]] = {}  # src -> [start of its second, obs in it]
 
     def set_batches(self, batches) -> None:
         self.batches = sorted({1, *batches})
@@ -220,10 +245,12 @@ class Robots:
 
     def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
         """An observation arrived: the robot's slot (the observation now waits there), or
-        None (refused). A refusal or a late admission also appends its line to `said`, as
-        (text, is_error), for the caller to print once."""
+        None (refused: its stamps, or admission). A refusal or a late admission is said."""
         name = env.src
+        self._count_arrival(name, now_ns)
         slot = self.slots.get(name)
+        if self._bad_stamps(env, slot, now_ns, deadline_ns):
+            return None
         if slot is None:
             checked = self.refused.get(name)
             if checked is not None and now_ns - checked < RETRY_NS:
@@ -236,24 +263,92 @@ class Robots:
                 self.refused[name] = now_ns
                 self.counters["obs_refused"] += 1
                 if checked is None:
-                    self.said.append((why, True))
+                    self.say(f"refused.{name}", why)
                 return None
             if checked is not None:
                 del self.refused[name]
                 self.counters["robots_admitted_late"] += 1
-                self.said.append((f"robot {name!r} admitted: the load has fallen to what "
-                                  f"{len(self.slots) + 1} robots fit", False))
+                self.say(f"admitted.{name}", f"robot {name!r} admitted: the load has fallen to "
+                         f"what {len(self.slots) + 1} robots fit", error=False)
             budget = self.first_budget.fresh() if self._first_taken else self.first_budget
             self._first_taken = True
             slot = self.slots[name] = RobotSlot(name, budget, PeerClock() if self.remote else None)
         if env.seq <= slot.last_seq:  # a new publisher: the robot restarted
-            slot.counters["restarts"] += 1
-            slot.previous = None
+            self._restarted(slot, env.seq, now_ns)
         slot.last_seq, slot.last_seen_ns = env.seq, now_ns
         if slot.waiting is not None:
             slot.counters["obs_superseded"] += 1
         slot.waiting = env
         return slot
+
+    def _bad_stamps(self, env: Envelope, slot: RobotSlot | None, now_ns: int,
+                    deadline_ns: int) -> bool:
+        """Whether env's stamps refuse it (module doc): counted and said; False if fine or
+        not yet checkable (another host's clock not bracketed)."""
+        st = env.stamps
+        capture, recv = st.get("capture"), st.get("recv", now_ns)
+        if capture is None:
+            return False
+        name, kind, why = env.src, None, ""
+        if slot is None:  # a robot not yet heard: one host's clock, or not yet bracketed
+            bounds = None if self.remote else (0, 0)
+        else:
+            bounds = (0, 0) if slot.clock is None else slot.clock.bounds()
+        if bounds is not None and bounds[0] <= bounds[1]:  # else: not bracketed yet
+            low, high = bounds
+            if capture - high > recv:  # in the future even at the largest offset allowed
+                kind, why = "obs_future", (
+                    f"its capture is {(capture - high - recv) / 1e6:.1f} ms ahead of its "
+                    f"arrival on this node's clock (beyond the clock estimate's "
+                    f"{(high - low) / 1e6:.3f} ms); fix the robot's clock or stamps")
+            elif now_ns - (capture - low) > deadline_ns:  # older than the deadline for sure
+                kind, why = "obs_stale", (
+                    f"its capture is {(now_ns - capture + low) / 1e6:.1f} ms old, past the "
+                    f"{deadline_ns / 1e6:g} ms deadline: its chunk could never be applied")
+        publish = st.get("publish")
+        if kind is None and publish is not None and capture > publish:
+            kind, why = "obs_stamps_disordered", (
+                f"its capture is {(capture - publish) / 1e6:.1f} ms after its own publish "
+                f"stamp; stamp capture when the sensor reads")
+        if kind is None:
+            return False
+        self.counters[kind] += 1
+        self.say(f"{kind}.{name}", lambda: f"observation {env.seq} from {name!r} refused: "
+                                          f"{why} ({kind})")
+        return True
+
+    def _restarted(self, slot: RobotSlot, seq: int, now_ns: int) -> None:
+        """slot's seq went back to `seq`: a restart, or, again within SEQ_JUMP_WINDOW_NS,
+        two processes publishing as one robot (said, with the fix)."""
+        slot.counters["restarts"] += 1
+        slot.previous = None
+        if slot.last_restart_ns is not None and now_ns - slot.last_restart_ns < SEQ_JUMP_WINDOW_NS:
+            self.counters["obs_seq_jumps"] += 1
+            name, last = slot.name, slot.last_seq
+            self.say(f"seq_jumps.{name}", lambda: (
+                f"robot {name!r}: its observations' seq goes back and forth ({last} -> {seq}):"
+                f" two processes publish as {name!r}; stop the other one, or on ipc make the "
+                f"endpoint's directory private (docs/fleet.md)"))
+        slot.last_restart_ns = now_ns
+
+    def _count_arrival(self, src: str, now_ns: int) -> None:
+        """One more observation from src (admitted, refused or not) this second; a second
+        with over FLOOD_FACTOR times the policy rate is a flood: counted and said."""
+        window = self.arrivals.get(src)
+        if window is None:
+            window = self.arrivals[src] = [now_ns, 0]
+        if now_ns - window[0] < 1_000_000_000:
+            window[1] += 1
+            return
+        limit = FLOOD_FACTOR * 1e9 / self.period_ns
+        if window[1] > limit:
+            self.counters["obs_floods"] += 1
+            n = window[1]
+            self.say(f"flood.{src}", lambda: (
+                f"robot {src!r} sent {n} observations in a second, over {limit:.0f} "
+                f"({FLOOD_FACTOR}x the policy rate): only its newest is answered; publish at "
+                f"the policy rate"))
+        window[0], window[1] = now_ns, 1
 
     def _refusal(self, name: str, deadline_ns: int) -> str | None:
         n = len(self.slots)
@@ -277,8 +372,8 @@ class Robots:
         return None
 
     def check_load(self, deadline_ns: int) -> None:
-        """Whether the robots admitted still fit the measured costs; a change is said (into
-        `said`) and going over is counted (overloads)."""
+        """Whether the robots admitted still fit the measured costs; a change is said and
+        going over is counted (overloads)."""
         n, cap = len(self.slots), self.capacity(deadline_ns)
         over = cap is not None and n > max(cap, 1)
         if over == self.overloaded:
@@ -286,14 +381,13 @@ class Robots:
         self.overloaded = over
         if over:
             self.counters["overloads"] += 1
-            self.said.append((
+            self.say("overloaded", (
                 f"overloaded: {n} robots admitted, the costs measured now fit {cap} within "
                 f"{UTILISATION * min(deadline_ns, self.period_ns) / 1e6:.1f} ms per window; "
                 f"their cycles may be late (each late one is counted by the monitor and its "
-                f"robot's controller): lower the load, or serve some robots from another node",
-                True))
+                f"robot's controller): lower the load, or serve some robots from another node"))
         else:
-            self.said.append((f"load fits again: {n} robots admitted, {cap} fit", False))
+            self.say("load_fits", f"load fits again: {n} robots admitted, {cap} fit", error=False)
 
     @property
     def first_clock(self) -> PeerClock | None:
@@ -390,4 +484,7 @@ class Robots:
         for n in [n for n, t in self.refused.items()
                   if now_ns - t > self.leave_after_ns + RETRY_NS]:
             del self.refused[n]
+        for n in [n for n, (start, _) in self.arrivals.items()
+                  if now_ns - start > self.leave_after_ns + 1_000_000_000]:
+            del self.arrivals[n]
         return gone

@@ -1,9 +1,12 @@
-"""Complaints: loud, rate-limited error lines from a loop that must not stop or flood.
+"""Complaints: loud, rate-limited lines from a loop that must not stop or flood; the one way a
+node says what went wrong (or right again) on stderr.
 
 A node that drops input it cannot use (an observation that does not match its model, a
 chunk for another robot or of another spec) says so on stderr at once, then at most once a
-second per kind, each line with how many more came since the last. No clock read unless a
-complaint is made; nothing allocated per suppressed one beyond a counter.
+second per kind, each line with how many more came since the last. Lines that are news but
+not errors (a refused robot admitted after all, a load that fits again) go the same way with
+error=False. No clock read unless a complaint is made; nothing allocated per suppressed one
+beyond a counter.
 """
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ class Complaints:
         self.name, self.stream = name, stream
         self._state: dict[str, list[int]] = {}  # kind -> [suppressed, last line ns]
 
-    def say(self, kind: str, message) -> None:
-        """One line `name: error: message` now, unless this kind had one under a second ago
-        (then it is counted). `message` may be a callable, built only when a line goes out."""
+    def say(self, kind: str, message, *, error: bool = True) -> None:
+        """One line `name: error: message` (`name: message` with error=False) now, unless
+        this kind had one under a second ago (then it is counted). `message` may be a
+        callable, built only when a line goes out."""
         now = time.monotonic_ns()
         st = self._state.setdefault(kind, [0, -PERIOD_NS])
         if now - st[1] < PERIOD_NS:
@@ -28,5 +32,6 @@ class Complaints:
             return
         text = message() if callable(message) else message
         more = f" ({st[0]} more since the last line)" if st[0] else ""
-        print(f"{self.name}: error: {text}{more}", file=self.stream or sys.stderr, flush=True)
+        print(f"{self.name}: {'error: ' if error else ''}{text}{more}",
+              file=self.stream or sys.stderr, flush=True)
         st[0], st[1] = 0, now

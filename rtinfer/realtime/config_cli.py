@@ -67,7 +67,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls, *,
                 kw["nargs"] = "*"
             if meta.get("choices") is not None:
                 kw["choices"] = meta["choices"]
-            kw["metavar"] = f.name.upper() if elem is not str or not meta.get("choices") else None
+            if meta.get("choices") is None:
+                kw["metavar"] = flag.lstrip("-").replace("-", "_").upper()
         parser.add_argument(flag, **kw)
 
 
