@@ -10,13 +10,17 @@ A chunk never gets shorter than two waypoints: with one, the tracker reaches its
 setpoint before the next chunk lands and the arm stops and starts (in the conveyor demo
 under CPU stress that level sorted 13 of 29 objects against 30 of 30 at full quality).
 The active level is max(monitor's level, own level). The own level follows the slack
-with hysteresis: one step up as soon as a cycle's slack falls below `raise_below`, one
-step down after `patience` consecutive cycles with slack above `lower_above`.
+with hysteresis: it sheds compute (one level up, cheaper) as soon as a cycle's slack falls
+below `shed_below` of the deadline, and restores it (one level down) after `patience`
+consecutive cycles with slack above `restore_above`; the fractions are the ones the monitor
+and the demo use (rtinfer.realtime.deadline).
 Pure bookkeeping, no clock reads; not thread-safe.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from rtinfer.realtime.deadline import RESTORE_ABOVE, SHED_BELOW
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,14 @@ def prefill_depth(level: BudgetLevel, full: int, has_graph) -> int:
 
 class Budget:
     def __init__(self, levels: list[BudgetLevel], deadline_ns: int, *,
-                 raise_below: float = 0.2, lower_above: float = 0.5, patience: int = 10,
+                 shed_below: float = SHED_BELOW, restore_above: float = RESTORE_ABOVE,
+                 patience: int = 10,
                  auto: bool = True):
         if not levels:
             raise ValueError("need at least one budget level")
         self.levels, self.deadline_ns, self.auto = list(levels), int(deadline_ns), auto
-        self.raise_below_ns = int(raise_below * deadline_ns)
-        self.lower_above_ns = int(lower_above * deadline_ns)
+        self.shed_below_ns = int(shed_below * deadline_ns)
+        self.restore_above_ns = int(restore_above * deadline_ns)
         self.patience = patience
         self.monitor_level = 0
         self.own_level = 0
@@ -83,7 +88,7 @@ class Budget:
         """A new Budget like this one (levels, deadline, thresholds, mode) for another robot:
         at level 0, or at this one's own level when that is fixed (auto off)."""
         b = Budget(self.levels, self.deadline_ns, patience=self.patience, auto=self.auto)
-        b.raise_below_ns, b.lower_above_ns = self.raise_below_ns, self.lower_above_ns
+        b.shed_below_ns, b.restore_above_ns = self.shed_below_ns, self.restore_above_ns
         if not self.auto:
             b.own_level = b._last = self.own_level
         b.monitor_level = self.monitor_level
@@ -117,9 +122,9 @@ class Budget:
         if not self.auto:
             return self.index
         top = len(self.levels) - 1
-        if slack_ns < self.raise_below_ns:
+        if slack_ns < self.shed_below_ns:
             self.own_level, self._calm = min(self.own_level + 1, top), 0
-        elif slack_ns > self.lower_above_ns:
+        elif slack_ns > self.restore_above_ns:
             self._calm += 1
             if self._calm >= self.patience and self.own_level > 0:
                 self.own_level, self._calm = self.own_level - 1, 0
