@@ -12,11 +12,11 @@ it (examples/*/expert_node.py).
 """
 from __future__ import annotations
 
-import signal
 from typing import Callable
 
 import numpy as np
 
+from rtinfer.realtime.spin import on_signals
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
@@ -33,30 +33,28 @@ def serve(act: Act, obs_endpoint: str, actions_endpoint: str, *, spec: str, peri
     sub = Subscriber(obs_endpoint, ["obs"], latest_only=True, curve=curve)
     pub = Publisher(actions_endpoint, name, curve=curve)  # a policy binds its action endpoint
     counters = {"cycles": 0, "skipped": 0, "bad_obs": 0}
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    stop: list[int] = []
     end = None if seconds is None else now_ns() + int(seconds * 1e9)
     try:
-        while not stop and (end is None or now_ns() < end):
-            env = sub.poll_latest(timeout_ms=100).get("obs")
-            if env is None:
-                continue
-            recv_ns = now_ns()
-            try:
-                values, tokens = act(env.body)
-            except (KeyError, ValueError):
-                counters["bad_obs"] += 1
-                continue
-            stamps = carried_stamps(env.stamps, recv_ns)
-            stamps["first_token"] = now_ns()
-            for i in range(len(values)):
-                pub.publish("action_chunk", waypoint_body(
-                    env.seq, i, len(values), values[i], spec=spec, period_ns=period_ns,
-                    start_ns=start_ns, dest=env.src,
-                    tokens=None if tokens is None else tokens[i]), dict(stamps))
-            counters["cycles"] += 1
-    except KeyboardInterrupt:
-        pass
+        with on_signals(stop.append):
+            while not stop and (end is None or now_ns() < end):
+                env = sub.poll_latest(timeout_ms=100).get("obs")
+                if env is None:
+                    continue
+                recv_ns = now_ns()
+                try:
+                    values, tokens = act(env.body)
+                except (KeyError, ValueError):
+                    counters["bad_obs"] += 1
+                    continue
+                stamps = carried_stamps(env.stamps, recv_ns)
+                stamps["first_token"] = now_ns()
+                for i in range(len(values)):
+                    pub.publish("action_chunk", waypoint_body(
+                        env.seq, i, len(values), values[i], spec=spec, period_ns=period_ns,
+                        start_ns=start_ns, dest=env.src,
+                        tokens=None if tokens is None else tokens[i]), dict(stamps))
+                counters["cycles"] += 1
     finally:
         counters["skipped"] = sub.counters["superseded"]
         sub.close()
