@@ -208,9 +208,12 @@ class SetpointTracker:
                 d = tk - p0
                 cap = min(_stop_speed(d, amax, dt), vmax)
                 lo, hi = (-vmax, cap) if d > 0 else (-cap, vmax)
-                up, down = bhi - p0, p0 - blo  # and a stop before either bound
-                hi = min(hi, _stop_speed(up, amax, dt)) if up > 0 else min(hi, 0.0)
-                lo = max(lo, -_stop_speed(down, amax, dt)) if down > 0 else max(lo, 0.0)
+                # and a stop before either bound (within `far` of it vmax can stop anyway)
+                up, down, far = bhi - p0, p0 - blo, vmax * (vmax / (2 * amax) + 1.5 * dt)
+                if up < far:
+                    hi = min(hi, _stop_speed(up, amax, dt)) if up > 0 else min(hi, 0.0)
+                if down < far:
+                    lo = max(lo, -_stop_speed(down, amax, dt)) if down > 0 else max(lo, 0.0)
                 vc = lo if vc < lo else vc
                 vc = hi if vc > hi else vc
                 dv = vc - v0

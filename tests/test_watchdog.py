@@ -42,3 +42,19 @@ def test_last_fresh_time_is_the_newest_feed_and_none_before_any():
     w.feed(5 * MS)
     w.feed(60 * MS)
     assert w.last_fresh_ns == 60 * MS
+
+
+def test_a_capture_may_lead_our_clock_by_the_stated_uncertainty_only():
+    w = Watchdog(100 * MS, 50 * MS, uncertainty_ns=2 * MS)
+    assert not w.from_future(2 * MS, 0) and w.from_future(2 * MS + 1, 0)
+    assert w.from_future(5 * MS, 0)  # the review's +5 ms: bogus, whatever the deadline
+
+
+def test_a_clock_uncertainty_is_never_the_deadline():
+    from controllers.node import ControllerConfig
+    from conftest import gantry_control
+    from rtinfer.model.action_tokens import TokenizerConfig
+    tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))
+    with pytest.raises(ValueError, match="clock_uncertainty_ns=100000000 must be >= 0 and "
+                                         "below the deadline"):
+        ControllerConfig(gantry_control(), tokenizer=tok, clock_uncertainty_ns=100 * MS)
