@@ -4,8 +4,8 @@ A robot is N axes (joints or linear axes) and an optional tool (a suction valve,
 described by data: controllers.config.ControlConfig. A driver implements HardwareInterface:
 `read()` the state, optionally `observe()` what the policy sees, and `write()` a command,
 each once per tick from the control loop thread; the controller owns the wire (it publishes
-the observation). docs/robots.md is the contract. Units are the axis config's: positions in m or rad,
-velocities per second, efforts in N or N m; times in monotonic nanoseconds.
+the observation). docs/robots.md is the contract. Units are the axis config's: positions in
+m or rad, velocities per second, efforts in N or N m; times in monotonic nanoseconds.
 """
 from __future__ import annotations
 

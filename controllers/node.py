@@ -197,6 +197,24 @@ class Pending:
     before: State
 
 
+class PolicySources:
+    """The policies (by src) that sent chunks for this robot, and since when the others
+    have sent only other robots' chunks (a misconfiguration after DEST_GRACE_NS)."""
+
+    def __init__(self):
+        self._served_by: set[str] = set()  # policies whose chunks this robot followed
+        self._others_since: dict[str, int] = {}  # policy -> its first chunk for another robot
+
+    def followed(self, src: str) -> None:
+        self._served_by.add(src)
+
+    def only_others(self, src: str, now: int) -> bool:
+        """Policy `src` has sent only other robots' chunks, for DEST_GRACE_NS or longer."""
+        if src in self._served_by:
+            return False
+        return now - self._others_since.setdefault(src, now) >= DEST_GRACE_NS
+
+
 class ControllerNode:
     def __init__(self, hw: HardwareInterface, cfg: ControllerConfig, sub, pub,
                  tokenizer_hash: str | None = None, *, clock: Callable[[], int] = clock_ns,
@@ -218,8 +236,6 @@ class ControllerNode:
         self.hw, self.cfg, self.sub, self.pub, self.trace, self.on_tick = \
             hw, cfg, sub, pub, trace, on_tick
         self.clock = clock
-        self.tokenizer_hash = None if cfg.tokenizer is None else cfg.tokenizer.hash
-        self.action_hash = None if cfg.action is None else cfg.action.hash
         self.robot = pub.src if robot is None else robot
         self.tok = None if cfg.tokenizer is None else ActionTokenizer(cfg.tokenizer)
         self.stack = ControlStack(cfg.control, gravity=getattr(hw, "gravity", None))
@@ -234,17 +250,27 @@ class ControllerNode:
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
         self._observe = getattr(hw, "observe", None)
-        self._driver = type(hw).__name__
         self._stop_asked = False  # stop() was called: the loop ends after this tick, whatever else
         self._late_key = None  # the last cycle reported late (once per cycle)
-        self._health_period_ns = int(1e9 / cfg.health_hz)
         self._next_health_ns = 0
         # values vs decoded tokens (float32 slack)
         self._tol = None if self.tok is None else self.tok.bin_width / 2 + 1e-6
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
         self._clamps = dict.fromkeys(CLAMPS, 0)  # the limits' counts when last said
-        self._served_by: set[str] = set()  # policies (src) whose chunks this robot followed
-        self._others_since: dict[str, int] = {}  # policy -> its first chunk for another robot
+        self.policies = PolicySources()  # which policies sent chunks for this robot
+
+    @property
+    def tokenizer_hash(self) -> str | None:
+        """The hash action-token chunks must carry (None: this robot follows none)."""
+        return None if self.cfg.tokenizer is None else self.cfg.tokenizer.hash
+
+    @property
+    def action_hash(self) -> str | None:
+        """The hash continuous chunks must carry (None: this robot follows none)."""
+        return None if self.cfg.action is None else self.cfg.action.hash
+
+    def _bug(self, method: str, error: Exception) -> DriverError:
+        return DriverError(f"{type(self.hw).__name__}.{method}", error)
 
     # -- the loop ---------------------------------------------------------------------
     def tick(self) -> None:
@@ -329,14 +355,14 @@ class ControllerNode:
                 self._write(cmd, now)
             return None
         except Exception as e:  # a bug in the driver: the loop ends, naming it
-            raise DriverError(f"{self._driver}.read", e) from e
+            raise self._bug("read", e) from e
 
     def _observe_step(self, state: RobotState, now: int) -> None:
         """The driver's observation, if it has one this tick, published as `obs`."""
         try:
             obs = self._observe(state, now)
         except Exception as e:  # observe() touches no bus: any exception is a driver bug
-            raise DriverError(f"{self._driver}.observe", e) from e
+            raise self._bug("observe", e) from e
         if obs is not None:
             self.send_obs(obs)
 
@@ -376,7 +402,7 @@ class ControllerNode:
             self._fault(now)
             return False
         except Exception as e:
-            raise DriverError(f"{self._driver}.write", e) from e
+            raise self._bug("write", e) from e
 
     def _fault(self, now: int) -> None:
         if self.state != STOPPED:
@@ -395,7 +421,7 @@ class ControllerNode:
     def publish(self, now: int) -> None:
         if now < self._next_health_ns:
             return
-        self._next_health_ns = now + self._health_period_ns
+        self._next_health_ns = now + int(1e9 / self.cfg.health_hz)
         self._say_clamps()
         gauges = {"e2e_last_ms": self.e2e_last_ns / 1e6, "e2e_max_ms": self.e2e_max_ns / 1e6,
                   "holding": float(self.stack.holding)}
@@ -440,7 +466,7 @@ class ControllerNode:
             why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
                                  b["count"], b["period_ns"], wp, env.stamps, b["start_ns"])
         if why is None:
-            self._served_by.add(env.src)
+            self.policies.followed(env.src)
             self._apply(now)
         elif why == LATE:
             self._late(env)
@@ -448,14 +474,8 @@ class ControllerNode:
             self.counters[why] += 1
             # A policy that also serves this robot sends the others' chunks on the same
             # socket (one node, several robots): counted, but that is no misconfiguration.
-            if why in LOUD and (why != "rejected_dest" or self._only_others(env.src, now)):
+            if why in LOUD and (why != "rejected_dest" or self.policies.only_others(env.src, now)):
                 self.complaints.say(why, lambda: LOUD[why](self, env))
-
-    def _only_others(self, src: str, now: int) -> bool:
-        """Policy `src` has sent only other robots' chunks, for DEST_GRACE_NS or longer."""
-        if src in self._served_by:
-            return False
-        return now - self._others_since.setdefault(src, now) >= DEST_GRACE_NS
 
     def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason
