@@ -182,3 +182,12 @@ def test_malformed_chunks_are_counted_in_the_report_and_said_at_the_end(tmp_path
     assert report["bus"]["sub.rejected"] == 15 and report["bus"]["sub.oversize"] == 0
     assert report["controller"]["rejected_bad"] == 0  # dropped by the bus, before the controller
     assert "the bus dropped messages: {'sub.rejected': 15}" in err
+
+
+def test_a_usage_error_is_one_line_without_the_usage_block(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "controllers.run", "--obs", "ipc://x"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == ["python -m controllers.run: error: the following arguments "
+                                     "are required: --hardware, --config, --model, --actions"]
