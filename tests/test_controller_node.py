@@ -58,7 +58,7 @@ def _sync(pub, sub, topic, body):
 
 
 class Cell:
-    def __init__(self, ctx, action=ACT, plant=None, **node_kw):
+    def __init__(self, ctx, action=ACT, plant=None, obs_spec=None, **node_kw):
         self.policy = Publisher("inproc://chunks", "policy", ctx=ctx)
         self.monitor = Publisher("inproc://cmd", "monitor", ctx=ctx)
         self.sub = Subscriber(["inproc://chunks", "inproc://cmd"], ["action_chunk", "command"],
@@ -71,7 +71,7 @@ class Cell:
         _sync(self.pub, self.watch, "health",
               {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
         self.plant = Plant() if plant is None else plant
-        cfg = ControllerConfig(tokenizer=TOK, action=action, control=gantry_control(
+        cfg = ControllerConfig(tokenizer=TOK, action=action, obs=obs_spec, control=gantry_control(
             mass=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
         self.t = now_ns()  # the loop's clock, starting at the real one
         node_kw.setdefault("clock", lambda: self.t)

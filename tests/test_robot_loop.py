@@ -70,13 +70,44 @@ def test_the_drivers_observation_goes_out_as_obs_with_its_capture_stamp(ctx):
 def test_an_observation_the_policys_spec_does_not_name_is_counted_said_and_not_sent(ctx, capfd):
     def observe(state, now):
         return Observation(now, {"pos": state.pos})  # float64: the spec wants float32
-    c = observing_cell(ctx, observe)
-    c.node.cfg.obs = SPEC
+    c = observing_cell(ctx, observe, obs_spec=SPEC)
     try:
         c.run(100)
         assert c.node.counters["obs_bad"] == 100 and c.node.counters["obs_sent"] == 0
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "values['pos'] is float64 [3]" in err[0]
+    finally:
+        c.close()
+
+
+def test_observations_laid_out_as_the_spec_names_are_sent_checked_in_full_once(ctx):
+    calls = []
+
+    class Spy(ObsSpec):
+        def feeds(self, body):
+            calls.append(1)
+            return super().feeds(body)
+
+    def observe(state, now):
+        return Observation(now, {"pos": state.pos.astype(np.float32)})
+    c = observing_cell(ctx, observe, obs_spec=Spy(SPEC.doc))
+    try:
+        c.run(50)
+        assert c.node.counters["obs_sent"] == 50 and c.node.counters["obs_bad"] == 0
+        assert len(calls) == 1  # the layout did not change
+    finally:
+        c.close()
+
+
+def test_an_observation_the_wire_cannot_carry_is_counted_and_the_loop_goes_on(ctx, capfd):
+    def observe(state, now):
+        return Observation(now, {"pos": np.array([np.nan, 0.0, 0.0], np.float32)})
+    c = observing_cell(ctx, observe)
+    try:
+        c.run(20)
+        n = c.node.counters
+        assert (n["obs_bad"], n["obs_sent"], n["ticks"]) == (20, 0, 20)
+        assert "not a valid obs body" in capfd.readouterr().err
     finally:
         c.close()
 
