@@ -3,6 +3,7 @@ latest-only, max age. Timing is only ever bounded loosely (noisy 2-core VM)."""
 import socket
 import time
 
+import msgpack
 import numpy as np
 import pytest
 import zmq
@@ -10,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.transport.wire import encode_frames, now_ns
+from rtinfer.transport.wire import SCHEMA_VERSION, encode_frames, now_ns
 
 
 def hb(i: int = 0) -> dict:
@@ -131,6 +132,24 @@ def test_malformed_messages_are_rejected_counted_and_never_raise(ctx):
     raw.close(linger=0)
     assert sub.counters["rejected"] == 4
     assert sub.counters["received"] == 1
+
+
+def test_an_echo_answered_before_its_ping_arrived_is_rejected_and_counted(ctx):
+    # docs/wire.md: an echo's recv_ns (the ping's arrival) is at most its sent_ns, one clock.
+    # Publisher refuses to encode it, so it is packed here as another client would send it.
+    def echo(recv_ns: int, sent_ns: int) -> bytes:
+        return msgpack.packb({"version": SCHEMA_VERSION, "topic": "heartbeat", "seq": 0,
+                              "src": "n", "stamps": {}, "body": {"node": "n", "sent_ns": sent_ns,
+                              "echo": {"src": "m", "seq": 1, "sent_ns": 1, "recv_ns": recv_ns}}})
+    raw = ctx.socket(zmq.PUB)
+    raw.bind("inproc://echo")
+    with Subscriber("inproc://echo", ["heartbeat"], ctx=ctx) as sub:
+        raw.send_multipart([b"heartbeat", echo(recv_ns=8, sent_ns=7)])
+        raw.send_multipart([b"heartbeat", echo(recv_ns=7, sent_ns=7)])  # answered at once
+        env = sub.recv(timeout_ms=1000)
+    raw.close(linger=0)
+    assert env is not None and env.body["echo"]["recv_ns"] == 7
+    assert sub.counters["rejected"] == 1 and sub.counters["received"] == 1
 
 
 @pytest.fixture(scope="module")

@@ -40,11 +40,21 @@ def action_chunks(draw):
 
 
 echo = st.fixed_dictionaries({"src": names, "seq": u64, "sent_ns": ns, "recv_ns": ns})
+
+
+def _answered_after_received(body: dict) -> dict:
+    """docs/wire.md: an echo's recv_ns is at most its sent_ns (one clock)."""
+    if "echo" in body:
+        body["echo"]["recv_ns"] = min(body["echo"]["recv_ns"], body["sent_ns"])
+    return body
+
+
 BODY = {
     "obs": st.fixed_dictionaries({"values": st.dictionaries(keys, arrays(), max_size=4),
                                   "ints": st.dictionaries(keys, i64, max_size=4)}),
     "action_chunk": action_chunks(),
-    "heartbeat": st.fixed_dictionaries({"node": names, "sent_ns": ns}, optional={"echo": echo}),
+    "heartbeat": st.fixed_dictionaries({"node": names, "sent_ns": ns},
+                                       optional={"echo": echo}).map(_answered_after_received),
     "health": st.fixed_dictionaries({"node": names, "state": st.text(max_size=8),
                                      "counters": st.dictionaries(keys, u64, max_size=4),
                                      "gauges": st.dictionaries(keys, finite, max_size=4)}),

@@ -224,6 +224,14 @@ def _check_echo(v):
     validate_fields(_ECHO, v, "")
 
 
+def _heartbeat_cross(body):
+    echo = body.get("echo")
+    if echo is not None and echo["recv_ns"] > body["sent_ns"]:
+        raise SchemaError(f"{echo['recv_ns']} is after the echo's sent_ns ({body['sent_ns']}): a "
+                          "node answers a ping after it received it, on one clock",
+                          "body.echo.recv_ns")
+
+
 def _chunk_cross(body):
     if body["index"] >= body["count"]:
         raise SchemaError(f"{body['index']} is out of range: must be < count ({body['count']})",
@@ -244,7 +252,7 @@ BODIES = {
                       "spec": check_str, "period_ns": positive_ns, "start_ns": ns},
                      frozenset({"tokens"}), _chunk_cross),
     "heartbeat": ({"node": check_name, "sent_ns": ns, "echo": _check_echo},
-                  frozenset({"echo"}), None),
+                  frozenset({"echo"}), _heartbeat_cross),
     "health": ({"node": check_name, "state": check_str, "counters": check_map(u64),
                 "gauges": check_map(check_float)}, frozenset(), None),
     "budget": ({"level": check_int(0, I64_MAX, ">= 0"), "reason": check_str}, frozenset(), None),
