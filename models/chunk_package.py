@@ -63,7 +63,7 @@ def obs_spec_of(example_obs: dict[str, np.ndarray]) -> ObsSpec:
 def _graph_obs_spec(path: Path) -> ObsSpec:
     import onnxruntime as ort
 
-    from rtinfer.inference.chunk_runner import numpy_dtype
+    from rtinfer.inference.graph_runner import numpy_dtype
     inputs = []
     for i in _session(path, ort).get_inputs():
         shape = list(i.shape)
@@ -148,7 +148,7 @@ def _write(graphs: list[Path], out: Path, action: ActionSpec, obs: ObsSpec,
 def _dry_run(out: Path) -> None:
     """Load `out` as the node does and run each level once on zeros; PackageError names the
     first problem."""
-    from rtinfer.inference.chunk_runner import dry_run_problems
+    from rtinfer.inference.graph_runner import dry_run_problems
     try:
         problems = dry_run_problems(ChunkModelDir.load(out))
     except ModelError as e:

@@ -2,7 +2,7 @@
 
 Peer: how most users run a policy: the torch `Policy` from the checkpoint, `model(idx)`
 under `torch.no_grad()`, greedy over the action range, re-running the whole sequence for
-every token (no KV cache, nothing reused across cycles). rtinfer: ChunkRunner (ONNX
+every token (no KV cache, nothing reused across cycles). rtinfer: TokenRunner (ONNX
 Runtime, instruction-prefix KV cache, speculative decoding with chunk reuse) at full
 quality (budget level 0). Both run on the same drifting observation stream, alternated
 per cycle (A B A B), with the same intra-op thread count; tokens must be identical.
@@ -44,12 +44,12 @@ def rows(model_dir, cycles: int, threads: int = 1, seed: int = 0, warmup: int = 
     from models import checkpoint
     from rtinfer.inference.budget import default_levels
     from rtinfer.model.directory import ModelDir
-    from rtinfer.inference.runner import ChunkRunner
+    from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.sequence import build_prefix
     torch.set_num_threads(threads)
     model = checkpoint.load(model_dir / "policy").model.float().eval()
     md = ModelDir.load(model_dir)
-    runner = ChunkRunner(md, backend="onnx", backend_opts={"threads": threads}, drafter="chunk")
+    runner = TokenRunner(md, backend="onnx", backend_opts={"threads": threads}, drafter="chunk")
     level = default_levels(md, runner.decoder.k_verify)[0]
     v, n, period = md.vocab, md.chunk_tokens, md.tokenizer.period_ns
     ours, theirs, mismatched = [], [], 0

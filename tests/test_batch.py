@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from rtinfer.inference.batch import BatchRunner, Row
 from rtinfer.inference.budget import default_levels
 from rtinfer.inference.cycle import Cycle
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelDir
 
 ZOO = "models/zoo/conveyor-v1"
@@ -22,7 +22,7 @@ def shipped():
     assert md.batches == [2, 3, 4, 5, 6, 8], "the shipped policy ships batched graphs"
     z = np.load(md.path / "stream.npz")
     return md, z["instruction_tokens"], z["obs_tokens"], BatchRunner(md), \
-        ChunkRunner(md, drafter="none")
+        TokenRunner(md, drafter="none")
 
 
 def test_every_shipped_batched_graph_equals_its_batch_1_twin():
@@ -103,7 +103,7 @@ def tiny_batched(tiny_model_dir, tmp_path_factory):
 
 def test_a_tiny_model_with_inline_weights_batches_too(tiny_batched):
     md = tiny_batched
-    br, plain = BatchRunner(md), ChunkRunner(md, drafter="none")
+    br, plain = BatchRunner(md), TokenRunner(md, drafter="none")
     rng = np.random.default_rng(1)
     for lv in default_levels(md, br.k_verify):
         rows = [Row(Cycle(0, {}, None, lv, lv.chunk, f"r{i}"),

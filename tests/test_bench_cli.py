@@ -10,6 +10,7 @@ OWN = {
     "decode": ["--model", "--cycles", "--backend", "--run-length", "--stream", "--pace-ms"],
     "ttft": ["--model", "--cycles", "--backend"], "backend": ["--model", "--steps", "--sizes"],
     "peers": ["--model", "--skip-bench-size", "--bench-model"],
+    "camera": ["--frames", "--blocks", "--quick", "--paths"],
 }
 ALL = {flag for flags in OWN.values() for flag in flags}
 

@@ -22,10 +22,10 @@ def test_a_cycle_has_fixed_slots_and_starts_unstamped():
 
 def test_the_runner_stamps_first_token_on_the_cycle_before_the_first_waypoint(tiny_model_dir):
     from rtinfer.inference.budget import default_levels
-    from rtinfer.inference.runner import ChunkRunner
+    from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.directory import ModelDir
     md = ModelDir.load(tiny_model_dir)
-    runner = ChunkRunner(md, drafter="none")
+    runner = TokenRunner(md, drafter="none")
     level = default_levels(md, runner.decoder.k_verify)[0]
     instr, obs = md.obs.encode(random_obs_body(np.random.default_rng(0)))
     t0 = now_ns()
@@ -42,10 +42,10 @@ def test_the_runner_stamps_first_token_on_the_cycle_before_the_first_waypoint(ti
 
 def test_the_offline_run_decodes_the_same_chunk_as_run_cycle(tiny_model_dir):
     from rtinfer.inference.budget import default_levels
-    from rtinfer.inference.runner import ChunkRunner
+    from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.directory import ModelDir
     md = ModelDir.load(tiny_model_dir)
-    a, b = ChunkRunner(md, drafter="none"), ChunkRunner(md, drafter="none")
+    a, b = TokenRunner(md, drafter="none"), TokenRunner(md, drafter="none")
     level = default_levels(md, a.decoder.k_verify)[0]
     instr, obs = md.obs.encode(random_obs_body(np.random.default_rng(1)))
     bins, t_first = a.run(instr, obs, 100, level)

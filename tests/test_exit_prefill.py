@@ -17,8 +17,8 @@ pytest.importorskip("onnxruntime")
 
 @pytest.fixture
 def runner(tiny_model_dir):
-    from rtinfer.inference.runner import ChunkRunner
-    r = ChunkRunner(ModelDir.load(tiny_model_dir), drafter="none")
+    from rtinfer.inference.runner import TokenRunner
+    r = TokenRunner(ModelDir.load(tiny_model_dir), drafter="none")
     calls = []
     real = r.backend.step
     r.backend.step = lambda tokens, pos, depth=None: (calls.append((len(tokens), depth)),

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import recv_chunks
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelError
 from rtinfer.model.obs_stream import load_bodies
 from rtinfer.transport.bus import Publisher, Subscriber
@@ -61,7 +61,7 @@ def _round(node, pubs, act, bodies, t):
 def test_robots_waiting_together_decode_together_each_its_own_greedy(tmp_path, bodies, batch):
     node, pubs, act = _fleet(tmp_path, batch)
     md = node.policy.model
-    plain = ChunkRunner(md, drafter="none")
+    plain = TokenRunner(md, drafter="none")
     level = node.budget.levels[0]
     try:
         for t in range(3):  # later rounds draft each robot from its own previous chunk

@@ -51,8 +51,8 @@ def fleet(tiny_model_dir, tmp_path):
 
 def greedy(node, body) -> np.ndarray:
     """The tokens a plain greedy decode gives for this observation, in a runner of its own."""
-    from rtinfer.inference.runner import ChunkRunner
-    plain = ChunkRunner(node.policy.model, drafter="none", backend_opts={"threads": 1})
+    from rtinfer.inference.runner import TokenRunner
+    plain = TokenRunner(node.policy.model, drafter="none", backend_opts={"threads": 1})
     level = node.budget.levels[0]
     instr, obs = node.policy.model.obs.encode(body)
     bins, _ = plain.run(instr, obs, None, level)
@@ -129,7 +129,7 @@ def test_the_robot_whose_chunk_is_due_first_is_answered_first(fleet):
 
 def test_a_robot_beyond_the_measured_capacity_is_refused_once_and_counted(fleet, capfd):
     node, pubs, act, rng, eps = fleet
-    cost = node.robots.chunk_ns
+    cost = node.robots.cycle_ns
     assert cost and node.robots.capacity(node.budget.deadline_ns) >= 3
     # the same measured cost, planned over a window that holds 3 cycles and no more
     node.robots.period_ns = int(3.5 * cost / UTILISATION)
@@ -219,7 +219,7 @@ def test_robots_that_join_together_are_admitted_on_a_profile_of_the_cycle(tiny_m
             if len(node.robots.slots) == 2:
                 break
         assert node.counters["cycles"] == 0 and len(node.robots.slots) == 2
-        assert node.robots.cost.count == 5 and node.robots.chunk_ns > 0
+        assert node.robots.cost.count == 5 and node.robots.cycle_ns > 0
     finally:
         for s in (node, *pubs):
             s.close()

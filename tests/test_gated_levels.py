@@ -12,7 +12,7 @@ from conftest import random_obs_body
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.backends.base import BackendError
 from rtinfer.inference.budget import BudgetLevel, default_levels
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelDir, ModelError
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "zoo" / "conveyor-v1-large-gated"
@@ -70,9 +70,9 @@ def test_a_directory_without_the_key_has_no_gates_and_its_old_ladder(tiny_model_
 
 def test_switching_levels_mid_run_keeps_every_level_identical_to_its_own_plain_greedy(gated_dir):
     md = ModelDir.load(gated_dir)
-    spec = ChunkRunner(md, drafter="chunk")
-    plain = ChunkRunner(md, drafter="none")
-    fresh = ChunkRunner(md, drafter="none", prefix_cache=False)  # every prefix from scratch
+    spec = TokenRunner(md, drafter="chunk")
+    plain = TokenRunner(md, drafter="none")
+    fresh = TokenRunner(md, drafter="none", prefix_cache=False)  # every prefix from scratch
     full = BudgetLevel(3, 3, 3)
     order = [full, BudgetLevel(3, 3, 3, gate="gate60"), BudgetLevel(3, 3, 3, gate="gate30"),
              full, BudgetLevel(3, 3, 3, gate="gate60"), BudgetLevel(2, 0, 2), full,
@@ -135,7 +135,7 @@ def test_the_shipped_gated_directory_runs_its_levels_in_the_real_runner():
     assert md.gated and all(g.accuracy is not None for g in md.gated.values())
     ladder = default_levels(md, 8, gates=get_backend("onnx").load(md).gates)
     assert ladder[0].gate is None and {lv.gate for lv in ladder[2:]} >= set(md.gated)
-    spec, plain = ChunkRunner(md, drafter="chunk"), ChunkRunner(md, drafter="none")
+    spec, plain = TokenRunner(md, drafter="chunk"), TokenRunner(md, drafter="none")
     stream = np.load(SHIPPED / "stream.npz")
     full = md.n_layer
     for i, name in enumerate([*md.gated, None] * 2):
@@ -204,7 +204,7 @@ def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path
 
 def test_a_backend_without_gated_sets_decodes_a_gated_level_dense_and_counts_it(gated_dir):
     md = ModelDir.load(gated_dir)
-    runner = ChunkRunner(md, backend="torch", drafter="none")
+    runner = TokenRunner(md, backend="torch", drafter="none")
     assert runner.backend.gates == ()
     instr, obs = _prefix_inputs(md, 0)
     dense = runner.run(instr, obs, None, BudgetLevel(3, 0, 3))[0].copy()

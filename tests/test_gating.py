@@ -77,14 +77,14 @@ def test_a_finetuned_ffn_skip_level_exports_a_model_directory_the_runner_serves(
         tiny_model_dir, tmp_path):
     from models.ffn_skip import finetune_level
     from rtinfer.inference.budget import BudgetLevel
-    from rtinfer.inference.runner import ChunkRunner
+    from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.directory import ModelDir
     ck, demos = _demos(tiny_model_dir)
     card = finetune_level(tiny_model_dir, tmp_path / "skip1", 1, demos, demos, steps=3, batch=8)
     assert card["ffn_skipped_layers"] == [2] and card["params"] < ck.model.num_params()
     md = ModelDir.load(tmp_path / "skip1")
     instr, obs = md.obs.encode(random_obs_body(np.random.default_rng(0)))
-    bins, _ = ChunkRunner(md, drafter="chunk").run(instr, obs, 0, BudgetLevel(3, 3, 3))
+    bins, _ = TokenRunner(md, drafter="chunk").run(instr, obs, 0, BudgetLevel(3, 3, 3))
     assert bins.shape == (12,)
 
 

@@ -124,7 +124,7 @@ def test_cascade_greedy_is_token_identical_to_plain_greedy(target, seed, plan_se
 
 def test_runner_serves_the_draft_model_and_the_cascade(tiny_model_dir, target, drafts, tmp_path):
     from rtinfer.inference.budget import BudgetLevel
-    from rtinfer.inference.runner import DRAFTERS, ChunkRunner
+    from rtinfer.inference.runner import DRAFTERS, TokenRunner
     assert {"model", "cascade"} <= set(DRAFTERS)
     md = target.model
     instr, obs = md.obs.encode(random_obs_body(np.random.default_rng(5)))
@@ -132,11 +132,11 @@ def test_runner_serves_the_draft_model_and_the_cascade(tiny_model_dir, target, d
     draft_dir = drafts["truncated"].backend.model.path
     outs = {}
     for name, opts in (("none", {}), ("model", {"draft_model": draft_dir}), ("cascade", {})):
-        r = ChunkRunner(ModelDir.load(md.path), drafter=name, **opts)
+        r = TokenRunner(ModelDir.load(md.path), drafter=name, **opts)
         outs[name] = [r.run(instr, obs, t * 50_000_000, level)[0].copy() for t in range(3)]
     for name in ("model", "cascade"):
         assert all((a == b).all() for a, b in zip(outs[name], outs["none"])), name
     with pytest.raises(ValueError, match="needs a k=4 graph at an early exit"):
-        ChunkRunner(ModelDir.load(tiny_model_dir), drafter="cascade")
+        TokenRunner(ModelDir.load(tiny_model_dir), drafter="cascade")
     with pytest.raises(ValueError, match="needs a draft model: none at"):
-        ChunkRunner(ModelDir.load(tiny_model_dir), drafter="model")
+        TokenRunner(ModelDir.load(tiny_model_dir), drafter="model")

@@ -1,5 +1,5 @@
 """Lockstep evaluation of the reach arm: the expert or a packaged model directory (run on
-ONNX Runtime exactly as the inference node runs it: GraphChunkRunner on the obs body's
+ONNX Runtime exactly as the inference node runs it: GraphRunner on the obs body's
 feeds) drives the sim through the ControlStack for a number of targets.
 
     python -m examples.arm_reach.evaluate --policy models/zoo/arm-reach-bc --targets 100
@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from rtinfer.inference.chunk_runner import GraphChunkRunner
+from rtinfer.inference.graph_runner import GraphRunner
 from rtinfer.model.chunk_model import ChunkModelDir
 from rtinfer.model.directory import ModelError
 
@@ -30,7 +30,7 @@ EVAL_SEED = 1000
 def onnx_policy(model_dir):
     """obs -> chunk through the model directory's level-0 graph on ONNX Runtime."""
     md = ChunkModelDir.load(model_dir)
-    runner = GraphChunkRunner(md, threads=1)
+    runner = GraphRunner(md, threads=1)
     return lambda obs: runner.run(md.obs.feeds(obs_body(obs))).copy()
 
 

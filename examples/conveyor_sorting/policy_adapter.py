@@ -1,4 +1,4 @@
-"""A model directory as an env policy: the inference node's ChunkRunner, in lockstep.
+"""A model directory as an env policy: the inference node's TokenRunner, in lockstep.
 
 The observation goes through the same wire body and spec-driven tokenizer as on the robot
 (obs_body -> ObsTokens), so lockstep evaluation measures the exact runtime path.
@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from rtinfer.inference.budget import BudgetLevel
-from rtinfer.inference.chunk_runner import GraphChunkRunner
+from rtinfer.inference.graph_runner import GraphRunner
 from rtinfer.model.chunk_model import ChunkModelDir, load_model
 from rtinfer.model.directory import ModelDir
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 
 from .config import action_spec
@@ -32,7 +32,7 @@ class ModelPolicy:
         opts = {"threads": threads} if backend == "onnx" else {}
         if precision:
             opts["precision"] = precision
-        self.runner = ChunkRunner(model, backend=backend, backend_opts=opts, drafter=drafter)
+        self.runner = TokenRunner(model, backend=backend, backend_opts=opts, drafter=drafter)
         depth = exit_depth or model.n_layer
         spec = self.runner.decoder.k_verify - 1 if depth == model.n_layer else 0
         self.level = BudgetLevel(depth, spec, model.tokenizer.horizon)
@@ -50,7 +50,7 @@ class ModelPolicy:
 
 class ChunkModelPolicy:
     """reset() / act(obs) -> (H, D) chunk of a continuous-chunk model directory at `level`,
-    through the inference node's GraphChunkRunner and the same obs wire body."""
+    through the inference node's GraphRunner and the same obs wire body."""
 
     def __init__(self, model: ChunkModelDir, env: ConveyorSortEnv, *, level: int = 0,
                  threads: int = 1):
@@ -58,7 +58,7 @@ class ChunkModelPolicy:
         if model.action.hash != want.hash:
             raise ValueError(f"{model.path}: its action spec differs from the cell's: "
                              + "; ".join(want.differences(model.action)))
-        self.runner, self.level, self.model = GraphChunkRunner(model, threads=threads), level, model
+        self.runner, self.level, self.model = GraphRunner(model, threads=threads), level, model
 
     def reset(self) -> None:
         self.runner.reset()

@@ -73,10 +73,10 @@ class Greedy:
 
     def _load(self) -> None:
         from rtinfer.inference.budget import default_levels
-        from rtinfer.inference.runner import ChunkRunner
+        from rtinfer.inference.runner import TokenRunner
         from rtinfer.model.chunk_model import load_model
         self.md = load_model(self.model)
-        self.runner = ChunkRunner(self.md, drafter="none", backend_opts={"threads": 1})
+        self.runner = TokenRunner(self.md, drafter="none", backend_opts={"threads": 1})
         self.level = default_levels(self.md, self.runner.decoder.k_verify)[0]
         self.bodies = load_bodies(self.stream)
 

@@ -2,7 +2,7 @@
 policy that meets the 100 ms deadline on this host.
 
 A row is one (rung, precision, method). Chunk time is what the inference node computes per
-cycle, through its own ChunkRunner: the observation segment's prefill (the instruction prefix
+cycle, through its own TokenRunner: the observation segment's prefill (the instruction prefix
 KV-cached, as in the node) plus the 16-token chunk, on the shipped policy's recorded stream,
 ONNX Runtime on `threads` threads. `step_over_floor` is the k=1 decode step (p50) over its
 bandwidth floor: the precision's weight bytes over the numpy copy bandwidth measured in this
@@ -32,7 +32,7 @@ from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.bench.scale_models import K_VERIFY, RUNGS, SHIPPED, model_dir, params_of
 from rtinfer.bench.scale_overheads import fixed_overheads
 from rtinfer.inference.budget import BudgetLevel
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelDir, graph_dtype
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.hist import LatencyHistogram
@@ -49,10 +49,10 @@ def _ms(h: LatencyHistogram) -> tuple[float, float]:
 
 def chunks(md: ModelDir, cycles: list, *, backend: str = "onnx", drafter: str = "none",
            depth: int | None = None, warmup: int = 2, **opts) -> dict:
-    """Time one chunk per cycle through a ChunkRunner (capture stamps one period apart, so the
+    """Time one chunk per cycle through a TokenRunner (capture stamps one period apart, so the
     chunk drafter drafts from the previous cycle). Returns chunk and prefill p50/p99 (ms, the
     first `warmup` cycles not recorded), per-chunk verifies and plain steps, the chunks."""
-    runner = ChunkRunner(md, backend=backend, backend_opts=opts, drafter=drafter)
+    runner = TokenRunner(md, backend=backend, backend_opts=opts, drafter=drafter)
     level = BudgetLevel(depth or md.n_layer, K_VERIFY - 1 if drafter != "none" else 0,
                         md.tokenizer.horizon)
     chunk, prefill = LatencyHistogram(), LatencyHistogram()

@@ -23,7 +23,7 @@ PEERS = "peers.run"
 # `rtinfer bench NAME ...`: each benchmark's own main(argv), reached by module:function
 BENCHES = {name: f"rtinfer.bench.{name}:main" for name in ("transport", "jitter", "decode", "ttft",
                                                              "backend", "fleet", "scale",
-                                                             "dynamic")}
+                                                             "dynamic", "camera")}
 BENCHES["peers"] = f"{PEERS}:main"
 BENCHES["tick"] = "controllers.tick_bench:main"  # the robot side's own: it ranks above rtinfer
 

@@ -33,7 +33,7 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
         spec = md.action
         summary.update(levels=len(md.levels), inputs=md.obs.keys, action=spec.to_dict(),
                        spec_hash=spec.hash)
-        from rtinfer.inference.chunk_runner import dry_run_problems
+        from rtinfer.inference.graph_runner import dry_run_problems
         out += dry_run_problems(md)
     else:
         spec = ActionSpec.from_tokenizer(md.tokenizer, ("",) * md.tokenizer.dim)
@@ -56,9 +56,9 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
 def _token_graphs(md) -> list[str]:
     from rtinfer.inference.backends.base import BackendError
     from rtinfer.inference.budget import BudgetLevel
-    from rtinfer.inference.runner import ChunkRunner
+    from rtinfer.inference.runner import TokenRunner
     try:
-        runner = ChunkRunner(md)
+        runner = TokenRunner(md)
         instr = np.zeros(md.obs.instr_length, np.int64)
         obs = np.zeros(md.obs.length, np.int64)
         runner.run(instr, obs, None, BudgetLevel(md.n_layer, 0, md.tokenizer.horizon))

@@ -1,6 +1,6 @@
 """BatchRunner: one action chunk for each of several robots, decoded together in one batch.
 
-The batch-1 ChunkRunner's work, for B rows at once on the batched graphs
+The batch-1 TokenRunner's work, for B rows at once on the batched graphs
 (models.export_batched, rtinfer.inference.backends.onnx_rows): each row's instruction prefix
 (a snapshot per instruction, computed once in a batched prefill and restored into the row),
 its observation segment (one batched prefill), then decode rounds. A round runs every row one

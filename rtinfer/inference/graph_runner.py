@@ -1,4 +1,4 @@
-"""GraphChunkRunner: observation -> one continuous action chunk, for a ChunkModelDir.
+"""GraphRunner: observation -> one continuous action chunk, for a ChunkModelDir.
 
 One ONNX Runtime session per budget level, opened at load and checked against the
 directory's contract (rtinfer.model.chunk_model): its inputs are exactly obs_spec.json's
@@ -25,7 +25,7 @@ def chunk_levels(model: ChunkModelDir) -> list[BudgetLevel]:
             for g in model.levels]
 
 
-class GraphChunkRunner:
+class GraphRunner:
     def __init__(self, model: ChunkModelDir, *, threads: int = 1, spin: bool | None = None):
         try:
             import onnxruntime as ort
@@ -79,7 +79,7 @@ def dry_run_problems(model: ChunkModelDir) -> list[str]:
     line per problem with its fix (empty: none). `rtinfer check-model` and `rtinfer package`
     both check a directory this way."""
     try:
-        runner = GraphChunkRunner(model)
+        runner = GraphRunner(model)
     except BackendError as e:
         return [str(e)]
     zeros = zero_feeds(model)

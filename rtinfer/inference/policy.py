@@ -14,11 +14,11 @@ robot is a batch of one: the policy decides how it runs it.
 
 Kinds:
 - TokenPolicy: an action-token policy (KV-step graphs: speculative decoding, exits, gates,
-  any backend). One row decodes through runner.ChunkRunner; several, where the model ships
+  any backend). One row decodes through runner.TokenRunner; several, where the model ships
   batched graphs and the setup batches (greedy fp32 ONNX Runtime, drafter chunk or none),
   through batch.BatchRunner, each row token-identical to its own decode.
 - GraphPolicy: a continuous-chunk policy (one-shot graphs: observation -> [H, D], one per
-  budget level, chunk_runner.GraphChunkRunner). The chunk exists at once; emitted whole.
+  budget level, graph_runner.GraphRunner). The chunk exists at once; emitted whole.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from rtinfer.inference.batch import BATCH_DRAFTERS, BatchRunner, Row
 from rtinfer.inference.budget import default_levels
-from rtinfer.inference.chunk_runner import GraphChunkRunner, chunk_levels, zero_feeds
-from rtinfer.inference.runner import ChunkRunner
+from rtinfer.inference.graph_runner import GraphRunner, chunk_levels, zero_feeds
+from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.model.chunk_model import load_model
 from rtinfer.model.directory import ModelError
@@ -38,7 +38,7 @@ class TokenPolicy:
     def __init__(self, md, cfg, backend_opts: dict, endpoints: int):
         opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
         self.model = md
-        self.runner = ChunkRunner(md, backend=cfg.backend, backend_opts={**opts, **backend_opts},
+        self.runner = TokenRunner(md, backend=cfg.backend, backend_opts={**opts, **backend_opts},
                                   drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
                                   sample=cfg.sample, temperature=cfg.temperature,
                                   seed=cfg.seed, draft_model=cfg.draft_model)
@@ -129,7 +129,7 @@ class GraphPolicy:
                              "policy has one graph per level and no precision sets; leave "
                              "--precision out")
         self.model = md
-        self.runner = GraphChunkRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
+        self.runner = GraphRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
         self.levels = chunk_levels(md)
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
         self.start_ns = md.action.start_ns

@@ -169,7 +169,7 @@ class Robots:
         return self.costs[1]
 
     @property
-    def chunk_ns(self) -> int | None:
+    def cycle_ns(self) -> int | None:
         """The measured cost of one cycle (None: none timed yet); see capacity."""
         return self.batch_ns(1)
 
@@ -227,7 +227,7 @@ class Robots:
         whose worst case fits. The worst case grows with n, so: double n until it does not
         fit, then bisect; O(cap log cap) (a bisection over 1..4096 priced thousands of robots
         and took 17-38 ms, a stall of the node's loop once a second in check_load)."""
-        if not self.chunk_ns:
+        if not self.cycle_ns:
             return None
         costs, budget = self._costs(), UTILISATION * min(deadline_ns, self.period_ns)
 
@@ -359,7 +359,7 @@ class Robots:
         if cap is not None and n >= cap:
             window = min(deadline_ns, self.period_ns) / 1e6
             if self.batches == [1]:
-                measured = f"one cycle measured at {self.chunk_ns / 1e6:.1f} ms"
+                measured = f"one cycle measured at {self.cycle_ns / 1e6:.1f} ms"
             else:
                 measured = "a batch of " + ", ".join(
                     f"{b} {self.batch_ns(b) / 1e6:.1f} ms" for b in self.batches
@@ -416,8 +416,8 @@ class Robots:
                     g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
         for name in self.refused:  # refused and not admitted since (the dashboard)
             c[f"robot.{name}.refused"] = 1
-        if self.chunk_ns:
-            g["cycle_cost_us"] = self.chunk_ns / 1e3
+        if self.cycle_ns:
+            g["cycle_cost_us"] = self.cycle_ns / 1e3
         for b in self.batches[1:]:
             cost = self.batch_ns(b)
             if cost:

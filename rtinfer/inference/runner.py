@@ -1,4 +1,4 @@
-"""ChunkRunner: observation tokens -> one action chunk, the compute core of a policy cycle.
+"""TokenRunner: observation tokens -> one action chunk, the compute core of a policy cycle.
 
 Owns the backend, the decoder, the drafters and the instruction-prefix KV cache, so the
 inference node and offline evaluation run exactly the same code. A level with a gate runs
@@ -30,7 +30,7 @@ DRAFTERS = ("chunk", "self", "model", "cascade", "none")
 DRAFT_DIR = "draft"  # a model directory's own draft model, when it ships one there
 
 
-class ChunkRunner:
+class TokenRunner:
     def __init__(self, model: ModelDir, *, backend: str = "onnx", backend_opts: dict | None = None,
                  drafter: str = "chunk", prefix_cache: bool = True, sample: bool = False,
                  temperature: float = 1.0, seed: int = 0, draft_model=None):

@@ -12,7 +12,7 @@ Level 0 is full quality; level N+1 must cost less than level N (a smaller distil
 fewer layers). A policy with one graph has one level: a shorter chunk of a one-shot graph
 saves no compute, so there is nothing cheaper to switch to. Any missing or inconsistent
 file raises ModelError naming the file and the fix; this module reads JSON and hashes only
-(the graphs themselves are opened by the inference side, rtinfer.inference.chunk_runner).
+(the graphs themselves are opened by the inference side, rtinfer.inference.graph_runner).
 """
 from __future__ import annotations
 
