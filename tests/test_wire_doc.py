@@ -216,7 +216,7 @@ def test_nesting_limit():
         return TEMPLATE.replace(GAUGE_VALUE, nested)
 
     assert _error_of(health(valid + 1)) is SchemaError  # deeper than any valid message
-    hb = wire.encode("heartbeat", {"node": "n", "sent_ns": 1, "echo": {
+    hb = wire.encode("heartbeat", {"node": "n", "sent_ns": 2, "echo": {
         "src": "m", "seq": 1, "sent_ns": 1, "recv_ns": 2}}, seq=0, src="n")
     assert depth(msgpack.unpackb(hb)) == valid  # the deepest body the schema has
     if msgpack.unpackb.__module__ != "msgpack._cmsgpack":
