@@ -94,6 +94,7 @@ def test_a_refused_onnx_package_leaves_out_as_it_was_or_absent(work):
                 cwd=work)
     assert r.returncode == 2, r.stderr
     assert "[1, 3, 2]" in r.stderr and "good" in r.stderr and ".good." not in r.stderr
+    assert "one column per name ['x', 'y'] in order" in r.stderr, r.stderr  # and the fix
     assert digests(work / "good") == before
     r = rtinfer("package", "--onnx", bad, "--action-spec", "spec.json", "--out", "new", cwd=work)
     assert r.returncode == 2 and not (work / "new").exists()

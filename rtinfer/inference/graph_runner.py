@@ -112,7 +112,9 @@ def graph_problems(sess, model: ChunkModelDir) -> list[str]:
                    f"{OUTPUT!r}")
     elif outs[0].type != ort_type("float32") or list(outs[0].shape) != shape:
         out.append(f"output {OUTPUT!r} is {outs[0].type} {outs[0].shape}; action_spec.json "
-                   f"says float32 {shape} (horizon x names)")
+                   f"says float32 {shape} (horizon x names): export the graph to return "
+                   f"that, one column per name {list(a.names)} in order, or make "
+                   f"action_spec.json's horizon and names match the graph")
     return out
 
 
