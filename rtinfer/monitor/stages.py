@@ -32,8 +32,10 @@ MAX_NS = DEFAULT_MAX_NS  # a stage sample above this is a stall: recorded here, 
 DEFINITIONS = {
     "cycles": "observations answered: distinct cycles (node, cycle id, capture) with a "
               "controller trace record, applied or late, each counted once",
-    "misses": "cycles past the deadline: a waypoint that arrived late (rejected, never "
-              "applied, so in no e2e sample) or e2e above the deadline",
+    "misses": "cycles past the deadline, each once: a cycle with a late record (a waypoint "
+              "the controller dropped, never applied, so in no e2e sample, whatever its age: "
+              "one that arrived late, or a chunk dropped at apply time) or e2e above the "
+              "deadline",
     "e2e": "apply - capture of each applied chunk (late waypoints are misses, not e2e samples)",
     "clamped": f"stage samples below 0 (stamps on two clocks moved apart) or above "
                f"{MAX_NS / 1e9:g} s, recorded at that bound",
@@ -46,7 +48,8 @@ DEFINITIONS = {
 
 
 def is_late(record: Mapping) -> bool:
-    """A trace record of a waypoint the controller rejected past the deadline (a miss)."""
+    """A trace record of a waypoint the controller dropped as late, never applied (a miss,
+    whatever recv - capture says: a chunk dropped at apply time arrived in time)."""
     fields = record.get("fields")
     return isinstance(fields, Mapping) and fields.get("late_index") is not None
 
