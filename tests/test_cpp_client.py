@@ -427,3 +427,28 @@ def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
         assert (c["rejected_dest"], c["rejected_bad"]) == (0, 0)
     else:
         assert (c["rejected_dest"], c["rejected_bad"]) == (2 * H * rounds, H * rounds)
+
+
+def test_cpp_controller_observes_its_axes_at_obs_hz_and_the_python_side_reads_them(release,
+                                                                                  tmp_path):
+    """The example's observe step: with --obs-hz its axes' positions go out as `obs`, on its
+    publish endpoint under its robot name, stamped capture, read by the Python bus."""
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "ctl", "robot")}
+    ctl = start(controller_cmd(release, eps, extra=["--obs-hz", "20", "--seconds", "3"]))
+    obs = Subscriber(eps["robot"], ["obs"])
+    try:
+        assert "ready" in ctl.stdout.readline()
+        got = [e for e in iter(lambda: obs.recv(1000), None)]
+    finally:
+        out, err = stop(ctl)
+        obs.close()
+    assert ctl.returncode == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert 10 <= report["counters"]["obs_sent"] <= 61  # 20 Hz for 3 s, at most
+    assert 0 < len(got) <= report["counters"]["obs_sent"]  # the first ones before we joined
+    for e in got:
+        assert e.src == "cpparm" and list(e.stamps) == ["capture", "publish", "recv"]
+        assert e.body["values"]["pos"].dtype == np.float32
+        assert e.body["values"]["pos"].shape == (4,) and e.body["ints"] == {}
+    captures = [e.stamps["capture"] for e in got]
+    assert captures == sorted(captures) and len(got) == len(set(e.seq for e in got))

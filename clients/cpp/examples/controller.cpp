@@ -1,6 +1,10 @@
 // An example robot-side controller in C++: follows action_chunk waypoints on simulated axes
 // by the reference controller's rules (ChunkRules), answers the monitor's heartbeat pings,
 // and publishes `trace` (apply stamp per cycle, late_index per late cycle) and `health`.
+// One tick, as docs/robots.md's: messages -> read -> observe -> commit -> compute -> write ->
+// trace. With --obs-hz, the observe step publishes the axes' positions as `obs` (values
+// {"pos": float32 (D,)}, stamped capture) for a policy that reads them; without it the
+// robot's observations come from elsewhere (a camera process).
 //
 //   rtinfer_controller --actions ipc:///tmp/act --control ipc:///tmp/ctl --publish ipc:///tmp/robot
 //       --robot arm --tokenizer models/zoo/conveyor-v1/tokenizer.json --seconds 10
@@ -31,7 +35,7 @@ struct Options {
     std::string actions, control, publish, robot, name = "controller", tokenizer, action_spec;
     std::string curve_secret, curve_map, report;
     double deadline_ms = 100, chunk_interval_ms = 0, rate_hz = 1000, health_hz = 10, seconds = -1;
-    double beat_s = 1.0;
+    double beat_s = 1.0, obs_hz = 0;
     bool addressed = false;  // take only chunks addressed to --robot (a node run with --address-chunks)
 };
 
@@ -40,7 +44,8 @@ struct Options {
               << "usage: rtinfer_controller --actions EP --publish EP --robot NAME --tokenizer FILE\n"
                  "       [--control EP] [--name NAME] [--action-spec FILE] [--deadline-ms MS]\n"
                  "       [--chunk-interval-ms MS] [--rate-hz HZ] [--health-hz HZ] [--seconds S]\n"
-                 "       [--curve-secret FILE --curve-map FILE] [--report FILE] [--addressed]\n";
+                 "       [--curve-secret FILE --curve-map FILE] [--report FILE] [--addressed]\n"
+                 "       [--obs-hz HZ]\n";
     std::exit(2);
 }
 
@@ -54,7 +59,7 @@ Options parse(int argc, char** argv) {
     std::map<std::string, double*> num = {
         {"--deadline-ms", &o.deadline_ms}, {"--chunk-interval-ms", &o.chunk_interval_ms},
         {"--rate-hz", &o.rate_hz}, {"--health-hz", &o.health_hz}, {"--seconds", &o.seconds},
-        {"--beat-s", &o.beat_s}};
+        {"--beat-s", &o.beat_s}, {"--obs-hz", &o.obs_hz}};
     for (int k = 1; k < argc; ++k) {
         std::string a = argv[k];
         if (a == "--addressed") {
@@ -72,6 +77,7 @@ Options parse(int argc, char** argv) {
     if (o.actions.empty() || o.publish.empty() || o.robot.empty() || o.tokenizer.empty())
         usage("--actions, --publish, --robot and --tokenizer are required");
     if (o.deadline_ms <= 0 || o.rate_hz <= 0 || o.health_hz <= 0) usage("deadline, rate and health rate must be > 0");
+    if (o.obs_hz < 0) usage("--obs-hz must be >= 0 (0: no observations)");
     return o;
 }
 
@@ -133,14 +139,18 @@ int main(int argc, char** argv) {
                   << ", publishing on " << pub.endpoint << ")" << std::endl;
         const int64_t period = int64_t(1e9 / o.rate_hz), health_period = int64_t(1e9 / o.health_hz);
         const int64_t beat_period = int64_t(o.beat_s * 1e9);
+        const int64_t obs_period = o.obs_hz > 0 ? int64_t(1e9 / o.obs_hz) : 0;
         int64_t start = wire::now_ns(), next = start, next_health = start, next_beat = start;
+        int64_t next_obs = start;
+        std::vector<float> obs_pos(axes.pos.size());
+        uint64_t obs_sent = 0;
         const int64_t end = o.seconds >= 0 ? start + int64_t(o.seconds * 1e9) : INT64_MAX;
         std::deque<std::string> keep;
         uint64_t publish_errors = 0;
         // a body this program built wrongly: counted and said once, never the end of the loop
-        auto send = [&](const std::string& topic, const Value& body) {
+        auto send = [&](const std::string& topic, const Value& body, wire::Stamps stamps = {}) {
             try {
-                return pub.publish(topic, body);
+                return pub.publish(topic, body, std::move(stamps));
             } catch (const wire::WireError& e) {
                 if (publish_errors++ == 0) std::cerr << o.name << ": " << topic << " not sent: " << e.what() << std::endl;
                 return false;
@@ -171,12 +181,24 @@ int main(int argc, char** argv) {
                 }
             }
             rules.check_watchdog(now);
-            // compute(): a new chunk's first setpoint is committed now, or dropped if the
-            // tick's own work took it past the deadline; the simulated axes follow the chunk
+            // read() and observe(): the simulated axes are read where they are; when an
+            // observation is due, their positions go out as `obs`, captured now
+            if (obs_period > 0 && now >= next_obs) {
+                next_obs = now + obs_period;
+                for (size_t d = 0; d < axes.pos.size(); ++d) obs_pos[d] = float(axes.pos[d]);
+                Value values = Value::object({{Value::str("pos"), Value::ndarray(
+                    wire::DType::F32, {uint64_t(obs_pos.size())}, obs_pos.data(),
+                    obs_pos.size() * sizeof(float))}});
+                Value body = Value::object({{Value::str("values"), values},
+                                            {Value::str("ints"), Value::object({})}});
+                if (send("obs", body, {{"capture", now}})) ++obs_sent;
+            }
+            // commit, compute, write: a new chunk's first setpoint is committed now, or
+            // dropped if the tick's own work took it past the deadline; the axes follow it
             int64_t applied_ns = wire::now_ns();
             rules.commit(applied_ns);
             axes.step(rules, now, double(period) / 1e9);
-            // publish(): trace records, health, the periodic heartbeat
+            // trace: trace records, health, the periodic heartbeat
             keep.clear();
             for (const auto& r : rules.take_late()) send("trace", trace_body(o.name, r, keep));
             if (auto r = rules.applied(applied_ns)) send("trace", trace_body(o.name, *r, keep));
@@ -225,6 +247,7 @@ int main(int argc, char** argv) {
         add("pub.sent", pub.sent);
         add("pub.dropped", pub.dropped);
         add("pub.errors", publish_errors);
+        add("obs_sent", obs_sent);
         out += "}, \"pos\": [";
         for (size_t d = 0; d < axes.pos.size(); ++d) out += (d ? ", " : "") + std::to_string(axes.pos[d]);
         out += "]}\n";
