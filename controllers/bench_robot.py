@@ -31,6 +31,7 @@ import sys
 import numpy as np
 
 from rtinfer.model.obs_stream import load_bodies
+from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.wire import now_ns
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offset", type=int, default=0, help="the stream row to start at")
     p.add_argument("--rate-hz", type=float, default=20.0)
     p.add_argument("--phase-ms", type=float, default=0.0, help="delay of the first obs")
-    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--deadline-ms", type=float, default=DEADLINE_MS)
     p.add_argument("--out", required=True, help="the record (.npz) written at the end")
     p.add_argument("--addressed", action="store_true",
                    help="take only the chunks addressed to --name (a node run with "

@@ -51,6 +51,7 @@ from typing import Callable
 import numpy as np
 
 from rtinfer.realtime.complaints import Complaints
+from rtinfer.realtime.deadline import DEADLINE_NS
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.rate import RateKeeper
 from rtinfer.model.action_spec import ActionSpec
@@ -100,7 +101,7 @@ class ControllerConfig:
     control: ControlConfig
     tokenizer: TokenizerConfig | None = None
     name: str = "controller"
-    deadline_ns: int = 100_000_000
+    deadline_ns: int = DEADLINE_NS
     chunk_interval_ns: int = 0           # expected time between fresh chunks (policy period);
     # set it whenever the deadline is shorter than that period, or the watchdog holds the
     # robot between every two chunks
@@ -410,8 +411,9 @@ class ControllerNode:
             sent = self.pub.publish("obs", body, {"capture": int(obs.capture_ns)})
         except WireError as e:  # not a valid obs body (a NaN, a list for an array): nothing sent
             self.counters["obs_bad"] += 1
+            wrong = str(e)
             self.complaints.say("obs_bad", lambda: f"observation not sent: not a valid obs "
-                                f"body ({e}); make the driver's observe() return finite "
+                                f"body ({wrong}); make the driver's observe() return finite "
                                 "numpy arrays in values and ints in ints")
             return False
         self.counters["obs_sent" if sent else "obs_dropped"] += 1

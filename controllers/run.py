@@ -26,20 +26,20 @@ configuration error (one line, with the fix).
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.resources
 import inspect
 import json
-import signal
 import sys
 from pathlib import Path
 
 import yaml
 
+from rtinfer.launch.entry import EntryError, package_file, resolve
 from rtinfer.model.action_spec import FORMAT as ACTION_SPEC_FORMAT, ActionSpec
 from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
 from rtinfer.realtime.report_file import write_report
+from rtinfer.realtime.spin import on_signals
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
@@ -61,7 +61,7 @@ class RobotProcess:
     def __init__(self, hw, control: ControlConfig, *, robot: str, obs: str, actions: str,
                  control_endpoint: str | None = None, tokenizer: TokenizerConfig | None = None,
                  action: ActionSpec | None = None, name: str = "controller",
-                 deadline_ms: float = 100.0, policy_hz: float = 20.0,
+                 deadline_ms: float = DEADLINE_MS, policy_hz: float = 20.0,
                  trace_path: str | None = None, curve=None, addressed: bool = False,
                  obs_spec=None):
         """robot: the src of this robot's messages (its chunks carry it as dest). name: the
@@ -160,34 +160,20 @@ class RobotProcess:
 
     def run_until_signalled(self, seconds: float | None = None) -> dict:
         """run(), stopping cleanly on SIGTERM/SIGINT; closes everything; the report."""
-        def on_signal(*_):
+        def on_signal(_signum):
             self.signalled = True
             self.stop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
         try:
-            return self.run(seconds)
+            with on_signals(on_signal):
+                return self.run(seconds)
         finally:
             self.close()
-
-
-def resolve(path: str) -> Path:
-    """A file path, or PACKAGE:NAME for a file shipped inside an importable package (e.g.
-    examples.conveyor_sorting:robot.yaml), so a launch file works from any directory."""
-    p = Path(path)
-    package, sep, name = path.partition(":")
-    if p.exists() or not sep or "/" in package:
-        return p
-    try:
-        return Path(str(importlib.resources.files(package) / name))
-    except ModuleNotFoundError:
-        return p
 
 
 def load_policy_spec(path: str | Path) -> tuple[TokenizerConfig | None, ActionSpec | None]:
     """The spec a policy's chunks carry: from a model directory (its tokenizer.json and/or
     action_spec.json) or one of those files. ValueError says what is wrong and the fix."""
-    p = resolve(str(path))
+    p = package_file(str(path))
     files = [p / "tokenizer.json", p / "action_spec.json"] if p.is_dir() else [p]
     found = [f for f in files if f.is_file()]
     if not found:
@@ -211,7 +197,7 @@ def load_policy_spec(path: str | Path) -> tuple[TokenizerConfig | None, ActionSp
 def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:
     """(name, control, hardware kwargs) from a robot YAML file; ValueError names the problem."""
     try:
-        doc = yaml.safe_load(resolve(str(path)).read_text())
+        doc = yaml.safe_load(package_file(str(path)).read_text())
     except OSError as e:
         raise ValueError(f"robot config {path}: {e.strerror}; check --config") from None
     except yaml.YAMLError as e:
@@ -233,18 +219,12 @@ def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:
 
 def hardware_class(ref: str):
     """The class named by MODULE:CLASS; ValueError says why not."""
-    module, _, attr = ref.partition(":")
-    if not module or not attr:
-        raise ValueError(f"--hardware {ref!r}: give it as MODULE:CLASS, e.g. "
-                         "examples.arm_reach.sim:ArmSim")
     try:
-        cls = getattr(importlib.import_module(module), attr)
-    except ModuleNotFoundError as e:
-        raise ValueError(f"--hardware {ref!r}: no module {e.name!r} (run from the directory "
-                         "that holds it, or install it)") from None
-    except AttributeError:
-        raise ValueError(f"--hardware {ref!r}: module {module} has no {attr!r}") from None
-    return cls
+        return resolve(ref)
+    except EntryError as e:
+        raise ValueError(f"--hardware {ref!r}: {e} (give it as MODULE:CLASS, e.g. "
+                         "examples.arm_reach.sim:ArmSim, importable from this directory or "
+                         "installed)") from None
 
 
 def build_hardware(cls, control: ControlConfig, hardware: dict):
@@ -272,7 +252,7 @@ def parse_sets(items: list[str]) -> dict:
 def load_obs_spec(path: str | Path):
     """The observation spec of the policy at `path` (a model directory: its obs_spec.json or
     obs_tokens.json), or None (none there, or `path` names a spec file)."""
-    p = resolve(str(path))
+    p = package_file(str(path))
     for name in ("obs_spec.json", "obs_tokens.json"):
         f = p / name
         if p.is_dir() and f.is_file():
@@ -337,7 +317,8 @@ def parser() -> argparse.ArgumentParser:
                     "file's `name`): one robot file can serve several robots of a kind")
     ap.add_argument("--name", default="controller", help="the controller's node name")
     ap.add_argument("--seconds", type=float, default=None, help="stop after this long")
-    ap.add_argument("--deadline-ms", type=float, default=100.0)
+    ap.add_argument("--deadline-ms", type=float, default=DEADLINE_MS,
+                    help="capture -> first setpoint applied; an older chunk is rejected")
     ap.add_argument("--policy-hz", type=float, default=20.0,
                     help="how often fresh chunks come (the watchdog's expected interval)")
     ap.add_argument("--addressed", action="store_true",

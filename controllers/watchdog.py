@@ -7,6 +7,7 @@ stream is rtinfer.transport.liveliness, the one freshness mechanism of the syste
 """
 from __future__ import annotations
 
+from rtinfer.realtime.deadline import DEADLINE_NS
 from rtinfer.transport.liveliness import Liveliness
 
 FRESH = "fresh_chunk"  # the one stream the watchdog follows
@@ -21,7 +22,7 @@ class Watchdog:
     robot stamps its own observations; else the clock estimate's uncertainty), never the
     deadline."""
 
-    def __init__(self, deadline_ns: int = 100_000_000, interval_ns: int = 0,
+    def __init__(self, deadline_ns: int = DEADLINE_NS, interval_ns: int = 0,
                  uncertainty_ns: int = 0):
         if deadline_ns <= 0 or interval_ns < 0 or uncertainty_ns < 0:
             raise ValueError(f"need deadline_ns > 0, interval_ns >= 0 and uncertainty_ns >= 0, "

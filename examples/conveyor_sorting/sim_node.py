@@ -17,6 +17,7 @@ from dataclasses import replace
 from controllers.config import ControlConfig
 from controllers.hardware import Observation
 from controllers.run import RobotProcess
+from rtinfer.realtime.deadline import DEADLINE_MS
 
 from .cell import ConveyorCell
 from .config import (CellConfig, action_spec, control_config, parse_belt_speed, parse_seed,
@@ -99,7 +100,7 @@ class SimNode(RobotProcess):
     def __init__(self, obs_endpoint: str, actions_endpoint: str, *,
                  control_endpoint: str | None = None, cell: CellConfig | None = None,
                  policy_hz: float = 20.0, seed: int = 0, instruction=None,
-                 trace_path: str | None = None, deadline_ms: float = 100.0, curve=None):
+                 trace_path: str | None = None, deadline_ms: float = DEADLINE_MS, curve=None):
         """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint).
         instruction: the bin of each object class (None: drawn from the seed)."""
         cell = cell or CellConfig()

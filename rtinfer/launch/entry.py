@@ -1,9 +1,14 @@
-"""Entry points named by text, ``module:function``: how launch files and the CLI reach code
-above rtinfer (the example cells, the model packager, the peer benchmarks) without importing it.
+"""Names that point into packages, the one place they are resolved: ``module:attribute`` (an
+entry point, a hardware class: how launch files and the CLI reach code above rtinfer, the example
+cells, the model packager, the peer benchmarks, without importing it) and ``package:file`` (a file
+shipped inside an importable package, e.g. examples.conveyor_sorting:robot.yaml, so a launch file
+works from any directory).
 """
 from __future__ import annotations
 
 import importlib
+import importlib.resources
+from pathlib import Path
 from typing import Callable
 
 
@@ -33,9 +38,10 @@ class EntryError(LookupError):
 
 
 def resolve(entry: str) -> Callable:
-    """'package.module:function' -> the function. Raises EntryError when the text has no
-    ':', the module does not exist or the function is not there. A module that exists but
-    fails inside its own imports raises that error unchanged (its traceback is the fix)."""
+    """'package.module:function' -> the function (or class: anything callable). Raises
+    EntryError when the text has no ':', the module does not exist or the name is not there.
+    A module that exists but fails inside its own imports raises that error unchanged (its
+    traceback is the fix)."""
     module_name, sep, func_name = entry.partition(":")
     if not sep or not module_name or not func_name:
         raise EntryError(f"{entry!r} is not module:function")
@@ -51,3 +57,17 @@ def resolve(entry: str) -> Callable:
     if not callable(func):
         raise EntryError(f"{module_name!r} has no function {func_name!r}")
     return func
+
+
+def package_file(ref: str) -> Path:
+    """A file path as it is, or PACKAGE:NAME for the file NAME inside importable PACKAGE
+    (examples.conveyor_sorting:robot.yaml); a PACKAGE that cannot be imported leaves the text
+    as a path, so the caller's "no such file" names what was given."""
+    p = Path(ref)
+    package, sep, name = ref.partition(":")
+    if p.exists() or not sep or "/" in package:
+        return p
+    try:
+        return Path(str(importlib.resources.files(package) / name))
+    except ModuleNotFoundError:
+        return p
