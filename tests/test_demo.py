@@ -142,3 +142,26 @@ def test_the_stress_load_is_pinned_to_the_policys_cpu():
         for h in hogs:
             h.kill()
             h.wait()
+
+
+def test_a_fleet_report_keeps_an_entry_for_a_cell_that_ended_early_and_names_its_missing_report(
+        tmp_path):
+    (tmp_path / "sim_report-0.json").write_text(json.dumps({
+        "metrics": {"spawned": 3, "correct": 2, "resolved": 2},
+        "controller": {"chunks_accepted": 90}, "task": {"seed": 0}}))
+    (tmp_path / "monitor_report.json").write_text(json.dumps({
+        "cycles": 120, "misses": 0, "robots": {"controller-0": {"cycles": 90, "misses": 0},
+                                                "controller-1": {"cycles": 30, "misses": 0}}}))
+    why = "required node 'sim-1' failed for good (killed by SIGKILL, 0 restarts)"
+    (tmp_path / "launch_summary.json").write_text(json.dumps({"robots_ended": {"1": why}}))
+    r = collect_report(tmp_path, {}, 3, robots=2)
+    assert [(c["robot"], c["cycles"], c["ended"]) for c in r["robots"]] == [
+        ("cell-0", 90, None), ("cell-1", 30, why)]
+    assert r["reports_missing"] == ["sim_report-1.json"] and r["controller"]["chunks_accepted"] == 90
+
+
+def test_reports_a_full_disk_kept_out_are_named_and_the_monitors_last_health_counts(tmp_path):
+    latest = {"monitor": {"state": "stopped", "counters": {"cycles": 600, "misses": 1}}}
+    r = collect_report(tmp_path, latest, 0)
+    assert r["reports_missing"] == ["monitor_report.json", "sim_report.json"]
+    assert r["cycles"] == 600 and r["deadline_misses"] == 1
