@@ -322,6 +322,31 @@ def test_binding_an_ipc_endpoint_another_live_socket_holds_is_refused(tmp_path):
     Publisher(f"ipc://{tmp_path}/stale", "third").close()
 
 
+def test_a_bound_ipc_endpoints_file_goes_away_when_its_socket_closes(tmp_path):
+    # libzmq leaves it; the socket that bound it removes it, and only it
+    pub = Publisher(f"ipc://{tmp_path}/obs", "p")
+    sub = Subscriber(f"ipc://{tmp_path}/pings", ["heartbeat"], bind=True)
+    assert (tmp_path / "obs").exists() and (tmp_path / "pings").exists()
+    pub.close()
+    sub.close()
+    assert not (tmp_path / "obs").exists() and not (tmp_path / "pings").exists()
+
+
+def test_a_socket_file_another_socket_bound_since_is_not_removed(tmp_path):
+    from rtinfer.transport.bus import EndpointInUse
+    ep = f"ipc://{tmp_path}/obs"
+    first = Publisher(ep, "first")
+    with pytest.raises(EndpointInUse):  # refused: it never bound, so it removes nothing
+        Publisher(ep, "second")
+    assert (tmp_path / "obs").exists()
+    (tmp_path / "obs").unlink()  # as libzmq does when a socket outside rtinfer takes the path
+    with zmq.Context() as c, c.socket(zmq.PUB) as other:
+        other.bind(ep)
+        first.close()
+        assert (tmp_path / "obs").exists()  # the other's file, not first's
+        other.close(linger=0)
+
+
 def chunk(dest: str, cycle: int = 0) -> dict:
     from rtinfer.transport.action_chunk import waypoint_body
     return waypoint_body(cycle, 0, 1, np.zeros(2, np.float32), spec="s", period_ns=1,

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence, Union
 import zmq
 
 from rtinfer.transport.bus.heal import Healer
-from rtinfer.transport.bus.ipc import refuse_live_ipc
+from rtinfer.transport.bus.ipc import SocketFiles, refuse_live_ipc
 from rtinfer.transport.bus.watch import AllowWatch
 from rtinfer.transport.curve import (CurveConfig, acquire_authenticator, release_authenticator,
                                      secure_endpoint)
@@ -46,6 +46,7 @@ class BusSocket:
         self._sock: zmq.Socket | None = self._ctx.socket(kind)
         self._healer: Healer | None = None  # a connecting socket's
         self._watch: AllowWatch | None = None  # a bound CURVE server's
+        self._files = SocketFiles()  # the ipc socket files its binds made
         self._tending = False  # set below: either of them
         self.endpoints: list[str] = []
         try:
@@ -60,7 +61,8 @@ class BusSocket:
             if bind and allow:  # the ZAP handler must run before any client can handshake
                 if len(allow) > 1:
                     raise ValueError(f"one socket binds {endpoints} with different allow-lists")
-                self._watch = AllowWatch(self._sock, acquire_authenticator(self._ctx, allow.pop()))
+                self._watch = AllowWatch(self._sock, acquire_authenticator(self._ctx, allow.pop()),
+                                         self._files)
             if not bind:
                 self._healer = Healer(self._sock, self._ctx)
             for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
@@ -69,6 +71,7 @@ class BusSocket:
                     secure_endpoint(self._sock, cfg, server=True, any_curve=curve is not None)
                     self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
                     self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                    self._files.note(self.endpoints[-1])
                     if self._watch is not None:
                         self._watch.bound[self.endpoints[-1]] = cfg
                 else:
@@ -97,13 +100,15 @@ class BusSocket:
             self._watch.watch(now)
 
     def close(self) -> None:
-        """Close the socket at once (LINGER 0, queued messages are discarded); idempotent."""
+        """Close the socket at once (LINGER 0, queued messages are discarded) and remove the
+        ipc socket files it bound; idempotent."""
         if self._sock is None:
             return
         if self._healer is not None:
             self._healer.close()
         self._sock.close(linger=0)
         self._sock = None
+        self._files.remove()
         if self._watch is not None:
             release_authenticator(self._ctx)
         if self._own_ctx:

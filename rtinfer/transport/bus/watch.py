@@ -12,6 +12,7 @@ import time
 
 import zmq
 
+from rtinfer.transport.bus.ipc import SocketFiles
 from rtinfer.transport.curve import AllowList, CurveConfig, secure_endpoint
 from rtinfer.transport.wire import now_ns
 
@@ -21,10 +22,10 @@ REBIND_WAIT_NS = 1_000_000_000  # how long a cut endpoint is tried again (libzmq
 
 class AllowWatch:
     """Watches `allow` for `sock`; `bound` maps each bound endpoint (as resolved) to its
-    CURVE, filled by the socket as it binds."""
+    CURVE, filled by the socket as it binds; `files` learns the ipc files it binds anew."""
 
-    def __init__(self, sock: zmq.Socket, allow: AllowList) -> None:
-        self._sock = sock
+    def __init__(self, sock: zmq.Socket, allow: AllowList, files: SocketFiles) -> None:
+        self._sock, self._files = sock, files
         self.allow = allow
         self.bound: dict[str, CurveConfig | None] = {}
         self.revocations = self.heal_errors = 0
@@ -65,6 +66,7 @@ class AllowWatch:
                 try:
                     secure_endpoint(self._sock, cfg, server=True)
                     self._sock.bind(ep)
+                    self._files.note(ep)  # libzmq made the ipc file anew
                     break
                 except zmq.ZMQError:
                     if now_ns() > give_up:
