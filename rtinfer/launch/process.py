@@ -7,6 +7,8 @@ the `Console` (thread-safe: one lock around print + file write) and `last_error`
 Every line a node prints goes to its log. The console gets the same lines except two kinds
 of block, which it gets as one line each: a Python traceback (its final ``Error: message``
 line and the log's path) and a multi-line JSON document (a report; the sim prints its own).
+A log that cannot be written (a full disk) says so once, and the console then gets every
+line, blocks too, since the log no longer holds them.
 """
 from __future__ import annotations
 
@@ -147,7 +149,9 @@ class NodeProcess:
                 text = raw.decode(errors="replace").rstrip("\n")
                 if text.strip():
                     self.last_line = text.strip()
-                if block is None and (text == TRACEBACK or text in ("{", "[")):
+                # collapsed only while the log keeps them (a full disk: the console gets all)
+                if block is None and log.failed is None and (text == TRACEBACK
+                                                            or text in ("{", "[")):
                     block, lines = ("traceback" if text == TRACEBACK else "json"), 0
                 if block is None:
                     self.console.line(self.name, text, log)
