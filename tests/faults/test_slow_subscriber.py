@@ -1,6 +1,6 @@
 """Slow or stuck subscribers: the publisher's memory stays bounded by its HWM, publish never
-blocks the loop, and drops are counted (by the publisher with count_drops, else by the
-receiver as seq gaps). Subscribers are real processes on ipc://.
+blocks the loop, and the receiver sees the drops as seq gaps (a PUB socket drops for a full
+subscriber in silence). Subscribers are real processes on ipc://.
 
 Never blocking is shown by counts, not by timing, so it holds on a loaded host: the
 publisher floods a fixed number of messages, FLOOD, many times what the queues between it
@@ -94,10 +94,9 @@ def subscribed(pub: Publisher, sub: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("mode", ["stuck", "slow"])
-@pytest.mark.parametrize("count_drops", [False, True])
-def test_publisher_stays_bounded_and_non_blocking_with_a_slow_or_stuck_subscriber(mode, count_drops):
+def test_publisher_stays_bounded_and_non_blocking_with_a_slow_or_stuck_subscriber(mode):
     ep = f"ipc://{tempfile.mkdtemp(prefix='rtf-slow-')}/obs"
-    with Publisher(ep, "sim", hwm=HWM, count_drops=count_drops) as pub:
+    with Publisher(ep, "sim", hwm=HWM) as pub:
         sub = subprocess.Popen([PY, "-c", SUB, ep, mode, str(WAIT_S)], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True)
         try:
@@ -108,11 +107,7 @@ def test_publisher_stays_bounded_and_non_blocking_with_a_slow_or_stuck_subscribe
             out = sub.communicate(timeout=WAIT_S)[0]
             stop(sub)
     seen = json.loads(out.splitlines()[-1]) if mode == "slow" else {}
-    print(f"{mode} count_drops={count_drops}:", json.dumps({**r, **seen}))
+    print(f"{mode}:", json.dumps({**r, **seen}))
     assert r["rss_growth_kb"] < 16 * 1024  # HWM-bounded: no per-message growth
-    if count_drops:  # every publish returned: sent or dropped and counted, none waited
-        assert r["dropped"] > 0 and r["sent"] + r["dropped"] == r["n"], r
-        if mode == "stuck":  # what was queued is at most the queues' capacity, far below FLOOD
-            assert r["sent"] < FLOOD // 4, r
     if mode == "slow":  # the reader lost messages: the publisher did not wait for it
         assert 0 < seen["seen"] < r["n"] and seen["gaps"] > 0, seen

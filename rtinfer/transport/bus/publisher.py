@@ -16,8 +16,7 @@ class Publisher(BusSocket):
     water mark libzmq drops the message for that subscriber *silently* and exposes no
     counter, so ``counters["dropped"]`` cannot see those drops (receivers see them as
     seq gaps). It counts what zmq does report: ``zmq.Again``, and a multipart send that
-    fails mid-way. ``count_drops=True`` sets ZMQ_XPUB_NODROP so a full queue raises Again
-    and is counted, at a price: one slow subscriber then makes the message drop for all.
+    fails mid-way.
 
     Arrays of at least ``oob_bytes`` go out-of-band and are sent without copying: do not
     mutate them after ``publish`` (zmq reads them later from its I/O thread).
@@ -25,10 +24,8 @@ class Publisher(BusSocket):
 
     def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
                  ctx: zmq.Context | None = None, curve: Curve = None,
-                 oob_bytes: int = 65536, count_drops: bool = False) -> None:
-        options = [(zmq.XPUB_NODROP, 1)] if count_drops else []
-        super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve,
-                         options=options)
+                 oob_bytes: int = 65536) -> None:
+        super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve)
         self.endpoint = self.endpoints[0]
         self.src = src
         self.counters = {"sent": 0, "dropped": 0}
