@@ -57,13 +57,14 @@ def test_dashboard_shows_the_latest_health_of_each_node(tmp_path):
 def test_stress_runs_at_a_tighter_deadline_with_margins_scaled_to_it():
     from rtinfer.cli.demo import STRESS_DEADLINE_MS, launch_overrides
     from rtinfer.launch.file import load
+    from rtinfer.monitor.policy import MonitorConfig
     assert launch_overrides(None, None, None) == {}
     o = launch_overrides("models/zoo/x", None, "cpu")
     assert o["vars.model"] == "models/zoo/x" and float(o["deadline_ms"]) == STRESS_DEADLINE_MS
     o = launch_overrides(None, 40.0, "cpu")
     spec = load("launch/conveyor_sorting.yaml", o)
-    assert spec.deadline_ms == 40 and spec.monitor["lower_margin_ms"] == 8
-    assert spec.monitor["raise_margin_ms"] == 20
+    cfg = MonitorConfig.from_dict({**spec.monitor, "deadline_ms": spec.deadline_ms})
+    assert spec.deadline_ms == 40 and (cfg.shed_margin_ms, cfg.restore_margin_ms) == (8, 20)
 
 
 def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tmp_path):

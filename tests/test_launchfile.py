@@ -86,9 +86,9 @@ def test_overrides_replace_values_before_validation(tmp_path):
 
 
 def test_monitor_overrides_reach_the_monitor_config(tmp_path):
-    spec = load("launch/conveyor_sorting.yaml", {"monitor.lower_margin_ms": "4",
-                                                 "monitor.raise_margin_ms": "10"})
-    assert spec.monitor["lower_margin_ms"] == 4 and spec.monitor["raise_margin_ms"] == 10
+    spec = load("launch/conveyor_sorting.yaml", {"monitor.shed_margin_ms": "4",
+                                                 "monitor.restore_margin_ms": "10"})
+    assert spec.monitor["shed_margin_ms"] == 4 and spec.monitor["restore_margin_ms"] == 10
 
 
 def test_unknown_key_reports_line_and_suggestion(tmp_path):

@@ -103,8 +103,8 @@ def rig_factory():
         r.close()
 
 
-BUDGET = dict(window=20, eval_every=10, min_samples=10, lower_margin_ms=20,
-              raise_margin_ms=50, raise_patience=2, hold_after_misses=1000)
+BUDGET = dict(window=20, eval_every=10, min_samples=10, shed_margin_ms=20,
+              restore_margin_ms=50, raise_patience=2, hold_after_misses=1000)
 
 
 def test_budget_is_lowered_when_p99_slack_shrinks(rig_factory):
@@ -260,7 +260,12 @@ def test_config_loads_from_a_yaml_section_and_refuses_unknown_keys(tmp_path):
     with pytest.raises(ValueError, match="deadline"):
         MonitorConfig.from_dict({"deadline": 80})
     with pytest.raises(ValueError, match="hysteresis"):
-        MonitorConfig.from_dict({"lower_margin_ms": 30, "raise_margin_ms": 20})
+        MonitorConfig.from_dict({"shed_margin_ms": 30, "restore_margin_ms": 20})
+    with pytest.raises(ValueError, match="lower_margin_ms -> shed_margin_ms"):
+        MonitorConfig.from_dict({"lower_margin_ms": 20})
+    # the margins follow the deadline, as the node's own budget does
+    cfg = MonitorConfig.from_dict({"deadline_ms": 60})
+    assert (cfg.shed_margin_ms, cfg.restore_margin_ms) == (12, 30)
 
 
 def _start_monitor(tmp_path, *args):

@@ -57,7 +57,9 @@ from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMU
                                 runs_table, sorted_text, stress_table)
 from rtinfer.launch.file import load
 from rtinfer.launch.runs import unwritable
+from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.report_file import write_report
+from rtinfer.realtime.spin import on_signals
 from rtinfer.monitor.dashboard import Dashboard
 
 EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
@@ -78,7 +80,7 @@ class _Stop:
         self.signum: int | None = None
         self.proc: subprocess.Popen | None = None
 
-    def __call__(self, signum, _frame) -> None:
+    def __call__(self, signum) -> None:
         self.signum = self.signum or signum
         self.forward(signum)
 
@@ -273,7 +275,7 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
         "exit_code": exit_code, "run_dir": str(run_dir),
         "cycles": mon.get("cycles", said.get("cycles",
                                              sim.get("controller", {}).get("chunks_accepted"))),
-        "deadline_ms": mon.get("deadline_ms", 100.0),
+        "deadline_ms": mon.get("deadline_ms", DEADLINE_MS),
         "deadline_misses": mon.get("misses", said.get("misses")),
         "late_waypoints": sim.get("controller", {}).get("late_waypoints"),
         "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "max")},
@@ -345,10 +347,8 @@ def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str 
         out["vars.belt_speed"] = f"{belt_speed:g}"
     if stress and deadline_ms is None:
         deadline_ms = STRESS_DEADLINE_MS
-    if deadline_ms is not None:
-        out.update({"deadline_ms": f"{deadline_ms:g}",
-                    "monitor.lower_margin_ms": f"{0.2 * deadline_ms:g}",
-                    "monitor.raise_margin_ms": f"{0.5 * deadline_ms:g}"})
+    if deadline_ms is not None:  # the monitor's margins follow it (rtinfer.realtime.deadline)
+        out["deadline_ms"] = f"{deadline_ms:g}"
     return out
 
 
@@ -427,13 +427,9 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
     end-to-end deadline (None: the launch file's; see launch_overrides). Returns the exit
     status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with on_signals(stop):
         return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
                     instruction, belt_speed, json_out, stop, robots)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def check_stress(stress: str | None, model: Path | None) -> None:

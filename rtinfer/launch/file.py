@@ -60,6 +60,7 @@ from rtinfer.launch.runs import SUN_PATH_MAX, ipc_path
 from rtinfer.launch.spec import REF, Endpoint, LaunchSpec, NodeSpec, RestartPolicy, as_text
 from rtinfer.launch.yaml_lines import (TYPE_NAMES, LaunchError, Report, annotation_types, check_entry,
                                        check_fields, compose_file, dataclass_fields, is_type)
+from rtinfer.realtime.deadline import DEADLINE_MS
 
 TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
             "deadline_ms": float, "seconds": float, "robots": int, "rates": dict, "vars": dict,
@@ -122,7 +123,7 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     r.raise_if_any()
     return LaunchSpec(path=str(path), name=data.get("name") or Path(path).stem,
                       nodes=tuple(nodes), endpoints=endpoints,
-                      deadline_ms=data.get("deadline_ms", 100), seconds=data.get("seconds"),
+                      deadline_ms=data.get("deadline_ms", DEADLINE_MS), seconds=data.get("seconds"),
                       run_dir=data.get("run_dir"), rates=rates, vars=vars_, hosts=hosts,
                       monitor=dict(data.get("monitor") or {}))
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rtinfer.launch.runs import ipc_path
 from rtinfer.launch.yaml_lines import LaunchError
+from rtinfer.realtime.deadline import DEADLINE_MS
 
 REF = re.compile(r"\$\{([^}]*)\}")  # a ${name} reference in a node argument
 
@@ -65,7 +66,7 @@ class LaunchSpec:
     name: str
     nodes: tuple[NodeSpec, ...]              # in start order
     endpoints: dict[str, Endpoint]
-    deadline_ms: float = 100
+    deadline_ms: float = DEADLINE_MS
     seconds: float | None = None
     run_dir: str | None = None
     rates: dict = field(default_factory=dict)

@@ -54,6 +54,7 @@ from rtinfer.launch.spec import LaunchSpec
 from rtinfer.launch.process import Console, NodeProcess
 from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.realtime.report_file import write_report
+from rtinfer.realtime.spin import on_signals
 
 POLL_S = 0.05  # supervision tick: exit detection and restart latency, not a control loop
 RECOVERED_S = 2.0  # a node that failed counts as healthy again once up this long
@@ -86,7 +87,7 @@ class Supervisor:
         self.hurry = False
         self._first_signal_at = 0.0
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int) -> None:
         now = time.monotonic()
         if self.stop_reason is not None and now - self._first_signal_at >= HURRY_AFTER_S:
             self.hurry = True  # a second signal: kill now
@@ -98,16 +99,14 @@ class Supervisor:
             self.stop_reason, self.exit_code = reason, code
 
     def run(self) -> int:
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            self._supervise()
-        except OSError as exc:  # e.g. fork refused: stop what runs, report, exit 2
-            self._stop(f"cannot start a node: {exc}", code=2)
-        finally:
-            self._stop_all()
-            self._summary()  # still under our handlers: a late SIGTERM must not cut it short
-            for s, h in old.items():
-                signal.signal(s, h)
+        with on_signals(self._on_signal):
+            try:
+                self._supervise()
+            except OSError as exc:  # e.g. fork refused: stop what runs, report, exit 2
+                self._stop(f"cannot start a node: {exc}", code=2)
+            finally:
+                self._stop_all()
+                self._summary()  # still under our handlers: a late SIGTERM must not cut it short
         return self.exit_code
 
     def _supervise(self) -> None:

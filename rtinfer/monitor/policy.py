@@ -7,9 +7,10 @@ clock reads, no sockets, so every decision is reproducible in a test. Not thread
 
 - budget: every `eval_every` cycles, p99 of the last `window` e2e latencies (one
   np.partition over a preallocated ring). slack = deadline - p99. slack below
-  `lower_margin_ms` -> level + 1 (cheaper inference); slack above `raise_margin_ms`
-  (> lower margin: the hysteresis band) for `raise_patience` evaluations in a row ->
-  level - 1. After any change the window restarts, so the next decision only sees
+  `shed_margin_ms` -> level + 1 (shed compute: cheaper inference); slack above
+  `restore_margin_ms` (> the shed margin: the hysteresis band) for `raise_patience`
+  evaluations in a row -> level - 1. Both margins default to the fractions of the deadline
+  that the node's own budget uses (rtinfer.realtime.deadline). After any change the window restarts, so the next decision only sees
   cycles run at the new level.
 - safe_hold: `hold_after_misses` consecutive misses (e2e > deadline, or late), or a required node
   dead. clear: in hold, no miss and no dead required node for `clear_after_s`. (No cycles
@@ -23,18 +24,23 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from rtinfer.realtime.deadline import DEADLINE_MS, restore_margin_ms, shed_margin_ms
+
 log = logging.getLogger("rtinfer.monitor.node")
+RENAMED = {"lower_margin_ms": "shed_margin_ms", "raise_margin_ms": "restore_margin_ms"}
 
 
 @dataclass
 class MonitorConfig:
     name: str = "monitor"
-    deadline_ms: float = 100.0
+    deadline_ms: float = DEADLINE_MS
     window: int = 50                 # cycles in the sliding p99 window
     eval_every: int = 10             # cycles between window evaluations
     min_samples: int = 20            # a window this full before the budget may move
-    lower_margin_ms: float = 20.0    # p99 slack below this: lower the budget (level + 1)
-    raise_margin_ms: float = 50.0    # p99 slack above this ...
+    shed_margin_ms: float | None = None     # p99 slack below this: shed compute (level + 1);
+                                            # None: SHED_BELOW of the deadline
+    restore_margin_ms: float | None = None  # p99 slack above this ... (None: RESTORE_ABOVE
+                                            # of the deadline)
     raise_patience: int = 3          # ... for this many evaluations: raise it (level - 1)
     max_level: int = 4
     hold_after_misses: int = 5       # consecutive misses -> safe_hold
@@ -50,19 +56,29 @@ class MonitorConfig:
     republish_s: float = 1.0         # re-send the budget level (and a hold) this often
     max_events: int = 10000
 
+    def __post_init__(self) -> None:
+        if self.shed_margin_ms is None:
+            self.shed_margin_ms = shed_margin_ms(self.deadline_ms)
+        if self.restore_margin_ms is None:
+            self.restore_margin_ms = restore_margin_ms(self.deadline_ms)
+
     @classmethod
     def from_dict(cls, d: dict | None) -> "MonitorConfig":
         """From a YAML `monitor:` section; unknown keys are an error (typos must not pass)."""
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
+        renamed = {k: RENAMED[k] for k in d if k in RENAMED}
+        if renamed:
+            raise ValueError("monitor config keys renamed: " + ", ".join(
+                f"{old} -> {new}" for old, new in renamed.items()) + " (same meaning)")
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown monitor config keys {unknown}; known: {sorted(known)}")
         if "required" in d:
             d["required"] = tuple(d["required"])
         cfg = cls(**d)
-        if cfg.raise_margin_ms <= cfg.lower_margin_ms:
-            raise ValueError("raise_margin_ms must exceed lower_margin_ms (hysteresis band)")
+        if cfg.restore_margin_ms <= cfg.shed_margin_ms:
+            raise ValueError("restore_margin_ms must exceed shed_margin_ms (hysteresis band)")
         if cfg.window < 1 or cfg.eval_every < 1 or cfg.hold_after_misses < 1:
             raise ValueError("window, eval_every and hold_after_misses must be >= 1")
         return cfg
@@ -152,16 +168,16 @@ class DeadlinePolicy:
         slack_ms = (self.deadline_ns - p99) / 1e6
         self.last_slack_p99_ms = slack_ms
         vals = {"slack_p99_ms": slack_ms, "p99_ms": p99 / 1e6, "window": n}
-        if slack_ms < cfg.lower_margin_ms:
+        if slack_ms < cfg.shed_margin_ms:
             self._calm = 0
             if self.level < cfg.max_level:
                 return self._set_level(self.level + 1, now_ns, f"p99 slack {slack_ms:.1f} ms < "
-                                       f"{cfg.lower_margin_ms:g} ms margin", vals)
-        elif slack_ms > cfg.raise_margin_ms and self.level > 0:
+                                       f"{cfg.shed_margin_ms:g} ms margin", vals)
+        elif slack_ms > cfg.restore_margin_ms and self.level > 0:
             self._calm += 1
             if self._calm >= cfg.raise_patience:
                 return self._set_level(self.level - 1, now_ns, f"p99 slack {slack_ms:.1f} ms > "
-                                       f"{cfg.raise_margin_ms:g} ms for {self._calm} "
+                                       f"{cfg.restore_margin_ms:g} ms for {self._calm} "
                                        f"evaluations", vals)
         else:
             self._calm = 0
