@@ -2,6 +2,7 @@
 
 wire, arrays and schema define a message; bus moves it (PUB/SUB, bounded, counted);
 curve holds CURVE keys and socket security; liveliness is the one freshness check;
-heartbeat is the node side of heartbeats. Robot-safe: imports numpy, pyzmq, msgpack and
+heartbeat is the node side of heartbeats; peer_clock is a peer's clock offset, from
+heartbeat round trips or messages crossing both ways. Robot-safe: imports numpy, pyzmq, msgpack and
 the standard library only, and nothing else of rtinfer.
 """
