@@ -166,3 +166,21 @@ def test_reports_a_full_disk_kept_out_are_named_and_the_monitors_last_health_cou
     r = collect_report(tmp_path, latest, 0)
     assert r["reports_missing"] == ["monitor_report.json", "sim_report.json"]
     assert r["cycles"] == 600 and r["deadline_misses"] == 1
+
+
+def test_the_report_carries_the_robots_clamps_and_socket_drops(tmp_path):
+    """Issue 29: a policy 100x past the limits was clipped 20,000 times with nothing in
+    `rtinfer demo --json`; the robot's stack and bus counters are in it, summed over cells."""
+    for k in (0, 1):
+        (tmp_path / f"sim_report-{k}.json").write_text(json.dumps({
+            "metrics": {"spawned": 1}, "controller": {"chunks_accepted": 10},
+            "stack": {"waypoint_clamps": 4650 + k, "workspace_clamps": 15733},
+            "bus": {"sub.rejected": k, "pub.dropped": 0}}))
+    (tmp_path / "monitor_report.json").write_text(json.dumps({"cycles": 20, "misses": 0}))
+    r = collect_report(tmp_path, {}, 0, robots=2)
+    assert r["stack"] == {"waypoint_clamps": 9301, "workspace_clamps": 31466}
+    assert r["bus"] == {"sub.rejected": 1, "pub.dropped": 0}
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "sim_report.json").write_text(json.dumps({"stack": {"effort_clamps": 3}}))
+    assert collect_report(one, {}, 0)["stack"] == {"effort_clamps": 3}

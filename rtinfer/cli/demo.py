@@ -239,15 +239,15 @@ def _robot_entry(k: int, sim: dict, mon: dict, ended: dict) -> dict:
 
 
 def _merged_fleet(sims: list[dict]) -> dict:
-    """One sim report standing for all cells: metrics and controller counters summed."""
-    metrics: dict = {}
-    ctl: dict = {}
+    """One sim report standing for all cells: metrics, controller, stack and bus counters
+    summed."""
+    merged: dict = {k: {} for k in ("metrics", "controller", "stack", "bus")}
     for s in sims:
-        for src, dst in ((s.get("metrics", {}), metrics), (s.get("controller", {}), ctl)):
-            for k, v in src.items():
+        for section, dst in merged.items():
+            for k, v in s.get(section, {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     dst[k] = dst.get(k, 0) + v
-    return {"metrics": metrics, "controller": ctl, "sim_s": sims[0].get("sim_s")}
+    return {**merged, "sim_s": sims[0].get("sim_s")}
 
 
 def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0) -> dict:
@@ -286,6 +286,8 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
         "budget_requests": mon.get("budget", {}).get("requests"),
         "holds": {"watchdog": sim.get("controller", {}).get("holds"), "ordered": mon.get("holds")},
         "controller": sim.get("controller", {}), "policy": pol,
+        # the limits the robot enforced (clamps) and what its sockets dropped: never silent
+        "stack": sim.get("stack", {}), "bus": sim.get("bus", {}),
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
     }
     if fleet:
