@@ -2,7 +2,7 @@
 
 These change process-wide state. Affinity and scheduler apply to the *calling thread*
 (Linux); call them from the loop thread before it starts helper threads, which inherit
-them. Every step the OS refuses is logged once and the loop runs on without it.
+them. Every step the OS refuses is said once on stderr and the loop runs on without it.
 
 SCHED_FIFO caution: a FIFO thread is never preempted by normal tasks, so a runaway loop at
 high priority can starve a small (2-core) machine, including its ssh. Use a modest priority
@@ -14,24 +14,25 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-import logging
 import os
 import resource
 from typing import Iterator, Sequence
 
-log = logging.getLogger("rtinfer.realtime.rate")
+from rtinfer.realtime.complaints import Complaints
+
+_say = Complaints("realtime").say
 
 DEFAULT_RT_PRIORITY = 10     # SCHED_FIFO priority for control loops: modest on purpose
 _MCL_CURRENT, _MCL_FUTURE = 1, 2  # <sys/mman.h> on Linux
 
 
-_refused: set[str] = set()  # steps already logged: each refusal is logged once
+_refused: set[str] = set()  # steps already said: each refusal is said once
 
 
 def _refuse(step: str, reason: str) -> str:
     if step not in _refused:
         _refused.add(step)
-        log.warning("configure_realtime: %s refused: %s (running on without it)", step, reason)
+        _say(step, f"{step} refused: {reason} (running on without it)", error=False)
     return reason
 
 

@@ -12,15 +12,13 @@ it did not write in `lost`; the loop that traces goes on.
 """
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from typing import Iterator
 
 import msgpack
 import numpy as np
 
-log = logging.getLogger(__name__)
+from rtinfer.realtime.complaints import Complaints
 
 FLUSH_EVERY = 256          # records between flushes: bounds what a crash can lose
 BUFFER_BYTES = 1 << 16     # a fuller buffer is flushed early; a flush is one write() syscall
@@ -58,6 +56,7 @@ class TraceWriter:
         self.dropped = 0
         self.lost = 0
         self.failed: str | None = None
+        self._say = Complaints(f"trace {self.path}").say
         self._told_lost = False
         self._pending = 0            # records in _buf
         self._buf = bytearray()      # whole records only: a flush writes all of them or fails
@@ -74,7 +73,8 @@ class TraceWriter:
             data = self._packer.pack(record)
         except (TypeError, ValueError, OverflowError) as exc:
             if not self.dropped:
-                log.warning("trace %s: dropping unpackable record (%s)", self.path, exc)
+                self._say("unpackable", f"dropping unpackable records ({exc}); trace "
+                          "int/float/str/dict/list and numpy values")
             self.dropped += 1
             return
         self._buf += data
@@ -109,8 +109,8 @@ class TraceWriter:
         self.lost += self._pending
         self._pending = 0
         self._buf = bytearray()
-        print(f"trace {self.path}: {self.failed}: trace writing stopped; the loop goes on, "
-              f"records not written are counted", file=sys.stderr, flush=True)
+        self._say("failed", f"{self.failed}: trace writing stopped; the loop goes on, "
+                            f"records not written are counted")
         try:
             os.ftruncate(self._fd, self._in_file)
         except OSError:
@@ -131,8 +131,8 @@ class TraceWriter:
         self._close_fd()
         if self.failed is not None and self.lost and not self._told_lost:
             self._told_lost = True
-            print(f"trace {self.path}: {self.lost} records not written ({self.failed}); "
-                  f"{self.written} written", file=sys.stderr, flush=True)
+            self._say("lost", f"{self.lost} records not written ({self.failed}); "
+                              f"{self.written} written")
 
     def __enter__(self) -> "TraceWriter":
         return self
@@ -165,4 +165,5 @@ def _records(f, path: str) -> Iterator[dict]:
                              f"{exc}") from None
         tail = os.fstat(f.fileno()).st_size - unpacker.tell()
         if tail > 0:
-            log.warning("trace %s: ignored a truncated last record (%d bytes)", path, tail)
+            Complaints(f"trace {path}").say(
+                "truncated", f"ignored a truncated last record ({tail} bytes)", error=False)

@@ -75,7 +75,7 @@ def test_a_full_run_dir_stops_the_traces_not_the_robot_and_leaves_no_cut_report(
     # every trace that filled the disk said so once, with its count (the launcher's console;
     # the demo's stderr shows the same lines again)
     for trace in ("controller.trace", "policy.trace"):
-        stopped = [ln for ln in console.splitlines() if f"{trace}: No space left" in ln
+        stopped = [ln for ln in console.splitlines() if f"{trace}: error: No space left" in ln
                    and "trace writing stopped" in ln]
         counted = [ln for ln in console.splitlines() if f"{trace}: " in ln
                    and "records not written (" in ln]
