@@ -6,7 +6,8 @@ import pytest
 from conftest import random_obs_body
 from rtinfer.inference.budget import BudgetLevel
 from rtinfer.inference.cycle import Cycle
-from rtinfer.transport.heartbeat import PeerClock, same_host
+from rtinfer.transport.heartbeat import same_host
+from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import now_ns
 
 S = 1_000_000_000

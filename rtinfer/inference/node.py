@@ -39,13 +39,14 @@ from rtinfer.inference.robots import Robots, RobotSlot
 from rtinfer.model.directory import ModelError
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.spin import spin, stop_on_signals
+from rtinfer.realtime.spin import on_signals, spin
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.curve import curve_from_args
-from rtinfer.transport.heartbeat import HeartbeatResponder, PeerClock, same_host
+from rtinfer.transport.heartbeat import HeartbeatResponder, same_host
 from rtinfer.transport.identity import Identity
+from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import WireError, now_ns
 
 __all__ = ["InferenceNode", "InferenceNodeConfig", "main"]
@@ -98,6 +99,7 @@ class InferenceNode:
         # with CURVE a robot is its key: an obs whose src is not its key's name is refused
         self.identity = Identity.of(curve, action_endpoint, self.complaints.say)
         self._next_health = 0
+        self._obs_rejected = 0  # the obs subscriber's rejections said so far
 
     @property
     def budget(self) -> Budget:
@@ -283,8 +285,20 @@ class InferenceNode:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
             self.robots.leave_idle(now)
             self.robots.check_load(self.budget.deadline_ns)
+            self._say_rejected()
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
+
+    def _say_rejected(self) -> None:
+        """Observations the wire refused since the last health (malformed, NaN, a wrong
+        schema): one line with how many and the newest one's reason."""
+        n = self.obs_sub.counters["rejected"]
+        if n > self._obs_rejected:
+            new, why = n - self._obs_rejected, self.obs_sub.last_rejected
+            self._obs_rejected = n
+            self.complaints.say("obs_rejected", lambda: (
+                f"{new} observation(s) refused by the wire since the last health ({n} in all;"
+                f" the newest: {why or 'not an rtinfer message'}): fix the robot's publisher"))
 
     def _on_robot_trace(self, env) -> None:
         """A robot's trace of one of our waypoint 0s: a node -> robot message (its publish
@@ -333,12 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             node.close()
             p.error(f"--level {a.level}: {e}")
-    stop_on_signals(node)
-    print(f"{cfg.name}: ready ({node.policy.summary})", flush=True)
-    try:
-        node.run(a.seconds)
-    finally:
-        node.close()
+    with on_signals(lambda _signum: node.stop()):
+        print(f"{cfg.name}: ready ({node.policy.summary})", flush=True)
+        try:
+            node.run(a.seconds)
+        finally:
+            node.close()
     return 0
 
 

@@ -59,7 +59,7 @@ from typing import Callable
 from rtinfer.inference.budget import Budget
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.transport.heartbeat import PeerClock
+from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import Envelope
 
 UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter

@@ -40,7 +40,7 @@ import yaml
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.report_file import write_report
-from rtinfer.realtime.spin import spin, stop_on_signals
+from rtinfer.realtime.spin import on_signals, spin
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.liveliness import Liveliness
 from rtinfer.transport.peer_clock import PeerClock
@@ -318,17 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(a.config, deadline_ms=a.deadline_ms, name=a.name,
                       required=tuple(a.required) if a.required is not None else None)
     mon = Monitor(a.listen, a.control, cfg, curve=curve)
-    stop_on_signals(mon)
-    print(f"{cfg.name}: ready (deadline {cfg.deadline_ms:g} ms)", flush=True)
-    try:
-        mon.run(a.seconds)
-    finally:
-        report = mon.summary()
-        mon.publish_final()
-        mon.close()
-        why = write_report(a.report, json.dumps(report, indent=1)) if a.report else None
-        if why:
-            print(f"{cfg.name}: report {a.report} not written: {why}", file=sys.stderr)
+    with on_signals(lambda _signum: mon.stop()):  # a late signal must not cut the report
+        print(f"{cfg.name}: ready (deadline {cfg.deadline_ms:g} ms)", flush=True)
+        try:
+            mon.run(a.seconds)
+        finally:
+            report = mon.summary()
+            mon.publish_final()
+            mon.close()
+            why = write_report(a.report, json.dumps(report, indent=1)) if a.report else None
+            if why:
+                print(f"{cfg.name}: report {a.report} not written: {why}", file=sys.stderr)
     return 0
 
 

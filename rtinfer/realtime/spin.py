@@ -41,9 +41,3 @@ def on_signals(handler: Callable[[int], None]) -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-
-
-def stop_on_signals(node: Spinnable) -> None:
-    """SIGINT and SIGTERM call node.stop() for the rest of the process (a node's main)."""
-    for s in STOP_SIGNALS:
-        signal.signal(s, lambda *_: node.stop())

@@ -19,7 +19,6 @@ thread that owns the publisher.
 """
 from __future__ import annotations
 
-from rtinfer.transport.peer_clock import PeerClock  # noqa: F401  (rtinfer.inference imports it here)
 from rtinfer.transport.wire import Envelope, now_ns
 
 

@@ -150,7 +150,8 @@ def test_a_flood_with_stamps_from_the_past_and_future_never_starves_the_robot(po
     assert sent > 3000, f"the abuser published only {sent} observations"
     # only the rogue's honest observations were answered: it is a robot like any other
     assert {dest for dest, _, _ in others} <= {"rogue"}
-    assert all(capture <= publish < capture + 100_000_000 for _, capture, publish in others)
+    # none of the 10 s old or 1 s ahead (an honest one may be answered late on a busy host)
+    assert all(capture <= publish < capture + 5_000_000_000 for _, capture, publish in others)
     assert c["obs_stale"] > 0 and c["obs_future"] > 0 and c["obs_floods"] >= 1, c
     lines = err.splitlines()
     for what in ("(obs_stale)", "(obs_future)", "observations in a second"):
@@ -211,3 +212,33 @@ def test_stamps_are_checked_against_the_clock_estimate_across_hosts():
     assert r.offer(obs(6, 5_895 * ms, now), now, 100 * ms) is not None  # maybe in time
     assert (r.counters["obs_future"], r.counters["obs_stale"]) == (1, 1)
     assert said == ["obs_future.far", "obs_stale.far"]
+
+
+def test_nan_observations_are_refused_counted_and_said_and_the_robot_served_on(policy, tmp_path):
+    """Issue 29 item 7: 200 of 200 NaN observations were counted as obs_rejected with no line
+    (a wrong-size one got one). A NaN cannot be published through rtinfer's own Publisher, so
+    the bytes are a real observation's with one float turned into a NaN, sent by raw pyzmq."""
+    import zmq
+    from rtinfer.transport.wire import encode
+    ep_nan = f"ipc://{tmp_path}/rogue"
+    good = encode("obs", _obs(1234.5), seq=1, src="rogue", stamps={"capture": now_ns()})
+    marker = np.float32(1234.5).tobytes()
+    assert good.count(marker) == 1
+    bad = good.replace(marker, np.float32(np.nan).tobytes())
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.PUB)
+    raw.bind(ep_nan)
+    eps, cell, act, proc = _serve(policy, tmp_path)
+    try:
+        assert wait_for(lambda: _lockstep(cell, act, 1.0, 0.5)[0], 60), "never answered"
+        for _ in range(200):
+            raw.send_multipart([b"obs", bad])
+        answered = sum(_lockstep(cell, act, 3.0)[0] for _ in range(5))
+        health = _health(act, cell)
+    finally:
+        raw.close(0)
+        err = _finish(proc, cell, act)
+    assert answered == 5
+    assert health["counters"]["obs_rejected"] == 200, health["counters"]
+    said = [ln for ln in err.splitlines() if "refused by the wire" in ln]
+    assert said and "NaN" in said[0], err

@@ -77,8 +77,9 @@ class Intake:
         except OversizeError:  # under the hard cap, or libzmq would have ended the session
             self.counters["oversize"] += 1
             return None
-        except WireError:
+        except WireError as e:
             self.counters["rejected"] += 1
+            self.last_rejected = str(e)
             return None
         if env.topic != topic or (dest is not None and env.body.get("dest") != dest):
             self.counters["rejected"] += 1

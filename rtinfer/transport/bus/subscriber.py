@@ -23,7 +23,8 @@ class Subscriber(Intake):
     Counters: received, rejected (malformed, wrong topic, bad schema), oversize (over
     ``max_bytes``), superseded (replaced by a newer message of the same topic before being
     handed out), dropped_for_age (``max_age_ns``), and ``received.<topic>``. Each message
-    dropped is in exactly one of them. A connecting Subscriber also counts, as attributes,
+    dropped is in exactly one of them; ``last_rejected`` says why the newest rejected one
+    was (the WireError's text), for the owner's one line. A connecting Subscriber also counts, as attributes,
     ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
     ``reconnects`` (rtinfer.transport.bus.heal); a binding CURVE one ``revocations`` and
     ``revoked`` (rtinfer.transport.bus.watch).
@@ -100,6 +101,7 @@ class Subscriber(Intake):
         self.max_age_ns = max_age_ns
         self.counters = {"received": 0, "rejected": 0, "oversize": 0, "superseded": 0,
                          "dropped_for_age": 0}
+        self.last_rejected = ""
         self._count_key = {t: f"received.{t}" for t in self.topics}  # no per-message f-string
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
         self._max_bytes = max_bytes
