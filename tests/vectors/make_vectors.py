@@ -336,6 +336,8 @@ def decode_vectors():
     add("heartbeat_echo_extra", hb(p({"src": "a", "seq": 1, "sent_ns": 1, "recv_ns": 2, "x": 0})), "SchemaError")
     add("heartbeat_echo_not_map", hb(p(1)), "SchemaError")
     add("heartbeat_echo_bad_src", hb(p({"src": "", "seq": 1, "sent_ns": 1, "recv_ns": 2})), "SchemaError")
+    add("heartbeat_echo_recv_after_send", hb(p({"src": "a", "seq": 1, "sent_ns": 1, "recv_ns": 2})),
+        "SchemaError")
     health = lambda counters=b"\x80", gauges=b"\x80": envelope(  # noqa: E731
         rmap([("node", "n"), ("state", "ok"), ("counters", counters), ("gauges", gauges)]), topic="health")
     add("health_counter_negative", health(counters=p({"a": -1})), "SchemaError")

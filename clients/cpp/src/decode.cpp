@@ -428,6 +428,19 @@ void chunk_cross(const Value& body) {
                         "body.tokens");
 }
 
+void heartbeat_cross(const Value& body) {
+    const Value* echo = body.get("echo");
+    if (echo && echo->get("recv_ns")->u > body.get("sent_ns")->u)
+        schema("is after the echo's sent_ns: a node answers a ping after it received it, on one "
+               "clock", "body.echo.recv_ns");
+}
+
+// The rules between fields of one body, after every field passed its own (section 9, step 10).
+void cross_fields(std::string_view kind, const Value& body) {
+    if (kind == "action_chunk") chunk_cross(body);
+    else if (kind == "heartbeat") heartbeat_cross(body);
+}
+
 const BodySpec& body_spec(std::string_view topic) {
     std::string_view kind = topic.substr(0, topic.find('/'));
     for (const auto& b : bodies())
@@ -452,7 +465,7 @@ void check_fields(const Value& topic, const Value& seq, const Value& src, const 
     }
     const BodySpec& spec = body_spec(topic.s);
     validate_fields(spec.fields, body, "body");
-    if (std::string_view(spec.kind) == "action_chunk") chunk_cross(body);
+    cross_fields(spec.kind, body);
 }
 
 const char* ENVELOPE_KEYS[] = {"version", "topic", "seq", "src", "stamps", "body"};
@@ -516,7 +529,7 @@ Envelope decode_frames(const std::vector<Frame>& frames, size_t max_bytes,
 void validate_body(std::string_view topic, const Value& body) {
     const BodySpec& spec = body_spec(topic);
     validate_fields(spec.fields, body, "body");
-    if (std::string_view(spec.kind) == "action_chunk") chunk_cross(body);
+    cross_fields(spec.kind, body);
 }
 
 bool valid_name(std::string_view v) {
