@@ -91,6 +91,6 @@ def config(p: argparse.ArgumentParser, a: argparse.Namespace) -> InferenceNodeCo
             {"auto_budget": False} if a.level is not None else {}))
     except ValueError as e:
         p.error(str(e))
-    if a.precision and a.backend != "onnx":
+    if a.precision and cfg.backend != "onnx":
         p.error(f"--precision {a.precision}: the graph sets run on --backend onnx")
     return cfg
