@@ -68,18 +68,19 @@ class InferenceNode:
         self.policy = p = load_policy(model_dir, cfg, backend_opts, len(obs_eps))
         budget = Budget(p.levels, int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
         self.obs_sub = self.ctl_sub = self.trace_sub = self.pub = self.trace = None
+        self.complaints = Complaints(cfg.name)  # every line the node says, rate-limited
+        say = self.complaints.say
         try:  # a socket that fails (an endpoint in use, a bad key) closes those before it
             # latest-only per robot, not per topic: the robots' slots keep each one's newest
-            self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=ctx, curve=curve)
+            self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=ctx, curve=curve, say=say)
             self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"],
-                                      ctx=ctx, curve=curve) if control_endpoint else None
+                                      ctx=ctx, curve=curve, say=say) if control_endpoint else None
             # robots on other hosts: their clocks are bracketed from obs and traces (module doc)
             remote = not all(same_host(e) for e in obs_eps)
-            self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx,
-                                        curve=curve) if remote else None
-            self.complaints = Complaints(cfg.name)  # every line the node says, rate-limited
+            self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx, curve=curve,
+                                        say=say) if remote else None
             self.robots = Robots(budget, remote=remote, max_robots=cfg.max_robots,
-                                 period_ns=p.period_ns, say=self.complaints.say)
+                                 period_ns=p.period_ns, say=say)
             if len(p.batches) > 1:  # the latency table admission plans with at first
                 self.robots.set_batches(p.batches)
                 times = self._profile(p.sample_inputs(), p.batches, 3)
@@ -97,9 +98,8 @@ class InferenceNode:
                                        "chunks_not_finite_in_a_row"), 0)
         self.state = "run"  # "hold" (a safe_hold command), "stop" (a stop command, stop())
         # with CURVE a robot is its key: an obs whose src is not its key's name is refused
-        self.identity = Identity.of(curve, action_endpoint, self.complaints.say)
+        self.identity = Identity.of(curve, action_endpoint, say)
         self._next_health = 0
-        self._obs_rejected = 0  # the obs subscriber's rejections said so far
 
     @property
     def budget(self) -> Budget:
@@ -285,20 +285,8 @@ class InferenceNode:
             self._next_health = now + int(1e9 / self.cfg.health_hz)
             self.robots.leave_idle(now)
             self.robots.check_load(self.budget.deadline_ns)
-            self._say_rejected()
             self.heartbeat.beat(now)
             self.pub.publish("health", self.health())
-
-    def _say_rejected(self) -> None:
-        """Observations the wire refused since the last health (malformed, NaN, a wrong
-        schema): one line with how many and the newest one's reason."""
-        n = self.obs_sub.counters["rejected"]
-        if n > self._obs_rejected:
-            new, why = n - self._obs_rejected, self.obs_sub.last_rejected
-            self._obs_rejected = n
-            self.complaints.say("obs_rejected", lambda: (
-                f"{new} observation(s) refused by the wire since the last health ({n} in all;"
-                f" the newest: {why or 'not an rtinfer message'}): fix the robot's publisher"))
 
     def _on_robot_trace(self, env) -> None:
         """A robot's trace of one of our waypoint 0s: a node -> robot message (its publish

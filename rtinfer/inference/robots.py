@@ -34,8 +34,8 @@ profile. `next_batch` takes the waiting robots in deadline order at the first on
 level (one exit depth per batch), as many as the largest batch holds, and drops the least
 urgent while the batch would finish after the first one's deadline.
 
-What an observation must be to be answered (docs/fleet.md "Observations the node refuses"):
-its capture, moved onto the node's clock, is neither older than the deadline (its chunk
+What an observation must be to be answered (docs/wire.md section 5, "What a policy node
+answers"): its capture, moved onto the node's clock, is neither older than the deadline (its chunk
 could never be applied in time; `obs_stale`) nor ahead of the observation's arrival by more
 than the clock estimate allows (nothing on one host; across hosts the bracket's width: a
 stamp from the future makes a chunk look fresh for longer than it is; `obs_future`), and no

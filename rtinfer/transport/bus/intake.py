@@ -79,7 +79,10 @@ class Intake:
             return None
         except WireError as e:
             self.counters["rejected"] += 1
-            self.last_rejected = str(e)
+            if self._say is not None:
+                why = str(e)
+                self._say("rejected", lambda: f"a message of {'/'.join(self.topics)} refused "
+                                              f"by the wire ({why}); fix its sender")
             return None
         if env.topic != topic or (dest is not None and env.body.get("dest") != dest):
             self.counters["rejected"] += 1

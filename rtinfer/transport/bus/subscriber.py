@@ -1,7 +1,7 @@
 """The bus's subscriber: validated, counted, stamped receive (rtinfer.transport.bus)."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import zmq
 from zmq import zmq_poll
@@ -23,8 +23,9 @@ class Subscriber(Intake):
     Counters: received, rejected (malformed, wrong topic, bad schema), oversize (over
     ``max_bytes``), superseded (replaced by a newer message of the same topic before being
     handed out), dropped_for_age (``max_age_ns``), and ``received.<topic>``. Each message
-    dropped is in exactly one of them; ``last_rejected`` says why the newest rejected one
-    was (the WireError's text), for the owner's one line. A connecting Subscriber also counts, as attributes,
+    dropped is in exactly one of them. ``say`` (a rtinfer.realtime.complaints.Complaints
+    .say) is told each message the wire refused, with why, under kind "rejected": the
+    owner's one rate-limited line, which counts the rest. A connecting Subscriber also counts, as attributes,
     ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
     ``reconnects`` (rtinfer.transport.bus.heal); a binding CURVE one ``revocations`` and
     ``revoked`` (rtinfer.transport.bus.watch).
@@ -62,7 +63,8 @@ class Subscriber(Intake):
                  bind: bool = False, latest_only: bool = False, hwm: int = 1000,
                  ctx: zmq.Context | None = None, curve: Curve = None,
                  max_bytes: int = DEFAULT_MAX_BYTES, max_age_ns: int | None = None,
-                 to: Mapping[str, str] | None = None) -> None:
+                 to: Mapping[str, str] | None = None,
+                 say: Callable[..., None] | None = None) -> None:
         if not topics or any(not t for t in topics):
             raise ValueError("Subscriber needs at least one non-empty topic")
         self.topics = tuple(dict.fromkeys(topics))
@@ -101,7 +103,7 @@ class Subscriber(Intake):
         self.max_age_ns = max_age_ns
         self.counters = {"received": 0, "rejected": 0, "oversize": 0, "superseded": 0,
                          "dropped_for_age": 0}
-        self.last_rejected = ""
+        self._say = say
         self._count_key = {t: f"received.{t}" for t in self.topics}  # no per-message f-string
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
         self._max_bytes = max_bytes
