@@ -8,12 +8,19 @@ output over an input, so in-place KV (`inplace_kv=True`, half the KV memory, no 
 opt-in. On the CPU provider every bound buffer is numpy memory shared with ORT, so the
 decode loop allocates nothing; on CUDA the KV stays on the device and tokens/logits are
 copied by ORT.
+KV rows (CPU): where graphs.json lists "kv_rows" twins of the running set (models.kv_rows:
+each checked equal to its kv_out graph to the bit), each session binds per-layer views of ONE
+cache as read-only inputs and returns only the k new positions' KV, which `_run` writes into
+the cache: no Split, Where-copy and Concat of the whole cache per step (at 100 M int4 the k=1
+step's kernels drop from ~8 to ~5 ms, docs/benchmarks.md "Model scale").
 Options (load(..., **opts)): threads (intra-op, default 1), inter_threads (1),
 providers ("cpu" | "cuda" | "auto", default "cpu"), precision ("fp32" | "fp16" | "int8" |
 "int4": which graph set of graphs.json runs; the KV is float16 for fp16, float32 otherwise),
 dtype (the older spelling: "float32" | "float16"), inplace_kv (False), opt_level ("all" |
 "extended" | "basic" | "disable"), spin (None: ORT default; False saves a core on a busy
-host at some latency cost).
+host at some latency cost), kv_rows (None: the KV-rows twins where the directory has a
+complete set of the running precision, on CPU, without gated sets; True: them or
+BackendError; False: the kv_out graphs).
 Token-gated graph sets (graphs.json "gated") of the running precision get sessions of their
 own at load, bound to the same KV buffers; use_gate swaps which tables full-depth steps use.
 """
@@ -34,7 +41,8 @@ class OnnxBackend(Backend):
 
     def _open(self, threads: int = 1, inter_threads: int = 1, providers: str = "cpu",
               dtype: str = "float32", inplace_kv: bool = False, opt_level: str = "all",
-              spin: bool | None = None, precision: str | None = None) -> None:
+              spin: bool | None = None, precision: str | None = None,
+              kv_rows: bool | None = None) -> None:
         try:
             import onnxruntime as ort
         except ImportError as e:
@@ -58,15 +66,22 @@ class OnnxBackend(Backend):
         if spin is not None:
             so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         md = self.model
+        rows = self._rows_files(dtype, kv_rows)
         kv_dtype = _NP[md.kv_dtype(dtype)]
-        self._kv_np = [np.zeros(md.kv_shape, kv_dtype) for _ in range(1 if inplace_kv else 2)]
+        self._kv_np = [np.zeros(md.kv_shape, kv_dtype)
+                       for _ in range(1 if inplace_kv or rows else 2)]
         self._kv = [self._ortvalue(a) for a in self._kv_np]
+        # per-layer (k, v) views of the one cache: the rows graphs' inputs, bound once
+        self._layers = [[self._ortvalue(self._kv_np[0][l, j]) for j in range(2)]
+                        for l in range(md.n_layer)] if rows else []
+        self._new: dict = {}
         self._start = np.zeros(1, np.int64)
         start_ov = ort.OrtValue.ortvalue_from_numpy(self._start)
         self._live, self._sessions, self._bind, self._tok, self._logits = 0, {}, {}, {}, {}
         for depth in self.depths:
             for k in self._ks[depth]:
-                self._session(md.graph_path(dtype, depth, k), depth, k, so, prov, start_ov)
+                path = rows.get((depth, k)) or md.graph_path(dtype, depth, k)
+                self._session(path, depth, k, so, prov, start_ov)
         dense = (self._sessions, self._bind, self._tok, self._logits)
         self._tables = {None: dense}
         for name, gs in md.gated.items():
@@ -77,6 +92,29 @@ class OnnxBackend(Backend):
                 self._session(md.path / g["file"], self.n_layer, k, so, prov, start_ov)
             self._tables[name] = (self._sessions, self._bind, self._tok, self._logits)
         self._select_gate(None)
+
+    def _rows_files(self, dtype: str, want: bool | None) -> dict:
+        """(depth, k) -> path of the kv-rows twin of every graph of set `dtype`, or {} where
+        they are not used (see kv_rows in the module doc)."""
+        md = self.model
+        rows = {(int(g["depth"]), int(g["k"])): md.path / g["file"]
+                for g in md.manifest.get("kv_rows", []) if g["dtype"] == dtype}
+        need = {(d, k) for d, ks in self._ks.items() for k in ks}
+        why = ("the directory has no complete kv_rows set of " + dtype
+               + " (python -m models.kv_rows DIR)" if not need <= set(rows)
+               else "kv_rows runs on the CPU provider only" if self.device != "cpu"
+               else "kv_rows does not cover gated sets" if any(
+                   g.dtype == dtype for g in md.gated.values())
+               else "")
+        if want and why:
+            raise BackendError(f"{md.path}: kv_rows=True but {why}")
+        if not want and (want is False or why):
+            return {}
+        missing = [p for p in rows.values() if not p.is_file()]
+        if missing:
+            raise BackendError(f"{missing[0]} listed in graphs.json kv_rows is missing; "
+                               "re-export (python -m models.kv_rows DIR)")
+        return {key: rows[key] for key in need}
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -94,13 +132,29 @@ class OnnxBackend(Backend):
         except Exception as e:  # ORT raises its own untyped errors
             raise BackendError(f"{path}: onnxruntime cannot load it ({e}); re-export") from None
         shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
-        if shapes.get("tokens") != [1, k] or shapes.get("kv") != list(md.kv_shape):
+        rows = "k0" in shapes
+        kv = shapes.get("k0") if rows else shapes.get("kv")
+        want = list(md.kv_shape[2:]) if rows else list(md.kv_shape)
+        if shapes.get("tokens") != [1, k] or kv != want:
             raise BackendError(f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
-                               f"kv {list(md.kv_shape)}); stale or swapped files: re-export")
+                               f"kv {want}); stale or swapped files: re-export")
         tok, logits = np.full((1, k), self.pad, np.int64), np.zeros((1, k, V), np.float32)
         tok_ov, logits_ov = (ort.OrtValue.ortvalue_from_numpy(a) for a in (tok, logits))
         binds = []
-        for src in range(len(self._kv)):
+        if rows:
+            c = md.kv_shape
+            new = np.zeros((depth, 2, 1, c[3], k, c[5]), self._kv_np[0].dtype)
+            b = sess.io_binding()
+            b.bind_ortvalue_input("tokens", tok_ov)
+            b.bind_ortvalue_input("start_pos", start_ov)
+            for l in range(depth):
+                b.bind_ortvalue_input(f"k{l}", self._layers[l][0])
+                b.bind_ortvalue_input(f"v{l}", self._layers[l][1])
+            b.bind_ortvalue_output("logits", logits_ov)
+            b.bind_ortvalue_output("kv_new", ort.OrtValue.ortvalue_from_numpy(new))
+            self._new[(depth, k)] = new
+            binds.append(b)
+        for src in range(0 if rows else len(self._kv)):
             b = sess.io_binding()
             b.bind_ortvalue_input("tokens", tok_ov)
             b.bind_ortvalue_input("start_pos", start_ov)
@@ -126,6 +180,9 @@ class OnnxBackend(Backend):
         self._sessions[key].run_with_iobinding(self._bind[key][self._live])
         if len(self._kv) == 2:
             self._live ^= 1
+        new = self._new.get(key)
+        if new is not None:  # a kv-rows graph: its k new positions into the one cache
+            self._kv_np[0][:depth, :, :, :, start_pos:start_pos + k] = new
         return self._logits[key][0]
 
     # --- KV management ----------------------------------------------------------------
