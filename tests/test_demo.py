@@ -65,6 +65,10 @@ def test_stress_runs_at_a_tighter_deadline_with_margins_scaled_to_it():
     spec = load("launch/conveyor_sorting.yaml", o)
     cfg = MonitorConfig.from_dict({**spec.monitor, "deadline_ms": spec.deadline_ms})
     assert spec.deadline_ms == 40 and (cfg.shed_margin_ms, cfg.restore_margin_ms) == (8, 20)
+    # --no-realtime: the shipped file's priorities are not applied
+    assert spec.realtime and [n.priority for n in spec.nodes] == [10, 5, None]
+    assert not load("launch/conveyor_sorting.yaml", launch_overrides(None, None, None,
+                                                                     realtime=False)).realtime
 
 
 def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tmp_path):
@@ -184,3 +188,21 @@ def test_the_report_carries_the_robots_clamps_and_socket_drops(tmp_path):
     one.mkdir()
     (one / "sim_report.json").write_text(json.dumps({"stack": {"effort_clamps": 3}}))
     assert collect_report(one, {}, 0)["stack"] == {"effort_clamps": 3}
+
+
+def test_the_report_says_what_scheduling_each_node_was_granted(tmp_path):
+    import subprocess
+    import sys
+    from rtinfer.cli.demo import scheduling
+    # the real child, as the launcher starts it, its output in the node's log
+    for name, opts in (("sim", ["--priority", "1"]), ("policy", ["--cpus", "100000"]),
+                       ("monitor", [])):
+        with open(tmp_path / f"{name}.log", "w") as log:
+            subprocess.run([sys.executable, "-m", "rtinfer.launch.child", "--name", name, *opts,
+                            "--", "tests.launch_fixtures:echo_args", str(tmp_path / "x")],
+                           stdout=log, stderr=subprocess.STDOUT, check=True, timeout=60)
+    got = scheduling(tmp_path)
+    assert set(got) == {"sim", "policy"}  # the monitor asked for neither
+    assert got["sim"].startswith("affinity skipped") and "scheduler " in got["sim"]
+    assert "affinity OSError" in got["policy"] and "scheduler skipped" in got["policy"]
+    assert collect_report(tmp_path, {}, 0)["scheduling"] == got

@@ -61,6 +61,24 @@ def line_of(path: Path, needle: str) -> int:
     return next(i for i, l in enumerate(path.read_text().splitlines(), 1) if needle in l)
 
 
+def test_realtime_false_launches_every_node_without_its_cpus_and_priority(tmp_path):
+    from rtinfer.launch.process import Console
+    from rtinfer.launch.supervisor import Supervisor
+    path = good(tmp_path)
+    for overrides, realtime in (({}, True), ({"realtime": "false"}, False)):
+        spec = load(path, overrides)
+        assert spec.realtime is realtime and spec.nodes[0].priority == 10
+        run_dir = tmp_path / f"run-{realtime}"
+        run_dir.mkdir()
+        sup = Supervisor(spec, spec.nodes, run_dir, console=Console(run_dir / "launch.log"))
+        cmd = sup.procs[0].command()
+        assert ("--priority" in cmd and "--cpus" in cmd) is realtime
+        assert ("--priority" in cmd or "--cpus" in cmd) is realtime
+        said = (run_dir / "launch.log").read_text()
+        assert ("realtime: false" in said) is not realtime
+    assert "realtime" in error_of(path, overrides={"realtime": "maybe"})
+
+
 def test_valid_file_loads_with_defaults_and_policy(tmp_path):
     spec = load(good(tmp_path))
     a = spec.nodes[0]

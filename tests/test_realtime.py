@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
+from rtinfer.realtime.spin import spin
 from rtinfer.realtime.rate import RateKeeper
 
 STEPS = {"affinity", "scheduler", "gc", "mlockall"}
@@ -140,6 +141,8 @@ def test_configure_realtime_in_a_fresh_process_logs_each_refusal_once():
     assert all(b["affinity"] != "ok" and b["scheduler"] != "ok" for b in result["bad"])
     assert out.stderr.count("affinity refused") == 1
     assert out.stderr.count("scheduler refused") == 1
+    # each refusal says how to be granted it
+    assert "nproc" in out.stderr and "CAP_SYS_NICE" in out.stderr
 
 
 def test_realtime_gc_disables_and_restores_the_collector():
@@ -149,6 +152,26 @@ def test_realtime_gc_disables_and_restores_the_collector():
         assert gc.get_freeze_count() > 0
     assert gc.isenabled() == was
     assert gc.get_freeze_count() == 0
+
+
+def test_spin_freezes_what_exists_for_the_loops_life_and_keeps_the_collector_on():
+    class Loop:  # a node paced by its input: spin's one contract
+        running, seen = True, []
+
+        def spin_once(self, timeout_ms):
+            self.seen.append((gc.isenabled(), gc.get_freeze_count()))
+            self.running = len(self.seen) < 3
+
+        def stop(self):
+            self.running = False
+
+    assert gc.get_freeze_count() == 0
+    loop, before = Loop(), object()
+    spin(loop)
+    assert len(loop.seen) == 3
+    assert all(enabled for enabled, _ in loop.seen) == gc.isenabled()
+    assert all(frozen > 0 for _, frozen in loop.seen)  # `before` among them
+    assert gc.get_freeze_count() == 0 and before is not None  # thawed when the loop ends
 
 
 # ------------------------------------------------------------ LatencyHistogram

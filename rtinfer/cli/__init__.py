@@ -59,6 +59,8 @@ def _keys(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from rtinfer.model.directory import ModelError
     opts = {} if args.exit is None else {"exit_depth": args.exit}
+    if args.level is not None:
+        opts["level"] = args.level
     if args.precision:
         opts["precision"] = args.precision
     if args.instructions:
@@ -81,7 +83,7 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
                stress=args.stress, run_dir=args.run_dir, deadline_ms=args.deadline_ms,
                seed=args.seed, instruction=args.instruction, belt_speed=args.belt_speed,
-               json_out=args.json, robots=args.robots)
+               json_out=args.json, robots=args.robots, realtime=args.realtime)
 
 
 def _task_option(checker: str):
@@ -147,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=1000, help="episode seeds (training used 1..)")
     e.add_argument("--belt-speed", type=float, default=None)
     e.add_argument("--exit", type=int, default=None, help="model: exit depth (default full)")
+    e.add_argument("--level", type=int, default=None,
+                   help="model: run at this candidate budget level (depth, window and chunk "
+                        "as the node runs it; budget.candidate_levels; -1: the cheapest)")
     e.add_argument("--precision", default=None, choices=["fp32", "fp16", "int8", "int4"],
                    help="model: which graph set runs (default fp32; graphs.json lists them)")
     e.add_argument("--instructions", action="append", default=None,
@@ -208,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "by one inference node (launch/conveyor_fleet.yaml); the report has "
                         "one entry per robot")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
+    d.add_argument("--no-realtime", dest="realtime", action="store_false",
+                   help="run every node under the OS's default scheduling: none of the launch "
+                        "file's SCHED_FIFO priorities or CPU pinning (to measure what they "
+                        "buy; docs/launch.md, \"Scheduling the loop\")")
     d.add_argument("--deadline-ms", type=float, default=None,
                    help="end-to-end deadline (default: the launch file's, 100 ms; with "
                         "--stress the calibrated one, 20 ms for --policy expert); the "

@@ -34,6 +34,7 @@ its nodes in order, and nothing the demo started outlives it.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -210,6 +211,23 @@ def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, conso
     return report
 
 
+def scheduling(run_dir: Path) -> dict[str, str]:
+    """Per node, what the OS granted of its launch file's cpus and priority: its log's
+    first `launch_child NAME: ...` line (rtinfer.launch.child), e.g. "affinity skipped: no
+    cpus given, scheduler ok". A node given neither (or realtime: false) is not in it."""
+    out = {}
+    for log in sorted(run_dir.glob("*.log")):
+        try:
+            with open(log, errors="replace") as f:
+                for line in itertools.islice(f, 20):
+                    if line.startswith(f"launch_child {log.stem}: "):
+                        out[log.stem] = line.split(": ", 1)[1].strip()
+                        break
+        except OSError:
+            continue
+    return out
+
+
 def robot_reports(run_dir: Path, robots: int = 0) -> list[dict]:
     """The fleet launch's per-cell reports (sim_report-K.json), in robot order: one per robot
     of the `robots` launched ({} for a cell that left none: it ended early), and as many
@@ -289,6 +307,7 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
         # the limits the robot enforced (clamps) and what its sockets dropped: never silent
         "stack": sim.get("stack", {}), "bus": sim.get("bus", {}),
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
+        "scheduling": scheduling(run_dir),
     }
     if fleet:
         ended = _read(run_dir / "launch_summary.json").get("robots_ended", {})
@@ -335,12 +354,15 @@ def _read(path: Path) -> dict:
 
 def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str | None, *,
                      seed: int | None = None, instruction: str | None = None,
-                     belt_speed: float | None = None) -> dict:
+                     belt_speed: float | None = None, realtime: bool = True) -> dict:
     """`--set` overrides for the launch file: the model directory, the task (cell seed,
-    class -> bin instruction, belt speed), and the deadline with the monitor's budget
+    class -> bin instruction, belt speed), the nodes' scheduling (realtime False: no node's
+    cpus or priority is applied), and the deadline with the monitor's budget
     margins scaled to it (lower the budget below 20% slack, raise it back above 50%, as the
     node's own budget does); --stress defaults to STRESS_DEADLINE_MS."""
     out = {} if policy in (None, "expert") else {"vars.model": policy}
+    if not realtime:
+        out["realtime"] = "false"
     if seed is not None:
         out["vars.seed"] = str(seed)
     if instruction is not None:
@@ -424,14 +446,14 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
         png: str | None = None, stress: str | None = None, run_dir: str | None = None,
         deadline_ms: float | None = None, seed: int | None = None,
         instruction: str | None = None, belt_speed: float | None = None,
-        json_out: bool = False, robots: int = 1) -> int:
+        json_out: bool = False, robots: int = 1, realtime: bool = True) -> int:
     """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
     end-to-end deadline (None: the launch file's; see launch_overrides). Returns the exit
     status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
     stop = _Stop()
     with on_signals(stop):
         return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
-                    instruction, belt_speed, json_out, stop, robots)
+                    instruction, belt_speed, json_out, stop, robots, realtime)
 
 
 def check_stress(stress: str | None, model: Path | None) -> None:
@@ -443,7 +465,7 @@ def check_stress(stress: str | None, model: Path | None) -> None:
 
 
 def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
-         belt_speed, json_out, stop: _Stop, robots: int = 1) -> int:
+         belt_speed, json_out, stop: _Stop, robots: int = 1, realtime: bool = True) -> int:
     console = Console(stderr=True)
     try:
         check_options(seconds, deadline_ms, report, png)
@@ -464,7 +486,9 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         return 2
     launch = launch_file(EXPERT_LAUNCH if model is None else
                          FLEET_LAUNCH if robots > 1 else MODEL_LAUNCH)
-    task = {"seed": seed, "instruction": instruction, "belt_speed": belt_speed}
+    # the launch settings every run of this demo shares (launch_overrides' keywords)
+    task = {"seed": seed, "instruction": instruction, "belt_speed": belt_speed,
+            "realtime": realtime}
     if stress == "near-deadline":
         out = near_deadline(launch, base.resolve(), str(model), deadline_ms, seconds, task,
                             console, stop, png)

@@ -10,6 +10,7 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
     description: text             # optional
     run_dir: runs/demo            # optional; default a new runs/<name>-<YYYYmmdd-HHMMSS>[-N]; --run-dir wins
     deadline_ms: 100              # number, default 100       -> ${deadline_ms}
+    realtime: true                # default true; false: no node's cpus/priority is applied
     seconds: 60                   # number, optional          -> ${seconds}
     rates: {policy_hz: 20}        # name -> number            -> ${rates.policy_hz}
     vars: {model: models/zoo/x}   # name -> scalar            -> ${vars.model}
@@ -63,7 +64,7 @@ from rtinfer.launch.yaml_lines import (TYPE_NAMES, LaunchError, Report, annotati
 from rtinfer.realtime.deadline import DEADLINE_MS
 
 TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
-            "deadline_ms": float, "seconds": float, "robots": int, "rates": dict, "vars": dict,
+            "deadline_ms": float, "seconds": float, "robots": int, "realtime": bool, "rates": dict, "vars": dict,
             "hosts": dict, "endpoints": dict, "nodes": list, "monitor": dict}
 NODE_KEYS = {"name": str, "entry": str, "args": list, "host": str, "cpus": list,
              "priority": (int, type(None)), "required": bool, "restart": (str, dict),
@@ -125,7 +126,8 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
                       nodes=tuple(nodes), endpoints=endpoints,
                       deadline_ms=data.get("deadline_ms", DEADLINE_MS), seconds=data.get("seconds"),
                       run_dir=data.get("run_dir"), rates=rates, vars=vars_, hosts=hosts,
-                      monitor=dict(data.get("monitor") or {}))
+                      monitor=dict(data.get("monitor") or {}),
+                      realtime=data.get("realtime", True) is not False)
 
 
 def _expand_robots(r: Report, data: dict) -> dict[str, int]:

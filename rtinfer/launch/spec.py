@@ -73,6 +73,7 @@ class LaunchSpec:
     vars: dict = field(default_factory=dict)
     hosts: dict = field(default_factory=dict)
     monitor: dict = field(default_factory=dict)
+    realtime: bool = True                    # False: the nodes' cpus and priority are not applied
 
     def nodes_for(self, host: str | None) -> list[NodeSpec]:
         """The nodes this launcher runs: all of them, or `host`'s plus the host-less ones."""

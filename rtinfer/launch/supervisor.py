@@ -45,6 +45,7 @@ import json
 import signal
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -78,6 +79,9 @@ class Supervisor:
         self.spec, self.run_dir, self.seconds = spec, run_dir, seconds
         self.console = console or Console(run_dir / "launch.log")
         values = spec.values(run_dir, host)
+        if not spec.realtime:  # realtime: false (--set realtime=false): plain scheduling
+            nodes = [replace(n, cpus=None, priority=None) for n in nodes]
+            self.console.say("realtime: false: no node's cpus or priority is applied")
         self.procs = [NodeProcess(n, spec.argv(n, values), run_dir, self.console) for n in nodes]
         self.stop_reason: str | None = None
         self.exit_code = 0
@@ -272,8 +276,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="logs, ipc sockets, reports (default: a new runs/NAME-TIME[-N]; "
                         "refused while another live run uses it)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override deadline_ms, seconds, run_dir, name, vars.NAME, rates.NAME "
-                        "or monitor.NAME")
+                   help="override deadline_ms, seconds, run_dir, name, robots, realtime (false: "
+                        "no node's cpus or priority is applied), vars.NAME, rates.NAME or "
+                        "monitor.NAME")
     p.add_argument("--check", action="store_true", help="validate only; start nothing")
 
 

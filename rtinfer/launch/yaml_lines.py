@@ -56,7 +56,7 @@ class Report:
                               f"{'s' if len(lines) > 1 else ''}):\n  " + "\n  ".join(lines))
 
 
-OVERRIDABLE = ("deadline_ms", "seconds", "run_dir", "name", "robots")
+OVERRIDABLE = ("deadline_ms", "seconds", "run_dir", "name", "robots", "realtime")
 
 
 def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
@@ -84,7 +84,8 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
         if not (len(parts) == 1 and parts[0] in OVERRIDABLE
                 or len(parts) == 2 and parts[0] in ("vars", "rates", "monitor")):
             raise LaunchError(f"override {key!r}: only deadline_ms, seconds, run_dir, name, "
-                              "vars.NAME, rates.NAME and monitor.NAME can be overridden")
+                              "robots, realtime, vars.NAME, rates.NAME and monitor.NAME can "
+                              "be overridden")
         try:
             value = yaml.safe_load(text_value) if text_value != "" else ""
         except yaml.YAMLError:

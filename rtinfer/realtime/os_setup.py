@@ -27,12 +27,20 @@ _MCL_CURRENT, _MCL_FUTURE = 1, 2  # <sys/mman.h> on Linux
 
 
 _refused: set[str] = set()  # steps already said: each refusal is said once
+# How to be granted a step the OS refused (docs/launch.md, "Scheduling the loop").
+FIXES = {
+    "scheduler": "grant it with root, CAP_SYS_NICE (setcap cap_sys_nice+ep on the python "
+                 "binary) or an rtprio limit (`ulimit -r 99`, or `@realtime - rtprio 99` in "
+                 "/etc/security/limits.conf)",
+    "affinity": "name CPUs this machine has (`nproc`; a container's cpuset limits them)",
+}
 
 
 def _refuse(step: str, reason: str) -> str:
     if step not in _refused:
         _refused.add(step)
-        _say(step, f"{step} refused: {reason} (running on without it)", error=False)
+        fix = f"; {FIXES[step]}" if step in FIXES else ""
+        _say(step, f"{step} refused: {reason} (running on without it{fix})", error=False)
     return reason
 
 
