@@ -67,6 +67,18 @@ def test_quick_numbers_are_sane(quick):
         rows, result["fixed_overheads_ms"])
 
 
+def test_random_rungs_time_the_kv_read_in_place_against_the_whole_kv_rewritten(quick):
+    rows = [r for r in quick[0]["rows"] if r["method"] == "plain"]
+    for r in rows:
+        if r["rung"] == "1M":  # the shipped directory has no KV-rows twins
+            assert r["kv"] == "full" and "kv_full_chunk_p50_ms" not in r
+            continue
+        assert r["kv"] == "rows" and r["kv_rows_identical"] is True
+        assert 0 < r["kv_full_chunk_p50_ms"] <= r["kv_full_chunk_p99_ms"]
+        assert r["kv_full_step_p50_ms"] > 0 and r["kv_full_verify_p50_ms"] > 0
+    assert {r["rung"] for r in rows if r["kv"] == "rows"} == {"tiny"}
+
+
 def test_the_verdict_counts_measured_rows_under_the_deadline_only():
     rows = [{"params": 1, "chunk_p99_ms": 10.0, "projected": False},
             {"params": 5, "chunk_p99_ms": 95.0, "projected": False},

@@ -12,7 +12,10 @@ the chunk-reuse drafter: measured on trained policies (the shipped one, `--train
 `projected` on random-weight rungs from their measured prefill, verify (k=8) and step times
 and the shipped policy's measured verifies and plain steps per chunk at the same precision.
 The plain rows also carry the budget level that prefills and decodes at the early exit
-(`exit_chunk_*`). P (`largest_params_meeting_deadline`) is the largest measured row whose
+(`exit_chunk_*`). Where a rung has KV-rows twins (models.kv_rows: the random rungs), its figures
+are on them (`kv` "rows": the cache read in place, only the new positions' KV written) and
+`kv_full_*` are the kv_out graphs' (the whole KV rewritten each step), timed interleaved with
+them cycle by cycle and step by step, with `kv_rows_identical` over the chunks. P (`largest_params_meeting_deadline`) is the largest measured row whose
 chunk p99 plus the loop's fixed overheads (rtinfer.bench.scale_overheads) is under the
 deadline. Blocks for seconds (--quick) to ~11 min (the full ladder with --sweep, exports
 cached, on a loaded 2-core host); exporting the rungs the first time adds ~20 min.
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.bench.backend import _time_steps, copy_bandwidth_gbs, weight_bytes
+from rtinfer.bench.backend import copy_bandwidth_gbs, weight_bytes
 from rtinfer.bench.decode import token_stream
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.bench.scale_models import K_VERIFY, RUNGS, SHIPPED, model_dir, params_of
@@ -52,27 +55,59 @@ def chunks(md: ModelDir, cycles: list, *, backend: str = "onnx", drafter: str = 
     """Time one chunk per cycle through a TokenRunner (capture stamps one period apart, so the
     chunk drafter drafts from the previous cycle). Returns chunk and prefill p50/p99 (ms, the
     first `warmup` cycles not recorded), per-chunk verifies and plain steps, the chunks."""
-    runner = TokenRunner(md, backend=backend, backend_opts=opts, drafter=drafter)
+    return arms(md, cycles, {None: opts}, backend=backend, drafter=drafter, depth=depth,
+                warmup=warmup)[None]
+
+
+def arms(md: ModelDir, cycles: list, variants: dict, *, backend: str = "onnx",
+         drafter: str = "none", depth: int | None = None, warmup: int = 2) -> dict:
+    """`chunks` for each variant (name -> backend options) on the same cycles, interleaved:
+    every cycle runs on each variant's runner, in an order that alternates cycle by cycle, so
+    a change of load touches every variant alike. Returns {name: chunks' result}."""
+    runners = {n: TokenRunner(md, backend=backend, backend_opts=o, drafter=drafter)
+               for n, o in variants.items()}
     level = BudgetLevel(depth or md.n_layer, K_VERIFY - 1 if drafter != "none" else 0,
                         md.tokenizer.horizon)
-    chunk, prefill = LatencyHistogram(), LatencyHistogram()
-    verifies, steps, outs, best = [], [], [], float("inf")
+    acc = {n: {"chunk": LatencyHistogram(), "prefill": LatencyHistogram(), "verifies": [],
+               "steps": [], "outs": [], "best": float("inf")} for n in runners}
     for i, (instr, obs) in enumerate(cycles):
-        t0 = now_ns()
-        bins, first_ns = runner.run(instr, obs, i * md.tokenizer.period_ns, level)
-        t1 = now_ns()
-        outs.append(bins.copy())
-        if i >= warmup:
-            chunk.record(t1 - t0)
-            best = min(best, (t1 - t0) / 1e6)
-            prefill.record(first_ns - t0)
-            st = runner.decoder.stats
-            verifies.append(st.verifies)
-            steps.append(st.target_passes - st.verifies)
-    out = {"chunk_ms": _ms(chunk), "chunk_min_ms": best, "prefill_ms": _ms(prefill),
-           "verifies": verifies,
-           "plain_steps": steps, "bins": np.array(outs), "runner": runner}
-    return out
+        for n in (list(runners) if i % 2 else list(runners)[::-1]):
+            runner, a = runners[n], acc[n]
+            t0 = now_ns()
+            bins, first_ns = runner.run(instr, obs, i * md.tokenizer.period_ns, level)
+            t1 = now_ns()
+            a["outs"].append(bins.copy())
+            if i >= warmup:
+                a["chunk"].record(t1 - t0)
+                a["best"] = min(a["best"], (t1 - t0) / 1e6)
+                a["prefill"].record(first_ns - t0)
+                st = runner.decoder.stats
+                a["verifies"].append(st.verifies)
+                a["steps"].append(st.target_passes - st.verifies)
+    return {n: {"chunk_ms": _ms(a["chunk"]), "chunk_min_ms": a["best"],
+                "prefill_ms": _ms(a["prefill"]), "verifies": a["verifies"],
+                "plain_steps": a["steps"], "bins": np.array(a["outs"]), "runner": runners[n]}
+            for n, a in acc.items()}
+
+
+def step_times(backends: dict, steps: int, k: int) -> dict:
+    """{name: (p50, p99) ms} of a k-token full-depth step at the decode position, on each
+    backend, interleaved step by step (the first 10 of each not recorded)."""
+    hists = {n: LatencyHistogram() for n in backends}
+    for i in range(steps + 10):
+        for n in (list(backends) if i % 2 else list(backends)[::-1]):
+            be = backends[n]
+            tokens = np.full(k, be.model.vocab.action_start, np.int64)
+            t0 = now_ns()
+            be.step(tokens, min(be.model.prefix_len, be.max_ctx - k), be.n_layer)
+            if i >= 10:
+                hists[n].record(now_ns() - t0)
+    return {n: _ms(h) for n, h in hists.items()}
+
+
+def has_kv_rows(md: ModelDir, precision: str) -> bool:
+    """The directory lists KV-rows twins (models.kv_rows) of this precision's graphs."""
+    return any(g["dtype"] == graph_dtype(precision) for g in md.manifest.get("kv_rows", []))
 
 
 def precision_bytes(path, precision: str) -> int:
@@ -114,21 +149,40 @@ def measure_rung(name: str, path, precisions, cycles, *, runs: int, steps: int, 
             log(f"scale: {path} has no {prec} graphs; its {prec} rows are left out")
             continue
         opts = {"threads": threads, "precision": prec}
-        plain = chunks(md, cycles[:runs + 2], **opts)
-        be = plain.pop("runner").backend
-        parts = {"prefill_ms": plain["prefill_ms"],
-                 "step_ms": tuple(v / 1e3 for v in _time_steps(be, steps, 1).values()),
-                 "verify_ms": tuple(v / 1e3 for v in _time_steps(be, steps, K_VERIFY).values())}
+        # the KV read in place (kv_rows twins) against the whole KV rewritten each step, interleaved
+        rows_kv = has_kv_rows(md, prec)
+        variants = {"rows": {**opts, "kv_rows": True}, "full": {**opts, "kv_rows": False}} \
+            if rows_kv else {"full": opts}
+        timed = arms(md, cycles[:runs + 2], variants)
+        plain = timed["rows" if rows_kv else "full"]
+        bes = {n: t.pop("runner").backend for n, t in timed.items()}
+        parts = {n: {"prefill_ms": timed[n]["prefill_ms"], "step_ms": step,
+                     "verify_ms": verify}
+                 for (n, step), verify in zip(step_times(bes, steps, 1).items(),
+                                              step_times(bes, steps, K_VERIFY).values())}
+        del bes
         floor_ms = precision_bytes(path, prec) / (bandwidth * 1e9) * 1e3
+        kv_full = {}
+        if rows_kv:
+            full = timed["full"]
+            kv_full = {"kv_full_chunk_p50_ms": full["chunk_ms"][0],
+                       "kv_full_chunk_p99_ms": full["chunk_ms"][1],
+                       "kv_full_chunk_min_ms": full["chunk_min_ms"],
+                       "kv_full_step_p50_ms": parts["full"]["step_ms"][0],
+                       "kv_full_verify_p50_ms": parts["full"]["verify_ms"][0],
+                       "kv_full_prefill_p50_ms": full["prefill_ms"][0],
+                       "kv_rows_identical": bool((full["bins"] == plain["bins"]).all())}
+        parts = parts["rows" if rows_kv else "full"]
         base = {"rung": name, "params": params, "precision": prec, "runs": runs,
+                "kv": "rows" if rows_kv else "full",
                 "step_over_floor": parts["step_ms"][0] / floor_ms, "floor_ms": floor_ms,
                 "torch_eager_chunk_ms": eager_ms, "torch_eager_weights": "fp32",
                 **{f"{k[:-3]}_p50_ms": v[0] for k, v in parts.items()},
                 **{f"{k[:-3]}_p99_ms": v[1] for k, v in parts.items()}}
-        del be
+        del timed
         row = {**base, "method": "plain", "chunk_p50_ms": plain["chunk_ms"][0],
                "chunk_p99_ms": plain["chunk_ms"][1], "chunk_min_ms": plain["chunk_min_ms"],
-               "projected": False}
+               "projected": False, **kv_full}
         if exit_depth and md.graphs.get((graph_dtype(prec), exit_depth, len(cycles[0][1]) + 1)):
             ex = chunks(md, cycles[:runs + 2], depth=exit_depth, **opts)
             row.update(exit_depth=exit_depth, exit_chunk_p50_ms=ex["chunk_ms"][0],

@@ -9,6 +9,8 @@ decides its files (config, graph plan, torch/onnx/onnxruntime versions), with fp
 from models.export and int8/int4 sets from models.quantise. Only the graphs a chunk needs are
 exported: decode (k=1), verify (k=8), the observation prefill (k=28) at full depth, and at
 the one early exit a draft (k=1) and an exit-depth prefill (a budget level that cuts prefill).
+Every graph also gets its KV-rows twin (models.kv_rows: the cache read in place, only the new
+positions' KV out), so the bench times both forms; a cache made before them gets them once.
 """
 from __future__ import annotations
 
@@ -70,6 +72,10 @@ def model_dir(name: str, *, shipped=DEFAULT_MODEL, prefills=None, max_ctx=None,
     key = _key({**cfg.to_dict(), "horizon": horizon}, prefills, tuple(precisions))
     out = cache_root() / f"{name}-{key}"
     if (out / "graphs.json").exists() and (out / ".complete").exists():
+        if "kv_rows" not in json.loads((out / "graphs.json").read_text()):
+            from models.kv_rows import export_kv_rows  # torch: only to export
+            log(f"scale: adding the KV-rows twins to {out} (once)")
+            export_kv_rows(out)
         return out
     log(f"scale: exporting the {name} rung into {out} (once; cached)")
     tmp = out.with_name(out.name + ".partial")
@@ -86,6 +92,7 @@ def _export(cfg, src: Path, out: Path, prefills, precisions, horizon) -> None:
     from models import checkpoint
     from models.config import Vocab
     from models.export import export_all
+    from models.kv_rows import export_kv_rows
     from models.policy import Policy
     from models.quantise import quantise
     from rtinfer.model.action_tokens import TokenizerConfig
@@ -104,6 +111,7 @@ def _export(cfg, src: Path, out: Path, prefills, precisions, horizon) -> None:
     tok.save(out / "tokenizer.json")
     if precisions:
         quantise(out, tuple(precisions), card=False)
+    export_kv_rows(out)
 
 
 def params_of(path) -> int:
