@@ -110,7 +110,8 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
                        cwd=tmp_path, capture_output=True, text=True, timeout=150)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout)
-    assert list(report) == ["calibration", "stress-fixed", "stress-budget"]
+    assert list(report) == ["calibration", "stress-fixed", "stress-budget", "busy-unscheduled",
+                            "busy-scheduled"]
     threat = report["calibration"]
     assert threat["samples"] >= 40 and threat["how"]
     assert threat["full_ms"]["p50"] > 0 and threat["cheapest_ms"]["p50"] > 0
@@ -123,11 +124,15 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
     cheap = json.loads((run / "calibrate-cheapest" / "monitor_report.json").read_text())
     assert fixed["budget"]["applied_level"] == 0 and cheap["budget"]["applied_level"] == 3
     assert fixed["budget"]["changes"] == cheap["budget"]["changes"] == 0
-    for name in ("stress-fixed", "stress-budget"):
+    for name in ("stress-fixed", "stress-budget", "busy-unscheduled", "busy-scheduled"):
         assert report[name]["exit_code"] == 0
         assert report[name]["deadline_ms"] == threat["deadline_ms"]
         assert "late_fraction" in report[name]
+    # the scheduling's part: the same launch without, then with, its SCHED_FIFO priorities
+    assert report["busy-unscheduled"]["scheduling"] == {}
+    assert set(report["busy-scheduled"]["scheduling"]) == {"sim", "policy"}
     assert "fixed full depth" in r.stderr and "budget controller" in r.stderr
+    assert "the scheduling's part" in r.stderr
     assert "Traceback" not in r.stderr
 
 

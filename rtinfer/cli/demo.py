@@ -11,7 +11,10 @@ then pinned at the cheapest budget level with the node's --level) whose cycles' 
 (capture -> last waypoint at the controller) give the deadline: the fixed run's p70, raised
 to the cheapest level's p99 x 1.1. Then it runs twice under that load and
 deadline, a fixed full-depth policy and then the budget controller, and shows both side by
-side (a table on stderr; the calibration and both runs in the JSON). --deadline-ms overrides
+side (the budget's part); then twice with a busy process at normal priority on every CPU and
+the budget on, under normal scheduling (the launch's realtime: false) and under the launch
+file's SCHED_FIFO priorities (the scheduling's part). Two tables on stderr; the calibration
+and the four runs in the JSON. --deadline-ms overrides
 the calibrated deadline; the expert (no policy node to load) gets free-floating hogs and
 STRESS_DEADLINE_MS. `--stress near-deadline` (rtinfer.cli.pressure; the learned policy only)
 runs unpressured at the launch file's deadline, then for each load (nominal: the policy
@@ -55,7 +58,7 @@ from rtinfer.model.zoo import zoo_model
 from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMUP_CYCLES, Threat,
                                 calibration_seconds, choose_deadline, chunk_complete_ms,
                                 late_fraction, load_line, percent_text, pin_tasks, policy_cpu,
-                                runs_table, sorted_text, stress_table)
+                                runs_table, scheduling_table, sorted_text, stress_table)
 from rtinfer.launch.file import load
 from rtinfer.launch.runs import unwritable
 from rtinfer.realtime.deadline import DEADLINE_MS
@@ -548,16 +551,22 @@ def _audit(run_dir: Path, deadline_ms: float) -> dict | None:
 def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, console, stop,
           png) -> dict:
     """The plain demo ({"nominal": run}) or `--stress cpu` (calibration, stress-fixed,
-    stress-budget)."""
+    stress-budget: the budget's part; busy-unscheduled, busy-scheduled: the scheduling's)."""
     overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
                                  **task)
     if robots > 1:
         overrides["robots"] = str(robots)
-    runs, threat, cpu = [("nominal", {}, 0)], None, None
+    runs, threat, cpu = [("nominal", {}, 0, True)], None, None
     if stress == "cpu":
         # the expert has no policy node to load: free-floating hogs, STRESS_DEADLINE_MS
         n = 2 * (os.cpu_count() or 2) if model is None else HOGS
-        runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n), ("stress-budget", {}, n)]
+        # the budget's part (hogs under SCHED_IDLE on the policy's CPU), then the
+        # scheduling's: a CPU-bound neighbour at normal priority on every CPU, the budget on
+        busy = len(os.sched_getaffinity(0))
+        runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n, True),
+                ("stress-budget", {}, n, True),
+                ("busy-unscheduled", {"realtime": "false"}, busy, False),
+                ("busy-scheduled", {}, busy, False)]
         if model is not None:
             cpu = policy_cpu()
             threat, errors = calibrate(launch, base, overrides, cpu, deadline_ms,
@@ -567,16 +576,17 @@ def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, conso
             if threat is not None:
                 overrides = launch_overrides(str(model), threat.deadline_ms, stress, **task)
     results = {}
-    for name, extra, hogs in runs:
+    for name, extra, hogs, on_policy_cpu in runs:
         if stop.signum is not None:
             break
         ov = {**overrides, **extra}
         results[name] = _one(launch, base, name, seconds, ov, console, stop, png,
-                             len(runs) == 1, hogs, cpu,
+                             len(runs) == 1, hogs, cpu if on_policy_cpu else None,
                              float(ov["deadline_ms"]) if len(runs) > 1 else None)
     if len(runs) > 1:
         results = {"calibration": None if threat is None else threat.report(), **results}
         console.print(stress_table(results))
+        console.print(scheduling_table(results))
     return results
 
 

@@ -213,6 +213,25 @@ def stress_table(results: dict):
                                threat)])
 
 
+def scheduling_table(results: dict):
+    """The scheduling's part of `--stress cpu` (a rich Table): the budget controller with a
+    CPU-bound neighbour at normal priority on every CPU, without and with the launch file's
+    SCHED_FIFO priorities (what each node was granted in the last row)."""
+    threat = results.get("calibration")
+    title = "the scheduling's part: a busy process on every CPU, the budget controller on"
+    if threat:
+        title += f", deadline {threat['deadline_ms']:g} ms"
+    t = runs_table(title, [("normal scheduling", "budget", results.get("busy-unscheduled", {}),
+                            None),
+                           ("launch file's SCHED_FIFO", "budget",
+                            results.get("busy-scheduled", {}), None)])
+    t.add_row("scheduling granted", *[
+        ", ".join(f"{k}: {v.rsplit('scheduler ', 1)[-1]}" for k, v in
+                  sorted((results.get(name) or {}).get("scheduling", {}).items())) or "none"
+        for name in ("busy-unscheduled", "busy-scheduled")])
+    return t
+
+
 def audit_text(run: dict) -> str:
     """rtinfer.cli.pressure.audit's figures: undetected of certainly late (and those during
     an ordered hold) / cycles applied past the deadline."""
