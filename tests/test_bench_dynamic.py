@@ -24,6 +24,7 @@ def test_bench_dynamic_rows_cover_dense_and_every_drafter(tiny_model_dir, tmp_pa
         assert row["identical"] is True, name
         assert row["speedup"] > 0 and row["step_p50_us"] > 0 and row["chunk_p50_ms"] > 0
         assert row["speedup_min"] <= row["speedup"] <= row["speedup_max"]
+        assert row["cpu_speedup_min"] <= row["cpu_speedup"] <= row["cpu_speedup_max"]
         assert row["active_flops_per_token"] > 0
         assert row["success_from"].startswith("dense")
 

@@ -299,6 +299,7 @@ def test_decode_bench_runs_every_variant_on_every_cycle_and_checks_identity(tiny
     assert r["identical"] is True and r["cycles"] == 5 and r["run_length"] == 2
     assert set(r["drafters"]) == {"self", "chunk"}
     assert r["speedup"] == r["drafters"][r["best_drafter"]]["speedup"] > 0
+    assert all(d["cpu_speedup"] > 0 for d in r["drafters"].values())  # on thread CPU time
 
 
 def test_decode_bench_measures_a_draft_model_beside_the_other_drafters(tiny_model_dir):

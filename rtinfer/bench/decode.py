@@ -72,7 +72,8 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
         drafters["model"].check_target(md)
     prefixes = list(prefix_stream(md, cycles, seed, stream))
     m = measure(be, drafters, prefixes, run_length, pace_ms)
-    per = {name: {k: m[name][k] for k in ("tokens_per_s", "speedup", "mean_accepted_per_verify",
+    per = {name: {k: m[name][k] for k in ("tokens_per_s", "speedup", "cpu_speedup",
+                                          "mean_accepted_per_verify",
                                           "tokens_per_target_pass", "acceptance", "identical")}
            for name in drafters}
     best = max(per, key=lambda k: per[k]["tokens_per_s"])
@@ -102,10 +103,13 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
     on a shared host the caches go cold meanwhile, which costs the few verify passes of a
     speculative chunk relatively more than the many steps of a plain one.
     Returns per variant ("plain" and each drafter's name): tokens_per_s (decode phase),
-    outs (cycles, n) bins, decode_ns and prefill_ns (cycles,) per cycle, the COUNTS summed
-    over cycles (target_passes with each prefill; plain_steps: 1-token full-depth steps;
+    cpu_tokens_per_s (the same over the calling thread's CPU time: ONNX Runtime at one
+    thread computes on it, so time the host gave other processes is left out), outs
+    (cycles, n) bins, decode_ns, decode_cpu_ns and prefill_ns (cycles,) per cycle, the
+    COUNTS summed over cycles (target_passes with each prefill; plain_steps: 1-token full-depth steps;
     draft_passes: the decoder's; passes and rows: the drafter's own counters), and for drafters
-    speedup, identical, mean_accepted_per_verify, tokens_per_target_pass, acceptance.
+    speedup, cpu_speedup, identical, mean_accepted_per_verify, tokens_per_target_pass,
+    acceptance.
     decoder_opts: drafter name -> its Decoder's options (k_verify, fit_verify; default none)."""
     if run_length < 1:
         raise ValueError(f"run_length must be >= 1, got {run_length}")
@@ -116,7 +120,8 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
     n, period, cycles = md.chunk_tokens, md.tokenizer.period_ns, len(prefixes)
     names = ["plain", *drafters]
     res = {name: {"outs": np.zeros((cycles, n), np.int64), "decode_ns": np.zeros(cycles),
-                  "prefill_ns": np.zeros(cycles), "cycles": cycles}
+                  "decode_cpu_ns": np.zeros(cycles), "prefill_ns": np.zeros(cycles),
+                  "cycles": cycles}
            | dict.fromkeys(COUNTS, 0) for name in names}
     for r, first in enumerate(range(0, cycles, run_length)):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -135,11 +140,13 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
                     else:
                         reuse.set_previous(out["outs"][i - 1], 0, period, period)
                 passes, rows = getattr(d, "passes", 0), getattr(d, "rows", 0)
+                c1 = time.thread_time_ns()
                 if hasattr(d, "start"):
                     d.start(prefixes[i])
                 out["outs"][i] = dec.decode(logits, len(prefixes[i]), n, drafter=d)
-                t2 = time.perf_counter_ns()
+                t2, c2 = time.perf_counter_ns(), time.thread_time_ns()
                 out["prefill_ns"][i], out["decode_ns"][i] = t1 - t0, t2 - t1
+                out["decode_cpu_ns"][i] = c2 - c1
                 st = dec.stats
                 out["verifies"] += st.verifies
                 out["accepted"] += st.accepted
@@ -152,9 +159,11 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
     for name in names:
         out = res[name]
         out["tokens_per_s"] = tokens / (out["decode_ns"].sum() / 1e9)
+        out["cpu_tokens_per_s"] = tokens / max(out["decode_cpu_ns"].sum() / 1e9, 1e-9)
         if name == "plain":
             continue
         out.update(speedup=out["tokens_per_s"] / res["plain"]["tokens_per_s"],
+                   cpu_speedup=out["cpu_tokens_per_s"] / res["plain"]["cpu_tokens_per_s"],
                    identical=bool((out["outs"] == res["plain"]["outs"]).all()),
                    mean_accepted_per_verify=out["accepted"] / max(out["verifies"], 1),
                    tokens_per_target_pass=tokens / max(out["target_passes"], 1),

@@ -21,6 +21,8 @@ Per row:
 - step_p50_us: median over chunks of decode time / decoded tokens (dense: the 1-token step);
 - chunk_p50_ms: median over chunks of prefill + decode;
 - speedup (drafters): tokens/s over plain greedy's in the same run, median of the runs;
+  cpu_speedup: the same over the decoding thread's CPU time (what the host's other load
+  does not move);
 - identical: the drafter's output equals plain greedy's on every cycle (null for dense);
 - success: lockstep success from card.json at full depth over the instructions it lists;
   drafters are lossless, so where identical their success is dense's (`success_from`).
@@ -153,9 +155,11 @@ def _rows(md, drafters: dict, opts: dict, dcfgs: dict, results: list, n_prefix: 
                "identical": None, "success": success, "success_from": "card.json"}
         if d is not None:
             ident = all(p["identical"] for p in per)
-            sp = [p["speedup"] for p in per]
+            sp, cpu = [p["speedup"] for p in per], [p["cpu_speedup"] for p in per]
             row.update(identical=ident, speedup=float(np.median(sp)),
                        speedup_min=float(min(sp)), speedup_max=float(max(sp)),
+                       cpu_speedup=float(np.median(cpu)), cpu_speedup_min=float(min(cpu)),
+                       cpu_speedup_max=float(max(cpu)),
                        tokens_per_target_pass=float(np.median([p["tokens_per_target_pass"]
                                                                for p in per])),
                        acceptance=float(d.acceptance),
