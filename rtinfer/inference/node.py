@@ -16,7 +16,9 @@ A chunk with a value that is not finite (a broken policy's NaN or inf) is not se
 the node serves on; BROKEN_AFTER in a row are reported (health policy_broken, a line).
 Stamps: the obs's (capture, ...) + obs_recv, first_token, publish. Also: `budget`/`command`
 in, `heartbeat` and `health` out at `health_hz`, a trace record per cycle. A bad obs is
-counted and dropped. Single-threaded; `spin_once` blocks up to timeout_ms.
+counted and dropped (one that does not fit the policy's observation spec: obs_bad, and a
+camera frame's problem also under its reason: frame_bad, frame_missing, frame_unknown).
+Single-threaded; `spin_once` blocks up to timeout_ms.
 
 Own slack = deadline - (last publish - capture), capture on this node's clock (the last
 waypoint: a chunk is on time only when its last waypoint is). On one host (ipc/inproc/
@@ -37,6 +39,7 @@ from rtinfer.inference.node_config import InferenceNodeConfig, arguments, config
 from rtinfer.inference.policy import load_policy
 from rtinfer.inference.robots import Robots, RobotSlot
 from rtinfer.model.directory import ModelError
+from rtinfer.model.obs_spec import FRAME_COUNTERS, FrameError
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.spin import on_signals, spin
@@ -93,8 +96,8 @@ class InferenceNode:
             self.close()
             raise
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle", "compute")}
-        self.counters = dict.fromkeys(("cycles", "obs_bad", "obs_held", "waypoints",
-                                       "publish_dropped", "chunks_not_finite",
+        self.counters = dict.fromkeys(("cycles", "obs_bad", *FRAME_COUNTERS, "obs_held",
+                                       "waypoints", "publish_dropped", "chunks_not_finite",
                                        "chunks_not_finite_in_a_row"), 0)
         self.state = "run"  # "hold" (a safe_hold command), "stop" (a stop command, stop())
         # with CURVE a robot is its key: an obs whose src is not its key's name is refused
@@ -154,9 +157,12 @@ class InferenceNode:
         except WireError as e:
             self.counters["obs_bad"] += 1
             slot.counters["obs_bad"] += 1
+            kind = e.kind if isinstance(e, FrameError) else "obs_bad"
+            if kind != "obs_bad":  # a frame's problem, also under its reason
+                self.counters[kind] += 1
             why = str(e)
-            self.complaints.say("obs_bad", lambda: f"observation {env.seq} from {env.src} "
-                                                   f"does not fit the model, not answered: {why}")
+            self.complaints.say(kind, lambda: f"observation {env.seq} from {env.src} "
+                                              f"does not fit the model, not answered: {why}")
             return None
         t_recv = env.stamps.get("recv", now_ns())
         if slot.clock is not None and "publish" in env.stamps:

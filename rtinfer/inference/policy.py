@@ -31,6 +31,7 @@ from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.model.chunk_model import load_model
 from rtinfer.model.directory import ModelError
+from rtinfer.model.obs_spec import FrameError
 from rtinfer.transport.wire import now_ns
 
 
@@ -58,6 +59,10 @@ class TokenPolicy:
         self._emit = None  # run()'s emit, for the decoders' per-waypoint callback
 
     def encode(self, body: dict):
+        if "frames" in body:
+            raise FrameError("frame_unknown", f"obs carries frames of camera(s) "
+                             f"{sorted(body['frames'])[:4]}: an action-token policy takes no "
+                             f"frames; send them to a continuous-chunk policy with image inputs")
         return self.model.obs.encode(body)  # (instruction tokens, observation tokens)
 
     def sample_inputs(self):

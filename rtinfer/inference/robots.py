@@ -149,7 +149,8 @@ class Robots:
         self.counters = dict.fromkeys(("robots_refused", "robots_admitted_late", "robots_left",
                                        "obs_refused", "overloads", "slack_unknown",
                                        "obs_stale", "obs_future", "obs_stamps_disordered",
-                                       "obs_floods", "obs_seq_jumps"), 0)
+                                       "obs_floods", "obs_seq_jumps", "frame_stale",
+                                       "frame_future"), 0)
         self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
         self.overloaded = False             # the admitted robots no longer fit (check_load)
         self.batches = [1]                  # the batch sizes the node runs (set by the node)
@@ -295,16 +296,14 @@ class Robots:
         else:
             bounds = (0, 0) if slot.clock is None else slot.clock.bounds()
         if bounds is not None and bounds[0] <= bounds[1]:  # else: not bracketed yet
-            low, high = bounds
-            if capture - high > recv:  # in the future even at the largest offset allowed
-                kind, why = "obs_future", (
-                    f"its capture is {(capture - high - recv) / 1e6:.1f} ms ahead of its "
-                    f"arrival on this node's clock (beyond the clock estimate's "
-                    f"{(high - low) / 1e6:.3f} ms); fix the robot's clock or stamps")
-            elif now_ns - (capture - low) > deadline_ns:  # older than the deadline for sure
-                kind, why = "obs_stale", (
-                    f"its capture is {(now_ns - capture + low) / 1e6:.1f} ms old, past the "
-                    f"{deadline_ns / 1e6:g} ms deadline: its chunk could never be applied")
+            kind, why = _too_old_or_new("obs", "its capture", capture, bounds, recv, now_ns,
+                                        deadline_ns)
+            for camera, frame in (env.body.get("frames") or {}).items():
+                if kind is not None:
+                    break
+                kind, why = _too_old_or_new("frame", f"its camera {camera!r}'s frame capture",
+                                            frame["capture_ns"], bounds, recv, now_ns,
+                                            deadline_ns)
         publish = st.get("publish")
         if kind is None and publish is not None and capture > publish:
             kind, why = "obs_stamps_disordered", (
@@ -488,3 +487,20 @@ class Robots:
                   if now_ns - start > self.leave_after_ns + 1_000_000_000]:
             del self.arrivals[n]
         return gone
+
+
+def _too_old_or_new(what: str, whose: str, capture: int, bounds: tuple, recv: int, now_ns: int,
+                    deadline_ns: int) -> tuple[str | None, str]:
+    """(what_future or what_stale, why) for a capture stamp of another clock bracketed by
+    `bounds` (offset low, high), or (None, "") when it may be answered."""
+    low, high = bounds
+    if capture - high > recv:  # in the future even at the largest offset allowed
+        return f"{what}_future", (
+            f"{whose} is {(capture - high - recv) / 1e6:.1f} ms ahead of its arrival on this "
+            f"node's clock (beyond the clock estimate's {(high - low) / 1e6:.3f} ms); fix the "
+            f"robot's clock or stamps")
+    if now_ns - (capture - low) > deadline_ns:  # older than the deadline for sure
+        return f"{what}_stale", (
+            f"{whose} is {(now_ns - capture + low) / 1e6:.1f} ms old, past the "
+            f"{deadline_ns / 1e6:g} ms deadline: its chunk could never be applied")
+    return None, ""

@@ -241,10 +241,29 @@ def _chunk_cross(body):
                          f"{body['values'].shape}: both must be (D,)", "body.tokens")
 
 
+_FRAME = ({"image": check_array(dtype=np.uint8, ndim=3, nonempty=True), "capture_ns": ns},
+          frozenset(), None)
+
+
+def _check_frames(v):
+    """obs frames: camera name -> {image: uint8 [H, W, C], capture_ns}, at least one."""
+    if not isinstance(v, dict) or not v:
+        raise SchemaError(f"must be a non-empty map of camera name -> frame, got "
+                          f"{_tname(v) if not isinstance(v, dict) else 'an empty map'}; "
+                          "leave `frames` out when there are none")
+    for camera, frame in v.items():
+        try:
+            check_name(camera)
+        except SchemaError as e:
+            raise e.at(f"[{camera!r:.40}]") from None
+        validate_fields(_FRAME, frame, f"[{camera!r:.40}]")
+
+
 # topic kind -> (field checks, optional field names, cross-field check or None)
 _ECHO = ({"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
 BODIES = {
-    "obs": ({"values": check_map(check_array()), "ints": check_map(i64)}, frozenset(), None),
+    "obs": ({"values": check_map(check_array()), "ints": check_map(i64),
+             "frames": _check_frames}, frozenset({"frames"}), None),
     "action_chunk": ({"cycle": u64, "index": u64, "count": check_int(1, U64_MAX, ">= 1"),
                       "dest": check_name,
                       "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
