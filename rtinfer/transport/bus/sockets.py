@@ -13,6 +13,7 @@ from typing import Mapping, Sequence, Union
 import zmq
 
 from rtinfer.transport.bus.heal import Healer
+from rtinfer.transport.bus.io_priority import io_thread_options
 from rtinfer.transport.bus.ipc import SocketFiles, refuse_live_ipc
 from rtinfer.transport.bus.watch import AllowWatch
 from rtinfer.transport.curve import (CurveConfig, acquire_authenticator, release_authenticator,
@@ -42,7 +43,11 @@ class BusSocket:
                  ctx: zmq.Context | None, curve: Curve,
                  options: Sequence[tuple[int, int | bytes]] = ()) -> None:
         self._own_ctx = ctx is None
-        self._ctx = zmq.Context() if ctx is None else ctx
+        if ctx is None:  # its I/O thread starts with the first socket: options before it
+            ctx = zmq.Context()
+            for opt, value in io_thread_options():
+                ctx.set(opt, value)
+        self._ctx = ctx
         self._sock: zmq.Socket | None = self._ctx.socket(kind)
         self._healer: Healer | None = None  # a connecting socket's
         self._watch: AllowWatch | None = None  # a bound CURVE server's
