@@ -75,9 +75,11 @@ class Observation:
     capture_ns: when it was sensed, monotonic ns on the controller's clock (the loop's `now`
     for a simulator; a sensor's own stamp, on that clock, for a real robot). values: name ->
     numpy array; ints: name -> int. Their keys, dtypes and shapes are what the policy's
-    observation spec names (its obs_spec.json or obs_tokens.json). frames: name -> (uint8
-    image array, its own capture ns), for camera frames; not carried on the wire yet, so
-    the controller refuses a non-empty one (counted obs_bad)."""
+    observation spec names (its obs_spec.json or obs_tokens.json). frames: camera name ->
+    (uint8 image [H, W, C], its own capture ns on the same clock), for the image inputs of
+    the policy's obs_spec.json (docs/robots.md, "Cameras"). Sent without a copy, so an image
+    must not change once returned: hand over a new array per frame (as camera SDKs and
+    renderers give), and copy first where the driver reuses one buffer."""
     capture_ns: int
     values: dict[str, np.ndarray]
     ints: dict[str, int] = field(default_factory=dict)

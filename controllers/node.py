@@ -25,8 +25,9 @@ A read or write that raises HardwareFault
 ControlStack.safe_command from the last good state), the state is "fault" until a tick whose
 read and write both succeed, and chunks meanwhile are rejected_hold; the next fresh chunk
 after that resumes. Observe: the driver's observe(state, now) returns what the policy is to
-see (controllers.hardware.Observation), and the node publishes it as `obs` (checked against
-the policy's observation spec when it has one: a mismatch is obs_bad, said, not sent).
+see (controllers.hardware.Observation), and the node publishes it as `obs`, camera frames
+included (out of band, not copied), checked against the policy's observation spec when it
+has one (a mismatch is obs_bad, said, not sent).
 Compute, write: ControlStack -> HardwareInterface.write(). Any other exception from a driver
 method is a bug: DriverError, naming the method, ends the loop.
 Trace and health: `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
@@ -211,7 +212,9 @@ class ObsCheck:
         if self.spec is None:
             return None
         layout = (tuple((k, getattr(v, "dtype", None), getattr(v, "shape", None))
-                        for k, v in body["values"].items()), tuple(body["ints"]))
+                        for k, v in body["values"].items()), tuple(body["ints"]),
+                  tuple((k, getattr(f["image"], "dtype", None), getattr(f["image"], "shape", None))
+                        for k, f in body.get("frames", {}).items()))
         if layout == self._passed:
             return None
         try:
@@ -400,8 +403,14 @@ class ControllerNode:
         (the bus refused it) or obs_bad (not what the policy's observation spec names: said
         on stderr at most once a second, and not sent). True if sent."""
         body = {"values": obs.values, "ints": obs.ints}
-        why = "frames are not carried on the wire yet; send them as values" if obs.frames \
-            else self._obs_check.problem(body)
+        why = None
+        if obs.frames:  # each image goes as it is: out of band from 64 KiB (docs/wire.md)
+            try:
+                body["frames"] = {name: {"image": image, "capture_ns": int(capture_ns)}
+                                  for name, (image, capture_ns) in obs.frames.items()}
+            except (TypeError, ValueError):
+                why = "frames must map a camera name to (uint8 image [H, W, C], capture ns)"
+        why = why or self._obs_check.problem(body)
         if why is not None:
             self.counters["obs_bad"] += 1
             self.complaints.say("obs_bad", lambda: f"observation not sent: {why}; make the "

@@ -16,6 +16,9 @@ from test_controller_node import LINE, MS, Cell, Plant
 
 SPEC = ObsSpec({"format": "rtinfer-obs-spec", "version": 1,
                 "inputs": [{"key": "pos", "dtype": "float32", "shape": [3]}]})
+CAMERA_SPEC = ObsSpec({**SPEC.doc, "inputs": [*SPEC.doc["inputs"], {
+    "key": "overhead", "kind": "image", "dtype": "uint8", "shape": [224, 224, 3],
+    "camera": "overhead"}]})
 
 
 @pytest.fixture
@@ -39,6 +42,15 @@ def observing_cell(ctx, observe, **kw) -> Cell:
     return Cell(ctx, plant=ObservingPlant(observe), **kw)
 
 
+def joined(c: Cell, sub: Subscriber) -> None:
+    """Tick until one observation arrives (the slow joiner)."""
+    for _ in range(200):
+        c.run(1)
+        if sub.recv(timeout_ms=5) is not None:
+            return
+    pytest.fail("no observation arrived")
+
+
 def test_the_drivers_observation_goes_out_as_obs_with_its_capture_stamp(ctx):
     every, observed = 50, []
 
@@ -50,10 +62,7 @@ def test_the_drivers_observation_goes_out_as_obs_with_its_capture_stamp(ctx):
     c = observing_cell(ctx, observe)
     sub = Subscriber("inproc://ctl", ["obs"], ctx=ctx)
     try:
-        for _ in range(200):  # the slow joiner: until one observation arrives
-            c.run(1)
-            if sub.recv(timeout_ms=5) is not None:
-                break
+        joined(c, sub)
         sent = c.node.counters["obs_sent"]
         c.run(500)
         got = [e for e in iter(lambda: sub.recv(timeout_ms=50), None)]
@@ -112,14 +121,41 @@ def test_an_observation_the_wire_cannot_carry_is_counted_and_the_loop_goes_on(ct
         c.close()
 
 
-def test_an_observation_with_frames_is_refused_until_the_wire_carries_them(ctx):
+def test_a_drivers_frames_go_out_with_the_obs_each_with_its_camera_and_capture_stamp(ctx):
+    images = []
+
+    def observe(state, now):
+        if (now // MS) % 50:
+            return None
+        images.append(np.full((224, 224, 3), len(images) % 256, np.uint8))  # a new one a frame
+        return Observation(now, {"pos": state.pos.astype(np.float32)},
+                           frames={"overhead": (images[-1], now - 7 * MS)})
+    c = observing_cell(ctx, observe, obs_spec=CAMERA_SPEC)
+    sub = Subscriber("inproc://ctl", ["obs"], ctx=ctx)
+    try:
+        joined(c, sub)
+        c.run(200)
+        got = [e for e in iter(lambda: sub.recv(timeout_ms=50), None)]
+        assert len(got) == 4 and c.node.counters["obs_bad"] == 0
+        for env in got:
+            frame = env.body["frames"]["overhead"]
+            assert frame["capture_ns"] == env.stamps["capture"] - 7 * MS  # its own stamp
+            assert np.array_equal(frame["image"], images[frame["image"][0, 0, 0]])
+    finally:
+        sub.close()
+        c.close()
+
+
+def test_a_frame_the_policys_spec_does_not_take_is_counted_said_and_not_sent(ctx, capfd):
     def observe(state, now):
         return Observation(now, {"pos": state.pos.astype(np.float32)},
-                           frames={"cam": (np.zeros((4, 4), np.uint8), now)})
-    c = observing_cell(ctx, observe)
+                           frames={"overhead": (np.zeros((224, 224, 4), np.uint8), now)})
+    c = observing_cell(ctx, observe, obs_spec=CAMERA_SPEC)
     try:
         c.run(10)
         assert c.node.counters["obs_bad"] == 10 and c.node.counters["obs_sent"] == 0
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "camera 'overhead' is uint8 [224, 224, 4]" in err[0]
     finally:
         c.close()
 
