@@ -307,6 +307,32 @@ def decode_vectors():
     add("body_not_a_map", envelope(p(5)), "SchemaError")
     add("body_unknown_field", envelope(rmap([("values", {}), ("ints", {}), ("x", 1)])), "SchemaError")
     add("body_missing_field", envelope(rmap([("values", {})])), "SchemaError")
+    # obs frames (docs/wire.md section 5): camera name -> {image uint8 [H, W, C], capture_ns}
+    img = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    good("ok_obs_frames_inline", "obs", {**OBS_OK, "frames": {
+        "overhead": {"image": img, "capture_ns": 990}, "wrist": {"image": img[:1], "capture_ns": 0}}})
+    add("ok_obs_frames_oob", [bytes(f) for f in wire.encode_frames("obs", {**OBS_OK, "frames": {
+        "overhead": {"image": img, "capture_ns": 990}}}, seq=1, src="sim", oob_bytes=16)], "ok")
+
+    def fr(frames) -> bytes:
+        return envelope(rmap([("values", {}), ("ints", {}), ("frames", frames)]))
+    image = arr(img)
+    add("obs_frames_empty", fr(rmap([])), "SchemaError")
+    add("obs_frames_not_a_map", fr(p(1)), "SchemaError")
+    add("obs_frame_camera_space", fr(rmap([("over head", rmap([("image", image), ("capture_ns", 1)]))])),
+        "SchemaError")
+    add("obs_frame_missing_capture", fr(rmap([("cam", rmap([("image", image)]))])), "SchemaError")
+    add("obs_frame_extra_field", fr(rmap([("cam", rmap([("image", image), ("capture_ns", 1), ("x", 1)]))])),
+        "SchemaError")
+    add("obs_frame_capture_negative", fr(rmap([("cam", rmap([("image", image), ("capture_ns", -1)]))])),
+        "SchemaError")
+    for name, a in (("float32", img.astype(np.float32)), ("2d", img[0]), ("4d", img[None]),
+                    ("empty", img[:0])):
+        add(f"obs_frame_image_{name}", fr(rmap([("cam", rmap([("image", arr(a)), ("capture_ns", 1)]))])),
+            "ArrayError")
+    oob = [bytes(f) for f in wire.encode_frames("obs", {**OBS_OK, "frames": {
+        "cam": {"image": img, "capture_ns": 1}}}, seq=1, src="sim", oob_bytes=16)]
+    add("obs_frame_oob_truncated", [oob[0], oob[1][:-1]], "ArrayError")
     ch = lambda **kw: envelope(chunk_body(**kw), topic="action_chunk")  # noqa: E731
     add("chunk_ok_raw", ch(), "ok")
     add("chunk_values_float64", ch(values=arr(np.zeros(4))), "ArrayError")

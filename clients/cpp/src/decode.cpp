@@ -335,11 +335,13 @@ void check_map(const Value& v, F&& value_check) {
 }
 
 void check_array(const Value& v, int kind, int ndim, bool nonempty) {
-    // kind: 0 any allow-listed dtype, 1 float32 only, 2 integer dtypes only
+    // kind: 0 any allow-listed dtype, 1 float32 only, 2 integer dtypes only, 3 uint8 only
     if (v.kind != Value::Kind::Array) array_error("must be an ndarray");
     const NdArray& a = v.arr;
     if (kind == 1 && a.dtype != DType::F32)
         array_error(std::string("dtype ") + dtype_name(a.dtype) + " is not allowed here: must be float32");
+    if (kind == 3 && a.dtype != DType::U8)
+        array_error(std::string("dtype ") + dtype_name(a.dtype) + " is not allowed here: must be uint8");
     if (kind == 2 && !is_integer(a.dtype))
         array_error(std::string("dtype ") + dtype_name(a.dtype) + " is not allowed here: must be an integer dtype");
     if (ndim >= 0 && int(a.dims.size()) != ndim)
@@ -376,6 +378,17 @@ void command_field(const Value& v) {
 
 void validate_fields(const std::vector<Field>& fields, const Value& body, const std::string& where);
 
+void frame_image(const Value& v) { check_array(v, 3, 3, true); }  // uint8 [H, W, C]
+const std::vector<Field> FRAME = {{"image", frame_image, false}, {"capture_ns", ns, false}};
+void obs_frames(const Value& v) {  // camera name -> frame, at least one (section 5)
+    if (v.kind != Value::Kind::Map || v.map.empty())
+        schema("must be a non-empty map of camera name -> frame; leave `frames` out when there are none");
+    for (const auto& e : v.map) {
+        at(key_text(e.key), [&] { check_name(e.key); });
+        validate_fields(FRAME, e.value, key_text(e.key));
+    }
+}
+
 const std::vector<Field> ECHO = {
     {"src", check_name, false}, {"seq", u64, false}, {"sent_ns", ns, false}, {"recv_ns", ns, false}};
 void echo_field(const Value& v) { validate_fields(ECHO, v, ""); }
@@ -387,7 +400,7 @@ struct BodySpec {
 
 const std::vector<BodySpec>& bodies() {
     static const std::vector<BodySpec> specs = {
-        {"obs", {{"values", obs_values, false}, {"ints", obs_ints, false}}},
+        {"obs", {{"values", obs_values, false}, {"ints", obs_ints, false}, {"frames", obs_frames, true}}},
         {"action_chunk", {{"cycle", u64, false}, {"index", u64, false}, {"count", count_field, false},
                           {"dest", check_name, false}, {"values", values_array, false},
                           {"tokens", tokens_array, true}, {"spec", check_str, false},
