@@ -220,6 +220,8 @@ class ObsCheck:
         try:
             if isinstance(self.spec, ObsSpec):
                 self.spec.feeds(body)
+            elif "frames" in body:
+                return "an action-token policy takes no camera frames; leave them out"
             else:
                 self.spec.encode(body)
         except ObsError as e:

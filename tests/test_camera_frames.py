@@ -266,3 +266,14 @@ def test_docs_wire_example_of_three_frames_is_what_the_encoder_sends():
     decoded = wire.decode_frames([bytes(f) for f in msg]).body["frames"]
     assert {k: (v["image"].shape, v["capture_ns"]) for k, v in decoded.items()} == {
         "overhead": ((224, 224, 3), 1000), "left": ((48, 64, 3), 998), "right": ((48, 64, 3), 999)}
+
+
+def test_an_action_token_policy_refuses_frames_as_from_a_camera_it_does_not_know():
+    from types import SimpleNamespace
+
+    from rtinfer.inference.policy import TokenPolicy
+    policy = SimpleNamespace(model=None)  # encode refuses before it reads the model
+    says = r"camera\(s\) \['left', 'overhead', 'right'\]: an action-token policy takes no frames"
+    with pytest.raises(FrameError, match=says) as e:
+        TokenPolicy.encode(policy, good_body(5))
+    assert e.value.kind == "frame_unknown"
