@@ -185,7 +185,7 @@ def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
     got = {}
     for m in json.loads(r.stdout):
         got[m["name"]] = wire.decode_frames([Path(f).read_bytes() for f in m["frames"]])
-    assert len(got) == 9 and {e.topic.partition("/")[0] for e in got.values()} == set(wire.schema.BODIES)
+    assert len(got) == 10 and {e.topic.partition("/")[0] for e in got.values()} == set(wire.schema.BODIES)
     ch, oob = got["action_chunk"], got["action_chunk_oob"]
     assert list(ch.stamps.items()) == [("capture", 1000), ("obs_recv", 1100)]
     assert ch.seq == 42 and ch.src == "cppinf" and ch.body["values"].dtype == np.float32
@@ -196,11 +196,15 @@ def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
     assert obs.topic == "obs/cell2" and obs.body["values"]["grid"].tolist() == [[0, 1, 2], [3, 4, 5]]
     assert obs.body["values"]["flags"].tolist() == [True, False, True]
     assert obs.body["ints"] == {"n": -5}
+    frame = got["obs_frames"].body["frames"]["overhead"]  # a camera frame, out of band
+    assert frame["capture_ns"] == 990 and frame["image"].dtype == np.uint8
+    assert frame["image"].tolist() == (np.arange(18, dtype=np.uint8) * 14).reshape(2, 3, 3).tolist()
+    assert len(json.loads(r.stdout)[4]["frames"]) == 2  # the envelope, then the pixels
     assert got["heartbeat"].seq == 2**64 - 1 and got["heartbeat"].body["echo"]["seq"] == 2**64 - 1
     assert got["health"].body["gauges"] == {"e2e_ms": 1.25, "n": -3}
     assert got["budget"].body["reason"] == "slack ü"
     # the same bytes as Python's encoder writes for the same message
-    assert Path(json.loads(r.stdout)[7]["frames"][0]).read_bytes() == wire.encode(
+    assert Path(json.loads(r.stdout)[8]["frames"][0]).read_bytes() == wire.encode(
         "budget", {"level": 2, "reason": "slack ü"}, seq=5, src="cppmon")
 
 

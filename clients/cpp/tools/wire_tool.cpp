@@ -261,6 +261,12 @@ int encode(const std::string& dir) {
                                                            e("flags", Value::ndarray(wire::DType::Bool, {3}, flags, 3)),
                                                            e("", Value::ndarray(wire::DType::U8, {0}, flags, 0))})),
                                e("ints", Value::object({e("n", Value::integer(-5))}))});
+    uint8_t pixels[18];  // a camera frame, uint8 [2, 3, 3] (docs/wire.md section 5)
+    for (int k = 0; k < 18; ++k) pixels[k] = uint8_t(k * 14);
+    Value frame = Value::object({e("image", Value::ndarray(wire::DType::U8, {2, 3, 3}, pixels, 18)),
+                                 e("capture_ns", Value::integer(990))});
+    Value obs_frames = Value::object({e("values", Value::object({})), e("ints", Value::object({})),
+                                      e("frames", Value::object({e("overhead", frame)}))});
     Value echo = Value::object({e("src", Value::str("monitor")), e("seq", Value::uinteger(UINT64_MAX)),
                                 e("sent_ns", Value::integer(5)), e("recv_ns", Value::integer(6))});
     Value hb = Value::object({e("node", Value::str("cppctl")), e("sent_ns", Value::integer(7)), e("echo", echo)});
@@ -278,6 +284,7 @@ int encode(const std::string& dir) {
     write_frames(dir, "action_chunk_oob", wire::encode_frames("action_chunk", chunk, 43, "cppinf", st, 4), first);
     write_frames(dir, "obs", wire::encode_frames("obs/cell2", obs, 1, "cpprobot", st), first);
     write_frames(dir, "obs_oob", wire::encode_frames("obs", obs, 2, "cpprobot", st, 0), first);
+    write_frames(dir, "obs_frames", wire::encode_frames("obs", obs_frames, 3, "cpprobot", st, 0), first);
     write_frames(dir, "heartbeat", wire::encode_frames("heartbeat", hb, UINT64_MAX, "cppctl", {}), first);
     write_frames(dir, "health", wire::encode_frames("health", health, 3, "cppctl", st), first);
     write_frames(dir, "trace", wire::encode_frames("trace", trace, 4, "cppctl", st), first);
