@@ -277,3 +277,14 @@ def test_an_action_token_policy_refuses_frames_as_from_a_camera_it_does_not_know
     with pytest.raises(FrameError, match=says) as e:
         TokenPolicy.encode(policy, good_body(5))
     assert e.value.kind == "frame_unknown"
+
+
+def test_the_robot_refuses_frames_for_an_action_token_policy_before_sending():
+    from pathlib import Path
+
+    from controllers.node import ObsCheck, obs_spec_from
+    root = Path(__file__).resolve().parents[1]
+    tokens = obs_spec_from(json.loads((root / "models/zoo/conveyor-v1-draft/obs_tokens.json")
+                                      .read_text()))
+    assert "an action-token policy takes no camera frames" in ObsCheck(tokens).problem(good_body(5))
+    assert ObsCheck(ObsSpec(cp.OBS)).problem(good_body(5)) is None
