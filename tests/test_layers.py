@@ -23,7 +23,7 @@ RANK = {
     "rtinfer.transport": 1, "rtinfer.realtime": 1,
     "rtinfer.model": 2,
     "rtinfer.inference": 3, "rtinfer.monitor": 3, "rtinfer.launch": 3,
-    "rtinfer.bench": 4,
+    "rtinfer.bench": 4, "rtinfer.record": 4,
     "rtinfer.cli": 5,
     "models": 10, "controllers": 10,
     "examples": 20, "peers": 20,

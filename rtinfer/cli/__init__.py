@@ -46,6 +46,10 @@ def _export(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from rtinfer.monitor.report import main as report_main
+    if args.trace.endswith(".mcap"):  # a recording (rtinfer.record): its robots' traces
+        from rtinfer.record.read import read_traces
+        return report_main(args.trace, png=args.png, deadline_ms=args.deadline_ms,
+                           read=read_traces)
     return report_main(args.trace, png=args.png, deadline_ms=args.deadline_ms)
 
 
@@ -83,7 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args.seconds, policy=args.policy, report=args.report, png=args.png,
                stress=args.stress, run_dir=args.run_dir, deadline_ms=args.deadline_ms,
                seed=args.seed, instruction=args.instruction, belt_speed=args.belt_speed,
-               json_out=args.json, robots=args.robots, realtime=args.realtime)
+               json_out=args.json, robots=args.robots, realtime=args.realtime,
+               record=args.record)
 
 
 def _task_option(checker: str):
@@ -106,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"benchmarks against a same-run baseline: {', '.join(BENCHES)} "
                         "(see rtinfer bench NAME --help)")
 
-    r = sub.add_parser("report", help="latency table (and PNG) from a trace file")
-    r.add_argument("trace")
+    r = sub.add_parser("report", help="latency table (and PNG) from a trace file or a "
+                                      "recording (RUN.mcap, from --record)")
+    r.add_argument("trace", help="a .trace file, or an .mcap recording (its robots' traces)")
     r.add_argument("--png", default=None, help="write a latency timeline + histogram PNG (needs matplotlib)")
     r.add_argument("--deadline-ms", type=float, default=None,
                    help="count applied cycles whose e2e is above it as misses too (late "
@@ -215,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "by one inference node (launch/conveyor_fleet.yaml); the report has "
                         "one entry per robot")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
+    d.add_argument("--record", default=None, metavar="RUN.mcap",
+                   help="record the run as MCAP with ROS 2 schemas (observations, waypoints, "
+                        "traces, health, the monitor's decisions), for Foxglove, Rerun and "
+                        "`rtinfer report RUN.mcap`; needs rtinfer[record]")
     d.add_argument("--no-realtime", dest="realtime", action="store_false",
                    help="run every node under the OS's default scheduling: none of the launch "
                         "file's SCHED_FIFO priorities or CPU pinning (to measure what they "

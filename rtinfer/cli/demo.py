@@ -60,6 +60,8 @@ from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMU
                                 late_fraction, load_line, percent_text, pin_tasks, policy_cpu,
                                 runs_table, scheduling_table, sorted_text, stress_table)
 from rtinfer.launch.file import load
+from rtinfer.launch.record import check_record
+from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.launch.runs import unwritable
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.report_file import write_report
@@ -154,24 +156,27 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
     return threat, errors
 
 
-def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dict) -> list[str]:
+def launcher_command(launch: Path, run_dir: Path, seconds: float, overrides: dict,
+                     record: str | None = None) -> list[str]:
     """The launcher, started through rtinfer.launch.child so that it gets PR_SET_PDEATHSIG
-    (SIGTERM: an orderly stop of its nodes) when the demo dies."""
+    (SIGTERM: an orderly stop of its nodes) when the demo dies; record: its --record."""
     sets = [f"--set={k}={v}" for k, v in {**overrides, "seconds": seconds}.items()]
+    rec = [] if record is None else ["--record", record]
     return [sys.executable, "-m", "rtinfer.launch.child", "--name", "launcher",
             "--parent", str(os.getpid()), "--", SUPERVISOR, str(launch),
-            "--run-dir", str(run_dir), "--seconds", str(seconds + 60), *sets]
+            "--run-dir", str(run_dir), "--seconds", str(seconds + 60), *rec, *sets]
 
 
 def run_once(launch: Path, seconds: float, run_dir: Path, overrides: dict, console: Console,
-             title: str, stop: _Stop, stress: int = 0, pin_cpu: int | None = None) -> dict:
+             title: str, stop: _Stop, stress: int = 0, pin_cpu: int | None = None,
+             record: str | None = None) -> dict:
     """One launched run; `stress` busy processes beside it; pin_cpu: the policy node's main
     thread (its compute) and those processes (SCHED_IDLE) pinned to that CPU, its other
     threads and the launcher, sim and monitor kept off it (the node re-pinned each second, so
     a thread it starts later is placed too)."""
     spec = load(launch, overrides)
     endpoints = [e.address(run_dir) for e in spec.endpoints.values()]
-    cmd = launcher_command(launch, run_dir, seconds, overrides)
+    cmd = launcher_command(launch, run_dir, seconds, overrides, record)
     mine = os.sched_getaffinity(0)
     if pin_cpu is not None and len(mine - {pin_cpu}) > 0:
         os.sched_setaffinity(0, mine - {pin_cpu})  # the launcher, sim and monitor inherit it
@@ -449,14 +454,16 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
         png: str | None = None, stress: str | None = None, run_dir: str | None = None,
         deadline_ms: float | None = None, seed: int | None = None,
         instruction: str | None = None, belt_speed: float | None = None,
-        json_out: bool = False, robots: int = 1, realtime: bool = True) -> int:
+        json_out: bool = False, robots: int = 1, realtime: bool = True,
+        record: str | None = None) -> int:
     """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
-    end-to-end deadline (None: the launch file's; see launch_overrides). Returns the exit
+    end-to-end deadline (None: the launch file's; see launch_overrides). record: an .mcap
+    file the run is recorded to (the launcher's --record; one run only). Returns the exit
     status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
     stop = _Stop()
     with on_signals(stop):
         return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
-                    instruction, belt_speed, json_out, stop, robots, realtime)
+                    instruction, belt_speed, json_out, stop, robots, realtime, record)
 
 
 def check_stress(stress: str | None, model: Path | None) -> None:
@@ -468,10 +475,19 @@ def check_stress(stress: str | None, model: Path | None) -> None:
 
 
 def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
-         belt_speed, json_out, stop: _Stop, robots: int = 1, realtime: bool = True) -> int:
+         belt_speed, json_out, stop: _Stop, robots: int = 1, realtime: bool = True,
+         record: str | None = None) -> int:
     console = Console(stderr=True)
     try:
         check_options(seconds, deadline_ms, report, png)
+        if record is not None:
+            if stress is not None:
+                raise DemoError(f"--record {record}: records one run; --stress makes several, "
+                                "so drop one of the two")
+            try:
+                record = str(check_record(record))
+            except LaunchError as e:
+                raise DemoError(str(e)) from None
         check_fleet(robots, policy, stress, seed, instruction, png)
         model = model_dir(policy)
         check_stress(stress, model)
@@ -499,7 +515,7 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
                                             out.get(c, {}).items() if k != "calibration"]
     else:
         results = _runs(launch, base.resolve(), model, robots, stress, deadline_ms, seconds,
-                        task, console, stop, png)
+                        task, console, stop, png, record)
         runs_done = [r for k, r in results.items() if k != "calibration"]
         out = results.get("nominal", {}) if stress is None else results
     text = json.dumps(out, indent=None if json_out else 1)
@@ -516,13 +532,15 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
 
 def _one(launch: Path, base: Path, name: str, seconds: float, overrides: dict, console: Console,
          stop: _Stop, png: str | None, single: bool, hogs: int = 0, cpu: int | None = None,
-         deadline_ms: float | None = None) -> dict:
+         deadline_ms: float | None = None, record: str | None = None) -> dict:
     """One named run in base/name, its errors on the console; deadline_ms: audit its traces
     against it (rtinfer.cli.pressure.audit) and say how late it was."""
     rd = base / name
     rd.mkdir(parents=True, exist_ok=True)
     r = run_once(launch, seconds, rd, overrides, console, f"rtinfer demo: {name}", stop,
-                 stress=hogs, pin_cpu=cpu)
+                 stress=hogs, pin_cpu=cpu, record=record)
+    if record is not None:
+        r["recording"] = record
     for line in r.get("error", []):
         console.print(f"[red]error[/red] {name}: {line}", highlight=False, soft_wrap=True)
     if deadline_ms is not None:
@@ -549,7 +567,7 @@ def _audit(run_dir: Path, deadline_ms: float) -> dict | None:
 
 
 def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, console, stop,
-          png) -> dict:
+          png, record: str | None = None) -> dict:
     """The plain demo ({"nominal": run}) or `--stress cpu` (calibration, stress-fixed,
     stress-budget: the budget's part; busy-unscheduled, busy-scheduled: the scheduling's)."""
     overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
@@ -582,7 +600,8 @@ def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, conso
         ov = {**overrides, **extra}
         results[name] = _one(launch, base, name, seconds, ov, console, stop, png,
                              len(runs) == 1, hogs, cpu if on_policy_cpu else None,
-                             float(ov["deadline_ms"]) if len(runs) > 1 else None)
+                             float(ov["deadline_ms"]) if len(runs) > 1 else None,
+                             record if len(runs) == 1 else None)
     if len(runs) > 1:
         results = {"calibration": None if threat is None else threat.report(), **results}
         console.print(stress_table(results))

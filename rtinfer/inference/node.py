@@ -42,7 +42,7 @@ from rtinfer.model.directory import ModelError
 from rtinfer.model.obs_spec import FRAME_COUNTERS, FrameError
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.realtime.spin import on_signals, spin
+from rtinfer.realtime.spin import serve, spin
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
@@ -341,12 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             node.close()
             p.error(f"--level {a.level}: {e}")
-    with on_signals(lambda _signum: node.stop()):
-        print(f"{cfg.name}: ready ({node.policy.summary})", flush=True)
-        try:
-            node.run(a.seconds)
-        finally:
-            node.close()
+    serve(node, a.seconds, f"{cfg.name}: ready ({node.policy.summary})")
     return 0
 
 

@@ -107,6 +107,7 @@ class NodeProcess:
         self.started_at = 0.0                 # monotonic start of the current process
         self.last_error: str | None = None    # last traceback's final line (this process)
         self.last_line: str | None = None     # last non-empty output line (this process)
+        self.spoke = threading.Event()        # its first output line came (this process)
         self.failures = 0                     # failed exits, over the whole run
         self.failure: str | None = None       # the last one: "exit code 1: ValueError: ..."
         self.up_at_stop = 0.0                 # up_for() when the launch stopped it
@@ -127,6 +128,7 @@ class NodeProcess:
             self.restart_times.append(now)
         self.first_start = min(self.first_start, now)
         self.started_at, self.last_error, self.last_line = now, None, None
+        self.spoke.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # start_new_session: the node leads its own process group (killpg reaches its
         # children) and a terminal's Ctrl-C reaches only the launcher, which forwards it.
@@ -149,6 +151,7 @@ class NodeProcess:
                 text = raw.decode(errors="replace").rstrip("\n")
                 if text.strip():
                     self.last_line = text.strip()
+                    self.spoke.set()
                 # collapsed only while the log keeps them (a full disk: the console gets all)
                 if block is None and log.failed is None and (text == TRACEBACK
                                                             or text in ("{", "[")):

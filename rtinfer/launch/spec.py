@@ -57,6 +57,8 @@ class NodeSpec:
     stop_grace_s: float = 5.0
     curve_secret: str | None = None
     robot: int | None = None     # robot k's copy of a per_robot node (robots: N), else None
+    ready_s: float = 0.0         # the next node starts once this one said its first line, or
+    #                              after this long (not in launch files: the recorder's)
     line: int = 0
 
 

@@ -50,6 +50,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rtinfer.launch.file import load
+from rtinfer.launch.record import check_record, recorder_node
 from rtinfer.launch.runs import Claim, make_run_dir
 from rtinfer.launch.spec import LaunchSpec
 from rtinfer.launch.process import Console, NodeProcess
@@ -117,6 +118,7 @@ class Supervisor:
         for p in self.procs:
             if self.stop_reason is None:
                 p.start()
+                self._await_first_line(p)
         end = None if self.seconds is None else time.monotonic() + self.seconds
         while self.stop_reason is None:
             time.sleep(POLL_S)
@@ -128,6 +130,14 @@ class Supervisor:
                 self._stop("every node has exited", code=1 if failed else 0)
             if end is not None and now >= end:
                 self._stop(f"--seconds {self.seconds:g} elapsed")
+
+    def _await_first_line(self, p: NodeProcess) -> None:
+        """A node with ready_s (the recorder) holds the next ones back until it has said its
+        first line (it is listening) or ready_s passed, or it exited, or a stop came."""
+        end = time.monotonic() + p.spec.ready_s
+        while self.stop_reason is None and time.monotonic() < end and p.popen.poll() is None \
+                and not p.spoke.wait(POLL_S):
+            pass
 
     def _check(self, p: NodeProcess, now: float) -> None:
         if p.state == "backoff" and now >= p.restart_at:
@@ -227,12 +237,14 @@ class Supervisor:
 
 def run_file(path: str | Path, *, host: str | None = None, seconds: float | None = None,
              run_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
-             check: bool = False) -> int:
+             check: bool = False, record: str | None = None) -> int:
     """Validate `path` and (unless `check`) run it; blocks; returns the exit status.
+    record: an .mcap file the run is recorded to (rtinfer.launch.record).
 
     Raises LaunchError for an invalid file, unknown host or unusable run directory.
     """
     spec = load(path, overrides)
+    out = None if record is None else check_record(record)
     hosts = sorted({n.host for n in spec.nodes if n.host})
     if check and host is None and len(hosts) > 1:  # a multi-host file: every host's share
         shares = "; ".join(f"{h}: {', '.join(n.name for n in spec.nodes_for(h))}" for h in hosts)
@@ -259,8 +271,12 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
             if why:
                 raise LaunchError(f"cannot write {rd / name}: {why}; free some space or pass "
                                   "another --run-dir")
+        notes = list(claim.notes)
+        if out is not None:
+            recorder, said = recorder_node(spec, nodes, out)
+            nodes, notes = [recorder, *nodes], notes + said
         sup = Supervisor(spec, nodes, rd, host=host, seconds=seconds)
-        for note in claim.notes:
+        for note in notes:
             sup.console.say(note)
         return sup.run()
     finally:
@@ -280,6 +296,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "no node's cpus or priority is applied), vars.NAME, rates.NAME or "
                         "monitor.NAME")
     p.add_argument("--check", action="store_true", help="validate only; start nothing")
+    p.add_argument("--record", default=None, metavar="RUN.mcap",
+                   help="record the run's messages as MCAP with ROS 2 schemas, for Foxglove, "
+                        "Rerun and `rtinfer report RUN.mcap` (needs rtinfer[record])")
 
 
 def run_args(a: argparse.Namespace) -> int:
@@ -291,7 +310,7 @@ def run_args(a: argparse.Namespace) -> int:
             raise LaunchError(f"--set {bad[0]!r}: expected KEY=VALUE")
         overrides = dict(s.split("=", 1) for s in a.set)
         code = run_file(a.file, host=a.host, seconds=a.seconds, run_dir=a.run_dir,
-                        overrides=overrides, check=a.check)
+                        overrides=overrides, check=a.check, record=a.record)
     except LaunchError as exc:
         print(f"launch: {exc}", file=sys.stderr)
         return 2

@@ -121,13 +121,15 @@ def write_png(png: str, lat: dict[str, np.ndarray], start: dict[str, np.ndarray]
     fig.savefig(png, dpi=100)
 
 
-def main(trace_path: str, png: str | None = None, deadline_ms: float | None = None) -> int:
+def main(trace_path: str, png: str | None = None, deadline_ms: float | None = None,
+         read=read_trace) -> int:
     """Print the latency table for `trace_path` (with its cycles and misses, by the monitor's
     definition; deadline_ms: the deadline applied cycles are held to); write `png` if given.
-    Returns an exit code."""
+    read: path -> trace records (a recording's: rtinfer.record.read.read_traces). Returns an
+    exit code."""
     late: list[dict] = []
     try:
-        records = list(read_trace(trace_path))
+        records = list(read(trace_path))
         lat, start, n = stage_latencies(records, late)
     except (OSError, ValueError) as exc:
         print(f"rtinfer report: cannot read trace {trace_path!r}: {exc}")

@@ -41,6 +41,18 @@ def spin(node: Spinnable, seconds: float | None = None, timeout_ms: int = 50) ->
         gc.unfreeze()
 
 
+def serve(node, seconds: float | None, ready: str) -> None:
+    """A node process's life after start-up: say `ready` (one line: the launcher and the
+    tests wait for it), run until a stop, SIGINT/SIGTERM or `seconds`, then close it
+    whatever happened. `node` has run(seconds), stop() and close()."""
+    with on_signals(lambda _signum: node.stop()):
+        print(ready, flush=True)
+        try:
+            node.run(seconds)
+        finally:
+            node.close()
+
+
 @contextmanager
 def on_signals(handler: Callable[[int], None]) -> Iterator[None]:
     """Inside the block, SIGINT and SIGTERM call handler(signum) instead of ending the

@@ -93,3 +93,20 @@ def test_a_full_run_dir_stops_the_traces_not_the_robot_and_leaves_no_cut_report(
     for node in ("policy", "monitor"):
         assert f"stopped '{node}' (exit code 0)" in console, console[-3000:]
     assert "node 'sim' finished (exit code 0)" in console, console[-3000:]
+
+
+@pytest.mark.timeout(240)
+def test_a_recording_that_fills_its_disk_stops_with_one_line_and_the_run_goes_on(tmpfs, tmp_path):
+    full = tmpfs("64k")
+    r = rtinfer("demo", "--seconds", SECONDS, "--json", "--run-dir", tmp_path / "run",
+                "--record", full / "run.mcap", timeout=200)
+    console = (tmp_path / "run" / "nominal" / "console.log").read_text()
+    assert r.returncode == 0, (r.stderr + console)[-3000:]
+    report = json.loads(r.stdout)
+    assert report["exit_code"] == 0 and report["cycles"] > 0, report
+    stopped = [ln for ln in console.splitlines()
+               if "[recorder]" in ln and "recording" in ln and "No space left" in ln]
+    assert len(stopped) == 1, console[-3000:]
+    last = [ln for ln in console.splitlines() if "[recorder]" in ln and " lost " in ln]
+    assert last and int(last[-1].rsplit(" lost ", 1)[1]) > 0, last  # what it could not write
+    assert "node 'sim' finished (exit code 0)" in console and "Traceback" not in console
