@@ -29,6 +29,7 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-dev cpp
 	$(BIN)/python -m pytest
 	$(MAKE) test-lerobot
+	$(MAKE) test-ros2
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
@@ -53,3 +54,15 @@ $(LEROBOT_VENV)/.installed-lerobot: scripts/lerobot_env.sh pyproject.toml
 
 test-lerobot: $(LEROBOT_VENV)/.installed-lerobot
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_act.py
+
+# ROS 2 venv (the ROS 2 bridge, rtinfer_ros2/: ROS 2 Kilted from PyPI's ros-* wheels, ~262 MB;
+# the tests run their nodes in a network namespace, so they need root); ROS2_VENV overrides it.
+ROS2_VENV ?= .venv-ros2
+.PHONY: ros2-env test-ros2
+ros2-env: $(ROS2_VENV)/.installed-ros2
+
+$(ROS2_VENV)/.installed-ros2: scripts/ros2_env.sh pyproject.toml
+	ROS2_VENV=$(ROS2_VENV) bash scripts/ros2_env.sh
+
+test-ros2: $(ROS2_VENV)/.installed-ros2
+	$(ROS2_VENV)/bin/python -m pytest tests/test_ros2_*.py

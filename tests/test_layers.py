@@ -16,7 +16,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("rtinfer", "controllers", "models", "examples", "peers")
+PACKAGES = ("rtinfer", "controllers", "models", "examples", "peers", "rtinfer_ros2")
 
 RANK = {
     "rtinfer": 0,
@@ -26,6 +26,7 @@ RANK = {
     "rtinfer.bench": 4, "rtinfer.record": 4,
     "rtinfer.cli": 5,
     "models": 10, "controllers": 10,
+    "rtinfer_ros2": 15,  # the ROS 2 bridge: a robot driver (controllers) on rclpy
     "examples": 20, "peers": 20,
 }
 

@@ -1,0 +1,99 @@
+"""A simulated arm as a plain ROS 2 node, written the way a ROS user writes one: the robot the
+bridge's tests and docs/ros2.md's example drive.
+
+    python -m rtinfer_ros2.sim_arm [--joints base shoulder elbow wrist] [--rate-hz 200]
+        [--tau-s 0.05] [--report PATH] [--ros-args -r __ns:=/arm]
+
+It publishes sensor_msgs/JointState on `joint_states` at --rate-hz, stamped with the node's
+clock, and executes position commands: std_msgs/Float64MultiArray on
+`forward_position_controller/commands` (a forward_command_controller's topic), one position
+per joint in --joints order. Each joint follows its commanded position as a first-order lag
+(time constant --tau-s). On SIGINT/SIGTERM it writes --report (JSON): every command it applied
+with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...]), the commands it refused
+(`refused`: wrong length, not finite) and its last positions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+JOINTS = ("base", "shoulder", "elbow", "wrist")
+READY = (0.0, 0.3, 1.6, 1.0)   # the reach arm's rest pose (examples/arm_reach/sim.py)
+
+
+class SimArm(Node):
+    def __init__(self, joints, start, rate_hz: float, tau_s: float):
+        super().__init__("sim_arm")
+        self.joints = list(joints)
+        self.pos, self.vel, self.goal = list(start), [0.0] * len(joints), list(start)
+        self.tau_s = tau_s
+        self.applied: list[list[float]] = []
+        self.refused = 0
+        self.js_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.create_subscription(Float64MultiArray, "forward_position_controller/commands",
+                                 self.on_command, 10)
+        self.last = time.monotonic()
+        self.create_timer(1.0 / rate_hz, self.step)
+
+    def on_command(self, msg: Float64MultiArray) -> None:
+        q = list(msg.data)
+        if len(q) != len(self.joints) or not all(math.isfinite(v) for v in q):
+            self.refused += 1
+            return
+        self.goal = q
+        self.applied.append([time.monotonic_ns()] + q)
+
+    def step(self) -> None:
+        now = time.monotonic()
+        dt, self.last = now - self.last, now
+        k = 1.0 - math.exp(-dt / self.tau_s)
+        for i, g in enumerate(self.goal):
+            dq = (g - self.pos[i]) * k
+            self.pos[i] += dq
+            self.vel[i] = dq / dt if dt > 0 else 0.0
+        msg = JointState()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.name, msg.position, msg.velocity = self.joints, self.pos, self.vel
+        self.js_pub.publish(msg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = rclpy.utilities.remove_ros_args(sys.argv if argv is None else ["sim_arm"] + argv)
+    ap = argparse.ArgumentParser(prog="python -m rtinfer_ros2.sim_arm", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--joints", nargs="+", default=list(JOINTS))
+    ap.add_argument("--start", nargs="+", type=float, default=None,
+                    help="initial positions (default: the reach arm's rest pose)")
+    ap.add_argument("--rate-hz", type=float, default=200.0, help="JointState rate")
+    ap.add_argument("--tau-s", type=float, default=0.05, help="each joint's time constant")
+    ap.add_argument("--report", default=None, help="write the applied commands here (JSON)")
+    a = ap.parse_args(args[1:])
+    start = a.start or [READY[i] if i < len(READY) else 0.0 for i in range(len(a.joints))]
+    rclpy.init(args=sys.argv if argv is None else None)
+    node = SimArm(a.joints, start, a.rate_hz, a.tau_s)
+    print("sim_arm: ready", flush=True)
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if a.report:
+            with open(a.report, "w") as f:
+                json.dump({"joints": node.joints, "applied": node.applied,
+                           "refused": node.refused, "pos": node.pos}, f)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
