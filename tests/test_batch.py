@@ -42,7 +42,7 @@ def _rows(md, instr, obs, offsets, t, level, previous):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(offsets=st.lists(st.integers(0, 299), min_size=2, max_size=8),
-       level=st.sampled_from([0, 1, 2, 3]), rounds=st.integers(1, 3))
+       level=st.sampled_from([0, 1, 2, 3, 4]), rounds=st.integers(1, 3))
 def test_each_row_is_its_own_plain_greedy(shipped, offsets, level, rounds):
     """Rows of any batch size, at any budget level (speculative or at an exit), over a few
     cycles (so each row drafts from its own previous chunk): every row's chunk is the plain

@@ -41,3 +41,39 @@ def test_auto_off_follows_only_the_monitor():
     assert b.update(0) == 0
     b.set_monitor_level(1)
     assert b.index == 1
+
+
+def _measured(tiny_model_dir, tmp_path, levels):
+    """The tiny model with a card that says each level's lockstep success and chunk cost."""
+    import json
+    import shutil
+    d = tmp_path / "measured"
+    shutil.copytree(tiny_model_dir, d)
+    card = json.loads((d / "card.json").read_text())
+    card["level_success"] = {"late": 0.3, "levels": [
+        {"depth": depth, "spec_len": spec, "chunk": chunk, "gate": None, "success_rate": ok,
+         "chunk_cpu_ms": ms} for depth, spec, chunk, ok, ms in levels]}
+    (d / "card.json").write_text(json.dumps(card))
+    return ModelDir.load(d)
+
+
+def test_measured_success_orders_the_ladder_and_a_level_a_cheaper_one_beats_gives_way(
+        tiny_model_dir, tmp_path):
+    md = _measured(tiny_model_dir, tmp_path, [
+        (3, 3, 3, 1.0, 4.0),    # full quality
+        (3, 3, 2, 0.80, 3.0),   # half chunk: cheaper, sorts worse
+        (2, 0, 2, 0.95, 3.5),   # exit 2, half chunk: beaten by exit 2 at the full chunk
+        (1, 0, 2, 0.60, 2.0),   # the cheapest: poor, but nothing cheaper sorts better
+        (2, 0, 3, 0.98, 3.2),   # exit 2 at the full chunk: not in the static ladder
+        (1, 0, 3, 0.99, 4.5)])  # dearer than full quality: saves nothing
+    levels = default_levels(md, k_verify=4)
+    assert [(lv.depth, lv.chunk) for lv in levels] == [(3, 3), (2, 3), (3, 2), (1, 2)]
+    assert [lv.accuracy for lv in levels] == [1.0, 0.98, 0.80, 0.60]
+    assert [lv.spec_len for lv in levels] == [3, 0, 3, 0]
+
+
+def test_a_card_that_did_not_measure_every_candidate_keeps_the_static_ladder(
+        tiny_model_dir, tmp_path):
+    static = default_levels(ModelDir.load(tiny_model_dir), k_verify=4)
+    md = _measured(tiny_model_dir, tmp_path, [(3, 3, 3, 1.0, 4.0), (1, 0, 2, 0.99, 1.0)])
+    assert default_levels(md, k_verify=4) == static

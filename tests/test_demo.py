@@ -122,7 +122,7 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
     run = tmp_path / "run"
     fixed = json.loads((run / "calibrate-fixed" / "monitor_report.json").read_text())
     cheap = json.loads((run / "calibrate-cheapest" / "monitor_report.json").read_text())
-    assert fixed["budget"]["applied_level"] == 0 and cheap["budget"]["applied_level"] == 3
+    assert fixed["budget"]["applied_level"] == 0 and cheap["budget"]["applied_level"] == 4
     assert fixed["budget"]["changes"] == cheap["budget"]["changes"] == 0
     for name in ("stress-fixed", "stress-budget", "busy-unscheduled", "busy-scheduled"):
         assert report[name]["exit_code"] == 0

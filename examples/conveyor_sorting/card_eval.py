@@ -15,20 +15,36 @@ the same full-depth episodes as the reference.
 
 runs a quantised graph set (models.quantise) at full depth on the same seeds instead, and
 writes its success beside fp32's into the card's "quantised" entry for that precision.
+
+    python -m examples.conveyor_sorting.card_eval models/zoo/conveyor-v1 --levels [--late 0.3]
+
+measures every candidate budget level (rtinfer.inference.budget.candidate_levels, plus each
+exit at the full chunk) as the node runs it, on the same seeds: its success per instruction
+and its chunk's compute (median CPU ms of this thread, in the same run), with `--late` of
+the cycles' chunks refused (evaluate.LateChunks: the robot keeps the last chunk it took).
+It writes them into the card's "level_success", from which default_levels orders the
+ladder (budget.order_by_success).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 
+from rtinfer.bench.decode import token_stream
+from rtinfer.inference.budget import BudgetLevel, candidate_levels, level_key
+from rtinfer.inference.runner import TokenRunner
+from rtinfer.model.directory import ModelDir
+
 from .config import EnvConfig
-from .evaluate import SUMMARY, all_instructions, expert_factory, instruction_key, \
+from .evaluate import SUMMARY, LateChunks, all_instructions, expert_factory, instruction_key, \
     run_per_instruction
-from .policy_adapter import model_factory
+from .policy_adapter import ModelPolicy, model_factory
 
 SEED_STRIDE = 100_003  # run_policy: episode e of seed s resets with s * SEED_STRIDE + e
 
@@ -105,6 +121,94 @@ def precision_eval(model_dir: str, precision: str, *, episodes: int = 5, per_epi
     return out
 
 
+def level_candidates(md: ModelDir, k_verify: int) -> list[BudgetLevel]:
+    """candidate_levels, then each exit at the full chunk (not in the static ladder: its
+    place, if any, comes from its measurement)."""
+    levels = candidate_levels(md, k_verify)
+    H = md.tokenizer.horizon
+    extra = [BudgetLevel(e, 0, H) for e in md.config.get("exits", [])]
+    return levels + [lv for lv in extra if lv not in levels]
+
+
+def _key(entry: dict) -> tuple:
+    """A level_success entry's budget.level_key."""
+    return level_key(BudgetLevel(entry["depth"], entry["spec_len"], entry["chunk"], None,
+                                 entry.get("gate")))
+
+
+def level_costs(md: ModelDir, levels: list, *, cycles: int = 300, rounds: int = 3,
+                run_length: int = 10) -> list[float]:
+    """Each level's chunk compute (prefill + decode; median CPU ms of this thread) on the
+    model's recorded stream, all levels in one run: in each round they take turns in runs of
+    `run_length` consecutive cycles, the order rotating (as rtinfer bench decode does), each
+    level with a runner of its own (its drafter reuses its own previous chunk). What load
+    does to the host then weighs on every level alike."""
+    stream = list(token_stream(md, cycles, 0))
+    runners = [TokenRunner(md, backend_opts={"threads": 1}) for _ in levels]
+    period, spent = md.tokenizer.period_ns, [[] for _ in levels]
+    order = list(range(len(levels)))
+    for r in range(rounds):
+        for n, first in enumerate(range(0, len(stream), run_length)):
+            turn = (r + n) % len(order)
+            for li in order[turn:] + order[:turn]:
+                for i in range(first, min(first + run_length, len(stream))):
+                    c0 = time.thread_time_ns()
+                    runners[li].run(*stream[i], i * period, levels[li])
+                    spent[li].append(time.thread_time_ns() - c0)
+    return [float(np.median(s)) / 1e6 for s in spent]
+
+
+def level_eval(model_dir: str, *, episodes: int = 3, per_episode: int = 20, seed: int = 7000,
+               late: float = 0.0, only=None) -> dict:
+    """Each candidate level (level_candidates; `only`: their indices) over the six
+    instructions, `episodes` each: success and chunk compute; written into card.json
+    "level_success" (replacing the entries of the levels measured here)."""
+    card_path = Path(model_dir) / "card.json"
+    md = ModelDir.load(model_dir)
+    perms = all_instructions(EnvConfig().cell.num_classes)
+    console, entries = Console(), []
+    k_verify = TokenRunner(md, backend_opts={"threads": 1}).decoder.k_verify
+    levels = level_candidates(md, k_verify)
+    for idx in range(len(levels)) if only is None else only:
+        made: list = []
+
+        def factory(env, lv=levels[idx], made=made):
+            made.append(ModelPolicy(md, env, level=lv))
+            return LateChunks(made[-1], late, seed=seed + len(made)) if late > 0 else made[-1]
+
+        r = run_per_instruction(factory, perms, episodes=episodes, per_episode=per_episode,
+                                seed=seed)
+        lv = levels[idx]
+        cpu = np.concatenate([p.chunk_cpu_ns for p in made]) / 1e6
+        wall = np.concatenate([p.chunk_ns for p in made]) / 1e6
+        entries.append({"depth": lv.depth, "spec_len": lv.spec_len, "chunk": lv.chunk,
+                        "gate": lv.gate, **_summary(r),
+                        "lockstep_chunk_cpu_ms": round(float(np.median(cpu)), 3),
+                        "lockstep_chunk_ms": round(float(np.median(wall)), 3),
+                        "chunks": int(cpu.size)})
+        console.print(f"level {idx} {lv}: {r['success_rate']:.3f} overall, worst instruction "
+                      f"{r['min_success_rate']:.3f}, chunk {np.median(cpu):.2f} ms CPU")
+    costs = dict(zip(map(level_key, levels), level_costs(md, levels)))
+    for e in entries:
+        e["chunk_cpu_ms"] = round(costs[_key(e)], 3)
+    card = json.loads(card_path.read_text())
+    run = {"episodes": episodes, "objects_per_episode": per_episode, "seed": seed,
+           "late": late}
+    old = card.get("level_success", {})
+    kept = [e for e in old.get("levels", []) if _key(e) not in set(map(_key, entries))] \
+        if all(old.get(k) == v for k, v in run.items()) else []  # other conditions: replaced
+    for e in kept:  # the cost of every level is from this run's interleaved measurement
+        e["chunk_cpu_ms"] = round(costs.get(_key(e), e["chunk_cpu_ms"]), 3)
+    card["level_success"] = {**run, "cost": "chunk_cpu_ms: median compute of one chunk "
+                                            "(prefill + decode), this thread's CPU ms, "
+                                            "every candidate level interleaved on the "
+                                            "recorded stream (level_costs); "
+                                            "lockstep_chunk_cpu_ms: in its lockstep run",
+                             "levels": kept + entries}
+    card_path.write_text(json.dumps(card, indent=1))
+    return card["level_success"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -115,7 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7000)
     ap.add_argument("--precision", default=None,
                     help="int8, int4 or fp16: that graph set at full depth only (card 'quantised')")
+    ap.add_argument("--levels", nargs="*", type=int, default=None, metavar="I",
+                    help="measure the candidate budget levels (indices I; none: all), "
+                         "--episodes per instruction (card 'level_success')")
+    ap.add_argument("--late", type=float, default=0.0,
+                    help="with --levels: the fraction of chunks refused as late")
     a = ap.parse_args(argv)
+    if a.levels is not None:
+        print(json.dumps(level_eval(a.model, episodes=a.episodes, seed=a.seed, late=a.late,
+                                    per_episode=a.objects_per_episode,
+                                    only=a.levels or None), indent=1))
+        return 0
     if a.precision and a.precision != "fp32":
         print(json.dumps(precision_eval(a.model, a.precision, episodes=a.episodes,
                                         per_episode=a.objects_per_episode, seed=a.seed), indent=1))

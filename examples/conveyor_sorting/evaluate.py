@@ -116,6 +116,33 @@ def run_per_instruction(make_policy: Callable[[ConveyorSortEnv], Policy],
             "min_success_rate": min(v["success_rate"] for v in per.values())}
 
 
+class LateChunks:
+    """A policy whose chunks miss their deadline a `late` fraction of cycles (seeded): the
+    policy still computes each one (its own state moves on, as a node's does), but a late
+    chunk is refused, as the controller refuses one past its deadline, and the robot keeps
+    playing what is left of the last chunk it took (its waypoints keep their times); once
+    that is spent it holds its last waypoint. A lockstep stand-in for a loaded host, where
+    a longer chunk leaves more runway. refused: the late cycles so far."""
+
+    def __init__(self, policy: Policy, late: float, seed: int = 0):
+        if not 0.0 <= late < 1.0:
+            raise ValueError(f"late must be in [0, 1), got {late}")
+        self.policy, self.late, self.rng = policy, late, np.random.default_rng(seed)
+        self.taken, self.age, self.refused = None, 0, 0
+
+    def reset(self) -> None:
+        self.policy.reset()
+        self.taken, self.age = None, 0
+
+    def act(self, obs: dict) -> np.ndarray:
+        chunk = self.policy.act(obs)
+        if self.taken is None or self.rng.random() >= self.late:
+            self.taken, self.age = chunk, 0
+            return chunk
+        self.refused, self.age = self.refused + 1, self.age + 1
+        return self.taken[min(self.age, len(self.taken) - 1):]
+
+
 def expert_factory(env: ConveyorSortEnv) -> ScriptedExpert:
     return ScriptedExpert(env.cfg.cell, env.tokenizer_cfg)
 

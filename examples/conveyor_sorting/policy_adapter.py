@@ -5,9 +5,11 @@ The observation goes through the same wire body and spec-driven tokenizer as on 
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.budget import BudgetLevel, candidate_levels
 from rtinfer.inference.graph_runner import GraphRunner
 from rtinfer.model.chunk_model import ChunkModelDir, load_model
 from rtinfer.model.directory import ModelDir
@@ -20,12 +22,15 @@ from .observe import obs_body
 
 
 class ModelPolicy:
-    """reset() / act(obs) -> (H, D) chunk, decoded greedily at `exit_depth` with the
-    `precision` graph set (None: fp32; ONNX Runtime only)."""
+    """reset() / act(obs) -> (chunk, D) waypoints, decoded greedily at `exit_depth` with the
+    `precision` graph set (None: fp32; ONNX Runtime only), or at `level`: a BudgetLevel, or
+    an index into the model's candidate budget levels (budget.candidate_levels: the ladder
+    before any measured success reorders it; -1 the cheapest). chunk_ns / chunk_cpu_ns: each
+    act's compute (wall and this thread's CPU time), for the level's cost."""
 
     def __init__(self, model: ModelDir, env: ConveyorSortEnv, *, exit_depth: int | None = None,
                  backend: str = "onnx", drafter: str = "chunk", threads: int = 1,
-                 precision: str | None = None):
+                 precision: str | None = None, level: BudgetLevel | int | None = None):
         if model.tokenizer.hash != env.tokenizer_cfg.hash:
             raise ValueError(f"{model.path}: action tokenizer {model.tokenizer.hash} does not "
                              f"match the cell's ({env.tokenizer_cfg.hash}); re-export the model")
@@ -33,18 +38,31 @@ class ModelPolicy:
         if precision:
             opts["precision"] = precision
         self.runner = TokenRunner(model, backend=backend, backend_opts=opts, drafter=drafter)
-        depth = exit_depth or model.n_layer
-        spec = self.runner.decoder.k_verify - 1 if depth == model.n_layer else 0
-        self.level = BudgetLevel(depth, spec, model.tokenizer.horizon)
-        self.tok, self.env = ActionTokenizer(model.tokenizer), env
-        self.shape = (model.tokenizer.horizon, model.tokenizer.dim)
+        k_verify = self.runner.decoder.k_verify
+        if isinstance(level, int):
+            ladder = candidate_levels(model, k_verify, gates=self.runner.backend.gates)
+            if not -len(ladder) <= level < len(ladder):
+                raise ValueError(f"this model has {len(ladder)} budget levels (0 .. "
+                                 f"{len(ladder) - 1}, or -1 for the cheapest)")
+            level = ladder[level]
+        if level is None:
+            depth = exit_depth or model.n_layer
+            spec = k_verify - 1 if depth == model.n_layer else 0
+            level = BudgetLevel(depth, spec, model.tokenizer.horizon)
+        self.level, self.tok, self.env = level, ActionTokenizer(model.tokenizer), env
+        self.shape = (level.chunk, model.tokenizer.dim)
+        self.chunk_ns: list[int] = []
+        self.chunk_cpu_ns: list[int] = []
 
     def reset(self) -> None:
         self.runner.reset()
 
     def act(self, obs: dict) -> np.ndarray:
         instr, obs_tokens = self.runner.model.obs.encode(obs_body(obs))
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         bins, _ = self.runner.run(instr, obs_tokens, self.env.cell.t_ns, self.level)
+        self.chunk_ns.append(time.perf_counter_ns() - t0)
+        self.chunk_cpu_ns.append(time.thread_time_ns() - c0)
         return self.tok.decode(bins.reshape(self.shape).astype(np.int32))
 
 
@@ -67,12 +85,12 @@ class ChunkModelPolicy:
         return self.runner.run(self.model.obs.feeds(obs_body(obs)), self.level).copy()
 
 
-def model_factory(path, *, exit_depth: int | None = None, **opts):
+def model_factory(path, *, exit_depth: int | None = None, level=None, **opts):
     """A run_policy factory for the model directory at `path` (either kind; for a
-    continuous-chunk policy `exit_depth` is taken as its budget level)."""
+    continuous-chunk policy `level`, else `exit_depth`, is its budget level)."""
     model = load_model(path)
     if model.kind == "chunk":
-        level = 0 if exit_depth is None else exit_depth
+        level = level if level is not None else 0 if exit_depth is None else exit_depth
         opts = {k: v for k, v in opts.items() if k == "threads"}
         return lambda env: ChunkModelPolicy(model, env, level=level, **opts)
-    return lambda env: ModelPolicy(model, env, exit_depth=exit_depth, **opts)
+    return lambda env: ModelPolicy(model, env, exit_depth=exit_depth, level=level, **opts)

@@ -6,6 +6,10 @@ then, ordered by cost per token, the model's token-gated graph sets (graphs.json
 full depth with FFN routers at a threshold; cost their measured step ratio) and its
 shallower early exits (cost depth / n_layer). Both are lossy: their accuracy, from the card
 or the gated declaration, is shown per level.
+Where the card measured each level's lockstep success and chunk cost ("level_success",
+written by `python -m examples.conveyor_sorting.card_eval MODEL --levels`), that orders
+the ladder instead: a level that saves compute but sorts worse than a cheaper one is left
+out, and a level dearer than full quality too (order_by_success).
 A chunk never gets shorter than two waypoints: with one, the tracker reaches its only
 setpoint before the next chunk lands and the arm stops and starts (in the conveyor demo
 under CPU stress that level sorted 13 of 29 objects against 30 of 30 at full quality).
@@ -32,12 +36,13 @@ class BudgetLevel:
     gate: str | None = None  # a gated graph set's name (ModelDir.gated); None: dense graphs
 
 
-def default_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
-    """Levels for a ModelDir: full, full + max window + half chunk (at least two waypoints),
-    then, most expensive first, each exit (no speculation) and each gated set cheaper than
-    dense (step_ratio < 1; full depth, max window, half chunk) with that chunk; a tie in
-    cost puts the more accurate first. gates: the gated sets to offer (None: every one the
-    model declares; pass the backend's `gates` when it cannot run them all)."""
+def candidate_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
+    """The ladder by static cost, before any measured success reorders it: full, full + max
+    window + half chunk (at least two waypoints), then, most expensive first, each exit (no
+    speculation) and each gated set cheaper than dense (step_ratio < 1; full depth, max
+    window, half chunk) with that chunk; a tie in cost puts the more accurate first.
+    gates: the gated sets to offer (None: every one the model declares; pass the backend's
+    `gates` when it cannot run them all)."""
     full, H = model.n_layer, model.tokenizer.horizon
     half, g = min(H, max(2, H // 2)), max(0, k_verify - 1)
     gated = getattr(model, "gated", {})
@@ -55,6 +60,55 @@ def default_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
         if not levels or lv != levels[-1]:
             levels.append(lv)
     return levels
+
+
+def level_key(level: BudgetLevel) -> tuple:
+    """How a measured level is matched: depth, speculating or not, chunk, gate (the window
+    follows the backend's verify width, so it is not part of the key)."""
+    return level.depth, level.spec_len > 0, level.chunk, level.gate
+
+
+def measured_levels(card: dict, k_verify: int) -> dict:
+    """card.json "level_success" (written by `python -m examples.conveyor_sorting.card_eval
+    MODEL --levels`): level_key -> (BudgetLevel with the measured success as its accuracy,
+    chunk cost in CPU ms)."""
+    out = {}
+    for e in card.get("level_success", {}).get("levels", []):
+        lv = BudgetLevel(int(e["depth"]), max(0, k_verify - 1) if e["spec_len"] else 0,
+                         int(e["chunk"]), float(e["success_rate"]), e.get("gate"))
+        out[level_key(lv)] = (lv, float(e["chunk_cpu_ms"]))
+    return out
+
+
+def order_by_success(levels: list[BudgetLevel], measured: dict) -> list[BudgetLevel]:
+    """Level 0 (full quality) first, then every other measured level cheaper than it, most
+    expensive first, dropping each one that a level as cheap or cheaper sorts strictly
+    better than: so the ladder only trades success for compute saved, and a level that
+    saves compute but sorts poorly comes after (or gives way to) a cheaper, useful one.
+    levels: the candidates (level 0 first); measured: measured_levels(); levels it does not
+    cover are left out (it may name more than the candidates: e.g. an exit at full chunk)."""
+    top = measured.get(level_key(levels[0]))
+    if top is None:
+        return list(levels)
+    rest = [m for k, m in measured.items() if k != level_key(levels[0]) and m[1] < top[1]]
+    keep = [m for m in rest if not any(o is not m and o[1] <= m[1] and
+                                       o[0].accuracy > m[0].accuracy for o in rest)]
+    keep.sort(key=lambda m: (-m[1], -m[0].accuracy))
+    return [top[0]] + [m[0] for m in keep]
+
+
+def default_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
+    """The model's budget levels, full quality first: candidate_levels(), reordered by
+    order_by_success() where the card measured the lockstep success and chunk cost of
+    every candidate (card "level_success"); else the candidates as they are. A measured
+    gated level the backend cannot run (not in `gates`) is left out."""
+    levels = candidate_levels(model, k_verify, gates)
+    measured = measured_levels(getattr(model, "card", {}) or {}, k_verify)
+    if gates is not None:
+        measured = {k: m for k, m in measured.items() if k[3] is None or k[3] in gates}
+    if not all(level_key(lv) in measured for lv in levels):
+        return levels
+    return order_by_success(levels, measured)
 
 
 def prefill_depth(level: BudgetLevel, full: int, has_graph) -> int:
