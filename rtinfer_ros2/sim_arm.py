@@ -8,15 +8,16 @@ It publishes sensor_msgs/JointState on `joint_states` at --rate-hz, stamped with
 clock, and executes position commands: std_msgs/Float64MultiArray on
 `forward_position_controller/commands` (a forward_command_controller's topic), one position
 per joint in --joints order. Each joint follows its commanded position as a first-order lag
-(time constant --tau-s). On SIGINT/SIGTERM it writes --report (JSON): every command it applied
-with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...]), the commands it refused
-(`refused`: wrong length, not finite) and its last positions.
+(time constant --tau-s). It writes --report (JSON) twice a second and on SIGINT/SIGTERM:
+every command it applied with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...]), the
+commands it refused (`refused`: wrong length, not finite) and its positions (`pos`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -31,7 +32,7 @@ READY = (0.0, 0.3, 1.6, 1.0)   # the reach arm's rest pose (examples/arm_reach/s
 
 
 class SimArm(Node):
-    def __init__(self, joints, start, rate_hz: float, tau_s: float):
+    def __init__(self, joints, start, rate_hz: float, tau_s: float, report: str | None = None):
         super().__init__("sim_arm")
         self.joints = list(joints)
         self.pos, self.vel, self.goal = list(start), [0.0] * len(joints), list(start)
@@ -43,6 +44,15 @@ class SimArm(Node):
                                  self.on_command, 10)
         self.last = time.monotonic()
         self.create_timer(1.0 / rate_hz, self.step)
+        self.report = report
+        if report:
+            self.create_timer(0.5, self.write_report)
+
+    def write_report(self) -> None:
+        with open(self.report + ".tmp", "w") as f:
+            json.dump({"joints": self.joints, "applied": self.applied, "refused": self.refused,
+                       "pos": self.pos}, f)
+        os.replace(self.report + ".tmp", self.report)
 
     def on_command(self, msg: Float64MultiArray) -> None:
         q = list(msg.data)
@@ -79,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(args[1:])
     start = a.start or [READY[i] if i < len(READY) else 0.0 for i in range(len(a.joints))]
     rclpy.init(args=sys.argv if argv is None else None)
-    node = SimArm(a.joints, start, a.rate_hz, a.tau_s)
+    node = SimArm(a.joints, start, a.rate_hz, a.tau_s, a.report)
     print("sim_arm: ready", flush=True)
     try:
         rclpy.spin(node)
@@ -87,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         if a.report:
-            with open(a.report, "w") as f:
-                json.dump({"joints": node.joints, "applied": node.applied,
-                           "refused": node.refused, "pos": node.pos}, f)
+            node.write_report()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0

@@ -1,0 +1,36 @@
+"""The ROS 2 bridge as a process: controllers.run with the bridge as its hardware.
+
+    python -m rtinfer_ros2 --config ROBOT.yaml --model POLICY --obs ENDPOINT --actions ENDPOINT
+        [--policy-hz HZ] [--seconds S] [--report PATH] ...   (controllers.run's options)
+
+ROBOT.yaml is a robot file (docs/robots.md) whose `hardware:` configures the bridge
+(rtinfer_ros2.bridge.ROS2Robot: topics, joint names, QoS, the controller type, the
+observation); rtinfer_ros2:arm.yaml is the worked example (docs/ros2.md). Without ROS 2
+installed it says how to install it, in one line, and exits 2.
+"""
+from __future__ import annotations
+
+import sys
+
+HARDWARE = "rtinfer_ros2.bridge:ROS2Robot"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from controllers import run
+    from rtinfer_ros2.bridge import import_rclpy
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+    else:
+        try:
+            import_rclpy()
+        except ValueError as e:
+            print(f"rtinfer_ros2: error: {e}", file=sys.stderr)
+            return 2
+    if "--hardware" not in argv:
+        argv = ["--hardware", HARDWARE] + argv
+    return run.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The ROS 2 bridge as a robot driver: a controllers HardwareInterface on rclpy.
+
+controllers.run ticks it like any robot (docs/robots.md), so every guarantee there holds
+unchanged across the bridge: a chunk whose observation is older than the deadline is never
+applied, and with no fresh chunk the controller holds. read() is the latest JointState,
+observe() the policy's observation from it (stamped with the JointState's own capture stamp),
+write() the tick's command sent on to the ROS 2 robot. rclpy spins in a thread of this process
+(its own context, no signal handlers: controllers.run owns SIGINT/SIGTERM).
+
+Controller types (`controller:`):
+  forward  std_msgs/Float64MultiArray, one position per joint, at the control rate
+           (control.rate_hz) to a forward_command_controller (position). When the policy
+           falls silent the controller brakes to a stop and holds, and this keeps sending
+           that hold: the robot holds its last position.
+
+A JointState is refused and counted (one line per kind, the first time) when its names are
+not exactly the joints (missing, extra), a position is not finite, or its stamp lies in the
+future; a topic silent for longer than `silent_ms` makes read() fail (HardwareFault): the
+controller holds and counts it (read_faults), and the bridge counts each silence (js_silent).
+Uses rclpy's stable API only (Humble, Jazzy, Kilted).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+
+from controllers.config import ControlConfig
+from controllers.hardware import HardwareFault, Observation, RobotState
+from rtinfer.launch.entry import EntryError, resolve
+
+INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
+           "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
+CONTROLLERS = ("forward",)
+RELIABILITY = ("best_effort", "reliable")
+REFUSALS = ("js_names", "js_nan", "js_future")
+
+
+def import_rclpy():
+    """rclpy and the message types; ValueError (one line: how to install) without them."""
+    try:
+        import rclpy
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+    except ImportError:
+        raise ValueError(INSTALL) from None
+    return rclpy, JointState, Float64MultiArray
+
+
+class ROS2Robot:
+    """N joints of a ROS 2 robot, in the robot file's axis order (docs/ros2.md).
+
+    joint_states: the sensor_msgs/JointState topic. command: the controller's command topic.
+    joints: the ROS joint names in axis order (default: the axis names). controller: one of
+    CONTROLLERS. reliability, depth: the QoS of both topics. silent_ms: a JointState gap
+    longer than this is a silent topic. future_ms: a stamp further ahead than this (of this
+    host's clock) is refused. obs_hz: observations per second (give controllers.run the same
+    --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args) -> the policy's values
+    (default: {"joints": positions then velocities, float32}). wait_s: how long to wait for
+    the first JointState before giving up (ValueError). node: the ROS node's name."""
+
+    def __init__(self, control: ControlConfig, *, joint_states: str = "joint_states",
+                 command: str = "forward_position_controller/commands",
+                 joints: list[str] | None = None, controller: str = "forward",
+                 reliability: str = "reliable", depth: int = 10, silent_ms: float = 50.0,
+                 future_ms: float = 5.0, obs_hz: float = 20.0, observe: str | None = None,
+                 observe_args: dict | None = None, wait_s: float = 10.0,
+                 node: str = "rtinfer_bridge"):
+        rclpy, JointState, Float64MultiArray = import_rclpy()
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.signals import SignalHandlerOptions
+        self.joints = list(joints or [a.name for a in control.axes])
+        if len(self.joints) != control.n or controller not in CONTROLLERS \
+                or reliability not in RELIABILITY:
+            raise ValueError(f"ros2 bridge: joints {self.joints} must be one per axis "
+                             f"({control.n}), controller one of {CONTROLLERS}, reliability "
+                             f"one of {RELIABILITY}")
+        try:
+            self._observe = resolve(observe) if observe else None
+        except EntryError as e:
+            raise ValueError(f"ros2 bridge: observe {observe!r}: {e}") from None
+        self._observe_args = dict(observe_args or {})
+        self.topic, self.n = joint_states, control.n
+        self.silent_ns, self.future_ns = int(silent_ms * 1e6), int(future_ms * 1e6)
+        self.period_ns, self._next_obs_ns = int(1e9 / obs_hz), 0
+        self.counters = dict.fromkeys(("joint_states", "commands", "js_silent") + REFUSALS, 0)
+        self._lock = threading.Lock()
+        self._pos, self._vel = np.zeros(self.n), np.zeros(self.n)
+        self._capture_ns = self._recv_ns = self._state_capture_ns = 0
+        self._silent = False
+        self.state = RobotState.zeros(self.n)
+        self._ctx = rclpy.Context()
+        rclpy.init(context=self._ctx, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node(node, context=self._ctx)
+        qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.BEST_EFFORT
+                         if reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(JointState, joint_states, self._on_joint_state, qos)
+        self._pub = self.node.create_publisher(Float64MultiArray, command, qos)
+        self._msg = Float64MultiArray()
+        self._executor = SingleThreadedExecutor(context=self._ctx)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
+        self._thread.start()
+        end = time.monotonic() + wait_s
+        while self.counters["joint_states"] == 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        if self.counters["joint_states"] == 0:
+            self.close()
+            raise ValueError(f"ros2 bridge: no valid JointState on {joint_states} within "
+                             f"{wait_s:g} s (refused: {self.refused()}); start the robot, or "
+                             "check the topic, its namespace and QoS")
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except Exception:  # the context shut down under it (close())
+            pass
+
+    def _refuse(self, kind: str, why: str) -> None:
+        self.counters[kind] += 1
+        if self.counters[kind] == 1:
+            print(f"ros2 bridge: refused a JointState on {self.topic}: {why} (counted as "
+                  f"{kind}; said once)", file=sys.stderr, flush=True)
+
+    def refused(self) -> dict:
+        return {k: self.counters[k] for k in REFUSALS}
+
+    def _on_joint_state(self, msg) -> None:
+        """The ROS thread: check one JointState, keep it as the latest."""
+        recv_ns, wall_ns = time.monotonic_ns(), time.time_ns()
+        names = list(msg.name)
+        if sorted(names) != sorted(self.joints) or len(msg.position) != len(names):
+            return self._refuse("js_names", f"joints {names} with {len(msg.position)} "
+                                f"positions, want exactly {self.joints}")
+        order = [names.index(j) for j in self.joints]
+        pos = np.asarray(msg.position, np.float64)[order]
+        if not np.isfinite(pos).all():
+            return self._refuse("js_nan", f"positions {pos.tolist()} are not all finite")
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        # The stamp is on the sender's ROS clock (wall time); moved onto this monotonic clock.
+        capture_ns = stamp_ns - (wall_ns - recv_ns) if stamp_ns else recv_ns
+        if capture_ns > recv_ns + self.future_ns:
+            return self._refuse("js_future", f"stamp {(capture_ns - recv_ns) / 1e6:.1f} ms "
+                                "in the future; check the robot's clock (chrony/NTP)")
+        vel = np.asarray(msg.velocity, np.float64)[order] \
+            if len(msg.velocity) == len(names) else None
+        with self._lock:
+            if vel is None or not np.isfinite(vel).all():
+                dt = (capture_ns - self._capture_ns) / 1e9
+                vel = (pos - self._pos) / dt if self._capture_ns and dt > 0 else np.zeros(self.n)
+            self._pos[:], self._vel[:] = pos, vel
+            self._capture_ns, self._recv_ns = capture_ns, recv_ns
+            self.counters["joint_states"] += 1
+
+    def read(self) -> RobotState:
+        now_ns = time.monotonic_ns()
+        with self._lock:
+            self.state.pos[:], self.state.vel[:] = self._pos, self._vel
+            self.state.t_ns = self._state_capture_ns = self._capture_ns
+            recv_ns = self._recv_ns
+        silent = now_ns - recv_ns > self.silent_ns
+        if silent and not self._silent:
+            self.counters["js_silent"] += 1
+            if self.counters["js_silent"] == 1:
+                print(f"ros2 bridge: {self.topic} silent for over {self.silent_ns / 1e6:g} ms: "
+                      "holding (counted as js_silent; said once)", file=sys.stderr, flush=True)
+        self._silent = silent
+        if silent:
+            raise HardwareFault(f"no JointState on {self.topic} for "
+                                f"{(now_ns - recv_ns) / 1e6:.0f} ms")
+        return self.state
+
+    def observe(self, state: RobotState, now_ns: int) -> Observation | None:
+        if now_ns < self._next_obs_ns:
+            return None
+        late = now_ns - self._next_obs_ns >= self.period_ns  # the first, or after a fault
+        self._next_obs_ns = (now_ns if late else self._next_obs_ns) + self.period_ns
+        if self._observe is None:
+            values = {"joints": np.concatenate([state.pos, state.vel]).astype(np.float32)}
+        else:
+            values = self._observe(state.pos.copy(), state.vel.copy(), **self._observe_args)
+        return Observation(self._state_capture_ns, values)
+
+    def write(self, cmd) -> None:
+        self._msg.data = cmd.value.tolist()
+        self._pub.publish(self._msg)
+        self.counters["commands"] += 1
+
+    def report(self) -> dict:
+        return {"ros2": dict(self.counters)}
+
+    def close(self) -> None:
+        self._executor.shutdown()
+        self.node.destroy_node()
+        self._ctx.try_shutdown()
+        self._thread.join(5)
