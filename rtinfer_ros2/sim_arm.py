@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     start = a.start or [READY[i] if i < len(READY) else 0.0 for i in range(len(a.joints))]
     rclpy.init(args=sys.argv if argv is None else None)
     node = SimArm(a.joints, start, a.rate_hz, a.tau_s, a.report)
+    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())  # as SIGINT, on any distro
     print("sim_arm: ready", flush=True)
     try:
         rclpy.spin(node)
