@@ -8,10 +8,15 @@ write() the tick's command sent on to the ROS 2 robot. rclpy spins in a thread o
 (its own context, no signal handlers: controllers.run owns SIGINT/SIGTERM).
 
 Controller types (`controller:`):
-  forward  std_msgs/Float64MultiArray, one position per joint, at the control rate
-           (control.rate_hz) to a forward_command_controller (position). When the policy
-           falls silent the controller brakes to a stop and holds, and this keeps sending
-           that hold: the robot holds its last position.
+  forward     std_msgs/Float64MultiArray, one position per joint, at the control rate
+              (control.rate_hz) to a forward_command_controller (position). When the policy
+              falls silent the controller brakes to a stop and holds, and this keeps sending
+              that hold: the robot holds its last position.
+  trajectory  trajectory_msgs/JointTrajectory to a joint_trajectory_controller, one per tick:
+              a single point (the tick's position and reference velocity) due one tick
+              ahead, so each replaces the last (streamed setpoints; the controller's limits
+              still apply). When the policy falls silent these are the hold: a hold
+              trajectory (the held position, zero velocity).
 
 A JointState is refused and counted (one line per kind, the first time) when its names are
 not exactly the joints (missing, extra), a position is not finite, or its stamp lies in the
@@ -33,7 +38,7 @@ from rtinfer.launch.entry import EntryError, resolve
 
 INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
            "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
-CONTROLLERS = ("forward",)
+CONTROLLERS = ("forward", "trajectory")
 RELIABILITY = ("best_effort", "reliable")
 REFUSALS = ("js_names", "js_nan", "js_future")
 
@@ -44,9 +49,10 @@ def import_rclpy():
         import rclpy
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
+        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
     except ImportError:
         raise ValueError(INSTALL) from None
-    return rclpy, JointState, Float64MultiArray
+    return rclpy, JointState, Float64MultiArray, JointTrajectory, JointTrajectoryPoint
 
 
 class ROS2Robot:
@@ -68,7 +74,7 @@ class ROS2Robot:
                  future_ms: float = 5.0, obs_hz: float = 20.0, observe: str | None = None,
                  observe_args: dict | None = None, wait_s: float = 10.0,
                  node: str = "rtinfer_bridge"):
-        rclpy, JointState, Float64MultiArray = import_rclpy()
+        rclpy, JointState, Float64MultiArray, JointTrajectory, Point = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
@@ -98,8 +104,13 @@ class ROS2Robot:
         qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.BEST_EFFORT
                          if reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
         self.node.create_subscription(JointState, joint_states, self._on_joint_state, qos)
-        self._pub = self.node.create_publisher(Float64MultiArray, command, qos)
-        self._msg = Float64MultiArray()
+        if controller == "forward":
+            self._msg = Float64MultiArray()
+        else:
+            self._msg = JointTrajectory(joint_names=self.joints, points=[Point()])
+            self._msg.points[0].time_from_start.nanosec = int(1e9 / control.rate_hz)
+        self._trajectory = controller == "trajectory"
+        self._pub = self.node.create_publisher(type(self._msg), command, qos)
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
@@ -185,7 +196,11 @@ class ROS2Robot:
         return Observation(self._state_capture_ns, values)
 
     def write(self, cmd) -> None:
-        self._msg.data = cmd.value.tolist()
+        if self._trajectory:
+            point = self._msg.points[0]
+            point.positions, point.velocities = cmd.value.tolist(), cmd.ref_vel.tolist()
+        else:
+            self._msg.data = cmd.value.tolist()
         self._pub.publish(self._msg)
         self.counters["commands"] += 1
 

@@ -7,8 +7,10 @@ bridge's tests and docs/ros2.md's example drive.
 It publishes sensor_msgs/JointState on `joint_states` at --rate-hz, stamped with the node's
 clock, and executes position commands: std_msgs/Float64MultiArray on
 `forward_position_controller/commands` (a forward_command_controller's topic), one position
-per joint in --joints order. Each joint follows its commanded position as a first-order lag
-(time constant --tau-s). It writes --report (JSON) twice a second and on SIGINT/SIGTERM:
+per joint in --joints order, or trajectory_msgs/JointTrajectory on
+`joint_trajectory_controller/joint_trajectory` (each replaces the last; the arm heads for its
+last point, joints matched by name). Each joint follows its commanded position as a
+first-order lag (time constant --tau-s). It writes --report (JSON) twice a second and on SIGINT/SIGTERM:
 every command it applied with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...]), the
 commands it refused (`refused`: wrong length, not finite) and its positions (`pos`).
 """
@@ -27,6 +29,7 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
 
 JOINTS = ("base", "shoulder", "elbow", "wrist")
 READY = (0.0, 0.3, 1.6, 1.0)   # the reach arm's rest pose (examples/arm_reach/sim.py)
@@ -43,6 +46,8 @@ class SimArm(Node):
         self.js_pub = self.create_publisher(JointState, "joint_states", 10)
         self.create_subscription(Float64MultiArray, "forward_position_controller/commands",
                                  self.on_command, 10)
+        self.create_subscription(JointTrajectory, "joint_trajectory_controller/joint_trajectory",
+                                 self.on_trajectory, 10)
         self.last = time.monotonic()
         self.create_timer(1.0 / rate_hz, self.step)
         self.report = report
@@ -55,8 +60,18 @@ class SimArm(Node):
                        "pos": self.pos}, f)
         os.replace(self.report + ".tmp", self.report)
 
+    def on_trajectory(self, msg: JointTrajectory) -> None:
+        if not msg.points or sorted(msg.joint_names) != sorted(self.joints) \
+                or len(msg.points[-1].positions) != len(self.joints):
+            self.refused += 1
+            return
+        last = msg.points[-1].positions
+        self.apply([last[list(msg.joint_names).index(j)] for j in self.joints])
+
     def on_command(self, msg: Float64MultiArray) -> None:
-        q = list(msg.data)
+        self.apply(list(msg.data))
+
+    def apply(self, q: list[float]) -> None:
         if len(q) != len(self.joints) or not all(math.isfinite(v) for v in q):
             self.refused += 1
             return

@@ -24,6 +24,11 @@ POLICY = "models/zoo/arm-reach-bc"
 # then the reference brakes to a stop (vel_limit / acc_limit = 200 ms); everything the arm is
 # sent after that must be the hold.
 SETTLED_S = 0.6
+CONTROLLERS = {  # the bridge's `controller`, and the sim arm's topic for it
+    "forward": [],
+    "trajectory": ["--set", "controller=trajectory",
+                   "--set", "command=/arm/joint_trajectory_controller/joint_trajectory"],
+}
 
 
 def read(path):
@@ -43,18 +48,33 @@ def wait_for(what, pred, timeout_s=120):
     pytest.fail(f"timed out waiting for {what}")
 
 
-def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tmp_path):
-    arm_json, bridge_json = tmp_path / "arm.json", tmp_path / "bridge.json"
+def start(host, tmp_path, *bridge_args):
+    """The sim arm, the policy and the bridge (its options + bridge_args) in `host`."""
     obs, act = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
+    arm = host.python("-m", "rtinfer_ros2.sim_arm", "--report", str(tmp_path / "arm.json"),
+                      "--ros-args", "-r", "__ns:=/arm")
+    policy = host.python("-m", "rtinfer.inference.node", "--model", POLICY, "--obs", obs,
+                         "--actions", act, "--name", "policy", "--seconds", "300")
+    bridge = host.python("-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml", "--model",
+                         POLICY, "--obs", obs, "--actions", act, "--policy-hz", "20",
+                         "--seconds", "300", "--report", str(tmp_path / "bridge.json"),
+                         *bridge_args)
+    return arm, policy, bridge
+
+
+def stop(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            p.wait(30)
+
+
+@pytest.mark.parametrize("controller", list(CONTROLLERS))
+def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tmp_path,
+                                                                             controller):
+    arm_json, bridge_json = tmp_path / "arm.json", tmp_path / "bridge.json"
     with RosHost("rtros2b") as host:
-        arm = host.python("-m", "rtinfer_ros2.sim_arm", "--report", str(arm_json),
-                          "--ros-args", "-r", "__ns:=/arm")
-        policy = host.python("-m", "rtinfer.inference.node", "--model", POLICY, "--obs", obs,
-                             "--actions", act, "--name", "policy", "--seconds", "300")
-        bridge = host.python("-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml",
-                             "--model", POLICY, "--obs", obs, "--actions", act,
-                             "--policy-hz", "20", "--seconds", "300", "--report",
-                             str(bridge_json))
+        arm, policy, bridge = start(host, tmp_path, *CONTROLLERS[controller])
         try:
             def near():
                 r = read(arm_json)
@@ -67,10 +87,7 @@ def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tm
             wait_for("commands after the kill", lambda: (r := read(arm_json)) and sum(
                 c[0] > t_kill + 2e9 for c in r["applied"]) > 0)
         finally:
-            for p in (policy, bridge, arm):
-                if p.poll() is None:
-                    p.send_signal(signal.SIGINT)
-                    p.wait(30)
+            stop(policy, bridge, arm)
     r, report = read(arm_json), json.loads(bridge_json.read_text())
     assert len(reached["applied"]) > 100 and r["refused"] == 0
     after = [c[1:] for c in r["applied"] if c[0] > t_kill + SETTLED_S * 1e9]
@@ -84,3 +101,20 @@ def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tm
     assert report["ros2"]["commands"] > 100
     print("ros side: applied", len(r["applied"]), "after settle", len(after), "stale", stale,
           "| controller", {k: v for k, v in ctl.items() if "chunk" in k or "hold" in k})
+
+
+def test_stale_chunks_never_reach_the_ros_arm(tmp_path):
+    """A deadline no chunk can meet (1 ms): every chunk is rejected as stale, and the arm is
+    only ever sent its hold (its start pose), counted on the arm's side."""
+    arm_json, bridge_json = tmp_path / "arm.json", tmp_path / "bridge.json"
+    with RosHost("rtros2t") as host:
+        arm, policy, bridge = start(host, tmp_path, "--deadline-ms", "1")
+        try:
+            wait_for("2 s of commands", lambda: (r := read(arm_json)) and len(r["applied"]) > 200)
+        finally:
+            stop(policy, bridge, arm)
+    r, ctl = read(arm_json), json.loads(bridge_json.read_text())["controller"]
+    start_pose = r["applied"][0][1:]
+    moved = sum(not np.allclose(c[1:], start_pose, atol=1e-9) for c in r["applied"])
+    assert moved == 0 and np.allclose(r["pos"], start_pose, atol=1e-6)
+    assert ctl["chunks_accepted"] == 0 and ctl["rejected_stale"] > 20
