@@ -58,4 +58,4 @@ def test_eval_at_a_level_the_model_lacks_is_one_line_and_exit_2():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [
-        "rtinfer eval: this model has 4 budget levels (0 .. 3, or -1 for the cheapest)"]
+        "rtinfer eval: this model has 5 budget levels (0 .. 4, or -1 for the cheapest)"]

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from rtinfer.inference.budget import BudgetLevel, candidate_levels
+from rtinfer.inference.budget import BudgetLevel, default_levels
 from rtinfer.inference.graph_runner import GraphRunner
 from rtinfer.model.chunk_model import ChunkModelDir, load_model
 from rtinfer.model.directory import ModelDir
@@ -24,8 +24,8 @@ from .observe import obs_body
 class ModelPolicy:
     """reset() / act(obs) -> (chunk, D) waypoints, decoded greedily at `exit_depth` with the
     `precision` graph set (None: fp32; ONNX Runtime only), or at `level`: a BudgetLevel, or
-    an index into the model's candidate budget levels (budget.candidate_levels: the ladder
-    before any measured success reorders it; -1 the cheapest). chunk_ns / chunk_cpu_ns: each
+    an index into the model's budget levels as the node numbers them (budget.default_levels,
+    the node's --level; -1 the cheapest). chunk_ns / chunk_cpu_ns: each
     act's compute (wall and this thread's CPU time), for the level's cost."""
 
     def __init__(self, model: ModelDir, env: ConveyorSortEnv, *, exit_depth: int | None = None,
@@ -40,7 +40,7 @@ class ModelPolicy:
         self.runner = TokenRunner(model, backend=backend, backend_opts=opts, drafter=drafter)
         k_verify = self.runner.decoder.k_verify
         if isinstance(level, int):
-            ladder = candidate_levels(model, k_verify, gates=self.runner.backend.gates)
+            ladder = default_levels(model, k_verify, gates=self.runner.backend.gates)
             if not -len(ladder) <= level < len(ladder):
                 raise ValueError(f"this model has {len(ladder)} budget levels (0 .. "
                                  f"{len(ladder) - 1}, or -1 for the cheapest)")

@@ -156,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--belt-speed", type=float, default=None)
     e.add_argument("--exit", type=int, default=None, help="model: exit depth (default full)")
     e.add_argument("--level", type=int, default=None,
-                   help="model: run at this candidate budget level (depth, window and chunk "
-                        "as the node runs it; budget.candidate_levels; -1: the cheapest)")
+                   help="model: run at this budget level, numbered as the node's --level "
+                        "numbers them (depth, window and chunk as the node runs it; "
+                        "budget.default_levels; -1: the cheapest)")
     e.add_argument("--precision", default=None, choices=["fp32", "fp16", "int8", "int4"],
                    help="model: which graph set runs (default fp32; graphs.json lists them)")
     e.add_argument("--instructions", action="append", default=None,
