@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=None, help="write the applied commands here (JSON)")
     a = ap.parse_args(args[1:])
     start = a.start or [READY[i] if i < len(READY) else 0.0 for i in range(len(a.joints))]
-    rclpy.init(args=sys.argv if argv is None else None)
+    rclpy.init(args=sys.argv if argv is None else ["sim_arm"] + argv)
     node = SimArm(a.joints, start, a.rate_hz, a.tau_s, a.report)
     signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())  # as SIGINT, on any distro
     print("sim_arm: ready", flush=True)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def bridge(*args):
@@ -26,3 +29,10 @@ def test_without_ros2_it_says_how_to_install_it_in_one_line():
                "--obs", "ipc:///tmp/x", "--actions", "ipc:///tmp/y")
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "pip install rtinfer[ros2]" in r.stderr
+
+
+def test_the_ros2_launch_file_checks_without_ros2():
+    out = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor",
+                          "rtinfer_ros2/arm_reach_launch.yaml", "--check"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and ": ok (" in out.stdout, out.stdout + out.stderr
