@@ -17,10 +17,10 @@ Controller types (`controller:`):
               ahead, so each replaces the last (streamed setpoints; the controller's limits
               still apply). When the policy falls silent these are the hold: a hold
               trajectory (the held position, zero velocity).
+Either way each hold sent is counted (holds) and the first said in one line.
 
-A JointState is refused and counted (one line per kind, the first time) when its names are
-not exactly the joints (missing, extra), a position is not finite, or its stamp lies in the
-future; a topic silent for longer than `silent_ms` makes read() fail (HardwareFault): the
+A JointState is refused and counted when it is not one of the joints' (joint_states.py); a
+topic silent for longer than `silent_ms` makes read() fail (HardwareFault): the
 controller holds and counts it (read_faults), and the bridge counts each silence (js_silent).
 Uses rclpy's stable API only (Humble, Jazzy, Kilted).
 """
@@ -36,11 +36,12 @@ from controllers.config import ControlConfig
 from controllers.hardware import HardwareFault, Observation, RobotState
 from rtinfer.launch.entry import EntryError, resolve
 
+from .joint_states import LatestJointState
+
 INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
            "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
 CONTROLLERS = ("forward", "trajectory")
 RELIABILITY = ("best_effort", "reliable")
-REFUSALS = ("js_names", "js_nan", "js_future")
 
 
 def import_rclpy():
@@ -89,21 +90,21 @@ class ROS2Robot:
         except EntryError as e:
             raise ValueError(f"ros2 bridge: observe {observe!r}: {e}") from None
         self._observe_args = dict(observe_args or {})
-        self.topic, self.n = joint_states, control.n
-        self.silent_ns, self.future_ns = int(silent_ms * 1e6), int(future_ms * 1e6)
+        self.topic, self.n, self.silent_ns = joint_states, control.n, int(silent_ms * 1e6)
         self.period_ns, self._next_obs_ns = int(1e9 / obs_hz), 0
-        self.counters = dict.fromkeys(("joint_states", "commands", "js_silent") + REFUSALS, 0)
-        self._lock = threading.Lock()
-        self._pos, self._vel = np.zeros(self.n), np.zeros(self.n)
-        self._capture_ns = self._recv_ns = self._state_capture_ns = 0
-        self._silent = False
+        self.latest = LatestJointState(self.joints, joint_states, int(future_ms * 1e6))
+        self.counters = dict.fromkeys(("commands", "holds", "js_silent"), 0)
+        self._moving = False
+        self._hold_how = ("the last position" if controller == "forward" else
+                          "a hold trajectory (the held position, zero velocity)")
+        self._state_capture_ns, self._silent = 0, False
         self.state = RobotState.zeros(self.n)
         self._ctx = rclpy.Context()
         rclpy.init(context=self._ctx, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(node, context=self._ctx)
         qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.BEST_EFFORT
                          if reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(JointState, joint_states, self._on_joint_state, qos)
+        self.node.create_subscription(JointState, joint_states, self.latest.on_message, qos)
         if controller == "forward":
             self._msg = Float64MultiArray()
         else:
@@ -116,13 +117,13 @@ class ROS2Robot:
         self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
         self._thread.start()
         end = time.monotonic() + wait_s
-        while self.counters["joint_states"] == 0 and time.monotonic() < end:
+        while self.latest.counters["joint_states"] == 0 and time.monotonic() < end:
             time.sleep(0.01)
-        if self.counters["joint_states"] == 0:
+        if self.latest.counters["joint_states"] == 0:
             self.close()
             raise ValueError(f"ros2 bridge: no valid JointState on {joint_states} within "
-                             f"{wait_s:g} s (refused: {self.refused()}); start the robot, or "
-                             "check the topic, its namespace and QoS")
+                             f"{wait_s:g} s (refused: {self.latest.refused()}); start the "
+                             "robot, or check the topic, its namespace and QoS")
 
     def _spin(self) -> None:
         try:
@@ -130,48 +131,10 @@ class ROS2Robot:
         except Exception:  # the context shut down under it (close())
             pass
 
-    def _refuse(self, kind: str, why: str) -> None:
-        self.counters[kind] += 1
-        if self.counters[kind] == 1:
-            print(f"ros2 bridge: refused a JointState on {self.topic}: {why} (counted as "
-                  f"{kind}; said once)", file=sys.stderr, flush=True)
-
-    def refused(self) -> dict:
-        return {k: self.counters[k] for k in REFUSALS}
-
-    def _on_joint_state(self, msg) -> None:
-        """The ROS thread: check one JointState, keep it as the latest."""
-        recv_ns, wall_ns = time.monotonic_ns(), time.time_ns()
-        names = list(msg.name)
-        if sorted(names) != sorted(self.joints) or len(msg.position) != len(names):
-            return self._refuse("js_names", f"joints {names} with {len(msg.position)} "
-                                f"positions, want exactly {self.joints}")
-        order = [names.index(j) for j in self.joints]
-        pos = np.asarray(msg.position, np.float64)[order]
-        if not np.isfinite(pos).all():
-            return self._refuse("js_nan", f"positions {pos.tolist()} are not all finite")
-        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        # The stamp is on the sender's ROS clock (wall time); moved onto this monotonic clock.
-        capture_ns = stamp_ns - (wall_ns - recv_ns) if stamp_ns else recv_ns
-        if capture_ns > recv_ns + self.future_ns:
-            return self._refuse("js_future", f"stamp {(capture_ns - recv_ns) / 1e6:.1f} ms "
-                                "in the future; check the robot's clock (chrony/NTP)")
-        vel = np.asarray(msg.velocity, np.float64)[order] \
-            if len(msg.velocity) == len(names) else None
-        with self._lock:
-            if vel is None or not np.isfinite(vel).all():
-                dt = (capture_ns - self._capture_ns) / 1e9
-                vel = (pos - self._pos) / dt if self._capture_ns and dt > 0 else np.zeros(self.n)
-            self._pos[:], self._vel[:] = pos, vel
-            self._capture_ns, self._recv_ns = capture_ns, recv_ns
-            self.counters["joint_states"] += 1
-
     def read(self) -> RobotState:
         now_ns = time.monotonic_ns()
-        with self._lock:
-            self.state.pos[:], self.state.vel[:] = self._pos, self._vel
-            self.state.t_ns = self._state_capture_ns = self._capture_ns
-            recv_ns = self._recv_ns
+        capture_ns, recv_ns = self.latest.copy_into(self.state.pos, self.state.vel)
+        self.state.t_ns = self._state_capture_ns = capture_ns
         silent = now_ns - recv_ns > self.silent_ns
         if silent and not self._silent:
             self.counters["js_silent"] += 1
@@ -203,9 +166,19 @@ class ROS2Robot:
             self._msg.data = cmd.value.tolist()
         self._pub.publish(self._msg)
         self.counters["commands"] += 1
+        # A tracked reference at rest exactly is the controller's hold (braked to a stop):
+        # while a chunk is followed its velocity is never exactly zero on every axis.
+        moving = bool(cmd.ref_vel.any())
+        if self._moving and not moving:
+            self.counters["holds"] += 1
+            if self.counters["holds"] == 1:
+                print(f"ros2 bridge: no fresh chunk: the robot holds, sent {self._hold_how} "
+                      "at the control rate (counted as holds; said once)", file=sys.stderr,
+                      flush=True)
+        self._moving = moving
 
     def report(self) -> dict:
-        return {"ros2": dict(self.counters)}
+        return {"ros2": {**self.latest.counters, **self.counters}}
 
     def close(self) -> None:
         self._executor.shutdown()

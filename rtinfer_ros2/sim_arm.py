@@ -10,9 +10,10 @@ clock, and executes position commands: std_msgs/Float64MultiArray on
 per joint in --joints order, or trajectory_msgs/JointTrajectory on
 `joint_trajectory_controller/joint_trajectory` (each replaces the last; the arm heads for its
 last point, joints matched by name). Each joint follows its commanded position as a
-first-order lag (time constant --tau-s). It writes --report (JSON) twice a second and on SIGINT/SIGTERM:
-every command it applied with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...]), the
-commands it refused (`refused`: wrong length, not finite) and its positions (`pos`).
+first-order lag (time constant --tau-s). It writes --report (JSON) twice a second and on
+SIGINT/SIGTERM: every command it applied with its monotonic receipt time (`applied`: [t_ns,
+q0, q1, ...]), the commands it refused (`refused`: wrong length, not finite) and its
+positions (`pos`).
 """
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tm
     assert np.linalg.norm(tip(hold) - TARGET) < 0.05
     ctl = report["controller"]
     assert ctl["chunks_accepted"] > 10 and ctl["holds"] >= 1
-    assert report["ros2"]["commands"] > 100
+    assert report["ros2"]["commands"] > 100 and report["ros2"]["holds"] == ctl["holds"]
     print("ros side: applied", len(r["applied"]), "after settle", len(after), "stale", stale,
           "| controller", {k: v for k, v in ctl.items() if "chunk" in k or "hold" in k})
 
