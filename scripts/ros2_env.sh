@@ -15,7 +15,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${1:-${ROS2_VENV:-$ROOT/.venv-ros2}}"
 PY="${PY:-python3}"
 
-ROS2_PINS=('ros-rclpy[fastrtps]==9.1.2' ros-sensor-msgs ros-trajectory-msgs ros-std-msgs)
+ROS2_PINS=('ros-rclpy[fastrtps]==9.1.2' ros-sensor-msgs==5.5.1 ros-trajectory-msgs==5.5.1
+           ros-std-msgs==5.5.1)
 # rtinfer's robot side and its inference node (the same versions as the main .venv).
 RTINFER_DEPS=(
   numpy==2.4.6 pyzmq==27.3.0 msgpack==1.2.4 PyYAML==6.0.4 hdrhistogram==0.10.8
