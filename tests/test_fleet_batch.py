@@ -159,7 +159,8 @@ def test_a_batch_is_cut_to_what_ends_before_the_first_robots_deadline():
     r = _robots({1: 10.0, 2: 12.0, 4: 16.0, 8: 30.0})
     now, deadline = 10_000_000_000, 100_000_000
     for i, age_ms in enumerate([75, 50, 40, 30, 20]):  # r0 is due first: in 25 ms
-        env = SimpleNamespace(src=f"r{i}", seq=0, stamps={"capture": now - int(age_ms * 1e6)})
+        env = SimpleNamespace(src=f"r{i}", seq=0, body={"values": {}, "ints": {}},
+                              stamps={"capture": now - int(age_ms * 1e6)})
         r.offer(env, now, deadline)
     batch = r.next_batch(deadline, now, 8)
     # a batch of 5 runs at b = 8 (30 ms): it would end after the first robot's deadline;
