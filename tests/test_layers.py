@@ -3,8 +3,9 @@
 Every import counts, those inside functions too (a lazy import is for a heavy optional
 package, never for a layering problem). docs/architecture.md documents the order:
 
-    peers, examples  ->  models, controllers  ->  rtinfer.cli -> rtinfer.bench
-    -> rtinfer.inference, rtinfer.monitor, rtinfer.launch -> rtinfer.model
+    peers, examples  ->  rtinfer_ros2  ->  models, controllers  ->  rtinfer.cli
+    -> rtinfer.bench, rtinfer.record -> rtinfer.inference, rtinfer.monitor, rtinfer.launch
+    -> rtinfer.model
     -> rtinfer.transport, rtinfer.realtime -> rtinfer (the package face)
 
 An import may point down the order or stay inside its own unit (one rtinfer subpackage, or
