@@ -66,7 +66,8 @@ def test_stress_runs_at_a_tighter_deadline_with_margins_scaled_to_it():
     cfg = MonitorConfig.from_dict({**spec.monitor, "deadline_ms": spec.deadline_ms})
     assert spec.deadline_ms == 40 and (cfg.shed_margin_ms, cfg.restore_margin_ms) == (8, 20)
     # --no-realtime: the shipped file's priorities are not applied
-    assert spec.realtime and [n.priority for n in spec.nodes] == [10, 5, None]
+    assert spec.realtime and [(n.name, n.priority) for n in spec.nodes] == [
+        ("monitor", None), ("sim", 10), ("policy", 5)]
     assert not load("launch/conveyor_sorting.yaml", launch_overrides(None, None, None,
                                                                      realtime=False)).realtime
 

@@ -280,6 +280,10 @@ def test_non_positive_deadline_seconds_and_rates_are_refused(tmp_path):
     assert "seconds must be > 0" in msg and "rates.policy_hz must be > 0" in msg
     p = good(tmp_path, ("    priority: 10\n", "    priority: 10\n    stop_grace_s: -1\n"))
     assert "stop_grace_s must be >= 0" in error_of(p)
+    p = good(tmp_path, ("    priority: 10\n", "    priority: 10\n    ready_s: -2\n"))
+    assert "ready_s must be >= 0" in error_of(p)
+    p = good(tmp_path, ("    priority: 10\n", "    priority: 10\n    ready_s: 20\n"))
+    assert load(p).nodes[0].ready_s == 20
 
 
 def test_a_bad_port_is_one_problem_without_follow_on_reference_errors(tmp_path):

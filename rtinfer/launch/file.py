@@ -34,6 +34,8 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
                                   #                       backoff_s, backoff_max_s}
         after: [sim]              # optional: start after these nodes
         stop_grace_s: 5           # SIGTERM -> wait this long -> SIGKILL (whole process group)
+        ready_s: 20               # optional: the next nodes start once this one said its first
+                                  # line (it is listening), or after this long; default 0
         curve_secret: keys/gpu.key_secret   # optional -> ${node.curve_secret}
     monitor: {...}                # MonitorConfig's fields (checked from its source), -> ${monitor_config}
 
@@ -68,7 +70,8 @@ TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
             "hosts": dict, "endpoints": dict, "nodes": list, "monitor": dict}
 NODE_KEYS = {"name": str, "entry": str, "args": list, "host": str, "cpus": list,
              "priority": (int, type(None)), "required": bool, "restart": (str, dict),
-             "after": list, "stop_grace_s": float, "curve_secret": str, "per_robot": bool}
+             "after": list, "stop_grace_s": float, "curve_secret": str, "per_robot": bool,
+             "ready_s": float}
 RESTART_KEYS = {"policy": str, "max_restarts": int, "window_s": float, "backoff_s": float,
                 "backoff_max_s": float}
 # YAML 1.1 reads a bare `off` as false: accept the bool and normalise it below.
@@ -317,6 +320,8 @@ def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list
             cpus=tuple(cpus) if cpus else None, priority=prio if is_type(prio, int) else None,
             required=body.get("required", True), restart=_restart(r, path, body.get("restart")),
             after=tuple(after), stop_grace_s=_grace(r, path, body.get("stop_grace_s", 5.0)),
+            ready_s=_seconds(r, path, "ready_s", body.get("ready_s", 0.0),
+                             "seconds the next nodes wait for this one's first line"),
             curve_secret=body.get("curve_secret"), robot=robot_of.get(name),
             line=r.line(path)))
     if not data:
@@ -325,11 +330,14 @@ def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list
 
 
 def _grace(r: Report, path: tuple, value) -> float:
+    return _seconds(r, path, "stop_grace_s", value, "seconds from SIGTERM to SIGKILL", 5.0)
+
+
+def _seconds(r: Report, path: tuple, key: str, value, what: str, default: float = 0.0) -> float:
     if not is_type(value, float):
-        return 5.0  # check_fields has reported it
+        return default  # check_fields has reported it
     if value < 0:
-        r.err(path + ("stop_grace_s",), "stop_grace_s must be >= 0 (seconds from SIGTERM "
-                                        "to SIGKILL)")
+        r.err(path + (key,), f"{key} must be >= 0 ({what})")
     return float(value)
 
 

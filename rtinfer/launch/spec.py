@@ -58,7 +58,7 @@ class NodeSpec:
     curve_secret: str | None = None
     robot: int | None = None     # robot k's copy of a per_robot node (robots: N), else None
     ready_s: float = 0.0         # the next node starts once this one said its first line, or
-    #                              after this long (not in launch files: the recorder's)
+    #                              after this long (the monitor's, the recorder's)
     line: int = 0
 
 
