@@ -73,14 +73,15 @@ def test_signal_stops_every_node_in_order_with_reports_and_exit_128_plus_signal(
     assert _wait_gone(str(rd)) == []
     report = json.loads(out)  # stdout is the partial report and nothing else
     assert report["stopped_by"] == sig.name and report["cycles"] > 0
-    # every node with a report wrote it; none was SIGKILLed; the robot stopped last
+    # every node with a report wrote it; none was SIGKILLed; in reverse start order: the
+    # policy first (the robot holds), then the robot, then the monitor, which saw it all
     assert (rd / "sim_report.json").exists() and (rd / "monitor_report.json").exists()
     summary = json.loads((rd / "launch_summary.json").read_text())
     assert summary["reason"] == f"received {sig.name}"
     assert all(n["last_exit"] != -signal.SIGKILL for n in summary["nodes"].values()), summary
     stopped = [ln.split("'")[1] for ln in (rd / "console.log").read_text().splitlines()
                if ln.startswith("[launch] stopped '")]
-    assert stopped == ["monitor", "policy", "sim"]
+    assert stopped == ["policy", "sim", "monitor"]
     sim = json.loads((rd / "sim_report.json").read_text())
     assert summary["nodes"]["sim"]["last_exit"] == 0  # the robot loop ended on its own terms
     assert sim["controller"]["rejected_stale"] == 0   # never applied a stale command
