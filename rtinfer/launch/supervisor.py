@@ -132,8 +132,9 @@ class Supervisor:
                 self._stop(f"--seconds {self.seconds:g} elapsed")
 
     def _await_first_line(self, p: NodeProcess) -> None:
-        """A node with ready_s (the recorder) holds the next ones back until it has said its
-        first line (it is listening) or ready_s passed, or it exited, or a stop came."""
+        """A node with ready_s (the shipped monitor, the recorder) holds the next ones back
+        until it has said its first line (it is listening) or ready_s passed, or it exited,
+        or a stop came."""
         end = time.monotonic() + p.spec.ready_s
         while self.stop_reason is None and time.monotonic() < end and p.popen.poll() is None \
                 and not p.spoke.wait(POLL_S):

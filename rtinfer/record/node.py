@@ -103,13 +103,13 @@ class Recorder:
             env = self.sub.recv(0)
         return True
 
-    def _write(self, channel: str, kind: str, datatype: str, msg: dict, counter: str) -> None:
+    def _write(self, channel: str, datatype: str, msg: dict, counter: str) -> None:
         if self.failed is not None:
             self.counters["lost"] += 1
             return
         at = self._file.tell()
         try:
-            self._writer.write_message(channel, self._schemas[kind], msg,
+            self._writer.write_message(channel, self._schemas[datatype], msg,
                                        log_time=self.clock.wall_ns(now_ns()))
         except OSError as e:  # a full disk: stop recording, say it once, keep counting
             self._fail(f"recording {self.path} stopped", e, self._pending + 1)
@@ -128,28 +128,28 @@ class Recorder:
 
     def _obs(self, env) -> None:
         dt = "rtinfer_msgs/msg/Observation"
-        self._write(f"/rtinfer/obs/{env.src}", dt, dt, m.observation(env, self.clock), "obs")
+        self._write(f"/rtinfer/obs/{env.src}", dt, m.observation(env, self.clock), "obs")
         for camera, img in m.images(env, self.clock):
-            self._write(f"/rtinfer/camera/{env.src}/{camera}", "sensor_msgs/msg/Image",
-                        "sensor_msgs/msg/Image", img, "images")
+            self._write(f"/rtinfer/camera/{env.src}/{camera}", "sensor_msgs/msg/Image", img,
+                        "images")
 
     def _waypoint(self, env) -> None:
         dt = "rtinfer_msgs/msg/Waypoint"
-        self._write(f"/rtinfer/waypoints/{env.body['dest']}", dt, dt,
+        self._write(f"/rtinfer/waypoints/{env.body['dest']}", dt,
                     m.waypoint(env, self.clock), "waypoints")
 
     def _trace(self, env) -> None:
         dt = "rtinfer_msgs/msg/CycleTrace"
-        self._write(f"/rtinfer/trace/{env.body['node']}", dt, dt, m.cycle_trace(env, self.clock),
+        self._write(f"/rtinfer/trace/{env.body['node']}", dt, m.cycle_trace(env, self.clock),
                     "traces")
 
     def _health(self, env) -> None:
         dt = "diagnostic_msgs/msg/DiagnosticArray"
-        self._write("/diagnostics", dt, dt, m.diagnostics(env, self.clock), "health")
+        self._write("/diagnostics", dt, m.diagnostics(env, self.clock), "health")
 
     def _decision(self, env) -> None:
         dt = "rtinfer_msgs/msg/Decision"
-        self._write("/rtinfer/decisions", dt, dt, m.decision(env, self.clock), "decisions")
+        self._write("/rtinfer/decisions", dt, m.decision(env, self.clock), "decisions")
 
     def close(self) -> None:
         """Write the summary and index, close the file and the socket; idempotent."""
