@@ -319,7 +319,9 @@ def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list
             name=name, entry=body["entry"], args=tuple(as_text(a) for a in args), host=host,
             cpus=tuple(cpus) if cpus else None, priority=prio if is_type(prio, int) else None,
             required=body.get("required", True), restart=_restart(r, path, body.get("restart")),
-            after=tuple(after), stop_grace_s=_grace(r, path, body.get("stop_grace_s", 5.0)),
+            after=tuple(after),
+            stop_grace_s=_seconds(r, path, "stop_grace_s", body.get("stop_grace_s", 5.0),
+                                  "seconds from SIGTERM to SIGKILL", 5.0),
             ready_s=_seconds(r, path, "ready_s", body.get("ready_s", 0.0),
                              "seconds the next nodes wait for this one's first line"),
             curve_secret=body.get("curve_secret"), robot=robot_of.get(name),
@@ -327,10 +329,6 @@ def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list
     if not data:
         r.err(("nodes",), "no nodes: list at least one")
     return out
-
-
-def _grace(r: Report, path: tuple, value) -> float:
-    return _seconds(r, path, "stop_grace_s", value, "seconds from SIGTERM to SIGKILL", 5.0)
 
 
 def _seconds(r: Report, path: tuple, key: str, value, what: str, default: float = 0.0) -> float:
