@@ -12,6 +12,7 @@ Arrays (N = env steps over all episodes; no object arrays, so np.load needs no p
   obs_tokens int32 (N, L), instruction_tokens int32 (N, C), action_tokens int32 (N, H, D),
   action_values float32 (N, H, D) (token bin centres), objects float32 (N, K, 4),
   gantry float32 (N, 8), held float32 (N, 1), reward float32 (N,), episode int32 (N,), step int32 (N,),
+  with --camera NAME frame_NAME uint8 (N, H, W, 3) (the camera's frame at each observation),
   and JSON strings (0-d unicode arrays): tokenizer_config, obs_tokenizer_config,
   obs_tokens_spec (for rtinfer.model.obs_tokens on the inference node), cell_config, summary.
 """
@@ -78,6 +79,8 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                                 ("objects", obs["objects"]), ("gantry", obs["gantry"]),
                                 ("held", obs["held"])):
                     rows[name].append(v)
+                for name, (image, _) in obs.get("frames", {}).items():
+                    rows.setdefault(f"frame_{name}", []).append(image)
                 executed = values
                 if policy is not None and rng.random() >= beta:
                     executed = policy.act(obs)
@@ -124,13 +127,17 @@ def main(argv=None) -> None:
     ap.add_argument("--latency-ms", type=int, default=0)
     ap.add_argument("--noise-m", type=float, default=0.0, help="DART noise on executed xyz (m)")
     ap.add_argument("--noise-prob", type=float, default=1.0, help="fraction of steps with noise")
+    ap.add_argument("--camera", default=None, help="also store this camera's frames (overhead)")
+    ap.add_argument("--frame-size", type=int, nargs=2, default=EnvConfig.frame_hw,
+                    metavar=("H", "W"), help="the camera's frame height and width (px)")
     ap.add_argument("--policy", default=None, help="model directory that drives the cell (DAgger)")
     ap.add_argument("--beta", type=float, default=0.0, help="with --policy: expert step fraction")
     ap.add_argument("--instruction", action="append", default=[],
                     help="class->bin permutation, e.g. 0,1,2, or 'all' for the six "
                          "(repeatable; episodes cycle through)")
     a = ap.parse_args(argv)
-    cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms)
+    cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms,
+                  camera=a.camera, frame_hw=tuple(a.frame_size))
     make_policy = None
     if a.policy:
         from .policy_adapter import model_factory

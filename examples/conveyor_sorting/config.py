@@ -134,6 +134,9 @@ class EnvConfig:
     observation before the new chunk applies (0 = ideal lockstep).
     episode_objects: spawning stops after this many objects; the episode ends when they
     are all resolved, or at max_episode_s.
+    camera: a camera of the cell ("overhead") whose frame, rendered by the camera process's
+    own code (camera.CellMirror) at frame_hw (height, width), each observation carries in
+    obs["frames"]; None: vectors only.
     """
     cell: CellConfig = field(default_factory=CellConfig)
     steps_per_action: int | None = None
@@ -142,6 +145,8 @@ class EnvConfig:
     max_episode_s: float = 120.0
     horizon: int = 4
     token_bins: int = 256
+    camera: str | None = None
+    frame_hw: tuple[int, int] = (128, 128)
 
 
 def control_config(cell: CellConfig) -> "ControlConfig":

@@ -49,6 +49,20 @@ class ConveyorSortEnv(gym.Env):
             "held": spaces.Box(-1, n - 1, (1,), np.float32),
             "instruction": spaces.MultiDiscrete(np.full(n, n), dtype=np.int32)})
         self.stack = ControlStack(self.control_cfg)
+        self._mirror = None
+        if cfg.camera is not None:
+            from .camera import CellMirror
+            h, w = cfg.frame_hw
+            self._mirror = CellMirror(cfg.camera, w, h, c)
+            self.observation_space["frames"] = spaces.Dict({cfg.camera: spaces.Tuple((
+                spaces.Box(0, 255, (h, w, 3), np.uint8), spaces.Box(0, 2**62, (), np.int64)))})
+
+    def _observe(self) -> dict:
+        obs = observe(self.cell)
+        if self._mirror is not None:  # lockstep: the frame shows the world at this capture
+            obs["frames"] = {self.cfg.camera: (self._mirror.render(self.cell.data.qpos),
+                                               self.cell.t_ns)}
+        return obs
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """options: {"instruction": permutation} to fix the class -> bin mapping."""
@@ -58,7 +72,7 @@ class ConveyorSortEnv(gym.Env):
         self.cell.spawn_limit = self.cfg.episode_objects
         self.stack = ControlStack(self.control_cfg)
         self._score = 0
-        return observe(self.cell), self._info()
+        return self._observe(), self._info()
 
     def _tick(self, n: int) -> None:
         cell, stack = self.cell, self.stack
@@ -81,7 +95,7 @@ class ConveyorSortEnv(gym.Env):
         done = m.spawned >= self.cfg.episode_objects and m.resolved >= m.spawned \
             and not (self.cell.pool.state == LIVE).any()
         truncated = self.cell.t_ns >= self.cfg.max_episode_s * 1e9
-        return observe(self.cell), reward, bool(done), bool(truncated and not done), self._info()
+        return self._observe(), reward, bool(done), bool(truncated and not done), self._info()
 
     def _info(self) -> dict:
         return {**self.cell.metrics.as_dict(), "t_ns": self.cell.t_ns,
@@ -98,6 +112,9 @@ class ConveyorSortEnv(gym.Env):
         return self._renderer.render()
 
     def close(self):
+        if self._mirror is not None:
+            self._mirror.close()
+            self._mirror = None
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None

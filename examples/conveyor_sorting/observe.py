@@ -59,10 +59,15 @@ def instruction_id(instruction: np.ndarray) -> int:
 
 
 def obs_body(obs: dict[str, np.ndarray]) -> dict:
-    """The `obs` wire body (see rtinfer.transport.wire): arrays in "values", scalars in "ints"."""
-    return {"values": {"objects": obs["objects"], "gantry": obs["gantry"], "held": obs["held"],
+    """The `obs` wire body (see rtinfer.transport.wire): arrays in "values", scalars in "ints",
+    camera frames (obs["frames"]: name -> (uint8 image, capture ns)) in "frames"."""
+    body = {"values": {"objects": obs["objects"], "gantry": obs["gantry"], "held": obs["held"],
                        "instruction": obs["instruction"]},
             "ints": {"instruction_id": instruction_id(obs["instruction"])}}
+    if "frames" in obs:
+        body["frames"] = {name: {"image": image, "capture_ns": int(capture_ns)}
+                          for name, (image, capture_ns) in obs["frames"].items()}
+    return body
 
 
 def obs_from_body(body: dict) -> dict[str, np.ndarray]:

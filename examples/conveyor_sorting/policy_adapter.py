@@ -82,7 +82,10 @@ class ChunkModelPolicy:
         self.runner.reset()
 
     def act(self, obs: dict) -> np.ndarray:
-        return self.runner.run(self.model.obs.feeds(obs_body(obs)), self.level).copy()
+        body = obs_body(obs)
+        if not self.model.obs.cameras:  # a vector policy in a camera env: as a robot would
+            body.pop("frames", None)
+        return self.runner.run(self.model.obs.feeds(body), self.level).copy()
 
 
 def model_factory(path, *, exit_depth: int | None = None, level=None, **opts):
