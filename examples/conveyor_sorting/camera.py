@@ -1,7 +1,8 @@
 """The cell's overhead camera: MuJoCo renders the cell's state in a process of its own.
 
     python -m examples.conveyor_sorting.camera --state ipc:///tmp/cell_state \
-        --frames ipc:///tmp/camera [--hz 20] [--width 224 --height 224] [--seconds 10]
+        --frames ipc:///tmp/camera [--hz 20] [--width 224 --height 224 | --policy MODEL_DIR] \
+        [--seconds 10] [--report camera_report.json]
 
 Design (issue 31). The 1 kHz sim loop only publishes its qpos (`StateTap`: `obs/cell_state`,
 float64 [nq], about 1 KB, every 1000/state_hz ticks) on an endpoint of its own; this process
@@ -11,6 +12,12 @@ docs/benchmarks.md, "Camera"); mirroring from the `obs` message would show only 
 policy already knows (no orientations, nothing held or falling). The state has its own
 endpoint because a SUB socket filters by prefix: on the sim's `obs` endpoint, every policy
 node would receive `obs/cell_state` and count it rejected.
+
+It renders each new state as it comes, at most `hz` frames a second (a state captured sooner
+than 1/hz after the last one rendered waits, and the newest of those is rendered): a sim whose
+StateTap runs at the camera's rate is the shutter, so a frame reaches it one render after its
+capture, not up to a camera period later as with a camera polling on its own clock. With `--policy`, the frame size is the one the policy's
+obs_spec.json gives this camera's image input.
 
 Each frame goes out as `obs/camera/NAME` with body {values: {NAME: uint8 [H, W, 3]}, ints:
 {state_seq: the state message's seq}} and stamp `capture` = the state's `capture` (when the
@@ -31,13 +38,17 @@ import os
 import signal
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 from rtinfer.realtime.config_cli import add_config_arguments, config_from_args, option
 from rtinfer.realtime.hist import LatencyHistogram
+from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.realtime.rate import RateKeeper
+from rtinfer.realtime.report_file import write_report
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
@@ -45,6 +56,7 @@ from .config import CellConfig
 from .scene import build_mjcf
 
 STATE_TOPIC = "obs/cell_state"
+WAIT_MS = 100  # the longest wait for a state: how soon a stop is seen
 
 
 def frame_topic(camera: str) -> str:
@@ -52,14 +64,42 @@ def frame_topic(camera: str) -> str:
     return f"obs/camera/{camera}"
 
 
+def frame_shapes(spec: ObsSpec) -> dict[str, tuple[int, int, int]]:
+    """camera name -> the frame [H, W, C] a policy's image inputs take from it."""
+    return {cam: tuple(shape[-3:]) for key, shape in zip(spec.keys, spec.shapes)
+            for cam in spec.images.get(key, ())}
+
+
+def policy_frame(model_dir: str, camera: str) -> dict[str, int]:
+    """{"height", "width"} of `camera`'s frames for the policy in `model_dir` (its
+    obs_spec.json); ValueError naming the fix when it takes no RGB frame of that camera."""
+    path = Path(model_dir) / "obs_spec.json"
+    try:
+        shapes = frame_shapes(ObsSpec.load(path))
+    except OSError as e:
+        raise ValueError(f"--policy {model_dir}: cannot read {path} ({e.strerror}); give a "
+                         "camera policy's model directory") from None
+    except ValueError as e:
+        raise ValueError(f"--policy {model_dir}: {path}: {e}") from None
+    if camera not in shapes or shapes[camera][2] != 3:
+        raise ValueError(f"--policy {model_dir} takes no RGB frame of camera {camera!r} (its "
+                         f"cameras: {shapes or 'none'}); give --camera one of them, or "
+                         "--width/--height without --policy")
+    return {"height": shapes[camera][0], "width": shapes[camera][1]}
+
+
 @dataclass
 class CameraConfig:
     state: str = option("", help="endpoint of the sim's StateTap (the camera connects)")
     frames: str = option("", help="endpoint this camera publishes its frames on (binds)")
     camera: str = option("overhead", help="MJCF camera to render (overhead, overview)")
-    hz: float = option(20.0, help="frames per second (a camera's 15-30)")
+    hz: float = option(20.0, help="at most this many frames per second (a camera's 15-30): "
+                       "each new state is rendered, none sooner than 1/hz after the last")
     width: int = option(224, help="frame width in pixels (at most 640)")
     height: int = option(224, help="frame height in pixels (at most 480)")
+    policy: str = option("", help="a camera policy's model directory: the frame size is the "
+                         "one its obs_spec.json gives this camera (instead of --width/--height)")
+    report: str = option("", help="also write the JSON report to this file (at the end)")
     gl: str = option("egl", choices=("egl", "osmesa", "glfw"),
                      help="MuJoCo's GL backend (MUJOCO_GL); egl: the GPU's, or Mesa's on a CPU host")
     shadows: bool = option(False, help="render shadows (a 4096^2 shadow map: about 17 ms more "
@@ -138,7 +178,8 @@ class CellMirror:
 
 
 class CameraProcess:
-    """Newest state -> render -> publish, at cfg.hz. Renders only when a new state came."""
+    """Newest state -> render -> publish, at most cfg.hz times a second; renders only when a
+    new state came."""
 
     def __init__(self, cfg: CameraConfig, cell: CellConfig | None = None, stop=lambda: False):
         """stop: called once per tick; True ends run() (e.g. set by a signal handler)."""
@@ -152,11 +193,14 @@ class CameraProcess:
         self.sub = Subscriber(cfg.state, [STATE_TOPIC], latest_only=True, hwm=1000)
         self.pub = Publisher(cfg.frames, cfg.camera, hwm=1, oob_bytes=1024)
         self.counters = {"states": 0, "state_bad": 0, "frames": 0, "dropped": 0, "idle": 0}
+        self.render_ns = LatencyHistogram()
+        self.state_capture_ns = 0  # the capture of the last state rendered
 
-    def step(self) -> bool:
-        """One camera tick: True if a frame was rendered (and offered to the publisher)."""
+    def step(self, timeout_ms: int = 0) -> bool:
+        """One camera tick: wait up to timeout_ms for a state; True if a frame was rendered
+        (and offered to the publisher)."""
         c = self.counters
-        env = self.sub.recv(0)
+        env = self.sub.recv(timeout_ms)
         if env is None:
             c["idle"] += 1
             return False
@@ -165,9 +209,12 @@ class CameraProcess:
             c["state_bad"] += 1  # another cell's model, or not a StateTap's message
             return False
         c["states"] += 1
+        self.state_capture_ns = env.stamps["capture"]
+        start = now_ns()
         frame = self.mirror.render(qpos)
         body = {"values": {self.cfg.camera: frame}, "ints": {"state_seq": env.seq}}
         stamps = {"capture": env.stamps["capture"], "render": now_ns()}
+        self.render_ns.record(stamps["render"] - start)
         if self.pub.publish(self.topic, body, stamps):
             c["frames"] += 1
         else:
@@ -175,20 +222,29 @@ class CameraProcess:
         return True
 
     def run(self) -> dict:
-        rk = RateKeeper(self.cfg.hz, "camera", spin_s=0.0)  # no spin: ms of jitter are fine here
+        """Each new state rendered as it comes, none captured sooner than 1/hz after the last
+        one rendered, until stopped or cfg.seconds; the report. Paced by the states' capture
+        stamps, not by when they arrived: a StateTap at hz is rendered as each state comes
+        (waiting for the next from its own clock would drift against the tap's, until each
+        frame showed a state a whole period old)."""
+        period_ns = int(1e9 / self.cfg.hz)
         end = None if self.cfg.seconds is None else now_ns() + int(self.cfg.seconds * 1e9)
         while not self.should_stop() and (end is None or now_ns() < end):
-            self.step()
-            rk.keep_time()
-        return self.report(rk)
+            if self.step(WAIT_MS):
+                rest_ns = self.state_capture_ns + period_ns - now_ns()
+                if rest_ns > 0:  # a newer state meanwhile waits; the newest is taken then
+                    time.sleep(rest_ns / 1e9)
+        return self.report()
 
-    def report(self, rk: RateKeeper | None = None) -> dict:
-        out = {"camera": self.cfg.camera, "shape": [self.cfg.height, self.cfg.width, 3],
-               "hz": self.cfg.hz, **self.counters, "pub": dict(self.pub.counters),
-               "sub": {k: v for k, v in self.sub.counters.items() if "." not in k}}
-        if rk is not None:
-            out["late_ticks"] = rk.late_ticks
-        return out
+    def report(self) -> dict:
+        """Counters (frames: rendered and sent; dropped: the publisher's queue was full),
+        render_ms p50/p99/max, and the sockets' counters."""
+        r = self.render_ns.percentiles_us()
+        return {"camera": self.cfg.camera, "shape": [self.cfg.height, self.cfg.width, 3],
+                "hz": self.cfg.hz, **self.counters,
+                "render_ms": {k: round(r[k] / 1e3, 3) for k in ("p50", "p99", "max")},
+                "pub": dict(self.pub.counters),
+                "sub": {k: v for k, v in self.sub.counters.items() if "." not in k}}
 
     def close(self) -> None:
         self.sub.close()
@@ -262,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         cfg = config_from_args(CameraConfig, a)
+        if cfg.policy:
+            cfg = replace(cfg, **policy_frame(cfg.policy, cfg.camera))
     except ValueError as e:
         ap.error(str(e))
     os.environ["MUJOCO_GL"] = cfg.gl
@@ -282,7 +340,11 @@ def main(argv: list[str] | None = None) -> int:
             report = cam.run()
         finally:
             cam.close()
-    print(json.dumps(report), flush=True)  # one line, for jq
+    text = json.dumps(report)
+    why = write_report(cfg.report, text + "\n") if cfg.report else None
+    if why:
+        print(f"camera: report {cfg.report} not written: {why}", file=sys.stderr, flush=True)
+    print(text, flush=True)  # one line, for jq
     return 0
 
 

@@ -88,7 +88,7 @@ def _demo(args: argparse.Namespace) -> int:
                stress=args.stress, run_dir=args.run_dir, deadline_ms=args.deadline_ms,
                seed=args.seed, instruction=args.instruction, belt_speed=args.belt_speed,
                json_out=args.json, robots=args.robots, realtime=args.realtime,
-               record=args.record)
+               record=args.record, camera_hz=args.camera_hz)
 
 
 def _task_option(checker: str):
@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "by one inference node (launch/conveyor_fleet.yaml); the report has "
                         "one entry per robot")
     d.add_argument("--run-dir", default=None, help="where the nodes' logs and reports go")
+    d.add_argument("--camera-hz", type=float, default=None, metavar="HZ",
+                   help="a camera policy's frame rate (default 30; launch/conveyor_vision.yaml)")
     d.add_argument("--record", default=None, metavar="RUN.mcap",
                    help="record the run as MCAP with ROS 2 schemas (observations, waypoints, "
                         "traces, health, the monitor's decisions), for Foxglove, Rerun and "

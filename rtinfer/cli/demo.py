@@ -2,7 +2,9 @@
 dashboard and a final report.
 
 Runs a shipped launch file (conveyor_sorting.yaml: MuJoCo cell + PID layer, the learned
-policy on ONNX Runtime, the deadline monitor; conveyor_expert.yaml for --policy expert)
+policy on ONNX Runtime, the deadline monitor; conveyor_vision.yaml, with the cell's camera
+process, for a policy whose obs_spec.json has image inputs; conveyor_expert.yaml for
+--policy expert)
 through the launcher in a child process, watches every node's `health` for the dashboard,
 then merges the nodes' reports. `--stress cpu` first calibrates its threat in place
 (rtinfer.cli.stress): the policy node alone on one CPU with HOGS busy processes under
@@ -63,12 +65,14 @@ from rtinfer.launch.file import load
 from rtinfer.launch.record import check_record
 from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.launch.runs import unwritable
+from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import on_signals
 from rtinfer.monitor.dashboard import Dashboard
 
 EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
+VISION_LAUNCH = "conveyor_vision.yaml"  # a policy with image inputs: the camera node too
 FLEET_LAUNCH = "conveyor_fleet.yaml"  # --robots N: N cells, one inference node
 STRESS_DEADLINE_MS = 20.0  # --stress with the expert, which has no chunk time to calibrate
 SUPERVISOR = "rtinfer.launch.supervisor:main"
@@ -317,6 +321,9 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
         "sim_s": sim.get("sim_s"), "task": sim.get("task"),
         "scheduling": scheduling(run_dir),
     }
+    camera = _read(run_dir / "camera_report.json")
+    if camera or "camera" in sim:
+        out["camera"] = camera_figures(camera, sim.get("camera", {}))
     if fleet:
         ended = _read(run_dir / "launch_summary.json").get("robots_ended", {})
         out["robots"] = [_robot_entry(k, s, mon, ended) for k, s in enumerate(fleet)]
@@ -362,9 +369,11 @@ def _read(path: Path) -> dict:
 
 def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str | None, *,
                      seed: int | None = None, instruction: str | None = None,
-                     belt_speed: float | None = None, realtime: bool = True) -> dict:
+                     belt_speed: float | None = None, realtime: bool = True,
+                     camera_hz: float | None = None) -> dict:
     """`--set` overrides for the launch file: the model directory, the task (cell seed,
-    class -> bin instruction, belt speed), the nodes' scheduling (realtime False: no node's
+    class -> bin instruction, belt speed), the camera's rate (conveyor_vision.yaml only),
+    the nodes' scheduling (realtime False: no node's
     cpus or priority is applied), and the deadline with the monitor's budget
     margins scaled to it (lower the budget below 20% slack, raise it back above 50%, as the
     node's own budget does); --stress defaults to STRESS_DEADLINE_MS."""
@@ -377,6 +386,8 @@ def launch_overrides(policy: str | None, deadline_ms: float | None, stress: str 
         out["vars.instruction"] = instruction
     if belt_speed is not None:
         out["vars.belt_speed"] = f"{belt_speed:g}"
+    if camera_hz is not None:
+        out["vars.camera_hz"] = f"{camera_hz:g}"
     if stress and deadline_ms is None:
         deadline_ms = STRESS_DEADLINE_MS
     if deadline_ms is not None:  # the monitor's margins follow it (rtinfer.realtime.deadline)
@@ -403,6 +414,45 @@ def model_dir(policy: str | None) -> Path | None:
         raise DemoError(f"--policy {policy}: not a model directory (no graphs.json in it); "
                         "give one written by `rtinfer export`, or --policy expert")
     return path.resolve()
+
+
+def takes_frames(model: Path | None) -> bool:
+    """Whether the policy in model directory `model` reads camera frames (its obs_spec.json
+    has image inputs); DemoError when that file is there but not a valid spec."""
+    spec = None if model is None else model / "obs_spec.json"
+    if spec is None or not spec.is_file():
+        return False
+    try:
+        return bool(ObsSpec.load(spec).images)
+    except (OSError, ValueError) as e:
+        raise DemoError(f"--policy {model}: {spec} is not a valid observation spec ({e}); "
+                        "re-package the policy") from None
+
+
+def check_camera(vision: bool, robots: int, camera_hz: float | None) -> None:
+    """--camera-hz needs a camera policy, in (0, 240]; a camera policy runs one cell."""
+    if camera_hz is not None and not vision:
+        raise DemoError(f"--camera-hz {camera_hz:g}: this policy takes no camera frames; "
+                        "leave it out, or give a camera policy's --policy")
+    if camera_hz is not None and not (math.isfinite(camera_hz) and 0 < camera_hz <= 240):
+        raise DemoError(f"--camera-hz {camera_hz:g}: give frames per second in (0, 240], "
+                        "e.g. 30")
+    if vision and robots > 1:
+        raise DemoError(f"--robots {robots} with a camera policy: the fleet launch has no "
+                        "cameras; run it with one robot")
+
+
+def camera_figures(camera: dict, sim: dict) -> dict:
+    """The camera's part of the report: what the camera process rendered (camera_report.json)
+    and what the sim did with its frames (its report's "camera": sent with an observation,
+    observations skipped for want of a frame or for a frame older than the deadline, the
+    frames' age when sent)."""
+    return {"camera": sim.get("camera", camera.get("camera")), "hz": camera.get("hz"),
+            "shape": sim.get("shape", camera.get("shape")), "rendered": camera.get("frames"),
+            "render_ms": camera.get("render_ms"), "dropped": camera.get("dropped"),
+            "frames_sent": sim.get("sent"), "skipped_no_frame": sim.get("no_frame"),
+            "skipped_stale": sim.get("stale"), "frames_bad": sim.get("bad"),
+            "frame_age_ms": sim.get("frame_age_ms")}
 
 
 def check_fleet(robots: int, policy, stress, seed, instruction, png) -> None:
@@ -455,15 +505,17 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
         deadline_ms: float | None = None, seed: int | None = None,
         instruction: str | None = None, belt_speed: float | None = None,
         json_out: bool = False, robots: int = 1, realtime: bool = True,
-        record: str | None = None) -> int:
+        record: str | None = None, camera_hz: float | None = None) -> int:
     """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
     end-to-end deadline (None: the launch file's; see launch_overrides). record: an .mcap
-    file the run is recorded to (the launcher's --record; one run only). Returns the exit
+    file the run is recorded to (the launcher's --record; one run only). camera_hz: a camera
+    policy's frame rate (None: the launch file's). Returns the exit
     status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
     stop = _Stop()
     with on_signals(stop):
         return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
-                    instruction, belt_speed, json_out, stop, robots, realtime, record)
+                    instruction, belt_speed, json_out, stop, robots, realtime, record,
+                    camera_hz)
 
 
 def check_stress(stress: str | None, model: Path | None) -> None:
@@ -476,7 +528,7 @@ def check_stress(stress: str | None, model: Path | None) -> None:
 
 def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
          belt_speed, json_out, stop: _Stop, robots: int = 1, realtime: bool = True,
-         record: str | None = None) -> int:
+         record: str | None = None, camera_hz: float | None = None) -> int:
     console = Console(stderr=True)
     try:
         check_options(seconds, deadline_ms, report, png)
@@ -491,6 +543,8 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         check_fleet(robots, policy, stress, seed, instruction, png)
         model = model_dir(policy)
         check_stress(stress, model)
+        vision = takes_frames(model)
+        check_camera(vision, robots, camera_hz)
         base = Path(run_dir).expanduser() if run_dir else Path(tempfile.mkdtemp(prefix="rtinfer-demo-"))
         try:
             base.mkdir(parents=True, exist_ok=True)
@@ -503,11 +557,11 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     except DemoError as exc:
         print(f"rtinfer demo: {exc}", file=sys.stderr)
         return 2
-    launch = launch_file(EXPERT_LAUNCH if model is None else
-                         FLEET_LAUNCH if robots > 1 else MODEL_LAUNCH)
+    launch = launch_file(EXPERT_LAUNCH if model is None else FLEET_LAUNCH if robots > 1
+                         else VISION_LAUNCH if vision else MODEL_LAUNCH)
     # the launch settings every run of this demo shares (launch_overrides' keywords)
     task = {"seed": seed, "instruction": instruction, "belt_speed": belt_speed,
-            "realtime": realtime}
+            "realtime": realtime, "camera_hz": camera_hz}
     if stress == "near-deadline":
         out = near_deadline(launch, base.resolve(), str(model), deadline_ms, seconds, task,
                             console, stop, png)
