@@ -160,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True, help="the robot's src (its chunks' dest)")
     p.add_argument("--obs", required=True, help="endpoint this robot binds for its obs")
-    p.add_argument("--actions", required=True, help="the policy node's actions endpoint")
+    p.add_argument("--actions", required=True, nargs="+",
+                   help="the policy node's actions endpoint (several: a fleet's nodes, with "
+                        "--addressed: it follows the chunks addressed to it from any of them)")
     p.add_argument("--model", required=True, help="the policy's model directory (its spec)")
     p.add_argument("--robot", default="examples.conveyor_sorting:robot.yaml",
                    help="robot file (docs/robots.md) whose axes the chunks are checked on")
@@ -175,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                         "--address-chunks): libzmq filters the other robots' at the node")
     add_curve_arguments(p)
     a = p.parse_args(argv)
-    return run(a, curve_from_args(p, a, binds=[a.obs], connects=[a.actions]))
+    return run(a, curve_from_args(p, a, binds=[a.obs], connects=a.actions))
 
 
 if __name__ == "__main__":

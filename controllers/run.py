@@ -58,7 +58,8 @@ class RobotProcess:
     """A HardwareInterface behind a ControllerNode, with its sockets, heartbeats and trace.
     Not thread-safe: run() from one thread; stop() may come from a signal handler."""
 
-    def __init__(self, hw, control: ControlConfig, *, robot: str, obs: str, actions: str,
+    def __init__(self, hw, control: ControlConfig, *, robot: str, obs: str,
+                 actions: str | list[str],
                  control_endpoint: str | None = None, tokenizer: TokenizerConfig | None = None,
                  action: ActionSpec | None = None, name: str = "controller",
                  deadline_ms: float = DEADLINE_MS, policy_hz: float = 20.0,
@@ -76,7 +77,8 @@ class RobotProcess:
         self.hw, self.robot = hw, robot
         self.pub = Publisher(obs, robot, bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
-        self.sub = Subscriber([actions] + ([control_endpoint] if control_endpoint else []),
+        self.sub = Subscriber(([actions] if isinstance(actions, str) else [*actions])
+                              + ([control_endpoint] if control_endpoint else []),
                               ["action_chunk", "command"], curve=curve,
                               to={"action_chunk": robot} if addressed else None)
         # Round-trip echoes for the monitor's clock-offset estimate go out on the obs PUB.
@@ -309,7 +311,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", required=True, help="the policy: a model directory, or its "
                     "action_spec.json or tokenizer.json")
     ap.add_argument("--obs", required=True, help="endpoint to bind: obs, health, trace")
-    ap.add_argument("--actions", required=True, help="the policy's action endpoint (connect)")
+    ap.add_argument("--actions", required=True, nargs="+",
+                    help="the policy's action endpoint (connect; several: a fleet's nodes, "
+                         "with --addressed it follows its chunks from whichever serves it)")
     ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one `hardware:` entry of the robot file (VALUE as YAML)")
@@ -333,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
 
 def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotProcess:
     """A RobotProcess from the parsed options; a bad option or file is ap.error (exit 2)."""
-    curve = curve_from_args(ap, a, binds=[a.obs], connects=[a.actions, a.control])
+    curve = curve_from_args(ap, a, binds=[a.obs], connects=[*a.actions, a.control])
     try:
         if a.deadline_ms <= 0 or a.policy_hz <= 0:
             raise ValueError("--deadline-ms and --policy-hz must be > 0")

@@ -38,6 +38,7 @@ from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.node_config import InferenceNodeConfig, arguments, config
 from rtinfer.inference.policy import load_policy
 from rtinfer.inference.robots import Robots, RobotSlot
+from rtinfer.inference.robots_file import RobotsFile
 from rtinfer.model.directory import ModelError
 from rtinfer.model.obs_spec import FRAME_COUNTERS, FrameError
 from rtinfer.realtime.complaints import Complaints
@@ -46,7 +47,7 @@ from rtinfer.realtime.spin import serve, spin
 from rtinfer.realtime.trace import TraceWriter
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
-from rtinfer.transport.curve import curve_from_args
+from rtinfer.transport.curve import curve_from_args, read_curve_map
 from rtinfer.transport.heartbeat import HeartbeatResponder, same_host
 from rtinfer.transport.identity import Identity
 from rtinfer.transport.peer_clock import PeerClock
@@ -62,27 +63,28 @@ BROKEN_AFTER = 10  # cycles in a row whose chunk was not finite: the policy is b
 class InferenceNode:
     def __init__(self, model_dir, obs_endpoint: str | Sequence[str], action_endpoint: str, *,
                  control_endpoint: str | None = None, cfg: InferenceNodeConfig | None = None,
-                 backend_opts: dict | None = None, ctx=None, curve=None):
+                 backend_opts: dict | None = None, ctx=None, curve=None,
+                 robots_file: str | None = None):
         """obs_endpoint: the robots' obs endpoint(s). curve: bus ``curve=`` for every socket
-        (keys.curve_configs: per endpoint)."""
+        (keys.curve_configs: per endpoint; it must name the endpoints robots_file may list).
+        robots_file: robots learned at run time (rtinfer.inference.robots_file)."""
         self.cfg = cfg = cfg or InferenceNodeConfig()
         obs_eps = [obs_endpoint] if isinstance(obs_endpoint, str) else list(obs_endpoint)
         # before any socket: a refused --batch must leave nothing open behind the error
-        self.policy = p = load_policy(model_dir, cfg, backend_opts, len(obs_eps))
+        self.policy = p = load_policy(model_dir, cfg, backend_opts,
+                                      max(len(obs_eps), 2) if robots_file else len(obs_eps))
         budget = Budget(p.levels, int(cfg.deadline_ms * 1e6), auto=cfg.auto_budget)
         self.obs_sub = self.ctl_sub = self.trace_sub = self.pub = self.trace = None
+        self._obs_counts: dict[str, int] = {}  # of the obs subscribers a robots file replaced
         self.complaints = Complaints(cfg.name)  # every line the node says, rate-limited
         say = self.complaints.say
         try:  # a socket that fails (an endpoint in use, a bad key) closes those before it
-            # latest-only per robot, not per topic: the robots' slots keep each one's newest
-            self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=ctx, curve=curve, say=say)
+            self._ctx, self._curve, self._static_obs = ctx, curve, obs_eps
+            self.robots_file = RobotsFile(robots_file, say) if robots_file else None
+            self._subscribe(obs_eps)
             self.ctl_sub = Subscriber(control_endpoint, ["budget", "command", "heartbeat"],
                                       ctx=ctx, curve=curve, say=say) if control_endpoint else None
-            # robots on other hosts: their clocks are bracketed from obs and traces (module doc)
-            remote = not all(same_host(e) for e in obs_eps)
-            self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=ctx, curve=curve,
-                                        say=say) if remote else None
-            self.robots = Robots(budget, remote=remote, max_robots=cfg.max_robots,
+            self.robots = Robots(budget, remote=self._remote, max_robots=cfg.max_robots,
                                  period_ns=p.period_ns, say=say)
             if len(p.batches) > 1:  # the latency table admission plans with at first
                 self.robots.set_batches(p.batches)
@@ -98,7 +100,7 @@ class InferenceNode:
         self.hist = {k: LatencyHistogram() for k in ("ttft", "per_token", "cycle", "compute")}
         self.counters = dict.fromkeys(("cycles", "obs_bad", *FRAME_COUNTERS, "obs_held",
                                        "waypoints", "publish_dropped", "chunks_not_finite",
-                                       "chunks_not_finite_in_a_row"), 0)
+                                       "chunks_not_finite_in_a_row", "robots_released"), 0)
         self.state = "run"  # "hold" (a safe_hold command), "stop" (a stop command, stop())
         # with CURVE a robot is its key: an obs whose src is not its key's name is refused
         self.identity = Identity.of(curve, action_endpoint, say)
@@ -265,8 +267,49 @@ class InferenceNode:
             del times[b][:WARM_UP]
         return times
 
+    def _subscribe(self, obs_eps: list[str]) -> None:
+        """The obs (and, robots on other hosts, trace: their clocks are bracketed from obs
+        and traces, module doc) subscribers, anew on these endpoints. Latest-only per robot,
+        not per topic: the robots' slots keep each one's newest."""
+        old = (self.obs_sub, self.trace_sub)
+        self._obs_eps = obs_eps
+        self._remote = not all(same_host(e) for e in obs_eps)
+        self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=self._ctx, curve=self._curve,
+                                  say=self.complaints.say)
+        self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=self._ctx, curve=self._curve,
+                                    say=self.complaints.say) if self._remote else None
+        if old[0] is not None:  # its counters live on in health
+            for k, v in (*old[0].counters.items(), ("sessions_ended", old[0].sessions_ended)):
+                self._obs_counts[k] = self._obs_counts.get(k, 0) + v
+        for sub in old:
+            if sub is not None:
+                sub.close()
+
+    def _follow_robots_file(self, now: int) -> None:
+        """The robots file changed: let go of the robots it no longer names (their slots
+        freed at once), and subscribe to the obs endpoints it names now. The allow-list is
+        read again first, so a key copied in with the file admits its robot at once."""
+        before = self.robots_file.robots
+        robots = self.robots_file.changed(now)
+        if robots is None:
+            return
+        if self.identity.allow is not None:
+            self.identity.allow.refresh()
+        for name in [n for n in before if n not in robots]:
+            if self.robots.slots.pop(name, None) is not None:
+                self.counters["robots_released"] += 1
+            self.robots.refused.pop(name, None)
+        eps = list(dict.fromkeys([*self._static_obs, *robots.values()]))
+        if eps != self._obs_eps:
+            self._subscribe(eps)
+            self.robots.remote = self._remote
+        self.complaints.say("robots_file_read", f"robots file {self.robots_file.path}: "
+                            f"{', '.join(robots) or 'no robots'}", error=False)
+
     # --- control, heartbeat, health -----------------------------------------------------
     def _housekeeping(self) -> None:
+        if self.robots_file is not None:
+            self._follow_robots_file(now_ns())
         if self.ctl_sub is not None:
             for topic, env in self.ctl_sub.poll_latest(0).items():
                 if topic == "heartbeat":  # the monitor's ping: echo it (clock offsets)
@@ -305,11 +348,12 @@ class InferenceNode:
     def health(self) -> dict:
         """`health` body: counters (node, policy, robots, subscriber) and latency gauges (us)."""
         robots, gauges = self.robots.figures()
+        old = self._obs_counts
         c = {**self.counters, **self.policy.figures(), **robots,
              "policy_broken": int(self.counters["chunks_not_finite_in_a_row"] >= BROKEN_AFTER),
-             "obs_rejected": self.obs_sub.counters["rejected"],
-             "obs_oversize": self.obs_sub.counters["oversize"],
-             "obs_sessions_ended": self.obs_sub.sessions_ended,
+             "obs_rejected": self.obs_sub.counters["rejected"] + old.get("rejected", 0),
+             "obs_oversize": self.obs_sub.counters["oversize"] + old.get("oversize", 0),
+             "obs_sessions_ended": self.obs_sub.sessions_ended + old.get("sessions_ended", 0),
              **self.identity.counters, "keys_revoked": self.pub.revocations,
              "budget_level": self.budget.index, "budget_switches": self.budget.switches}
         g = {f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
@@ -326,11 +370,14 @@ class InferenceNode:
 def main(argv: list[str] | None = None) -> int:
     p = arguments(__doc__.split("\n")[0])
     a = p.parse_args(argv)
-    curve = curve_from_args(p, a, binds=[a.actions], connects=[*a.obs, a.control])
+    # a robots file may name any obs endpoint the curve map lists
+    listed = [ep for ep in read_curve_map(a.curve_map) if ep != a.actions] \
+        if a.robots_file and a.curve_map else []
+    curve = curve_from_args(p, a, binds=[a.actions], connects=[*a.obs, a.control, *listed])
     cfg = config(p, a)
     try:
         node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
-                             curve=curve,
+                             curve=curve, robots_file=a.robots_file,
                              backend_opts={"precision": a.precision} if a.precision else None)
     except (ModelError, EndpointInUse) as e:  # BackendError too: one line with the fix
         print(f"{cfg.name}: error: {e}", file=sys.stderr, flush=True)

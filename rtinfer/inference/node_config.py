@@ -68,8 +68,11 @@ def arguments(description: str) -> argparse.ArgumentParser:
     """The command line: the endpoints and the model, then one option per config field."""
     p = argparse.ArgumentParser(prog="python -m rtinfer.inference.node", description=description)
     p.add_argument("--model", required=True)
-    p.add_argument("--obs", required=True, nargs="+",
+    p.add_argument("--obs", nargs="+", default=[],
                    help="the endpoint(s) the robots' obs publishers bind (one or more robots)")
+    p.add_argument("--robots-file", default=None,
+                   help="robots learned at run time: a JSON file {robot: obs endpoint}, "
+                        "re-read when it changes (rtinfer.inference.robots_file)")
     p.add_argument("--actions", required=True, help="endpoint this node binds for actions")
     p.add_argument("--control", default=None, help="endpoint of budget/command messages")
     add_config_arguments(p, InferenceNodeConfig)
@@ -86,6 +89,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
 
 def config(p: argparse.ArgumentParser, a: argparse.Namespace) -> InferenceNodeConfig:
     """The config the parsed arguments ask for; a bad one is p.error (exit 2)."""
+    if not a.obs and not a.robots_file:
+        p.error("give the robots' obs endpoints: --obs EP [EP ...], or --robots-file FILE")
     try:
         cfg = config_from_args(InferenceNodeConfig, a, **(
             {"auto_budget": False} if a.level is not None else {}))

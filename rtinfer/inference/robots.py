@@ -153,6 +153,7 @@ class Robots:
                                        "frame_future"), 0)
         self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
         self.overloaded = False             # the admitted robots no longer fit (check_load)
+        self.fits: int | None = None        # how many robots fit, as check_load last found
         self.batches = [1]                  # the batch sizes the node runs (set by the node)
         self.costs = {1: CycleCost()}       # batch size -> batches timed (the node records)
         self.profile: dict[int, int] = {}   # batch size -> its start-up profile, ns
@@ -374,6 +375,7 @@ class Robots:
         """Whether the robots admitted still fit the measured costs; a change is said and
         going over is counted (overloads)."""
         n, cap = len(self.slots), self.capacity(deadline_ns)
+        self.fits = cap
         over = cap is not None and n > max(cap, 1)
         if over == self.overloaded:
             return
@@ -415,6 +417,8 @@ class Robots:
                     g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
         for name in self.refused:  # refused and not admitted since (the dashboard)
             c[f"robot.{name}.refused"] = 1
+        if self.fits is not None:  # the fleet controller places robots by it
+            c["capacity"] = self.fits
         if self.cycle_ns:
             g["cycle_cost_us"] = self.cycle_ns / 1e3
         for b in self.batches[1:]:
