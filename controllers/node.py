@@ -30,6 +30,11 @@ included (out of band, not copied), checked against the policy's observation spe
 has one (a mismatch is obs_bad, said, not sent).
 Compute, write: ControlStack -> HardwareInterface.write(). Any other exception from a driver
 method is a bug: DriverError, naming the method, ends the loop.
+A driver that executes trajectories itself (the ROS 2 bridge's trajectory_chunk mode) may
+have on_chunk(waypoints, due_ns), called once per chunk when it is complete and its first
+setpoint has been committed (so never for a stale chunk), with the waypoints as the stack
+tracks them (positions clipped into the workspace); and on_hold(now_ns), called on every
+hold from tracking (as often as `holds` counts). A HardwareFault from either is a write fault.
 Trace and health: `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
 cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,
@@ -283,6 +288,9 @@ class ControllerNode:
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
         self._observe = getattr(hw, "observe", None)
+        self._on_chunk = getattr(hw, "on_chunk", None)
+        self._on_hold = getattr(hw, "on_hold", None)
+        self._committed = None  # the key of the chunk committed and not yet handed to on_chunk
         self._obs_check = ObsCheck(cfg.obs)
         self._stop_asked = False  # stop() was called: the loop ends after this tick, whatever else
         self._late_key = None  # the last cycle reported late (once per cycle)
@@ -341,9 +349,9 @@ class ControllerNode:
         self.pending = None
         self.counters["late_applies"] += 1
         self.stack.hold(commit_ns)
-        if p.before == RUN:
-            self.counters["holds"] += 1
         self.state = HOLD if p.before == RUN else p.before
+        if p.before == RUN:
+            self._held(commit_ns)
         self._report_late(chunk.key, chunk.stamps, 0)
         return None
 
@@ -432,15 +440,20 @@ class ControllerNode:
 
 
     def _write(self, cmd, now: int) -> bool:
+        return self._out("write", self.hw.write, cmd, now=now)
+
+    def _out(self, method: str, call, *args, now: int) -> bool:
+        """A driver call that sends to the robot: a HardwareFault is a write fault (counted;
+        the robot holds), any other exception a DriverError."""
         try:
-            self.hw.write(cmd)
+            call(*args)
             return True
         except FAULTS:
             self.counters["write_faults"] += 1
             self._fault(now)
             return False
         except Exception as e:
-            raise self._bug("write", e) from e
+            raise self._bug(method, e) from e
 
     def _fault(self, now: int) -> None:
         if self.state != STOPPED:
@@ -481,11 +494,31 @@ class ControllerNode:
 
     # -- events -----------------------------------------------------------------------
     def _hold(self, state: State, now: int) -> None:
-        if self.state == RUN:  # counts transitions from tracking to holding
-            self.counters["holds"] += 1
+        was_tracking = self.state == RUN  # counts transitions from tracking to holding
         self.pending = None  # a held robot sends no chunk's first setpoint
         self.stack.hold(now)
         self.state = state
+        if was_tracking:
+            self._held(now)
+
+    def _held(self, now: int) -> None:
+        """A hold from tracking: counted, and told to a driver that has on_hold (after the
+        state changed, so a fault it raises holds without coming back here)."""
+        self.counters["holds"] += 1
+        self._committed = None  # a chunk completing after the hold is not handed on
+        if self._on_hold is not None:
+            self._out("on_hold", self._on_hold, now, now=now)
+
+    def _hand_over(self, now: int) -> None:
+        """on_chunk(waypoints, due_ns), once per chunk: when it is complete and committed."""
+        chunk = self.chunk
+        if self._on_chunk is None or self._committed != chunk.key or not chunk.complete:
+            return
+        self._committed = None
+        due_ns = chunk.capture_ns + chunk.start_ns + \
+            np.arange(chunk.count, dtype=np.int64) * chunk.period_ns
+        self._out("on_chunk", self._on_chunk, self.stack.limited(chunk.waypoints[:chunk.count]),
+                  due_ns, now=now)
 
     def _on_command(self, cmd: str, now: int) -> None:
         self.counters["commands"] += 1
@@ -562,6 +595,7 @@ class ControllerNode:
         self.stack.set_chunk(chunk.waypoints[:chunk.ready], chunk.capture_ns, chunk.period_ns,
                              now, complete=chunk.complete, start_ns=chunk.start_ns)
         self.state = RUN
+        self._hand_over(now)  # the rest of a committed chunk streamed in
 
     def _late(self, env: Envelope) -> None:
         """Reject a waypoint past the deadline; report its cycle once as missed (not while
@@ -595,3 +629,5 @@ class ControllerNode:
         stamps = {**chunk.stamps, "apply": apply_ns}
         self._emit({"node": self.cfg.name, "cycle": int(chunk.cycle), "stamps": stamps,
                     "fields": {"e2e_ms": e2e / 1e6}})
+        self._committed = chunk.key
+        self._hand_over(apply_ns)

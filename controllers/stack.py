@@ -79,12 +79,23 @@ class ControlStack:
         tool's kind. Ends a hold. complete=False while more stream in."""
         w = np.array(waypoints, dtype=np.float64, ndmin=2)
         self.limits.clamp_waypoints(w[:, :self.n])
-        if self.cfg.tool is not None:
-            w[:, self.n] = [self.cfg.tool.command(v) for v in w[:, self.n].tolist()]
+        self._map_tool(w)
         if self.tracker.t_ns is None:
             self._pending = (w, capture_ns, period_ns, now_ns, complete, start_ns)
             return
         self.tracker.set_chunk(w, capture_ns, period_ns, now_ns, complete, start_ns)
+
+    def limited(self, waypoints: np.ndarray) -> np.ndarray:
+        """`waypoints` as set_chunk tracks them, in a new array: positions clipped into the
+        workspace, tool values mapped. Counts nothing (set_chunk counted the clips)."""
+        w = np.array(waypoints, dtype=np.float64, ndmin=2)
+        np.clip(w[:, :self.n], self.limits.low, self.limits.high, out=w[:, :self.n])
+        self._map_tool(w)
+        return w
+
+    def _map_tool(self, w: np.ndarray) -> None:
+        if self.cfg.tool is not None:
+            w[:, self.n] = [self.cfg.tool.command(v) for v in w[:, self.n].tolist()]
 
     def hold(self, now_ns: int) -> None:
         """Decelerate the reference to a stop at hold_decel, then hold it; tool unchanged."""

@@ -7,17 +7,14 @@ observe() the policy's observation from it (stamped with the JointState's own ca
 write() the tick's command sent on to the ROS 2 robot. rclpy spins in a thread of this process
 (its own context, no signal handlers: controllers.run owns SIGINT/SIGTERM).
 
-Controller types (`controller:`):
-  forward     std_msgs/Float64MultiArray, one position per joint, at the control rate
-              (control.rate_hz) to a forward_command_controller (position). When the policy
-              falls silent the controller brakes to a stop and holds, and this keeps sending
-              that hold: the robot holds its last position.
-  trajectory  trajectory_msgs/JointTrajectory to a joint_trajectory_controller, one per tick:
-              a single point (the tick's position and reference velocity) due one tick
-              ahead, so each replaces the last (streamed setpoints; the controller's limits
-              still apply). When the policy falls silent these are the hold: a hold
-              trajectory (the held position, zero velocity).
-Either way each hold sent is counted (holds) and the first said in one line.
+Controller types (`controller:`, commands.py): `forward` (Float64MultiArray setpoints at the
+control rate), `trajectory` (a one-point JointTrajectory per tick), `trajectory_chunk` (each
+accepted chunk once, as one JointTrajectory whose points carry the waypoints' due times;
+the controllers' on_chunk hook hands it over, so never a stale one). When the controller
+stops following chunks (its on_hold: the watchdog, a late chunk, safe_hold, a fault) the
+robot holds: per tick the braking reference goes on being sent; trajectory_chunk sends one
+hold trajectory. Each hold is counted (holds, equal to the controller's) and the first said
+in one line.
 
 A JointState is refused and counted when it is not one of the joints' (joint_states.py); a
 topic silent for longer than `silent_ms` makes read() fail (HardwareFault): the
@@ -29,6 +26,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -36,16 +34,17 @@ from controllers.config import ControlConfig
 from controllers.hardware import HardwareFault, Observation, RobotState
 from rtinfer.launch.entry import EntryError, resolve
 
+from .commands import HOLD_HOW, KINDS, TYPES
 from .joint_states import LatestJointState
 
 INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
            "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
-CONTROLLERS = ("forward", "trajectory")
 RELIABILITY = ("best_effort", "reliable")
 
 
 def import_rclpy():
-    """rclpy and the message types; ValueError (one line: how to install) without them."""
+    """rclpy, and the message types by name; ValueError (one line: how to install) without
+    them."""
     try:
         import rclpy
         from sensor_msgs.msg import JointState
@@ -53,7 +52,9 @@ def import_rclpy():
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
     except ImportError:
         raise ValueError(INSTALL) from None
-    return rclpy, JointState, Float64MultiArray, JointTrajectory, JointTrajectoryPoint
+    return rclpy, SimpleNamespace(JointState=JointState, Float64MultiArray=Float64MultiArray,
+                                  JointTrajectory=JointTrajectory,
+                                  JointTrajectoryPoint=JointTrajectoryPoint)
 
 
 class ROS2Robot:
@@ -61,7 +62,7 @@ class ROS2Robot:
 
     joint_states: the sensor_msgs/JointState topic. command: the controller's command topic.
     joints: the ROS joint names in axis order (default: the axis names). controller: one of
-    CONTROLLERS. reliability, depth: the QoS of both topics. silent_ms: a JointState gap
+    commands.TYPES. reliability, depth: the QoS of both topics. silent_ms: a JointState gap
     longer than this is a silent topic. future_ms: a stamp further ahead than this (of this
     host's clock) is refused. obs_hz: observations per second (give controllers.run the same
     --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args) -> the policy's values
@@ -75,15 +76,15 @@ class ROS2Robot:
                  future_ms: float = 5.0, obs_hz: float = 20.0, observe: str | None = None,
                  observe_args: dict | None = None, wait_s: float = 10.0,
                  node: str = "rtinfer_bridge"):
-        rclpy, JointState, Float64MultiArray, JointTrajectory, Point = import_rclpy()
+        rclpy, msgs = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
         self.joints = list(joints or [a.name for a in control.axes])
-        if len(self.joints) != control.n or controller not in CONTROLLERS \
+        if len(self.joints) != control.n or controller not in TYPES \
                 or reliability not in RELIABILITY:
             raise ValueError(f"ros2 bridge: joints {self.joints} must be one per axis "
-                             f"({control.n}), controller one of {CONTROLLERS}, reliability "
+                             f"({control.n}), controller one of {TYPES}, reliability "
                              f"one of {RELIABILITY}")
         try:
             self._observe = resolve(observe) if observe else None
@@ -94,9 +95,7 @@ class ROS2Robot:
         self.period_ns, self._next_obs_ns = int(1e9 / obs_hz), 0
         self.latest = LatestJointState(self.joints, joint_states, int(future_ms * 1e6))
         self.counters = dict.fromkeys(("commands", "holds", "js_silent"), 0)
-        self._moving = False
-        self._hold_how = ("the last position" if controller == "forward" else
-                          "a hold trajectory (the held position, zero velocity)")
+        self._hold_how, self._following = HOLD_HOW[controller], False
         self._state_capture_ns, self._silent = 0, False
         self.state = RobotState.zeros(self.n)
         self._ctx = rclpy.Context()
@@ -104,14 +103,13 @@ class ROS2Robot:
         self.node = rclpy.create_node(node, context=self._ctx)
         qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.BEST_EFFORT
                          if reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(JointState, joint_states, self.latest.on_message, qos)
-        if controller == "forward":
-            self._msg = Float64MultiArray()
-        else:
-            self._msg = JointTrajectory(joint_names=self.joints, points=[Point()])
-            self._msg.points[0].time_from_start.nanosec = int(1e9 / control.rate_hz)
-        self._trajectory = controller == "trajectory"
-        self._pub = self.node.create_publisher(type(self._msg), command, qos)
+        self.node.create_subscription(msgs.JointState, joint_states, self.latest.on_message, qos)
+        clock = self.node.get_clock()
+        self.out = KINDS[controller](msgs, control, self.joints,
+                                     lambda: clock.now().nanoseconds)
+        self._pub = self.node.create_publisher(
+            msgs.Float64MultiArray if controller == "forward" else msgs.JointTrajectory,
+            command, qos)
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
@@ -158,29 +156,34 @@ class ROS2Robot:
             values = self._observe(state.pos.copy(), state.vel.copy(), **self._observe_args)
         return Observation(self._state_capture_ns, values)
 
+    def _send(self, msg) -> None:
+        if msg is not None:
+            self._pub.publish(msg)
+            self.counters["commands"] += 1
+
     def write(self, cmd) -> None:
-        if self._trajectory:
-            point = self._msg.points[0]
-            point.positions, point.velocities = cmd.value.tolist(), cmd.ref_vel.tolist()
-        else:
-            self._msg.data = cmd.value.tolist()
-        self._pub.publish(self._msg)
-        self.counters["commands"] += 1
-        # A tracked reference at rest exactly is the controller's hold (braked to a stop):
-        # while a chunk is followed its velocity is never exactly zero on every axis.
-        moving = bool(cmd.ref_vel.any())
-        if self._moving and not moving:
-            self.counters["holds"] += 1
-            if self.counters["holds"] == 1:
-                print(f"ros2 bridge: no fresh chunk: the robot holds, sent {self._hold_how} "
-                      "at the control rate (counted as holds; said once)", file=sys.stderr,
-                      flush=True)
-        self._moving = moving
+        self._send(self.out.tick(cmd))
+
+    def on_chunk(self, waypoints: np.ndarray, due_ns: np.ndarray) -> None:
+        """A fresh chunk, committed by the controller (controllers.hardware)."""
+        self._send(self.out.chunk(waypoints, due_ns, self.state.pos, time.monotonic_ns()))
+        self._following = True
+
+    def on_hold(self, now_ns: int) -> None:
+        """The controller stopped following chunks: the robot holds (counted, said once)."""
+        self._following = False
+        self._send(self.out.hold(self.state.pos, time.monotonic_ns()))
+        self.counters["holds"] += 1
+        if self.counters["holds"] == 1:
+            print(f"ros2 bridge: no fresh chunk: the robot holds: {self._hold_how} (counted "
+                  "as holds; said once)", file=sys.stderr, flush=True)
 
     def report(self) -> dict:
-        return {"ros2": {**self.latest.counters, **self.counters}}
+        return {"ros2": {**self.latest.counters, **self.counters, **self.out.counters}}
 
     def close(self) -> None:
+        if self._following:  # a robot that executes chunks itself is not left on the last one
+            self._send(self.out.hold(self.state.pos, time.monotonic_ns()))
         self._executor.shutdown()
         self.node.destroy_node()
         self._ctx.try_shutdown()

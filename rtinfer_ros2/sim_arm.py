@@ -8,12 +8,17 @@ It publishes sensor_msgs/JointState on `joint_states` at --rate-hz, stamped with
 clock, and executes position commands: std_msgs/Float64MultiArray on
 `forward_position_controller/commands` (a forward_command_controller's topic), one position
 per joint in --joints order, or trajectory_msgs/JointTrajectory on
-`joint_trajectory_controller/joint_trajectory` (each replaces the last; the arm heads for its
-last point, joints matched by name). Each joint follows its commanded position as a
-first-order lag (time constant --tau-s). It writes --report (JSON) twice a second and on
-SIGINT/SIGTERM: every command it applied with its monotonic receipt time (`applied`: [t_ns,
-q0, q1, ...]), the commands it refused (`refused`: wrong length, not finite) and its
-positions (`pos`).
+`joint_trajectory_controller/joint_trajectory` as a joint_trajectory_controller takes it:
+each replaces the last; its points are due at header.stamp (0: on receipt) +
+time_from_start on the node's clock, and the commanded position runs linearly from where the
+arm was on receipt through each point at its time, then stays at the last (joints matched by
+name). Each joint follows its commanded position as a first-order lag (time constant
+--tau-s). It writes --report (JSON) twice a second and on SIGINT/SIGTERM: every command it
+applied with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...], a trajectory's last
+point), every trajectory (`trajectories`: [receipt ns, first point's due ns (both on the
+node's clock), points]), those whose first point was already past due on receipt
+(`stale_trajectories`), the commands it refused (`refused`: wrong length, not finite) and
+its positions (`pos`).
 """
 from __future__ import annotations
 
@@ -43,7 +48,9 @@ class SimArm(Node):
         self.pos, self.vel, self.goal = list(start), [0.0] * len(joints), list(start)
         self.tau_s = tau_s
         self.applied: list[list[float]] = []
-        self.refused = 0
+        self.trajectories: list[list[int]] = []
+        self.refused = self.stale = 0
+        self.plan: list[tuple[int, list[float]]] = []  # (due ns on the node's clock, position)
         self.js_pub = self.create_publisher(JointState, "joint_states", 10)
         self.create_subscription(Float64MultiArray, "forward_position_controller/commands",
                                  self.on_command, 10)
@@ -58,28 +65,53 @@ class SimArm(Node):
     def write_report(self) -> None:
         with open(self.report + ".tmp", "w") as f:
             json.dump({"joints": self.joints, "applied": self.applied, "refused": self.refused,
+                       "trajectories": self.trajectories, "stale_trajectories": self.stale,
                        "pos": self.pos}, f)
         os.replace(self.report + ".tmp", self.report)
 
     def on_trajectory(self, msg: JointTrajectory) -> None:
-        if not msg.points or sorted(msg.joint_names) != sorted(self.joints) \
-                or len(msg.points[-1].positions) != len(self.joints):
+        now_ns = self.get_clock().now().nanoseconds
+        names = list(msg.joint_names)
+        if not msg.points or sorted(names) != sorted(self.joints) \
+                or any(len(p.positions) != len(self.joints) for p in msg.points):
             self.refused += 1
             return
-        last = msg.points[-1].positions
-        self.apply([last[list(msg.joint_names).index(j)] for j in self.joints])
+        order = [names.index(j) for j in self.joints]
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec or now_ns
+        plan = [(stamp_ns + p.time_from_start.sec * 1_000_000_000 + p.time_from_start.nanosec,
+                 [p.positions[k] for k in order]) for p in msg.points]
+        if not self.apply(plan[-1][1]):
+            return
+        self.plan = [(now_ns, list(self.pos))] + plan
+        self.trajectories.append([now_ns, plan[0][0], len(plan)])
+        self.stale += plan[0][0] < now_ns
 
     def on_command(self, msg: Float64MultiArray) -> None:
-        self.apply(list(msg.data))
+        if self.apply(list(msg.data)):
+            self.plan = []
 
-    def apply(self, q: list[float]) -> None:
+    def apply(self, q: list[float]) -> bool:
         if len(q) != len(self.joints) or not all(math.isfinite(v) for v in q):
             self.refused += 1
-            return
+            return False
         self.goal = q
         self.applied.append([time.monotonic_ns()] + q)
+        return True
+
+    def follow_plan(self) -> None:
+        """The commanded position on the trajectory now: linear between its points."""
+        now_ns = self.get_clock().now().nanoseconds
+        while len(self.plan) > 1 and self.plan[1][0] <= now_ns:
+            self.plan.pop(0)
+        if len(self.plan) == 1:
+            self.goal = self.plan[0][1]
+        elif self.plan:
+            (t0, q0), (t1, q1) = self.plan[0], self.plan[1]
+            s = (now_ns - t0) / (t1 - t0) if t1 > t0 and now_ns > t0 else 0.0
+            self.goal = [a + s * (b - a) for a, b in zip(q0, q1)]
 
     def step(self) -> None:
+        self.follow_plan()
         now = time.monotonic()
         dt, self.last = now - self.last, now
         k = 1.0 - math.exp(-dt / self.tau_s)

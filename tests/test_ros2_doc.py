@@ -1,6 +1,6 @@
-"""docs/ros2.md's "Connecting a ROS 2 robot" example, run as written from the repository root
+"""docs/ros2.md's "Connecting a ROS 2 robot" examples, run as written from the repository root
 inside a network namespace: the shipped reach policy brings the plain rclpy arm's hand to its
-target through the bridge."""
+target through the bridge, with setpoints per tick and with each chunk as one trajectory."""
 from __future__ import annotations
 
 import re
@@ -17,17 +17,17 @@ if available():
     pytest.skip(available(), allow_module_level=True)
 
 
-def blocks() -> dict[str, str]:
+def blocks(marker: str) -> dict[str, str]:
     text = open(f"{ROOT}/docs/ros2.md").read()
-    return dict(re.findall(r"<!-- ros2-bridge-example: (\S+) -->\s*```\w*\n(.*?)```", text,
-                           re.S))
+    return dict(re.findall(rf"<!-- {marker}: (\S+) -->\s*```\w*\n(.*?)```", text, re.S))
 
 
-def test_the_worked_example_reaches_the_target_as_written():
-    b = blocks()
+def run_example(marker: str, run_dir: str) -> str:
+    """The example's run.sh in a network namespace, then its check.py: what that printed."""
+    b = blocks(marker)
     assert set(b) == {"run.sh", "check.py"}
     env_path = f"{sys.prefix}/bin"
-    shutil.rmtree(f"{ROOT}/runs/ros2-arm", ignore_errors=True)
+    shutil.rmtree(f"{ROOT}/{run_dir}", ignore_errors=True)
     try:
         with RosHost("rtros2d") as host:
             r = host.run("h", ["env", f"PATH={env_path}:/usr/bin:/bin", "bash", "-e", "-c",
@@ -37,7 +37,20 @@ def test_the_worked_example_reaches_the_target_as_written():
         out = subprocess.run([sys.executable, "-c", b["check.py"]], cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr[-2000:]
-        m = re.match(r"hand ([\d.]+) cm from the target after (\d+) chunks; bridge ", out.stdout)
-        assert m and float(m[1]) < 2.0 and int(m[2]) > 20, out.stdout
+        return out.stdout
     finally:
-        shutil.rmtree(f"{ROOT}/runs/ros2-arm", ignore_errors=True)
+        shutil.rmtree(f"{ROOT}/{run_dir}", ignore_errors=True)
+
+
+def test_the_worked_example_reaches_the_target_as_written():
+    out = run_example("ros2-bridge-example", "runs/ros2-arm")
+    m = re.match(r"hand ([\d.]+) cm from the target after (\d+) chunks; bridge ", out)
+    assert m and float(m[1]) < 2.0 and int(m[2]) > 20, out
+
+
+def test_the_chunk_as_one_trajectory_example_reaches_the_target_as_written():
+    out = run_example("ros2-chunk-example", "runs/ros2-chunk")
+    m = re.match(r"hand ([\d.]+) cm from the target; (\d+) trajectories of (\d+) points at "
+                 r"most, (\d+) stale; bridge sent (\d+)", out)
+    assert m and float(m[1]) < 2.0 and int(m[2]) > 20 and int(m[3]) > 1, out
+    assert int(m[4]) == 0 and 20 < int(m[5]) <= int(m[2]), out  # the arm's: and the holds
