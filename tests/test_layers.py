@@ -25,6 +25,7 @@ RANK = {
     "rtinfer.model": 2,
     "rtinfer.inference": 3, "rtinfer.monitor": 3, "rtinfer.launch": 3,
     "rtinfer.bench": 4, "rtinfer.record": 4,
+    "rtinfer.fleet": 4,  # the fleet control plane on Ray: starts nodes by module name
     "rtinfer.cli": 5,
     "models": 10, "controllers": 10,
     "rtinfer_ros2": 15,  # the ROS 2 bridge: a robot driver (controllers) on rclpy

@@ -1,0 +1,288 @@
+"""The fleet controller: a detached, named Ray actor holding the table of robots, hosts and
+their capacity, placing robots and moving them when a host is lost (docs/fleet.md,
+"Across hosts").
+
+Its loop (a thread of the actor, every STEP_S):
+- a host whose Ray resource is in the cluster and which has no actor gets one
+  (rtinfer.fleet.host.InferenceHost, detached and named, so it outlives the controller),
+  which starts its node;
+- each host is polled (at most every POLL_S): its node's process, its measured capacity
+  and the robots its node refused; a poll that fails (the actor's Ray node is gone: Ray's
+  health check, ~0.7 s at the settings of `ray_settings`) or a node process that exited is
+  a host lost;
+- on any change the robots are placed again (rtinfer.fleet.placement) and each host whose
+  robots changed is told, hosts losing robots first, so a robot's key is on one host's
+  allow-list at a time. A robot refused everywhere is said, one line per robot, and shown
+  in `status`.
+
+A restarted controller (Ray restarts it: max_restarts) rebuilds the table from the host
+actors, which keep serving meanwhile: robots keep their node. Ray never carries an
+observation or a chunk. Thread-safety: `status` and `down` may be called while the loop
+runs (the table is guarded by one lock).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rtinfer.fleet.host import InferenceHost
+from rtinfer.fleet.placement import Seat, place
+from rtinfer.fleet.spec import FleetSpec, host_resource
+
+NAMESPACE = "rtinfer"
+CONTROLLER = "rtinfer-fleet"
+STEP_S = 0.05      # the loop's wait for answers from the hosts
+POLL_S = 0.2       # how often each host is asked how it is
+JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts joining
+EVENTS = 50        # the last events `status` shows
+RETRY_S = 5.0      # how often robots refused everywhere are placed again
+REFUSED_FOR_S = 30.0  # a robot a host's node refused is not placed there again for this long
+
+
+def host_actor_name(host: str) -> str:
+    return f"rtinfer-host-{host}"
+
+
+def ray_settings() -> dict:
+    """The head node's _system_config a fleet wants: a Ray node lost is known in ~0.7 s
+    (Ray's default, 5 health checks 3 s apart, takes ~15 s). `ray start --head
+    --system-config` takes the same (docs/fleet.md)."""
+    return {"health_check_period_ms": 200, "health_check_failure_threshold": 3,
+            "health_check_timeout_ms": 200, "health_check_initial_delay_ms": 0}
+
+
+class FleetController:
+    def __init__(self, spec: dict) -> None:
+        self.spec = FleetSpec.from_dict(spec)
+        self.keys = {r: (Path(self.spec.keys) / f"{r}.key").read_text()
+                     for r in self.spec.robots} if self.spec.keys else {}
+        self.lock = threading.Lock()
+        self.seats = {h.name: Seat(h.name, h.model, False, h.capacity)
+                      for h in self.spec.hosts.values()}
+        self.actors: dict[str, object] = {}     # host -> its InferenceHost actor
+        self.starting: dict[object, str] = {}   # start() ref -> host
+        self.polls: dict[object, str] = {}      # poll() ref -> host
+        self.next_poll: dict[str, float] = {}
+        self.health: dict[str, dict] = {}       # host -> its last poll
+        self.placed: dict[str, str] = {}        # robot -> host
+        self.refused: dict[str, str] = {}       # robot -> why
+        self.events: deque = deque(maxlen=EVENTS)
+        self.moves = 0
+        self._stop = threading.Event()
+        self._next_join = 0.0
+        self._placed_once = False  # the first placement waits for the hosts starting
+        self._next_retry = 0.0
+        self._rebuild()
+        self._thread = threading.Thread(target=self._loop, name="fleet-controller", daemon=True)
+        self._thread.start()
+
+    # --- the table ---------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        self.events.append((time.time(), text))
+        print(f"fleet: {text}", file=sys.stderr, flush=True)
+
+    def _rebuild(self) -> None:
+        """After a restart: the hosts' actors that live on, and the robots each serves."""
+        for name in self.spec.hosts:
+            try:
+                actor = ray.get_actor(host_actor_name(name), namespace=NAMESPACE)
+                state = ray.get(actor.poll.remote(), timeout=10)
+            except (ValueError, RayError):
+                continue
+            if state["up"]:
+                self.actors[name] = actor
+                self.seats[name].up = True
+                self.health[name] = state
+                self.placed.update(dict.fromkeys(state["serving"], name))
+        if self.actors:
+            self._placed_once = True
+            self._say(f"controller rebuilt its table from {', '.join(sorted(self.actors))}: "
+                      f"{len(self.placed)} robots keep their node")
+
+    def _join(self) -> None:
+        """Hosts whose Ray resource is in the cluster and that have no actor: start one."""
+        present = ray.cluster_resources()
+        for name, host in self.spec.hosts.items():
+            if name in self.actors or host_resource(name) not in present:
+                continue
+            cls = ray.remote(InferenceHost)
+            actor = cls.options(name=host_actor_name(name), namespace=NAMESPACE,
+                                lifetime="detached", get_if_exists=True, num_cpus=0,
+                                max_restarts=0, resources={host_resource(name): 1}
+                                ).remote(name, self.spec.to_dict(), self.keys)
+            self.actors[name] = actor
+            self.starting[actor.start.remote()] = name
+            self._say(f"host {name} joined: starting its node")
+
+    def _lost(self, name: str, why: str) -> None:
+        self.actors.pop(name, None)
+        self.seats[name].up = False
+        self.health.pop(name, None)
+        self._say(f"host {name} lost ({why}): its robots hold until placed again")
+        for ref in [r for r, h in self.polls.items() if h == name]:
+            del self.polls[ref]
+
+    def _step(self) -> bool:
+        """One turn of the loop; True when the placement must be looked at again."""
+        changed = False
+        now = time.monotonic()
+        if now >= self._next_join:
+            self._next_join = now + JOIN_EVERY_S
+            self._join()
+        for name, actor in self.actors.items():
+            if name in self.seats and self.seats[name].up and name not in self.polls.values() \
+                    and now >= self.next_poll.get(name, 0):
+                self.next_poll[name] = now + POLL_S
+                self.polls[actor.poll.remote()] = name
+        pending = [*self.starting, *self.polls]
+        if not pending:
+            time.sleep(STEP_S)
+            return False
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=STEP_S)
+        for ref in ready:
+            if ref in self.starting:
+                name = self.starting.pop(ref)
+                try:
+                    pid = ray.get(ref)
+                except RayError as e:
+                    self._lost(name, f"its node did not start: {str(e).splitlines()[-1]}")
+                    self._forget(name)
+                    changed = True
+                    continue
+                self.seats[name].up = True
+                self._say(f"host {name} up (node pid {pid})")
+                changed = True
+                continue
+            name = self.polls.pop(ref, None)
+            if name is None:
+                continue
+            try:
+                state = ray.get(ref)
+            except RayActorError:
+                self._lost(name, "its Ray node is gone")
+                changed = True
+                continue
+            if not state["up"]:
+                self._lost(name, f"its node exited with {state['exit']}")
+                self._forget(name)
+                changed = True
+                continue
+            changed |= self._note(name, state)
+        return changed
+
+    def _forget(self, name: str) -> None:
+        """The actor of a host whose node is gone: killed, so the host can join again."""
+        try:
+            ray.kill(ray.get_actor(host_actor_name(name), namespace=NAMESPACE))
+        except (ValueError, RayError):
+            pass
+
+    def _note(self, name: str, state: dict) -> bool:
+        """A host's poll: its measured capacity and its node's refusals; True on a change."""
+        seat, declared = self.seats[name], self.spec.hosts[name].capacity
+        self.health[name] = state
+        changed = False
+        now = time.monotonic()
+        for robot in state["refused"]:
+            if robot not in seat.refused:  # the node knows its load better than we do
+                self._say(f"host {name}'s node refused robot {robot}: placing it elsewhere")
+                changed = True
+            seat.refused[robot] = now
+        for robot in [r for r, t in seat.refused.items() if now - t > REFUSED_FOR_S]:
+            del seat.refused[robot]  # its load may have fallen since: it may try again
+        caps = [c for c in (declared, state["capacity"]) if c is not None]
+        cap = min(caps) if caps else None
+        if cap != seat.capacity:
+            seat.capacity = cap
+            changed = True
+        return changed
+
+    def _place(self) -> None:
+        robots = self.spec.robots
+        placed, refused = place(robots, self.seats, self.placed)
+        for robot, why in refused.items():
+            if self.refused.get(robot) != why:
+                self._say(why)
+        for robot, host in placed.items():
+            old = self.placed.get(robot)
+            if old != host:
+                self.moves += old is not None
+                self._say(f"robot {robot}: {old or 'new'} -> {host}")
+        before = {h: {r for r, x in self.placed.items() if x == h} for h in self.actors}
+        after = {h: {r for r, x in placed.items() if x == h} for h in self.actors}
+        self.placed, self.refused = placed, refused
+        losing = [h for h in self.actors if before[h] - after[h] and self.seats[h].up]
+        gaining = [h for h in self.actors if after[h] != before[h] and h not in losing
+                   and self.seats[h].up]
+        for group in (losing, gaining):  # keys out everywhere before keys in anywhere
+            refs = {self.actors[h].serve.remote(sorted(after[h])): h for h in group}
+            for ref, h in refs.items():
+                try:
+                    ray.get(ref, timeout=10)
+                except (RayError, GetTimeoutError):
+                    self._lost(h, "it did not answer a placement")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self.lock:
+                changed = self._step()
+                now = time.monotonic()
+                if self.refused and now >= self._next_retry:  # capacity may have come back
+                    self._next_retry, changed = now + RETRY_S, True
+                if changed and (self._placed_once or not self.starting
+                                and any(s.up for s in self.seats.values())):
+                    self._placed_once = True
+                    self._place()
+
+    # --- what callers see ------------------------------------------------------------------------
+    def status(self) -> dict:
+        """{name, hosts: {host: {state, model, actions, capacity, robots, pid}}, robots:
+        {robot: {host, state, why}}, moves, events: [[unix time, text], ...]}."""
+        with self.lock:
+            hosts = {}
+            for name, host in self.spec.hosts.items():
+                h = self.health.get(name, {})
+                state = ("up" if self.seats[name].up else
+                         "starting" if name in self.starting.values() else "down")
+                hosts[name] = {"state": state, "model": host.model, "actions": host.actions,
+                               "capacity": self.seats[name].capacity,
+                               "robots": sorted(r for r, x in self.placed.items() if x == name),
+                               "pid": h.get("pid"), "cycles": h.get("cycles")}
+            robots = {r: {"host": self.placed.get(r), "model": b.model,
+                          "state": "placed" if r in self.placed else
+                          "refused" if r in self.refused else "waiting",
+                          "why": self.refused.get(r)} for r, b in self.spec.robots.items()}
+            return {"name": self.spec.name, "hosts": hosts, "robots": robots,
+                    "moves": self.moves, "events": [list(e) for e in self.events]}
+
+    def down(self) -> None:
+        """Stop every host's node and actor, then the loop; the caller kills this actor."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        with self.lock:
+            for name in self.spec.hosts:
+                try:
+                    actor = ray.get_actor(host_actor_name(name), namespace=NAMESPACE)
+                    ray.get(actor.stop.remote(), timeout=15)
+                    ray.kill(actor)
+                except (ValueError, RayError):
+                    pass
+            self.actors.clear()
+
+
+def start_controller(spec: FleetSpec):
+    """The fleet's controller actor: started on this Ray node (the one `rtinfer fleet up`
+    runs on), or the one already running (a second `fleet up` joins it). Ray restarts it
+    when it dies; it rebuilds its table from the hosts."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(FleetController).options(
+        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_concurrency=4, max_restarts=-1, scheduling_strategy=here
+    ).remote(spec.to_dict())

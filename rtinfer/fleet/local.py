@@ -1,0 +1,178 @@
+"""A whole fleet on one machine, for tests, the demo and the failover bench: each inference
+host a Ray node of a `ray.cluster_utils.Cluster` (the head runs the controller only), each
+robot a real process (controllers.bench_robot, started by module name: it ranks above
+rtinfer) that replays the model's recorded observations and checks every waypoint with the
+controller's own rules, following the chunks addressed to it from any host's action endpoint
+(ipc here). `kill_host` removes a host's Ray node (its raylet, its workers and so its node
+process, as a host lost); `kill_node` kills the node process only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+from ray.cluster_utils import Cluster
+
+from rtinfer.fleet.controller import (CONTROLLER, NAMESPACE, host_actor_name, ray_settings,
+                                      start_controller)
+from rtinfer.fleet.spec import FleetSpec, Host, Robot, host_resource
+from rtinfer.transport.wire import now_ns
+
+ROBOT = "controllers.bench_robot"
+READY_S = 120.0
+
+
+def local_spec(run_dir: Path, model: str, hosts: int, robots: int, node_args: list[str],
+               deadline_ms: float, capacity: int | None = None) -> FleetSpec:
+    """Hosts h0.., robots r0.., every endpoint ipc under run_dir."""
+    return FleetSpec(
+        "local", {"policy": model},
+        {f"h{i}": Host(f"h{i}", "policy", f"ipc://{run_dir}/act-h{i}", capacity)
+         for i in range(hosts)},
+        {f"r{i}": Robot(f"r{i}", "policy", f"ipc://{run_dir}/obs-r{i}", f"h{i % hosts}")
+         for i in range(robots)},
+        None, str(run_dir), node_args, deadline_ms)
+
+
+class LocalFleet:
+    """Start with `with LocalFleet(...) as fleet:`; everything (robots, Ray) is stopped at
+    the end, whatever happened. Not thread-safe."""
+
+    def __init__(self, model: str, *, hosts: int, robots: int, rate_hz: float = 20.0,
+                 deadline_ms: float = 100.0, node_args: tuple = ("--threads", "1"),
+                 capacity: int | None = None, quiet: bool = True,
+                 stream: str | None = None,
+                 robot_file: str = "examples.conveyor_sorting:robot.yaml") -> None:
+        """model: the policy's directory; stream: its recorded obs bodies (default: the
+        model's obs_stream.npz); robot_file: the robots' axes (docs/robots.md)."""
+        self._tmp = tempfile.TemporaryDirectory(prefix="rtinfer-fleet-ray-")
+        self.run_dir = Path(self._tmp.name)
+        self.spec = local_spec(self.run_dir, model, hosts, robots, list(node_args), deadline_ms,
+                               capacity)
+        self.model, self.rate_hz, self.quiet = model, rate_hz, quiet
+        self.stream = stream or str(Path(model) / "obs_stream.npz")
+        self.robot_file = robot_file
+        self.cluster: Cluster | None = None
+        self.nodes: dict[str, object] = {}    # host -> its Ray node
+        self.robots: dict[str, subprocess.Popen] = {}
+        self.controller = None
+
+    def __enter__(self) -> "LocalFleet":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "_system_config": ray_settings()})
+        for name in self.spec.hosts:
+            self.nodes[name] = self.cluster.add_node(num_cpus=0, resources={host_resource(name): 1})
+        ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=not self.quiet)
+        self.controller = start_controller(self.spec)
+
+    def wait(self, what, timeout_s: float = READY_S, every_s: float = 0.2) -> dict:
+        """Poll the controller's status until what(status) is true; the status.
+        TimeoutError with the last status when it does not come."""
+        end = time.monotonic() + timeout_s
+        while True:
+            st = self.status()
+            if what(st):
+                return st
+            if time.monotonic() > end:
+                raise TimeoutError(f"the fleet did not get there: {json.dumps(st)[:2000]}")
+            time.sleep(every_s)
+
+    def status(self) -> dict:
+        return ray.get(self.controller.status.remote(), timeout=30)
+
+    def start_robots(self, seconds: float) -> int:
+        """Start every robot; each publishes for `seconds` from the returned start time
+        (CLOCK_MONOTONIC ns) and records what comes back (records())."""
+        acts = [h.actions for h in self.spec.hosts.values()]
+        for i, (name, robot) in enumerate(self.spec.robots.items()):
+            self.robots[name] = subprocess.Popen(
+                [sys.executable, "-m", ROBOT, "--name", name, "--obs", robot.obs,
+                 "--actions", *acts, "--addressed", "--model", self.model, "--stream", self.stream,
+                 "--robot", self.robot_file,
+                 "--offset", str(i * 53), "--rate-hz", str(self.rate_hz),
+                 "--phase-ms", f"{(i * 7.3) % (1e3 / self.rate_hz):.3f}",
+                 "--deadline-ms", str(self.spec.deadline_ms),
+                 "--out", str(self.run_dir / f"{name}.npz")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True)
+        for name, p in self.robots.items():  # "ready" once its sockets are up
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"robot {name} did not start (exit {p.wait()})")
+        start = now_ns() + 200_000_000
+        end = start + int(seconds * 1e9)
+        for p in self.robots.values():
+            p.stdin.write(json.dumps({"start_ns": start, "measure_ns": start,
+                                      "end_ns": end}) + "\n")
+            p.stdin.close()
+        return start
+
+    def records(self, timeout_s: float = 60.0) -> dict[str, dict]:
+        """Wait for every robot's end; robot -> its record (the arrays of bench_robot's
+        .npz, and its controller's counters)."""
+        out = {}
+        for name, p in self.robots.items():
+            p.wait(timeout=timeout_s)
+            with np.load(self.run_dir / f"{name}.npz", allow_pickle=False) as z:
+                rec = {k: z[k] for k in z.files}
+            rec["counters"] = json.loads(str(rec["counters"]))
+            out[name] = rec
+        self.robots.clear()
+        return out
+
+    def kill_host(self, host: str) -> int:
+        """The whole host dies: its inference node (SIGKILL), then its Ray node (raylet and
+        workers; Ray's own workers take a moment to go, hence the node first); when it
+        happened (CLOCK_MONOTONIC ns)."""
+        t = self.kill_node(host)
+        self.cluster.remove_node(self.nodes.pop(host), allow_graceful=False)
+        return t
+
+    def kill_node(self, host: str) -> int:
+        """SIGKILL host's inference node process only (its Ray node lives on); when."""
+        actor = ray.get_actor(host_actor_name(host), namespace=NAMESPACE)
+        pid = ray.get(actor.poll.remote(), timeout=30)["pid"]
+        t = now_ns()
+        os.kill(pid, signal.SIGKILL)
+        return t
+
+    def add_host(self, host: str) -> None:
+        """The host's Ray node (back) in the cluster: the controller starts its node."""
+        self.nodes[host] = self.cluster.add_node(num_cpus=0, resources={host_resource(host): 1})
+
+    def close(self) -> None:
+        for p in self.robots.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.robots.clear()
+        if ray.is_initialized():
+            try:
+                if self.controller is not None:
+                    ray.get(self.controller.down.remote(), timeout=60)
+                    ray.kill(ray.get_actor(CONTROLLER, namespace=NAMESPACE))
+            except Exception:  # noqa: BLE001 - the cluster goes down next whatever happened
+                pass
+            ray.shutdown()
+        if self.cluster is not None:
+            self.cluster.shutdown()
+            self.cluster = None
+        self._tmp.cleanup()

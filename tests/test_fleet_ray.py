@@ -1,0 +1,75 @@
+"""Failover on Ray (issue 33): two Ray nodes of a ray.cluster_utils.Cluster, each an
+inference host (the real node process, owned by its host actor), two real robot processes
+(controllers.bench_robot) following the chunks addressed to them from either host. The Ray
+node of one host is removed mid-run: its robot is placed on the survivor, which learns it
+from its robots file, and both robots get fresh chunks from the survivor, with no stale
+chunk applied. The tiny model at a 250 ms policy period, so that the survivor's admission fits both
+robots however loaded the machine is (its window is 0.8 x min(deadline, period)). Ray is
+shut down and no raylet is left, whatever happens."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+
+import pytest
+
+pytest.importorskip("ray")
+
+from rtinfer.fleet.failover import robot_figures  # noqa: E402
+from rtinfer.fleet.local import LocalFleet  # noqa: E402
+from rtinfer.model.action_tokens import TokenizerConfig  # noqa: E402
+from tests.test_fleet_hosts import ROBOT_FILE, obs_stream  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+DEADLINE_MS = 1000.0  # the robots' deadline: wide, so a busy machine is no failover
+PERIOD_NS = 250_000_000  # the policy's period: the robots send at 10 Hz (not a flood)
+
+
+def slow_model(tiny_model_dir, tmp_path):
+    """The tiny model with a 250 ms policy period (its tokenizer's, hash and all)."""
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    tok = TokenizerConfig.load(model / "tokenizer.json")
+    dataclasses.replace(tok, period_ns=PERIOD_NS).save(model / "tokenizer.json")
+    return model
+
+
+def raylets() -> list[str]:
+    return subprocess.run(["pgrep", "-f", "raylet"], capture_output=True,
+                          text=True).stdout.split()
+
+
+@pytest.fixture
+def fleet(tiny_model_dir, tmp_path):
+    robot_file = tmp_path / "robot.yaml"
+    robot_file.write_text(ROBOT_FILE)
+    before = raylets()
+    with LocalFleet(str(slow_model(tiny_model_dir, tmp_path)), hosts=2, robots=2, deadline_ms=DEADLINE_MS,
+                    stream=str(obs_stream(tmp_path / "obs_stream.npz")),
+                    robot_file=str(robot_file), node_args=("--threads", "1", "--batch", "1"),
+                    rate_hz=10.0) as f:
+        yield f
+    assert raylets() == before, "a raylet was left behind"
+
+
+def both_up(st: dict) -> bool:
+    return all(h["state"] == "up" for h in st["hosts"].values()) and \
+        all(r["state"] == "placed" for r in st["robots"].values())
+
+
+def test_a_lost_host_s_robot_moves_to_the_survivor_and_never_applies_a_stale_chunk(fleet):
+    st = fleet.wait(both_up)
+    assert {r["host"] for r in st["robots"].values()} == {"h0", "h1"}  # each its own host
+    fleet.start_robots(seconds=8.0)
+    fleet.wait(lambda s: all(h["cycles"] for h in s["hosts"].values()), timeout_s=30)
+    kill_ns = fleet.kill_host("h1")
+    st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h0", timeout_s=30, every_s=0.1)
+    assert st["hosts"]["h1"]["state"] == "down" and st["moves"] == 1
+    assert st["robots"]["r0"]["host"] == "h0"  # the survivor's own robot stayed
+    records = fleet.records()
+    for name, rec in records.items():
+        f = robot_figures(rec, kill_ns, DEADLINE_MS, 100.0)
+        assert f["first_fresh_ms"] is not None, f"{name} got no chunk after the kill: {f}"
+        assert f["stale_applied"] == 0, name
+        assert rec["counters"]["chunks_accepted"] > 0
+    assert any("h1 lost" in text for _, text in fleet.status()["events"])
