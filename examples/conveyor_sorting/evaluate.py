@@ -14,6 +14,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from rtinfer.model.chunk_model import load_model
+
 from .config import EnvConfig
 from .env import ConveyorSortEnv
 from .expert import ScriptedExpert
@@ -155,10 +157,28 @@ def run_expert(objects: int = 200, *, seed: int = 0, per_episode: int = 20,
                       cfg=cfg, progress=progress)
 
 
+def camera_config(cfg: EnvConfig, model) -> EnvConfig:
+    """cfg with the camera that a loaded model's observation spec reads (its image input's
+    camera, rendered at that input's H, W), so each observation carries the frame the graph
+    takes; cfg unchanged for a vectors-only model. ValueError if it reads several cameras:
+    the cell renders one."""
+    images = getattr(model.obs, "images", None)  # an action-token model's obs reads none
+    if not images:
+        return cfg
+    cams = {cam: shape for key, shape in zip(model.obs.keys, model.obs.shapes) if key in images
+            for cam in images[key]}
+    if len(cams) > 1:
+        raise ValueError(f"{model.path}: reads cameras {sorted(cams)}; the conveyor cell "
+                         f"renders one (overhead)")
+    (camera, shape), = cams.items()
+    return replace(cfg, camera=camera, frame_hw=tuple(shape[-3:-1]))
+
+
 def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0,
              belt_speed: float | None = None, progress=None, instructions=None,
              **policy_opts) -> dict:
-    """`rtinfer eval`: policy is "expert" or a model directory (see policy_adapter.py).
+    """`rtinfer eval`: policy is "expert" or a model directory (see policy_adapter.py); a
+    model that reads a camera gets the env's camera (camera_config).
     instructions: None (a seeded random instruction per episode), "all" or a list such as
     ["2,0,1"]: then `episodes` episodes per instruction, with "per_instruction" success and
     "min_success_rate" in the result (see run_per_instruction)."""
@@ -171,6 +191,7 @@ def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0
     else:
         from .policy_adapter import model_factory
         factory = model_factory(policy, **policy_opts)
+        cfg = camera_config(cfg, load_model(policy))
     common = dict(episodes=episodes, per_episode=per_episode, seed=seed, cfg=cfg,
                   progress=progress)
     r = run_policy(factory, **common) if perms is None else \
