@@ -55,7 +55,7 @@ $(LEROBOT_VENV)/.installed-lerobot: scripts/lerobot_env.sh pyproject.toml
 test-lerobot: $(LEROBOT_VENV)/.installed-lerobot
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_act.py
 
-# ROS 2 venv (the ROS 2 bridge, rtinfer_ros2/: ROS 2 Kilted from PyPI's ros-* wheels, ~262 MB;
+# ROS 2 venv (the ROS 2 bridge, rtinfer_ros2/: ROS 2 Kilted from PyPI's ros-* wheels, ~420 MB;
 # the tests run their nodes in a network namespace, so they need root); ROS2_VENV overrides it.
 ROS2_VENV ?= .venv-ros2
 .PHONY: ros2-env test-ros2

@@ -23,7 +23,6 @@ Uses rclpy's stable API only (Humble, Jazzy, Kilted).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -35,7 +34,9 @@ from controllers.hardware import HardwareFault, Observation, RobotState
 from rtinfer.launch.entry import EntryError, resolve
 
 from .commands import HOLD_HOW, KINDS, TYPES
+from .images import LatestImage, jpeg_decoder
 from .joint_states import LatestJointState
+from .refusals import say
 
 INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
            "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
@@ -49,12 +50,34 @@ def import_rclpy():
         import rclpy
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
+        from sensor_msgs.msg import CompressedImage, Image
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
     except ImportError:
         raise ValueError(INSTALL) from None
     return rclpy, SimpleNamespace(JointState=JointState, Float64MultiArray=Float64MultiArray,
                                   JointTrajectory=JointTrajectory,
-                                  JointTrajectoryPoint=JointTrajectoryPoint)
+                                  JointTrajectoryPoint=JointTrajectoryPoint, Image=Image,
+                                  CompressedImage=CompressedImage)
+
+
+def camera_configs(cameras: dict | None) -> dict[str, dict]:
+    """The `cameras:` entries, checked: name -> {topic, shape (H, W, 3), decode (a jpeg
+    decoder, or None for raw images)}; ValueError says what is wrong and the fix."""
+    out = {}
+    for name, c in (cameras or {}).items():
+        c = c if isinstance(c, dict) else {}
+        shape, extra = c.get("shape"), set(c) - {"topic", "shape", "compressed"}
+        if not isinstance(c.get("topic"), str) or extra or not (
+                isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
+                and all(isinstance(d, int) and d > 0 for d in shape)):
+            raise ValueError(f"ros2 bridge: camera {name!r}: give it as {{topic: TOPIC, shape: "
+                             f"[H, W, 3], compressed: false}}, got {cameras[name]!r}")
+        decode = jpeg_decoder() if c.get("compressed") else None
+        if c.get("compressed") and decode is None:
+            raise ValueError(f"ros2 bridge: camera {name!r} is compressed, and no jpeg decoder "
+                             "is installed: pip install pillow (or take the raw Image topic)")
+        out[name] = {"topic": c["topic"], "shape": shape, "decode": decode}
+    return out
 
 
 class ROS2Robot:
@@ -66,15 +89,21 @@ class ROS2Robot:
     longer than this is a silent topic. future_ms: a stamp further ahead than this (of this
     host's clock) is refused. obs_hz: observations per second (give controllers.run the same
     --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args) -> the policy's values
-    (default: {"joints": positions then velocities, float32}). wait_s: how long to wait for
-    the first JointState before giving up (ValueError). node: the ROS node's name."""
+    (default: {"joints": positions then velocities, float32}). cameras: camera name (the
+    policy's, docs/policies.md) -> {topic, shape: [H, W, 3], compressed: false}: a
+    sensor_msgs/Image topic (CompressedImage, jpeg, when compressed), best-effort QoS; every
+    observation carries each camera's newest frame (images.py), or waits for one no older
+    than frame_silent_ms. lead_ms (trajectory_chunk): a waypoint due sooner than this is left
+    out of its trajectory (it would arrive past due). wait_s: how long to wait for the first JointState before giving up
+    (ValueError). node: the ROS node's name."""
 
     def __init__(self, control: ControlConfig, *, joint_states: str = "joint_states",
                  command: str = "forward_position_controller/commands",
                  joints: list[str] | None = None, controller: str = "forward",
                  reliability: str = "reliable", depth: int = 10, silent_ms: float = 50.0,
                  future_ms: float = 5.0, obs_hz: float = 20.0, observe: str | None = None,
-                 observe_args: dict | None = None, wait_s: float = 10.0,
+                 observe_args: dict | None = None, cameras: dict | None = None,
+                 frame_silent_ms: float = 100.0, lead_ms: float = 10.0, wait_s: float = 10.0,
                  node: str = "rtinfer_bridge"):
         rclpy, msgs = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
@@ -94,7 +123,10 @@ class ROS2Robot:
         self.topic, self.n, self.silent_ns = joint_states, control.n, int(silent_ms * 1e6)
         self.period_ns, self._next_obs_ns = int(1e9 / obs_hz), 0
         self.latest = LatestJointState(self.joints, joint_states, int(future_ms * 1e6))
-        self.counters = dict.fromkeys(("commands", "holds", "js_silent"), 0)
+        self.counters = dict.fromkeys(("commands", "holds", "js_silent", "obs_no_frame"), 0)
+        self.cameras = [LatestImage(name, c["topic"], c["shape"], int(future_ms * 1e6),
+                                    int(frame_silent_ms * 1e6), c["decode"])
+                        for name, c in camera_configs(cameras).items()]
         self._hold_how, self._following = HOLD_HOW[controller], False
         self._state_capture_ns, self._silent = 0, False
         self.state = RobotState.zeros(self.n)
@@ -104,9 +136,14 @@ class ROS2Robot:
         qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.BEST_EFFORT
                          if reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
         self.node.create_subscription(msgs.JointState, joint_states, self.latest.on_message, qos)
+        camera_qos = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
+        for cam in self.cameras:  # best effort: matches a reliable publisher too
+            self.node.create_subscription(
+                msgs.CompressedImage if cam.decode_jpeg else msgs.Image, cam.topic,
+                cam.on_compressed if cam.decode_jpeg else cam.on_image, camera_qos)
         clock = self.node.get_clock()
         self.out = KINDS[controller](msgs, control, self.joints,
-                                     lambda: clock.now().nanoseconds)
+                                     lambda: clock.now().nanoseconds, int(lead_ms * 1e6))
         self._pub = self.node.create_publisher(
             msgs.Float64MultiArray if controller == "forward" else msgs.JointTrajectory,
             command, qos)
@@ -137,8 +174,8 @@ class ROS2Robot:
         if silent and not self._silent:
             self.counters["js_silent"] += 1
             if self.counters["js_silent"] == 1:
-                print(f"ros2 bridge: {self.topic} silent for over {self.silent_ns / 1e6:g} ms: "
-                      "holding (counted as js_silent; said once)", file=sys.stderr, flush=True)
+                say(f"{self.topic} silent for over {self.silent_ns / 1e6:g} ms: holding "
+                    "(counted as js_silent; said once)")
         self._silent = silent
         if silent:
             raise HardwareFault(f"no JointState on {self.topic} for "
@@ -154,7 +191,13 @@ class ROS2Robot:
             values = {"joints": np.concatenate([state.pos, state.vel]).astype(np.float32)}
         else:
             values = self._observe(state.pos.copy(), state.vel.copy(), **self._observe_args)
-        return Observation(self._state_capture_ns, values)
+        frames = {}
+        for cam in self.cameras:
+            frames[cam.camera] = frame = cam.take(now_ns)
+            if frame is None:  # none yet, or the camera fell silent: this period waits
+                self.counters["obs_no_frame"] += 1
+                return None
+        return Observation(self._state_capture_ns, values, frames=frames)
 
     def _send(self, msg) -> None:
         if msg is not None:
@@ -175,11 +218,13 @@ class ROS2Robot:
         self._send(self.out.hold(self.state.pos, time.monotonic_ns()))
         self.counters["holds"] += 1
         if self.counters["holds"] == 1:
-            print(f"ros2 bridge: no fresh chunk: the robot holds: {self._hold_how} (counted "
-                  "as holds; said once)", file=sys.stderr, flush=True)
+            say(f"no fresh chunk: the robot holds: {self._hold_how} (counted as holds; said "
+                "once)")
 
     def report(self) -> dict:
-        return {"ros2": {**self.latest.counters, **self.counters, **self.out.counters}}
+        cameras = {cam.camera: dict(cam.counters) for cam in self.cameras}
+        return {"ros2": {**self.latest.counters, **self.counters, **self.out.counters,
+                         **({"cameras": cameras} if cameras else {})}}
 
     def close(self) -> None:
         if self._following:  # a robot that executes chunks itself is not left on the last one

@@ -19,9 +19,10 @@ returns the message to publish, or None; the bridge publishes it (bridge.py).
 Limits on trajectory_chunk: the waypoints come limited by the controller (clipped into the
 workspace: controllers.limits, via the on_chunk hook); here each segment, from the measured
 position to point 0 and between points, is bounded by the axes' vel_limit (clipped, counted
-as traj_vel_clamps); a waypoint due less than one tick ahead is dropped (it would arrive past
-due; counted as traj_points_dropped). Between the points the joint_trajectory_controller's
-own interpolation and its joint limits rule. Not thread-safe: the control loop's thread.
+as traj_vel_clamps); a waypoint due less than lead_ns ahead is left out (it would reach the
+controller past due; counted as traj_points_dropped). Between the points the
+joint_trajectory_controller's own interpolation and its joint limits rule. Not thread-safe:
+the control loop's thread.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _duration(msg, ns: int) -> None:
 
 
 class Forward:
-    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns):
+    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
+                 lead_ns: int):
         self.msg, self.counters = msgs.Float64MultiArray(), {}
 
     def tick(self, cmd):
@@ -60,7 +62,8 @@ class Forward:
 
 
 class TickTrajectory:
-    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns):
+    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
+                 lead_ns: int):
         self.msg = msgs.JointTrajectory(joint_names=joints, points=[msgs.JointTrajectoryPoint()])
         self.counters = {}
         _duration(self.msg.points[0].time_from_start, 1e9 / control.rate_hz)
@@ -74,11 +77,13 @@ class TickTrajectory:
 
 
 class ChunkTrajectory:
-    """ros_now_ns(): the ROS clock (ns) the robot's controller reads header stamps on."""
+    """ros_now_ns(): the ROS clock (ns) the robot's controller reads header stamps on.
+    lead_ns: a waypoint due sooner than this after the chunk is handed over is left out."""
 
-    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns):
+    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
+                 lead_ns: int):
         self.msgs, self.joints, self.n, self.ros_now_ns = msgs, joints, control.n, ros_now_ns
-        self.tick_ns = int(1e9 / control.rate_hz)
+        self.tick_ns, self.lead_ns = int(1e9 / control.rate_hz), int(lead_ns)
         self.vel_limit = np.array(control.axis("vel_limit"), float)
         self.counters = dict.fromkeys(("trajectories", "traj_vel_clamps", "traj_points_dropped",
                                        "traj_past_due"), 0)
@@ -104,7 +109,7 @@ class ChunkTrajectory:
         return msg
 
     def chunk(self, waypoints, due_ns, pos, now_ns):
-        keep = due_ns >= now_ns + self.tick_ns
+        keep = due_ns >= now_ns + self.lead_ns
         self.counters["traj_points_dropped"] += int(len(keep) - keep.sum())
         if not keep.any():
             self.counters["traj_past_due"] += 1

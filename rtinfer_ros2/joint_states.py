@@ -8,11 +8,12 @@ Names may come in any order; velocities, when absent or not finite, are differen
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
 import numpy as np
+
+from .refusals import Refusals, capture_ns as to_monotonic
 
 REFUSALS = ("js_names", "js_nan", "js_future")
 
@@ -22,19 +23,12 @@ class LatestJointState:
 
     def __init__(self, joints: list[str], topic: str, future_ns: int):
         self.joints, self.topic, self.future_ns = list(joints), topic, future_ns
-        self.counters = dict.fromkeys(("joint_states",) + REFUSALS, 0)
+        self.counters = {"joint_states": 0}
+        self._refuse = Refusals(f"a JointState on {topic}", REFUSALS, self.counters)
+        self.refused = self._refuse.refused
         self._lock = threading.Lock()
         self._pos, self._vel = np.zeros(len(joints)), np.zeros(len(joints))
         self._capture_ns = self._recv_ns = 0
-
-    def refused(self) -> dict[str, int]:
-        return {k: self.counters[k] for k in REFUSALS}
-
-    def _refuse(self, kind: str, why: str) -> None:
-        self.counters[kind] += 1
-        if self.counters[kind] == 1:
-            print(f"ros2 bridge: refused a JointState on {self.topic}: {why} (counted as "
-                  f"{kind}; said once)", file=sys.stderr, flush=True)
 
     def on_message(self, msg) -> None:
         recv_ns, wall_ns = time.monotonic_ns(), time.time_ns()
@@ -46,9 +40,7 @@ class LatestJointState:
         pos = np.asarray(msg.position, np.float64)[order]
         if not np.isfinite(pos).all():
             return self._refuse("js_nan", f"positions {pos.tolist()} are not all finite")
-        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        # The stamp is on the sender's ROS clock (wall time); moved onto this monotonic clock.
-        capture_ns = stamp_ns - (wall_ns - recv_ns) if stamp_ns else recv_ns
+        capture_ns = to_monotonic(msg.header.stamp, recv_ns, wall_ns)
         if capture_ns > recv_ns + self.future_ns:
             return self._refuse("js_future", f"stamp {(capture_ns - recv_ns) / 1e6:.1f} ms "
                                 "in the future; check the robot's clock (chrony/NTP)")

@@ -2,7 +2,8 @@
 bridge's tests and docs/ros2.md's example drive.
 
     python -m rtinfer_ros2.sim_arm [--joints base shoulder elbow wrist] [--rate-hz 200]
-        [--tau-s 0.05] [--report PATH] [--ros-args -r __ns:=/arm]
+        [--tau-s 0.05] [--report PATH] [--camera-size H W [--camera-rgb R G B]
+        [--camera-encoding rgb8|bgr8|jpeg] [--camera-hz 30]] [--ros-args -r __ns:=/arm]
 
 It publishes sensor_msgs/JointState on `joint_states` at --rate-hz, stamped with the node's
 clock, and executes position commands: std_msgs/Float64MultiArray on
@@ -15,10 +16,12 @@ arm was on receipt through each point at its time, then stays at the last (joint
 name). Each joint follows its commanded position as a first-order lag (time constant
 --tau-s). It writes --report (JSON) twice a second and on SIGINT/SIGTERM: every command it
 applied with its monotonic receipt time (`applied`: [t_ns, q0, q1, ...], a trajectory's last
-point), every trajectory (`trajectories`: [receipt ns, first point's due ns (both on the
-node's clock), points]), those whose first point was already past due on receipt
+point), every trajectory (`trajectories`: [receipt ns, first point's due ns, its header stamp (0:
+none), all on the node's clock; points]), those whose first point was already past due on receipt
 (`stale_trajectories`), the commands it refused (`refused`: wrong length, not finite) and
-its positions (`pos`).
+its positions (`pos`). With --camera-size it is also a camera: a frame of one colour
+(--camera-rgb) as sensor_msgs/Image on `camera/image_raw` (rgb8 or bgr8), or jpeg as
+sensor_msgs/CompressedImage on `camera/image_raw/compressed`, stamped with the node's clock.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ import time
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
@@ -62,6 +65,26 @@ class SimArm(Node):
         if report:
             self.create_timer(0.5, self.write_report)
 
+    def camera(self, size, rgb, encoding: str, rate_hz: float) -> None:
+        """Publish a frame of colour `rgb`, `size` (H, W), at rate_hz."""
+        h, w = size
+        pixels = bytes(rgb[::-1] if encoding == "bgr8" else rgb) * (h * w)
+        if encoding == "jpeg":
+            import io
+            from PIL import Image as Picture
+            buf = io.BytesIO()
+            Picture.frombytes("RGB", (w, h), pixels).save(buf, format="JPEG", quality=95)
+            frame = CompressedImage(format="jpeg", data=buf.getvalue())
+            pub = self.create_publisher(CompressedImage, "camera/image_raw/compressed", 10)
+        else:
+            frame = Image(height=h, width=w, encoding=encoding, step=3 * w, data=pixels)
+            pub = self.create_publisher(Image, "camera/image_raw", 10)
+
+        def publish():
+            frame.header.stamp = self.get_clock().now().to_msg()
+            pub.publish(frame)
+        self.create_timer(1.0 / rate_hz, publish)
+
     def write_report(self) -> None:
         with open(self.report + ".tmp", "w") as f:
             json.dump({"joints": self.joints, "applied": self.applied, "refused": self.refused,
@@ -77,13 +100,14 @@ class SimArm(Node):
             self.refused += 1
             return
         order = [names.index(j) for j in self.joints]
-        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec or now_ns
+        stamped = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        stamp_ns = stamped or now_ns
         plan = [(stamp_ns + p.time_from_start.sec * 1_000_000_000 + p.time_from_start.nanosec,
                  [p.positions[k] for k in order]) for p in msg.points]
         if not self.apply(plan[-1][1]):
             return
         self.plan = [(now_ns, list(self.pos))] + plan
-        self.trajectories.append([now_ns, plan[0][0], len(plan)])
+        self.trajectories.append([now_ns, plan[0][0], stamped, len(plan)])
         self.stale += plan[0][0] < now_ns
 
     def on_command(self, msg: Float64MultiArray) -> None:
@@ -135,10 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-hz", type=float, default=200.0, help="JointState rate")
     ap.add_argument("--tau-s", type=float, default=0.05, help="each joint's time constant")
     ap.add_argument("--report", default=None, help="write the applied commands here (JSON)")
+    ap.add_argument("--camera-size", nargs=2, type=int, default=None, metavar=("H", "W"),
+                    help="also publish camera frames of this size")
+    ap.add_argument("--camera-rgb", nargs=3, type=int, default=[102, 0, 0])
+    ap.add_argument("--camera-encoding", choices=["rgb8", "bgr8", "jpeg"], default="rgb8")
+    ap.add_argument("--camera-hz", type=float, default=30.0)
     a = ap.parse_args(args[1:])
     start = a.start or [READY[i] if i < len(READY) else 0.0 for i in range(len(a.joints))]
     rclpy.init(args=sys.argv if argv is None else ["sim_arm"] + argv)
     node = SimArm(a.joints, start, a.rate_hz, a.tau_s, a.report)
+    if a.camera_size:
+        node.camera(a.camera_size, a.camera_rgb, a.camera_encoding, a.camera_hz)
     signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())  # as SIGINT, on any distro
     print("sim_arm: ready", flush=True)
     try:

@@ -2,8 +2,13 @@
 discovery needs it), so their DDS traffic never meets another test's or the machine's."""
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
+import time
+
+import pytest
 
 from tests.faults.netns import _ip, _Namespaces, available  # noqa: F401
 
@@ -24,3 +29,27 @@ class RosHost(_Namespaces):
         """`python ARGS` (this venv's) inside the namespace, in the repository root."""
         kw.setdefault("cwd", ROOT)
         return self.popen("h", [sys.executable, *args], **kw)
+
+
+def read(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for(what, pred, timeout_s=120):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def stop(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            p.wait(30)
