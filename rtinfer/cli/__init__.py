@@ -26,6 +26,8 @@ BENCHES = {name: f"rtinfer.bench.{name}:main" for name in ("transport", "jitter"
                                                              "dynamic", "camera")}
 BENCHES["peers"] = f"{PEERS}:main"
 BENCHES["tick"] = "controllers.tick_bench:main"  # the robot side's own: it ranks above rtinfer
+BENCHES["fleet-failover"] = "rtinfer.fleet.failover:main"  # the fleet extra (Ray)
+FLEET = "rtinfer.fleet.cli:main"  # `rtinfer fleet ...`: the fleet extra (Ray), own parser
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -110,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", add_help=False,
                    help=f"benchmarks against a same-run baseline: {', '.join(BENCHES)} "
                         "(see rtinfer bench NAME --help)")
+
+    sub.add_parser("fleet", add_help=False, help="fleets across inference hosts on Ray: up, "
+                   "status, down, demo (see rtinfer fleet --help; the fleet extra)")
 
     r = sub.add_parser("report", help="latency table (and PNG) from a trace file or a "
                                       "recording (RUN.mcap, from --record)")
@@ -248,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: rtinfer bench {{{','.join(BENCHES)}}} [options]; "
               "rtinfer bench NAME --help lists that benchmark's options", file=sys.stderr)
         return 2
+    if argv[:1] == ["fleet"]:  # its own parser (rtinfer.fleet.cli)
+        return int(resolve(FLEET)(argv[1:]) or 0)
     if argv[:1] == ["package"]:  # a continuous-chunk policy -> model directory (own parser)
         return int(resolve(CHUNK_PACKAGER)(argv[1:]) or 0)
     if argv[:1] == ["check-model"]:

@@ -16,6 +16,8 @@ Per robot, all in ms from the kill (CLOCK_MONOTONIC, one host):
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 
@@ -48,3 +50,91 @@ def summary(per_robot: list[dict]) -> dict:
                     "max": float(max(vals)) if vals else None}
     out["robots_without_fresh_chunk"] = sum(r["first_fresh_ms"] is None for r in per_robot)
     return out
+
+
+def _settled(st: dict) -> bool:
+    return all(h["state"] != "starting" for h in st["hosts"].values()) and \
+        all(r["state"] != "waiting" for r in st["robots"].values())
+
+
+def _moved_off(victim: str, robots: list[str]):
+    """Status predicate: each of `robots` is on another host, or refused."""
+    return lambda s: all(s["robots"][r]["state"] == "refused"
+                         or s["robots"][r]["host"] not in (None, victim) for r in robots)
+
+
+def one_run(a, phases=("node", "host")) -> dict:
+    """One fleet: per phase, the host killed, its robots, where they went, their figures."""
+    from rtinfer.fleet.local import LocalFleet
+    out = {}
+    with LocalFleet(a.model, hosts=a.hosts, robots=a.robots, rate_hz=a.rate_hz,
+                    deadline_ms=a.deadline_ms, node_args=tuple(a.node_args), stream=a.stream,
+                    robot_file=a.robot_file) as fleet:
+        fleet.wait(_settled)
+        fleet.start_robots(a.seconds)
+        for phase in phases:
+            time.sleep(a.seconds / (len(phases) + 2))
+            st = fleet.status()
+            up = [h for h, x in st["hosts"].items() if x["state"] == "up" and
+                  h not in [o["host"] for o in out.values()]]
+            victim = max(up, key=lambda h: len(st["hosts"][h]["robots"]))
+            kill = fleet.kill_node if phase == "node" else fleet.kill_host
+            kill_ns = kill(victim)
+            moved = st["hosts"][victim]["robots"]
+            after = fleet.wait(_moved_off(victim, moved), timeout_s=60, every_s=0.05)
+            out[phase] = {"host": victim, "kill_ns": kill_ns, "moved": moved,
+                          "refused": sorted(r for r in moved
+                                            if after["robots"][r]["state"] == "refused"),
+                          "placed_s": (time.monotonic_ns() - kill_ns) / 1e9}
+        records = fleet.records()
+    period_ms = 1e3 / a.rate_hz
+    for phase in out.values():
+        phase["robots"] = {r: robot_figures(records[r], phase.pop("kill_ns"), a.deadline_ms,
+                                            period_ms) for r in phase["moved"]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rtinfer bench fleet-failover`: hosts lost under a running fleet, per robot."""
+    import argparse
+    import json
+    import sys
+    from rtinfer.model.zoo import zoo_model
+    p = argparse.ArgumentParser(prog="rtinfer bench fleet-failover", description=main.__doc__)
+    p.add_argument("--hosts", type=int, default=3)
+    p.add_argument("--robots", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=16.0, help="the robots' run per repeat")
+    p.add_argument("--rate-hz", type=float, default=20.0)
+    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--model", default=str(zoo_model()))
+    p.add_argument("--stream", default=None, help="the robots' recorded obs bodies (default: "
+                   "the model's obs_stream.npz)")
+    p.add_argument("--robot-file", default="examples.conveyor_sorting:robot.yaml",
+                   help="the robots' axes (docs/robots.md)")
+    p.add_argument("--node-args", nargs="*", default=["--threads", "1"],
+                   help="more arguments for every inference node")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    a = p.parse_args(argv)
+    runs = []
+    for k in range(a.repeats):
+        runs.append(one_run(a))
+        print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
+    result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats,
+              "rate_hz": a.rate_hz, "deadline_ms": a.deadline_ms, "model": a.model, "runs": runs,
+              **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),
+                         "moved": sum(len(run[phase]["moved"]) for run in runs),
+                         "refused": sum(len(run[phase]["refused"]) for run in runs),
+                         "placed_s_max": max(run[phase]["placed_s"] for run in runs)}
+                 for phase in ("node", "host")}}
+    if a.json:
+        print(json.dumps(result))
+    else:
+        for phase in ("node", "host"):
+            r = result[phase]
+            print(f"{phase} lost: {r['moved']} robots moved, {r['refused']} refused; first "
+                  f"fresh chunk median {r['first_fresh_ms']['median']} ms, max "
+                  f"{r['first_fresh_ms']['max']} ms; hold max {r['hold_ms']['max']} ms; "
+                  f"lost max {r['lost']['max']}; stale applied max "
+                  f"{r['stale_applied']['max']}")
+    return 0
