@@ -1,9 +1,12 @@
-"""examples/conveyor_sorting/lerobot_act.py: LeRobot ACTPolicy, state only -> one ONNX graph with the fixed contract.
+"""examples/conveyor_sorting/lerobot_act.py: LeRobot ACTPolicy, state only -> one ONNX graph with the fixed contract;
+lerobot_act_vision.py: the same with the overhead camera through its ResNet-18 backbone.
 
 Runs where lerobot is installed (the LeRobot venv: `make lerobot-env`, then
 `.venv-lerobot/bin/python -m pytest tests/test_lerobot_act.py`); skips elsewhere.
 Trains a tiny ACT for a few steps on a synthetic dataset shaped like the collector's, exports
 it, and checks the graph's I/O names, shapes and dtypes and ONNX Runtime vs torch parity.
+The camera variant trains two steps on one short recorded episode (real frames), packages
+it, checks parity and the node's runner, and runs it in the camera env as rtinfer eval does.
 """
 from __future__ import annotations
 
@@ -14,9 +17,12 @@ import pytest
 
 pytest.importorskip("lerobot")
 pytest.importorskip("onnxruntime")
-pytest.importorskip("mujoco")
 
+# examples.conveyor_sorting selects MuJoCo's EGL backend (the camera test renders): import it
+# before mujoco loads.
 from examples.conveyor_sorting import lerobot_act as la  # noqa: E402
+
+pytest.importorskip("mujoco")
 
 TINY = ["--dim-model", "32", "--n-heads", "2", "--dim-feedforward", "64",
         "--n-encoder-layers", "1", "--n-decoder-layers", "1"]
@@ -98,3 +104,52 @@ def test_contract_check_rejects_a_wrong_graph(tmp_path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
     with pytest.raises(ValueError, match="contract"):
         la.check_contract(p, la.visible_k())
+
+
+# -- the camera variant (lerobot_act_vision) ------------------------------------------------
+def _camera_demo(path):
+    """One short expert episode with the overhead camera (collect.py's file, real frames)."""
+    from dataclasses import replace
+
+    from examples.conveyor_sorting.collect import collect
+    from examples.conveyor_sorting.config import EnvConfig
+    collect(1, path, seed=5, cfg=replace(EnvConfig(), episode_objects=2, camera="overhead"),
+            show_progress=False, instructions=[[2, 0, 1]])
+    return str(path)
+
+
+def test_image_act_trains_exports_matches_torch_and_runs_in_the_camera_env(tmp_path):
+    from examples.conveyor_sorting import lerobot_act_vision as lv
+    from examples.conveyor_sorting.evaluate import evaluate
+    from rtinfer.inference.graph_runner import GraphRunner
+    from rtinfer.model.chunk_model import load_model
+    data = _camera_demo(tmp_path / "camera.npz")
+    ckpt, model_dir = tmp_path / "ckpt", tmp_path / "conveyor-act-vision"
+    assert lv.main(["train", "--data", data, "--relabel", data, "--out", str(ckpt),
+                    "--steps", "2", "--batch", "4", "--log-every", "2", *TINY]) == 0
+    meta = json.loads((ckpt / "act.json").read_text())
+    assert meta["config"]["vision_backbone"] == "resnet18"
+    assert meta["config"]["pretrained_backbone_weights"] is None
+    assert meta["backbone_params"] > 11_000_000           # the whole ResNet-18 trunk
+    assert meta["image"]["input_hw"] == [16, 64] and meta["image"]["tokens"] == 2
+    z = np.load(data)
+    assert meta["rows"] > meta["frames"] == len(z["gantry"])  # relabelled rows reuse frames
+
+    card = lv.export(ckpt, model_dir, parity_data=[data], parity_rows=20)
+    assert card["lineage"]["parity"]["rows"] == 20
+    assert card["lineage"]["parity"]["max_abs_diff"] < 1e-4   # metres; suction in [0, 1]
+    model = load_model(model_dir)
+    assert model.obs.images == {"overhead": ("overhead",)}
+    assert model.obs.graph_inputs() == {"overhead": ("uint8", (1, 128, 128, 3)),
+                                        "gantry": ("float32", (1, 8)),
+                                        "held": ("float32", (1, 1)),
+                                        "instruction": ("int32", (1, 3))}
+    # The node's runner on a recorded frame: a chunk inside the action limits.
+    feeds = {"overhead": z["frame_overhead"][:1], "gantry": z["gantry"][:1],
+             "held": z["held"][:1], "instruction": z["instruction_tokens"][:1]}
+    chunk = GraphRunner(model).run(feeds)
+    low, high = la.action_limits()
+    assert chunk.shape == (4, 4) and (chunk >= low - 1e-6).all() and (chunk <= high + 1e-6).all()
+    # rtinfer eval's path: the env renders the camera the model reads.
+    r = evaluate(str(model_dir), episodes=1, per_episode=1, instructions=["0,1,2"])
+    assert r["spawned"] == 1

@@ -80,11 +80,10 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
                 "actions": z["action_values"].astype(np.float32)}
 
 
-def relabel_rows(data: dict[str, np.ndarray], per_state: int = 0, seed: int = 0
-                 ) -> dict[str, np.ndarray]:
+def relabelled(data: dict[str, np.ndarray], per_state: int = 0, seed: int = 0):
     """Counterfactual relabelling (as examples.conveyor_sorting.relabel, on raw arrays): each
-    carry state (held >= 0) under every other instruction (or per_state of them), labelled by
-    the scripted expert's chunk for that instruction."""
+    carry state (held >= 0) under every other instruction (or per_state of them): yields
+    (source row, observation, the scripted expert's chunk for that instruction)."""
     from examples.conveyor_sorting.config import CellConfig, tokenizer_config
     from examples.conveyor_sorting.evaluate import all_instructions
     from examples.conveyor_sorting.expert import ScriptedExpert
@@ -92,13 +91,20 @@ def relabel_rows(data: dict[str, np.ndarray], per_state: int = 0, seed: int = 0
     cell = CellConfig()
     expert = ScriptedExpert(cell, tokenizer_config(cell))
     rng = np.random.default_rng(seed)
-    out = {k: [] for k in (*OBS_KEYS, "actions")}
-    for _, _, obs in carry_counterfactuals(data, data["instruction"],
-                                           all_instructions(NUM_CLASSES), per_state, rng):
+    for row, _, obs in carry_counterfactuals(data, data["instruction"],
+                                             all_instructions(NUM_CLASSES), per_state, rng):
         expert.reset()
+        yield row, obs, expert.act(obs)
+
+
+def relabel_rows(data: dict[str, np.ndarray], per_state: int = 0, seed: int = 0
+                 ) -> dict[str, np.ndarray]:
+    """The relabelled carry states (`relabelled`) as arrays like load_npz's."""
+    out = {k: [] for k in (*OBS_KEYS, "actions")}
+    for _, obs, chunk in relabelled(data, per_state, seed):
         for k in OBS_KEYS:
             out[k].append(obs[k])
-        out["actions"].append(expert.act(obs))
+        out["actions"].append(chunk)
     dt = {"instruction": np.int32}
     return {k: np.asarray(v, dtype=dt.get(k, np.float32)).reshape(
         (-1, *data[k].shape[1:])) for k, v in out.items()}
@@ -124,15 +130,23 @@ def load_data(paths: list[str], relabel: list[str] = (), weights: list[float] | 
 
 
 # -- features (torch, inside the graph) -----------------------------------------------------
+def state_features(gantry, held, instruction):
+    """(state (B, 15): gantry (8), held one-hot (4), the held class's bin one-hot (3);
+    instruction one-hot (B, C, C): [b, c, k] = instruction[b, c] == k) float32 tensors."""
+    import torch
+    cls = torch.arange(NUM_CLASSES, dtype=torch.float32)
+    held_oh = (held == torch.arange(-1, NUM_CLASSES, dtype=torch.float32)).float()   # (B, 4)
+    instr_oh = (instruction.unsqueeze(-1).float() == cls).float()                    # (B, C, C)
+    held_bin = (held_oh[:, 1:].unsqueeze(-1) * instr_oh).sum(1)                      # (B, C)
+    return torch.cat([gantry, held_oh, held_bin], dim=1), instr_oh
+
+
 def features(objects, gantry, held, instruction):
     """(state (B, 15), env_state (B, 8K + 9)) float32 tensors from the raw observation."""
     import torch
     B = gantry.shape[0]
     cls = torch.arange(NUM_CLASSES, dtype=torch.float32)
-    held_oh = (held == torch.arange(-1, NUM_CLASSES, dtype=torch.float32)).float()   # (B, 4)
-    instr_oh = (instruction.unsqueeze(-1).float() == cls).float()                    # (B, C, C)
-    held_bin = (held_oh[:, 1:].unsqueeze(-1) * instr_oh).sum(1)                      # (B, C)
-    state = torch.cat([gantry, held_oh, held_bin], dim=1)
+    state, instr_oh = state_features(gantry, held, instruction)
     valid = (objects[..., 3:4] > 0.5).float()                                        # (B, K, 1)
     obj_oh = (objects[..., 0:1] == cls).float() * valid
     rel = (objects[..., 1:3] - gantry[:, None, 0:2]) * valid
@@ -201,21 +215,66 @@ class Exported:
 
 
 # -- train --------------------------------------------------------------------------------
-def train(paths: list[str], out: str | Path, *, steps: int = 20000, batch: int = 256,
-          lr: float = 3e-4, chunk: int = H, seed: int = 0, relabel: list[str] = (),
-          weights: list[float] | None = None, per_state: int = 0, threads: int = 2,
-          log_every: int = 500, init: str | None = None, **cfg_over) -> dict:
+def seed_all(seed: int, threads: int) -> None:
     import random
     import torch
-    from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.utils.constants import ACTION, OBS_ENV_STATE, OBS_STATE
-    from safetensors.torch import save_file, load_file
-    if chunk != H:
-        raise SystemExit(f"--chunk must be {H} (the expert's horizon in the data)")
     torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def fit(policy, next_batch, *, steps: int, lr: float, seed: int, log_every: int
+        ) -> tuple[list[dict], float]:
+    """`steps` steps of policy.forward(next_batch(generator)) under AdamW (weight decay 1e-4)
+    with a one-cycle cosine schedule (5 % warm-up) and gradients clipped at norm 10; prints
+    and returns the L1 loss every `log_every` steps, and the wall seconds it took."""
+    import torch
+    policy.train()
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
+                                                pct_start=0.05, anneal_strategy="cos")
+    gen = torch.Generator().manual_seed(seed)
+    t0, hist = time.perf_counter(), []
+    for step in range(1, steps + 1):
+        loss, info = policy.forward(next_batch(gen))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == steps:
+            hist.append({"step": step, "l1": round(info["l1_loss"], 5),
+                         "s": round(time.perf_counter() - t0, 1)})
+            print(json.dumps(hist[-1]), flush=True)
+    return hist, time.perf_counter() - t0
+
+
+def save_policy(policy, out: str | Path) -> None:
+    from safetensors.torch import save_file
+    Path(out).mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in policy.state_dict().items()},
+              str(Path(out) / "model.safetensors"))
+
+
+def add_config_args(parser) -> None:
+    """--dim-model ... --use-vae: the ACTConfig fields this package sets (DEFAULTS)."""
+    for name, v in DEFAULTS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=type(v) if not isinstance(v, bool)
+                            else (lambda s: s.lower() in ("1", "true", "yes")), default=v)
+
+
+def train(paths: list[str], out: str | Path, *, steps: int = 20000, batch: int = 256,
+          lr: float = 3e-4, chunk: int = H, seed: int = 0, relabel: list[str] = (),
+          weights: list[float] | None = None, per_state: int = 0, threads: int = 2,
+          log_every: int = 500, init: str | None = None, **cfg_over) -> dict:
+    import torch
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.utils.constants import ACTION, OBS_ENV_STATE, OBS_STATE
+    from safetensors.torch import load_file
+    if chunk != H:
+        raise SystemExit(f"--chunk must be {H} (the expert's horizon in the data)")
+    seed_all(seed, threads)
     t0 = time.perf_counter()
     data, lineage = load_data(paths, relabel, weights, per_state)
     t_data = time.perf_counter() - t0
@@ -233,32 +292,17 @@ def train(paths: list[str], out: str | Path, *, steps: int = 20000, batch: int =
     policy = ACTPolicy(cfg)
     if init:
         policy.load_state_dict(load_file(str(Path(init) / "model.safetensors")))
-    policy.train()
     n_params = sum(p.numel() for p in policy.parameters())
-    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
-                                                pct_start=0.05, anneal_strategy="cos")
-    gen = torch.Generator().manual_seed(seed)
     pad = torch.zeros(batch, chunk, dtype=torch.bool)
-    n, t1, hist = len(state), time.perf_counter(), []
-    for step in range(1, steps + 1):
+    n = len(state)
+
+    def next_batch(gen):
         idx = torch.randint(0, n, (batch,), generator=gen)
-        loss, info = policy.forward({OBS_STATE: state[idx], OBS_ENV_STATE: env[idx],
-                                     ACTION: target[idx], "action_is_pad": pad})
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
-        opt.step()
-        sched.step()
-        if step % log_every == 0 or step == steps:
-            hist.append({"step": step, "l1": round(info["l1_loss"], 5),
-                         "s": round(time.perf_counter() - t1, 1)})
-            print(json.dumps(hist[-1]), flush=True)
-    train_s = time.perf_counter() - t1
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({kk: v.contiguous() for kk, v in policy.state_dict().items()},
-              str(out / "model.safetensors"))
+        return {OBS_STATE: state[idx], OBS_ENV_STATE: env[idx], ACTION: target[idx],
+                "action_is_pad": pad}
+
+    hist, train_s = fit(policy, next_batch, steps=steps, lr=lr, seed=seed, log_every=log_every)
+    save_policy(policy, out)
     meta = {"implementation": IMPL, "visible_k": k, "chunk": chunk,
             "command": "python -m examples.conveyor_sorting.lerobot_act " + " ".join(sys.argv[1:])
             if sys.argv[0].endswith("lerobot_act.py") else None, "per_state": per_state,
@@ -271,7 +315,7 @@ def train(paths: list[str], out: str | Path, *, steps: int = 20000, batch: int =
             "normalisation": {"kind": "mean_std", "std_floor": STD_FLOOR,
                               "action_xyz": "relative to the observed cup position"},
             "stats": stats}
-    (out / "act.json").write_text(json.dumps(meta, indent=1))
+    (Path(out) / "act.json").write_text(json.dumps(meta, indent=1))
     return {k2: meta[k2] for k2 in ("params", "rows", "steps", "train_s", "data_s")} | \
         {"final_l1": hist[-1]["l1"] if hist else None}
 
@@ -499,9 +543,7 @@ def main(argv=None) -> int:
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--init", default=None, help="checkpoint dir to start from")
     t.add_argument("--log-every", type=int, default=500)
-    for name, v in DEFAULTS.items():
-        t.add_argument("--" + name.replace("_", "-"), type=type(v) if not isinstance(v, bool)
-                       else (lambda s: s.lower() in ("1", "true", "yes")), default=v)
+    add_config_args(t)
     e = sub.add_parser("export")
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--out", required=True)
