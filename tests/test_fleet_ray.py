@@ -1,9 +1,11 @@
 """Failover on Ray (issue 33): two Ray nodes of a ray.cluster_utils.Cluster, each an
 inference host (the real node process, owned by its host actor), two real robot processes
-(controllers.bench_robot) following the chunks addressed to them from either host. The Ray
+(controllers.bench_robot) following the chunks addressed to them from either host, over tcp
+with CURVE (a key per host and robot; a robot's key on its host's allow-list only). The Ray
 node of one host is removed mid-run: its robot is placed on the survivor, which learns it
-from its robots file, and both robots get fresh chunks from the survivor, with no stale
-chunk applied. The tiny model at a 250 ms policy period, so that the survivor's admission fits both
+from its robots file and its key from its allow-list, and both robots get fresh chunks from
+the survivor, with no stale chunk applied. Then the controller actor is killed: Ray
+restarts it, it rebuilds its table from the surviving host, and nothing moves. The tiny model at a 250 ms policy period, so that the survivor's admission fits both
 robots however loaded the machine is (its window is 0.8 x min(deadline, period)). Ray is
 shut down and no raylet is left, whatever happens."""
 from __future__ import annotations
@@ -16,6 +18,9 @@ import pytest
 
 pytest.importorskip("ray")
 
+import ray  # noqa: E402
+
+from rtinfer.fleet.controller import CONTROLLER, NAMESPACE  # noqa: E402
 from rtinfer.fleet.failover import robot_figures  # noqa: E402
 from rtinfer.fleet.local import LocalFleet  # noqa: E402
 from rtinfer.model.action_tokens import TokenizerConfig  # noqa: E402
@@ -47,7 +52,7 @@ def fleet(tiny_model_dir, tmp_path):
     with LocalFleet(str(slow_model(tiny_model_dir, tmp_path)), hosts=2, robots=2, deadline_ms=DEADLINE_MS,
                     stream=str(obs_stream(tmp_path / "obs_stream.npz")),
                     robot_file=str(robot_file), node_args=("--threads", "1", "--batch", "1"),
-                    rate_hz=10.0) as f:
+                    rate_hz=10.0, curve=True) as f:
         yield f
     assert raylets() == before, "a raylet was left behind"
 
@@ -66,10 +71,22 @@ def test_a_lost_host_s_robot_moves_to_the_survivor_and_never_applies_a_stale_chu
     st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h0", timeout_s=30, every_s=0.1)
     assert st["hosts"]["h1"]["state"] == "down" and st["moves"] == 1
     assert st["robots"]["r0"]["host"] == "h0"  # the survivor's own robot stayed
+    st = fleet.status()
     records = fleet.records()
     for name, rec in records.items():
         f = robot_figures(rec, kill_ns, DEADLINE_MS, 100.0)
         assert f["first_fresh_ms"] is not None, f"{name} got no chunk after the kill: {f}"
         assert f["stale_applied"] == 0, name
         assert rec["counters"]["chunks_accepted"] > 0
-    assert any("h1 lost" in text for _, text in fleet.status()["events"])
+    assert any("h1 lost" in text for _, text in st["events"])
+    allow = sorted(p.name for p in (fleet.run_dir / "h0" / "allow").glob("r*.key"))
+    assert allow == ["r0.key", "r1.key"]  # the survivor holds both robots' keys
+
+
+def test_a_restarted_controller_rebuilds_its_table_and_moves_nothing(fleet):
+    fleet.wait(both_up)
+    placed = {r: x["host"] for r, x in fleet.status()["robots"].items()}
+    ray.kill(ray.get_actor(CONTROLLER, namespace=NAMESPACE), no_restart=False)
+    st = fleet.wait(lambda s: any("rebuilt" in t for _, t in s["events"]), timeout_s=60)
+    assert {r: x["host"] for r, x in st["robots"].items()} == placed
+    assert st["moves"] == 0 and all(h["state"] == "up" for h in st["hosts"].values())

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,22 +26,52 @@ from ray.cluster_utils import Cluster
 from rtinfer.fleet.controller import (CONTROLLER, NAMESPACE, host_actor_name, ray_settings,
                                       start_controller)
 from rtinfer.fleet.spec import FleetSpec, Host, Robot, host_resource
+from rtinfer.transport.curve import generate
 from rtinfer.transport.wire import now_ns
 
 ROBOT = "controllers.bench_robot"
 READY_S = 120.0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def local_spec(run_dir: Path, model: str, hosts: int, robots: int, node_args: list[str],
-               deadline_ms: float, capacity: int | None = None) -> FleetSpec:
-    """Hosts h0.., robots r0.., every endpoint ipc under run_dir."""
-    return FleetSpec(
+               deadline_ms: float, capacity: int | None = None,
+               curve: bool = False) -> FleetSpec:
+    """Hosts h0.., robots r0..; every endpoint ipc under run_dir, or (curve) tcp on
+    127.0.0.1 with a key pair per host and robot in run_dir/keys."""
+    def ep(name: str) -> str:
+        return f"tcp://127.0.0.1:{free_port()}" if curve else f"ipc://{run_dir}/{name}"
+    spec = FleetSpec(
         "local", {"policy": model},
-        {f"h{i}": Host(f"h{i}", "policy", f"ipc://{run_dir}/act-h{i}", capacity)
-         for i in range(hosts)},
-        {f"r{i}": Robot(f"r{i}", "policy", f"ipc://{run_dir}/obs-r{i}", f"h{i % hosts}")
+        {f"h{i}": Host(f"h{i}", "policy", ep(f"act-h{i}"), capacity) for i in range(hosts)},
+        {f"r{i}": Robot(f"r{i}", "policy", ep(f"obs-r{i}"), f"h{i % hosts}")
          for i in range(robots)},
-        None, str(run_dir), node_args, deadline_ms)
+        str(run_dir / "keys") if curve else None, str(run_dir), node_args, deadline_ms)
+    if curve:
+        for name in (*spec.hosts, *spec.robots):
+            generate(run_dir / "keys", name)
+    return spec
+
+
+def robots_curve_map(spec: FleetSpec) -> Path:
+    """The robots' curve.json: each binds its obs endpoint with its own key, allowing every
+    host's key (robot-allow/); each host's action endpoint is trusted by that host's key."""
+    keys, allow = Path(spec.keys), Path(spec.run_dir) / "robot-allow"
+    allow.mkdir(exist_ok=True)
+    for h in spec.hosts:
+        shutil.copy(keys / f"{h}.key", allow)
+    table = {r.obs: {"server_key": str(keys / f"{r.name}.key"), "allow": str(allow)}
+             for r in spec.robots.values()}
+    table.update({h.actions: {"server_key": str(keys / f"{h.name}.key")}
+                  for h in spec.hosts.values()})
+    path = Path(spec.run_dir) / "robots-curve.json"
+    path.write_text(json.dumps(table))
+    return path
 
 
 class LocalFleet:
@@ -50,13 +82,15 @@ class LocalFleet:
                  deadline_ms: float = 100.0, node_args: tuple = ("--threads", "1"),
                  capacity: int | None = None, quiet: bool = True,
                  stream: str | None = None,
-                 robot_file: str = "examples.conveyor_sorting:robot.yaml") -> None:
+                 robot_file: str = "examples.conveyor_sorting:robot.yaml",
+                 curve: bool = False) -> None:
         """model: the policy's directory; stream: its recorded obs bodies (default: the
-        model's obs_stream.npz); robot_file: the robots' axes (docs/robots.md)."""
+        model's obs_stream.npz); robot_file: the robots' axes (docs/robots.md); curve: tcp
+        on 127.0.0.1 with CURVE, a key per host and robot (else ipc)."""
         self._tmp = tempfile.TemporaryDirectory(prefix="rtinfer-fleet-ray-")
         self.run_dir = Path(self._tmp.name)
         self.spec = local_spec(self.run_dir, model, hosts, robots, list(node_args), deadline_ms,
-                               capacity)
+                               capacity, curve)
         self.model, self.rate_hz, self.quiet = model, rate_hz, quiet
         self.stream = stream or str(Path(model) / "obs_stream.npz")
         self.robot_file = robot_file
@@ -89,8 +123,11 @@ class LocalFleet:
         TimeoutError with the last status when it does not come."""
         end = time.monotonic() + timeout_s
         while True:
-            st = self.status()
-            if what(st):
+            try:
+                st = self.status()
+            except ray.exceptions.RayError:  # the controller restarting: ask again
+                st = None
+            if st is not None and what(st):
                 return st
             if time.monotonic() > end:
                 raise TimeoutError(f"the fleet did not get there: {json.dumps(st)[:2000]}")
@@ -103,6 +140,8 @@ class LocalFleet:
         """Start every robot; each publishes for `seconds` from the returned start time
         (CLOCK_MONOTONIC ns) and records what comes back (records())."""
         acts = [h.actions for h in self.spec.hosts.values()]
+        if self.spec.keys:
+            cmap = robots_curve_map(self.spec)
         for i, (name, robot) in enumerate(self.spec.robots.items()):
             self.robots[name] = subprocess.Popen(
                 [sys.executable, "-m", ROBOT, "--name", name, "--obs", robot.obs,
@@ -111,7 +150,9 @@ class LocalFleet:
                  "--offset", str(i * 53), "--rate-hz", str(self.rate_hz),
                  "--phase-ms", f"{(i * 7.3) % (1e3 / self.rate_hz):.3f}",
                  "--deadline-ms", str(self.spec.deadline_ms),
-                 "--out", str(self.run_dir / f"{name}.npz")],
+                 "--out", str(self.run_dir / f"{name}.npz"),
+                 *(["--curve-secret", f"{self.spec.keys}/{name}.key_secret", "--curve-map",
+                    str(cmap)] if self.spec.keys else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True)
         for name, p in self.robots.items():  # "ready" once its sockets are up
