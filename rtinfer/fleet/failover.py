@@ -89,8 +89,9 @@ def one_run(a, phases=("node", "host")) -> dict:
         records = fleet.records()
     period_ms = 1e3 / a.rate_hz
     for phase in out.values():
-        phase["robots"] = {r: robot_figures(records[r], phase.pop("kill_ns"), a.deadline_ms,
-                                            period_ms) for r in phase["moved"]}
+        kill_ns = phase.pop("kill_ns")
+        phase["robots"] = {r: robot_figures(records[r], kill_ns, a.deadline_ms, period_ms)
+                           for r in phase["moved"]}
     return out
 
 

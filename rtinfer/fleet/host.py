@@ -135,8 +135,8 @@ class InferenceHost:
             if env is not None:
                 self.health = env.body["counters"]
         c = self.health
-        refused = sorted(k.split(".")[1] for k in c if k.startswith("robot.")
-                         and k.endswith(".refused"))
+        refused = sorted(k[len("robot."):-len(".refused")] for k in c
+                         if k.startswith("robot.") and k.endswith(".refused"))
         return {"up": up, "exit": None if self.proc is None else self.proc.poll(),
                 "pid": None if self.proc is None else self.proc.pid,
                 "serving": sorted(self.serving), "capacity": c.get("capacity"),

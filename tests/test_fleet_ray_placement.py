@@ -1,0 +1,72 @@
+"""The fleet's decisions without Ray (rtinfer.fleet.placement, rtinfer.fleet.spec): where a
+robot goes, when it stays, who is refused and why; FLEET.yaml problems, one line each."""
+import pytest
+
+from rtinfer.fleet.placement import Seat, place
+from rtinfer.fleet.spec import FleetError, Robot, load
+
+
+def robots(n: int, model: str = "m", host=None) -> dict:
+    return {f"r{i}": Robot(f"r{i}", model, f"ipc:///tmp/obs-r{i}", host) for i in range(n)}
+
+
+def seats(**caps) -> dict:
+    return {h: Seat(h, "m", cap is not False, None if cap is False else cap)
+            for h, cap in caps.items()}
+
+
+def test_robots_stay_where_they_are_while_their_host_has_room():
+    placed, refused = place(robots(3), seats(a=4, b=4), {"r0": "a", "r1": "a", "r2": "a"})
+    assert placed == {"r0": "a", "r1": "a", "r2": "a"} and refused == {}
+
+
+def test_a_lost_hosts_robots_go_where_there_is_most_room_and_the_rest_are_refused():
+    s = seats(a=False, b=2, c=3)  # a is down
+    placed, refused = place(robots(5), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "b",
+                                           "r4": "c"})
+    assert placed["r3"] == "b" and placed["r4"] == "c"  # the survivors' own stay
+    assert sorted(placed.values()).count("b") <= 2 and sorted(placed.values()).count("c") <= 3
+    assert len(placed) == 5 - len(refused) == 5  # 2 + 3 seats for 5 robots
+    placed, refused = place(robots(6), s, placed)
+    assert list(refused) == ["r5"]
+    assert refused["r5"].startswith("robot 'r5' refused: no host of model 'm' has room (a "
+                                    "down, b full (2/2), c full (3/3))")
+
+
+def test_a_robot_goes_to_its_own_host_first_and_never_to_one_that_refused_it():
+    rs = {"r0": Robot("r0", "m", "ipc:///tmp/obs-r0", "b")}
+    assert place(rs, seats(a=8, b=1), {})[0] == {"r0": "b"}
+    s = seats(a=8, b=1)
+    s["b"].refused["r0"] = 0.0
+    assert place(rs, s, {"r0": "b"})[0] == {"r0": "a"}
+
+
+def test_a_robot_of_a_model_no_host_serves_is_refused_with_the_fix():
+    placed, refused = place(robots(1, model="other"), seats(a=4), {})
+    assert placed == {} and "no host serves model 'other'" in refused["r0"]
+
+
+FLEET = """\
+version: 1
+models: {conveyor: models/zoo/conveyor-v1}
+hosts:
+  gpu-1: {model: conveyor, actions: "tcp://10.10.0.1:5556"}
+robots:
+  cell-1: {model: convyor, obs: "tcp://10.10.0.11:5555"}
+  cell-2: {model: conveyor, obs: "tcp://10.10.0.12:5555", hots: gpu-1}
+"""
+
+
+def test_a_fleet_file_says_each_problem_in_one_line_with_its_line_and_fix(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    with pytest.raises(FleetError) as e:
+        load(path)
+    lines = str(e.value).splitlines()
+    assert lines == [
+        f"{path}:6: robots.cell-1.model: unknown model 'convyor'; did you mean 'conveyor'? "
+        "(declared under models: conveyor; add it there)",
+        f"{path}:7: robots.cell-2.hots: unknown key 'hots'; did you mean 'host'?"]
+    path.write_text(FLEET.replace("convyor", "conveyor").replace("hots", "host"))
+    spec = load(path)
+    assert spec.robots["cell-2"].host == "gpu-1" and spec.hosts["gpu-1"].capacity is None
