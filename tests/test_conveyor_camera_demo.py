@@ -1,6 +1,7 @@
 """`rtinfer demo --policy DIR` with a camera policy: launch/conveyor_vision.yaml, the camera
-process as a launch node (started before the sim, stopped after it, at normal priority), a
-tiny real ONNX camera policy served end to end, and the camera's figures in the report."""
+process as a launch node (started before the sim, stopped after it, scheduled below the
+loop and the policy), a tiny real ONNX camera policy served end to end, and the camera's
+figures in the report."""
 import json
 import subprocess
 import sys
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import conveyor_vision_policy as vision
+from rtinfer.cli.shipped import launch_file
+from rtinfer.launch.file import load
 
 pytest.importorskip("onnxruntime")
 
@@ -39,8 +42,10 @@ def test_the_demo_serves_a_camera_policy_from_the_camera_process(stub, tmp_path)
     # every observation the sim offered carried its frame
     assert ctl["obs_sent"] + ctl["obs_dropped"] == cam["frames_sent"] and ctl["obs_bad"] == 0
     run = Path(r["run_dir"])
-    # normal priority: the launcher's child set no scheduling for the camera
-    assert "camera" not in r["scheduling"] and "sim" in r["scheduling"]
+    # the camera is scheduled below the loop and the policy, never above them
+    assert {"camera", "sim", "policy"} <= set(r["scheduling"])
+    prio = {n.name: n.priority for n in load(launch_file("conveyor_vision.yaml")).nodes}
+    assert prio["monitor"] is None and 0 < prio["camera"] < prio["policy"] < prio["sim"]
     log = (run / "launch.log").read_text().splitlines()
     order = [next(i for i, ln in enumerate(log) if ln.startswith(what)) for what in
              ("started 'camera'", "started 'sim'", "node 'sim' finished", "stopped 'camera'")]
