@@ -10,6 +10,8 @@ installed it says how to install it, in one line, and exits 2.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 
 HARDWARE = "rtinfer_ros2.bridge:ROS2Robot"
@@ -29,7 +31,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if "--hardware" not in argv:
         argv = ["--hardware", HARDWARE] + argv
-    return run.main(argv)
+    return run.main(listen_to_the_run(argv))
+
+
+def listen_to_the_run(argv: list[str]) -> list[str]:
+    """argv with `--set listen=[...]` first: the run's endpoints, for the bridge's
+    /diagnostics (a `--set listen=...` of the caller's comes later, and wins)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    for option in ("--obs", "--actions", "--control"):
+        ap.add_argument(option)
+    known, _ = ap.parse_known_args(argv)
+    listen = [e for e in (known.obs, known.actions, known.control) if e]
+    return ["--set", f"listen={json.dumps(listen)}"] + argv if listen else argv
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from controllers.hardware import HardwareFault, Observation, RobotState
 from rtinfer.launch.entry import EntryError, resolve
 
 from .commands import HOLD_HOW, KINDS, TYPES
+from .figures import Figures
 from .images import LatestImage, jpeg_decoder
 from .joint_states import LatestJointState
 from .refusals import say
@@ -52,12 +53,15 @@ def import_rclpy():
         from std_msgs.msg import Float64MultiArray
         from sensor_msgs.msg import CompressedImage, Image
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+        from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
     except ImportError:
         raise ValueError(INSTALL) from None
     return rclpy, SimpleNamespace(JointState=JointState, Float64MultiArray=Float64MultiArray,
                                   JointTrajectory=JointTrajectory,
                                   JointTrajectoryPoint=JointTrajectoryPoint, Image=Image,
-                                  CompressedImage=CompressedImage)
+                                  CompressedImage=CompressedImage,
+                                  DiagnosticArray=DiagnosticArray,
+                                  DiagnosticStatus=DiagnosticStatus, KeyValue=KeyValue)
 
 
 def camera_configs(cameras: dict | None) -> dict[str, dict]:
@@ -94,7 +98,9 @@ class ROS2Robot:
     sensor_msgs/Image topic (CompressedImage, jpeg, when compressed), best-effort QoS; every
     observation carries each camera's newest frame (images.py), or waits for one no older
     than frame_silent_ms. lead_ms (trajectory_chunk): a waypoint due sooner than this is left
-    out of its trajectory (it would arrive past due). wait_s: how long to wait for the first JointState before giving up
+    out of its trajectory (it would arrive past due). diagnostics_hz: rtinfer's figures on
+    /diagnostics this often (figures.py; 0: not at all), from what the run's nodes say on
+    `listen` (endpoints; python -m rtinfer_ros2 gives its --obs, --actions, --control). wait_s: how long to wait for the first JointState before giving up
     (ValueError). node: the ROS node's name."""
 
     def __init__(self, control: ControlConfig, *, joint_states: str = "joint_states",
@@ -103,7 +109,9 @@ class ROS2Robot:
                  reliability: str = "reliable", depth: int = 10, silent_ms: float = 50.0,
                  future_ms: float = 5.0, obs_hz: float = 20.0, observe: str | None = None,
                  observe_args: dict | None = None, cameras: dict | None = None,
-                 frame_silent_ms: float = 100.0, lead_ms: float = 10.0, wait_s: float = 10.0,
+                 frame_silent_ms: float = 100.0, lead_ms: float = 10.0,
+                 diagnostics_hz: float = 2.0, listen: list[str] | None = None,
+                 wait_s: float = 10.0,
                  node: str = "rtinfer_bridge"):
         rclpy, msgs = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
@@ -147,6 +155,8 @@ class ROS2Robot:
         self._pub = self.node.create_publisher(
             msgs.Float64MultiArray if controller == "forward" else msgs.JointTrajectory,
             command, qos)
+        self.figures = Figures(self.node, msgs, list(listen or []), diagnostics_hz,
+                               lambda: self.report()["ros2"], node) if diagnostics_hz else None
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
@@ -223,13 +233,16 @@ class ROS2Robot:
 
     def report(self) -> dict:
         cameras = {cam.camera: dict(cam.counters) for cam in self.cameras}
+        figures = {"diagnostics_errors": self.figures.errors} if self.figures else {}
         return {"ros2": {**self.latest.counters, **self.counters, **self.out.counters,
-                         **({"cameras": cameras} if cameras else {})}}
+                         **figures, **({"cameras": cameras} if cameras else {})}}
 
     def close(self) -> None:
         if self._following:  # a robot that executes chunks itself is not left on the last one
             self._send(self.out.hold(self.state.pos, time.monotonic_ns()))
         self._executor.shutdown()
+        self._thread.join(5)  # the ROS thread is done with the figures' socket
+        if self.figures is not None:
+            self.figures.close()
         self.node.destroy_node()
         self._ctx.try_shutdown()
-        self._thread.join(5)

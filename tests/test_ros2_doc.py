@@ -1,7 +1,8 @@
 """docs/ros2.md's "Connecting a ROS 2 robot" examples, run as written from the repository root
 inside a network namespace: the shipped reach policy brings the plain rclpy arm's hand to its
 target through the bridge, with setpoints per tick and with each chunk as one trajectory, and
-a camera policy sees the arm's camera topic."""
+a camera policy sees the arm's camera topic; a plain rclpy subscriber reads rtinfer's figures
+off /diagnostics."""
 from __future__ import annotations
 
 import re
@@ -63,3 +64,12 @@ def test_the_camera_example_sends_the_base_where_the_frames_say_as_written():
     m = re.match(r"base at ([\d.-]+) rad \(red 102: 0.400\); camera \{'frames': (\d+), "
                  r"'frame_silent': \d+, 'frame_bad': 0, 'frame_future': 0\}", out)
     assert m and abs(float(m[1]) - 0.4) < 0.01 and int(m[2]) > 20, out
+
+
+def test_the_diagnostics_example_reads_rtinfers_figures_off_ros2_as_written():
+    out = run_example("ros2-diagnostics-example", "runs/ros2-diag")
+    m = re.match(r"8 arrays; e2e p50 ([\d.]+) ms over (\d+) cycles, (\d+) missed, budget level "
+                 r"(\d+); the bridge sent (\d+) commands; statuses: (.*)", out)
+    assert m and 0 < float(m[1]) < 100 and int(m[2]) > 10 and int(m[4]) == 0, out
+    assert int(m[5]) > 100 and int(m[3]) <= int(m[2]), out
+    assert m[6].split(", ") == ["controller", "infer", "rtinfer/bridge", "rtinfer/cycles"], out
