@@ -33,12 +33,15 @@ def test_a_lost_hosts_robots_go_where_there_is_most_room_and_the_rest_are_refuse
                                     "down, b full (2/2), c full (3/3))")
 
 
-def test_a_robot_goes_to_its_own_host_first_and_never_to_one_that_refused_it():
+def test_a_robot_goes_to_its_own_host_first_and_to_one_that_refused_it_last():
     rs = {"r0": Robot("r0", "m", "ipc:///tmp/obs-r0", "b")}
     assert place(rs, seats(a=8, b=1), {})[0] == {"r0": "b"}
     s = seats(a=8, b=1)
     s["b"].refused["r0"] = 0.0
     assert place(rs, s, {"r0": "b"})[0] == {"r0": "a"}
+    s = seats(a=False, b=1)  # no other host has room: it waits on b, whose node retries it
+    s["b"].refused["r0"] = 0.0
+    assert place(rs, s, {"r0": "b"}) == ({"r0": "b"}, {})
 
 
 def test_a_robot_of_a_model_no_host_serves_is_refused_with_the_fix():

@@ -43,7 +43,8 @@ POLL_S = 0.2       # how often each host is asked how it is
 JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts joining
 EVENTS = 50        # the last events `status` shows
 RETRY_S = 5.0      # how often robots refused everywhere are placed again
-REFUSED_FOR_S = 30.0  # a robot a host's node refused is not placed there again for this long
+REFUSED_FOR_S = 30.0  # a robot a host's node refused goes there last for this long
+CAPACITY_S = 10.0  # a host's room is the most its node measured in this window
 
 
 def host_actor_name(host: str) -> str:
@@ -61,8 +62,7 @@ def ray_settings() -> dict:
 class FleetController:
     def __init__(self, spec: dict) -> None:
         self.spec = FleetSpec.from_dict(spec)
-        self.keys = {r: (Path(self.spec.keys) / f"{r}.key").read_text()
-                     for r in self.spec.robots} if self.spec.keys else {}
+        self.keys = self._read_keys()
         self.lock = threading.Lock()
         self.seats = {h.name: Seat(h.name, h.model, False, h.capacity)
                       for h in self.spec.hosts.values()}
@@ -71,6 +71,7 @@ class FleetController:
         self.polls: dict[object, str] = {}      # poll() ref -> host
         self.next_poll: dict[str, float] = {}
         self.health: dict[str, dict] = {}       # host -> its last poll
+        self.capacities: dict[str, deque] = {}  # host -> (when, its node's measured capacity)
         self.placed: dict[str, str] = {}        # robot -> host
         self.refused: dict[str, str] = {}       # robot -> why
         self.events: deque = deque(maxlen=EVENTS)
@@ -87,6 +88,23 @@ class FleetController:
     def _say(self, text: str) -> None:
         self.events.append((time.time(), text))
         print(f"fleet: {text}", file=sys.stderr, flush=True)
+
+    def _read_keys(self) -> dict[str, str]:
+        """robot -> its public key's text, for the robots whose ROBOT.key is in the keys
+        directory now (with CURVE; {} without): a robot whose key is gone is revoked."""
+        if not self.spec.keys:
+            return {}
+        out = {}
+        for r in self.spec.robots:
+            try:
+                out[r] = (Path(self.spec.keys) / f"{r}.key").read_text()
+            except OSError:
+                continue
+        return out
+
+    def _allowed(self) -> dict:
+        """The robots that may be served: every one without CURVE, else those with a key."""
+        return {r: b for r, b in self.spec.robots.items() if not self.spec.keys or r in self.keys}
 
     def _rebuild(self) -> None:
         """After a restart: the hosts' actors that live on, and the robots each serves."""
@@ -123,6 +141,7 @@ class FleetController:
 
     def _lost(self, name: str, why: str) -> None:
         self.actors.pop(name, None)
+        self.capacities.pop(name, None)
         self.seats[name].up = False
         self.health.pop(name, None)
         self._say(f"host {name} lost ({why}): its robots hold until placed again")
@@ -136,6 +155,12 @@ class FleetController:
         if now >= self._next_join:
             self._next_join = now + JOIN_EVERY_S
             self._join()
+            keys = self._read_keys()
+            if keys != self.keys:
+                for r in sorted(set(self.keys) - set(keys)):
+                    self._say(f"robot {r} revoked (its key is gone from {self.spec.keys}): "
+                              f"served by no host from now on")
+                self.keys, changed = keys, True
         for name, actor in self.actors.items():
             if name in self.seats and self.seats[name].up and name not in self.polls.values() \
                     and now >= self.next_poll.get(name, 0):
@@ -197,7 +222,15 @@ class FleetController:
             seat.refused[robot] = now
         for robot in [r for r, t in seat.refused.items() if now - t > REFUSED_FOR_S]:
             del seat.refused[robot]  # its load may have fallen since: it may try again
-        caps = [c for c in (declared, state["capacity"]) if c is not None]
+        # what it measured, at its best of the last CAPACITY_S (a busy second is a
+        # dip in its p99, not room lost: its own admission still refuses what overloads it)
+        seen = self.capacities.setdefault(name, deque())
+        if state["capacity"] is not None:
+            seen.append((now, state["capacity"]))
+        while seen and now - seen[0][0] > CAPACITY_S:
+            seen.popleft()
+        caps = [c for c in (declared, max((c for _, c in seen), default=None))
+                if c is not None]
         cap = min(caps) if caps else None
         if cap != seat.capacity:
             seat.capacity = cap
@@ -205,8 +238,7 @@ class FleetController:
         return changed
 
     def _place(self) -> None:
-        robots = self.spec.robots
-        placed, refused = place(robots, self.seats, self.placed)
+        placed, refused = place(self._allowed(), self.seats, self.placed)
         for robot, why in refused.items():
             if self.refused.get(robot) != why:
                 self._say(why)
@@ -222,7 +254,8 @@ class FleetController:
         gaining = [h for h in self.actors if after[h] != before[h] and h not in losing
                    and self.seats[h].up]
         for group in (losing, gaining):  # keys out everywhere before keys in anywhere
-            refs = {self.actors[h].serve.remote(sorted(after[h])): h for h in group}
+            refs = {self.actors[h].serve.remote({r: self.keys.get(r) for r in after[h]}): h
+                    for h in group}
             for ref, h in refs.items():
                 try:
                     ray.get(ref, timeout=10)
@@ -255,8 +288,10 @@ class FleetController:
                                "capacity": self.seats[name].capacity,
                                "robots": sorted(r for r, x in self.placed.items() if x == name),
                                "pid": h.get("pid"), "cycles": h.get("cycles")}
+            allowed = self._allowed()
             robots = {r: {"host": self.placed.get(r), "model": b.model,
                           "state": "placed" if r in self.placed else
+                          "revoked" if r not in allowed else
                           "refused" if r in self.refused else "waiting",
                           "why": self.refused.get(r)} for r, b in self.spec.robots.items()}
             return {"name": self.spec.name, "hosts": hosts, "robots": robots,

@@ -98,6 +98,7 @@ def one_run(a, phases=("node", "host")) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench fleet-failover`: hosts lost under a running fleet, per robot."""
     import argparse
+    import contextlib
     import json
     import sys
     from rtinfer.model.zoo import zoo_model
@@ -118,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     a = p.parse_args(argv)
     runs = []
-    for k in range(a.repeats):
-        runs.append(one_run(a))
-        print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
+    with contextlib.redirect_stdout(sys.stderr):  # Ray's notices: stdout stays one JSON
+        for k in range(a.repeats):
+            runs.append(one_run(a))
+            print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
     result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats,
               "rate_hz": a.rate_hz, "deadline_ms": a.deadline_ms, "model": a.model, "runs": runs,
               **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),

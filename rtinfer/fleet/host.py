@@ -46,7 +46,8 @@ def write_atomically(path: Path, text: str) -> None:
 class InferenceHost:
     def __init__(self, host: str, spec: dict, robot_keys: dict[str, str]) -> None:
         """host: its name in FLEET.yaml; spec: FleetSpec.to_dict(); robot_keys: robot ->
-        its public key file's text (CURVE; {} without keys)."""
+        its public key file's text (CURVE; {} without keys): its node connects to a robot's
+        obs endpoint trusting it."""
         self.spec = FleetSpec.from_dict(spec)
         self.host = self.spec.hosts[host]
         self.dir = Path(self.spec.run_dir) / host
@@ -113,15 +114,16 @@ class InferenceHost:
         self._health_sub = Subscriber(self.host.actions, ["health"], curve=curve)
         return self.proc.pid
 
-    def serve(self, robots: list[str]) -> list[str]:
-        """Serve exactly these robots from now on; what it serves. Keys out before names
-        out, keys in before names in (module doc)."""
+    def serve(self, robots: dict[str, str | None]) -> list[str]:
+        """Serve exactly these robots from now on (robot -> its public key's text, None
+        without CURVE); what it serves. Keys out before names out, keys in before names in
+        (module doc)."""
         keep = {r: self.spec.robots[r].obs for r in robots}
         for gone in set(self.serving) - set(keep):
             (self.allow / f"{gone}.key").unlink(missing_ok=True)
         for new in set(keep) - set(self.serving):
-            if new in self.robot_keys:
-                write_atomically(self.allow / f"{new}.key", self.robot_keys[new])
+            if robots[new] is not None:
+                write_atomically(self.allow / f"{new}.key", robots[new])
         write_atomically(self.robots_file, json.dumps(keep))
         self.serving = keep
         return sorted(keep)

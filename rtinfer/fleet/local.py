@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,23 +33,22 @@ ROBOT = "controllers.bench_robot"
 READY_S = 120.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def local_spec(run_dir: Path, model: str, hosts: int, robots: int, node_args: list[str],
                deadline_ms: float, capacity: int | None = None,
                curve: bool = False) -> FleetSpec:
-    """Hosts h0.., robots r0..; every endpoint ipc under run_dir, or (curve) tcp on
-    127.0.0.1 with a key pair per host and robot in run_dir/keys."""
-    def ep(name: str) -> str:
-        return f"tcp://127.0.0.1:{free_port()}" if curve else f"ipc://{run_dir}/{name}"
+    """Hosts h0.., robots r0..; every endpoint ipc under run_dir, or (curve) tcp with a key
+    pair per host and robot in run_dir/keys, each host and robot on a loopback address of
+    its own (127.A.B.x, A and B drawn: a port asked of the kernel may be Ray's by the time
+    the node binds it)."""
+    net = f"127.{random.randrange(2, 255)}.{random.randrange(1, 255)}"
+
+    def ep(name: str, last: int, port: int) -> str:
+        return f"tcp://{net}.{last}:{port}" if curve else f"ipc://{run_dir}/{name}"
     spec = FleetSpec(
         "local", {"policy": model},
-        {f"h{i}": Host(f"h{i}", "policy", ep(f"act-h{i}"), capacity) for i in range(hosts)},
-        {f"r{i}": Robot(f"r{i}", "policy", ep(f"obs-r{i}"), f"h{i % hosts}")
+        {f"h{i}": Host(f"h{i}", "policy", ep(f"act-h{i}", 1 + i, 5556), capacity)
+         for i in range(hosts)},
+        {f"r{i}": Robot(f"r{i}", "policy", ep(f"obs-r{i}", 101 + i, 5555), f"h{i % hosts}")
          for i in range(robots)},
         str(run_dir / "keys") if curve else None, str(run_dir), node_args, deadline_ms)
     if curve:

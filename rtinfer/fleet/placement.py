@@ -6,8 +6,10 @@ robot (new, or its host lost) on the host of its model with the most room left, 
 `host` first when that one has room. A robot that fits nowhere is refused, with why: never
 placed on a host that would have to refuse it. A host's room is its capacity: the least of
 the one declared in FLEET.yaml and the one its node measures (health `capacity`, the
-admission figure), less the robots placed on it; a host whose node refused a robot placed
-there is not given that robot again for a while (`Seat.refused`).
+admission figure; the controller passes its best of the last seconds), less the robots
+placed on it; a host whose node refused a robot placed
+there is given that robot again only when no other host has room (`Seat.refused`): its
+node admits it by itself once its load has fallen.
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ UNMEASURED = 1 << 16  # the room of a host with no capacity declared nor measure
 @dataclass
 class Seat:
     """A host as placement sees it. up: its node is serving. capacity: declared or measured
-    (None: neither yet). refused: robots its node refused (not placed there again; -> when,
-    the controller's to age)."""
+    (None: neither yet). refused: robots its node refused (placed there last; -> when, the
+    controller's to age)."""
     name: str
     model: str
     up: bool
@@ -40,12 +42,13 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
         return cap - load[seat.name] if seat.up else 0
 
     def fits(robot: Robot, seat: Seat) -> bool:
-        return seat.model == robot.model and robot.name not in seat.refused and room(seat) > 0
+        return seat.model == robot.model and room(seat) > 0
 
     placed, refused = {}, {}
     for name in sorted(current):  # stay where you are
         seat = seats.get(current[name])
-        if name in robots and seat is not None and fits(robots[name], seat):
+        if name in robots and seat is not None and fits(robots[name], seat) \
+                and name not in seat.refused:
             placed[name] = seat.name
             load[seat.name] += 1
     for name in sorted(set(robots) - set(placed)):
@@ -54,6 +57,9 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
         if not fit:
             refused[name] = why_refused(robot, seats, load)
             continue
+        # a host whose node refused it only when no other has room: that node admits it
+        # by itself once its load has fallen (it checks a refused robot once a second)
+        fit = [s for s in fit if name not in s.refused] or fit
         own = [s for s in fit if s.name == robot.host]
         seat = own[0] if own else max(fit, key=lambda s: (room(s), s.name == robot.host,
                                                           [-ord(c) for c in s.name]))
@@ -70,7 +76,6 @@ def why_refused(robot: Robot, seats: dict[str, Seat], load: dict[str, int]) -> s
                 f"to FLEET.yaml (hosts: NAME: {{model: {robot.model}, actions: ...}})")
     states = ", ".join(
         f"{s.name} down" if not s.up else
-        f"{s.name} refused it" if robot.name in s.refused else
         f"{s.name} full ({load[s.name]}/{s.capacity})" for s in of_model)
     return (f"robot {robot.name!r} refused: no host of model {robot.model!r} has room "
             f"({states}); start another host of that model, or raise a capacity")
