@@ -105,11 +105,12 @@ class HardwareInterface(Protocol):
           keep its world still until then); True ends the run after this tick.
       health(robot, state) -> dict | None: a simulator's own `health` body (its task's
           counters), published by controllers.run twice a second and once at the end.
-      on_chunk(waypoints, due_ns): a driver whose robot executes trajectories itself: once
-          per chunk, when it is complete and its first setpoint committed (never a stale
-          one): waypoints (count, dim) float64 as the controller tracks them (positions
-          clipped into the workspace; a new array, the driver may keep it), due_ns (count,)
-          int64, each one's due time on the loop's clock.
+      on_chunk(waypoints, due_ns, now_ns): a driver whose robot executes trajectories
+          itself: once per chunk, when it is complete and its first setpoint committed, and
+          found within the deadline at now_ns (never a stale one): waypoints (count, dim)
+          float64 as the controller tracks them (positions clipped into the workspace; a new
+          array, the driver may keep it), due_ns (count,) int64, each one's due time, on the
+          loop's clock like now_ns.
       on_hold(now_ns): with on_chunk: the controller stopped following chunks (its watchdog,
           a late chunk, safe_hold, stop, a fault); once per hold from tracking.
       report() -> dict: merged into the run's final report. close(): at the end."""

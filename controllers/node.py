@@ -31,10 +31,12 @@ has one (a mismatch is obs_bad, said, not sent).
 Compute, write: ControlStack -> HardwareInterface.write(). Any other exception from a driver
 method is a bug: DriverError, naming the method, ends the loop.
 A driver that executes trajectories itself (the ROS 2 bridge's trajectory_chunk mode) may
-have on_chunk(waypoints, due_ns), called once per chunk when it is complete and its first
-setpoint has been committed (so never for a stale chunk), with the waypoints as the stack
-tracks them (positions clipped into the workspace); and on_hold(now_ns), called on every
-hold from tracking (as often as `holds` counts). A HardwareFault from either is a write fault.
+have on_chunk(waypoints, due_ns, now_ns), called once per chunk when it is complete and its
+first setpoint has been committed, with the waypoints as the stack tracks them (positions
+clipped into the workspace), checked fresh at now_ns: a chunk whose last waypoint came so
+late that it is older than the deadline by then is not handed over (late_handovers) and the
+robot holds; and on_hold(now_ns), called on every hold from tracking (as often as `holds`
+counts). A HardwareFault from either is a write fault.
 Trace and health: `health` at health_hz and, per cycle, a `trace` record with an "apply" stamp.
 A waypoint that arrives past the deadline is never applied; the first such waypoint of a
 cycle also goes out as a `trace` record without "apply" (fields.late_index = its index,
@@ -75,7 +77,7 @@ from .watchdog import Watchdog
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
             "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
             "rejected_hold", "holds", "commands", "read_faults", "write_faults", "obs_sent",
-            "obs_dropped", "obs_bad")
+            "obs_dropped", "obs_bad", "late_handovers")
 CLAMPS = ("waypoint_clamps", "workspace_clamps")  # the policy asked past the axes: said
 BUS_DROPS = ("rejected", "oversize", "dropped_for_age")  # the Subscriber's, as sub.<name>
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
@@ -510,15 +512,21 @@ class ControllerNode:
             self._out("on_hold", self._on_hold, now, now=now)
 
     def _hand_over(self, now: int) -> None:
-        """on_chunk(waypoints, due_ns), once per chunk: when it is complete and committed."""
+        """on_chunk(waypoints, due_ns, now_ns), once per chunk: when it is complete and
+        committed, and still fresh (else it is not handed over and the robot holds)."""
         chunk = self.chunk
         if self._on_chunk is None or self._committed != chunk.key or not chunk.complete:
             return
         self._committed = None
+        check_ns = self.clock()  # its last waypoint may have come a while after the commit
+        if self.watchdog.too_old(chunk.capture_ns, check_ns):
+            self.counters["late_handovers"] += 1
+            self._hold(HOLD, now)
+            return
         due_ns = chunk.capture_ns + chunk.start_ns + \
             np.arange(chunk.count, dtype=np.int64) * chunk.period_ns
         self._out("on_chunk", self._on_chunk, self.stack.limited(chunk.waypoints[:chunk.count]),
-                  due_ns, now=now)
+                  due_ns, check_ns, now=now)
 
     def _on_command(self, cmd: str, now: int) -> None:
         self.counters["commands"] += 1

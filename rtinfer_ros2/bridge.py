@@ -217,9 +217,9 @@ class ROS2Robot:
     def write(self, cmd) -> None:
         self._send(self.out.tick(cmd))
 
-    def on_chunk(self, waypoints: np.ndarray, due_ns: np.ndarray) -> None:
-        """A fresh chunk, committed by the controller (controllers.hardware)."""
-        self._send(self.out.chunk(waypoints, due_ns, self.state.pos, time.monotonic_ns()))
+    def on_chunk(self, waypoints: np.ndarray, due_ns: np.ndarray, now_ns: int) -> None:
+        """A chunk committed by the controller, fresh at now_ns (controllers.hardware)."""
+        self._send(self.out.chunk(waypoints, due_ns, self.state.pos, now_ns))
         self._following = True
 
     def on_hold(self, now_ns: int) -> None:

@@ -9,8 +9,8 @@ returns the message to publish, or None; the bridge publishes it (bridge.py).
   trajectory        trajectory_msgs/JointTrajectory per tick: one point (the tick's position
                     and reference velocity) due one tick ahead; each replaces the last.
   trajectory_chunk  trajectory_msgs/JointTrajectory per chunk, for a joint_trajectory_controller
-                    that interpolates itself: header.stamp = when the controller committed the
-                    chunk (its `apply`, on the ROS clock), point i at time_from_start = the
+                    that interpolates itself: header.stamp = when the controller handed the
+                    chunk over, found fresh (on the ROS clock), point i at time_from_start = the
                     waypoint's due time (capture + start + i * period) after it. Nothing per
                     tick. Hold: one point, the measured position at zero velocity, one tick
                     after receipt (header.stamp 0: the controller's own clock on receipt, so

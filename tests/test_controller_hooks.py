@@ -18,8 +18,9 @@ class TrajectoryPlant(Plant):
         super().__init__()
         self.chunks, self.holds = [], []
 
-    def on_chunk(self, waypoints, due_ns):
+    def on_chunk(self, waypoints, due_ns, now_ns):
         self.chunks.append((waypoints, due_ns))
+        self.checked_ns = now_ns
 
     def on_hold(self, now_ns):
         self.holds.append(now_ns)
@@ -95,3 +96,30 @@ def test_a_chunk_dropped_at_commit_is_never_handed_over():
     finally:
         cell.close()
         ctx.term()
+
+
+def test_a_chunk_completed_too_late_to_hand_over_is_not_and_the_robot_holds(cell):
+    """Waypoints 0-1 commit the chunk; 2-3 arrive within the deadline, but the tick's work
+    on the last (30 ms here) carries it past the deadline before the hand-over."""
+    cell.send_chunk(LINE, indices=[0, 1], age_ms=10, continuous=True)
+    cell.deliver(2)
+    cell.run(70)
+    set_chunk = cell.node.stack.set_chunk
+
+    def slow_when_complete(*args, **kw):
+        if cell.node.chunk.complete:
+            cell.t += 30 * MS
+        return set_chunk(*args, **kw)
+    cell.node.stack.set_chunk = slow_when_complete
+    cell.send_chunk(LINE, indices=[2, 3], cycle=cell.cycle, age_ms=80, continuous=True)
+    cell.deliver(2)
+    c = cell.node.counters
+    assert (c["waypoints_accepted"], c["rejected_stale"], c["late_handovers"]) == (4, 0, 1)
+    assert cell.plant.chunks == [] and len(cell.plant.holds) == 1
+    assert cell.node.state == "hold" and c["holds"] == 1
+
+
+def test_the_hand_over_says_when_it_found_the_chunk_fresh(cell):
+    cell.send_chunk(LINE, age_ms=10, continuous=True)
+    cell.deliver(4)  # taken and committed at the cell's time
+    assert len(cell.plant.chunks) == 1 and cell.plant.checked_ns == cell.t

@@ -113,6 +113,7 @@ def test_each_chunk_is_one_trajectory_never_stale_and_killed_the_arm_holds(tmp_p
     # Killed: the last thing the arm got is the hold, one point, and it is there, still.
     hold = last["applied"][-1]
     assert trajectories[-1][3] == 1 and hold[0] > t_kill
+    assert trajectories[-1][1] > trajectories[-1][0]   # due after it came (stamp 0: on receipt)
     assert sum(a[0] > t_kill for a in last["applied"]) <= 2   # a chunk in flight, the hold
     assert np.allclose(last["pos"], hold[1:], atol=1e-3)
     assert np.linalg.norm(tip(hold[1:]) - TARGET) < 0.05
