@@ -44,6 +44,14 @@ def test_a_robot_goes_to_its_own_host_first_and_to_one_that_refused_it_last():
     assert place(rs, s, {"r0": "b"}) == ({"r0": "b"}, {})
 
 
+def test_a_robot_every_host_refused_stays_where_it_is_instead_of_bouncing():
+    rs = {"r0": Robot("r0", "m", "ipc:///tmp/obs-r0")}
+    s = seats(a=4, b=4)
+    s["a"].refused["r0"] = s["b"].refused["r0"] = 0.0
+    assert place(rs, s, {"r0": "b"})[0] == {"r0": "b"}
+    assert place(rs, s, {"r0": "a"})[0] == {"r0": "a"}
+
+
 def test_a_robot_of_a_model_no_host_serves_is_refused_with_the_fix():
     placed, refused = place(robots(1, model="other"), seats(a=4), {})
     assert placed == {} and "no host serves model 'other'" in refused["r0"]

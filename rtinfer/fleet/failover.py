@@ -69,7 +69,7 @@ def one_run(a, phases=("node", "host")) -> dict:
     out = {}
     with LocalFleet(a.model, hosts=a.hosts, robots=a.robots, rate_hz=a.rate_hz,
                     deadline_ms=a.deadline_ms, node_args=tuple(a.node_args), stream=a.stream,
-                    robot_file=a.robot_file) as fleet:
+                    robot_file=a.robot_file, curve=a.curve) as fleet:
         fleet.wait(_settled)
         fleet.start_robots(a.seconds)
         for phase in phases:
@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the robots' axes (docs/robots.md)")
     p.add_argument("--node-args", nargs="*", default=["--threads", "1"],
                    help="more arguments for every inference node")
+    p.add_argument("--curve", action="store_true", help="tcp on loopback with CURVE, a key "
+                   "per host and robot (default: ipc, no keys)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     a = p.parse_args(argv)
     runs = []
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(a.repeats):
             runs.append(one_run(a))
             print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
-    result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats,
+    result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats, "curve": a.curve,
               "rate_hz": a.rate_hz, "deadline_ms": a.deadline_ms, "model": a.model, "runs": runs,
               **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),
                          "moved": sum(len(run[phase]["moved"]) for run in runs),

@@ -8,8 +8,9 @@ placed on a host that would have to refuse it. A host's room is its capacity: th
 the one declared in FLEET.yaml and the one its node measures (health `capacity`, the
 admission figure; the controller passes its best of the last seconds), less the robots
 placed on it; a host whose node refused a robot placed
-there is given that robot again only when no other host has room (`Seat.refused`): its
-node admits it by itself once its load has fallen.
+there is given that robot again only when no other host has room (`Seat.refused`), and a
+robot every host with room refused stays where it is: its node admits it by itself once its
+load has fallen (no robot bounces between refusing hosts).
 """
 from __future__ import annotations
 
@@ -44,11 +45,16 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
     def fits(robot: Robot, seat: Seat) -> bool:
         return seat.model == robot.model and room(seat) > 0
 
+    def elsewhere(robot: Robot, seat: Seat) -> bool:
+        """Another host has room and has not refused it."""
+        return any(fits(robot, s) and robot.name not in s.refused
+                   for s in seats.values() if s is not seat)
+
     placed, refused = {}, {}
-    for name in sorted(current):  # stay where you are
+    for name in sorted(current):  # stay where you are (refused there: unless elsewhere)
         seat = seats.get(current[name])
         if name in robots and seat is not None and fits(robots[name], seat) \
-                and name not in seat.refused:
+                and (name not in seat.refused or not elsewhere(robots[name], seat)):
             placed[name] = seat.name
             load[seat.name] += 1
     for name in sorted(set(robots) - set(placed)):
