@@ -100,8 +100,9 @@ class ROS2Robot:
     than frame_silent_ms. lead_ms (trajectory_chunk): a waypoint due sooner than this is left
     out of its trajectory (it would arrive past due). diagnostics_hz: rtinfer's figures on
     /diagnostics this often (figures.py; 0: not at all), from what the run's nodes say on
-    `listen` (endpoints; python -m rtinfer_ros2 gives its --obs, --actions, --control). wait_s: how long to wait for the first JointState before giving up
-    (ValueError). node: the ROS node's name."""
+    `listen` (endpoints; python -m rtinfer_ros2 gives its --obs, --actions, --control).
+    wait_s: how long to wait for the first JointState before giving up (ValueError). node:
+    the ROS node's name."""
 
     def __init__(self, control: ControlConfig, *, joint_states: str = "joint_states",
                  command: str = "forward_position_controller/commands",
@@ -111,8 +112,7 @@ class ROS2Robot:
                  observe_args: dict | None = None, cameras: dict | None = None,
                  frame_silent_ms: float = 100.0, lead_ms: float = 10.0,
                  diagnostics_hz: float = 2.0, listen: list[str] | None = None,
-                 wait_s: float = 10.0,
-                 node: str = "rtinfer_bridge"):
+                 wait_s: float = 10.0, node: str = "rtinfer_bridge"):
         rclpy, msgs = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -152,9 +152,7 @@ class ROS2Robot:
         clock = self.node.get_clock()
         self.out = KINDS[controller](msgs, control, self.joints,
                                      lambda: clock.now().nanoseconds, int(lead_ms * 1e6))
-        self._pub = self.node.create_publisher(
-            msgs.Float64MultiArray if controller == "forward" else msgs.JointTrajectory,
-            command, qos)
+        self._pub = self.node.create_publisher(getattr(msgs, self.out.message), command, qos)
         self.figures = Figures(self.node, msgs, list(listen or []), diagnostics_hz,
                                lambda: self.report()["ros2"], node) if diagnostics_hz else None
         self._executor = SingleThreadedExecutor(context=self._ctx)

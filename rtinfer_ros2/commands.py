@@ -46,6 +46,7 @@ def _duration(msg, ns: int) -> None:
 
 
 class Forward:
+    message = "Float64MultiArray"  # the type it sends
     def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
                  lead_ns: int):
         self.msg, self.counters = msgs.Float64MultiArray(), {}
@@ -62,6 +63,7 @@ class Forward:
 
 
 class TickTrajectory:
+    message = "JointTrajectory"
     def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
                  lead_ns: int):
         self.msg = msgs.JointTrajectory(joint_names=joints, points=[msgs.JointTrajectoryPoint()])
@@ -77,6 +79,7 @@ class TickTrajectory:
 
 
 class ChunkTrajectory:
+    message = "JointTrajectory"
     """ros_now_ns(): the ROS clock (ns) the robot's controller reads header stamps on.
     lead_ns: a waypoint due sooner than this after the chunk is handed over is left out."""
 

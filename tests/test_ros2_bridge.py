@@ -110,11 +110,15 @@ def test_each_chunk_is_one_trajectory_never_stale_and_killed_the_arm_holds(tmp_p
     assert len(chunks) > 10 and len(chunks) == ros2["trajectories"] <= ctl["chunks_accepted"]
     assert max(t[2] - c for t, c in zip(chunks, captured)) <= DEADLINE_NS
     assert min(t[1] - t[2] for t in chunks) >= LEAD_NS
-    # Killed: the last thing the arm got is the hold, one point, and it is there, still.
+    # Killed: the last thing the arm got is a hold, one point (sent after the kill, or before
+    # it when a busy host had the watchdog hold already), nothing but holds once the watchdog
+    # has had its time, and the arm is there, still.
     hold = last["applied"][-1]
-    assert trajectories[-1][3] == 1 and hold[0] > t_kill
+    assert trajectories[-1][3] == 1 and len(last["applied"]) == len(trajectories)
     assert trajectories[-1][1] > trajectories[-1][0]   # due after it came (stamp 0: on receipt)
-    assert sum(a[0] > t_kill for a in last["applied"]) <= 2   # a chunk in flight, the hold
+    settled = [t for a, t in zip(last["applied"], trajectories)
+               if a[0] > t_kill + SETTLED_S * 1e9]
+    assert all(t[3] == 1 for t in settled), settled
     assert np.allclose(last["pos"], hold[1:], atol=1e-3)
     assert np.linalg.norm(tip(hold[1:]) - TARGET) < 0.05
     assert ros2["holds"] == ctl["holds"] >= 1
