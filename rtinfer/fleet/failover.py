@@ -83,12 +83,14 @@ def one_run(a, phases=("node", "host")) -> dict:
             moved = st["hosts"][victim]["robots"]
             after = fleet.wait(_moved_off(victim, moved), timeout_s=60, every_s=0.05)
             out[phase] = {"host": victim, "kill_ns": kill_ns, "moved": moved,
+                          "to": {r: after["robots"][r]["host"] for r in moved},
                           "refused": sorted(r for r in moved
                                             if after["robots"][r]["state"] == "refused"),
                           "placed_s": (time.monotonic_ns() - kill_ns) / 1e9}
         records = fleet.records()
+        out["refusals"] = [t for _, t in fleet.status()["events"] if "refused" in t]
     period_ms = 1e3 / a.rate_hz
-    for phase in out.values():
+    for phase in (out[p] for p in phases):
         kill_ns = phase.pop("kill_ns")
         phase["robots"] = {r: robot_figures(records[r], kill_ns, a.deadline_ms, period_ms)
                            for r in phase["moved"]}
