@@ -150,6 +150,8 @@ def test_image_act_trains_exports_matches_torch_and_runs_in_the_camera_env(tmp_p
     chunk = GraphRunner(model).run(feeds)
     low, high = la.action_limits()
     assert chunk.shape == (4, 4) and (chunk >= low - 1e-6).all() and (chunk <= high + 1e-6).all()
+    probe = lv.probe(model_dir, data, rows=12, write=False)
+    assert probe["reaching"]["rows"] + probe["carrying"]["rows"] == 12
     # rtinfer eval's path: the env renders the camera the model reads.
     r = evaluate(str(model_dir), episodes=1, per_episode=1, instructions=["0,1,2"])
     assert r["spawned"] == 1

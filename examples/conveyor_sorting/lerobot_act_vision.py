@@ -9,6 +9,7 @@ functions only, so this module imports anywhere.
         --out models/zoo/conveyor-act-vision [--parity-data A.npz]
     python -m examples.conveyor_sorting.lerobot_act_vision eval --model DIR --episodes 2
     python -m examples.conveyor_sorting.lerobot_act_vision latency --model DIR [--runs 500]
+    python -m examples.conveyor_sorting.lerobot_act_vision probe --model DIR --data A.npz
 
 Model: lerobot.policies.act.modeling_act.ACTPolicy with one camera,
 "observation.images.overhead", through the ResNet-18 backbone LeRobot builds (torchvision
@@ -164,7 +165,10 @@ def build_graph(policy, stats: dict, crop_rows, pool: int):
 # -- train --------------------------------------------------------------------------------
 def train(paths: list[str], out: str | Path, *, steps: int = 2000, batch: int = 32,
           lr: float = 3e-4, seed: int = 0, relabel: list[str] = (), pool: int = 2,
-          crop_rows=CROP_ROWS, threads: int = 1, log_every: int = 100, **cfg_over) -> dict:
+          crop_rows=CROP_ROWS, threads: int = 1, log_every: int = 100, init: str | None = None,
+          **cfg_over) -> dict:
+    """Train from scratch (or from the checkpoint `init`, whose image settings must match)
+    and write CKPT/model.safetensors and act.json; returns the figures."""
     import torch
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.utils.constants import ACTION, OBS_STATE
@@ -178,6 +182,8 @@ def train(paths: list[str], out: str | Path, *, steps: int = 2000, batch: int = 
     pixels = image_input(t["band"][sample], pool).permute(1, 0, 2, 3).reshape(3, -1).T
     stats = {"state": _stats(state.numpy()), "action": _stats(target.numpy()),
              "image": _stats(pixels.numpy())}
+    if init:  # the weights learned on init's normalisation: keep it
+        stats = json.loads((Path(init) / "act.json").read_text())["stats"]
     sn = {n: (torch.tensor(s["mean"]), torch.tensor(s["std"])) for n, s in stats.items()}
     state = (state - sn["state"][0]) / sn["state"][1]
     target = (target - sn["action"][0]) / sn["action"][1]
@@ -185,6 +191,9 @@ def train(paths: list[str], out: str | Path, *, steps: int = 2000, batch: int = 
     t_data = time.perf_counter() - t0
     hw = image_hw(crop_rows, pool)
     policy = ACTPolicy(make_config(hw, **cfg_over))
+    if init:
+        from safetensors.torch import load_file
+        policy.load_state_dict(load_file(str(Path(init) / "model.safetensors")))
     n_params = sum(p.numel() for p in policy.parameters())
     n_backbone = sum(p.numel() for p in policy.model.backbone.parameters())
     pad = torch.zeros(batch, H, dtype=torch.bool)
@@ -208,7 +217,7 @@ def train(paths: list[str], out: str | Path, *, steps: int = 2000, batch: int = 
                       "input_hw": list(hw), "tokens": _tokens(policy, hw)},
             "params": n_params, "backbone_params": n_backbone, "data": lineage,
             "rows": n, "frames": len(t["band"]), "steps": steps, "batch": batch, "lr": lr,
-            "seed": seed, "threads": threads, "train_s": round(train_s, 1),
+            "seed": seed, "threads": threads, "init": init, "train_s": round(train_s, 1),
             "data_s": round(t_data, 1), "samples_per_s": round(steps * batch / train_s, 1),
             "loss": hist, "stats": stats}
     (Path(out) / "act.json").write_text(json.dumps(meta, indent=1))
@@ -298,8 +307,8 @@ def card_of(meta: dict, parity_result: dict | None) -> dict:
     import torch
     from importlib.metadata import version
     recipe = Path(__file__).resolve().parents[2] / "scripts" / "lerobot_env.sh"
-    training = {k: meta[k] for k in ("steps", "batch", "lr", "seed", "threads", "train_s",
-                                     "data_s", "samples_per_s")}
+    training = {k: meta.get(k) for k in ("steps", "batch", "lr", "seed", "threads", "init",
+                                         "train_s", "data_s", "samples_per_s")}
     return {"name": NAME, "implementation": IMPL, "implementation_version":
             f"lerobot {version('lerobot')}", "params": meta["params"], "lineage": {
                 "implementation": IMPL, "lerobot": version("lerobot"),
@@ -358,7 +367,8 @@ def latency(model_dir: str | Path, baseline: str | Path | None, runs: int = 500,
             threads: int = 1, write: bool = True) -> dict:
     """Per-chunk compute through rtinfer's GraphRunner on this CPU (the node's path: the
     obs body -> ObsSpec.feeds -> IOBinding), on a rendered observation; `baseline` (another
-    chunk model, e.g. conveyor-act) runs interleaved in the same loop, for a ratio."""
+    chunk model, e.g. conveyor-act) runs interleaved in the same loop, for a ratio of CPU
+    time (wall time on a shared host carries its stalls; CPU time much less so)."""
     from rtinfer.inference.graph_runner import GraphRunner
     from rtinfer.model.chunk_model import load_model
     from .config import EnvConfig
@@ -376,22 +386,58 @@ def latency(model_dir: str | Path, baseline: str | Path | None, runs: int = 500,
     body = obs_body(obs)
     bodies = {k: body if m.obs.images else {**body, "frames": {}} for k, m in models.items()}
     runners = {k: GraphRunner(m, threads=threads) for k, m in models.items()}
-    spent = {k: np.zeros(runs, np.int64) for k in runners}
+    wall = {k: np.zeros(runs, np.int64) for k in runners}
+    cpu = {k: np.zeros(runs, np.int64) for k in runners}
     for i in range(-20, runs):  # 20 warm-up cycles
         for k, runner in runners.items():
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             runner.run(models[k].obs.feeds(bodies[k]))
             if i >= 0:
-                spent[k][i] = time.perf_counter_ns() - t0
+                wall[k][i] = time.perf_counter_ns() - t0
+                cpu[k][i] = time.thread_time_ns() - c0
     out = {"runs": runs, "threads": threads, "what": "obs body -> ObsSpec.feeds -> "
-           "GraphRunner.run, wall ms per chunk, models interleaved in one loop"}
-    for k, s in spent.items():
-        out[k] = {"path": str(models[k].path), "median_ms": round(float(np.median(s)) / 1e6, 3),
-                  "p99_ms": round(float(np.percentile(s, 99)) / 1e6, 3)}
+           "GraphRunner.run per chunk: wall ms and this thread's CPU ms (ONNX Runtime runs "
+           "a 1-thread session on the caller's thread), models interleaved in one loop"}
+    for k in runners:
+        out[k] = {"path": str(models[k].path),
+                  "median_ms": round(float(np.median(wall[k])) / 1e6, 3),
+                  "p99_ms": round(float(np.percentile(wall[k], 99)) / 1e6, 3),
+                  "cpu_median_ms": round(float(np.median(cpu[k])) / 1e6, 3),
+                  "cpu_p99_ms": round(float(np.percentile(cpu[k], 99)) / 1e6, 3)}
     if baseline:
-        out["median_ratio"] = round(out["model"]["median_ms"] / out["baseline"]["median_ms"], 2)
+        out["cpu_median_ratio"] = round(out["model"]["cpu_median_ms"]
+                                        / out["baseline"]["cpu_median_ms"], 1)
     if write:
         _update_card(model_dir, "latency_cpu", out)
+    return out
+
+
+def probe(model_dir: str | Path, data: str, rows: int = 400, seed: int = 0,
+          write: bool = True) -> dict:
+    """Does the policy look? Its chunk's mean |error| against the expert's labels on `rows`
+    recorded observations (x, y in m; reaching: nothing held; carrying), fed the row's own
+    frame and then another row's frame; and a cup that stays put, for scale."""
+    sess = _session(Path(model_dir) / "chunk_l0.onnx")
+    rng = np.random.default_rng(seed)
+    with np.load(data, allow_pickle=False) as z:
+        idx = np.sort(rng.choice(len(z["gantry"]), min(rows, len(z["gantry"])), replace=False))
+        frames, labels = z["frame_" + CAMERA][idx], z["action_values"][idx]
+        vec = (z["gantry"][idx].astype(np.float32), z["held"][idx].astype(np.float32),
+               z["instruction_tokens"][idx].astype(np.int32))
+
+    def chunks(images):
+        return np.stack([sess.run(["actions"], dict(zip(INPUTS, (images[i:i + 1], *(
+            v[i:i + 1] for v in vec)))))[0][0] for i in range(len(idx))])
+    own, other = chunks(frames), chunks(frames[rng.permutation(len(idx))])
+    out = {"data": str(data), "rows": len(idx), "seed": seed}
+    stay = np.repeat(vec[0][:, None, :4], H, 1)
+    for phase, m in (("reaching", vec[1][:, 0] < 0), ("carrying", vec[1][:, 0] >= 0)):
+        err = {name: round(float(np.abs(p[m, :, :2] - labels[m, :, :2]).mean()), 4)
+               for name, p in (("own_frame", own), ("other_frame", other),
+                               ("cup_stays_put", stay))}
+        out[phase] = {"rows": int(m.sum()), **{f"xy_err_m_{k}": v for k, v in err.items()}}
+    if write:
+        _update_card(model_dir, "probe", out)
     return out
 
 
@@ -420,6 +466,7 @@ def main(argv=None) -> int:
     t.add_argument("--crop-rows", type=int, nargs=2, default=CROP_ROWS, metavar=("R0", "R1"))
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--log-every", type=int, default=100)
+    t.add_argument("--init", default=None, help="checkpoint dir to start from")
     add_config_args(t)
     e = sub.add_parser("export")
     e.add_argument("--checkpoint", required=True)
@@ -432,6 +479,10 @@ def main(argv=None) -> int:
     v.add_argument("--per-episode", type=int, default=20)
     v.add_argument("--seed", type=int, default=7000)
     v.add_argument("--instructions", default="all")
+    pr = sub.add_parser("probe", help="does it look? error with its own frame vs another's")
+    pr.add_argument("--model", required=True)
+    pr.add_argument("--data", required=True)
+    pr.add_argument("--rows", type=int, default=400)
     lat = sub.add_parser("latency")
     lat.add_argument("--model", required=True)
     lat.add_argument("--baseline", default="models/zoo/conveyor-act")
@@ -441,12 +492,15 @@ def main(argv=None) -> int:
     if a.cmd == "train":
         r = train(a.data, a.out, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed,
                   relabel=a.relabel, pool=a.pool, crop_rows=tuple(a.crop_rows),
-                  threads=a.threads, log_every=a.log_every, **{k: getattr(a, k) for k in DEFAULTS})
+                  threads=a.threads, log_every=a.log_every, init=a.init,
+                  **{k: getattr(a, k) for k in DEFAULTS})
     elif a.cmd == "export":
         card = export(a.checkpoint, a.out, parity_data=a.parity_data, parity_rows=a.parity_rows)
         r = {"out": a.out, "params": card["params"], "parity": card["lineage"]["parity"]}
     elif a.cmd == "eval":
         r = lockstep(a.model, a.episodes, a.per_episode, a.seed, a.instructions)
+    elif a.cmd == "probe":
+        r = probe(a.model, a.data, a.rows)
     else:
         r = latency(a.model, a.baseline or None, a.runs, a.threads)
     print(json.dumps(r, indent=1))
