@@ -44,7 +44,8 @@ def load(files: list[str], cfg: VisionConfig, cell: CellConfig, holdout: int):
         ep = d["episode"]
         val = ep > ep.max() - holdout
         t = targets(cfg, cell, d["objects"], d["gantry"], d["held"])
-        rows = {"image": img, "objects": d["objects"], "held_value": d["held"], **t}
+        rows = {"image": img, "objects": d["objects"], "held_value": d["held"],
+                "gantry": d["gantry"], **t}
         for name, mask in (("train", ~val), ("val", val)):
             parts[name].append({k: v[mask] for k, v in rows.items()})
     return tuple({k: np.concatenate([p[k] for p in parts[s]]) for k in parts[s][0]}
@@ -66,7 +67,8 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
     step = max(1, len(data["image"]) // rows)
     for s in range(0, len(data["image"]), 256 * step):
         idx = np.arange(s, min(s + 256 * step, len(data["image"])), step)
-        objects, held = model.objects_and_held(model(torch.from_numpy(data["image"][idx]), keep))
+        objects, held = model.objects_and_held(model(torch.from_numpy(data["image"][idx]), keep),
+                                               torch.from_numpy(data["gantry"][idx]))
         objects, held = objects.numpy(), held.numpy()
         truth = data["objects"][idx]
         held_ok += int((held[:, 0] == data["held_value"][idx, 0]).sum())
@@ -117,19 +119,23 @@ def train(model: VisionEncoder, data: dict, steps: int, bs: int, lr: float, seed
             "final_losses": {k: round(v, 5) for k, v in run.items()}}
 
 
-def export(model: VisionEncoder, head: Path, keep: int, out: Path) -> None:
-    """out: image -> encoder at `keep` tokens -> head's graph (objects, held fed from it)."""
+def export(model: VisionEncoder, head: Path, keep: int, out: Path, held: bool = True) -> None:
+    """out: image -> encoder at `keep` tokens -> head's graph (objects, and held unless the
+    robot sends it, fed from the encoder)."""
     model.eval()
     enc_path = out.with_suffix(".encoder.onnx")
     image = torch.zeros(1, model.cfg.image, model.cfg.image, 3, dtype=torch.uint8)
-    torch.onnx.export(ExportedEncoder(model, keep), (image,), str(enc_path), dynamo=False,
-                      input_names=["overhead"], output_names=["objects", "held"], opset_version=17)
+    gantry = torch.zeros(1, 8)
+    fed = ["objects", "held", "gantry_seen"] if held else ["objects", "gantry_seen"]
+    torch.onnx.export(ExportedEncoder(model, keep, held), (image, gantry), str(enc_path),
+                      dynamo=False, input_names=["overhead", "gantry"], output_names=fed,
+                      opset_version=17)
     enc = compose.add_prefix(onnx.load(str(enc_path)), "enc/", rename_inputs=False,
                              rename_outputs=False)
     act = compose.add_prefix(onnx.load(str(head)), "act/", rename_inputs=False,
                              rename_outputs=False)
     act.ir_version = enc.ir_version = max(act.ir_version, enc.ir_version)
-    merged = compose.merge_models(enc, act, io_map=[("objects", "objects"), ("held", "held")])
+    merged = compose.merge_models(enc, act, io_map=[(k, k.replace("_seen", "")) for k in fed])
     onnx.checker.check_model(merged)
     onnx.save(merged, str(out))
     enc_path.unlink()
@@ -149,6 +155,10 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--holdout", type=int, default=2, help="episodes per file held out")
     ap.add_argument("--checkpoint", default=None, help="start from these weights (.pt)")
+    ap.add_argument("--held-input", action="store_true",
+                    help="the robot sends `held` (the class on the cup) as a vector input")
+    ap.add_argument("--export-only", action="store_true",
+                    help="with --checkpoint: no training, export and score only")
     ap.add_argument("--save-weights", default=None,
                     help="also save the encoder's weights here (.pt; vision_tokens.py reads them)")
     a = ap.parse_args(argv)
@@ -162,15 +172,15 @@ def main(argv=None) -> None:
     if a.checkpoint:
         model.load_state_dict(torch.load(a.checkpoint))
     keeps = [max(cfg.slots, round(f * cfg.tokens)) for f in KEEP_FRACTIONS]
-    training = train(model, data, a.steps, a.batch, a.lr, a.seed, keeps,
-                     lambda s: print(s, flush=True))
+    training = {"from": a.checkpoint} if a.export_only else train(
+        model, data, a.steps, a.batch, a.lr, a.seed, keeps, lambda s: print(s, flush=True))
     out.mkdir(parents=True, exist_ok=True)
     if a.save_weights:
         torch.save(model.state_dict(), a.save_weights)
     graphs, levels = [], []
     for level, keep in enumerate(keeps):
         f = out / f"chunk_l{level}.onnx"
-        export(model, head / "chunk_l0.onnx", keep, f)
+        export(model, head / "chunk_l0.onnx", keep, f, held=not a.held_input)
         graphs.append({"level": level, "file": f.name,
                        "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                        "bytes": f.stat().st_size})
@@ -184,6 +194,7 @@ def main(argv=None) -> None:
         "inputs": [{"key": "overhead", "kind": "image", "dtype": "uint8",
                     "shape": [cfg.image, cfg.image, 3], "camera": "overhead"},
                    {"key": "gantry", "dtype": "float32", "shape": [8]},
+                   *([{"key": "held", "dtype": "float32", "shape": [1]}] if a.held_input else []),
                    {"key": "instruction", "dtype": "int32", "shape": [3]}]}, indent=1))
     head_card = json.loads((head / "card.json").read_text())
     params = sum(p.numel() for p in model.parameters())
@@ -192,7 +203,9 @@ def main(argv=None) -> None:
                               f"{head_card.get('name', head.name)}'s graph",
             "params": params + int(head_card.get("params", 0)),
             "encoder": {"config": cfg.to_dict(), "params": params,
-                        "visual_tokens": cfg.tokens, "patch_px": cfg.image // cfg.grid},
+                        "visual_tokens": cfg.tokens, "patch_px": cfg.image // cfg.grid,
+                        "held": "a vector input: the robot's" if a.held_input else
+                                "from the image (the encoder's held query)"},
             "head": {"model": head_card.get("name", head.name),
                      "params": head_card.get("params"),
                      "sha256": hashlib.sha256((head / "chunk_l0.onnx").read_bytes()).hexdigest()},

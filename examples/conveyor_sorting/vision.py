@@ -4,6 +4,8 @@
       -> score per token -> keep the top `keep` tokens (visual-token pruning: the budget level)
       -> transformer over [HELD query; kept tokens]
       -> per token: objectness, class, (dx, dy) from the patch centre (m)
+      -> the K likeliest, kept if on the belt in the camera zone, not a double of a likelier
+         one, not under a cup that holds (observe.py's rules for `objects`)
       -> objects float32 [1, K, 4] (class, x m, y m, valid) most downstream first, as
          observe.py's `objects`; held float32 [1, 1] (class on the cup, -1: none)
 
@@ -28,6 +30,9 @@ from .scene import OVERHEAD_FOVY
 
 PATCH = 8             # pixels per visual token side (the stem's stride)
 OBJECT_Z = 0.024      # m above the belt: the objects' centres, where the grid is laid
+HELD_RADIUS_M = 0.035  # a detection this close to a holding cup is the held object
+SAME_OBJECT_M = 0.04   # two detections closer than this are one object (objects spawn >= 0.4 m
+                       # apart along the belt; a touching pair is rarer than a double count)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,11 @@ class VisionEncoder(nn.Module):
         self.register_buffer("centres", torch.from_numpy(patch_centres(cfg, cell)))
         self.register_buffer("scale", torch.tensor(patch_size_m(cfg, cell)))
         self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1))
+        # observe.py's `objects` are those on the belt inside the camera zone: the same rule
+        self.register_buffer("zone", torch.tensor([*cell.camera_x, cell.belt_half_width]),
+                             persistent=False)
+        k = cfg.slots
+        self.register_buffer("earlier", torch.triu(torch.ones(k, k), 1), persistent=False)
 
     def tokens(self, image):
         x = image.permute(0, 3, 1, 2).float() / 255.0 - self.mean
@@ -123,8 +133,10 @@ class VisionEncoder(nn.Module):
         x = self.ln(x)
         return {"score": score, "idx": idx, "det": self.det(x[:, 1:]), "held": self.held(x[:, 0])}
 
-    def objects_and_held(self, out):
-        """observe.py's objects [B, K, 4] and held [B, 1] from forward's heads."""
+    def objects_and_held(self, out, gantry=None):
+        """observe.py's objects [B, K, 4] and held [B, 1] from forward's heads. With gantry
+        [B, 8] (observe.py's), an object under a cup that holds one is the held object, not
+        one on the belt (observe.py leaves the held object out): it is dropped."""
         det, idx = out["det"], out["idx"]
         prob = torch.sigmoid(det[..., 0])
         k = self.cfg.slots
@@ -134,6 +146,15 @@ class VisionEncoder(nn.Module):
         xy = centre + d[..., -2:] * self.scale
         cls = torch.argmax(d[..., 1:1 + self.cfg.classes], -1).float()
         valid = (top_p > 0.5).float()
+        z = self.zone
+        valid = valid * ((xy[..., 0] >= z[0]) & (xy[..., 0] <= z[1])
+                         & (xy[..., 1].abs() <= z[2])).float()
+        close = (torch.cdist(xy, xy) < SAME_OBJECT_M).float() * self.earlier  # [B, i, j]
+        seen_before = torch.bmm(valid.unsqueeze(1), close).squeeze(1)          # likelier, near
+        valid = valid * (seen_before < 0.5).float()
+        if gantry is not None:
+            under_cup = torch.linalg.norm(xy - gantry[:, None, :2], dim=-1) < HELD_RADIUS_M
+            valid = valid * (1.0 - under_cup.float() * (gantry[:, 7:8] > 0.5).float())
         rows = torch.cat([cls.unsqueeze(-1), xy, valid.unsqueeze(-1)], -1) * valid.unsqueeze(-1)
         order = torch.topk(valid * 100.0 + xy[..., 0], k, dim=1).indices  # downstream first
         objects = torch.gather(rows, 1, order.unsqueeze(-1).expand(-1, -1, 4))
@@ -142,14 +163,16 @@ class VisionEncoder(nn.Module):
 
 
 class ExportedEncoder(nn.Module):
-    """The graph's front half at one budget level: image -> (objects, held)."""
+    """The graph's front half at one budget level: (image, gantry) -> (objects, held,
+    gantry passed on to the chunk head), or without held when the robot sends it."""
 
-    def __init__(self, encoder: VisionEncoder, keep: int):
+    def __init__(self, encoder: VisionEncoder, keep: int, held: bool = True):
         super().__init__()
-        self.encoder, self.keep = encoder, keep
+        self.encoder, self.keep, self.with_held = encoder, keep, held
 
-    def forward(self, overhead):
-        return self.encoder.objects_and_held(self.encoder(overhead, self.keep))
+    def forward(self, overhead, gantry):
+        objects, held = self.encoder.objects_and_held(self.encoder(overhead, self.keep), gantry)
+        return (objects, held, gantry + 0) if self.with_held else (objects, gantry + 0)
 
 
 def targets(cfg: VisionConfig, cell: CellConfig, objects: np.ndarray, gantry: np.ndarray,

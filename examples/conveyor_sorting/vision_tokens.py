@@ -64,7 +64,10 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="models/zoo/conveyor-vision")
     ap.add_argument("--data", nargs="+", required=True, help="frames to score perception on")
     ap.add_argument("--holdout", type=int, default=2)
-    ap.add_argument("--episodes", type=int, default=3, help="lockstep episodes per instruction")
+    ap.add_argument("--episodes", type=int, default=3,
+                    help="lockstep episodes per instruction at level 0 (full tokens)")
+    ap.add_argument("--pruned-episodes", type=int, default=1,
+                    help="lockstep episodes per instruction at the pruned levels")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--write-card", action="store_true")
     a = ap.parse_args(argv)
@@ -75,14 +78,16 @@ def main(argv=None) -> None:
     enc.eval()
     _, val = load(a.data, cfg, cell, a.holdout)
     frame = val["image"][len(val["image"]) // 2][None]
+    gantry = torch.from_numpy(val["gantry"][len(val["image"]) // 2][None])
     graphs, perception = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for keep in KEEPS:
             f = Path(tmp) / f"encoder_{keep}.onnx"
-            torch.onnx.export(ExportedEncoder(enc, keep), (torch.from_numpy(frame),), str(f),
-                              dynamo=False, input_names=["overhead"],
-                              output_names=["objects", "held"], opset_version=17)
-            graphs[f"encoder_{keep}"] = (session(f), {"overhead": frame})
+            torch.onnx.export(ExportedEncoder(enc, keep), (torch.from_numpy(frame), gantry),
+                              str(f), dynamo=False, input_names=["overhead", "gantry"],
+                              output_names=["objects", "held", "gantry_seen"], opset_version=17)
+            graphs[f"encoder_{keep}"] = (session(f), {"overhead": frame,
+                                                      "gantry": gantry.numpy()})
             perception.append(score(enc, val, keep))
         card = json.loads((model_dir / "card.json").read_text())
         vec = {"gantry": np.zeros((1, 8), np.float32),
@@ -99,7 +104,8 @@ def main(argv=None) -> None:
     for entry in card["levels"]:
         lvl = entry["level"]
         success[lvl] = run_per_instruction(
-            model_factory(model_dir, level=lvl), all_instructions(), episodes=a.episodes,
+            model_factory(model_dir, level=lvl), all_instructions(),
+            episodes=a.episodes if lvl == 0 else a.pruned_episodes,
             per_episode=20, seed=SEED, cfg=EnvConfig(camera="overhead",
                                                      frame_hw=(cfg.image, cfg.image)))
         entry["chunk"] = times[f"level_{lvl}"]
