@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import ray
+from ray.exceptions import GetTimeoutError, RayError
 
 from rtinfer.fleet.controller import CONTROLLER, NAMESPACE, start_controller
 from rtinfer.fleet.failover import robot_figures, summary
@@ -50,6 +51,15 @@ def _controller():
     except ValueError:
         raise FleetError("no fleet controller in this cluster: start one with "
                          "`rtinfer fleet up FLEET.yaml`") from None
+
+
+def _ask(ref, what: str, timeout_s: float):
+    """ray.get, a failure as one FleetError line (the controller restarting, say)."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except (RayError, GetTimeoutError) as e:
+        raise FleetError(f"the fleet controller did not answer {what} ({type(e).__name__}); "
+                         f"it may be restarting: try again in a few seconds") from None
 
 
 def render(st: dict) -> None:
@@ -84,7 +94,7 @@ def _up(a) -> int:
 
 def _status(a) -> int:
     _join(a.address)
-    st = ray.get(_controller().status.remote(), timeout=30)
+    st = _ask(_controller().status.remote(), "status", 30)
     if a.json:
         print(json.dumps(st))
     else:
@@ -95,7 +105,7 @@ def _status(a) -> int:
 def _down(a) -> int:
     _join(a.address)
     ctl = _controller()
-    ray.get(ctl.down.remote(), timeout=120)
+    _ask(ctl.down.remote(), "down", 120)
     ray.kill(ctl, no_restart=True)
     print("fleet: down (every host's node stopped, the controller ended)")
     return 0

@@ -16,9 +16,16 @@ Per robot, all in ms from the kill (CLOCK_MONOTONIC, one host):
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
+import sys
 import time
 
 import numpy as np
+
+from rtinfer.fleet.local import LocalFleet
+from rtinfer.model.zoo import zoo_model
 
 
 def robot_figures(rec: dict, kill_ns: int, deadline_ms: float, period_ms: float) -> dict:
@@ -65,7 +72,6 @@ def _moved_off(victim: str, robots: list[str]):
 
 def one_run(a, phases=("node", "host")) -> dict:
     """One fleet: per phase, the host killed, its robots, where they went, their figures."""
-    from rtinfer.fleet.local import LocalFleet
     out = {}
     with LocalFleet(a.model, hosts=a.hosts, robots=a.robots, rate_hz=a.rate_hz,
                     deadline_ms=a.deadline_ms, node_args=tuple(a.node_args), stream=a.stream,
@@ -74,9 +80,13 @@ def one_run(a, phases=("node", "host")) -> dict:
         fleet.start_robots(a.seconds)
         for phase in phases:
             time.sleep(a.seconds / (len(phases) + 2))
-            st = fleet.status()
+            # a node killed before is started again by the controller: wait for it, so a
+            # host lost finds every other host up
+            lost = [o["host"] for p, o in out.items() if p == "host"]
+            st = fleet.wait(lambda s: all(x["state"] == "up" for h, x in s["hosts"].items()
+                                          if h not in lost), timeout_s=60)
             up = [h for h, x in st["hosts"].items() if x["state"] == "up" and
-                  h not in [o["host"] for o in out.values()]]
+                  h not in [o["host"] for o in out.values()]]  # each phase its own host
             victim = max(up, key=lambda h: len(st["hosts"][h]["robots"]))
             kill = fleet.kill_node if phase == "node" else fleet.kill_host
             kill_ns = kill(victim)
@@ -99,16 +109,11 @@ def one_run(a, phases=("node", "host")) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench fleet-failover`: hosts lost under a running fleet, per robot."""
-    import argparse
-    import contextlib
-    import json
-    import sys
-    from rtinfer.model.zoo import zoo_model
     p = argparse.ArgumentParser(prog="rtinfer bench fleet-failover", description=main.__doc__)
     p.add_argument("--hosts", type=int, default=3)
     p.add_argument("--robots", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=16.0, help="the robots' run per repeat")
+    p.add_argument("--seconds", type=float, default=20.0, help="the robots' run per repeat")
     p.add_argument("--rate-hz", type=float, default=20.0)
     p.add_argument("--deadline-ms", type=float, default=100.0)
     p.add_argument("--model", default=str(zoo_model()))
