@@ -84,7 +84,9 @@ def test_a_lost_host_s_robot_moves_to_the_survivor_and_a_revoked_one_is_served_b
     fleet.wait(lambda s: all(h["cycles"] for h in s["hosts"].values()), timeout_s=30)
     kill_ns = fleet.kill_host("h1")
     st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h0", timeout_s=30, every_s=0.1)
-    assert st["hosts"]["h1"]["state"] == "down" and st["moves"] == 1
+    # its node died first: the controller may already be starting it again, pending on a
+    # Ray node that is gone (it starts if the host comes back)
+    assert st["hosts"]["h1"]["state"] in ("down", "starting") and st["moves"] == 1
     assert st["robots"]["r0"]["host"] == "h0"  # the survivor's own robot stayed
     allow = sorted(p.name for p in (fleet.run_dir / "h0" / "allow").glob("r*.key"))
     assert allow == ["r0.key", "r1.key"]  # the survivor holds both robots' keys

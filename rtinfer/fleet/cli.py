@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import ray
-from ray.exceptions import GetTimeoutError, RayError
+from ray.exceptions import RayError
 
 from rtinfer.fleet.controller import CONTROLLER, NAMESPACE, start_controller
 from rtinfer.fleet.failover import robot_figures, summary
@@ -57,7 +57,7 @@ def _ask(ref, what: str, timeout_s: float):
     """ray.get, a failure as one FleetError line (the controller restarting, say)."""
     try:
         return ray.get(ref, timeout=timeout_s)
-    except (RayError, GetTimeoutError) as e:
+    except RayError as e:  # GetTimeoutError too
         raise FleetError(f"the fleet controller did not answer {what} ({type(e).__name__}); "
                          f"it may be restarting: try again in a few seconds") from None
 

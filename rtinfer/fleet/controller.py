@@ -29,7 +29,7 @@ from collections import deque
 from pathlib import Path
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rtinfer.fleet.host import InferenceHost
@@ -259,7 +259,7 @@ class FleetController:
             for ref, h in refs.items():
                 try:
                     ray.get(ref, timeout=10)
-                except (RayError, GetTimeoutError):
+                except RayError:  # GetTimeoutError too
                     self._lost(h, "it did not answer a placement")
 
     def _loop(self) -> None:
@@ -276,8 +276,10 @@ class FleetController:
 
     # --- what callers see ------------------------------------------------------------------------
     def status(self) -> dict:
-        """{name, hosts: {host: {state, model, actions, capacity, robots, pid}}, robots:
-        {robot: {host, state, why}}, moves, events: [[unix time, text], ...]}."""
+        """{name, hosts: {host: {state, model, actions, capacity, robots, pid, cycles}},
+        robots: {robot: {host, model, state (placed, refused: by every host with room, or
+        by the node of its host, which admits it when its load falls; revoked; waiting),
+        why}}, moves, events: [[unix time, text], ...]}."""
         with self.lock:
             hosts = {}
             for name, host in self.spec.hosts.items():
@@ -289,11 +291,18 @@ class FleetController:
                                "robots": sorted(r for r, x in self.placed.items() if x == name),
                                "pid": h.get("pid"), "cycles": h.get("cycles")}
             allowed = self._allowed()
-            robots = {r: {"host": self.placed.get(r), "model": b.model,
-                          "state": "placed" if r in self.placed else
-                          "revoked" if r not in allowed else
-                          "refused" if r in self.refused else "waiting",
-                          "why": self.refused.get(r)} for r, b in self.spec.robots.items()}
+            robots = {}
+            for r, b in self.spec.robots.items():
+                host = self.placed.get(r)
+                by_node = host is not None and r in self.health.get(host, {}).get("refused", ())
+                robots[r] = {
+                    "host": host, "model": b.model,
+                    "state": "refused" if by_node or r in self.refused else
+                    "placed" if host is not None else
+                    "revoked" if r not in allowed else "waiting",
+                    "why": (f"host {host}'s node refused it (its load): it admits it once its "
+                            f"load falls, no other host has room" if by_node
+                            else self.refused.get(r))}
             return {"name": self.spec.name, "hosts": hosts, "robots": robots,
                     "moves": self.moves, "events": [list(e) for e in self.events]}
 
