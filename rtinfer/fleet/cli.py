@@ -42,7 +42,7 @@ def _join(address: str | None) -> None:
         ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
     except ConnectionError as e:
         raise FleetError(f"no Ray cluster to join at {address or 'this machine'} ({e}); start "
-                         f"one: ray start --head (docs/fleet.md, 'Across hosts')") from None
+                         f"one: ray start --head (docs/fleet.md, 'A fleet on Ray')") from None
 
 
 def _controller():

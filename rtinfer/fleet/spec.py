@@ -98,6 +98,9 @@ def _known(r, path: tuple, value: str, names, what: str, where: str) -> None:
 
 def load(path: str | Path) -> FleetSpec:
     """The fleet of FLEET.yaml at `path`; FleetError names every problem, with its line."""
+    if not Path(path).is_file():
+        raise FleetError(f"{path}: no such fleet file; give the FLEET.yaml that names the "
+                         f"models, hosts and robots (docs/fleet.md, 'A fleet on Ray')")
     try:
         data, r = compose_file(path)
     except LaunchError as e:
