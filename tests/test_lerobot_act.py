@@ -155,3 +155,13 @@ def test_image_act_trains_exports_matches_torch_and_runs_in_the_camera_env(tmp_p
     # rtinfer eval's path: the env renders the camera the model reads.
     r = evaluate(str(model_dir), episodes=1, per_episode=1, instructions=["0,1,2"])
     assert r["spawned"] == 1
+
+
+def test_image_act_refuses_a_file_without_frames_in_one_line(tmp_path):
+    from examples.conveyor_sorting import lerobot_act_vision as lv
+    data = str(_synthetic(tmp_path / "vectors.npz"))
+    with pytest.raises(SystemExit, match=r"no frame_overhead array; collect it with "
+                                         r"`python -m examples.conveyor_sorting.collect "
+                                         r"--camera overhead`") as e:
+        lv.load_data([data])
+    assert "\n" not in str(e.value)
