@@ -170,7 +170,7 @@ def main(argv=None) -> None:
     print(f"train {len(data['image'])} frames, val {len(val['image'])}", flush=True)
     model = VisionEncoder(cfg, cell)
     if a.checkpoint:
-        model.load_state_dict(torch.load(a.checkpoint))
+        model.load_state_dict(torch.load(a.checkpoint, weights_only=True))
     keeps = [max(cfg.slots, round(f * cfg.tokens)) for f in KEEP_FRACTIONS]
     training = {"from": a.checkpoint} if a.export_only else train(
         model, data, a.steps, a.batch, a.lr, a.seed, keeps, lambda s: print(s, flush=True))

@@ -74,7 +74,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     cfg, cell, model_dir = VisionConfig(), CellConfig(), Path(a.model)
     enc = VisionEncoder(cfg, cell)
-    enc.load_state_dict(torch.load(a.weights))
+    enc.load_state_dict(torch.load(a.weights, weights_only=True))
     enc.eval()
     _, val = load(a.data, cfg, cell, a.holdout)
     frame = val["image"][len(val["image"]) // 2][None]
@@ -90,11 +90,11 @@ def main(argv=None) -> None:
                                                       "gantry": gantry.numpy()})
             perception.append(score(enc, val, keep))
         card = json.loads((model_dir / "card.json").read_text())
-        vec = {"gantry": np.zeros((1, 8), np.float32),
+        vec = {"gantry": gantry.numpy(), "held": np.full((1, 1), -1.0, np.float32),
                "instruction": np.array([[0, 1, 2]], np.int32), "overhead": frame}
         for entry in card["levels"]:
-            graphs[f"level_{entry['level']}"] = (
-                session(model_dir / f"chunk_l{entry['level']}.onnx"), vec)
+            s = session(model_dir / f"chunk_l{entry['level']}.onnx")
+            graphs[f"level_{entry['level']}"] = (s, {i.name: vec[i.name] for i in s.get_inputs()})
         times = timings(graphs, a.rounds, 10)
     full = times["encoder_256"]["p50_ms"]
     curve = [{"visual_tokens": keep, "encoder": times[f"encoder_{keep}"],
