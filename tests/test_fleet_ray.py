@@ -28,7 +28,8 @@ from rtinfer.model.action_tokens import TokenizerConfig  # noqa: E402
 from rtinfer.transport.wire import now_ns  # noqa: E402
 from tests.test_fleet_hosts import ROBOT_FILE, obs_stream  # noqa: E402
 
-pytestmark = pytest.mark.timeout(240)
+# thread: a hang inside Ray (a C++ wait) still ends, with every thread's stack
+pytestmark = pytest.mark.timeout(240, method="thread")
 DEADLINE_MS = 1000.0  # the robots' deadline: wide, so a busy machine is no failover
 PERIOD_NS = 250_000_000  # the policy's period: the robots send at 10 Hz (not a flood)
 

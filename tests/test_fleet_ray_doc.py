@@ -20,7 +20,7 @@ pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(300, method="thread")  # a hang inside Ray ends too
 
 
 def section() -> str:
