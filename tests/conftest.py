@@ -8,6 +8,11 @@ in max_ctx 32. Graphs: decode/draft k=1, verify k=4, prefill k=4 (instruction pr
 from __future__ import annotations
 
 import json
+import os
+
+# MuJoCo picks its GL backend once, when the first test imports it: the camera tests render
+# in this process (the conveyor env's lockstep camera), so EGL before anything loads mujoco.
+os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np
 import pytest

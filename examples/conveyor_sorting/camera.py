@@ -154,6 +154,12 @@ class CellMirror:
     def __init__(self, camera: str, width: int, height: int, cell: CellConfig | None = None,
                  shadows: bool = False):
         import mujoco  # here, not at the top: MUJOCO_GL must be set before mujoco loads
+        from mujoco.rendering.classic import gl_context
+        if getattr(gl_context, "GLContext", None) is not None and \
+                gl_context.GLContext.__module__ == "mujoco.glfw" and not os.environ.get("DISPLAY"):
+            # MuJoCo aborts the process (no exception) making a GLFW context without a display
+            raise RuntimeError("MuJoCo was loaded with the GLFW backend and there is no display: "
+                               "set MUJOCO_GL=egl (or osmesa) before anything imports mujoco")
         self.mujoco = mujoco
         self.model = mujoco.MjModel.from_xml_string(build_mjcf(cell or CellConfig()))
         if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
