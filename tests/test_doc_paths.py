@@ -54,10 +54,14 @@ def test_every_dotted_module_path_in_the_docs_imports(doc):
     assert bad == []
 
 
+# names that look like paths and are not: the ROS 2 bridge's DiagnosticStatus names
+NOT_PATHS = {"rtinfer/cycles", "rtinfer/bridge"}
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_source_path_in_the_docs_exists(doc):
     bad = [f"{doc.name}:{n}: {p}" for n, p in names(doc, FILE)
-           if not exists(p) and not any(ch in p for ch in "*{")]
+           if not exists(p) and not any(ch in p for ch in "*{") and p not in NOT_PATHS]
     assert bad == []
 
 

@@ -375,23 +375,23 @@ def latency(model_dir: str | Path, baseline: str | Path | None, runs: int = 500,
     from .env import ConveyorSortEnv
     from .evaluate import camera_config, expert_factory
     from .observe import obs_body
-    models = {"model": load_model(model_dir)}
+    compared = {"model": load_model(model_dir)}
     if baseline:
-        models["baseline"] = load_model(baseline)
-    env = ConveyorSortEnv(camera_config(EnvConfig(), models["model"]))
+        compared["baseline"] = load_model(baseline)
+    env = ConveyorSortEnv(camera_config(EnvConfig(), compared["model"]))
     expert = expert_factory(env)
     obs, _ = env.reset(seed=1)
     for _ in range(60):  # objects on the belt, the cup moving
         obs, *_ = env.step(expert.act(obs))
     body = obs_body(obs)
-    bodies = {k: body if m.obs.images else {**body, "frames": {}} for k, m in models.items()}
-    runners = {k: GraphRunner(m, threads=threads) for k, m in models.items()}
+    bodies = {k: body if m.obs.images else {**body, "frames": {}} for k, m in compared.items()}
+    runners = {k: GraphRunner(m, threads=threads) for k, m in compared.items()}
     wall = {k: np.zeros(runs, np.int64) for k in runners}
     cpu = {k: np.zeros(runs, np.int64) for k in runners}
     for i in range(-20, runs):  # 20 warm-up cycles
         for k, runner in runners.items():
             t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-            runner.run(models[k].obs.feeds(bodies[k]))
+            runner.run(compared[k].obs.feeds(bodies[k]))
             if i >= 0:
                 wall[k][i] = time.perf_counter_ns() - t0
                 cpu[k][i] = time.thread_time_ns() - c0
@@ -399,7 +399,7 @@ def latency(model_dir: str | Path, baseline: str | Path | None, runs: int = 500,
            "GraphRunner.run per chunk: wall ms and this thread's CPU ms (ONNX Runtime runs "
            "a 1-thread session on the caller's thread), models interleaved in one loop"}
     for k in runners:
-        out[k] = {"path": str(models[k].path),
+        out[k] = {"path": str(compared[k].path),
                   "median_ms": round(float(np.median(wall[k])) / 1e6, 3),
                   "p99_ms": round(float(np.percentile(wall[k], 99)) / 1e6, 3),
                   "cpu_median_ms": round(float(np.median(cpu[k])) / 1e6, 3),

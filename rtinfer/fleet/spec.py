@@ -106,20 +106,20 @@ def load(path: str | Path) -> FleetSpec:
     except LaunchError as e:
         raise FleetError(str(e)) from None
     check_fields(r, data, (), TOP, required=("models", "hosts", "robots"))
-    models = data.get("models") if isinstance(data.get("models"), dict) else {}
-    for name, model in models.items():
+    declared = data.get("models") if isinstance(data.get("models"), dict) else {}
+    for name, model in declared.items():
         if not isinstance(model, str):
             r.err(("models", name), "a model is the path of its directory (on the hosts)")
     hosts, robots = {}, {}
     for name, h in (data.get("hosts") or {}).items():
         if check_fields(r, h, ("hosts", name), HOST, required=("model", "actions")):
-            _known(r, ("hosts", name, "model"), h.get("model"), models, "model", "models")
+            _known(r, ("hosts", name, "model"), h.get("model"), declared, "model", "models")
             if "://" not in str(h.get("actions")):
                 r.err(("hosts", name, "actions"), "an endpoint, e.g. tcp://10.10.0.1:5556")
             hosts[name] = Host(name, h.get("model"), h.get("actions"), h.get("capacity"))
     for name, b in (data.get("robots") or {}).items():
         if check_fields(r, b, ("robots", name), ROBOT, required=("model", "obs")):
-            _known(r, ("robots", name, "model"), b.get("model"), models, "model", "models")
+            _known(r, ("robots", name, "model"), b.get("model"), declared, "model", "models")
             if "host" in b:
                 _known(r, ("robots", name, "host"), b["host"], hosts, "host", "hosts")
             if "://" not in str(b.get("obs")):
@@ -127,7 +127,7 @@ def load(path: str | Path) -> FleetSpec:
             robots[name] = Robot(name, b.get("model"), b.get("obs"), b.get("host"))
     if r.errors:
         raise FleetError("\n".join(m for _, m in sorted(r.errors)))
-    return FleetSpec(data.get("name", Path(path).stem), dict(models), hosts, robots,
+    return FleetSpec(data.get("name", Path(path).stem), dict(declared), hosts, robots,
                      data.get("keys"), data.get("run_dir", "/tmp/rtinfer-fleet"),
                      [str(a) for a in data.get("node_args", [])],
                      float(data.get("deadline_ms", DEADLINE_MS)))
