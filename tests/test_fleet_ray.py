@@ -95,9 +95,10 @@ def test_a_lost_host_s_robot_moves_to_the_survivor_and_a_revoked_one_is_served_b
     (fleet.run_dir / "keys" / "r0.key").unlink()
     st = fleet.wait(lambda s: s["robots"]["r0"]["state"] == "revoked", timeout_s=30)
     assert sorted(p.name for p in (fleet.run_dir / "h0" / "allow").glob("r*.key")) == ["r1.key"]
+    off_ns = now_ns()  # the key is off h0's files now: its node reads them within 100 ms
     records = fleet.records()
     served = records["r0"]["capture_ns"][records["r0"]["accepted"] > 0]
-    assert not (served > revoke_ns + 2_000_000_000).any(), "a revoked robot was served"
+    assert not (served > off_ns + 2_000_000_000).any(), "a revoked robot was served"
     r1 = records["r1"]["capture_ns"][records["r1"]["accepted"] > 0]
     assert (r1 > revoke_ns + 2_000_000_000).any(), "r1 was not served after r0's revocation"
     for name, rec in records.items():

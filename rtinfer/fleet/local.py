@@ -99,6 +99,9 @@ class LocalFleet:
         self.controller = None
 
     def __enter__(self) -> "LocalFleet":
+        # ray.init installs SIGTERM/SIGINT handlers in this process and leaves them after
+        # ray.shutdown: put the caller's back in close()
+        self._handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.start()
         except BaseException:
@@ -215,4 +218,6 @@ class LocalFleet:
         if self.cluster is not None:
             self.cluster.shutdown()
             self.cluster = None
+        for sig, handler in getattr(self, "_handlers", {}).items():
+            signal.signal(sig, handler)
         self._tmp.cleanup()
