@@ -25,9 +25,13 @@ venv: $(VENV)/.installed-dev
 demo: $(VENV)/.installed-demo
 	$(BIN)/rtinfer demo --seconds $(SECONDS)
 
+# The Ray fleet tests run in a pytest process of their own: Ray leaves process-wide state behind
+# (workers, handlers), and in the one long run the failover test failed where alone it passes.
 # Then the LeRobot packaging path, in its own venv (torch 2.14.1 + lerobot; ~2 min to build).
+RAY_TESTS := tests/test_fleet_ray*.py
 test: $(VENV)/.installed-dev cpp
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --ignore-glob='$(RAY_TESTS)'
+	$(BIN)/python -m pytest $(RAY_TESTS)
 	$(MAKE) test-lerobot
 	$(MAKE) test-ros2
 
