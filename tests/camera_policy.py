@@ -31,10 +31,7 @@ def expected(overhead: np.ndarray, left: np.ndarray, right: np.ndarray, gantry) 
 
 def build(out_dir) -> None:
     """Write the graph and package it into the model directory `out_dir`."""
-    import onnx
     from onnx import TensorProto as T, helper as h
-
-    from models.chunk_package import package_onnx
 
     def mean(name: str) -> list:  # uint8 [1, ...] -> float [1, 1, 1]: its mean / 255
         return [h.make_node("Cast", [name], [f"{name}_f"], to=T.FLOAT),
@@ -64,10 +61,20 @@ def build(out_dir) -> None:
          h.make_tensor_value_info("wrists", T.UINT8, [1, 2, 4, 4, 1]),
          h.make_tensor_value_info("gantry", T.FLOAT, [1, 2])],
         [h.make_tensor_value_info("actions", T.FLOAT, [1, 2, 3])], consts)
+    package_graph(graph, out_dir, ACTION, ObsSpec(OBS))
+
+
+def package_graph(graph, out_dir, action: ActionSpec, obs: ObsSpec) -> None:
+    """An onnx GraphProto, checked, saved beside `out_dir` and packaged into it."""
+    from pathlib import Path
+
+    import onnx
+    from onnx import helper as h
+
+    from models.chunk_package import package_onnx
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    from pathlib import Path
     path = Path(out_dir).parent / f"{Path(out_dir).name}.onnx"
     onnx.save(model, path)
-    package_onnx([path], out_dir, ACTION, obs=ObsSpec(OBS))
+    package_onnx([path], out_dir, action, obs=obs)

@@ -8,8 +8,6 @@ base goes shows what the graph was fed, and that red is red (a bgr8 camera turne
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from rtinfer.model.action_spec import ActionSpec
@@ -32,10 +30,9 @@ def base_rad(red: int) -> float:
 
 def build(out_dir) -> None:
     """Write the graph and package it into the model directory `out_dir`."""
-    import onnx
     from onnx import TensorProto as T, helper as h
 
-    from models.chunk_package import package_onnx
+    from tests.camera_policy import package_graph
 
     column0 = np.zeros((1, 10, 4), np.float32)
     column0[..., 0] = 1.0
@@ -64,9 +61,4 @@ def build(out_dir) -> None:
         [h.make_tensor_value_info("wrist", T.UINT8, [1, 8, 8, 3]),
          h.make_tensor_value_info("joints", T.FLOAT, [1, 8])],
         [h.make_tensor_value_info("actions", T.FLOAT, [1, 10, 4])], consts)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path = Path(out_dir).parent / f"{Path(out_dir).name}.onnx"
-    onnx.save(model, path)
-    package_onnx([path], out_dir, ACTION, obs=ObsSpec(OBS))
+    package_graph(graph, out_dir, ACTION, ObsSpec(OBS))
