@@ -62,7 +62,7 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
     """Per object on held-out frames: found (same class within MATCH_M), missed, false
     detections; held class accuracy; the mean position error of the found ones (m)."""
     model.eval()
-    found = missed = false = held_ok = 0
+    found = missed = false = held_ok = n = 0
     err = []
     step = max(1, len(data["image"]) // rows)
     for s in range(0, len(data["image"]), 256 * step):
@@ -71,6 +71,7 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
                                                torch.from_numpy(data["gantry"][idx]))
         objects, held = objects.numpy(), held.numpy()
         truth = data["objects"][idx]
+        n += len(idx)
         held_ok += int((held[:, 0] == data["held_value"][idx, 0]).sum())
         for p, t in zip(objects, truth):
             pv, tv = p[p[:, 3] > 0.5], t[t[:, 3] > 0.5]
@@ -85,8 +86,6 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
                 else:
                     missed += 1
             false += int((~used).sum())
-    n = sum(len(range(s, min(s + 256 * step, len(data["image"])), step))
-            for s in range(0, len(data["image"]), 256 * step))
     model.train()
     return {"keep": keep, "frames": n, "objects": found + missed, "found": found,
             "missed": missed, "false": false, "recall": found / max(1, found + missed),
