@@ -2,16 +2,13 @@
 the shared vectors, mutated corpus messages under ASan/UBSan, the content hash, the C++
 encoder's messages in the Python decoder, and the example controller following the real
 inference node while the Python monitor counts its cycles (plaintext over ipc, CURVE over tcp).
-
-The C++ builds (build/cpp, build/cpp-asan) are made by `make cpp`, or here with cmake when
-missing. Without the toolchain these tests skip, except in CI (CI=true), where it is a failure:
-.ci/run installs it (scripts/cpp_deps.sh)."""
+The builds and processes: tests/cpp_client.py (without the toolchain these tests skip, except
+in CI)."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,50 +18,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cpp_client as cpp
+from cpp_client import ROOT, build, conveyor_obs, start, stop
 from rtinfer.model.action_spec import ActionSpec, canonical_bytes
 from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.transport import wire
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import CurveConfig, generate
 
-ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / "tests" / "vectors"
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
-BUILDS = {"release": ROOT / "build" / "cpp", "asan": ROOT / "build" / "cpp-asan"}
-FLAGS = {"release": ["-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
-         "asan": ["-DCMAKE_BUILD_TYPE=Debug", "-DRTINFER_SANITIZE=ON"]}
 ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
             "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-
-
-def _missing_toolchain() -> str | None:
-    for tool in ("cmake", "g++", "pkg-config"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    if subprocess.run(["pkg-config", "--exists", "libzmq"]).returncode != 0:
-        return "libzmq3-dev is not installed"
-    for header in ("/usr/include/zmq.hpp", "/usr/include/msgpack.hpp"):
-        if not Path(header).exists():
-            return f"{header} is missing (cppzmq-dev / libmsgpack-cxx-dev)"
-    return None
-
-
-def build(kind: str) -> Path:
-    """The build dir of `kind`, configured and built (incremental: a no-op when up to date)."""
-    why = _missing_toolchain()
-    if why:
-        msg = f"C++ toolchain absent: {why}; run: bash scripts/cpp_deps.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg + " (in CI the toolchain is required)")
-        pytest.skip(msg)
-    out = BUILDS[kind]
-    if not (out / "CMakeCache.txt").exists():
-        subprocess.run(["cmake", "-S", str(ROOT / "clients/cpp"), "-B", str(out), *FLAGS[kind]],
-                       check=True, capture_output=True)
-    target = ["--target", "rtinfer_wire_tool"] if kind == "asan" else []  # no sockets under ASan
-    r = subprocess.run(["cmake", "--build", str(out), "-j2", *target], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -209,34 +174,8 @@ def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
 
 
 # --- the example controller against the real nodes -------------------------------------------------
-def conveyor_obs(rng) -> dict:
-    objects = np.zeros((6, 4), np.float32)
-    objects[0] = (rng.integers(0, 3), rng.uniform(-0.5, 0.5), rng.uniform(-0.2, 0.5), 1.0)
-    gantry = np.array([0.0, 0.2, 0.5, 0, 0, 0, 0, 0], np.float32)
-    return {"values": {"objects": objects, "gantry": gantry, "held": np.array([-1], np.float32),
-                       "instruction": np.array([2, 0, 1], np.int32)}, "ints": {"instruction_id": 4}}
-
-
-def start(cmd, **kw):
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw)
-
-
-def stop(proc, timeout=20):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.communicate()
-
-
 def controller_cmd(build_dir, eps, robot="cpparm", extra=()):
-    return [str(build_dir / "rtinfer_controller"), "--actions", eps["act"], "--control", eps["ctl"],
-            "--publish", eps["robot"], "--robot", robot, "--name", "cppctl",
-            "--tokenizer", str(ROOT / "models/zoo/conveyor-v1/tokenizer.json"),
-            "--chunk-interval-ms", "100", "--beat-s", "0.5", *extra]
+    return cpp.controller_cmd(build_dir, eps["act"], eps["robot"], robot, eps["ctl"], extra)
 
 
 def test_cpp_controller_follows_the_inference_node_and_the_monitor_counts_it(release, tmp_path):

@@ -4,10 +4,14 @@
 // One tick, as docs/robots.md's: messages -> read -> observe -> commit -> compute -> write ->
 // trace. With --obs-hz, the observe step publishes the axes' positions as `obs` (values
 // {"pos": float32 (D,)}, stamped capture) for a policy that reads them; without it the
-// robot's observations come from elsewhere (a camera process).
+// robot's observations come from elsewhere (a camera process). With --camera NAME
+// --frame-hw H,W each obs also carries a uint8 [H, W, 3] frame of camera NAME (camera.hpp).
+// --actions may name several inference nodes (a fleet's): the chunks addressed to --robot are
+// taken from whichever serves it, by the same rules; chunks_from.SRC counts each node's.
 //
 //   rtinfer_controller --actions ipc:///tmp/act --control ipc:///tmp/ctl --publish ipc:///tmp/robot
 //       --robot arm --tokenizer models/zoo/conveyor-v1/tokenizer.json --seconds 10
+//   rtinfer_controller --actions ipc:///tmp/act-1 ipc:///tmp/act-2 --addressed ...
 //
 // SIGINT/SIGTERM stop it cleanly; on exit it prints (or writes --report) its counters as JSON.
 #include <csignal>
@@ -21,6 +25,7 @@
 #include "rtinfer/bus.hpp"
 #include "rtinfer/controller.hpp"
 #include "rtinfer/json.hpp"
+#include "camera.hpp"
 
 using namespace rtinfer;
 using wire::Entry;
@@ -32,7 +37,10 @@ volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
 struct Options {
-    std::string actions, control, publish, robot, name = "controller", tokenizer, action_spec;
+    std::vector<std::string> actions;  // one SUB socket connected to each (a fleet's nodes)
+    std::string camera;                // with frame_hw: each obs carries this camera's frame
+    uint64_t frame_h = 0, frame_w = 0;
+    std::string control, publish, robot, name = "controller", tokenizer, action_spec;
     std::string curve_secret, curve_map, report;
     double deadline_ms = 100, chunk_interval_ms = 0, rate_hz = 1000, health_hz = 10, seconds = -1;
     double beat_s = 1.0, obs_hz = 0;
@@ -41,18 +49,19 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& why) {
     std::cerr << "rtinfer_controller: " << why << "\n"
-              << "usage: rtinfer_controller --actions EP --publish EP --robot NAME --tokenizer FILE\n"
+              << "usage: rtinfer_controller --actions EP [EP ...] --publish EP --robot NAME --tokenizer FILE\n"
                  "       [--control EP] [--name NAME] [--action-spec FILE] [--deadline-ms MS]\n"
                  "       [--chunk-interval-ms MS] [--rate-hz HZ] [--health-hz HZ] [--seconds S]\n"
                  "       [--curve-secret FILE --curve-map FILE] [--report FILE] [--addressed]\n"
-                 "       [--obs-hz HZ]\n";
+                 "       [--obs-hz HZ [--camera NAME --frame-hw H,W]]\n";
     std::exit(2);
 }
 
 Options parse(int argc, char** argv) {
     Options o;
+    std::string frame_hw;
     std::map<std::string, std::string*> text = {
-        {"--actions", &o.actions}, {"--control", &o.control}, {"--publish", &o.publish},
+        {"--camera", &o.camera}, {"--frame-hw", &frame_hw}, {"--control", &o.control}, {"--publish", &o.publish},
         {"--robot", &o.robot}, {"--name", &o.name}, {"--tokenizer", &o.tokenizer},
         {"--action-spec", &o.action_spec}, {"--curve-secret", &o.curve_secret},
         {"--curve-map", &o.curve_map}, {"--report", &o.report}};
@@ -67,6 +76,12 @@ Options parse(int argc, char** argv) {
             continue;
         }
         if (k + 1 >= argc) usage(a + " needs a value");
+        if (a == "--actions") {  // repeatable, and takes several: --actions EP1 EP2 (as controllers.run)
+            size_t before = o.actions.size();
+            while (k + 1 < argc && std::strncmp(argv[k + 1], "--", 2) != 0) o.actions.push_back(argv[++k]);
+            if (o.actions.size() == before) usage("--actions needs an endpoint");
+            continue;
+        }
         if (text.count(a)) *text[a] = argv[++k];
         else if (num.count(a)) {
             char* end;
@@ -78,12 +93,29 @@ Options parse(int argc, char** argv) {
         usage("--actions, --publish, --robot and --tokenizer are required");
     if (o.deadline_ms <= 0 || o.rate_hz <= 0 || o.health_hz <= 0) usage("deadline, rate and health rate must be > 0");
     if (o.obs_hz < 0) usage("--obs-hz must be >= 0 (0: no observations)");
+    if (o.camera.empty() != frame_hw.empty()) usage("--camera and --frame-hw go together");
+    if (!o.camera.empty()) {
+        char* end;
+        o.frame_h = std::strtoull(frame_hw.c_str(), &end, 10);
+        if (*end == ',') o.frame_w = std::strtoull(end + 1, &end, 10);
+        if (*end || !o.frame_h || !o.frame_w || o.frame_h * o.frame_w * 3 > wire::DEFAULT_MAX_BYTES)
+            usage("--frame-hw wants H,W (rows, columns), both > 0, at most 4 MiB of pixels: e.g. 224,224");
+        if (!wire::valid_name(o.camera)) usage("--camera must be a name (printable ASCII, no space)");
+        if (o.obs_hz <= 0) usage("--camera needs --obs-hz: a frame goes out with each observation");
+    }
     return o;
 }
 
-Value counters_map(const ChunkRules& rules) {
+// The rules' counters and chunks_from.SRC, the chunks taken from each policy node (their
+// names are kept in `keep` until the message is sent).
+Value counters_map(const ChunkRules& rules, const std::map<std::string, uint64_t>& chunks_from,
+                   std::deque<std::string>& keep) {
     Value m = Value::object({});
     for (const auto& kv : rules.counters()) m.map.push_back({Value::str(kv.first), Value::uinteger(kv.second)});
+    for (const auto& kv : chunks_from) {
+        keep.push_back("chunks_from." + kv.first);
+        m.map.push_back({Value::str(keep.back()), Value::uinteger(kv.second)});
+    }
     return m;
 }
 
@@ -113,7 +145,9 @@ int main(int argc, char** argv) {
         cfg.chunk_interval_ns = int64_t(o.chunk_interval_ms * 1e6);
         cfg.tokenizer = TokenizerConfig::from_json(json::parse_file(o.tokenizer));
         if (!o.action_spec.empty()) cfg.action = ActionSpec::from_json(json::parse_file(o.action_spec));
-        for (const auto& ep : {o.actions, o.control})
+        std::vector<std::string> connects = o.actions;
+        connects.push_back(o.control);
+        for (const auto& ep : connects)
             if (!ep.empty())
                 if (auto c = bus::curve_for(ep, false, o.curve_secret, o.curve_map)) sub_curve[ep] = *c;
         pub_curve = bus::curve_for(o.publish, true, o.curve_secret, o.curve_map);
@@ -123,7 +157,7 @@ int main(int argc, char** argv) {
     ChunkRules rules(cfg);
     SimAxes axes(cfg.tokenizer.dim());
     zmq::context_t ctx(1);
-    std::vector<std::string> eps{o.actions};
+    std::vector<std::string> eps = o.actions;
     if (!o.control.empty()) eps.push_back(o.control);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
@@ -144,6 +178,10 @@ int main(int argc, char** argv) {
         int64_t next_obs = start;
         std::vector<float> obs_pos(axes.pos.size());
         uint64_t obs_sent = 0;
+        std::optional<example::Camera> camera;
+        if (!o.camera.empty()) camera.emplace(o.camera, o.frame_h, o.frame_w);
+        // the chunks taken from each policy node (src): in a fleet, which node served this robot
+        std::map<std::string, uint64_t> chunks_from;
         const int64_t end = o.seconds >= 0 ? start + int64_t(o.seconds * 1e9) : INT64_MAX;
         std::deque<std::string> keep;
         uint64_t publish_errors = 0;
@@ -164,7 +202,8 @@ int main(int argc, char** argv) {
                 if (!msg) break;
                 const wire::Envelope& env = msg->env;
                 if (env.topic == "action_chunk") {
-                    rules.on_waypoint(env, now);
+                    if (rules.on_waypoint(env, now) == "waypoints_accepted" && rules.chunk().received == 1)
+                        ++chunks_from[env.src];
                 } else if (env.topic == "command") {
                     rules.on_command(std::string(env.body.get("cmd")->s), now);
                 } else if (!env.body.get("echo") && env.body.get("node")->s != o.name) {
@@ -191,6 +230,10 @@ int main(int argc, char** argv) {
                     obs_pos.size() * sizeof(float))}});
                 Value body = Value::object({{Value::str("values"), values},
                                             {Value::str("ints"), Value::object({})}});
+                if (camera) {
+                    camera->capture(now);
+                    body.map.push_back({Value::str("frames"), camera->frames()});
+                }
                 if (send("obs", body, {{"capture", now}})) ++obs_sent;
             }
             // commit, compute, write: a new chunk's first setpoint is committed now, or
@@ -213,7 +256,7 @@ int main(int argc, char** argv) {
                 }
                 Value body = Value::object({{Value::str("node"), Value::str(o.name)},
                                             {Value::str("state"), Value::str(rules.state())},
-                                            {Value::str("counters"), counters_map(rules)},
+                                            {Value::str("counters"), counters_map(rules, chunks_from, keep)},
                                             {Value::str("gauges"), gauges}});
                 send("health", body);
             }
@@ -248,7 +291,8 @@ int main(int argc, char** argv) {
         add("pub.dropped", pub.dropped);
         add("pub.errors", publish_errors);
         add("obs_sent", obs_sent);
-        out += "}, \"pos\": [";
+        for (const auto& kv : chunks_from) add("chunks_from." + kv.first, kv.second);
+        out += "}, \"e2e_max_ms\": " + std::to_string(rules.e2e_max_ns / 1e6) + ", \"pos\": [";
         for (size_t d = 0; d < axes.pos.size(); ++d) out += (d ? ", " : "") + std::to_string(axes.pos[d]);
         out += "]}\n";
         if (o.report.empty()) std::cout << out;
