@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch is installed explicitly at the pinned CPU version first, so nothing pulls a CUDA build.
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[node,sim,train,viz,bench,record,fleet,dev]'
+	$(BIN)/python -m pip install -q -e '.[node,sim,train,viz,bench,record,fleet,shm,dev]'
 	touch $@
 
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python

@@ -5,7 +5,6 @@ message dropped is counted in exactly one counter.
 from __future__ import annotations
 
 import zmq
-from zmq import zmq_poll
 
 from rtinfer.transport.bus.peers import client_of, server_of
 from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK
@@ -25,13 +24,13 @@ class Intake:
         pending, peers, items = self._pending, self._pending_peers, self._poll_items
         wait_ms = 0 if pending else timeout_ms
         while True:
-            ready = zmq_poll(items, wait_ms)
+            ready = self._poll(items, wait_ms)
             if not ready:
                 return
             for sock, _ in ready:
-                one = self._alone[sock]
+                take, queued = self._takers[sock], self._queued[sock]
                 for _ in range(self._drain_limit):
-                    env = self._take(sock)
+                    env = take()
                     if env is EMPTY:
                         break
                     if env is not None:
@@ -39,7 +38,7 @@ class Intake:
                             self.counters["superseded"] += 1
                         pending[env.topic] = env  # re-insert: dict order = arrival order of newest
                         peers[env.topic] = self.peer
-                    if not zmq_poll(one, 0):  # drained (cheaper than the Again of an empty read)
+                    if not queued():  # drained (cheaper than the Again of an empty read)
                         break
             if pending:
                 return
@@ -63,9 +62,20 @@ class Intake:
         while frame.more:
             frame = sock.recv(_NOBLOCK, copy=False)
             views.append(frame.buffer)
-        topic, dest = self._by_bytes.get(head.bytes), None
+        env = self._admit(head.bytes, views)
+        if env is not None:
+            if self._user_id:
+                self.peer = client_of(head)
+            else:
+                peer, by_address = self._peer_of[sock]
+                self.peer = peer if by_address is None else server_of(head, by_address)
+        return env
+
+    def _admit(self, topic_b: bytes, views: list):
+        """One message's topic frame and [envelope, *array frames]: Envelope or None (counted)."""
+        topic, dest = self._by_bytes.get(topic_b), None
         if topic is None:
-            topic, dest = parse_addressed(head.bytes, self._by_bytes, self._to)
+            topic, dest = parse_addressed(topic_b, self._by_bytes, self._to)
             if topic is None:  # a longer topic that only shares our prefix
                 self.counters["rejected"] += 1
                 return None
@@ -78,12 +88,7 @@ class Intake:
             self.counters["oversize"] += 1
             return None
         except WireError as e:
-            self.counters["rejected"] += 1
-            if self._say is not None:
-                why = str(e)
-                self._say("rejected", lambda: f"a message of {'/'.join(self.topics)} refused "
-                                              f"by the wire ({why}); fix its sender")
-            return None
+            return self._refuse(str(e))
         if env.topic != topic or (dest is not None and env.body.get("dest") != dest):
             self.counters["rejected"] += 1
             return None
@@ -97,12 +102,14 @@ class Intake:
         self.counters["received"] += 1
         self.counters[self._count_key[topic]] += 1
         self._last[topic] = env
-        if self._user_id:
-            self.peer = client_of(head)
-        else:
-            peer, by_address = self._peer_of[sock]
-            self.peer = peer if by_address is None else server_of(head, by_address)
         return env
+
+    def _refuse(self, why: str) -> None:
+        """Count a message the wire refused, and tell ``say`` why (one rate-limited line)."""
+        self.counters["rejected"] += 1
+        if self._say is not None:
+            self._say("rejected", lambda: f"a message of {'/'.join(self.topics)} refused "
+                                          f"by the wire ({why}); fix its sender")
 
 
 def left_ms(deadline: int | None, timeout_ms: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import zmq
 
 from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK, NOBLOCK_MORE as _NOBLOCK_MORE
+from rtinfer.transport.bus.shm import ShmSender, is_shm, refuse_curve
 from rtinfer.transport.bus.sockets import BusSocket, Curve
 from rtinfer.transport.bus.topics import addressed_topic
 from rtinfer.transport.wire import encode_frames, now_ns
@@ -20,12 +21,23 @@ class Publisher(BusSocket):
 
     Arrays of at least ``oob_bytes`` go out-of-band and are sent without copying: do not
     mutate them after ``publish`` (zmq reads them later from its I/O thread).
+
+    An ``shm://NAME`` endpoint makes a ShmPublisher: the same messages in shared memory on
+    this host (rtinfer.transport.bus.shm, docs/wire.md), needing the ``rtinfer[shm]`` extra.
     """
+
+    def __new__(cls, endpoint: str, *args, **kwargs):
+        if cls is Publisher and is_shm(endpoint):
+            cls = ShmPublisher
+        return super().__new__(cls)
 
     def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
                  ctx: zmq.Context | None = None, curve: Curve = None,
                  oob_bytes: int = 65536) -> None:
         super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve)
+        self._fields(src, oob_bytes)
+
+    def _fields(self, src: str, oob_bytes: int) -> None:
         self.endpoint = self.endpoints[0]
         self.src = src
         self.counters = {"sent": 0, "dropped": 0}
@@ -61,21 +73,22 @@ class Publisher(BusSocket):
         if topic_b is None:
             topic_b = self._topic_bytes[key] = topic.encode() if to is None else \
                 addressed_topic(topic, to)
-        counters = self.counters
+        if not self._send(topic_b, frames):
+            self.counters["dropped"] += 1
+            return False
+        self.counters["sent"] += 1
+        return True
+
+    def _send(self, topic_b: bytes, frames: list) -> bool:
+        """The multipart message [topic, *frames]; False if zmq refused part of it."""
         if self._open_multipart and not self._terminate():
-            counters["dropped"] += 1
             return False
         sock = self._sock
         try:
             sock.send(topic_b, _NOBLOCK_MORE)
         except zmq.Again:
-            counters["dropped"] += 1
             return False
-        if not self._send_rest(sock, frames):
-            counters["dropped"] += 1
-            return False
-        counters["sent"] += 1
-        return True
+        return self._send_rest(sock, frames)
 
     def _send_rest(self, sock: zmq.Socket, frames: list) -> bool:
         """The frames after the topic; big ones zero-copy. False if zmq refused one."""
@@ -106,3 +119,31 @@ class Publisher(BusSocket):
             return False
         self._open_multipart = False
         return True
+
+
+class ShmPublisher(Publisher):
+    """A Publisher on ``shm://NAME`` (``Publisher(endpoint, ...)`` makes one): each message is
+    one iceoryx2 sample, its arrays copied once into it (rtinfer.transport.bus.shm). Never
+    blocks: a subscriber's queue (shm.QUEUE) loses its oldest message to a new one, seen as
+    a seq gap; ``dropped`` counts the messages no sample could be loaned for. bind, hwm and
+    ctx mean nothing here (both sides open the service); curve is refused (one host).
+    """
+
+    def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, curve: Curve = None,
+                 oob_bytes: int = 65536) -> None:
+        refuse_curve(endpoint, curve)
+        self._sock = self._healer = self._watch = None  # BusSocket's: no zmq socket here
+        self._tending = False
+        self.endpoints = [endpoint]
+        self._sender: ShmSender | None = ShmSender(endpoint)
+        self._fields(src, oob_bytes)
+
+    def _send(self, topic_b: bytes, frames: list) -> bool:
+        return self._sender.send(topic_b, frames)
+
+    def close(self) -> None:
+        """Let go of the service at once (subscribers keep the samples they hold); idempotent."""
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None

@@ -1,6 +1,7 @@
 """The bus's subscriber: validated, counted, stamped receive (rtinfer.transport.bus)."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Mapping, Sequence
 
 import zmq
@@ -9,6 +10,8 @@ from zmq import zmq_poll
 from rtinfer.transport.bus.heal import HEAL_EVERY_NS
 from rtinfer.transport.bus.intake import EMPTY as _EMPTY, Intake, left_ms
 from rtinfer.transport.bus.peers import by_peer
+from rtinfer.transport.bus.shm import is_shm, refuse_curve
+from rtinfer.transport.bus.shm_intake import ShmLeg, ShmWait
 from rtinfer.transport.bus.sockets import POLLIN as _POLLIN
 from rtinfer.transport.bus.sockets import BusSocket, Curve
 from rtinfer.transport.bus.topics import addressed_topic, hard_cap_bytes
@@ -78,19 +81,27 @@ class Subscriber(Intake):
             (zmq.SUBSCRIBE, addressed_topic(t, self._to[t]) if t in self._to else t.encode())
             for t in self.topics]
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        shm_eps = [ep for ep in eps if is_shm(ep)]
+        zmq_eps = [ep for ep in eps if not is_shm(ep)]
         self._own_ctx = ctx is None
         self._ctx = zmq.Context() if ctx is None else ctx
         self._legs: list[BusSocket] = []
+        self._shm_legs: list[ShmLeg] = []
+        self._shm_wait: ShmWait | None = None
         leg_peers = []
         try:
-            for group, peer, by_address in by_peer(eps, curve, bind):
+            for group, peer, by_address in by_peer(zmq_eps, curve, bind) if zmq_eps else ():
                 self._legs.append(BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=self._ctx,
                                              curve=curve, options=options))
                 leg_peers.append((peer, by_address))
+            prefixes = tuple(value for opt, value in options if opt == zmq.SUBSCRIBE)
+            for ep in shm_eps:
+                refuse_curve(ep, curve)
+                self._shm_legs.append(ShmLeg(ep, hwm, prefixes, self))
         except BaseException:
             self.close()
             raise
-        self.endpoints = [ep for leg in self._legs for ep in leg.endpoints]
+        self.endpoints = [ep for leg in self._legs for ep in leg.endpoints] + shm_eps
         # sock -> (its one peer, None) or (None, {Peer-Address: peer}); binding with CURVE:
         # ZAP's User-Id names each message's client
         self._peer_of = {leg._sock: p for leg, p in zip(self._legs, leg_peers)}
@@ -109,10 +120,19 @@ class Subscriber(Intake):
         self._max_bytes = max_bytes
         self._drain_limit = 2 * hwm + 1  # bounds the work of one call under a flood
         # zmq_poll directly: Poller costs more. With several sockets the order rotates after
-        # each message handed out, so one that floods cannot starve the others.
-        self._poll_items = [(leg._sock, _POLLIN) for leg in self._legs]
+        # each message handed out, so one that floods cannot starve the others. shm endpoints
+        # are items too; then an iceoryx2 WaitSet waits on all of them (shm_intake).
+        socks = [leg._sock for leg in self._legs]
+        self._poll_items = [(s, _POLLIN) for s in socks] + [(leg, _POLLIN) for leg in self._shm_legs]
         self._rotate = len(self._poll_items) > 1
-        self._alone = {item[0]: [item] for item in self._poll_items}  # each socket's own poll
+        self._takers = {s: partial(self._take, s) for s in socks}  # item -> one message off it
+        self._queued = {s: partial(zmq_poll, [(s, _POLLIN)], 0) for s in socks}  # -> anything left
+        self._takers.update({leg: leg.take for leg in self._shm_legs})
+        self._queued.update({leg: leg.queued for leg in self._shm_legs})
+        self._poll = zmq_poll
+        if self._shm_legs:
+            self._shm_wait = ShmWait(self._shm_legs, socks)
+            self._poll = self._shm_wait.poll
         self._pending: dict[str, Envelope] = {}  # newest per topic, not yet handed out
         self._pending_peers: dict[str, str | None] = {}
         self._last: dict[str, Envelope] = {}
@@ -124,6 +144,7 @@ class Subscriber(Intake):
     sessions_ended = property(lambda self: sum(leg.sessions_ended for leg in self._legs))
     revocations = property(lambda self: sum(leg.revocations for leg in self._legs))
     revoked = property(lambda self: [name for leg in self._legs for name in leg.revoked])
+    receive_errors = property(lambda self: sum(leg.receive_errors for leg in self._shm_legs))
 
     def _tend(self, now: int) -> None:
         self._next_tend = now + HEAL_EVERY_NS
@@ -155,12 +176,13 @@ class Subscriber(Intake):
         wait_ms, items = timeout_ms, self._poll_items
         # Poll before reading: reading an empty socket raises zmq.Again, which costs ~3x more.
         while True:
-            ready = zmq_poll(items, wait_ms)
+            ready = self._poll(items, wait_ms)
             if not ready:
                 return None
             for sock, _ in ready:
+                take = self._takers[sock]
                 for _ in range(self._drain_limit):
-                    env = self._take(sock)
+                    env = take()
                     if env is _EMPTY:
                         break
                     if env is not None:
@@ -203,9 +225,13 @@ class Subscriber(Intake):
 
     def close(self) -> None:
         """Close every socket at once (LINGER 0, queued messages are discarded); idempotent."""
-        for leg in self._legs:
+        if self._shm_wait is not None:
+            self._shm_wait.close()
+            self._shm_wait = None
+        for leg in (*self._legs, *self._shm_legs):
             leg.close()
-        self._legs = []
+        self._legs, self._shm_legs = [], []
+        self._takers = self._queued = {}  # they hold bound methods: let self go
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
             self._ctx = None
