@@ -1,10 +1,10 @@
 """The C++ example controller follows a fleet move (docs/fleet.md, "A fleet on Ray"): its one
 SUB socket connected to two real inference nodes (--actions EP1 EP2 --addressed), the robot
 served by one (its robots file, as rtinfer.fleet's host actor writes it). Served by both for a
-while (a partition's overlap), it takes chunks from both by the reference's rules and counts
-each node's; its node killed (SIGKILL), it holds; written into the other node's robots file, it
-resumes from that node. No chunk is ever applied past its deadline. No Ray: the moves are what
-a host actor does."""
+while (a partition's overlap), it takes one node's chunks and counts the other's; its node
+killed (SIGKILL), it holds; written into the other node's robots file, it resumes from that
+node. No chunk is ever applied past its deadline. No Ray: the moves are what a host actor
+does."""
 from __future__ import annotations
 
 import json
@@ -20,6 +20,9 @@ from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
 DEADLINE_NS = 100_000_000  # the controller's default --deadline-ms
+# The controller holds, and takes another node, after its node is silent for the deadline
+# plus this: long enough that a busy machine never makes node a look gone while both serve.
+CHUNK_INTERVAL_MS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +88,7 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
                        "--drafter", "none", "--no-budget", "--threads", "1", "--batch", "1"])
              for n in ("a", "b")}
     ctl = start(controller_cmd(release, [eps["act-a"], eps["act-b"]], eps["robot"],
-                               extra=["--addressed"]))
+                               extra=["--addressed", "--chunk-interval-ms", str(CHUNK_INTERVAL_MS)]))
     robot = Robot(eps)
     try:
         for proc in (*nodes.values(), ctl):
@@ -94,17 +97,17 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
         assert robot.run(lambda: len(robot.applied) >= 5, 30), "node a never served the robot"
         write(files["b"], {"cpparm": eps["obs"]})  # b serves it too, for a while
         taken = lambda node: robot.counters().get(f"chunks_from.policy-{node}", 0)
-        assert robot.run(lambda: taken("b") >= 3, 15), "node b never served the robot"
-        both = robot.counters()
+        counted = lambda: robot.counters().get("chunks_other_source", 0)
+        assert robot.run(lambda: counted() >= 8, 15), "node b's chunks were not counted"
+        both = robot.counters()  # a's stream taken, b's counted
         write(files["b"], {})  # taken off b: a serves it alone
         alone = taken("a") + 3
         assert robot.run(lambda: taken("a") >= alone, 10), "node a stopped serving the robot"
-        at_kill = robot.counters()
         nodes["a"].kill()  # SIGKILL: no goodbye; its last chunks may still be in flight
         nodes["a"].wait()
         kill_ns = now_ns()
         held = lambda: any(t > kill_ns and s == "hold" for t, s, _ in robot.health)
-        assert robot.run(held, 5), "the controller did not hold when its node died"
+        assert robot.run(held, 5 + CHUNK_INTERVAL_MS / 1e3), "the controller did not hold"
         robot.run(lambda: False, 0.5)  # held, and nothing fresh comes meanwhile
         move_ns = now_ns()
         assert robot.applied_since(kill_ns) == []
@@ -122,7 +125,8 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
     stale = [(cap, app) for cap, app in robot.applied if app - cap > DEADLINE_NS]
     assert stale == [] and report["e2e_max_ms"] <= DEADLINE_NS / 1e6, stale
     assert c["holds"] >= 1 and c["rejected_bad"] == c["rejected_hash"] == c["rejected_dest"] == 0
-    assert c["chunks_from.policy-b"] - at_kill["chunks_from.policy-b"] >= 5, (at_kill, c)
+    assert (both.get("chunks_from.policy-b", 0), both["source_switches"]) == (0, 0), both
+    assert c["chunks_from.policy-b"] >= 5 and c["source_switches"] == 1, c  # after the move
     first = min(a for _, a in robot.applied_since(move_ns))
     print(f"applied {len(robot.applied)} cycles, 0 stale; first fresh chunk "
           f"{(first - move_ns) / 1e6:.0f} ms after the move; while both served: {both}; "

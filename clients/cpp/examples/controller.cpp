@@ -6,8 +6,9 @@
 // {"pos": float32 (D,)}, stamped capture) for a policy that reads them; without it the
 // robot's observations come from elsewhere (a camera process). With --camera NAME
 // --frame-hw H,W each obs also carries a uint8 [H, W, 3] frame of camera NAME (camera.hpp).
-// --actions may name several inference nodes (a fleet's): the chunks addressed to --robot are
-// taken from whichever serves it, by the same rules; chunks_from.SRC counts each node's.
+// --actions may name several inference nodes (a fleet's): the chunks for --robot are taken
+// from whichever serves it, one node at a time (OneSource), by the same rules;
+// chunks_from.SRC counts the chunks taken from each node.
 //
 //   rtinfer_controller --actions ipc:///tmp/act --control ipc:///tmp/ctl --publish ipc:///tmp/robot
 //       --robot arm --tokenizer models/zoo/conveyor-v1/tokenizer.json --seconds 10
@@ -25,6 +26,7 @@
 #include "rtinfer/bus.hpp"
 #include "rtinfer/controller.hpp"
 #include "rtinfer/json.hpp"
+#include "rtinfer/one_source.hpp"
 #include "camera.hpp"
 
 using namespace rtinfer;
@@ -106,12 +108,14 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-// The rules' counters and chunks_from.SRC, the chunks taken from each policy node (their
-// names are kept in `keep` until the message is sent).
-Value counters_map(const ChunkRules& rules, const std::map<std::string, uint64_t>& chunks_from,
-                   std::deque<std::string>& keep) {
+// The rules' counters, OneSource's, and chunks_from.SRC, the chunks taken from each policy
+// node (their names are kept in `keep` until the message is sent).
+Value counters_map(const ChunkRules& rules, const OneSource& follow,
+                   const std::map<std::string, uint64_t>& chunks_from, std::deque<std::string>& keep) {
     Value m = Value::object({});
     for (const auto& kv : rules.counters()) m.map.push_back({Value::str(kv.first), Value::uinteger(kv.second)});
+    m.map.push_back({Value::str("chunks_other_source"), Value::uinteger(follow.chunks_other_source)});
+    m.map.push_back({Value::str("source_switches"), Value::uinteger(follow.source_switches)});
     for (const auto& kv : chunks_from) {
         keep.push_back("chunks_from." + kv.first);
         m.map.push_back({Value::str(keep.back()), Value::uinteger(kv.second)});
@@ -180,7 +184,8 @@ int main(int argc, char** argv) {
         uint64_t obs_sent = 0;
         std::optional<example::Camera> camera;
         if (!o.camera.empty()) camera.emplace(o.camera, o.frame_h, o.frame_w);
-        // the chunks taken from each policy node (src): in a fleet, which node served this robot
+        // in a fleet, one node's chunks at a time; the chunks taken from each node (src)
+        OneSource follow(cfg.deadline_ns + cfg.chunk_interval_ns);
         std::map<std::string, uint64_t> chunks_from;
         const int64_t end = o.seconds >= 0 ? start + int64_t(o.seconds * 1e9) : INT64_MAX;
         std::deque<std::string> keep;
@@ -202,6 +207,9 @@ int main(int argc, char** argv) {
                 if (!msg) break;
                 const wire::Envelope& env = msg->env;
                 if (env.topic == "action_chunk") {
+                    if (env.body.get("dest")->s == o.robot &&
+                        !follow.take(env.src, *wire::get_stamp(env.stamps, "recv")))
+                        continue;  // another node's, while the one followed serves it: counted
                     if (rules.on_waypoint(env, now) == "waypoints_accepted" && rules.chunk().received == 1)
                         ++chunks_from[env.src];
                 } else if (env.topic == "command") {
@@ -256,7 +264,7 @@ int main(int argc, char** argv) {
                 }
                 Value body = Value::object({{Value::str("node"), Value::str(o.name)},
                                             {Value::str("state"), Value::str(rules.state())},
-                                            {Value::str("counters"), counters_map(rules, chunks_from, keep)},
+                                            {Value::str("counters"), counters_map(rules, follow, chunks_from, keep)},
                                             {Value::str("gauges"), gauges}});
                 send("health", body);
             }
@@ -291,6 +299,8 @@ int main(int argc, char** argv) {
         add("pub.dropped", pub.dropped);
         add("pub.errors", publish_errors);
         add("obs_sent", obs_sent);
+        add("chunks_other_source", follow.chunks_other_source);
+        add("source_switches", follow.source_switches);
         for (const auto& kv : chunks_from) add("chunks_from." + kv.first, kv.second);
         out += "}, \"e2e_max_ms\": " + std::to_string(rules.e2e_max_ns / 1e6) + ", \"pos\": [";
         for (size_t d = 0; d < axes.pos.size(); ++d) out += (d ? ", " : "") + std::to_string(axes.pos[d]);
