@@ -81,3 +81,32 @@ def test_a_fleet_file_says_each_problem_in_one_line_with_its_line_and_fix(tmp_pa
     path.write_text(FLEET.replace("convyor", "conveyor").replace("hots", "host"))
     spec = load(path)
     assert spec.robots["cell-2"].host == "gpu-1" and spec.hosts["gpu-1"].capacity is None
+
+
+def test_a_dip_in_a_hosts_measured_capacity_moves_none_of_its_robots():
+    # a: 3 robots, its node now measures room for 1 (a busy second); b has room
+    placed, refused = place(robots(3), seats(a=1, b=4), {"r0": "a", "r1": "a", "r2": "a"})
+    assert placed == {"r0": "a", "r1": "a", "r2": "a"} and refused == {}
+
+
+def test_a_host_not_measured_yet_is_taken_to_fit_what_its_least_measured_peer_fits():
+    s = seats(a=False, b=2, c=None)  # c: a node just started, serving nobody
+    placed, refused = place(robots(6), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "a",
+                                           "r4": "b", "r5": "b"})
+    assert sorted(placed.values()).count("c") == 2  # not all four
+    assert sorted(refused) == ["r2", "r3"] and "c full (2/2)" in refused["r2"]
+
+
+def test_a_host_that_joins_takes_the_refused_robots_then_balances_the_rest():
+    current = {f"r{i}": "a" for i in range(6)}
+    s = seats(a=6, b=8)
+    placed, _ = place(robots(6), s, current)  # no balance: nothing moves
+    assert placed == current
+    placed, refused = place(robots(6), s, current, balance=True)
+    assert refused == {} and sorted(placed.values()) == ["a"] * 3 + ["b"] * 3
+    assert all(placed[r] == "a" for r in ("r0", "r1", "r2"))  # the rest stay
+    over = seats(a=2, b=3)  # a full, r2..r4 refused; b joins: takes them, then balances
+    placed, refused = place(robots(5), over, {"r0": "a", "r1": "a"}, balance=True)
+    assert refused == {} and sorted(placed.values()).count("b") == 3
+    placed2, _ = place(robots(5), over, placed, balance=True)
+    assert placed2 == placed  # balanced: a second look moves nothing

@@ -23,11 +23,14 @@ def write(path, robots: dict) -> None:
     os.replace(tmp, path)
 
 
-def answered(node, act, pub, rng, name: str, tries: int = 200) -> bool:
-    """Publish as robot `name` until the node sends it a chunk (the slow joiner)."""
-    for _ in range(tries):
+def answered(node, act, pub, rng, name: str, seconds: float = 5.0) -> bool:
+    """Publish as robot `name` every 20 ms until the node sends it a chunk (the slow joiner),
+    for up to `seconds` (a node subscribed to nothing returns from spin_once at once)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
         node.spin_once(20)
+        time.sleep(0.02)
         env = act.recv(0)
         while env is not None:
             if env.topic == "action_chunk" and env.body["dest"] == name:
@@ -54,14 +57,14 @@ def node_and_robots(tiny_model_dir, tmp_path):
 def test_a_robot_written_in_is_served_and_one_taken_out_is_let_go(node_and_robots, capsys):
     node, pubs, act, eps, robots_file = node_and_robots
     rng = np.random.default_rng(0)
-    assert not answered(node, act, pubs["a"], rng, "a", tries=10), "served before it was named"
+    assert not answered(node, act, pubs["a"], rng, "a", 0.3), "served before it was named"
     write(robots_file, {"a": eps["a"]})
     assert answered(node, act, pubs["a"], rng, "a")
     write(robots_file, {"b": eps["b"]})  # a moves away, b moves in
     assert answered(node, act, pubs["b"], rng, "b")
     assert "a" not in node.robots.slots
     assert node.health()["counters"]["robots_released"] == 1
-    assert not answered(node, act, pubs["a"], rng, "a", tries=20), "a served after it left"
+    assert not answered(node, act, pubs["a"], rng, "a", 0.5), "a served after it left"
     assert "robots file" in capsys.readouterr().err
 
 

@@ -13,7 +13,8 @@ Its loop (a thread of the actor, every STEP_S):
 - on any change the robots are placed again (rtinfer.fleet.placement) and each host whose
   robots changed is told, hosts losing robots first, so a robot's key is on one host's
   allow-list at a time. A robot refused everywhere is said, one line per robot, and shown
-  in `status`.
+  in `status`. A host that comes up after the first placement takes the robots refused for
+  want of room, and robots from the most loaded hosts of its model (placement's balance).
 
 A restarted controller (Ray restarts it: max_restarts) rebuilds the table from the host
 actors, which keep serving meanwhile: robots keep their node. Ray never carries an
@@ -44,7 +45,6 @@ JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts 
 EVENTS = 50        # the last events `status` shows
 RETRY_S = 5.0      # how often robots refused everywhere are placed again
 REFUSED_FOR_S = 30.0  # a robot a host's node refused goes there last for this long
-CAPACITY_S = 10.0  # a host's room is the most its node measured in this window
 
 
 def host_actor_name(host: str) -> str:
@@ -71,22 +71,22 @@ class FleetController:
         self.polls: dict[object, str] = {}      # poll() ref -> host
         self.next_poll: dict[str, float] = {}
         self.health: dict[str, dict] = {}       # host -> its last poll
-        self.capacities: dict[str, deque] = {}  # host -> (when, its node's measured capacity)
         self.placed: dict[str, str] = {}        # robot -> host
         self.refused: dict[str, str] = {}       # robot -> why
-        self.events: deque = deque(maxlen=EVENTS)
+        self.events: deque = deque(maxlen=EVENTS)  # (time.monotonic(), text)
         self.moves = 0
         self._stop = threading.Event()
         self._next_join = 0.0
         self._placed_once = False  # the first placement waits for the hosts starting
         self._next_retry = 0.0
+        self._balance = False  # a host came up: the next placement balances
         self._rebuild()
         self._thread = threading.Thread(target=self._loop, name="fleet-controller", daemon=True)
         self._thread.start()
 
     # --- the table ---------------------------------------------------------------------------
     def _say(self, text: str) -> None:
-        self.events.append((time.time(), text))
+        self.events.append((time.monotonic(), text))
         print(f"fleet: {text}", file=sys.stderr, flush=True)
 
     def _read_keys(self) -> dict[str, str]:
@@ -141,10 +141,11 @@ class FleetController:
 
     def _lost(self, name: str, why: str) -> None:
         self.actors.pop(name, None)
-        self.capacities.pop(name, None)
         self.seats[name].up = False
+        self.seats[name].capacity = None
         self.health.pop(name, None)
         self._say(f"host {name} lost ({why}): its robots hold until placed again")
+        self._next_join = 0.0  # its Ray node may live on: its node is started again at once
         for ref in [r for r, h in self.polls.items() if h == name]:
             del self.polls[ref]
 
@@ -183,6 +184,7 @@ class FleetController:
                     continue
                 self.seats[name].up = True
                 self._say(f"host {name} up (node pid {pid})")
+                self._balance |= self._placed_once  # not the first placement: balance
                 changed = True
                 continue
             name = self.polls.pop(ref, None)
@@ -210,7 +212,8 @@ class FleetController:
             pass
 
     def _note(self, name: str, state: dict) -> bool:
-        """A host's poll: its measured capacity and its node's refusals; True on a change."""
+        """A host's poll: its node's capacity (measured now: placement goes by the figure
+        the node's admission uses) and its node's refusals; True on a change."""
         seat, declared = self.seats[name], self.spec.hosts[name].capacity
         self.health[name] = state
         changed = False
@@ -222,15 +225,7 @@ class FleetController:
             seat.refused[robot] = now
         for robot in [r for r, t in seat.refused.items() if now - t > REFUSED_FOR_S]:
             del seat.refused[robot]  # its load may have fallen since: it may try again
-        # what it measured, at its best of the last CAPACITY_S (a busy second is a
-        # dip in its p99, not room lost: its own admission still refuses what overloads it)
-        seen = self.capacities.setdefault(name, deque())
-        if state["capacity"] is not None:
-            seen.append((now, state["capacity"]))
-        while seen and now - seen[0][0] > CAPACITY_S:
-            seen.popleft()
-        caps = [c for c in (declared, max((c for _, c in seen), default=None))
-                if c is not None]
+        caps = [c for c in (declared, state["capacity"]) if c is not None]
         cap = min(caps) if caps else None
         if cap != seat.capacity:
             seat.capacity = cap
@@ -238,7 +233,8 @@ class FleetController:
         return changed
 
     def _place(self) -> None:
-        placed, refused = place(self._allowed(), self.seats, self.placed)
+        placed, refused = place(self._allowed(), self.seats, self.placed, self._balance)
+        self._balance = False
         for robot, why in refused.items():
             if self.refused.get(robot) != why:
                 self._say(why)
@@ -279,8 +275,11 @@ class FleetController:
         """{name, hosts: {host: {state, model, actions, capacity, robots, pid, cycles}},
         robots: {robot: {host, model, state (placed, refused: by every host with room, or
         by the node of its host, which admits it when its load falls; revoked; waiting),
-        why}}, moves, events: [[unix time, text], ...]}."""
+        why}}, moves, events: [[age in s, text], ...] oldest first, monotonic_s: this
+        controller's time.monotonic() when it answered (an event happened at monotonic_s -
+        age, CLOCK_MONOTONIC: comparable on its machine)}."""
         with self.lock:
+            now = time.monotonic()
             hosts = {}
             for name, host in self.spec.hosts.items():
                 h = self.health.get(name, {})
@@ -304,7 +303,8 @@ class FleetController:
                             f"load falls, no other host has room" if by_node
                             else self.refused.get(r))}
             return {"name": self.spec.name, "hosts": hosts, "robots": robots,
-                    "moves": self.moves, "events": [list(e) for e in self.events]}
+                    "moves": self.moves, "monotonic_s": now,
+                    "events": [[round(now - t, 3), text] for t, text in self.events]}
 
     def down(self) -> None:
         """Stop every host's node and actor, then the loop; the caller kills this actor."""

@@ -29,6 +29,7 @@ from rtinfer.transport.bus import Subscriber
 from rtinfer.transport.curve import CurveConfig
 
 READY_S = 120.0  # a node loading its model on a busy host takes a while
+HEALTH_HZ = 10.0  # the node's health: its refusals and capacity reach the controller this fast
 PR_SET_PDEATHSIG = 1
 
 
@@ -69,7 +70,7 @@ class InferenceHost:
         cmd = [sys.executable, "-m", "rtinfer.inference.node", "--model", s.models[h.model],
                "--robots-file", str(self.robots_file), "--actions", h.actions,
                "--name", f"policy-{h.name}", "--address-chunks",
-               "--deadline-ms", str(s.deadline_ms), *s.node_args]
+               "--deadline-ms", str(s.deadline_ms), "--health-hz", str(HEALTH_HZ), *s.node_args]
         if s.keys:
             cmd += ["--curve-secret", str(Path(s.keys) / f"{h.name}.key_secret"),
                     "--curve-map", str(self._curve_map())]

@@ -1,16 +1,19 @@
 """Which inference host serves which robot: pure decisions, no Ray, no clock, no socket.
 
-`place` keeps every robot where it is while its host is up, serves its model and has room
-(a move costs the robot a hold, so nothing moves for balance alone), then puts each other
-robot (new, or its host lost) on the host of its model with the most room left, its own
-`host` first when that one has room. A robot that fits nowhere is refused, with why: never
-placed on a host that would have to refuse it. A host's room is its capacity: the least of
-the one declared in FLEET.yaml and the one its node measures (health `capacity`, the
-admission figure; the controller passes its best of the last seconds), less the robots
-placed on it; a host whose node refused a robot placed
-there is given that robot again only when no other host has room (`Seat.refused`), and a
-robot every host with room refused stays where it is: its node admits it by itself once its
-load has fallen (no robot bounces between refusing hosts).
+`place` keeps every robot where it is while its host is up and serves its model (a move
+costs the robot a hold, so a dip in a host's measured capacity moves nothing: its node's
+own admission and overload count guard the robots it serves), then puts each other robot
+(new, or its host lost) on the host of its model with the most room left, its own `host`
+first when that one has room. A robot that fits nowhere is refused, with why: never placed
+on a host that would have to refuse it. A host's room is its capacity: the least of the one
+declared in FLEET.yaml and the one its node measures now (health `capacity`, the figure its
+admission uses), less the robots placed on it; a host not measured yet (a node just
+started, serving nobody) is taken to fit what the least of its model's measured hosts fits.
+A host whose node refused a robot placed there is given that robot again only when no other
+host has room (`Seat.refused`), and a robot every host with room refused stays where it is:
+its node admits it by itself once its load has fallen (no robot bounces between refusing
+hosts). With `balance` (a host has just joined), robots then move from the most loaded host
+of a model to the one with the most room while their loads differ by two or more.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 
 from rtinfer.fleet.spec import Robot
 
-UNMEASURED = 1 << 16  # the room of a host with no capacity declared nor measured yet
+UNMEASURED = 1 << 16  # the room of a host with no capacity declared nor measured anywhere
 
 
 @dataclass
@@ -33,14 +36,14 @@ class Seat:
     refused: dict[str, float] = field(default_factory=dict)
 
 
-def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, str]
-          ) -> tuple[dict[str, str], dict[str, str]]:
+def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, str],
+          balance: bool = False) -> tuple[dict[str, str], dict[str, str]]:
     """(robot -> host for every robot placed, robot -> why for every robot refused)."""
     load = {s.name: 0 for s in seats.values() if s.up}
+    caps = {s.name: _capacity(s, seats) for s in seats.values()}
 
     def room(seat: Seat) -> int:
-        cap = UNMEASURED if seat.capacity is None else seat.capacity
-        return cap - load[seat.name] if seat.up else 0
+        return caps[seat.name] - load[seat.name] if seat.up else 0
 
     def fits(robot: Robot, seat: Seat) -> bool:
         return seat.model == robot.model and room(seat) > 0
@@ -53,7 +56,7 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
     placed, refused = {}, {}
     for name in sorted(current):  # stay where you are (refused there: unless elsewhere)
         seat = seats.get(current[name])
-        if name in robots and seat is not None and fits(robots[name], seat) \
+        if name in robots and seat is not None and seat.up and seat.model == robots[name].model \
                 and (name not in seat.refused or not elsewhere(robots[name], seat)):
             placed[name] = seat.name
             load[seat.name] += 1
@@ -61,7 +64,7 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
         robot = robots[name]
         fit = [s for s in seats.values() if fits(robot, s)]
         if not fit:
-            refused[name] = why_refused(robot, seats, load)
+            refused[name] = why_refused(robot, seats, load, caps)
             continue
         # a host whose node refused it only when no other has room: that node admits it
         # by itself once its load has fallen (it checks a refused robot once a second)
@@ -71,10 +74,45 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
                                                           [-ord(c) for c in s.name]))
         placed[name] = seat.name
         load[seat.name] += 1
+    if balance:
+        for _ in range(len(placed)):  # each turn moves one robot, or stops
+            if not _move_one(robots, seats, placed, load, room):
+                break
     return placed, refused
 
 
-def why_refused(robot: Robot, seats: dict[str, Seat], load: dict[str, int]) -> str:
+def _capacity(seat: Seat, seats: dict[str, Seat]) -> int:
+    """seat's capacity; unmeasured: the least measured among its model's hosts up."""
+    if seat.capacity is not None:
+        return seat.capacity
+    known = [s.capacity for s in seats.values()
+             if s.up and s.model == seat.model and s.capacity is not None]
+    return min(known) if known else UNMEASURED
+
+
+def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str, str],
+              load: dict[str, int], room) -> bool:
+    """Move one robot from the most loaded host of a model to the one of that model with the
+    most room, when their loads differ by two or more; whether one moved."""
+    for model in sorted({s.model for s in seats.values() if s.up}):
+        up = [s for s in seats.values() if s.up and s.model == model]
+        full = max(up, key=lambda s: (load[s.name], s.name))
+        for target in sorted(up, key=lambda s: (-room(s), s.name)):
+            if target is full or room(target) <= 0 or load[full.name] - load[target.name] < 2:
+                continue
+            movable = sorted(r for r, h in placed.items() if h == full.name
+                             and robots[r].model == model and r not in target.refused)
+            if movable:
+                robot = movable[-1]
+                placed[robot] = target.name
+                load[full.name] -= 1
+                load[target.name] += 1
+                return True
+    return False
+
+
+def why_refused(robot: Robot, seats: dict[str, Seat], load: dict[str, int],
+                caps: dict[str, int]) -> str:
     """One line: why no host takes `robot`, and what would."""
     of_model = [s for s in seats.values() if s.model == robot.model]
     if not of_model:
@@ -82,6 +120,6 @@ def why_refused(robot: Robot, seats: dict[str, Seat], load: dict[str, int]) -> s
                 f"to FLEET.yaml (hosts: NAME: {{model: {robot.model}, actions: ...}})")
     states = ", ".join(
         f"{s.name} down" if not s.up else
-        f"{s.name} full ({load[s.name]}/{s.capacity})" for s in of_model)
+        f"{s.name} full ({load[s.name]}/{caps[s.name]})" for s in of_model)
     return (f"robot {robot.name!r} refused: no host of model {robot.model!r} has room "
             f"({states}); start another host of that model, or raise a capacity")

@@ -299,6 +299,8 @@ class InferenceNode:
             if self.robots.slots.pop(name, None) is not None:
                 self.counters["robots_released"] += 1
             self.robots.refused.pop(name, None)
+        for name in [n for n in robots if n not in before]:  # placed here (again): its next
+            self.robots.refused.pop(name, None)                # observation is checked at once
         eps = list(dict.fromkeys([*self._static_obs, *robots.values()]))
         if eps != self._obs_eps:
             self._subscribe(eps)
