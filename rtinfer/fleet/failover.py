@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 
 import numpy as np
 
+from rtinfer.fleet.lan import why_not
 from rtinfer.fleet.local import LocalFleet
 from rtinfer.model.zoo import zoo_model
 
@@ -75,7 +77,7 @@ def one_run(a, phases=("node", "host")) -> dict:
     out = {}
     with LocalFleet(a.model, hosts=a.hosts, robots=a.robots, rate_hz=a.rate_hz,
                     deadline_ms=a.deadline_ms, node_args=tuple(a.node_args), stream=a.stream,
-                    robot_file=a.robot_file, curve=a.curve) as fleet:
+                    robot_file=a.robot_file, curve=a.curve, netns=a.netns) as fleet:
         fleet.wait(_settled)
         fleet.start_robots(a.seconds)
         for phase in phases:
@@ -98,12 +100,26 @@ def one_run(a, phases=("node", "host")) -> dict:
                                             if after["robots"][r]["state"] == "refused"),
                           "placed_s": (time.monotonic_ns() - kill_ns) / 1e9}
         records = fleet.records()
-        out["refusals"] = [t for _, t in fleet.status()["events"] if "refused" in t]
+        st = fleet.status()
+        out["refusals"] = [t for _, t in st["events"] if "refused" in t]
     period_ms = 1e3 / a.rate_hz
-    for phase in (out[p] for p in phases):
+    for name, phase in ((p, out[p]) for p in phases):
         kill_ns = phase.pop("kill_ns")
+        phase["events"] = events_after(st, kill_ns, phase["host"], phase["moved"])
         phase["robots"] = {r: robot_figures(records[r], kill_ns, a.deadline_ms, period_ms)
                            for r in phase["moved"]}
+    return out
+
+
+def events_after(st: dict, kill_ns: int, host: str, moved: list[str]) -> list:
+    """The controller's events about `host` or the `moved` robots in the 10 s after kill_ns,
+    as [ms from the kill, text] (its stamps are CLOCK_MONOTONIC, as kill_ns: one machine)."""
+    out = []
+    for age_s, text in st["events"]:
+        ms = ((st["monotonic_s"] - age_s) * 1e9 - kill_ns) / 1e6
+        words = text.replace("'", " ").replace(":", " ").split()
+        if 0 <= ms <= 10_000 and (host in words or any(r in words for r in moved)):
+            out.append([round(ms, 1), text])
     return out
 
 
@@ -125,14 +141,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="more arguments for every inference node")
     p.add_argument("--curve", action="store_true", help="tcp on loopback with CURVE, a key "
                    "per host and robot (default: ipc, no keys)")
+    p.add_argument("--netns", action=argparse.BooleanOptionalAction, default=True,
+                   help="each host and the robots in a network namespace of their own, all "
+                   "traffic tcp between them (root; --no-netns: Ray nodes on this machine's "
+                   "network, ipc or loopback)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     a = p.parse_args(argv)
+    if a.netns and why_not() is not None:
+        p.error(f"--netns: {why_not()}")
     runs = []
     with contextlib.redirect_stdout(sys.stderr):  # Ray's notices: stdout stays one JSON
         for k in range(a.repeats):
             runs.append(one_run(a))
             print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
     result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats, "curve": a.curve,
+              "netns": a.netns, "load_avg": [round(x, 2) for x in os.getloadavg()],
               "rate_hz": a.rate_hz, "deadline_ms": a.deadline_ms, "model": a.model, "runs": runs,
               **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),
                          "moved": sum(len(run[phase]["moved"]) for run in runs),
