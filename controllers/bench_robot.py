@@ -21,6 +21,12 @@ write --out (.npz) and exit 0. Imports no inference package (robot-safe).
 Across hosts (tcp): --curve-secret and --curve-map as every node takes them (controllers.run,
 rtinfer.transport.curve): its obs endpoint is bound as a CURVE server, the policy's actions
 endpoint connected as a client; a bad key setup is a usage error (exit 2) before any socket.
+
+Several --actions (a fleet): it takes one node's chunks at a time (OneSource). Chunks from
+another node while the one followed still serves it (two nodes serving one robot, as after
+a partition) are counted (chunks_other_source) and not applied; it switches (source_switches)
+once the one followed has been silent for a chunk interval and the deadline, when its
+watchdog holds anyway. Each observation's record names the node that answered it.
 """
 from __future__ import annotations
 
@@ -66,6 +72,27 @@ class OneMessage:
         return env
 
 
+class OneSource:
+    """Which node's chunks the robot takes: the one it took last, until that one has been
+    silent for quiet_ns (module doc). Times in ns, passed in; not thread-safe."""
+
+    def __init__(self, quiet_ns: int) -> None:
+        self.quiet_ns = quiet_ns
+        self.src: str | None = None
+        self.last_ns = 0
+        self.counters = {"chunks_other_source": 0, "source_switches": 0}
+
+    def take(self, src: str, now_ns: int) -> bool:
+        if src != self.src:
+            if self.src is not None and now_ns - self.last_ns <= self.quiet_ns:
+                self.counters["chunks_other_source"] += 1
+                return False
+            self.counters["source_switches"] += self.src is not None
+            self.src = src
+        self.last_ns = now_ns
+        return True
+
+
 class Record:
     """Per observation sent in the measured window: what came back for it."""
 
@@ -78,6 +105,8 @@ class Record:
         self.accepted = np.zeros(rows, np.int32)
         self.last_recv_ns = np.zeros(rows, np.int64)
         self.tokens = np.full((rows, horizon, dim), -1, np.int32)
+        self.source = np.full(rows, -1, np.int8)      # index into sources: who answered it
+        self.sources: list[str] = []
         self.row_of: dict[int, int] = {}
 
     def sent(self, capture_ns: int, index: int) -> None:
@@ -91,6 +120,9 @@ class Record:
         if row is None:
             return  # answers an observation outside the window
         b = env.body
+        if env.src not in self.sources:
+            self.sources.append(env.src)
+        self.source[row] = self.sources.index(env.src)
         self.count[row] = b["count"]
         self.received[row] += 1
         self.accepted[row] += accepted
@@ -103,7 +135,8 @@ class Record:
         np.savez(path, capture_ns=self.capture_ns[:n], stream_index=self.stream_index[:n],
                  count=self.count[:n], received=self.received[:n], accepted=self.accepted[:n],
                  last_recv_ns=self.last_recv_ns[:n], tokens=self.tokens[:n],
-                 counters=np.array(json.dumps(counters)))
+                 source=self.source[:n], counters=np.array(json.dumps(
+                     {**counters, "sources": self.sources})))
 
 
 def run(a: argparse.Namespace, curve=None) -> int:
@@ -120,6 +153,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
     feed = OneMessage()
     node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name)
     spec = action if action is not None else tok
+    follow = OneSource(period_ns + int(a.deadline_ms * 1e6))
     print("ready", flush=True)
     times = json.loads(sys.stdin.readline())
     start, measure, end = times["start_ns"], times["measure_ns"], times["end_ns"]
@@ -144,12 +178,15 @@ def run(a: argparse.Namespace, curve=None) -> int:
         env = sub.recv(timeout_ms=min(-(-wait_ns // 1_000_000), 100))  # ceil: no spin
         if env is None:
             continue
+        mine = env.topic == "action_chunk" and env.body.get("dest") == a.name
+        if mine and not follow.take(env.src, env.stamps["recv"]):
+            continue  # another node's, while the one followed serves it: counted
         before = counters["waypoints_accepted"]
         feed.pending = env
         node.tick()
-        if env.topic == "action_chunk" and env.body.get("dest") == a.name:
+        if mine:
             rec.waypoint(env, counters["waypoints_accepted"] > before)
-    rec.save(a.out, {**counters, "obs_sent": k})
+    rec.save(a.out, {**counters, **follow.counters, "obs_sent": k})
     pub.close()
     sub.close()
     return 0
