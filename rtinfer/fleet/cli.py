@@ -4,7 +4,8 @@ hosts").
     rtinfer fleet up FLEET.yaml [--address ADDR]    start the controller (or join the one running)
     rtinfer fleet status [--json] [--address ADDR]  hosts, robots, capacity, placement, events
     rtinfer fleet down [--address ADDR]             stop every host's node and the controller
-    rtinfer fleet demo [--hosts 3] [--robots 8]     a whole fleet on this machine, one host lost
+    rtinfer fleet demo [--hosts 3] [--robots 8] [--json] [--netns]   a whole fleet on this
+                                                    machine, one host lost
 
 up, status and down join the Ray cluster at --address (default: the one `ray start` left
 on this machine). Exit status: 0; 2 for a FLEET.yaml or a cluster that cannot serve (one
@@ -13,6 +14,7 @@ line per problem, with the fix); 1 for a demo whose robots did not all get fresh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -62,8 +64,9 @@ def _ask(ref, what: str, timeout_s: float):
                          f"it may be restarting: try again in a few seconds") from None
 
 
-def render(st: dict) -> None:
-    """The status as two rich tables: hosts, then robots (with why a robot is refused)."""
+def render(st: dict, file=None) -> None:
+    """The status as rich tables: hosts, robots (with why a robot is refused), then the
+    last events (their age: the controller's stamps are monotonic) on `file` (stdout)."""
     from rich.console import Console
     from rich.table import Table
     hosts = Table(title=f"fleet {st['name']}: hosts ({st['moves']} moves)")
@@ -78,9 +81,15 @@ def render(st: dict) -> None:
         robots.add_column(col)
     for name, r in st["robots"].items():
         robots.add_row(name, r["host"] or "-", r["state"], r["why"] or "")
-    console = Console()
+    events = Table(title="events")
+    for col in ("age s", "event"):
+        events.add_column(col)
+    for age_s, text in st["events"][-10:]:
+        events.add_row(f"{age_s:.1f}", text)
+    console = Console(file=file)
     console.print(hosts)
     console.print(robots)
+    console.print(events)
 
 
 def _up(a) -> int:
@@ -112,15 +121,22 @@ def _down(a) -> int:
 
 
 def _demo(a) -> int:
-    with LocalFleet(a.model, hosts=a.hosts, robots=a.robots, quiet=True,
-                    deadline_ms=a.deadline_ms) as fleet:
+    """A local fleet, one host lost mid-run. Ray prints notices on stdout from its threads
+    (a raylet ended, say): stdout is stderr while the fleet runs, and the demo's own output
+    goes to the real stdout (with --json, one JSON object and nothing else)."""
+    out = sys.stdout
+    show = (lambda st: None) if a.json else (lambda st: render(st, out))
+    with contextlib.redirect_stdout(sys.stderr), \
+            LocalFleet(a.model, hosts=a.hosts, robots=a.robots, quiet=True,
+                       deadline_ms=a.deadline_ms, netns=a.netns) as fleet:
         st = fleet.wait(lambda s: all(h["state"] != "starting" for h in s["hosts"].values())
                         and all(r["state"] != "waiting" for r in s["robots"].values()))
-        render(st)
+        show(st)
         fleet.start_robots(a.seconds)
         time.sleep(a.seconds / 3)
         victim = max(st["hosts"], key=lambda h: len(st["hosts"][h]["robots"]))
-        print(f"demo: host {victim} dies (its node, then its Ray node)", flush=True)
+        print(f"demo: host {victim} dies (its node, then its Ray node)",
+              file=sys.stderr if a.json else out, flush=True)
         kill_ns = fleet.kill_host(victim)
         moved = st["hosts"][victim]["robots"]
         fleet.wait(lambda s: all(s["robots"][r]["state"] == "refused" or
@@ -128,13 +144,16 @@ def _demo(a) -> int:
                    timeout_s=60, every_s=0.1)
         time.sleep(1.0)
         after = fleet.status()
-        render(after)
+        show(after)
         records = fleet.records()
     figures = {r: robot_figures(rec, kill_ns, a.deadline_ms, 1e3 / 20.0)
                for r, rec in records.items()}
-    print(json.dumps({"host_lost": victim, "moved": moved, "robots": figures,
-                      "moved_summary": summary([figures[r] for r in moved])}, indent=1))
     placed = [r for r, x in after["robots"].items() if x["state"] == "placed"]
+    print(json.dumps({"host_lost": victim, "moved": moved, "robots": figures,
+                      "refused": sorted(r for r, x in after["robots"].items()
+                                        if x["state"] == "refused"),
+                      "moved_summary": summary([figures[r] for r in moved])},
+                     indent=None if a.json else 1), file=out, flush=True)
     return 0 if all(figures[r]["first_fresh_ms"] is not None for r in placed) else 1
 
 
@@ -156,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seconds", type=float, default=20.0)
     demo.add_argument("--deadline-ms", type=float, default=100.0)
     demo.add_argument("--model", default=str(zoo_model()))
+    demo.add_argument("--netns", action="store_true", help="each host and the robots in a "
+                      "network namespace of their own (root)")
+    demo.add_argument("--json", action="store_true", help="only one JSON object on stdout "
+                      "(the figures), for jq")
     up.set_defaults(func=_up)
     st.set_defaults(func=_status)
     down.set_defaults(func=_down)

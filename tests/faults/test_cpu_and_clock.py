@@ -75,8 +75,6 @@ def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
 
 # Wall-clock reads allowed only where a human-readable date is the point.
 WALL_CLOCK_OK = {"rtinfer/launch/supervisor.py": "run directory name",
-                 "rtinfer/fleet/controller.py": "when each fleet event happened, for people "
-                                                "(`rtinfer fleet status`); it times nothing",
                  "peers/run.py": "date in a benchmark report",
                  "rtinfer/record/messages.py": "a recording's times on the wall clock "
                                                "(Foxglove's and Rerun's timelines)",
