@@ -236,7 +236,7 @@ class FleetController:
         placed, refused = place(self._allowed(), self.seats, self.placed, self._balance)
         self._balance = False
         for robot, why in refused.items():
-            if self.refused.get(robot) != why:
+            if robot not in self.refused:  # once (its why's figures change with capacity)
                 self._say(why)
         for robot, host in placed.items():
             old = self.placed.get(robot)

@@ -50,6 +50,21 @@ def robot_figures(rec: dict, kill_ns: int, deadline_ms: float, period_ms: float)
             "lost": int(np.sum(waiting)), "stale_applied": stale}
 
 
+def unmoved_figures(rec: dict, kill_ns: int, window_ns: int = 5_000_000_000) -> dict:
+    """What a robot that did not move felt while others moved onto its node (whose obs socket
+    is made anew at each change of its robots file): observations captured in the window
+    after the kill answered by no accepted chunk, and the longest gap between accepted
+    chunks' arrivals from a second before the kill to the window's end (ms)."""
+    capture, last = rec["capture_ns"], rec["last_recv_ns"]
+    accepted = rec["accepted"] > 0
+    window = (capture > kill_ns) & (capture < kill_ns + window_ns)
+    arrivals = np.sort(last[accepted & (capture > kill_ns - 1_000_000_000)
+                            & (capture < kill_ns + window_ns)])
+    gap = float(np.diff(arrivals).max()) / 1e6 if len(arrivals) > 1 else None
+    return {"lost": int(np.sum(window & ~accepted)),
+            "max_gap_ms": None if gap is None else round(gap, 1)}
+
+
 def summary(per_robot: list[dict]) -> dict:
     """Medians and maxima of each figure over robots (and runs); None where none had one."""
     out = {}
@@ -108,6 +123,8 @@ def one_run(a, phases=("node", "host")) -> dict:
         phase["events"] = events_after(st, kill_ns, phase["host"], phase["moved"])
         phase["robots"] = {r: robot_figures(records[r], kill_ns, a.deadline_ms, period_ms)
                            for r in phase["moved"]}
+        phase["unmoved"] = {r: unmoved_figures(rec, kill_ns) for r, rec in records.items()
+                            if r not in phase["moved"]}
     return out
 
 
@@ -160,7 +177,14 @@ def main(argv: list[str] | None = None) -> int:
               **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),
                          "moved": sum(len(run[phase]["moved"]) for run in runs),
                          "refused": sum(len(run[phase]["refused"]) for run in runs),
-                         "placed_s_max": max(run[phase]["placed_s"] for run in runs)}
+                         "placed_s_max": max(run[phase]["placed_s"] for run in runs),
+                         "unmoved_lost_max": max((u["lost"] for run in runs
+                                                  for u in run[phase]["unmoved"].values()),
+                                                 default=None),
+                         "unmoved_gap_ms_max": max((u["max_gap_ms"] for run in runs
+                                                    for u in run[phase]["unmoved"].values()
+                                                    if u["max_gap_ms"] is not None),
+                                                   default=None)}
                  for phase in ("node", "host")}}
     if a.json:
         print(json.dumps(result))
