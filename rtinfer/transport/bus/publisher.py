@@ -143,7 +143,8 @@ class ShmPublisher(Publisher):
         return self._sender.send(topic_b, frames)
 
     def close(self) -> None:
-        """Let go of the service at once (subscribers keep the samples they hold); idempotent."""
+        """Let go of the service at once: subscribers lose what they have not received yet
+        and keep the messages they hold; idempotent."""
         if self._sender is not None:
             self._sender.close()
             self._sender = None

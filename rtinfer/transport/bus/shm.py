@@ -21,7 +21,7 @@ SHM = "shm://"
 # publisher preallocates MAX_SUBSCRIBERS x (QUEUE + HELD) + 2 samples of its largest message.
 MAX_PUBLISHERS = 8
 MAX_SUBSCRIBERS = 8
-QUEUE = 4   # a subscriber's queue: newer samples push the oldest out (safe overflow)
+QUEUE = 8   # a subscriber's queue: newer samples push the oldest out (safe overflow)
 HELD = 8    # samples one subscriber may hold at once (messages whose arrays are still alive)
 ALIGN = 64  # every frame starts at a multiple of this from the sample's start
 MAGIC = b"rtb1"
@@ -94,11 +94,10 @@ def layout(topic_b: bytes, sizes: list[int]) -> tuple[list[int], int]:
     return offsets, at
 
 
-def writable(sample) -> memoryview:
-    """The loaned sample's payload as writable bytes (payload().as_memory_view() has format
-    '<B', which memoryview cannot assign to)."""
-    n = sample.payload().len()
-    return memoryview((ctypes.c_uint8 * n).from_address(sample.payload_ptr)).cast("B")
+def payload(sample, size: int):
+    """The sample's ``size`` payload bytes as a ctypes array (writable; payload().as_memory_view()
+    has format '<B', which memoryview cannot assign to, and builds a Python object more)."""
+    return (ctypes.c_uint8 * size).from_address(sample.payload_ptr)
 
 
 class ShmSender:
@@ -122,7 +121,7 @@ class ShmSender:
             sample = self._pub.loan_slice_uninit(length)
         except self._loan_error:
             return False
-        out = writable(sample)
+        out = memoryview(payload(sample, length)).cast("B")
         HEAD.pack_into(out, 0, MAGIC, len(topic_b), len(frames))
         struct.pack_into(f"<{len(sizes)}Q", out, HEAD.size, *sizes)
         at = HEAD.size + 8 * len(frames)

@@ -9,14 +9,13 @@ WaitSet returns on a signal, so Python's handlers (Ctrl-C, SIGTERM) run at once.
 """
 from __future__ import annotations
 
-import ctypes
 import struct
 from functools import partial
 
 import zmq
 
 from rtinfer.transport.bus.intake import EMPTY, left_ms
-from rtinfer.transport.bus.shm import HEAD, MAGIC, QUEUE, Service, layout
+from rtinfer.transport.bus.shm import HEAD, MAGIC, QUEUE, Service, layout, payload
 from rtinfer.transport.wire import now_ns
 
 _POLLIN = int(zmq.POLLIN)
@@ -90,8 +89,7 @@ class ShmLeg:
             return EMPTY
         if sample is None:
             return EMPTY
-        size = sample.payload().len()
-        raw = (ctypes.c_uint8 * size).from_address(sample.payload_ptr)
+        raw = payload(sample, sample.header.number_of_elements)
         raw.sample = sample  # every view of it keeps the sample, so its memory stays lent to us
         got = parse(memoryview(raw).cast("B").toreadonly())
         intake = self._intake
@@ -136,7 +134,8 @@ class ShmWait:
     def poll(self, items: list, timeout_ms: int) -> list:
         deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
         ready_of = self._ready
-        while True:
+        ready = [item for item in items if ready_of[item]()]
+        while not ready:
             for leg in self._legs:
                 leg.woken()
             ready = [item for item in items if ready_of[item]()]
@@ -149,6 +148,8 @@ class ShmWait:
                 self._ws.wait_and_process()
             else:
                 self._ws.wait_and_process_with_timeout(self._ms(wait_ms))
+            ready = [item for item in items if ready_of[item]()]
+        return ready
 
     def close(self) -> None:
         for guard in self._guards:
