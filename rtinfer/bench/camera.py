@@ -1,8 +1,8 @@
 """Camera frame transport, camera -> node: capture stamp to "the receiver holds a numpy array
 over the frame's bytes", for uint8 frames of 96x96x3, 224x224x3 and 640x480x3.
 
-Same host: rtinfer's bus over ipc (out-of-band array frames, no Python-level copy), plain
-pyzmq over ipc with copies, iceoryx2 shared memory. tcp loopback: rtinfer's bus (raw bytes),
+Same host: rtinfer's bus over ipc (out-of-band array frames, no Python-level copy), the bus
+over shm:// (iceoryx2 underneath), plain pyzmq over ipc with copies, raw iceoryx2 shared memory. tcp loopback: rtinfer's bus (raw bytes),
 and JPEG (libjpeg-turbo through simplejpeg; encode and decode also measured on their own).
 Sender and receiver are separate processes (the receiver is spawned per block); both read
 CLOCK_MONOTONIC, which all processes of one host share. The baseline is a numpy copyto of the
@@ -33,7 +33,7 @@ SHAPES = ((96, 96, 3), (224, 224, 3), (480, 640, 3))
 RATE_HZ = 60.0  # frames per second per block, above a camera's 15-30 Hz
 WARMUP = 10     # frames per block not counted: connection set-up, first-touch page faults
 TARGET = {"shape": "224x224x3", "same_host_p50_us": 500.0}  # issue 31
-SAME_HOST = ("bus_ipc", "zmq_copy_ipc", "iceoryx2")
+SAME_HOST = ("bus_ipc", "bus_shm", "zmq_copy_ipc", "iceoryx2")
 
 
 def shape_name(shape) -> str:
@@ -43,19 +43,22 @@ def shape_name(shape) -> str:
 
 def available(path: str) -> str | None:
     """None if the path can run here, else why not."""
-    module = {"iceoryx2": "iceoryx2", "jpeg_tcp": "simplejpeg"}.get(path)
+    module, extra = {"iceoryx2": ("iceoryx2", "bench"), "bus_shm": ("iceoryx2", "shm"),
+                     "jpeg_tcp": ("simplejpeg", "bench")}.get(path, (None, None))
     if module is None:
         return None
     try:
         __import__(module)
     except ImportError:
-        return f"{module} is not installed: pip install 'rtinfer[bench]'"
+        return f"{module} is not installed: pip install 'rtinfer[{extra}]'"
     return None
 
 
 def _endpoint(path: str, tmp: str, block: int) -> str:
     if path == "iceoryx2":
         return f"rtinfer/bench/camera/{os.getpid()}/{block}"
+    if path == "bus_shm":
+        return f"shm://bench-camera/{os.getpid()}/{block}"
     if path.endswith("_ipc"):
         return f"ipc://{tmp}/camera-{block}.sock"
     with socket_free_port() as port:

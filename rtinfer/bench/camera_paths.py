@@ -6,6 +6,8 @@ bytes, or None. decode_ns is the JPEG decode's share (0 elsewhere).
 
   bus_ipc      rtinfer's bus over ipc: the frame is an out-of-band array (wire ext 2), sent
                and received without a Python-level copy (Publisher/Subscriber)
+  bus_shm      rtinfer's bus over shm:// (iceoryx2 underneath): the same Publisher/Subscriber
+               and messages, one copy of the frame into a loaned sample, decoded in place
   zmq_copy_ipc plain pyzmq over ipc, copying on send and on receive (copy=True)
   iceoryx2     iceoryx2 shared memory: the sender copies the frame into a loaned sample once,
                the receiver views it in place; an iceoryx2 event wakes the receiver
@@ -24,8 +26,9 @@ import zmq
 TOPIC = "obs/camera"
 CAMERA = "overhead"
 JPEG_QUALITY = 90
-PATHS = ("bus_ipc", "zmq_copy_ipc", "iceoryx2", "bus_tcp", "jpeg_tcp")
-LOSSLESS = ("bus_ipc", "zmq_copy_ipc", "iceoryx2", "bus_tcp")
+PATHS = ("bus_ipc", "bus_shm", "zmq_copy_ipc", "iceoryx2", "bus_tcp", "jpeg_tcp")
+LOSSLESS = ("bus_ipc", "bus_shm", "zmq_copy_ipc", "iceoryx2", "bus_tcp")
+BUS = ("bus_ipc", "bus_shm", "bus_tcp", "jpeg_tcp")  # rtinfer's Publisher/Subscriber
 _HEAD = struct.Struct("<QQ")  # seq, capture_ns: the first 16 bytes of a raw or iceoryx2 frame
 POOL = 8  # distinct frames per shape, frame seq % POOL
 
@@ -136,7 +139,7 @@ def _iox_services(iox2, node, service: str):
 
 
 def make_sender(path: str, endpoint: str, nbytes: int):
-    if path in ("bus_ipc", "bus_tcp", "jpeg_tcp"):
+    if path in BUS:
         return BusSender(endpoint, jpeg=path == "jpeg_tcp")
     if path == "zmq_copy_ipc":
         return ZmqCopySender(endpoint)
@@ -204,7 +207,7 @@ class IceoryxReceiver:
 
 
 def make_receiver(path: str, endpoint: str, shape):
-    if path in ("bus_ipc", "bus_tcp", "jpeg_tcp"):
+    if path in BUS:
         return BusReceiver(endpoint, shape, jpeg=path == "jpeg_tcp")
     if path == "zmq_copy_ipc":
         return ZmqCopyReceiver(endpoint, shape)
