@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -289,6 +290,49 @@ def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
             s.close()
     assert ctl.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["counters"]["chunks_accepted"] >= 3
+
+
+def tgkill(pid: int, tid: int, sig: int) -> None:
+    """A signal to one thread of another process (Linux's tgkill; Python has no call for it)."""
+    import ctypes
+    import platform
+    number = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+    if ctypes.CDLL(None, use_errno=True).syscall(number, pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill")
+
+
+def test_cpp_controller_stops_cleanly_when_its_curve_thread_takes_the_signal(release, tmp_path):
+    """SIGTERM delivered to the CURVE authenticator's thread, which sits in zmq_poll: poll(2)
+    returns EINTR whatever the handler's flags, and cppzmq throws it. The controller must stop
+    as on the main thread (exit 0, its report), not abort on an uncaught exception."""
+    keys = tmp_path / "keys"
+    for name in ("cpp", "viewer"):
+        generate(keys / name, name)
+    allow_viewer = tmp_path / "allow_viewer"
+    allow_viewer.mkdir()
+    shutil.copy(keys / "viewer/viewer.key", allow_viewer)
+    eps = {"act": f"ipc://{tmp_path}/act", "robot": f"tcp://127.0.0.1:{free_port()}",
+           "ctl": f"ipc://{tmp_path}/ctl"}
+    curve_map = tmp_path / "curve.json"
+    curve_map.write_text(json.dumps(
+        {eps["robot"]: {"server_key": str(keys / "cpp/cpp.key"), "allow": str(allow_viewer)}}))
+    ctl = start(controller_cmd(release, eps, extra=["--curve-secret", str(keys / "cpp/cpp.key_secret"),
+                                                    "--curve-map", str(curve_map)]))
+    try:
+        assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
+        tasks = Path(f"/proc/{ctl.pid}/task")
+        name = (tasks / str(ctl.pid) / "comm").read_text()
+        # zmq's own threads are named ZMQbg/...; the authenticator is a std::thread of ours
+        ours = [int(t.name) for t in tasks.iterdir()
+                if int(t.name) != ctl.pid and (t / "comm").read_text() == name]
+        assert len(ours) == 1, [(t.name, (t / "comm").read_text()) for t in tasks.iterdir()]
+        time.sleep(0.2)  # into its 50 ms poll
+        tgkill(ctl.pid, ours[0], signal.SIGTERM)
+        out, err = ctl.communicate(timeout=20)
+    finally:
+        stop(ctl)
+    assert ctl.returncode == 0, err
+    assert "counters" in json.loads(out.strip().splitlines()[-1])
 
 
 def test_cpp_controller_refuses_bad_setup_with_a_clear_error(release, tmp_path):

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <stdexcept>
 
@@ -12,6 +13,19 @@
 namespace rtinfer::bus {
 
 namespace {
+
+// zmq::poll, with a signal's interruption (EINTR: poll(2) is never restarted, whatever the
+// handler's flags) read as "nothing yet": the caller returns or polls again, and its loop sees
+// its stop flag. cppzmq throws on EINTR; uncaught, that aborted the controller on a signal.
+int poll_in(zmq::socket_t& sock, std::chrono::milliseconds timeout) {
+    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+        return zmq::poll(&item, 1, timeout);
+    } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) return 0;
+        throw;
+    }
+}
 
 std::string quoted_value(const std::string& line) {
     auto a = line.find('"'), b = line.rfind('"');
@@ -114,8 +128,7 @@ Authenticator::~Authenticator() {
 
 void Authenticator::serve() {
     while (running_) {
-        zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
-        if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) <= 0) continue;
+        if (poll_in(sock_, std::chrono::milliseconds(50)) <= 0) continue;
         std::vector<zmq::message_t> req;
         do {
             req.emplace_back();
@@ -208,14 +221,12 @@ Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endp
 std::optional<Received> Subscriber::recv(int timeout_ms) {
     auto deadline = wire::now_ns() + int64_t(timeout_ms) * 1000000;
     while (true) {
-        zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
         int64_t left_ms = std::max<int64_t>(0, (deadline - wire::now_ns() + 999999) / 1000000);
-        if (zmq::poll(&item, 1, std::chrono::milliseconds(left_ms)) <= 0) return std::nullopt;
+        if (poll_in(sock_, std::chrono::milliseconds(left_ms)) <= 0) return std::nullopt;
         if (auto msg = take()) return msg;
-        if (wire::now_ns() >= deadline && timeout_ms >= 0) {
-            zmq::pollitem_t again{sock_.handle(), 0, ZMQ_POLLIN, 0};
-            if (zmq::poll(&again, 1, std::chrono::milliseconds(0)) <= 0) return std::nullopt;
-        }
+        if (wire::now_ns() >= deadline && timeout_ms >= 0 &&
+            poll_in(sock_, std::chrono::milliseconds(0)) <= 0)
+            return std::nullopt;
     }
 }
 
