@@ -10,7 +10,9 @@ messages at the publisher; one without ``to`` takes both forms (addressed_topic)
 
 Endpoints: ``ipc://`` on one host, ``tcp://`` across hosts (use CURVE, see curve.py:
 ``curve=`` is one CurveConfig for all endpoints or a mapping endpoint -> CurveConfig),
-``inproc://`` for tests (both ends must share one zmq.Context: pass ``ctx=``).
+``inproc://`` for tests (both ends must share one zmq.Context: pass ``ctx=``), and
+``shm://NAME`` for big arrays between processes of one host: the same messages in iceoryx2
+shared memory (shm, shm_intake; the optional extra ``rtinfer[shm]``; docs/wire.md).
 Neither class is thread-safe: use each from one thread (zmq sockets are not shareable).
 
 The parts, one concern each: sockets (a socket's life and CURVE per endpoint), heal

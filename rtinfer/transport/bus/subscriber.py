@@ -57,6 +57,10 @@ class Subscriber(Intake):
     frame over it ends the session (libzmq), and a connecting Subscriber then reconnects
     within about 2 x HEAL_EVERY_NS while it is being read (recv/poll_latest). Messages sent
     meanwhile are lost: a seq gap. docs/wire.md, "Size limits".
+    shm://NAME endpoints (rtinfer.transport.bus.shm_intake) may stand beside ZeroMQ ones:
+    the same checks and counters, no peer (None), queues of at most shm.QUEUE messages (the
+    oldest pushed out), at most shm.HELD messages held at once (``receive_errors`` past it),
+    and the wait is an iceoryx2 WaitSet's instead of zmq_poll's.
     Whether a topic is alive, and its rate, is the receiver's business: keep a
     rtinfer.transport.liveliness.Liveliness and note the "recv" stamps it cares about.
     Not thread-safe (module doc).
