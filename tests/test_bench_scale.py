@@ -30,6 +30,7 @@ def quick(tmp_path_factory):
     return json.loads(out.stdout), cache, png
 
 
+@pytest.mark.slow
 def test_quick_ladder_has_every_row_with_the_issue_keys(quick):
     result, cache, png = quick
     assert result["deadline_ms"] == 100
@@ -42,6 +43,7 @@ def test_quick_ladder_has_every_row_with_the_issue_keys(quick):
     assert png.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_quick_numbers_are_sane(quick):
     result, _, _ = quick
     rows = result["rows"]
@@ -67,6 +69,7 @@ def test_quick_numbers_are_sane(quick):
         rows, result["fixed_overheads_ms"])
 
 
+@pytest.mark.slow
 def test_random_rungs_time_the_kv_read_in_place_against_the_whole_kv_rewritten(quick):
     rows = [r for r in quick[0]["rows"] if r["method"] == "plain"]
     for r in rows:
@@ -89,6 +92,7 @@ def test_the_verdict_counts_measured_rows_under_the_deadline_only():
     assert largest_meeting(rows, 95.0) is None
 
 
+@pytest.mark.slow
 def test_cost_sweep_covers_each_length_and_longer_chunks_cost_more(tmp_path, monkeypatch):
     from rtinfer.bench.scale_sweep import VALUES, sweep
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -96,6 +96,7 @@ def core_venv(tmp_path_factory):
     return py
 
 
+@pytest.mark.slow
 def test_core_install_runs_a_controller_against_a_real_publisher(core_venv, tmp_path):
     ep = f"ipc://{tmp_path}/act"  # the publisher binds, the controller connects
     r = subprocess.run([str(core_venv), "-c", CONTROLLER, ep, PUBLISHER, ",".join(CORE),

@@ -175,6 +175,7 @@ def run_two_hosts(keydir: Path, tmp_path: Path, policy_key: str, seconds: float)
             (tmp_path / "gpu" / "policy.log").read_text())
 
 
+@pytest.mark.slow
 def test_two_hosts_launch_runs_over_curve_on_loopback(keydir, tmp_path):
     # the sim ends the robot's launch after 5 s of sorting; 60 s only bounds a slow start (at
     # 12 s, a loaded machine's start left the sim 1.7 s: one object spawned, none picked yet)
@@ -188,6 +189,7 @@ def test_two_hosts_launch_runs_over_curve_on_loopback(keydir, tmp_path):
     assert mon["cycles"] > 0 and mon["counters"]["echoes"] > 0, mon["counters"]
 
 
+@pytest.mark.slow
 def test_policy_with_a_key_outside_the_robots_allow_list_gets_nothing_applied(keydir, tmp_path):
     sim, _, policy_log = run_two_hosts(keydir, tmp_path, "rogue", seconds=8)
     assert sim["controller"]["chunks_accepted"] == 0

@@ -4,6 +4,8 @@ import os
 import re
 import time
 
+import pytest
+
 from rtinfer.transport.bus import Publisher
 from rtinfer.monitor.dashboard import Dashboard
 from rtinfer.cli.demo import collect_report
@@ -100,6 +102,7 @@ def test_loop_rate_comes_from_the_controllers_health_and_holds_after_it_stops(tm
         pub.close()
 
 
+@pytest.mark.slow
 def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_path):
     """`--stress cpu` briefly, as a user runs it: the threat is measured first, in place (two
     short launched runs under the load), both runs use its deadline, and stdout is the one

@@ -89,6 +89,7 @@ def test_signal_stops_every_node_in_order_with_reports_and_exit_128_plus_signal(
         assert "Traceback" not in log.read_text(), log
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_demo_leaves_nothing_running_and_the_nodes_still_report(tmp_path):
     proc, rd = _start(tmp_path)
     try:

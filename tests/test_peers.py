@@ -45,6 +45,7 @@ def test_roundtrip_row_compares_bus_with_lerobot_grpc(tmp_path):
     assert all(r["runs"]["rtinfer"] == r["runs"]["peer"] == QUICK.roundtrips for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _has("zenoh"), reason="eclipse-zenoh not installed")
 def test_zenoh_row_receives_messages_on_both_paths(tmp_path):
     from peers import zenoh_raw

@@ -149,6 +149,7 @@ def test_node_refuses_a_precision_on_another_backend(capsys):
 needs_zoo = pytest.mark.skipif(not (ZOO / "int8").is_dir(), reason="zoo int8/ set not built")
 
 
+@pytest.mark.slow
 @needs_zoo
 @pytest.mark.parametrize("prec", QUANTISED)
 def test_shipped_set_speculates_exactly_and_its_card_holds_the_measured_agreement(prec):

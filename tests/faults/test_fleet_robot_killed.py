@@ -37,6 +37,7 @@ def monitor_counts(health: Subscriber, cond, what: str) -> dict:
     raise AssertionError(f"waited {WAIT_S:g} s for the monitor's health to show {what}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_killed_robot_ends_that_robot_and_the_other_is_served_to_the_end():
     run = Path(tempfile.mkdtemp(prefix="rtf-fleet-"))  # short: ipc paths are < 108 bytes

@@ -106,6 +106,7 @@ def robot(model: str, seconds: float, out: str) -> None:
 
 
 # --- the test ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_own_slack_is_right_despite_a_5_s_clock_offset_between_hosts(tiny_model_dir):
     why = netns.available() or _time_ns_available()
     if why is not None:

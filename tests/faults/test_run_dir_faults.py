@@ -95,6 +95,7 @@ def test_a_full_run_dir_stops_the_traces_not_the_robot_and_leaves_no_cut_report(
     assert "node 'sim' finished (exit code 0)" in console, console[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_recording_that_fills_its_disk_stops_with_one_line_and_the_run_goes_on(tmpfs, tmp_path):
     full = tmpfs("64k")

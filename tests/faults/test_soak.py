@@ -10,6 +10,7 @@ from rtinfer.cli import soak
 from tests.faults.common import LONG
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_soak_reports_memory_misses_and_no_force_beyond_limits():
     r = soak.run(5.0 if LONG else 0.5, policy="expert")

@@ -22,6 +22,7 @@ pytest.importorskip("atheris", reason="atheris is not installed (pip install ath
 SECONDS = 300 if LONG else 8
 
 
+@pytest.mark.slow
 def test_atheris_finds_no_crash_in_the_wire_decoders(tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(Path(__file__).parent / "corpus" / "wire", corpus)
