@@ -565,7 +565,10 @@ class ControllerNode:
         tokens = b.get("tokens")
         if b["spec"] != (self.tokenizer_hash if tokens is not None else self.action_hash):
             return "rejected_hash", None
-        if capture is None or self.watchdog.from_future(capture, now):
+        # `now` is the tick's start: a message stamped after it and drained later in the tick
+        # (a preempted tick on a busy host) is not from the future; the clock read again is
+        if capture is None or (self.watchdog.from_future(capture, now)
+                               and self.watchdog.from_future(capture, self.clock())):
             return "rejected_bad", None
         if self.watchdog.too_old(capture, now):
             return LATE, None

@@ -413,6 +413,39 @@ def test_a_repeated_or_inconsistent_waypoint_is_rejected_as_bad(cell):
     assert c["waypoints_accepted"] == 2 and c["rejected_bad"] == 2 and c["chunks_accepted"] == 1
 
 
+class SlowTicks:
+    """The loop's clock on a busy host: every read 2 ms after the one before (a tick preempted
+    between reading the clock at its start and draining its messages)."""
+    def __init__(self):
+        self.t = now_ns()
+
+    def __call__(self) -> int:
+        self.t += 2 * MS
+        return self.t
+
+
+def test_a_chunk_stamped_after_the_ticks_start_is_not_from_the_future():
+    """A capture after the tick's `now` but before the drain read it is an honest stamp (taken
+    before the fix: rejected_bad under load); one ahead of the clock read again is not."""
+    ctx, clock = zmq.Context(), SlowTicks()
+    cell = Cell(ctx, clock=clock)
+    try:
+        cell.t = clock.t  # the next read (the tick's start) is t + 2 ms
+        cell.send_chunk(LINE, age_ms=-3)  # captured at t + 3 ms: after the start, before the drain
+        time.sleep(0.05)  # in the subscriber's queue before the tick starts
+        cell.deliver(4)
+        c = cell.node.counters
+        assert c["rejected_bad"] == 0 and c["waypoints_accepted"] == 4, c
+        cell.t = clock.t
+        cell.send_chunk(LINE, age_ms=-1000)  # a second ahead of any read: a bogus stamp
+        time.sleep(0.05)
+        cell.deliver(4)
+        assert c["rejected_bad"] == 4 and c["waypoints_accepted"] == 4, c
+    finally:
+        cell.close()
+        ctx.term()
+
+
 def test_stop_command_ends_the_real_time_loop(cell):
     cell.monitor.publish("command", {"cmd": "stop", "reason": "test"})
     cell.node.run(seconds=30.0)  # returns as soon as the stop arrives

@@ -210,7 +210,10 @@ int main(int argc, char** argv) {
                     if (env.body.get("dest")->s == o.robot &&
                         !follow.take(env.src, *wire::get_stamp(env.stamps, "recv")))
                         continue;  // another node's, while the one followed serves it: counted
-                    if (rules.on_waypoint(env, now) == "waypoints_accepted" && rules.chunk().received == 1)
+                    // the clock read now, not the tick's start: a chunk stamped after the start
+                    // and drained later in a preempted tick is not from the future
+                    if (rules.on_waypoint(env, wire::now_ns()) == "waypoints_accepted" &&
+                        rules.chunk().received == 1)
                         ++chunks_from[env.src];
                 } else if (env.topic == "command") {
                     rules.on_command(std::string(env.body.get("cmd")->s), now);
