@@ -42,7 +42,7 @@ CONTROLLER = "rtinfer-fleet"
 STEP_S = 0.05      # the loop's wait for answers from the hosts
 POLL_S = 0.2       # how often each host is asked how it is
 JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts joining
-EVENTS = 50        # the last events `status` shows
+EVENTS = 200       # the last events `status` shows
 RETRY_S = 5.0      # how often robots refused everywhere are placed again
 REFUSED_FOR_S = 30.0  # a robot a host's node refused goes there last for this long
 

@@ -81,10 +81,27 @@ def _settled(st: dict) -> bool:
         all(r["state"] != "waiting" for r in st["robots"].values())
 
 
-def _moved_off(victim: str, robots: list[str]):
-    """Status predicate: each of `robots` is on another host, or refused."""
-    return lambda s: all(s["robots"][r]["state"] == "refused"
-                         or s["robots"][r]["host"] not in (None, victim) for r in robots)
+def first_moves(st: dict, robots: list[str], kill_ns: int) -> dict[str, str | None]:
+    """robot -> the host it was first placed on since kill_ns (None: refused first), for
+    those of `robots` the controller's events say so of (its stamps are CLOCK_MONOTONIC)."""
+    out = {}
+    for age_s, text in st["events"]:
+        words = text.replace("'", " ").replace(":", " ").split()
+        if (st["monotonic_s"] - age_s) * 1e9 < kill_ns or words[0] != "robot" \
+                or words[1] not in robots or words[1] in out:
+            continue
+        if "->" in words:
+            out[words[1]] = words[words.index("->") + 1]
+        elif "refused" in words:
+            out[words[1]] = None
+    return out
+
+
+def _moved_off(robots: list[str], kill_ns: int):
+    """Status predicate: each of `robots` was placed again (or refused) since kill_ns, by
+    the controller's events: a host that comes back at once (a node killed is started
+    again) may have taken them back by the time status is asked (it balances)."""
+    return lambda st: len(first_moves(st, robots, kill_ns)) == len(robots)
 
 
 def one_run(a, phases=("node", "host")) -> dict:
@@ -108,11 +125,10 @@ def one_run(a, phases=("node", "host")) -> dict:
             kill = fleet.kill_node if phase == "node" else fleet.kill_host
             kill_ns = kill(victim)
             moved = st["hosts"][victim]["robots"]
-            after = fleet.wait(_moved_off(victim, moved), timeout_s=60, every_s=0.05)
-            out[phase] = {"host": victim, "kill_ns": kill_ns, "moved": moved,
-                          "to": {r: after["robots"][r]["host"] for r in moved},
-                          "refused": sorted(r for r in moved
-                                            if after["robots"][r]["state"] == "refused"),
+            after = fleet.wait(_moved_off(moved, kill_ns), timeout_s=60, every_s=0.05)
+            to = first_moves(after, moved, kill_ns)
+            out[phase] = {"host": victim, "kill_ns": kill_ns, "moved": moved, "to": to,
+                          "refused": sorted(r for r in moved if to[r] is None),
                           "placed_s": (time.monotonic_ns() - kill_ns) / 1e9}
         records = fleet.records()
         st = fleet.status()
