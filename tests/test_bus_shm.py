@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.transport.bus.shm import QUEUE
+from rtinfer.transport.bus.shm import HELD, QUEUE
 from test_bus import recv_n
 
 pytest.importorskip("iceoryx2")  # the dev install has it (Makefile: the shm extra)
@@ -97,6 +97,33 @@ def test_arrays_stay_valid_while_held_like_zmq_frames():
         for seq, frame in held:
             assert np.array_equal(frame, expected(seq)["overhead"])
         assert sub.receive_errors == 0
+
+
+def test_holding_more_than_the_endpoint_lends_is_counted_said_and_passes_once_let_go():
+    ep = endpoint("held-full")
+    said = []
+    with Subscriber(ep, ["obs"], say=lambda kind, line: said.append((kind, line()))) as sub:
+        child = publisher(ep, 100, "wait")
+
+        def publish_one():
+            child.stdin.write("\n")
+            child.stdin.flush()
+        held = []
+        for _ in range(HELD):  # the receiver keeps every message: all the endpoint lends
+            publish_one()
+            held += recv_n(sub, 1, timeout_s=30)
+        publish_one()
+        deadline = time.monotonic() + 30
+        while sub.receive_errors == 0 and time.monotonic() < deadline:
+            assert sub.recv(timeout_ms=100) is None
+        assert sub.receive_errors >= 1 and [k for k, _ in said] == ["shm"] * len(said)
+        assert "ExceedsMaxBorrows" in said[0][1] and "copy arrays it keeps" in said[0][1]
+        held.clear()  # let go: the next arrival tries again, and the one waiting comes too
+        publish_one()
+        got = recv_n(sub, 2, timeout_s=30)
+        child.stdin.close()
+        child.wait(timeout=30)
+        assert [e.body["ints"]["seq"] for e in got] == [HELD, HELD + 1]
 
 
 def test_a_subscriber_started_late_gets_what_follows_and_nothing_before():

@@ -23,6 +23,7 @@ MAX_PUBLISHERS = 8
 MAX_SUBSCRIBERS = 8
 QUEUE = 8   # a subscriber's queue: newer samples push the oldest out (safe overflow)
 HELD = 8    # samples one subscriber may hold at once (messages whose arrays are still alive)
+MAX_NAME_BYTES = 240  # iceoryx2's service names hold 255: "rtinfer/" NAME "/wake"
 ALIGN = 64  # every frame starts at a multiple of this from the sample's start
 MAGIC = b"rtb1"
 HEAD = struct.Struct("<4sHH")  # magic, topic length, frame count; then the u64 frame lengths
@@ -61,8 +62,9 @@ class Service:
 
     def __init__(self, endpoint: str) -> None:
         name = endpoint[len(SHM):]
-        if not name:
-            raise ValueError(f"{endpoint!r}: an shm endpoint names its service, e.g. shm://obs")
+        if not 0 < len(name.encode()) <= MAX_NAME_BYTES:
+            raise ValueError(f"{endpoint!r}: an shm endpoint names its service in 1 to "
+                             f"{MAX_NAME_BYTES} bytes, e.g. shm://obs")
         iox2 = self.iox2 = iceoryx2(endpoint)
         iox2.set_log_level_from_env_or(iox2.LogLevel.Error)  # no "no config file" per process
         self.node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
