@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.bus.shm import HELD, QUEUE
 from test_bus import recv_n
 
@@ -35,6 +35,7 @@ PUBLISHER = textwrap.dedent("""
         return {"values": {"overhead": frame, "gantry": np.arange(3.0) + seq}, "ints": {"seq": seq}}
 
     pub = Publisher(sys.argv[1], "camera", oob_bytes=1024)
+    print("up", flush=True)
     for seq in range(int(sys.argv[2])):
         if sys.argv[3] == "wait" and not sys.stdin.readline():
             break
@@ -130,6 +131,7 @@ def test_a_subscriber_started_late_gets_what_follows_and_nothing_before():
     ep = endpoint("late")
     child = publisher(ep, 1000, "wait")
     try:
+        assert child.stdout.readline() == "up\n"
         for _ in range(5):  # five messages nobody hears
             child.stdin.write("\n")
             child.stdin.flush()
@@ -155,7 +157,7 @@ BAD_SENDER = textwrap.dedent("""
     from rtinfer.transport.bus import Publisher
     from rtinfer.transport.bus.shm import HEAD, MAGIC, ShmSender, payload
 
-    raw = ShmSender(sys.argv[1])
+    raw = ShmSender(sys.argv[1], alone=True)
     def send_raw(data):
         sample = raw._pub.loan_slice_uninit(len(data))
         memoryview(payload(sample, len(data))).cast("B")[:] = data
@@ -164,7 +166,7 @@ BAD_SENDER = textwrap.dedent("""
     truncated = HEAD.pack(MAGIC, 3, 2) + struct.pack("<2Q", 40, 4096) + b"obs"
     send_raw(truncated + bytes(64))
     send_raw(b"nope" + bytes(60))
-    pub = Publisher(sys.argv[1], "camera", oob_bytes=1024)
+    pub = Publisher(sys.argv[1], "camera", oob_bytes=1024, bind=False)  # beside raw
     pub.publish("obs", {"values": {"big": np.zeros(8192, np.uint8)}, "ints": {"seq": 0}})
     for seq in range(1, 4):
         pub.publish("obs", {"values": {"x": np.arange(3.0)}, "ints": {"seq": seq}})
@@ -208,6 +210,19 @@ def test_one_subscriber_waits_on_shm_and_zmq_endpoints_together(tmp_path):
         child.communicate(timeout=30)
         assert [(e.topic, e.src) for e in first] == [("obs", "camera")] * 2
         assert [(e.topic, e.body["sent_ns"]) for e in second] == [("heartbeat", 2)]
+
+
+def test_a_second_binding_publisher_on_a_live_name_is_refused_and_a_dead_ones_is_not():
+    ep = endpoint("second")
+    child = publisher(ep, 1, "wait")
+    assert child.stdout.readline() == "up\n"
+    with pytest.raises(EndpointInUse, match="has a live publisher already"):
+        Publisher(ep, "second-run")
+    with Publisher(ep, "beside", bind=False):  # sharing the name on purpose
+        pass
+    child.kill()  # dies without closing: its publisher must not hold the name
+    child.wait(timeout=30)
+    Publisher(ep, "next-run").close()
 
 
 def test_curve_on_an_shm_endpoint_is_refused_in_one_line(tmp_path):

@@ -125,8 +125,9 @@ class ShmPublisher(Publisher):
     """A Publisher on ``shm://NAME`` (``Publisher(endpoint, ...)`` makes one): each message is
     one iceoryx2 sample, its arrays copied once into it (rtinfer.transport.bus.shm). Never
     blocks: a subscriber's queue (shm.QUEUE) loses its oldest message to a new one, seen as
-    a seq gap; ``dropped`` counts the messages no sample could be loaned for. bind, hwm and
-    ctx mean nothing here (both sides open the service); curve is refused (one host).
+    a seq gap; ``dropped`` counts the messages no sample could be loaned for. bind=True (the
+    default) refuses a name another live publisher is on (EndpointInUse, as for ipc);
+    bind=False shares it. hwm and ctx mean nothing here; curve is refused (one host).
     """
 
     def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
@@ -136,7 +137,7 @@ class ShmPublisher(Publisher):
         self._sock = self._healer = self._watch = None  # BusSocket's: no zmq socket here
         self._tending = False
         self.endpoints = [endpoint]
-        self._sender: ShmSender | None = ShmSender(endpoint)
+        self._sender: ShmSender | None = ShmSender(endpoint, alone=bind)
         self._fields(src, oob_bytes)
 
     def _send(self, topic_b: bytes, frames: list) -> bool:

@@ -12,8 +12,10 @@ the fix. Not thread-safe.
 from __future__ import annotations
 
 import ctypes
+import errno
 import struct
 
+from rtinfer.transport.bus.ipc import EndpointInUse
 from rtinfer.transport.curve import CurveConfig
 
 SHM = "shm://"
@@ -105,8 +107,17 @@ def payload(sample, size: int):
 class ShmSender:
     """The sending half of an shm endpoint: one sample per message, then a wake-up."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, *, alone: bool) -> None:
+        """alone: refuse (EndpointInUse) a service another live publisher is on, as binding
+        an ipc endpoint refuses one another process holds: two runs on one name would
+        interleave their messages. Publishers of processes that died do not count (iceoryx2
+        cleans them up when the service is opened)."""
+        self._pub = None
         self._service = svc = Service(endpoint)
+        if alone and svc.samples.dynamic_config.number_of_publishers > 0:
+            raise EndpointInUse(errno.EADDRINUSE, f"{endpoint} has a live publisher already; "
+                                "give this run its own name, stop the other run first, or "
+                                "publish with bind=False to share the name on purpose")
         iox2 = svc.iox2
         self._loan_error = iox2.LoanError
         self._pub = (svc.samples.publisher_builder().initial_max_slice_len(65536)
