@@ -20,8 +20,10 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -132,6 +134,9 @@ def one_run(a, phases=("node", "host")) -> dict:
                           "placed_s": (time.monotonic_ns() - kill_ns) / 1e9}
         records = fleet.records()
         st = fleet.status()
+        if a.logs:  # the hosts' node logs and the robots' records, before the run dir goes
+            shutil.copytree(fleet.run_dir, Path(a.logs) / f"run-{time.monotonic_ns()}",
+                            ignore=shutil.ignore_patterns("keys", "allow", "*.key*"))
         out["refusals"] = [t for _, t in st["events"] if "refused" in t]
     period_ms = 1e3 / a.rate_hz
     for name, phase in ((p, out[p]) for p in phases):
@@ -178,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="each host and the robots in a network namespace of their own, all "
                    "traffic tcp between them (root; --no-netns: Ray nodes on this machine's "
                    "network, ipc or loopback)")
+    p.add_argument("--logs", default=None, help="keep each run's hosts' node logs and robots' "
+                   "records under this directory")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     a = p.parse_args(argv)
     if a.netns and why_not() is not None:
