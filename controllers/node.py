@@ -71,13 +71,14 @@ from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
 from .assembler import ChunkAssembler
 from .config import ControlConfig
 from .hardware import DriverError, HardwareFault, HardwareInterface, Observation, RobotState
+from .one_source import OneSource
 from .stack import ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
             "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
             "rejected_hold", "holds", "commands", "read_faults", "write_faults", "obs_sent",
-            "obs_dropped", "obs_bad", "late_handovers")
+            "obs_dropped", "obs_bad", "late_handovers", "chunks_other_source", "source_switches")
 CLAMPS = ("waypoint_clamps", "workspace_clamps")  # the policy asked past the axes: said
 BUS_DROPS = ("rejected", "oversize", "dropped_for_age")  # the Subscriber's, as sub.<name>
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
@@ -302,6 +303,8 @@ class ControllerNode:
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
         self._clamps = dict.fromkeys(CLAMPS, 0)  # the limits' counts when last said
         self.policies = PolicySources()  # which policies sent chunks for this robot
+        # two nodes serving this robot at once (a fleet partition): one node's chunks at a time
+        self.source = OneSource(self.watchdog.quiet_ns, self.counters)
 
     @property
     def tokenizer_hash(self) -> str | None:
@@ -539,6 +542,8 @@ class ControllerNode:
 
     def _on_waypoint(self, env: Envelope, now: int) -> None:
         """check -> assemble -> apply; a waypoint not taken is counted under its reason."""
+        if env.body["dest"] == self.robot and not self.source.take(env.src, now):
+            return  # another node's, while the one followed serves this robot: counted
         why, wp = self._check(env, now)
         if why is None:
             b = env.body

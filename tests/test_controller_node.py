@@ -60,13 +60,15 @@ def _sync(pub, sub, topic, body):
 class Cell:
     def __init__(self, ctx, action=ACT, plant=None, obs_spec=None, **node_kw):
         self.policy = Publisher("inproc://chunks", "policy", ctx=ctx)
+        self.other = Publisher("inproc://chunks2", "other", ctx=ctx)  # a second node (a fleet)
         self.monitor = Publisher("inproc://cmd", "monitor", ctx=ctx)
-        self.sub = Subscriber(["inproc://chunks", "inproc://cmd"], ["action_chunk", "command"],
-                              ctx=ctx)
+        self.sub = Subscriber(["inproc://chunks", "inproc://chunks2", "inproc://cmd"],
+                              ["action_chunk", "command"], ctx=ctx)
         self.pub = Publisher("inproc://ctl", "controller", ctx=ctx)
         self.watch = Subscriber("inproc://ctl", ["health", "trace"], ctx=ctx)
         noop = {"cmd": "clear", "reason": "sync"}
         _sync(self.policy, self.sub, "command", noop)
+        _sync(self.other, self.sub, "command", noop)
         _sync(self.monitor, self.sub, "command", noop)
         _sync(self.pub, self.watch, "health",
               {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
@@ -81,7 +83,7 @@ class Cell:
 
     def seen(self) -> int:
         c = self.node.counters
-        return c["waypoints_accepted"] + c["commands"] + sum(
+        return c["waypoints_accepted"] + c["commands"] + c["chunks_other_source"] + sum(
             v for k, v in c.items() if k.startswith("rejected_"))
 
     def deliver(self, n: int) -> None:
@@ -96,7 +98,8 @@ class Cell:
         raise AssertionError(f"node saw {self.seen()} of {want} messages")
 
     def send_chunk(self, points, *, age_ms=10, suction=0.0, spec=None, tokens=None,
-                   indices=None, cycle=None, dest=None, start_ns=50 * MS, continuous=False):
+                   indices=None, cycle=None, dest=None, start_ns=50 * MS, continuous=False,
+                   via=None):
         """Publish a chunk, one waypoint per message, captured age_ms before now, for this
         robot (dest: its pub's src) unless `dest` says otherwise. An action-token chunk
         (spec: the tokenizer hash) by default; continuous=True: no tokens, the values are
@@ -111,7 +114,7 @@ class Cell:
             toks = self.tok.encode(w) if tokens is None else np.asarray(tokens)
             vals = self.tok.decode(np.clip(toks, 0, TOK.bins - 1))
         for i in (range(len(points)) if indices is None else indices):
-            self.policy.publish("action_chunk", waypoint_body(
+            (via or self.policy).publish("action_chunk", waypoint_body(
                 self.cycle if cycle is None else cycle, i, len(points), vals[i],
                 spec=spec or (ACT.hash if continuous else TOK.hash), period_ns=50 * MS,
                 start_ns=start_ns, dest=self.node.robot if dest is None else dest,
@@ -133,7 +136,7 @@ class Cell:
                             self.node.state))
 
     def close(self):
-        for s in (self.policy, self.monitor, self.sub, self.pub, self.watch):
+        for s in (self.policy, self.other, self.monitor, self.sub, self.pub, self.watch):
             s.close()
 
 
@@ -444,6 +447,29 @@ def test_a_chunk_stamped_after_the_ticks_start_is_not_from_the_future():
     finally:
         cell.close()
         ctx.term()
+
+
+def test_two_nodes_serving_the_robot_it_takes_one_and_counts_the_other(cell):
+    """A fleet partition: two nodes answer the same observations. The robot keeps to the node
+    it took first, counts the other's waypoints, and switches only once the first has been
+    silent for a chunk interval and the deadline (its watchdog holds by then anyway)."""
+    c = cell.node.counters
+    cell.send_chunk(LINE)
+    cell.deliver(4)
+    cell.send_chunk(LINE, cycle=cell.cycle, via=cell.other)  # the same observation, answered again
+    cell.deliver(4)
+    assert c["chunks_accepted"] == 1 and c["waypoints_accepted"] == 4, c
+    assert c["chunks_other_source"] == 4 and c["source_switches"] == 0, c
+    cell.run(50)
+    cell.send_chunk(LINE, via=cell.other)  # 50 ms after the first: still within its quiet time
+    cell.deliver(4)
+    assert c["chunks_other_source"] == 8 and c["chunks_accepted"] == 1, c
+    cell.run(cell.node.watchdog.quiet_ns // MS + 1)  # the first node silent past it: the watchdog holds
+    assert cell.node.state == "hold"
+    cell.send_chunk(LINE, via=cell.other)
+    cell.deliver(4)
+    assert c["source_switches"] == 1 and c["chunks_accepted"] == 2, c
+    assert cell.node.state == "run" and c["rejected_stale"] == 0
 
 
 def test_stop_command_ends_the_real_time_loop(cell):
