@@ -66,6 +66,7 @@ $(LEROBOT_VENV)/.installed-lerobot: scripts/lerobot_env.sh pyproject.toml
 
 test-lerobot: $(LEROBOT_VENV)/.installed-lerobot
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_act.py
+	$(LEROBOT_VENV)/bin/python -m pytest tests/test_vision_head.py
 
 # ROS 2 venv (the ROS 2 bridge, rtinfer_ros2/: ROS 2 Kilted from PyPI's ros-* wheels, ~420 MB;
 # the tests run their nodes in a network namespace, so they need root); ROS2_VENV overrides it.

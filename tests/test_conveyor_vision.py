@@ -2,6 +2,8 @@
 shipped model directory run on frames the cell's camera renders."""
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +102,34 @@ def test_decoding_orders_downstream_first_and_drops_the_held_object():
     objects, _ = enc.objects_and_held(out, gantry)
     assert objects[0, :, 3].sum().item() == 2.0
     assert 0.0 not in objects[0, :2, 0].tolist()
+
+
+def test_objects_near_a_cup_that_holds_nothing_are_the_picks():
+    from examples.conveyor_sorting.train_vision import near_cup
+    objects = np.zeros((2, 6, 4), np.float32)
+    objects[:, :3] = [[0, 0.10, 0.0, 1], [1, 0.13, 0.02, 1], [2, 0.30, 0.0, 1]]
+    objects[:, 3] = [0, 0.10, 0.0, 0]  # an unused slot at the cup
+    gantry = np.zeros((2, 8), np.float32)
+    gantry[:, :3] = [0.10, 0.0, 0.37]
+    gantry[1, 7] = 1.0  # the second cup holds: what is under it is not on the belt
+    assert near_cup(objects, gantry).tolist() == [[True, True, False, False, False, False],
+                                                  [False] * 6]
+
+
+def test_card_records_success_per_instruction_cost_and_lineage_of_each_level():
+    card = json.loads((MODEL / "card.json").read_text())
+    graphs = json.loads((MODEL / "graphs.json").read_text())["graphs"]
+    assert len(card["levels"]) == len(graphs)
+    for level, graph in zip(card["levels"], graphs):
+        s = level["success"]
+        assert set(s["per_instruction"]) == {"0,1,2", "0,2,1", "1,0,2", "1,2,0", "2,0,1", "2,1,0"}
+        assert s["min_success_rate"] == min(s["per_instruction"].values())
+        assert s["correct"] + s["wrong"] + s["missed"] + s["dropped"] <= s["spawned"]
+        assert s["episodes"] >= 6 and s["seed"] == 7000  # card_eval's held-out scenes
+        assert 0 < level["chunk"]["p50_ms"] <= level["chunk"]["p99_ms"]
+        assert hashlib.sha256((MODEL / graph["file"]).read_bytes()).hexdigest() == graph["sha256"]
+    assert card["params"] == card["encoder"]["params"] + card["head"]["params"]
+    assert card["lineage"]["data"] and card["lineage"]["training"]
 
 
 def test_shipped_model_runs_every_level_on_rendered_frames(frames):

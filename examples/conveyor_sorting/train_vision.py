@@ -30,6 +30,8 @@ from .vision import ExportedEncoder, VisionConfig, VisionEncoder, losses, target
 
 KEEP_FRACTIONS = (1.0, 0.5, 0.3)   # level 0, 1, 2: the visual tokens each level keeps
 MATCH_M = 0.02                     # a detection within 2 cm of an object, of its class, counts
+NEAR_CUP_M = 0.05                  # an object this close to a cup that holds nothing is about
+                                   # to be picked, and mostly hidden: only a 1 px ring shows
 
 
 def load(files: list[str], cfg: VisionConfig, cell: CellConfig, holdout: int):
@@ -52,6 +54,13 @@ def load(files: list[str], cfg: VisionConfig, cell: CellConfig, holdout: int):
                  for s in ("train", "val"))
 
 
+def near_cup(objects: np.ndarray, gantry: np.ndarray) -> np.ndarray:
+    """[N, K] bool: the valid objects within NEAR_CUP_M of a cup that holds nothing (the
+    picks: an object the cup hovers over or descends onto)."""
+    d = np.hypot(objects[..., 1] - gantry[:, None, 0], objects[..., 2] - gantry[:, None, 1])
+    return (objects[..., 3] > 0.5) & (d < NEAR_CUP_M) & (gantry[:, None, 7] < 0.5)
+
+
 def batch(data: dict, idx: np.ndarray) -> tuple[torch.Tensor, dict]:
     t = {k: torch.from_numpy(data[k][idx]) for k in ("obj", "cls", "off", "score", "held")}
     return torch.from_numpy(data["image"][idx]), t
@@ -62,7 +71,7 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
     """Per object on held-out frames: found (same class within MATCH_M), missed, false
     detections; held class accuracy; the mean position error of the found ones (m)."""
     model.eval()
-    found = missed = false = held_ok = n = 0
+    found = missed = false = held_ok = n = near_found = near_missed = 0
     err = []
     step = max(1, len(data["image"]) // rows)
     for s in range(0, len(data["image"]), 256 * step):
@@ -71,16 +80,20 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
                                                torch.from_numpy(data["gantry"][idx]))
         objects, held = objects.numpy(), held.numpy()
         truth = data["objects"][idx]
+        near = near_cup(truth, data["gantry"][idx])
         n += len(idx)
         held_ok += int((held[:, 0] == data["held_value"][idx, 0]).sum())
-        for p, t in zip(objects, truth):
-            pv, tv = p[p[:, 3] > 0.5], t[t[:, 3] > 0.5]
+        for p, t, t_near in zip(objects, truth, near):
+            pv = p[p[:, 3] > 0.5]
             used = np.zeros(len(pv), bool)
-            for o in tv:
+            for o, o_near in zip(t[t[:, 3] > 0.5], t_near[t[:, 3] > 0.5]):
                 d = np.hypot(pv[:, 1] - o[1], pv[:, 2] - o[2])
                 d[(pv[:, 0] != o[0]) | used] = np.inf
                 j = int(np.argmin(d)) if len(d) else -1
-                if j >= 0 and d[j] <= MATCH_M:
+                hit = j >= 0 and d[j] <= MATCH_M
+                near_found, near_missed = near_found + int(o_near and hit), \
+                    near_missed + int(o_near and not hit)
+                if hit:
                     used[j], found = True, found + 1
                     err.append(d[j])
                 else:
@@ -90,18 +103,28 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
     return {"keep": keep, "frames": n, "objects": found + missed, "found": found,
             "missed": missed, "false": false, "recall": found / max(1, found + missed),
             "held_accuracy": held_ok / max(1, n),
+            "near_cup": {"objects": near_found + near_missed,
+                         "recall": near_found / max(1, near_found + near_missed)},
             "position_error_mm": {"mean": 1e3 * float(np.mean(err)) if err else None,
                                   "p99": 1e3 * float(np.percentile(err, 99)) if err else None}}
 
 
 def train(model: VisionEncoder, data: dict, steps: int, bs: int, lr: float, seed: int,
-          keeps: list[int], log) -> dict:
+          keeps: list[int], log, near_fraction: float = 0.0) -> dict:
+    """near_fraction: that share of each batch is drawn from the frames with an object near
+    a cup that holds nothing (near_cup): the picks, rare among all frames, are where a miss
+    costs an object."""
     rng = np.random.default_rng(seed)
+    picks = np.flatnonzero(near_cup(data["objects"], data["gantry"]).any(1))
+    n_near = int(round(bs * near_fraction)) if len(picks) else 0
+    log(f"{len(picks)} frames with an object near the cup; {n_near} of {bs} a batch")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.05)
     t0, run = time.perf_counter(), {}
     for step in range(steps):
-        image, t = batch(data, rng.integers(0, len(data["image"]), bs))
+        idx = np.concatenate([rng.choice(picks, n_near),
+                              rng.integers(0, len(data["image"]), bs - n_near)])
+        image, t = batch(data, idx)
         parts = losses(model(image, int(rng.choice(keeps))), t)
         loss = sum(parts.values())
         opt.zero_grad()
@@ -114,6 +137,7 @@ def train(model: VisionEncoder, data: dict, steps: int, bs: int, lr: float, seed
             log(f"step {step} {time.perf_counter() - t0:.0f}s "
                 + " ".join(f"{k} {v:.4f}" for k, v in run.items()))
     return {"steps": steps, "batch": bs, "lr": lr, "seed": seed, "keeps": keeps,
+            "near_cup_fraction": near_fraction, "near_cup_frames": int(len(picks)),
             "train_s": round(time.perf_counter() - t0, 1),
             "final_losses": {k: round(v, 5) for k, v in run.items()}}
 
@@ -154,6 +178,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--holdout", type=int, default=2, help="episodes per file held out")
     ap.add_argument("--checkpoint", default=None, help="start from these weights (.pt)")
+    ap.add_argument("--near-cup", type=float, default=0.0,
+                    help="share of each batch from frames with an object near the cup (picks)")
     ap.add_argument("--held-input", action="store_true",
                     help="the robot sends `held` (the class on the cup) as a vector input")
     ap.add_argument("--export-only", action="store_true",
@@ -172,7 +198,8 @@ def main(argv=None) -> None:
         model.load_state_dict(torch.load(a.checkpoint, weights_only=True))
     keeps = [max(cfg.slots, round(f * cfg.tokens)) for f in KEEP_FRACTIONS]
     training = {"from": a.checkpoint} if a.export_only else train(
-        model, data, a.steps, a.batch, a.lr, a.seed, keeps, lambda s: print(s, flush=True))
+        model, data, a.steps, a.batch, a.lr, a.seed, keeps, lambda s: print(s, flush=True),
+        a.near_cup)
     out.mkdir(parents=True, exist_ok=True)
     if a.save_weights:
         torch.save(model.state_dict(), a.save_weights)
