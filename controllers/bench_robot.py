@@ -22,11 +22,10 @@ Across hosts (tcp): --curve-secret and --curve-map as every node takes them (con
 rtinfer.transport.curve): its obs endpoint is bound as a CURVE server, the policy's actions
 endpoint connected as a client; a bad key setup is a usage error (exit 2) before any socket.
 
-Several --actions (a fleet): it takes one node's chunks at a time (OneSource). Chunks from
-another node while the one followed still serves it (two nodes serving one robot, as after
-a partition) are counted (chunks_other_source) and not applied; it switches (source_switches)
-once the one followed has been silent for a chunk interval and the deadline, when its
-watchdog holds anyway. Each observation's record names the node that answered it.
+Several --actions (a fleet): its controller takes one node's chunks at a time
+(controllers.one_source, counted in chunks_other_source and source_switches); the record
+keeps only the waypoints it took, and each observation's record names the node that
+answered it.
 """
 from __future__ import annotations
 
@@ -70,27 +69,6 @@ class OneMessage:
     def recv(self, timeout_ms: int = 0):
         env, self.pending = self.pending, None
         return env
-
-
-class OneSource:
-    """Which node's chunks the robot takes: the one it took last, until that one has been
-    silent for quiet_ns (module doc). Times in ns, passed in; not thread-safe."""
-
-    def __init__(self, quiet_ns: int) -> None:
-        self.quiet_ns = quiet_ns
-        self.src: str | None = None
-        self.last_ns = 0
-        self.counters = {"chunks_other_source": 0, "source_switches": 0}
-
-    def take(self, src: str, now_ns: int) -> bool:
-        if src != self.src:
-            if self.src is not None and now_ns - self.last_ns <= self.quiet_ns:
-                self.counters["chunks_other_source"] += 1
-                return False
-            self.counters["source_switches"] += self.src is not None
-            self.src = src
-        self.last_ns = now_ns
-        return True
 
 
 class Record:
@@ -153,7 +131,6 @@ def run(a: argparse.Namespace, curve=None) -> int:
     feed = OneMessage()
     node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name)
     spec = action if action is not None else tok
-    follow = OneSource(period_ns + int(a.deadline_ms * 1e6))
     print("ready", flush=True)
     times = json.loads(sys.stdin.readline())
     start, measure, end = times["start_ns"], times["measure_ns"], times["end_ns"]
@@ -178,15 +155,13 @@ def run(a: argparse.Namespace, curve=None) -> int:
         env = sub.recv(timeout_ms=min(-(-wait_ns // 1_000_000), 100))  # ceil: no spin
         if env is None:
             continue
-        mine = env.topic == "action_chunk" and env.body.get("dest") == a.name
-        if mine and not follow.take(env.src, env.stamps["recv"]):
-            continue  # another node's, while the one followed serves it: counted
-        before = counters["waypoints_accepted"]
+        before, other = counters["waypoints_accepted"], counters["chunks_other_source"]
         feed.pending = env
         node.tick()
-        if mine:
+        if env.topic == "action_chunk" and env.body.get("dest") == a.name \
+                and counters["chunks_other_source"] == other:  # not another node's: taken
             rec.waypoint(env, counters["waypoints_accepted"] > before)
-    rec.save(a.out, {**counters, **follow.counters, "obs_sent": k})
+    rec.save(a.out, {**counters, "obs_sent": k})
     pub.close()
     sub.close()
     return 0

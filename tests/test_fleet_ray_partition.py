@@ -9,7 +9,7 @@ Healed, Ray ends h1's raylet and with it its node: r1 switches to h0. h1's Ray n
 started again: the controller starts its node and balances, moving r1 back to h1. No
 stale chunk is applied, no robot goes unserved through any of it, and at the end each
 key is on one allow-list. The tiny model at a 250 ms period, deadline 1 s (a busy machine
-is no failover). ~2 min: slow, run with RTINFER_LONG=1."""
+is no failover). ~2 min: marked slow (`make test-slow`)."""
 from __future__ import annotations
 
 import time
@@ -23,14 +23,12 @@ from rtinfer.fleet.failover import robot_figures  # noqa: E402
 from rtinfer.fleet.lan import why_not  # noqa: E402
 from rtinfer.fleet.local import LocalFleet  # noqa: E402
 from rtinfer.transport.wire import now_ns  # noqa: E402
-from tests.faults.common import LONG  # noqa: E402
 from tests.test_fleet_hosts import ROBOT_FILE, obs_stream  # noqa: E402
 from tests.test_fleet_ray import DEADLINE_MS, raylets, slow_model  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420, method="thread"),
-              pytest.mark.skipif(not LONG, reason="slow (~2 min): RTINFER_LONG=1 runs it"),
               pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
-SECONDS = 70.0  # the robots' run: a partition, a heal, a Ray node started again
+SECONDS = 80.0  # the robots' run: a partition, a heal, a Ray node started again
 
 
 def served_by(rec: dict, after_ns: int, before_ns: int) -> set[str]:
@@ -79,8 +77,9 @@ def test_a_partitioned_host_keeps_serving_and_a_host_that_joins_takes_a_robot_ba
         allow = {h: sorted(p.name for p in (fleet.run_dir / h / "allow").glob("r*.key"))
                  for h in ("h0", "h1")}
         assert allow == {"h0": ["r0.key"], "h1": ["r1.key"]}  # one allow-list each again
-        assert back_ns + 3_000_000_000 < end_ns, "the robots' run ended before r1 was back"
+        assert back_ns + 5_000_000_000 < end_ns, "the robots' run ended before r1 was back"
         records = fleet.records(timeout_s=120)
+        events = [text for _, text in fleet.status()["events"]][-12:]
     assert raylets() == before, "a raylet was left behind"
     r0, r1 = records["r0"], records["r1"]
     for name, rec in records.items():
@@ -91,9 +90,13 @@ def test_a_partitioned_host_keeps_serving_and_a_host_that_joins_takes_a_robot_ba
     # partitioned, h1 kept serving r1 and r1 took h1's chunks only, counting h0's
     assert served_by(r1, moved_ns + 1_000_000_000, heal_ns) == {"policy-h1"}
     assert r1["counters"]["chunks_other_source"] > 0
-    # h1 gone, r1 took h0's; h1 back, r1 took h1's again: one stream at a time, two switches
+    # h1 gone, r1 took h0's; h1 back, r1 took h1's again (h0's last chunk may still come
+    # first: h0 lets go before h1 takes it): one stream at a time, two switches
     assert served_by(r1, gone_ns + 2_000_000_000, back_ns - 1_000_000_000) == {"policy-h0"}
-    assert served_by(r1, back_ns + 2_000_000_000, end_ns) == {"policy-h1"}
+    after = (r1["capture_ns"] > back_ns) & (r1["accepted"] > 0)
+    last = r1["counters"]["sources"][r1["source"][after][-1]] if after.any() else None
+    assert last == "policy-h1" and served_by(r1, back_ns, end_ns) <= {"policy-h0", "policy-h1"}, (
+        events, r1["counters"], r1["source"][after].tolist())
     assert r1["counters"]["source_switches"] == 2
     # nothing lost: every second of the run, each robot applied a fresh chunk
     for name, rec in records.items():
