@@ -6,8 +6,9 @@
 The data are collect.py files recorded with `--camera overhead` (frames and the cell's own
 labels: the objects on the belt, the class on the cup). The encoder learns, from pixels
 alone, the `objects` and `held` arrays that conveyor-act's graph reads; each budget level is
-the encoder at one number of kept visual tokens, joined to conveyor-act's graph unchanged
-(onnx.compose: the graph's inputs are the camera's frame, the gantry and the instruction).
+the encoder at one number of kept visual tokens, joined to --head's graph unchanged
+(onnx.compose: the graph's inputs are the camera's frame, the gantry and the instruction):
+conveyor-act's, or that head fine-tuned on this encoder's output (train_vision_head.py).
 Training runs every level's token count (a random keep per batch), so one set of weights
 serves them all. The last episodes of each file are held out and scored per object.
 """

@@ -10,7 +10,7 @@ encoder. conveyor-act's head was trained on the cell's true object positions. Th
 camera, an object the cup descends onto shrinks to a 1 px ring (its row flickers out of
 `objects`), positions near the cup are off by about 1 cm, and the vision policy drives into
 states conveyor-act never visited (trailing an object by 20 cm at belt speed), where it
-descended onto nothing (lockstep diagnosis, docs: /work/notes/bench_vision.md). Here the
+descended onto nothing (docs/benchmarks.md, conveyor-vision: the diagnosis). Here the
 head learns from what it will see: every recorded frame (collect.py files with --camera
 overhead) decoded by the encoder, labelled with the scripted expert's chunk for that state
 (collect.py's labels: the expert sees the cell), carry states also under other instructions
