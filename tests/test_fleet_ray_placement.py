@@ -110,3 +110,12 @@ def test_a_host_that_joins_takes_the_refused_robots_then_balances_the_rest():
     assert refused == {} and sorted(placed.values()).count("b") == 3
     placed2, _ = place(robots(5), over, placed, balance=True)
     assert placed2 == placed  # balanced: a second look moves nothing
+
+
+def test_where_no_host_has_room_now_one_with_room_at_its_recent_best_is_tried():
+    s = seats(a=1, b=False)  # a's node measures room for 1 now, 3 at its best of late
+    s["a"].recent = 3
+    assert place(robots(2), s, {"r0": "a", "r1": "b"}) == ({"r0": "a", "r1": "a"}, {})
+    s["a"].recent = 1
+    placed, refused = place(robots(2), s, {"r0": "a", "r1": "b"})
+    assert placed == {"r0": "a"} and list(refused) == ["r1"]

@@ -45,6 +45,7 @@ JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts 
 EVENTS = 200       # the last events `status` shows
 RETRY_S = 5.0      # how often robots refused everywhere are placed again
 REFUSED_FOR_S = 30.0  # a robot a host's node refused goes there last for this long
+RECENT_S = 10.0    # a host's best measured capacity over this window: placement's fallback
 
 
 def host_actor_name(host: str) -> str:
@@ -71,6 +72,7 @@ class FleetController:
         self.polls: dict[object, str] = {}      # poll() ref -> host
         self.next_poll: dict[str, float] = {}
         self.health: dict[str, dict] = {}       # host -> its last poll
+        self.capacities: dict[str, deque] = {}  # host -> (when, its node's measured capacity)
         self.placed: dict[str, str] = {}        # robot -> host
         self.refused: dict[str, str] = {}       # robot -> why
         self.events: deque = deque(maxlen=EVENTS)  # (time.monotonic(), text)
@@ -142,7 +144,8 @@ class FleetController:
     def _lost(self, name: str, why: str) -> None:
         self.actors.pop(name, None)
         self.seats[name].up = False
-        self.seats[name].capacity = None
+        self.seats[name].capacity = self.seats[name].recent = None
+        self.capacities.pop(name, None)
         self.health.pop(name, None)
         self._say(f"host {name} lost ({why}): its robots hold until placed again")
         self._next_join = 0.0  # its Ray node may live on: its node is started again at once
@@ -227,8 +230,15 @@ class FleetController:
             del seat.refused[robot]  # its load may have fallen since: it may try again
         caps = [c for c in (declared, state["capacity"]) if c is not None]
         cap = min(caps) if caps else None
-        if cap != seat.capacity:
-            seat.capacity = cap
+        seen = self.capacities.setdefault(name, deque())
+        if state["capacity"] is not None:
+            seen.append((now, state["capacity"]))
+        while seen and now - seen[0][0] > RECENT_S:
+            seen.popleft()
+        best = [c for c in (declared, max((c for _, c in seen), default=None)) if c is not None]
+        recent = min(best) if best else None
+        if (cap, recent) != (seat.capacity, seat.recent):
+            seat.capacity, seat.recent = cap, recent
             changed = True
         return changed
 

@@ -9,6 +9,9 @@ on a host that would have to refuse it. A host's room is its capacity: the least
 declared in FLEET.yaml and the one its node measures now (health `capacity`, the figure its
 admission uses), less the robots placed on it; a host not measured yet (a node just
 started, serving nobody) is taken to fit what the least of its model's measured hosts fits.
+Where no host has room now, a host that had room at its best of the last seconds (`recent`:
+a busy second raises a p99 for a while) is given the robot all the same: its node's own
+admission decides, and admits it once its load has fallen.
 A host whose node refused a robot placed there is given that robot again only when no other
 host has room (`Seat.refused`), and a robot every host with room refused stays where it is:
 its node admits it by itself once its load has fallen (no robot bounces between refusing
@@ -34,6 +37,7 @@ class Seat:
     up: bool
     capacity: int | None = None
     refused: dict[str, float] = field(default_factory=dict)
+    recent: int | None = None  # its capacity at its best of the last seconds (None: capacity)
 
 
 def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, str],
@@ -62,7 +66,9 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
             load[seat.name] += 1
     for name in sorted(set(robots) - set(placed)):
         robot = robots[name]
-        fit = [s for s in seats.values() if fits(robot, s)]
+        fit = [s for s in seats.values() if fits(robot, s)] or \
+            [s for s in seats.values() if s.up and s.model == robot.model
+             and s.recent is not None and s.recent - load[s.name] > 0]  # its node decides
         if not fit:
             refused[name] = why_refused(robot, seats, load, caps)
             continue
