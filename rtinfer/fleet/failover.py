@@ -29,6 +29,7 @@ import numpy as np
 
 from rtinfer.fleet.lan import why_not
 from rtinfer.fleet.local import LocalFleet
+from rtinfer.fleet.spec import FleetError
 from rtinfer.model.zoo import zoo_model
 
 
@@ -189,12 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.netns and why_not() is not None:
         p.error(f"--netns: {why_not()}")
-    runs = []
+    runs, failed = [], []
     with contextlib.redirect_stdout(sys.stderr):  # Ray's notices: stdout stays one JSON
         for k in range(a.repeats):
-            runs.append(one_run(a))
+            try:
+                runs.append(one_run(a))
+            except (FleetError, TimeoutError, RuntimeError) as e:  # a fleet that did not
+                failed.append(str(e)[:500])  # start, or a move not seen: the others count
+                print(f"fleet-failover: run {k + 1}/{a.repeats} failed: {failed[-1]}",
+                      file=sys.stderr, flush=True)
+                continue
             print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
-    result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats, "curve": a.curve,
+    if not runs:
+        print(f"fleet-failover: no run finished: {failed[-1]}", file=sys.stderr)
+        return 1
+    result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats, "failed": failed,
+              "curve": a.curve,
               "netns": a.netns, "load_avg": [round(x, 2) for x in os.getloadavg()],
               "rate_hz": a.rate_hz, "deadline_ms": a.deadline_ms, "model": a.model, "runs": runs,
               **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),
