@@ -260,7 +260,8 @@ class ControllerNode:
     def __init__(self, hw: HardwareInterface, cfg: ControllerConfig, sub, pub,
                  tokenizer_hash: str | None = None, *, clock: Callable[[], int] = clock_ns,
                  trace=None, robot: str | None = None,
-                 on_tick: Callable[[RobotState, int], None] | None = None):
+                 on_tick: Callable[[RobotState, int], None] | None = None,
+                 one_source: bool = False):
         """sub/pub: rtinfer.transport.bus Subscriber/Publisher (not owned: the caller closes them).
         tokenizer_hash: the hash token chunks must carry; must match cfg.tokenizer. clock: the
         loop's monotonic ns clock, read at the start of each tick and when a tick commits a
@@ -268,7 +269,10 @@ class ControllerNode:
         go out under, which chunks for it carry as `dest` (default pub.src). trace: an
         optional rtinfer.realtime.trace.TraceWriter. on_tick(state, now_ns): the owner's hook,
         called at the end of every tick once a read has succeeded, with the last good state
-        (controllers.run: a simulator's step, heartbeats)."""
+        (controllers.run: a simulator's step, heartbeats). one_source: take one node's chunks
+        at a time when several serve this robot (controllers.one_source; controllers.run sets
+        it, a robot listening to a fleet's nodes); off, a chunk from another src replaces the
+        one in use unless older (the conformance vectors' rule, tests/vectors)."""
         if tokenizer_hash is not None and (cfg.tokenizer is None
                                            or tokenizer_hash != cfg.tokenizer.hash):
             mine = "none" if cfg.tokenizer is None else cfg.tokenizer.hash
@@ -304,7 +308,7 @@ class ControllerNode:
         self._clamps = dict.fromkeys(CLAMPS, 0)  # the limits' counts when last said
         self.policies = PolicySources()  # which policies sent chunks for this robot
         # two nodes serving this robot at once (a fleet partition): one node's chunks at a time
-        self.source = OneSource(self.watchdog.quiet_ns, self.counters)
+        self.source = OneSource(self.watchdog.quiet_ns, self.counters) if one_source else None
 
     @property
     def tokenizer_hash(self) -> str | None:
@@ -542,7 +546,8 @@ class ControllerNode:
 
     def _on_waypoint(self, env: Envelope, now: int) -> None:
         """check -> assemble -> apply; a waypoint not taken is counted under its reason."""
-        if env.body["dest"] == self.robot and not self.source.take(env.src, now):
+        if self.source is not None and env.body["dest"] == self.robot \
+                and not self.source.take(env.src, now):
             return  # another node's, while the one followed serves this robot: counted
         why, wp = self._check(env, now)
         if why is None:

@@ -92,7 +92,7 @@ class RobotProcess:
         self.signalled = False   # stopped by SIGTERM/SIGINT
         self.driver_error: DriverError | None = None  # the driver bug that ended the run
         self.node = ControllerNode(hw, cfg, self.sub, self.pub, trace=self.trace,
-                                   on_tick=self._on_tick)
+                                   on_tick=self._on_tick, one_source=True)
 
     def _on_tick(self, state, now_ns: int) -> None:
         """After the controller's tick: a simulator's step, its health, heartbeats."""

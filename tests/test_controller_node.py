@@ -449,10 +449,20 @@ def test_a_chunk_stamped_after_the_ticks_start_is_not_from_the_future():
         ctx.term()
 
 
-def test_two_nodes_serving_the_robot_it_takes_one_and_counts_the_other(cell):
+@pytest.fixture
+def one_source_cell():
+    ctx = zmq.Context()
+    c = Cell(ctx, one_source=True)
+    yield c
+    c.close()
+    ctx.term()
+
+
+def test_two_nodes_serving_the_robot_it_takes_one_and_counts_the_other(one_source_cell):
     """A fleet partition: two nodes answer the same observations. The robot keeps to the node
     it took first, counts the other's waypoints, and switches only once the first has been
     silent for a chunk interval and the deadline (its watchdog holds by then anyway)."""
+    cell = one_source_cell
     c = cell.node.counters
     cell.send_chunk(LINE)
     cell.deliver(4)
