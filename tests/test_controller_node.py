@@ -3,6 +3,7 @@
 The node runs on the test's clock (given at construction), so every timing decision is
 deterministic; the messages themselves travel through real zmq sockets.
 """
+import contextlib
 import re
 import time
 import types
@@ -140,13 +141,22 @@ class Cell:
             s.close()
 
 
+@contextlib.contextmanager
+def open_cell(**node_kw):
+    """A Cell in a context of its own, closed after use."""
+    ctx = zmq.Context()
+    c = Cell(ctx, **node_kw)
+    try:
+        yield c
+    finally:
+        c.close()
+        ctx.term()
+
+
 @pytest.fixture
 def cell():
-    ctx = zmq.Context()
-    c = Cell(ctx)
-    yield c
-    c.close()
-    ctx.term()
+    with open_cell() as c:
+        yield c
 
 
 LINE = [[0.02, 0.0, 0.2], [0.04, 0.01, 0.2], [0.06, 0.02, 0.2], [0.08, 0.03, 0.2]]
@@ -430,9 +440,8 @@ class SlowTicks:
 def test_a_chunk_stamped_after_the_ticks_start_is_not_from_the_future():
     """A capture after the tick's `now` but before the drain read it is an honest stamp (taken
     before the fix: rejected_bad under load); one ahead of the clock read again is not."""
-    ctx, clock = zmq.Context(), SlowTicks()
-    cell = Cell(ctx, clock=clock)
-    try:
+    clock = SlowTicks()
+    with open_cell(clock=clock) as cell:
         cell.t = clock.t  # the next read (the tick's start) is t + 2 ms
         cell.send_chunk(LINE, age_ms=-3)  # captured at t + 3 ms: after the start, before the drain
         time.sleep(0.05)  # in the subscriber's queue before the tick starts
@@ -444,18 +453,12 @@ def test_a_chunk_stamped_after_the_ticks_start_is_not_from_the_future():
         time.sleep(0.05)
         cell.deliver(4)
         assert c["rejected_bad"] == 4 and c["waypoints_accepted"] == 4, c
-    finally:
-        cell.close()
-        ctx.term()
 
 
 @pytest.fixture
 def one_source_cell():
-    ctx = zmq.Context()
-    c = Cell(ctx, one_source=True)
-    yield c
-    c.close()
-    ctx.term()
+    with open_cell(one_source=True) as c:
+        yield c
 
 
 def test_two_nodes_serving_the_robot_it_takes_one_and_counts_the_other(one_source_cell):
@@ -549,11 +552,8 @@ def test_late_waypoints_during_a_commanded_hold_are_not_reported_as_misses(cell)
 
 @pytest.fixture
 def real_clock_cell():
-    ctx = zmq.Context()
-    c = Cell(ctx, clock=now_ns)
-    yield c
-    c.close()
-    ctx.term()
+    with open_cell(clock=now_ns) as c:
+        yield c
 
 
 def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_applied(
