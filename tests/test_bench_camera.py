@@ -18,6 +18,7 @@ def test_frame_pool_is_deterministic_and_its_frames_differ():
     assert len({f.tobytes() for f in a}) == POOL  # a frame sent as another would be caught
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_quick_run_delivers_every_frame_of_every_path_intact():
     out = subprocess.run([sys.executable, "-m", "rtinfer.bench.camera", "--quick", "--json"],

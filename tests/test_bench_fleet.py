@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_fleet_bench_counts_accepted_identical_chunks_and_a_refused_robot(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "rtinfer.cli", "bench", "fleet", "--json", "--robots", "1", "2",
