@@ -129,7 +129,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
     sub = Subscriber(a.actions, ["action_chunk", "command"], curve=curve,
                      to={"action_chunk": a.name} if a.addressed else None)
     feed = OneMessage()
-    node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name)
+    node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name, one_source=True)
     spec = action if action is not None else tok
     print("ready", flush=True)
     times = json.loads(sys.stdin.readline())
