@@ -315,3 +315,51 @@ def test_an_allow_list_reads_names_and_skips_a_key_file_it_cannot_parse(certs):
     shutil.copy(paths["rogue"][0], allowed / "half.key")
     assert allow.refresh() and set(allow.names.values()) == {"client", "half"}
     assert curve.allow_list(allowed) is curve.allow_list(str(allowed) + "/")
+
+
+def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_key_is_listed(
+        certs):
+    """A client the allow-list refused (a fleet's robot whose key is written as it is placed:
+    the first refusal is that race) retries 0.1 s after, then twice as long each time, up to
+    once a second; a key listed meanwhile gets it in at the next retry. The healer runs on a
+    stepped clock (heal(now) takes the time), the sockets and handshakes are real."""
+    from rtinfer.transport.bus.heal import HEAL_EVERY_NS, Healer
+    from rtinfer.transport.curve import allow_list, secure_endpoint
+    paths, allowed = certs
+    ctx = zmq.Context()
+    rogue = CurveConfig(paths["rogue"][1], paths["server"][0])  # a key not (yet) listed
+    with Publisher("tcp://127.0.0.1:*", "srv", ctx=ctx,
+                   curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed)) as pub:
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        healer = Healer(sock, ctx)
+        healer.security[pub.endpoint] = rogue
+        secure_endpoint(sock, rogue, server=False)
+        sock.connect(pub.endpoint)
+        t, seen, retries = 0, None, []  # seen: the stepped time of the last refusal
+        end = time.monotonic() + 30
+        while len(retries) < 5:
+            assert time.monotonic() < end, (retries, healer.refusals)
+            t += HEAL_EVERY_NS
+            refusals, reconnects = healer.refusals, healer.reconnects
+            healer.heal(t)
+            if healer.reconnects > reconnects:
+                retries.append(t - seen)
+            if healer.refusals > refusals:
+                seen = t
+            time.sleep(0.01)
+        assert [r // 1_000_000 for r in retries] == [100, 200, 400, 800, 1000]
+        shutil.copy(paths["rogue"][0], allowed)  # listed now: the next retry gets in
+        allow_list(allowed).refresh()
+        got, end = False, time.monotonic() + 30
+        while not got:
+            assert time.monotonic() < end, "the listed key did not get in"
+            t += HEAL_EVERY_NS
+            healer.heal(t)
+            pub.publish("heartbeat", hb("srv"))
+            got = sock.poll(10) and sock.recv_multipart() is not None
+        assert healer.refusals in (5, 6)  # the last retry raced the key: refused or not
+        healer.close()
+        sock.close()
+    ctx.term()

@@ -32,7 +32,10 @@ p99 of its recent batches of that size (`costs`), else a start-up profile of eac
 (`profile`, the latency table) scaled by what the batch-1 cycles measured against their own
 profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
 level (one exit depth per batch), as many as the largest batch holds, and drops the least
-urgent while the batch would finish after the first one's deadline.
+urgent while the batch would finish after the first one's deadline. The deadline order ranks
+a robot by its first observation not answered since its last cycle (RobotSlot.rank_ns), so
+under overload supersession never keeps one robot last for ever; an observation that waited
+past the deadline is dropped before it could be answered late (obs_stale).
 
 What an observation must be to be answered (docs/wire.md section 5, "What a policy node
 answers"): its capture, moved onto the node's clock, is neither older than the deadline (its chunk
@@ -68,7 +71,7 @@ RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is chec
 MAX_ROBOTS = 4096  # the most robots capacity() ever reports
 FLOOD_FACTOR = 4   # observations per second over this times the policy rate: a flood
 SEQ_JUMP_WINDOW_NS = 5_000_000_000  # a seq back again within this: two publishers, one name
-ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts")
+ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts", "obs_stale")
 
 
 class CycleCost:
@@ -112,6 +115,7 @@ class RobotSlot:
     budget: Budget
     clock: PeerClock | None
     waiting: Envelope | None = None     # the newest observation not yet answered
+    since: Envelope | None = None       # the first one not answered since its last cycle
     previous: tuple | None = None       # its last chunk (Cycle.previous), drafts its next
     last_seq: int = -1
     last_seen_ns: int = 0
@@ -120,15 +124,28 @@ class RobotSlot:
     last_restart_ns: int | None = None  # when its seq last went back
     counters: dict = field(default_factory=lambda: dict.fromkeys(ROBOT_COUNTERS, 0))
 
-    def due_ns(self, deadline_ns: int) -> int | None:
-        """When the waiting observation's chunk is due, on the node's clock (None: unknown,
-        e.g. another host's clock not yet bracketed; such a robot goes last)."""
-        env = self.waiting
-        capture = env.stamps.get("capture") if env is not None else None
-        if capture is None:
+    def due_ns(self, deadline_ns: int, env: Envelope | None = None) -> int | None:
+        """When the chunk of env (default: the waiting observation) is due, on the node's
+        clock: its capture moved onto it plus the deadline. While that is unknown (no
+        capture stamp, or another host's clock not yet bracketed, as for a robot just placed
+        here: the bracket needs its trace of a chunk) its arrival plus the deadline, a bound
+        no earlier than the true due. None only for an envelope with neither."""
+        env = self.waiting if env is None else env
+        if env is None:
             return None
+        capture = env.stamps.get("capture")
         offset = 0 if self.clock is None else self.clock.offset_ns
-        return None if offset is None else capture - offset + deadline_ns
+        if capture is not None and offset is not None:
+            return capture - offset + deadline_ns
+        recv = env.stamps.get("recv")
+        return None if recv is None else recv + deadline_ns
+
+    def rank_ns(self, deadline_ns: int) -> int | None:
+        """The robot's place in the deadline order: the due of its first observation not
+        answered since its last cycle (`since`), superseded or not. Ranked by its newest
+        one, a robot whose observations are always superseded before they come first would
+        be last for ever under overload (it starved); without overload the two agree."""
+        return self.due_ns(deadline_ns, self.since)
 
 
 class Robots:
@@ -281,6 +298,8 @@ class Robots:
         if slot.waiting is not None:
             slot.counters["obs_superseded"] += 1
         slot.waiting = env
+        if slot.since is None:
+            slot.since = env
         return slot
 
     def _bad_stamps(self, env: Envelope, slot: RobotSlot | None, now_ns: int,
@@ -413,6 +432,7 @@ class Robots:
             for s in slots:
                 c[f"robot.{s.name}.cycles"] = s.counters["cycles"]
                 c[f"robot.{s.name}.budget_level"] = s.budget.index
+                c[f"robot.{s.name}.obs_stale"] = s.counters["obs_stale"]
                 if s.slack_ns is not None:
                     g[f"robot.{s.name}.slack_us"] = s.slack_ns / 1e3
         for name in self.refused:  # refused and not admitted since (the dashboard)
@@ -445,35 +465,69 @@ class Robots:
         slot.budget.update(slot.slack_ns)
 
     def next(self, deadline_ns: int) -> RobotSlot | None:
-        """The waiting robot whose chunk is due first (earliest deadline first); its
-        observation is handed out (slot.waiting cleared by the caller's take)."""
+        """The waiting robot first in the deadline order (earliest deadline first, by
+        rank_ns); its observation is handed out (slot.waiting cleared by the caller's take)."""
         best, best_due = None, None
         for slot in self.slots.values():
             if slot.waiting is None:
                 continue
-            due = slot.due_ns(deadline_ns)
+            due = slot.rank_ns(deadline_ns)
             if best is None or (due is not None and (best_due is None or due < best_due)):
                 best, best_due = slot, due
         return best
 
     def next_batch(self, deadline_ns: int, now_ns: int, max_batch: int) -> list[RobotSlot]:
-        """The waiting robots to answer together, most urgent first: the one due first, then
-        those waiting at its budget level in deadline order, up to max_batch, less the least
-        urgent while the batch would end after the first one's deadline ([]: none waits)."""
+        """The waiting robots to answer together, most urgent first: the first in the
+        deadline order, then those waiting at its budget level in that order, up to
+        max_batch, less the least urgent while the batch would end after the first one's
+        deadline ([]: none waits). Observations past the deadline are dropped first
+        (_expire); the robots returned start waiting afresh (their `since` is cleared)."""
+        self._expire(now_ns, deadline_ns)
         first = self.next(deadline_ns)
         if first is None or max_batch <= 1:
-            return [] if first is None else [first]
-        level, late = first.budget.level, 1 << 62
-        batch = sorted((s for s in self.slots.values()
-                        if s.waiting is not None and s.budget.level == level),
-                       key=lambda s: (s is not first, s.due_ns(deadline_ns) or late))[:max_batch]
-        due = first.due_ns(deadline_ns)
-        while len(batch) > 1 and due is not None:
-            cost = self.batch_ns(next(b for b in self.batches if b >= len(batch)))
-            if cost is None or now_ns + cost <= due:
-                break
-            batch.pop()
+            batch = [] if first is None else [first]
+        else:
+            level, late = first.budget.level, 1 << 62
+            batch = sorted((s for s in self.slots.values()
+                            if s.waiting is not None and s.budget.level == level),
+                           key=lambda s: (s is not first, s.rank_ns(deadline_ns) or late)
+                           )[:max_batch]
+            due = first.due_ns(deadline_ns)
+            while len(batch) > 1 and due is not None:
+                cost = self.batch_ns(next(b for b in self.batches if b >= len(batch)))
+                if cost is None or now_ns + cost <= due:
+                    break
+                batch.pop()
+        for slot in batch:
+            slot.since = None
         return batch
+
+    def _expire(self, now_ns: int, deadline_ns: int) -> None:
+        """Drop the waiting observations already older than the deadline for every offset the
+        clock estimate allows (their arrival stands in for a capture not yet movable): their
+        chunks could never be applied, and under overload answering them first would make
+        the next ones late too. Counted as obs_stale (node and robot), said once a second."""
+        for slot in self.slots.values():
+            env = slot.waiting
+            if env is None:
+                continue
+            capture, bounds = env.stamps.get("capture"), (0, 0)
+            if slot.clock is not None:
+                bounds = slot.clock.bounds()
+            if capture is None or bounds is None or bounds[0] > bounds[1]:
+                capture, bounds = env.stamps.get("recv"), (0, 0)
+            age_ns = None if capture is None else now_ns - (capture - bounds[0])
+            if age_ns is None or age_ns <= deadline_ns:
+                continue
+            slot.waiting = None
+            self.counters["obs_stale"] += 1
+            slot.counters["obs_stale"] += 1
+            name, seq = slot.name, env.seq
+            self.say(f"obs_stale.{name}", lambda: (
+                f"observation {seq} from {name!r} waited {age_ns / 1e6:.1f} ms, past the "
+                f"{deadline_ns / 1e6:g} ms deadline, before a cycle was free: not answered "
+                f"(obs_stale); the node is overloaded: lower the load, or serve some robots "
+                f"from another node"))
 
     def leave_idle(self, now_ns: int) -> list[str]:
         """Free the slots of robots silent for leave_after_ns; their names. A refused robot

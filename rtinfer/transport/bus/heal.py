@@ -20,7 +20,8 @@ from zmq.utils.monitor import recv_monitor_message
 from rtinfer.transport.curve import CurveConfig, secure_endpoint
 
 HEAL_EVERY_NS = 100_000_000  # how often a connecting socket looks for a dead endpoint
-REFUSED_RETRY_NS = 1_000_000_000  # a client the server's allow-list refused tries again this often
+REFUSED_RETRY_NS = 1_000_000_000  # a client the server's allow-list refused tries again at
+REFUSED_FIRST_NS = 100_000_000    # least this often: first after this, then twice as long
 _POLLIN = int(zmq.POLLIN)
 # What a connecting socket's monitor reports (see Healer.heal).
 _WATCH = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -42,6 +43,7 @@ class Healer:
         self._up: set[str] = set()  # endpoints whose session is past its handshake
         self._ended: dict[str, int] = {}  # endpoint -> heal pass that saw its session end
         self._refused: dict[str, int] = {}  # endpoint -> when the server refused our key
+        self._wait: dict[str, int] = {}  # endpoint -> the wait before its next retry (ns)
         self._mon = self._monitor(ctx)
 
     def _monitor(self, ctx: zmq.Context) -> zmq.Socket:
@@ -64,8 +66,11 @@ class Healer:
         (DISCONNECTED) with no CONNECT_RETRIED by the next look: libzmq follows a lost
         connection with a retry at once, and a protocol error with nothing. A handshake the
         server refused (its allow-list: HANDSHAKE_FAILED_AUTH, which libzmq never retries
-        either) is tried again every REFUSED_RETRY_NS, so a key added there is admitted
-        without restarting this side; counted in `refusals`.
+        either) is tried again REFUSED_FIRST_NS later, then after twice as long each time it
+        is refused again, up to every REFUSED_RETRY_NS, so a key added there is admitted
+        without restarting this side, soon after a move (a fleet's controller writes the key
+        as the robot is placed: the first refusal is the race with that) and at one
+        handshake a second for a key that never comes; counted in `refusals`.
         """
         if now < self._next_heal:
             return
@@ -76,6 +81,7 @@ class Healer:
             event, ep = msg["event"], self._known(msg["endpoint"].decode())
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 up.add(ep)
+                self._wait.pop(ep, None)
             elif event == zmq.EVENT_DISCONNECTED:
                 if ep in up:  # a session ended (not a handshake that failed)
                     up.discard(ep)
@@ -84,10 +90,13 @@ class Healer:
                 ended.pop(ep, None)  # libzmq reconnects this one itself
             elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self.refusals += 1
-                self._refused.setdefault(ep, now)
+                if ep not in self._refused:
+                    self._refused[ep] = now
+                    self._wait[ep] = min(2 * self._wait.get(ep, REFUSED_FIRST_NS // 2),
+                                         REFUSED_RETRY_NS)
             else:
                 failed.add(ep)  # HANDSHAKE_FAILED_PROTOCOL
-        for ep in [ep for ep, seen in self._refused.items() if now - seen >= REFUSED_RETRY_NS]:
+        for ep in [ep for ep, seen in self._refused.items() if now - seen >= self._wait[ep]]:
             del self._refused[ep]
             failed.add(ep)
         for ep in [ep for ep, seen in ended.items() if seen < now]:  # no retry since a look ago
