@@ -210,3 +210,16 @@ def test_a_profiled_batch_size_timed_above_a_larger_one_is_lowered_to_it():
     r.set_profile({b: int(v * 1e6) for b, v in ms.items()})
     assert {b: r.profile[b] / 1e6 for b in ms} == {1: 9.0, 2: 35.5, 3: 35.5, 4: 35.5, 5: 35.5,
                                                    6: 40.1, 8: 50.0}
+
+
+def test_admission_plans_the_median_cycle_and_one_delay_not_every_cycle_at_its_p99():
+    # a busy host: cycles take 4 ms, one in 32 is preempted to 30 ms. A window of 40 ms
+    # (0.8 x 50 ms) holds 3 robots (3 x 4 + 26 = 38 ms), not 4 (42 ms); planned at the p99
+    # it held 1
+    r = _robots({1: 4.0})
+    for i in range(64):
+        r.cost.record(30_000_000 if i % 32 == 31 else 4_000_000)
+    assert r.cycle_ns == pytest.approx(30_000_000, rel=1e-2)  # the p99, in health and refusals
+    assert r.delay_ns() == pytest.approx(26_000_000, rel=1e-2)
+    assert r.capacity(100_000_000) == 3
+    assert r.worst_ns(3) <= 40_000_000 < r.worst_ns(4)

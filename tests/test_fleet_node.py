@@ -129,10 +129,10 @@ def test_the_robot_whose_chunk_is_due_first_is_answered_first(fleet):
 
 def test_a_robot_beyond_the_measured_capacity_is_refused_once_and_counted(fleet, capfd):
     node, pubs, act, rng, eps = fleet
-    cost = node.robots.cycle_ns
-    assert cost and node.robots.capacity(node.budget.deadline_ns) >= 3
-    # the same measured cost, planned over a window that holds 3 cycles and no more
-    node.robots.period_ns = int(3.5 * cost / UTILISATION)
+    r = node.robots
+    assert r.cycle_ns and r.capacity(node.budget.deadline_ns) >= 3
+    # the same measured costs, planned over a window that holds 3 robots' worst case and no more
+    r.period_ns = int((r.worst_ns(3) + r.worst_ns(4)) / 2 / UTILISATION)
     assert node.robots.capacity(node.budget.deadline_ns) == 3
     late = Publisher(eps["d"], "d")
     try:

@@ -17,8 +17,12 @@ observation arrives just after a batch started waits for it, then is served with
 that arrived meanwhile: with serve(m) the cost of answering m robots (in batches of at most
 the largest batch; m cycles one by one when the node does not batch), n robots at the
 policy's rate fit while the worst case, max(serve(n), serve(a) + serve(n - a) for
-0 < a < n), is <= UTILISATION * min(deadline, period). Without batching that is
-n * chunk_time, the rule of one cycle at a time. A robot
+0 < a < n) at the typical (median) costs plus one delay (the largest p99 less median of a
+batch size timed: a preemption, which a busy host inflicts on some cycles of a window, not
+on all of them), is <= UTILISATION * min(deadline, period). Without batching that is
+n * median cycle + (p99 - median). (Planned at n * p99, a 2-core host under load, where the
+tiny model's median is a few ms and its p99 10-40 ms of preemption, fitted 1 or 2 robots a
+node and refused most robots a fleet moved.) A robot
 joining beyond that is refused, said once on stderr with what load would fit, and counted
 (robots_refused); its observations are counted (obs_refused) and never answered, so it is
 never admitted and then served late in silence. A refused robot that keeps sending is
@@ -28,7 +32,7 @@ already admitted no longer fit (`check_load`, once a second), that is said once 
 (overloads), and said again when they fit once more: their cycles may then be late, and
 every late one is counted by the monitor and the robot's controller, never silent. The
 costs are measured by the node: per batch size, the
-p99 of its recent batches of that size (`costs`), else a start-up profile of each batch size
+median and p99 of its recent batches of that size (`costs`), else a start-up profile of each batch size
 (`profile`, the latency table) scaled by what the batch-1 cycles measured against their own
 profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
 level (one exit depth per batch), as many as the largest batch holds, and drops the least
@@ -66,7 +70,7 @@ from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import Envelope
 
 UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter
-MIN_TIMED = 16     # batches of one size timed before their p99 replaces the profile
+MIN_TIMED = 16     # batches of one size timed before their figures replace the profile
 RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
 MAX_ROBOTS = 4096  # the most robots capacity() ever reports
 FLOOD_FACTOR = 4   # observations per second over this times the policy rate: a flood
@@ -75,17 +79,17 @@ ROBOT_COUNTERS = ("cycles", "obs_superseded", "obs_bad", "restarts", "obs_stale"
 
 
 class CycleCost:
-    """The cost of one cycle at the current load: the p99 of the last `window` to
-    2 * `window` cycles timed (two hdr histograms, the older dropped when the newer fills),
-    so a slow start-up ages out instead of capping admission for good. record() is O(1);
-    the percentile (one cumsum over the counts, ~0.1 ms) is taken only when asked for,
-    at admission and health, and kept until the next record."""
+    """The cost of one cycle at the current load: the median and p99 of the last `window`
+    to 2 * `window` cycles timed (two hdr histograms, the older dropped when the newer
+    fills), so a slow start-up ages out instead of capping admission for good. record() is
+    O(1); the percentiles (one cumsum over the counts, ~0.1 ms) are taken only when asked
+    for, at admission and health, and kept until the next record."""
 
     def __init__(self, window: int = 64):
         self.window = window
         self._old, self._new = LatencyHistogram(), LatencyHistogram()
         self._both = LatencyHistogram()  # scratch for the union, allocated once
-        self._p99: int | None = None     # the last p99_ns(), until the next record()
+        self._p50 = self._p99 = None     # the last percentiles (ns), until the next record()
         self._fresh = True
 
     def record(self, ns: int) -> None:
@@ -99,14 +103,23 @@ class CycleCost:
     def count(self) -> int:
         return self._old.count + self._new.count
 
-    def p99_ns(self) -> int | None:
+    def _refresh(self) -> None:
         if not self._fresh:
             both = self._both
             both.reset()
             both.merge(self._old)
             both.merge(self._new)
-            self._p99, self._fresh = int(both.percentiles_us()["p99"] * 1000), True
+            pct = both.percentiles_us()
+            self._p50, self._p99 = int(pct["p50"] * 1000), int(pct["p99"] * 1000)
+            self._fresh = True
+
+    def p99_ns(self) -> int | None:
+        self._refresh()
         return self._p99
+
+    def p50_ns(self) -> int | None:
+        self._refresh()
+        return self._p50
 
 
 @dataclass
@@ -192,18 +205,29 @@ class Robots:
         """The measured cost of one cycle (None: none timed yet); see capacity."""
         return self.batch_ns(1)
 
-    def batch_ns(self, b: int) -> int | None:
+    def batch_ns(self, b: int, median: bool = False) -> int | None:
         """The cost of one batch of b robots (b an exported batch size): its measured p99
-        once MIN_TIMED were timed (any count for b = 1), else its profile scaled by batch 1's
-        measured-over-profiled ratio; None when neither is known."""
+        (median: its median) once MIN_TIMED were timed (any count for b = 1), else its
+        profile scaled by batch 1's measured-over-profiled ratio; None when neither is
+        known."""
         timed = self.costs.get(b)
         if timed is not None and timed.count >= (1 if b == 1 else MIN_TIMED):
-            return timed.p99_ns()
+            return timed.p50_ns() if median else timed.p99_ns()
         prior = self.profile.get(b)
         if prior is None:
             return None
-        one, one_prior = (self.cost.p99_ns() if self.cost.count else None), self.profile.get(1)
+        one = None
+        if self.cost.count:
+            one = self.cost.p50_ns() if median else self.cost.p99_ns()
+        one_prior = self.profile.get(1)
         return int(prior * one / one_prior) if one and one_prior else prior
+
+    def delay_ns(self) -> int:
+        """The one delay a window is planned to absorb: the largest p99 less median among
+        the batch sizes timed (a preemption, which a busy host inflicts on some cycles, not
+        on every cycle of a window); 0 before any was timed."""
+        return max((c.p99_ns() - c.p50_ns() for b, c in self.costs.items()
+                    if c.count >= (1 if b == 1 else MIN_TIMED)), default=0)
 
     def set_profile(self, timed: dict[int, int]) -> None:
         """The start-up latency table (batch size -> ns). A batched graph's cost grows with
@@ -216,7 +240,8 @@ class Robots:
             self.profile[b] = low
 
     def _costs(self) -> dict[int, int | None]:
-        return {b: self.batch_ns(b) for b in self.batches}
+        """Per batch size, the typical (median) cost that admission plans with."""
+        return {b: self.batch_ns(b, median=True) for b in self.batches}
 
     def serve_ns(self, m: int, costs: dict | None = None) -> int | None:
         """The cost of answering m robots: full batches of the largest size, then the rest
@@ -231,15 +256,18 @@ class Robots:
             return None
         return sum(costs[b] * count for b, count in parts)
 
-    def worst_ns(self, n: int, costs: dict | None = None) -> int | None:
+    def worst_ns(self, n: int, costs: dict | None = None, delay_ns: int | None = None
+                 ) -> int | None:
         """The longest a robot waits, among n, for its chunk: a batch already running, then
-        its own batch of those that arrived meanwhile (see the module doc)."""
+        its own batch of those that arrived meanwhile, at the median costs, plus one delay
+        (delay_ns(); see the module doc)."""
         costs = self._costs() if costs is None else costs
         whole = self.serve_ns(n, costs)
         if whole is None:
             return None
-        return max([whole] + [self.serve_ns(a, costs) + self.serve_ns(n - a, costs)
-                              for a in range(1, n)])
+        delay = self.delay_ns() if delay_ns is None else delay_ns
+        return delay + max([whole] + [self.serve_ns(a, costs) + self.serve_ns(n - a, costs)
+                                      for a in range(1, n)])
 
     def capacity(self, deadline_ns: int) -> int | None:
         """How many robots fit at the policy's rate (None: no measurement yet): the largest n
@@ -249,9 +277,10 @@ class Robots:
         if not self.cycle_ns:
             return None
         costs, budget = self._costs(), UTILISATION * min(deadline_ns, self.period_ns)
+        delay = self.delay_ns()
 
         def fits(n: int) -> bool:
-            worst = self.worst_ns(n, costs)
+            worst = self.worst_ns(n, costs, delay)
             return worst is not None and worst <= budget
         hi = 2
         while hi < MAX_ROBOTS and fits(hi):
@@ -378,11 +407,12 @@ class Robots:
         if cap is not None and n >= cap:
             window = min(deadline_ns, self.period_ns) / 1e6
             if self.batches == [1]:
-                measured = f"one cycle measured at {self.cycle_ns / 1e6:.1f} ms"
+                measured = (f"one cycle measured at {self.batch_ns(1, True) / 1e6:.1f} ms "
+                            f"median, {self.cycle_ns / 1e6:.1f} ms p99")
             else:
                 measured = "a batch of " + ", ".join(
-                    f"{b} {self.batch_ns(b) / 1e6:.1f} ms" for b in self.batches
-                    if self.batch_ns(b)) + " (measured or profiled)"
+                    f"{b} {self.batch_ns(b, True) / 1e6:.1f} ms" for b in self.batches
+                    if self.batch_ns(b, True)) + " (median, measured or profiled)"
             return (f"robot {name!r} refused: {n + 1} robots at {1e9 / self.period_ns:.3g} Hz "
                     f"need {self.worst_ns(n + 1) / 1e6:.1f} ms of {UTILISATION * window:.1f} ms "
                     f"per {window:.1f} ms window ({measured}); this node fits "
