@@ -19,7 +19,8 @@ Its loop (a thread of the actor, every STEP_S):
 A restarted controller (Ray restarts it: max_restarts) rebuilds the table from the host
 actors, which keep serving meanwhile: robots keep their node. Ray never carries an
 observation or a chunk. Thread-safety: `status` and `down` may be called while the loop
-runs (the table is guarded by one lock).
+runs (the table is guarded by one lock, which the loop never holds while it waits on a
+host's answer to a placement: `status` answers within a step, STEP_S).
 """
 from __future__ import annotations
 
@@ -54,10 +55,13 @@ def host_actor_name(host: str) -> str:
 
 def ray_settings() -> dict:
     """The head node's _system_config a fleet wants: a Ray node lost is known in ~0.7 s
-    (Ray's default, 5 health checks 3 s apart, takes ~15 s). `ray start --head
-    --system-config` takes the same (docs/fleet.md)."""
+    (Ray's default, 5 health checks 3 s apart, takes ~15 s). A node that joins is first
+    checked 2 s after it registered: checked at once, a raylet still starting on a busy
+    2-core machine missed three checks, was marked dead and its `ray start` failed (2 of 5
+    bench repeats at load 2). `ray start --head --system-config` takes the same
+    (docs/fleet.md)."""
     return {"health_check_period_ms": 200, "health_check_failure_threshold": 3,
-            "health_check_timeout_ms": 200, "health_check_initial_delay_ms": 0}
+            "health_check_timeout_ms": 200, "health_check_initial_delay_ms": 2000}
 
 
 class FleetController:
@@ -82,6 +86,7 @@ class FleetController:
         self._placed_once = False  # the first placement waits for the hosts starting
         self._next_retry = 0.0
         self._balance = False  # a host came up: the next placement balances
+        self._again = False  # a host was lost while told its robots: place again
         self._rebuild()
         self._thread = threading.Thread(target=self._loop, name="fleet-controller", daemon=True)
         self._thread.start()
@@ -242,7 +247,9 @@ class FleetController:
             changed = True
         return changed
 
-    def _place(self) -> None:
+    def _place(self) -> list[dict]:
+        """Place the robots again; what each host whose robots changed must be told, in two
+        groups told in turn (_tell): the hosts losing robots, then those gaining."""
         placed, refused = place(self._allowed(), self.seats, self.placed, self._balance)
         self._balance = False
         for robot, why in refused.items():
@@ -259,26 +266,38 @@ class FleetController:
         losing = [h for h in self.actors if before[h] - after[h] and self.seats[h].up]
         gaining = [h for h in self.actors if after[h] != before[h] and h not in losing
                    and self.seats[h].up]
-        for group in (losing, gaining):  # keys out everywhere before keys in anywhere
-            refs = {self.actors[h].serve.remote({r: self.keys.get(r) for r in after[h]}): h
-                    for h in group}
+        return [{h: (self.actors[h], {r: self.keys.get(r) for r in after[h]}) for h in group}
+                for group in (losing, gaining)]
+
+    def _tell(self, groups: list[dict]) -> None:
+        """Tell each host its robots, a group at a time: keys out everywhere before keys in
+        anywhere. Waits on Ray without the lock, so `status` answers meanwhile; a host that
+        does not answer is lost."""
+        for group in groups:
+            refs = {actor.serve.remote(robots): h for h, (actor, robots) in group.items()}
             for ref, h in refs.items():
                 try:
                     ray.get(ref, timeout=10)
                 except RayError:  # GetTimeoutError too
-                    self._lost(h, "it did not answer a placement")
+                    with self.lock:
+                        if self.actors.get(h) is group[h][0]:
+                            self._lost(h, "it did not answer a placement")
+                            self._again = True  # its robots: placed again next turn
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            groups = None
             with self.lock:
-                changed = self._step()
+                changed, self._again = self._step() or self._again, False
                 now = time.monotonic()
                 if self.refused and now >= self._next_retry:  # capacity may have come back
                     self._next_retry, changed = now + RETRY_S, True
                 if changed and (self._placed_once or not self.starting
                                 and any(s.up for s in self.seats.values())):
                     self._placed_once = True
-                    self._place()
+                    groups = self._place()
+            if groups:
+                self._tell(groups)
 
     # --- what callers see ------------------------------------------------------------------------
     def status(self) -> dict:
