@@ -8,6 +8,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "rtinfer/heal.hpp"
 #include "rtinfer/json.hpp"
 
 namespace rtinfer::bus {
@@ -15,14 +16,15 @@ namespace rtinfer::bus {
 namespace {
 
 // zmq::poll, with a signal's interruption (EINTR: poll(2) is never restarted, whatever the
-// handler's flags) read as "nothing yet": the caller returns or polls again, and its loop sees
-// its stop flag. cppzmq throws on EINTR; uncaught, that aborted the controller on a signal.
+// handler's flags) read as "nothing yet" (-1; 0: the timeout passed): the caller returns or
+// polls again, and its loop sees its stop flag. cppzmq throws on EINTR; uncaught, that aborted
+// the controller on a signal.
 int poll_in(zmq::socket_t& sock, std::chrono::milliseconds timeout) {
     zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
     try {
         return zmq::poll(&item, 1, timeout);
     } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) return 0;
+        if (e.num() == EINTR) return -1;
         throw;
     }
 }
@@ -41,6 +43,8 @@ std::string z85_to_binary(const std::string& z85) {
     return out;
 }
 
+}  // namespace
+
 void set_curve(zmq::socket_t& s, const CurveConfig& c, bool server) {
     KeyPair kp = load_certificate(c.secret_key_file, true);
     s.set(zmq::sockopt::curve_secretkey, kp.secret_z85);
@@ -53,8 +57,6 @@ void set_curve(zmq::socket_t& s, const CurveConfig& c, bool server) {
         throw std::runtime_error("CURVE: the connecting side needs the server's public key file");
     s.set(zmq::sockopt::curve_serverkey, load_certificate(c.server_public_key_file, false).public_z85);
 }
-
-}  // namespace
 
 KeyPair load_certificate(const std::string& path, bool need_secret) {
     struct stat st;
@@ -167,12 +169,21 @@ Publisher::Publisher(zmq::context_t& ctx, const std::string& ep, std::string src
         sock_.bind(ep);
         endpoint = sock_.get(zmq::sockopt::last_endpoint);
     } else {
+        if (curve) {
+            healer_ = std::make_unique<Healer>(ctx, sock_);
+            healer_->watch(ep, *curve);
+        }
         sock_.connect(ep);
         endpoint = ep;
     }
 }
 
+Publisher::~Publisher() = default;
+uint64_t Publisher::refusals() const { return healer_ ? healer_->refusals : 0; }
+uint64_t Publisher::reconnects() const { return healer_ ? healer_->reconnects : 0; }
+
 bool Publisher::publish(const std::string& topic, const wire::Value& body, wire::Stamps stamps) {
+    if (healer_) healer_->heal(wire::now_ns());
     if (!wire::get_stamp(stamps, "publish")) wire::set_stamp(stamps, "publish", wire::now_ns());
     auto frames = wire::encode_frames(topic, body, seq_, src_, stamps);
     ++seq_;  // every message that encodes takes a number, sent or not
@@ -211,18 +222,40 @@ Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endp
     }
     for (const auto& ep : endpoints) {
         auto c = curve.find(ep);
-        if (c != curve.end()) set_curve(sock_, c->second, false);
-        else if (!curve.empty()) sock_.set(zmq::sockopt::curve_server, 0);  // back to NULL
+        if (c != curve.end()) {
+            if (!healer_) healer_ = std::make_unique<Healer>(ctx, sock_);  // before it connects
+            healer_->watch(ep, c->second);
+            set_curve(sock_, c->second, false);
+        } else if (!curve.empty()) {
+            sock_.set(zmq::sockopt::curve_server, 0);  // back to NULL
+        }
         sock_.connect(ep);
     }
-    for (auto* k : {"received", "rejected", "oversize"}) counters[k] = 0;
+    for (auto* k : {"received", "rejected", "oversize", "refusals", "reconnects", "heal_errors"})
+        counters[k] = 0;
 }
+
+Subscriber::~Subscriber() = default;
 
 std::optional<Received> Subscriber::recv(int timeout_ms) {
     auto deadline = wire::now_ns() + int64_t(timeout_ms) * 1000000;
+    constexpr int64_t slice_ms = HEAL_EVERY_NS / 1000000;
     while (true) {
-        int64_t left_ms = std::max<int64_t>(0, (deadline - wire::now_ns() + 999999) / 1000000);
-        if (poll_in(sock_, std::chrono::milliseconds(left_ms)) <= 0) return std::nullopt;
+        int64_t now = wire::now_ns();
+        int64_t left_ms = std::max<int64_t>(0, (deadline - now + 999999) / 1000000);
+        bool sliced = false;  // waiting less than what is left, to heal in between
+        if (healer_) {
+            if (healer_->heal(now)) {  // short keys (SSO): no allocation
+                counters["refusals"] = healer_->refusals;
+                counters["reconnects"] = healer_->reconnects;
+                counters["heal_errors"] = healer_->heal_errors;
+            }
+            sliced = left_ms > slice_ms;
+            left_ms = std::min(left_ms, slice_ms);
+        }
+        int ready = poll_in(sock_, std::chrono::milliseconds(left_ms));
+        if (ready < 0 || (ready == 0 && !sliced)) return std::nullopt;
+        if (ready == 0) continue;
         if (auto msg = take()) return msg;
         if (wire::now_ns() >= deadline && timeout_ms >= 0 &&
             poll_in(sock_, std::chrono::milliseconds(0)) <= 0)

@@ -6,7 +6,8 @@
 //   rtinfer::bus::Subscriber sub(ctx, {"ipc:///tmp/act"}, {"action_chunk"});  // connects
 //   if (auto msg = sub.recv(10)) use(msg->env);                           // recv stamped
 //
-// Neither class is thread-safe. Bad messages are counted (counters), never thrown.
+// Neither class is thread-safe. Bad messages are counted (counters), never thrown. A connecting
+// socket with a CURVE endpoint tries again after the server's allow-list refused it (heal.hpp).
 #pragma once
 
 #include <atomic>
@@ -43,6 +44,12 @@ KeyPair load_certificate(const std::string& path, bool need_secret);
 std::optional<CurveConfig> curve_for(const std::string& endpoint, bool bind,
                                      const std::string& secret_file, const std::string& curve_map);
 
+// Sets `s`'s CURVE options for its next bind (server) or connect (a client of the server key
+// in `c`); reads the key files. Throws std::runtime_error, zmq::error_t.
+void set_curve(zmq::socket_t& s, const CurveConfig& c, bool server);
+
+class Healer;
+
 // One ZAP handler per context: accepts CURVE clients whose public key is in the allow-list.
 class Authenticator {
   public:
@@ -63,18 +70,23 @@ class Publisher {
   public:
     Publisher(zmq::context_t& ctx, const std::string& endpoint, std::string src, bool bind = true,
               int hwm = 1000, const std::optional<CurveConfig>& curve = std::nullopt);
+    ~Publisher();
     // Send one message without blocking; false if zmq refused it (counted as dropped).
     // Adds a `publish` stamp unless present. Throws WireError if the body is invalid.
     bool publish(const std::string& topic, const wire::Value& body, wire::Stamps stamps = {});
     const std::string& src() const { return src_; }
     std::string endpoint;  // the bound address (tcp://host:* resolved)
     uint64_t sent = 0, dropped = 0;
+    // Refused handshakes and reconnects of a connecting CURVE publisher (heal.hpp); else 0.
+    uint64_t refusals() const;
+    uint64_t reconnects() const;
 
   private:
     zmq::socket_t sock_;
     std::string src_;
     uint64_t seq_ = 0;
     std::unique_ptr<Authenticator> auth_;
+    std::unique_ptr<Healer> healer_;  // a connecting CURVE publisher's
 };
 
 struct Received {
@@ -98,12 +110,17 @@ class Subscriber {
                size_t max_bytes = wire::DEFAULT_MAX_BYTES,
                const std::map<std::string, CurveConfig>& curve = {},
                const std::map<std::string, std::string>& to = {});
-    // The next valid message, or nullopt after timeout_ms (0: don't wait). Sets `recv`.
+    ~Subscriber();
+    // The next valid message, or nullopt after timeout_ms (0: don't wait), or at once after a
+    // signal interrupted the wait. Sets `recv`. With a CURVE endpoint it waits in slices of at
+    // most HEAL_EVERY_NS, trying refused endpoints again between them (heal.hpp).
     std::optional<Received> recv(int timeout_ms = 0);
-    std::map<std::string, uint64_t> counters;  // received, rejected, oversize
+    // received, rejected, oversize; refusals, reconnects, heal_errors (heal.hpp)
+    std::map<std::string, uint64_t> counters;
 
   private:
     zmq::socket_t sock_;
+    std::unique_ptr<Healer> healer_;  // with a CURVE endpoint; destroyed before the socket
     std::vector<std::string> topics_;
     std::map<std::string, std::string> to_;
     size_t max_bytes_;
