@@ -322,9 +322,15 @@ def test_cpp_controller_stops_cleanly_when_its_curve_thread_takes_the_signal(rel
         assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
         tasks = Path(f"/proc/{ctl.pid}/task")
         name = (tasks / str(ctl.pid) / "comm").read_text()
-        # zmq's own threads are named ZMQbg/...; the authenticator is a std::thread of ours
-        ours = [int(t.name) for t in tasks.iterdir()
-                if int(t.name) != ctl.pid and (t / "comm").read_text() == name]
+        # zmq's own threads are named ZMQbg/... (each renames itself once running: until then
+        # it bears the process's name); the authenticator is a std::thread of ours
+        end = time.monotonic() + 10
+        while True:
+            ours = [int(t.name) for t in tasks.iterdir()
+                    if int(t.name) != ctl.pid and (t / "comm").read_text() == name]
+            if len(ours) == 1 or time.monotonic() > end:
+                break
+            time.sleep(0.05)
         assert len(ours) == 1, [(t.name, (t / "comm").read_text()) for t in tasks.iterdir()]
         time.sleep(0.2)  # into its 50 ms poll
         tgkill(ctl.pid, ours[0], signal.SIGTERM)
