@@ -301,7 +301,8 @@ class FleetController:
 
     # --- what callers see ------------------------------------------------------------------------
     def status(self) -> dict:
-        """{name, hosts: {host: {state, model, actions, capacity, robots, pid, cycles}},
+        """{name, hosts: {host: {state, model, actions, capacity, robots, pid, cycles,
+        counters (its node's health counters about robots: rtinfer.fleet.host's poll)}},
         robots: {robot: {host, model, state (placed, refused: by every host with room, or
         by the node of its host, which admits it when its load falls; revoked; waiting),
         why}}, moves, events: [[age in s, text], ...] oldest first, monotonic_s: this
@@ -317,7 +318,8 @@ class FleetController:
                 hosts[name] = {"state": state, "model": host.model, "actions": host.actions,
                                "capacity": self.seats[name].capacity,
                                "robots": sorted(r for r, x in self.placed.items() if x == name),
-                               "pid": h.get("pid"), "cycles": h.get("cycles")}
+                               "pid": h.get("pid"), "cycles": h.get("cycles"),
+                               "counters": h.get("counters", {})}
             allowed = self._allowed()
             robots = {}
             for r, b in self.spec.robots.items():

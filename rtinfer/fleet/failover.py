@@ -139,6 +139,7 @@ def one_run(a, phases=("node", "host")) -> dict:
             shutil.copytree(fleet.run_dir, Path(a.logs) / f"run-{time.monotonic_ns()}",
                             ignore=shutil.ignore_patterns("keys", "allow", "*.key*"))
         out["refusals"] = [t for _, t in st["events"] if "refused" in t]
+        out["counters"] = {h: x["counters"] for h, x in st["hosts"].items() if x["counters"]}
     period_ms = 1e3 / a.rate_hz
     for name, phase in ((p, out[p]) for p in phases):
         kill_ns = phase.pop("kill_ns")

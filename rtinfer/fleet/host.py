@@ -31,6 +31,7 @@ from rtinfer.transport.curve import CurveConfig
 READY_S = 120.0  # a node loading its model on a busy host takes a while
 HEALTH_HZ = 10.0  # the node's health: its refusals and capacity reach the controller this fast
 PR_SET_PDEATHSIG = 1
+ROBOT_COUNTERS = ("robot.", "robots", "obs_", "overloads", "cycles", "capacity")  # polled
 
 
 def _die_with_parent() -> None:  # in the child, before exec
@@ -131,7 +132,9 @@ class InferenceHost:
 
     def poll(self) -> dict:
         """{up, exit, pid, serving, capacity (the node's measured one, None until it has
-        timed a cycle), refused (robots its node refused), robots (admitted)}."""
+        timed a cycle), refused (robots its node refused), robots (admitted), counters (its
+        node's health counters about robots and observations: robot.NAME.*, robots_*,
+        obs_*, overloads)}."""
         up = self.proc is not None and self.proc.poll() is None
         if up and self._health_sub is not None:
             env = self._health_sub.poll_latest(0).get("health")
@@ -144,7 +147,8 @@ class InferenceHost:
                 "pid": None if self.proc is None else self.proc.pid,
                 "serving": sorted(self.serving), "capacity": c.get("capacity"),
                 "refused": [r for r in refused if r in self.serving],
-                "robots": c.get("robots", 0), "cycles": c.get("cycles", 0)}
+                "robots": c.get("robots", 0), "cycles": c.get("cycles", 0),
+                "counters": {k: v for k, v in c.items() if k.startswith(ROBOT_COUNTERS)}}
 
     def kill_node(self) -> None:
         """Fault injection (the failover bench): SIGKILL the node process, as a crash."""
