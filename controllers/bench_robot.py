@@ -161,7 +161,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
         if env.topic == "action_chunk" and env.body.get("dest") == a.name \
                 and counters["chunks_other_source"] == other:  # not another node's: taken
             rec.waypoint(env, counters["waypoints_accepted"] > before)
-    rec.save(a.out, {**counters, "obs_sent": k})
+    rec.save(a.out, {**counters, "obs_sent": k, "actions": sub.legs})
     pub.close()
     sub.close()
     return 0

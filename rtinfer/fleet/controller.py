@@ -247,9 +247,11 @@ class FleetController:
             changed = True
         return changed
 
-    def _place(self) -> list[dict]:
-        """Place the robots again; what each host whose robots changed must be told, in two
-        groups told in turn (_tell): the hosts losing robots, then those gaining."""
+    def _place(self) -> tuple[dict, dict, list[dict]]:
+        """Place the robots again: (placed, refused, what each host whose robots changed
+        must be told, in two groups told in turn by _tell: the hosts losing robots, then
+        those gaining). The table takes the new placement once the hosts were told
+        (_loop), so `status` never shows a robot where its host has not been told."""
         placed, refused = place(self._allowed(), self.seats, self.placed, self._balance)
         self._balance = False
         for robot, why in refused.items():
@@ -262,12 +264,11 @@ class FleetController:
                 self._say(f"robot {robot}: {old or 'new'} -> {host}")
         before = {h: {r for r, x in self.placed.items() if x == h} for h in self.actors}
         after = {h: {r for r, x in placed.items() if x == h} for h in self.actors}
-        self.placed, self.refused = placed, refused
         losing = [h for h in self.actors if before[h] - after[h] and self.seats[h].up]
         gaining = [h for h in self.actors if after[h] != before[h] and h not in losing
                    and self.seats[h].up]
-        return [{h: (self.actors[h], {r: self.keys.get(r) for r in after[h]}) for h in group}
-                for group in (losing, gaining)]
+        return placed, refused, [{h: (self.actors[h], {r: self.keys.get(r) for r in after[h]})
+                                  for h in group} for group in (losing, gaining)]
 
     def _tell(self, groups: list[dict]) -> None:
         """Tell each host its robots, a group at a time: keys out everywhere before keys in
@@ -286,7 +287,7 @@ class FleetController:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            groups = None
+            plan = None
             with self.lock:
                 changed, self._again = self._step() or self._again, False
                 now = time.monotonic()
@@ -295,9 +296,11 @@ class FleetController:
                 if changed and (self._placed_once or not self.starting
                                 and any(s.up for s in self.seats.values())):
                     self._placed_once = True
-                    groups = self._place()
-            if groups:
-                self._tell(groups)
+                    plan = self._place()
+            if plan is not None:
+                self._tell(plan[2])
+                with self.lock:
+                    self.placed, self.refused = plan[0], plan[1]
 
     # --- what callers see ------------------------------------------------------------------------
     def status(self) -> dict:

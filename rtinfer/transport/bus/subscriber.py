@@ -150,6 +150,13 @@ class Subscriber(Intake):
     revoked = property(lambda self: [name for leg in self._legs for name in leg.revoked])
     receive_errors = property(lambda self: sum(leg.receive_errors for leg in self._shm_legs))
 
+    @property
+    def legs(self) -> dict[str, dict[str, int]]:
+        """Per socket (its endpoints, joined by a space): its refusals and reconnects, to tell
+        which peer refused or was healed."""
+        return {" ".join(leg.endpoints): {"refusals": leg.refusals, "reconnects": leg.reconnects}
+                for leg in self._legs}
+
     def _tend(self, now: int) -> None:
         self._next_tend = now + HEAL_EVERY_NS
         for leg in self._legs:
