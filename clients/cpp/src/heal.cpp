@@ -21,7 +21,8 @@ std::string_view port_of(std::string_view address) { return address.substr(addre
 Healer::Healer(zmq::context_t& ctx, zmq::socket_t& sock) : sock_(sock), mon_(ctx, zmq::socket_type::pair) {
     std::string address = "inproc://rtinfer.bus.monitor." + std::to_string(monitor_ids++);
     if (zmq_socket_monitor(sock_.handle(), address.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0)
         throw zmq::error_t();
     mon_.set(zmq::sockopt::linger, 0);
     mon_.set(zmq::sockopt::rcvhwm, 0);
@@ -50,12 +51,17 @@ bool Healer::heal(int64_t now_ns) {
         if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ++refusals;
         for (auto& ep : endpoints_) {
             if (exact ? !named(ep) : by_port && port_of(ep.address) != port_of(at)) continue;
+            ep.silent_ns = -1;  // heard of since we reconnected it
             if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ep.wait_ns = 0;
-            else refused(ep, now_ns);
+            else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) refused(ep, now_ns);
         }
     }
+    // libzmq (4.3.5) can drop a connect that follows the disconnect of the same endpoint at
+    // once, silently: an endpoint reconnected that no event named since is connected again
     for (auto& ep : endpoints_)
-        if (ep.retry_ns >= 0 && now_ns >= ep.retry_ns) reconnect(ep, now_ns);
+        if ((ep.retry_ns >= 0 && now_ns >= ep.retry_ns) ||
+            (ep.silent_ns >= 0 && now_ns - ep.silent_ns >= SILENT_NS))
+            reconnect(ep, now_ns);
     return refusals + reconnects + heal_errors != before;
 }
 
@@ -84,7 +90,7 @@ void Healer::refused(Endpoint& ep, int64_t now_ns) {
 
 // disconnect, the endpoint's CURVE options again (the socket holds the last connect's), connect
 void Healer::reconnect(Endpoint& ep, int64_t now_ns) {
-    ep.retry_ns = -1;
+    ep.retry_ns = ep.silent_ns = -1;
     try {
         sock_.disconnect(ep.address);
     } catch (const zmq::error_t&) {
@@ -94,6 +100,7 @@ void Healer::reconnect(Endpoint& ep, int64_t now_ns) {
         set_curve(sock_, ep.curve, false);
         sock_.connect(ep.address);
         ++reconnects;
+        ep.silent_ns = now_ns;
     } catch (const std::exception&) {  // a key file gone meanwhile: tried again a while later
         ++heal_errors;
         ep.retry_ns = now_ns + REFUSED_RETRY_NS;

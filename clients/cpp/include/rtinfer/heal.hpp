@@ -24,6 +24,7 @@ namespace rtinfer::bus {
 constexpr int64_t HEAL_EVERY_NS = 100'000'000;       // how often the socket's events are read
 constexpr int64_t REFUSED_FIRST_NS = 100'000'000;    // a refused endpoint is tried again this
 constexpr int64_t REFUSED_RETRY_NS = 1'000'000'000;  // long after, then twice as long, up to this
+constexpr int64_t SILENT_NS = 1'000'000'000;  // reconnected, and no event since: connect again
 
 class Healer {
   public:
@@ -47,6 +48,7 @@ class Healer {
         CurveConfig curve;
         int64_t retry_ns = -1;  // when to connect it again (-1: nothing to do)
         int64_t wait_ns = 0;    // the last wait after a refusal (0: none since a handshake succeeded)
+        int64_t silent_ns = -1; // when we reconnected it, until an event names it (-1: named)
     };
     zmq::socket_t& sock_;
     zmq::socket_t mon_;
