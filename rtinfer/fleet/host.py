@@ -31,7 +31,8 @@ from rtinfer.transport.curve import CurveConfig
 READY_S = 120.0  # a node loading its model on a busy host takes a while
 HEALTH_HZ = 10.0  # the node's health: its refusals and capacity reach the controller this fast
 PR_SET_PDEATHSIG = 1
-ROBOT_COUNTERS = ("robot.", "robots", "obs_", "overloads", "cycles", "capacity")  # polled
+ROBOT_COUNTERS = ("robot.", "robots", "obs_", "overloads", "cycles", "capacity",
+                  "publish_dropped", "waypoints")  # polled
 
 
 def _die_with_parent() -> None:  # in the child, before exec
