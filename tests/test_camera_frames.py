@@ -227,15 +227,26 @@ def test_the_node_answers_frames_from_the_graph_and_counts_each_bad_frame_servin
         first = max(answered)
         sent = {"frame_bad": 3, "frame_unknown": 2, "frame_missing": 2, "frame_stale": 2,
                 "truncated": 3}
+        def counted(kind: str, want: int) -> None:
+            """The node counted `want` of `kind` since base: the badcam observation was taken
+            before the next one is sent (two sockets keep no order between them: the robot's
+            answer does not say badcam's arrived, and a later one would supersede it)."""
+            end = time.monotonic() + 20
+            while health()[kind] - base[kind] < want:
+                if time.monotonic() > end:
+                    pytest.fail(f"the node never counted {want} {kind}")
         for i in range(3):
             bad.publish("obs", shape, {"capture": now_ns()})
             truncated(100 + i)
             ask(60 + i)
+            counted("frame_bad", i + 1)
             if i < 2:
                 bad.publish("obs", unknown, {"capture": now_ns()})
                 ask(70 + i)
+                counted("frame_unknown", i + 1)
                 bad.publish("obs", missing, {"capture": now_ns()})
                 ask(80 + i)
+                counted("frame_missing", i + 1)
                 bad.publish("obs", good_body(now_ns() - 3_000 * MS), {"capture": now_ns()})
                 ask(90 + i)
         good = ask(200)
