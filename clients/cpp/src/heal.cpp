@@ -21,8 +21,7 @@ std::string_view port_of(std::string_view address) { return address.substr(addre
 Healer::Healer(zmq::context_t& ctx, zmq::socket_t& sock) : sock_(sock), mon_(ctx, zmq::socket_type::pair) {
     std::string address = "inproc://rtinfer.bus.monitor." + std::to_string(monitor_ids++);
     if (zmq_socket_monitor(sock_.handle(), address.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0)
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
         throw zmq::error_t();
     mon_.set(zmq::sockopt::linger, 0);
     mon_.set(zmq::sockopt::rcvhwm, 0);
@@ -51,13 +50,14 @@ bool Healer::heal(int64_t now_ns) {
         if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ++refusals;
         for (auto& ep : endpoints_) {
             if (exact ? !named(ep) : by_port && port_of(ep.address) != port_of(at)) continue;
-            ep.silent_ns = -1;  // heard of since we reconnected it
+            ep.silent_ns = -1;  // a handshake outcome since we reconnected it
             if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ep.wait_ns = 0;
             else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) refused(ep, now_ns);
         }
     }
     // libzmq (4.3.5) can drop a connect that follows the disconnect of the same endpoint at
-    // once, silently: an endpoint reconnected that no event named since is connected again
+    // once, silently: an endpoint reconnected that reached no handshake outcome since is
+    // connected again (heal.py: SILENT_NS)
     for (auto& ep : endpoints_)
         if ((ep.retry_ns >= 0 && now_ns >= ep.retry_ns) ||
             (ep.silent_ns >= 0 && now_ns - ep.silent_ns >= SILENT_NS))

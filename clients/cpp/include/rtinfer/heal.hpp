@@ -24,7 +24,7 @@ namespace rtinfer::bus {
 constexpr int64_t HEAL_EVERY_NS = 100'000'000;       // how often the socket's events are read
 constexpr int64_t REFUSED_FIRST_NS = 100'000'000;    // a refused endpoint is tried again this
 constexpr int64_t REFUSED_RETRY_NS = 1'000'000'000;  // long after, then twice as long, up to this
-constexpr int64_t SILENT_NS = 1'000'000'000;  // reconnected, and no event since: connect again
+constexpr int64_t SILENT_NS = 1'000'000'000;  // reconnected, no handshake outcome since: again
 
 class Healer {
   public:
