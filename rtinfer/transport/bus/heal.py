@@ -120,7 +120,11 @@ class Healer:
             failed.add(ep)
         for ep in failed:
             # an endpoint libzmq names otherwise than we did (a resolved host): all of them
-            for known in ([ep] if ep in self.security else list(self.security)):
+            # but those whose session is up (a robot's one socket on several nodes of one
+            # port: reconnecting its working streams on an ambiguous name risked each of
+            # them to libzmq's silent drop)
+            for known in ([ep] if ep in self.security else
+                          [k for k in self.security if k not in up]):
                 self._reconnect(known)
                 self._silent[known] = now
 
