@@ -31,10 +31,9 @@ is said too (robots_admitted_late). When the load rises after admission so that 
 already admitted no longer fit (`check_load`, once a second), that is said once and counted
 (overloads), and said again when they fit once more: their cycles may then be late, and
 every late one is counted by the monitor and the robot's controller, never silent. The
-costs are measured by the node: per batch size, the
-median and p99 of its recent batches of that size (`costs`), else a start-up profile of
-each batch size (`profile`, the latency table) scaled by what the batch-1 cycles measured against their own
-profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
+costs are measured by the node: per batch size, the median and p99 of its recent batches of
+that size (`costs`), else a start-up profile of each batch size (`profile`, the latency
+table) scaled by what the batch-1 cycles measured against their own profile. `next_batch` takes the waiting robots in deadline order at the first one's budget
 level (one exit depth per batch), as many as the largest batch holds, and drops the least
 urgent while the batch would finish after the first one's deadline. The deadline order ranks
 a robot by its first observation not answered since its last cycle (RobotSlot.rank_ns), so
