@@ -47,7 +47,7 @@ class Healer:
         self._ended: dict[str, int] = {}  # endpoint -> heal pass that saw its session end
         self._refused: dict[str, int] = {}  # endpoint -> when the server refused our key
         self._wait: dict[str, int] = {}  # endpoint -> the wait before its next retry (ns)
-        self._silent: dict[str, int] = {}  # endpoint -> when we reconnected it, until an event
+        self._silent: dict[str, int] = {}  # endpoint -> when we reconnected it, until an outcome
         self._mon = self._monitor(ctx)
 
     def _monitor(self, ctx: zmq.Context) -> zmq.Socket:
