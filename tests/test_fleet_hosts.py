@@ -177,7 +177,7 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
     name = {curve.load_public(k["pairs"][n][0]).decode(): n for n in k["pairs"]}
     probe = json.loads((d / "probe.json").read_text())
     seen = [(t, src, name.get(peer), v) for t, src, peer, v in probe["seen"]]
-    assert probe["sockets"] == 1  # a host per robot: one socket, peers told by address
+    assert probe["sockets"] == len(ROBOTS)  # connecting: a socket per endpoint (bus.peers)
     last_r2 = max((t for t, _, n, v in seen if n == "cell-2" and v == "ok"), default=revoke)
     print(json.dumps({"answered": {h: round(answered(h, measure, end), 3) for h in ROBOTS},
                       "r2_answered_before": round(answered("r2", measure, revoke), 3),

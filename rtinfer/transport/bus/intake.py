@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import zmq
 
-from rtinfer.transport.bus.peers import client_of, server_of
+from rtinfer.transport.bus.peers import client_of
 from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK
 from rtinfer.transport.bus.topics import parse_addressed
 from rtinfer.transport.wire import OversizeError, WireError, decode, decode_frames, now_ns
@@ -64,11 +64,7 @@ class Intake:
             views.append(frame.buffer)
         env = self._admit(head.bytes, views)
         if env is not None:
-            if self._user_id:
-                self.peer = client_of(head)
-            else:
-                peer, by_address = self._peer_of[sock]
-                self.peer = peer if by_address is None else server_of(head, by_address)
+            self.peer = client_of(head) if self._user_id else self._peer_of[sock]
         return env
 
     def _admit(self, topic_b: bytes, views: list):

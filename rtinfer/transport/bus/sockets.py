@@ -1,6 +1,7 @@
 """One ZeroMQ socket of the bus: its context, options and CURVE per endpoint, bind or
-connect, and its periodic care (healing when connecting, the allow-list watch when a bound
-CURVE server), shared by Publisher and Subscriber.
+connect (one endpoint: rtinfer.transport.bus.peers says why), and its periodic care
+(healing when connecting, the allow-list watch when a bound CURVE server), shared by
+Publisher and Subscriber.
 
 ``curve=`` is one CurveConfig for every endpoint of the socket, or a mapping endpoint ->
 CurveConfig (unlisted: plaintext), e.g. from curve.curve_configs: a Subscriber connecting
@@ -68,8 +69,11 @@ class BusSocket:
                     raise ValueError(f"one socket binds {endpoints} with different allow-lists")
                 self._watch = AllowWatch(self._sock, acquire_authenticator(self._ctx, allow.pop()),
                                          self._files)
-            if not bind:
-                self._healer = Healer(self._sock, self._ctx)
+            if not bind:  # before it connects: the healer misses no event
+                if len(endpoints) != 1:
+                    raise ValueError(f"a connecting socket has one endpoint, not {endpoints} "
+                                     f"(rtinfer.transport.bus.peers says why)")
+                self._healer = Healer(self._sock, self._ctx, endpoints[0], per_ep[0])
             for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
                 if bind:
                     refuse_live_ipc(ep)
@@ -83,7 +87,6 @@ class BusSocket:
                     secure_endpoint(self._sock, cfg, server=False, any_curve=curve is not None)
                     self._sock.connect(ep)
                     self.endpoints.append(ep)
-                    self._healer.security[ep] = cfg
             self._tending = self._healer is not None or self._watch is not None
         except BaseException:
             self.close()

@@ -9,7 +9,7 @@ from zmq import zmq_poll
 
 from rtinfer.transport.bus.heal import HEAL_EVERY_NS
 from rtinfer.transport.bus.intake import EMPTY as _EMPTY, Intake, left_ms
-from rtinfer.transport.bus.peers import by_peer
+from rtinfer.transport.bus.peers import plan_legs
 from rtinfer.transport.bus.shm import is_shm, refuse_curve
 from rtinfer.transport.bus.shm_intake import ShmLeg, ShmWait
 from rtinfer.transport.bus.sockets import POLLIN as _POLLIN
@@ -28,16 +28,15 @@ class Subscriber(Intake):
     handed out), dropped_for_age (``max_age_ns``), and ``received.<topic>``. Each message
     dropped is in exactly one of them. ``say`` (a rtinfer.realtime.complaints.Complaints
     .say) is told each message the wire refused, with why, under kind "rejected": the
-    owner's one rate-limited line, which counts the rest. A connecting Subscriber also counts, as attributes,
-    ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
+    owner's one rate-limited line, which counts the rest. A connecting Subscriber also
+    counts, as attributes, ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
     ``reconnects`` (rtinfer.transport.bus.heal); a binding CURVE one ``revocations`` and
     ``revoked`` (rtinfer.transport.bus.watch).
 
     Peers: ``peer`` is who the message ``recv`` returned last came from, as CURVE
     authenticated it: the Z85 public key (str) of the server at its endpoint (connecting:
-    told apart by the remote address libzmq names on each message; servers on one host with
-    different keys get a socket each: rtinfer.transport.bus.peers), or of the client that
-    sent it (binding: ZAP's User-Id); None without CURVE. ``peers`` is the same per topic
+    each endpoint has a socket of its own, rtinfer.transport.bus.peers says why), or of the
+    client that sent it (binding: ZAP's User-Id); None without CURVE. ``peers`` is the same per topic
     for what ``poll_latest`` returned last. The ``src`` a message declares is not checked
     against it here: that is rtinfer.transport.identity's.
 
@@ -94,10 +93,10 @@ class Subscriber(Intake):
         self._shm_wait: ShmWait | None = None
         leg_peers = []
         try:
-            for group, peer, by_address in by_peer(zmq_eps, curve, bind) if zmq_eps else ():
+            for group, peer in plan_legs(zmq_eps, curve, bind) if zmq_eps else ():
                 self._legs.append(BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=self._ctx,
                                              curve=curve, options=options))
-                leg_peers.append((peer, by_address))
+                leg_peers.append(peer)
             prefixes = tuple(value for opt, value in options if opt == zmq.SUBSCRIBE)
             for ep in shm_eps:
                 refuse_curve(ep, curve)
@@ -106,8 +105,8 @@ class Subscriber(Intake):
             self.close()
             raise
         self.endpoints = [ep for leg in self._legs for ep in leg.endpoints] + shm_eps
-        # sock -> (its one peer, None) or (None, {Peer-Address: peer}); binding with CURVE:
-        # ZAP's User-Id names each message's client
+        # sock -> the peer of its messages; binding with CURVE: ZAP's User-Id names each
+        # message's client
         self._peer_of = {leg._sock: p for leg, p in zip(self._legs, leg_peers)}
         self._user_id = any(leg._watch is not None for leg in self._legs)
         self._tending = any(leg._tending for leg in self._legs)
