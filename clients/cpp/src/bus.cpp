@@ -19,10 +19,9 @@ namespace {
 // handler's flags) read as "nothing yet" (-1; 0: the timeout passed): the caller returns or
 // polls again, and its loop sees its stop flag. cppzmq throws on EINTR; uncaught, that aborted
 // the controller on a signal.
-int poll_in(zmq::socket_t& sock, std::chrono::milliseconds timeout) {
-    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+int poll_in(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
     try {
-        return zmq::poll(&item, 1, timeout);
+        return zmq::poll(items.data(), items.size(), timeout);
     } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) return -1;
         throw;
@@ -129,8 +128,9 @@ Authenticator::~Authenticator() {
 }
 
 void Authenticator::serve() {
+    std::vector<zmq::pollitem_t> items{{sock_.handle(), 0, ZMQ_POLLIN, 0}};
     while (running_) {
-        if (poll_in(sock_, std::chrono::milliseconds(50)) <= 0) continue;
+        if (poll_in(items, std::chrono::milliseconds(50)) <= 0) continue;
         std::vector<zmq::message_t> req;
         do {
             req.emplace_back();
@@ -169,10 +169,7 @@ Publisher::Publisher(zmq::context_t& ctx, const std::string& ep, std::string src
         sock_.bind(ep);
         endpoint = sock_.get(zmq::sockopt::last_endpoint);
     } else {
-        if (curve) {
-            healer_ = std::make_unique<Healer>(ctx, sock_);
-            healer_->watch(ep, *curve);
-        }
+        if (curve) healer_ = std::make_unique<Healer>(ctx, sock_, ep);
         sock_.connect(ep);
         endpoint = ep;
     }
@@ -206,30 +203,17 @@ Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endp
                        std::vector<std::string> topics, int hwm, size_t max_bytes,
                        const std::map<std::string, CurveConfig>& curve,
                        const std::map<std::string, std::string>& to)
-    : sock_(ctx, zmq::socket_type::sub), topics_(std::move(topics)), to_(to), max_bytes_(max_bytes) {
+    : topics_(std::move(topics)), to_(to), max_bytes_(max_bytes) {
     if (topics_.empty()) throw std::invalid_argument("Subscriber needs at least one topic");
+    if (endpoints.empty()) throw std::invalid_argument("Subscriber needs at least one endpoint");
     for (const auto& kv : to_)
         if (std::find(topics_.begin(), topics_.end(), kv.first) == topics_.end() || !wire::valid_name(kv.second))
             throw std::invalid_argument("Subscriber: `to` names topic " + kv.first +
                                         " it does not subscribe to, or an invalid robot name");
-    sock_.set(zmq::sockopt::linger, 0);
-    sock_.set(zmq::sockopt::rcvhwm, hwm);
-    // libzmq's per-frame memory guard: 4 x max_bytes, at least 64 KiB (docs/wire.md section 6)
-    sock_.set(zmq::sockopt::maxmsgsize, int64_t(std::max<size_t>(4 * max_bytes, 65536)));
-    for (const auto& t : topics_) {
-        auto a = to_.find(t);
-        sock_.set(zmq::sockopt::subscribe, a == to_.end() ? t : addressed_topic(t, a->second));
-    }
+    legs_.reserve(endpoints.size());
     for (const auto& ep : endpoints) {
         auto c = curve.find(ep);
-        if (c != curve.end()) {
-            if (!healer_) healer_ = std::make_unique<Healer>(ctx, sock_);  // before it connects
-            healer_->watch(ep, c->second);
-            set_curve(sock_, c->second, false);
-        } else if (!curve.empty()) {
-            sock_.set(zmq::sockopt::curve_server, 0);  // back to NULL
-        }
-        sock_.connect(ep);
+        connect(ctx, ep, hwm, c == curve.end() ? nullptr : &c->second);
     }
     for (auto* k : {"received", "rejected", "oversize", "refusals", "reconnects", "heal_errors"})
         counters[k] = 0;
@@ -237,37 +221,81 @@ Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endp
 
 Subscriber::~Subscriber() = default;
 
+// A socket of its own for `endpoint` (bus.hpp says why), its healer watching before it connects.
+void Subscriber::connect(zmq::context_t& ctx, const std::string& endpoint, int hwm,
+                         const CurveConfig* curve) {
+    Leg& leg = legs_.emplace_back(Leg{zmq::socket_t(ctx, zmq::socket_type::sub), nullptr});
+    zmq::socket_t& sock = leg.sock;
+    sock.set(zmq::sockopt::linger, 0);
+    sock.set(zmq::sockopt::rcvhwm, hwm);
+    // libzmq's per-frame memory guard: 4 x max_bytes, at least 64 KiB (docs/wire.md section 6)
+    sock.set(zmq::sockopt::maxmsgsize, int64_t(std::max<size_t>(4 * max_bytes_, 65536)));
+    for (const auto& t : topics_) {
+        auto a = to_.find(t);
+        sock.set(zmq::sockopt::subscribe, a == to_.end() ? t : addressed_topic(t, a->second));
+    }
+    if (curve) {
+        leg.healer = std::make_unique<Healer>(ctx, sock, endpoint);
+        set_curve(sock, *curve, false);
+        curve_ = true;
+    }
+    sock.connect(endpoint);
+    items_.push_back({sock.handle(), 0, ZMQ_POLLIN, 0});
+}
+
+// Each CURVE leg's healer; the counters are their sums (short keys, SSO: no allocation).
+void Subscriber::heal(int64_t now_ns) {
+    bool changed = false;
+    for (auto& leg : legs_)
+        if (leg.healer) changed |= leg.healer->heal(now_ns);
+    if (!changed) return;
+    uint64_t refusals = 0, reconnects = 0, heal_errors = 0;
+    for (const auto& leg : legs_) {
+        if (!leg.healer) continue;
+        refusals += leg.healer->refusals;
+        reconnects += leg.healer->reconnects;
+        heal_errors += leg.healer->heal_errors;
+    }
+    counters["refusals"] = refusals;
+    counters["reconnects"] = reconnects;
+    counters["heal_errors"] = heal_errors;
+}
+
 std::optional<Received> Subscriber::recv(int timeout_ms) {
     auto deadline = wire::now_ns() + int64_t(timeout_ms) * 1000000;
     constexpr int64_t slice_ms = HEAL_EVERY_NS / 1000000;
+    const size_t n = legs_.size();
     while (true) {
         int64_t now = wire::now_ns();
         int64_t left_ms = std::max<int64_t>(0, (deadline - now + 999999) / 1000000);
         bool sliced = false;  // waiting less than what is left, to heal in between
-        if (healer_) {
-            if (healer_->heal(now)) {  // short keys (SSO): no allocation
-                counters["refusals"] = healer_->refusals;
-                counters["reconnects"] = healer_->reconnects;
-                counters["heal_errors"] = healer_->heal_errors;
-            }
+        if (curve_) {
+            heal(now);
             sliced = left_ms > slice_ms;
             left_ms = std::min(left_ms, slice_ms);
         }
-        int ready = poll_in(sock_, std::chrono::milliseconds(left_ms));
+        int ready = poll_in(items_, std::chrono::milliseconds(left_ms));
         if (ready < 0 || (ready == 0 && !sliced)) return std::nullopt;
         if (ready == 0) continue;
-        if (auto msg = take()) return msg;
+        for (size_t k = 0; k < n; ++k) {
+            size_t at = (first_ + k) % n;
+            if (!(items_[at].revents & ZMQ_POLLIN)) continue;
+            if (auto msg = take(legs_[at].sock)) {
+                first_ = (at + 1) % n;
+                return msg;
+            }
+        }
         if (wire::now_ns() >= deadline && timeout_ms >= 0 &&
-            poll_in(sock_, std::chrono::milliseconds(0)) <= 0)
+            poll_in(items_, std::chrono::milliseconds(0)) <= 0)
             return std::nullopt;
     }
 }
 
-std::optional<Received> Subscriber::take() {
+std::optional<Received> Subscriber::take(zmq::socket_t& sock) {
     Received r;
     do {
         r.frames.push_back(std::make_unique<zmq::message_t>());
-        if (!sock_.recv(*r.frames.back(), zmq::recv_flags::dontwait)) return std::nullopt;
+        if (!sock.recv(*r.frames.back(), zmq::recv_flags::dontwait)) return std::nullopt;
     } while (r.frames.back()->more());
     if (r.frames.size() < 2) {  // a lone frame: no envelope
         ++counters["rejected"];

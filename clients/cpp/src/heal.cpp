@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <string_view>
 
 namespace rtinfer::bus {
 
@@ -12,13 +11,12 @@ namespace {
 
 std::atomic<uint64_t> monitor_ids{0};  // inproc monitor names, unique in the process
 
-std::string_view port_of(std::string_view address) { return address.substr(address.rfind(':') + 1); }
-
 }  // namespace
 
 // The monitor's RCVHWM is 0 (no limit): libzmq's I/O thread blocks on a full monitor queue,
 // and with it every socket of the context (heal.py's note).
-Healer::Healer(zmq::context_t& ctx, zmq::socket_t& sock) : sock_(sock), mon_(ctx, zmq::socket_type::pair) {
+Healer::Healer(zmq::context_t& ctx, zmq::socket_t& sock, std::string endpoint)
+    : sock_(sock), mon_(ctx, zmq::socket_type::pair), endpoint_(std::move(endpoint)) {
     std::string address = "inproc://rtinfer.bus.monitor." + std::to_string(monitor_ids++);
     if (zmq_socket_monitor(sock_.handle(), address.c_str(),
                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
@@ -30,38 +28,22 @@ Healer::Healer(zmq::context_t& ctx, zmq::socket_t& sock) : sock_(sock), mon_(ctx
 
 Healer::~Healer() { zmq_socket_monitor(sock_.handle(), nullptr, 0); }
 
-void Healer::watch(const std::string& endpoint, const CurveConfig& curve) {
-    endpoints_.push_back({endpoint, curve});
-}
-
 bool Healer::heal(int64_t now_ns) {
     if (now_ns < next_look_ns_) return false;
     next_look_ns_ = now_ns + HEAL_EVERY_NS;
     uint64_t before = refusals + reconnects + heal_errors;
     for (uint16_t event; next_event(event);) {
-        // libzmq names a tcp peer as resolved (tcp://localhost:5 -> tcp://127.0.0.1:5): an
-        // address none was connected as is the endpoints of its port (all of them, if none)
-        std::string_view at(static_cast<const char*>(address_.data()), address_.size());
-        auto named = [&](const Endpoint& ep) { return ep.address == at; };
-        bool exact = std::any_of(endpoints_.begin(), endpoints_.end(), named);
-        bool by_port = !exact && std::any_of(endpoints_.begin(), endpoints_.end(), [&](const Endpoint& ep) {
-            return port_of(ep.address) == port_of(at);
-        });
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ++refusals;
-        for (auto& ep : endpoints_) {
-            if (exact ? !named(ep) : by_port && port_of(ep.address) != port_of(at)) continue;
-            ep.silent_ns = -1;  // a handshake outcome since we reconnected it
-            if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ep.wait_ns = 0;
-            else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) refused(ep, now_ns);
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            wait_ns_ = 0;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            ++refusals;
+            if (retry_ns_ < 0) {  // else refused again before the retry due: that one stands
+                wait_ns_ = std::min(wait_ns_ ? 2 * wait_ns_ : REFUSED_FIRST_NS, REFUSED_RETRY_NS);
+                retry_ns_ = now_ns + wait_ns_;
+            }
         }
     }
-    // libzmq (4.3.5) can drop a connect that follows the disconnect of the same endpoint at
-    // once, silently: an endpoint reconnected that reached no handshake outcome since is
-    // connected again (heal.py: SILENT_NS)
-    for (auto& ep : endpoints_)
-        if ((ep.retry_ns >= 0 && now_ns >= ep.retry_ns) ||
-            (ep.silent_ns >= 0 && now_ns - ep.silent_ns >= SILENT_NS))
-            reconnect(ep, now_ns);
+    if (retry_ns_ >= 0 && now_ns >= retry_ns_) reconnect(now_ns);
     return refusals + reconnects + heal_errors != before;
 }
 
@@ -81,29 +63,23 @@ bool Healer::next_event(uint16_t& event) {
     return false;
 }
 
-// Refused again while a retry is pending: the one retry stands.
-void Healer::refused(Endpoint& ep, int64_t now_ns) {
-    if (ep.retry_ns >= 0) return;
-    ep.wait_ns = std::min(ep.wait_ns ? 2 * ep.wait_ns : REFUSED_FIRST_NS, REFUSED_RETRY_NS);
-    ep.retry_ns = now_ns + ep.wait_ns;
-}
-
-// disconnect, the endpoint's CURVE options again (the socket holds the last connect's), connect
-void Healer::reconnect(Endpoint& ep, int64_t now_ns) {
-    ep.retry_ns = ep.silent_ns = -1;
+// Disconnect, then connect: a new session, with the socket's CURVE options (this endpoint's).
+// libzmq (4.3.5) disconnects by terminating the session it saved for the endpoint at connect
+// time, though the refused one is freed by then: a socket of one endpoint has no other
+// session that the stale pointer could name (bus.hpp).
+void Healer::reconnect(int64_t now_ns) {
+    retry_ns_ = -1;
     try {
-        sock_.disconnect(ep.address);
+        sock_.disconnect(endpoint_);
     } catch (const zmq::error_t&) {
         // libzmq dropped it already: connecting again is what matters
     }
     try {
-        set_curve(sock_, ep.curve, false);
-        sock_.connect(ep.address);
+        sock_.connect(endpoint_);
         ++reconnects;
-        ep.silent_ns = now_ns;
-    } catch (const std::exception&) {  // a key file gone meanwhile: tried again a while later
+    } catch (const zmq::error_t&) {  // tried again a while later
         ++heal_errors;
-        ep.retry_ns = now_ns + REFUSED_RETRY_NS;
+        retry_ns_ = now_ns + REFUSED_RETRY_NS;
     }
 }
 

@@ -8,6 +8,15 @@
 //
 // Neither class is thread-safe. Bad messages are counted (counters), never thrown. A connecting
 // socket with a CURVE endpoint tries again after the server's allow-list refused it (heal.hpp).
+//
+// A connecting socket has one endpoint: the Subscriber keeps a socket per endpoint. libzmq
+// (4.3.5) disconnects an endpoint by terminating the session it saved at connect time, but a
+// session it ended itself after a protocol error (a refused CURVE handshake, a frame over
+// ZMQ_MAXMSGSIZE) is freed and its pointer kept. Healing a refused endpoint (disconnect,
+// connect) then terminated whatever session of the socket lived at that address: another
+// endpoint's, silently, for good (a fleet robot on three nodes lost the stream of the one that
+// had just admitted it, refused by the other two). A socket of one endpoint has no session the
+// stale pointer could name.
 #pragma once
 
 #include <atomic>
@@ -78,6 +87,7 @@ class Publisher {
     std::string endpoint;  // the bound address (tcp://host:* resolved)
     uint64_t sent = 0, dropped = 0;
     // Refused handshakes and reconnects of a connecting CURVE publisher (heal.hpp); else 0.
+    // Connecting, its socket has its one endpoint (above).
     uint64_t refusals() const;
     uint64_t reconnects() const;
 
@@ -101,7 +111,8 @@ std::string addressed_topic(const std::string& topic, const std::string& to);
 
 class Subscriber {
   public:
-    // curve: endpoint -> CurveConfig (unlisted endpoints are plaintext). to: topic -> robot:
+    // endpoints: at least one, each connected by a socket of its own (above), with the same
+    // options. curve: endpoint -> CurveConfig (unlisted endpoints are plaintext). to: topic -> robot:
     // of these topics take only the messages addressed to that robot (libzmq filters the
     // rest at the publisher), none unaddressed; every other topic is taken addressed or not.
     // An addressed message whose body `dest` is not its address is rejected.
@@ -111,20 +122,29 @@ class Subscriber {
                const std::map<std::string, CurveConfig>& curve = {},
                const std::map<std::string, std::string>& to = {});
     ~Subscriber();
-    // The next valid message, or nullopt after timeout_ms (0: don't wait), or at once after a
-    // signal interrupted the wait. Sets `recv`. With a CURVE endpoint it waits in slices of at
-    // most HEAL_EVERY_NS, trying refused endpoints again between them (heal.hpp).
+    // The next valid message of any endpoint, or nullopt after timeout_ms (0: don't wait), or at
+    // once after a signal interrupted the wait. Sets `recv`. With a CURVE endpoint it waits in
+    // slices of at most HEAL_EVERY_NS, trying refused endpoints again between them (heal.hpp).
+    // Messages of one endpoint keep their order; across endpoints, none has one.
     std::optional<Received> recv(int timeout_ms = 0);
     // received, rejected, oversize; refusals, reconnects, heal_errors (heal.hpp)
     std::map<std::string, uint64_t> counters;
 
   private:
-    zmq::socket_t sock_;
-    std::unique_ptr<Healer> healer_;  // with a CURVE endpoint; destroyed before the socket
+    struct Leg {  // one endpoint's socket, and its healer if CURVE (destroyed before the socket)
+        zmq::socket_t sock;
+        std::unique_ptr<Healer> healer;
+    };
+    std::vector<Leg> legs_;  // filled once: a healer holds its socket by reference
+    std::vector<zmq::pollitem_t> items_;  // legs_[k]'s socket at [k]: one zmq_poll for all
+    size_t first_ = 0;  // read first: the leg after the last message's, so none starves the rest
+    bool curve_ = false;  // some leg heals
     std::vector<std::string> topics_;
     std::map<std::string, std::string> to_;
     size_t max_bytes_;
-    std::optional<Received> take();
+    void connect(zmq::context_t& ctx, const std::string& endpoint, int hwm, const CurveConfig* curve);
+    void heal(int64_t now_ns);
+    std::optional<Received> take(zmq::socket_t& sock);
 };
 
 }  // namespace rtinfer::bus

@@ -3,61 +3,50 @@
 // reconnects an endpoint after a ZAP refusal (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH), so a key added
 // to the server's allow-list a moment after the first handshake would never be used.
 //
-//   Healer healer(ctx, sock);               // before the socket connects: it misses no event
-//   healer.watch(ep, curve); sock.connect(ep);
+//   Healer healer(ctx, sock, ep);           // before the socket connects: it misses no event
+//   sock.connect(ep);
 //   healer.heal(now_ns);                    // often: it looks at most every HEAL_EVERY_NS
 //
-// Not thread-safe: the socket's owner calls it. Never blocks; allocates nothing unless an
-// endpoint is reconnected (reading the key files again).
+// The socket has that one endpoint (bus.hpp says why), so every event is that endpoint's.
+// Not thread-safe: the socket's owner calls it. Never blocks; allocates nothing itself.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include <zmq.hpp>
-
-#include "rtinfer/bus.hpp"
 
 namespace rtinfer::bus {
 
 constexpr int64_t HEAL_EVERY_NS = 100'000'000;       // how often the socket's events are read
 constexpr int64_t REFUSED_FIRST_NS = 100'000'000;    // a refused endpoint is tried again this
 constexpr int64_t REFUSED_RETRY_NS = 1'000'000'000;  // long after, then twice as long, up to this
-constexpr int64_t SILENT_NS = 1'000'000'000;  // reconnected, no handshake outcome since: again
 
 class Healer {
   public:
-    // Monitors `sock` (connecting) over a PAIR socket of `ctx`. Throws zmq::error_t.
-    Healer(zmq::context_t& ctx, zmq::socket_t& sock);
+    // Monitors `sock`, which connects to `endpoint` and nothing else, over a PAIR socket of
+    // `ctx`. Throws zmq::error_t.
+    Healer(zmq::context_t& ctx, zmq::socket_t& sock, std::string endpoint);
     ~Healer();  // stops the monitor; destroy it before the socket
     Healer(const Healer&) = delete;
     Healer& operator=(const Healer&) = delete;
-    // A CURVE endpoint the socket connects to (call before it connects).
-    void watch(const std::string& endpoint, const CurveConfig& curve);
-    // Read the socket's events (at most every HEAL_EVERY_NS) and reconnect each endpoint whose
-    // retry is due: REFUSED_FIRST_NS after a refusal, twice as long after each refusal in a row,
-    // at most REFUSED_RETRY_NS; a handshake that succeeds starts the schedule over. True if a
-    // counter changed.
+    // Read the socket's events (at most every HEAL_EVERY_NS) and reconnect the endpoint when
+    // its retry is due: REFUSED_FIRST_NS after a refusal, twice as long after each refusal in a
+    // row, at most REFUSED_RETRY_NS; a handshake that succeeds starts the schedule over. True if
+    // a counter changed.
     bool heal(int64_t now_ns);
     uint64_t refusals = 0, reconnects = 0, heal_errors = 0;
 
   private:
-    struct Endpoint {
-        std::string address;
-        CurveConfig curve;
-        int64_t retry_ns = -1;  // when to connect it again (-1: nothing to do)
-        int64_t wait_ns = 0;    // the last wait after a refusal (0: none since a handshake succeeded)
-        int64_t silent_ns = -1; // when we reconnected it, until an event names it (-1: named)
-    };
     zmq::socket_t& sock_;
     zmq::socket_t mon_;
-    std::vector<Endpoint> endpoints_;
+    std::string endpoint_;
     zmq::message_t event_, address_;  // one monitor event: 6 bytes (event, value), the address
     int64_t next_look_ns_ = 0;
+    int64_t retry_ns_ = -1;  // when to connect again (-1: nothing to do)
+    int64_t wait_ns_ = 0;    // the last wait after a refusal (0: none since a handshake succeeded)
     bool next_event(uint16_t& event);
-    void refused(Endpoint& ep, int64_t now_ns);
-    void reconnect(Endpoint& ep, int64_t now_ns);
+    void reconnect(int64_t now_ns);
 };
 
 }  // namespace rtinfer::bus
