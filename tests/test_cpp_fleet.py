@@ -1,5 +1,5 @@
-"""The C++ example controller follows a fleet move (docs/fleet.md, "A fleet on Ray"): its one
-SUB socket connected to two real inference nodes (--actions EP1 EP2 --addressed), the robot
+"""The C++ example controller follows a fleet move (docs/fleet.md, "A fleet on Ray"): its SUB
+sockets connected to two real inference nodes (--actions EP1 EP2 --addressed), the robot
 served by one (its robots file, as rtinfer.fleet's host actor writes it). Served by both for a
 while (a partition's overlap), it takes one node's chunks and counts the other's; its node
 killed (SIGKILL), it holds; written into the other node's robots file, it resumes from that

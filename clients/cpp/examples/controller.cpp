@@ -39,7 +39,7 @@ volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
 struct Options {
-    std::vector<std::string> actions;  // one SUB socket connected to each (a fleet's nodes)
+    std::vector<std::string> actions;  // a SUB socket connected to each (a fleet's nodes)
     std::string camera;                // with frame_hw: each obs carries this camera's frame
     uint64_t frame_h = 0, frame_w = 0;
     std::string control, publish, robot, name = "controller", tokenizer, action_spec;
