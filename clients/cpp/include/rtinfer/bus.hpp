@@ -111,11 +111,11 @@ std::string addressed_topic(const std::string& topic, const std::string& to);
 
 class Subscriber {
   public:
-    // endpoints: at least one, each connected by a socket of its own (above), with the same
-    // options. curve: endpoint -> CurveConfig (unlisted endpoints are plaintext). to: topic -> robot:
-    // of these topics take only the messages addressed to that robot (libzmq filters the
-    // rest at the publisher), none unaddressed; every other topic is taken addressed or not.
-    // An addressed message whose body `dest` is not its address is rejected.
+    // endpoints: at least one, each connected by a socket of its own (above), all with the same
+    // options. curve: endpoint -> CurveConfig (unlisted endpoints are plaintext). to: topic ->
+    // robot: of these topics take only the messages addressed to that robot (libzmq filters
+    // the rest at the publisher), none unaddressed; every other topic is taken addressed or
+    // not. An addressed message whose body `dest` is not its address is rejected.
     Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
                std::vector<std::string> topics, int hwm = 1000,
                size_t max_bytes = wire::DEFAULT_MAX_BYTES,
