@@ -131,7 +131,8 @@ class AllowList:
     the directory when a ``*.key`` file was added, removed or changed (one listing and a stat
     per file; nothing when unchanged). A file that does not parse (say, half copied) is left
     out until it changes again. Shared by the threads of one process (see ``allow_list``):
-    ``names`` is replaced whole, never edited, so a reader sees one version or the other.
+    ``names`` is replaced whole, never edited, so a reader sees one version or the other;
+    refreshes take turns (the ZAP thread's and the binding socket's).
     """
 
     def __init__(self, directory: str | os.PathLike) -> None:
@@ -140,6 +141,7 @@ class AllowList:
             raise ValueError(f"allowed_clients_dir {self.directory} is not a directory")
         self.names: dict[str, str] = {}
         self._seen: frozenset | None = None
+        self._lock = threading.Lock()
         self.refresh()
 
     def _listing(self) -> frozenset:
@@ -157,24 +159,29 @@ class AllowList:
     def refresh(self) -> bool:
         """Re-read the directory if it changed; True if it did. A directory that went away
         reads as empty (every key revoked)."""
-        try:
-            listing = self._listing()
-        except OSError:
-            listing = frozenset()
-        if listing == self._seen:
-            return False
-        names = {}
-        for name, _, _ in sorted(listing):
+        with self._lock:
             try:
-                names[load_public(os.path.join(self.directory, name)).decode()] = name[:-len(".key")]
-            except (OSError, ValueError):
-                continue
-        self._seen, self.names = listing, names
-        return True
+                listing = self._listing()
+            except OSError:
+                listing = frozenset()
+            if listing == self._seen:
+                return False
+            names = {}
+            for name, _, _ in sorted(listing):
+                try:
+                    key = load_public(os.path.join(self.directory, name)).decode()
+                except (OSError, ValueError):
+                    continue
+                names[key] = name[:-len(".key")]
+            self._seen, self.names = listing, names
+            return True
 
     def callback(self, domain: str, key: bytes) -> bool:
-        """pyzmq's ZAP credentials check (``configure_curve_callback``): the Z85 key is listed."""
-        return key.decode() in self.names
+        """pyzmq's ZAP credentials check (``configure_curve_callback``): the Z85 key is listed,
+        as the directory is now: a key it does not list yet is looked for once more (a fleet
+        writes a robot's key as it places it, and the robot tries at once; ~0.1 ms a look)."""
+        z = key.decode()
+        return z in self.names or (self.refresh() and z in self.names)
 
 
 _allow_lock = threading.Lock()
@@ -209,8 +216,9 @@ def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLi
                           ) -> AllowList:
     """Start (or share) the allow-list authenticator on ``ctx``; returns its AllowList.
 
-    Each handshake is checked against the AllowList as it is then; the socket that binds
-    keeps it current (``AllowList.refresh``, about once a second). All CURVE servers on one
+    Each handshake is checked against the AllowList as the directory is then (a key not
+    listed makes it look again); the socket that binds re-reads it about once a second, to
+    cut the sessions of a key removed (rtinfer.transport.bus.watch). All CURVE servers on one
     context must use the same directory (ValueError otherwise).
     """
     if allowed_clients_dir is None:

@@ -41,6 +41,7 @@ class Healer:
         self._sock = sock
         self.endpoint, self.security = endpoint, security
         self.reconnects = self.heal_errors = self.sessions_ended = self.refusals = 0
+        self.sessions_lost = 0  # sessions that ended after their handshake, for any reason
         self._next_heal = 0
         self._up = False  # its session is past its handshake
         self._ended: int | None = None  # the heal pass that saw its session end
@@ -85,6 +86,7 @@ class Healer:
             elif event == zmq.EVENT_DISCONNECTED:
                 if self._up:  # a session ended (not a handshake that failed)
                     self._up = False
+                    self.sessions_lost += 1
                     if self._ended is None:
                         self._ended = now
             elif event == zmq.EVENT_CONNECT_RETRIED:
@@ -106,6 +108,13 @@ class Healer:
             failed = True
         if failed:
             self._reconnect()
+
+    def hurry(self) -> None:
+        """Try a refused handshake again at the next look, backing off from REFUSED_FIRST_NS
+        anew: a sibling socket lost the session that served its owner (a fleet's robot whose
+        node died is placed on another one, the one that refused it so far)."""
+        if self._refused is not None:
+            self._wait = 0
 
     def _reconnect(self) -> None:
         """Disconnect (libzmq forgets the session it ended) and connect again, with the

@@ -93,11 +93,17 @@ class BusSocket:
             raise
 
     reconnects = _summed("reconnects")
+    sessions_lost = _summed("sessions_lost")
     heal_errors = _summed("heal_errors")
     sessions_ended = _summed("sessions_ended")
     refusals = _summed("refusals")
     revocations = _summed("revocations")
     revoked = property(lambda self: list(self._watch.revoked) if self._watch else [])
+
+    def hurry(self) -> None:
+        """A connecting socket tries a refused handshake again soon (Healer.hurry)."""
+        if self._healer is not None:
+            self._healer.hurry()
 
     def _tend(self, now: int) -> None:
         """The periodic work of a connecting socket (heal) or a CURVE server (watch); call

@@ -29,9 +29,10 @@ class Subscriber(Intake):
     dropped is in exactly one of them. ``say`` (a rtinfer.realtime.complaints.Complaints
     .say) is told each message the wire refused, with why, under kind "rejected": the
     owner's one rate-limited line, which counts the rest. A connecting Subscriber also
-    counts, as attributes, ``sessions_ended`` (libzmq ended a session: a frame over the hard cap) and
-    ``reconnects`` (rtinfer.transport.bus.heal); a binding CURVE one ``revocations`` and
-    ``revoked`` (rtinfer.transport.bus.watch).
+    counts, as attributes, ``sessions_ended`` (libzmq ended a session: a frame over the hard
+    cap), ``sessions_lost`` (sessions that ended after their handshake, for any reason),
+    ``refusals`` and ``reconnects`` (rtinfer.transport.bus.heal); a binding CURVE one
+    ``revocations`` and ``revoked`` (rtinfer.transport.bus.watch).
 
     Peers: ``peer`` is who the message ``recv`` returned last came from, as CURVE
     authenticated it: the Z85 public key (str) of the server at its endpoint (connecting:
@@ -111,6 +112,7 @@ class Subscriber(Intake):
         self._user_id = any(leg._watch is not None for leg in self._legs)
         self._tending = any(leg._tending for leg in self._legs)
         self._next_tend = 0
+        self._lost_seen = 0  # sessions_lost when last looked at (_tend)
         self.peer: str | None = None
         self.peers: dict[str, str | None] = {}
         self.latest_only = latest_only
@@ -142,6 +144,7 @@ class Subscriber(Intake):
 
     # counters of the sockets, summed (see BusSocket)
     reconnects = property(lambda self: sum(leg.reconnects for leg in self._legs))
+    sessions_lost = property(lambda self: sum(leg.sessions_lost for leg in self._legs))
     heal_errors = property(lambda self: sum(leg.heal_errors for leg in self._legs))
     refusals = property(lambda self: sum(leg.refusals for leg in self._legs))
     sessions_ended = property(lambda self: sum(leg.sessions_ended for leg in self._legs))
@@ -157,10 +160,18 @@ class Subscriber(Intake):
                 for leg in self._legs}
 
     def _tend(self, now: int) -> None:
+        """Each socket's care; and when one lost a session it had (its server died, or cut
+        its sessions), the others try a refused handshake again soon (Healer.hurry): a
+        fleet's robot is being placed on one of them."""
         self._next_tend = now + HEAL_EVERY_NS
         for leg in self._legs:
             if leg._tending:
                 leg._tend(now)
+        lost = self.sessions_lost
+        if lost != self._lost_seen:
+            self._lost_seen = lost
+            for leg in self._legs:
+                leg.hurry()
 
     def recv(self, timeout_ms: int = 0) -> Envelope | None:
         """The next valid message, or None after ``timeout_ms`` (0: don't wait, <0: forever).
