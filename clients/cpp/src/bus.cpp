@@ -215,7 +215,8 @@ Subscriber::Subscriber(zmq::context_t& ctx, const std::vector<std::string>& endp
         auto c = curve.find(ep);
         connect(ctx, ep, hwm, c == curve.end() ? nullptr : &c->second);
     }
-    for (auto* k : {"received", "rejected", "oversize", "refusals", "reconnects", "heal_errors"})
+    for (auto* k : {"received", "rejected", "oversize", "refusals", "reconnects", "heal_errors",
+                    "sessions_lost"})
         counters[k] = 0;
 }
 
@@ -249,16 +250,22 @@ void Subscriber::heal(int64_t now_ns) {
     for (auto& leg : legs_)
         if (leg.healer) changed |= leg.healer->heal(now_ns);
     if (!changed) return;
-    uint64_t refusals = 0, reconnects = 0, heal_errors = 0;
+    uint64_t refusals = 0, reconnects = 0, heal_errors = 0, lost = 0;
     for (const auto& leg : legs_) {
         if (!leg.healer) continue;
         refusals += leg.healer->refusals;
         reconnects += leg.healer->reconnects;
         heal_errors += leg.healer->heal_errors;
+        lost += leg.healer->sessions_lost;
     }
     counters["refusals"] = refusals;
     counters["reconnects"] = reconnects;
     counters["heal_errors"] = heal_errors;
+    if (lost != counters["sessions_lost"]) {  // a node that served us is gone: hurry the others
+        counters["sessions_lost"] = lost;
+        for (auto& leg : legs_)
+            if (leg.healer) leg.healer->hurry(now_ns);
+    }
 }
 
 std::optional<Received> Subscriber::recv(int timeout_ms) {

@@ -19,7 +19,8 @@ Healer::Healer(zmq::context_t& ctx, zmq::socket_t& sock, std::string endpoint)
     : sock_(sock), mon_(ctx, zmq::socket_type::pair), endpoint_(std::move(endpoint)) {
     std::string address = "inproc://rtinfer.bus.monitor." + std::to_string(monitor_ids++);
     if (zmq_socket_monitor(sock_.handle(), address.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_DISCONNECTED) != 0)
         throw zmq::error_t();
     mon_.set(zmq::sockopt::linger, 0);
     mon_.set(zmq::sockopt::rcvhwm, 0);
@@ -31,10 +32,14 @@ Healer::~Healer() { zmq_socket_monitor(sock_.handle(), nullptr, 0); }
 bool Healer::heal(int64_t now_ns) {
     if (now_ns < next_look_ns_) return false;
     next_look_ns_ = now_ns + HEAL_EVERY_NS;
-    uint64_t before = refusals + reconnects + heal_errors;
+    uint64_t before = refusals + reconnects + heal_errors + sessions_lost;
     for (uint16_t event; next_event(event);) {
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             wait_ns_ = 0;
+            up_ = true;
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            if (up_) ++sessions_lost;  // not a handshake that failed
+            up_ = false;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             ++refusals;
             if (retry_ns_ < 0) {  // else refused again before the retry due: that one stands
@@ -44,7 +49,13 @@ bool Healer::heal(int64_t now_ns) {
         }
     }
     if (retry_ns_ >= 0 && now_ns >= retry_ns_) reconnect(now_ns);
-    return refusals + reconnects + heal_errors != before;
+    return refusals + reconnects + heal_errors + sessions_lost != before;
+}
+
+void Healer::hurry(int64_t now_ns) {
+    if (retry_ns_ < 0) return;  // not refused: nothing to hurry
+    wait_ns_ = 0;
+    retry_ns_ = now_ns;
 }
 
 // One event (its two frames), without waiting. An interruption (EINTR) is "none yet", as

@@ -127,7 +127,8 @@ class Subscriber {
     // slices of at most HEAL_EVERY_NS, trying refused endpoints again between them (heal.hpp).
     // Messages of one endpoint keep their order; across endpoints, none has one.
     std::optional<Received> recv(int timeout_ms = 0);
-    // received, rejected, oversize; refusals, reconnects, heal_errors (heal.hpp)
+    // received, rejected, oversize; refusals, reconnects, heal_errors, sessions_lost (a session
+    // that ended after its handshake: the others retry refused handshakes soon; heal.hpp)
     std::map<std::string, uint64_t> counters;
 
   private:

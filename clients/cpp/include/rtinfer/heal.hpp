@@ -35,7 +35,12 @@ class Healer {
     // row, at most REFUSED_RETRY_NS; a handshake that succeeds starts the schedule over. True if
     // a counter changed.
     bool heal(int64_t now_ns);
+    // Try a refused handshake again at the next look, backing off from REFUSED_FIRST_NS anew: a
+    // sibling socket lost the session that served its owner (a fleet's robot whose node died is
+    // placed on another node, one that refused it so far). heal.py's Healer.hurry.
+    void hurry(int64_t now_ns);
     uint64_t refusals = 0, reconnects = 0, heal_errors = 0;
+    uint64_t sessions_lost = 0;  // sessions that ended after their handshake, for any reason
 
   private:
     zmq::socket_t& sock_;
@@ -45,6 +50,7 @@ class Healer {
     int64_t next_look_ns_ = 0;
     int64_t retry_ns_ = -1;  // when to connect again (-1: nothing to do)
     int64_t wait_ns_ = 0;    // the last wait after a refusal (0: none since a handshake succeeded)
+    bool up_ = false;        // a session is past its handshake
     bool next_event(uint16_t& event);
     void reconnect(int64_t now_ns);
 };
