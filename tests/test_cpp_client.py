@@ -241,7 +241,8 @@ def free_port() -> int:
 
 def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
     """Chunks in over tcp + CURVE (the C++ side a client of a Python server), traces out over
-    tcp + CURVE (the C++ side the server, checking its allow-list); a stranger gets nothing."""
+    tcp + CURVE (the C++ side the server, checking its allow-list); a stranger gets nothing
+    until its key is copied into that allow-list, no restart (read at each handshake)."""
     keys = tmp_path / "keys"
     for name in ("policy", "cpp", "viewer", "stranger"):
         generate(keys / name, name)
@@ -267,10 +268,13 @@ def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
     from rtinfer.model.action_tokens import ActionTokenizer
     from rtinfer.transport.action_chunk import waypoint_body
     decode = ActionTokenizer(tok).decode
-    try:
-        assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
-        got, end, cycle = [], time.monotonic() + 20, 0
-        while time.monotonic() < end and len(got) < 3:
+    cycle = 0
+
+    def traces(sub: Subscriber, want: int) -> list:
+        """Feed chunks until `sub` got `want` applied traces (20 s at most)."""
+        nonlocal cycle
+        got, end = [], time.monotonic() + 20
+        while time.monotonic() < end and len(got) < want:
             cycle += 1
             capture = wire.now_ns()
             for i in range(tok.horizon):
@@ -279,11 +283,17 @@ def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
                     cycle, i, tok.horizon, decode(ids), spec=tok.hash, period_ns=tok.period_ns,
                     start_ns=tok.period_ns, dest="cpparm", tokens=ids),
                     {"capture": capture, "obs_recv": capture, "first_token": capture})
-            env = viewer.recv(200)
+            env = sub.recv(200)
             if env is not None and "apply" in env.body["stamps"]:
                 got.append(env)
-        assert len(got) >= 3, "no traces over CURVE"
+        return got
+    try:
+        assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
+        assert len(traces(viewer, 3)) >= 3, "no traces over CURVE"
         assert stranger.recv(300) is None  # not on the allow-list: the handshake is refused
+        assert stranger.refusals >= 1
+        shutil.copy(keys / "stranger/stranger.key", allow_viewer)  # listed: its retry gets in
+        assert traces(stranger, 1), (stranger.refusals, stranger.reconnects)
     finally:
         out, err = stop(ctl)
         for s in (policy, viewer, stranger):

@@ -108,18 +108,31 @@ std::optional<CurveConfig> curve_for(const std::string& endpoint, bool bind,
 
 // ---- ZAP (ZeroMQ RFC 27): the allow-list check for CURVE servers ----------------------------
 Authenticator::Authenticator(zmq::context_t& ctx, const std::string& dir)
-    : sock_(ctx, zmq::socket_type::rep) {
+    : sock_(ctx, zmq::socket_type::rep), dir_(dir) {
     DIR* d = opendir(dir.c_str());
     if (!d) throw std::runtime_error("allowed_clients_dir " + dir + " is not a directory");
-    while (dirent* e = readdir(d)) {
-        std::string name = e->d_name;
-        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".key") == 0)
-            allowed_.push_back(z85_to_binary(load_certificate(dir + "/" + name, false).public_z85));
-    }
     closedir(d);
+    load();
     sock_.set(zmq::sockopt::linger, 0);
     sock_.bind("inproc://zeromq.zap.01");
     thread_ = std::thread([this] { serve(); });
+}
+
+// The keys of the directory's *.key files now; one that does not parse (half copied) is left
+// out, a directory gone reads as empty (every key refused). A handshake is rare: no cache.
+void Authenticator::load() {
+    allowed_.clear();
+    DIR* d = opendir(dir_.c_str());
+    if (!d) return;
+    while (dirent* e = readdir(d)) {
+        std::string name = e->d_name;
+        if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".key") != 0) continue;
+        try {
+            allowed_.push_back(z85_to_binary(load_certificate(dir_ + "/" + name, false).public_z85));
+        } catch (const std::exception&) {
+        }
+    }
+    closedir(d);
 }
 
 Authenticator::~Authenticator() {
@@ -140,6 +153,7 @@ void Authenticator::serve() {
         bool ok = req.size() >= 7 && req[5].to_string() == "CURVE";
         if (ok) {
             std::string key = req[6].to_string();
+            load();
             ok = false;
             for (const auto& a : allowed_) ok |= a == key;
         }

@@ -59,7 +59,9 @@ void set_curve(zmq::socket_t& s, const CurveConfig& c, bool server);
 
 class Healer;
 
-// One ZAP handler per context: accepts CURVE clients whose public key is in the allow-list.
+// One ZAP handler per context: accepts CURVE clients whose public key is in the allow-list,
+// read at each handshake (a key added is admitted, a key removed refused, from the next one
+// on; sessions already made are not cut: the Python server's watch does that, docs/wire.md).
 class Authenticator {
   public:
     Authenticator(zmq::context_t& ctx, const std::string& allowed_clients_dir);
@@ -70,7 +72,9 @@ class Authenticator {
   private:
     zmq::socket_t sock_;
     std::thread thread_;
-    std::vector<std::string> allowed_;  // 32-byte binary public keys
+    std::string dir_;
+    std::vector<std::string> allowed_;  // 32-byte binary public keys, as read last
+    void load();
     std::atomic<bool> running_{true};
     void serve();
 };
