@@ -490,3 +490,44 @@ def test_a_subscriber_keeps_the_stream_of_the_server_that_admits_it_while_others
     assert min(refused_since) >= 2, refused_since  # the others' retries ran meanwhile
     assert [g[-1] > last_s for g in from_a] == [True] * len(subs), \
         [round(last_s + 2.0 - g[-1], 2) for g in from_a]
+
+
+def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_start(certs):
+    """A fleet's robot served by a, refused by b (backed off to once a second): a dies, and
+    b, where the fleet places the robot, is retried at once and then after 0.1 s, 0.2 s
+    (Healer.hurry), not once a second. Stepped clock (the Subscriber's _tend takes the
+    time), real sockets and handshakes."""
+    from rtinfer.transport.bus.heal import HEAL_EVERY_NS
+    paths, allowed = certs
+    other = allowed.parent / "other_allow"
+    other.mkdir()
+    pubs = {n: Publisher("tcp://127.0.0.1:*", n, curve=CurveConfig(paths["server"][1],
+                                                                  allowed_clients_dir=d))
+            for n, d in (("a", allowed), ("b", other))}  # only a lists the client
+    cfg = {p.endpoint: CurveConfig(paths["client"][1], paths["server"][0]) for p in pubs.values()}
+    b = pubs["b"].endpoint
+    t, seen, gaps = 0, None, []  # b's retries: stepped ns from its refusal to its reconnect
+    with Subscriber(list(cfg), ["heartbeat"], curve=cfg) as sub:
+        end = time.monotonic() + 60
+
+        def step(until) -> None:
+            nonlocal t, seen
+            while not until():
+                assert time.monotonic() < end, (gaps, sub.legs, sub.sessions_lost)
+                t += HEAL_EVERY_NS
+                before = dict(sub.legs[b])
+                sub._tend(t)
+                if sub.legs[b]["reconnects"] > before["reconnects"]:
+                    gaps.append(t - seen)
+                if sub.legs[b]["refusals"] > before["refusals"]:
+                    seen = t
+                time.sleep(0.01)
+        step(lambda: len(gaps) >= 6)
+        assert [g // 1_000_000 for g in gaps[4:6]] == [1000, 1000]
+        assert sub.sessions_lost == 0
+        pubs["a"].close()  # the server serving it dies
+        step(lambda: sub.sessions_lost == 1)
+        hurried = len(gaps)
+        step(lambda: len(gaps) >= hurried + 3)
+    pubs["b"].close()
+    assert [g // 1_000_000 for g in gaps[hurried + 1:hurried + 3]] == [100, 200], gaps

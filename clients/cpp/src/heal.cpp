@@ -52,10 +52,10 @@ bool Healer::heal(int64_t now_ns) {
     return refusals + reconnects + heal_errors + sessions_lost != before;
 }
 
+// A handshake still on its way when told is retried REFUSED_FIRST_NS after its refusal.
 void Healer::hurry(int64_t now_ns) {
-    if (retry_ns_ < 0) return;  // not refused: nothing to hurry
     wait_ns_ = 0;
-    retry_ns_ = now_ns;
+    if (retry_ns_ >= 0) retry_ns_ = now_ns;
 }
 
 // One event (its two frames), without waiting. An interruption (EINTR) is "none yet", as

@@ -112,9 +112,9 @@ class Healer:
     def hurry(self) -> None:
         """Try a refused handshake again at the next look, backing off from REFUSED_FIRST_NS
         anew: a sibling socket lost the session that served its owner (a fleet's robot whose
-        node died is placed on another one, the one that refused it so far)."""
-        if self._refused is not None:
-            self._wait = 0
+        node died is placed on another one, the one that refused it so far). A handshake
+        still on its way when told is retried REFUSED_FIRST_NS after its refusal."""
+        self._wait = 0
 
     def _reconnect(self) -> None:
         """Disconnect (libzmq forgets the session it ended) and connect again, with the
