@@ -83,6 +83,20 @@ def robots_curve_map(spec: FleetSpec) -> Path:
     return path
 
 
+def where_it_is(st: dict | None) -> str:
+    """A fleet's status in one line: each host's state and robots, the robots not placed
+    and the last three events (a timeout's message: the whole status is kilobytes)."""
+    if st is None:
+        return "the controller did not answer"
+    hosts = ", ".join(f"{h} {x['state']} {len(x['robots'])} robots"
+                      + (f" capacity {x['capacity']}" if x.get("capacity") is not None else "")
+                      for h, x in st["hosts"].items())
+    unplaced = sorted(f"{r} {x['state']}" for r, x in st["robots"].items()
+                      if x["state"] != "placed")
+    last = [text for _, text in st.get("events", [])[-3:]]
+    return f"hosts: {hosts}; robots not placed: {', '.join(unplaced) or 'none'}; last events: {last}"
+
+
 class LocalFleet:
     """Start with `with LocalFleet(...) as fleet:`; everything (robots, Ray) is stopped at
     the end, whatever happened. Not thread-safe."""
@@ -170,7 +184,8 @@ class LocalFleet:
             if st is not None and what(st):
                 return st
             if time.monotonic() > end:
-                raise TimeoutError(f"the fleet did not get there: {json.dumps(st)[:2000]}")
+                raise TimeoutError(f"the fleet did not get there in {timeout_s:g} s: "
+                                   f"{where_it_is(st)} (status: rtinfer fleet status --json)")
             time.sleep(every_s)
 
     def status(self) -> dict:
