@@ -12,6 +12,7 @@ import zmq
 
 from rtinfer.transport import curve
 from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.bus.heal import HEAL_EVERY_NS
 from rtinfer.transport.curve import CurveConfig, allow_list
 
 N = 1000
@@ -320,6 +321,35 @@ def test_an_allow_list_reads_names_and_skips_a_key_file_it_cannot_parse(certs):
     assert curve.allow_list(allowed) is curve.allow_list(str(allowed) + "/")
 
 
+class SteppedRetries:
+    """A stepped clock for a socket's healing: `step` advances `t` by HEAL_EVERY_NS and calls
+    tend(t) (a Healer's heal, a Subscriber's _tend), 10 ms apart for real, and records in
+    `waits` each retry's stepped ns since the refusal before it; `counts()` is the watched
+    socket's (refusals, reconnects). The handshakes are real."""
+
+    def __init__(self, tend, counts) -> None:
+        self.tend, self.counts = tend, counts
+        self.t, self.refused_t, self.waits = 0, None, []
+
+    def step(self, until, on_refusal=None, seconds: float = 30.0) -> None:
+        """Step until until() holds; on_refusal() is called once, at the next refusal."""
+        end = time.monotonic() + seconds
+        while not until():
+            assert time.monotonic() < end, (self.waits, self.counts())
+            self.t += HEAL_EVERY_NS
+            refusals, reconnects = self.counts()
+            self.tend(self.t)
+            now_refusals, now_reconnects = self.counts()
+            if now_reconnects > reconnects:
+                self.waits.append(self.t - self.refused_t)
+            if now_refusals > refusals:
+                self.refused_t = self.t
+                if on_refusal is not None:
+                    on_refusal()
+                    on_refusal = None
+            time.sleep(0.01)
+
+
 def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_key_is_listed(
         certs):
     """A client the allow-list refused (a fleet's robot whose key is written as it is placed:
@@ -328,7 +358,7 @@ def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_k
     0.1 s anew; a key listed meanwhile gets it in at the next retry, the server looking at
     its directory again at that handshake. The healer runs on a stepped clock (heal(now)
     takes the time), the sockets and handshakes are real."""
-    from rtinfer.transport.bus.heal import HEAL_EVERY_NS, Healer
+    from rtinfer.transport.bus.heal import Healer
     from rtinfer.transport.curve import secure_endpoint
     paths, allowed = certs
     ctx = zmq.Context()
@@ -339,43 +369,28 @@ def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_k
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         healer = Healer(sock, ctx, pub.endpoint, rogue)
-        secure_endpoint(sock, rogue, server=False)
-        sock.connect(pub.endpoint)
-        t, seen, retries = 0, None, []  # seen: the stepped time of the last refusal
-        end = time.monotonic() + 30
-
-        def retry(n: int, hurry: bool = False) -> None:
-            nonlocal t, seen
-            while len(retries) < n:
-                assert time.monotonic() < end, (retries, healer.refusals)
-                t += HEAL_EVERY_NS
-                refusals, reconnects = healer.refusals, healer.reconnects
-                healer.heal(t)
-                if healer.reconnects > reconnects:
-                    retries.append(t - seen)
-                if healer.refusals > refusals:
-                    seen = t
-                    if hurry:
-                        healer.hurry()
-                        hurry = False
-                time.sleep(0.01)
-        retry(5)
-        assert [r // 1_000_000 for r in retries] == [100, 200, 400, 800, 1000]
-        retry(6)  # at once a second
-        retry(9, hurry=True)  # hurried at the next refusal
-        assert [r // 1_000_000 for r in retries[5:]] == [1000, 100, 100, 200]
-        before = healer.refusals
-        shutil.copy(paths["rogue"][0], allowed)  # listed now: the next retry gets in
-        got, end = False, time.monotonic() + 30
-        while not got:
-            assert time.monotonic() < end, "the listed key did not get in"
-            t += HEAL_EVERY_NS
-            healer.heal(t)
-            pub.publish("heartbeat", hb("srv"))
-            got = sock.poll(10) and sock.recv_multipart() is not None
-        assert healer.refusals - before in (0, 1)  # the last retry raced the key
-        healer.close()
-        sock.close()
+        try:  # closed whatever happens: a context with a socket open never terminates
+            secure_endpoint(sock, rogue, server=False)
+            sock.connect(pub.endpoint)
+            clock = SteppedRetries(healer.heal, lambda: (healer.refusals, healer.reconnects))
+            clock.step(lambda: len(clock.waits) >= 5)
+            assert [r // 1_000_000 for r in clock.waits] == [100, 200, 400, 800, 1000]
+            clock.step(lambda: len(clock.waits) >= 6)  # at once a second
+            clock.step(lambda: len(clock.waits) >= 9, on_refusal=healer.hurry)  # at the next one
+            assert [r // 1_000_000 for r in clock.waits[5:]] == [1000, 100, 100, 200]
+            before = healer.refusals
+            shutil.copy(paths["rogue"][0], allowed)  # listed now: the next retry gets in
+            got, end = False, time.monotonic() + 30
+            while not got:
+                assert time.monotonic() < end, "the listed key did not get in"
+                clock.t += HEAL_EVERY_NS
+                healer.heal(clock.t)
+                pub.publish("heartbeat", hb("srv"))
+                got = sock.poll(10) and sock.recv_multipart() is not None
+            assert healer.refusals - before in (0, 1)  # the last retry raced the key
+        finally:
+            healer.close()
+            sock.close()
     ctx.term()
 
 
@@ -497,7 +512,6 @@ def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_s
     b, where the fleet places the robot, is retried at once and then after 0.1 s, 0.2 s
     (Healer.hurry), not once a second. Stepped clock (the Subscriber's _tend takes the
     time), real sockets and handshakes."""
-    from rtinfer.transport.bus.heal import HEAL_EVERY_NS
     paths, allowed = certs
     other = allowed.parent / "other_allow"
     other.mkdir()
@@ -506,28 +520,16 @@ def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_s
             for n, d in (("a", allowed), ("b", other))}  # only a lists the client
     cfg = {p.endpoint: CurveConfig(paths["client"][1], paths["server"][0]) for p in pubs.values()}
     b = pubs["b"].endpoint
-    t, seen, gaps = 0, None, []  # b's retries: stepped ns from its refusal to its reconnect
     with Subscriber(list(cfg), ["heartbeat"], curve=cfg) as sub:
-        end = time.monotonic() + 60
-
-        def step(until) -> None:
-            nonlocal t, seen
-            while not until():
-                assert time.monotonic() < end, (gaps, sub.legs, sub.sessions_lost)
-                t += HEAL_EVERY_NS
-                before = dict(sub.legs[b])
-                sub._tend(t)
-                if sub.legs[b]["reconnects"] > before["reconnects"]:
-                    gaps.append(t - seen)
-                if sub.legs[b]["refusals"] > before["refusals"]:
-                    seen = t
-                time.sleep(0.01)
-        step(lambda: len(gaps) >= 6)
+        clock = SteppedRetries(sub._tend, lambda: (sub.legs[b]["refusals"],
+                                                   sub.legs[b]["reconnects"]))
+        gaps = clock.waits  # b's retries
+        clock.step(lambda: len(gaps) >= 6)
         assert [g // 1_000_000 for g in gaps[4:6]] == [1000, 1000]
         assert sub.sessions_lost == 0
         pubs["a"].close()  # the server serving it dies
-        step(lambda: sub.sessions_lost == 1)
+        clock.step(lambda: sub.sessions_lost == 1)
         hurried = len(gaps)
-        step(lambda: len(gaps) >= hurried + 3)
+        clock.step(lambda: len(gaps) >= hurried + 3)
     pubs["b"].close()
     assert [g // 1_000_000 for g in gaps[hurried + 1:hurried + 3]] == [100, 200], gaps
