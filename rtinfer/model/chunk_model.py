@@ -23,7 +23,8 @@ from pathlib import Path
 
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.directory import ModelError, _json, check_is_dir
-from rtinfer.model.obs_spec import ObsSpec
+from rtinfer.model.flow_model import KIND as FLOW, FlowModelDir
+from rtinfer.model.specs import read_specs
 
 KIND = "chunk"
 OUTPUT = "actions"
@@ -60,17 +61,7 @@ class ChunkModelDir:
                 or manifest.get("kind") != KIND:
             raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v2 manifest of "
                              f"kind {KIND!r}")
-        try:
-            action = ActionSpec.from_dict(_json(path / "action_spec.json",
-                                                "write the policy's ActionSpec there"))
-        except (ValueError, TypeError) as e:
-            raise ModelError(f"{path / 'action_spec.json'}: {e}") from None
-        try:
-            obs = ObsSpec(_json(path / "obs_spec.json", "write the policy's ObsSpec there"))
-        except (ValueError, TypeError) as e:
-            raise ModelError(f"{path / 'obs_spec.json'}: {e}") from None
-        card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
-        md = cls(path, manifest, action, obs, card)
+        md = cls(path, manifest, *read_specs(path))
         md._validate(check_hashes)
         return md
 
@@ -97,8 +88,8 @@ class ChunkModelDir:
 
 
 def load_model(path, *, check_hashes: bool = True):
-    """The model directory at `path`, of either kind: a ChunkModelDir when its graphs.json
-    says kind "chunk", else an action-token ModelDir."""
+    """The model directory at `path`, of any kind: a ChunkModelDir when its graphs.json
+    says kind "chunk", a FlowModelDir for kind "flow", else an action-token ModelDir."""
     from rtinfer.model.directory import ModelDir
     path = Path(path)
     check_is_dir(path)
@@ -108,4 +99,6 @@ def load_model(path, *, check_hashes: bool = True):
         kind = "tokens"  # ModelDir.load says what is wrong with the manifest
     if kind == KIND:
         return ChunkModelDir.load(path, check_hashes=check_hashes)
+    if kind == FLOW:
+        return FlowModelDir.load(path, check_hashes=check_hashes)
     return ModelDir.load(path, check_hashes=check_hashes)
