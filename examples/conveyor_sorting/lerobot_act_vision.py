@@ -6,10 +6,26 @@ functions only, so this module imports anywhere.
     python -m examples.conveyor_sorting.lerobot_act_vision train --data A.npz ... --out CKPT \
         [--steps N --batch B --pool 2 --relabel A.npz]
     python -m examples.conveyor_sorting.lerobot_act_vision export --checkpoint CKPT \
-        --out models/zoo/conveyor-act-vision [--parity-data A.npz]
+        --out conveyor-act-vision [--parity-data A.npz]
     python -m examples.conveyor_sorting.lerobot_act_vision eval --model DIR --episodes 2
     python -m examples.conveyor_sorting.lerobot_act_vision latency --model DIR [--runs 500]
     python -m examples.conveyor_sorting.lerobot_act_vision probe --model DIR --data A.npz
+
+Not shipped: the zoo holds no camera ACT (trained from scratch on two shared CPU cores it sorted
+0 of 240 objects in lockstep, and its 47.7 MB graph was a fifth of the zoo). Rebuild it in the
+LeRobot venv (`make lerobot-env`), with V = .venv-lerobot/bin/python:
+
+    $V -m examples.conveyor_sorting.collect --camera overhead --episodes 60 --out expert.npz
+    $V -m examples.conveyor_sorting.lerobot_act_vision train --data expert.npz \
+        --out ckpt --steps 2500 --batch 16 --threads 1
+    $V -m examples.conveyor_sorting.lerobot_act_vision export --checkpoint ckpt \
+        --out conveyor-act-vision --parity-data expert.npz
+    $V -m examples.conveyor_sorting.lerobot_act_vision eval --model conveyor-act-vision
+
+(the last shipped build added a DAgger file, `collect --policy conveyor-act-vision --camera
+overhead`, about 20,000 rows each, and still sorted 0 of 240: a GPU host should start from
+ImageNet weights and train tens of thousands of steps). tests/test_lerobot_act.py runs the
+same train -> export -> eval path on one short episode.
 
 Model: lerobot.policies.act.modeling_act.ACTPolicy with one camera,
 "observation.images.overhead", through the ResNet-18 backbone LeRobot builds (torchvision
