@@ -90,7 +90,25 @@ def dry_run_problems(model: ChunkModelDir) -> list[str]:
 
 def graph_problems(sess, model: ChunkModelDir) -> list[str]:
     """Where a loaded graph breaks the contract: one line each with the fix (empty: none)."""
-    want = model.obs.graph_inputs()
+    out = input_problems(sess, model.obs)
+    outs = sess.get_outputs()
+    a = model.action
+    shape = [1, a.horizon, a.dim]
+    if [o.name for o in outs] != [OUTPUT]:
+        out.append(f"graph outputs {[o.name for o in outs]}; the contract is one output "
+                   f"{OUTPUT!r}")
+    elif outs[0].type != ort_type("float32") or list(outs[0].shape) != shape:
+        out.append(f"output {OUTPUT!r} is {outs[0].type} {outs[0].shape}; action_spec.json "
+                   f"says float32 {shape} (horizon x names): export the graph to return "
+                   f"that, one column per name {list(a.names)} in order, or make "
+                   f"action_spec.json's horizon and names match the graph")
+    return out
+
+
+def input_problems(sess, obs) -> list[str]:
+    """Where a loaded graph's inputs break obs_spec.json (keys, dtypes, [1, *shape]s): one
+    line each with the fix (empty: none)."""
+    want = obs.graph_inputs()
     got = {i.name: i for i in sess.get_inputs()}
     out = []
     for key in sorted(set(got) - set(want)):
@@ -104,17 +122,6 @@ def graph_problems(sess, model: ChunkModelDir) -> list[str]:
         elif i.type != ort_type(dtype) or list(i.shape) != list(shape):
             out.append(f"graph input {key!r} is {i.type} {i.shape}; obs_spec.json says "
                        f"{dtype} {list(shape)}: export with static shapes and these dtypes")
-    outs = sess.get_outputs()
-    a = model.action
-    shape = [1, a.horizon, a.dim]
-    if [o.name for o in outs] != [OUTPUT]:
-        out.append(f"graph outputs {[o.name for o in outs]}; the contract is one output "
-                   f"{OUTPUT!r}")
-    elif outs[0].type != ort_type("float32") or list(outs[0].shape) != shape:
-        out.append(f"output {OUTPUT!r} is {outs[0].type} {outs[0].shape}; action_spec.json "
-                   f"says float32 {shape} (horizon x names): export the graph to return "
-                   f"that, one column per name {list(a.names)} in order, or make "
-                   f"action_spec.json's horizon and names match the graph")
     return out
 
 

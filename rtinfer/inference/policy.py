@@ -19,6 +19,8 @@ Kinds:
   through batch.BatchRunner, each row token-identical to its own decode.
 - GraphPolicy: a continuous-chunk policy (one-shot graphs: observation -> [H, D], one per
   budget level, graph_runner.GraphRunner). The chunk exists at once; emitted whole.
+- FlowPolicy (flow_policy): a flow-matching or diffusion policy (a prefix graph once, then a
+  step graph integrated K times from seeded noise; K per budget level). Emitted whole.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from rtinfer.inference.batch import BATCH_DRAFTERS, BatchRunner, Row
 from rtinfer.inference.budget import default_levels
+from rtinfer.inference.flow_policy import FlowPolicy
 from rtinfer.inference.graph_runner import GraphRunner, chunk_levels, zero_feeds
 from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
@@ -171,10 +174,10 @@ class GraphPolicy:
 
 
 def load_policy(model_dir, cfg, backend_opts: dict | None = None, endpoints: int = 1):
-    """The policy object for a model directory of either kind (docs/policies.md), set up
+    """The policy object for a model directory of any kind (docs/policies.md), set up
     as cfg (an InferenceNodeConfig) says; endpoints: how many obs endpoints the node has
     (several: batch by default where the model batches). ModelError, BackendError: the
     directory or the setup cannot serve, with the fix."""
     md = load_model(model_dir)
-    kind = GraphPolicy if md.kind == "chunk" else TokenPolicy
+    kind = {"chunk": GraphPolicy, "flow": FlowPolicy}.get(md.kind, TokenPolicy)
     return kind(md, cfg, backend_opts or {}, endpoints)

@@ -1,0 +1,99 @@
+"""FlowPolicy: a flow-matching or diffusion policy (a FlowModelDir) behind the policy surface
+of rtinfer.inference.policy, so the node, wire, controller and monitor serve it unchanged.
+
+Per cycle: the prefix graph once, then the cycle's level's K steps from noise seeded with
+(the node's seed, the robot's name, the observation's seq), so a run replays exactly and two
+cycles never share noise; zero noise where graphs.json says noise "zero" (allowed only with
+zero_noise_ok). The chunk [H, D] exists at once and is emitted whole, as a continuous-chunk
+policy's. A step graph's NaN reaches the chunk (clipping keeps NaN) and the node drops it.
+Levels: one per manifest level (its steps, its graph), full quality first; where card.json
+gives every level an accuracy, a level that a cheaper one beats is left out (flow_levels).
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.graph_runner import zero_feeds
+from rtinfer.model.directory import ModelError
+from rtinfer.model.flow_model import FlowModelDir
+from rtinfer.transport.wire import now_ns
+
+BACKENDS = ("onnx", "tensorrt")
+
+
+def flow_levels(model: FlowModelDir) -> list[BudgetLevel]:
+    """A BudgetLevel per manifest level (`depth` is the level's index, the whole horizon, the
+    card's accuracy); a measured level worse than a cheaper measured one is left out."""
+    levels = [BudgetLevel(lv["level"], 0, model.action.horizon, model.accuracy(lv["level"]))
+              for lv in model.levels]
+    if any(lv.accuracy is None for lv in levels):
+        return levels
+    return [lv for i, lv in enumerate(levels)
+            if i == 0 or not any(c.accuracy > lv.accuracy for c in levels[i + 1:])]
+
+
+class FlowPolicy:
+    batches, max_batch = [1], 1
+    max_committed = 0  # the runner conditions on committed waypoints; not wired to cycles yet
+
+    def __init__(self, md: FlowModelDir, cfg, backend_opts: dict, endpoints: int):
+        if cfg.backend not in BACKENDS:
+            raise ModelError(f"{md.path}: a flow policy runs on ONNX Runtime or TensorRT; use "
+                             f"--backend onnx (not {cfg.backend})")
+        if backend_opts.get("precision"):
+            raise ModelError(f"--precision {backend_opts['precision']}: a flow policy has one "
+                             "set of graphs and no precision sets; leave --precision out")
+        self.model = md
+        if cfg.backend == "tensorrt":
+            from rtinfer.inference.flow_trt import FlowTrtRunner
+            self.runner = FlowTrtRunner(md)
+        else:
+            from rtinfer.inference.flow_runner import FlowRunner
+            self.runner = FlowRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
+        self.seed = int(cfg.seed) % 2 ** 64
+        self.zero_noise = md.noise == "zero"
+        self.levels = flow_levels(md)
+        self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
+        self.start_ns = md.action.start_ns
+        self.counters = {"flow_steps": 0}
+        ladder = ", ".join(str(md.levels[lv.depth]["steps"]) for lv in self.levels)
+        noise = "zero noise" if self.zero_noise else f"noise seeded from {cfg.seed}"
+        self.summary = (f"{cfg.backend}, flow policy ({md.integrator}, steps per level "
+                        f"{ladder}, {noise})")
+
+    def encode(self, body: dict):
+        return self.model.obs.feeds(body)
+
+    def sample_inputs(self):
+        return zero_feeds(self.model)
+
+    def batch_for(self, n: int) -> int:
+        return 1
+
+    def noise_seed(self, cycle) -> tuple[int, int, int] | None:
+        """The cycle's noise seed (None: zero noise): the node's seed, the robot, the seq."""
+        if self.zero_noise:
+            return None
+        return self.seed, zlib.crc32(cycle.dest.encode()), int(cycle.seq) % 2 ** 64
+
+    def run(self, jobs: list, emit=None) -> list[np.ndarray]:
+        """Each job's chunk [horizon, D] float32 (a view of the runner's chunk buffer)."""
+        out = []
+        for cycle, feeds in jobs:
+            level = cycle.level.depth
+            chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle))
+            self.counters["flow_steps"] += self.model.levels[level]["steps"]
+            cycle.first_token_ns = now_ns()
+            if emit is not None:
+                emit(cycle, 0, chunk[:cycle.count], None)
+            out.append(chunk)
+        return out
+
+    def figures(self) -> dict:
+        return dict(self.counters)
+
+    def clear_figures(self) -> None:
+        self.counters["flow_steps"] = 0

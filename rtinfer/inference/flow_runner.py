@@ -1,0 +1,266 @@
+"""FlowRunner: observation -> one continuous action chunk, for a FlowModelDir, on ONNX Runtime.
+
+Per cycle: the prefix graph runs once on the observation; then the level's step graph runs
+K times, each step feeding the noisy chunk x_t and the time t and updating x_t from the
+output v by the integrator's plan (rtinfer.inference.flow_schedule: Euler or DDIM). The
+chunk served is x[0, :H, :D] * scale + offset, clipped to the action spec's limits (NaN
+stays NaN: the node drops a chunk that is not finite).
+
+Every buffer is allocated once at load: the prefix outputs, x_t, t (per step graph), v, the
+integrator's scratch and the chunk. The prefix binds its outputs to the prefix buffers, and
+each step graph binds those same buffers, x_t, t and v once (I/O binding, numpy memory
+shared with ONNX Runtime on the CPU): a step writes t in place, runs, and updates x in place,
+so the step loop allocates nothing. The step graphs' inputs are checked at load against the
+prefix outputs (name, shape, dtype) and x_t/t/v against the action spec; a mismatch is one
+BackendError line naming both shapes and the fix.
+
+Noise: x starts as N(0, 1) float32 from numpy's PCG64 seeded with SeedSequence(seed) (the
+policy passes (node seed, robot, seq), so a run replays), or an array the caller gives
+(parity tests), or zeros where the manifest's zero_noise_ok allows it.
+Committed waypoints (real-time chunking): with a per-waypoint t [1, H_m] step graph,
+run(..., committed=(n, D) array in action units) feeds the first n waypoints clean at t = 0
+in every step and keeps them there (training-time conditioning, arXiv 2512.05964).
+Not thread-safe.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rtinfer.inference.backends.base import BackendError
+from rtinfer.inference.flow_schedule import plan
+from rtinfer.inference.graph_runner import input_problems, numpy_dtype, ort_type, zero_feeds
+from rtinfer.model.flow_model import FlowModelDir
+
+X, T, V = "x_t", "t", "v"
+
+
+class FlowContractError(BackendError):
+    """The graphs break the flow contract: the first problem is the message, `problems`
+    lists every one (one line each, with the fix)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(problems[0])
+        self.problems = problems
+
+
+class FlowRunner:
+    def __init__(self, model: FlowModelDir, *, threads: int = 1, spin: bool | None = None,
+                 clip: bool = True):
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") \
+                from None
+        self.model, self.clip = model, clip
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = int(threads), 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if spin is not None:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        self.prefix = _open(ort, model.prefix_path, so)
+        self.steps = [_open(ort, p, so) for p in model.step_paths]
+        problems = flow_problems(self.prefix, self.steps, model)
+        if problems:
+            raise FlowContractError(problems)
+        self._buffers()
+        self.plans = [plan(model, lv["steps"]) for lv in model.levels]
+
+    def _buffers(self) -> None:
+        m, a = self.model, self.model.action
+        self.cache = {o.name: np.zeros(o.shape, numpy_dtype(o.type))
+                      for o in self.prefix.get_outputs()}
+        x_in = next(i for i in self.steps[0].get_inputs() if i.name == X)
+        self.h_m, self.d_m = x_in.shape[1], x_in.shape[2]
+        self.x = np.zeros((1, self.h_m, self.d_m), np.float32)
+        self.v = np.zeros_like(self.x)
+        self.scratch = (np.zeros_like(self.x), np.zeros_like(self.x))
+        self.t = [np.zeros(next(i for i in s.get_inputs() if i.name == T).shape,
+                           numpy_dtype(next(i for i in s.get_inputs() if i.name == T).type))
+                  for s in self.steps]
+        self.per_waypoint = [t.shape == (1, self.h_m) for t in self.t]
+        self.committed = np.zeros((self.h_m, self.d_m), np.float32)
+        aff = m.affine()
+        self.scale = np.ones((self.h_m, self.d_m), np.float32)
+        self.offset = np.zeros((self.h_m, self.d_m), np.float32)
+        if aff is not None:
+            self.scale[...], self.offset[...] = aff
+        self.physical = np.zeros((self.h_m, self.d_m), np.float32)
+        self.chunk = np.zeros((a.horizon, a.dim), np.float32)
+        self.low = np.asarray(a.low, np.float32)
+        self.high = np.asarray(a.high, np.float32)
+        self._prefix_bind = self.prefix.io_binding()
+        for name, buf in self.cache.items():
+            self._prefix_bind.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
+        self._step_bind = []
+        for s, t in zip(self.steps, self.t):
+            bind = s.io_binding()
+            for i in s.get_inputs():
+                buf = self.x if i.name == X else t if i.name == T else self.cache[i.name]
+                bind.bind_input(i.name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
+            bind.bind_output(V, "cpu", 0, np.float32, self.v.shape, self.v.ctypes.data)
+            self._step_bind.append(bind)
+
+    def reset(self) -> None:
+        """No state is kept across cycles."""
+
+    def run(self, feeds: dict[str, np.ndarray], level: int = 0, *, seed=None,
+            noise: np.ndarray | None = None, committed: np.ndarray | None = None) -> np.ndarray:
+        """The chunk [H, D] float32 in action units at `level` (a view of one buffer, valid
+        until the next run). seed: ints for SeedSequence (the noise); noise: the initial x
+        [1, H_m, D_m] instead; neither: zero noise (ValueError unless zero_noise_ok).
+        committed: (n, D) waypoints in action units to condition on (per-waypoint t only)."""
+        self.start(seed, noise)
+        self.encode(feeds)
+        return self.integrate(level, committed)
+
+    def start(self, seed=None, noise: np.ndarray | None = None) -> None:
+        """Set x to the cycle's initial noise (see run)."""
+        if noise is not None:
+            np.copyto(self.x, np.asarray(noise, np.float32).reshape(self.x.shape))
+        elif seed is not None:
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
+            rng.standard_normal(dtype=np.float32, out=self.x)
+        elif self.model.zero_noise_ok:
+            self.x.fill(0.0)
+        else:
+            raise ValueError(f"{self.model.path}: zero noise asked but graphs.json's "
+                             f"zero_noise_ok is false; pass a seed")
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> None:
+        """Run the prefix once on the observation's graph inputs (views, no copy)."""
+        for key, arr in feeds.items():
+            self._prefix_bind.bind_cpu_input(key, arr)
+        self.prefix.run_with_iobinding(self._prefix_bind)
+
+    def integrate(self, level: int, committed: np.ndarray | None = None) -> np.ndarray:
+        """K steps of `level` from the current x; the chunk (see run)."""
+        g = self.model.levels[level]["graph"]
+        p, t, sess, bind = self.plans[level], self.t[g], self.steps[g], self._step_bind[g]
+        n = self._commit(committed, g)
+        for i in range(len(p.times)):
+            if n:
+                t[0, n:] = p.times[i]
+                self.x[0, :n] = self.committed[:n]
+            else:
+                t[...] = p.times[i]
+            sess.run_with_iobinding(bind)
+            p.step(i, self.x, self.v, self.scratch)
+        if n:
+            self.x[0, :n] = self.committed[:n]
+        return self._chunk()
+
+    def _commit(self, committed, g: int) -> int:
+        if committed is None or len(committed) == 0:
+            return 0
+        n, D = len(committed), self.model.action.dim
+        if not self.per_waypoint[g] or self.model.integrator != "euler":
+            raise ValueError(f"{self.model.step_paths[g]}: conditioning on committed waypoints "
+                             f"needs an euler step graph with per-waypoint t [1, {self.h_m}]; "
+                             f"this one takes t {list(self.t[g].shape)}")
+        if n > self.h_m or np.shape(committed)[1:] != (D,):
+            raise ValueError(f"committed waypoints of shape {list(np.shape(committed))}; give "
+                             f"(n, {D}) with n <= {self.h_m}")
+        self.committed[:n] = 0.0
+        np.subtract(committed, self.offset[:n, :D], out=self.committed[:n, :D])
+        np.divide(self.committed[:n, :D], self.scale[:n, :D], out=self.committed[:n, :D])
+        self.t[g][0, :n] = 0.0
+        return n
+
+    def _chunk(self) -> np.ndarray:
+        H, D = self.chunk.shape
+        np.multiply(self.x[0], self.scale, out=self.physical)
+        np.add(self.physical, self.offset, out=self.physical)
+        if self.clip:
+            np.clip(self.physical[:H, :D], self.low, self.high, out=self.chunk)
+        else:
+            np.copyto(self.chunk, self.physical[:H, :D])
+        return self.chunk
+
+
+def _open(ort, path, so):
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # ORT raises its own types for unreadable graphs
+        raise BackendError(f"{path}: ONNX Runtime cannot load it ({str(e)[:200]}); "
+                           f"re-package the model") from None
+
+
+def flow_problems(prefix, steps: list, model: FlowModelDir) -> list[str]:
+    """Where loaded prefix and step graphs break the flow contract: one line each with the fix
+    (empty: none)."""
+    out = [f"{model.prefix_path}: {p}" for p in input_problems(prefix, model.obs)]
+    outs = {o.name: o for o in prefix.get_outputs()}
+    for o in outs.values():
+        if not all(isinstance(d, int) for d in o.shape):
+            out.append(f"{model.prefix_path}: output {o.name!r} has shape {o.shape}; export "
+                       f"the prefix with static shapes")
+    a, shape0 = model.action, None
+    for path, sess in zip(model.step_paths, steps):
+        ins = {i.name: i for i in sess.get_inputs()}
+        for name, i in ins.items():
+            o = outs.get(name)
+            if name in (X, T):
+                continue
+            if o is None:
+                out.append(f"{path}: input {name!r} is not a prefix output (the prefix gives "
+                           f"{sorted(outs)}); export the step graph to take only those, x_t and t")
+            elif o.type != i.type or list(o.shape) != list(i.shape):
+                out.append(f"{path}: input {name!r} is {i.type} {i.shape} but the prefix's "
+                           f"output is {o.type} {o.shape}; export prefix and step graphs from "
+                           f"the same model with the same static shapes")
+        x, t = ins.get(X), ins.get(T)
+        if x is None or x.type != ort_type("float32") or len(x.shape) != 3 or x.shape[0] != 1 \
+                or not all(isinstance(d, int) for d in x.shape) or x.shape[1] < a.horizon \
+                or x.shape[2] < a.dim:
+            got = f"{x.type} {x.shape}" if x is not None else "missing"
+            out.append(f"{path}: input 'x_t' is {got}; the contract is float32 [1, H_m, D_m] "
+                       f"with H_m >= {a.horizon} and D_m >= {a.dim} (the action spec's horizon "
+                       f"and names): export with a static noisy-chunk input named x_t")
+            continue
+        if shape0 is not None and list(x.shape) != shape0:
+            out.append(f"{path}: x_t is {x.shape} but step graph 0's is {shape0}; every step "
+                       f"graph must take the same chunk shape")
+        shape0 = shape0 or list(x.shape)
+        types = [ort_type("float32")] + ([ort_type("int64")] if model.integrator == "ddim" else [])
+        if t is None or t.type not in types or list(t.shape) not in ([1], [1, x.shape[1]]):
+            got = f"{t.type} {t.shape}" if t is not None else "missing"
+            out.append(f"{path}: input 't' is {got}; the contract is float32 [1] or "
+                       f"[1, {x.shape[1]}] (per waypoint)"
+                       + (" or int64 [1]" if model.integrator == "ddim" else "")
+                       + ": export the time input with that shape")
+        vs = sess.get_outputs()
+        if [o.name for o in vs] != [V] or vs[0].type != ort_type("float32") \
+                or list(vs[0].shape) != list(x.shape):
+            got = [(o.name, o.type, o.shape) for o in vs]
+            out.append(f"{path}: outputs {got}; the contract is one output 'v' float32 "
+                       f"{list(x.shape)} (x_t's shape)")
+    if shape0 is not None:
+        out += _affine_problems(model, shape0[1], shape0[2])
+    return out
+
+
+def _affine_problems(model: FlowModelDir, h_m: int, d_m: int) -> list[str]:
+    aff = model.affine()
+    if aff is None:
+        return []
+    return [f"{model.path / 'graphs.json'}: action_affine.{name} has shape {list(v.shape)} "
+            f"but the step graphs' x_t is [1, {h_m}, {d_m}]; give [{d_m}] or [{h_m}, {d_m}]"
+            for name, v in zip(("scale", "offset"), aff)
+            if list(v.shape) not in ([d_m], [h_m, d_m])]
+
+
+def dry_run_problems(model: FlowModelDir) -> list[str]:
+    """Open the prefix and step graphs as the node does and run every level once on an
+    all-zero observation from seeded noise: one line per problem with its fix (empty: none).
+    `rtinfer check-model` and package_flow check a directory this way."""
+    try:
+        runner = FlowRunner(model)
+    except FlowContractError as e:
+        return e.problems
+    except BackendError as e:
+        return [str(e)]
+    zeros = zero_feeds(model)
+    return [f"{model.step_paths[lv['graph']]}: the chunk at level {lv['level']} for an all-zero "
+            f"observation is not finite; check the graphs' normalisation"
+            for lv in model.levels
+            if not np.isfinite(runner.run(zeros, lv["level"], seed=(0, 0))).all()]
