@@ -10,6 +10,10 @@ Logits are masked to the action range [action_start, action_stop): outputs are a
   rejection, within [1, k_verify - 1] (drafters with `adapt_gamma = False` always get the
   full window). Every verify runs the k_verify graph, padded, and hands the drafter the
   target's greedy bin per row (`observe_target`) so it can refine what it drafts next.
+Forced prefix (real-time chunking): the robot's committed waypoints, as bins, are the
+chunk's first tokens, fed and not sampled: ONE pass of the widest step graph at the
+decoding depth takes them all (more passes only past its k), and its last row's logits give
+the first free token; the rest decodes as above. Nothing forced: the plain path, unchanged.
 `on_waypoint(index, bins (D,))` fires the moment a waypoint's D tokens are final (the view
 is reused: copy to keep). Greedy decoding allocates nothing per token. Not thread-safe.
 """
@@ -82,6 +86,8 @@ class DecodeStats:
     draft_passes: int = 0
     verifies: int = 0
     accepted: int = 0            # drafts accepted over all verifies
+    forced: int = 0              # tokens fed as a forced prefix (a committed prefix)
+    forced_passes: int = 0       # the passes that fed them
     gamma_trace: list = field(default_factory=list)
 
     @property
@@ -110,6 +116,7 @@ class Decoder:
         self._one = np.zeros(1, np.int64)
         self._verify = np.zeros(self.k_verify, np.int64)
         self._target = np.zeros(self.k_verify, np.int64)  # the verify's argmax per row
+        self._forced = np.zeros(md.chunk_tokens, np.int64)  # a forced prefix's vocab ids
         # one context for every round (sample/temperature are fixed for a Decoder's life)
         self._ctx = DraftContext(backend, 0, 0, 0, sample, temperature, self.rng)
         self.stats = DecodeStats()
@@ -122,19 +129,23 @@ class Decoder:
 
     def decode(self, first_logits: np.ndarray, pos: int, n: int, *, depth: int | None = None,
                drafter: Drafter | None = None, gamma: int | None = None, dim: int = 1,
-               on_waypoint=None) -> np.ndarray:
+               on_waypoint=None, forced: np.ndarray | None = None) -> np.ndarray:
         """first_logits: (V,) logits of the last prefix token; pos: its position + 1.
         n: action tokens to produce (<= the model's chunk); depth: target depth (None:
-        full; speculation only at full depth); gamma: speculation length cap."""
+        full; speculation only at full depth); gamma: speculation length cap. forced: the
+        chunk's first tokens (bins, at most n), fed in one pass, not sampled."""
         be, out, st = self.backend, self._out, DecodeStats()
         self.stats = st
         depth = be.n_layer if depth is None else depth
         spec = drafter is not None and depth == be.n_layer
         cap = self.k_verify - 1 if gamma is None else max(1, min(gamma, self.k_verify - 1))
         self.gamma = min(self.gamma, cap) if self.adaptive else cap
-        out[0] = self._pick(first_logits)
-        m = 1
-        self._emit(on_waypoint, dim, 0, 1)
+        if forced is not None and len(forced):
+            m, pos = self._force(forced, pos, n, depth, dim, on_waypoint)
+        else:
+            out[0] = self._pick(first_logits)
+            m = 1
+            self._emit(on_waypoint, dim, 0, 1)
         while m < n:
             if spec:
                 got = self._spec_round(drafter, pos, m, n, cap)
@@ -150,6 +161,32 @@ class Decoder:
             m, pos = m + got, pos + got
         st.tokens = n
         return out[:n]
+
+    def _force(self, forced: np.ndarray, pos: int, n: int, depth: int, dim: int,
+               on_waypoint) -> tuple[int, int]:
+        """Tokens [0, f) are `forced` (f = its length, at most n): final at once (their
+        waypoints emitted before any pass), fed in passes of the widest step graph at
+        `depth` (one, unless f is over its widest k), the last row's logits picking token f.
+        Returns (tokens final, the position of the newest, not yet fed)."""
+        be, out, st = self.backend, self._out, self.stats
+        f = min(len(forced), n)
+        out[:f] = forced[:f]
+        self._emit(on_waypoint, dim, 0, f)
+        st.forced += f
+        if f == n:  # the whole chunk is committed: nothing left to decode
+            return n, pos + n - 1
+        ids, i = self._forced, 0
+        np.add(out[:f], self.a0, out=ids[:f])
+        while i < f:  # the smallest graph that takes the rest, or the widest that fits
+            w = min(be.pick_k(depth, f - i, pos + i), f - i)
+            logits = be.step(ids[i:i + w], pos + i, depth)
+            st.forced_passes += 1
+            st.target_passes += depth == be.n_layer
+            st.draft_passes += depth != be.n_layer
+            i += w
+        out[f] = self._pick(logits[w - 1])
+        self._emit(on_waypoint, dim, f, f + 1)
+        return f + 1, pos + f
 
     def _emit(self, on_waypoint, dim: int, before: int, now: int) -> None:
         """Fire on_waypoint for every waypoint completed by tokens [before, now)."""

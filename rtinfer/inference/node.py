@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from rtinfer.inference.budget import Budget
+from rtinfer.inference.committed_intake import REFUSED, CommittedIntake
 from rtinfer.inference.cycle import Cycle
 from rtinfer.inference.node_config import InferenceNodeConfig, arguments, config
 from rtinfer.inference.policy import load_policy
@@ -101,6 +102,7 @@ class InferenceNode:
         self.counters = dict.fromkeys(("cycles", "obs_bad", *FRAME_COUNTERS, "obs_held",
                                        "waypoints", "publish_dropped", "chunks_not_finite",
                                        "chunks_not_finite_in_a_row", "robots_released"), 0)
+        self.committed = CommittedIntake(p, say)  # robots' committed prefixes (RTC)
         self.state = "run"  # "hold" (a safe_hold command), "stop" (a stop command, stop())
         # with CURVE a robot is its key: an obs whose src is not its key's name is refused
         self.identity = Identity.of(curve, action_endpoint, say)
@@ -166,12 +168,16 @@ class InferenceNode:
             self.complaints.say(kind, lambda: f"observation {env.seq} from {env.src} "
                                               f"does not fit the model, not answered: {why}")
             return None
+        committed = self.committed.take(env)
+        if committed is REFUSED:
+            return None
         t_recv = env.stamps.get("recv", now_ns())
         if slot.clock is not None and "publish" in env.stamps:
             slot.clock.from_peer(env.stamps["publish"], t_recv)
         level = slot.budget.level
         return slot, Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
-                           level, level.chunk, env.src, slot.previous), inputs
+                           level, level.chunk, env.src, slot.previous,
+                           committed=committed), inputs
 
     def _publish(self, cycle: Cycle, first: int, values: np.ndarray, tokens) -> None:
         """Waypoints first.. of cycle's chunk (values (n, D), tokens (n, D) or None), one
@@ -186,6 +192,8 @@ class InferenceNode:
                     f"or inf values: not sent, the robot holds"))
             return
         to = cycle.dest if self.cfg.address_chunks else None
+        named = cycle.committed.conditioned() if cycle.committed is not None \
+            and cycle.committed.used else None
         for j in range(len(values)):
             st = dict(cycle.stamps)
             st["first_token"] = cycle.first_token_ns
@@ -198,7 +206,8 @@ class InferenceNode:
             body = waypoint_body(cycle.seq, first + j, cycle.count, values[j],
                                  spec=self.policy.spec_hash, period_ns=self.policy.period_ns,
                                  start_ns=self.policy.start_ns, dest=cycle.dest,
-                                 tokens=None if tokens is None else tokens[j])
+                                 tokens=None if tokens is None else tokens[j],
+                                 conditioned=named)
             if not self.pub.publish("action_chunk", body, st, to=to):
                 self.counters["publish_dropped"] += 1
             self.counters["waypoints"] += 1
@@ -224,7 +233,9 @@ class InferenceNode:
             self.hist["ttft"].record(t_first - t_recv)
             self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
             self.hist["cycle"].record(t_end - t_recv)
-            self.robots.answered(slot, cycle.capture, cycle.last_publish_ns)
+            c = cycle.committed
+            self.robots.answered(slot, cycle.capture, cycle.last_publish_ns, window_ns=0 if c
+                                 is None or not c.used else self.committed.window_of(c.n))
             if self.trace is not None:
                 self.trace.write(cycle.record(self.cfg.name, t_end, n, slot.budget.index,
                                               slot.counters["obs_superseded"]))
@@ -250,7 +261,8 @@ class InferenceNode:
                     robots.cost.record(t)
             except WireError:
                 pass  # counted when it is answered
-        robots.offer(env, now_ns(), self.budget.deadline_ns)
+        deadline = self.budget.deadline_ns  # or later: until a committed prefix runs out
+        robots.offer(env, now_ns(), max(deadline, self.committed.window_ns(env.body)))
 
     def _profile(self, inputs, sizes: list[int], rounds: int) -> dict[int, list[int]]:
         """Per batch size, `rounds` runs on `inputs` timed (ns) after WARM_UP untimed ones (a
@@ -356,7 +368,8 @@ class InferenceNode:
              "obs_rejected": self.obs_sub.counters["rejected"] + old.get("rejected", 0),
              "obs_oversize": self.obs_sub.counters["oversize"] + old.get("oversize", 0),
              "obs_sessions_ended": self.obs_sub.sessions_ended + old.get("sessions_ended", 0),
-             **self.identity.counters, "keys_revoked": self.pub.revocations,
+             **self.identity.counters, **self.committed.counters,
+             "keys_revoked": self.pub.revocations,
              "budget_level": self.budget.index, "budget_switches": self.budget.switches}
         g = {f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
              for k in self.hist for p in (50, 99)}

@@ -6,6 +6,8 @@
     policy.encode(body)      an `obs` body -> its inputs (WireError: the body does not fit)
     policy.run(jobs, emit)   one chunk per job (cycle, inputs), all at jobs[0]'s level
     policy.figures()         its counters, for the node's health
+    policy.max_committed     the most committed waypoints it conditions a chunk on (real-
+                             time chunking; 0: it cannot condition, docs/wire.md)
 
 run sets each cycle's first_token_ns before its first emit(cycle, first, values, tokens)
 (waypoints first.. of the chunk, values (n, D) float32 and tokens (n, D) int32 or None, the
@@ -56,6 +58,9 @@ class TokenPolicy:
         self.tokenizer = ActionTokenizer(md.tokenizer)
         self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
         self.start_ns = md.tokenizer.period_ns
+        # a forced token prefix conditions any token model; one waypoint at least is its own
+        self.max_committed = int(md.card.get("max_committed", md.tokenizer.horizon - 1))
+        self.action_dim = md.tokenizer.dim
         prec = f" {backend_opts['precision']}" if backend_opts.get("precision") else ""
         batch = f", batches of up to {self.max_batch}" if self.batcher is not None else ""
         self.summary = f"{cfg.backend}{prec}, drafter {cfg.drafter}{batch}"
@@ -127,6 +132,7 @@ def _max_batch(md, cfg, opts: dict, endpoints: int) -> int:
 
 class GraphPolicy:
     batches, max_batch = [1], 1
+    max_committed = 0  # a one-shot graph takes no committed prefix: the tracker's blend joins
 
     def __init__(self, md, cfg, backend_opts: dict, endpoints: int):
         if cfg.backend != "onnx":
@@ -140,7 +146,7 @@ class GraphPolicy:
         self.runner = GraphRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
         self.levels = chunk_levels(md)
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
-        self.start_ns = md.action.start_ns
+        self.start_ns, self.action_dim = md.action.start_ns, md.action.dim
         n = len(self.levels)
         self.summary = f"{cfg.backend}, continuous-chunk policy, {n} budget level" + (
             "s" if n > 1 else "; a one-shot graph without alternatives: a shorter chunk "

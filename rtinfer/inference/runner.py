@@ -21,6 +21,7 @@ from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.inference.model_drafter import CascadeDrafter, ModelDrafter
 from rtinfer.inference.prefix_cache import PrefixCache
+from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.model.directory import ModelDir
 from rtinfer.model.sequence import instruction_prefix, observation_segment
 from rtinfer.transport.wire import now_ns
@@ -53,6 +54,7 @@ class TokenRunner:
         elif drafter == "cascade":
             self.drafters["cascade"] = self._cascade_drafter()
         self.drafter, self.prefix_cache = drafter, prefix_cache
+        self.tokenizer = ActionTokenizer(md.tokenizer)  # committed waypoints -> their tokens
         self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores",
                                        "gate_fallbacks"), 0)
         self._cache, self._instr_key = PrefixCache(self.counters), None
@@ -127,12 +129,22 @@ class TokenRunner:
 
     def run_cycle(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray,
                   on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> np.ndarray:
-        """Decode one chunk of cycle.level.chunk waypoints at cycle.level.depth, drafting from
-        cycle.previous; sets cycle.first_token_ns before on_waypoint(cycle, index, bins)
+        """Decode one chunk of cycle.count waypoints at cycle.level.depth, drafting from
+        cycle.previous, starting with cycle.committed's tokens (fed, not sampled) if any; sets cycle.first_token_ns before on_waypoint(cycle, index, bins)
         first fires (once per waypoint, the moment it is final; bins is a reused view), then
         cycle.previous to this chunk and cycle.stats. Returns the chunk's bins (chunk * D,)
         int64, a view valid until the next call."""
         return self._decode(cycle, instr, obs, partial(on_waypoint, cycle) if on_waypoint else None)
+
+    def _forced(self, cycle: Cycle) -> np.ndarray | None:
+        """The committed prefix's tokens (bins, flat), which the chunk starts with: the
+        robot's committed waypoints are bin centres of this tokenizer, so they encode back
+        to their own tokens. Marks the prefix used. None: nothing committed."""
+        c = cycle.committed
+        if c is None:
+            return None
+        c.used = True
+        return self.tokenizer.encode(c.values).reshape(-1)
 
     def _decode(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray, on_waypoint) -> np.ndarray:
         md, level, capture_ns = self.model, cycle.level, cycle.capture
@@ -156,9 +168,9 @@ class TokenRunner:
             else:
                 reuse.set_previous(previous[0], previous[1], capture_ns, md.tokenizer.period_ns)
         D = md.tokenizer.dim
-        bins = self.decoder.decode(logits, pos, level.chunk * D, depth=level.depth,
+        bins = self.decoder.decode(logits, pos, cycle.count * D, depth=level.depth,
                                    drafter=drafter, gamma=level.spec_len or None, dim=D,
-                                   on_waypoint=on_waypoint)
+                                   on_waypoint=on_waypoint, forced=self._forced(cycle))
         cycle.previous = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
         cycle.stats = self.decoder.stats
         return bins

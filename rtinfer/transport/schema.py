@@ -259,17 +259,46 @@ def _check_frames(v):
         validate_fields(_FRAME, frame, f"[{camera!r:.40}]")
 
 
+# real-time chunking (rtinfer.transport.committed): the robot's committed prefix in an obs,
+# and the prefix a chunk was conditioned on in each of its waypoints
+_COMMITTED = ({"chunk": u64, "from": u64,
+               "values": check_array(dtype=np.float32, ndim=2, nonempty=True), "start_ns": ns},
+              frozenset(), None)
+HASH_CHARS = frozenset("0123456789abcdef")
+
+
+def _check_prefix_hash(v):
+    check_str(v)
+    if len(v) != 16 or not HASH_CHARS.issuperset(v):
+        raise SchemaError(f"{v[:40]!r} is not a prefix hash: must be 16 lowercase hex digits "
+                          "(sha256 of the committed values, docs/wire.md section 5)")
+
+
+_CONDITIONED = ({"chunk": u64, "from": u64, "n": check_int(1, U64_MAX, ">= 1"),
+                 "hash": _check_prefix_hash}, frozenset(), None)
+
+
+def _check_committed(v):
+    validate_fields(_COMMITTED, v, "")
+
+
+def _check_conditioned(v):
+    validate_fields(_CONDITIONED, v, "")
+
+
 # topic kind -> (field checks, optional field names, cross-field check or None)
 _ECHO = ({"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
 BODIES = {
     "obs": ({"values": check_map(check_array()), "ints": check_map(i64),
-             "frames": _check_frames}, frozenset({"frames"}), None),
+             "frames": _check_frames, "committed": _check_committed},
+            frozenset({"frames", "committed"}), None),
     "action_chunk": ({"cycle": u64, "index": u64, "count": check_int(1, U64_MAX, ">= 1"),
                       "dest": check_name,
                       "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
                       "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
-                      "spec": check_str, "period_ns": positive_ns, "start_ns": ns},
-                     frozenset({"tokens"}), _chunk_cross),
+                      "spec": check_str, "period_ns": positive_ns, "start_ns": ns,
+                      "conditioned": _check_conditioned},
+                     frozenset({"tokens", "conditioned"}), _chunk_cross),
     "heartbeat": ({"node": check_name, "sent_ns": ns, "echo": _check_echo},
                   frozenset({"echo"}), _heartbeat_cross),
     "health": ({"node": check_name, "state": check_str, "counters": check_map(u64),
