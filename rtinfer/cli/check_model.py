@@ -3,7 +3,9 @@
 Loads it as the inference node would (either kind: rtinfer.model.chunk_model.load_model),
 then, for a continuous-chunk policy, opens each level's graph with ONNX Runtime, checks its
 inputs and output against obs_spec.json and action_spec.json, and runs it once on an
-all-zero observation; for an action-token policy, opens the backend and decodes one chunk.
+all-zero observation; for a flow policy, opens the prefix and step graphs, checks the step
+graphs' inputs against the prefix outputs and x_t/t/v against the action spec, and runs
+every level once; for an action-token policy, opens the backend and decodes one chunk.
 With --robot-spec, the policy's action spec is compared with the robot's. Prints one line
 per problem with its fix (or "ok" and a summary), as text or --json; exit 0 when the
 directory passes, 1 when it does not, 2 for a usage error.
@@ -35,6 +37,12 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
                        spec_hash=spec.hash)
         from rtinfer.inference.graph_runner import dry_run_problems
         out += dry_run_problems(md)
+    elif md.kind == "flow":
+        spec = md.action
+        summary.update(levels=[lv["steps"] for lv in md.levels], integrator=md.integrator,
+                       inputs=md.obs.keys, action=spec.to_dict(), spec_hash=spec.hash)
+        from rtinfer.inference.flow_runner import dry_run_problems as flow_dry_run
+        out += flow_dry_run(md)
     else:
         spec = ActionSpec.from_tokenizer(md.tokenizer, ("",) * md.tokenizer.dim)
         summary.update(depths=[md.n_layer, *md.config.get("exits", [])],
@@ -46,7 +54,7 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
             robot = ActionSpec.load(robot_spec)
         except (OSError, ValueError, TypeError) as e:
             return out + [f"--robot-spec {robot_spec}: {e}"], summary
-        diffs = robot.differences(spec) if md.kind == "chunk" else \
+        diffs = robot.differences(spec) if md.kind in ("chunk", "flow") else \
             [d for d in robot.differences(spec) if not d.startswith("units")]
         out += [f"action spec differs from the robot's: {d}; a robot follows only chunks of "
                 f"its own spec: re-package with the robot's action_spec.json" for d in diffs]
