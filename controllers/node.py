@@ -440,9 +440,10 @@ class ControllerNode:
         except WireError as e:  # not a valid obs body (a NaN, a list for an array): nothing sent
             self.counters["obs_bad"] += 1
             wrong = str(e)
+            fix = "each camera's frame as a uint8 numpy image [H, W, C] in frames" \
+                if "body.frames" in wrong else "finite numpy arrays in values and ints in ints"
             self.complaints.say("obs_bad", lambda: f"observation not sent: not a valid obs "
-                                f"body ({wrong}); make the driver's observe() return finite "
-                                "numpy arrays in values and ints in ints")
+                                f"body ({wrong}); make the driver's observe() return {fix}")
             return False
         self.counters["obs_sent" if sent else "obs_dropped"] += 1
         return sent

@@ -18,10 +18,12 @@ stopping it, or SIGINT/SIGTERM (all clean: the report is still written). This pr
 ENDPOINT --obs (the driver's observations as `obs`, health, trace, heartbeat echoes and a
 simulator's own health) and connects to the policy's --actions and the monitor's --control.
 
-Exit status: 0; 1 when the run ended without a single chunk followed (said on stderr, with
-the rejection counters) or when a driver method raised something other than HardwareFault
-(the report is written first, then one line naming the method); 2 for a usage or
-configuration error (one line, with the fix).
+A driver class with a hook an earlier contract named (on_tick, on_stop), or without observe()
+while the policy takes observations, gets one line at start-up saying what replaced it
+(controllers.old_hooks). Exit status: 0; 1 when the run ended without a single chunk
+followed (said on stderr, with the counters that explain it) or when a driver method
+raised something other than HardwareFault (the report is written first, then one line
+naming the method); 2 for a usage or configuration error (one line, with the fix).
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ from rtinfer.transport.heartbeat import HeartbeatResponder
 
 from .config import ControlConfig
 from .hardware import DriverError
-from .node import ControllerConfig, ControllerNode, obs_spec_from
+from .node import RUN, ControllerConfig, ControllerNode, obs_spec_from
+from .old_hooks import old_hook_lines
 
 PING_EVERY = 10  # ticks between polls of the monitor's heartbeat pings
 HW_HEALTH_NS = 500_000_000  # a simulator's own health: twice a second
@@ -89,6 +92,8 @@ class RobotProcess:
         self._advance = getattr(hw, "advance", None)
         self._hw_health = getattr(hw, "health", None)
         self._next_hw_health_ns = 0
+        self._on_hold = getattr(hw, "on_hold", None)
+        self._tracking = False   # the controller was following a chunk at its last tick
         self.signalled = False   # stopped by SIGTERM/SIGINT
         self.driver_error: DriverError | None = None  # the driver bug that ended the run
         self.node = ControllerNode(hw, cfg, self.sub, self.pub, trace=self.trace,
@@ -97,6 +102,7 @@ class RobotProcess:
     def _on_tick(self, state, now_ns: int) -> None:
         """After the controller's tick: a simulator's step, its health, heartbeats."""
         node = self.node
+        self._tracking = node.state == RUN
         if self._advance is not None and self._driver("advance", self._advance, now_ns,
                                                       node.counters["chunks_accepted"] > 0):
             node.stop()  # the simulator's episode is over: the loop ends after this tick
@@ -124,6 +130,9 @@ class RobotProcess:
         try:
             with realtime_gc():
                 self.node.run(seconds)
+            if self._tracking and self._on_hold is not None:  # stopped while following a
+                self.node.counters["holds"] += 1                 # chunk: the robot holds
+                self._driver("on_hold", self._on_hold, self.node.clock())
             if self._hw_health is not None:
                 self._publish_hw_health("stopped")  # the dashboard's last counts: the report's
         except DriverError as e:
@@ -274,17 +283,50 @@ def bus_drops(report: dict, who: str = "robot") -> None:
               "not sent); see docs/robots.md section 6", file=sys.stderr, flush=True)
 
 
-def never_followed(counters: dict, who: str = "robot") -> int:
+def never_followed(report: dict, who: str = "robot") -> int:
     """1, with one error line saying why, when a run ended without a single chunk followed
-    (the robot stood still throughout); else 0."""
+    (the robot stood still throughout); else 0. The line names the counters that explain
+    it: the controller's rejections, else its observations (none sent, and why), else the
+    driver's own counters (its report's sections)."""
+    counters = report["controller"]
     if counters["chunks_accepted"]:
         return 0
     why = {k: v for k, v in counters.items() if k.startswith("rejected_") and v}
     print(f"{who}: error: no action chunk was accepted in the whole run; "
           + (f"rejected: {why} (the controller's error lines above say why)" if why else
-             "none arrived: is the policy running and connected to this robot's endpoints?"),
-          file=sys.stderr, flush=True)
+             none_arrived(report)), file=sys.stderr, flush=True)
     return 1
+
+
+def none_arrived(report: dict) -> str:
+    """Why no chunk came, as far as this robot can tell (never_followed)."""
+    c = report["controller"]
+    if not c["obs_sent"]:
+        if c["obs_bad"] or c["obs_dropped"]:
+            return (f"none arrived, and the robot sent no observation: obs_bad: {c['obs_bad']} "
+                    "(not what the policy's spec names: the line above says why; fix the "
+                    f"driver's observe()), obs_dropped: {c['obs_dropped']} (the bus refused "
+                    "them)")
+        return ("none arrived, and the robot sent no observation: the driver's observe() "
+                "returned none, or it has no observe() (docs/robots.md section 2)")
+    counted = driver_counters(report)
+    return (f"none arrived for the {c['obs_sent']} observations sent: is the policy running "
+            "and connected to this robot's endpoints, and are the observations' stamps on "
+            "this host's clock (the policy drops one older than the deadline: obs_stale in "
+            "its health)?" + (f" The driver counted: {counted}" if counted else ""))
+
+
+def driver_counters(report: dict, most: int = 12) -> str:
+    """The driver's non-zero counters (its report()'s sections, SECTION.KEY=N), for a line."""
+    out = []
+    for section, d in report.items():
+        if section in ("controller", "stack", "bus", "e2e_ms") or not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            for kk, vv in (v.items() if isinstance(v, dict) else [("", v)]):
+                if isinstance(vv, int) and not isinstance(vv, bool) and vv:
+                    out.append(f"{section}.{k}{'.' + kk if kk else ''}={vv}")
+    return ", ".join(out[:most]) + (", ..." if len(out) > most else "")
 
 
 def emit_report(report: dict, path: str | None) -> None:
@@ -346,6 +388,8 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
         tok, act = load_policy_spec(a.model)
         obs_spec = load_obs_spec(a.model)
         cls = hardware_class(a.hardware)
+        for line in old_hook_lines(cls, obs_spec is not None):
+            print(f"robot: warning: {line}", file=sys.stderr, flush=True)
         hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})
         return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
@@ -369,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
               "report is written); fix that method, or raise HardwareFault for a failed "
               "transfer", file=sys.stderr, flush=True)
         return 1
-    return 0 if proc.signalled else never_followed(report["controller"])
+    return 0 if proc.signalled else never_followed(report)
 
 
 if __name__ == "__main__":
