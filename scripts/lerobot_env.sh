@@ -17,13 +17,15 @@ PY="${PY:-python3}"
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
 LEROBOT_PIN=lerobot==0.4.4
 # What `from lerobot.policies.act.modeling_act import ACTPolicy` (and lerobot's package
-# __init__s on that path) import, plus ONNX export/runtime.
+# __init__s on that path) import, plus ONNX export/runtime; transformers, tokenizers and
+# num2words are lerobot's `smolvla` extra (SmolVLM, its processor), for examples/lerobot_flow.py.
 LEROBOT_DEPS=(
   draccus==0.10.0 einops==0.8.2 typing-inspect==0.9.0 mergedeep==1.3.4
   huggingface-hub==0.35.3 safetensors==0.8.0 datasets==4.8.5 accelerate==1.15.0
   imageio==2.38.2 diffusers==0.35.2 pyserial==3.5 deepdiff==8.6.2 av==15.1.0
   packaging==25.0 termcolor==3.3.0 jsonlines==4.0.0
   onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.32.0 numpy==2.4.6 pytest==9.2.0 pytest-timeout==2.4.0
+  transformers==4.57.6 tokenizers==0.22.2 num2words==0.5.14
 )
 # What examples.conveyor_sorting (collect / evaluate) and rtinfer's import path need
 # (the same versions as the main .venv).
