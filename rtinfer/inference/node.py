@@ -92,6 +92,11 @@ class InferenceNode:
                 times = self._profile(p.sample_inputs(), p.batches, 3)
                 self.robots.set_profile({b: int(np.median(t)) for b, t in times.items()})
                 p.clear_figures()
+            if len(p.levels) > 1:  # what each budget level costs until its cycles are timed
+                self.robots.cost_model.set_level_profile({i: int(np.median(
+                    self._profile(p.sample_inputs(), [1], 3, lv)[1]))
+                    for i, lv in enumerate(p.levels)})
+                p.clear_figures()
             self.pub = Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve)
             self.heartbeat = HeartbeatResponder(self.pub, cfg.name, period_s=1.0 / cfg.health_hz)
             self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
@@ -174,7 +179,7 @@ class InferenceNode:
         t_recv = env.stamps.get("recv", now_ns())
         if slot.clock is not None and "publish" in env.stamps:
             slot.clock.from_peer(env.stamps["publish"], t_recv)
-        level = slot.budget.level
+        level = slot.level  # the schedule's choice for this cycle
         return slot, Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
                            level, level.chunk, env.src, slot.previous,
                            committed=committed), inputs
@@ -217,7 +222,8 @@ class InferenceNode:
         robot keeps its cycle's chunk as its previous."""
         self.hist["compute"].record(t_end - t_start)
         if self.counters["cycles"] >= WARM_UP:  # a session's first runs are slow
-            self.robots.costs[self.policy.batch_for(len(jobs))].record(t_end - t_start)
+            self.robots.record_cost(self.policy.batch_for(len(jobs)), jobs[0][0].level_index,
+                                    t_end - t_start)
         c = self.counters
         for (slot, cycle, _), out in zip(jobs, outs):
             slot.previous = cycle.previous
@@ -237,7 +243,7 @@ class InferenceNode:
             self.robots.answered(slot, cycle.capture, cycle.last_publish_ns, window_ns=0 if c
                                  is None or not c.used else self.committed.window_of(c.n))
             if self.trace is not None:
-                self.trace.write(cycle.record(self.cfg.name, t_end, n, slot.budget.index,
+                self.trace.write(cycle.record(self.cfg.name, t_end, n, slot.level_index,
                                               slot.counters["obs_superseded"]))
 
     # --- robots joining -----------------------------------------------------------------------
@@ -264,11 +270,12 @@ class InferenceNode:
         deadline = self.budget.deadline_ns  # or later: until a committed prefix runs out
         robots.offer(env, now_ns(), max(deadline, self.committed.window_ns(env.body)))
 
-    def _profile(self, inputs, sizes: list[int], rounds: int) -> dict[int, list[int]]:
+    def _profile(self, inputs, sizes: list[int], rounds: int, level=None
+                 ) -> dict[int, list[int]]:
         """Per batch size, `rounds` runs on `inputs` timed (ns) after WARM_UP untimed ones (a
-        session's first runs are slow), at full quality, no previous chunk, publishing
-        nothing: what admission plans with until real cycles are timed."""
-        level, times = self.budget.levels[0], {}
+        session's first runs are slow), at `level` (default: full quality), no previous
+        chunk, publishing nothing: what admission plans with until real cycles are timed."""
+        level, times = level or self.budget.levels[0], {}
         for b in sizes:
             times[b] = []
             for _ in range(WARM_UP + rounds):

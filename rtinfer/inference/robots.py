@@ -27,7 +27,7 @@ from rtinfer.inference.budget import Budget
 from rtinfer.inference.cycle_cost import MIN_TIMED, CycleCost, Costs
 from rtinfer.inference.obs_checks import ObsChecks
 from rtinfer.inference.robot_slot import ROBOT_COUNTERS, RobotSlot
-from rtinfer.inference.schedule import Schedule
+from rtinfer.inference.schedule import RULE, Schedule
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import Envelope
@@ -39,12 +39,13 @@ __all__ = ["Robots", "RobotSlot", "CycleCost", "UTILISATION", "RETRY_NS", "MIN_T
 class Robots:
     def __init__(self, budget: Budget, *, remote: bool, max_robots: int | None = None,
                  period_ns: int, leave_after_ns: int = 2_000_000_000,
-                 say: Callable[..., None] | None = None, schedule: Schedule | None = None):
+                 say: Callable[..., None] | None = None, rule: str = RULE, degrade: bool = True):
         """budget: the first robot's Budget (later robots get budget.fresh()); remote:
         robots are on other hosts (each gets a PeerClock); max_robots: a cap on top of the
         measured capacity (None: none); period_ns: the policy's period, the rate each robot
         is planned at; say: where lines go, say(kind, text, error=True) (default: a
-        Complaints of its own); schedule: the rule (default: Schedule's chosen one)."""
+        Complaints of its own); rule, degrade: the schedule's (rtinfer.inference.schedule;
+        rule="edf", degrade=False is the rule before overload degraded, for comparisons)."""
         self.first_budget = budget  # the first robot's; later ones get budget.fresh()
         self._first_taken = False
         self.remote = remote
@@ -56,10 +57,8 @@ class Robots:
         self.checks = ObsChecks(self.counters, self.say)
         self.cost_model = Costs(len(budget.levels))
         self.admission = Admission(self.cost_model, self.counters, self.say, max_robots)
-        self.schedule = schedule or Schedule(self.counters, self.say)
-        if schedule is not None:
-            schedule.counters, schedule.say = self.counters, self.say
-            self.counters.setdefault("obs_stale", 0)
+        self.schedule = Schedule(self.counters, self.say, rule=rule, degrade=degrade,
+                                 utilisation=UTILISATION)
 
     # --- joining ------------------------------------------------------------------------------
     def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
@@ -78,7 +77,7 @@ class Robots:
             self._first_taken = True
             slot = self.slots[name] = RobotSlot(name, budget,
                                                 PeerClock() if self.remote else None,
-                                                fresh_ns=now_ns)
+                                                served_ns=now_ns)
             self.schedule.plan(self.slots.values(), self.cost_model, self.period_ns)
         if env.seq <= slot.last_seq:  # a new publisher: the robot restarted
             self.checks.restarted(slot, env.seq, now_ns)
@@ -98,22 +97,18 @@ class Robots:
         return self.schedule.next_batch(self.slots, self.cost_model, deadline_ns, now_ns,
                                         max_batch)
 
-    def next(self, deadline_ns: int, now_ns: int = 0) -> RobotSlot | None:
-        """The waiting robot first in the order, without taking it (None: none waits)."""
-        waiting = [s for s in self.slots.values() if s.waiting is not None]
-        return min(waiting, default=None, key=lambda s: self.schedule._key(
-            s, self.cost_model, deadline_ns, now_ns))
-
     def record_cost(self, batch: int, level: int, ns: int) -> None:
         """One batch of `batch` rows run at budget level `level` took ns."""
         self.cost_model.record(batch, level, ns)
 
-    def answered(self, slot: RobotSlot, capture: int | None, last_publish_ns: int | None) -> None:
+    def answered(self, slot: RobotSlot, capture: int | None, last_publish_ns: int | None, *,
+                 window_ns: int = 0) -> None:
         """One of slot's cycles answered. Its slack, deadline - (last publish - capture) with
+        the deadline moved out to window_ns where a committed prefix keeps the chunk fresh
+        that long after capture (real-time chunking, docs/wire.md),
         capture on the node's clock (the last waypoint: the controller rejects any waypoint
         past the deadline, so a chunk is on time only when its last one is), drives the
-        robot's budget and is the node's slack gauge; a chunk in time is the robot's fresh
-        one (the wait-ratio rule's clock); unknown (no capture, nothing sent, another host's
+        robot's budget and is the node's slack gauge; unknown (no capture, nothing sent, another host's
         clock not yet bracketed both ways: counted) it is not acted on."""
         slot.counters["cycles"] += 1
         if capture is None or last_publish_ns is None:
@@ -122,10 +117,8 @@ class Robots:
         if offset is None:
             self.counters["slack_unknown"] += 1
             return
-        self.slack_ns = slot.slack_ns = slot.budget.deadline_ns - (last_publish_ns -
-                                                                   (capture - offset))
-        if slot.slack_ns >= 0:
-            slot.fresh_ns = last_publish_ns
+        self.slack_ns = slot.slack_ns = max(slot.budget.deadline_ns, window_ns) - (
+            last_publish_ns - (capture - offset))
         slot.budget.update(slot.slack_ns)
 
     # --- once a second ------------------------------------------------------------------------

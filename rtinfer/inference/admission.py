@@ -1,0 +1,118 @@
+"""Which robots a node admits: those it can serve at least at its cheapest budget level.
+
+n robots at the policy's rate fit while their worst case (rtinfer.inference.cycle_cost:
+a batch already running, then one's own, at the median costs plus one delay) at the
+cheapest level's costs is <= UTILISATION * min(deadline, period). Between full quality and
+that, the node degrades instead of refusing (rtinfer.inference.schedule: a cheaper level, a
+lower observation rate asked). A robot joining beyond it is refused, said once with what
+load would fit, and counted (robots_refused); its observations are counted (obs_refused)
+and never answered, so it is never admitted and then served late in silence. A refused
+robot that keeps sending is checked again once every RETRY_NS: when the load has fallen
+enough it is admitted, and that is said too (robots_admitted_late). When the load rises
+after admission so that the robots already admitted no longer fit even at the cheapest
+level (`check`, once a second), that is said once and counted (overloads), and said again
+when they fit once more: their cycles may then be late, and every late one is counted by the
+monitor and the robot's controller, never silent.
+
+Pure bookkeeping, no clock reads; not thread-safe.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from rtinfer.inference.cycle_cost import Costs
+
+UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter
+RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
+COUNTERS = ("robots_refused", "robots_admitted_late", "obs_refused", "overloads")
+
+
+class Admission:
+    def __init__(self, costs: Costs, counters: dict, say: Callable[..., None],
+                 max_robots: int | None = None):
+        for k in COUNTERS:
+            counters.setdefault(k, 0)
+        self.costs, self.counters, self.say, self.max_robots = costs, counters, say, max_robots
+        self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
+        self.overloaded = False             # the admitted robots no longer fit (check)
+        self.fits: int | None = None        # how many robots fit, as check last found
+        self.fits_full: int | None = None   # ... at full quality
+
+    @property
+    def cheapest(self) -> int:
+        return self.costs.levels - 1
+
+    def capacity(self, deadline_ns: int, period_ns: int, level: int | None = None
+                 ) -> int | None:
+        """How many robots fit at `level` (default: the cheapest; None: nothing timed)."""
+        return self.costs.capacity(UTILISATION * min(deadline_ns, period_ns),
+                                   self.cheapest if level is None else level)
+
+    def admit(self, name: str, n: int, now_ns: int, deadline_ns: int, period_ns: int) -> bool:
+        """Whether robot `name`, not yet admitted, joins the n admitted (module doc)."""
+        checked = self.refused.get(name)
+        if checked is not None and now_ns - checked < RETRY_NS:
+            self.counters["obs_refused"] += 1
+            return False
+        why = self._refusal(name, n, deadline_ns, period_ns)
+        if why is not None:
+            if checked is None:
+                self.counters["robots_refused"] += 1
+                self.say(f"refused.{name}", why)
+            self.refused[name] = now_ns
+            self.counters["obs_refused"] += 1
+            return False
+        if checked is not None:
+            del self.refused[name]
+            self.counters["robots_admitted_late"] += 1
+            self.say(f"admitted.{name}", f"robot {name!r} admitted: the load has fallen to "
+                     f"what {n + 1} robots fit", error=False)
+        return True
+
+    def _refusal(self, name: str, n: int, deadline_ns: int, period_ns: int) -> str | None:
+        if self.max_robots is not None and n >= self.max_robots:
+            return (f"robot {name!r} refused: this node serves at most {self.max_robots} "
+                    f"robots (--max-robots); start another node for it")
+        cap = self.capacity(deadline_ns, period_ns)
+        if cap is None or n < cap:
+            return None
+        costs, level = self.costs, self.cheapest
+        window = min(deadline_ns, period_ns) / 1e6
+        if costs.batches == [1]:
+            measured = (f"one cycle measured at {costs.batch_ns(1, True, level) / 1e6:.1f} ms "
+                        f"median, {costs.batch_ns(1, level=level) / 1e6:.1f} ms p99")
+        else:
+            measured = "a batch of " + ", ".join(
+                f"{b} {costs.batch_ns(b, True, level) / 1e6:.1f} ms" for b in costs.batches
+                if costs.batch_ns(b, True, level)) + " (median, measured or profiled)"
+        at = f" at its cheapest budget level ({level})" if level else ""
+        return (f"robot {name!r} refused: {n + 1} robots at {1e9 / period_ns:.3g} Hz "
+                f"need {costs.worst_ns(n + 1, costs.medians(level)) / 1e6:.1f} ms of "
+                f"{UTILISATION * window:.1f} ms per {window:.1f} ms window{at} ({measured}); "
+                f"this node fits {cap}: serve it from another node, or lower the policy rate "
+                f"or the model's cost")
+
+    def check(self, n: int, deadline_ns: int, period_ns: int) -> None:
+        """Whether the n robots admitted still fit the measured costs at the cheapest level;
+        a change is said and going over is counted (overloads)."""
+        cap = self.capacity(deadline_ns, period_ns)
+        self.fits, self.fits_full = cap, self.capacity(deadline_ns, period_ns, 0)
+        over = cap is not None and n > max(cap, 1)
+        if over == self.overloaded:
+            return
+        self.overloaded = over
+        if over:
+            self.counters["overloads"] += 1
+            at = " even at the cheapest budget level" if self.cheapest else ""
+            self.say("overloaded", (
+                f"overloaded: {n} robots admitted, the costs measured now fit {cap}{at} within "
+                f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window; "
+                f"their cycles may be late (each late one is counted by the monitor and its "
+                f"robot's controller): lower the load, or serve some robots from another node"))
+        else:
+            self.say("load_fits", f"load fits again: {n} robots admitted, {cap} fit", error=False)
+
+    def forget(self, now_ns: int, after_ns: int) -> None:
+        """Forget the refused robots silent for after_ns (+ RETRY_NS)."""
+        for n in [n for n, t in self.refused.items() if now_ns - t > after_ns + RETRY_NS]:
+            del self.refused[n]

@@ -1,0 +1,203 @@
+"""Which robots a node answers next, at which budget level, and what it asks of them.
+
+Each decision (`next_batch`) first drops what can no longer be answered in time, then orders
+the robots waiting by the rule, then picks the first one's level and the robots batched
+beside it:
+
+- **Expire.** An observation already older than the deadline for every offset the clock
+  estimate allows is dropped (its chunk could never be applied; counted `obs_stale`).
+- **Order.** `RULE` (below) ranks the waiting robots.
+- **Level.** The first robot runs at the level the offered load needs (`plan`) or its
+  budget's (its own slack rule, the monitor's floor), whichever is cheaper; then cheaper
+  still while its cycle would end past its deadline. One that would end late even at the
+  cheapest level is dropped, counted `obs_stale` like one already too old (its chunk could
+  never be applied in time), and the next robot in the order is tried: a cycle the robot
+  would reject is never run, so it never makes the next robots late too.
+- **Batch.** The others waiting whose budget allows that level join, in the rule's order,
+  up to the largest batch, less the last while the batch would end after any member's due.
+
+The rule was chosen by replaying recorded arrivals through this code with each rule
+(rtinfer.bench.overload; docs/benchmarks/overload.md): earliest-deadline-first (`edf`, by
+the due of the first observation not answered since the robot's last cycle), least laxity
+(`llf`, due less now less the cycle's cost) and a wait-ratio rule (`wait`, as Kairos: the
+time since the robot's last cycle started, over its observation interval; the
+longest-waiting robot relative to its rate first, the deadline order breaking ties). With
+the expiry and the level choice above all three keep goodput at its plateau under 2x
+overload; they differ in the worst robot's service. EDF serves the most urgent observation,
+and under overload that is the one most likely to finish late: the same robots win every
+round (those whose phase puts them first), and a robot phase-locked behind them went seconds
+without a chunk in time (tests/test_overload_replay.py). The wait ratio serves each robot in
+turn by how long it has gone without a chunk in time, so every admitted robot's gap is
+bounded by about one round of the others' cycles plus its own interval; it had the smallest
+worst-robot gap at every load replayed, at the same goodput. `RULE` is "wait".
+
+`plan` (once a second, and when a robot joins): the cheapest level whose offered load (each
+robot's cycles per second at its interval, priced as a batch of them all) fits UTILISATION
+of the node's time, and, when not even the cheapest does, the longer observation period each
+robot is asked for (its interval times the overload; `asked_period_ns`, None otherwise).
+
+Today's rule, for the same-run comparison, is `Schedule(rule="edf", degrade=False)`: the
+deadline order at each robot's own budget level, batching robots at the first one's level,
+no drop of a cycle that would end late and no load level.
+
+Pure bookkeeping, no clock reads; lines go to `say`; not thread-safe.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from rtinfer.inference.cycle_cost import Costs
+from rtinfer.inference.robot_slot import RobotSlot
+
+RULES = ("edf", "llf", "wait")
+RULE = "wait"  # chosen by measurement: module doc
+LATE = 1 << 62
+
+
+class Schedule:
+    def __init__(self, counters: dict, say: Callable[..., None], *, rule: str = RULE,
+                 degrade: bool = True, utilisation: float = 0.8):
+        """counters: the node's (obs_stale is counted there and per robot); rule: one of
+        RULES; degrade: the load level, cheaper levels for a cycle that would end late, and
+        the drop of one that would end late at every level (False: today's rule)."""
+        if rule not in RULES:
+            raise ValueError(f"rule {rule!r}: one of {', '.join(RULES)}")
+        counters.setdefault("obs_stale", 0)
+        self.counters, self.say, self.rule, self.degrade = counters, say, rule, degrade
+        self.utilisation = utilisation
+        self.load_level = 0            # the level the offered load needs (plan)
+
+    # --- once a second ----------------------------------------------------------------------
+    def plan(self, slots: Iterable[RobotSlot], costs: Costs, period_ns: int) -> None:
+        """The load level and the observation periods asked (module doc)."""
+        slots = list(slots)
+        if not slots or not self.degrade or not costs.batch_ns(1):
+            self.load_level = 0
+            for s in slots:
+                s.asked_period_ns = None
+            return
+        n, top = len(slots), len(slots[0].budget.levels) - 1
+        rate = sum(1e9 / (s.interval_ns or period_ns) for s in slots)  # cycles per second
+        need = 0.0
+        for level in range(top + 1):
+            serve = costs.serve_ns(n, costs.medians(level))
+            need = rate * (serve or 0) / n / 1e9 / self.utilisation  # share of the node's time
+            if need <= 1.0:
+                break
+        if level != self.load_level:
+            old, self.load_level = self.load_level, level
+            self.say("load_level", f"load: {n} robots at {rate:.0f} observations/s need budget "
+                     f"level {level} (was {old}) to fit {self.utilisation:.0%} of this node's "
+                     f"time", error=False)
+        for s in slots:
+            own = s.interval_ns or period_ns
+            s.asked_period_ns = int(own * need) if need > 1.0 else None
+
+    # --- each decision ----------------------------------------------------------------------
+    def next_batch(self, slots: dict[str, RobotSlot], costs: Costs, deadline_ns: int,
+                   now_ns: int, max_batch: int) -> list[RobotSlot]:
+        """The waiting robots to answer together, first in the rule's order first, each
+        with its level_index set and its `since` cleared; [] when none waits (module doc)."""
+        self._expire(slots.values(), now_ns, deadline_ns)
+        waiting = [s for s in slots.values() if s.waiting is not None]
+        if not waiting:
+            return []
+        order = sorted(waiting, key=lambda s: self._key(s, costs, deadline_ns, now_ns))
+        if not self.degrade:
+            return self._today(order, costs, deadline_ns, now_ns, max_batch)
+        for first in order:
+            level = self._level(first, costs, deadline_ns, now_ns)
+            if level is not None:
+                break
+        else:
+            return []
+        batch = [first] + [s for s in order if s is not first
+                           and s.budget.index <= level][:max(0, max_batch - 1)]
+        while len(batch) > 1:
+            cost = costs.batch_ns(next(b for b in costs.batches if b >= len(batch)),
+                                  level=level)
+            due = min(s.due_ns(deadline_ns) or LATE for s in batch)
+            if cost is None or now_ns + cost <= due:
+                break
+            batch.pop()
+        for s in batch:
+            s.since, s.level_index, s.served_ns = None, level, now_ns
+        return batch
+
+    def _key(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> tuple:
+        rank = s.rank_ns(deadline_ns)
+        rank = LATE if rank is None else rank
+        if self.rule == "edf":
+            return (rank,)
+        if self.rule == "llf":
+            due = s.due_ns(deadline_ns)
+            cost = costs.batch_ns(1, median=True, level=self._start(s)) or 0
+            return ((LATE if due is None else due) - now_ns - cost, rank)
+        interval = s.asked_period_ns or s.interval_ns or deadline_ns
+        return (-(now_ns - s.served_ns) / interval, rank)
+
+    def _start(self, s: RobotSlot) -> int:
+        return min(max(self.load_level, s.budget.index), len(s.budget.levels) - 1)
+
+    def _level(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> int | None:
+        """The level s's cycle runs at: the load's or its budget's, cheaper while it would
+        end past its due; None (dropped, counted) when it would at every level."""
+        due, top = s.due_ns(deadline_ns), len(s.budget.levels) - 1
+        level = self._start(s)
+        while True:
+            cost = costs.batch_ns(1, median=True, level=level) or 0  # 0: none timed yet
+            if due is None or now_ns + cost <= due:
+                return level
+            if level == top:
+                break
+            level += 1
+        env, s.waiting = s.waiting, None
+        self._stale(s, env.seq, (now_ns + cost - (due - deadline_ns)), deadline_ns,
+                    "would be by the end of its cycle even at the cheapest budget level")
+        return None
+
+    def _today(self, order: list, costs: Costs, deadline_ns: int, now_ns: int,
+               max_batch: int) -> list[RobotSlot]:
+        """Today's rule (module doc): the first's own level, those at the same level."""
+        first = order[0]
+        level = first.budget.index
+        batch = [first] if max_batch <= 1 else [
+            s for s in order if s.budget.level == first.budget.level][:max_batch]
+        due = first.due_ns(deadline_ns)
+        while len(batch) > 1 and due is not None:
+            cost = costs.batch_ns(next(b for b in costs.batches if b >= len(batch)))
+            if cost is None or now_ns + cost <= due:
+                break
+            batch.pop()
+        for s in batch:
+            s.since, s.level_index, s.served_ns = None, level, now_ns
+        return batch
+
+    def _expire(self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int) -> None:
+        """Drop the waiting observations already older than the deadline for every offset
+        the clock estimate allows (their arrival stands in for a capture not yet movable)."""
+        for slot in slots:
+            env = slot.waiting
+            if env is None:
+                continue
+            capture, bounds = env.stamps.get("capture"), (0, 0)
+            if slot.clock is not None:
+                bounds = slot.clock.bounds()
+            if capture is None or bounds is None or bounds[0] > bounds[1]:
+                capture, bounds = env.stamps.get("recv"), (0, 0)
+            age_ns = None if capture is None else now_ns - (capture - bounds[0])
+            if age_ns is None or age_ns <= deadline_ns:
+                continue
+            slot.waiting = None
+            self._stale(slot, env.seq, age_ns, deadline_ns, "waited past it")
+
+    def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int,
+               how: str) -> None:
+        """One observation not answered: it was, or would be, older than the deadline."""
+        self.counters["obs_stale"] += 1
+        slot.counters["obs_stale"] += 1
+        name = slot.name
+        self.say(f"obs_stale.{name}", lambda: (
+            f"observation {seq} from {name!r} is {age_ns / 1e6:.1f} ms old against the "
+            f"{deadline_ns / 1e6:g} ms deadline ({how}): not answered (obs_stale); the node "
+            f"is overloaded: lower the load, or serve some robots from another node"))
