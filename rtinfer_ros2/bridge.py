@@ -16,7 +16,8 @@ robot holds: per tick the braking reference goes on being sent; trajectory_chunk
 hold trajectory. Each hold is counted (holds, equal to the controller's) and the first said
 in one line.
 
-A JointState is refused and counted when it is not one of the joints' (joint_states.py); a
+A JointState is refused and counted when it is not one of the joints' (joint_states.py), and
+counted when its stamp is 0 or further behind than past_ms; a
 topic silent for longer than `silent_ms` makes read() fail (HardwareFault): the
 controller holds and counts it (read_faults), and the bridge counts each silence (js_silent).
 Uses rclpy's stable API only (Humble, Jazzy, Kilted).
@@ -91,7 +92,8 @@ class ROS2Robot:
     joints: the ROS joint names in axis order (default: the axis names). controller: one of
     commands.TYPES. reliability, depth: the QoS of both topics. silent_ms: a JointState gap
     longer than this is a silent topic. future_ms: a stamp further ahead than this (of this
-    host's clock) is refused. obs_hz: observations per second (give controllers.run the same
+    host's clock) is refused. past_ms: a stamp further behind its arrival than this is
+    counted (js_past; give the run's --deadline-ms). obs_hz: observations per second (give controllers.run the same
     --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args) -> the policy's values
     (default: {"joints": positions then velocities, float32}). cameras: camera name (the
     policy's, docs/policies.md) -> {topic, shape: [H, W, 3], compressed: false}: a
@@ -108,7 +110,7 @@ class ROS2Robot:
                  command: str = "forward_position_controller/commands",
                  joints: list[str] | None = None, controller: str = "forward",
                  reliability: str = "reliable", depth: int = 10, silent_ms: float = 50.0,
-                 future_ms: float = 5.0, obs_hz: float = 20.0, observe: str | None = None,
+                 future_ms: float = 5.0, past_ms: float = 100.0, obs_hz: float = 20.0, observe: str | None = None,
                  observe_args: dict | None = None, cameras: dict | None = None,
                  frame_silent_ms: float = 100.0, lead_ms: float = 10.0,
                  diagnostics_hz: float = 2.0, listen: list[str] | None = None,
@@ -130,7 +132,8 @@ class ROS2Robot:
         self._observe_args = dict(observe_args or {})
         self.topic, self.n, self.silent_ns = joint_states, control.n, int(silent_ms * 1e6)
         self.period_ns, self._next_obs_ns = int(1e9 / obs_hz), 0
-        self.latest = LatestJointState(self.joints, joint_states, int(future_ms * 1e6))
+        self.latest = LatestJointState(self.joints, joint_states, int(future_ms * 1e6),
+                                       int(past_ms * 1e6))
         self.counters = dict.fromkeys(("commands", "holds", "js_silent", "obs_no_frame"), 0)
         self.cameras = [LatestImage(name, c["topic"], c["shape"], int(future_ms * 1e6),
                                     int(frame_silent_ms * 1e6), c["decode"])
