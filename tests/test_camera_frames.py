@@ -138,7 +138,8 @@ def test_a_frame_older_than_the_deadline_or_from_the_future_is_refused_counted_a
     assert robots.offer(env(2, now - 101 * MS), now, 100 * MS) is None
     assert robots.offer(env(3, now + 5 * MS), now, 100 * MS) is None
     assert robots.counters["frame_stale"] == 1 and robots.counters["frame_future"] == 1
-    assert "camera 'overhead''s frame capture is 101.0 ms old, past the 100 ms deadline" in said[0][1]
+    assert "frame capture of its camera 'overhead' is 101.0 ms old, past the 100 ms deadline" \
+        in said[0][1]
     assert "ahead of its arrival" in said[1][1] and said[1][0] == "frame_future.cam"
 
 
@@ -274,7 +275,7 @@ def test_the_node_answers_frames_from_the_graph_and_counts_each_bad_frame_servin
         raw.close(0)
     lines = err.splitlines()
     for says in ("camera 'overhead' is uint8 [8, 8, 1]", "camera(s) ['rear']",
-                 "lacks the frame of camera(s) ['right']", "frame capture is 3",
+                 "lacks the frame of camera(s) ['right']", "camera 'overhead' is 3",
                  "holds 9 bytes but dtype uint8 x shape (4, 4, 1) needs 16"):
         assert sum(says in line for line in lines) >= 1, (says, err)
     assert "Traceback" not in err
