@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rtinfer import __version__
 from rtinfer.launch.entry import resolve
@@ -245,6 +246,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def package_hints(argv: list[str]) -> None:
+    """After `rtinfer package` without --obs-spec: a hint line for each input of the spec it
+    read off the graph that looks like a camera image (ObsSpec.image_hints)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--out")
+    ap.add_argument("--obs-spec")
+    known, _ = ap.parse_known_args(argv)
+    spec = Path(known.out or "") / "obs_spec.json"
+    if known.obs_spec or not known.out or not spec.is_file():
+        return
+    from rtinfer.model.obs_spec import ObsSpec
+    for line in ObsSpec.load(spec).image_hints():
+        print(f"rtinfer package: hint: {line}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # each benchmark parses its own options
@@ -256,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["fleet"]:  # its own parser (rtinfer.fleet.cli)
         return int(resolve(FLEET)(argv[1:]) or 0)
     if argv[:1] == ["package"]:  # a continuous-chunk policy -> model directory (own parser)
-        return int(resolve(CHUNK_PACKAGER)(argv[1:]) or 0)
+        code = int(resolve(CHUNK_PACKAGER)(argv[1:]) or 0)
+        if code == 0:
+            package_hints(argv[1:])
+        return code
     if argv[:1] == ["check-model"]:
         from rtinfer.cli.check_model import main as check_model
         return check_model(argv[1:])

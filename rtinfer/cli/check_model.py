@@ -7,7 +7,8 @@ all-zero observation; for a flow policy, opens the prefix and step graphs, check
 graphs' inputs against the prefix outputs and x_t/t/v against the action spec, and runs
 every level once; for an action-token policy, opens the backend and decodes one chunk.
 With --robot-spec, the policy's action spec is compared with the robot's. Prints one line
-per problem with its fix (or "ok" and a summary), as text or --json; exit 0 when the
+per problem with its fix (or "ok" and a summary; then a "hint:" line for an input that
+looks like a camera image but is packaged as a plain array), as text or --json; exit 0 when the
 directory passes, 1 when it does not, 2 for a usage error.
 """
 from __future__ import annotations
@@ -35,6 +36,9 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
         spec = md.action
         summary.update(levels=len(md.levels), inputs=md.obs.keys, action=spec.to_dict(),
                        spec_hash=spec.hash)
+        hints = md.obs.image_hints()
+        if hints:
+            summary["hints"] = hints
         from rtinfer.inference.graph_runner import dry_run_problems
         out += dry_run_problems(md)
     elif md.kind == "flow":
@@ -90,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         if not found:
             print(f"ok: {summary['path']}: {summary['kind']} policy, "
                   + ", ".join(f"{k} {v}" for k, v in summary.items()
-                              if k not in ("path", "kind", "action")))
+                              if k not in ("path", "kind", "action", "hints")))
+        for line in summary.get("hints", []):
+            print(f"hint: {line}")
     return 1 if found else 0
 
 

@@ -112,6 +112,22 @@ class ObsSpec:
                              f"[N, H, W, C] with N = len(camera) for a stack")
         return tuple(cams)
 
+    def image_hints(self) -> list[str]:
+        """One line per plain-array input that looks like a camera image (uint8 [H, W, C],
+        C in 1, 3, 4, H and W at least 16): fed from `values`, a robot's camera frames never
+        reach it. Advice only: such an input may be meant as an array."""
+        out = []
+        for key, dtype, shape in zip(self.keys, self.dtypes, self.shapes):
+            if key in self.images or dtype != _UINT8 or len(shape) != 3 \
+                    or shape[2] not in (1, 3, 4) or min(shape[:2]) < 16:
+                continue
+            out.append(f"input {key!r} is uint8 {list(shape)}, which looks like a camera image, "
+                       f"and is packaged as a plain array (fed from values[{key!r}], not from a "
+                       f"camera's frames): if it is an image, package with --obs-spec naming it "
+                       f'{{"key": "{key}", "kind": "image", "dtype": "uint8", "shape": '
+                       f'{list(shape)}, "camera": NAME}} (docs/policies.md section 10)')
+        return out
+
     @classmethod
     def load(cls, path: str | Path) -> "ObsSpec":
         return cls(json.loads(Path(path).read_text()))
