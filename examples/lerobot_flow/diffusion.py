@@ -143,7 +143,7 @@ def export(ckpt, out_dir) -> dict:
             "default_steps": ckpt.policy.diffusion.num_inference_steps}
 
 
-def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int, task=None):
+def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int):
     """LeRobot's own chunk: preprocessor -> select_action's queue fill ->
     predict_action_chunk(noise) -> postprocessor, with num_inference_steps = `steps`;
     [n_action_steps, D] float32 physical."""

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 TOKENS = "task_tokens"
+TASK = "pick the red cube"  # the example observations' task
 OPSET = 17
 
 
@@ -42,13 +43,18 @@ def obs_spec(ckpt) -> dict:
             "inputs": inputs}
 
 
+def tokenizer(ckpt):
+    """The checkpoint's tokenizer (its VLM processor's): what turns a task into task_tokens."""
+    return ckpt.policy.model.vlm_with_expert.processor.tokenizer
+
+
 def pad_id(ckpt) -> int:
-    return int(ckpt.policy.model.vlm_with_expert.processor.tokenizer.pad_token_id)
+    return int(tokenizer(ckpt).pad_token_id)
 
 
 def tokenize(ckpt, task: str) -> np.ndarray:
     """`task` as the prefix graph's `task_tokens` [L]: what LeRobot's preprocessor feeds."""
-    tok = ckpt.policy.model.vlm_with_expert.processor.tokenizer
+    tok = tokenizer(ckpt)
     text = task if task.endswith("\n") else task + "\n"
     ids = tok(text, padding="max_length", padding_side="right", truncation=True,
               max_length=ckpt.policy.config.tokenizer_max_length)["input_ids"]
@@ -115,7 +121,7 @@ def example_inputs(ckpt, seed: int = 0) -> dict[str, np.ndarray]:
         if entry.get("kind") == "image":
             feeds[entry["key"]] = rng.integers(0, 256, shape, dtype=np.uint8)
         elif entry["key"] == TOKENS:
-            feeds[TOKENS] = tokenize(ckpt, "pick the red cube")
+            feeds[TOKENS] = tokenize(ckpt, TASK)
         else:
             feeds[entry["key"]] = rng.normal(0, 1, shape).astype(np.float32)
     return feeds
@@ -189,7 +195,8 @@ def export(ckpt, out_dir) -> dict:
             "action_dim": cfg.action_feature.shape[0], "default_steps": cfg.num_steps}
 
 
-def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int, task: str):
+def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int,
+              task: str = TASK):
     """LeRobot's own chunk: preprocessor -> predict_action_chunk(noise) -> postprocessor,
     with num_steps = `steps`; [chunk_size or n_action_steps, D] float32 physical."""
     import torch
