@@ -86,8 +86,10 @@ class FlowRunner:
             self.scale[...], self.offset[...] = aff
         self.physical = np.zeros((self.h_m, self.d_m), np.float32)
         self.chunk = np.zeros((a.horizon, a.dim), np.float32)
-        self.low = np.asarray(a.low, np.float32)
-        self.high = np.asarray(a.high, np.float32)
+        # full [H, D] limits: numpy 2.4's maximum(out=) against a broadcast [D] row
+        # allocated a chunk-sized temporary (tracemalloc)
+        self.low = np.ascontiguousarray(np.broadcast_to(np.float32(a.low), self.chunk.shape))
+        self.high = np.ascontiguousarray(np.broadcast_to(np.float32(a.high), self.chunk.shape))
         self._prefix_bind = self.prefix.io_binding()
         for name, buf in self.cache.items():
             self._prefix_bind.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
@@ -170,8 +172,9 @@ class FlowRunner:
         H, D = self.chunk.shape
         np.multiply(self.x[0], self.scale, out=self.physical)
         np.add(self.physical, self.offset, out=self.physical)
-        if self.clip:
-            np.clip(self.physical[:H, :D], self.low, self.high, out=self.chunk)
+        if self.clip:  # maximum/minimum keep NaN (np.clip(out=) allocated two chunks here)
+            np.maximum(self.physical[:H, :D], self.low, out=self.chunk)
+            np.minimum(self.chunk, self.high, out=self.chunk)
         else:
             np.copyto(self.chunk, self.physical[:H, :D])
         return self.chunk
