@@ -21,6 +21,7 @@ class ChunkAssembler:
         self.received = 0               # waypoints of this chunk added
         self.ready = 0                  # waypoints[:ready] have all arrived
         self.applied = 0                # leading waypoints handed on (the caller's, reset per chunk)
+        self.window_ns = 0              # fresh this long after capture by a committed prefix
 
     @property
     def horizon(self) -> int:
@@ -36,7 +37,7 @@ class ChunkAssembler:
 
     def add(self, src: str, cycle: int, capture_ns: int, index: int, count: int,
             period_ns: int, waypoint: np.ndarray, stamps: dict | None = None,
-            start_ns: int | None = None) -> str | None:
+            start_ns: int | None = None, window_ns: int = 0) -> str | None:
         """Add waypoint `index` of `count`; None if taken, else the counter to reject it under.
 
         Another (src, cycle, capture_ns) starts a new chunk in place of the one held,
@@ -44,6 +45,7 @@ class ChunkAssembler:
         start (waypoint 0's due time after capture; None: one period) that differs from its
         first waypoint's, or a repeated index, is rejected_bad.
         The caller checks 0 <= index < count <= horizon. `stamps` is kept, not copied.
+        window_ns: a new chunk's window (controllers.rtc; 0: unconditioned).
         """
         key = (src, cycle, capture_ns)  # capture too: a restarted policy may reuse cycles
         start_ns = period_ns if start_ns is None else start_ns
@@ -51,7 +53,7 @@ class ChunkAssembler:
             if self.key is not None and capture_ns < self.capture_ns:
                 return "rejected_stale"  # older than the chunk in use
             self.key, self.capture_ns, self.count = key, capture_ns, count
-            self.period_ns, self.start_ns = period_ns, start_ns
+            self.period_ns, self.start_ns, self.window_ns = period_ns, start_ns, window_ns
             self.stamps = {} if stamps is None else stamps
             self.received = self.ready = self.applied = 0
             self._got[:] = False

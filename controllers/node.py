@@ -72,13 +72,15 @@ from .assembler import ChunkAssembler
 from .config import ControlConfig
 from .hardware import DriverError, HardwareFault, HardwareInterface, Observation, RobotState
 from .one_source import OneSource
+from .rtc import Commitments, RtcConfig
 from .stack import ControlStack
 from .watchdog import Watchdog
 
 COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
             "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
             "rejected_hold", "holds", "commands", "read_faults", "write_faults", "obs_sent",
-            "obs_dropped", "obs_bad", "late_handovers", "chunks_other_source", "source_switches")
+            "obs_dropped", "obs_bad", "late_handovers", "chunks_other_source", "source_switches",
+            "committed_sent", "chunks_conditioned", "prefix_mismatch")
 CLAMPS = ("waypoint_clamps", "workspace_clamps")  # the policy asked past the axes: said
 BUS_DROPS = ("rejected", "oversize", "dropped_for_age")  # the Subscriber's, as sub.<name>
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
@@ -91,6 +93,13 @@ LOUD = {
            else f"action spec {self.action_hash}" if self.action_hash else
            "no action spec: this robot follows action-token chunks only")
         + "); serve a policy packaged for this robot (rtinfer check-model --robot-spec)"),
+    "prefix_mismatch": lambda self, env: (
+        f"chunk {env.body['cycle']} from {env.src} not applied: it was conditioned on waypoints "
+        f"{env.body['conditioned']['from']}.. of chunk {env.body['conditioned']['chunk']}, which "
+        f"this robot is not executing (it tracks chunk "
+        f"{self.chunk.cycle if self.chunk.key else None}, state {self.state}); chunks that "
+        f"arrive out of order do this now and then; if every one does, the node conditions on "
+        f"something this robot did not send: run one rtinfer release on both ends"),
     "rejected_dest": lambda self, env: (
         f"chunk from {env.src} rejected: it is for robot {env.body['dest']!r}, this is "
         f"{self.robot!r}, and none for this robot came from it for a second; give each robot "
@@ -121,6 +130,9 @@ class ControllerConfig:
     # its hash; None: only action-token chunks (on `tokenizer`) are followed
     obs: ObsSpec | ObsTokens | None = None  # the policy's observation spec: an observation
     # that does not match it is not sent (obs_bad); None: sent unchecked
+    rtc: RtcConfig | None = None         # real-time chunking: send the committed prefix
+    # with each observation (controllers.rtc); None: send none (chunks conditioned on a
+    # prefix are still checked against the plan in use)
     clock_uncertainty_ns: int = 0        # how far a chunk's capture may lie in this robot's
     # future: 0 when the robot stamps its own observations (rtinfer's robots do); the clock
     # estimate's uncertainty when another host's clock stamps them
@@ -170,6 +182,7 @@ class ControllerConfig:
         if "control" not in d:
             raise ValueError("controller config: `control` (the robot's axes) is missing")
         tok, act, obs = d.pop("tokenizer", None), d.pop("action", None), d.pop("obs", None)
+        d["rtc"] = RtcConfig.from_dict(d.pop("rtc", None))
         tok = TokenizerConfig.load(tok) if isinstance(tok, str) else \
             None if tok is None else TokenizerConfig.from_dict(tok)
         act = ActionSpec.load(act) if isinstance(act, str) else \
@@ -294,6 +307,7 @@ class ControllerNode:
         self.e2e_last_ns = self.e2e_max_ns = 0
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
+        self.rtc = Commitments(cfg.rtc or RtcConfig(), spec.horizon, len(spec.names))
         self._observe = getattr(hw, "observe", None)
         self._on_chunk = getattr(hw, "on_chunk", None)
         self._on_hold = getattr(hw, "on_hold", None)
@@ -353,7 +367,7 @@ class ControllerNode:
         dropped, counted late_applies, reported as a late cycle (late_index 0), and the
         robot holds (counted in holds when it was tracking)."""
         p, commit_ns, chunk = self.pending, self.clock(), self.chunk
-        if not self.watchdog.too_old(chunk.capture_ns, commit_ns):
+        if not self.watchdog.stale(chunk.capture_ns, commit_ns, chunk.window_ns):
             return commit_ns
         self.pending = None
         self.counters["late_applies"] += 1
@@ -422,6 +436,8 @@ class ControllerNode:
         (the bus refused it) or obs_bad (not what the policy's observation spec names: said
         on stderr at most once a second, and not sent). True if sent."""
         body = {"values": obs.values, "ints": obs.ints}
+        committed = None if self.cfg.rtc is None else \
+            self.rtc.prefix(self.chunk, self.state == RUN, int(obs.capture_ns))
         why = None
         if obs.frames:  # each image goes as it is: out of band from 64 KiB (docs/wire.md)
             try:
@@ -430,6 +446,8 @@ class ControllerNode:
             except (TypeError, ValueError):
                 why = "frames must map a camera name to (uint8 image [H, W, C], capture ns)"
         why = why or self._obs_check.problem(body)
+        if committed is not None:  # after the check: the policy's spec names no such key
+            body["committed"] = committed
         if why is not None:
             self.counters["obs_bad"] += 1
             self.complaints.say("obs_bad", lambda: f"observation not sent: {why}; make the "
@@ -446,6 +464,7 @@ class ControllerNode:
                                 f"body ({wrong}); make the driver's observe() return {fix}")
             return False
         self.counters["obs_sent" if sent else "obs_dropped"] += 1
+        self.counters["committed_sent"] += sent and committed is not None
         return sent
 
 
@@ -527,7 +546,7 @@ class ControllerNode:
             return
         self._committed = None
         check_ns = self.clock()  # its last waypoint may have come a while after the commit
-        if self.watchdog.too_old(chunk.capture_ns, check_ns):
+        if self.watchdog.stale(chunk.capture_ns, check_ns, chunk.window_ns):
             self.counters["late_handovers"] += 1
             self._hold(HOLD, now)
             return
@@ -551,11 +570,16 @@ class ControllerNode:
                 and not self.source.take(env.src, now):
             return  # another node's, while the one followed serves this robot: counted
         why, wp = self._check(env, now)
+        b = env.body
+        if why is None and "conditioned" in b and self._joins(env) is False:
+            why = "prefix_mismatch"
         if why is None:
-            b = env.body
             why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
-                                 b["count"], b["period_ns"], wp, env.stamps, b["start_ns"])
+                                 b["count"], b["period_ns"], wp, env.stamps, b["start_ns"],
+                                 self.rtc.window_ns(b))
         if why is None:
+            if "conditioned" in b and self.chunk.received == 1:
+                self.counters["chunks_conditioned"] += 1
             self.policies.followed(env.src)
             self._apply(now)
         elif why == LATE:
@@ -566,6 +590,16 @@ class ControllerNode:
             # socket (one node, several robots): counted, but that is no misconfiguration.
             if why in LOUD and (why != "rejected_dest" or self.policies.only_others(env.src, now)):
                 self.complaints.say(why, lambda: LOUD[why](self, env))
+
+    def _joins(self, env: Envelope) -> bool | None:
+        """For a waypoint of a conditioned chunk not yet in use: whether the prefix it names
+        is what this robot executes (controllers.rtc); None for the chunk in use, or one
+        captured before it (the assembler rejects that as stale)."""
+        capture = env.stamps["capture"]
+        if (env.src, env.body["cycle"], capture) == self.chunk.key \
+                or (self.chunk.key is not None and capture < self.chunk.capture_ns):
+            return None
+        return self.rtc.joins(self.chunk, self.state == RUN, env.body["conditioned"], capture)
 
     def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason
@@ -581,7 +615,7 @@ class ControllerNode:
         if capture is None or (self.watchdog.from_future(capture, now)
                                and self.watchdog.from_future(capture, self.clock())):
             return "rejected_bad", None
-        if self.watchdog.too_old(capture, now):
+        if self.watchdog.stale(capture, now, self.rtc.window_ns(b)):
             return LATE, None
         if b["count"] > self.chunk.horizon or b["period_ns"] > self.cfg.max_period_ns \
                 or b["start_ns"] > self.cfg.max_period_ns:
@@ -634,6 +668,8 @@ class ControllerNode:
         """The `trace` of a late cycle (key: src, cycle, capture), reported once: stamps up to
         "recv", no "apply", fields.late_index = the waypoint found late."""
         self._late_key = key
+        if "recv" in stamps:  # it took at least this long: the delay the robot commits by
+            self.rtc.delay.record(stamps["recv"] - key[2])
         self._emit({"node": self.cfg.name, "cycle": int(key[1]), "stamps": dict(stamps),
                     "fields": {"late_index": float(index)}})
 
@@ -647,9 +683,13 @@ class ControllerNode:
         chunk = self.chunk
         e2e = apply_ns - chunk.capture_ns
         self.e2e.record(e2e)
+        self.rtc.delay.record(e2e)
         self.e2e_last_ns, self.e2e_max_ns = e2e, max(self.e2e_max_ns, e2e)
         stamps = {**chunk.stamps, "apply": apply_ns}
+        fields = {"e2e_ms": e2e / 1e6}
+        if chunk.window_ns:  # fresh this long by its committed prefix (the monitor's rule)
+            fields["window_ms"] = chunk.window_ns / 1e6
         self._emit({"node": self.cfg.name, "cycle": int(chunk.cycle), "stamps": stamps,
-                    "fields": {"e2e_ms": e2e / 1e6}})
+                    "fields": fields})
         self._committed = chunk.key
         self._hand_over(apply_ns)

@@ -41,6 +41,12 @@ class Watchdog:
         """The observation behind this chunk was captured more than a deadline ago."""
         return now_ns - capture_ns > self.deadline_ns
 
+    def stale(self, capture_ns: int, now_ns: int, window_ns: int = 0) -> bool:
+        """Too old to apply: older than the deadline and, for a chunk conditioned on the
+        robot's committed prefix, past its window too (window_ns after capture: its first
+        waypoint not committed is due then; 0 for an unconditioned chunk)."""
+        return now_ns - capture_ns > self.deadline_ns and now_ns - capture_ns >= window_ns
+
     def from_future(self, capture_ns: int, now_ns: int) -> bool:
         """A capture stamp ahead of our clock (by more than the clock's uncertainty) is bogus:
         another clock, or a forged stamp. Taken, it would outrank every honest chunk."""

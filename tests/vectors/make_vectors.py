@@ -27,6 +27,7 @@ from rtinfer.model.action_spec import ActionSpec  # noqa: E402
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig  # noqa: E402
 from rtinfer.transport import wire  # noqa: E402
 from rtinfer.transport.arrays import pack_inline  # noqa: E402
+from rtinfer.transport.committed import prefix_hash  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TOKENIZER = TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json")
@@ -384,6 +385,36 @@ def decode_vectors():
     add("obs_value_nan_f16", envelope(obs_body([("a", ext(1, arr_payload(9, [1], b"\x00\x7e")))])), "ArrayError")
     add("obs_value_inf_f64", envelope(obs_body([("a", arr(np.array([np.inf])))])), "ArrayError")
     add("obs_values_not_map", envelope(rmap([("values", b"\x90"), ("ints", {})])), "SchemaError")
+    # real-time chunking: an obs's committed prefix, a chunk's conditioned (docs/wire.md section 5)
+    plan = tok.decode(np.array([[100, 50, 20, 255], [101, 50, 20, 255]], np.int32))
+    good("ok_obs_committed", "obs", {**OBS_OK, "committed": {
+        "chunk": 6, "from": 1, "values": plan, "start_ns": 51_000}})
+    named = {"chunk": 6, "from": 1, "n": 2, "hash": prefix_hash(plan)}
+    good("ok_action_chunk_conditioned", "action_chunk", {**chunk, "conditioned": named})
+    good("ok_action_chunk_continuous_conditioned", "action_chunk", {**cont, "conditioned": named})
+    cm = lambda c: envelope(rmap([("values", {}), ("ints", {}), ("committed", c)]))  # noqa: E731
+    ok_c = [("chunk", p(6)), ("from", p(1)), ("values", arr(plan)), ("start_ns", p(51_000))]
+    add("obs_committed_values_1d", cm(rmap([*ok_c[:2], ("values", arr(plan[0])), ok_c[3]])),
+        "ArrayError")
+    add("obs_committed_values_float64", cm(rmap([*ok_c[:2], ("values", arr(plan.astype(np.float64))),
+                                                 ok_c[3]])), "ArrayError")
+    add("obs_committed_values_empty", cm(rmap([*ok_c[:2], ("values", arr(plan[:0])), ok_c[3]])),
+        "ArrayError")
+    add("obs_committed_values_nan", cm(rmap([*ok_c[:2], ("values", arr(plan * np.float32(np.nan))),
+                                             ok_c[3]])), "ArrayError")
+    add("obs_committed_missing_start", cm(rmap(ok_c[:3])), "SchemaError")
+    add("obs_committed_extra", cm(rmap([*ok_c, ("n", p(2))])), "SchemaError")
+    add("obs_committed_from_negative", cm(rmap([ok_c[0], ("from", p(-1)), *ok_c[2:]])), "SchemaError")
+    add("obs_committed_not_map", cm(arr(plan)), "SchemaError")
+    nm = [("chunk", p(6)), ("from", p(1)), ("n", p(2)), ("hash", p(named["hash"]))]
+    add("chunk_conditioned_raw", ch(conditioned=rmap(nm)), "ok")
+    add("chunk_conditioned_n_0", ch(conditioned=rmap([*nm[:2], ("n", p(0)), nm[3]])), "SchemaError")
+    add("chunk_conditioned_hash_upper", ch(conditioned=rmap([*nm[:3], ("hash", p(named["hash"].upper()))])),
+        "SchemaError")
+    add("chunk_conditioned_hash_short", ch(conditioned=rmap([*nm[:3], ("hash", p(named["hash"][:15]))])),
+        "SchemaError")
+    add("chunk_conditioned_missing_hash", ch(conditioned=rmap(nm[:3])), "SchemaError")
+    add("chunk_conditioned_not_map", ch(conditioned=p(1)), "SchemaError")
     return v
 
 
@@ -436,8 +467,10 @@ CONFIG = {"robot": "arm", "name": "ctl", "deadline_ns": 100 * MS, "chunk_interva
 
 
 def waypoint(index=0, *, cycle=1, count=4, capture=T0, dest="arm", spec=None, tokens=True,
-             values=None, period=50 * MS, start=50 * MS, token_ids=None, stamps=None, src="inf"):
-    """One action_chunk message (bytes) for the controller vectors."""
+             values=None, period=50 * MS, start=50 * MS, token_ids=None, stamps=None, src="inf",
+             conditioned=None):
+    """One action_chunk message (bytes) for the controller vectors; conditioned: (chunk,
+    from, n) of a committed prefix of the stock waypoints (hash of their values), or a map."""
     tok = ActionTokenizer(TOKENIZER)
     ids = np.asarray(token_ids if token_ids is not None else [100 + index, 50, 20, 255], np.int32)
     body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "period_ns": period,
@@ -449,6 +482,12 @@ def waypoint(index=0, *, cycle=1, count=4, capture=T0, dest="arm", spec=None, to
     else:
         body["values"] = np.array([0.1, 0.2, 0.4, 1.0], np.float32) if values is None else values
         body["spec"] = ACTION.hash if spec is None else spec
+    if isinstance(conditioned, tuple):
+        c, f, n = conditioned
+        ids_of = np.array([[100 + i, 50, 20, 255] for i in range(f, f + n)], np.int32)
+        conditioned = {"chunk": c, "from": f, "n": n, "hash": prefix_hash(tok.decode(ids_of))}
+    if conditioned is not None:
+        body["conditioned"] = conditioned
     st = {"capture": capture} if stamps is None else stamps
     st = {**st, "obs_recv": capture + MS, "first_token": capture + 2 * MS} if "capture" in st else st
     return wire.encode("action_chunk", body, seq=index, src=src, stamps=st)
@@ -466,6 +505,12 @@ def controller_cases():
     more = {W: 1}
     half = ActionTokenizer(TOKENIZER).bin_width / 2
     centre = ActionTokenizer(TOKENIZER).decode(np.array([100, 50, 20, 255], np.int32))
+    CC, PM = "chunks_conditioned", "prefix_mismatch"
+    plan_of_cycle_1 = [(1 * MS, waypoint(0), first, "run", "apply")] + [
+        (1 * MS + i, waypoint(i), more, "run", None) for i in (1, 2, 3)]
+    # the same, arriving 41 ms after capture: the watchdog is quiet until 191 ms
+    late_plan = [(41 * MS, waypoint(0), first, "run", "apply")] + [
+        (41 * MS + i, waypoint(i), more, "run", None) for i in (1, 2, 3)]
     return [
         ("token_chunk_streams", [
             (10 * MS, waypoint(0), first, "run", "apply"),
@@ -545,6 +590,60 @@ def controller_cases():
             (249 * MS, waypoint(0, cycle=3, capture=T0 + 150 * MS),
              {A: 1, W: 1, "late_applies": 1, "holds": 1}, "hold", "late", 250 * MS + 1),
             (260 * MS, waypoint(0, cycle=4, capture=T0 + 250 * MS), first, "run", "apply")]),
+        # real-time chunking (docs/wire.md section 5): a chunk conditioned on waypoints 1..2 of
+        # the chunk in use is fresh until its waypoint 2 is due (capture + 50 + 2 * 50 ms),
+        # past the 100 ms deadline, and joins only the plan it names
+        ("rtc_conditioned_chunk_joins_past_the_deadline", [
+            *plan_of_cycle_1,
+            (180 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
+             {**first, CC: 1}, "run", "apply"),
+            (181 * MS, waypoint(1, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)), more,
+             "run", None),
+            # an unconditioned chunk as old is stale, as for a robot that sends no prefix
+            (182 * MS, waypoint(0, cycle=3, capture=T0 + 60 * MS + 1),
+             {"rejected_stale": 1, "late_waypoints": 1}, "run", "late")]),
+        ("rtc_conditioned_chunk_past_its_prefix_is_stale", [
+            *late_plan,
+            (190 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
+             {"rejected_stale": 1, "late_waypoints": 1}, "run", "late"),
+            (190 * MS, waypoint(0, cycle=3, capture=T0 + 41 * MS, conditioned=(1, 1, 2)),
+             first | {CC: 1}, "run", "apply")]),
+        ("rtc_prefix_mismatch", [
+            (1 * MS, waypoint(0, conditioned=(0, 1, 2)), {PM: 1}, "idle", None),
+            *plan_of_cycle_1[:1], *plan_of_cycle_1[1:],
+            (50 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned={
+                "chunk": 1, "from": 1, "n": 2, "hash": "0123456789abcdef"}), {PM: 1}, "run", None),
+            (50 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(9, 1, 2)), {PM: 1},
+             "run", None),
+            # waypoints 2..3 are chunk 1's, but not those due with this chunk's waypoint 0
+            (50 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 2, 2)), {PM: 1},
+             "run", None),
+            (50 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 3, 2)), {PM: 1},
+             "run", None),
+            (151 * MS + 1, None, {"holds": 1}, "hold", None),
+            # held: the robot no longer executes chunk 1, so nothing conditioned on it joins
+            (160 * MS, waypoint(0, cycle=3, capture=T0 + 100 * MS, conditioned=(1, 1, 2)), {PM: 1},
+             "hold", None),
+            (161 * MS, waypoint(0, cycle=4, capture=T0 + 100 * MS), first, "run", "apply")]),
+        ("rtc_reordered_and_duplicated", [
+            *plan_of_cycle_1,
+            (100 * MS, waypoint(0, cycle=3, capture=T0 + 90 * MS, conditioned=(2, 1, 2)), {PM: 1},
+             "run", None),
+            (101 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
+             first | {CC: 1}, "run", "apply"),
+            *[(102 * MS + i, waypoint(i, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
+               more, "run", None) for i in (1, 2, 3)],
+            (103 * MS, waypoint(0, cycle=3, capture=T0 + 90 * MS, conditioned=(2, 1, 2)),
+             first | {CC: 1}, "run", "apply"),
+            (104 * MS, waypoint(0, cycle=3, capture=T0 + 90 * MS, conditioned=(2, 1, 2)),
+             {"rejected_bad": 1}, "run", None),
+            (105 * MS, waypoint(1, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
+             {"rejected_stale": 1}, "run", None)]),
+        ("rtc_late_at_apply", [
+            *plan_of_cycle_1,
+            (185 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
+             {A: 1, W: 1, CC: 1, "late_applies": 1, "holds": 1}, "hold", "late", 190 * MS),
+            (186 * MS, waypoint(0, cycle=3, capture=T0 + 150 * MS), first, "run", "apply")]),
         ("watchdog", [
             (1 * MS, waypoint(0), first, "run", "apply"),
             (151 * MS, None, {}, "run", None),
@@ -557,7 +656,7 @@ def controller_cases():
 MAX_DECODED_CHARS = 4000
 COUNTER_NAMES = ("chunks_accepted", "waypoints_accepted", "rejected_stale", "late_waypoints",
                  "late_applies", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold", "holds",
-                 "commands")
+                 "commands", "chunks_conditioned", "prefix_mismatch")
 
 
 def write(out: Path) -> dict:

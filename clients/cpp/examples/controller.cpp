@@ -47,6 +47,7 @@ struct Options {
     double deadline_ms = 100, chunk_interval_ms = 0, rate_hz = 1000, health_hz = 10, seconds = -1;
     double beat_s = 1.0, obs_hz = 0;
     bool addressed = false;  // take only chunks addressed to --robot (a node run with --address-chunks)
+    bool rtc = false;        // each obs carries the committed prefix (real-time chunking)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -55,7 +56,7 @@ struct Options {
                  "       [--control EP] [--name NAME] [--action-spec FILE] [--deadline-ms MS]\n"
                  "       [--chunk-interval-ms MS] [--rate-hz HZ] [--health-hz HZ] [--seconds S]\n"
                  "       [--curve-secret FILE --curve-map FILE] [--report FILE] [--addressed]\n"
-                 "       [--obs-hz HZ [--camera NAME --frame-hw H,W]]\n";
+                 "       [--obs-hz HZ [--camera NAME --frame-hw H,W] [--rtc]]\n";
     std::exit(2);
 }
 
@@ -73,8 +74,8 @@ Options parse(int argc, char** argv) {
         {"--beat-s", &o.beat_s}, {"--obs-hz", &o.obs_hz}};
     for (int k = 1; k < argc; ++k) {
         std::string a = argv[k];
-        if (a == "--addressed") {
-            o.addressed = true;
+        if (a == "--addressed" || a == "--rtc") {
+            (a == "--rtc" ? o.rtc : o.addressed) = true;
             continue;
         }
         if (k + 1 >= argc) usage(a + " needs a value");
@@ -95,6 +96,7 @@ Options parse(int argc, char** argv) {
         usage("--actions, --publish, --robot and --tokenizer are required");
     if (o.deadline_ms <= 0 || o.rate_hz <= 0 || o.health_hz <= 0) usage("deadline, rate and health rate must be > 0");
     if (o.obs_hz < 0) usage("--obs-hz must be >= 0 (0: no observations)");
+    if (o.rtc && o.obs_hz <= 0) usage("--rtc needs --obs-hz: the committed prefix goes out with each obs");
     if (o.camera.empty() != frame_hw.empty()) usage("--camera and --frame-hw go together");
     if (!o.camera.empty()) {
         char* end;
@@ -129,10 +131,12 @@ Value trace_body(const std::string& node, const TraceRecord& r, std::deque<std::
     Value stamps = Value::object({});
     for (const auto& kv : r.stamps) stamps.map.push_back({Value::str(kv.first), Value::integer(kv.second)});
     keep.push_back(r.field);
+    Value fields = Value::object({{Value::str(keep.back()), Value::real(r.value)}});
+    if (r.window_ms > 0) fields.map.push_back({Value::str("window_ms"), Value::real(r.window_ms)});
     return Value::object({{Value::str("node"), Value::str(node)},
                           {Value::str("cycle"), Value::uinteger(r.cycle)},
                           {Value::str("stamps"), stamps},
-                          {Value::str("fields"), Value::object({{Value::str(keep.back()), Value::real(r.value)}})}});
+                          {Value::str("fields"), fields}});
 }
 
 }  // namespace
@@ -181,7 +185,7 @@ int main(int argc, char** argv) {
         int64_t start = wire::now_ns(), next = start, next_health = start, next_beat = start;
         int64_t next_obs = start;
         std::vector<float> obs_pos(axes.pos.size());
-        uint64_t obs_sent = 0;
+        uint64_t obs_sent = 0, committed_sent = 0;
         std::optional<example::Camera> camera;
         if (!o.camera.empty()) camera.emplace(o.camera, o.frame_h, o.frame_w);
         // in a fleet, one node's chunks at a time; the chunks taken from each node (src)
@@ -245,6 +249,17 @@ int main(int argc, char** argv) {
                     camera->capture(now);
                     body.map.push_back({Value::str("frames"), camera->frames()});
                 }
+                std::optional<Committed> committed = o.rtc ? rules.committed_prefix(now) : std::nullopt;
+                if (committed) {  // the plan's waypoints due before this obs's chunk can land
+                    const Committed& c = *committed;
+                    body.map.push_back({Value::str("committed"), Value::object({
+                        {Value::str("chunk"), Value::uinteger(c.chunk)},
+                        {Value::str("from"), Value::uinteger(c.from)},
+                        {Value::str("values"), Value::ndarray(wire::DType::F32, {c.n, c.values.size() / c.n},
+                                                              c.values.data(), c.values.size() * sizeof(float))},
+                        {Value::str("start_ns"), Value::integer(c.start_ns)}})});
+                    ++committed_sent;
+                }
                 if (send("obs", body, {{"capture", now}})) ++obs_sent;
             }
             // commit, compute, write: a new chunk's first setpoint is committed now, or
@@ -302,6 +317,7 @@ int main(int argc, char** argv) {
         add("pub.dropped", pub.dropped);
         add("pub.errors", publish_errors);
         add("obs_sent", obs_sent);
+        add("committed_sent", committed_sent);
         add("chunks_other_source", follow.chunks_other_source);
         add("source_switches", follow.source_switches);
         for (const auto& kv : chunks_from) add("chunks_from." + kv.first, kv.second);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 namespace rtinfer {
@@ -9,10 +10,30 @@ namespace rtinfer {
 using wire::Envelope;
 using wire::Value;
 
-const char* const COUNTERS[13] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
+const char* const COUNTERS[15] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
                                   "rejected_stale", "late_waypoints", "late_applies", "rejected_bad",
                                   "rejected_hash", "rejected_dest", "rejected_hold", "holds",
-                                  "commands"};
+                                  "commands", "chunks_conditioned", "prefix_mismatch"};
+
+std::string prefix_hash(const std::vector<float>& values) {
+    std::string bytes(values.size() * sizeof(float), '\0');  // little-endian hosts
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return sha256_hex(bytes).substr(0, 16);
+}
+
+void DelayEstimate::record(int64_t delay_ns) {
+    ring_[i_] = std::max<int64_t>(delay_ns, 0);
+    i_ = (i_ + 1) % ring_.size();
+    n_ = std::min(n_ + 1, ring_.size());
+}
+
+int64_t DelayEstimate::estimate() const {
+    if (n_ == 0) return 0;
+    std::vector<int64_t> s(ring_.begin(), ring_.begin() + long(n_));
+    std::sort(s.begin(), s.end());
+    size_t rank = size_t(std::ceil(0.9 * double(n_)));
+    return s[std::min(n_ - 1, rank - 1)];
+}
 static const std::string LATE = "late";
 
 ChunkRules::ChunkRules(ControllerConfig cfg) : cfg_(std::move(cfg)) {
@@ -43,8 +64,18 @@ uint64_t& ChunkRules::counter(const std::string& name) {
 std::string ChunkRules::on_waypoint(const Envelope& env, int64_t now) {
     std::vector<double> wp;
     std::string why = check(env, now, wp);
+    const Value* named = env.body.get("conditioned");
+    if (why.empty() && named) {  // a new chunk joins only the plan it names
+        int64_t capture = *wire::get_stamp(env.stamps, "capture");
+        const Chunk& c = chunk_;
+        bool in_use = c.keyed && c.src == env.src && c.cycle == env.body.get("cycle")->u &&
+                      c.capture_ns == capture;
+        bool older = c.keyed && capture < c.capture_ns;  // add() rejects it as stale
+        if (!in_use && !older && !joins(*named, capture)) why = "prefix_mismatch";
+    }
     if (why.empty()) why = add(env, wp);
     if (why.empty()) {
+        if (named && chunk_.received == 1) ++counter("chunks_conditioned");
         take(now);
         return "waypoints_accepted";
     }
@@ -65,7 +96,7 @@ std::string ChunkRules::check(const Envelope& env, int64_t now, std::vector<doub
     if (want.empty() || b.get("spec")->s != want) return "rejected_hash";
     auto capture = wire::get_stamp(env.stamps, "capture");
     if (!capture || *capture - now > cfg_.clock_uncertainty_ns) return "rejected_bad";  // none, or future
-    if (now - *capture > cfg_.deadline_ns) return LATE;
+    if (now - *capture > cfg_.deadline_ns && now - *capture >= window(b)) return LATE;
     const int64_t max_p = cfg_.max_period_ns;
     if (b.get("count")->u > cfg_.tokenizer.horizon || b.get("period_ns")->u > uint64_t(max_p) ||
         b.get("start_ns")->u > uint64_t(max_p))
@@ -109,6 +140,7 @@ std::string ChunkRules::add(const Envelope& env, const std::vector<double>& wp) 
         c.count = count;
         c.period_ns = period;
         c.start_ns = start;
+        c.window_ns = window(b);
         c.stamps = env.stamps;
         c.received = c.ready = c.applied = 0;
         std::fill(c.got.begin(), c.got.end(), false);
@@ -154,6 +186,7 @@ void ChunkRules::report_late(const std::string& src, uint64_t cycle, int64_t cap
     late_src_ = src;
     late_cycle_ = cycle;
     late_capture_ = capture;
+    if (auto recv = wire::get_stamp(stamps, "recv")) delay.record(*recv - capture);
     late_.push_back({cycle, stamps, "late_index", index});
 }
 
@@ -164,7 +197,8 @@ std::vector<TraceRecord> ChunkRules::take_late() {
 }
 
 void ChunkRules::commit(int64_t commit_ns) {
-    if (!apply_pending_ || commit_ns - chunk_.capture_ns <= cfg_.deadline_ns) return;
+    int64_t age = commit_ns - chunk_.capture_ns;
+    if (!apply_pending_ || age <= cfg_.deadline_ns || age < chunk_.window_ns) return;
     apply_pending_ = false;
     ++counter("late_applies");
     if (state_before_ == "run") ++counter("holds");
@@ -178,9 +212,53 @@ std::optional<TraceRecord> ChunkRules::applied(int64_t apply_ns) {
     int64_t e2e = apply_ns - chunk_.capture_ns;
     e2e_last_ns = e2e;
     e2e_max_ns = std::max(e2e_max_ns, e2e);
-    TraceRecord r{chunk_.cycle, chunk_.stamps, "e2e_ms", double(e2e) / 1e6};
+    delay.record(e2e);
+    TraceRecord r{chunk_.cycle, chunk_.stamps, "e2e_ms", double(e2e) / 1e6,
+                  double(chunk_.window_ns) / 1e6};
     wire::set_stamp(r.stamps, "apply", apply_ns);
     return r;
+}
+
+int64_t ChunkRules::window(const Value& b) const {
+    const Value* named = b.get("conditioned");
+    if (!named) return 0;
+    // in doubles: n and the times are u64 off the wire; anything past rtc_max_ns is capped
+    double w = double(b.get("start_ns")->u) + double(named->get("n")->u) * double(b.get("period_ns")->u);
+    return w >= double(cfg_.rtc_max_ns) ? cfg_.rtc_max_ns : int64_t(w);
+}
+
+// controllers/rtc.py joins(): tracking chunk `chunk`, holding from..from+n-1, `from` due with
+// the new chunk's waypoint 0, and their float32 values hash to `hash`
+bool ChunkRules::joins(const Value& named, int64_t capture) const {
+    const Chunk& c = chunk_;
+    uint64_t from = named.get("from")->u, n = named.get("n")->u;
+    if (state_ != "run" || !c.keyed || c.applied == 0 || c.cycle != named.get("chunk")->u ||
+        n > c.ready || from > c.ready - n)
+        return false;
+    int64_t p = c.period_ns, d = capture - c.capture_ns + p / 2;
+    int64_t aligned = d >= 0 ? d / p : -((-d + p - 1) / p);  // floor, as Python's //
+    if (aligned < 0 || uint64_t(aligned) != from) return false;
+    std::vector<float> v;
+    for (uint64_t i = from; i < from + n; ++i)
+        for (double x : c.waypoints[i]) v.push_back(float(x));
+    return prefix_hash(v) == named.get("hash")->s;
+}
+
+std::optional<Committed> ChunkRules::committed_prefix(int64_t capture_ns) const {
+    const Chunk& c = chunk_;
+    int64_t d = delay.estimate();
+    if (state_ != "run" || !c.keyed || c.applied == 0 || d == 0) return std::nullopt;
+    int64_t p = c.period_ns, s = c.start_ns;
+    d = std::min<int64_t>(d + 2000000, cfg_.rtc_max_ns);
+    int64_t x = capture_ns - c.capture_ns + p / 2;
+    int64_t from = x >= 0 ? x / p : -((-x + p - 1) / p);
+    int64_t n = d >= s ? (d - s) / p + 1 : 0;
+    n = std::min({n, int64_t(c.ready) - from, int64_t(c.waypoints.size()) - 1});
+    if (from < 0 || n <= 0) return std::nullopt;
+    Committed out{c.cycle, uint64_t(from), uint64_t(n), {}, c.capture_ns + s + from * p};
+    for (int64_t i = from; i < from + n; ++i)
+        for (double v : c.waypoints[size_t(i)]) out.values.push_back(float(v));
+    return out;
 }
 
 void ChunkRules::hold(const std::string& state) {

@@ -393,6 +393,21 @@ const std::vector<Field> ECHO = {
     {"src", check_name, false}, {"seq", u64, false}, {"sent_ns", ns, false}, {"recv_ns", ns, false}};
 void echo_field(const Value& v) { validate_fields(ECHO, v, ""); }
 
+// real-time chunking (section 5): an obs's committed prefix, a chunk's `conditioned`
+void committed_values(const Value& v) { check_array(v, 1, 2, true); }  // float32 (n, D)
+const std::vector<Field> COMMITTED = {{"chunk", u64, false}, {"from", u64, false},
+                                      {"values", committed_values, false}, {"start_ns", ns, false}};
+void committed_field(const Value& v) { validate_fields(COMMITTED, v, ""); }
+void prefix_hash_field(const Value& v) {
+    check_str(v);
+    bool hex = v.s.size() == 16;
+    for (char c : v.s) hex &= (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (!hex) schema("is not a prefix hash: must be 16 lowercase hex digits");
+}
+const std::vector<Field> CONDITIONED = {{"chunk", u64, false}, {"from", u64, false},
+                                        {"n", count_field, false}, {"hash", prefix_hash_field, false}};
+void conditioned_field(const Value& v) { validate_fields(CONDITIONED, v, ""); }
+
 struct BodySpec {
     const char* kind;
     std::vector<Field> fields;
@@ -400,11 +415,13 @@ struct BodySpec {
 
 const std::vector<BodySpec>& bodies() {
     static const std::vector<BodySpec> specs = {
-        {"obs", {{"values", obs_values, false}, {"ints", obs_ints, false}, {"frames", obs_frames, true}}},
+        {"obs", {{"values", obs_values, false}, {"ints", obs_ints, false}, {"frames", obs_frames, true},
+                 {"committed", committed_field, true}}},
         {"action_chunk", {{"cycle", u64, false}, {"index", u64, false}, {"count", count_field, false},
                           {"dest", check_name, false}, {"values", values_array, false},
                           {"tokens", tokens_array, true}, {"spec", check_str, false},
-                          {"period_ns", positive_ns, false}, {"start_ns", ns, false}}},
+                          {"period_ns", positive_ns, false}, {"start_ns", ns, false},
+                          {"conditioned", conditioned_field, true}}},
         {"heartbeat", {{"node", check_name, false}, {"sent_ns", ns, false}, {"echo", echo_field, true}}},
         {"health", {{"node", check_name, false}, {"state", check_str, false},
                     {"counters", u64_map, false}, {"gauges", real_map, false}}},

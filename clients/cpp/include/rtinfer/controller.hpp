@@ -25,18 +25,44 @@ struct ControllerConfig {
     int64_t max_period_ns = 1000000000;  // a waypoint period (or start) longer is bogus
     int64_t clock_uncertainty_ns = 0;  // how far a capture may lie in the robot's future: 0
                                        // when the robot stamps its own obs (docs/wire.md 5)
+    int64_t rtc_max_ns = 500000000;    // real-time chunking: the longest after capture a
+                                       // robot commits to, and a conditioned chunk stays fresh
     TokenizerConfig tokenizer;         // token chunks must carry its hash
     std::optional<ActionSpec> action;  // continuous chunks must carry its hash; none: refused
 };
 
 // The reference controller's counters, in its order (controllers/node.py COUNTERS).
-extern const char* const COUNTERS[13];
+extern const char* const COUNTERS[15];
+
+// The first 16 hex digits of sha256 over n values as float32, little-endian: what a
+// committed prefix is named by (docs/wire.md section 5).
+std::string prefix_hash(const std::vector<float>& values);
+
+// Real-time chunking: capture -> chunk applied per cycle (late: capture -> arrival), the
+// last 32; estimate() is their 90th percentile (the sample at that rank), 0 before any.
+class DelayEstimate {
+  public:
+    void record(int64_t delay_ns);
+    int64_t estimate() const;
+
+  private:
+    std::vector<int64_t> ring_ = std::vector<int64_t>(32, 0);
+    size_t n_ = 0, i_ = 0;
+};
+
+// An obs body's `committed`: waypoints from..from+n-1 of chunk `chunk`, values row-major.
+struct Committed {
+    uint64_t chunk = 0, from = 0, n = 0;
+    std::vector<float> values;  // n * D
+    int64_t start_ns = 0;
+};
 
 struct TraceRecord {  // a `trace` body: {node, cycle, stamps, fields: {name: value}}
     uint64_t cycle;
     wire::Stamps stamps;
     std::string field;
     double value;
+    double window_ms = 0;  // a conditioned chunk's: fresh this long after capture (0: none)
 };
 
 class ChunkRules {
@@ -55,6 +81,12 @@ class ChunkRules {
     // The chunk's first setpoint went out, committed at apply_ns: its `apply` record, if due.
     std::optional<TraceRecord> applied(int64_t apply_ns);
     std::vector<TraceRecord> take_late();  // `late_index` records since the last call
+    // The committed prefix of an obs captured at capture_ns, as controllers/rtc.py picks it:
+    // the plan in use's waypoints due from the new chunk's waypoint 0 until capture + the
+    // delay estimate + 2 ms (at most rtc_max_ns, the horizon less one); none while not
+    // tracking, before a delay is measured, or when none is due.
+    std::optional<Committed> committed_prefix(int64_t capture_ns) const;
+    DelayEstimate delay;
 
     uint64_t& counter(const std::string& name);
     const std::vector<std::pair<std::string, uint64_t>>& counters() const { return counters_; }
@@ -69,6 +101,7 @@ class ChunkRules {
         std::string src;
         uint64_t cycle = 0, count = 0;
         int64_t capture_ns = 0, period_ns = 0, start_ns = 0;
+        int64_t window_ns = 0;  // fresh this long after capture by a committed prefix
         wire::Stamps stamps;  // its first-received waypoint's
         bool keyed = false;
         size_t received = 0, ready = 0, applied = 0;
@@ -101,6 +134,9 @@ class ChunkRules {
     void report_late(const std::string& src, uint64_t cycle, int64_t capture,
                      const wire::Stamps& stamps, double index);
     void hold(const std::string& state);
+    // a conditioned chunk (its `conditioned` map, its capture) joins the plan in use
+    bool joins(const wire::Value& named, int64_t capture) const;
+    int64_t window(const wire::Value& body) const;  // start + n * period, at most rtc_max_ns; 0
     bool held() const { return state_ == "safe_hold" || state_ == "stopped"; }
 };
 
