@@ -24,7 +24,7 @@ PEERS = "peers.run"
 # `rtinfer bench NAME ...`: each benchmark's own main(argv), reached by module:function
 BENCHES = {name: f"rtinfer.bench.{name}:main" for name in ("transport", "jitter", "decode", "ttft",
                                                              "backend", "fleet", "scale",
-                                                             "dynamic", "camera")}
+                                                             "dynamic", "camera", "flow")}
 BENCHES["peers"] = f"{PEERS}:main"
 BENCHES["tick"] = "controllers.tick_bench:main"  # the robot side's own: it ranks above rtinfer
 BENCHES["fleet-failover"] = "rtinfer.fleet.failover:main"  # the fleet extra (Ray)
