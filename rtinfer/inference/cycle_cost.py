@@ -4,7 +4,7 @@ The node times every batch it runs and records it here (`record(batch, level, ns
 MIN_TIMED batches of a size were timed, that size's start-up profile (`set_profile`, the
 latency table) stands in, scaled by what the batch-1 cycles measured against their own
 profile. A budget level other than full quality is priced as full quality times its ratio:
-its batch-1 cycles measured against full quality's, else its start-up profile
+its batch-1 cycles measured against full quality's (MIN_TIMED of each), else its start-up profile
 (`set_level_profile`) against full quality's, else 1 (a level never timed is planned as dear
 as full quality, so it is never counted on to save time it may not save).
 
@@ -130,7 +130,7 @@ class Costs:
     def ratio(self, level: int) -> float:
         """A level's cost over full quality's (module doc); 1.0 while unknown."""
         timed, full = self.level_timed.get(level), self.timed[1]
-        if timed is not None and timed.count and full.count:
+        if timed is not None and min(timed.count, full.count) >= MIN_TIMED:
             return min(1.0, timed.p50_ns() / max(full.p50_ns(), 1))
         mine, top = self.level_profile.get(level), self.level_profile.get(0)
         return min(1.0, mine / top) if mine and top else 1.0

@@ -239,9 +239,9 @@ class InferenceNode:
             self.hist["ttft"].record(t_first - t_recv)
             self.hist["per_token"].record((t_end - t_first) // max(n - 1, 1))
             self.hist["cycle"].record(t_end - t_recv)
-            c = cycle.committed
-            self.robots.answered(slot, cycle.capture, cycle.last_publish_ns, window_ns=0 if c
-                                 is None or not c.used else self.committed.window_of(c.n))
+            com = cycle.committed  # not `c`: the counters, for the next job of the batch
+            self.robots.answered(slot, cycle.capture, cycle.last_publish_ns, window_ns=0 if com
+                                 is None or not com.used else self.committed.window_of(com.n))
             if self.trace is not None:
                 self.trace.write(cycle.record(self.cfg.name, t_end, n, slot.level_index,
                                               slot.counters["obs_superseded"]))

@@ -38,6 +38,7 @@ class RobotSlot:
     served_ns: int = 0                  # its last cycle was started (or it was admitted)
     level_index: int = 0                # the budget level its next cycle runs at
     asked_period_ns: int | None = None  # the observation period asked of it (overload)
+    queued_ns: int = 0                  # its cycle's observation waited this long for others
 
     @property
     def level(self) -> BudgetLevel:

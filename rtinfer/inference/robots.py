@@ -119,7 +119,7 @@ class Robots:
             return
         self.slack_ns = slot.slack_ns = max(slot.budget.deadline_ns, window_ns) - (
             last_publish_ns - (capture - offset))
-        slot.budget.update(slot.slack_ns)
+        slot.budget.update(slot.slack_ns + slot.queued_ns)  # the queue is the schedule's
 
     # --- once a second ------------------------------------------------------------------------
     def check_load(self, deadline_ns: int) -> None:

@@ -16,6 +16,11 @@ beside it:
 - **Batch.** The others waiting whose budget allows that level join, in the rule's order,
   up to the largest batch, less the last while the batch would end after any member's due.
 
+A robot's budget follows its slack less the time its observation queued behind other robots
+(`queued_ns`): its own level answers a path too slow for the deadline, the schedule answers
+a queue (shed on the queue's slack, every robot fell to the cheapest level at a load its
+second level served in time).
+
 The rule was chosen by replaying recorded arrivals through this code with each rule
 (rtinfer.bench.overload; docs/benchmarks/overload.md): earliest-deadline-first (`edf`, by
 the due of the first observation not answered since the robot's last cycle), least laxity
@@ -122,6 +127,7 @@ class Schedule:
             batch.pop()
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
+            s.queued_ns = max(0, now_ns - s.waiting.stamps.get("recv", now_ns))
         return batch
 
     def _key(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> tuple:

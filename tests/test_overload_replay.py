@@ -1,0 +1,119 @@
+"""Overload on one node, replayed: the real Robots on a simulated clock (rtinfer.bench.
+overload_replay), fed arrivals at fixed phases and cycles of fixed or recorded costs, so the
+verdicts are counts and bounds that do not depend on this machine's speed.
+
+A robot phase-locked behind others is not starved (the deadline order served it every cycle,
+each one too late); overload degrades to cheaper levels and lower observation rates before
+refusing; every admitted robot gets a chunk in time within its staleness limit."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rtinfer.bench.overload_replay import CostModel, replay, synthetic
+from rtinfer.inference.budget import Budget, BudgetLevel
+from rtinfer.inference.robots import Robots
+
+MS = 1_000_000
+DEADLINE_NS = 100 * MS
+
+
+def _robots(levels: int, period_ms: float, said: list | None = None, **kw) -> Robots:
+    return Robots(Budget([BudgetLevel(6 - i, 0, 4) for i in range(levels)], DEADLINE_NS),
+                  remote=False, period_ns=int(period_ms * MS), **kw,
+                  say=lambda kind, text, error=True: said is not None and said.append(
+                      (kind, text() if callable(text) else text)))
+
+
+def test_a_robot_phase_locked_behind_others_is_answered_in_time_in_its_turn():
+    # five robots at 10 Hz, 5 ms apart, admitted before any cycle was timed; each cycle then
+    # takes 24 ms: 120 ms of work per 100 ms. The deadline order served r2 every cycle and
+    # each of its chunks ended past the deadline: 18 of 200 in time in 20 s, a gap of 1.2 s,
+    # while r0 had all 200 (the starved robot of the fleet bench). A cycle that would end
+    # late is not run, and no robot waits behind the others for ever.
+    arrivals = synthetic({f"r{i}": 10.0 for i in range(5)}, 20.0,
+                         phases_ns={f"r{i}": 5 * i * MS for i in range(5)})
+    r = _robots(1, 100)
+    res = replay(r, arrivals, CostModel([24 * MS]), deadline_ns=DEADLINE_NS, profile=False)
+    applied = {n: p["applied"] for n, p in res["robots"].items()}
+    assert min(applied.values()) * 2 >= max(applied.values()), applied
+    assert res["late"] == 0  # no cycle the robot would reject
+    assert res["worst_gap_ms"] <= 2 * 200, res["robots"]  # limit: deadline + its interval
+    assert res["refused"] == 0
+
+
+def _fleet(n: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    return {f"r{i}": rng.choice([10.0, 15.0, 20.0]) for i in range(n)}
+
+
+@pytest.mark.parametrize("n", [16, 20])
+def test_twice_the_full_quality_load_degrades_and_every_robot_keeps_its_staleness_limit(n):
+    # levels of 8, 4 and 2 ms, one cycle in 16 preempted to 1.3x or 2x: about 8 robots at
+    # 10-20 Hz fit at full quality; 16-20 are served at cheaper levels, none refused, every
+    # chunk in time and no robot without one for longer than its staleness limit
+    said = []
+    arrivals = synthetic(_fleet(n, n), 10.0, seed=n, jitter_ns=2 * MS)
+    offered = len(arrivals) / 10.0
+    r = _robots(3, 50, said)
+    res = replay(r, arrivals, CostModel([8 * MS, 4 * MS, 2 * MS], spread=[1.0] * 14 + [1.3, 2.0]),
+                 deadline_ns=DEADLINE_NS)
+    assert res["refused"] == 0 and res["late"] == 0
+    assert res["worst_over_limit"] <= 1.0, res["robots"]
+    assert res["goodput_hz"] >= 0.95 * offered
+    assert res["level_mix"].get("0", 0) < 0.5  # degraded, not refused
+    assert any(kind == "load_level" for kind, _ in said)
+    counters, _ = r.figures()
+    assert counters["load_level"] >= 1 and counters["capacity"] >= n > counters["capacity_full"]
+
+
+def test_when_the_cheapest_level_does_not_fit_the_robots_are_asked_for_fewer_observations():
+    # one level of 20 ms, a 10 Hz policy: 4 robots fit its window (4 x 20 <= 80 ms), but they
+    # publish at 20 Hz, twice what the node can answer: each is asked for a period twice its
+    # own, said in its health, and robots that honour it get every chunk in time
+    arrivals = synthetic({f"r{i}": 20.0 for i in range(4)}, 10.0, seed=1)
+    r = _robots(1, 100)
+    res = replay(r, arrivals, CostModel([20 * MS]), deadline_ns=DEADLINE_NS)
+    asked = [s.asked_period_ns for s in r.slots.values()]
+    assert all(a is not None and 95 * MS <= a <= 110 * MS for a in asked), asked
+    _, gauges = r.figures()
+    assert all(f"robot.r{i}.obs_period_asked_us" in gauges for i in range(4))
+    assert res["refused"] == 0 and res["late"] == 0 and res["worst_over_limit"] <= 1.0
+
+
+def test_a_robot_the_cheapest_level_cannot_serve_is_refused_once_with_the_figure():
+    said = []
+    r = _robots(2, 50, said)
+    r.set_profile({1: 20 * MS})
+    r.cost_model.set_level_profile({0: 20 * MS, 1: 10 * MS})  # the cheapest fits 4 of 40 ms
+    for seq in range(1, 4):
+        for i in range(5):
+            r.offer(_obs(f"r{i}", seq), seq * MS, DEADLINE_NS)
+    assert set(r.slots) == {"r0", "r1", "r2", "r3"} and set(r.refused) == {"r4"}
+    lines = [text for kind, text in said if kind == "refused.r4"]
+    assert len(lines) == 1 and "at its cheapest budget level (1)" in lines[0]
+    assert "this node fits 4" in lines[0]
+    assert r.counters["robots_refused"] == 1 and r.counters["obs_refused"] == 3
+
+
+def test_a_level_is_priced_by_its_profile_until_enough_of_its_cycles_are_timed():
+    r = _robots(3, 50)
+    costs = r.cost_model
+    costs.set_level_profile({0: 10 * MS, 1: 5 * MS})
+    assert costs.ratio(1) == pytest.approx(0.5) and costs.ratio(2) == 1.0  # 2: unknown
+    for _ in range(16):
+        costs.record(1, 0, 8 * MS)
+        costs.record(1, 1, 6 * MS)
+    assert costs.ratio(1) == pytest.approx(0.75, rel=1e-2)
+    assert costs.batch_ns(1, median=True, level=1) == pytest.approx(6 * MS, rel=1e-2)
+
+
+def test_an_unknown_rule_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="one of edf, llf, wait"):
+        _robots(1, 50, rule="fifo")
+
+
+def _obs(name: str, seq: int):
+    from rtinfer.transport.wire import Envelope
+    return Envelope(2, "obs", seq, name, {}, {})
