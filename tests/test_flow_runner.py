@@ -214,3 +214,13 @@ def test_the_step_loop_allocates_nothing_and_reuses_its_buffers(tmp_path):
     assert (runner.x.ctypes.data, runner.v.ctypes.data) == (x_ptr, v_ptr)
     # any temporary of the chunk's size (x + dt * v without out=) would show as 16 KiB here
     assert max(peaks) < runner.x.nbytes, peaks
+
+
+def test_the_tensorrt_path_imports_without_a_gpu_and_says_the_fix_where_it_cannot_run(euler):
+    import importlib.util
+    from rtinfer.inference.backends.base import BackendError
+    import rtinfer.inference.flow_trt  # noqa: F401  (import-safe: tensorrt and torch lazily)
+    if importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available():
+        pytest.skip("a GPU with TensorRT is here: the parity run belongs on it")
+    with pytest.raises(BackendError, match="use --backend onnx"):
+        load_policy(euler[1], InferenceNodeConfig(backend="tensorrt"))
