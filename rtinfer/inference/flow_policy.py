@@ -84,7 +84,11 @@ class FlowPolicy:
         out = []
         for cycle, feeds in jobs:
             level = cycle.level.depth
-            chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle))
+            c = cycle.committed  # the robot's committed prefix: only when max_committed > 0
+            chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle),
+                                    committed=None if c is None else c.values)
+            if c is not None:
+                c.used = True  # every waypoint names it (docs/wire.md, real-time chunking)
             self.counters["flow_steps"] += self.model.levels[level]["steps"]
             cycle.first_token_ns = now_ns()
             if emit is not None:
