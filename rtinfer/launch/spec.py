@@ -109,6 +109,11 @@ class LaunchSpec:
         refs = {m.group(1).strip() for n in nodes for a in n.args for m in REF.finditer(a)}
         return [e for e in self.endpoints if any(r == f"endpoints.{e}" for r in refs)]
 
+    def takes_seconds(self, nodes) -> bool:
+        """Whether a node of `nodes` takes ${seconds} (then it ends the run itself)."""
+        return any(m.group(1).strip() == "seconds" for n in nodes for a in n.args
+                   for m in REF.finditer(a))
+
     def curve_map(self, run_dir: str | Path) -> dict:
         """{address: {"server_key", "allow"}} of the CURVE endpoints (written to curve.json)."""
         return {e.address(run_dir): {"server_key": e.server_key, "allow": e.allow}

@@ -18,8 +18,8 @@ that fails for good ends it with exit 1. A per-robot node (`robots: N`) is requi
 own robot only: when it exits 0 or fails for good, that robot ends (its other per-robot nodes
 are stopped, one line says so, launch_summary.json's "robots_ended" records it) and the
 other robots go on; the launch ends when every robot has (exit 1 if every robot failed).
-When no node is left running or waiting to restart, the launch ends (exit 1 if any failed). SIGINT/SIGTERM (once) or the --seconds bound
-stop the nodes in reverse start order: SIGTERM to the group, `stop_grace_s`, then
+When no node is left running or waiting to restart, the launch ends (exit 1 if any failed).
+SIGINT/SIGTERM (once) or the --seconds bound stop the nodes in reverse start order: SIGTERM to the group, `stop_grace_s`, then
 SIGKILL to the group; a second signal skips the grace. Leftover members of a node's group
 are SIGKILLed when the node exits.
 
@@ -29,6 +29,10 @@ node failed for good (restarts exhausted) or never became healthy (it failed and
 back up for RECOVERED_S when the run ended). Each failed node gets one line,
 ``node 'N' FAILED: why (last exit: the exception's line); log PATH``; the traceback is only
 in the node's log.
+
+`seconds:` (the file's, or --set seconds=S) is passed to the nodes that take ${seconds}, which
+end the run themselves; when no node takes it, it is the launcher's own bound, as --seconds
+(said in the launch log). --seconds always bounds the launch.
 
 Runs: the default run directory is new for every run (rtinfer.launch.runs.make_run_dir);
 a run directory or endpoint held by another live launcher is refused before any node
@@ -129,7 +133,7 @@ class Supervisor:
                 failed = any(p.state == "failed" for p in self.procs)
                 self._stop("every node has exited", code=1 if failed else 0)
             if end is not None and now >= end:
-                self._stop(f"--seconds {self.seconds:g} elapsed")
+                self._stop(f"seconds {self.seconds:g} elapsed")
 
     def _await_first_line(self, p: NodeProcess) -> None:
         """A node with ready_s (the shipped monitor, the recorder) holds the next ones back
@@ -273,6 +277,10 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
                 raise LaunchError(f"cannot write {rd / name}: {why}; free some space or pass "
                                   "another --run-dir")
         notes = list(claim.notes)
+        if seconds is None and spec.seconds is not None and not spec.takes_seconds(nodes):
+            seconds = spec.seconds  # else it bounds nothing: the launcher keeps it
+            notes.append(f"seconds {spec.seconds:g}: no node takes ${{seconds}}, so the launch "
+                         "stops after that long")
         if out is not None:
             recorder, said = recorder_node(spec, nodes, out)
             nodes, notes = [recorder, *nodes], notes + said
