@@ -21,6 +21,9 @@ except where the estimate cannot be told from 0 (always on one host: stamps are 
 compared as they are; see rtinfer.transport.peer_clock).
 Budget: `requests` are the level changes this monitor asked for; `changes` are those the
 policy node applied, from its own health (`budget_switches`): a --no-budget node applies none.
+The report's `nodes` hold each node's liveliness and, from its last `health`, its state,
+`counters` and `gauges` (`counters_as_of_s`: how long before the report that health came), so
+a run's report has every process's counters, a policy node's too (it writes no report file).
 On exit the monitor publishes one last `health` (state "stopped") from the same summary it
 writes to --report, so a dashboard's final counts are the report's.
 Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
@@ -70,6 +73,7 @@ class Monitor:
         # per node, from the arrival times (monitor clock) of all its messages
         self.live = Liveliness(alive_periods=cfg.dead_after_periods)
         self.states: dict[str, str] = {}  # node -> the state of its latest health message
+        self.last_health: dict[str, tuple[int, dict]] = {}  # node -> (recv ns, its body)
         self.applied: dict[str, tuple[int, int]] = {}  # policy node -> (budget switches, level)
         self.clocks: dict[str, PeerClock] = {}  # node -> its clock, from ping round trips
         self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
@@ -109,6 +113,7 @@ class Monitor:
             self._on_trace(body, t)
         elif env.topic == "health":
             self.states[name] = body["state"]
+            self.last_health[name] = (t, body)
             c = body["counters"]
             if "budget_switches" in c:  # a policy node's own count of the levels it applied
                 self.applied[name] = (c["budget_switches"], c.get("budget_level", 0))
@@ -272,7 +277,8 @@ class Monitor:
         stages = {name: percentiles_ms(h) for name, h in self.hist.items()}
         nodes = {n: {"alive": s.alive, "state": self.states.get(n, ""), "messages": s.count,
                      "missed_periods": s.missed, "deaths": s.deaths,
-                     "silent_s": (now - s.last_ns) / 1e9} for n, s in self.live.items()}
+                     "silent_s": (now - s.last_ns) / 1e9, **self._last_counts(n, now)}
+                 for n, s in self.live.items()}
         return {"deadline_ms": self.cfg.deadline_ms, "cycles": p.counters["cycles"],
                 "misses": p.counters["misses"], "late_cycles": self.counters["late_cycles"],
                 "miss_rate": p.counters["misses"] / max(p.counters["cycles"], 1),
@@ -283,6 +289,15 @@ class Monitor:
                 "robots": {n: fig.summary() for n, fig in self.robots.items()},
                 "counters": {**self.counters, **self.sub.counters},
                 "events": [e.to_dict() for e in p.events], "definitions": DEFINITIONS}
+
+    def _last_counts(self, node: str, now: int) -> dict:
+        """A node's counters and gauges from its last health, and how long before `now` it
+        came (counters_as_of_s): what it counted after that is not in them."""
+        if node not in self.last_health:
+            return {}
+        t, body = self.last_health[node]
+        return {"counters": dict(body["counters"]), "gauges": dict(body.get("gauges", {})),
+                "counters_as_of_s": (now - t) / 1e9}
 
     def close(self) -> None:
         self.sub.close()
