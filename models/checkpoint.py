@@ -56,6 +56,21 @@ def save(path, model: Policy, vocab: Vocab | None = None, meta: dict | None = No
     return weights
 
 
+def untransposed(state: dict, want) -> dict:
+    """`state` with each `<name>_T` whose `<name>` the model wants (and `state` lacks) swapped
+    back (last two axes): a shipped checkpoint stores a matrix in the layout its ONNX graphs
+    read it, so that one file serves both (models.checkpoint_blob)."""
+    out = {}
+    for k, v in state.items():
+        base = k[:-2]
+        if k.endswith("_T") and k not in want and base in want:
+            if base not in state:
+                out[base] = v.transpose(-1, -2).contiguous()
+        else:
+            out[k] = v
+    return out
+
+
 def load(path, device: str = "cpu") -> Checkpoint:
     """Read a checkpoint written by save(); the model comes back in eval mode.
     Raises ValueError on a foreign/newer sidecar or mismatching tensors."""
@@ -66,7 +81,7 @@ def load(path, device: str = "cpu") -> Checkpoint:
     cfg = PolicyConfig.from_dict(info["config"])
     vocab = Vocab.from_dict(info["vocab"]) if info.get("vocab") else None
     model = Policy(cfg)
-    state = load_file(str(weights), device=device)
+    state = untransposed(load_file(str(weights), device=device), model.state_dict())
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:  # torch reports missing/unexpected keys and shape mismatches

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from models.checkpoint import untransposed
 from models.config import PolicyConfig, Vocab
 from models.policy import Policy
 
@@ -288,7 +289,8 @@ def load(path) -> tuple[Policy, Vocab | None, dict]:
         policy = upcycle(policy, ffn["n_expert"], ffn.get("aux_weight", 0.01))
     elif ffn["kind"] == "wide":
         policy = widen_ffn(policy, ffn["factor"])
-    policy.load_state_dict(load_file(str(stem.with_suffix(".safetensors"))), strict=True)
+    state = untransposed(load_file(str(stem.with_suffix(".safetensors"))), policy.state_dict())
+    policy.load_state_dict(state, strict=True)
     vocab = Vocab.from_dict(info["vocab"]) if info.get("vocab") else None
     return policy.eval(), vocab, info
 

@@ -61,15 +61,15 @@ def test_bad_options_and_outputs_are_refused_before_the_run_naming_the_path_give
 def test_a_corrupt_model_fails_the_demo_with_the_nodes_error_on_the_console(tmp_path):
     bad = tmp_path / "bad-model"
     shutil.copytree(ROOT / "models/zoo/conveyor-v1", bad)
-    with open(bad / "weights.bin", "r+b") as f:
+    with open(bad / "policy.safetensors", "r+b") as f:  # the fp32 graphs' weights
         f.truncate(1000)
     r = demo(tmp_path, "--policy", str(bad), "--seconds", "3", "--json",
              "--run-dir", str(tmp_path / "run"))
     assert r.returncode == 1, r.stderr[-3000:]
     report = json.loads(r.stdout)
     error = "\n".join(report["error"])
-    assert "policy" in error and "weights.bin" in error, error
-    assert "weights.bin" in r.stderr and "policy.log" in r.stderr, r.stderr[-3000:]
+    assert "policy" in error and "policy.safetensors" in error, error
+    assert "policy.safetensors" in r.stderr and "policy.log" in r.stderr, r.stderr[-3000:]
 
 
 def test_package_metadata_builds_without_deprecation_warnings_and_ships_models_and_launch_files(
@@ -84,7 +84,7 @@ def test_package_metadata_builds_without_deprecation_warnings_and_ships_models_a
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
     assert "eprecat" not in out and "SetuptoolsWarning" not in out, out
-    for rel in ("models/zoo/conveyor-v1/weights.bin", "models/zoo/conveyor-v1/stream.npz",
+    for rel in ("models/zoo/conveyor-v1/policy.safetensors", "models/zoo/conveyor-v1/stream.npz",
                 "models/zoo/conveyor-v1/graphs.json", "rtinfer/cli/launch/conveyor_sorting.yaml",
                 "rtinfer/cli/launch/conveyor_expert.yaml"):
         assert (lib / rel).is_file() and not (lib / rel).is_symlink(), rel

@@ -157,8 +157,10 @@ def _doc_example() -> dict:
 def test_the_policies_doc_example_declares_a_level_the_runtime_accepts_and_checks(tmp_path):
     out = tmp_path / "doc"
     out.mkdir()
-    for f in SHIPPED.iterdir():
-        (out / f.name).symlink_to(f)
+    for f in [*SHIPPED.iterdir(), *SHIPPED.parent.glob("_blobs/*/*")]:  # the page's names
+        if not (out / f.name).exists():
+            (out / f.name).symlink_to(f)
+    (tmp_path / "_blobs").symlink_to(SHIPPED.parent / "_blobs")  # graphs.json's shared files
     m = json.loads((SHIPPED / "graphs.json").read_text())
     decl = _doc_example()["gated"]
     for g in decl[0]["graphs"]:

@@ -177,7 +177,7 @@ def test_shipped_set_sorts_within_two_points_of_fp32(prec):
 
 @needs_zoo
 def test_shipped_quantised_sets_are_small():
-    fp32 = sum((ZOO / n).stat().st_size for n in ["weights.bin"] +
+    fp32 = sum((ZOO / n).stat().st_size for n in ["policy.safetensors"] +
                [p.name for p in ZOO.glob("step_*.onnx")])
     sizes = {p: sum(f.stat().st_size for f in (ZOO / p).iterdir()) for p in QUANTISED}
     assert sizes["int4"] < sizes["int8"] < fp32 / 2 and sum(sizes.values()) < 5e6, sizes

@@ -58,7 +58,7 @@ def test_dense_model_is_not_accidentally_sparse():
 
 
 def test_bandwidth_floor_counts_the_shared_external_weights():
-    """The shipped graphs keep their weights in one weights.bin: the floor must count it
+    """The shipped graphs keep their weights in one external file: the floor must count it
     (the graph file alone is ~65 KB of a 1.3 M-parameter model)."""
     from rtinfer.bench.backend import weight_bytes
     params = json.loads((DENSE / "policy.json").read_text())["meta"]["params"]

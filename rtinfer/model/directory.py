@@ -9,7 +9,11 @@
     card.json          optional: {"accuracy": {"<depth>": float}, ...} per exit depth
     graphs.json "gated"  optional: token-gated graph sets, one per router threshold, each a
                        budget level (GatedSet; docs/policies.md "Gated budget levels")
-    policy.safetensors + policy.json   optional checkpoint (the torch backend loads it)
+    policy.safetensors + policy.json   optional checkpoint (the torch backend loads it); a
+                       shipped model's fp32 graphs read their weights from it (graphs.json
+                       "weights" names it; models.checkpoint_blob) instead of weights.bin
+    ../_blobs/<sha256>/FILE  a file shared with other zoo folders (models/zoo/README.md): any
+                       graphs.json path that leaves the folder must lie in such a folder
 
 Sequence layout (rtinfer.model.sequence, shared with training):
     [BOS][instruction C][observation L][SEP][action tokens H*D]
@@ -46,6 +50,14 @@ def graph_dtype(precision: str) -> str:
 
 
 GATED_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+# A graphs.json path into a folder of blobs shared between zoo folders (models.checkpoint_blob).
+SHARED = re.compile(r"\.\./_blobs/[0-9a-f]{64}/[^/\\]+")
+
+
+def inside(name: str) -> bool:
+    """A graphs.json file name the loaders may open: inside the model folder, or a shared blob
+    folder's file (`../_blobs/<sha256>/FILE`)."""
+    return bool(SHARED.fullmatch(name)) or not (Path(name).is_absolute() or ".." in Path(name).parts)
 
 
 @dataclass(frozen=True)
@@ -225,6 +237,8 @@ class ModelDir:
                     raise ModelError(f"{at}: {g['file']} has depth {g['depth']}; gated graphs "
                                      f"are full depth ({full}) only")
                 f = self.path / g["file"]
+                if not inside(g["file"]):
+                    raise ModelError(f"{at}: {g['file']} lies outside the model folder")
                 if not f.is_file():
                     raise ModelError(f"{f} (gated level {name!r}) is missing; re-export it "
                                      "(python -m models.gating ship)")
@@ -261,6 +275,9 @@ class ModelDir:
         for key, g in [*self.graphs.items(), *(((g["dtype"],) + k[1:], g)
                                                 for k, g in self.batched.items())]:
             f = self.path / g["file"]
+            if not inside(g["file"]):
+                raise ModelError(f"{where}/graphs.json: {g['file']} lies outside the model "
+                                 "folder; name files inside it or in ../_blobs/<sha256>/")
             if not f.exists():
                 raise ModelError(f"{f} listed in graphs.json is missing; re-export the model")
             if check_hashes and key[0] == "float32" and g.get("sha256") and \
@@ -270,7 +287,10 @@ class ModelDir:
             f = self.path / name
             if not f.exists():
                 raise ModelError(f"{f} (shared weights) is missing; re-export the model")
-            if check_hashes and Path(name).parent == Path(".") and \
+            if not inside(name):
+                raise ModelError(f"{where}/graphs.json: {name} lies outside the model folder; "
+                                 "name files inside it or in ../_blobs/<sha256>/")
+            if check_hashes and (Path(name).parent == Path(".") or SHARED.fullmatch(name)) and \
                     hashlib.sha256(f.read_bytes()).hexdigest() != digest:
                 raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
 
