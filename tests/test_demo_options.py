@@ -88,6 +88,7 @@ def test_package_metadata_builds_without_deprecation_warnings_and_ships_models_a
                 "models/zoo/conveyor-v1/graphs.json", "rtinfer/cli/launch/conveyor_sorting.yaml",
                 "rtinfer/cli/launch/conveyor_expert.yaml"):
         assert (lib / rel).is_file() and not (lib / rel).is_symlink(), rel
+    assert not (lib / "examples").exists() and not (lib / "peers").exists()  # checkout only
 
 
 def test_help_texts_list_the_options_in_whole_sentences():

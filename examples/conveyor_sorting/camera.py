@@ -4,7 +4,7 @@
         --frames ipc:///tmp/camera [--hz 20] [--width 224 --height 224 | --policy MODEL_DIR] \
         [--seconds 10] [--report camera_report.json]
 
-Design (issue 31). The 1 kHz sim loop only publishes its qpos (`StateTap`: `obs/cell_state`,
+Design. The 1 kHz sim loop only publishes its qpos (`StateTap`: `obs/cell_state`,
 float64 [nq], about 1 KB, every 1000/state_hz ticks) on an endpoint of its own; this process
 mirrors the cell's model (the same MJCF, no physics), sets the newest qpos, runs kinematics
 and renders. Rendering in the sim's loop would stall it for a whole frame's render (ms: see

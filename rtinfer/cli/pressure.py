@@ -1,5 +1,5 @@
 """`rtinfer demo --stress near-deadline`: the deadline guarantee for a policy that is itself
-near its deadline (issue 20), judged from the runs' own traces.
+near its deadline, judged from the runs' own traces.
 
 One invocation runs the shipped policy unpressured (the launch file's deadline: the sorting
 baseline), then under each load of CONDITIONS (nominal: the policy node alone on its CPU;
