@@ -16,6 +16,8 @@ import zlib
 import numpy as np
 
 from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.flow_runner import FlowRunner
+from rtinfer.inference.flow_trt import FlowTrtRunner
 from rtinfer.inference.graph_runner import zero_feeds
 from rtinfer.model.directory import ModelError
 from rtinfer.model.flow_model import FlowModelDir
@@ -48,10 +50,8 @@ class FlowPolicy:
                              "set of graphs and no precision sets; leave --precision out")
         self.model = md
         if cfg.backend == "tensorrt":
-            from rtinfer.inference.flow_trt import FlowTrtRunner
             self.runner = FlowTrtRunner(md)
         else:
-            from rtinfer.inference.flow_runner import FlowRunner
             self.runner = FlowRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
         self.seed = int(cfg.seed) % 2 ** 64
         self.zero_noise = md.noise == "zero"
