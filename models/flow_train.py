@@ -198,11 +198,13 @@ def train_flow(net: FlowNet, cond: torch.Tensor, y_rel: torch.Tensor, *, steps: 
 
 
 def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teacher_steps: int = 10,
-                     batch: int = 256, lr: float = 2e-4, seed: int = 1, rtc_prob: float = 0.5,
-                     log_every: int = 200, log=print) -> tuple[FlowNet, list[dict]]:
+                     y_rel: torch.Tensor | None = None, batch: int = 256, lr: float = 2e-4,
+                     seed: int = 1, rtc_prob: float = 0.5, log_every: int = 200, log=print
+                     ) -> tuple[FlowNet, list[dict]]:
     """Reflow distillation to one step: a copy of `teacher` learns v(noise, t=1) so that
     noise - v equals the teacher's `teacher_steps`-step Euler result from the same noise (and
-    the same committed prefix, drawn as in training from the teacher's own result)."""
+    the same committed prefix, drawn as in training: the rows' own chunks y_rel where given,
+    else the teacher's unconditioned result, which costs a second integration)."""
     import copy
     student = copy.deepcopy(teacher)
     teacher.eval()
@@ -218,7 +220,8 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
         zero = torch.zeros_like(noise) if zero is None else zero
         with torch.no_grad():
             pre = teacher.encode(c)
-            free = integrate(teacher, pre, zero, noise, teacher_steps)
+            free = integrate(teacher, pre, zero, noise, teacher_steps) if y_rel is None \
+                else y_rel[idx]
             done = committed_mask(batch, h, teacher.cfg.max_committed, rtc_prob, gen)
             n = done.sum(1)
             target = integrate(teacher, pre, zero, noise, teacher_steps, committed=free, n_committed=n)

@@ -41,7 +41,7 @@ def eval_loss(net, cond, y) -> float:
 def test_training_steps_reduce_the_flow_loss():
     net, (cond, y) = tiny(), tiny_data()
     before = eval_loss(net, cond, y)
-    hist = train_flow(net, cond, y, steps=80, batch=64, lr=3e-3, log_every=40, log=lambda s: None)
+    hist = train_flow(net, cond, y, steps=40, batch=64, lr=3e-3, log_every=20, log=lambda s: None)
     after = eval_loss(net, cond, y)
     assert len(hist) == 2 and after < 0.5 * before
 
@@ -94,3 +94,53 @@ def test_one_step_distillation_moves_toward_the_teacher():
     with torch.no_grad():
         gap1 = (integrate(student, student.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
     assert len(hist) == 1 and gap1 < gap0
+
+
+def cell_rows(n=32, seed=0) -> dict:
+    """Observation rows shaped like the conveyor cell's (random values) with 16-waypoint chunks."""
+    rng = np.random.default_rng(seed)
+    objects = np.zeros((n, 6, 4), np.float32)
+    objects[..., 0] = rng.integers(0, 3, (n, 6))
+    objects[..., 1:3] = rng.uniform(-0.5, 0.5, (n, 6, 2))
+    objects[..., 3] = rng.random((n, 6)) < 0.7
+    gantry = rng.uniform(-0.3, 0.5, (n, 8)).astype(np.float32)
+    actions = gantry[:, None, :4] + rng.normal(0, 0.05, (n, 16, 4)).astype(np.float32)
+    actions[..., 3] = rng.random((n, 16)) < 0.5
+    return {"objects": objects, "gantry": gantry,
+            "held": rng.integers(-1, 3, (n, 1)).astype(np.float32),
+            "instruction_tokens": np.int32([rng.permutation(3) for _ in range(n)]),
+            "action_values": actions.astype(np.float32)}
+
+
+def test_conveyor_flow_package_serves_what_torch_integrates(tmp_path):
+    """The packaged directory (prefix with the cell's features, anchored step graph, affine)
+    through the node's FlowRunner equals torch's integration, committed prefix included."""
+    pytest.importorskip("mujoco")
+    from examples.conveyor_sorting import flow_policy as fp
+    from models.flow_train import save
+    from rtinfer.inference.flow_runner import FlowRunner
+    from rtinfer.model.flow_model import FlowModelDir
+    rows = cell_rows()
+    np.savez(tmp_path / "rows.npz", **rows)
+    data = fp.load_data([tmp_path / "rows.npz"])[0]
+    stats = fp.stats_of(data)
+    torch.manual_seed(0)
+    net = FlowNet(FlowConfig(cond_dim=72, horizon=16, action_dim=4, prefix_tokens=2, width=32,
+                             layers=1, heads=2, ff=64, enc_hidden=32, max_committed=8))
+    save(net, tmp_path / "net.pt", {"stats": stats})
+    card = fp.package(tmp_path / "net.pt", tmp_path / "dir", tmp_path / "net.pt",
+                      [tmp_path / "rows.npz"])
+    assert card["max_committed"] == 8 and card["parity"]["max_abs_diff"]["chunk_10"] <= 1e-4
+    assert card["parity"]["max_abs_diff"]["committed_change"] == 0.0
+    runner = FlowRunner(FlowModelDir.load(tmp_path / "dir"), clip=False)
+    feed = {k: np.ascontiguousarray(data[k][3:4]) for k in fp.OBS_KEYS}
+    noise = np.random.default_rng(1).standard_normal((1, 16, 4)).astype(np.float32)
+    scale, offset = (torch.tensor(stats[k]) for k in ("act_scale", "act_offset"))
+    with torch.no_grad():
+        emb, anchor = fp.prefix_module(net, stats)(*(torch.from_numpy(v) for v in feed.values()))
+        want = integrate(net, emb, anchor, torch.from_numpy(noise), 10) * scale + offset
+    got = runner.run(feed, 0, noise=noise)
+    assert np.abs(got - want[0].numpy()).max() <= 1e-4
+    committed = data["actions"][3, :5]
+    got_c = runner.run(feed, 0, noise=noise, committed=committed)
+    assert np.abs(got_c[:5] - committed).max() <= 1e-5

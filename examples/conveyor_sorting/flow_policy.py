@@ -197,6 +197,34 @@ class TorchFlowPolicy:
         return torch.maximum(torch.minimum(a[0], self.high), self.low).numpy()
 
 
+class FlowDirPolicy:
+    """reset() / act(obs) -> (H, D): a flow model directory at `level` through the inference
+    node's FlowRunner and the same obs wire body, noise seeded per cycle from (seed, episode,
+    cycle) as the node seeds it from (seed, robot, seq). chunk_ns: each act's compute."""
+
+    def __init__(self, path, level: int = 0, seed: int = 0, threads: int = 1):
+        from rtinfer.inference.flow_runner import FlowRunner
+        from rtinfer.model.flow_model import FlowModelDir
+        self.model = FlowModelDir.load(path)
+        self.runner = FlowRunner(self.model, threads=threads)
+        self.level, self.seed, self.episode, self.cycle = level, seed, -1, 0
+        self.chunk_ns: list[int] = []
+
+    def reset(self) -> None:
+        self.episode, self.cycle = self.episode + 1, 0
+
+    def act(self, obs) -> np.ndarray:
+        from .observe import obs_body
+        body = obs_body(obs)
+        body.pop("frames", None)
+        t0 = time.perf_counter_ns()
+        chunk = self.runner.run(self.model.obs.feeds(body), self.level,
+                                seed=(self.seed, self.episode, self.cycle)).copy()
+        self.chunk_ns.append(time.perf_counter_ns() - t0)
+        self.cycle += 1
+        return chunk
+
+
 def lockstep(make_policy, episodes: int, seed: int = 0, instructions: str = "all") -> dict:
     from .evaluate import parse_instructions, run_per_instruction
     t = time.perf_counter()
@@ -334,13 +362,14 @@ def cmd_distill(a) -> dict:
     torch.set_num_threads(a.threads)
     teacher, extra = _load(a.checkpoint)
     data, lineage = load_data(a.data, a.relabel, None, a.per_state)
-    cond, _ = training_tensors(data, extra["stats"])
-    student, hist = distill_one_step(teacher, cond, steps=a.steps, batch=a.batch, lr=a.lr,
+    cond, y = training_tensors(data, extra["stats"])
+    student, hist = distill_one_step(teacher, cond, y_rel=y, steps=a.steps, batch=a.batch, lr=a.lr,
                                      seed=a.seed, log_every=a.log_every,
                                      log=lambda s: print(s, flush=True))
     save(student, a.out, {"stats": extra["stats"], "teacher": a.checkpoint, "data": lineage,
                           "distill": {"method": "reflow distillation to one step (InstaFlow-style)",
-                                      "teacher_steps": 10, "steps": a.steps, "batch": a.batch,
+                                      "teacher_steps": 10, "committed_prefix": "the rows' expert chunks",
+                                      "steps": a.steps, "batch": a.batch,
                                       "lr": a.lr, "loss": hist}})
     return {"final_loss": hist[-1]["loss"], "s": hist[-1]["s"]}
 
@@ -348,6 +377,17 @@ def cmd_distill(a) -> dict:
 def cmd_eval(a) -> dict:
     import torch
     torch.set_num_threads(a.threads)
+    if a.dir:
+        pols = []
+
+        def make(env):
+            pols.append(FlowDirPolicy(a.dir, a.level, a.seed))
+            return pols[-1]
+        r = lockstep(make, a.episodes, a.seed, a.instructions)
+        ns = np.concatenate([p.chunk_ns for p in pols]) / 1e6
+        return r | {"level": a.level, "chunk_ms": {"p50": round(float(np.median(ns)), 3),
+                                                   "p99": round(float(np.percentile(ns, 99)), 3),
+                                                   "runs": int(len(ns))}}
     net, extra = _load(a.checkpoint)
     return lockstep(lambda env: TorchFlowPolicy(net, extra["stats"], a.steps, a.seed),
                     a.episodes, a.seed, a.instructions) | {"steps": a.steps}
@@ -356,12 +396,22 @@ def cmd_eval(a) -> dict:
 def cmd_dagger(a) -> dict:
     import torch
     torch.set_num_threads(a.threads)
-    net, extra = _load(a.checkpoint)
-    r = collect(a.episodes, a.out, a.seed,
-                make_policy=lambda env: TorchFlowPolicy(net, extra["stats"], a.steps, a.seed),
-                beta=a.beta)
+    if a.dir:
+        make = lambda env: FlowDirPolicy(a.dir, a.level, a.seed)  # noqa: E731
+    else:
+        net, extra = _load(a.checkpoint)
+        make = lambda env: TorchFlowPolicy(net, extra["stats"], a.steps, a.seed)  # noqa: E731
+    r = collect(a.episodes, a.out, a.seed, make_policy=make, beta=a.beta)
     r.pop("per_instruction", None)
     return r
+
+
+def cmd_package(a) -> dict:
+    """Package; with --levels-json (cmd eval --dir results per level) the card gets each
+    level's success and latency, and the ladder is named in the card."""
+    card = json.loads(Path(a.card).read_text()) if a.card else {}
+    card = package(a.checkpoint, a.out, a.distilled, a.parity_data, card)
+    return {k: card[k] for k in ("levels", "parity") if k in card}
 
 
 def main(argv=None) -> int:
@@ -404,7 +454,10 @@ def main(argv=None) -> int:
     d.add_argument("--log-every", type=int, default=100)
     for name in ("eval", "dagger"):
         e = sub.add_parser(name)
-        e.add_argument("--checkpoint", required=True)
+        e.add_argument("--checkpoint", default=None)
+        e.add_argument("--dir", default=None, help="a packaged model directory (the "
+                       "node's FlowRunner) instead of --checkpoint")
+        e.add_argument("--level", type=int, default=0)
         e.add_argument("--steps", type=int, default=10)
         e.add_argument("--episodes", type=int, default=2)
         e.add_argument("--seed", type=int, default=0)
@@ -414,13 +467,19 @@ def main(argv=None) -> int:
         else:
             e.add_argument("--out", required=True)
             e.add_argument("--beta", type=float, default=0.0)
+    k = sub.add_parser("package")
+    k.add_argument("--checkpoint", required=True)
+    k.add_argument("--distilled", default=None)
+    k.add_argument("--out", required=True)
+    k.add_argument("--parity-data", nargs="*", default=[])
+    k.add_argument("--card", default=None, help="JSON merged into card.json (figures)")
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         r = collect(a.episodes, a.out, a.seed, a.noise_m)
         r.pop("per_instruction", None)
     else:
         r = {"train": cmd_train, "distill": cmd_distill, "eval": cmd_eval,
-             "dagger": cmd_dagger}[a.cmd](a)
+             "dagger": cmd_dagger, "package": cmd_package}[a.cmd](a)
     print(json.dumps(r, indent=1))
     return 0
 
