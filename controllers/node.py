@@ -307,7 +307,8 @@ class ControllerNode:
         self.e2e_last_ns = self.e2e_max_ns = 0
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
-        self.rtc = Commitments(cfg.rtc or RtcConfig(), spec.horizon, len(spec.names))
+        self.rtc = Commitments(cfg.rtc or RtcConfig(), spec.horizon, len(spec.names),
+                               getattr(cfg.action, "max_committed", None))
         self._observe = getattr(hw, "observe", None)
         self._on_chunk = getattr(hw, "on_chunk", None)
         self._on_hold = getattr(hw, "on_hold", None)

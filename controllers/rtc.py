@@ -8,16 +8,17 @@ due when the new chunk's waypoint 0 is (capture + start_ns, to the nearest perio
 the count due by capture + d. d is measured here, per robot, from the robot's own stamps:
 capture -> first setpoint applied for each applied cycle, capture -> arrival for a late
 one; the estimate is the `percentile` (90 by default) of the last `window` (32) cycles plus
-`margin_ms`, and the window it commits to is bounded by `max_ms` and by the horizon less
-one (a chunk keeps at least one waypoint of its own).
+`margin_ms`, and the window it commits to is bounded by `max_ms` and by the policy's
+max_committed (its action spec's; else the horizon less one: a chunk keeps at least one
+waypoint of its own).
 
 A chunk whose waypoints name `conditioned` {chunk, from, n, hash} joins only the plan it
-names: joins() is true only while the robot is tracking the chunk of cycle `chunk`, holds its
-waypoints from..from+n-1, `from` is the one due with the new chunk's waypoint 0, and they
-hash to `hash`. Such a chunk is fresh until its first
-waypoint not committed is due (capture + start_ns + n * period_ns), even past the deadline
-(Watchdog.stale). Nothing here allocates per tick: prefix() and joins() run once per
-observation and once per new chunk, into buffers made once. Not thread-safe.
+names: joins() is true only while the robot is tracking the chunk of cycle `chunk`, holds
+its waypoints from..from+n-1, `from` is the one due with the new chunk's waypoint 0, and
+they hash to `hash`. Such a chunk is fresh until its first waypoint not committed is due
+(capture + start_ns + n * period_ns), even past the deadline (Watchdog.stale). Nothing here
+allocates per tick: prefix() and joins() run once per observation and once per new chunk,
+into buffers made once (the hash and the obs body's map aside). Not thread-safe.
 """
 from __future__ import annotations
 
@@ -82,8 +83,11 @@ class DelayEstimate:
 
 
 class Commitments:
-    def __init__(self, cfg: RtcConfig, horizon: int, dim: int):
+    def __init__(self, cfg: RtcConfig, horizon: int, dim: int, max_n: int | None = None):
+        """max_n: the most waypoints the policy conditions on (its action spec's
+        max_committed; None: the horizon less one)."""
         self.cfg = cfg
+        self.max_n = horizon - 1 if max_n is None else min(int(max_n), horizon - 1)
         self.delay = DelayEstimate(cfg.window, cfg.percentile)
         self._values = np.zeros((horizon, dim), np.float32)  # a prefix sent or checked
         self._margin_ns, self._max_ns = int(cfg.margin_ms * 1e6), int(cfg.max_ms * 1e6)
@@ -99,7 +103,7 @@ class Commitments:
         d = min(d + self._margin_ns, self._max_ns)
         start = (capture_ns - chunk.capture_ns + p // 2) // p  # the new chunk's waypoint 0
         n = (d - s) // p + 1 if d >= s else 0  # due by capture + d: run before it lands
-        n = min(n, chunk.ready - start, chunk.horizon - 1)
+        n = min(n, chunk.ready - start, self.max_n)
         if start < 0 or n <= 0:
             return None
         v = self._values[:n]

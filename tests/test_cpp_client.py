@@ -125,7 +125,9 @@ def test_cpp_and_python_decoders_agree_on_mutated_messages(asan):
     TokenizerConfig(low=(-1e-300, 0, -0.0), high=(1e300, 1, 2**53 + 1.5), bins=70000,
                     horizon=300, names=("ä", "", "z" * 40), period_ns=2**40),
     ActionSpec(("b", "a"), ("rad", "°"), (0.1, -5), (0.30000000000000004, 5), 1, 1, 0),
-], ids=["zoo_tokenizer", "zoo_action_spec", "odd_tokenizer", "odd_action_spec"])
+    ActionSpec(("x", "y"), ("m", "m"), (-1, -1), (1, 1), 50, 20_000_000, 0, max_committed=40),
+], ids=["zoo_tokenizer", "zoo_action_spec", "odd_tokenizer", "odd_action_spec",
+        "action_spec_max_committed"])
 def test_cpp_content_hash_equals_python(release, tmp_path, doc):
     path = tmp_path / "spec.json"
     doc.save(path)

@@ -9,6 +9,9 @@ A chunk is `horizon` waypoints of D = len(names) values; waypoint i is due at
 capture + start_ns + i * period_ns (start_ns = period_ns: waypoint 0 one period after the
 observation, rtinfer's own policies; start_ns = 0: waypoint 0 means "now", as ACT's action 0
 does). low/high are the limits the values must stay within; the robot clips to its own.
+Optional "max_committed": the most committed waypoints (real-time chunking, docs/wire.md) the
+policy can condition a chunk on; left out, the policy's kind decides (docs/policies.md). It
+is hashed only when present, so a spec without it keeps its hash.
 `hash` (16 hex digits of sha256 over the canonical msgpack bytes of every field but the hash) is what
 an `action_chunk` of a continuous-chunk policy carries as `spec` (docs/wire.md), so a robot
 never follows a chunk whose names, units, limits or timing differ from its own. An action-
@@ -52,6 +55,7 @@ def content_hash(doc: dict) -> str:
 
 
 FIELDS = ("names", "units", "low", "high", "horizon", "period_ns", "start_ns")
+OPTIONAL = ("max_committed",)  # hashed only when present
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class ActionSpec:
     horizon: int
     period_ns: int
     start_ns: int
+    max_committed: int | None = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -85,14 +90,22 @@ class ActionSpec:
             v = getattr(self, key)
             if type(v) is not int or v < least:
                 raise ValueError(f"{key} must be an integer >= {least}, got {v!r}")
+        m = self.max_committed
+        if m is not None and (type(m) is not int or not 0 <= m < self.horizon):
+            raise ValueError(f"max_committed must be an integer in [0, horizon - 1 = "
+                             f"{self.horizon - 1}] (waypoints a chunk is conditioned on; at "
+                             f"least one is its own), got {m!r}")
 
     @property
     def dim(self) -> int:
         return len(self.names)
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v
-                for k, v in ((k, getattr(self, k)) for k in FIELDS)}
+        d = {k: list(v) if isinstance(v, tuple) else v
+             for k, v in ((k, getattr(self, k)) for k in FIELDS)}
+        if self.max_committed is not None:
+            d["max_committed"] = self.max_committed
+        return d
 
     @cached_property
     def hash(self) -> str:
@@ -106,10 +119,11 @@ class ActionSpec:
         if d.pop("format", FORMAT) != FORMAT or d.pop("version", 1) != 1:
             raise ValueError(f"not an {FORMAT} version 1 document")
         given = d.pop("hash", None)
-        unknown, missing = sorted(set(d) - set(FIELDS)), [k for k in FIELDS if k not in d]
+        unknown = sorted(set(d) - set(FIELDS) - set(OPTIONAL))
+        missing = [k for k in FIELDS if k not in d]
         if unknown or missing:
             raise ValueError(f"action spec fields: unknown {unknown}, missing {missing}; "
-                             f"the fields are {list(FIELDS)}")
+                             f"the fields are {list(FIELDS)}, optionally {list(OPTIONAL)}")
         spec = cls(**d)
         if given is not None and given != spec.hash:
             raise ValueError(f"action spec hash {given} does not match its content "
@@ -134,4 +148,5 @@ class ActionSpec:
     def differences(self, other: "ActionSpec") -> list[str]:
         """One line per field where `other` differs from this spec (empty: the same)."""
         a, b = self.to_dict(), other.to_dict()
-        return [f"{k}: {b[k]} where {a[k]} is expected" for k in FIELDS if a[k] != b[k]]
+        return [f"{k}: {b.get(k)} where {a.get(k)} is expected" for k in (*FIELDS, *OPTIONAL)
+                if a.get(k) != b.get(k)]

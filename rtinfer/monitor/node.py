@@ -49,7 +49,7 @@ from rtinfer.transport.liveliness import Liveliness
 from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
 from rtinfer.monitor.stages import (DEFINITIONS, POLICY_STAMPS, STAGES, RobotFigures, is_late,
-                                    percentiles_ms, stage_samples)
+                                    past_deadline, percentiles_ms, stage_samples)
 from rtinfer.transport.wire import Envelope, now_ns
 
 CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
@@ -158,7 +158,7 @@ class Monitor:
             # not move with the clock-offset estimate)
             key = (body["node"], body["cycle"], st.get("capture"))
             seen, missed = key in self._cycles, self._cycles.get(key, False)
-            miss = late or e2e > self.policy.deadline_ns  # a late record is a miss (DEFINITIONS)
+            miss = late or past_deadline(body, e2e, self.policy.deadline_ns)  # DEFINITIONS
             self._cycles[key] = missed or miss
             if fig is not None:  # by the policy's own rules (on_cycle's new_cycle, count_miss)
                 fig.cycles += not seen

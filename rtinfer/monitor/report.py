@@ -16,7 +16,8 @@ import os
 
 import numpy as np
 
-from rtinfer.monitor.stages import DEFINITIONS, MAX_NS, STAGES, is_late, rank, stage_samples
+from rtinfer.monitor.stages import (DEFINITIONS, MAX_NS, STAGES, is_late, past_deadline, rank,
+                                    stage_samples)
 from rtinfer.realtime.trace import read_trace
 
 COLUMNS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
@@ -62,7 +63,7 @@ def cycle_counts(records, deadline_ns: int | None = None) -> dict[str, int]:
         if not (isinstance(cap, int) and isinstance(end, int)):
             continue
         key = (rec.get("node"), rec.get("cycle"), cap)
-        miss = late or (deadline_ns is not None and end - cap > deadline_ns)
+        miss = late or (deadline_ns is not None and past_deadline(rec, end - cap, deadline_ns))
         missed[key] = missed.get(key, False) or miss
     return {"cycles": len(missed), "misses": sum(missed.values())}
 

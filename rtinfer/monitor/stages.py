@@ -35,7 +35,9 @@ DEFINITIONS = {
     "misses": "cycles past the deadline, each once: a cycle with a late record (a waypoint "
               "the controller dropped, never applied, so in no e2e sample, whatever its age: "
               "one that arrived late, or a chunk dropped at apply time) or e2e above the "
-              "deadline",
+              "deadline; a chunk conditioned on the robot's committed prefix is held to its "
+              "window instead where that is longer (fields.window_ms: fresh until its first "
+              "waypoint not committed is due)",
     "e2e": "apply - capture of each applied chunk (late waypoints are misses, not e2e samples)",
     "clamped": f"stage samples below 0 (stamps on two clocks moved apart) or above "
                f"{MAX_NS / 1e9:g} s, recorded at that bound",
@@ -52,6 +54,15 @@ def is_late(record: Mapping) -> bool:
     whatever recv - capture says: a chunk dropped at apply time arrived in time)."""
     fields = record.get("fields")
     return isinstance(fields, Mapping) and fields.get("late_index") is not None
+
+
+def past_deadline(record: Mapping, e2e_ns: int, deadline_ns: int) -> bool:
+    """An applied cycle's e2e is past its deadline: the deadline, or a conditioned chunk's
+    window (fields.window_ms, real-time chunking) where that is longer."""
+    fields = record.get("fields")
+    window = fields.get("window_ms", 0) if isinstance(fields, Mapping) else 0
+    window_ns = window * 1e6 if isinstance(window, (int, float)) else 0
+    return e2e_ns > deadline_ns and e2e_ns >= window_ns
 
 
 def stage_samples(stamps: Mapping[str, int]) -> Iterator[tuple[str, int]]:

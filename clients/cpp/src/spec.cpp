@@ -99,10 +99,11 @@ TokenizerConfig TokenizerConfig::from_json(const json::Value& v) {
 std::string ActionSpec::canonical_bytes() const {
     msgpack::sbuffer buf;
     Packer pk(buf);
-    pk.pack_map(7);  // keys sorted by their UTF-8 bytes
+    pk.pack_map(max_committed ? 8 : 7);  // keys sorted by their UTF-8 bytes
     str(pk, "high"); reals(buf, pk, high);
     str(pk, "horizon"); pk.pack_uint64(horizon);
     str(pk, "low"); reals(buf, pk, low);
+    if (max_committed) { str(pk, "max_committed"); pk.pack_uint64(*max_committed); }
     str(pk, "names"); strs(pk, names);
     str(pk, "period_ns"); pk.pack_uint64(period_ns);
     str(pk, "start_ns"); pk.pack_uint64(start_ns);
@@ -123,6 +124,7 @@ ActionSpec ActionSpec::from_json(const json::Value& v) {
     a.horizon = v.at("horizon").uinteger();
     a.period_ns = v.at("period_ns").uinteger();
     a.start_ns = v.at("start_ns").uinteger();
+    if (v.get("max_committed")) a.max_committed = v.at("max_committed").uinteger();
     check_limits(a.names, a.low, a.high, "action spec");
     if (a.units.size() != a.names.size()) throw std::runtime_error("action spec: one unit per name");
     if (a.horizon < 1 || a.period_ns < 1) throw std::runtime_error("action spec: horizon and period_ns must be >= 1");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct ActionSpec {
     std::vector<std::string> names, units;
     std::vector<double> low, high;
     uint64_t horizon = 4, period_ns = 50000000, start_ns = 50000000;
+    std::optional<uint64_t> max_committed;  // optional: hashed only when present
 
     size_t dim() const { return names.size(); }
     std::string canonical_bytes() const;
