@@ -134,3 +134,48 @@ def test_python_controller_moves_the_stated_counters(case):
                  "late" if any("late_index" in b["fields"] for b in traces) else None)
         assert (delta, node.state, trace) == (step["expect"], step["state"], step["trace"]), \
             f"step {k}"
+
+
+SYNC = {"obs": {"values": {}, "ints": {}}, "command": {"cmd": "clear", "reason": "sync"}}
+
+
+@pytest.mark.parametrize("entry", MANIFEST["framing"], ids=lambda e: e["name"])
+def test_a_real_subscriber_takes_or_rejects_each_framing_vector_as_stated(entry):
+    """Frame 0 and the envelope through a real rtinfer Subscriber (inproc, from a raw PUB):
+    `ok` is delivered, `rejected` is counted in `rejected` and not delivered."""
+    import zmq
+
+    from rtinfer.transport.bus import Subscriber
+    from rtinfer.transport.bus.topics import addressed_topic
+    topics, to = entry["topics"], entry.get("to") or {}
+    topic_frame, *frames = frames_of(entry)
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    pub.bind(f"inproc://framing-{entry['name']}")
+    sub = Subscriber(f"inproc://framing-{entry['name']}", topics, ctx=ctx, to=to)
+    t = topics[0]
+    head = addressed_topic(t, to[t]) if t in to else t.encode()
+    body = SYNC.get(t) or wire.decode_frames(frames).body  # a chunk to this receiver's robot
+
+    def marker(src: str) -> None:
+        pub.send_multipart([head, wire.encode(t, body, seq=0, src=src)])
+    try:
+        for _ in range(500):  # the slow joiner: until a marker gets through
+            marker("sync")
+            if sub.recv(10) is not None:
+                break
+        while sub.recv(50) is not None:
+            pass
+        before = sub.counters["rejected"]
+        pub.send_multipart([topic_frame, *frames])
+        marker("after")
+        got = [sub.recv(2000), sub.recv(200)]
+        got = [e.src for e in got if e is not None]
+        if entry["verdict"] == "ok":
+            assert got == [wire.decode_frames(frames).src, "after"]
+            assert sub.counters["rejected"] == before
+        else:
+            assert got == ["after"] and sub.counters["rejected"] == before + 1
+    finally:
+        sub.close()
+        pub.close(0)

@@ -216,9 +216,10 @@ def test_nesting_limit():
         return TEMPLATE.replace(GAUGE_VALUE, nested)
 
     assert _error_of(health(valid + 1)) is SchemaError  # deeper than any valid message
-    hb = wire.encode("heartbeat", {"node": "n", "sent_ns": 2, "echo": {
-        "src": "m", "seq": 1, "sent_ns": 1, "recv_ns": 2}}, seq=0, src="n")
-    assert depth(msgpack.unpackb(hb)) == valid  # the deepest body the schema has
+    frame = {"image": np.zeros((2, 2, 3), np.uint8), "capture_ns": 1}
+    obs = wire.decode(wire.encode("obs", {"values": {}, "ints": {}, "frames": {"cam": frame}},
+                                  seq=0, src="n", stamps={"capture": 1}))
+    assert depth({"stamps": obs.stamps, "body": obs.body}) == valid  # the deepest body
     if msgpack.unpackb.__module__ != "msgpack._cmsgpack":
         pytest.skip("the 1024 limit is msgpack's C parser's; this msgpack is the pure-Python one")
     assert _error_of(health(limit)) is SchemaError  # parsed: the schema rejects it
@@ -226,6 +227,47 @@ def test_nesting_limit():
     assert _error_of(health(limit + 1)) is MalformedError  # the parser stops
     assert _error_of(health(limit + 1, b"\x90")) is MalformedError
     assert _error_of(health(limit + 1).replace(VERSION, b"\xa7version\x01")) is MalformedError
+
+
+def test_every_valid_shared_vector_nests_within_the_depth_sections_1_and_6_state():
+    """A client that recurses only as deep as the document says loses no valid message."""
+    import json
+    text = doc()
+    said = {int(re.search(r"a valid message nests at most \*\*(\d+)\*\* maps deep", text).group(1)),
+            int(re.search(r"any limit of (\d+) or more loses no valid message", text).group(1)),
+            int(re.search(r"a valid message needs (\d+)", text).group(1))}
+    vectors = Path(__file__).resolve().parent / "vectors"
+    deepest = 0
+    for v in json.loads((vectors / "manifest.json").read_text())["decode"]:
+        if v["verdict"] == "ok":
+            env = wire.decode_frames([(vectors / f).read_bytes() for f in v["frames"]],
+                                     topics=v.get("topics"))
+            deepest = max(deepest, depth({"stamps": env.stamps, "body": env.body}))
+    assert said == {deepest}, (said, deepest)
+
+
+# --- section 2: addressed messages ---------------------------------------------------------
+
+def test_the_addressing_table_of_section_2_is_what_the_framing_vectors_say():
+    """Each row of section 2's table is a framing vector of tests/vectors (which
+    tests/test_vectors.py runs through a real Subscriber) with the same verdict."""
+    import json
+    vectors = Path(__file__).resolve().parent / "vectors"
+    cases = {}
+    for v in json.loads((vectors / "manifest.json").read_text())["framing"]:
+        frame0, *frames = [(vectors / f).read_bytes() for f in v["frames"]]
+        body = wire.decode_frames(frames).body
+        to = v.get("to") or {}
+        subscribed = [f"{t}\\0{to[t]}\\0" if t in to else t for t in v["topics"]]
+        key = (frame0.decode().replace("\0", "\\0"), body.get("dest", "none"),
+               subscribed[0] if len(subscribed) == 1 else None)
+        cases[key] = {"ok": "taken"}.get(v["verdict"], v["verdict"])
+    rows = marked_table("wire-framing-table")
+    assert len(rows) >= 8
+    for frame0, dest, subscribed, verdict in rows:
+        key = (unquote(frame0), unquote(dest), unquote(subscribed))
+        assert cases.get(key) == verdict, (key, cases.get(key), sorted(cases))
+    assert "like a plain one" not in section(2)
 
 
 # --- section 5: topics ---------------------------------------------------------------------

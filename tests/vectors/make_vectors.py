@@ -426,6 +426,52 @@ def _deep_list(depth: int) -> bytes:
     return inner
 
 
+# --- the framing vectors: ZeroMQ frame 0 (plain or addressed) with the envelope ---------------
+def framing_vectors():
+    """(name, topic frame, frames, subscribed topics, to, verdict): what a receiver subscribed
+    to `topics` (and, of a topic in `to`, to that address only) does with the message."""
+    obs = envelope(obs_body())
+    cmd = envelope(rmap([("cmd", p("safe_hold")), ("reason", p("test"))]), topic="command")
+    chunk = envelope(chunk_body(), topic="action_chunk", src="inf")
+    other = envelope(chunk_body(dest=p("cell-10")), topic="action_chunk", src="inf")
+    return [
+        ("framing_plain_obs", b"obs", [obs], ["obs"], None, "ok"),
+        ("framing_addressed_obs_without_dest", b"obs\0cell-1\0", [obs], ["obs"], None,
+         "rejected"),
+        ("framing_addressed_command_without_dest", b"command\0cell-1\0", [cmd], ["command"],
+         None, "rejected"),
+        ("framing_addressed_chunk_plain_subscriber", b"action_chunk\0arm\0", [chunk],
+         ["action_chunk"], None, "ok"),
+        ("framing_addressed_chunk_its_robot", b"action_chunk\0arm\0", [chunk],
+         ["action_chunk"], {"action_chunk": "arm"}, "ok"),
+        ("framing_addressed_chunk_dest_differs", b"action_chunk\0arm\0", [other],
+         ["action_chunk"], None, "rejected"),
+        ("framing_plain_chunk_with_dest", b"action_chunk", [chunk], ["action_chunk"], None, "ok"),
+        ("framing_address_without_closing_nul", b"action_chunk\0arm", [chunk],
+         ["action_chunk"], None, "rejected"),
+        ("framing_address_with_a_second_nul", b"action_chunk\0a\0rm\0", [chunk],
+         ["action_chunk"], None, "rejected"),
+        ("framing_topic_frame_differs_from_envelope", b"command", [obs], ["obs", "command"],
+         None, "rejected"),
+    ]
+
+
+def framing_verdict(topic_frame: bytes, frames, topics, to) -> str:
+    """The reference bus's rules (rtinfer.transport.bus: intake and topics), as a function."""
+    from rtinfer.transport.bus.topics import dest_ok, parse_addressed
+    by_bytes = {t.encode(): t for t in topics}
+    topic, dest = by_bytes.get(topic_frame), None
+    if topic is None:
+        topic, dest = parse_addressed(topic_frame, by_bytes, to or {})
+        if topic is None:
+            return "rejected"
+    try:
+        env = wire.decode_frames(frames, topics=topics)
+    except wire.WireError:
+        return "rejected"
+    return "ok" if env.topic == topic and dest_ok(env.body, dest) else "rejected"
+
+
 def reference_verdict(frames, extra) -> str:
     try:
         wire.decode_frames(frames, max_bytes=extra.get("max_bytes", wire.DEFAULT_MAX_BYTES),
@@ -681,6 +727,18 @@ def write(out: Path) -> dict:
             if len(json.dumps(decoded)) <= MAX_DECODED_CHARS:
                 entry["decoded"] = decoded
         manifest["decode"].append(entry)
+    manifest["framing"] = []
+    for name, topic_frame, frames, topics, to, verdict in framing_vectors():
+        got = framing_verdict(topic_frame, frames, topics, to)
+        if got != verdict:
+            raise SystemExit(f"vector {name}: the reference bus says {got}, the vector {verdict}")
+        files = [f"msg/{name}.topic.bin"]
+        (out / files[0]).write_bytes(topic_frame)
+        for i, f in enumerate(frames):
+            files.append(f"msg/{name}.{i}.bin")
+            (out / files[-1]).write_bytes(f)
+        manifest["framing"].append({"name": name, "frames": files, "topics": topics,
+                                    **({"to": to} if to else {}), "verdict": verdict})
     for name, steps in controller_cases():
         out_steps = []
         for k, (dt, data, delta, state, trace, *apply_dt) in enumerate(steps):

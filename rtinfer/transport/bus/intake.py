@@ -8,7 +8,7 @@ import zmq
 
 from rtinfer.transport.bus.peers import client_of
 from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK
-from rtinfer.transport.bus.topics import parse_addressed
+from rtinfer.transport.bus.topics import dest_ok, parse_addressed
 from rtinfer.transport.wire import OversizeError, WireError, decode, decode_frames, now_ns
 
 EMPTY = object()  # sentinel: nothing queued on the socket
@@ -85,7 +85,7 @@ class Intake:
             return None
         except WireError as e:
             return self._refuse(str(e))
-        if env.topic != topic or (dest is not None and env.body.get("dest") != dest):
+        if env.topic != topic or not dest_ok(env.body, dest):
             self.counters["rejected"] += 1
             return None
         now = now_ns()

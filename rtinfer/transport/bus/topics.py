@@ -3,7 +3,8 @@
 A message is the multipart ``[topic, *wire.encode_frames(...)]``. Subscription is by
 topic prefix inside libzmq, so a receiver checks that the topic frame is one of its topics
 exactly ("obs" would otherwise match "obs2"). An *addressed* message has the topic frame
-``TOPIC NUL ROBOT NUL`` (`addressed_topic`).
+``TOPIC NUL ROBOT NUL`` (`addressed_topic`), and its body's ``dest`` is ROBOT (`dest_ok`):
+only a body with a ``dest`` field (``action_chunk``) can be addressed.
 """
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ def parse_addressed(frame: bytes, by_bytes: dict[bytes, str], to: dict[str, str]
         return None, None
     want = to.get(topic)
     return (topic, dest) if want is None or want == dest else (None, None)
+
+
+def dest_ok(body: dict, dest: str | None) -> bool:
+    """Whether a message's body fits its address: an addressed message (dest: the name in
+    its topic frame) must carry that name as the body's ``dest``, so one whose body has no
+    ``dest`` (an ``obs``, a ``command``) or another is rejected; a plain one (None) fits."""
+    return dest is None or body.get("dest") == dest
 
 
 def hard_cap_bytes(max_bytes: int) -> int:
