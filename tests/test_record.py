@@ -67,8 +67,9 @@ def test_report_reads_a_recording_as_it_reads_the_trace_file(recorded):
 
 
 def test_bad_record_paths_are_refused_with_one_line_before_anything_starts(tmp_path):
+    (tmp_path / "a-file").write_text("")  # no folder can be made under a file
     for args, says in (
-            ((tmp_path / "no" / "such" / "dir" / "run.mcap",), "cannot write there"),
+            ((tmp_path / "a-file" / "dir" / "run.mcap",), "cannot write there"),
             ((tmp_path / "run.txt",), "name an .mcap file"),
             ((tmp_path / "run.mcap", "--stress", "cpu"), "records one run")):
         r = rtinfer("demo", "--seconds", 2, "--run-dir", tmp_path / "rd", "--record", *args)

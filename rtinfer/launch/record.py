@@ -21,17 +21,29 @@ READY_S = 20.0
 
 def check_record(out: str) -> Path:
     """The recording's absolute path; LaunchError (one line with the fix) before anything
-    starts when it cannot be written or the record extra is missing."""
+    starts when it cannot be written (its folder may be one to make, such as the run
+    directory the launcher creates) or the record extra is missing."""
     if importlib.util.find_spec("mcap_ros2") is None:
         raise LaunchError(f"--record {out}: needs mcap and mcap-ros2-support; "
                           "pip install 'rtinfer[record]'")
     path = Path(out).expanduser().resolve()
     if path.suffix != ".mcap":
         raise LaunchError(f"--record {out}: name an .mcap file (e.g. run.mcap)")
-    if path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+    base = path.parent  # folders not there yet (the run directory) are made at the start
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if path.is_dir() or not base.is_dir() or not os.access(base, os.W_OK):
         raise LaunchError(f"--record {out}: cannot write there; give a file in a writable "
                           "folder")
     return path
+
+
+def make_folder(path: Path) -> None:
+    """The recording's folder, made when the run starts (LaunchError if it cannot be)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LaunchError(f"--record {path}: cannot make its folder: {e.strerror}") from None
 
 
 def recorder_node(spec: LaunchSpec, nodes, out: Path) -> tuple[NodeSpec, list[str]]:

@@ -54,7 +54,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rtinfer.launch.file import load
-from rtinfer.launch.record import check_record, recorder_node
+from rtinfer.launch.record import check_record, make_folder, recorder_node
 from rtinfer.launch.runs import Claim, make_run_dir
 from rtinfer.launch.spec import LaunchSpec
 from rtinfer.launch.process import Console, NodeProcess
@@ -282,6 +282,7 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
             notes.append(f"seconds {spec.seconds:g}: no node takes ${{seconds}}, so the launch "
                          "stops after that long")
         if out is not None:
+            make_folder(out)
             recorder, said = recorder_node(spec, nodes, out)
             nodes, notes = [recorder, *nodes], notes + said
         sup = Supervisor(spec, nodes, rd, host=host, seconds=seconds)
