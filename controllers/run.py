@@ -51,6 +51,7 @@ from .config import ControlConfig
 from .hardware import DriverError
 from .node import RUN, ControllerConfig, ControllerNode, obs_spec_from
 from .old_hooks import old_hook_lines
+from .rtc import RtcConfig
 
 PING_EVERY = 10  # ticks between polls of the monitor's heartbeat pings
 HW_HEALTH_NS = 500_000_000  # a simulator's own health: twice a second
@@ -67,16 +68,17 @@ class RobotProcess:
                  action: ActionSpec | None = None, name: str = "controller",
                  deadline_ms: float = DEADLINE_MS, policy_hz: float = 20.0,
                  trace_path: str | None = None, curve=None, addressed: bool = False,
-                 obs_spec=None):
+                 obs_spec=None, rtc: RtcConfig | None = None):
         """robot: the src of this robot's messages (its chunks carry it as dest). name: the
         controller's node name (health, trace). tokenizer / action: the policy's spec (at
         least one); obs_spec: its observation spec (ObsSpec or ObsTokens; None: the driver's
         observations go out unchecked). curve: the bus ``curve=`` for every socket.
         addressed: take only the chunks addressed to this robot (a policy node run with
-        --address-chunks): libzmq filters the other robots' chunks at the node."""
+        --address-chunks): libzmq filters the other robots' chunks at the node. rtc: send
+        the committed prefix with each observation (real-time chunking, controllers.rtc)."""
         cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, obs=obs_spec,
                                name=name, deadline_ns=int(deadline_ms * 1e6),
-                               chunk_interval_ns=int(1e9 / policy_hz))  # checked: no socket yet
+                               chunk_interval_ns=int(1e9 / policy_hz), rtc=rtc)  # checked first
         self.hw, self.robot = hw, robot
         self.pub = Publisher(obs, robot, bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
@@ -370,6 +372,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--addressed", action="store_true",
                     help="take only the chunks addressed to this robot: for a policy node "
                     "run with --address-chunks (it serves several robots)")
+    ap.add_argument("--rtc", action="store_true",
+                    help="real-time chunking: send the plan's committed prefix with each "
+                    "observation and take chunks conditioned on it (docs/robots.md)")
     ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
     ap.add_argument("--trace", default=None, help="write trace records here")
     ap.add_argument("--report", default=None, help="write the final report JSON here")
@@ -395,7 +400,7 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
                             deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
                             trace_path=a.trace, curve=curve, addressed=a.addressed,
-                            obs_spec=obs_spec)
+                            obs_spec=obs_spec, rtc=RtcConfig() if a.rtc else None)
     except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
 
