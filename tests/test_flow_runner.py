@@ -224,3 +224,21 @@ def test_the_tensorrt_path_imports_without_a_gpu_and_says_the_fix_where_it_canno
         pytest.skip("a GPU with TensorRT is here: the parity run belongs on it")
     with pytest.raises(BackendError, match="use --backend onnx"):
         load_policy(euler[1], InferenceNodeConfig(backend="tensorrt"))
+
+
+def test_noise_of_the_wrong_shape_is_one_line_naming_the_shape(euler):
+    runner = FlowRunner(load_model(euler[1]))
+    with pytest.raises(ValueError, match=r"noise of shape \[1, 6, 2\]; give the step graphs' "
+                                         r"x_t shape \[1, 8, 2\]"):
+        runner.run({"state": STATE}, 0, noise=np.zeros((1, 6, 2), np.float32))
+
+
+def test_a_level_that_a_cheaper_one_beats_in_the_card_leaves_the_ladder(euler):
+    from rtinfer.inference.flow_policy import flow_levels
+    md = load_model(euler[1])
+    assert [lv.depth for lv in flow_levels(md)] == [0, 1, 2, 3]  # no accuracies: all kept
+    md.card = {"levels": [{"level": i, "accuracy": a}
+                          for i, a in enumerate([0.98, 0.90, 0.95, 0.6])]}
+    ladder = flow_levels(md)
+    assert [lv.depth for lv in ladder] == [0, 2, 3]
+    assert [lv.accuracy for lv in ladder] == [0.98, 0.95, 0.6]

@@ -118,6 +118,9 @@ class FlowRunner:
     def start(self, seed=None, noise: np.ndarray | None = None) -> None:
         """Set x to the cycle's initial noise (see run)."""
         if noise is not None:
+            if np.size(noise) != self.x.size:
+                raise ValueError(f"noise of shape {list(np.shape(noise))}; give the step "
+                                 f"graphs' x_t shape {list(self.x.shape)}")
             np.copyto(self.x, np.asarray(noise, np.float32).reshape(self.x.shape))
         elif seed is not None:
             rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
