@@ -41,6 +41,7 @@ import numpy as np
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.chunk_model import KIND, OUTPUT, ChunkModelDir
 from rtinfer.model.directory import ModelError
+from rtinfer.model.manifest import write_manifest
 from rtinfer.model.obs_spec import FORMAT as OBS_FORMAT, ObsSpec
 
 OPSET = 17
@@ -136,7 +137,7 @@ def _write(graphs: list[Path], out: Path, action: ActionSpec, obs: ObsSpec,
         entries.append({"level": level, "file": name, "sha256": digest,
                         "bytes": (out / name).stat().st_size})
     manifest = {"format": "rtinfer-graphs", "version": 2, "kind": KIND, "graphs": entries}
-    (out / "graphs.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_manifest(out, manifest)
     action.save(out / "action_spec.json")
     (out / "obs_spec.json").write_text(json.dumps(obs.doc, indent=1) + "\n")
     card = {"kind": KIND, "levels": [{"level": e["level"]} for e in entries], **(card or {})}

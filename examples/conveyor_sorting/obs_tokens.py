@@ -9,9 +9,9 @@ or EMPTY = num_classes for an unused slot (whose x, y tokens are then 0).
 Instruction sequence (length C): token c = bin index for class c.
 Field identity comes from the position in the sequence, so one vocabulary of `bins`
 ids serves all fields; a model that wants disjoint vocabularies can offset per field.
-`ObsTokenizerConfig.spec()` writes the same layout as an rtinfer-obs-tokens v1 spec, so
-rtinfer.model.obs_tokens.ObsTokens on the inference node tokenizes `obs` wire bodies exactly
-like this (a test checks they agree token for token).
+`ObsTokenizerConfig.spec()` writes this layout as an rtinfer-obs-tokens v1 spec, and
+`ObsTokenizer` encodes through rtinfer.model.obs_tokens.ObsTokens compiled from it: training
+and the inference node tokenize with the same code.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import json
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from rtinfer.model.obs_tokens import ObsTokens
 
 from .config import CellConfig
 
@@ -80,38 +82,20 @@ class ObsTokenizerConfig:
 
 
 class ObsTokenizer:
-    """Observation dict (see observe.py) -> int32 tokens. Stateless; thread-safe."""
+    """Observation dict (see observe.py) -> int32 tokens, through the inference node's own
+    tokenizer (rtinfer.model.obs_tokens) compiled from `cfg.spec()`. Stateless; thread-safe.
+    Raises ObsError for a malformed observation (NaN, a short array)."""
 
     def __init__(self, cfg: ObsTokenizerConfig):
         if cfg.num_classes + 1 > cfg.bins:
             raise ValueError("need bins > num_classes for the EMPTY class token")
         self.cfg = cfg
-        v = cfg.vel_max
-        self._low = np.array([*cfg.pos_low, -v, -v, -v], np.float64)
-        self._high = np.array([*cfg.pos_high, v, v, v], np.float64)
-        self._olow, self._ohigh = np.array(cfg.obj_low), np.array(cfg.obj_high)
-
-    def _bin(self, x, low, high) -> np.ndarray:
-        t = np.floor((np.asarray(x, np.float64) - low) / (high - low) * self.cfg.bins)
-        return np.clip(t, 0, self.cfg.bins - 1).astype(np.int32)
+        self._tokens = ObsTokens(cfg.spec())
 
     def encode(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """(length,) int32 tokens for one observation."""
-        cfg, g, objs = self.cfg, obs["gantry"], obs["objects"]
-        out = np.zeros(cfg.length, np.int32)
-        out[:6] = self._bin(g[:6], self._low, self._high)
-        out[6], out[7] = int(g[6] > 0.5), int(g[7] > 0.5)
-        held = int(np.asarray(obs["held"]).reshape(-1)[0])
-        out[8] = held if 0 <= held < cfg.num_classes else cfg.empty
-        slots = out[9:].reshape(cfg.slots, 3)
-        k = min(cfg.slots, len(objs))
-        valid = objs[:k, 3] > 0.5
-        slots[:, 0] = cfg.empty
-        cls = objs[:k, 0].astype(np.int32)
-        cls = np.where((cls < 0) | (cls >= cfg.num_classes), cfg.empty, cls)
-        slots[:k, 0] = np.where(valid, cls, cfg.empty)
-        slots[:k, 1:] = np.where(valid[:, None], self._bin(objs[:k, 1:3], self._olow, self._ohigh), 0)
-        return out
+        values = {k: np.asarray(obs[k]) for k in ("gantry", "held", "objects")}
+        return self._tokens.observation(values).astype(np.int32)
 
     def instruction_tokens(self, instruction: np.ndarray) -> np.ndarray:
         """(C,) int32: token c = bin index of class c."""

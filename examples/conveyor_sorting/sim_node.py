@@ -24,7 +24,7 @@ from controllers.config import ControlConfig
 from controllers.hardware import Observation
 from controllers.run import RobotProcess, load_obs_spec
 from rtinfer.model.obs_spec import ObsSpec
-from rtinfer.realtime.deadline import DEADLINE_MS
+from rtinfer.realtime.deadline import DEADLINE_MS, deadline_ns
 
 from .camera import frame_shapes
 from .camera_driver import CellCamera
@@ -79,7 +79,7 @@ class ConveyorSim:
                                  "run the camera process on them (launch/conveyor_vision.yaml "
                                  "does both)")
             self.camera = CellCamera(name, shape, camera_state, camera_frames, hz=camera_hz,
-                                     deadline_ns=int(deadline_ms * 1e6))
+                                     deadline_ns=deadline_ns(deadline_ms))
 
     def observe(self, state, now_ns: int) -> Observation | None:
         """What the camera and the joints show, every 1/obs_hz s; None between, and when

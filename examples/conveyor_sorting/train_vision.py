@@ -26,6 +26,8 @@ import onnx
 import torch
 from onnx import compose
 
+from rtinfer.model.manifest import write_manifest
+
 from .config import CellConfig
 from .vision import ExportedEncoder, VisionConfig, VisionEncoder, losses, targets
 
@@ -213,8 +215,8 @@ def main(argv=None) -> None:
                        "bytes": f.stat().st_size})
         levels.append({"level": level, "visual_tokens": keep, "perception": score(model, val, keep)})
         print(json.dumps(levels[-1]), flush=True)
-    (out / "graphs.json").write_text(json.dumps(
-        {"format": "rtinfer-graphs", "version": 2, "kind": "chunk", "graphs": graphs}, indent=1))
+    write_manifest(out, {"format": "rtinfer-graphs", "version": 2, "kind": "chunk",
+                         "graphs": graphs})
     shutil.copy(head / "action_spec.json", out / "action_spec.json")
     (out / "obs_spec.json").write_text(json.dumps({
         "format": "rtinfer-obs-spec", "version": 1, "normalisation": "in the graph",

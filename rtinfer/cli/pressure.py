@@ -19,6 +19,7 @@ the deadline. `verdict` checks the targets. Pure: records in, figures out.
 from __future__ import annotations
 
 from rtinfer.cli.stress import HOGS, WARMUP_S, late_fraction
+from rtinfer.realtime.deadline import deadline_ns as to_ns
 
 CONDITIONS = (("nominal", 0), ("stress", HOGS))  # (name, busy processes on the policy's CPU)
 ROLES = (("fixed", {"vars.budget": "--no-budget"}), ("budget", {}))  # launch overrides
@@ -44,7 +45,7 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     when it commits the first setpoint, so this should be 0). late_after_warmup: the controller-traced cycles captured
     WARMUP_S or more after its first that were reported late, over those cycles (the
     calibration takes no samples in that start-up either)."""
-    deadline_ns = deadline_ms * 1e6
+    deadline_ns = to_ns(deadline_ms)
     controller_records = list(controller_records)  # read twice (a trace file is an iterator)
     late, applied, stale, over_ns, captures = set(), 0, 0, 0, []
     for rec in controller_records:

@@ -31,13 +31,14 @@ from rtinfer.fleet.lan import why_not
 from rtinfer.fleet.local import LocalFleet
 from rtinfer.fleet.spec import FleetError
 from rtinfer.model.zoo import zoo_model
+from rtinfer.realtime.deadline import deadline_ns
 
 
 def robot_figures(rec: dict, kill_ns: int, deadline_ms: float, period_ms: float) -> dict:
     capture, last = rec["capture_ns"], rec["last_recv_ns"]
     accepted = rec["accepted"] > 0
     whole = accepted & (rec["accepted"] == rec["received"])
-    stale = int(np.sum(whole & (last - capture > deadline_ms * 1e6)))
+    stale = int(np.sum(whole & (last - capture > deadline_ns(deadline_ms))))
     after = accepted & (capture > kill_ns)
     if not after.any():
         return {"first_fresh_ms": None, "gap_ms": None, "hold_ms": None,

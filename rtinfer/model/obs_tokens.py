@@ -140,11 +140,16 @@ class ObsTokens:
         values, ints = body.get("values"), body.get("ints")
         if not isinstance(values, dict) or not isinstance(ints, dict):
             raise ObsError("obs body needs 'values' and 'ints' maps")
+        return self.instruction(values, ints), self.observation(values)
+
+    def observation(self, values: dict) -> np.ndarray:
+        """(L,) int64 observation tokens of a body's `values` map (the cell's training-side
+        tokenizer is this too). Raises ObsError as `encode` does."""
         obs, at = np.empty(self.length, np.int64), 0
         for f in self.fields:
             f.encode(values, obs[at:at + f.length])
             at += f.length
-        return self.instruction(values, ints), obs
+        return obs
 
     def instruction(self, values: dict, ints: dict) -> np.ndarray:
         src = values if self.instr_from == "values" else ints

@@ -9,8 +9,16 @@ while -> one level richer again (the band between them is the hysteresis).
 """
 from __future__ import annotations
 
+
+
+def deadline_ns(deadline_ms: float) -> int:
+    """A deadline given in milliseconds (configs, launch files, the command line) on the
+    monotonic clock's nanoseconds: the one conversion every role uses."""
+    return int(deadline_ms * 1e6)
+
+
 DEADLINE_MS = 100.0
-DEADLINE_NS = int(DEADLINE_MS * 1e6)
+DEADLINE_NS = deadline_ns(DEADLINE_MS)
 
 SHED_BELOW = 0.2     # slack under this fraction of the deadline: shed compute now
 RESTORE_ABOVE = 0.5  # slack over this fraction, for `patience` cycles: restore a level
