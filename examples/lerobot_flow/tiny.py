@@ -119,10 +119,10 @@ def smolvla(out, vlm: str | Path, *, state_dim: int = 6, action_dim: int = 4, ch
     return Path(out)
 
 
-def diffusion(out, *, state_dim: int = 10, env_dim: int = 0, action_dim: int = 4,
+def diffusion(out, *, state_dim: int = 10, env_dim: int = 6, action_dim: int = 4,
               horizon: int = 16, n_action_steps: int = 8, image_hw: int = 0,
               down_dims=(32, 64), train_steps: int = 100, inference_steps: int = 10,
-              seed: int = 0) -> Path:
+              n_obs_steps: int = 1, seed: int = 0) -> Path:
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
@@ -137,7 +137,7 @@ def diffusion(out, *, state_dim: int = 10, env_dim: int = 0, action_dim: int = 4
         feats["observation.images.top"] = PolicyFeature(FeatureType.VISUAL, (3, image_hw, image_hw))
     cfg = DiffusionConfig(input_features=feats,
                           output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
-                          n_obs_steps=1, horizon=horizon, n_action_steps=n_action_steps,
+                          n_obs_steps=n_obs_steps, horizon=horizon, n_action_steps=n_action_steps,
                           down_dims=tuple(down_dims), diffusion_step_embed_dim=32,
                           n_groups=8, noise_scheduler_type="DDIM",
                           num_train_timesteps=train_steps, num_inference_steps=inference_steps,
