@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from rtinfer.inference.backends.base import BackendError
-from rtinfer.inference.flow_runner import T, V, X
+from rtinfer.inference.flow_check import T, V, X
 from rtinfer.inference.flow_schedule import DdimPlan, plan
 from rtinfer.model.flow_model import FlowModelDir
 
