@@ -125,3 +125,12 @@ def test_runner_forces_the_cycles_committed_waypoints_and_marks_them_used(tiny_m
     assert c.used and list(got[:D]) == [1, 2, 3, 4]
     assert cycle.stats.forced == D
     assert plain.committed is None and len(free) == len(got)
+
+
+def test_forced_prefix_bench_runs_and_counts_one_pass_per_prefix(tiny_model_dir):
+    from rtinfer.bench.forced_prefix import measure
+    out = measure(tiny_model_dir, rounds=2)
+    assert [r["committed_waypoints"] for r in out["rows"]] == [1, 2]
+    for r in out["rows"]:
+        assert r["forced_passes"] == 1
+        assert r["target_passes_forced"] == 1 + (out["chunk_tokens"] - r["forced_tokens"] - 1)
