@@ -12,7 +12,10 @@ its values are the truth. Waypoint i is due at capture + start_ns + i * period_n
 Rejected, and counted per message: addressed to another robot (rejected_dest: `dest` is not
 this robot's obs source name), capture older than the deadline or older than the chunk in
 use (rejected_stale), a spec hash not this robot's (rejected_hash), bad tokens or
-inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold).
+inconsistent fields (rejected_bad), anything while in a commanded safe_hold (rejected_hold),
+a chunk conditioned on a committed prefix this robot is not executing (prefix_mismatch;
+real-time chunking, controllers.rtc: a conditioned chunk is fresh until its first waypoint
+not committed is due, even past the deadline; with cfg.rtc each obs carries the prefix).
 A chunk of another spec is also said on stderr at once, then at most once a second
 (rtinfer.realtime.complaints). A chunk for another robot is said the same way once its
 policy has sent only other robots' chunks for DEST_GRACE_NS: a node serving several robots
