@@ -72,14 +72,21 @@ class FlowTrtRunner:
     def _tensor(self, engine, name: str):
         torch, trt = self.torch, self.trt
         table = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16,
-                 trt.DataType.INT32: torch.int32, trt.DataType.BOOL: torch.bool}
-        if hasattr(trt.DataType, "INT64"):
-            table[trt.DataType.INT64] = torch.int64
+                 trt.DataType.INT32: torch.int32, trt.DataType.BOOL: torch.bool,
+                 trt.DataType.INT8: torch.int8}
+        for trt_name, torch_dtype in (("INT64", torch.int64), ("UINT8", torch.uint8),
+                                      ("BF16", torch.bfloat16)):
+            if hasattr(trt.DataType, trt_name):
+                table[getattr(trt.DataType, trt_name)] = torch_dtype
+        dt = engine.get_tensor_dtype(name)
+        if dt not in table:
+            raise BackendError(f"engine tensor {name!r} has dtype {dt}, which this runner "
+                               f"does not bind; export it as float32, int64, int32 or uint8")
         shape = tuple(engine.get_tensor_shape(name))
         if any(d < 0 for d in shape):
             raise BackendError(f"engine tensor {name!r} has dynamic shape {shape}; export the "
                                f"flow graphs with static shapes")
-        return torch.zeros(shape, dtype=table[engine.get_tensor_dtype(name)], device="cuda")
+        return torch.zeros(shape, dtype=table[dt], device="cuda")
 
     def _allocate(self, engines) -> None:
         torch, trt, a = self.torch, self.trt, self.model.action
