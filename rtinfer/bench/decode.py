@@ -7,7 +7,10 @@ stream (each cycle moves a few random observation tokens by one bin: out of dist
 for a trained policy, so acceptance rates there say little). Every drafter's output is
 compared token for token with plain greedy (`identical`). `--precision int8` runs the same on
 that graph set; several precisions (`--precision fp32 int8 int4`) compare their plain greedy
-decode steps instead (`precision_run`), the first being the baseline.
+decode steps instead (`precision_run`), the first being the baseline. `floors` (ONNX Runtime)
+holds the k=1 step and the k_verify verify, timed interleaved after the chunks, against this
+machine's bandwidth and compute floors measured in the same run (rtinfer.bench.scale_floors),
+and `in_chunk_step_ms`: plain greedy's decode phase over its steps.
 """
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rtinfer.bench.backend import copy_bandwidth_gbs
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
+from rtinfer.bench.scale_floors import floors, matmul_gflops, precision_bytes, stage_times
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
@@ -77,7 +82,12 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
                                           "tokens_per_target_pass", "acceptance", "identical")}
            for name in drafters}
     best = max(per, key=lambda k: per[k]["tokens_per_s"])
-    return {"backend": backend, "cycles": len(prefixes), "chunk_tokens": md.chunk_tokens,
+    return {"floors": machine_floors(be, opts.get("precision", "fp32"),
+                                     m["plain"]["decode_ns"].sum() / len(prefixes)
+                                     / (md.chunk_tokens - 1) / 1e6)
+            if backend == "onnx" and opts.get("precision", "fp32") in ("fp32", "int8", "int4")
+            else None,
+            "backend": backend, "cycles": len(prefixes), "chunk_tokens": md.chunk_tokens,
             "best_drafter": best,
             "stream": str(stream) if stream else
             "recorded" if (md.path / "stream.npz").exists() else "synthetic",
@@ -86,6 +96,20 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
             "spec_tokens_per_s": per[best]["tokens_per_s"], "speedup": per[best]["speedup"],
             "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
             "identical": all(p["identical"] for p in per.values()), "drafters": per}
+
+
+def machine_floors(be, precision: str, in_chunk_step_ms: float, steps: int = 100) -> dict:
+    """The step (k=1) and verify (k_verify) p50 against this machine's floors: copy bandwidth
+    and the precision's matmul GFLOP/s, measured now (rtinfer.bench.scale_floors)."""
+    md, k = be.model, Decoder(be).k_verify
+    bandwidth, gflops = copy_bandwidth_gbs(), matmul_gflops((precision,))[precision]
+    times = stage_times(be, {"step": 1, "verify": k}, steps)
+    return {"copy_bandwidth_gbs": bandwidth, "matmul_gflops": gflops,
+            "weight_bytes": precision_bytes(md.path, precision),
+            "in_chunk_step_ms": in_chunk_step_ms, "steps": steps,
+            "stages": floors(md.config, precision_bytes(md.path, precision), bandwidth, gflops,
+                             {s: t[0] for s, t in times.items()}, {"step": 1, "verify": k}),
+            "verify_over_step": times["verify"][0] / times["step"][0]}
 
 
 def measure(be, drafters: dict, prefixes: list, run_length: int = 10,

@@ -6,7 +6,10 @@ cycle, through its own TokenRunner: the observation segment's prefill (the instr
 KV-cached, as in the node) plus the 16-token chunk, on the shipped policy's recorded stream,
 ONNX Runtime on `threads` threads. `step_over_floor` is the k=1 decode step (p50) over its
 bandwidth floor: the precision's weight bytes over the numpy copy bandwidth measured in this
-run (rtinfer.bench.backend). `torch_eager_chunk_ms` is the same plain chunk through the torch
+run (rtinfer.bench.backend). `floors` holds, per stage (step k=1, verify k=8, the observation
+prefill), the p50 against both of this machine's floors measured in the run
+(rtinfer.bench.scale_floors: weight bytes / copy bandwidth, FLOPs / the precision's matmul
+GFLOP/s). `torch_eager_chunk_ms` is the same plain chunk through the torch
 backend, eager, with the rung's fp32 weights (on every precision's row). Speculative rows use
 the chunk-reuse drafter: measured on trained policies (the shipped one, `--trained DIR`),
 `projected` on random-weight rungs from their measured prefill, verify (k=8) and step times
@@ -29,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.bench.backend import copy_bandwidth_gbs, weight_bytes
+from rtinfer.bench.backend import copy_bandwidth_gbs
 from rtinfer.bench.decode import token_stream
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
+from rtinfer.bench.scale_floors import floors, matmul_gflops, precision_bytes, step_times
 from rtinfer.bench.scale_models import K_VERIFY, RUNGS, SHIPPED, model_dir, params_of
 from rtinfer.bench.scale_overheads import fixed_overheads
 from rtinfer.inference.budget import BudgetLevel
@@ -90,35 +94,9 @@ def arms(md: ModelDir, cycles: list, variants: dict, *, backend: str = "onnx",
             for n, a in acc.items()}
 
 
-def step_times(backends: dict, steps: int, k: int) -> dict:
-    """{name: (p50, p99) ms} of a k-token full-depth step at the decode position, on each
-    backend, interleaved step by step (the first 10 of each not recorded)."""
-    hists = {n: LatencyHistogram() for n in backends}
-    for i in range(steps + 10):
-        for n in (list(backends) if i % 2 else list(backends)[::-1]):
-            be = backends[n]
-            tokens = np.full(k, be.model.vocab.action_start, np.int64)
-            t0 = now_ns()
-            be.step(tokens, min(be.model.prefix_len, be.max_ctx - k), be.n_layer)
-            if i >= 10:
-                hists[n].record(now_ns() - t0)
-    return {n: _ms(h) for n, h in hists.items()}
-
-
 def has_kv_rows(md: ModelDir, precision: str) -> bool:
     """The directory lists KV-rows twins (models.kv_rows) of this precision's graphs."""
     return any(g["dtype"] == graph_dtype(precision) for g in md.manifest.get("kv_rows", []))
-
-
-def precision_bytes(path, precision: str) -> int:
-    """Weight bytes a k=1 full-depth step of this precision streams (graph + its shared file)."""
-    if precision == "fp32":
-        return weight_bytes(path)
-    md = ModelDir.load(path, check_hashes=False)
-    g = md.graphs[(graph_dtype(precision), md.n_layer, 1)]
-    folder = (md.path / g["file"]).parent
-    shared = [n for n in md.manifest.get("weights", {}) if (md.path / n).parent == folder]
-    return (md.path / g["file"]).stat().st_size + sum((md.path / n).stat().st_size for n in shared)
 
 
 def project(parts: dict, spec: dict) -> tuple[float, float]:
@@ -134,7 +112,7 @@ def project(parts: dict, spec: dict) -> tuple[float, float]:
 
 
 def measure_rung(name: str, path, precisions, cycles, *, runs: int, steps: int, threads: int,
-                 bandwidth: float, trained: bool, spec_ref: dict, torch_runs: int,
+                 bandwidth: float, gflops: dict, trained: bool, spec_ref: dict, torch_runs: int,
                  log=print) -> list[dict]:
     """Every row of one rung: plain per precision (and its exit level), speculative measured
     (trained) or projected (from spec_ref[precision]); fills spec_ref when trained."""
@@ -173,10 +151,15 @@ def measure_rung(name: str, path, precisions, cycles, *, runs: int, steps: int, 
                        "kv_full_prefill_p50_ms": full["prefill_ms"][0],
                        "kv_rows_identical": bool((full["bins"] == plain["bins"]).all())}
         parts = parts["rows" if rows_kv else "full"]
+        stage_ms = {"step": parts["step_ms"][0], "verify": parts["verify_ms"][0],
+                    "prefill": plain["prefill_ms"][0]}
+        stage_k = {"step": 1, "verify": K_VERIFY, "prefill": len(cycles[0][1]) + 1}
         base = {"rung": name, "params": params, "precision": prec, "runs": runs,
                 "kv": "rows" if rows_kv else "full",
                 "step_over_floor": parts["step_ms"][0] / floor_ms, "floor_ms": floor_ms,
                 "torch_eager_chunk_ms": eager_ms, "torch_eager_weights": "fp32",
+                "floors": floors(md.config, precision_bytes(path, prec), bandwidth, gflops[prec],
+                                 stage_ms, stage_k),
                 **{f"{k[:-3]}_p50_ms": v[0] for k, v in parts.items()},
                 **{f"{k[:-3]}_p99_ms": v[1] for k, v in parts.items()}}
         del timed
@@ -226,6 +209,7 @@ def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
     while len(cycles) < n:  # a short stream repeats, in order
         cycles += cycles[:n - len(cycles)]
     bandwidth = copy_bandwidth_gbs()
+    gflops = matmul_gflops(precisions, threads)
     spec_ref: dict = {}
     ladder = [(s, s == SHIPPED) for s in sizes] + [(str(t), True) for t in trained]
     ladder.sort(key=lambda x: (not x[1], x[0] != SHIPPED))  # trained first: they feed projections
@@ -235,7 +219,7 @@ def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
         log(f"scale: timing {Path(name).name} ({', '.join(precisions)})")
         rows += measure_rung(Path(name).name if is_trained and name != SHIPPED else name, path,
                              precisions, cycles, runs=runs, steps=steps, threads=threads,
-                             bandwidth=bandwidth, trained=is_trained, spec_ref=spec_ref,
+                             bandwidth=bandwidth, gflops=gflops, trained=is_trained, spec_ref=spec_ref,
                              torch_runs=torch_runs or max(2, runs // 5), log=log)
     rows.sort(key=lambda r: (r["params"], PRECISIONS.index(r["precision"]), r["method"]))
     over = fixed_overheads(ship, report=overheads_report, messages=transport_messages)
@@ -247,7 +231,7 @@ def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
             "largest_params_best_chunk_under_deadline": largest_meeting(
                 rows, over["total_ms"], "chunk_min_ms"),
             "fixed_overheads_ms": over["total_ms"], "overheads": over,
-            "copy_bandwidth_gbs": bandwidth, "threads": threads, "backend": "onnx",
+            "copy_bandwidth_gbs": bandwidth, "matmul_gflops": gflops, "threads": threads, "backend": "onnx",
             "runs": runs, "steps": steps,
             "stream": str(ship.path / "stream.npz"), "load_avg": list(os.getloadavg())}
 

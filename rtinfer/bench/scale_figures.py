@@ -15,7 +15,7 @@ def print_table(result: dict, console=None) -> None:
                     f"{result['deadline_ms']:.0f} ms, fixed overheads "
                     f"{result['fixed_overheads_ms']:.1f} ms, {result['threads']} thread(s)")
     for col in ("params", "prec", "method", "p50 ms", "p99 ms", "full-KV p50", "prefill",
-                "step", "/floor", "exit p99", "eager", "proj"):
+                "step", "/floor", "verify", "/floor", "exit p99", "eager", "proj"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in result["rows"]:
         ex, full = r.get("exit_chunk_p99_ms"), r.get("kv_full_chunk_p50_ms")
@@ -23,7 +23,8 @@ def print_table(result: dict, console=None) -> None:
                   f"{r['chunk_p50_ms']:.1f}", f"{r['chunk_p99_ms']:.1f}",
                   "-" if full is None else f"{full:.1f}",
                   f"{r['prefill_p50_ms']:.1f}", f"{r['step_p50_ms']:.2f}",
-                  f"{r['step_over_floor']:.2f}", "-" if ex is None else f"{ex:.1f}",
+                  f"{r['floors']['step']['over_floor']:.2f}", f"{r['verify_p50_ms']:.2f}",
+                  f"{r['floors']['verify']['over_floor']:.2f}", "-" if ex is None else f"{ex:.1f}",
                   f"{r['torch_eager_chunk_ms']:.1f}", "yes" if r["projected"] else "")
     p = result["largest_params_meeting_deadline"]
     t.caption = f"largest measured policy meeting the deadline: " \
