@@ -26,7 +26,8 @@ NOTED = ("js_unstamped", "js_past")  # taken, counted, said once
 class LatestJointState:
     """on_message() from the ROS thread; copy_into() from the control loop (a short lock)."""
 
-    def __init__(self, joints: list[str], topic: str, future_ns: int, past_ns: int):
+    def __init__(self, joints: list[str], topic: str, future_ns: int,
+                 past_ns: int = 100_000_000):
         self.joints, self.topic, self.future_ns, self.past_ns = \
             list(joints), topic, future_ns, past_ns
         self.counters = {"joint_states": 0}
