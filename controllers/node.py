@@ -83,7 +83,7 @@ COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rej
             "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
             "rejected_hold", "holds", "commands", "read_faults", "write_faults", "obs_sent",
             "obs_dropped", "obs_bad", "late_handovers", "chunks_other_source", "source_switches",
-            "committed_sent", "chunks_conditioned", "prefix_mismatch")
+            "committed_sent", "chunks_conditioned", "prefix_mismatch", "obs_held_rtc")
 CLAMPS = ("waypoint_clamps", "workspace_clamps")  # the policy asked past the axes: said
 BUS_DROPS = ("rejected", "oversize", "dropped_for_age")  # the Subscriber's, as sub.<name>
 LATE = "late"          # _check's verdict for a waypoint past the deadline (counted rejected_stale)
@@ -438,10 +438,17 @@ class ControllerNode:
     def send_obs(self, obs: Observation) -> bool:
         """Publish `obs` as an `obs` message stamped capture; counted obs_sent, obs_dropped
         (the bus refused it) or obs_bad (not what the policy's observation spec names: said
-        on stderr at most once a second, and not sent). True if sent."""
+        on stderr at most once a second, and not sent). True if sent. With cfg.rtc, it
+        carries the committed prefix, and is held back (obs_held_rtc) while the one before
+        awaits its chunk (controllers.rtc: one in flight)."""
+        capture = int(obs.capture_ns)
+        committed = None
+        if self.cfg.rtc is not None:
+            if self.rtc.awaiting(capture):
+                self.counters["obs_held_rtc"] += 1
+                return False
+            committed = self.rtc.prefix(self.chunk, self.state == RUN, capture)
         body = {"values": obs.values, "ints": obs.ints}
-        committed = None if self.cfg.rtc is None else \
-            self.rtc.prefix(self.chunk, self.state == RUN, int(obs.capture_ns))
         why = None
         if obs.frames:  # each image goes as it is: out of band from 64 KiB (docs/wire.md)
             try:
@@ -458,7 +465,7 @@ class ControllerNode:
                                 "driver's observe() return what the policy's spec names")
             return False
         try:
-            sent = self.pub.publish("obs", body, {"capture": int(obs.capture_ns)})
+            sent = self.pub.publish("obs", body, {"capture": capture})
         except WireError as e:  # not a valid obs body (a NaN, a list for an array): nothing sent
             self.counters["obs_bad"] += 1
             wrong = str(e)
@@ -468,7 +475,13 @@ class ControllerNode:
                                 f"body ({wrong}); make the driver's observe() return {fix}")
             return False
         self.counters["obs_sent" if sent else "obs_dropped"] += 1
-        self.counters["committed_sent"] += sent and committed is not None
+        if sent and self.cfg.rtc is not None:  # its answer is awaited: one in flight
+            until = capture + self.cfg.deadline_ns
+            if committed is not None:
+                self.counters["committed_sent"] += 1
+                until = max(until, committed["start_ns"] + len(committed["values"]) *
+                            self.chunk.period_ns)
+            self.rtc.sent(capture, until)
         return sent
 
 
@@ -573,6 +586,7 @@ class ControllerNode:
         if self.source is not None and env.body["dest"] == self.robot \
                 and not self.source.take(env.src, now):
             return  # another node's, while the one followed serves this robot: counted
+        self.rtc.answered(env.stamps.get("capture"))
         why, wp = self._check(env, now)
         b = env.body
         if why is None and "conditioned" in b and self._joins(env) is False:

@@ -12,6 +12,11 @@ one; the estimate is the `percentile` (90 by default) of the last `window` (32) 
 max_committed (its action spec's; else the horizon less one: a chunk keeps at least one
 waypoint of its own).
 
+While an observation awaits its chunk (until the chunk's first waypoint arrives, or the
+deadline or its prefix's window passes), the next is held back (awaiting(); the controller
+counts obs_held_rtc): one in flight at a time, so the chunk in use when a prefix is named is
+the one the robot still executes when its answer lands.
+
 A chunk whose waypoints name `conditioned` {chunk, from, n, hash} joins only the plan it
 names: joins() is true only while the robot is tracking the chunk of cycle `chunk`, holds
 its waypoints from..from+n-1, `from` is the one due with the new chunk's waypoint 0, and
@@ -91,6 +96,24 @@ class Commitments:
         self.delay = DelayEstimate(cfg.window, cfg.percentile)
         self._values = np.zeros((horizon, dim), np.float32)  # a prefix sent or checked
         self._margin_ns, self._max_ns = int(cfg.margin_ms * 1e6), int(cfg.max_ms * 1e6)
+        self._awaited: tuple[int, int] | None = None  # (capture, until) of the obs in flight
+
+    def sent(self, capture_ns: int, until_ns: int) -> None:
+        """An obs went out: its chunk is awaited until until_ns (the deadline, or its
+        prefix's window where later: past it the chunk would be stale)."""
+        self._awaited = (capture_ns, until_ns)
+
+    def answered(self, capture_ns: int | None) -> None:
+        """A waypoint arrived (taken or not): if it answers the awaited obs, none is."""
+        if self._awaited is not None and capture_ns == self._awaited[0]:
+            self._awaited = None
+
+    def awaiting(self, now_ns: int) -> bool:
+        """An obs is in flight: the next waits. Were it sent, the chunk in use would be
+        replaced by the awaited one before its own answer lands, and that answer would name
+        a prefix the robot no longer executes (one in flight at a time, as Physical
+        Intelligence's and LeRobot's RTC run inference)."""
+        return self._awaited is not None and now_ns < self._awaited[1]
 
     def prefix(self, chunk: ChunkAssembler, tracking: bool, capture_ns: int) -> dict | None:
         """The `committed` map for an observation captured at capture_ns, or None (not

@@ -145,3 +145,14 @@ def test_the_monitor_holds_a_conditioned_chunk_to_its_window_and_others_to_the_d
     assert not past_deadline(rec(1, 90, 50.0), 90 * MS, 100 * MS)
     records = [rec(1, 140, 150.0), rec(2, 140), rec(3, 160, 150.0), rec(4, 60)]
     assert cycle_counts(records, 100 * MS) == {"cycles": 4, "misses": 2}
+
+
+def test_one_observation_in_flight_until_its_chunk_or_its_time_is_up():
+    rtc = Commitments(RtcConfig(), 4, 2)
+    assert not rtc.awaiting(0)
+    rtc.sent(10 * MS, 160 * MS)
+    assert rtc.awaiting(50 * MS)
+    rtc.answered(9 * MS)  # another observation's chunk: still awaited
+    assert rtc.awaiting(100 * MS) and not rtc.awaiting(160 * MS)  # stale by then anyway
+    rtc.answered(10 * MS)
+    assert not rtc.awaiting(100 * MS)

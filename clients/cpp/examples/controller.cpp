@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
         int64_t start = wire::now_ns(), next = start, next_health = start, next_beat = start;
         int64_t next_obs = start;
         std::vector<float> obs_pos(axes.pos.size());
-        uint64_t obs_sent = 0, committed_sent = 0;
+        uint64_t obs_sent = 0, committed_sent = 0, obs_held_rtc = 0;
         std::optional<example::Camera> camera;
         if (!o.camera.empty()) camera.emplace(o.camera, o.frame_h, o.frame_w);
         // in a fleet, one node's chunks at a time; the chunks taken from each node (src)
@@ -237,7 +237,10 @@ int main(int argc, char** argv) {
             rules.check_watchdog(now);
             // read() and observe(): the simulated axes are read where they are; when an
             // observation is due, their positions go out as `obs`, captured now
-            if (obs_period > 0 && now >= next_obs) {
+            if (obs_period > 0 && now >= next_obs && o.rtc && rules.awaiting(now)) {
+                next_obs = now + obs_period;  // one obs with a prefix in flight at a time
+                ++obs_held_rtc;
+            } else if (obs_period > 0 && now >= next_obs) {
                 next_obs = now + obs_period;
                 for (size_t d = 0; d < axes.pos.size(); ++d) obs_pos[d] = float(axes.pos[d]);
                 Value values = Value::object({{Value::str("pos"), Value::ndarray(
@@ -258,9 +261,17 @@ int main(int argc, char** argv) {
                         {Value::str("values"), Value::ndarray(wire::DType::F32, {c.n, c.values.size() / c.n},
                                                               c.values.data(), c.values.size() * sizeof(float))},
                         {Value::str("start_ns"), Value::integer(c.start_ns)}})});
-                    ++committed_sent;
                 }
-                if (send("obs", body, {{"capture", now}})) ++obs_sent;
+                if (send("obs", body, {{"capture", now}})) {
+                    ++obs_sent;
+                    int64_t until = now + cfg.deadline_ns;  // with --rtc its answer is awaited
+                    if (committed) {
+                        ++committed_sent;
+                        until = std::max(until, committed->start_ns + int64_t(committed->n) *
+                                                    rules.chunk().period_ns);
+                    }
+                    if (o.rtc) rules.sent(now, until);
+                }
             }
             // commit, compute, write: a new chunk's first setpoint is committed now, or
             // dropped if the tick's own work took it past the deadline; the axes follow it
@@ -318,6 +329,7 @@ int main(int argc, char** argv) {
         add("pub.errors", publish_errors);
         add("obs_sent", obs_sent);
         add("committed_sent", committed_sent);
+        add("obs_held_rtc", obs_held_rtc);
         add("chunks_other_source", follow.chunks_other_source);
         add("source_switches", follow.source_switches);
         for (const auto& kv : chunks_from) add("chunks_from." + kv.first, kv.second);

@@ -62,6 +62,8 @@ uint64_t& ChunkRules::counter(const std::string& name) {
 }
 
 std::string ChunkRules::on_waypoint(const Envelope& env, int64_t now) {
+    auto captured = wire::get_stamp(env.stamps, "capture");
+    if (awaited_ && captured && *captured == awaited_->first) awaited_.reset();  // answered
     std::vector<double> wp;
     std::string why = check(env, now, wp);
     const Value* named = env.body.get("conditioned");

@@ -86,6 +86,11 @@ class ChunkRules {
     // delay estimate + 2 ms (at most rtc_max_ns, the horizon less one); none while not
     // tracking, before a delay is measured, or when none is due.
     std::optional<Committed> committed_prefix(int64_t capture_ns) const;
+    // One obs with a prefix in flight (controllers/rtc.py): sent() when it went out, its chunk
+    // awaited until until_ns (its window or the deadline, the later); any waypoint with its
+    // capture answers it; while awaiting(now), the next obs is held back.
+    void sent(int64_t capture_ns, int64_t until_ns) { awaited_ = {capture_ns, until_ns}; }
+    bool awaiting(int64_t now_ns) const { return awaited_ && now_ns < awaited_->second; }
     DelayEstimate delay;
 
     uint64_t& counter(const std::string& name);
@@ -125,6 +130,7 @@ class ChunkRules {
     uint64_t late_cycle_ = 0;
     int64_t late_capture_ = 0;
     std::vector<TraceRecord> late_;
+    std::optional<std::pair<int64_t, int64_t>> awaited_;  // (capture, until) of the obs in flight
 
     std::string check(const wire::Envelope& env, int64_t now, std::vector<double>& wp);
     std::string add(const wire::Envelope& env, const std::vector<double>& wp);
