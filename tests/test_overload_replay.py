@@ -117,3 +117,19 @@ def test_an_unknown_rule_is_refused_with_the_choices():
 def _obs(name: str, seq: int):
     from rtinfer.transport.wire import Envelope
     return Envelope(2, "obs", seq, name, {}, {})
+
+
+def test_the_bench_replays_every_rule_on_the_same_arrivals(tiny_model_dir, capsys):
+    import json
+
+    from rtinfer.bench.overload import RULES, main
+    assert main(["--model", str(tiny_model_dir), "--quick", "--robots", "1", "6",
+                 "--rates-hz", "10", "20", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["calibration"]["level_ms"]) == len(result["calibration"]["levels"])
+    assert [row["robots"] for row in result["rows"]] == [1, 6]
+    for row in result["rows"]:
+        assert set(row["rules"]) == set(RULES)
+        for figures in row["rules"].values():
+            assert figures["goodput_hz"] <= row["offered_hz"] + 1e-6
+    assert set(result["summary"]) == set(RULES) and len(result["loadavg"]) == 3

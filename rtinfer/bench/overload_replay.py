@@ -61,9 +61,13 @@ class CostModel:
     level_ns: list[int]
     batch_slope: float = 1.0
     spread: list[float] = field(default_factory=lambda: [1.0])
+    busy_from_ns: int | None = None  # from then on every cycle costs busy_factor times more
+    busy_factor: float = 1.0         # (a CPU-bound process started beside the node)
 
-    def cost_ns(self, level: int, batch: int, rng: random.Random) -> int:
+    def cost_ns(self, level: int, batch: int, rng: random.Random, now_ns: int = 0) -> int:
         base = self.level_ns[level] * (1 + self.batch_slope * (batch - 1))
+        if self.busy_from_ns is not None and now_ns >= self.busy_from_ns:
+            base *= self.busy_factor
         return int(base * rng.choice(self.spread))
 
 
@@ -88,9 +92,11 @@ def replay(robots, arrivals: list[Arrival], costs: CostModel, *, deadline_ns: in
     rng = random.Random(seed)
     if profile:
         robots.set_batches(range(1, max_batch + 1))
-        robots.set_profile({b: costs.cost_ns(0, b, random.Random(0)) for b in range(1, max_batch + 1)})
+        quiet = [int(c) for c in costs.level_ns]  # profiled before any busy neighbour
+        robots.set_profile({b: int(quiet[0] * (1 + costs.batch_slope * (b - 1)))
+                            for b in range(1, max_batch + 1)})
         if hasattr(robots, "cost_model"):
-            robots.cost_model.set_level_profile(dict(enumerate(costs.level_ns)))
+            robots.cost_model.set_level_profile(dict(enumerate(quiet)))
     end_ns = max(a.recv_ns for a in arrivals) + deadline_ns if arrivals else 0
     rec: dict[str, RobotRecord] = {}
     last_sent: dict[str, int] = {}
@@ -115,7 +121,7 @@ def replay(robots, arrivals: list[Arrival], costs: CostModel, *, deadline_ns: in
         for slot in batch:
             envs.append(slot.waiting)
             slot.waiting = None  # the node's encode takes it
-        cost = costs.cost_ns(level, len(batch), rng)
+        cost = costs.cost_ns(level, len(batch), rng, t)
         t += cost
         cycles += 1
         if cycles > warm_up:

@@ -28,6 +28,7 @@ BENCHES = {name: f"rtinfer.bench.{name}:main" for name in ("transport", "jitter"
 BENCHES["peers"] = f"{PEERS}:main"
 BENCHES["tick"] = "controllers.tick_bench:main"  # the robot side's own: it ranks above rtinfer
 BENCHES["fleet-failover"] = "rtinfer.fleet.failover:main"  # the fleet extra (Ray)
+BENCHES["overload"] = "rtinfer.bench.overload:main"  # replayed: robots past full quality
 FLEET = "rtinfer.fleet.cli:main"  # `rtinfer fleet ...`: the fleet extra (Ray), own parser
 
 

@@ -29,10 +29,13 @@ COUNTERS = ("robots_refused", "robots_admitted_late", "obs_refused", "overloads"
 
 class Admission:
     def __init__(self, costs: Costs, counters: dict, say: Callable[..., None],
-                 max_robots: int | None = None):
+                 max_robots: int | None = None, degrade: bool = True):
+        """degrade: plan at the cheapest level (the schedule degrades); False: at full
+        quality, as before the schedule degraded (for comparisons)."""
         for k in COUNTERS:
             counters.setdefault(k, 0)
         self.costs, self.counters, self.say, self.max_robots = costs, counters, say, max_robots
+        self.degrade = degrade
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.overloaded = False             # the admitted robots no longer fit (check)
         self.fits: int | None = None        # how many robots fit, as check last found
@@ -40,7 +43,8 @@ class Admission:
 
     @property
     def cheapest(self) -> int:
-        return self.costs.levels - 1
+        """The level admission plans at (module doc)."""
+        return self.costs.levels - 1 if self.degrade else 0
 
     def capacity(self, deadline_ns: int, period_ns: int, level: int | None = None
                  ) -> int | None:

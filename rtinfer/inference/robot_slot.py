@@ -39,6 +39,7 @@ class RobotSlot:
     level_index: int = 0                # the budget level its next cycle runs at
     asked_period_ns: int | None = None  # the observation period asked of it (overload)
     queued_ns: int = 0                  # its cycle's observation waited this long for others
+    obs_deadline_ns: int = 0            # the waiting one's own (a committed prefix's window)
 
     @property
     def level(self) -> BudgetLevel:

@@ -56,7 +56,8 @@ class Robots:
         self.say = say or Complaints("inference").say
         self.checks = ObsChecks(self.counters, self.say)
         self.cost_model = Costs(len(budget.levels))
-        self.admission = Admission(self.cost_model, self.counters, self.say, max_robots)
+        self.admission = Admission(self.cost_model, self.counters, self.say, max_robots,
+                                   degrade)
         self.schedule = Schedule(self.counters, self.say, rule=rule, degrade=degrade,
                                  utilisation=UTILISATION)
 
@@ -85,7 +86,7 @@ class Robots:
         slot.heard(now_ns)
         if slot.waiting is not None:
             slot.counters["obs_superseded"] += 1
-        slot.waiting = env
+        slot.waiting, slot.obs_deadline_ns = env, deadline_ns
         if slot.since is None:
             slot.since = env
         return slot
@@ -95,7 +96,7 @@ class Robots:
         """The waiting robots to answer together, each at its slot's `level` (Schedule):
         [] when none waits. The robots returned start waiting afresh."""
         return self.schedule.next_batch(self.slots, self.cost_model, deadline_ns, now_ns,
-                                        max_batch)
+                                        max_batch, self.period_ns)
 
     def record_cost(self, batch: int, level: int, ns: int) -> None:
         """One batch of `batch` rows run at budget level `level` took ns."""
@@ -212,6 +213,9 @@ class Robots:
 
     def worst_ns(self, n: int, costs: dict | None = None, delay_ns: int | None = None
                  ) -> int | None:
+        """n robots' worst case at the level admission plans at (default costs)."""
+        if costs is None:
+            costs = self.cost_model.medians(self.admission.cheapest)
         return self.cost_model.worst_ns(n, costs, delay_ns)
 
     def capacity(self, deadline_ns: int) -> int | None:
