@@ -49,3 +49,18 @@ def test_no_eval_or_exec():
 
 def test_no_shell_true():
     assert _offenders(r"shell\s*=\s*True|os\.system\(|os\.popen\(") == []
+
+
+# A tracker issue number ("issue 30", "issues 20, 21", "#30") means nothing to a reader of the
+# docs or the code: say what it was about instead.
+ISSUE = r"\b[Ii]ssues? #?\d+|\(#\d+\)"
+
+
+def test_no_tracker_issue_numbers_in_the_docs_or_the_sources():
+    docs = [p for p in (ROOT / "docs").rglob("*.md")] + [ROOT / "README.md"]
+    rx, found = re.compile(ISSUE), []
+    for path in docs + [p for p in SOURCES if "scripts" not in p.parts]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if rx.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert found == []
