@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SECONDS ?= 60
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,13 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 venv: $(VENV)/.installed-dev
+
+# Lint and types (pyproject.toml [tool.ruff] and [tool.mypy] say what and why). No formatter
+# check yet: the code predates one.
+MYPY_PACKAGES := -p rtinfer.transport -p rtinfer.realtime -p rtinfer.model -p controllers
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/mypy $(MYPY_PACKAGES)
 
 demo: $(VENV)/.installed-demo
 	$(BIN)/rtinfer demo --seconds $(SECONDS)

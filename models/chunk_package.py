@@ -42,7 +42,8 @@ from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.chunk_model import KIND, OUTPUT, ChunkModelDir
 from rtinfer.model.directory import ModelError
 from rtinfer.model.manifest import write_manifest
-from rtinfer.model.obs_spec import FORMAT as OBS_FORMAT, ObsSpec
+from rtinfer.model.obs_spec import FORMAT as OBS_FORMAT
+from rtinfer.model.obs_spec import ObsSpec
 
 OPSET = 17
 RANDOM_CHECKS = 16

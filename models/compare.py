@@ -32,7 +32,6 @@ from rtinfer.model.directory import ModelDir
 from . import checkpoint
 from .quantise import STREAM, greedy_chunks, recorded_prefixes
 
-
 EXTRA_FACTS = ("lr", "teacher", "distill", "distill_weight", "val_teacher_agreement",
                "grown_from", "balanced_instructions")
 

@@ -57,13 +57,13 @@ class PolicyConfig:
         return (self.n_layer, 2, batch, self.n_head, self.max_ctx, self.head_dim)
 
     @classmethod
-    def demo(cls, vocab_size: int, max_ctx: int = 128, **kw) -> "PolicyConfig":
+    def demo(cls, vocab_size: int, max_ctx: int = 128, **kw) -> PolicyConfig:
         """Small model: ~1.2 M params, sub-millisecond-class CPU decode step."""
         base = dict(n_layer=6, n_head=4, n_embd=128, exits=(2, 4))
         return cls(vocab_size=vocab_size, max_ctx=max_ctx, **{**base, **kw})
 
     @classmethod
-    def bench(cls, vocab_size: int, max_ctx: int = 256, **kw) -> "PolicyConfig":
+    def bench(cls, vocab_size: int, max_ctx: int = 256, **kw) -> PolicyConfig:
         """GPT-2-small-shaped model (~85 M params + embeddings) for GPU benchmarks."""
         base = dict(n_layer=12, n_head=12, n_embd=768, exits=(4, 8))
         return cls(vocab_size=vocab_size, max_ctx=max_ctx, **{**base, **kw})
@@ -74,7 +74,7 @@ class PolicyConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PolicyConfig":
+    def from_dict(cls, d: dict) -> PolicyConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -125,7 +125,7 @@ class Vocab(VocabLayout):
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Vocab":
+    def from_dict(cls, d: dict) -> Vocab:
         v = cls(n_instr=d["n_instr"], n_obs_bins=d["n_obs_bins"],
                 n_action_bins=d["n_action_bins"], specials=tuple(d["specials"]))
         if "size" in d and d["size"] != v.size:

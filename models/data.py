@@ -31,7 +31,7 @@ class Demos:
     def __len__(self) -> int:
         return len(self.seqs)
 
-    def subset(self, mask: np.ndarray) -> "Demos":
+    def subset(self, mask: np.ndarray) -> Demos:
         return Demos(self.seqs[mask], self.targets, self.vocab, self.n_instr_tokens,
                      self.n_obs_tokens, self.tokenizer_config, self.obs_tokens_spec,
                      self.instructions[mask])

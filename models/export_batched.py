@@ -36,8 +36,8 @@ from torch import nn
 
 from models import checkpoint
 from models.export import export_module
-from rtinfer.model.manifest import read_manifest, write_manifest
 from models.share import WEIGHTS, external_tensors, externalise
+from rtinfer.model.manifest import read_manifest, write_manifest
 from rtinfer.model.obs_tokens import ObsTokens
 
 BATCHES = (2, 4, 8)

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import checkpoint
-from rtinfer.model.manifest import MANIFEST, read_manifest, write_manifest
 from models.ffn_skip import SPEC_FILES, export_levels, finetune_level
+from rtinfer.model.manifest import MANIFEST, read_manifest, write_manifest
 
 
 class GatedPolicy(nn.Module):

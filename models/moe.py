@@ -113,7 +113,7 @@ class MoEMLP(nn.Module):
         self.last: dict = {}
 
     @classmethod
-    def upcycled(cls, mlp: nn.Module, n_expert: int, **kw) -> "MoEMLP":
+    def upcycled(cls, mlp: nn.Module, n_expert: int, **kw) -> MoEMLP:
         """Every expert a copy of `mlp` (a models.policy.MLP), the router new (normal, std
         0.02): the MoE computes mlp's function (to float rounding), whatever the routes,
         until trained (Komatsuzaki et al. 2022)."""
@@ -186,7 +186,7 @@ class WideMLP(nn.Module):
     @classmethod
     @torch.no_grad()
     def grown(cls, mlp: nn.Module, factor: int, noise: float = 0.1,
-              seed: int = 0) -> "WideMLP":
+              seed: int = 0) -> WideMLP:
         """mlp's function with every hidden unit copied `factor` times: c_fc rows copied,
         c_proj columns split into parts summing to the original (w / factor + noise, the
         noise summing to zero over the copies, so their gradients differ: equal copies
@@ -302,7 +302,8 @@ def finetune(policy: Policy, data_paths, teacher_path, *, steps: int, batch: int
     returns the training record (the log, seconds, token accuracy and teacher agreement on
     the 5 % validation split). The policy is trained in place."""
     from models import checkpoint
-    from models.data import load as load_data, split
+    from models.data import load as load_data
+    from models.data import split
     from models.train import Teacher, evaluate_tokens, fit, teacher_agreement
     demos = load_data(list(data_paths))
     train, val = split(demos, 0.05, seed)

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from rtinfer.model import sequence
-from rtinfer.model.obs_tokens import ObsTokens
 from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.model.obs_tokens import ObsTokens
 
 from . import checkpoint
 from .export import export_all

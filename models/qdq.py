@@ -29,13 +29,18 @@ import numpy as np
 import onnx
 import onnx.version_converter
 import onnxruntime
-from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                      QuantType, quantize_static)
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    CalibrationMethod,
+    QuantFormat,
+    QuantType,
+    quantize_static,
+)
 
 from rtinfer.inference.backends import get_backend
 from rtinfer.model.directory import ModelDir
-
 from rtinfer.model.manifest import read_manifest, write_manifest
+
 from .quantise import STREAM, greedy_chunks, recorded_prefixes
 
 # precision -> (graphs.json dtype, calibration); fp8 reuses int8's MinMax amax (fp8_from_int8)

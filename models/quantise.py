@@ -35,9 +35,9 @@ from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.model.directory import ModelDir
+from rtinfer.model.manifest import read_manifest, write_manifest
 from rtinfer.model.sequence import build_prefix
 
-from rtinfer.model.manifest import read_manifest, write_manifest
 from .share import share_weights
 
 # precision -> MatMulNBits settings (block 32: the smallest block ORT's int8 kernels keep fast here)

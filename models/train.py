@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from rich.progress import Progress
 
+from rtinfer.realtime.spin import on_signals
+
 from . import checkpoint, sparsity
 from .config import PolicyConfig
 from .data import Demos, load, split
 from .policy import Policy
-from rtinfer.realtime.spin import on_signals
-
 
 
 def exit_weights(cfg: PolicyConfig) -> dict[int, float]:
@@ -38,7 +38,7 @@ def exit_weights(cfg: PolicyConfig) -> dict[int, float]:
 
 
 def action_loss(model: Policy, seqs: torch.Tensor, targets: torch.Tensor, a0: int, a1: int,
-                weights: dict[int, float], teacher: "Teacher | None" = None
+                weights: dict[int, float], teacher: Teacher | None = None
                 ) -> tuple[torch.Tensor, dict[int, float]]:
     """Weighted CE over exits on the action positions; logits restricted to the action range
     (the runtime masks to it too). With a teacher, each exit's loss is (1 - w) * CE on the

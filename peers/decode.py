@@ -41,8 +41,8 @@ def theory_tokens_per_verify(alpha: float, g) -> float:
 
 
 def spec_rows(model_dir, cycles: int, seed: int = 0) -> list[dict]:
-    from rtinfer.inference.backends import get_backend
     from rtinfer.bench.decode import prefix_stream
+    from rtinfer.inference.backends import get_backend
     from rtinfer.inference.decode import Decoder
     from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
     be = get_backend("onnx").load(model_dir, threads=1)

@@ -1,5 +1,5 @@
 """Markdown for the peers benchmark: one section between `<!-- peers:begin -->` and
-`<!-- peers:end -->` in docs/benchmarks.md, stating machine, date, versions, counts and the
+`<!-- peers:end -->` in docs/benchmarks/peers.md, stating machine, date, versions, counts and the
 exact command next to the figures."""
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ import time
 import numpy as np
 import zmq
 
-from rtinfer.transport import wire
 from peers.rtinfer_bus import observation
 from rtinfer.bench.transport import WARMUP, publish_paced, sample_body
+from rtinfer.transport import wire
 
 _HDR = struct.Struct("<QQ")  # raw paths: seq, send_ns
 

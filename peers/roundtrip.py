@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from peers.rtinfer_bus import BusClient, observation
 from peers.row import make_row, package_version, unavailable_row
+from peers.rtinfer_bus import BusClient, observation
 from rtinfer.bench.transport import socket_free_port
 
 NAME, PEER = "transport_vs_lerobot_grpc", "LeRobot async inference (gRPC + pickle)"

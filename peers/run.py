@@ -8,14 +8,14 @@ Rows (each measured against its peer in the same run, alternated A B A B):
   spec_vs_theory             decode      accepted tokens per verify vs Leviathan et al.
   decode_vs_bandwidth_floor  decode      bench-size decode step vs weight bytes/bandwidth
 A peer that is not installed gives a row with peer_available false and no figures.
-`write_markdown` puts the table into docs/benchmarks.md between the peers markers.
+`write_markdown` puts the table into docs/benchmarks/peers.md between the peers markers.
 """
 from __future__ import annotations
 
 import datetime
 import os
-import sys
 import platform
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +39,7 @@ class Counts:
     floor_steps: int = 50
 
     @classmethod
-    def quick(cls) -> "Counts":
+    def quick(cls) -> Counts:
         """Tiny counts for smoke tests: the code paths, not the figures."""
         return cls(roundtrips=20, messages=40, blocks=2, policy_cycles=3, loop_seconds=0.2,
                    spec_cycles=3, floor_steps=3)
@@ -68,7 +68,9 @@ def run(model_dir=None, *, counts: Counts | None = None, skip_bench_size: bool =
     skip_bench_size). Blocks for minutes; starts and always stops its child processes."""
     from peers import decode, loop, roundtrip, torch_eager, zenoh_raw
     c = counts or Counts()
-    want = (lambda name: only is None or name in only)
+
+    def want(name: str) -> bool:
+        return only is None or name in only
     result = {"machine": machine(), "command": command, "counts": asdict(c), "rows": []}
     rows = result["rows"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +104,7 @@ def run(model_dir=None, *, counts: Counts | None = None, skip_bench_size: bool =
     return result
 
 
-def write_markdown(result: dict, path="docs/benchmarks.md") -> Path:
+def write_markdown(result: dict, path="docs/benchmarks/peers.md") -> Path:
     """Replace the section between the peers markers in `path` (appended, with the
     markers, if absent; other sections are kept as they are)."""
     from peers.markdown import replace_section, section
@@ -114,7 +116,8 @@ def write_markdown(result: dict, path="docs/benchmarks.md") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`rtinfer bench peers`: every peer row in one run; the table goes into docs/benchmarks.md."""
+    """`rtinfer bench peers`: every peer row in one run; the table goes into
+    docs/benchmarks/peers.md."""
     from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
     p = parser("peers", main.__doc__)
     p.add_argument("--model", default=DEFAULT_MODEL,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.bench.decode import token_stream
 from peers.row import make_row, package_version, unavailable_row
+from rtinfer.bench.decode import token_stream
 
 NAME, PEER = "policy_vs_torch_eager", "torch eager (no KV cache)"
 TARGET = 3.0
@@ -41,10 +41,11 @@ def rows(model_dir, cycles: int, threads: int = 1, seed: int = 0, warmup: int = 
     if not (model_dir / "policy.safetensors").exists():
         return [unavailable_row(NAME, PEER, f"{model_dir} has no policy.safetensors checkpoint")]
     import torch
+
     from models import checkpoint
     from rtinfer.inference.budget import default_levels
-    from rtinfer.model.directory import ModelDir
     from rtinfer.inference.runner import TokenRunner
+    from rtinfer.model.directory import ModelDir
     from rtinfer.model.sequence import build_prefix
     torch.set_num_threads(threads)
     model = checkpoint.load(model_dir / "policy").model.float().eval()

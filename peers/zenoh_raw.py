@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from rtinfer.transport import wire
 from peers.oneway import message_body, wait_ready
 from rtinfer.bench.transport import WARMUP, publish_paced
+from rtinfer.transport import wire
 
 _HDR = struct.Struct("<QQ")
 KEY = "rtinfer/bench/peer"
@@ -30,6 +30,7 @@ def available() -> str | None:
     """Installed eclipse-zenoh version, or None."""
     try:
         from importlib.metadata import version
+
         import zenoh  # noqa: F401
         return version("eclipse-zenoh")
     except ImportError:

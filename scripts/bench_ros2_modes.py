@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.ros2_host import RosHost, read, stop, wait_for  # noqa: E402
+from tests.ros2_host import RosHost, read, stop  # noqa: E402
 
 POLICY = "models/zoo/arm-reach-bc"
 H, START_NS, PERIOD_NS = 10, 50_000_000, 50_000_000   # the policy's action spec

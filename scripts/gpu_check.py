@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rtinfer.bench.backend import _time_steps, copy_bandwidth_gbs, make_random_model, weight_bytes
 from rtinfer.inference.backends import ModelError, get_backend
 from rtinfer.inference.decode import Decoder
-from rtinfer.bench.backend import _time_steps, copy_bandwidth_gbs, make_random_model, weight_bytes
 from rtinfer.model.directory import ModelDir
 
 TORCH_VARIANTS = {  # name -> torch backend options
@@ -137,7 +137,9 @@ def run(out_dir: Path, budget_s: float, sizes=("demo", "bench")) -> dict:
     import torch
     t_end = time.monotonic() + budget_s
     res = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "sizes": {}, "skipped": {}}
-    save = lambda: (out_dir / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
+
+    def save() -> None:
+        (out_dir / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
     if not torch.cuda.is_available():
         res["skipped"]["all"] = "torch sees no CUDA device"
         return res

@@ -31,7 +31,8 @@ def expected(overhead: np.ndarray, left: np.ndarray, right: np.ndarray, gantry) 
 
 def build(out_dir) -> None:
     """Write the graph and package it into the model directory `out_dir`."""
-    from onnx import TensorProto as T, helper as h
+    from onnx import TensorProto as T
+    from onnx import helper as h
 
     def mean(name: str) -> list:  # uint8 [1, ...] -> float [1, 1, 1]: its mean / 255
         return [h.make_node("Cast", [name], [f"{name}_f"], to=T.FLOAT),

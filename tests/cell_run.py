@@ -33,7 +33,7 @@ class CellRun:
     log: str
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def run_cell(launch: str, overrides: tuple[tuple[str, str], ...] = ()) -> CellRun:
     """Run `launch` (relative to the repo) for SIM_SECONDS of sim; the reports it left."""
     base = Path(tempfile.mkdtemp(prefix="rtinfer-cell-"))

@@ -17,6 +17,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np
 import pytest
 
+
 def pytest_collection_modifyitems(config, items):
     """`slow` tests (over ~10 s each: whole launches, soaks, a fresh venv, benches' quick runs,
     long fuzzing) are left out of the default run, which `make test` does in under 15 min on 2
@@ -108,6 +109,7 @@ def no_launcher_left(request, monkeypatch):
     """The test module's `start` (tests.test_launch.start: one launcher process) is tracked,
     and every launcher a test starts is stopped at teardown, even when the test fails."""
     import subprocess
+
     from tests.test_launch import WAIT_S
     started, real_start = [], request.module.start
 
@@ -140,6 +142,7 @@ def recv_chunks(sub, n: int, timeout_s: float = 10.0) -> list:
 def answered_node(node, obs_pub, act, rng):
     """Publish observations until `node` answers one (the slow joiner), then drain `act`."""
     import time
+
     from rtinfer.transport.wire import now_ns
     for _ in range(200):
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})

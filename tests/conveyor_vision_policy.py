@@ -22,7 +22,8 @@ OBS = {"format": "rtinfer-obs-spec", "version": 1, "normalisation": "in the grap
 def build(out_dir, size: int = 128) -> Path:
     """Write the graph and package it into the model directory `out_dir`; returns it."""
     import onnx
-    from onnx import TensorProto as T, helper as h
+    from onnx import TensorProto as T
+    from onnx import helper as h
 
     from examples.conveyor_sorting.config import CellConfig, action_spec
     from models.chunk_package import package_onnx

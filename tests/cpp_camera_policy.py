@@ -38,9 +38,9 @@ def expected(image: np.ndarray) -> np.ndarray:
 
 def build(out_dir, height: int, width: int) -> None:
     """Write the graph and package it into the model directory `out_dir`."""
-    from onnx import TensorProto as T, helper as h
-
     from camera_policy import package_graph
+    from onnx import TensorProto as T
+    from onnx import helper as h
 
     consts = [h.make_tensor("flat", T.INT64, [2], [1, -1]),
               h.make_tensor("pixel", T.INT64, [1], [(1 * width + 2) * 3]),  # [1, 2, 0], C order

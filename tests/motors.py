@@ -6,7 +6,6 @@ from controllers.config import ToolConfig
 from controllers.hardware import HardwareFault
 from controllers.simulated import SimulatedAxes, uniform_robot
 
-
 axes = uniform_robot
 
 

@@ -30,7 +30,8 @@ def base_rad(red: int) -> float:
 
 def build(out_dir) -> None:
     """Write the graph and package it into the model directory `out_dir`."""
-    from onnx import TensorProto as T, helper as h
+    from onnx import TensorProto as T
+    from onnx import helper as h
 
     from tests.camera_policy import package_graph
 

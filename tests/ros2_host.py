@@ -19,7 +19,7 @@ class RosHost(_Namespaces):
     def __init__(self, name: str = "rtros2"):
         self.ns = {"h": f"{name}-{os.getpid()}"}
 
-    def create(self) -> "RosHost":
+    def create(self) -> RosHost:
         self.remove()
         self._add("h")
         _ip("-n", self.ns["h"], "link", "set", "lo", "multicast", "on")

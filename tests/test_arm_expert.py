@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from examples.arm_reach.sim import ArmSim
 from examples.arm_reach.expert import VMAX, ReachExpert
 from examples.arm_reach.kinematics import JointGoal
 from examples.arm_reach.lockstep import action_spec, load_robot, run
 from examples.arm_reach.observe import obs_body, obs_from_body, observe
+from examples.arm_reach.sim import ArmSim
 from examples.arm_reach.task import ReachConfig, ReachTask
 
 _, CONTROL, HARDWARE = load_robot()

@@ -11,9 +11,9 @@ import pytest
 
 from controllers.config import ControlConfig
 from controllers.hardware import Command
-from examples.arm_reach.sim import ArmSim, ready_pose
 from examples.arm_reach.lockstep import load_robot
 from examples.arm_reach.scene import ArmGeometry, build_mjcf
+from examples.arm_reach.sim import ArmSim, ready_pose
 from examples.arm_reach.task import ReachConfig
 
 NAME, CONTROL, HARDWARE = load_robot()
@@ -27,7 +27,7 @@ def make_sim(**over) -> ArmSim:
 def test_mjcf_has_one_torque_motor_per_declared_axis_with_its_range_and_limit():
     m = mujoco.MjModel.from_xml_string(build_mjcf(CONTROL))
     assert NAME == "arm" and m.njnt == m.nu == CONTROL.n == 4
-    for i, a in enumerate(CONTROL.axes):
+    for _i, a in enumerate(CONTROL.axes):
         j = m.joint(a.name)
         assert j.type[0] == mujoco.mjtJoint.mjJNT_HINGE
         assert tuple(j.range) == (a.low, a.high) and j.limited[0] == 1

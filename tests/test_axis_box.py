@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from controllers.config import ControlConfig
+from controllers.run import load_robot
 from controllers.simulated import SimulatedAxes
 from controllers.stack import ControlStack
 from controllers.tracker import SetpointTracker
-from controllers.run import load_robot
 
 MS = 1_000_000
 _, GANTRY, _ = load_robot("examples.conveyor_sorting:robot.yaml")

@@ -4,8 +4,8 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import random_obs_body
+
 from rtinfer.inference.backends import BackendError, ModelError, get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import EarlyExitDrafter

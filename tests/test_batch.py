@@ -5,7 +5,8 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rtinfer.inference.batch import BatchRunner, Row
 from rtinfer.inference.budget import default_levels

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_bus import recv_n
 
 from rtinfer.transport.bus import EndpointInUse, Publisher, Subscriber
 from rtinfer.transport.bus.shm import HELD, QUEUE
-from test_bus import recv_n
 
 pytest.importorskip("iceoryx2")  # the dev install has it (Makefile: the shm extra)
 
@@ -78,7 +78,7 @@ def test_messages_arrive_byte_exact_with_their_array_frames():
         assert child.returncode == 0
         assert seqs == list(range(QUEUE))
         assert sub.counters["received"] == QUEUE and sub.counters["rejected"] == 0
-        assert "'sent': %d, 'dropped': 0" % QUEUE in out
+        assert f"'sent': {QUEUE}, 'dropped': 0" in out
 
 
 def test_arrays_stay_valid_while_held_like_zmq_frames():

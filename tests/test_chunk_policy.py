@@ -2,17 +2,17 @@
 serving one as it serves an action-token policy (streaming per waypoint, stamps, latest-only,
 the last waypoint's slack, loud failures), in-process and as real processes over ipc."""
 import json
-from dataclasses import replace
 import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import answered_node, random_obs_body, recv_chunks
+
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.chunk_model import ChunkModelDir, load_model
 from rtinfer.model.directory import ModelError
@@ -84,6 +84,7 @@ def test_the_action_spec_hash_covers_every_field_and_an_edited_file_is_refused(t
 
 def test_the_conveyor_action_spec_is_the_one_docs_policies_shows():
     import re
+
     from examples.conveyor_sorting.config import CellConfig, action_spec
     text = (ROOT / "docs" / "policies.md").read_text()
     block = re.search(r"<!-- policies-example: action_spec.json -->\s*```json\n(.*?)```",

@@ -10,12 +10,13 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rtinfer.transport.bus import Publisher
-from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.monitor.node import Monitor
 from rtinfer.monitor.policy import MonitorConfig
+from rtinfer.transport.bus import Publisher
+from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000

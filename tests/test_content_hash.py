@@ -7,7 +7,8 @@ import re
 import struct
 from pathlib import Path
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rtinfer.model.action_spec import ActionSpec, canonical_bytes, content_hash
 from rtinfer.model.action_tokens import TokenizerConfig

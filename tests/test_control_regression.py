@@ -2,10 +2,11 @@
 scripted expert's 10-object run is unchanged (pins behaviour across performance work)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import gantry_control
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controllers.limits import SafetyLimits
-from conftest import gantry_control
 from controllers.pid import PID
 
 vec = st.lists(st.floats(-10, 10), min_size=3, max_size=3).map(np.array)

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 import zmq
-
 from test_controller_node import LINE, MS, Cell, Plant
+
 from rtinfer.transport.wire import now_ns
 
 

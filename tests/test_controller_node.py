@@ -11,14 +11,14 @@ import types
 import numpy as np
 import pytest
 import zmq
+from conftest import gantry_control
 
 from controllers.hardware import Command, RobotState
-from controllers.node import ControllerNode, ControllerConfig
-from conftest import gantry_control
-from rtinfer.transport.action_chunk import waypoint_body
-from rtinfer.transport.bus import Publisher, Subscriber
+from controllers.node import ControllerConfig, ControllerNode
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.action_chunk import waypoint_body
+from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
 MS = 1_000_000

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conveyor_vision_policy as vision
 import pytest
 
-import conveyor_vision_policy as vision
 from rtinfer.cli.shipped import launch_file
 from rtinfer.launch.file import load
 

@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
+import conveyor_vision_policy as vision
 import numpy as np
 import pytest
 
-import conveyor_vision_policy as vision
 from examples.conveyor_sorting.camera import frame_topic
 from examples.conveyor_sorting.camera_driver import CellCamera
 from examples.conveyor_sorting.sim_node import policy_inputs

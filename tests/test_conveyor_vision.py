@@ -14,8 +14,7 @@ torch = pytest.importorskip("torch")
 from examples.conveyor_sorting.config import CellConfig, EnvConfig  # noqa: E402
 from examples.conveyor_sorting.env import ConveyorSortEnv  # noqa: E402
 from examples.conveyor_sorting.expert import ScriptedExpert  # noqa: E402
-from examples.conveyor_sorting.vision import (PATCH, VisionConfig, VisionEncoder,  # noqa: E402
-                                              targets)
+from examples.conveyor_sorting.vision import PATCH, VisionConfig, VisionEncoder, targets  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "zoo" / "conveyor-vision"
 CLASS_CHANNEL = {0: 0, 1: 1, 2: 2}  # box red, cylinder green, sphere blue (config.DEFAULT_CLASSES)
@@ -133,9 +132,9 @@ def test_card_records_success_per_instruction_cost_and_lineage_of_each_level():
 
 
 def test_shipped_model_runs_every_level_on_rendered_frames(frames):
+    from examples.conveyor_sorting.observe import obs_body
     from rtinfer.inference.graph_runner import GraphRunner
     from rtinfer.model.chunk_model import load_model
-    from examples.conveyor_sorting.observe import obs_body
     model = load_model(MODEL)
     assert model.obs.cameras == {"overhead"} and "objects" not in model.obs.keys
     runner = GraphRunner(model)

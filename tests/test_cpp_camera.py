@@ -10,12 +10,12 @@ import json
 import sys
 import time
 
+import cpp_camera_policy as cp
 import numpy as np
 import pytest
 import zmq
-
-import cpp_camera_policy as cp
 from cpp_client import build, controller_cmd, start, stop
+
 from rtinfer.transport import wire
 from rtinfer.transport.bus import Subscriber
 
@@ -56,7 +56,9 @@ def test_cpp_camera_frame_is_fed_to_the_node_and_a_wrong_size_one_is_refused_and
     raw.subscribe(b"obs")
     chunks, health = {}, {}  # dest -> {cycle: [waypoint values]}; the node's last counters
     refused_at = None  # how many cycles of cam the node had answered when it first refused camx
-    served = lambda: len(chunks.get("cam", ()))
+
+    def served() -> int:
+        return len(chunks.get("cam", ()))
     try:
         for proc in (node, cam, camx):
             line = proc.stdout.readline()

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 import zmq
-
 from cpp_client import ROOT, build, controller_cmd, start, stop
+
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport import wire
 from rtinfer.transport.action_chunk import waypoint_body

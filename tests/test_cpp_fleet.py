@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 import pytest
-
 from cpp_client import ROOT, build, controller_cmd, conveyor_obs, start, stop
+
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
@@ -96,8 +96,11 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
             assert "ready" in line, proc.stderr.read() if proc.poll() is not None else line
         assert robot.run(lambda: len(robot.applied) >= 5, 30), "node a never served the robot"
         write(files["b"], {"cpparm": eps["obs"]})  # b serves it too, for a while
-        taken = lambda node: robot.counters().get(f"chunks_from.policy-{node}", 0)
-        counted = lambda: robot.counters().get("chunks_other_source", 0)
+        def taken(node: str) -> int:
+            return robot.counters().get(f"chunks_from.policy-{node}", 0)
+
+        def counted() -> int:
+            return robot.counters().get("chunks_other_source", 0)
         assert robot.run(lambda: counted() >= 8, 15), "node b's chunks were not counted"
         both = robot.counters()  # a's stream taken, b's counted
         write(files["b"], {})  # taken off b: a serves it alone
@@ -106,7 +109,9 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
         nodes["a"].kill()  # SIGKILL: no goodbye; its last chunks may still be in flight
         nodes["a"].wait()
         kill_ns = now_ns()
-        held = lambda: any(t > kill_ns and s == "hold" for t, s, _ in robot.health)
+
+        def held() -> bool:
+            return any(t > kill_ns and s == "hold" for t, s, _ in robot.health)
         assert robot.run(held, 5 + CHUNK_INTERVAL_MS / 1e3), "the controller did not hold"
         robot.run(lambda: False, 0.5)  # held, and nothing fresh comes meanwhile
         move_ns = now_ns()

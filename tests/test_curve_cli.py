@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rtinfer.launch.file import load
 from rtinfer.transport import curve
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import CurveConfig, CurveSetupError, curve_configs, curve_for
-from rtinfer.launch.file import load
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_HOSTS = ROOT / "launch" / "two_hosts.yaml"

@@ -2,8 +2,8 @@
 node brackets it (PeerClock) for the cycle's slack."""
 import numpy as np
 import pytest
-
 from conftest import random_obs_body
+
 from rtinfer.inference.budget import BudgetLevel
 from rtinfer.inference.cycle import Cycle
 from rtinfer.transport.heartbeat import same_host

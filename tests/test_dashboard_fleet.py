@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import gantry_control, random_obs_body
 from rich.console import Console
 
-from conftest import gantry_control, random_obs_body
 from controllers.bench_robot import StillRobot
 from controllers.node import ControllerConfig, ControllerNode
 from controllers.run import load_policy_spec, load_robot

@@ -4,13 +4,18 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import random_obs_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_obs_body
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder, speculative_accept
-from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, EarlyExitDrafter, FixedDrafter
+from rtinfer.inference.drafters import (
+    ChunkReuseDrafter,
+    DraftContext,
+    EarlyExitDrafter,
+    FixedDrafter,
+)
 from rtinfer.model.sequence import build_prefix, instruction_prefix, observation_segment
 
 N = 12  # tiny model's chunk: H=3 x D=4

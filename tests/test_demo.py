@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from rtinfer.transport.bus import Publisher
-from rtinfer.monitor.dashboard import Dashboard
 from rtinfer.cli.demo import collect_report
+from rtinfer.monitor.dashboard import Dashboard
+from rtinfer.transport.bus import Publisher
 
 REPORT_KEYS = {"cycles", "deadline_ms", "deadline_misses", "e2e_ms", "ttft_ms", "objects",
                "success_rate", "budget_changes", "holds"}
@@ -202,6 +202,7 @@ def test_the_report_carries_the_robots_clamps_and_socket_drops(tmp_path):
 def test_the_report_says_what_scheduling_each_node_was_granted(tmp_path):
     import subprocess
     import sys
+
     from rtinfer.cli.demo import scheduling
     # the real child, as the launcher starts it, its output in the node's log
     for name, opts in (("sim", ["--priority", "1"]), ("policy", ["--cpus", "100000"]),

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 PACKAGES = ("rtinfer", "controllers", "models", "examples", "peers")
-DOTTED = re.compile(r"(?<![\w./-])((?:%s)(?:\.[A-Za-z_]\w*)+)" % "|".join(PACKAGES))
-FILE = re.compile(r"(?<![\w./-])((?:%s)/[\w/.-]*\w)" % "|".join(PACKAGES))
+DOTTED = re.compile(r"(?<![\w./-])((?:{})(?:\.[A-Za-z_]\w*)+)".format("|".join(PACKAGES)))
+FILE = re.compile(r"(?<![\w./-])((?:{})/[\w/.-]*\w)".format("|".join(PACKAGES)))
 
 
 def resolves(dotted: str) -> bool:

@@ -7,13 +7,22 @@ import threading
 import types
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rtinfer.inference.backends import BackendError, get_backend
 from rtinfer.inference.backends.tensorrt_build import main
-from rtinfer.inference.backends.tensorrt_plan import (BuildLog, BuildPlan, assert_static, build_plan,
-                                                      cache_key, parse_version, profile_shapes,
-                                                      sparse_from_log, sparse_layers)
+from rtinfer.inference.backends.tensorrt_plan import (
+    BuildLog,
+    BuildPlan,
+    assert_static,
+    build_plan,
+    cache_key,
+    parse_version,
+    profile_shapes,
+    sparse_from_log,
+    sparse_layers,
+)
 
 BOTH = {"float32", "float16"}
 FP32 = {"float32"}
@@ -330,8 +339,10 @@ def make_qdq_dir(tiny_model_dir, tmp_path_factory):
     (models.qdq): (directory, qdq's report)."""
     pytest.importorskip("onnxruntime")
     import shutil
+
     import numpy as np
     from conftest import random_obs_body
+
     from models.qdq import qdq
     from rtinfer.model.directory import ModelDir
     d = tmp_path_factory.mktemp("qdq") / "m"
@@ -359,6 +370,7 @@ def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir, d
     TensorRT only (the CPU's int8 set is MatMulNBits), so those kernels are not under test."""
     import numpy as np
     import onnxruntime as ort
+
     from models.qdq import graph_feeds, qdq_pairs, sequences
     from rtinfer.model.directory import ModelDir
     qdq_dir, report = qdq_dir

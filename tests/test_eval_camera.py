@@ -32,7 +32,8 @@ def _hold_policy(out_dir, cameras: dict[str, list[int]]):
     """actions [1, 4, 4] = gantry[:4] at every waypoint; the image inputs are declared and
     read (their mean, times zero, is added) so the graph takes them."""
     import onnx
-    from onnx import TensorProto as T, helper as h
+    from onnx import TensorProto as T
+    from onnx import helper as h
 
     from models.chunk_package import package_onnx
     from rtinfer.model.obs_spec import ObsSpec

@@ -6,9 +6,13 @@ import pytest
 pytest.importorskip("mujoco")
 
 from examples.conveyor_sorting.collect import collect  # noqa: E402
-from examples.conveyor_sorting.evaluate import (all_instructions, evaluate,  # noqa: E402
-                                                expert_factory, parse_instructions,
-                                                run_per_instruction)
+from examples.conveyor_sorting.evaluate import (  # noqa: E402
+    all_instructions,
+    evaluate,
+    expert_factory,
+    parse_instructions,
+    run_per_instruction,
+)
 
 SIX = {"0,1,2", "0,2,1", "1,0,2", "1,2,0", "2,0,1", "2,1,0"}
 
@@ -59,6 +63,7 @@ def test_instructions_are_named_as_on_the_command_line_and_a_bad_one_says_so():
 
 def test_collect_summary_counts_every_instruction_it_ran(tmp_path):
     from dataclasses import replace
+
     from examples.conveyor_sorting.config import EnvConfig
     cfg = replace(EnvConfig(), episode_objects=1)
     s = collect(6, tmp_path / "d.npz", seed=4, cfg=cfg, show_progress=False,

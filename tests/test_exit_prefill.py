@@ -5,8 +5,8 @@ Checked on the tiny exported model with ONNX Runtime (no timing asserted: the be
 docs/benchmarks.md's stress demo)."""
 import numpy as np
 import pytest
-
 from conftest import TINY_SPEC, random_obs_body
+
 from rtinfer.inference.budget import BudgetLevel
 from rtinfer.model.directory import ModelDir
 from rtinfer.model.obs_tokens import ObsTokens
@@ -59,7 +59,7 @@ def test_the_exit_prefill_graph_equals_the_exit_depth_one_token_at_a_time(tiny_m
     be.prefill(head, 0)
     one_pass = be.prefill(seg, len(head), depth=1).copy()
     be.prefill(head, 0)
-    for i, tok in enumerate(seg):
+    for i, _tok in enumerate(seg):
         step = be.step(seg[i:i + 1], len(head) + i, depth=1)
     assert np.allclose(one_pass, step[-1], atol=1e-4)
     assert be.has_graph(1, len(seg)) and not be.has_graph(1, len(seg) + 1)

@@ -8,10 +8,10 @@ import torch
 
 from models import checkpoint, sparsity
 from models.config import PolicyConfig, Vocab
-from models.policy import Policy
 from models.export import export_all, export_graph
-from rtinfer.model.manifest import MANIFEST, read_manifest
 from models.parity import ort_session, step_parity
+from models.policy import Policy
+from rtinfer.model.manifest import MANIFEST, read_manifest
 
 torch.set_num_threads(2)
 VOCAB = Vocab(n_instr=4, n_obs_bins=8, n_action_bins=32)

@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import recv_chunks
+
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelError

@@ -34,8 +34,8 @@ import pytest
 
 from rtinfer.transport import curve
 from rtinfer.transport.wire import now_ns
-from tests.faults import netns
 from tests.conftest import random_obs_body
+from tests.faults import netns
 from tests.faults.common import PY, ROOT, stop, wait_for
 
 why = netns.available()
@@ -187,7 +187,9 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
                       "probe": {f"{n}/{src}/{v}": sum(1 for x in seen if x[1:] == (src, n, v))
                                 for src, n, v in sorted({x[1:] for x in seen}, key=str)},
                       "node_checks_keys": NODE_CHECKS_KEYS}))
-    verdicts = lambda key, lo=0, hi=end: {v for t, _, n, v in seen if n == key and lo <= t < hi}
+
+    def verdicts(key, lo=0, hi=end) -> set:
+        return {v for t, _, n, v in seen if n == key and lo <= t < hi}
     assert verdicts("cell-1") == {"ok"}
     assert verdicts("cell-3") == {"obs_wrong_src"}  # it spoke for cell-1 throughout
     assert {src for _, src, n, _ in seen if n == "cell-3"} == {"cell-1"}

@@ -8,10 +8,10 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import random_obs_body, recv_chunks
-from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+
 from rtinfer.inference import robots as robots_module
+from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.inference.robots import UTILISATION
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
@@ -188,7 +188,7 @@ def test_with_address_chunks_a_robot_subscribed_to_its_address_gets_only_its_own
         time.sleep(0.1)
         while mine.recv(50) is not None or act.recv(0) is not None:
             pass
-        for n, p in pubs.items():
+        for _n, p in pubs.items():
             p.publish("obs", random_obs_body(rng), {"capture": now_ns()})
         time.sleep(0.1)
         for _ in pubs:

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import random_obs_body
+
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import random_obs_body
+
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.backends.base import BackendError
 from rtinfer.inference.budget import BudgetLevel, default_levels
@@ -181,6 +181,7 @@ def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path
     import time
 
     from conftest import answered_node, recv_chunks
+
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
     from rtinfer.transport.bus import Publisher, Subscriber
     from rtinfer.transport.wire import now_ns

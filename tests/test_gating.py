@@ -3,8 +3,8 @@ skipping none reproduces dense greedy, a fine-tuned level is a servable model di
 FFN routers (models.gating): threshold 0 is dense, above 1 skips every FFN."""
 import numpy as np
 import onnx
-
 from conftest import random_obs_body
+
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.model.sequence import build_prefix
@@ -55,6 +55,7 @@ def _demos(tiny_model_dir, n=64, seed=0):
 def test_router_threshold_0_is_dense_above_1_skips_every_ffn_and_the_penalty_lowers_gates(
         tiny_model_dir):
     import torch
+
     from models.ffn_skip import skip_ffn
     from models.gating import GatedPolicy, evaluate, train
     ck, demos = _demos(tiny_model_dir)
@@ -93,6 +94,7 @@ def test_a_routed_model_skips_ffns_through_ifs_and_stays_lossless_under_speculat
         tiny_model_dir, tmp_path):
     import torch
     from safetensors.torch import save_file
+
     from models.gating import GatedPolicy, export_routed
     from rtinfer.inference.drafters import ChunkReuseDrafter
     ck, _ = _demos(tiny_model_dir)

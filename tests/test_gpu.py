@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import K_VERIFY, TINY_SPEC, random_obs_body
+
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import EarlyExitDrafter

@@ -1,7 +1,8 @@
 """LatencyHistogram.percentiles_us gives exactly what hdrh's own percentile walk gives."""
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rtinfer.realtime.hist import PERCENTILES, LatencyHistogram
 

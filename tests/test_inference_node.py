@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_SPEC, answered_node, random_obs_body, recv_chunks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import TINY_SPEC, answered_node, random_obs_body, recv_chunks
-from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.model.obs_tokens import ObsError, ObsTokens
 from rtinfer.model.sequence import action_positions, build_prefix, build_sequence, target_positions
-from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import random_obs_body
+
 from models.kv_rows import export_kv_rows
 from models.quantise import quantise
 from models.share import share_weights

@@ -121,7 +121,7 @@ def test_grandchild_left_by_an_exited_node_is_killed_at_once(tmp_path):
     proc.send_signal(signal.SIGTERM)
     rc, out = finish(proc)
     assert rc == 3, out  # a clean stop, but a node failed for good this run (issue 15 item 3)
-    assert f"node 'leaky' FAILED: failed (restart: never) (last exit: exit code 5" in out
+    assert "node 'leaky' FAILED: failed (restart: never) (last exit: exit code 5" in out
 
 
 def test_on_failure_restarts_with_backoff_until_the_limit(tmp_path):

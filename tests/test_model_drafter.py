@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 import pytest
+from conftest import K_VERIFY, random_obs_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import K_VERIFY, random_obs_body
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter
@@ -23,6 +23,7 @@ N = 12  # tiny model's chunk: H=3 x D=4
 def random_draft_dir(tiny_model_dir, tmp_path_factory):
     """A 1-block policy with fresh weights and the target's vocab: a poor draft."""
     import torch
+
     from models.config import PolicyConfig
     from models.export import export_all
     from models.policy import Policy

@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 import zmq
+from conftest import gantry_control
 
+from rtinfer.monitor.node import Monitor, load_config
+from rtinfer.monitor.policy import MonitorConfig
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.monitor.node import Monitor, load_config
-from conftest import gantry_control
-from rtinfer.monitor.policy import MonitorConfig
 from rtinfer.transport.wire import Envelope, now_ns
 
 MS = 1_000_000
@@ -57,7 +57,8 @@ class Rig:
             self.robot.publish("trace", {"node": "controller", "cycle": self.cycle, "stamps": st,
                                          "fields": {}})
             if i % 200 == 199:
-                self.spin_until(lambda: self.mon.policy.counters["cycles"] >= want - len(e2e_ms) + i + 1)
+                self.spin_until(
+                    lambda i=i: self.mon.policy.counters["cycles"] >= want - len(e2e_ms) + i + 1)
         self.spin_until(lambda: self.mon.policy.counters["cycles"] >= want)
 
     def late(self, cycle, index, age_ms=130.0):
@@ -301,9 +302,9 @@ def test_cli_writes_its_report_and_exits_0_on_sigterm(tmp_path):
 
 def test_robot_keeps_tracking_chunks_after_the_monitor_is_killed(tmp_path):
     from controllers.hardware import Command, RobotState
-    from controllers.node import ControllerNode, ControllerConfig
-    from rtinfer.transport.heartbeat import HeartbeatResponder
+    from controllers.node import ControllerConfig, ControllerNode
     from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+    from rtinfer.transport.heartbeat import HeartbeatResponder
 
     class Plant:
         state = RobotState(0, np.array([0.0, 0.0, 0.2]), np.zeros(3))

@@ -5,8 +5,8 @@ the monitor's JSON."""
 from __future__ import annotations
 
 import pytest
-
 from cell_run import run_cell
+
 from rtinfer.monitor import report
 from rtinfer.monitor.stages import STAGES
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from peers import markdown, run as peers
+from peers import markdown
+from peers import run as peers
 from peers.row import make_row
 
 QUICK = peers.Counts.quick()

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-
 from conftest import random_obs_body
+
 from models.quantise import agreement, quantise
 from models.share import share_weights
 from rtinfer.inference.backends import get_backend

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.os_setup import configure_realtime, realtime_gc
-from rtinfer.realtime.spin import spin
 from rtinfer.realtime.rate import RateKeeper
+from rtinfer.realtime.spin import spin
 
 STEPS = {"affinity", "scheduler", "gc", "mlockall"}
 

@@ -2,17 +2,17 @@
 clock: the driver's observation published by the controller (checked against the policy's
 observation spec), a driver's bug named, a capture from the robot's future refused, the
 policy's out-of-range waypoints said, and the bus's drops counted in health."""
+import time
+
 import numpy as np
 import pytest
 import zmq
+from test_controller_node import LINE, MS, Cell, Plant
 
 from controllers.hardware import DriverError, Observation
 from controllers.node import State
 from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.transport.bus import Subscriber
-import time
-
-from test_controller_node import LINE, MS, Cell, Plant
 
 SPEC = ObsSpec({"format": "rtinfer-obs-spec", "version": 1,
                 "inputs": [{"key": "pos", "dtype": "float32", "shape": [3]}]})

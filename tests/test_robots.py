@@ -10,10 +10,10 @@ import itertools
 import numpy as np
 import pytest
 import zmq
+from motors import GRIPPER, Motors, axes
 
 from controllers.config import AxisConfig, ControlConfig, ToolConfig
 from controllers.node import ControllerConfig, ControllerNode
-from motors import GRIPPER, Motors, axes
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns

@@ -6,7 +6,6 @@ and the policy node refused none (frame_bad, frame_stale: 0)."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import pytest

@@ -25,6 +25,7 @@ def test_shared_weights_give_identical_logits_and_a_smaller_folder(tiny_model_di
 
 def test_a_truncated_weights_file_is_a_clear_error_before_the_loop(tiny_model_dir, tmp_path):
     import pytest
+
     from rtinfer.model.directory import ModelError
     shared = tmp_path / "shared"
     shutil.copytree(tiny_model_dir, shared)

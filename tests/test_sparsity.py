@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models import checkpoint, sparsity
 from models.config import PolicyConfig
@@ -48,7 +49,7 @@ def test_fine_tuning_under_masks_keeps_the_pattern():
     before = model.blocks[1].attn.c_attn.weight.detach().clone()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     idx = torch.randint(0, CFG.vocab_size, (4, 12))
-    for i in range(3):
+    for _i in range(3):
         loss = torch.nn.functional.cross_entropy(model(idx[:, :-1]).transpose(1, 2), idx[:, 1:])
         opt.zero_grad()
         loss.backward()

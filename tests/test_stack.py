@@ -1,12 +1,12 @@
 """ControlStack and SafetyLimits on a pure-numpy gantry plant (double integrator + gravity on z)."""
 import numpy as np
 import pytest
+from conftest import gantry_control
 
+from controllers.config import ControlConfig
 from controllers.hardware import Command, HardwareInterface, RobotState
 from controllers.limits import SafetyLimits
-from controllers.config import ControlConfig
 from controllers.stack import ControlStack
-from conftest import gantry_control
 
 MS = 1_000_000
 G = 9.81
@@ -113,7 +113,7 @@ def test_waypoints_outside_the_workspace_are_clipped_and_counted():
 
 
 def test_forces_are_limited_and_counted():
-    stack, plant = ControlStack(_cfg(effort_limit=(5.0, 5.0, 30.0), kp=(1e4, 1e4, 1e4))), \
+    stack, _plant = ControlStack(_cfg(effort_limit=(5.0, 5.0, 30.0), kp=(1e4, 1e4, 1e4))), \
         Gantry([0.0, 0.0, 0.2])
     stack.set_chunk(_chunk([[0.2, 0.0, 0.2]] * 4, 0.0), 0, 50 * MS, 0)
     cmd = stack.compute(RobotState(0, np.array([-0.3, 0.0, 0.2]), np.zeros(3)), 0)

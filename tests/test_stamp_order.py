@@ -4,7 +4,6 @@ monitor as processes), its controller.trace read back."""
 from __future__ import annotations
 
 import pytest
-
 from cell_run import run_cell
 
 ORDER = ("capture", "obs_recv", "first_token", "publish", "recv", "apply")  # apply: if applied

@@ -15,8 +15,17 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from rtinfer.cli.stress import (AIM_Q, FLOOR_HEADROOM, calibration_seconds, choose_deadline,
-                                chunk_complete_ms, late_fraction, pin_tasks, policy_cpu, stress_table)
+from rtinfer.cli.stress import (
+    AIM_Q,
+    FLOOR_HEADROOM,
+    calibration_seconds,
+    choose_deadline,
+    chunk_complete_ms,
+    late_fraction,
+    pin_tasks,
+    policy_cpu,
+    stress_table,
+)
 
 RNG = np.random.default_rng(0)
 FULL = 8.0 + RNG.gamma(2.0, 2.0, 400)     # fixed full depth, chunk time: p50 ~11 ms, a long tail

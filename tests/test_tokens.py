@@ -1,7 +1,8 @@
 """Action tokenizer: round trip within half a bin, clipping counted, bad ids are WireErrors."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig

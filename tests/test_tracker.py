@@ -1,6 +1,7 @@
 """SetpointTracker: exact at waypoints when unconstrained, limits always, no jumps at hand-over."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controllers.tracker import SetpointTracker
 

@@ -51,8 +51,9 @@ def test_a_capture_may_lead_our_clock_by_the_stated_uncertainty_only():
 
 
 def test_a_clock_uncertainty_is_never_the_deadline():
-    from controllers.node import ControllerConfig
     from conftest import gantry_control
+
+    from controllers.node import ControllerConfig
     from rtinfer.model.action_tokens import TokenizerConfig
     tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))
     with pytest.raises(ValueError, match="clock_uncertainty_ns=100000000 must be >= 0 and "

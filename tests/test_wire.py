@@ -8,11 +8,18 @@ import pytest
 import zmq
 
 from rtinfer.transport import wire
-from rtinfer.transport.wire import (ArrayError, MalformedError, OversizeError, SchemaError, TopicError,
-                          VersionError, WireError)
-from rtinfer.transport.arrays import EXT_ARRAY, EXT_ARRAY_OOB, default_inline
 from rtinfer.transport.action_chunk import waypoint_body
+from rtinfer.transport.arrays import EXT_ARRAY, EXT_ARRAY_OOB, default_inline
 from rtinfer.transport.schema import SCHEMA_VERSION
+from rtinfer.transport.wire import (
+    ArrayError,
+    MalformedError,
+    OversizeError,
+    SchemaError,
+    TopicError,
+    VersionError,
+    WireError,
+)
 
 f32 = np.float32
 

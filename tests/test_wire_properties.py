@@ -1,15 +1,15 @@
 """Property tests: every valid message round-trips; no byte string raises anything but WireError."""
 import msgpack
-import pytest
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from rtinfer.transport import wire
 from rtinfer.transport.action_chunk import waypoint_body
-from rtinfer.transport.wire import WireError
 from rtinfer.transport.arrays import DTYPES, EXT_ARRAY, EXT_ARRAY_OOB, MAX_NDIM
+from rtinfer.transport.wire import WireError
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .sim import ArmSim, ready_pose
 from .expert import ReachExpert
 from .lockstep import action_spec, load_robot, run
+from .sim import ArmSim, ready_pose
 
 KEYS = ("joints", "ee", "target", "chunk", "episode")
 NOISE_FAR_M = 0.06   # noise only on the way (a perturbed dwell would never complete)

@@ -19,10 +19,10 @@ from rtinfer.inference.graph_runner import GraphRunner
 from rtinfer.model.chunk_model import ChunkModelDir
 from rtinfer.model.directory import ModelError
 
-from .sim import ArmSim
 from .expert import ReachExpert
 from .lockstep import action_spec, load_robot, run
 from .observe import obs_body
+from .sim import ArmSim
 
 EVAL_SEED = 1000
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from controllers.config import ControlConfig
 
-from .sim import ready_pose
 from .scene import ArmGeometry, build_mjcf
+from .sim import ready_pose
 
 DAMPING = 0.05       # lambda (m): keeps steps bounded near singular poses
 NULL_GAIN = 0.05     # per iteration, towards the ready pose in J's null space

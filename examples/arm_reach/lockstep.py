@@ -11,17 +11,18 @@ applied (return None to apply the policy's own chunk). Deterministic for a seed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
+
 import controllers.run
 from controllers.config import ControlConfig
 from controllers.stack import ControlStack
 from rtinfer.model.action_spec import ActionSpec
 
-from .sim import NS_PER_STEP, ArmSim
 from .observe import observe
+from .sim import NS_PER_STEP, ArmSim
 
 ROBOT_YAML = Path(__file__).with_name("robot.yaml")
 HORIZON = 10                  # waypoints per chunk

@@ -62,7 +62,7 @@ class ReachConfig:
             raise ValueError(f"hardware: {'; '.join(bad)}")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ReachConfig":
+    def from_dict(cls, d: dict) -> ReachConfig:
         """From the robot YAML's `hardware:` mapping; an unknown key is one ValueError line
         listing the known ones."""
         names = [f.name for f in fields(cls)]

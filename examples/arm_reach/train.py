@@ -29,7 +29,6 @@ from .evaluate import evaluate
 from .lockstep import action_spec, load_robot
 from .observe import example_obs
 
-
 EVAL_TARGETS = 50   # per episode, two episodes, for the card's lockstep success
 
 

@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.realtime.config_cli import add_config_arguments, config_from_args, option
 from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.realtime.rate import RateKeeper
 from rtinfer.realtime.report_file import write_report
 from rtinfer.transport.bus import Publisher, Subscriber

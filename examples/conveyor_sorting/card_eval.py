@@ -42,8 +42,14 @@ from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelDir
 
 from .config import EnvConfig
-from .evaluate import SUMMARY, LateChunks, all_instructions, expert_factory, instruction_key, \
-    run_per_instruction
+from .evaluate import (
+    SUMMARY,
+    LateChunks,
+    all_instructions,
+    expert_factory,
+    instruction_key,
+    run_per_instruction,
+)
 from .policy_adapter import ModelPolicy, model_factory
 
 SEED_STRIDE = 100_003  # run_policy: episode e of seed s resets with s * SEED_STRIDE + e

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: the cell's config module stays light
+    from controllers.config import ControlConfig
+    from rtinfer.model.action_spec import ActionSpec
+    from rtinfer.model.action_tokens import TokenizerConfig
 
 
 @dataclass(frozen=True)
@@ -149,7 +155,7 @@ class EnvConfig:
     frame_hw: tuple[int, int] = (128, 128)
 
 
-def control_config(cell: CellConfig) -> "ControlConfig":
+def control_config(cell: CellConfig) -> ControlConfig:
     """The gantry as a robot: three effort-mode linear axes (x, y, z; their joint ranges,
     kept 5 mm inside) and the suction valve as a binary tool. PID tuned to ~60 rad/s
     closed-loop bandwidth per axis (kp = m w^2, kd = 1.8 m w), acceleration feed-forward with
@@ -166,7 +172,7 @@ def control_config(cell: CellConfig) -> "ControlConfig":
     return ControlConfig(tuple(axes), ToolConfig("suction", "binary"))
 
 
-def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> "TokenizerConfig":
+def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> TokenizerConfig:
     """Action tokens for this cell: x, y, z over the gantry workspace, suction over [0, 1];
     50 ms per waypoint (the policy period)."""
     from rtinfer.model.action_tokens import TokenizerConfig
@@ -177,7 +183,7 @@ def tokenizer_config(cell: CellConfig, *, horizon: int = 4, bins: int = 256) -> 
 ACTION_UNITS = ("m", "m", "m", "1")  # x, y, z of the gantry; suction on (1) / off (0)
 
 
-def action_spec(cell: CellConfig, *, horizon: int = 4) -> "ActionSpec":
+def action_spec(cell: CellConfig, *, horizon: int = 4) -> ActionSpec:
     """What a continuous-chunk policy for this cell must declare (its action_spec.json):
     the tokenizer's axes, limits and timing, in ACTION_UNITS; waypoint 0 one period after
     capture."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -220,7 +221,7 @@ def main(argv=None) -> None:
             r = evaluate(a.policy or "expert", episodes=a.episodes, seed=a.seed,
                          belt_speed=a.belt_speed, instructions=a.instructions)
         except ValueError as e:
-            raise SystemExit(f"evaluate: {e}")
+            raise SystemExit(f"evaluate: {e}") from None
         print(json.dumps(r, indent=1))
         return
     cfg = EnvConfig()

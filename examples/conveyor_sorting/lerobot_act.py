@@ -217,6 +217,7 @@ class Exported:
 # -- train --------------------------------------------------------------------------------
 def seed_all(seed: int, threads: int) -> None:
     import random
+
     import torch
     torch.set_num_threads(threads)
     random.seed(seed)
@@ -341,8 +342,8 @@ def example_inputs(data: dict[str, np.ndarray], i: int):
 # -- export -------------------------------------------------------------------------------
 def export(ckpt: str | Path, out: str | Path, *, parity_data: list[str] = (),
            parity_rows: int = 200, threads: int = 1, lineage_extra: dict | None = None) -> dict:
-    import torch
     import onnx
+    import torch
     graph, meta = load_checkpoint(ckpt)
     k = meta["visible_k"]
     out = Path(out)
@@ -435,8 +436,9 @@ def time_onnx(path, k: int, n: int = 1000, threads: int = 1) -> dict:
 
 
 def write_lineage(onnx_path: Path, meta: dict, result: dict, extra: dict) -> Path:
-    import torch
     from importlib.metadata import version
+
+    import torch
     recipe = Path(__file__).resolve().parents[2] / "scripts" / "lerobot_env.sh"
     lin = {"implementation": IMPL, "lerobot": version("lerobot"), "torch": torch.__version__,
            "onnx": version("onnx"), "onnxruntime": version("onnxruntime"),

@@ -59,9 +59,25 @@ from pathlib import Path
 
 import numpy as np
 
-from .lerobot_act import (DEFAULTS, IMPL, NUM_CLASSES, STD_FLOOR, D, H, _recipe_lines,
-                          _session, _stats, action_limits, action_targets, add_config_args,
-                          fit, relabelled, save_policy, seed_all, state_features)
+from .lerobot_act import (
+    DEFAULTS,
+    IMPL,
+    NUM_CLASSES,
+    STD_FLOOR,
+    D,
+    H,
+    _recipe_lines,
+    _session,
+    _stats,
+    action_limits,
+    action_targets,
+    add_config_args,
+    fit,
+    relabelled,
+    save_policy,
+    seed_all,
+    state_features,
+)
 
 CAMERA = "overhead"
 FRAME_HW = (128, 128)
@@ -277,7 +293,9 @@ def export(ckpt: str | Path, out_dir: str | Path, *, parity_data: list[str] = ()
     """Export the checkpoint to ONNX and package it as the model directory `out_dir` (its
     card: lineage, parity with torch); returns the card."""
     import tempfile
+
     import torch
+
     from examples.conveyor_sorting.config import CellConfig, action_spec
     from models.chunk_package import package_onnx
     from rtinfer.model.obs_spec import ObsSpec
@@ -320,8 +338,9 @@ def parity(graph, path, files: list[str], rows: int = 100, seed: int = 0) -> dic
 
 
 def card_of(meta: dict, parity_result: dict | None) -> dict:
-    import torch
     from importlib.metadata import version
+
+    import torch
     recipe = Path(__file__).resolve().parents[2] / "scripts" / "lerobot_env.sh"
     training = {k: meta.get(k) for k in ("steps", "batch", "lr", "seed", "threads", "init",
                                          "train_s", "data_s", "samples_per_s")}
@@ -360,6 +379,7 @@ def lockstep(model_dir: str | Path, episodes: int = 2, per_episode: int = 20, se
     """Success per instruction through the node's GraphRunner, the env rendering the camera
     the model reads (evaluate.camera_config); written into card.json "lockstep"."""
     from rtinfer.model.chunk_model import load_model
+
     from .config import EnvConfig
     from .evaluate import SUMMARY, camera_config, parse_instructions, run_per_instruction
     from .policy_adapter import model_factory
@@ -387,6 +407,7 @@ def latency(model_dir: str | Path, baseline: str | Path | None, runs: int = 500,
     time (wall time on a shared host carries its stalls; CPU time much less so)."""
     from rtinfer.inference.graph_runner import GraphRunner
     from rtinfer.model.chunk_model import load_model
+
     from .config import EnvConfig
     from .env import ConveyorSortEnv
     from .evaluate import camera_config, expert_factory

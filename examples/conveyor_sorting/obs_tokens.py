@@ -38,7 +38,7 @@ class ObsTokenizerConfig:
     obj_high: tuple[float, float] = (0.6, 0.15)
 
     @classmethod
-    def for_cell(cls, cell: CellConfig, bins: int = 256) -> "ObsTokenizerConfig":
+    def for_cell(cls, cell: CellConfig, bins: int = 256) -> ObsTokenizerConfig:
         return cls(bins=bins, num_classes=cell.num_classes, slots=cell.visible_k,
                    pos_low=cell.gantry_low, pos_high=cell.gantry_high,
                    obj_low=(cell.camera_x[0], -cell.belt_half_width),
@@ -77,7 +77,7 @@ class ObsTokenizerConfig:
                             "classes": self.num_classes}}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ObsTokenizerConfig":
+    def from_dict(cls, d: dict) -> ObsTokenizerConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 

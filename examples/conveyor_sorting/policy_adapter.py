@@ -11,10 +11,10 @@ import numpy as np
 
 from rtinfer.inference.budget import BudgetLevel, default_levels
 from rtinfer.inference.graph_runner import GraphRunner
-from rtinfer.model.chunk_model import ChunkModelDir, load_model
-from rtinfer.model.directory import ModelDir
 from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
+from rtinfer.model.chunk_model import ChunkModelDir, load_model
+from rtinfer.model.directory import ModelDir
 
 from .config import action_spec
 from .env import ConveyorSortEnv

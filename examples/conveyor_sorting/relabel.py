@@ -20,9 +20,10 @@ import json
 import numpy as np
 from rich.progress import track
 
+from rtinfer.model.action_tokens import TokenizerConfig
+
 from .config import CellConfig
 from .expert import ScriptedExpert
-from rtinfer.model.action_tokens import TokenizerConfig
 
 
 def carry_counterfactuals(data: dict[str, np.ndarray], instructions: np.ndarray, perms,

@@ -29,8 +29,15 @@ from rtinfer.realtime.deadline import DEADLINE_MS, deadline_ns
 from .camera import frame_shapes
 from .camera_driver import CellCamera
 from .cell import ConveyorCell
-from .config import (CellConfig, action_spec, control_config, parse_belt_speed, parse_seed,
-                     parse_instruction, tokenizer_config)
+from .config import (
+    CellConfig,
+    action_spec,
+    control_config,
+    parse_belt_speed,
+    parse_instruction,
+    parse_seed,
+    tokenizer_config,
+)
 from .observe import obs_body, observe
 
 OBS_KEYS = ["objects", "gantry", "held", "instruction"]  # what observe() gives

@@ -30,9 +30,26 @@ from pathlib import Path
 
 import numpy as np
 
-from .lerobot_act import (DEFAULTS, NUM_CLASSES, OBS_KEYS, SLOT_DIM, STATE_DIM, D, H, IMPL,
-                          STD_FLOOR, Exported, action_targets, export, features, fit, make_config,
-                          relabel_rows, save_policy, seed_all)
+from .lerobot_act import (
+    DEFAULTS,
+    IMPL,
+    NUM_CLASSES,
+    OBS_KEYS,
+    SLOT_DIM,
+    STATE_DIM,
+    STD_FLOOR,
+    D,
+    Exported,
+    H,
+    action_targets,
+    export,
+    features,
+    fit,
+    make_config,
+    relabel_rows,
+    save_policy,
+    seed_all,
+)
 
 PARITY_MAX = 1e-4  # the recovered policy against the graph it came from (max |diff|, m)
 
@@ -107,6 +124,7 @@ def decode(weights: str, files: list[str], keep: int) -> dict[str, np.ndarray]:
     """Every row of the collect.py files, its `objects` replaced by what the encoder
     (weights, at `keep` visual tokens) decodes from the row's overhead frame."""
     import torch
+
     from .config import CellConfig
     from .vision import VisionConfig, VisionEncoder
     enc = VisionEncoder(VisionConfig(), CellConfig())

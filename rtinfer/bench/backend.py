@@ -50,6 +50,7 @@ def weight_bytes(model_dir) -> int:
 def make_random_model(size: str, out_dir) -> Path:
     """Export a random-weight model of size "demo" or "bench" with tokenizer/obs spec."""
     import torch
+
     from models import checkpoint
     from models.config import PolicyConfig, Vocab
     from models.export import export_all

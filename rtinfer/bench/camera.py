@@ -23,8 +23,14 @@ import time
 
 import numpy as np
 
-from rtinfer.bench.camera_paths import (JPEG_QUALITY, LOSSLESS, PATHS, frame_pool, make_receiver,
-                                        make_sender)
+from rtinfer.bench.camera_paths import (
+    JPEG_QUALITY,
+    LOSSLESS,
+    PATHS,
+    frame_pool,
+    make_receiver,
+    make_sender,
+)
 from rtinfer.bench.options import emit, parser
 from rtinfer.bench.transport import socket_free_port
 from rtinfer.realtime.hist import LatencyHistogram

@@ -39,8 +39,8 @@ import numpy as np
 
 from rtinfer.bench.decode import measure, prefix_stream
 from rtinfer.bench.dynamic_figures import lockstep_success, params, pass_flops
-from rtinfer.bench.dynamic_moe import moe_rows
 from rtinfer.bench.dynamic_models import truncated_draft, with_graphs
+from rtinfer.bench.dynamic_moe import moe_rows
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter

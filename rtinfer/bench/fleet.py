@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.bench.fleet_figures import ARRANGEMENTS, Greedy, plot, summarise
+from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.model.obs_stream import FILE as STREAM_FILE
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.transport.bus import Subscriber

@@ -89,6 +89,7 @@ def model_dir(name: str, *, shipped=DEFAULT_MODEL, prefills=None, max_ctx=None,
 
 def _export(cfg, src: Path, out: Path, prefills, precisions, horizon) -> None:
     import torch
+
     from models import checkpoint
     from models.config import Vocab
     from models.export import export_all
@@ -117,6 +118,7 @@ def _export(cfg, src: Path, out: Path, prefills, precisions, horizon) -> None:
 def params_of(path) -> int:
     """Parameter count of a model directory's policy (from its checkpoint sidecar config)."""
     from math import prod
+
     from safetensors import safe_open
     with safe_open(str(Path(path) / "policy.safetensors"), "np") as f:
         return int(sum(prod(f.get_slice(k).get_shape()) for k in f.keys()))

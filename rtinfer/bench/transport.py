@@ -25,9 +25,9 @@ import numpy as np
 import zmq
 
 from rtinfer.bench.options import emit, parser
+from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport import wire
 from rtinfer.transport.action_chunk import waypoint_body
-from rtinfer.realtime.hist import LatencyHistogram
 
 TOPIC = "action_chunk"
 RATE_HZ = 1000.0

@@ -13,8 +13,8 @@ import numpy as np
 
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.inference.backends import get_backend
-from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.model.sequence import instruction_prefix, observation_segment
+from rtinfer.realtime.hist import LatencyHistogram
 
 
 def run(model_dir, cycles: int = 200, backend: str = "onnx", seed: int = 0, **opts) -> dict:

@@ -22,7 +22,7 @@ import random
 import shutil
 import signal
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 from rtinfer.fleet.spec import FleetError
 
@@ -58,7 +58,7 @@ class FleetLan:
         self.dev = {h: (f"rtf{k}{h[:3]}", f"rtf{k}{h[:3]}p") for h in names}  # (inside, bridge)
         self.cut: set[str] = set()
 
-    def create(self) -> "FleetLan":
+    def create(self) -> FleetLan:
         self.remove()  # a killed run's leftovers
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.head}/24", "dev", self.bridge)

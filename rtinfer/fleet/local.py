@@ -28,8 +28,13 @@ import numpy as np
 import ray
 from ray.cluster_utils import Cluster
 
-from rtinfer.fleet.controller import (CONTROLLER, NAMESPACE, host_actor_name, ray_settings,
-                                      start_controller)
+from rtinfer.fleet.controller import (
+    CONTROLLER,
+    NAMESPACE,
+    host_actor_name,
+    ray_settings,
+    start_controller,
+)
 from rtinfer.fleet.lan import FleetLan
 from rtinfer.fleet.spec import FleetError, FleetSpec, Host, Robot, host_resource
 from rtinfer.transport.curve import generate
@@ -124,7 +129,7 @@ class LocalFleet:
         self.robots: dict[str, subprocess.Popen] = {}
         self.controller = None
 
-    def __enter__(self) -> "LocalFleet":
+    def __enter__(self) -> LocalFleet:
         # ray.init installs SIGTERM/SIGINT handlers in this process and leaves them after
         # ray.shutdown: put the caller's back in close()
         self._handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}

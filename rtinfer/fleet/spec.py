@@ -82,7 +82,7 @@ class FleetSpec:
                 "robots": {r.name: vars(r) for r in self.robots.values()}}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FleetSpec":
+    def from_dict(cls, d: dict) -> FleetSpec:
         return cls(d["name"], d["models"], {n: Host(**h) for n, h in d["hosts"].items()},
                    {n: Robot(**r) for n, r in d["robots"].items()}, d["keys"], d["run_dir"],
                    d["node_args"], d["deadline_ms"])

@@ -10,7 +10,6 @@ while -> one level richer again (the band between them is the hysteresis).
 from __future__ import annotations
 
 
-
 def deadline_ns(deadline_ms: float) -> int:
     """A deadline given in milliseconds (configs, launch files, the command line) on the
     monotonic clock's nanoseconds: the one conversion every role uses."""

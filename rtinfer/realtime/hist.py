@@ -69,7 +69,7 @@ class LatencyHistogram:
         out["count"] = float(total)
         return out
 
-    def merge(self, other: "LatencyHistogram") -> None:
+    def merge(self, other: LatencyHistogram) -> None:
         """Add `other`'s counts into this histogram (other is unchanged).
 
         Raises IndexError if `other` holds values above this histogram's range.
@@ -94,7 +94,7 @@ class LatencyHistogram:
         return self._h.encode().decode("ascii")
 
     @classmethod
-    def decode(cls, blob: str | bytes) -> "LatencyHistogram":
+    def decode(cls, blob: str | bytes) -> LatencyHistogram:
         """Inverse of `encode()`. A malformed or oversized blob raises ValueError."""
         data = blob.encode("ascii", "replace") if isinstance(blob, str) else bytes(blob)
         if len(data) > MAX_BLOB_BYTES:

@@ -16,7 +16,7 @@ import ctypes.util
 import gc
 import os
 import resource
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from rtinfer.realtime.complaints import Complaints
 

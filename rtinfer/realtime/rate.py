@@ -13,7 +13,6 @@ import time
 
 from rtinfer.realtime.hist import LatencyHistogram
 
-
 DEFAULT_SPIN_S = 250e-6      # busy-spin this long before each deadline (wake-up jitter)
 DEFAULT_LAG_FRACTION = 0.5   # a tick later than this fraction of a period is lagging
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import gc
 import signal
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -13,7 +13,7 @@ it did not write in `lost`; the loop that traces goes on.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import msgpack
 import numpy as np
@@ -134,7 +134,7 @@ class TraceWriter:
             self._say("lost", f"{self.lost} records not written ({self.failed}); "
                               f"{self.written} written")
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from rtinfer.record.messages import trace_record
 

@@ -110,7 +110,7 @@ class FaultProxy:
         while not self._closed.is_set() and time.monotonic() < end:
             try:
                 client, _ = self._srv.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=2.0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 SUBNET = "10.231.0.0/30"
 ADDRS = {"a": "10.231.0.1", "b": "10.231.0.2"}
@@ -93,7 +93,7 @@ class HostPair(_Namespaces):
         self.dev = {h: f"{prefix}{h}" for h in ADDRS}
         self.addr = dict(ADDRS)
 
-    def create(self) -> "HostPair":
+    def create(self) -> HostPair:
         self.remove()  # leftovers of a killed run
         for h in ADDRS:
             self._add(h)
@@ -125,7 +125,7 @@ class Lan(_Namespaces):
         self.bridge = f"{prefix}br"
         self.dev = {h: (f"{prefix}{h}", f"{prefix}n{h}") for h in hosts[1:]}  # (robot, node end)
 
-    def create(self) -> "Lan":
+    def create(self) -> Lan:
         self.remove()  # leftovers of a killed run
         for h in self.ns:
             self._add(h)

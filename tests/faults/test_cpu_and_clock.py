@@ -24,9 +24,9 @@ import numpy as np
 
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.wire import now_ns
+from tests.conftest import gantry_control
 from tests.faults.common import LONG, PY, ROOT, hogs, stop, wait_for
 from tests.faults.harness import Recorder
-from tests.conftest import gantry_control
 
 DEADLINE_MS = 100.0
 # the controller holds after the sim's 50 ms chunk interval + the deadline without a fresh chunk
@@ -92,11 +92,12 @@ def test_runtime_times_nothing_with_the_wall_clock():
 
 
 def test_controller_ignores_wall_clock_steps(monkeypatch):
-    from controllers.hardware import RobotState
-    from controllers.node import ControllerNode, ControllerConfig
-    from rtinfer.transport.bus import Publisher, Subscriber
-    from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
     import zmq
+
+    from controllers.hardware import RobotState
+    from controllers.node import ControllerConfig, ControllerNode
+    from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+    from rtinfer.transport.bus import Publisher, Subscriber
 
     tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0), horizon=2)
     enc = ActionTokenizer(tok)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -21,7 +20,7 @@ import pytest
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
-from tests.faults.common import PY, ROOT, wait_for
+from tests.faults.common import PY, ROOT
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -228,6 +227,7 @@ def test_nan_observations_are_refused_counted_and_said_and_the_robot_served_on(p
     (a wrong-size one got one). A NaN cannot be published through rtinfer's own Publisher, so
     the bytes are a real observation's with one float turned into a NaN, sent by raw pyzmq."""
     import zmq
+
     from rtinfer.transport.wire import encode
     ep_nan = f"ipc://{tmp_path}/rogue"
     good = encode("obs", _obs(1234.5), seq=1, src="rogue", stamps={"capture": now_ns()})

@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from rtinfer.transport import curve
-
-from tests.faults import netns
 from rtinfer.transport.wire import now_ns
+from tests.faults import netns
 from tests.faults.common import LONG, PY, ROOT, stop, wait_for
 
 why = netns.available()

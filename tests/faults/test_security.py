@@ -22,17 +22,17 @@ import numpy as np
 import pytest
 
 from controllers.hardware import Command, RobotState
-from controllers.node import ControllerNode, ControllerConfig
+from controllers.node import ControllerConfig, ControllerNode
+from rtinfer.launch.file import load
+from rtinfer.launch.yaml_lines import LaunchError
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport import curve
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import CurveConfig
-from rtinfer.launch.file import load
-from rtinfer.launch.yaml_lines import LaunchError
-from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import now_ns
-from tests.faults.common import PY, ROOT
 from tests.conftest import gantry_control
+from tests.faults.common import PY, ROOT
 
 N_ROGUE = 1000
 N_GOOD = 200

@@ -28,6 +28,7 @@ def test_the_soaks_sim_takes_the_launch_files_cell_seed(tmp_path):
     """The seed picks the instruction: the learned policy's launch sets seed 1, a training
     instruction; without it the soak sorted under the held-out one."""
     import yaml
+
     from controllers.run import build_hardware, load_robot
     from examples.conveyor_sorting.soak_sim import CheckedConveyorSim
     data = yaml.safe_load(soak._launch_file(tmp_path, 10.0, None).read_text())

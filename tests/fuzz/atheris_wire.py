@@ -14,9 +14,9 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from rtinfer.transport import wire
-    from rtinfer.model.obs_tokens import ObsTokens
     from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+    from rtinfer.model.obs_tokens import ObsTokens
+    from rtinfer.transport import wire
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from tests.conftest import TINY_SPEC  # noqa: E402

@@ -15,16 +15,17 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from rtinfer.model.action_spec import ActionSpec
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport import wire
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber
-from rtinfer.model.action_spec import ActionSpec
-from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.wire import Envelope, WireError
-from tests.faults.common import LONG
 from tests.conftest import gantry_control
+from tests.faults.common import LONG
 
 CORPUS = Path(__file__).parent / "corpus" / "wire"
 SEEDS = sorted(p.read_bytes() for p in CORPUS.glob("*.bin"))
@@ -217,7 +218,7 @@ def test_subscriber_counts_raw_garbage_and_never_raises(raw_bus, topic, frames):
 @pytest.fixture(scope="module")
 def controller():
     from controllers.hardware import RobotState
-    from controllers.node import ControllerNode, ControllerConfig
+    from controllers.node import ControllerConfig, ControllerNode
 
     class Plant:
         state = RobotState(0, np.array([0.0, 0.0, 0.2]), np.zeros(3))
