@@ -28,13 +28,16 @@ from rtinfer.model.sequence import build_prefix
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _median_us(f, rounds: int) -> float:
-    times = []
+def _medians_us(fs: list, rounds: int) -> list[float]:
+    """Each f's median wall time, us: the fs interleaved round by round, so a busy host's
+    load falls on all of them alike."""
+    times = [[] for _ in fs]
     for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        f()
-        times.append(time.perf_counter_ns() - t0)
-    return statistics.median(times) / 1e3
+        for f, t in zip(fs, times):
+            t0 = time.perf_counter_ns()
+            f()
+            t.append(time.perf_counter_ns() - t0)
+    return [statistics.median(t) / 1e3 for t in times]
 
 
 def measure(model_dir, rounds: int = 50, threads: int = 1) -> dict:
@@ -69,14 +72,16 @@ def measure(model_dir, rounds: int = 50, threads: int = 1) -> dict:
         def plain_decode():
             be.prefill(prefix, 0)
             dec.decode(logits, pos, n)
-        prefill_us = _median_us(lambda: be.prefill(prefix, 0), rounds)
         one_pass()
         st = dec.stats
+        pre, feed1, feedn, forced_us, plain_us = _medians_us(
+            [lambda: be.prefill(prefix, 0), feed_one_pass, per_token, one_pass, plain_decode],
+            rounds)
         rows.append({"committed_waypoints": w, "forced_tokens": w * D,
-                     "feed_one_pass_us": round(_median_us(feed_one_pass, rounds) - prefill_us, 1),
-                     "feed_per_token_us": round(_median_us(per_token, rounds) - prefill_us, 1),
-                     "decode_forced_us": round(_median_us(one_pass, rounds) - prefill_us, 1),
-                     "decode_plain_us": round(_median_us(plain_decode, rounds) - prefill_us, 1),
+                     "feed_one_pass_us": round(feed1 - pre, 1),
+                     "feed_per_token_us": round(feedn - pre, 1),
+                     "decode_forced_us": round(forced_us - pre, 1),
+                     "decode_plain_us": round(plain_us - pre, 1),
                      "forced_passes": st.forced_passes, "target_passes_forced": st.target_passes,
                      "target_passes_plain": n - 1})
     return {"model": str(model_dir), "rounds": rounds, "threads": threads, "chunk_tokens": n,
