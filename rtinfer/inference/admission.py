@@ -18,7 +18,7 @@ Pure bookkeeping, no clock reads; not thread-safe.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rtinfer.inference.cycle_cost import Costs
 

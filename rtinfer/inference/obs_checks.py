@@ -19,7 +19,7 @@ Pure bookkeeping, no clock reads; the counters are the caller's dict; not thread
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rtinfer.inference.robot_slot import RobotSlot
 from rtinfer.transport.wire import Envelope

@@ -20,11 +20,11 @@ rtinfer.realtime.complaints.Complaints.say); not thread-safe.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rtinfer.inference.admission import RETRY_NS, UTILISATION, Admission
 from rtinfer.inference.budget import Budget
-from rtinfer.inference.cycle_cost import MIN_TIMED, CycleCost, Costs
+from rtinfer.inference.cycle_cost import MIN_TIMED, Costs, CycleCost
 from rtinfer.inference.obs_checks import ObsChecks
 from rtinfer.inference.robot_slot import ROBOT_COUNTERS, RobotSlot
 from rtinfer.inference.schedule import RULE, Schedule
@@ -105,12 +105,13 @@ class Robots:
     def answered(self, slot: RobotSlot, capture: int | None, last_publish_ns: int | None, *,
                  window_ns: int = 0) -> None:
         """One of slot's cycles answered. Its slack, deadline - (last publish - capture) with
-        the deadline moved out to window_ns where a committed prefix keeps the chunk fresh
-        that long after capture (real-time chunking, docs/wire.md),
-        capture on the node's clock (the last waypoint: the controller rejects any waypoint
-        past the deadline, so a chunk is on time only when its last one is), drives the
-        robot's budget and is the node's slack gauge; unknown (no capture, nothing sent, another host's
-        clock not yet bracketed both ways: counted) it is not acted on."""
+        capture on the node's clock and the deadline moved out to window_ns where a
+        committed prefix keeps the chunk fresh that long after capture (real-time chunking,
+        docs/wire.md) (the last waypoint: the controller rejects any waypoint past the
+        deadline, so a chunk is on time only when its last one is), drives the robot's
+        budget, less the time it queued behind others (the schedule's), and is the node's
+        slack gauge; unknown (no capture, nothing sent, another host's clock not yet
+        bracketed both ways: counted) it is not acted on."""
         slot.counters["cycles"] += 1
         if capture is None or last_publish_ns is None:
             return

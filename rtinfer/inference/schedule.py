@@ -57,7 +57,7 @@ Pure bookkeeping, no clock reads; lines go to `say`; not thread-safe.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from rtinfer.inference.cycle_cost import Costs
 from rtinfer.inference.robot_slot import RobotSlot
