@@ -7,8 +7,9 @@ directory (hard links; models.fuse replaces the files it rewrites) with that set
 variant: the nodes of the full-depth k=1 step and k=8 verify graphs the backend runs (the
 KV-rows twins where the rung has them), as written and after ONNX Runtime's own session
 optimizer (level all, as the backend loads them); the step and verify p50/p99, every (variant,
-stage) pair timed interleaved step by step; the ratios to the unfused variant; and whether
-greedy chunks on the recorded stream are token-identical to the unfused graphs'.
+stage) pair timed interleaved step by step (wall and the thread's CPU time); the ratios to the
+unfused variant; and whether greedy chunks on the recorded stream are token-identical to the
+unfused graphs' (random weights give near-ties, which a last-bit change can flip).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,23 +76,27 @@ def graph_file(be, k: int) -> Path:
 
 
 def interleaved(bes: dict, ks: dict, steps: int) -> dict:
-    """{variant: {stage: (p50, p99) ms}}: every (variant, stage) pair per round, the order
-    reversed every other round (the first 10 rounds not recorded)."""
+    """{variant: {stage: (p50, p99, cpu p50) ms}}: every (variant, stage) pair per round, the
+    order reversed every other round (the first 10 rounds not recorded). cpu: the calling
+    thread's CPU time (ONNX Runtime at one thread computes on it), which leaves out the time
+    the host gave other processes."""
     pairs = [(v, s) for v in bes for s in ks]
     hists = {p: LatencyHistogram() for p in pairs}
+    cpu: dict = {p: [] for p in pairs}
     toks = {s: np.full(k, next(iter(bes.values())).model.vocab.action_start, np.int64)
             for s, k in ks.items()}
     for i in range(steps + 10):
         for v, s in (pairs if i % 2 else pairs[::-1]):
             be = bes[v]
-            t0 = now_ns()
+            t0, c0 = now_ns(), time.thread_time_ns()
             be.step(toks[s], min(be.model.prefix_len, be.max_ctx - ks[s]), be.n_layer)
             if i >= 10:
                 hists[(v, s)].record(now_ns() - t0)
+                cpu[(v, s)].append(time.thread_time_ns() - c0)
     out: dict = {v: {} for v in bes}
     for (v, s), h in hists.items():
         p = h.percentiles_us()
-        out[v][s] = (p["p50"] / 1e3, p["p99"] / 1e3)
+        out[v][s] = (p["p50"] / 1e3, p["p99"] / 1e3, float(np.median(cpu[(v, s)])) / 1e6)
     return out
 
 
@@ -123,9 +129,12 @@ def run(size: str = "100M", precision: str = "int4", steps: int = 100, cycles: i
         per[v] = {"fusions": list(VARIANTS[v]), "nodes": nodes[v],
                   **{f"{s}_p50_ms": t[0] for s, t in times[v].items()},
                   **{f"{s}_p99_ms": t[1] for s, t in times[v].items()},
+                  **{f"{s}_cpu_p50_ms": t[2] for s, t in times[v].items()},
                   "verify_over_step": times[v]["verify"][0] / times[v]["step"][0]}
         if base:
             per[v].update({f"{s}_p50_ratio": times[v][s][0] / times[base][s][0] for s in ks},
+                          **{f"{s}_cpu_p50_ratio": times[v][s][2] / times[base][s][2]
+                             for s in ks},
                           identical=bool((outs[v] == outs[base]).all()))
     return {"size": size, "precision": precision, "steps": steps, "threads": threads,
             "greedy_cycles": len(prefixes), "variants": per,
