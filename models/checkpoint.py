@@ -124,7 +124,8 @@ def save_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, 
 def load_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, *,
                         generator: torch.Generator, run: dict) -> tuple[int, list, float]:
     """Restore what save_training_state wrote into model, opt, sched, generator and torch's
-    global RNG; returns (steps done, log so far, seconds so far). Raises ValueError when the state belongs
+    global RNG; returns (steps done, log so far, seconds so far). Raises ValueError when the
+    state belongs
     to another run (`run` differs) or is not a training state."""
     from safetensors import safe_open
     with safe_open(str(path), framework="pt") as f:

@@ -3,7 +3,8 @@ user already has: a torch nn.Module with an example observation, or ONNX files t
 exported themselves.
 
     rtinfer package --onnx policy.onnx [--onnx smaller.onnx ...] --action-spec spec.json --out DIR
-    rtinfer package --module my_pkg.policies:make --example-obs obs.npz --action-spec spec.json --out DIR
+    rtinfer package --module my_pkg.policies:make --example-obs obs.npz \
+        --action-spec spec.json --out DIR
 
 - From a module (`package_module`): each level's module is called with the observation's
   arrays as keyword arguments (batch-1 tensors, the obs spec's dtypes) and returns the chunk

@@ -108,7 +108,8 @@ class Vocab(VocabLayout):
         return _offset(bins, self.n_obs_bins, self.obs_start, "observation bin")
 
     def action_to_vocab(self, bins):
-        """Action bin ids in [0, n_action_bins) (rtinfer.model.action_tokens output) -> vocab ids."""
+        """Action bin ids in [0, n_action_bins) (rtinfer.model.action_tokens output) -> vocab
+        ids."""
         return _offset(bins, self.n_action_bins, self.action_start, "action bin")
 
     def vocab_to_action(self, ids):

@@ -114,7 +114,8 @@ def _name_weights(proto: onnx.ModelProto, policy: nn.Module) -> None:
     for fqn, t in policy.state_dict().items():
         a = t.detach().cpu().numpy()
         for k, name in [(key(a), fqn)] + ([(key(a.T), fqn + "_T")] if a.ndim == 2 else []):
-            by_value[k] = None if k in by_value else name  # equal values (fresh LayerNorms): ambiguous
+            # equal values (fresh LayerNorms) are ambiguous
+            by_value[k] = None if k in by_value else name
     taken = {i.name for i in proto.graph.input}
     rename = {}
     for init in proto.graph.initializer:

@@ -135,7 +135,8 @@ def step_times(shape: tuple[int, int, int], vocab_size: int, max_ctx: int, skips
             sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
             arrays = [np.full((1, 1), 7, np.int64), np.array([pos], np.int64),
                       np.zeros(cfg.kv_shape(1), np.float32),
-                      np.zeros((1, 1, vocab_size), np.float32), np.zeros(cfg.kv_shape(1), np.float32)]
+                      np.zeros((1, 1, vocab_size), np.float32),
+                      np.zeros(cfg.kv_shape(1), np.float32)]
             b = sess.io_binding()
             for name, a in zip(("tokens", "start_pos", "kv"), arrays[:3]):
                 b.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(a))

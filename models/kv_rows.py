@@ -49,7 +49,8 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
     blob = bytearray((out / WEIGHTS).read_bytes()) if (out / WEIGHTS).exists() else bytearray()
     seen = external_tensors(out, [g["file"] for g in manifest["graphs"]
                                   if Path(g["file"]).parent == Path(".")], bytes(blob))
-    entries, report, fp32 = [], {}, {}  # fp32: (depth, k) -> fp32 twin (or a quantised one's source)
+    # fp32: (depth, k) -> fp32 twin (or a quantised one's source)
+    entries, report, fp32 = [], {}, {}
     for g in sorted(wanted, key=lambda g: g["dtype"] != "float32"):  # fp32 twins first
         depth, k, dtype = int(g["depth"]), int(g["k"]), g["dtype"]
         single = out / g["file"]

@@ -11,7 +11,8 @@ so the scales are fixed here, offline, with ONNX Runtime's static quantiser in Q
 per-channel symmetric weights (TensorRT's quantization is symmetric: every zero point 0) and
 per-tensor symmetric activation scales calibrated on the model's recorded stream, on the
 MatMuls with a constant weight only (the attention products stay in float: quantising them
-too cut the shipped model's next-action-token agreement with fp32 from 0.969 to 0.959 in int8). Each graph
+too cut the shipped model's next-action-token agreement with fp32 from 0.969 to 0.959 in
+int8). Each graph
 is calibrated on its own inputs: the recorded prefixes followed by fp32 greedy chunks, run
 through that graph in windows of its k from position 0, the KV carried from window to window.
 The scales are static, so a k-token verify quantises each row as a 1-token step does.

@@ -200,7 +200,8 @@ def fit(model: Policy, train: Demos, *, steps: int, batch: int, lr: float, seed:
             if on_step is not None:
                 on_step()
             if step % 100 == 0 or step == steps - 1:
-                log.append({"step": step, "loss": round(loss.item(), 4), "lr": sched.get_last_lr()[0],
+                log.append({"step": step, "loss": round(loss.item(), 4),
+                            "lr": sched.get_last_lr()[0],
                             "acc": {str(d): round(a, 4) for d, a in acc.items()},
                             "elapsed_s": seconds()})
                 bar.update(task, description=f"{desc} loss {loss.item():.3f}")
@@ -280,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         ck = checkpoint.load(a.init)
         model, cfg, init_meta = ck.model, ck.cfg, ck.meta
         if model.cfg.vocab_size != demos.vocab.size:
-            raise SystemExit(f"--init {a.init}: vocab size {cfg.vocab_size} != data's {demos.vocab.size}")
+            raise SystemExit(f"--init {a.init}: vocab size {cfg.vocab_size} != data's "
+                             f"{demos.vocab.size}")
         if any(x is not None for x in (a.n_layer, a.n_embd, a.n_head, a.exits)):
             raise SystemExit("--init takes the checkpoint's size: drop --n-layer/--n-embd/"
                              "--n-head/--exits (models.grow makes a larger start)")

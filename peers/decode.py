@@ -71,8 +71,9 @@ def spec_rows(model_dir, cycles: int, seed: int = 0) -> list[dict]:
         theory = theory_tokens_per_verify(alpha, g) if len(a) else None
         out.append({"name": "spec_vs_theory", "peer": "theory (Leviathan et al. 2023)",
                     "peer_version": None, "peer_available": True, "unit": "tokens per verify",
-                    "variant": name, "alpha": round(alpha, 4), "mean_gamma": round(float(g.mean()), 2)
-                    if len(g) else None, "acceptance_rate": round(d.acceptance, 4),
+                    "variant": name, "alpha": round(alpha, 4),
+                    "mean_gamma": round(float(g.mean()), 2) if len(g) else None,
+                    "acceptance_rate": round(d.acceptance, 4),
                     "measured_tokens_per_verify": None if measured is None else round(measured, 3),
                     "theory_tokens_per_verify": None if theory is None else round(theory, 3),
                     "measured_over_theory": round(measured / theory, 3) if theory else None,
@@ -86,7 +87,8 @@ def floor_rows(bench_model_dir, steps: int, threads: int = 1) -> list[dict]:
     size = r["sizes"]["bench"]
     be = size["backends"]["onnx"]
     if "skipped" in be:
-        return [unavailable_row("decode_vs_bandwidth_floor", "memory-bandwidth floor", be["skipped"])]
+        return [unavailable_row("decode_vs_bandwidth_floor", "memory-bandwidth floor",
+                                be["skipped"])]
     d = be["decode"]
     return [{"name": "decode_vs_bandwidth_floor", "peer": "memory-bandwidth floor",
              "peer_version": None, "peer_available": True, "unit": "us per decode step",

@@ -43,11 +43,13 @@ def _messages() -> dict:
     f = descriptor_pb2.FileDescriptorProto(name="lerobot_services.proto", package="transport",
                                            syntax="proto3")
     enum = f.enum_type.add(name="TransferState")
-    for i, n in enumerate(("TRANSFER_UNKNOWN", "TRANSFER_BEGIN", "TRANSFER_MIDDLE", "TRANSFER_END")):
+    states = ("TRANSFER_UNKNOWN", "TRANSFER_BEGIN", "TRANSFER_MIDDLE", "TRANSFER_END")
+    for i, n in enumerate(states):
         enum.value.add(name=n, number=i)
     F = descriptor_pb2.FieldDescriptorProto
-    for name, fields in {"Observation": [("transfer_state", 1), ("data", 2)],
-                         "Actions": [("data", 1)], "PolicySetup": [("data", 1)], "Empty": []}.items():
+    messages = {"Observation": [("transfer_state", 1), ("data", 2)], "Actions": [("data", 1)],
+                "PolicySetup": [("data", 1)], "Empty": []}
+    for name, fields in messages.items():
         m = f.message_type.add(name=name)
         for fname, num in fields:
             enum_field = fname == "transfer_state"

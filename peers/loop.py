@@ -53,7 +53,8 @@ def _child(seconds: float, hz: float, blocks: int) -> dict:
             return json.load(f)
 
 
-def rows(seconds: float, hz: float = 1000.0, blocks: int = 3, stress: int | None = None) -> list[dict]:
+def rows(seconds: float, hz: float = 1000.0, blocks: int = 3,
+         stress: int | None = None) -> list[dict]:
     """Two rows: idle host, then `stress` (default: one per core) busy processes."""
     stress = os.cpu_count() or 1 if stress is None else stress
     out = []

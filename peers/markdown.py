@@ -40,17 +40,18 @@ def section(result: dict) -> str:
     by = lambda name: [r for r in rows if r["name"] == name]  # noqa: E731
     cmp_rows = [r for r in rows if r["name"] not in ("spec_vs_theory", "decode_vs_bandwidth_floor")]
     lines = [BEGIN, "## rtinfer vs what users would pick instead", "",
-             f"Measured {m['date']} on {m['cores']} cores ({m['cpu_model']}), Python {m['python']}, "
-             f"{m['platform']}.", f"Versions: {versions}.", f"Command: `{result['command']}`.",
+             f"Measured {m['date']} on {m['cores']} cores ({m['cpu_model']}), "
+             f"Python {m['python']}, {m['platform']}.", f"Versions: {versions}.",
+             f"Command: `{result['command']}`.",
              f"Counts: {result['counts']}. Model: {result.get('model', '-')}.", "",
              "speedup = peer / rtinfer (above 1: rtinfer is lower). Latency rows are in us.", ""]
     lines += _cmp_table(cmp_rows)
     zen = [r for r in by("transport_vs_zenoh") if r.get("peer_available", True)]
     if zen:
+        raw = "; ".join(f"{r['variant']} {_f(r.get('raw_pyzmq_p50'))}/"
+                        f"{_f(r.get('raw_pyzmq_p99'))}" for r in zen)
         lines += ["", "Zenoh target: rtinfer within 1.5x of Zenoh at p50 (speedup >= 0.667). "
-                      "Raw pyzmq with the same bytes and no wire work, p50/p99 (us): " + "; ".join(
-                          f"{r['variant']} {_f(r.get('raw_pyzmq_p50'))}/{_f(r.get('raw_pyzmq_p99'))}"
-                          for r in zen) + "."]
+                      "Raw pyzmq with the same bytes and no wire work, p50/p99 (us): " + raw + "."]
     loop = [r for r in by("loop_vs_naive_sleep") if r.get("peer_available", True)]
     if loop:
         lines += ["", "Loop lateness p99.9 (us): " + "; ".join(
@@ -76,7 +77,8 @@ def section(result: dict) -> str:
                           f"{r['decode_over_floor']} ({r['steps']} steps)."]
         else:
             lines += ["", f"Decode vs bandwidth floor: {r.get('skipped')}."]
-    notes = {f"{r['name']} ({k.replace('_', ' ')})": r[k] for r in rows for k in ("note", "peer_settings") if r.get(k)}
+    notes = {f"{r['name']} ({k.replace('_', ' ')})": r[k]
+             for r in rows for k in ("note", "peer_settings") if r.get(k)}
     if notes:
         lines += ["", "Notes:"] + [f"- {k}: {v}" for k, v in notes.items()]
     return "\n".join(lines + ["", END])

@@ -1,4 +1,5 @@
-"""rtinfer's side of the round-trip peer row: observation -> action chunk over rtinfer.transport.bus.
+"""rtinfer's side of the round-trip peer row: observation -> action chunk over
+rtinfer.transport.bus.
 
 This process binds PUB `obs` and SUB `actions`; a responder process (`--role respond`)
 answers each obs with the chunk's 4 waypoints as 4 action_chunk messages (streamed, as the

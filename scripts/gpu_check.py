@@ -90,14 +90,16 @@ def bench_variant(name, md, opts, ref, steps, floor_us) -> dict:
         be = get_backend(backend).load(md, **opts)
     except ModelError as e:
         return {"skipped": str(e)[:300]}
-    row = {"decode": _time_steps(be, steps, 1), "verify": _time_steps(be, steps, Decoder(be).k_verify)}
+    row = {"decode": _time_steps(be, steps, 1),
+           "verify": _time_steps(be, steps, Decoder(be).k_verify)}
     row["decode_over_floor"] = row["decode"]["p50_us"] / floor_us
     row["counters"] = dict(getattr(be, "counters", {}))
     if ref is not None:
         row["parity_vs_ort_cpu"] = agreement(be, ref)
     if backend == "tensorrt":
-        row["sparse_layers"] = {k: g["inspector"]["sparse"] for k, g in be.build_report["graphs"].items()}
-        row["sparse_log"] = {k: g["sparse_log"]["picked"] for k, g in be.build_report["graphs"].items()}
+        graphs = be.build_report["graphs"].items()
+        row["sparse_layers"] = {k: g["inspector"]["sparse"] for k, g in graphs}
+        row["sparse_log"] = {k: g["sparse_log"]["picked"] for k, g in graphs}
     del be
     return row
 
@@ -120,12 +122,15 @@ def linear_microbench(torch, shapes=((768, 2304), (768, 3072), (3072, 768)), ms=
             x = torch.randn(m, fin, dtype=torch.float16, device="cuda")
             try:
                 assert torch.allclose(F.linear(x, w), F.linear(x, ws), rtol=1e-2, atol=1e-1)
-                dense = Timer("F.linear(x, w)", globals=locals()).blocked_autorange(min_run_time=0.2)
-                sparse = Timer("F.linear(x, ws)", globals=locals()).blocked_autorange(min_run_time=0.2)
+                dense = Timer("F.linear(x, w)",
+                              globals=locals()).blocked_autorange(min_run_time=0.2)
+                sparse = Timer("F.linear(x, ws)",
+                               globals=locals()).blocked_autorange(min_run_time=0.2)
             except (RuntimeError, AssertionError) as e:
                 out[f"{fin}x{fout} M={m}"] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
                 continue
-            out[f"{fin}x{fout} M={m}"] = {"dense_us": dense.median * 1e6, "sparse_us": sparse.median * 1e6,
+            out[f"{fin}x{fout} M={m}"] = {"dense_us": dense.median * 1e6,
+                                          "sparse_us": sparse.median * 1e6,
                                           "speedup": dense.median / sparse.median}
     return out
 
@@ -136,14 +141,16 @@ def run(out_dir: Path, budget_s: float, sizes=("demo", "bench")) -> dict:
     run killed by an outer timeout still leaves what it measured."""
     import torch
     t_end = time.monotonic() + budget_s
-    res = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "sizes": {}, "skipped": {}}
+    res = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "sizes": {},
+           "skipped": {}}
 
     def save() -> None:
         (out_dir / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
     if not torch.cuda.is_available():
         res["skipped"]["all"] = "torch sees no CUDA device"
         return res
-    res["gpu"] = f"{torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
+    sm = "".join(map(str, torch.cuda.get_device_capability()))
+    res["gpu"] = f"{torch.cuda.get_device_name()} sm_{sm}"
     res["gpu_copy_bandwidth_gbs"] = bw = gpu_bandwidth_gbs(torch)
     res["linear_24"] = linear_microbench(torch)
     res["targets"] = _targets(res)
@@ -224,7 +231,8 @@ def tensorrt_part(tmp: Path, bw: float) -> dict:
                        "tensorrt fp16 2:4": dict(fp16=True, sparse=True)}.items():
         t0 = time.perf_counter()
         floor_us = wb / (2 if opts["fp16"] else 1) / (bw * 1e9) * 1e6
-        out[name] = bench_variant(name, md, {**opts, "cache_dir": dst / "trt_cache"}, ref, 200, floor_us)
+        out[name] = bench_variant(name, md, {**opts, "cache_dir": dst / "trt_cache"}, ref, 200,
+                                  floor_us)
         out[name]["load_s"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -242,8 +250,10 @@ def print_table(res: dict) -> None:
     t = Table(title=f"rtinfer GPU check: {res.get('gpu', 'no GPU')} (torch {res['torch']})")
     for col in ("size", "variant", "decode p50 us", "decode p99 us", "verify p50 us",
                 "x floor", "parity", "note"):
-        t.add_column(col, justify="right" if "us" in col or col in ("x floor", "parity") else "left")
-    rows = [(size, n, v) for size, row in res.get("sizes", {}).items() for n, v in row["variants"].items()]
+        right = "us" in col or col in ("x floor", "parity")
+        t.add_column(col, justify="right" if right else "left")
+    rows = [(size, n, v) for size, row in res.get("sizes", {}).items()
+            for n, v in row["variants"].items()]
     rows += [("demo", n, v) for n, v in res.get("tensorrt", {}).items()]
     for size, name, v in rows:
         if "skipped" in v:
@@ -261,7 +271,8 @@ def print_table(res: dict) -> None:
     tg = res.get("targets", {})
     t.caption = (f"targets (reported, not asserted): demo CUDA graphs / eager = "
                  f"{_fmt(tg.get('demo_graphs_3x_eager'))} (want >= 3); best 2:4 Linear speedup = "
-                 f"{_fmt(tg.get('linear_24_best_speedup'))} (want >= 1.2); skipped: {res['skipped'] or 'none'}")
+                 f"{_fmt(tg.get('linear_24_best_speedup'))} (want >= 1.2); "
+                 f"skipped: {res['skipped'] or 'none'}")
     Console(width=160).print(t)
 
 
@@ -272,7 +283,8 @@ def _fmt(x) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir")
-    p.add_argument("--budget-s", type=float, default=200.0, help="start no part that would end after this")
+    p.add_argument("--budget-s", type=float, default=200.0,
+                   help="start no part that would end after this")
     p.add_argument("--sizes", default="demo,bench")
     args = p.parse_args(argv)
     out = Path(args.out_dir)

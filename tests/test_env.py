@@ -77,7 +77,7 @@ def test_missed_objects_cost_reward_and_end_the_episode():
     env = ConveyorSortEnv(replace(EnvConfig(), episode_objects=2))
     env.reset(seed=0)
     total, done = 0.0, False
-    for t in range(400):
+    for _t in range(400):
         _, r, done, truncated, info = env.step(_hover(env, 0) * [1, 1, 1, 0])
         total += r
         if done:

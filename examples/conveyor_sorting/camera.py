@@ -16,7 +16,8 @@ node would receive `obs/cell_state` and count it rejected.
 It renders each new state as it comes, at most `hz` frames a second (a state captured sooner
 than 1/hz after the last one rendered waits, and the newest of those is rendered): a sim whose
 StateTap runs at the camera's rate is the shutter, so a frame reaches it one render after its
-capture, not up to a camera period later as with a camera polling on its own clock. With `--policy`, the frame size is the one the policy's
+capture, not up to a camera period later as with a camera polling on its own clock. With
+`--policy`, the frame size is the one the policy's
 obs_spec.json gives this camera's image input.
 
 Each frame goes out as `obs/camera/NAME` with body {values: {NAME: uint8 [H, W, 3]}, ints:
@@ -101,7 +102,8 @@ class CameraConfig:
                          "one its obs_spec.json gives this camera (instead of --width/--height)")
     report: str = option("", help="also write the JSON report to this file (at the end)")
     gl: str = option("egl", choices=("egl", "osmesa", "glfw"),
-                     help="MuJoCo's GL backend (MUJOCO_GL); egl: the GPU's, or Mesa's on a CPU host")
+                     help="MuJoCo's GL backend (MUJOCO_GL); egl: the GPU's, or Mesa's on a "
+                          "CPU host")
     shadows: bool = option(False, help="render shadows (a 4096^2 shadow map: about 17 ms more "
                            "a frame on a CPU's Mesa, whatever the frame size)")
     seconds: float | None = option(None, help="stop after this long (default: until SIGTERM)")
@@ -281,7 +283,8 @@ def free_running_cell(state_endpoint: str, seconds: float, state_hz: float = 30.
             "skipped": rk.skipped_frames,
             "lateness_p50_us": late["p50"], "lateness_p99_us": late["p99"],
             "lateness_max_us": late["max"], "states_sent": tap.pub.counters["sent"],
-            "state_dropped": tap.pub.counters["dropped"], "tap_p50_us": cost.percentiles_us()["p50"],
+            "state_dropped": tap.pub.counters["dropped"],
+            "tap_p50_us": cost.percentiles_us()["p50"],
             "tap_p99_us": cost.percentiles_us()["p99"], "spawned": cell.metrics.spawned}
 
 

@@ -121,7 +121,8 @@ def precision_eval(model_dir: str, precision: str, *, episodes: int = 5, per_epi
            "seed": seed, **_summary(r), "float32_success_rate":
            ref["seen_instructions"][full]["success_rate"] if same else None}
     Console().print(f"{precision}: {r['success_rate']:.3f} overall (fp32 on these episodes: "
-                    f"{out['float32_success_rate']}), worst instruction {r['min_success_rate']:.3f}")
+                    f"{out['float32_success_rate']}), worst instruction "
+                    f"{r['min_success_rate']:.3f}")
     card.setdefault("quantised", {}).setdefault(precision, {})["success"] = out
     card_path.write_text(json.dumps(card, indent=1))
     return out

@@ -11,7 +11,8 @@ are then the driving policy's own sorting result (with --beta 0: a lockstep eval
 Arrays (N = env steps over all episodes; no object arrays, so np.load needs no pickle):
   obs_tokens int32 (N, L), instruction_tokens int32 (N, C), action_tokens int32 (N, H, D),
   action_values float32 (N, H, D) (token bin centres), objects float32 (N, K, 4),
-  gantry float32 (N, 8), held float32 (N, 1), reward float32 (N,), episode int32 (N,), step int32 (N,),
+  gantry float32 (N, 8), held float32 (N, 1), reward float32 (N,), episode int32 (N,),
+  step int32 (N,),
   with --camera NAME frame_NAME uint8 (N, H, W, 3) (the camera's frame at each observation),
   and JSON strings (0-d unicode arrays): tokenizer_config, obs_tokenizer_config,
   obs_tokens_spec (for rtinfer.model.obs_tokens on the inference node), cell_config, summary.
@@ -54,9 +55,9 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
     expert = ScriptedExpert(cfg.cell, env.tokenizer_cfg)
     policy = make_policy(env) if make_policy is not None else None
     otok = ObsTokenizer(ObsTokenizerConfig.for_cell(cfg.cell, bins=cfg.token_bins))
-    rows: dict[str, list] = {k: [] for k in ("obs_tokens", "instruction_tokens", "action_tokens",
-                                              "action_values", "objects", "gantry", "held", "reward",
-                                              "episode", "step")}
+    rows: dict[str, list] = {k: [] for k in (
+        "obs_tokens", "instruction_tokens", "action_tokens", "action_values", "objects", "gantry",
+        "held", "reward", "episode", "step")}
     totals = dict.fromkeys(COUNTS, 0)
     per_instruction: dict[str, dict] = {}
     with Progress(disable=not show_progress) as bar:
@@ -145,7 +146,7 @@ def main(argv=None) -> None:
     try:
         instructions = parse_instructions(a.instruction) if a.instruction else None
     except ValueError as e:
-        raise SystemExit(f"collect: --instruction: {e}")
+        raise SystemExit(f"collect: --instruction: {e}") from None
     print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m,
                              noise_prob=a.noise_prob, make_policy=make_policy, beta=a.beta,
                              instructions=instructions)))

@@ -48,7 +48,7 @@ class CellConfig:
     belt_half_width: float = 0.15
     belt_top: float = 0.30                    # z of the belt surface (m)
     spawn_interval_s: tuple[float, float] = (1.5, 2.5)  # uniform gap between spawns (s)
-    spawn_y: float = 0.09                     # spawn lateral position uniform in [-spawn_y, spawn_y]
+    spawn_y: float = 0.09                     # spawn lateral position: U[-spawn_y, spawn_y]
     classes: tuple[ObjectClass, ...] = DEFAULT_CLASSES
     pool_per_class: int = 6                   # preallocated bodies per class
     visible_k: int = 6                        # object slots in the observation

@@ -41,7 +41,8 @@ class ConveyorSortEnv(gym.Env):
         self.render_mode, self._renderer = render_mode, None
         tc = self.tokenizer_cfg
         self.action_space = spaces.Box(np.tile(np.float32(tc.low), (tc.horizon, 1)),
-                                       np.tile(np.float32(tc.high), (tc.horizon, 1)), dtype=np.float32)
+                                       np.tile(np.float32(tc.high), (tc.horizon, 1)),
+                                       dtype=np.float32)
         k, n = c.visible_k, c.num_classes
         self.observation_space = spaces.Dict({
             "objects": spaces.Box(-np.inf, np.inf, (k, 4), np.float32),
@@ -84,7 +85,8 @@ class ConveyorSortEnv(gym.Env):
     def step(self, action):
         chunk = np.asarray(action, dtype=np.float64)
         if chunk.ndim != 2 or chunk.shape[1] != self.tokenizer_cfg.dim:
-            raise ValueError(f"action must be (H, {self.tokenizer_cfg.dim}) waypoints, got {chunk.shape}")
+            raise ValueError(f"action must be (H, {self.tokenizer_cfg.dim}) waypoints, "
+                             f"got {chunk.shape}")
         capture_ns = self.cell.t_ns
         self._tick(self.cfg.latency_ms)
         self.stack.set_chunk(chunk, capture_ns, self.period_ns, self.cell.t_ns)

@@ -212,7 +212,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--belt-speed", type=float, default=None)
     ap.add_argument("--policy", default=None, help='"expert" or a model directory')
-    ap.add_argument("--episodes", type=int, default=4, help="with --policy: episodes (per instruction)")
+    ap.add_argument("--episodes", type=int, default=4,
+                    help="with --policy: episodes (per instruction)")
     ap.add_argument("--instructions", action="append", default=None,
                     help='"all" or a permutation such as 2,0,1 (repeatable)')
     a = ap.parse_args(argv)

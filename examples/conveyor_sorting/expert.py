@@ -59,7 +59,10 @@ class ScriptedExpert:
         if holding:
             if self.carry is None:
                 held = int(np.asarray(obs.get("held", [-1])).reshape(-1)[0])
-                self.carry = held if held >= 0 else (self.target[0] if self.target else self._guess_class(p))
+                if held >= 0:
+                    self.carry = held
+                else:
+                    self.carry = self.target[0] if self.target else self._guess_class(p)
             return self._place(p, v, int(obs["instruction"][self.carry]))
         if self.carry is not None:      # released: start over
             self.carry = self.target = None
@@ -82,7 +85,8 @@ class ScriptedExpert:
             return
         c, x, y = self.target
         xp = x + self.cell.belt_speed * self.period_s
-        near = [o for o in objs if int(o[0]) == c and abs(o[1] - xp) < 0.03 and abs(o[2] - y) < 0.03]
+        near = [o for o in objs
+                if int(o[0]) == c and abs(o[1] - xp) < 0.03 and abs(o[2] - y) < 0.03]
         self.target = (c, *near[0][1:3]) if near and near[0][1] < self.x_limit else None
 
     def _choose(self, p, objs):
@@ -133,8 +137,8 @@ class ScriptedExpert:
         for k in range(1, self.horizon * per + 1):
             gp, gv = goal(k * ROLLOUT_DT, q)
             e = gp - q
-            wd = np.clip(gv + np.sign(e) * np.minimum(20.0 * np.abs(e), np.sqrt(2 * AMAX * np.abs(e))),
-                         -VMAX, VMAX)
+            step = np.minimum(20.0 * np.abs(e), np.sqrt(2 * AMAX * np.abs(e)))
+            wd = np.clip(gv + np.sign(e) * step, -VMAX, VMAX)
             w += np.clip(wd - w, -AMAX * ROLLOUT_DT, AMAX * ROLLOUT_DT)
             q += w * ROLLOUT_DT
             if k % per == 0:

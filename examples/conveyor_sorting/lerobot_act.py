@@ -3,10 +3,12 @@
 Runs in the LeRobot venv (`make lerobot-env`, scripts/lerobot_env.sh); torch and lerobot
 are imported inside functions only, so this module imports anywhere.
 
-    python -m examples.conveyor_sorting.lerobot_act train --data A.npz B.npz ... --out DIR [--steps N --chunk 4]
+    python -m examples.conveyor_sorting.lerobot_act train --data A.npz B.npz ... --out DIR \
+        [--steps N --chunk 4]
     python -m examples.conveyor_sorting.lerobot_act export --checkpoint DIR --out model.onnx
     python -m examples.conveyor_sorting.lerobot_act eval --onnx model.onnx --episodes 10
-    python -m examples.conveyor_sorting.lerobot_act dagger --onnx model.onnx --episodes 12 --out d.npz
+    python -m examples.conveyor_sorting.lerobot_act dagger --onnx model.onnx --episodes 12 \
+        --out d.npz
 
 Model: lerobot.policies.act.modeling_act.ACTPolicy, state only (no images, use_vae=False),
 chunk_size = n_action_steps = H = 4. ACT needs "observation.environment_state" (or images),
@@ -74,7 +76,8 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
         if missing:
             raise SystemExit(f"{path}: no raw arrays {missing} (a token-only file such as "
                              f"relabel.npz): pass its source files with --relabel instead")
-        return {"objects": z["objects"].astype(np.float32), "gantry": z["gantry"].astype(np.float32),
+        return {"objects": z["objects"].astype(np.float32),
+                "gantry": z["gantry"].astype(np.float32),
                 "held": z["held"].astype(np.float32),
                 "instruction": z["instruction_tokens"].astype(np.int32),
                 "actions": z["action_values"].astype(np.float32)}
@@ -389,8 +392,9 @@ def check_contract(path: str | Path, k: int) -> dict:
     if got_in != want_in or got_out != want_out or opset != 17:
         raise ValueError(f"ONNX contract mismatch: inputs {got_in} outputs {got_out} "
                          f"opset {opset}; want {want_in} {want_out} opset 17")
-    return {"inputs": [[n, onnx.helper.tensor_dtype_to_np_dtype(t).name, s] for n, t, s in got_in],
-            "outputs": [[n, onnx.helper.tensor_dtype_to_np_dtype(t).name, s] for n, t, s in got_out],
+    np_name = onnx.helper.tensor_dtype_to_np_dtype
+    return {"inputs": [[n, np_name(t).name, s] for n, t, s in got_in],
+            "outputs": [[n, np_name(t).name, s] for n, t, s in got_out],
             "opset": opset}
 
 
@@ -431,7 +435,8 @@ def time_onnx(path, k: int, n: int = 1000, threads: int = 1) -> dict:
         sess.run(None, feed)
         ts.append(time.perf_counter_ns() - t)
     ts = np.asarray(ts) / 1e3
-    return {"median_us": round(float(np.median(ts)), 1), "p99_us": round(float(np.percentile(ts, 99)), 1),
+    return {"median_us": round(float(np.median(ts)), 1),
+            "p99_us": round(float(np.percentile(ts, 99)), 1),
             "runs": n, "threads": threads}
 
 
@@ -520,7 +525,8 @@ def lockstep(onnx_path: str | Path, episodes: int = 10, seed: int = 0, per_episo
 
 def dagger(onnx_path: str | Path, out: str | Path, episodes: int, seed: int, beta: float = 0.0
            ) -> dict:
-    """Collector's DAgger: the ONNX ACT drives, the scripted expert labels (all six instructions)."""
+    """Collector's DAgger: the ONNX ACT drives, the scripted expert labels (all six
+    instructions)."""
     from examples.conveyor_sorting.collect import collect
     from examples.conveyor_sorting.evaluate import all_instructions
     return collect(episodes, out, seed=seed, make_policy=lambda env: OnnxACTPolicy(onnx_path),
@@ -529,12 +535,14 @@ def dagger(onnx_path: str | Path, out: str | Path, episodes: int, seed: int, bet
 
 # -- CLI ----------------------------------------------------------------------------------
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.lerobot_act", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.lerobot_act",
+                                 description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("--data", nargs="+", required=True)
     t.add_argument("--weights", nargs="+", type=float, default=None, help="repeat per --data file")
-    t.add_argument("--relabel", nargs="*", default=[], help="raw files whose carry states to relabel")
+    t.add_argument("--relabel", nargs="*", default=[],
+                   help="raw files whose carry states to relabel")
     t.add_argument("--per-state", type=int, default=0)
     t.add_argument("--out", required=True)
     t.add_argument("--steps", type=int, default=20000)
@@ -581,7 +589,8 @@ def main(argv=None) -> int:
                                                  "episodes_per_instruction", "seed", "correct",
                                                  "wrong", "missed", "dropped", "per_instruction",
                                                  "wall_s")}
-            lin["lockstep"]["command"] = "python -m examples.conveyor_sorting.lerobot_act eval --onnx " \
+            lin["lockstep"]["command"] = \
+                "python -m examples.conveyor_sorting.lerobot_act eval --onnx " \
                 f"{a.onnx} --episodes {a.episodes} --seed {a.seed}"
             p.write_text(json.dumps(lin, indent=1))
     else:

@@ -109,8 +109,8 @@ def load_data(paths: list[str], relabel: list[str] = (), crop_rows=CROP_ROWS
             raise SystemExit(f"{p}: frames are {frames.shape[1:]}, not {(*FRAME_HW, 3)}")
         bands.append(np.ascontiguousarray(frames[:, crop_rows[0]:crop_rows[1]]))
         n = len(frames)
-        rows.append({"frame": base + np.arange(n), **{k: d[k] for k in
-                                                       ("gantry", "held", "instruction", "actions")}})
+        keys = ("gantry", "held", "instruction", "actions")
+        rows.append({"frame": base + np.arange(n), **{k: d[k] for k in keys}})
         lineage.append({"file": str(p), "rows": n})
         if str(p) in map(str, relabel):
             extra = {k: [] for k in ("frame", "gantry", "held", "instruction", "actions")}
@@ -327,7 +327,8 @@ def parity(graph, path, files: list[str], rows: int = 100, seed: int = 0) -> dic
         with np.load(f, allow_pickle=False) as z:
             idx = np.sort(rng.choice(len(z["gantry"]), min(rows, len(z["gantry"])), replace=False))
             arrays = (z["frame_" + CAMERA][idx], z["gantry"][idx].astype(np.float32),
-                      z["held"][idx].astype(np.float32), z["instruction_tokens"][idx].astype(np.int32))
+                      z["held"][idx].astype(np.float32),
+                      z["instruction_tokens"][idx].astype(np.int32))
         with torch.no_grad():
             for i in range(len(idx)):
                 feed = {k: np.ascontiguousarray(a[i:i + 1]) for k, a in zip(INPUTS, arrays)}

@@ -63,8 +63,8 @@ class ObsTokenizerConfig:
     def spec(self) -> dict:
         """This layout as an rtinfer-obs-tokens v1 spec (JSON-able) for the inference node."""
         v = self.vel_max
-        uni = [{"column": j + 1, "kind": "uniform", "low": self.obj_low[j], "high": self.obj_high[j]}
-               for j in range(2)]
+        uni = [{"column": j + 1, "kind": "uniform", "low": self.obj_low[j],
+                "high": self.obj_high[j]} for j in range(2)]
         return {"format": "rtinfer-obs-tokens", "version": 1, "bins": self.bins, "fields": [
             {"key": "gantry", "slice": [0, 6], "kind": "uniform",
              "low": [*self.pos_low, -v, -v, -v], "high": [*self.pos_high, v, v, v]},

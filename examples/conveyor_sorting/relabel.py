@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="+")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--per-state", type=int, default=0, help="other instructions per state (0: all)")
+    ap.add_argument("--per-state", type=int, default=0,
+                    help="other instructions per state (0: all)")
     ap.add_argument("--exclude", action="append", default=[],
                     help="held-out instruction, e.g. 2,0,1 (repeatable)")
     a = ap.parse_args(argv)

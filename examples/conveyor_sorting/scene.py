@@ -38,8 +38,8 @@ def _bin(cfg: CellConfig, b: int) -> str:
     walls = [(0, 0, t / 2, w + t, w + t, t / 2)]  # floor plate
     walls += [(sx * (w + t / 2), 0, h / 2, t / 2, w + t, h / 2) for sx in (-1, 1)]
     walls += [(0, sy * (w + t / 2), h / 2, w + t, t / 2, h / 2) for sy in (-1, 1)]
-    geoms = "".join(f'<geom type="box" pos="{_f(px, py, pz)}" size="{_f(sx, sy, sz)}" rgba="{rgba}"/>'
-                    for px, py, pz, sx, sy, sz in walls)
+    geoms = "".join(f'<geom type="box" pos="{_f(px, py, pz)}" size="{_f(sx, sy, sz)}" '
+                    f'rgba="{rgba}"/>' for px, py, pz, sx, sy, sz in walls)
     return f'<body name="bin{b}" pos="{_f(x, y, 0)}">{geoms}</body>'
 
 
@@ -65,13 +65,15 @@ def _gantry(cfg: CellConfig) -> str:
     return (
         f'<body name="gantry_x">{joint("x", "1 0 0", 0)}'
         f'<inertial pos="0 {ymid:.4g} {top}" mass="{mx}" diaginertia="0.1 0.1 0.1"/>'
-        f'<geom type="box" pos="0 {ymid:.4g} {top}" size="0.03 {yhalf:.4g} 0.03" rgba=".6 .6 .65 1" {vis}/>'
+        f'<geom type="box" pos="0 {ymid:.4g} {top}" size="0.03 {yhalf:.4g} 0.03" '
+        f'rgba=".6 .6 .65 1" {vis}/>'
         f'<body name="gantry_y">{joint("y", "0 1 0", 1)}'
         f'<inertial pos="0 0 {top - 0.05}" mass="{my}" diaginertia="0.01 0.01 0.01"/>'
         f'<geom type="box" pos="0 0 {top - 0.05}" size="0.05 0.05 0.04" rgba=".3 .3 .35 1" {vis}/>'
         f'<body name="gantry_z" gravcomp="1">{joint("z", "0 0 1", 2)}'
         f'<inertial pos="0 0 0.2" mass="{mz}" diaginertia="0.01 0.01 0.001"/>'
-        f'<geom type="cylinder" fromto="0 0 0.02 0 0 {top - hi[2] + 0.1:.4g}" size="0.01" rgba=".7 .7 .7 1" {vis}/>'
+        f'<geom type="cylinder" fromto="0 0 0.02 0 0 {top - hi[2] + 0.1:.4g}" size="0.01" '
+        f'rgba=".7 .7 .7 1" {vis}/>'
         f'<geom name="cup" type="cylinder" pos="0 0 0.01" size="{cfg.cup_radius} 0.01" mass="0.01" '
         f'rgba=".1 .1 .1 1" contype="2" conaffinity="0" margin="{cfg.touch_distance}" '
         f'gap="{cfg.touch_distance}"/>'
@@ -110,7 +112,8 @@ def build_mjcf(cfg: CellConfig) -> str:
 {_overhead_camera(cfg)}
 <geom name="floor" type="plane" size="3 3 0.1" rgba=".8 .8 .8 1"/>
 <geom name="belt" type="box" pos="{_f((x0 + x1) / 2, 0, cfg.belt_top - 0.02)}"
- size="{_f((x1 - x0) / 2, cfg.belt_half_width, 0.02)}" rgba=".15 .15 .15 1" priority="1" condim="1"/>
+ size="{_f((x1 - x0) / 2, cfg.belt_half_width, 0.02)}" rgba=".15 .15 .15 1" priority="1"
+ condim="1"/>
 {bins}
 {_gantry(cfg)}
 {objects}

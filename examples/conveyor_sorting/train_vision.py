@@ -213,7 +213,8 @@ def main(argv=None) -> None:
         graphs.append({"level": level, "file": f.name,
                        "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                        "bytes": f.stat().st_size})
-        levels.append({"level": level, "visual_tokens": keep, "perception": score(model, val, keep)})
+        levels.append({"level": level, "visual_tokens": keep,
+                       "perception": score(model, val, keep)})
         print(json.dumps(levels[-1]), flush=True)
     write_manifest(out, {"format": "rtinfer-graphs", "version": 2, "kind": "chunk",
                          "graphs": graphs})

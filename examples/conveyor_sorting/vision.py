@@ -11,7 +11,8 @@
 
 Object classes and positions come only from the pixels; the gantry's state and the
 instruction stay vectors and go to the chunk head (conveyor-act's graph, fine-tuned on this
-encoder's output by train_vision_head.py) as they are. The score is trained to mark the patches that hold an object or the cup, so the pruned
+encoder's output by train_vision_head.py) as they are. The score is trained to mark the
+patches that hold an object or the cup, so the pruned
 levels keep the tokens that matter (in the spirit of SpecPrune-VLA / EfficientVLA, which
 keep 30-50 % of visual tokens). Static shapes: one exported graph per `keep`.
 """

@@ -44,7 +44,7 @@ def session(path: Path) -> ort.InferenceSession:
 def timings(graphs: dict[str, tuple], rounds: int, per_round: int) -> dict[str, dict]:
     """{name: (session, feeds)} -> {name: p50/p99 ms}, rounds interleaved across graphs."""
     samples = {name: [] for name in graphs}
-    for name, (s, feeds) in graphs.items():
+    for s, feeds in graphs.values():
         for _ in range(5):
             s.run(None, feeds)
     for _ in range(rounds):

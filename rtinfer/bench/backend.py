@@ -111,7 +111,8 @@ def run(model_dirs: dict, backends=("onnx", "torch"), steps: int = 200,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`rtinfer bench backend`: decode-step time per backend and size against the bandwidth floor."""
+    """`rtinfer bench backend`: decode-step time per backend and size against the bandwidth
+    floor."""
     p = parser("backend", main.__doc__)
     p.add_argument("--model", default=DEFAULT_MODEL, help="the demo-size model directory")
     p.add_argument("--steps", type=int, default=100, help="steps timed per graph")

@@ -2,7 +2,8 @@
 over the frame's bytes", for uint8 frames of 96x96x3, 224x224x3 and 640x480x3.
 
 Same host: rtinfer's bus over ipc (out-of-band array frames, no Python-level copy), the bus
-over shm:// (iceoryx2 underneath), plain pyzmq over ipc with copies, raw iceoryx2 shared memory. tcp loopback: rtinfer's bus (raw bytes),
+over shm:// (iceoryx2 underneath), plain pyzmq over ipc with copies, raw iceoryx2 shared memory.
+tcp loopback: rtinfer's bus (raw bytes),
 and JPEG (libjpeg-turbo through simplejpeg; encode and decode also measured on their own).
 Sender and receiver are separate processes (the receiver is spawned per block); both read
 CLOCK_MONOTONIC, which all processes of one host share. The baseline is a numpy copyto of the
@@ -206,7 +207,8 @@ def run(frames: int = 300, blocks: int = 3, paths: tuple[str, ...] = PATHS,
                 row["jpeg_tcp"].update(encode_p50_us=e["p50"], encode_p99_us=e["p99"],
                                        decode_p50_us=d["p50"], decode_p99_us=d["p99"],
                                        quality=JPEG_QUALITY,
-                                       mean_abs_err=round(float(np.mean(errs)), 2) if errs else None)
+                                       mean_abs_err=round(float(np.mean(errs)), 2)
+                                       if errs else None)
             result["shapes"][shape_name(shape)] = row
     result["target"] = _target(result)
     return result

@@ -20,7 +20,8 @@ e2e p50/p99 (capture -> last waypoint received, complete chunks), chunks_per_cpu
 chunks per CPU second of the node processes only, from /proc/PID/stat), refused (the nodes'
 robots_refused less robots_admitted_late, or robots never answered, whichever is more) and
 identical (accepted chunks whose tokens equal plain greedy on the same observation,
-recomputed here with TokenRunner(drafter="none")). Nodes run at fixed full quality (--no-budget) unless --budget.
+recomputed here with TokenRunner(drafter="none")). Nodes run at fixed full quality
+(--no-budget) unless --budget.
 """
 from __future__ import annotations
 

@@ -15,11 +15,13 @@ def print_result(what: str, result: dict, console: Console | None = None) -> Non
             t.add_column(col, justify="right")
         for kind in ("ipc", "tcp"):
             r = result[kind]
-            t.add_row(kind, f"{r['rtinfer_p50_us']:.1f}", f"{r['raw_p50_us']:.1f}", f"{r['ratio_p50']:.2f}",
-                      f"{r['added_p50_us']:.1f}", f"{r['rtinfer_p99_us']:.1f}", f"{r['raw_p99_us']:.1f}",
+            t.add_row(kind, f"{r['rtinfer_p50_us']:.1f}", f"{r['raw_p50_us']:.1f}",
+                      f"{r['ratio_p50']:.2f}", f"{r['added_p50_us']:.1f}",
+                      f"{r['rtinfer_p99_us']:.1f}", f"{r['raw_p99_us']:.1f}",
                       f"{r['ratio_p99']:.2f}")
     else:
-        t = Table(title=f"jitter: {result['hz']:.0f} Hz loop lateness, {result['ticks_per_loop']} ticks/loop")
+        t = Table(title=f"jitter: {result['hz']:.0f} Hz loop lateness, "
+                        f"{result['ticks_per_loop']} ticks/loop")
         for col in ("loop", "p50 us", "p99 us", "p99.9 us", "max us", "rate error"):
             t.add_column(col, justify="right")
         for name in ("ratekeeper", "naive"):

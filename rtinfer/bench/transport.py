@@ -200,7 +200,8 @@ def run(messages: int = 5000, blocks: int = 4, paths: tuple[str, ...] = PATHS) -
             row = result[kind] = {
                 "rtinfer_p50_us": r["p50"], "rtinfer_p99_us": r["p99"], "rtinfer_max_us": r["max"],
                 "raw_p50_us": w["p50"], "raw_p99_us": w["p99"], "raw_max_us": w["max"],
-                "ratio_p50": round(r["p50"] / w["p50"], 3), "ratio_p99": round(r["p99"] / w["p99"], 3),
+                "ratio_p50": round(r["p50"] / w["p50"], 3),
+                "ratio_p99": round(r["p99"] / w["p99"], 3),
                 "added_p50_us": round(r["p50"] - w["p50"], 1),
                 "received": {path: p["count"] for path, p in pct.items()},
             }

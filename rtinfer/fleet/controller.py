@@ -134,7 +134,7 @@ class FleetController:
     def _join(self) -> None:
         """Hosts whose Ray resource is in the cluster and that have no actor: start one."""
         present = ray.cluster_resources()
-        for name, host in self.spec.hosts.items():
+        for name in self.spec.hosts:
             if name in self.actors or host_resource(name) not in present:
                 continue
             cls = ray.remote(InferenceHost)

@@ -121,8 +121,8 @@ def one_run(a, phases=("node", "host")) -> dict:
             # a node killed before is started again by the controller: wait for it, so a
             # host lost finds every other host up
             lost = [o["host"] for p, o in out.items() if p == "host"]
-            st = fleet.wait(lambda s: all(x["state"] == "up" for h, x in s["hosts"].items()
-                                          if h not in lost), timeout_s=60)
+            st = fleet.wait(lambda s, lost=lost: all(
+                x["state"] == "up" for h, x in s["hosts"].items() if h not in lost), timeout_s=60)
             up = [h for h, x in st["hosts"].items() if x["state"] == "up" and
                   h not in [o["host"] for o in out.values()]]  # each phase its own host
             victim = max(up, key=lambda h: len(st["hosts"][h]["robots"]))
@@ -142,7 +142,7 @@ def one_run(a, phases=("node", "host")) -> dict:
         out["refusals"] = [t for _, t in st["events"] if "refused" in t]
         out["counters"] = {h: x["counters"] for h, x in st["hosts"].items() if x["counters"]}
     period_ms = 1e3 / a.rate_hz
-    for name, phase in ((p, out[p]) for p in phases):
+    for phase in (out[p] for p in phases):
         kill_ns = phase.pop("kill_ns")
         phase["events"] = events_after(st, kill_ns, phase["host"], phase["moved"])
         phase["robots"] = {r: robot_figures(records[r], kill_ns, a.deadline_ms, period_ms)

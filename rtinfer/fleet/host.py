@@ -83,8 +83,8 @@ class InferenceHost:
         robot's obs endpoint (that robot's key), so any robot can be placed on it."""
         keys = self.dir / "robot_keys"
         keys.mkdir(exist_ok=True)
-        table = {self.host.actions: {"server_key": str(Path(self.spec.keys) / f"{self.host.name}.key"),
-                                     "allow": str(self.allow)}}
+        server_key = str(Path(self.spec.keys) / f"{self.host.name}.key")
+        table = {self.host.actions: {"server_key": server_key, "allow": str(self.allow)}}
         for name, robot in self.spec.robots.items():
             if name in self.robot_keys:
                 write_atomically(keys / f"{name}.key", self.robot_keys[name])

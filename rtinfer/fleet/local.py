@@ -99,7 +99,8 @@ def where_it_is(st: dict | None) -> str:
     unplaced = sorted(f"{r} {x['state']}" for r, x in st["robots"].items()
                       if x["state"] != "placed")
     last = [text for _, text in st.get("events", [])[-3:]]
-    return f"hosts: {hosts}; robots not placed: {', '.join(unplaced) or 'none'}; last events: {last}"
+    return (f"hosts: {hosts}; robots not placed: {', '.join(unplaced) or 'none'}; "
+            f"last events: {last}")
 
 
 class LocalFleet:

@@ -12,7 +12,8 @@ does). low/high are the limits the values must stay within; the robot clips to i
 Optional "max_committed": the most committed waypoints (real-time chunking, docs/wire.md) the
 policy can condition a chunk on; left out, the policy's kind decides (docs/policies.md). It
 is hashed only when present, so a spec without it keeps its hash.
-`hash` (16 hex digits of sha256 over the canonical msgpack bytes of every field but the hash) is what
+`hash` (16 hex digits of sha256 over the canonical msgpack bytes of every field but the hash)
+is what
 an `action_chunk` of a continuous-chunk policy carries as `spec` (docs/wire.md), so a robot
 never follows a chunk whose names, units, limits or timing differ from its own. An action-
 token policy carries its tokenizer's hash instead (rtinfer.model.action_tokens), which
@@ -112,7 +113,7 @@ class ActionSpec:
         return content_hash(self.to_dict())
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ActionSpec":
+    def from_dict(cls, d: dict) -> ActionSpec:
         """Build from a dict (an action_spec.json); ValueError names an unknown, missing or
         wrong field, and a "hash" that does not match the content (an edited file)."""
         d = dict(d)
@@ -131,7 +132,7 @@ class ActionSpec:
         return spec
 
     @classmethod
-    def from_tokenizer(cls, tok, units, start_ns: int | None = None) -> "ActionSpec":
+    def from_tokenizer(cls, tok, units, start_ns: int | None = None) -> ActionSpec:
         """The action spec of an rtinfer.model.action_tokens.TokenizerConfig: its names,
         limits, horizon and period, with `units`; waypoint 0 one period after capture."""
         return cls(tok.names, tuple(units), tok.low, tok.high, int(tok.horizon),
@@ -142,10 +143,10 @@ class ActionSpec:
         Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path) -> "ActionSpec":
+    def load(cls, path: str | Path) -> ActionSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
-    def differences(self, other: "ActionSpec") -> list[str]:
+    def differences(self, other: ActionSpec) -> list[str]:
         """One line per field where `other` differs from this spec (empty: the same)."""
         a, b = self.to_dict(), other.to_dict()
         return [f"{k}: {b.get(k)} where {a.get(k)} is expected" for k in (*FIELDS, *OPTIONAL)

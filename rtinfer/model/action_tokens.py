@@ -60,13 +60,15 @@ class TokenizerConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TokenizerConfig":
+    def from_dict(cls, d: dict) -> TokenizerConfig:
         """Build from a dict; a "hash" entry, if present, must match (catches edited files)."""
         known = {"low", "high", "bins", "horizon", "names", "period_ns"}
         unknown = set(d) - known - {"hash"}
         if unknown:
             raise ValueError(f"unknown tokenizer config keys {sorted(unknown)}")
-        cfg = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
+        fields: dict = {k: tuple(v) if isinstance(v, list) else v
+                        for k, v in d.items() if k in known}
+        cfg = cls(**fields)
         if "hash" in d and d["hash"] != cfg.hash:
             raise ValueError(f"tokenizer config hash {d['hash']} does not match its content "
                              f"({cfg.hash}); the file was edited or is corrupt")
@@ -77,7 +79,7 @@ class TokenizerConfig:
         Path(path).write_text(json.dumps({**self.to_dict(), "hash": self.hash}, indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path) -> "TokenizerConfig":
+    def load(cls, path: str | Path) -> TokenizerConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
@@ -110,7 +112,8 @@ class ActionTokenizer:
     def decode(self, tokens: np.ndarray) -> np.ndarray:
         """(..., D) integer ids -> (..., D) float32 bin centres.
 
-        Raises rtinfer.transport.wire.WireError for a wrong shape, a non-integer dtype or an id outside
+        Raises rtinfer.transport.wire.WireError for a wrong shape, a non-integer dtype or an id
+        outside
         [0, bins): tokens come off the wire, and the robot side must never guess."""
         t = np.asarray(tokens)
         if t.shape[-1:] != (self.cfg.dim,) or t.dtype.kind not in "iu":

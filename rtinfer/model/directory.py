@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.model.obs_tokens import ObsTokens
 from rtinfer.model.sequence import prefix_len
-from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.model.vocab import VocabLayout
 
 SPECIALS = ("PAD", "BOS", "SEP")
@@ -57,7 +57,8 @@ SHARED = re.compile(r"\.\./_blobs/[0-9a-f]{64}/[^/\\]+")
 def inside(name: str) -> bool:
     """A graphs.json file name the loaders may open: inside the model folder, or a shared blob
     folder's file (`../_blobs/<sha256>/FILE`)."""
-    return bool(SHARED.fullmatch(name)) or not (Path(name).is_absolute() or ".." in Path(name).parts)
+    path = Path(name)
+    return bool(SHARED.fullmatch(name)) or not (path.is_absolute() or ".." in path.parts)
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ class ModelDir:
         entries = [g for (dt, _, _), g in self.graphs.items() if dt == dtype]
         folders = {Path(g["file"]).parent for g in entries}
         files = [(g["file"], g.get("sha256")) for g in entries] + \
-            [(n, d) for n, d in self.manifest.get("weights", {}).items() if Path(n).parent in folders]
+            [(n, d) for n, d in self.manifest.get("weights", {}).items()
+             if Path(n).parent in folders]
         for name, digest in files:
             if digest and hashlib.sha256((self.path / name).read_bytes()).hexdigest() != digest:
                 raise ModelError(f"{self.path / name}: sha256 differs from graphs.json; "
@@ -169,7 +171,7 @@ class ModelDir:
         return None if v is None else float(v)
 
     @classmethod
-    def load(cls, path, *, check_hashes: bool = True) -> "ModelDir":
+    def load(cls, path, *, check_hashes: bool = True) -> ModelDir:
         """Read and cross-check every file. check_hashes: sha256 of each graph against the
         manifest (reads every graph once; seconds for large models)."""
         path = Path(path)

@@ -129,7 +129,7 @@ class ObsSpec:
         return out
 
     @classmethod
-    def load(cls, path: str | Path) -> "ObsSpec":
+    def load(cls, path: str | Path) -> ObsSpec:
         return cls(json.loads(Path(path).read_text()))
 
     def graph_inputs(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -179,7 +179,7 @@ class ObsSpec:
         for n, cam in enumerate(cams):
             image = frames[cam].get("image") if isinstance(frames[cam], dict) else None
             dtype, got = getattr(image, "dtype", None), getattr(image, "shape", None)
-            if dtype != _UINT8 or got != one:
+            if image is None or dtype != _UINT8 or got != one:
                 raise FrameError("frame_bad", f"obs frame of camera {cam!r} is {dtype} "
                                  f"{list(got) if got is not None else got}; the model's "
                                  f"obs_spec.json input {key!r} wants uint8 {list(one)} (H, W, C)")

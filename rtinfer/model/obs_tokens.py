@@ -97,11 +97,13 @@ class _Field:
         flat = a.reshape(-1)
         x = flat[self.slice[0]:self.slice[1]] if self.slice else flat
         if x.size != self.length:
-            raise ObsError(f"values[{self.key!r}] gives {x.size} elements, spec needs {self.length}")
+            raise ObsError(f"values[{self.key!r}] gives {x.size} elements, spec needs "
+                           f"{self.length}")
         out[:] = self.tokens(x)
 
     def _encode_table(self, a: np.ndarray, out: np.ndarray) -> None:
-        if a.ndim != 2 or (a.shape[1] <= max(self.col_idx + [self.valid["column"] if self.valid else 0])):
+        widest = max(self.col_idx + [self.valid["column"] if self.valid else 0])
+        if a.ndim != 2 or a.shape[1] <= widest:
             raise ObsError(f"values[{self.key!r}] has shape {a.shape}, spec needs (K, >"
                            f"{max(self.col_idx)}) rows x columns")
         k = min(self.rows, a.shape[0])
@@ -133,7 +135,7 @@ class ObsTokens:
             raise ValueError("an instruction from 'ints' is one token (length 1)")
 
     @classmethod
-    def load(cls, path) -> "ObsTokens":
+    def load(cls, path) -> ObsTokens:
         return cls(json.loads(Path(path).read_text()))
 
     def encode(self, body: dict) -> tuple[np.ndarray, np.ndarray]:

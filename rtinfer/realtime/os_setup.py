@@ -72,6 +72,12 @@ def _lock_memory() -> None:
         raise OSError(err, f"mlockall: {os.strerror(err)}")
 
 
+def _freeze_gc() -> None:
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+
+
 def configure_realtime(cpus: Sequence[int] | None = None, priority: int | None = None,
                        lock_memory: bool = True, *, freeze_gc: bool = True) -> dict[str, str]:
     """Best-effort real-time setup for the calling thread/process. Never raises.
@@ -83,9 +89,10 @@ def configure_realtime(cpus: Sequence[int] | None = None, priority: int | None =
     step -> "ok", "skipped: ..." or the OS's reason; each refusal is logged once.
     """
     steps = {
-        "affinity": (cpus is not None, lambda: _set_affinity(cpus), "no cpus given"),
-        "scheduler": (priority is not None, lambda: _set_fifo(int(priority)), "no priority given"),
-        "gc": (freeze_gc, lambda: (gc.collect(), gc.freeze(), gc.disable()), "freeze_gc=False"),
+        "affinity": (cpus is not None, lambda: _set_affinity(cpus or ()), "no cpus given"),
+        "scheduler": (priority is not None, lambda: _set_fifo(int(priority or 0)),
+                      "no priority given"),
+        "gc": (freeze_gc, _freeze_gc, "freeze_gc=False"),
         "mlockall": (lock_memory, _lock_memory, "lock_memory=False"),
     }
     result: dict[str, str] = {}

@@ -112,7 +112,8 @@ class TraceWriter:
         self._say("failed", f"{self.failed}: trace writing stopped; the loop goes on, "
                             f"records not written are counted")
         try:
-            os.ftruncate(self._fd, self._in_file)
+            if self._fd is not None:
+                os.ftruncate(self._fd, self._in_file)
         except OSError:
             pass
         self._close_fd()

@@ -130,7 +130,7 @@ def cycle_trace(env, clock: WallClock) -> dict:
            "stamp_names": list(st), "stamp_ns": [int(v) for v in st.values()],
            "field_names": list(b["fields"]),
            "field_values": [float(v) for v in b["fields"].values()]}
-    for (name, a, z), key in zip(STAGES, STAGE_FIELDS):
+    for (_name, a, z), key in zip(STAGES, STAGE_FIELDS):
         out[key] = (st[z] - st[a]) / 1e6 if a in st and z in st else math.nan
     return out
 

@@ -13,7 +13,7 @@ launch. Channels (rtinfer.record.messages for the types):
 | /rtinfer/obs/SRC | rtinfer_msgs/msg/Observation | each robot's `obs` |
 | /rtinfer/camera/SRC/CAMERA | sensor_msgs/msg/Image | each frame an `obs` carries |
 | /rtinfer/waypoints/DEST | rtinfer_msgs/msg/Waypoint | each `action_chunk` waypoint |
-| /rtinfer/trace/NODE | rtinfer_msgs/msg/CycleTrace | each robot's per-cycle `trace` (stages in ms) |
+| /rtinfer/trace/NODE | rtinfer_msgs/msg/CycleTrace | each robot's per-cycle `trace` (ms) |
 | /diagnostics | diagnostic_msgs/msg/DiagnosticArray | every node's `health` |
 | /rtinfer/decisions | rtinfer_msgs/msg/Decision | the monitor's `budget` and `command` |
 

@@ -62,7 +62,7 @@ def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
             t_kill = now_ns()
             os.kill(pid, signal.SIGKILL)
 
-            def held_and_resumed():
+            def held_and_resumed(t_kill=t_kill):
                 hold = next((h for h in rec.holds() if h["at_ns"] > t_kill), None)
                 return hold is not None and any(t > hold["at_ns"] for t in rec.resumes())
             if not wait_for(held_and_resumed, WAIT_S):
