@@ -255,7 +255,9 @@ std::optional<Committed> ChunkRules::committed_prefix(int64_t capture_ns) const 
     int64_t x = capture_ns - c.capture_ns + p / 2;
     int64_t from = x >= 0 ? x / p : -((-x + p - 1) / p);
     int64_t n = d >= s ? (d - s) / p + 1 : 0;
-    n = std::min({n, int64_t(c.ready) - from, int64_t(c.waypoints.size()) - 1});
+    int64_t most = int64_t(c.waypoints.size()) - 1;  // the policy's max_committed, else H - 1
+    if (cfg_.action && cfg_.action->max_committed) most = std::min(most, int64_t(*cfg_.action->max_committed));
+    n = std::min({n, int64_t(c.ready) - from, most});
     if (from < 0 || n <= 0) return std::nullopt;
     Committed out{c.cycle, uint64_t(from), uint64_t(n), {}, c.capture_ns + s + from * p};
     for (int64_t i = from; i < from + n; ++i)
