@@ -20,7 +20,7 @@ class ChunkAssembler:
         self.stamps: dict = {}          # stamps of the chunk's first waypoint message
         self.received = 0               # waypoints of this chunk added
         self.ready = 0                  # waypoints[:ready] have all arrived
-        self.applied = 0                # leading waypoints handed on (the caller's, reset per chunk)
+        self.applied = 0                # leading waypoints handed on (the caller's, per chunk)
         self.window_ns = 0              # fresh this long after capture by a committed prefix
 
     @property

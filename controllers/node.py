@@ -54,22 +54,24 @@ would drop waypoints). Not thread-safe: run it from one thread.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
+from rtinfer.model.action_spec import ActionSpec
+from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
+from rtinfer.model.obs_spec import FORMAT as OBS_SPEC_FORMAT
+from rtinfer.model.obs_spec import ObsSpec
+from rtinfer.model.obs_tokens import ObsError, ObsTokens
 from rtinfer.realtime.complaints import Complaints
 from rtinfer.realtime.deadline import DEADLINE_NS
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.rate import RateKeeper
-from rtinfer.model.action_spec import ActionSpec
-from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
-from rtinfer.model.obs_spec import FORMAT as OBS_SPEC_FORMAT, ObsSpec
-from rtinfer.model.obs_tokens import ObsError, ObsTokens
-from rtinfer.transport.wire import Envelope, WireError, now_ns as clock_ns
+from rtinfer.transport.wire import Envelope, WireError
+from rtinfer.transport.wire import now_ns as clock_ns
 
 from .assembler import ChunkAssembler
 from .config import ControlConfig
@@ -178,7 +180,7 @@ class ControllerConfig:
             raise ValueError(f"controller config {self.name!r}: " + "; ".join(wrong))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ControllerConfig":
+    def from_dict(cls, d: dict) -> ControllerConfig:
         """From YAML data: "control" is a robot (controllers.config.ControlConfig.from_dict);
         "tokenizer", "action" and "obs" are dicts or paths of saved files."""
         d = dict(d)

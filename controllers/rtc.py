@@ -57,7 +57,7 @@ class RtcConfig:
                              "window 32, margin_ms 2, max_ms 500)")
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "RtcConfig | None":
+    def from_dict(cls, d: dict | None) -> RtcConfig | None:
         return None if d is None else cls(**d)
 
 

@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 import pytest
-
 from cpp_client import TOKENIZER, build, controller_cmd, start, stop
+
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.bus import Publisher, Subscriber

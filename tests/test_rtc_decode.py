@@ -3,10 +3,10 @@ pass; the rest is what greedy decoding gives after them, with or without specula
 nothing committed the decode is the plain one, token for token."""
 import numpy as np
 import pytest
+from conftest import random_obs_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_obs_body
 from rtinfer.inference.backends import get_backend
 from rtinfer.inference.budget import default_levels
 from rtinfer.inference.cycle import Cycle

@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import gantry_control, random_obs_body, recv_chunks
+
 from controllers.hardware import Observation, RobotState
 from controllers.node import ControllerConfig, ControllerNode
 from controllers.rtc import RtcConfig
@@ -106,7 +106,7 @@ def test_robot_commits_its_prefix_and_applies_the_chunks_conditioned_on_it(loop,
     assert c["committed_sent"] >= 4 and c["chunks_conditioned"] >= 4
     assert c["prefix_mismatch"] == 0 and c["rejected_stale"] == 0
     assert h["committed_taken"] == c["committed_sent"]
-    for cycle, wps in plans.items():
+    for wps in plans.values():
         named = wps[0][1]
         assert all(w[1] == named for w in wps.values())  # every waypoint names it
         if named is None:

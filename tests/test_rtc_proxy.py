@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 
 from conftest import gantry_control
+from test_rtc_node import Gantry
+
 from controllers.node import ControllerConfig, ControllerNode
 from controllers.rtc import RtcConfig
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.realtime.trace import TraceWriter, read_trace
 from rtinfer.transport.bus import Publisher, Subscriber
-from test_rtc_node import Gantry
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1_000_000

@@ -40,6 +40,38 @@ def _medians_us(fs: list, rounds: int) -> list[float]:
     return [statistics.median(t) / 1e3 for t in times]
 
 
+def _row(be, dec: Decoder, prefix: np.ndarray, logits: np.ndarray, forced: np.ndarray, n: int,
+         rounds: int) -> dict:
+    """One committed length's figures (us after the prefill, passes)."""
+    ids, pos = forced + be.model.vocab.action_start, len(prefix)
+
+    def one_pass():
+        be.prefill(prefix, 0)
+        dec.decode(logits, pos, n, forced=forced)
+
+    def per_token():
+        be.prefill(prefix, 0)
+        for i in range(len(ids)):
+            be.step(ids[i:i + 1], pos + i)
+
+    def feed_one_pass():
+        be.prefill(prefix, 0)
+        be.step(ids, pos)
+
+    def plain_decode():
+        be.prefill(prefix, 0)
+        dec.decode(logits, pos, n)
+    one_pass()
+    st = dec.stats
+    pre, feed1, feedn, forced_us, plain_us = _medians_us(
+        [lambda: be.prefill(prefix, 0), feed_one_pass, per_token, one_pass, plain_decode], rounds)
+    return {"forced_tokens": len(forced), "feed_one_pass_us": round(feed1 - pre, 1),
+            "feed_per_token_us": round(feedn - pre, 1),
+            "decode_forced_us": round(forced_us - pre, 1),
+            "decode_plain_us": round(plain_us - pre, 1), "forced_passes": st.forced_passes,
+            "target_passes_forced": st.target_passes, "target_passes_plain": n - 1}
+
+
 def measure(model_dir, rounds: int = 50, threads: int = 1) -> dict:
     md = ModelDir.load(model_dir)
     be = get_backend("onnx").load(md, threads=threads)
@@ -50,40 +82,9 @@ def measure(model_dir, rounds: int = 50, threads: int = 1) -> dict:
     dec, n = Decoder(be), H * D
     logits = be.prefill(prefix, 0).copy()
     plain = dec.decode(logits, len(prefix), n).copy()
-    rows = []
-    for w in range(1, H):
-        forced = plain[:w * D].copy()  # a prefix the model itself would decode: a fair plan
-        ids = forced + v.action_start
-        pos = len(prefix)
-
-        def one_pass():
-            be.prefill(prefix, 0)
-            dec.decode(logits, pos, n, forced=forced)
-
-        def per_token():
-            be.prefill(prefix, 0)
-            for i, t in enumerate(ids):
-                be.step(ids[i:i + 1], pos + i)
-
-        def feed_one_pass():
-            be.prefill(prefix, 0)
-            be.step(ids, pos)
-
-        def plain_decode():
-            be.prefill(prefix, 0)
-            dec.decode(logits, pos, n)
-        one_pass()
-        st = dec.stats
-        pre, feed1, feedn, forced_us, plain_us = _medians_us(
-            [lambda: be.prefill(prefix, 0), feed_one_pass, per_token, one_pass, plain_decode],
-            rounds)
-        rows.append({"committed_waypoints": w, "forced_tokens": w * D,
-                     "feed_one_pass_us": round(feed1 - pre, 1),
-                     "feed_per_token_us": round(feedn - pre, 1),
-                     "decode_forced_us": round(forced_us - pre, 1),
-                     "decode_plain_us": round(plain_us - pre, 1),
-                     "forced_passes": st.forced_passes, "target_passes_forced": st.target_passes,
-                     "target_passes_plain": n - 1})
+    # a prefix the model itself would decode: a fair plan
+    rows = [_row(be, dec, prefix, logits, plain[:w * D].copy(), n, rounds) | {
+        "committed_waypoints": w} for w in range(1, H)]
     return {"model": str(model_dir), "rounds": rounds, "threads": threads, "chunk_tokens": n,
             "rows": rows}
 

@@ -19,7 +19,7 @@ prefix is taken: start_ns + n * period_ns, the due time of its first waypoint no
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rtinfer.transport.committed import Committed
 

@@ -57,7 +57,7 @@ def greedy_accepted(drafts: np.ndarray, target: np.ndarray, g: int) -> int:
 
 
 def settle(out: np.ndarray, m: int, left: int, drafts: np.ndarray, a: int, nxt: int,
-           drafter: Drafter, target: np.ndarray, stats: "DecodeStats") -> int:
+           drafter: Drafter, target: np.ndarray, stats: DecodeStats) -> int:
     """One verify's outcome into the chunk: its first `a` drafts, then token `nxt`, written at
     out[m:], at most `left` tokens; the drafter hears how it did (observe, observe_target)
     and stats count the verify. Returns the tokens taken. The single-row Decoder and the

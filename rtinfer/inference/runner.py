@@ -9,8 +9,8 @@ dense graphs instead, counted in counters["gate_fallbacks"]. Not thread-safe.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import numpy as np
 
@@ -128,11 +128,13 @@ class TokenRunner:
         return bins, cycle.first_token_ns
 
     def run_cycle(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray,
-                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> np.ndarray:
+                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
+                  ) -> np.ndarray:
         """Decode one chunk of cycle.count waypoints at cycle.level.depth, drafting from
-        cycle.previous, starting with cycle.committed's tokens (fed, not sampled) if any; sets cycle.first_token_ns before on_waypoint(cycle, index, bins)
-        first fires (once per waypoint, the moment it is final; bins is a reused view), then
-        cycle.previous to this chunk and cycle.stats. Returns the chunk's bins (chunk * D,)
+        cycle.previous, starting with cycle.committed's tokens (fed, not sampled) if any;
+        sets cycle.first_token_ns before on_waypoint(cycle, index, bins) first fires (once
+        per waypoint, the moment it is final; bins is a reused view), then cycle.previous to
+        this chunk and cycle.stats. Returns the chunk's bins (chunk * D,)
         int64, a view valid until the next call."""
         return self._decode(cycle, instr, obs, partial(on_waypoint, cycle) if on_waypoint else None)
 
@@ -171,6 +173,6 @@ class TokenRunner:
         bins = self.decoder.decode(logits, pos, cycle.count * D, depth=level.depth,
                                    drafter=drafter, gamma=level.spec_len or None, dim=D,
                                    on_waypoint=on_waypoint, forced=self._forced(cycle))
-        cycle.previous = (bins.reshape(-1, D).copy(), capture_ns) if capture_ns is not None else None
+        cycle.previous = None if capture_ns is None else (bins.reshape(-1, D).copy(), capture_ns)
         cycle.stats = self.decoder.stats
         return bins

@@ -8,7 +8,7 @@ per-hop ones, `publish` and `recv`, which each hop takes anew; the policy adds `
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

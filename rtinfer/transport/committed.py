@@ -42,7 +42,7 @@ class Committed:
     _named: dict | None = None
 
     @classmethod
-    def of(cls, body: dict) -> "Committed":
+    def of(cls, body: dict) -> Committed:
         """From an obs body's checked `committed` map."""
         return cls(body["chunk"], body["from"], body["values"], body["start_ns"])
 

@@ -121,10 +121,11 @@ def check_map(value_check):
         try:
             for key, x in v.items():
                 if type(key) is not str:
-                    raise SchemaError(f"key {key!r:.40} is a {_tname(key)}; map keys must be strings")
+                    raise SchemaError(f"key {key!r:.40} is a {_tname(key)}; map keys must "
+                                      "be strings")
                 value_check(x)
         except SchemaError as e:
-            raise e.at(f"[{key!r:.40}]") if type(key) is str else e
+            raise (e.at(f"[{key!r:.40}]") if type(key) is str else e) from None
     return check
 
 
@@ -261,7 +262,7 @@ def _check_frames(v):
 
 # real-time chunking (rtinfer.transport.committed): the robot's committed prefix in an obs,
 # and the prefix a chunk was conditioned on in each of its waypoints
-_COMMITTED = ({"chunk": u64, "from": u64,
+_COMMITTED: tuple = ({"chunk": u64, "from": u64,
                "values": check_array(dtype=np.float32, ndim=2, nonempty=True), "start_ns": ns},
               frozenset(), None)
 HASH_CHARS = frozenset("0123456789abcdef")
@@ -274,7 +275,7 @@ def _check_prefix_hash(v):
                           "(sha256 of the committed values, docs/wire.md section 5)")
 
 
-_CONDITIONED = ({"chunk": u64, "from": u64, "n": check_int(1, U64_MAX, ">= 1"),
+_CONDITIONED: tuple = ({"chunk": u64, "from": u64, "n": check_int(1, U64_MAX, ">= 1"),
                  "hash": _check_prefix_hash}, frozenset(), None)
 
 
@@ -329,7 +330,7 @@ def validate_fields(spec, body, where: str) -> None:
         for name, v in body.items():
             fields[name](v)
     except SchemaError as e:
-        raise e.at(f"{where}.{name}")
+        raise e.at(f"{where}.{name}") from None
     if cross is not None:
         cross(body)
 
@@ -377,7 +378,7 @@ def check_body(plan: tuple, body) -> None:
         for name, check in others:
             check(body[name])
     except SchemaError as e:
-        raise e.at(f"body.{name}")
+        raise e.at(f"body.{name}") from None
     if cross is not None:
         cross(body)
 
