@@ -18,6 +18,7 @@ def main(argv=None) -> int:
     p.add_argument("--vlm", default=None, help="SmolVLA: local SmolVLM config/processor dir")
     p.add_argument("--action-spec", default=None, help="default: CHECKPOINT/action_spec.json")
     p.add_argument("--levels", default=None, help="step counts, level 0 first: 10,4,2,1")
+    p.add_argument("--parity-obs", type=int, default=3, help="observations checked per level")
     t = sub.add_parser("tiny", help="a small checkpoint with random weights (no hub)")
     t.add_argument("kind", choices=["smolvla", "diffusion"])
     t.add_argument("--out", required=True)
@@ -34,7 +35,8 @@ def main(argv=None) -> int:
         if a.cmd == "package":
             from examples.lerobot_flow.package import package
             levels = [int(k) for k in a.levels.split(",")] if a.levels else None
-            r = package(a.checkpoint, a.out, vlm=a.vlm, spec=a.action_spec, levels=levels)
+            r = package(a.checkpoint, a.out, vlm=a.vlm, spec=a.action_spec, levels=levels,
+                        parity_obs=a.parity_obs)
             r = {"out": a.out, "levels": r["levels"]}
         elif a.cmd == "tiny":
             from pathlib import Path
@@ -43,7 +45,11 @@ def main(argv=None) -> int:
             if a.kind == "smolvla":
                 vlm = tiny.vlm_dir(a.vlm or Path(a.out) / "vlm", a.vlm_size)
                 size = a.image or tiny.VLM_SIZES[a.vlm_size]["vision"]["image_size"]
-                r = {"checkpoint": str(tiny.smolvla(a.out, vlm, image_hw=size)), "vlm": str(vlm)}
+                # SmolVLA's own defaults (50-step chunk, 48 tokens, 32-wide state/action)
+                # beside a VLM of the real size; small ones beside the tiny VLM.
+                shape = {} if a.vlm_size == "tiny" else dict(chunk=50, tokens=48, max_dim=32)
+                r = {"checkpoint": str(tiny.smolvla(a.out, vlm, image_hw=size, **shape)),
+                     "vlm": str(vlm)}
             else:
                 r = {"checkpoint": str(tiny.diffusion(a.out, image_hw=a.image or 0))}
         else:

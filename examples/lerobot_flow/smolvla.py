@@ -26,6 +26,24 @@ TASK = "pick the red cube"  # the example observations' task
 OPSET = 17
 
 
+class SmolVLAPackageError(ValueError):
+    """A SmolVLA checkpoint this example cannot serve; the message says the fix."""
+
+
+def check(ckpt) -> None:
+    """Refuse the settings whose LeRobot code path the graphs do not follow."""
+    cfg = ckpt.policy.config
+    for bad, what in (
+            (not cfg.use_cache, "use_cache is false; the step graph reads the prefix's KV "
+                                "cache: set \"use_cache\": true in config.json (same weights)"),
+            (cfg.empty_cameras, f"empty_cameras {cfg.empty_cameras} is not packaged; send those "
+                                f"views as real cameras, or set it to 0"),
+            (cfg.adapt_to_pi_aloha, "adapt_to_pi_aloha is not packaged; convert the state and "
+                                    "actions on the robot side and set it false")):
+        if bad:
+            raise SmolVLAPackageError(f"{ckpt.path}: {what}")
+
+
 def camera_name(feature_key: str) -> str:
     return feature_key.rsplit(".", 1)[-1]
 
@@ -172,6 +190,7 @@ def bool_counts_as_int64():
 def export(ckpt, out_dir) -> dict:
     """Write prefix.onnx and step.onnx into `out_dir`; returns what package_flow needs."""
     import torch
+    check(ckpt)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix, step, names = modules(ckpt)
