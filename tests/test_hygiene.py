@@ -64,3 +64,11 @@ def test_no_tracker_issue_numbers_in_the_docs_or_the_sources():
             if rx.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert found == []
+
+
+def test_graphs_json_is_written_only_by_the_manifest_module():
+    """rtinfer.model.manifest.write_manifest is the one writer (atomic, one format)."""
+    rx = re.compile(r"graphs\.json[\"']\)?\.(write_text|open)|open\([^)]*graphs\.json[^)]*[\"']w")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in SOURCES
+             for n, line in enumerate(p.read_text().splitlines(), 1) if rx.search(line)]
+    assert found == []  # tests may write broken manifests on purpose; sources may not
