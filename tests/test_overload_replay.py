@@ -133,3 +133,16 @@ def test_the_bench_replays_every_rule_on_the_same_arrivals(tiny_model_dir, capsy
         for figures in row["rules"].values():
             assert figures["goodput_hz"] <= row["offered_hz"] + 1e-6
     assert set(result["summary"]) == set(RULES) and len(result["loadavg"]) == 3
+
+
+def test_a_fixed_budget_keeps_its_level_under_overload_and_drops_what_would_end_late():
+    # --no-budget (full quality, fixed): 16 robots at 2x what level 0 serves are never
+    # answered at a cheaper level, a cycle that would end late is not run, and the robots are
+    # asked for fewer observations instead
+    budget = Budget([BudgetLevel(6 - i, 0, 4) for i in range(3)], DEADLINE_NS, auto=False)
+    r = Robots(budget, remote=False, period_ns=50 * MS, say=lambda *a, **k: None)
+    arrivals = synthetic(_fleet(16, 16), 5.0, seed=16, jitter_ns=2 * MS)
+    res = replay(r, arrivals, CostModel([8 * MS, 4 * MS, 2 * MS]), deadline_ns=DEADLINE_NS,
+                 profile=False)
+    assert set(res["level_mix"]) == {"0"} and res["late"] == 0
+    assert all(s.asked_period_ns for s in r.slots.values())

@@ -29,13 +29,14 @@ COUNTERS = ("robots_refused", "robots_admitted_late", "obs_refused", "overloads"
 
 class Admission:
     def __init__(self, costs: Costs, counters: dict, say: Callable[..., None],
-                 max_robots: int | None = None, degrade: bool = True):
+                 max_robots: int | None = None, degrade: bool = True, budget=None):
         """degrade: plan at the cheapest level (the schedule degrades); False: at full
-        quality, as before the schedule degraded (for comparisons)."""
+        quality, as before the schedule degraded (for comparisons). budget: the first
+        robot's Budget; a fixed one (auto off) is planned at its own level."""
         for k in COUNTERS:
             counters.setdefault(k, 0)
         self.costs, self.counters, self.say, self.max_robots = costs, counters, say, max_robots
-        self.degrade = degrade
+        self.degrade, self.budget = degrade, budget
         self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
         self.overloaded = False             # the admitted robots no longer fit (check)
         self.fits: int | None = None        # how many robots fit, as check last found
@@ -43,7 +44,9 @@ class Admission:
 
     @property
     def cheapest(self) -> int:
-        """The level admission plans at (module doc)."""
+        """The level admission plans at (module doc; a fixed budget's own)."""
+        if self.budget is not None and not self.budget.auto:
+            return self.budget.index
         return self.costs.levels - 1 if self.degrade else 0
 
     def capacity(self, deadline_ns: int, period_ns: int, level: int | None = None

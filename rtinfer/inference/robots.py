@@ -57,7 +57,7 @@ class Robots:
         self.checks = ObsChecks(self.counters, self.say)
         self.cost_model = Costs(len(budget.levels))
         self.admission = Admission(self.cost_model, self.counters, self.say, max_robots,
-                                   degrade)
+                                   degrade, budget)
         self.schedule = Schedule(self.counters, self.say, rule=rule, degrade=degrade,
                                  utilisation=UTILISATION)
 

@@ -14,7 +14,9 @@ beside it:
   still while its cycle would end past its deadline. One that would end late even at the
   cheapest level is dropped, counted `obs_stale` like one already too old (its chunk could
   never be applied in time), and the next robot in the order is tried: a cycle the robot
-  would reject is never run, so it never makes the next robots late too.
+  would reject is never run, so it never makes the next robots late too. A fixed budget
+  (`--no-budget`, `--level`) keeps its level: its cycle runs there or, would it end late,
+  not at all.
 - **Batch.** The others waiting whose budget allows that level join, in the rule's order,
   up to the largest batch, less the last while the batch would end after any member's due.
 
@@ -94,17 +96,18 @@ class Schedule:
             return
         n, top = len(slots), len(slots[0].budget.levels) - 1
         rate = sum(1e9 / (s.interval_ns or period_ns) for s in slots)  # cycles per second
-        need = 0.0
-        for level in range(top + 1):
+        need, fixed = 0.0, not slots[0].budget.auto  # a fixed budget: priced at its level
+        for level in [slots[0].budget.index] if fixed else range(top + 1):
             serve = costs.serve_ns(n, costs.medians(level))
             need = rate * (serve or 0) / n / 1e9 / self.utilisation  # share of the node's time
             if need <= 1.0:
                 break
         if level != self.load_level:
             old, self.load_level = self.load_level, level
-            self.say("load_level", f"load: {n} robots at {rate:.0f} observations/s need budget "
-                     f"level {level} (was {old}) to fit {self.utilisation:.0%} of this node's "
-                     f"time", error=False)
+            if not fixed:
+                self.say("load_level", f"load: {n} robots at {rate:.0f} observations/s need budget "
+                         f"level {level} (was {old}) to fit {self.utilisation:.0%} of this "
+                         f"node's time", error=False)
         for s in slots:  # once asked, kept while the load needs it (a robot that honours
             own = s.interval_ns or period_ns  # it sends slower: cleared at once, it oscillated)
             if need > 1.0 or s.asked_period_ns is not None:
@@ -164,14 +167,16 @@ class Schedule:
         return (0, -waited, rank) if waited >= GUARD else (1, rank, 0)  # "guard"
 
     def _start(self, s: RobotSlot) -> int:
+        if not s.budget.auto:  # a fixed budget (--no-budget, --level) keeps its level
+            return s.budget.index
         return min(max(self.load_level, s.budget.index), len(s.budget.levels) - 1)
 
     def _level(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> int | None:
         """The level s's cycle runs at: the load's or its budget's, cheaper while it would
         end past its due; None (dropped, counted) when it would at every level."""
         deadline_ns = _dl(s, deadline_ns)
-        due, top = s.due_ns(deadline_ns), len(s.budget.levels) - 1
-        level = self._start(s)
+        due, level = s.due_ns(deadline_ns), self._start(s)
+        top = len(s.budget.levels) - 1 if s.budget.auto else level
         while True:
             cost = costs.batch_ns(1, median=True, level=level) or 0  # 0: none timed yet
             if due is None or now_ns + cost <= due:
