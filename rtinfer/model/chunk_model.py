@@ -85,6 +85,14 @@ class ChunkModelDir:
             if check_hashes and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
                 raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt "
                                  f"or was replaced: re-package the model")
+        for name, digest in self.manifest.get("weights", {}).items():  # levels' shared weights
+            f = self.path / name
+            if not f.is_file():
+                raise ModelError(f"{f} (the levels' shared weights) is missing; re-package the "
+                                 "model")
+            if check_hashes and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt "
+                                 f"or was replaced: re-package the model")
 
 
 def load_model(path, *, check_hashes: bool = True):
