@@ -87,3 +87,17 @@ def test_a_manifest_path_out_of_the_folder_is_refused_in_one_line(merged):
     with pytest.raises(ModelError, match=r"lies outside the model folder") as e:
         ModelDir.load(merged)
     assert "\n" not in str(e.value)
+
+
+def test_no_two_shipped_graphs_embed_the_same_weights():
+    """Graphs of one model keep shared tensors in one external file, not a copy each."""
+    onnx = pytest.importorskip("onnx")
+    seen, twice = {}, []
+    for g in sorted(ZOO.rglob("*.onnx")):
+        for t in onnx.load(str(g), load_external_data=False).graph.initializer:
+            if t.HasField("raw_data") and len(t.raw_data) >= BLOB_BYTES:
+                key = hashlib.sha256(t.raw_data).hexdigest()
+                if key in seen:
+                    twice.append(f"{g.relative_to(ZOO)}:{t.name} = {seen[key]}")
+                seen.setdefault(key, f"{g.relative_to(ZOO)}:{t.name}")
+    assert not twice, twice[:5]
