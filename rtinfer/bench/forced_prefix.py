@@ -54,9 +54,9 @@ def _row(be, dec: Decoder, prefix: np.ndarray, logits: np.ndarray, forced: np.nd
         for i in range(len(ids)):
             be.step(ids[i:i + 1], pos + i)
 
-    def feed_one_pass():
+    def feed_one_pass():  # as the decoder feeds it: padded to its verify graph
         be.prefill(prefix, 0)
-        be.step(ids, pos)
+        be.step(dec._padded(ids, pos, be.n_layer), pos)
 
     def plain_decode():
         be.prefill(prefix, 0)

@@ -179,7 +179,7 @@ class Decoder:
         np.add(out[:f], self.a0, out=ids[:f])
         while i < f:  # the smallest graph that takes the rest, or the widest that fits
             w = min(be.pick_k(depth, f - i, pos + i), f - i)
-            logits = be.step(ids[i:i + w], pos + i, depth)
+            logits = be.step(self._padded(ids[i:i + w], pos + i, depth), pos + i, depth)
             st.forced_passes += 1
             st.target_passes += depth == be.n_layer
             st.draft_passes += depth != be.n_layer
@@ -187,6 +187,21 @@ class Decoder:
         out[f] = self._pick(logits[w - 1])
         self._emit(on_waypoint, dim, f, f + 1)
         return f + 1, pos + f
+
+    def _padded(self, ids: np.ndarray, pos: int, depth: int) -> np.ndarray:
+        """ids, padded to the verify graph's k where it takes them at this depth (the graph
+        every verify runs: a second graph's weights would fall out of the CPU's cache, and
+        conveyor-v1's k=4 graph measured slower than its k=8 one), else as they are."""
+        be, n = self.backend, len(ids)
+        if depth != be.n_layer or n > self.k_verify:
+            return ids
+        k = min(be.pick_k(depth, self.k_verify, pos), self.k_verify)
+        if k < n:
+            return ids
+        v = self._verify[:k]
+        v[:n] = ids
+        v[n:] = be.pad
+        return v
 
     def _emit(self, on_waypoint, dim: int, before: int, now: int) -> None:
         """Fire on_waypoint for every waypoint completed by tokens [before, now)."""
