@@ -62,6 +62,7 @@ echo "torch==2.14.1" > "$VENV/.torch-constraint.txt"
 echo "torchvision==0.29.1" >> "$VENV/.torch-constraint.txt"
 "${PIP[@]}" -c "$VENV/.torch-constraint.txt" "${LEROBOT_DEPS[@]}" "${CELL_DEPS[@]}"
 "${PIP[@]}" --no-deps -e "$ROOT"
+"$VENV/bin/python" "$ROOT/scripts/checkout_pth.py" >/dev/null  # examples, peers: checkout only
 "$VENV/bin/python" - <<'PY'
 import torch, lerobot, onnxruntime, mujoco
 from lerobot.policies.act.modeling_act import ACTPolicy  # noqa: F401

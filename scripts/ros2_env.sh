@@ -30,6 +30,7 @@ t0=$(date +%s)
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" --prefer-binary "${ROS2_PINS[@]}" "${RTINFER_DEPS[@]}"
 "${PIP[@]}" --no-deps -e "$ROOT"
+"$VENV/bin/python" "$ROOT/scripts/checkout_pth.py" >/dev/null  # examples, peers: checkout only
 "$VENV/bin/python" - <<'PY'
 import rclpy, sensor_msgs.msg, trajectory_msgs.msg, std_msgs.msg, diagnostic_msgs.msg  # noqa: F401
 import PIL, onnx  # noqa: F401
