@@ -13,7 +13,8 @@ functions only, so this module imports anywhere.
 
 Not shipped: the zoo holds no camera ACT (trained from scratch on two shared CPU cores it sorted
 0 of 240 objects in lockstep, and its 47.7 MB graph was a fifth of the zoo). Rebuild it in the
-LeRobot venv (`make lerobot-env`), with V = .venv-lerobot/bin/python:
+LeRobot venv (`make lerobot-env`; `make conveyor-act-vision` runs these four into build/), with
+V = .venv-lerobot/bin/python:
 
     $V -m examples.conveyor_sorting.collect --camera overhead --episodes 60 --out expert.npz
     $V -m examples.conveyor_sorting.lerobot_act_vision train --data expert.npz \
