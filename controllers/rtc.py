@@ -88,6 +88,9 @@ class DelayEstimate:
 
 
 class Commitments:
+    """The robot's real-time chunking part: its delay estimate, the prefix it commits to,
+    the observation in flight, and the join check (module doc)."""
+
     def __init__(self, cfg: RtcConfig, horizon: int, dim: int, max_n: int | None = None):
         """max_n: the most waypoints the policy conditions on (its action spec's
         max_committed; None: the horizon less one)."""
