@@ -6,7 +6,6 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-
 from conftest import random_obs_body
 
 pytest.importorskip("onnxruntime.transformers")
@@ -43,7 +42,7 @@ def test_fusing_cuts_nodes_and_leaves_the_weights_alone(pair):
     assert set(report) == {"float32", "int4"}
     rows = [f for f in report["int4"] if f.endswith("_rows.onnx")]
     assert rows and len(report["int4"]) > len(rows)  # kv_out graphs and twins alike
-    for dtype, files in report.items():
+    for files in report.values():
         for f, r in files.items():
             assert r["nodes_after"] < r["nodes_before"]
             assert r["ops_after"].get("SkipLayerNormalization", 0) >= 2

@@ -108,7 +108,8 @@ def machine_floors(be, precision: str, in_chunk_step_ms: float, steps: int = 100
             "weight_bytes": precision_bytes(md.path, precision),
             "in_chunk_step_ms": in_chunk_step_ms, "steps": steps,
             "stages": floors(md.config, precision_bytes(md.path, precision), bandwidth, gflops,
-                             {s: t[0] for s, t in times.items()}, {"step": 1, "verify": k}),
+                             {s: t[0] for s, t in times.items()}, {"step": 1, "verify": k},
+                             {s: t[2] for s, t in times.items()}),
             "verify_over_step": times["verify"][0] / times["step"][0]}
 
 

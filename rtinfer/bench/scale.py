@@ -159,7 +159,8 @@ def measure_rung(name: str, path, precisions, cycles, *, runs: int, steps: int, 
                 "step_over_floor": parts["step_ms"][0] / floor_ms, "floor_ms": floor_ms,
                 "torch_eager_chunk_ms": eager_ms, "torch_eager_weights": "fp32",
                 "floors": floors(md.config, precision_bytes(path, prec), bandwidth, gflops[prec],
-                                 stage_ms, stage_k),
+                                 stage_ms, stage_k, {"step": parts["step_ms"][2],
+                                                     "verify": parts["verify_ms"][2]}),
                 **{f"{k[:-3]}_p50_ms": v[0] for k, v in parts.items()},
                 **{f"{k[:-3]}_p99_ms": v[1] for k, v in parts.items()}}
         del timed
@@ -219,7 +220,8 @@ def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
         log(f"scale: timing {Path(name).name} ({', '.join(precisions)})")
         rows += measure_rung(Path(name).name if is_trained and name != SHIPPED else name, path,
                              precisions, cycles, runs=runs, steps=steps, threads=threads,
-                             bandwidth=bandwidth, gflops=gflops, trained=is_trained, spec_ref=spec_ref,
+                             bandwidth=bandwidth, gflops=gflops, trained=is_trained,
+                             spec_ref=spec_ref,
                              torch_runs=torch_runs or max(2, runs // 5), log=log)
     rows.sort(key=lambda r: (r["params"], PRECISIONS.index(r["precision"]), r["method"]))
     over = fixed_overheads(ship, report=overheads_report, messages=transport_messages)
@@ -231,7 +233,8 @@ def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
             "largest_params_best_chunk_under_deadline": largest_meeting(
                 rows, over["total_ms"], "chunk_min_ms"),
             "fixed_overheads_ms": over["total_ms"], "overheads": over,
-            "copy_bandwidth_gbs": bandwidth, "matmul_gflops": gflops, "threads": threads, "backend": "onnx",
+            "copy_bandwidth_gbs": bandwidth, "matmul_gflops": gflops, "threads": threads,
+            "backend": "onnx",
             "runs": runs, "steps": steps,
             "stream": str(ship.path / "stream.npz"), "load_avg": list(os.getloadavg())}
 

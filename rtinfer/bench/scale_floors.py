@@ -54,6 +54,7 @@ def matmul_gflops(precisions=("fp32", "int8", "int4"), threads: int = 1,
     """{precision: GFLOP/s} of ONNX Runtime's matmul kernel for that precision's graphs, on
     RATE_ROWS rows (best of `repeats`). Blocks for about a second."""
     import onnxruntime as ort
+
     from models.quantise import SETTINGS, quantise_graph  # the graphs' own settings
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
@@ -87,41 +88,45 @@ def precision_bytes(path, precision: str) -> int:
     return (md.path / g["file"]).stat().st_size + sum((md.path / n).stat().st_size for n in shared)
 
 
-def stage_times(be, ks: dict[str, int], steps: int = 100) -> dict:
-    """{stage: (p50, p99) ms} of each k-token full-depth step (ks: stage -> k) on one backend,
-    interleaved step by step, at the decode position (the first 10 of each not recorded)."""
-    hists = {s: LatencyHistogram() for s in ks}
-    toks = {s: np.full(k, be.model.vocab.action_start, np.int64) for s, k in ks.items()}
+def interleaved_steps(runs: dict, steps: int) -> dict:
+    """runs: key -> (backend, k). {key: (p50, p99, cpu p50) ms} of each k-token full-depth
+    step at the decode position, every key once per round, the order reversed every other
+    round (the first 10 rounds not recorded). cpu: the calling thread's CPU time (ONNX Runtime
+    at one thread computes on it), which leaves out the time the host gave other processes."""
+    hists = {key: LatencyHistogram() for key in runs}
+    cpu: dict = {key: [] for key in runs}
+    toks = {key: np.full(k, be.model.vocab.action_start, np.int64)
+            for key, (be, k) in runs.items()}
     for i in range(steps + 10):
-        for s in (list(ks) if i % 2 else list(ks)[::-1]):
-            t0 = now_ns()
-            be.step(toks[s], min(be.model.prefix_len, be.max_ctx - ks[s]), be.n_layer)
+        for key in (list(runs) if i % 2 else list(runs)[::-1]):
+            be, k = runs[key]
+            t0, c0 = now_ns(), time.thread_time_ns()
+            be.step(toks[key], min(be.model.prefix_len, be.max_ctx - k), be.n_layer)
             if i >= 10:
-                hists[s].record(now_ns() - t0)
-    return {s: (h.percentiles_us()["p50"] / 1e3, h.percentiles_us()["p99"] / 1e3)
-            for s, h in hists.items()}
+                hists[key].record(now_ns() - t0)
+                cpu[key].append(time.thread_time_ns() - c0)
+    return {key: (h.percentiles_us()["p50"] / 1e3, h.percentiles_us()["p99"] / 1e3,
+                  float(np.median(cpu[key])) / 1e6) for key, h in hists.items()}
+
+
+def stage_times(be, ks: dict[str, int], steps: int = 100) -> dict:
+    """{stage: (p50, p99, cpu p50) ms} of each k-token step (ks: stage -> k) on one backend,
+    interleaved (see interleaved_steps)."""
+    return interleaved_steps({s: (be, k) for s, k in ks.items()}, steps)
 
 
 def step_times(backends: dict, steps: int, k: int) -> dict:
-    """{name: (p50, p99) ms} of a k-token full-depth step at the decode position, on each
-    backend, interleaved step by step (the first 10 of each not recorded)."""
-    hists = {n: LatencyHistogram() for n in backends}
-    for i in range(steps + 10):
-        for n in (list(backends) if i % 2 else list(backends)[::-1]):
-            be = backends[n]
-            tokens = np.full(k, be.model.vocab.action_start, np.int64)
-            t0 = now_ns()
-            be.step(tokens, min(be.model.prefix_len, be.max_ctx - k), be.n_layer)
-            if i >= 10:
-                hists[n].record(now_ns() - t0)
-    return {n: (h.percentiles_us()["p50"] / 1e3, h.percentiles_us()["p99"] / 1e3)
-            for n, h in hists.items()}
+    """{name: (p50, p99, cpu p50) ms} of a k-token step on each backend, interleaved (see
+    interleaved_steps)."""
+    return interleaved_steps({n: (be, k) for n, be in backends.items()}, steps)
 
 
 def floors(config: dict, weight_bytes: int, bandwidth_gbs: float, gflops: float,
-           measured_ms: dict[str, float], ks: dict[str, int]) -> dict:
+           measured_ms: dict[str, float], ks: dict[str, int],
+           cpu_ms: dict[str, float] | None = None) -> dict:
     """Per stage (name -> k tokens, e.g. {"step": 1, "verify": 8}): the measured time (ms),
-    both floors (ms) and the measured time over each and over the higher one."""
+    both floors (ms) and the measured time over each and over the higher one; with cpu_ms
+    (the thread's CPU time of the same steps) also that over the higher floor."""
     out = {}
     for stage, k in ks.items():
         bw = weight_bytes / (bandwidth_gbs * 1e9) * 1e3
@@ -131,4 +136,7 @@ def floors(config: dict, weight_bytes: int, bandwidth_gbs: float, gflops: float,
                       "compute_floor_ms": comp, "over_bandwidth": ms / bw,
                       "over_compute": ms / comp, "over_floor": ms / max(bw, comp),
                       "bound": "compute" if comp > bw else "bandwidth"}
+        if cpu_ms and stage in cpu_ms:
+            out[stage].update(measured_cpu_ms=cpu_ms[stage],
+                              cpu_over_floor=cpu_ms[stage] / max(bw, comp))
     return out

@@ -19,18 +19,14 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import numpy as np
 
 from rtinfer.bench.decode import prefix_stream
 from rtinfer.bench.options import DEFAULT_MODEL
+from rtinfer.bench.scale_floors import interleaved_steps
 from rtinfer.bench.scale_models import K_VERIFY, RUNGS, TINY, cache_root, model_dir
 from rtinfer.inference.backends import get_backend
 from rtinfer.model.directory import graph_dtype
-from rtinfer.realtime.hist import LatencyHistogram
-from rtinfer.transport.wire import now_ns
 
 VARIANTS = {"unfused": (), "skip_layer_norm": ("skip_layer_norm",), "gelu": ("gelu",),
             "all": ("skip_layer_norm", "gelu")}
@@ -76,27 +72,13 @@ def graph_file(be, k: int) -> Path:
 
 
 def interleaved(bes: dict, ks: dict, steps: int) -> dict:
-    """{variant: {stage: (p50, p99, cpu p50) ms}}: every (variant, stage) pair per round, the
-    order reversed every other round (the first 10 rounds not recorded). cpu: the calling
-    thread's CPU time (ONNX Runtime at one thread computes on it), which leaves out the time
-    the host gave other processes."""
-    pairs = [(v, s) for v in bes for s in ks]
-    hists = {p: LatencyHistogram() for p in pairs}
-    cpu: dict = {p: [] for p in pairs}
-    toks = {s: np.full(k, next(iter(bes.values())).model.vocab.action_start, np.int64)
-            for s, k in ks.items()}
-    for i in range(steps + 10):
-        for v, s in (pairs if i % 2 else pairs[::-1]):
-            be = bes[v]
-            t0, c0 = now_ns(), time.thread_time_ns()
-            be.step(toks[s], min(be.model.prefix_len, be.max_ctx - ks[s]), be.n_layer)
-            if i >= 10:
-                hists[(v, s)].record(now_ns() - t0)
-                cpu[(v, s)].append(time.thread_time_ns() - c0)
+    """{variant: {stage: (p50, p99, cpu p50) ms}}: every (variant, stage) pair once per round
+    (rtinfer.bench.scale_floors' interleaved timer)."""
+    times = interleaved_steps({(v, s): (be, k) for v, be in bes.items() for s, k in ks.items()},
+                         steps)
     out: dict = {v: {} for v in bes}
-    for (v, s), h in hists.items():
-        p = h.percentiles_us()
-        out[v][s] = (p["p50"] / 1e3, p["p99"] / 1e3, float(np.median(cpu[(v, s)])) / 1e6)
+    for (v, s), t in times.items():
+        out[v][s] = t
     return out
 
 
