@@ -26,7 +26,7 @@ from pathlib import Path
 
 from models import checkpoint
 from models.export_batched import _share_into, check_rows, export_rows_graph
-from models.quantise import SETTINGS, quantise_graph
+from models.quantise import SETTINGS, quantise_graph, settings
 from models.share import WEIGHTS, external_tensors
 from rtinfer.model.manifest import read_manifest, write_manifest
 
@@ -59,7 +59,7 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
             fp32[(depth, k)] = export_rows_graph(policy, depth, k, 1,
                                                  out / f"step_d{depth}_k{k}_rows.onnx")
         if dtype != "float32":
-            quantise_graph(fp32[(depth, k)], path, **SETTINGS[dtype])
+            quantise_graph(fp32[(depth, k)], path, **settings(manifest, dtype))
         diff = check_rows(path, single, depth, k, 1)
         if diff != 0.0:
             raise RuntimeError(f"{path.name}: differs from {single.name} by {diff:g} on ONNX "
