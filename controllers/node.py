@@ -77,7 +77,7 @@ from .assembler import ChunkAssembler
 from .config import ControlConfig
 from .hardware import DriverError, HardwareFault, HardwareInterface, Observation, RobotState
 from .one_source import OneSource
-from .rtc import Commitments, RtcConfig
+from .rtc import REST, Commitments, RtcConfig
 from .stack import ControlStack
 from .watchdog import Watchdog
 
@@ -314,6 +314,10 @@ class ControllerNode:
         self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
         self.rtc = Commitments(cfg.rtc or RtcConfig(), spec.horizon, len(spec.names),
                                getattr(cfg.action, "max_committed", None))
+        # waypoint 0's due time and the period of the policy's chunks (a rest prefix's)
+        self._chunk_timing = (cfg.action.start_ns, cfg.action.period_ns) if cfg.action \
+            else (cfg.tokenizer.period_ns, cfg.tokenizer.period_ns)
+        self._hold_wp = np.zeros(len(spec.names))  # a robot at rest: where it holds
         self._observe = getattr(hw, "observe", None)
         self._on_chunk = getattr(hw, "on_chunk", None)
         self._on_hold = getattr(hw, "on_hold", None)
@@ -449,7 +453,10 @@ class ControllerNode:
             if self.rtc.awaiting(capture):
                 self.counters["obs_held_rtc"] += 1
                 return False
-            committed = self.rtc.prefix(self.chunk, self.state == RUN, capture)
+            if self.state == RUN:
+                committed = self.rtc.prefix(self.chunk, True, capture)
+            elif (hold := self._at_rest()) is not None:
+                committed = self.rtc.rest_prefix(hold, capture, *self._chunk_timing)
         body = {"values": obs.values, "ints": obs.ints}
         why = None
         if obs.frames:  # each image goes as it is: out of band from 64 KiB (docs/wire.md)
@@ -482,7 +489,7 @@ class ControllerNode:
             if committed is not None:
                 self.counters["committed_sent"] += 1
                 until = max(until, committed["start_ns"] + len(committed["values"]) *
-                            self.chunk.period_ns)
+                            self._chunk_timing[1])  # the policy's period (none held at rest)
             self.rtc.sent(capture, until)
         return sent
 
@@ -619,7 +626,22 @@ class ControllerNode:
         if (env.src, env.body["cycle"], capture) == self.chunk.key \
                 or (self.chunk.key is not None and capture < self.chunk.capture_ns):
             return None
-        return self.rtc.joins(self.chunk, self.state == RUN, env.body["conditioned"], capture)
+        named = env.body["conditioned"]
+        return self.rtc.joins(self.chunk, self.state == RUN, named, capture,
+                              self._at_rest() if named["chunk"] == REST else None)
+
+    def _at_rest(self) -> np.ndarray | None:
+        """Idle, or holding and stopped: the waypoint it holds (its reference, then the tool
+        as commanded; a buffer reused), which it commits to with a rest prefix. None while
+        it tracks a chunk, brakes, is held on command, or before its first tick."""
+        tr = self.stack.tracker
+        if self.state not in (IDLE, HOLD) or tr.t_ns is None or not tr.braking or tr.vel.any():
+            return None
+        w, n = self._hold_wp, self.stack.n
+        w[:n] = tr.pos
+        if len(w) > n:
+            w[n] = tr.tool
+        return w
 
     def _check(self, env: Envelope, now: int) -> tuple[str | None, np.ndarray | None]:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rtinfer.transport.committed import committed_body, prefix_hash
+from rtinfer.transport.committed import REST, committed_body, prefix_hash
+
+__all__ = ["REST", "Commitments", "DelayEstimate", "RtcConfig"]
 
 from .assembler import ChunkAssembler
 
@@ -136,12 +138,37 @@ class Commitments:
         v[:] = chunk.waypoints[start:start + n]
         return committed_body(chunk.cycle, start, v, chunk.capture_ns + s + start * p)
 
-    def joins(self, chunk: ChunkAssembler, tracking: bool, named: dict, capture_ns: int) -> bool:
+    def rest_prefix(self, hold: np.ndarray, capture_ns: int, start_ns: int,
+                    period_ns: int) -> dict | None:
+        """The `committed` map of a robot at rest (idle, or stopped by a hold): n rows of its
+        hold waypoint `hold` (D,), chunk REST, from 0, due from capture + start_ns (the
+        policy's), n as prefix() counts it; None before a delay is measured or when the
+        chunk lands before its waypoint 0 is due. A buffer reused by the next call."""
+        d = self.delay.estimate_ns()
+        if d is None:
+            return None
+        d = min(d + self._margin_ns, self._max_ns)
+        n = min((d - start_ns) // period_ns + 1 if d >= start_ns else 0, self.max_n)
+        if n <= 0:
+            return None
+        v = self._values[:n]
+        v[:] = hold
+        return committed_body(REST, 0, v, capture_ns + start_ns)
+
+    def joins(self, chunk: ChunkAssembler, tracking: bool, named: dict, capture_ns: int,
+              rest: np.ndarray | None = None) -> bool:
         """Does a chunk captured at capture_ns and conditioned on `named` ({chunk, from, n,
         hash}) join what this robot executes: the chunk in use is cycle `chunk`, tracked,
         holding waypoints from..from+n-1, `from` is the one due with the new chunk's
-        waypoint 0 (as prefix() picks it), and they hash to `hash`?"""
+        waypoint 0 (as prefix() picks it), and they hash to `hash`? For chunk REST: the robot
+        is at rest (`rest`: its hold waypoint, None when it is not) and n rows of it hash so."""
         s, n = named["from"], named["n"]
+        if named["chunk"] == REST:
+            if rest is None or s != 0 or n > len(self._values):
+                return False
+            v = self._values[:n]
+            v[:] = rest
+            return prefix_hash(v) == named["hash"]
         if not tracking or chunk.key is None or chunk.applied == 0 \
                 or chunk.cycle != named["chunk"] or s + n > chunk.ready \
                 or s != (capture_ns - chunk.capture_ns + chunk.period_ns // 2) // chunk.period_ns:

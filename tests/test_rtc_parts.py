@@ -156,3 +156,20 @@ def test_one_observation_in_flight_until_its_chunk_or_its_time_is_up():
     assert rtc.awaiting(100 * MS) and not rtc.awaiting(160 * MS)  # stale by then anyway
     rtc.answered(10 * MS)
     assert not rtc.awaiting(100 * MS)
+
+
+def test_a_robot_at_rest_commits_to_staying_there_and_a_chunk_joins_only_while_it_does():
+    from rtinfer.transport.committed import REST
+    rtc = Commitments(RtcConfig(margin_ms=0.0), horizon=4, dim=2)
+    hold = np.array([0.25, -0.5])
+    assert rtc.rest_prefix(hold, 1_000 * MS, P, P) is None  # no delay measured yet
+    rtc.delay.record(120 * MS)
+    got = rtc.rest_prefix(hold, 1_000 * MS, P, P)
+    assert (got["chunk"], got["from"], got["start_ns"]) == (REST, 0, 1_000 * MS + P)
+    assert got["values"].tolist() == [[0.25, -0.5]] * 2  # due at +50 and +100: before +120
+    named = {"chunk": REST, "from": 0, "n": 2, "hash": prefix_hash(got["values"])}
+    c = ChunkAssembler(4, 2)
+    assert rtc.joins(c, False, named, 1_000 * MS, rest=hold)
+    assert not rtc.joins(c, False, named, 1_000 * MS, rest=None)  # moving, or tracking
+    assert not rtc.joins(c, False, named, 1_000 * MS, rest=np.array([0.25, -0.49]))  # moved
+    assert not rtc.joins(c, False, {**named, "from": 1}, 1_000 * MS, rest=hold)

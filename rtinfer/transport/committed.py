@@ -4,9 +4,11 @@ A robot's `obs` may carry `committed`: the waypoints of the plan it is executing
 run before the chunk answering this observation can land, {"chunk": the cycle of the chunk
 they come from, "from": the index of the first in it, "values": float32 (n, D), "start_ns":
 when the first is due, on the robot's clock}. They stand for waypoints 0..n-1 of the new
-chunk. A chunk conditioned on them says so in each waypoint's `conditioned`: {"chunk",
-"from", "n", "hash"}, `hash` being prefix_hash of the values, so a robot can tell that the
-chunk joins what it executed. Robot-safe (numpy and hashlib only).
+chunk. A robot at rest, tracking no chunk, commits to staying where it is: `chunk` REST,
+`from` 0, every row its hold waypoint. A chunk conditioned on them says so in each
+waypoint's `conditioned`: {"chunk", "from", "n", "hash"}, `hash` being prefix_hash of the
+values, so a robot can tell that the chunk joins what it executed. Robot-safe (numpy and
+hashlib only).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 HASH_HEX = 16  # hex digits of sha256 a prefix hash keeps, as the content hash of a spec
+REST = 2**64 - 1  # `chunk` of a robot at rest (no chunk in use): it holds where it is
 
 
 def prefix_hash(values: np.ndarray) -> str:
