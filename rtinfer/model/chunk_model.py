@@ -23,7 +23,9 @@ from pathlib import Path
 
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.directory import ModelError, _json, check_is_dir
-from rtinfer.model.flow_model import KIND as FLOW, FlowModelDir
+from rtinfer.model.flow_model import KIND as FLOW
+from rtinfer.model.flow_model import FlowModelDir
+from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.model.specs import read_specs
 
 KIND = "chunk"
@@ -53,7 +55,7 @@ class ChunkModelDir:
         return None
 
     @classmethod
-    def load(cls, path, *, check_hashes: bool = True) -> "ChunkModelDir":
+    def load(cls, path, *, check_hashes: bool = True) -> ChunkModelDir:
         path = Path(path)
         manifest = _json(path / "graphs.json", "write one as docs/policies.md says, or run "
                          "`rtinfer package`")
