@@ -35,6 +35,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rtinfer.fleet.host import InferenceHost
+from rtinfer.fleet.phase import Event, Phase, advance, placing
 from rtinfer.fleet.placement import Seat, place
 from rtinfer.fleet.spec import FleetSpec, host_resource
 
@@ -83,10 +84,8 @@ class FleetController:
         self.moves = 0
         self._stop = threading.Event()
         self._next_join = 0.0
-        self._placed_once = False  # the first placement waits for the hosts starting
         self._next_retry = 0.0
-        self._balance = False  # a host came up: the next placement balances
-        self._again = False  # a host was lost while told its robots: place again
+        self.phase = Phase.STARTING  # rtinfer.fleet.phase: its states and transitions
         self._rebuild()
         self._thread = threading.Thread(target=self._loop, name="fleet-controller", daemon=True)
         self._thread.start()
@@ -127,7 +126,7 @@ class FleetController:
                 self.health[name] = state
                 self.placed.update(dict.fromkeys(state["serving"], name))
         if self.actors:
-            self._placed_once = True
+            self.phase = advance(self.phase, Event.REBUILT)
             self._say(f"controller rebuilt its table from {', '.join(sorted(self.actors))}: "
                       f"{len(self.placed)} robots keep their node")
 
@@ -192,7 +191,7 @@ class FleetController:
                     continue
                 self.seats[name].up = True
                 self._say(f"host {name} up (node pid {pid})")
-                self._balance |= self._placed_once  # not the first placement: balance
+                self.phase = advance(self.phase, Event.HOST_UP)
                 changed = True
                 continue
             name = self.polls.pop(ref, None)
@@ -252,8 +251,9 @@ class FleetController:
         must be told, in two groups told in turn by _tell: the hosts losing robots, then
         those gaining). The table takes the new placement once the hosts were told
         (_loop), so `status` never shows a robot where its host has not been told."""
-        placed, refused = place(self._allowed(), self.seats, self.placed, self._balance)
-        self._balance = False
+        placed, refused = place(self._allowed(), self.seats, self.placed,
+                                self.phase is Phase.BALANCE)
+        self.phase = advance(self.phase, Event.PLACED)
         for robot, why in refused.items():
             if robot not in self.refused:  # once (its why's figures change with capacity)
                 self._say(why)
@@ -283,19 +283,21 @@ class FleetController:
                     with self.lock:
                         if self.actors.get(h) is group[h][0]:
                             self._lost(h, "it did not answer a placement")
-                            self._again = True  # its robots: placed again next turn
+                            self.phase = advance(self.phase, Event.CHANGED)  # its robots
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             plan = None
             with self.lock:
-                changed, self._again = self._step() or self._again, False
+                changed = self._step()
                 now = time.monotonic()
                 if self.refused and now >= self._next_retry:  # capacity may have come back
                     self._next_retry, changed = now + RETRY_S, True
-                if changed and (self._placed_once or not self.starting
-                                and any(s.up for s in self.seats.values())):
-                    self._placed_once = True
+                if changed:
+                    self.phase = advance(self.phase, Event.CHANGED)
+                    if not self.starting and any(s.up for s in self.seats.values()):
+                        self.phase = advance(self.phase, Event.READY)
+                if placing(self.phase):
                     plan = self._place()
             if plan is not None:
                 self._tell(plan[2])
