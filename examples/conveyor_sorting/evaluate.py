@@ -192,7 +192,10 @@ def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0
     else:
         from .policy_adapter import model_factory
         factory = model_factory(policy, **policy_opts)
-        cfg = camera_config(cfg, load_model(policy))
+        model = load_model(policy)
+        cfg = camera_config(cfg, model)
+        if getattr(model, "kind", None) == "flow":  # the env's chunks as long as the policy's
+            cfg = replace(cfg, horizon=model.action.horizon)
     common = dict(episodes=episodes, per_episode=per_episode, seed=seed, cfg=cfg,
                   progress=progress)
     r = run_policy(factory, **common) if perms is None else \

@@ -172,9 +172,10 @@ class TorchFlowPolicy:
     """reset() / act(obs) -> (H, D): K Euler steps of a checkpoint in torch (noise seeded
     per episode), for evaluation and DAgger while training."""
 
-    def __init__(self, net, stats, steps: int, seed: int = 0):
+    def __init__(self, net, stats, steps: int, seed: int = 0, noise: float = 1.0):
         import torch
         self.pre, self.net, self.steps, self.seed = prefix_module(net, stats), net, steps, seed
+        self.noise = noise
         self.scale = torch.tensor(stats["act_scale"])
         self.offset = torch.tensor(stats["act_offset"])
         self.low, self.high = (torch.from_numpy(v) for v in limits())
@@ -191,38 +192,25 @@ class TorchFlowPolicy:
         ins = [torch.from_numpy(v) for v in _feed(obs).values()]
         with torch.no_grad():
             emb, anchor = self.pre(*ins)
-            noise = torch.randn(1, H, D, generator=self.gen)
+            noise = torch.randn(1, H, D, generator=self.gen) * self.noise
             y = integrate(self.net, emb, anchor, noise, self.steps)
             a = y * self.scale + self.offset
         return torch.maximum(torch.minimum(a[0], self.high), self.low).numpy()
 
 
-class FlowDirPolicy:
-    """reset() / act(obs) -> (H, D): a flow model directory at `level` through the inference
-    node's FlowRunner and the same obs wire body, noise seeded per cycle from (seed, episode,
-    cycle) as the node seeds it from (seed, robot, seq). chunk_ns: each act's compute."""
+def dir_policy(path, level: int = 0, seed: int = 0, made: list | None = None):
+    """A run_policy factory for a packaged directory: policy_adapter.FlowModelPolicy (the
+    node's FlowRunner, noise seeded per cycle); each policy made is appended to `made`."""
+    from rtinfer.model.flow_model import FlowModelDir
+    from .policy_adapter import FlowModelPolicy
+    model = FlowModelDir.load(path)
 
-    def __init__(self, path, level: int = 0, seed: int = 0, threads: int = 1):
-        from rtinfer.inference.flow_runner import FlowRunner
-        from rtinfer.model.flow_model import FlowModelDir
-        self.model = FlowModelDir.load(path)
-        self.runner = FlowRunner(self.model, threads=threads)
-        self.level, self.seed, self.episode, self.cycle = level, seed, -1, 0
-        self.chunk_ns: list[int] = []
-
-    def reset(self) -> None:
-        self.episode, self.cycle = self.episode + 1, 0
-
-    def act(self, obs) -> np.ndarray:
-        from .observe import obs_body
-        body = obs_body(obs)
-        body.pop("frames", None)
-        t0 = time.perf_counter_ns()
-        chunk = self.runner.run(self.model.obs.feeds(body), self.level,
-                                seed=(self.seed, self.episode, self.cycle)).copy()
-        self.chunk_ns.append(time.perf_counter_ns() - t0)
-        self.cycle += 1
-        return chunk
+    def make(env):
+        p = FlowModelPolicy(model, env, level=level, seed=seed)
+        if made is not None:
+            made.append(p)
+        return p
+    return make
 
 
 def lockstep(make_policy, episodes: int, seed: int = 0, instructions: str = "all") -> dict:
@@ -379,17 +367,14 @@ def cmd_eval(a) -> dict:
     torch.set_num_threads(a.threads)
     if a.dir:
         pols = []
-
-        def make(env):
-            pols.append(FlowDirPolicy(a.dir, a.level, a.seed))
-            return pols[-1]
-        r = lockstep(make, a.episodes, a.seed, a.instructions)
+        r = lockstep(dir_policy(a.dir, a.level, a.seed, pols), a.episodes, a.seed,
+                     a.instructions)
         ns = np.concatenate([p.chunk_ns for p in pols]) / 1e6
         return r | {"level": a.level, "chunk_ms": {"p50": round(float(np.median(ns)), 3),
                                                    "p99": round(float(np.percentile(ns, 99)), 3),
                                                    "runs": int(len(ns))}}
     net, extra = _load(a.checkpoint)
-    return lockstep(lambda env: TorchFlowPolicy(net, extra["stats"], a.steps, a.seed),
+    return lockstep(lambda env: TorchFlowPolicy(net, extra["stats"], a.steps, a.seed, a.noise),
                     a.episodes, a.seed, a.instructions) | {"steps": a.steps}
 
 
@@ -397,7 +382,7 @@ def cmd_dagger(a) -> dict:
     import torch
     torch.set_num_threads(a.threads)
     if a.dir:
-        make = lambda env: FlowDirPolicy(a.dir, a.level, a.seed)  # noqa: E731
+        make = dir_policy(a.dir, a.level, a.seed)
     else:
         net, extra = _load(a.checkpoint)
         make = lambda env: TorchFlowPolicy(net, extra["stats"], a.steps, a.seed)  # noqa: E731
@@ -464,6 +449,8 @@ def main(argv=None) -> int:
         e.add_argument("--threads", type=int, default=1)
         if name == "eval":
             e.add_argument("--instructions", default="all")
+            e.add_argument("--noise", type=float, default=1.0, help="initial noise scale "
+                           "(torch checkpoints; 0: zero noise)")
         else:
             e.add_argument("--out", required=True)
             e.add_argument("--beta", type=float, default=0.0)

@@ -88,10 +88,46 @@ class ChunkModelPolicy:
         return self.runner.run(self.model.obs.feeds(body), self.level).copy()
 
 
+class FlowModelPolicy:
+    """reset() / act(obs) -> (H, D) chunk of a flow model directory at `level` through the
+    inference node's FlowRunner and the same obs wire body; the initial noise is seeded per
+    cycle from (seed, episode, cycle), as the node seeds it from (seed, robot, seq).
+    chunk_ns: each act's compute (wall)."""
+
+    def __init__(self, model, env: ConveyorSortEnv, *, level: int = 0, threads: int = 1,
+                 seed: int = 0):
+        from rtinfer.inference.flow_runner import FlowRunner
+        want = action_spec(env.cfg.cell, horizon=env.cfg.horizon)
+        if model.action.hash != want.hash:
+            raise ValueError(f"{model.path}: its action spec differs from the cell's: "
+                             + "; ".join(want.differences(model.action)))
+        self.runner, self.level, self.model = FlowRunner(model, threads=threads), level, model
+        self.seed, self.episode, self.cycle = seed, -1, 0
+        self.chunk_ns: list[int] = []
+
+    def reset(self) -> None:
+        self.episode, self.cycle = self.episode + 1, 0
+
+    def act(self, obs: dict) -> np.ndarray:
+        body = obs_body(obs)
+        if not self.model.obs.cameras:
+            body.pop("frames", None)
+        t0 = time.perf_counter_ns()
+        chunk = self.runner.run(self.model.obs.feeds(body), self.level,
+                                seed=(self.seed, self.episode, self.cycle)).copy()
+        self.chunk_ns.append(time.perf_counter_ns() - t0)
+        self.cycle += 1
+        return chunk
+
+
 def model_factory(path, *, exit_depth: int | None = None, level=None, **opts):
-    """A run_policy factory for the model directory at `path` (either kind; for a
-    continuous-chunk policy `level`, else `exit_depth`, is its budget level)."""
+    """A run_policy factory for the model directory at `path` (any kind; for a
+    continuous-chunk or flow policy `level`, else `exit_depth`, is its budget level)."""
     model = load_model(path)
+    if model.kind == "flow":
+        level = level if level is not None else 0 if exit_depth is None else exit_depth
+        opts = {k: v for k, v in opts.items() if k in ("threads", "seed")}
+        return lambda env: FlowModelPolicy(model, env, level=level, **opts)
     if model.kind == "chunk":
         level = level if level is not None else 0 if exit_depth is None else exit_depth
         opts = {k: v for k, v in opts.items() if k == "threads"}
