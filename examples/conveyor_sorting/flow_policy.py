@@ -391,6 +391,39 @@ def cmd_dagger(a) -> dict:
     return r
 
 
+def cmd_latency(a) -> dict:
+    """Each level's compute through the node's FlowRunner (1 thread) on dataset rows: the
+    whole cycle, and the prefix and the steps apart (ms, p50 / p99)."""
+    from rtinfer.inference.flow_runner import FlowRunner
+    from rtinfer.model.flow_model import FlowModelDir
+    model = FlowModelDir.load(a.dir)
+    runner = FlowRunner(model, threads=1)
+    data = load_data(a.data)[0]
+    rng = np.random.default_rng(0)
+    rows = rng.choice(len(data["gantry"]), a.runs, replace=True)
+    out = {}
+    for lv in range(len(model.levels)):
+        t_all, t_pre, t_steps = [], [], []
+        for j, i in enumerate(rows):
+            feed = {k: np.ascontiguousarray(data[k][i:i + 1]) for k in OBS_KEYS}
+            t0 = time.perf_counter_ns()
+            runner.start(seed=(0, lv, j))
+            runner.encode(feed)
+            t1 = time.perf_counter_ns()
+            runner.integrate(lv)
+            t2 = time.perf_counter_ns()
+            t_all.append(t2 - t0)
+            t_pre.append(t1 - t0)
+            t_steps.append(t2 - t1)
+        q = lambda v, p: round(float(np.percentile(np.asarray(v[20:]) / 1e6, p)), 3)  # noqa: E731
+        out[str(lv)] = {"steps": model.levels[lv]["steps"], "graph": model.levels[lv]["graph"],
+                        "cycle_ms": {"p50": q(t_all, 50), "p99": q(t_all, 99)},
+                        "prefix_ms": {"p50": q(t_pre, 50), "p99": q(t_pre, 99)},
+                        "steps_ms": {"p50": q(t_steps, 50), "p99": q(t_steps, 99)},
+                        "runs": a.runs - 20}
+    return {"levels": out, "threads": 1, "load_1min": round(__import__("os").getloadavg()[0], 2)}
+
+
 def cmd_package(a) -> dict:
     """Package; with --levels-json (cmd eval --dir results per level) the card gets each
     level's success and latency, and the ladder is named in the card."""
@@ -454,6 +487,10 @@ def main(argv=None) -> int:
         else:
             e.add_argument("--out", required=True)
             e.add_argument("--beta", type=float, default=0.0)
+    lt = sub.add_parser("latency")
+    lt.add_argument("--dir", required=True)
+    lt.add_argument("--data", nargs="+", required=True)
+    lt.add_argument("--runs", type=int, default=520)
     k = sub.add_parser("package")
     k.add_argument("--checkpoint", required=True)
     k.add_argument("--distilled", default=None)
@@ -466,7 +503,8 @@ def main(argv=None) -> int:
         r.pop("per_instruction", None)
     else:
         r = {"train": cmd_train, "distill": cmd_distill, "eval": cmd_eval,
-             "dagger": cmd_dagger, "package": cmd_package}[a.cmd](a)
+             "dagger": cmd_dagger, "package": cmd_package,
+             "latency": cmd_latency}[a.cmd](a)
     print(json.dumps(r, indent=1))
     return 0
 
