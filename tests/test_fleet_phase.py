@@ -27,3 +27,11 @@ def test_a_host_lost_while_told_places_again_and_a_rebuilt_table_stands():
     assert placing(Phase.PLACE) and placing(Phase.BALANCE) and not placing(Phase.PLACED)
     assert run(Event.REBUILT) is Phase.PLACED
     assert run(Event.REBUILT, phase=Phase.PLACED) is Phase.PLACED
+
+
+def test_a_balance_held_by_robots_moved_lately_is_tried_again_on_the_next_change():
+    assert run(Event.HOST_UP, Event.HELD, phase=Phase.PLACED) is Phase.HELD
+    assert not placing(Phase.HELD)
+    assert run(Event.CHANGED, phase=Phase.HELD) is Phase.BALANCE
+    assert run(Event.HOST_UP, phase=Phase.HELD) is Phase.BALANCE
+    assert run(Event.CHANGED, Event.PLACED, phase=Phase.HELD) is Phase.PLACED

@@ -14,7 +14,10 @@ Its loop (a thread of the actor, every STEP_S):
   robots changed is told, hosts losing robots first, so a robot's key is on one host's
   allow-list at a time. A robot refused everywhere is said, one line per robot, and shown
   in `status`. A host that comes up after the first placement takes the robots refused for
-  want of room, and robots from the most loaded hosts of its model (placement's balance).
+  want of room, and robots from the most loaded hosts of its model (placement's balance;
+  a robot moved in the last minute is balanced once its minute is over);
+- a host whose steady capacity stays below its load is relieved (rtinfer.fleet.relief).
+The loop's states and their transitions are rtinfer.fleet.phase's.
 
 A restarted controller (Ray restarts it: max_restarts) rebuilds the table from the host
 actors, which keep serving meanwhile: robots keep their node. Ray never carries an
@@ -37,6 +40,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rtinfer.fleet.host import InferenceHost
 from rtinfer.fleet.phase import Event, Phase, advance, placing
 from rtinfer.fleet.placement import Seat, place
+from rtinfer.fleet.relief import Relief
 from rtinfer.fleet.spec import FleetSpec, host_resource
 
 NAMESPACE = "rtinfer"
@@ -82,6 +86,7 @@ class FleetController:
         self.refused: dict[str, str] = {}       # robot -> why
         self.events: deque = deque(maxlen=EVENTS)  # (time.monotonic(), text)
         self.moves = 0
+        self.relief = Relief()  # the steady capacities, overloaded hosts, robots' last moves
         self._stop = threading.Event()
         self._next_join = 0.0
         self._next_retry = 0.0
@@ -150,6 +155,7 @@ class FleetController:
         self.seats[name].up = False
         self.seats[name].capacity = self.seats[name].recent = None
         self.capacities.pop(name, None)
+        self.relief.forget(name)
         self.health.pop(name, None)
         self._say(f"host {name} lost ({why}): its robots hold until placed again")
         self._next_join = 0.0  # its Ray node may live on: its node is started again at once
@@ -241,19 +247,36 @@ class FleetController:
             seen.popleft()
         best = [c for c in (declared, max((c for _, c in seen), default=None)) if c is not None]
         recent = min(best) if best else None
+        self.relief.note(name, now, cap)
         if (cap, recent) != (seat.capacity, seat.recent):
             seat.capacity, seat.recent = cap, recent
             changed = True
         return changed
 
-    def _place(self) -> tuple[dict, dict, list[dict]]:
-        """Place the robots again: (placed, refused, what each host whose robots changed
-        must be told, in two groups told in turn by _tell: the hosts losing robots, then
-        those gaining). The table takes the new placement once the hosts were told
-        (_loop), so `status` never shows a robot where its host has not been told."""
-        placed, refused = place(self._allowed(), self.seats, self.placed,
-                                self.phase is Phase.BALANCE)
-        self.phase = advance(self.phase, Event.PLACED)
+    def _relieve(self, now: float) -> dict[str, str]:
+        """The robots to move off hosts that stay overloaded (rtinfer.fleet.relief), said."""
+        moves = self.relief.moves(now, self._allowed(), self.seats, self.placed)
+        for robot, to in moves.items():
+            h = self.placed[robot]
+            load = sum(x == h for x in self.placed.values())
+            self._say(f"host {h} overloaded for {self.relief.hysteresis_s:g} s (steady "
+                      f"capacity {self.relief.steady(h)}, {load} robots placed): relieving "
+                      f"it of robot {robot}, to {to} (steady capacity "
+                      f"{self.relief.steady(to)})")
+        return moves
+
+    def _place(self, relief: dict[str, str]) -> tuple[dict, dict, list[dict]]:
+        """Place the robots again, those in `relief` moved first (robot -> host): (placed,
+        refused, what each host whose robots changed must be told, in two groups told in
+        turn by _tell: the hosts losing robots, then those gaining). The table takes the new
+        placement once the hosts were told (_loop), so `status` never shows a robot where
+        its host has not been told."""
+        now, balance = time.monotonic(), self.phase is Phase.BALANCE
+        current, settled = {**self.placed, **relief}, self.relief.settled(now)
+        placed, refused = place(self._allowed(), self.seats, current, balance, settled)
+        held = balance and bool(settled) and \
+            place(self._allowed(), self.seats, current, balance)[0] != placed
+        self.phase = advance(self.phase, Event.HELD if held else Event.PLACED)
         for robot, why in refused.items():
             if robot not in self.refused:  # once (its why's figures change with capacity)
                 self._say(why)
@@ -261,6 +284,8 @@ class FleetController:
             old = self.placed.get(robot)
             if old != host:
                 self.moves += old is not None
+                if old is not None:
+                    self.relief.moved(robot, now)
                 self._say(f"robot {robot}: {old or 'new'} -> {host}")
         before = {h: {r for r, x in self.placed.items() if x == h} for h in self.actors}
         after = {h: {r for r, x in placed.items() if x == h} for h in self.actors}
@@ -291,14 +316,16 @@ class FleetController:
             with self.lock:
                 changed = self._step()
                 now = time.monotonic()
-                if self.refused and now >= self._next_retry:  # capacity may have come back
+                if (self.refused or self.phase is Phase.HELD) and now >= self._next_retry:
+                    # capacity may have come back; robots held from balance may be freed
                     self._next_retry, changed = now + RETRY_S, True
-                if changed:
+                relief = {} if self.phase is Phase.STARTING else self._relieve(now)
+                if changed or relief:
                     self.phase = advance(self.phase, Event.CHANGED)
                     if not self.starting and any(s.up for s in self.seats.values()):
                         self.phase = advance(self.phase, Event.READY)
                 if placing(self.phase):
-                    plan = self._place()
+                    plan = self._place(relief)
             if plan is not None:
                 self._tell(plan[2])
                 with self.lock:
@@ -322,6 +349,7 @@ class FleetController:
                          "starting" if name in self.starting.values() else "down")
                 hosts[name] = {"state": state, "model": host.model, "actions": host.actions,
                                "capacity": self.seats[name].capacity,
+                               "steady_capacity": self.relief.steady(name),
                                "robots": sorted(r for r, x in self.placed.items() if x == name),
                                "pid": h.get("pid"), "cycles": h.get("cycles"),
                                "counters": h.get("counters", {})}

@@ -6,6 +6,9 @@
     PLACE    --HOST_UP--> BALANCE
     PLACE    --PLACED---> PLACED      the controller placed the robots and told the hosts
     BALANCE  --PLACED---> PLACED
+    BALANCE  --HELD-----> HELD        balance left robots that moved in the last minute
+    HELD     --CHANGED--> BALANCE     (or its retry due): balance again, those robots freed
+    HELD     --HOST_UP--> BALANCE
     STARTING --REBUILT--> PLACED      a restarted controller found hosts serving
     any      --CHANGED--> itself or PLACE (STARTING stays: the first placement waits)
 
@@ -21,6 +24,7 @@ class Phase(Enum):
     PLACED = "placed"      # the table stands: nothing to place
     PLACE = "place"        # something changed: place again
     BALANCE = "balance"    # a host came up after the first placement: place, then balance
+    HELD = "held"          # placed; a balance waits for robots that moved lately
 
 
 class Event(Enum):
@@ -28,6 +32,7 @@ class Event(Enum):
     HOST_UP = "host_up"    # a host's node came up
     READY = "ready"        # no host is starting and one is up (the first placement's cue)
     PLACED = "placed"      # a placement was made (the hosts are told next)
+    HELD = "held"          # a balance was made that left robots moved lately where they are
     REBUILT = "rebuilt"    # a restarted controller rebuilt its table from the hosts
 
 
@@ -39,6 +44,9 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (Phase.PLACE, Event.HOST_UP): Phase.BALANCE,
     (Phase.PLACE, Event.PLACED): Phase.PLACED,
     (Phase.BALANCE, Event.PLACED): Phase.PLACED,
+    (Phase.BALANCE, Event.HELD): Phase.HELD,
+    (Phase.HELD, Event.CHANGED): Phase.BALANCE,
+    (Phase.HELD, Event.HOST_UP): Phase.BALANCE,
 }
 
 

@@ -16,7 +16,9 @@ A host whose node refused a robot placed there is given that robot again only wh
 host has room (`Seat.refused`), and a robot every host with room refused stays where it is:
 its node admits it by itself once its load has fallen (no robot bounces between refusing
 hosts). With `balance` (a host has just joined), robots then move from the most loaded host
-of a model to the one with the most room while their loads differ by two or more.
+of a model to the one with the most room while their loads differ by two or more, leaving
+the `settled` ones (moved in the last minute) where they are. Relieving a host that stays
+overloaded is rtinfer.fleet.relief's.
 """
 from __future__ import annotations
 
@@ -41,8 +43,10 @@ class Seat:
 
 
 def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, str],
-          balance: bool = False) -> tuple[dict[str, str], dict[str, str]]:
-    """(robot -> host for every robot placed, robot -> why for every robot refused)."""
+          balance: bool = False, settled: frozenset[str] = frozenset()
+          ) -> tuple[dict[str, str], dict[str, str]]:
+    """(robot -> host for every robot placed, robot -> why for every robot refused).
+    settled: robots that moved lately; balance moves none of them."""
     load = {s.name: 0 for s in seats.values() if s.up}
     caps = {s.name: _capacity(s, seats) for s in seats.values()}
 
@@ -82,7 +86,7 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
         load[seat.name] += 1
     if balance:
         for _ in range(len(placed)):  # each turn moves one robot, or stops
-            if not _move_one(robots, seats, placed, load, room):
+            if not _move_one(robots, seats, placed, load, room, settled):
                 break
     return placed, refused
 
@@ -97,7 +101,7 @@ def _capacity(seat: Seat, seats: dict[str, Seat]) -> int:
 
 
 def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str, str],
-              load: dict[str, int], room) -> bool:
+              load: dict[str, int], room, settled: frozenset[str]) -> bool:
     """Move one robot from the most loaded host of a model to the one of that model with the
     most room, when their loads differ by two or more; whether one moved."""
     for model in sorted({s.model for s in seats.values() if s.up}):
@@ -107,7 +111,8 @@ def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str
             if target is full or room(target) <= 0 or load[full.name] - load[target.name] < 2:
                 continue
             movable = sorted(r for r, h in placed.items() if h == full.name
-                             and robots[r].model == model and r not in target.refused)
+                             and robots[r].model == model and r not in target.refused
+                             and r not in settled)
             if movable:
                 robot = movable[-1]
                 placed[robot] = target.name

@@ -1,0 +1,101 @@
+"""Relieving an overloaded host (rtinfer.fleet.relief) on an injected clock, without Ray:
+the steady capacity, the hysteresis, which robot moves where, and once a minute at most."""
+from rtinfer.fleet.placement import Seat, place
+from rtinfer.fleet.relief import Relief
+from rtinfer.fleet.spec import Robot
+
+
+def robots(n: int) -> dict:
+    return {f"r{i}": Robot(f"r{i}", "m", f"ipc:///tmp/obs-r{i}") for i in range(n)}
+
+
+def seats(*names: str) -> dict:
+    return {h: Seat(h, "m", True) for h in names}
+
+
+def feed(relief: Relief, t0: float, t1: float, caps: dict, every: float = 0.2) -> float:
+    """Polls every `every` s from t0 to t1 (excluded): host -> its figure (or a function of
+    the poll's index); the time after the last."""
+    t, i = t0, 0
+    while t < t1 - 1e-9:
+        for h, c in caps.items():
+            relief.note(h, t, c(i) if callable(c) else c)
+        t, i = t + every, i + 1
+    return t
+
+
+def test_the_steady_capacity_is_a_median_that_ignores_a_busy_second():
+    relief = Relief(steady_s=4.0)
+    # 2x swings from second to second, as the node's figure does on a loaded machine
+    feed(relief, 0.0, 10.0, {"a": lambda i: 4 if (i // 5) % 4 else 2})
+    assert relief.steady("a") == 4
+    feed(relief, 10.0, 14.0, {"a": 2})  # a lasting change is followed within the window
+    assert relief.steady("a") == 2
+    relief.forget("a")
+    assert relief.steady("a") is None
+
+
+def drive(relief: Relief, t0: float, t1: float, caps: dict, rs: dict, s: dict,
+          placed: dict, every: float = 0.2) -> tuple[float, dict]:
+    """As the controller does: a poll of every host each `every` s from t0 until t1, then
+    the moves asked for; (when, moves) at the first moves, else (t1, {})."""
+    t = t0
+    while t < t1 - 1e-9:
+        for h, c in caps.items():
+            relief.note(h, t, c)
+        moves = relief.moves(t, rs, s, placed)
+        if moves:
+            return t, moves
+        t += every
+    return t, {}
+
+
+def test_a_host_overloaded_past_the_hysteresis_sheds_to_the_host_with_most_room():
+    relief = Relief(steady_s=4.0, hysteresis_s=3.0)
+    rs, s = robots(4), seats("a", "b", "c")
+    placed = {"r0": "a", "r1": "a", "r2": "a", "r3": "b"}
+    assert drive(relief, 0.0, 5.0, {"a": 4, "b": 4, "c": 6}, rs, s, placed)[1] == {}
+    t, moves = drive(relief, 5.0, 20.0, {"a": 1, "b": 4, "c": 6}, rs, s, placed)
+    # the median falls below 3 half a window after the figure, then 3 s of hysteresis
+    assert 5.0 + 2.0 + 3.0 - 1e-6 <= t <= 5.0 + 2.0 + 3.0 + 0.4
+    assert moves == {"r2": "c", "r1": "c"}  # a keeps its steady 1; c had the most room
+    placed.update(moves)
+    assert drive(relief, t, t + 10.0, {"a": 1, "b": 4, "c": 6}, rs, s, placed)[1] == {}
+
+
+def test_an_overload_broken_by_a_good_second_starts_the_hysteresis_again():
+    relief = Relief(steady_s=1.0, hysteresis_s=3.0)
+    rs, s, placed = robots(2), seats("a", "b"), {"r0": "a", "r1": "a"}
+    assert drive(relief, 0.0, 2.0, {"a": 1, "b": 4}, rs, s, placed)[1] == {}
+    assert drive(relief, 2.0, 3.2, {"a": 2, "b": 4}, rs, s, placed)[1] == {}  # room again
+    assert drive(relief, 3.2, 6.0, {"a": 1, "b": 4}, rs, s, placed)[1] == {}  # < 3 s since
+    t, moves = drive(relief, 6.0, 9.0, {"a": 1, "b": 4}, rs, s, placed)
+    assert moves == {"r1": "b"} and t >= 3.2 + 3.0
+
+
+def test_no_robot_moves_twice_in_a_minute_and_none_goes_to_a_node_that_refused_it():
+    relief = Relief(steady_s=1.0, hysteresis_s=1.0, move_every_s=60.0)
+    rs, s, placed = robots(2), seats("a", "b"), {"r0": "a", "r1": "a"}
+    t, moves = drive(relief, 0.0, 5.0, {"a": 1, "b": 1}, rs, s, placed)
+    assert moves == {"r1": "b"}
+    relief.moved("r1", t)
+    placed.update(moves)
+    # now b is the one over and a has room: r1 waits out its minute
+    t2, moves = drive(relief, t + 0.2, t + 120.0, {"a": 4, "b": 0}, rs, s, placed)
+    assert moves == {"r1": "a"} and t2 - t >= 60.0
+    s = seats("a", "b")
+    s["b"].refused["r1"] = 0.0  # b's node refused r1: it is never relieved onto b
+    relief = Relief(steady_s=1.0, hysteresis_s=1.0)
+    assert drive(relief, 0.0, 5.0, {"a": 1, "b": 8}, rs, s, {"r0": "a", "r1": "a"})[1] == \
+        {"r0": "b"}
+    s = seats("a", "b")  # no host with room: nothing moves, the node degrades
+    assert drive(Relief(1.0, 1.0), 0.0, 5.0, {"a": 1, "b": 1}, robots(3), s,
+                 {"r0": "a", "r1": "a", "r2": "b"})[1] == {}
+
+
+def test_balance_leaves_a_robot_that_moved_in_the_last_minute_where_it_is():
+    current = {f"r{i}": "a" for i in range(4)}
+    placed, _ = place(robots(4), {"a": Seat("a", "m", True, 8), "b": Seat("b", "m", True, 8)},
+                      current, balance=True, settled=frozenset({"r3", "r2"}))
+    assert placed["r3"] == placed["r2"] == "a"
+    assert placed["r1"] == placed["r0"] == "b"  # 2 and 2: balanced all the same
