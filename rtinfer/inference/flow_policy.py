@@ -8,6 +8,9 @@ zero_noise_ok). The chunk [H, D] exists at once and is emitted whole, as a conti
 policy's. A step graph's NaN reaches the chunk (clipping keeps NaN) and the node drops it.
 Levels: one per manifest level (its steps, its graph), full quality first; where card.json
 gives every level an accuracy, a level that a cheaper one beats is left out (flow_levels).
+Real-time chunking: max_committed is the action spec's (else the horizon less one) where every
+level's step graph is Euler with per-waypoint t [1, H_m] (it conditions on committed waypoints
+fed clean at t = 0); 0 otherwise, and the node says at start-up that it cannot condition.
 """
 from __future__ import annotations
 
@@ -37,9 +40,18 @@ def flow_levels(model: FlowModelDir) -> list[BudgetLevel]:
             if i == 0 or not any(c.accuracy > lv.accuracy for c in levels[i + 1:])]
 
 
+def conditions_on(md: FlowModelDir, runner) -> int:
+    """The most committed waypoints the policy conditions a chunk on (see the docstring)."""
+    used = {lv["graph"] for lv in md.levels}
+    if md.integrator != "euler" or not all(tuple(runner.t[g].shape) == (1, runner.h_m)
+                                           for g in used):
+        return 0
+    m = md.action.max_committed
+    return md.action.horizon - 1 if m is None else int(m)
+
+
 class FlowPolicy:
     batches, max_batch = [1], 1
-    max_committed = 0  # the runner conditions on committed waypoints; not wired to cycles yet
 
     def __init__(self, md: FlowModelDir, cfg, backend_opts: dict, endpoints: int):
         if cfg.backend not in BACKENDS:
@@ -57,7 +69,8 @@ class FlowPolicy:
         self.zero_noise = md.noise == "zero"
         self.levels = flow_levels(md)
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
-        self.start_ns = md.action.start_ns
+        self.start_ns, self.action_dim = md.action.start_ns, md.action.dim
+        self.max_committed = conditions_on(md, self.runner)
         self.counters = {"flow_steps": 0}
         ladder = ", ".join(str(md.levels[lv.depth]["steps"]) for lv in self.levels)
         noise = "zero noise" if self.zero_noise else f"noise seeded from {cfg.seed}"
@@ -87,7 +100,8 @@ class FlowPolicy:
             c = cycle.committed  # the robot's committed prefix: only when max_committed > 0
             chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle),
                                     committed=None if c is None else c.values)
-            if c is not None:
+            if c is not None:  # the committed rows as the robot sent them, bit for bit (the
+                chunk[:c.n] = c.values  # affine's round trip may differ in the last ulp)
                 c.used = True  # every waypoint names it (docs/wire.md, real-time chunking)
             self.counters["flow_steps"] += self.model.levels[level]["steps"]
             cycle.first_token_ns = now_ns()

@@ -1,0 +1,81 @@
+"""Real-time chunking for a flow policy, through a real InferenceNode over ipc: a step graph
+with per-waypoint t conditions on a robot's committed prefix (its chunk names it in
+`conditioned` and begins with the committed waypoints, bit for bit); one with a single t
+cannot condition, says so at start-up and serves the chunk unconditioned."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from conftest import recv_chunks
+from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.transport.committed import committed_body, prefix_hash
+from rtinfer.transport.wire import now_ns
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from flow_dirs import SPEC, build  # noqa: E402
+from models.flow_tiny import TinyFlow  # noqa: E402
+
+STATE = {"values": {"state": np.array([0.3, 0.1, -0.2, 0.3], np.float32)}, "ints": {}}
+COMMITTED = np.array([[1.25, -3.5], [1.5, -3.25], [1.75, -3.0]], np.float32)
+
+
+def _serve(tmp_path, per_waypoint_t: bool):
+    from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+    build(tmp_path / "policy", TinyFlow(per_waypoint_t=per_waypoint_t, seed=4))
+    eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
+    robot = Publisher(eps["obs"], "robot")
+    node = InferenceNode(tmp_path / "policy", eps["obs"], eps["act"],
+                         cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3))
+    act = Subscriber(eps["act"], ["action_chunk"])
+    time.sleep(0.3)  # the slow joiner
+    return node, robot, act
+
+
+def _answer(node, robot, act, committed=None) -> list:
+    for _ in range(50):  # a first observation may be lost to the slow joiner
+        t = now_ns()
+        body = dict(STATE)
+        if committed is not None:
+            body["committed"] = committed_body(11, 2, committed, t + SPEC.start_ns)
+        robot.publish("obs", body, {"capture": t})
+        if node.spin_once(200):
+            return recv_chunks(act, SPEC.horizon, timeout_s=5)
+    return []
+
+
+def test_a_per_waypoint_t_flow_policy_answers_conditioned_with_the_prefix_exactly(tmp_path):
+    node, robot, act = _serve(tmp_path, per_waypoint_t=True)
+    try:
+        assert node.policy.max_committed == SPEC.horizon - 1
+        got = _answer(node, robot, act, COMMITTED)
+        assert len(got) == SPEC.horizon
+        named = {"chunk": 11, "from": 2, "n": 3, "hash": prefix_hash(COMMITTED)}
+        assert all(c.body["conditioned"] == named for c in got)
+        values = np.stack([c.body["values"] for c in got])
+        assert np.array_equal(values[:3], COMMITTED)  # bit for bit
+        assert np.isfinite(values).all()
+        free = np.stack([c.body["values"] for c in _answer(node, robot, act)])
+        assert not np.array_equal(free[:3], COMMITTED)
+        assert node.health()["counters"]["committed_taken"] == 1
+    finally:
+        for s in (node, robot, act):
+            s.close()
+
+
+def test_a_single_t_flow_policy_says_it_cannot_condition_and_serves_unconditioned(
+        tmp_path, capfd):
+    node, robot, act = _serve(tmp_path, per_waypoint_t=False)
+    try:
+        assert node.policy.max_committed == 0
+        assert "cannot condition a chunk on a robot's committed prefix" in capfd.readouterr().err
+        got = _answer(node, robot, act, COMMITTED)
+        assert len(got) == SPEC.horizon and all("conditioned" not in c.body for c in got)
+        assert node.health()["counters"]["committed_ignored"] == 1
+    finally:
+        for s in (node, robot, act):
+            s.close()
