@@ -95,7 +95,7 @@ class OobPacker:
             code, arr = _wire_form(obj)
             if code == 0:
                 _check_bool(arr)
-            self.frames.append(memoryview(arr.reshape(-1).view(np.uint8)))
+            self.frames.append(arr.reshape(-1).view(np.uint8).data)  # .data: its memoryview
             return _ext(EXT_ARRAY_OOB, _header(code, arr) + _FRAME_INDEX.pack(len(self.frames)))
         return default_scalar(obj)
 
@@ -154,7 +154,8 @@ def ext_hook(code: int, data: bytes):
         # ext payloads over as bytes, so the view is read-only already.
         if nbytes >= 16 and data[1] == 1:
             dcode, _, r1, r2, count = _HEAD1.unpack_from(data)
-            if 0 < dcode < len(DTYPES) and not (r1 or r2) and count * _ITEMSIZE[dcode] == nbytes - 16:
+            if (0 < dcode < len(DTYPES) and not (r1 or r2)
+                    and count * _ITEMSIZE[dcode] == nbytes - 16):
                 return np.frombuffer(data, DTYPES[dcode], count, 16)
         dcode, dims, off = _parse_header(data, nbytes)
         return _view(data, dcode, dims, nbytes - off, off, "inline array")

@@ -18,8 +18,17 @@ import msgpack
 import numpy as np
 
 from rtinfer.transport.arrays import DTYPES, EXT_ARRAY
-from rtinfer.transport.schema import (I64_MAX, MAX_NAME_CHARS, MAX_STR_BYTES, SCHEMA_VERSION,
-                                      SMALL_ARRAY, U64_MAX, all_finite, f32_finite, topic_kind)
+from rtinfer.transport.schema import (
+    I64_MAX,
+    MAX_NAME_CHARS,
+    MAX_STR_BYTES,
+    SCHEMA_VERSION,
+    SMALL_ARRAY,
+    U64_MAX,
+    all_finite,
+    f32_finite,
+    topic_kind,
+)
 
 _MEMO_MAX = 4096  # entries per memo: hostile input cannot grow them without bound
 _F32 = DTYPES[10]
@@ -32,7 +41,8 @@ KEYS_VALUES = KEYS_TOKENS[:-1]
 
 # The fixed parts, as msgpack writes them: fixstr keys, fixmap headers, version 2.
 _K = {k: msgpack.packb(k) for k in ("seq", "src", "stamps", "body", *KEYS_TOKENS)}
-_PREFIX = b"\x86" + msgpack.packb("version") + msgpack.packb(SCHEMA_VERSION) + msgpack.packb("topic")
+_PREFIX = (b"\x86" + msgpack.packb("version") + msgpack.packb(SCHEMA_VERSION)
+           + msgpack.packb("topic"))
 _SEQ, _SRC, _STAMPS = _K["seq"], _K["src"], _K["stamps"]
 _BODY_TOKENS = _K["body"] + b"\x89" + _K["cycle"]
 _BODY_VALUES = _K["body"] + b"\x88" + _K["cycle"]
@@ -116,6 +126,7 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
     if type(body) is not dict or type(stamps) is not dict or type(seq) is not int:
         return None
     keys = tuple(body)
+    tcode = None  # the tokens' dtype code: set for a chunk of tokens
     if keys == KEYS_TOKENS:
         tokens = body["tokens"]
         if type(tokens) is not np.ndarray or tokens.ndim != 1 or not tokens.dtype.isnative:
@@ -143,9 +154,11 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
     dest, spec = body["dest"], body["spec"]
     # `type(x) is str and memo.get(x)`: an unhashable x must not reach a dict lookup
     out = [_PREFIX,
-           (type(topic) is str and _topic_bytes.get(topic)) or _name_packed(topic, _topic_bytes, True),
+           (type(topic) is str and _topic_bytes.get(topic))
+               or _name_packed(topic, _topic_bytes, True),
            _SEQ, _pack_uint(seq),
-           _SRC, (type(src) is str and _name_bytes.get(src)) or _name_packed(src, _name_bytes, False),
+           _SRC, (type(src) is str and _name_bytes.get(src))
+               or _name_packed(src, _name_bytes, False),
            _STAMPS, _FIXMAP[len(stamps)]]
     for k, t in stamps.items():
         if type(t) is not int or not 0 <= t <= I64_MAX:
@@ -154,11 +167,12 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
         out.append(_pack_uint(t))
     out += (_BODY_VALUES if len(keys) == 8 else _BODY_TOKENS, _pack_uint(cycle),
             _INDEX, _pack_uint(index), _COUNT, _pack_uint(count),
-            _DEST, (type(dest) is str and _name_bytes.get(dest)) or _name_packed(dest, _name_bytes, False),
+            _DEST, (type(dest) is str and _name_bytes.get(dest))
+                or _name_packed(dest, _name_bytes, False),
             _VALUES, _ext_array(10, values.size, raw),
             _SPEC, (type(spec) is str and _str_bytes.get(spec)) or _str_packed(spec),
             _PERIOD, _pack_uint(period), _START, _pack_uint(start))
-    if len(keys) == 9:
+    if tcode is not None:  # a chunk of tokens: they go last
         if tokens.shape != values.shape or tokens.nbytes >= oob_bytes:
             return None
         out += (_TOKENS, _ext_array(tcode, tokens.size, tokens.tobytes()))
@@ -302,8 +316,8 @@ def _parse(data: bytes, topics):
     except (_Miss, IndexError, ValueError):  # ValueError: frombuffer past the end
         return None
     if (p != len(data) or index >= count or not 0 < period <= I64_MAX or start > I64_MAX
-            or values.dtype is not _F32 or not _finite(raw, values.size, values)):  # trailing bytes, ranges
-        return None
+            or values.dtype is not _F32 or not _finite(raw, values.size, values)):
+        return None  # trailing bytes, out of range, not finite
     return topic, seq, src, stamps, body
 
 

@@ -19,13 +19,14 @@ revoked one is refused (docs/wire.md, "Security: CURVE").
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import stat
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import zmq
 import zmq.auth
@@ -230,7 +231,8 @@ def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLi
         entry = _auths.get(id(ctx))
         if entry is not None:
             if entry[2] != location:
-                raise ValueError(f"context already authenticates against {entry[2]}, not {location}")
+                raise ValueError(f"context already authenticates against {entry[2]}, "
+                                 f"not {location}")
             entry[1] += 1
             return allow
         auth = _Authenticator(ctx)
@@ -316,14 +318,15 @@ def _curve_for(endpoint: str, bind: bool, secret: str | None, table: dict,
     return CurveConfig(secret, server_public_key_file=server_key)
 
 
-def add_curve_arguments(ap) -> None:
+def add_curve_arguments(ap: argparse.ArgumentParser) -> None:
     """The --curve-secret / --curve-map options of every node's command line."""
     ap.add_argument("--curve-secret", default=None, help="this node's .key_secret (CURVE)")
     ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
 
 
-def curve_from_args(ap, a, *, binds: Iterable[str | None] = (),
-                    connects: Iterable[str | None] = ()) -> dict[str, CurveConfig] | None:
+def curve_from_args(ap: argparse.ArgumentParser, a: argparse.Namespace, *,
+                    binds: Iterable[str | None] = (), connects: Iterable[str | None] = ()
+                    ) -> dict[str, CurveConfig] | None:
     """curve_configs from parsed add_curve_arguments options. Call it before any socket (or
     model) is set up: a bad key setup is a usage error (ap.error, exit 2)."""
     try:
@@ -351,7 +354,9 @@ def curve_configs(*, binds: Iterable[str | None] = (), connects: Iterable[str | 
     out: dict[str, CurveConfig] = {}
     for eps, bind in ((binds, True), (connects, False)):
         for ep in eps:
-            cfg = _curve_for(ep, bind, secret, table, str(curve_map)) if ep else None
+            if not ep:
+                continue
+            cfg = _curve_for(ep, bind, secret, table, str(curve_map))
             if cfg is not None:
                 out[ep] = cfg
     return out or None

@@ -19,7 +19,7 @@ name keys by, and every ``src`` is accepted as declared. ``accept`` costs one di
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from rtinfer.transport.curve import AllowList, CurveConfig, allow_list
 
@@ -39,8 +39,8 @@ class Identity:
         self.counters = dict.fromkeys(COUNTERS, 0)
 
     @classmethod
-    def of(cls, curve: "CurveConfig | Mapping[str, CurveConfig | None] | None", endpoint: str,
-           say: Callable | None = None) -> "Identity":
+    def of(cls, curve: CurveConfig | Mapping[str, CurveConfig | None] | None, endpoint: str,
+           say: Callable | None = None) -> Identity:
         """The Identity of the allow-list with which ``endpoint`` is bound (a node's action
         endpoint) in ``curve``, the bus ``curve=`` of the node (curve_configs)."""
         cfg = curve if isinstance(curve, CurveConfig) or curve is None else curve.get(endpoint)
@@ -49,23 +49,27 @@ class Identity:
 
     def accept(self, src: str, peer: str | None) -> bool:
         """True if a message declaring ``src`` may be taken from ``peer`` (a Z85 key or None)."""
-        if peer is None or self.allow is None:
+        allow = self.allow
+        if peer is None or allow is None:
             return True
-        name = self.allow.names.get(peer)
+        name = allow.names.get(peer)
         if name == src:
             return True
         kind = "obs_revoked" if name is None else "obs_wrong_src"
         self.counters[kind] += 1
         if self._say is not None:
-            self._say(kind, lambda: self._why(src, peer, name))
+            self._say(kind, lambda: _why(src, peer, name, allow.directory))
         return False
 
-    def _why(self, src: str, peer: str, name: str | None) -> str:
-        where = self.allow.directory
-        if name is None:
-            return (f"message declaring src {src!r} refused: its key {peer[:8]}... is not in "
-                    f"the allow-list {where} (revoked, or never allowed: copy the robot's "
-                    f".key there to admit it)")
-        return (f"message declaring src {src!r} refused: it came from the key of {name!r} "
-                f"({where}/{name}.key); with CURVE a robot is its key, so its src must be "
-                "the name of its key file")
+
+
+def _why(src: str, peer: str, name: str | None, where: str) -> str:
+    """Why a message from ``peer`` (a Z85 key) declaring ``src`` was refused; ``name``: the
+    key's name in the allow-list directory ``where`` (None: not in it)."""
+    if name is None:
+        return (f"message declaring src {src!r} refused: its key {peer[:8]}... is not in "
+                f"the allow-list {where} (revoked, or never allowed: copy the robot's "
+                f".key there to admit it)")
+    return (f"message declaring src {src!r} refused: it came from the key of {name!r} "
+            f"({where}/{name}.key); with CURVE a robot is its key, so its src must be "
+            "the name of its key file")

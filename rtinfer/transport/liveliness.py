@@ -28,7 +28,7 @@ class Stream:
         self.alive = True         # as of the last check; a stream is alive when first heard
 
 
-class Liveliness(Mapping):
+class Liveliness(Mapping[str, Stream]):
     """The streams heard so far: a read-only mapping key -> Stream, in the order first heard.
 
     alive_periods: a stream is alive while its newest message is younger than
@@ -45,7 +45,7 @@ class Liveliness(Mapping):
         self.alpha = alpha
         self._streams: dict[str, Stream] = {}
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._streams
 
     def __getitem__(self, key: str) -> Stream:
@@ -67,7 +67,8 @@ class Liveliness(Mapping):
             st = self._streams[key] = Stream()
         if st.count:
             dt = arrival_ns - st.last_ns
-            st.interval_ns = dt if st.count == 1 else st.interval_ns + self.alpha * (dt - st.interval_ns)
+            st.interval_ns = (dt if st.count == 1
+                              else st.interval_ns + self.alpha * (dt - st.interval_ns))
             if period_ns > 0 and dt >= 2 * period_ns:
                 st.missed += dt // period_ns - 1
         st.last_ns = arrival_ns

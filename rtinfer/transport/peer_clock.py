@@ -95,9 +95,10 @@ class PeerClock:
         stamps are moved by (applied_ms), uncertainty_ms (None while unknown), the bracket's
         width (rtt_ms), messages each way (samples) and rejected round trips."""
         b = self.bounds()
-        known = b is not None and b[0] <= b[1]
-        return {"offset_ms": (b[0] + b[1]) / 2e6 if known else 0.0,
+        if b is not None and b[0] > b[1]:
+            b = None  # an empty bracket: unknown
+        return {"offset_ms": (b[0] + b[1]) / 2e6 if b is not None else 0.0,
                 "applied_ms": (self.offset_ns or 0) / 1e6,
-                "uncertainty_ms": self.uncertainty_ns / 1e6 if known else None,
-                "rtt_ms": (b[1] - b[0]) / 1e6 if known else 0.0,
+                "uncertainty_ms": self.uncertainty_ns / 1e6 if b is not None else None,
+                "rtt_ms": (b[1] - b[0]) / 1e6 if b is not None else 0.0,
                 "samples": self.count, "rejected": self.rejected}

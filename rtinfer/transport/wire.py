@@ -17,11 +17,22 @@ from dataclasses import dataclass
 import msgpack
 
 from rtinfer.transport import schema
-from rtinfer.transport.schema import (  # noqa: F401  (re-exported: the wire's public error types)
-    DEFAULT_MAX_BYTES, MAX_STR_BYTES, SCHEMA_VERSION, U64_MAX, ArrayError, MalformedError,
-    OversizeError, SchemaError, TopicError, VersionError, WireError, check_name)
 from rtinfer.transport.arrays import OobHook, OobPacker, ext_hook
 from rtinfer.transport.chunk_codec import decode_chunk, encode_chunk
+from rtinfer.transport.schema import (  # noqa: F401  (re-exported: the wire's public error types)
+    DEFAULT_MAX_BYTES,
+    MAX_STR_BYTES,
+    SCHEMA_VERSION,
+    U64_MAX,
+    ArrayError,
+    MalformedError,
+    OversizeError,
+    SchemaError,
+    TopicError,
+    VersionError,
+    WireError,
+    check_name,
+)
 
 ENVELOPE_KEYS = ("version", "topic", "seq", "src", "stamps", "body")
 _ENVELOPE_KEYSET = frozenset(ENVELOPE_KEYS)
@@ -77,7 +88,8 @@ def _pack(env: dict, oob_bytes) -> tuple[bytes, list[memoryview]]:
         hook, packer = p.hook, p.packer
         p.busy = True
     hook.oob_bytes = oob_bytes
-    hook.frames = frames = []
+    frames: list[memoryview] = []
+    hook.frames = frames
     try:
         return packer.pack(env), frames
     except WireError:
@@ -146,8 +158,9 @@ def _map(pairs: tuple) -> dict:
 
 def _unpack(buf, hook, max_bytes: int):
     return msgpack.unpackb(buf, raw=False, strict_map_key=True, use_list=False,
-                           object_pairs_hook=_map, ext_hook=hook, max_str_len=MAX_STR_BYTES, max_bin_len=0,
-                           max_array_len=0, max_map_len=MAX_MAP_LEN, max_ext_len=max_bytes)
+                           object_pairs_hook=_map, ext_hook=hook, max_str_len=MAX_STR_BYTES,
+                           max_bin_len=0, max_array_len=0, max_map_len=MAX_MAP_LEN,
+                           max_ext_len=max_bytes)
 
 
 def _validate(env, topics: Collection[str] | None) -> None:
@@ -179,7 +192,8 @@ def _check_fields(topic, seq, src, stamps, body, topics) -> None:
         name = "stamps"
         schema.stamps(stamps)
     except SchemaError as e:
-        raise e.at(name)
+        e.at(name)  # names the field, in place
+        raise
     if topics is not None and topic not in topics:
         raise TopicError(f"topic {topic!r} is not one this receiver subscribed to")
     schema.check_body(schema.body_spec(topic), body)

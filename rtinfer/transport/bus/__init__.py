@@ -25,8 +25,12 @@ from rtinfer.transport.bus.ipc import EndpointInUse, refuse_live_ipc
 from rtinfer.transport.bus.publisher import Publisher
 from rtinfer.transport.bus.sockets import Curve
 from rtinfer.transport.bus.subscriber import Subscriber
-from rtinfer.transport.bus.topics import (HARD_CAP_FACTOR, HARD_CAP_FLOOR_BYTES, addressed_topic,
-                                          hard_cap_bytes)
+from rtinfer.transport.bus.topics import (
+    HARD_CAP_FACTOR,
+    HARD_CAP_FLOOR_BYTES,
+    addressed_topic,
+    hard_cap_bytes,
+)
 from rtinfer.transport.bus.watch import REBIND_WAIT_NS, WATCH_EVERY_NS
 
 __all__ = ["Curve", "EndpointInUse", "HARD_CAP_FACTOR", "HARD_CAP_FLOOR_BYTES", "HEAL_EVERY_NS",

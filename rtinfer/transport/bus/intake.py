@@ -4,18 +4,60 @@ message dropped is counted in exactly one counter.
 """
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
+from typing import Any, Final
+
 import zmq
 
 from rtinfer.transport.bus.peers import client_of
 from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK
 from rtinfer.transport.bus.topics import dest_ok, parse_addressed
-from rtinfer.transport.wire import OversizeError, WireError, decode, decode_frames, now_ns
+from rtinfer.transport.wire import (
+    Envelope,
+    OversizeError,
+    WireError,
+    decode,
+    decode_frames,
+    now_ns,
+)
 
-EMPTY = object()  # sentinel: nothing queued on the socket
+
+class _Empty(enum.Enum):
+    """EMPTY's type: an enum member, so that ``is EMPTY`` tells it from an Envelope."""
+    EMPTY = 0
+
+
+EMPTY: Final = _Empty.EMPTY  # sentinel: nothing queued on the socket
+Taken = Envelope | _Empty | None  # a taker's result: a message, EMPTY, or None (dropped)
 
 
 class Intake:
     """The receiving half of rtinfer.transport.bus.Subscriber, which sets up the fields."""
+
+    # What taking one message reads and counts (Subscriber.__init__ sets them).
+    topics: tuple[str, ...]
+    counters: dict[str, int]
+    peer: str | None
+    max_age_ns: int | None
+    _to: dict[str, str]
+    _by_bytes: dict[bytes, str]
+    _max_bytes: int
+    _count_key: dict[str, str]
+    _last: dict[str, Envelope]
+    _say: Callable[..., None] | None
+    _user_id: bool
+    _peer_of: dict[zmq.Socket, str | None]
+    # What draining reads. A poll item's object is a zmq.Socket or a shm_intake.ShmLeg
+    # (Any: zmq_poll's stubs know only sockets, and it is only given sockets); each has a
+    # taker (one message off it) and a queued check (anything left on it).
+    _pending: dict[str, Envelope]
+    _pending_peers: dict[str, str | None]
+    _poll_items: list[tuple[Any, int]]
+    _poll: Callable[[list[tuple[Any, int]], int], list[tuple[Any, int]]]
+    _takers: dict[Any, Callable[[], Taken]]
+    _queued: dict[Any, Callable[[], object]]
+    _drain_limit: int
 
     def _fill(self, timeout_ms: int) -> None:
         """Drain every socket into the newest message per topic (older: superseded),
@@ -46,7 +88,7 @@ class Intake:
             if wait_ms == 0:
                 return
 
-    def _take(self, sock: zmq.Socket):
+    def _take(self, sock: zmq.Socket) -> Taken:
         """One message off ``sock``: Envelope (``peer`` set), None (rejected/too old) or EMPTY."""
         try:
             head = sock.recv(_NOBLOCK, copy=False)
@@ -67,9 +109,10 @@ class Intake:
             self.peer = client_of(head) if self._user_id else self._peer_of[sock]
         return env
 
-    def _admit(self, topic_b: bytes, views: list):
+    def _admit(self, topic_b: bytes, views: list) -> Envelope | None:
         """One message's topic frame and [envelope, *array frames]: Envelope or None (counted)."""
-        topic, dest = self._by_bytes.get(topic_b), None
+        topic = self._by_bytes.get(topic_b)
+        dest: str | None = None
         if topic is None:
             topic, dest = parse_addressed(topic_b, self._by_bytes, self._to)
             if topic is None:  # a longer topic that only shares our prefix
@@ -84,7 +127,8 @@ class Intake:
             self.counters["oversize"] += 1
             return None
         except WireError as e:
-            return self._refuse(str(e))
+            self._refuse(str(e))
+            return None
         if env.topic != topic or not dest_ok(env.body, dest):
             self.counters["rejected"] += 1
             return None

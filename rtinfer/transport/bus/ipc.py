@@ -20,7 +20,7 @@ class EndpointInUse(OSError):
     from its peers; binding refuses instead."""
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or super().__str__()
 
 
 def socket_path(endpoint: str) -> str | None:

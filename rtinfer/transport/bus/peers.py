@@ -7,7 +7,7 @@ message.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import zmq
 
@@ -44,6 +44,6 @@ def plan_legs(endpoints: Sequence[str], curve, bind: bool
 def client_of(head: zmq.Frame) -> str | None:
     """The CURVE client that sent this frame (ZAP's User-Id), or None (a NULL session)."""
     try:
-        return head.get("User-Id") or None
+        return head.get(b"User-Id") or None  # bytes: the stubs then know it is a str
     except zmq.ZMQError:
         return None

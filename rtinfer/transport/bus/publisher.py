@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import zmq
 
-from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK, NOBLOCK_MORE as _NOBLOCK_MORE
 from rtinfer.transport.bus.shm import ShmSender, is_shm, refuse_curve
-from rtinfer.transport.bus.sockets import BusSocket, Curve
+from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK
+from rtinfer.transport.bus.sockets import NOBLOCK_MORE as _NOBLOCK_MORE
+from rtinfer.transport.bus.sockets import BusSocket, Curve, closed
 from rtinfer.transport.bus.topics import addressed_topic
 from rtinfer.transport.wire import encode_frames, now_ns
 
@@ -81,9 +82,11 @@ class Publisher(BusSocket):
 
     def _send(self, topic_b: bytes, frames: list) -> bool:
         """The multipart message [topic, *frames]; False if zmq refused part of it."""
-        if self._open_multipart and not self._terminate():
-            return False
         sock = self._sock
+        if sock is None:
+            raise closed(self.endpoint)
+        if self._open_multipart and not self._terminate(sock):
+            return False
         try:
             sock.send(topic_b, _NOBLOCK_MORE)
         except zmq.Again:
@@ -103,18 +106,18 @@ class Publisher(BusSocket):
                           copy=size < self._oob_bytes)
         except zmq.Again:
             self._open_multipart = True
-            self._terminate()
+            self._terminate(sock)
             return False
         return True
 
-    def _terminate(self) -> bool:
+    def _terminate(self, sock: zmq.Socket) -> bool:
         """End a half-sent message with an empty last frame.
 
         zmq cannot abort a started multipart message; unterminated, the next message
         would be glued onto it. Receivers reject the truncated message (WireError).
         """
         try:
-            self._sock.send(b"", _NOBLOCK)
+            sock.send(b"", _NOBLOCK)
         except zmq.Again:
             return False
         self._open_multipart = False
@@ -141,6 +144,8 @@ class ShmPublisher(Publisher):
         self._fields(src, oob_bytes)
 
     def _send(self, topic_b: bytes, frames: list) -> bool:
+        if self._sender is None:
+            raise closed(self.endpoint)
         return self._sender.send(topic_b, frames)
 
     def close(self) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import struct
+from collections.abc import Sequence
 
 from rtinfer.transport.bus.ipc import EndpointInUse
+from rtinfer.transport.bus.sockets import closed
 from rtinfer.transport.curve import CurveConfig
 
 SHM = "shm://"
@@ -87,7 +89,7 @@ class Service:
                           "give this run its own name") from None
 
 
-def layout(topic_b: bytes, sizes: list[int]) -> tuple[list[int], int]:
+def layout(topic_b: bytes, sizes: Sequence[int]) -> tuple[list[int], int]:
     """(offsets of the frames, sample length) for a topic frame and frame sizes."""
     at = HEAD.size + 8 * len(sizes) + len(topic_b)
     offsets = []
@@ -113,6 +115,7 @@ class ShmSender:
         interleave their messages. Publishers of processes that died do not count (iceoryx2
         cleans them up when the service is opened)."""
         self._pub = None
+        self._endpoint = endpoint
         self._service = svc = Service(endpoint)
         if alone and svc.samples.dynamic_config.number_of_publishers > 0:
             raise EndpointInUse(errno.EADDRINUSE, f"{endpoint} has a live publisher already; "
@@ -130,6 +133,8 @@ class ShmSender:
         (the publisher's memory is exhausted). Never blocks."""
         sizes = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
         offsets, length = layout(topic_b, sizes)
+        if self._pub is None:
+            raise closed(self._endpoint)
         try:
             sample = self._pub.loan_slice_uninit(length)
         except self._loan_error:

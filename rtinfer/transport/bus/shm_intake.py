@@ -10,11 +10,12 @@ WaitSet returns on a signal, so Python's handlers (Ctrl-C, SIGTERM) run at once.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from functools import partial
 
 import zmq
 
-from rtinfer.transport.bus.intake import EMPTY, left_ms
+from rtinfer.transport.bus.intake import EMPTY, Intake, Taken, left_ms
 from rtinfer.transport.bus.shm import HEAD, MAGIC, QUEUE, Service, layout, payload
 from rtinfer.transport.wire import now_ns
 
@@ -53,7 +54,8 @@ class ShmLeg:
     go; the leg tries again when the next sample arrives.
     """
 
-    def __init__(self, endpoint: str, hwm: int, prefixes: tuple[bytes, ...], intake) -> None:
+    def __init__(self, endpoint: str, hwm: int, prefixes: tuple[bytes, ...],
+                 intake: Intake) -> None:
         self.endpoint = endpoint
         svc = self._service = Service(endpoint)
         self.iox2 = svc.iox2
@@ -78,7 +80,7 @@ class ShmLeg:
         if self.listener.try_wait():
             self._stalled = False
 
-    def take(self):
+    def take(self) -> Taken:
         """One message off the endpoint: Envelope, None (refused or not subscribed) or EMPTY."""
         try:
             sample = self._sub.receive()
@@ -87,7 +89,9 @@ class ShmLeg:
             self._stalled = True
             intake = self._intake
             if intake._say is not None:
-                intake._say("shm", lambda: f"{self.endpoint}: a receive failed ({e!r}; "
+                # repr now: the line is built later (if at all), when `e` no longer exists
+                error = repr(e)
+                intake._say("shm", lambda: f"{self.endpoint}: a receive failed ({error}; "
                                            "ExceedsMaxBorrows: the receiver holds more messages "
                                            "than the endpoint lends; copy arrays it keeps)")
             return EMPTY
@@ -98,7 +102,8 @@ class ShmLeg:
         got = parse(memoryview(raw).cast("B").toreadonly())
         intake = self._intake
         if isinstance(got, str):
-            return intake._refuse(got)
+            intake._refuse(got)
+            return None
         topic_b, frames = got
         if not topic_b.startswith(self._prefixes):
             return None  # not subscribed: libzmq's filter would not have delivered it
@@ -115,7 +120,7 @@ class ShmLeg:
 
 
 def _has_input(sock: zmq.Socket) -> bool:
-    return bool(sock.get(zmq.EVENTS) & _POLLIN)
+    return bool(sock.get(zmq.EVENTS) & _POLLIN)  # type: ignore[operator]  # ZMQ_EVENTS: an int
 
 
 class ShmWait:
@@ -131,7 +136,8 @@ class ShmWait:
         self._guards += [self._ws.attach_notification_fd(
             iox2.FileDescriptor.non_owning_new(s.get(zmq.FD))) for s in socks]
         self._legs = legs
-        self._ready = {(leg, _POLLIN): leg.queued for leg in legs}
+        self._ready: dict[tuple[ShmLeg | zmq.Socket, int], Callable[[], bool]] = {
+            (leg, _POLLIN): leg.queued for leg in legs}
         self._ready.update({(s, _POLLIN): partial(_has_input, s) for s in socks})
         self._ms = iox2.Duration.from_millis
 

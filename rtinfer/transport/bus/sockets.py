@@ -9,7 +9,7 @@ to two CURVE servers needs the public key of each. Not thread-safe.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
 
 import zmq
 
@@ -17,14 +17,23 @@ from rtinfer.transport.bus.heal import Healer
 from rtinfer.transport.bus.io_priority import io_thread_options
 from rtinfer.transport.bus.ipc import SocketFiles, refuse_live_ipc
 from rtinfer.transport.bus.watch import AllowWatch
-from rtinfer.transport.curve import (CurveConfig, acquire_authenticator, release_authenticator,
-                                     secure_endpoint)
+from rtinfer.transport.curve import (
+    CurveConfig,
+    acquire_authenticator,
+    release_authenticator,
+    secure_endpoint,
+)
 
-Curve = Union[CurveConfig, Mapping[str, "CurveConfig | None"], None]
+Curve = CurveConfig | Mapping[str, CurveConfig | None] | None
 # Plain ints: OR-ing zmq's IntFlag members costs ~0.5 us of Python per message.
 NOBLOCK = int(zmq.NOBLOCK)
 NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 POLLIN = int(zmq.POLLIN)
+
+
+def closed(endpoint: str) -> ValueError:
+    """The error of a socket used after its close()."""
+    return ValueError(f"{endpoint}: the socket was closed (close()); open a new one")
 
 
 def _summed(name: str) -> property:
@@ -46,8 +55,8 @@ class BusSocket:
         self._own_ctx = ctx is None
         if ctx is None:  # its I/O thread starts with the first socket: options before it
             ctx = zmq.Context()
-            for opt, value in io_thread_options():
-                ctx.set(opt, value)
+            for opt, level in io_thread_options():
+                ctx.set(opt, level)
         self._ctx = ctx
         self._sock: zmq.Socket | None = self._ctx.socket(kind)
         self._healer: Healer | None = None  # a connecting socket's
@@ -79,7 +88,7 @@ class BusSocket:
                     refuse_live_ipc(ep)
                     secure_endpoint(self._sock, cfg, server=True, any_curve=curve is not None)
                     self._sock.bind(ep)  # LAST_ENDPOINT resolves tcp://host:* to the real port
-                    self.endpoints.append(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+                    self.endpoints.append(self._sock.get_string(zmq.LAST_ENDPOINT))
                     self._files.note(self.endpoints[-1])
                     if self._watch is not None:
                         self._watch.bound[self.endpoints[-1]] = cfg
@@ -99,6 +108,13 @@ class BusSocket:
     refusals = _summed("refusals")
     revocations = _summed("revocations")
     revoked = property(lambda self: list(self._watch.revoked) if self._watch else [])
+
+    @property
+    def sock(self) -> zmq.Socket:
+        """The zmq socket (ValueError once closed)."""
+        if self._sock is None:
+            raise closed(" ".join(self.endpoints))
+        return self._sock
 
     def hurry(self) -> None:
         """A connecting socket tries a refused handshake again soon (Healer.hurry)."""

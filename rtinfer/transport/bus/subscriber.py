@@ -1,14 +1,15 @@
 """The bus's subscriber: validated, counted, stamped receive (rtinfer.transport.bus)."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Callable, Mapping, Sequence
 
 import zmq
 from zmq import zmq_poll
 
 from rtinfer.transport.bus.heal import HEAL_EVERY_NS
-from rtinfer.transport.bus.intake import EMPTY as _EMPTY, Intake, left_ms
+from rtinfer.transport.bus.intake import EMPTY as _EMPTY
+from rtinfer.transport.bus.intake import Intake, left_ms
 from rtinfer.transport.bus.peers import plan_legs
 from rtinfer.transport.bus.shm import is_shm, refuse_curve
 from rtinfer.transport.bus.shm_intake import ShmLeg, ShmWait
@@ -37,9 +38,9 @@ class Subscriber(Intake):
     Peers: ``peer`` is who the message ``recv`` returned last came from, as CURVE
     authenticated it: the Z85 public key (str) of the server at its endpoint (connecting:
     each endpoint has a socket of its own, rtinfer.transport.bus.peers says why), or of the
-    client that sent it (binding: ZAP's User-Id); None without CURVE. ``peers`` is the same per topic
-    for what ``poll_latest`` returned last. The ``src`` a message declares is not checked
-    against it here: that is rtinfer.transport.identity's.
+    client that sent it (binding: ZAP's User-Id); None without CURVE. ``peers`` is the same
+    per topic for what ``poll_latest`` returned last. The ``src`` a message declares is not
+    checked against it here: that is rtinfer.transport.identity's.
 
     to: {topic: robot}: of these topics, take only the messages addressed to that robot
     (``Publisher.publish(..., to=robot)``: libzmq drops the others at the publisher), and no
@@ -81,24 +82,25 @@ class Subscriber(Intake):
                              f"this Subscriber does not take ({list(self.topics)})")
         self._by_bytes = {t.encode(): t for t in self.topics}
         self.hard_cap_bytes = hard_cap_bytes(max_bytes)
-        options = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)] + [
-            (zmq.SUBSCRIBE, addressed_topic(t, self._to[t]) if t in self._to else t.encode())
-            for t in self.topics]
+        prefixes = tuple(addressed_topic(t, self._to[t]) if t in self._to else t.encode()
+                         for t in self.topics)  # shm legs filter by them as libzmq does
+        options: list[tuple[int, int | bytes]] = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)]
+        options += [(zmq.SUBSCRIBE, prefix) for prefix in prefixes]
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         shm_eps = [ep for ep in eps if is_shm(ep)]
         zmq_eps = [ep for ep in eps if not is_shm(ep)]
         self._own_ctx = ctx is None
-        self._ctx = zmq.Context() if ctx is None else ctx
+        ctx = zmq.Context() if ctx is None else ctx
+        self._ctx: zmq.Context | None = ctx
         self._legs: list[BusSocket] = []
         self._shm_legs: list[ShmLeg] = []
         self._shm_wait: ShmWait | None = None
         leg_peers = []
         try:
             for group, peer in plan_legs(zmq_eps, curve, bind) if zmq_eps else ():
-                self._legs.append(BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=self._ctx,
+                self._legs.append(BusSocket(zmq.SUB, group, bind=bind, hwm=hwm, ctx=ctx,
                                              curve=curve, options=options))
                 leg_peers.append(peer)
-            prefixes = tuple(value for opt, value in options if opt == zmq.SUBSCRIBE)
             for ep in shm_eps:
                 refuse_curve(ep, curve)
                 self._shm_legs.append(ShmLeg(ep, hwm, prefixes, self))
@@ -108,7 +110,8 @@ class Subscriber(Intake):
         self.endpoints = [ep for leg in self._legs for ep in leg.endpoints] + shm_eps
         # sock -> the peer of its messages; binding with CURVE: ZAP's User-Id names each
         # message's client
-        self._peer_of = {leg._sock: p for leg, p in zip(self._legs, leg_peers)}
+        socks = [leg.sock for leg in self._legs]
+        self._peer_of = dict(zip(socks, leg_peers))
         self._user_id = any(leg._watch is not None for leg in self._legs)
         self._tending = any(leg._tending for leg in self._legs)
         self._next_tend = 0
@@ -127,8 +130,8 @@ class Subscriber(Intake):
         # zmq_poll directly: Poller costs more. With several sockets the order rotates after
         # each message handed out, so one that floods cannot starve the others. shm endpoints
         # are items too; then an iceoryx2 WaitSet waits on all of them (shm_intake).
-        socks = [leg._sock for leg in self._legs]
-        self._poll_items = [(s, _POLLIN) for s in socks] + [(leg, _POLLIN) for leg in self._shm_legs]
+        self._poll_items = [(s, _POLLIN) for s in socks]
+        self._poll_items += [(leg, _POLLIN) for leg in self._shm_legs]
         self._rotate = len(self._poll_items) > 1
         self._takers = {s: partial(self._take, s) for s in socks}  # item -> one message off it
         self._queued = {s: partial(zmq_poll, [(s, _POLLIN)], 0) for s in socks}  # -> anything left
@@ -249,10 +252,12 @@ class Subscriber(Intake):
         if self._shm_wait is not None:
             self._shm_wait.close()
             self._shm_wait = None
-        for leg in (*self._legs, *self._shm_legs):
+        for leg in self._legs:
             leg.close()
+        for shm_leg in self._shm_legs:
+            shm_leg.close()
         self._legs, self._shm_legs = [], []
-        self._takers = self._queued = {}  # they hold bound methods: let self go
+        self._takers, self._queued = {}, {}  # they hold bound methods: let self go
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
             self._ctx = None
