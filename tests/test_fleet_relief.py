@@ -99,3 +99,13 @@ def test_balance_leaves_a_robot_that_moved_in_the_last_minute_where_it_is():
                       current, balance=True, settled=frozenset({"r3", "r2"}))
     assert placed["r3"] == placed["r2"] == "a"
     assert placed["r1"] == placed["r0"] == "b"  # 2 and 2: balanced all the same
+
+
+def test_the_failover_bench_counts_a_robots_moves_within_a_minute():
+    from rtinfer.fleet.failover import most_moves_in_a_minute
+    st = {"monotonic_s": 100.0, "events": [
+        [90, "robot r1: new -> h0"], [50, "robot r1: h0 -> h1"], [20, "robot r1: h1 -> h0"],
+        [5, "robot r2: h0 -> h1"], [1, "host h0 up (node pid 7)"]]}
+    assert most_moves_in_a_minute(st) == 2  # r1 at 50 and 80 s; its first placement is none
+    st["events"][2][0] = -15.0  # 65 s after its move
+    assert most_moves_in_a_minute(st) == 1

@@ -101,6 +101,18 @@ def first_moves(st: dict, robots: list[str], kill_ns: int) -> dict[str, str | No
     return out
 
 
+def most_moves_in_a_minute(st: dict) -> int:
+    """The most moves of one robot within any 60 s, by the controller's events (a robot
+    placed for the first time is no move)."""
+    times: dict[str, list[float]] = {}
+    for age_s, text in st["events"]:
+        words = text.replace("'", " ").replace(":", " ").split()
+        if words[0] == "robot" and "->" in words and words[words.index("->") - 1] != "new":
+            times.setdefault(words[1], []).append(st["monotonic_s"] - age_s)
+    return max((sum(t <= u < t + 60.0 for u in ts) for ts in times.values() for t in ts),
+               default=0)
+
+
 def _moved_off(robots: list[str], kill_ns: int):
     """Status predicate: each of `robots` was placed again (or refused) since kill_ns, by
     the controller's events: a host that comes back at once (a node killed is started
@@ -140,6 +152,8 @@ def one_run(a, phases=("node", "host")) -> dict:
             shutil.copytree(fleet.run_dir, Path(a.logs) / f"run-{time.monotonic_ns()}",
                             ignore=shutil.ignore_patterns("keys", "allow", "*.key*"))
         out["refusals"] = [t for _, t in st["events"] if "refused" in t]
+        out["reliefs"] = [t for _, t in st["events"] if "overloaded for" in t]
+        out["most_moves_in_a_minute"] = most_moves_in_a_minute(st)
         out["counters"] = {h: x["counters"] for h, x in st["hosts"].items() if x["counters"]}
     period_ms = 1e3 / a.rate_hz
     for phase in (out[p] for p in phases):
@@ -210,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
               "curve": a.curve,
               "netns": a.netns, "load_avg": [round(x, 2) for x in os.getloadavg()],
               "rate_hz": a.rate_hz, "deadline_ms": a.deadline_ms, "model": a.model, "runs": runs,
+              "reliefs": sum(len(run["reliefs"]) for run in runs),
+              "most_moves_in_a_minute": max(run["most_moves_in_a_minute"] for run in runs),
               **{phase: {**summary([f for run in runs for f in run[phase]["robots"].values()]),
                          "moved": sum(len(run[phase]["moved"]) for run in runs),
                          "refused": sum(len(run[phase]["refused"]) for run in runs),
