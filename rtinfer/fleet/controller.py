@@ -333,7 +333,8 @@ class FleetController:
 
     # --- what callers see ------------------------------------------------------------------------
     def status(self) -> dict:
-        """{name, hosts: {host: {state, model, actions, capacity, robots, pid, cycles,
+        """{name, hosts: {host: {state, model, actions, capacity, steady_capacity (relief's
+        median of the last seconds; None before a figure), robots, pid, cycles,
         counters (its node's health counters about robots: rtinfer.fleet.host's poll)}},
         robots: {robot: {host, model, state (placed, refused: by every host with room, or
         by the node of its host, which admits it when its load falls; revoked; waiting),
