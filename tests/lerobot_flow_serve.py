@@ -5,8 +5,8 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
-
 from conftest import recv_chunks
+
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 

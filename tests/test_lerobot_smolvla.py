@@ -20,7 +20,7 @@ pytest.importorskip("lerobot")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
-from examples.lerobot_flow import checkpoint, smolvla, tiny  # noqa: E402
+from examples.lerobot_flow import checkpoint, smolvla  # noqa: E402
 from examples.lerobot_flow.__main__ import main  # noqa: E402
 from examples.lerobot_flow.package import ATOL, parity  # noqa: E402
 

@@ -16,7 +16,8 @@ import numpy as np
 
 def _ms(xs) -> dict:
     a = np.asarray(xs) * 1e3
-    return {"p50_ms": round(float(np.median(a)), 3), "p99_ms": round(float(np.percentile(a, 99)), 3)}
+    return {"p50_ms": round(float(np.median(a)), 3),
+            "p99_ms": round(float(np.percentile(a, 99)), 3)}
 
 
 def _p50(xs) -> float:

@@ -40,8 +40,12 @@ VLM_SIZES = {
 
 def vlm_dir(out, size: str = "tiny") -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor,
-                              SmolVLMProcessor)
+    from transformers import (
+        PreTrainedTokenizerFast,
+        SmolVLMConfig,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+    )
     from transformers.models.smolvlm.video_processing_smolvlm import SmolVLMVideoProcessor
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,10 +104,11 @@ def smolvla(out, vlm: str | Path, *, state_dim: int = 6, action_dim: int = 4, ch
     feats = {f"observation.images.{c}": PolicyFeature(FeatureType.VISUAL, (3, image_hw, image_hw))
              for c in cameras}
     feats["observation.state"] = PolicyFeature(FeatureType.STATE, (state_dim,))
+    action = PolicyFeature(FeatureType.ACTION, (action_dim,))
     cfg = SmolVLAConfig(vlm_model_name=str(vlm), load_vlm_weights=False,
                         num_vlm_layers=min(n_layers, 16), num_expert_layers=expert_layers,
                         input_features=feats,
-                        output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+                        output_features={"action": action},
                         chunk_size=chunk, n_action_steps=chunk, max_state_dim=max_dim,
                         max_action_dim=max_dim, resize_imgs_with_padding=(image_hw, image_hw),
                         tokenizer_max_length=tokens, pad_language_to="max_length",
@@ -135,8 +140,9 @@ def diffusion(out, *, state_dim: int = 10, env_dim: int = 6, action_dim: int = 4
         feats["observation.environment_state"] = PolicyFeature(FeatureType.ENV, (env_dim,))
     if image_hw:
         feats["observation.images.top"] = PolicyFeature(FeatureType.VISUAL, (3, image_hw, image_hw))
+    action = PolicyFeature(FeatureType.ACTION, (action_dim,))
     cfg = DiffusionConfig(input_features=feats,
-                          output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+                          output_features={"action": action},
                           n_obs_steps=n_obs_steps, horizon=horizon, n_action_steps=n_action_steps,
                           down_dims=tuple(down_dims), diffusion_step_embed_dim=32,
                           n_groups=8, noise_scheduler_type="DDIM",
