@@ -66,6 +66,8 @@ echo "torchvision==0.29.1" >> "$VENV/.torch-constraint.txt"
 "$VENV/bin/python" - <<'PY'
 import torch, lerobot, onnxruntime, mujoco
 from lerobot.policies.act.modeling_act import ACTPolicy  # noqa: F401
+from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy  # noqa: F401
+from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy  # noqa: F401
 import examples.conveyor_sorting.evaluate  # noqa: F401
 from importlib.metadata import version
 print("lerobot-env ok: lerobot", version("lerobot"), "torch", torch.__version__,
