@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+import cpp_client as cpp
 import numpy as np
 import pytest
-
-import cpp_client as cpp
 from cpp_client import ROOT, build, conveyor_obs, start, stop
+
 from rtinfer.model.action_spec import ActionSpec, canonical_bytes
 from rtinfer.model.action_tokens import TokenizerConfig
 from rtinfer.transport import wire
@@ -376,6 +376,7 @@ def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
     frame addressed to this robot whose body is for another (the bus rejects it). With
     --addressed libzmq delivers only the first and the last; without, all four arrive."""
     import zmq
+
     from rtinfer.model.action_tokens import ActionTokenizer
     from rtinfer.transport.action_chunk import waypoint_body
     from rtinfer.transport.bus import addressed_topic

@@ -19,8 +19,14 @@ import pytest
 
 from rtinfer.transport import wire
 from rtinfer.transport.action_chunk import carried_stamps, waypoint_body
-from rtinfer.transport.schema import (ArrayError, MalformedError, SchemaError, TopicError,
-                                      VersionError, WireError)
+from rtinfer.transport.schema import (
+    ArrayError,
+    MalformedError,
+    SchemaError,
+    TopicError,
+    VersionError,
+    WireError,
+)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "wire.md"
 ERRORS = {c.__name__: c for c in (MalformedError, SchemaError, ArrayError, VersionError,

@@ -60,7 +60,8 @@ def _report(args: argparse.Namespace) -> int:
 def _keys(args: argparse.Namespace) -> int:
     from rtinfer.transport.curve import generate
     public, _secret = generate(args.dir, args.name)
-    print(f"wrote key pair '{args.name}' in {args.dir}; public key: {public} (secret key not shown, mode 0600)")
+    print(f"wrote key pair '{args.name}' in {args.dir}; public key: {public} "
+          "(secret key not shown, mode 0600)")
     return 0
 
 
@@ -121,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="latency table (and PNG) from a trace file or a "
                                       "recording (RUN.mcap, from --record)")
     r.add_argument("trace", help="a .trace file, or an .mcap recording (its robots' traces)")
-    r.add_argument("--png", default=None, help="write a latency timeline + histogram PNG (needs matplotlib)")
+    r.add_argument("--png", default=None,
+                   help="write a latency timeline + histogram PNG (needs matplotlib)")
     r.add_argument("--deadline-ms", type=float, default=None,
                    help="count applied cycles whose e2e is above it as misses too (late "
                         "waypoints always are), as the monitor does")
@@ -134,12 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("--name", default="node")
     kg.set_defaults(func=_keys)
 
-    from rtinfer.launch.supervisor import add_arguments as launch_arguments, run_args as launch_run
+    from rtinfer.launch.supervisor import add_arguments as launch_arguments
+    from rtinfer.launch.supervisor import run_args as launch_run
     lp = sub.add_parser("launch", help="run a YAML launch file (nodes as supervised processes)")
     launch_arguments(lp)
     lp.set_defaults(func=launch_run)
 
-    x = sub.add_parser("export", help="checkpoint -> model directory (ONNX graphs, tokenizer, card)")
+    x = sub.add_parser("export",
+                       help="checkpoint -> model directory (ONNX graphs, tokenizer, card)")
     x.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
     x.add_argument("--out", required=True)
     x.add_argument("--no-fp16", action="store_true")
@@ -184,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("build-engine", help="build TensorRT engines for a model (see --help there)",
                    add_help=False)
 
-    from rtinfer.cli.soak import add_arguments as soak_arguments, run_args as soak_run
+    from rtinfer.cli.soak import add_arguments as soak_arguments
+    from rtinfer.cli.soak import run_args as soak_run
     s = sub.add_parser("soak", help="the demo under mild stress for M minutes: RSS growth, misses")
     soak_arguments(s)
     s.set_defaults(func=soak_run)
@@ -281,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         from rtinfer.cli.check_model import main as check_model
         return check_model(argv[1:])
     if argv[:1] == ["build-engine"]:  # its own parser: options forwarded as they are
-        from rtinfer.model.zoo import zoo_model
         from rtinfer.inference.backends.tensorrt_build import main as build_engine
+        from rtinfer.model.zoo import zoo_model
         return build_engine(argv[1:], default_model=str(zoo_model()))
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)

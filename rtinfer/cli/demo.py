@@ -53,23 +53,47 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from rtinfer.cli.pressure import (CONDITIONS, ORDER, ROLES, audit, hold_intervals, pool,
-                                  pressure_columns, verdict, verdict_lines)
+from rtinfer.cli.pressure import (
+    CONDITIONS,
+    ORDER,
+    ROLES,
+    audit,
+    hold_intervals,
+    pool,
+    pressure_columns,
+    verdict,
+    verdict_lines,
+)
 from rtinfer.cli.shipped import launch_file
-from rtinfer.model.zoo import zoo_model
-from rtinfer.cli.stress import (CALIBRATE_DEADLINE_MS, HOGS, STRESS_MODES, WARMUP_CYCLES, Threat,
-                                calibration_seconds, choose_deadline, chunk_complete_ms,
-                                late_fraction, load_line, percent_text, pin_tasks, policy_cpu,
-                                runs_table, scheduling_table, sorted_text, stress_table)
+from rtinfer.cli.stress import (
+    CALIBRATE_DEADLINE_MS,
+    HOGS,
+    STRESS_MODES,
+    WARMUP_CYCLES,
+    Threat,
+    calibration_seconds,
+    choose_deadline,
+    chunk_complete_ms,
+    late_fraction,
+    load_line,
+    percent_text,
+    pin_tasks,
+    policy_cpu,
+    runs_table,
+    scheduling_table,
+    sorted_text,
+    stress_table,
+)
 from rtinfer.launch.file import load
 from rtinfer.launch.record import check_record
-from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.launch.runs import unwritable
+from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.model.obs_spec import ObsSpec
+from rtinfer.model.zoo import zoo_model
+from rtinfer.monitor.dashboard import Dashboard
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import on_signals
-from rtinfer.monitor.dashboard import Dashboard
 
 EXPERT_LAUNCH, MODEL_LAUNCH = "conveyor_expert.yaml", "conveyor_sorting.yaml"
 VISION_LAUNCH = "conveyor_vision.yaml"  # a policy with image inputs: the camera node too
@@ -154,8 +178,9 @@ def calibrate(launch: Path, base: Path, overrides: dict, cpu: int, deadline_ms: 
     except ValueError:
         return None, errors
     threat = Threat(**{**threat.report(), "load": load_line(hogs, cpu)})
-    console.print(f"{prefix.rstrip('-') or 'stress'} deadline {threat.deadline_ms:g} ms: {threat.how}; in calibration "
-                  f"{percent_text(threat.fixed_late)} of fixed full-depth cycles late, "
+    console.print(f"{prefix.rstrip('-') or 'stress'} deadline {threat.deadline_ms:g} ms: "
+                  f"{threat.how}; in calibration {percent_text(threat.fixed_late)} of fixed "
+                  "full-depth cycles late, "
                   f"{percent_text(threat.cheapest_late)} at the cheapest level", highlight=False)
     return threat, errors
 
@@ -545,7 +570,8 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
         check_stress(stress, model)
         vision = takes_frames(model)
         check_camera(vision, robots, camera_hz)
-        base = Path(run_dir).expanduser() if run_dir else Path(tempfile.mkdtemp(prefix="rtinfer-demo-"))
+        base = (Path(run_dir).expanduser() if run_dir
+                else Path(tempfile.mkdtemp(prefix="rtinfer-demo-")))
         try:
             base.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -37,12 +37,13 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     has one, else "end", stamped after it: a preemption in between can make an on-time cycle
     look late, never the reverse) while the controller ran (captured no earlier than the first
     capture it traced, and that last waypoint sent no later than the latest stamp it traced:
-    a waypoint still in flight when the run ended could not be reported); of those, held: their last waypoint left during an ordered
-    hold (holds_ns: (start, end) pairs; the controller rejects late waypoints then and, by
-    design, reports none), undetected: the others never reported late; stale_applied: cycles
-    whose first setpoint was applied more than a deadline after capture, and by how much at
-    most (stale_applied_max_ms; the controller checks a chunk's age when it arrives and again
-    when it commits the first setpoint, so this should be 0). late_after_warmup: the controller-traced cycles captured
+    a waypoint still in flight when the run ended could not be reported); of those, held:
+    their last waypoint left during an ordered hold (holds_ns: (start, end) pairs; the
+    controller rejects late waypoints then and, by design, reports none), undetected: the
+    others never reported late; stale_applied: cycles whose first setpoint was applied more
+    than a deadline after capture, and by how much at most (stale_applied_max_ms; the
+    controller checks a chunk's age when it arrives and again when it commits the first
+    setpoint, so this should be 0). late_after_warmup: the controller-traced cycles captured
     WARMUP_S or more after its first that were reported late, over those cycles (the
     calibration takes no samples in that start-up either)."""
     deadline_ns = to_ns(deadline_ms)
@@ -65,7 +66,8 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     last = max((v for rec in controller_records if isinstance(rec.get("stamps"), dict)
                 for v in rec["stamps"].values() if isinstance(v, int)), default=-1)
     steady = {rec["cycle"] for rec in controller_records if isinstance(rec.get("stamps"), dict)
-              and isinstance(rec.get("cycle"), int) and isinstance(rec["stamps"].get("capture"), int)
+              and isinstance(rec.get("cycle"), int)
+              and isinstance(rec["stamps"].get("capture"), int)
               and rec["stamps"]["capture"] >= first + WARMUP_S * 1e9}
     certain, held = set(), set()
     for rec in policy_records:
@@ -175,13 +177,14 @@ def verdict(results: dict) -> dict:
 
 def verdict_lines(v: dict) -> list[str]:
     """One line per check, then the overall line."""
-    out = [f"{'met    ' if c['met'] else 'NOT MET'} {c['check']}: {c['value']} (target {c['target']})"
-           for c in v["checks"]]
+    out = [f"{'met    ' if c['met'] else 'NOT MET'} {c['check']}: {c['value']} "
+           f"(target {c['target']})" for c in v["checks"]]
     return out + [f"targets {'all met' if v['met'] else 'NOT all met'}"]
 
 
 def pressure_columns(results: dict) -> list[tuple[str, str, dict, dict | None]]:
-    """(heading, role, run, calibration) per run of CONDITIONS, for rtinfer.cli.stress.runs_table."""
+    """(heading, role, run, calibration) per run of CONDITIONS, for
+    rtinfer.cli.stress.runs_table."""
     out = []
     for cond, _ in CONDITIONS:
         pair = results.get(cond, {})

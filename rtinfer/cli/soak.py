@@ -85,8 +85,8 @@ def run(minutes: float, *, policy: str | None = None, run_dir: str | None = None
     rd.mkdir(parents=True, exist_ok=True)
     seconds = minutes * 60.0
     launch = _launch_file(rd, seconds, policy)
-    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.launch.supervisor", str(launch), "--run-dir",
-                             str(rd), "--seconds", str(seconds + 120)],
+    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.launch.supervisor", str(launch),
+                             "--run-dir", str(rd), "--seconds", str(seconds + 120)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     code = f"import time\nend=time.monotonic()+{seconds + 60}\nwhile time.monotonic()<end: pass"
     hogs = [subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.nice(10))

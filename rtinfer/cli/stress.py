@@ -26,10 +26,10 @@ and timing the policy's chunk offline underestimated the launched stack. So
 - sets the deadline at the fixed run's chunk-time p70 (AIM_Q: about 30% of its cycles late
   in calibration; at least 5% wanted, and a run at that deadline is less late than its
   calibration, since rejected waypoints hold the arm and a still scene decodes faster: at
-  p85, 2 of 3 60 s runs were 1.6-3.3% late), raised to the cheapest level's p99 x FLOOR_HEADROOM when that is
-  higher, so that the budget controller has a level that fits. When that floor is above the
-  fixed run's p95, no deadline separates the two here now: the deadline is the fixed p70
-  and the threat says so (`separable` false).
+  p85, 2 of 3 60 s runs were 1.6-3.3% late), raised to the cheapest level's p99 x
+  FLOOR_HEADROOM when that is higher, so that the budget controller has a level that fits.
+  When that floor is above the fixed run's p95, no deadline separates the two here now: the
+  deadline is the fixed p70 and the threat says so (`separable` false).
 
 `choose_deadline` and `chunk_complete_ms` are pure; `pin_tasks` and the demo read the clock.
 """
@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-
-STRESS_MODES = ("cpu", "near-deadline")  # rtinfer demo --stress (near-deadline: rtinfer.cli.pressure)
+# rtinfer demo --stress (near-deadline: rtinfer.cli.pressure)
+STRESS_MODES = ("cpu", "near-deadline")
 AIM_Q = 0.70           # the deadline: this quantile of the fixed run's chunk time (~30% late)
 CEIL_Q = 0.95          # a floor above this one leaves nothing to separate
 FLOOR_Q, FLOOR_HEADROOM = 0.99, 1.10  # at or above the cheapest level's p99 x 1.10
@@ -130,9 +130,9 @@ def choose_deadline(fixed_ms, cheapest_ms, given_ms: float | None = None) -> Thr
         deadline, how = float(given_ms), "given by --deadline-ms (not calibrated)"
     elif not separable:
         deadline = round(aim, 1)
-        how = (f"the fixed run's chunk-time {aq}; no deadline separates the levels now (the cheapest "
-               f"level's p99 x {FLOOR_HEADROOM:g} is {floor:.1f} ms, above the fixed p95 "
-               f"{ceil:.1f} ms): expect the budget controller to miss too")
+        how = (f"the fixed run's chunk-time {aq}; no deadline separates the levels now "
+               f"(the cheapest level's p99 x {FLOOR_HEADROOM:g} is {floor:.1f} ms, above the "
+               f"fixed p95 {ceil:.1f} ms): expect the budget controller to miss too")
     elif floor > aim:
         deadline = round(floor, 1)
         how = (f"the cheapest level's chunk-time p99 x {FLOOR_HEADROOM:g} (above the fixed run's "
@@ -208,9 +208,9 @@ def stress_table(results: dict):
         title += f": deadline {threat['deadline_ms']:g} ms ({threat['how']})"
         if threat.get("load"):
             title += f"; load: {threat['load']}"
-    return runs_table(title, [("fixed full depth", "fixed", results.get("stress-fixed", {}), threat),
-                              ("budget controller", "budget", results.get("stress-budget", {}),
-                               threat)])
+    return runs_table(title, [
+        ("fixed full depth", "fixed", results.get("stress-fixed", {}), threat),
+        ("budget controller", "budget", results.get("stress-budget", {}), threat)])
 
 
 def scheduling_table(results: dict):

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.resources
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
-
 
 # Entry modules of rtinfer 0.1, before the package was split into subpackages: a launch file
 # that still names one gets "moved to ..." with the new path, at check time and at start.

@@ -8,7 +8,8 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
     version: 1                    # optional, must be 1
     name: conveyor_sorting        # optional; default: the file's stem
     description: text             # optional
-    run_dir: runs/demo            # optional; default a new runs/<name>-<YYYYmmdd-HHMMSS>[-N]; --run-dir wins
+    run_dir: runs/demo            # optional; default a new runs/<name>-<YYYYmmdd-HHMMSS>[-N];
+                                  # --run-dir wins
     deadline_ms: 100              # number, default 100       -> ${deadline_ms}
     realtime: true                # default true; false: no node's cpus/priority is applied
     seconds: 60                   # number, optional          -> ${seconds}
@@ -37,7 +38,8 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
         ready_s: 20               # optional: the next nodes start once this one said its first
                                   # line (it is listening), or after this long; default 0
         curve_secret: keys/gpu.key_secret   # optional -> ${node.curve_secret}
-    monitor: {...}                # MonitorConfig's fields (checked from its source), -> ${monitor_config}
+    monitor: {...}                # MonitorConfig's fields (checked from its source)
+                                  #                       -> ${monitor_config}
 
 Files the launcher writes in run_dir before starting nodes: monitor.json (the monitor:
 section) and curve.json ({address: {server_key, allow}} for each CURVE endpoint; a node
@@ -61,13 +63,22 @@ from pathlib import Path
 
 from rtinfer.launch.runs import SUN_PATH_MAX, ipc_path
 from rtinfer.launch.spec import REF, Endpoint, LaunchSpec, NodeSpec, RestartPolicy, as_text
-from rtinfer.launch.yaml_lines import (TYPE_NAMES, LaunchError, Report, annotation_types, check_entry,
-                                       check_fields, compose_file, dataclass_fields, is_type)
+from rtinfer.launch.yaml_lines import (
+    TYPE_NAMES,
+    Report,
+    annotation_types,
+    check_entry,
+    check_fields,
+    compose_file,
+    dataclass_fields,
+    is_type,
+)
 from rtinfer.realtime.deadline import DEADLINE_MS
 
 TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
-            "deadline_ms": float, "seconds": float, "robots": int, "realtime": bool, "rates": dict, "vars": dict,
-            "hosts": dict, "endpoints": dict, "nodes": list, "monitor": dict}
+            "deadline_ms": float, "seconds": float, "robots": int, "realtime": bool,
+            "rates": dict, "vars": dict, "hosts": dict, "endpoints": dict, "nodes": list,
+            "monitor": dict}
 NODE_KEYS = {"name": str, "entry": str, "args": list, "host": str, "cpus": list,
              "priority": (int, type(None)), "required": bool, "restart": (str, dict),
              "after": list, "stop_grace_s": float, "curve_secret": str, "per_robot": bool,
@@ -206,7 +217,7 @@ def _expand_robots(r: Report, data: dict) -> dict[str, int]:
         for k in range(n):
             def mine(a: str, k=k) -> str:
                 a = re.sub(r"\$\{\s*robot\s*\}", str(k), a)
-                return own.sub(lambda m: f"${{endpoints.{m.group(1)}-{k}}}", a) if own else a
+                return own.sub(lambda ref: f"${{endpoints.{ref.group(1)}-{k}}}", a) if own else a
             new = {x: v for x, v in body.items() if x != "per_robot"}
             new["name"] = f"{body['name']}-{k}"
             robot_of[new["name"]] = k
@@ -269,7 +280,8 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
                         "give each endpoint its own address")
         seen[where] = name
         curve = body.get("curve", "required" if tcp else "off")
-        curve = {False: "off", True: "required"}.get(curve, curve) if isinstance(curve, bool) else curve
+        if isinstance(curve, bool):
+            curve = "required" if curve else "off"
         if curve not in ("required", "off"):
             r.err(path + ("curve",), f"curve must be required or off, got {curve!r}")
         elif curve == "required" and not tcp:

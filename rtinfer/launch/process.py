@@ -19,11 +19,10 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rtinfer.launch.spec import NodeSpec
-
 
 TRACEBACK = "Traceback (most recent call last):"
 CHAINED = ("During handling of the above exception, another exception occurred:",

@@ -1,8 +1,8 @@
 """`rtinfer launch --record run.mcap`: the recorder (rtinfer.record.node) as one more node
 of the launch, started first and stopped last (so it has the nodes' last words), listening
-to every endpoint the launched nodes use. Not required (its death never stops the robot) and never restarted (a second
-recorder would truncate the file). A CURVE endpoint is not recorded: the recorder has no
-key of its own (said once in the launch log)."""
+to every endpoint the launched nodes use. Not required (its death never stops the robot)
+and never restarted (a second recorder would truncate the file). A CURVE endpoint is not
+recorded: the recorder has no key of its own (said once in the launch log)."""
 from __future__ import annotations
 
 import importlib.util

@@ -119,8 +119,8 @@ class Claim:
     def __init__(self, run_dir: Path, file: str, name: str, host: str | None,
                  endpoints: dict[str, str]):
         self.record = {"pid": os.getpid(), "start": _start_ticks(os.getpid()),
-                       "written_ns": time.monotonic_ns(), "run_dir": str(run_dir), "file": str(file),
-                       "name": name, "host": host, "endpoints": endpoints}
+                       "written_ns": time.monotonic_ns(), "run_dir": str(run_dir),
+                       "file": str(file), "name": name, "host": host, "endpoints": endpoints}
         self.dir = RUNTIME_DIR / "runs"
         self.path = self.dir / f"{os.getpid()}.json"
         self.notes: list[str] = []  # what check() cleaned up, for the launch log

@@ -121,7 +121,8 @@ class LaunchSpec:
 
     def argv(self, node: NodeSpec, values: dict[str, str]) -> list[str]:
         """`node.args` with every ``${...}`` replaced (references were validated on load)."""
-        table = dict(values, **{"node.name": node.name, "node.curve_secret": node.curve_secret or ""})
+        table = dict(values, **{"node.name": node.name,
+                                "node.curve_secret": node.curve_secret or ""})
         return [REF.sub(lambda m: table[m.group(1).strip()], a) for a in node.args]
 
 

@@ -1,6 +1,7 @@
 """The launcher: run a validated launch file's nodes as supervised OS processes.
 
-    python -m rtinfer.launch.supervisor FILE [--host NAME] [--seconds S] [--run-dir DIR] [--set K=V]... [--check]
+    python -m rtinfer.launch.supervisor FILE [--host NAME] [--seconds S] [--run-dir DIR]
+                                             [--set K=V]... [--check]
 
 Validation (rtinfer.launch.file) finishes before anything starts. Each node then runs as
 ``python -m rtinfer.launch.child ... -- module:function ARGS`` in its own session, so it is
@@ -19,9 +20,9 @@ own robot only: when it exits 0 or fails for good, that robot ends (its other pe
 are stopped, one line says so, launch_summary.json's "robots_ended" records it) and the
 other robots go on; the launch ends when every robot has (exit 1 if every robot failed).
 When no node is left running or waiting to restart, the launch ends (exit 1 if any failed).
-SIGINT/SIGTERM (once) or the --seconds bound stop the nodes in reverse start order: SIGTERM to the group, `stop_grace_s`, then
-SIGKILL to the group; a second signal skips the grace. Leftover members of a node's group
-are SIGKILLed when the node exits.
+SIGINT/SIGTERM (once) or the --seconds bound stop the nodes in reverse start order: SIGTERM
+to the group, `stop_grace_s`, then SIGKILL to the group; a second signal skips the grace.
+Leftover members of a node's group are SIGKILLed when the node exits.
 
 Exit status: 0 clean stop; 1 a required node failed for good (or every node exited, some
 failed); 2 invalid launch file or setup (nothing started); 3 the run ended normally but a
@@ -54,10 +55,10 @@ from datetime import datetime
 from pathlib import Path
 
 from rtinfer.launch.file import load
+from rtinfer.launch.process import Console, NodeProcess
 from rtinfer.launch.record import check_record, make_folder, recorder_node
 from rtinfer.launch.runs import Claim, make_run_dir
 from rtinfer.launch.spec import LaunchSpec
-from rtinfer.launch.process import Console, NodeProcess
 from rtinfer.launch.yaml_lines import LaunchError
 from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import on_signals
@@ -332,7 +333,8 @@ def run_args(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rtinfer.launch.supervisor", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m rtinfer.launch.supervisor",
+                                description=__doc__.split("\n")[0])
     add_arguments(p)
     return run_args(p.parse_args(argv))
 

@@ -146,7 +146,8 @@ def is_type(value, t) -> bool:
 
 
 def check_fields(r: Report, data, path: tuple, spec: dict, required: tuple = ()) -> bool:
-    """Unknown keys, missing required keys and wrong types of one mapping; False if not a mapping."""
+    """Unknown keys, missing required keys and wrong types of one mapping; False if not a
+    mapping."""
     if not isinstance(data, dict):
         r.err(path, "expected a mapping")
         return False

@@ -71,7 +71,8 @@ class Dashboard:
         requested = f"{mon('budget_requests')} requested"
         if mon("budget_changes", None) is None:  # no policy node reports what it applied
             return f"level {mon('level')} requested ({requested}; none reported applied)"
-        return f"level {mon('applied_level')}  ({mon('budget_changes')} changes applied, {requested})"
+        return (f"level {mon('applied_level')}  ({mon('budget_changes')} changes applied, "
+                f"{requested})")
 
     def _latency(self, stage: str, quantiles: tuple[str, ...], digits: int) -> str:
         g = lambda q: self._get("monitor", "gauges", f"{stage}_{q}_ms")  # noqa: E731
@@ -110,8 +111,10 @@ class Dashboard:
         rows = [
             ("objects sorted / wrong / missed / dropped",
              f"{cell('correct')} / {cell('wrong')} / {cell('missed')} / {cell('dropped')}"),
-            ("control loop rate", f"{self.loop_hz:.0f} Hz  (late ticks {self._sum('controller', 'late_ticks')})"),
-            ("e2e p50 / p99 / max (applied chunks)", self._latency("e2e", ("p50", "p99", "max"), 1)),
+            ("control loop rate",
+             f"{self.loop_hz:.0f} Hz  (late ticks {self._sum('controller', 'late_ticks')})"),
+            ("e2e p50 / p99 / max (applied chunks)",
+             self._latency("e2e", ("p50", "p99", "max"), 1)),
             ("TTFT p50 / p99", self._latency("ttft", ("p50", "p99"), 2)),
             ("deadline misses / cycles",
              f"{mon('counters', 'misses')} / {mon('counters', 'cycles')}  "

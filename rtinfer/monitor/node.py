@@ -40,16 +40,24 @@ import time
 
 import yaml
 
-from rtinfer.transport.bus import Publisher, Subscriber
+from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
+from rtinfer.monitor.stages import (
+    DEFINITIONS,
+    POLICY_STAMPS,
+    STAGES,
+    RobotFigures,
+    is_late,
+    past_deadline,
+    percentiles_ms,
+    stage_samples,
+)
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import on_signals, spin
+from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.liveliness import Liveliness
 from rtinfer.transport.peer_clock import PeerClock
-from rtinfer.monitor.policy import DeadlinePolicy, Event, MonitorConfig
-from rtinfer.monitor.stages import (DEFINITIONS, POLICY_STAMPS, STAGES, RobotFigures, is_late,
-                                    past_deadline, percentiles_ms, stage_samples)
 from rtinfer.transport.wire import Envelope, now_ns
 
 CHECK_EVERY_NS = 100_000_000  # liveliness / hold-clear checks at 10 Hz, not per message
@@ -253,8 +261,8 @@ class Monitor:
         for name, node in live.items():
             if live.check(name, cfg.period_ns(name), now):
                 alive, silent_s = node.alive, (now - node.last_ns) / 1e9
-                self.policy.event(now, "node_alive" if alive else "node_dead",
-                                  f"{name} {'is back' if alive else f'silent for {silent_s:.2f} s'}",
+                what = "is back" if alive else f"silent for {silent_s:.2f} s"
+                self.policy.event(now, "node_alive" if alive else "node_dead", f"{name} {what}",
                                   {"node": name, "silent_s": silent_s})
         in_grace = now - self.start_ns < cfg.startup_grace_s * 1e9
         return [n for n in cfg.required
@@ -316,13 +324,15 @@ def load_config(path: str | None, **overrides) -> MonitorConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rtinfer.monitor.node", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m rtinfer.monitor.node",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--listen", nargs="+", required=True,
                     help="endpoints to connect (trace/health/heartbeat)")
     ap.add_argument("--control", required=True, help="endpoint to bind for budget/command/pings")
     ap.add_argument("--config", default=None, help="YAML file with a monitor: section")
     ap.add_argument("--deadline-ms", type=float, default=None)
-    ap.add_argument("--required", nargs="*", default=None, help="nodes whose death orders safe_hold")
+    ap.add_argument("--required", nargs="*", default=None,
+                    help="nodes whose death orders safe_hold")
     ap.add_argument("--name", default=None)
     ap.add_argument("--report", default=None, help="write the summary JSON here on exit")
     ap.add_argument("--seconds", type=float, default=None)

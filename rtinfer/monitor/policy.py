@@ -10,8 +10,8 @@ clock reads, no sockets, so every decision is reproducible in a test. Not thread
   `shed_margin_ms` -> level + 1 (shed compute: cheaper inference); slack above
   `restore_margin_ms` (> the shed margin: the hysteresis band) for `raise_patience`
   evaluations in a row -> level - 1. Both margins default to the fractions of the deadline
-  that the node's own budget uses (rtinfer.realtime.deadline). After any change the window restarts, so the next decision only sees
-  cycles run at the new level.
+  that the node's own budget uses (rtinfer.realtime.deadline). After any change the window
+  restarts, so the next decision only sees cycles run at the new level.
 - safe_hold: `hold_after_misses` consecutive misses (e2e > deadline, or late), or a required node
   dead. clear: in hold, no miss and no dead required node for `clear_after_s`. (No cycles
   run during a hold, so recovery is judged by time, not by cycles.)
@@ -63,7 +63,7 @@ class MonitorConfig:
             self.restore_margin_ms = restore_margin_ms(self.deadline_ms)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "MonitorConfig":
+    def from_dict(cls, d: dict | None) -> MonitorConfig:
         """From a YAML `monitor:` section; unknown keys are an error (typos must not pass)."""
         d = dict(d or {})
         known = {f.name for f in fields(cls)}

@@ -16,8 +16,15 @@ import os
 
 import numpy as np
 
-from rtinfer.monitor.stages import (DEFINITIONS, MAX_NS, STAGES, is_late, past_deadline, rank,
-                                    stage_samples)
+from rtinfer.monitor.stages import (
+    DEFINITIONS,
+    MAX_NS,
+    STAGES,
+    is_late,
+    past_deadline,
+    rank,
+    stage_samples,
+)
 from rtinfer.realtime.trace import read_trace
 
 COLUMNS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))

@@ -13,7 +13,7 @@ cycles and misses are the sums of the robots', its e2e samples the union of thei
 """
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from rtinfer.realtime.hist import DEFAULT_MAX_NS, LatencyHistogram
 
