@@ -177,7 +177,7 @@ def test_a_silent_robot_leaves_and_frees_its_slot(fleet):
 
 def test_with_address_chunks_a_robot_subscribed_to_its_address_gets_only_its_own(fleet, tmp_path):
     node, pubs, act, rng, eps = fleet
-    node.cfg.address_chunks = True
+    node.out.address = True  # as cfg.address_chunks=True would
     H = node.budget.levels[0].chunk
     mine = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"], to={"action_chunk": "a"})
     try:

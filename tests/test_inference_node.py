@@ -151,9 +151,9 @@ def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):
     assert len(chunk) == chunk[0].body["count"] >= 2
     last = max(chunk, key=lambda e: e.body["index"]).stamps
     assert last["publish"] > chunk[0].stamps["publish"]
-    assert node.robot_clock is None and node.trace_sub is None  # ipc: one clock
+    assert node.robot_clock is None and node.intake.trace_sub is None  # ipc: one clock
     assert node.slack_ns == node.budget.deadline_ns - (last["publish"] - last["capture"])
-    node._next_health = 0
+    node.health_part.next_ns = 0
     node.spin_once(10)
     health = next(e for e in iter(lambda: act.recv(500), None) if e.topic == "health")
     assert health.body["gauges"]["slack_us"] == node.slack_ns / 1e3

@@ -383,7 +383,7 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
         est = mon.clocks["infer"]
         assert abs(est.offset_ns) <= est.uncertainty_ns  # one host: one monotonic clock
         assert mon.live["infer"].alive and mon.states["infer"] == "run"
-        assert node.heartbeat.counters["echoes"] >= 5
+        assert node.control.heartbeat.counters["echoes"] >= 5
         cycle = 0
         while mon.policy.level == 0:  # slack 5 ms: the monitor lowers the budget
             assert time.monotonic() < end, "budget never lowered"
@@ -461,8 +461,8 @@ def test_budget_changes_are_those_the_node_applied_beside_the_requests(tiny_mode
             robot.publish("trace", {"node": "controller", "cycle": cycle, "fields": {},
                                     "stamps": {"capture": t - 95 * MS, "apply": t}})
             mon.spin_once(5)
-        heard = node.ctl_sub.counters.get("received.budget", 0)
-        while node.ctl_sub.counters.get("received.budget", 0) == heard or \
+        heard = node.control.ctl_sub.counters.get("received.budget", 0)
+        while node.control.ctl_sub.counters.get("received.budget", 0) == heard or \
                 mon.applied["infer"][0] != node.budget.switches:
             assert time.monotonic() < end, "the node never heard the budget, or never said so"
             node.spin_once(5)
