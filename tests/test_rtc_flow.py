@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import recv_chunks
+
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.committed import committed_body, prefix_hash
 from rtinfer.transport.wire import now_ns
@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 from flow_dirs import SPEC, build  # noqa: E402
+
 from models.flow_tiny import TinyFlow  # noqa: E402
 
 STATE = {"values": {"state": np.array([0.3, 0.1, -0.2, 0.3], np.float32)}, "ints": {}}
