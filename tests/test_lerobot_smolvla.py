@@ -91,3 +91,17 @@ def test_a_node_serves_lerobots_chunk(packaged, tmp_path):
     ref = smolvla.reference(ckpt, obs, noise, 10)
     assert chunk.shape == (8, 4)
     assert np.abs(chunk - np.clip(ref, -3.0, 3.0)).max() <= ATOL
+
+
+def test_lerobots_default_longest_padding_gives_the_same_chunk(packaged):
+    """LeRobot's default pad_language_to "longest" feeds the task unpadded; the graph's
+    static task_tokens pad it to tokenizer_max_length, masked: the same chunk."""
+    from lerobot.processor import TokenizerProcessorStep
+    _, model_dir, ckpt = packaged
+    step = ckpt.step(ckpt.pre, TokenizerProcessorStep)
+    saved, step.padding = step.padding, "longest"
+    try:
+        report = parity(ckpt, model_dir, n_obs=1, seed=4)
+    finally:
+        step.padding = saved
+    assert max(r["max_abs_diff"] for r in report) <= ATOL
