@@ -139,6 +139,22 @@ def recv_chunks(sub, n: int, timeout_s: float = 10.0) -> list:
     return got
 
 
+class SteppedClock:
+    """A node's clock= for tests: the monotonic clock plus what the test stepped it by, so
+    a timer (health, a robot's silence, a retry, a file's check interval) runs out at once
+    while the sockets keep their real time."""
+
+    def __init__(self) -> None:
+        self.offset_ns = 0
+
+    def __call__(self) -> int:
+        from rtinfer.transport.wire import now_ns
+        return now_ns() + self.offset_ns
+
+    def step(self, ns: int) -> None:
+        self.offset_ns += ns
+
+
 def answered_node(node, obs_pub, act, rng):
     """Publish observations until `node` answers one (the slow joiner), then drain `act`."""
     import time

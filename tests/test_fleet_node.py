@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import random_obs_body, recv_chunks
+from conftest import SteppedClock, random_obs_body, recv_chunks
 
 from rtinfer.inference import robots as robots_module
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
@@ -28,7 +28,7 @@ def fleet(tiny_model_dir, tmp_path):
     pubs = {n: Publisher(eps[n], n) for n in names}
     node = InferenceNode(tiny_model_dir, list(eps.values()), f"ipc://{tmp_path}/act",
                          cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=1000.0,
-                                                 drafter="chunk"))
+                                                 drafter="chunk"), clock=SteppedClock())
     act = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
     rng = np.random.default_rng(0)
     # plan admission over a 1 s window: three robots fit however loaded the test machine
@@ -167,10 +167,14 @@ def test_a_silent_robot_leaves_and_frees_its_slot(fleet):
     pubs["a"].publish("obs", random_obs_body(rng), {"capture": now_ns()})
     node.spin_once(50)  # a is heard now: only b and c have been silent (since the fixture)
     node.robots.leave_after_ns = 200 * MS
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
+    node.clock.step(250 * MS)  # b and c silent past it; health (which lets them go) due
+    a = node.robots.slots["a"]
+    for _ in range(100):  # a heard after the step
         pubs["a"].publish("obs", random_obs_body(rng), {"capture": now_ns()})
-        node.spin_once(50)
+        node._take_observations(50)
+        if a.waiting is not None:
+            break
+    node.spin_once(50)
     assert set(node.robots.slots) == {"a"}
     assert node.health()["counters"]["robots_left"] == 2
 

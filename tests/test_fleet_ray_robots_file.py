@@ -8,9 +8,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import random_obs_body
+from conftest import SteppedClock, random_obs_body
 
 from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+from rtinfer.inference.robots_file import CHECK_EVERY_NS
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
@@ -46,7 +47,7 @@ def node_and_robots(tiny_model_dir, tmp_path):
     robots_file = tmp_path / "robots.json"
     node = InferenceNode(tiny_model_dir, [], f"ipc://{tmp_path}/act",
                          cfg=InferenceNodeConfig(deadline_ms=1000.0, health_hz=20.0),
-                         robots_file=str(robots_file))
+                         robots_file=str(robots_file), clock=SteppedClock())
     node.robots.period_ns = 1_000_000_000  # both fit however loaded the machine is
     act = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
     yield node, pubs, act, eps, robots_file
@@ -74,7 +75,7 @@ def test_a_file_that_does_not_parse_keeps_the_robots_read_before(node_and_robots
     write(robots_file, {"a": eps["a"]})
     assert answered(node, act, pubs["a"], rng, "a")
     robots_file.write_text("{half a file")
-    time.sleep(0.15)  # past the file's check interval
+    node.clock.step(CHECK_EVERY_NS)  # past the file's check interval
     assert answered(node, act, pubs["a"], rng, "a")
     err = capsys.readouterr().err
     assert err.count("not read") == 1 and "replaced atomically" in err

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_SPEC, answered_node, random_obs_body, recv_chunks
+from conftest import TINY_SPEC, SteppedClock, answered_node, random_obs_body, recv_chunks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,7 +78,8 @@ def node_env(tiny_model_dir, tmp_path):
     # these tests are not about the deadline: an observation that waits out a stall of a busy
     # host must not turn stale (the node refuses those)
     node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
-                         cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0))
+                         cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0),
+                         clock=SteppedClock())
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
     answered_node(node, obs_pub, act, rng)
@@ -153,7 +154,7 @@ def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):
     assert last["publish"] > chunk[0].stamps["publish"]
     assert node.robot_clock is None and node.intake.trace_sub is None  # ipc: one clock
     assert node.slack_ns == node.budget.deadline_ns - (last["publish"] - last["capture"])
-    node.health_part.next_ns = 0
+    node.clock.step(node.health_part.period_ns)  # the next health message is due
     node.spin_once(10)
     health = next(e for e in iter(lambda: act.recv(500), None) if e.topic == "health")
     assert health.body["gauges"]["slack_us"] == node.slack_ns / 1e3
