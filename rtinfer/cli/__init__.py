@@ -29,6 +29,7 @@ BENCHES["peers"] = f"{PEERS}:main"
 BENCHES["tick"] = "controllers.tick_bench:main"  # the robot side's own: it ranks above rtinfer
 BENCHES["fleet-failover"] = "rtinfer.fleet.failover:main"  # the fleet extra (Ray)
 BENCHES["overload"] = "rtinfer.bench.overload:main"  # replayed: robots past full quality
+BENCHES["rtc"] = "rtinfer.bench.rtc:main"  # real-time chunking across a delayed network
 FLEET = "rtinfer.fleet.cli:main"  # `rtinfer fleet ...`: the fleet extra (Ray), own parser
 
 

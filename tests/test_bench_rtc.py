@@ -1,0 +1,54 @@
+"""`rtinfer bench rtc --quick` as real processes: the conveyor cell, the shipped token policy,
+the delay proxy both ways at 100 ms: every arm drives (chunks applied, switches measured),
+only rtc's chunks are conditioned, and nothing stale is applied in any arm. Plus the join
+discontinuity's arithmetic on chunks made here."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtinfer.bench.rtc_joins import join_jumps, spread
+
+ROOT = Path(__file__).resolve().parents[1]
+MS = 1_000_000
+
+
+def _chunk(capture, rows):
+    return {"capture": capture, "start_ns": 50 * MS, "period_ns": 50 * MS,
+            "values": np.array(rows, np.float64)}
+
+
+def test_the_join_jump_is_taken_at_the_new_chunks_first_waypoint_ahead():
+    old = _chunk(0, [[0.0, 0.0], [0.1, 0.0], [0.2, 0.0], [0.3, 0.0]])  # due 50, 100, 150, 200
+    new = _chunk(60 * MS, [[0.2, 0.5], [0.3, 0.5], [0.3, 0.5], [0.3, 0.5]])  # 110, 160, ...
+    pos, vel = join_jumps([(55 * MS, "a"), (105 * MS, "b")], {"a": old, "b": new}, 2)
+    # at 110 ms: old is at 0.12 moving 2 m/s, new at 0.2 moving 2 m/s (x); y jumps 0.5
+    assert np.allclose(pos, [[0.08, 0.5]]) and np.allclose(vel, [[0.0, 0.0]])
+    pos, vel = join_jumps([(55 * MS, "a"), (230 * MS, "b")], {"a": old, "b": new}, 2)
+    # at 260 ms: old holds its last waypoint at rest; new moves 0 at its end too
+    assert np.allclose(pos, [[0.0, 0.5]]) and np.allclose(vel, [[0.0, 0.0]])
+    assert spread(pos, ["x", "y"])["y"] == {"p50": 0.5, "p99": 0.5, "max": 0.5}
+    assert spread(np.zeros((0, 2)), ["x", "y"]) == {"x": None, "y": None}
+
+
+@pytest.mark.slow
+def test_bench_rtc_quick_runs_every_arm_and_applies_nothing_stale():
+    out = subprocess.run([sys.executable, "-m", "rtinfer.cli", "bench", "rtc", "--quick",
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["bench"] == "rtc" and len(result["loadavg"]) == 3
+    assert [(p["arm"], p["delay_ms"]) for p in result["points"]] == [
+        ("rtc", 100.0), ("none", 100.0), ("blend", 100.0)]
+    for p in result["points"]:
+        assert p["stale_applied"] == 0 and p["prefix_mismatch"] == 0
+        assert p["chunks_accepted"] > 0 and p["switches"] > 0
+        assert 0.0 <= p["success_rate"] <= 1.0 and p["correct"] <= p["resolved"]
+        for key in ("jump_pos_m", "jump_vel_m_s"):
+            assert set(p[key]) == {"x", "y", "z"}
+            for s in p[key].values():
+                assert 0 <= s["p50"] <= s["p99"] <= s["max"]
+        assert (p["chunks_conditioned"] > 0) == (p["arm"] == "rtc")
