@@ -1,4 +1,4 @@
-"""The ROS 2 bridge (issue 32; docs/ros2.md, "Connecting a ROS 2 robot").
+"""The ROS 2 bridge: a ROS 2 robot driven by rtinfer (docs/ros2.md, "Connecting a ROS 2 robot").
 
 To rtinfer a robot driver (bridge.ROS2Robot, a controllers HardwareInterface run by
 controllers.run); to ROS 2 a node: observations from sensor_msgs/JointState, setpoints out to

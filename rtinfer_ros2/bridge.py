@@ -50,11 +50,10 @@ def import_rclpy():
     them."""
     try:
         import rclpy
-        from sensor_msgs.msg import JointState
-        from std_msgs.msg import Float64MultiArray
-        from sensor_msgs.msg import CompressedImage, Image
-        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+        from sensor_msgs.msg import CompressedImage, Image, JointState
+        from std_msgs.msg import Float64MultiArray
+        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
     except ImportError:
         raise ValueError(INSTALL) from None
     return rclpy, SimpleNamespace(JointState=JointState, Float64MultiArray=Float64MultiArray,
@@ -92,13 +91,13 @@ class ROS2Robot:
     joints: the ROS joint names in axis order (default: the axis names). controller: one of
     commands.TYPES. reliability, depth: the QoS of both topics. silent_ms: a JointState gap
     longer than this is a silent topic. future_ms: a stamp further ahead than this (of this
-    host's clock) is refused. past_ms: a stamp further behind its arrival than this is
-    counted (js_past; give the run's --deadline-ms). obs_hz: observations per second (give controllers.run the same
-    --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args) -> the policy's values
-    (default: {"joints": positions then velocities, float32}). cameras: camera name (the
-    policy's, docs/policies.md) -> {topic, shape: [H, W, 3], compressed: false}: a
-    sensor_msgs/Image topic (CompressedImage, jpeg, when compressed), best-effort QoS; every
-    observation carries each camera's newest frame (images.py), or waits for one no older
+    host's clock) is refused. past_ms: a stamp further behind its arrival than this is counted
+    (js_past; give the run's --deadline-ms). obs_hz: observations per second (give
+    controllers.run the same --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args)
+    -> the policy's values (default: {"joints": positions then velocities, float32}). cameras:
+    camera name (the policy's, docs/policies.md) -> {topic, shape: [H, W, 3], compressed:
+    false}: a sensor_msgs/Image topic (CompressedImage, jpeg, when compressed), best-effort QoS;
+    every observation carries each camera's newest frame (images.py), or waits for one no older
     than frame_silent_ms. lead_ms (trajectory_chunk): a waypoint due sooner than this is left
     out of its trajectory (it would arrive past due). diagnostics_hz: rtinfer's figures on
     /diagnostics this often (figures.py; 0: not at all), from what the run's nodes say on
@@ -110,7 +109,8 @@ class ROS2Robot:
                  command: str = "forward_position_controller/commands",
                  joints: list[str] | None = None, controller: str = "forward",
                  reliability: str = "reliable", depth: int = 10, silent_ms: float = 50.0,
-                 future_ms: float = 5.0, past_ms: float = 100.0, obs_hz: float = 20.0, observe: str | None = None,
+                 future_ms: float = 5.0, past_ms: float = 100.0, obs_hz: float = 20.0,
+                 observe: str | None = None,
                  observe_args: dict | None = None, cameras: dict | None = None,
                  frame_silent_ms: float = 100.0, lead_ms: float = 10.0,
                  diagnostics_hz: float = 2.0, listen: list[str] | None = None,

@@ -103,7 +103,7 @@ class ChunkTrajectory:
             now_ns = time.monotonic_ns()
         else:
             _duration(msg.header.stamp, now_ns + self.ros_now_ns() - time.monotonic_ns())
-        for i, (p, due) in enumerate(zip(positions, due_ns)):
+        for p, due in zip(positions, due_ns):
             point = m.JointTrajectoryPoint(positions=p)
             if velocities is not None:
                 point.velocities = velocities

@@ -17,7 +17,7 @@ The statuses (values are strings, as DiagnosticStatus has them):
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from rtinfer.monitor.stages import is_late
 from rtinfer.transport.bus import Subscriber

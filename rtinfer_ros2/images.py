@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 
-from .refusals import Refusals, capture_ns as to_monotonic, say
+from .refusals import Refusals, say
+from .refusals import capture_ns as to_monotonic
 
 REFUSALS = ("frame_bad", "frame_future")
 ENCODINGS = ("rgb8", "bgr8")

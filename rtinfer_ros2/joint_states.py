@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 
-from .refusals import Refusals, capture_ns as to_monotonic
+from .refusals import Refusals
+from .refusals import capture_ns as to_monotonic
 
 REFUSALS = ("js_names", "js_nan", "js_velocity", "js_future")
 NOTED = ("js_unstamped", "js_past")  # taken, counted, said once

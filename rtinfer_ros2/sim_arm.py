@@ -71,6 +71,7 @@ class SimArm(Node):
         pixels = bytes(rgb[::-1] if encoding == "bgr8" else rgb) * (h * w)
         if encoding == "jpeg":
             import io
+
             from PIL import Image as Picture
             buf = io.BytesIO()
             Picture.frombytes("RGB", (w, h), pixels).save(buf, format="JPEG", quality=95)

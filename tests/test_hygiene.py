@@ -3,7 +3,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [p for d in ("rtinfer", "controllers", "models", "examples", "scripts", "peers")
+SOURCES = [p for d in ("rtinfer", "rtinfer_ros2", "controllers", "models", "examples", "scripts",
+                      "peers")
            for p in (ROOT / d).rglob("*.py")]
 THIS = Path(__file__).resolve()
 
