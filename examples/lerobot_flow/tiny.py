@@ -39,7 +39,8 @@ VLM_SIZES = {
 
 
 def vlm_dir(out, size: str = "tiny") -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
     from transformers import (
         PreTrainedTokenizerFast,
         SmolVLMConfig,
@@ -50,7 +51,7 @@ def vlm_dir(out, size: str = "tiny") -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     vocab = {w: i for i, w in enumerate(SPECIAL + WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<|im_start|>",
