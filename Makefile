@@ -110,6 +110,8 @@ conveyor-act-vision: $(LEROBOT_VENV)/.installed-lerobot
 test-lerobot: $(LEROBOT_VENV)/.installed-lerobot
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_act.py
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_vision_head.py
+	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_smolvla.py tests/test_lerobot_diffusion.py \
+	  tests/test_lerobot_flow_doc.py tests/test_flow_runner.py::test_ddim_schedule_and_step_are_diffusers_ddimscheduler
 
 # ROS 2 venv (the ROS 2 bridge, rtinfer_ros2/: ROS 2 Kilted from PyPI's ros-* wheels, ~420 MB;
 # the tests run their nodes in a network namespace, so they need root); ROS2_VENV overrides it.
