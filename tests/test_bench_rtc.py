@@ -1,7 +1,7 @@
 """`rtinfer bench rtc --quick` as real processes: the conveyor cell, the shipped token policy,
-the delay proxy both ways at 100 ms: every arm drives (chunks applied, switches measured),
-only rtc's chunks are conditioned, and nothing stale is applied in any arm. Plus the join
-discontinuity's arithmetic on chunks made here."""
+the delay proxy both ways at 100 ms (jittered: waypoints may be reordered): every arm drives
+(chunks applied, switches measured), only rtc's chunks are conditioned, and nothing stale is
+applied in any arm. Plus the join discontinuity's arithmetic on chunks made here."""
 import json
 import subprocess
 import sys
@@ -44,7 +44,7 @@ def test_bench_rtc_quick_runs_every_arm_and_applies_nothing_stale():
     assert [(p["arm"], p["delay_ms"]) for p in result["points"]] == [
         ("rtc", 100.0), ("none", 100.0), ("blend", 100.0)]
     for p in result["points"]:
-        assert p["stale_applied"] == 0 and p["prefix_mismatch"] == 0
+        assert p["stale_applied"] == 0  # a prefix mismatch (a reordered chunk) is counted
         assert p["chunks_accepted"] > 0 and p["switches"] > 0
         assert 0.0 <= p["success_rate"] <= 1.0 and p["correct"] <= p["resolved"]
         for key in ("jump_pos_m", "jump_vel_m_s"):

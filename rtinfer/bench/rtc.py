@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
-from rtinfer.bench.rtc_joins import join_jumps, spread
+from rtinfer.bench.rtc_joins import join_jumps, plot, spread
 from rtinfer.realtime.trace import read_trace
 from rtinfer.transport.bus import Subscriber
 
@@ -105,8 +105,9 @@ def run_point(arm: str, delay_ms: float, seed: int, a, tmp: Path) -> dict:
     finally:
         _stop(procs)
     if not (tmp / "robot.json").is_file():
-        raise RuntimeError(f"the robot of {arm} at {delay_ms} ms wrote no report: see "
-                           f"{tmp}/robot.log and node.log")
+        tail = (tmp / "robot.log").read_text().strip().splitlines()[-3:]
+        raise RuntimeError(f"the robot of {arm} at {delay_ms} ms wrote no report (exit "
+                           f"{robot.returncode}): {' | '.join(tail)}")
     return _figures(json.loads((tmp / "robot.json").read_text()), tmp / "robot.trace", chunks,
                     deadline_ms)
 
@@ -149,6 +150,7 @@ def _figures(report: dict, trace: Path, chunks: dict, deadline_ms: float) -> dic
             "jump_vel_m_s": spread(vel, AXES), "holds": c["holds"],
             "chunks_accepted": c["chunks_accepted"],
             "chunks_conditioned": c.get("chunks_conditioned", 0),
+            "committed_sent": c.get("committed_sent", 0),
             "prefix_mismatch": c.get("prefix_mismatch", 0), "rejected_stale": c["rejected_stale"],
             "stale_applied": stale, "e2e_ms_p50": report["e2e_ms"].get("p50")}
 
@@ -159,7 +161,11 @@ def run(a) -> dict:
         for delay in a.delays_ms:
             for r in range(a.runs):
                 for arm in ARMS:  # interleaved: a busy host's load on every arm alike
-                    fig = run_point(arm, delay, a.seed + r, a, Path(d) / f"{arm}-{delay}-{r}")
+                    try:
+                        fig = run_point(arm, delay, a.seed + r, a, Path(d) / f"{arm}-{delay}-{r}")
+                    except RuntimeError as e:  # a run lost to the host: said, retried once
+                        print(f"bench rtc: {e}; running it again", file=sys.stderr)
+                        fig = run_point(arm, delay, a.seed + r, a, Path(d) / f"{arm}-{delay}-{r}b")
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
     return {"bench": "rtc", "model": a.model, "seconds": a.seconds, "runs": a.runs,
             "deadline_ms": a.deadline_ms, "jitter": a.jitter, "blend_ms": a.blend_ms,
@@ -180,12 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="one 4 s run per arm at 100 ms (tests)")
     p.add_argument("--out", default=None, help="also write the result JSON here")
+    p.add_argument("--plot", default=None, help="write success and join jump against delay "
+                   "(PNG)")
     a = p.parse_args(argv)
     if a.quick:
         a.delays_ms, a.runs, a.seconds = [100.0], 1, 4.0
     result = run(a)
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+    if a.plot:
+        plot(result, a.plot)
     return emit("rtc", result, a.json)
 
 

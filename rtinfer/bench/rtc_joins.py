@@ -63,3 +63,31 @@ def spread(jumps: np.ndarray, names: list[str], digits: int = 4) -> dict:
     return {n: {k: round(float(f(jumps[:, i])), digits) for k, f in
                 (("p50", lambda x: np.percentile(x, 50)), ("p99", lambda x: np.percentile(x, 99)),
                  ("max", np.max))} for i, n in enumerate(names)}
+
+
+def plot(result: dict, path: str) -> None:
+    """Success and the position jump's p99 (worst axis) against the added delay, per arm."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ok, jump) = plt.subplots(1, 2, figsize=(8, 3.2))
+    for arm in dict.fromkeys(p["arm"] for p in result["points"]):
+        pts = [p for p in result["points"] if p["arm"] == arm]
+        delays = sorted({p["delay_ms"] for p in pts})
+        at = [[p for p in pts if p["delay_ms"] == d] for d in delays]
+        ok.plot(delays, [sum(p["correct"] for p in g) / max(1, sum(p["resolved"] for p in g))
+                         for g in at], "o-", label=arm)
+        jump.plot(delays, [np.mean([max((s or {"p99": np.nan})["p99"]
+                                        for s in p["jump_pos_m"].values()) for p in g])
+                           for g in at], "o-", label=arm)
+    ok.set_xlabel("added round-trip delay (ms)")
+    ok.set_ylabel("success (correct / resolved)")
+    ok.set_ylim(-0.02, 1.05)
+    jump.set_xlabel("added round-trip delay (ms)")
+    jump.set_ylabel("join jump p99, worst axis (m)")
+    for ax in (ok, jump):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
