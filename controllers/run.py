@@ -149,7 +149,7 @@ class RobotProcess:
         """controller, stack (the limits), bus (what the sockets dropped), e2e_ms, and the
         hardware's report(); with `driver_error` (one line) when a driver bug ended the run."""
         node = self.node
-        e2e = node.e2e.percentiles_us()
+        e2e = node.reports.e2e.percentiles_us()
         bus = {k: v for k, v in node.health_counters().items() if k.startswith(("sub.", "pub."))}
         out = {"controller": dict(node.counters), "stack": dict(node.stack.counters), "bus": bus,
                "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}

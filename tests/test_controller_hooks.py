@@ -57,7 +57,7 @@ def test_a_streamed_chunk_is_handed_over_when_its_last_waypoint_comes(cell):
     cell.send_chunk(LINE, indices=[0, 1], continuous=True)
     cell.deliver(2)
     cell.run(3)
-    assert cell.node.e2e.count == 1 and cell.plant.chunks == []   # committed, not complete
+    assert cell.node.reports.e2e.count == 1 and cell.plant.chunks == []   # committed, not complete
     cell.send_chunk(LINE, indices=[2, 3], cycle=cell.cycle, age_ms=13, continuous=True)
     cell.deliver(2)
     assert len(cell.plant.chunks) == 1 and len(cell.plant.chunks[0][0]) == 4

@@ -176,7 +176,7 @@ def test_fresh_chunk_is_applied_tracked_and_traced(cell):
     assert np.allclose(cell.plant.state.pos, sent[-1, :3], atol=1e-3)
     assert cell.plant.state.tool
     # per-cycle trace: stamps capture..apply, e2e = apply - capture (10 ms: applied at once)
-    assert cell.node.e2e.count == 16 and cell.node.e2e_last_ns == 10 * MS
+    assert cell.node.reports.e2e.count == 16 and cell.node.reports.e2e_last_ns == 10 * MS
     traces = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"]
     assert len(traces) == 16
     st = traces[-1].body["stamps"]
@@ -370,13 +370,13 @@ def test_safe_hold_command_holds_and_ignores_chunks_until_cleared(cell):
 def test_tracking_starts_on_waypoint_zero_before_the_rest_arrive(cell):
     cell.send_chunk(LINE, indices=[0])
     cell.deliver(1)
-    assert cell.node.state == "run" and cell.node.e2e.count == 1
+    assert cell.node.state == "run" and cell.node.reports.e2e.count == 1
     cell.run(20)
     assert cell.node.stack.tracker.vel[0] > 0
     cell.send_chunk(LINE, indices=[1, 2, 3], cycle=cell.cycle, age_ms=30)  # same capture
     cell.deliver(3)
     assert cell.node.counters["chunks_accepted"] == 1
-    assert cell.node.counters["waypoints_accepted"] == 4 and cell.node.e2e.count == 1
+    assert cell.node.counters["waypoints_accepted"] == 4 and cell.node.reports.e2e.count == 1
 
 
 def test_a_chunk_older_than_the_one_in_use_is_rejected_as_stale(cell):
@@ -573,7 +573,7 @@ def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_app
             break
     c = cell.node.counters
     assert (c["chunks_accepted"], c["late_applies"], c["rejected_stale"]) == (1, 1, 0)
-    assert cell.node.state == "idle" and cell.node.stack.holding and cell.node.e2e.count == 0
+    assert cell.node.state == "idle" and cell.node.stack.holding and cell.node.reports.e2e.count == 0
     traces = [e.body for e in iter(lambda: cell.watch.recv(timeout_ms=50), None)
               if e.topic == "trace"]
     assert [t["fields"] for t in traces] == [{"late_index": 0.0}]
@@ -583,11 +583,11 @@ def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_app
     cell.send_chunk(LINE, age_ms=10)
     for _ in range(200):
         cell.node.tick()
-        if cell.node.e2e.count:
+        if cell.node.reports.e2e.count:
             break
         time.sleep(0.001)
     assert cell.node.state == "run" and c["late_applies"] == 1
-    assert 10 * MS <= cell.node.e2e_last_ns <= cell.node.cfg.deadline_ns
+    assert 10 * MS <= cell.node.reports.e2e_last_ns <= cell.node.cfg.deadline_ns
 
 
 def test_a_stop_landing_while_a_waypoint_is_taken_still_ends_the_loop_after_that_tick(cell):

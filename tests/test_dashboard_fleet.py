@@ -144,7 +144,7 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     report = mon.summary()["robots"]
     assert set(report) == {"controller-0", "controller-1"}  # cell-2 never ran a cycle
     for row, robot in zip(rows[:2], robots):
-        own = robot.node.e2e.percentiles_us()  # the controller's own apply - capture samples
+        own = robot.node.reports.e2e.percentiles_us()  # the controller's own apply - capture samples
         fig = report[row["controller"]]
         assert row["cycles"] == fig["cycles"] == own["count"] >= 5
         # (a chunk superseded within one tick by the next is accepted but never applied)

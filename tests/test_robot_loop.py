@@ -191,7 +191,7 @@ def test_a_chunk_captured_in_the_robots_future_is_bad_and_the_next_honest_one_is
         c.deliver(4)
         c.run(1)
         assert (n["chunks_accepted"], n["waypoints_accepted"], n["rejected_stale"]) == (1, 4, 0)
-        assert c.node.state is State.RUN and 10 * MS <= c.node.e2e_last_ns <= 100 * MS
+        assert c.node.state is State.RUN and 10 * MS <= c.node.reports.e2e_last_ns <= 100 * MS
     finally:
         c.close()
 

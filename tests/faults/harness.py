@@ -80,7 +80,7 @@ class Recorder:
         return {"transitions": self.transitions, "holds": self.holds(), "resumes": self.resumes(),
                 "force_over_limit": self.force_over_limit,
                 "max_force_ratio": self.max_force_ratio, "max_tick_gap_ms": self.max_gap_ns / 1e6,
-                "e2e_max_ms": n.e2e_max_ns / 1e6, "deadline_ms": n.cfg.deadline_ns / 1e6,
+                "e2e_max_ms": n.reports.e2e_max_ns / 1e6, "deadline_ms": n.cfg.deadline_ns / 1e6,
                 "counters": dict(n.counters), "stack": dict(n.stack.counters),
                 "metrics": self.sim.cell.metrics.as_dict(),
                 "sub": dict(self.sim.sub.counters)}
