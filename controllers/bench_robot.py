@@ -36,14 +36,15 @@ import sys
 import numpy as np
 
 from rtinfer.model.obs_stream import load_bodies
-from rtinfer.realtime.deadline import DEADLINE_MS
+from rtinfer.realtime.deadline import DEADLINE_MS, deadline_ns
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
 from rtinfer.transport.wire import now_ns
 
 from .hardware import Command, RobotState
-from .node import ControllerConfig, ControllerNode
-from .run import load_policy_spec, load_robot
+from .controller_config import ControllerConfig
+from .node import ControllerNode
+from .robot_files import load_policy_spec, load_robot
 
 
 class StillRobot:
@@ -123,7 +124,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
     _, control, _ = load_robot(a.robot)
     period_ns = int(1e9 / a.rate_hz)
     cfg = ControllerConfig(control, tokenizer=tok, action=action, name=f"{a.name}-controller",
-                           deadline_ns=int(a.deadline_ms * 1e6), chunk_interval_ns=period_ns)
+                           deadline_ns=deadline_ns(a.deadline_ms), chunk_interval_ns=period_ns)
     bodies = load_bodies(a.stream)
     pub = Publisher(a.obs, a.name, curve=curve)
     sub = Subscriber(a.actions, ["action_chunk", "command"], curve=curve,
@@ -136,7 +137,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
     start, measure, end = times["start_ns"], times["measure_ns"], times["end_ns"]
     rec = Record(int((end - measure) / period_ns) + 2, spec.horizon, len(spec.names))
     next_ns, k = start + int(a.phase_ms * 1e6), 0
-    stop_ns = end + int(a.deadline_ms * 1e6) + 200_000_000
+    stop_ns = end + deadline_ns(a.deadline_ms) + 200_000_000
     counters = node.counters
     while True:
         now = now_ns()

@@ -143,8 +143,9 @@ class ToolConfig:
 
 @dataclass(frozen=True)
 class ControlConfig:
-    """The whole robot for the controller: axes, the optional tool, and the loop's settings.
-    tau_d_s: low-pass on the measured velocity (PID derivative). blend_ns: old -> new chunk
+    """The whole robot for the controller: axes, the optional tool, and the loop's settings;
+    the robot alone, whoever drives it (controllers.controller_config.ControllerConfig adds
+    what its controller takes from the policy: specs, deadline, health). tau_d_s: low-pass on the measured velocity (PID derivative). blend_ns: old -> new chunk
     blend window. follow_per_s: the reference's catch-up rate when off plan (1/s)."""
     axes: tuple[AxisConfig, ...]
     tool: ToolConfig | None = None
