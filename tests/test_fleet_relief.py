@@ -93,12 +93,15 @@ def test_no_robot_moves_twice_in_a_minute_and_none_goes_to_a_node_that_refused_i
                  {"r0": "a", "r1": "a", "r2": "b"})[1] == {}
 
 
-def test_balance_leaves_a_robot_that_moved_in_the_last_minute_where_it_is():
+def test_balance_waits_for_a_robot_that_moved_in_the_last_minute_and_moves_no_other():
     current = {f"r{i}": "a" for i in range(4)}
-    placed, _ = place(robots(4), {"a": Seat("a", "m", True, 8), "b": Seat("b", "m", True, 8)},
-                      current, balance=True, settled=frozenset({"r3", "r2"}))
-    assert placed["r3"] == placed["r2"] == "a"
-    assert placed["r1"] == placed["r0"] == "b"  # 2 and 2: balanced all the same
+    s = {"a": Seat("a", "m", True, 8), "b": Seat("b", "m", True, 8)}
+    placed, _ = place(robots(4), s, current, balance=True, settled=frozenset({"r3"}))
+    assert placed == current  # r3 would go first: nothing moves until its minute is over
+    placed, _ = place(robots(4), s, current, balance=True, settled=frozenset({"r2"}))
+    assert placed == {**current, "r3": "b"}  # r3 went; r2, next, waits
+    placed, _ = place(robots(4), s, current, balance=True, settled=frozenset({"r0"}))
+    assert placed == {**current, "r3": "b", "r2": "b"}
 
 
 def test_the_failover_bench_counts_a_robots_moves_within_a_minute():

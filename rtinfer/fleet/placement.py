@@ -16,8 +16,9 @@ A host whose node refused a robot placed there is given that robot again only wh
 host has room (`Seat.refused`), and a robot every host with room refused stays where it is:
 its node admits it by itself once its load has fallen (no robot bounces between refusing
 hosts). With `balance` (a host has just joined), robots then move from the most loaded host
-of a model to the one with the most room while their loads differ by two or more, leaving
-the `settled` ones (moved in the last minute) where they are. Relieving a host that stays
+of a model to the one with the most room while their loads differ by two or more; it stops
+at a robot that is `settled` (moved in the last minute) rather than move another in its
+place (the controller balances again once that robot's minute is over). Relieving a host that stays
 overloaded is rtinfer.fleet.relief's.
 """
 from __future__ import annotations
@@ -111,10 +112,11 @@ def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str
             if target is full or room(target) <= 0 or load[full.name] - load[target.name] < 2:
                 continue
             movable = sorted(r for r, h in placed.items() if h == full.name
-                             and robots[r].model == model and r not in target.refused
-                             and r not in settled)
+                             and robots[r].model == model and r not in target.refused)
             if movable:
                 robot = movable[-1]
+                if robot in settled:  # it moved lately: the balance waits for it, rather
+                    return False      # than move a robot that has not moved at all
                 placed[robot] = target.name
                 load[full.name] -= 1
                 load[target.name] += 1
