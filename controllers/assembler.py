@@ -29,6 +29,7 @@ class ChunkAssembler:
 
     @property
     def cycle(self) -> int:
+        assert self.key is not None, "no chunk yet"
         return self.key[1]
 
     @property

@@ -39,10 +39,10 @@ from rtinfer.model.obs_stream import load_bodies
 from rtinfer.realtime.deadline import DEADLINE_MS, deadline_ns
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.curve import add_curve_arguments, curve_from_args
-from rtinfer.transport.wire import now_ns
+from rtinfer.transport.wire import Envelope, now_ns
 
-from .hardware import Command, RobotState
 from .controller_config import ControllerConfig
+from .hardware import Command, RobotState
 from .node import ControllerNode
 from .robot_files import load_policy_spec, load_robot
 
@@ -65,7 +65,7 @@ class OneMessage:
     so each tick's verdict belongs to one message."""
 
     def __init__(self) -> None:
-        self.pending = None
+        self.pending: Envelope | None = None
 
     def recv(self, timeout_ms: int = 0):
         env, self.pending = self.pending, None
@@ -132,6 +132,7 @@ def run(a: argparse.Namespace, curve=None) -> int:
     feed = OneMessage()
     node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name, one_source=True)
     spec = action if action is not None else tok
+    assert spec is not None  # ControllerConfig refuses neither
     print("ready", flush=True)
     times = json.loads(sys.stdin.readline())
     start, measure, end = times["start_ns"], times["measure_ns"], times["end_ns"]

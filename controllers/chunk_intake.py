@@ -61,14 +61,15 @@ class ChunkIntake:
                  counters: dict[str, int], one_source: bool):
         """robot: the `dest` chunks for this robot carry. counters: the controller's (a
         conditioned chunk taken is counted there, and OneSource's counts)."""
-        self.cfg, self.robot, self.rtc, self.watchdog, self.rest = cfg, robot, rtc, watchdog, rest
+        self.robot: str = robot
+        self.cfg, self.rtc, self.watchdog, self.rest = cfg, rtc, watchdog, rest
         self.clock, self.counters = clock, counters
         self.tok = None if cfg.tokenizer is None else ActionTokenizer(cfg.tokenizer)
         # values vs decoded tokens (float32 slack)
         self._tol = 0.0 if self.tok is None else self.tok.bin_width / 2 + 1e-6
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         assert spec is not None  # ControllerConfig refuses neither
-        self.chunk = ChunkAssembler(spec.horizon, len(spec.names))
+        self.chunk: ChunkAssembler = ChunkAssembler(spec.horizon, len(spec.names))
         self.policies = PolicySources()  # which policies sent chunks for this robot
         # two nodes serving this robot at once (a fleet partition): one node's chunks at a time
         self.source = OneSource(watchdog.quiet_ns, counters) if one_source else None

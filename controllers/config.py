@@ -145,8 +145,9 @@ class ToolConfig:
 class ControlConfig:
     """The whole robot for the controller: axes, the optional tool, and the loop's settings;
     the robot alone, whoever drives it (controllers.controller_config.ControllerConfig adds
-    what its controller takes from the policy: specs, deadline, health). tau_d_s: low-pass on the measured velocity (PID derivative). blend_ns: old -> new chunk
-    blend window. follow_per_s: the reference's catch-up rate when off plan (1/s)."""
+    what its controller takes from the policy: specs, deadline, health). tau_d_s: low-pass
+    on the measured velocity (PID derivative). blend_ns: old -> new chunk blend window.
+    follow_per_s: the reference's catch-up rate when off plan (1/s)."""
     axes: tuple[AxisConfig, ...]
     tool: ToolConfig | None = None
     rate_hz: float = 1000.0
@@ -221,7 +222,7 @@ class ControlConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ControlConfig":
+    def from_dict(cls, d: dict) -> ControlConfig:
         """From YAML data (docs/robots.md); unknown keys are an error (typos must not pass)."""
         d = dict(d)
         axes = d.pop("axes", None)

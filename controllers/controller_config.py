@@ -53,7 +53,7 @@ class ControllerConfig:
 
     def __post_init__(self) -> None:
         """Refuse settings the loop cannot run with: ValueError naming each and its fix."""
-        rules = (
+        rules: tuple[tuple[bool, str, str], ...] = (
             (bool(self.name), "name is empty", "give the node a name (it labels health, trace)"),
             (self.deadline_ns > 0, f"deadline_ns={self.deadline_ns} must be > 0",
              "the most a chunk's capture may lag its arrival, e.g. 100_000_000 (100 ms)"),

@@ -45,7 +45,7 @@ class RobotState:
     holding: bool = False
 
     @classmethod
-    def zeros(cls, n: int) -> "RobotState":
+    def zeros(cls, n: int) -> RobotState:
         return cls(0, np.zeros(n), np.zeros(n))
 
 
@@ -63,7 +63,7 @@ class Command:
     ref_vel: np.ndarray
 
     @classmethod
-    def zeros(cls, n: int) -> "Command":
+    def zeros(cls, n: int) -> Command:
         return cls(np.zeros(n), 0.0, np.zeros(n), np.zeros(n))
 
 

@@ -11,7 +11,8 @@ class ObsCheck:
     shapes; a body laid out as the last one that passed is taken as it is (~3 us)."""
 
     def __init__(self, spec: ObsSpec | ObsTokens | None):
-        self.spec, self._passed = spec, None
+        self.spec = spec
+        self._passed: tuple | None = None  # the layout that passed last
 
     def problem(self, body: dict) -> str | None:
         """None, or what is wrong (the spec's own words)."""

@@ -15,6 +15,7 @@ The tool's state is its last command. Not thread-safe.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,13 +49,14 @@ class SimulatedAxes:
         self.state = RobotState(0, np.broadcast_to(np.asarray(start, float), (n,)).copy(),
                                 np.zeros(n))
         self.value = np.zeros(n)  # the last command
-        if not compensate:
-            self.gravity = None
+        # the gravity(state, out) hook the controller looks for, or none to do without
+        self.gravity: Callable[[RobotState, np.ndarray], None] | None = \
+            self._gravity if compensate else None
 
     def _gravity_load(self, k: int, q: float) -> float:
         return self.g[k] * math.cos(q) if self.rotary[k] else self.g[k]
 
-    def gravity(self, state: RobotState, out: np.ndarray) -> None:
+    def _gravity(self, state: RobotState, out: np.ndarray) -> None:
         for k, q in enumerate(state.pos.tolist()):
             out[k] = self._gravity_load(k, q)
 

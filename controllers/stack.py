@@ -13,7 +13,7 @@ mass * reference acceleration). Not thread-safe: call everything from the contro
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

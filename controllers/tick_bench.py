@@ -41,7 +41,7 @@ class _Robot:
         pub = Publisher(f"inproc://bench-tick-h{k}", "robot", ctx=ctx)
         self.node = ControllerNode(self.hw, ControllerConfig(
             control, action=self.spec, chunk_interval_ns=PERIOD_NS), sub, pub)
-        self.closers = [self.policy, sub, pub]
+        self.closers: list[Publisher | Subscriber] = [self.policy, sub, pub]
         self.hist, self.cycle = LatencyHistogram(), 0
         while self.node.counters["commands"] == 0:  # the slow joiner
             self.policy.publish("command", {"cmd": "clear", "reason": "sync"})

@@ -17,9 +17,9 @@ samples the plan exactly, off plan it chases it along a braking curve.
 
 The tool (a column after the axes, if the chunk has one) is discrete in time: a waypoint's
 tool value (already mapped by the caller, controllers.config.ToolConfig.command) takes effect
-when the reference time reaches the waypoint's time. Planning (per chunk) uses numpy; the per-tick update works
-on Python floats per axis (numpy's call overhead dominates on 3-vectors). Not
-thread-safe; one instance per control loop.
+when the reference time reaches the waypoint's time. Planning (per chunk) uses numpy; the
+per-tick update works on Python floats per axis (numpy's call overhead dominates on
+3-vectors). Not thread-safe; one instance per control loop.
 """
 from __future__ import annotations
 
@@ -87,7 +87,9 @@ class SetpointTracker:
         self.pos, self.vel, self.acc = np.zeros(n_axes), np.zeros(n_axes), np.zeros(n_axes)
         self.tool = 0.0
         self.braking = True           # no plan: brake to a stop, then hold position
-        self._plan = self._old = None  # (ts, ps, vs, tail) as lists of floats
+        # (ts, ps, vs, tail) as lists of floats
+        self._plan: tuple[list, list, list, list] | None = None
+        self._old: tuple[list, list, list, list] | None = None
         self._t0_ns = self._old_t0_ns = 0
         self._blend = (0, 0)
         self._on = [False] * n_axes   # per axis: the reference sits exactly on the plan
@@ -147,7 +149,8 @@ class SetpointTracker:
             self.tool = self._ev_val[self._ev_next]
             self._ev_next += 1
 
-    def _desired(self, now_ns: int):
+    def _desired(self, now_ns: int) -> tuple[list, list]:
+        assert self._plan is not None  # only while a plan is followed
         p, v = _hermite(self._plan, (now_ns - self._t0_ns) * 1e-9)
         b0, b1 = self._blend
         if self._old is None or now_ns >= b1:
@@ -184,6 +187,7 @@ class SetpointTracker:
         return P, V, A
 
     def _follow(self, pd: list, vd: list, dt: float) -> None:
+        assert self._plan is not None  # only while a plan is followed
         P, V, A, tail, on = self.pos, self.vel, self.acc, self._plan[3], self._on
         k_follow = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
         for k, (p0, v0, (vmax, amax), (blo, bhi)) in enumerate(zip(P.tolist(), V.tolist(),

@@ -18,8 +18,8 @@ Not thread-safe.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -78,7 +78,8 @@ class BatchRunner:
         return next(b for b in sorted(self.sessions) if b >= n)
 
     def run(self, rows: list[Row],
-            on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None) -> list[np.ndarray]:
+            on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
+            ) -> list[np.ndarray]:
         """Decode one chunk per row (2 <= len(rows) <= max_batch; every row's cycle at the
         same level). Sets each cycle's first_token_ns; returns each row's bins (chunk * D,),
         views valid until the next call; sets each cycle's previous to this chunk and its
@@ -146,7 +147,8 @@ class BatchRunner:
             self.stats[i].tokens = N
             chunk = out[i, :N]
             capture = r.cycle.capture
-            r.cycle.previous = (chunk.reshape(-1, D).copy(), capture) if capture is not None else None
+            r.cycle.previous = (chunk.reshape(-1, D).copy(), capture) \
+                if capture is not None else None
             r.cycle.stats = self.stats[i]
             bins.append(chunk)
         return bins

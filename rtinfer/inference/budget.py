@@ -138,7 +138,7 @@ class Budget:
         self.switches = 0
         self._last = 0
 
-    def fresh(self) -> "Budget":
+    def fresh(self) -> Budget:
         """A new Budget like this one (levels, deadline, thresholds, mode) for another robot:
         at level 0, or at this one's own level when that is fixed (auto off)."""
         b = Budget(self.levels, self.deadline_ns, patience=self.patience, auto=self.auto)

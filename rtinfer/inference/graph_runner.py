@@ -85,7 +85,8 @@ def dry_run_problems(model: ChunkModelDir) -> list[str]:
     zeros = zero_feeds(model)
     return [f"{model.graph_path(level)}: the chunk for an all-zero observation is not finite; "
             f"check the graph's normalisation"
-            for level in range(len(model.levels)) if not np.isfinite(runner.run(zeros, level)).all()]
+            for level in range(len(model.levels))
+            if not np.isfinite(runner.run(zeros, level)).all()]
 
 
 def graph_problems(sess, model: ChunkModelDir) -> list[str]:
@@ -125,7 +126,8 @@ def input_problems(sess, obs) -> list[str]:
     return out
 
 
-_ORT_NAMES = {"float32": "float", "float64": "double"}  # numpy dtype name -> ORT's, where they differ
+# numpy dtype name -> ORT's, where they differ
+_ORT_NAMES = {"float32": "float", "float64": "double"}
 
 
 def ort_type(dtype: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 CHECK_EVERY_NS = 100_000_000  # how often the file's stat is looked at (~2 us each)
 

@@ -47,7 +47,9 @@ class Backend(ABC):
 
     def _select_gate(self, name: str | None) -> None:
         """Point the full-depth graphs at gated set `name` (None: dense); only called with a
-        name in `gates`. Backends that build gated sets override it."""
+        name in `gates`, so never on a backend that builds none; those that do override it."""
+        raise NotImplementedError(f"the {self.name} backend lists gated sets but cannot "
+                                  f"select {name!r}: override _select_gate")
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -80,7 +82,7 @@ class Backend(ABC):
         """Write a snapshot back into the live KV cache."""
 
     # --- shared ---------------------------------------------------------------------------
-    def load(self, model, **opts) -> "Backend":
+    def load(self, model, **opts) -> Backend:
         """model: a ModelDir or its path. opts are backend-specific (see each backend)."""
         self.model = model if isinstance(model, ModelDir) else ModelDir.load(model)
         self.max_ctx, self.n_layer = self.model.max_ctx, self.model.n_layer

@@ -46,19 +46,22 @@ class OnnxBackend(Backend):
         try:
             import onnxruntime as ort
         except ImportError as e:
-            raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
+            raise BackendError(
+                f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
         if opt_level not in _LEVELS:
             raise BackendError(f"opt_level must be one of {list(_LEVELS)}, not {opt_level!r}")
         dtype = graph_dtype(precision or dtype)
         self._use_graphs(dtype)
         self._ort, self.dtype = ort, dtype
         avail = ort.get_available_providers()
-        want_cuda = providers == "cuda" or (providers == "auto" and "CUDAExecutionProvider" in avail)
+        want_cuda = providers == "cuda" or (
+            providers == "auto" and "CUDAExecutionProvider" in avail)
         if want_cuda and "CUDAExecutionProvider" not in avail:
             raise BackendError(f"CUDA provider requested but ORT offers only {avail}; "
                                "install onnxruntime-gpu or use providers='cpu'")
         self.device = "cuda" if want_cuda else "cpu"
-        prov = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
+        prov = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda \
+            else ["CPUExecutionProvider"]
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = int(threads), int(inter_threads)
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[opt_level])

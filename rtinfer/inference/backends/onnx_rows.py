@@ -22,7 +22,8 @@ class OnnxRows:
         try:
             import onnxruntime as ort
         except ImportError as e:
-            raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
+            raise BackendError(
+                f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
         self.model, self.batch = model, int(batch)
         c = model.config
         self.n_layer, self.max_ctx = model.n_layer, model.max_ctx

@@ -1,8 +1,8 @@
 """TensorRT backend: one engine per exported (depth, k) graph, name-based tensor I/O.
 
-Engines come from rtinfer.inference.backends.tensorrt_build.EngineBuilder (TensorRT 10.x/11.x plan, SPARSE_WEIGHTS,
-timing cache, engine cache keyed by graph sha256 + TensorRT version + GPU + flags), so a
-restart, or a second process on the same Jetson, only deserialises.
+Engines come from rtinfer.inference.backends.tensorrt_build.EngineBuilder (TensorRT
+10.x/11.x plan, SPARSE_WEIGHTS, timing cache, engine cache keyed by graph sha256 + TensorRT
+version + GPU + flags), so a restart, or a second process on the same Jetson, only deserialises.
 Device memory is owned here and allocated once from torch's CUDA allocator: per engine a
 token buffer and a logits buffer, one start_pos buffer, and TWO KV buffers (kv -> kv_out
 ping-pong, swapped after each step). Host side, tokens/start_pos/logits live in pinned
@@ -84,9 +84,11 @@ class TensorRTBackend(Backend):
         for n in IO_NAMES:
             shape = tuple(engine.get_tensor_shape(n))
             if any(d < 0 for d in shape):
-                raise BackendError(f"engine {key}: {n} has dynamic shape {shape}; graphs are static")
+                raise BackendError(
+                    f"engine {key}: {n} has dynamic shape {shape}; graphs are static")
         if tuple(engine.get_tensor_shape("tokens")) != (1, key[1]):
-            raise BackendError(f"engine {key}: tokens shape {tuple(engine.get_tensor_shape('tokens'))}")
+            shape = tuple(engine.get_tensor_shape("tokens"))
+            raise BackendError(f"engine {key}: tokens shape {shape}")
 
     def _allocate(self) -> None:
         torch, dev = self.torch, self.torch.device("cuda")
@@ -102,7 +104,8 @@ class TensorRTBackend(Backend):
         for key, engine in self._engines.items():
             self._check_io(engine, key)
             if self._dtype(engine, "kv") != kv_dtype:
-                raise BackendError(f"engine {key}: KV dtype differs from the other engines; rebuild")
+                raise BackendError(
+                    f"engine {key}: KV dtype differs from the other engines; rebuild")
             k = key[1]
             host = torch.full((1, k), self.pad, dtype=self._dtype(engine, "tokens")).pin_memory()
             tok_dev = host.to(dev)

@@ -16,15 +16,21 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from rtinfer.inference.backends.base import BackendError, ModelError
 from rtinfer.inference.backends.tensorrt_log import BuildLog, sparse_from_log, sparse_layers
-from rtinfer.inference.backends.tensorrt_plan import (QUANTISED, BuildPlan, assert_static,
-                                                      build_plan, cache_key, gpu_identity,
-                                                      profile_shapes)
+from rtinfer.inference.backends.tensorrt_plan import (
+    QUANTISED,
+    BuildPlan,
+    assert_static,
+    build_plan,
+    cache_key,
+    gpu_identity,
+    profile_shapes,
+)
 from rtinfer.model.directory import ModelDir
 
 

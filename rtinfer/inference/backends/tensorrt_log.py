@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 SEVERITIES = ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE")
 _ELIGIBLE = re.compile(r"Layers eligible for sparse math:\s*(.*)$")
@@ -56,7 +56,7 @@ class BuildLog:
         with self._lock:
             self._file.close()
 
-    def __enter__(self) -> "BuildLog":
+    def __enter__(self) -> BuildLog:
         return self
 
     def __exit__(self, *exc) -> None:

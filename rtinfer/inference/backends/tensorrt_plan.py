@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Collection, Mapping, Sequence
 
 from rtinfer.inference.backends.base import BackendError
 from rtinfer.inference.backends.tensorrt_log import BuildLog, sparse_from_log, sparse_layers  # noqa: F401 (re-exported)
-
 
 __all__ = ["BuildPlan", "build_plan", "cache_key", "profile_shapes", "assert_static",
            "parse_version", "BuildLog", "sparse_layers", "sparse_from_log", "gpu_identity",
@@ -138,8 +137,8 @@ def _quantised_plan(trt_version: str, major: int, precision: str, sparse: bool, 
 def cache_key(onnx_sha256: str, trt_version: str, gpu_name: str, compute_capability,
               plan: BuildPlan, **options) -> str:
     """Stable 24-hex-digit key of everything that makes an engine valid: the graph bytes,
-    the TensorRT version, the GPU (name + compute capability), the plan's precision, flags and typing,
-    and any extra build options (workspace, optimization level...)."""
+    the TensorRT version, the GPU (name + compute capability), the plan's precision, flags and
+    typing, and any extra build options (workspace, optimization level...)."""
     blob = json.dumps({"onnx": onnx_sha256, "trt": trt_version, "gpu": gpu_name,
                        "cc": list(compute_capability), "dtype": plan.onnx_dtype,
                        "precision": plan.precision,

@@ -33,6 +33,7 @@ class TorchBackend(Backend):
               sparse24: bool = False) -> None:
         try:
             import torch
+
             from models.checkpoint import load
         except ImportError as e:
             raise BackendError(f"torch backend needs torch + safetensors ({e}); "
@@ -90,6 +91,7 @@ class TorchBackend(Backend):
         if self.net.wte.weight.dtype not in (torch.float16, torch.bfloat16):
             raise BackendError("sparse24 needs dtype='float16' or 'bfloat16'")
         from torch.sparse import to_sparse_semi_structured
+
         from models.sparsity import check_24, sparse_targets
         targets = sparse_targets(self.net)
         mods = {fqn: self.net.get_submodule(fqn.rsplit(".", 1)[0]) for fqn in targets}
