@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .hardware import DriverError, HardwareFault, HardwareInterface, Observation, RobotState
+from .hardware import (
+    Command,
+    DriverError,
+    HardwareFault,
+    HardwareInterface,
+    Observation,
+    RobotState,
+)
 
 FAULTS = (HardwareFault, OSError)  # a failed transfer; any other exception is a bug
 
@@ -47,6 +54,17 @@ class DriverCalls:
             return self._observe(state, now)
         except Exception as e:  # observe() touches no bus: any exception is a driver bug
             raise self.bug("observe", e) from e
+
+    def write(self, cmd: Command) -> bool:
+        """hw.write(cmd): False on a HardwareFault (a failed write), DriverError on any other
+        exception. The tick's call: no argument tuple."""
+        try:
+            self.hw.write(cmd)
+            return True
+        except FAULTS:
+            return False
+        except Exception as e:
+            raise self.bug("write", e) from e
 
     def call(self, method: str, call: Callable[..., Any], *args: Any) -> bool:
         """A driver call that sends to the robot: False on a HardwareFault (a failed write),

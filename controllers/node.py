@@ -244,7 +244,11 @@ class ControllerNode:
         return self.observer.send(obs, self.state, self.intake.chunk)
 
     def _write(self, cmd, now: int) -> bool:
-        return self._out("write", self.driver.hw.write, cmd, now=now)
+        if self.driver.write(cmd):
+            return True
+        self.counters["write_faults"] += 1
+        self._fault(now)
+        return False
 
     def _out(self, method: str, call, *args, now: int) -> bool:
         """A driver call that sends to the robot: a HardwareFault is a write fault (counted;

@@ -11,14 +11,13 @@ due first (earliest deadline first) with those batched beside it where the polic
 -> encode each into a Cycle -> run the policy, which streams one `action_chunk` per waypoint
 the moment it is final to the robot whose obs it answers -> account (counters, histograms,
 slack -> budget, trace). One robot is a batch of one (docs/architecture.md draws it).
-A chunk with a value that is not finite (a broken policy's NaN or inf) is not sent: counted
-(chunks_not_finite), said in one rate-limited line, the robot holds as without a chunk, and
-the node serves on; BROKEN_AFTER in a row are reported (health policy_broken, a line).
-Stamps: the obs's (capture, ...) + obs_recv, first_token, publish. Also: `budget`/`command`
-in, `heartbeat` and `health` out at `health_hz`, a trace record per cycle. A bad obs is
-counted and dropped (one that does not fit the policy's observation spec: obs_bad, and a
-camera frame's problem also under its reason: frame_bad, frame_missing, frame_unknown).
-Single-threaded; `spin_once` blocks up to timeout_ms.
+Its parts: ObservationIntake (obs, identity, robots file), ControlIntake (`budget`/`command`
+in, heartbeats), WaypointPublisher (a chunk not finite is not sent: the robot holds, and
+BROKEN_AFTER in a row are reported), NodeHealth (counters, histograms, `health` at health_hz).
+Stamps: the obs's (capture, ...) + obs_recv, first_token, publish; a trace record per cycle.
+A bad obs is counted and dropped (obs_bad; a camera frame's also under its reason: frame_bad,
+frame_missing, frame_unknown). Single-threaded; `spin_once` blocks up to timeout_ms; every
+time is read from clock= (the monotonic clock by default).
 
 Own slack = deadline - (last publish - capture), capture on this node's clock (the last
 waypoint: a chunk is on time only when its last waypoint is). On one host (ipc/inproc/
@@ -77,10 +76,7 @@ class InferenceNode:
         self.policy = p = load_policy(model_dir, cfg, backend_opts,
                                       max(len(obs_eps), 2) if robots_file else len(obs_eps))
         budget = Budget(p.levels, deadline_ns(cfg.deadline_ms), auto=cfg.auto_budget)
-        self.intake: ObservationIntake | None = None
-        self.control: ControlIntake | None = None
-        self.out: WaypointPublisher | None = None
-        self.trace: TraceWriter | None = None
+        self.intake = self.control = self.out = self.trace = None  # close(): those opened
         self.complaints = Complaints(cfg.name)  # every line the node says, rate-limited
         say = self.complaints.say
         try:  # a socket that fails (an endpoint in use, a bad key) closes those before it
@@ -234,8 +230,7 @@ class InferenceNode:
         deadline = self.budget.deadline_ns  # or later: until a committed prefix runs out
         robots.offer(env, self.clock(), max(deadline, self.committed.window_ns(env.body)))
 
-    def _profile(self, inputs, sizes: list[int], rounds: int, level=None
-                 ) -> dict[int, list[int]]:
+    def _profile(self, inputs, sizes: list[int], rounds: int, level=None) -> dict:
         """cycle_profile.profile at `level` (default: full quality)."""
         return profile(self.policy, self.clock, inputs, sizes, rounds,
                        level or self.budget.levels[0])
