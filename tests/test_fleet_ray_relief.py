@@ -36,7 +36,7 @@ def why_no_cgroup() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.timeout(240, method="thread"),
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240, method="thread"),
               pytest.mark.skipif(why_no_cgroup() is not None, reason=str(why_no_cgroup()))]
 PERIOD_NS = 500_000_000  # the policy's period: a 400 ms admission window
 
