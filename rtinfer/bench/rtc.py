@@ -114,7 +114,8 @@ def run_point(arm: str, delay_ms: float, seed: int, a, tmp: Path) -> dict:
 
 def _record(rec: Subscriber, robot: subprocess.Popen, limit_s: float) -> dict:
     """Every waypoint the robot's action endpoint carries, until the robot exits."""
-    chunks, end = {}, time.monotonic() + limit_s
+    chunks: dict[tuple, dict] = {}
+    end = time.monotonic() + limit_s
     while robot.poll() is None and time.monotonic() < end:
         env = rec.recv(50)
         if env is None:
