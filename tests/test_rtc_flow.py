@@ -1,10 +1,12 @@
 """Real-time chunking for a flow policy, through a real InferenceNode over ipc: a step graph
 with per-waypoint t conditions on a robot's committed prefix (its chunk names it in
 `conditioned` and begins with the committed waypoints, bit for bit); one with a single t
-cannot condition, says so at start-up and serves the chunk unconditioned."""
+cannot condition, nor one whose spec declares no max_committed: it says so at start-up and
+serves the chunk unconditioned."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,17 +19,22 @@ from rtinfer.transport.wire import now_ns
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from flow_dirs import SPEC, build  # noqa: E402
+from flow_dirs import AFFINE, LADDER, SPEC  # noqa: E402
 
-from models.flow_tiny import TinyFlow  # noqa: E402
+from models.flow_package import package_flow  # noqa: E402
+from models.flow_tiny import TinyFlow, export_looped  # noqa: E402
 
 STATE = {"values": {"state": np.array([0.3, 0.1, -0.2, 0.3], np.float32)}, "ints": {}}
 COMMITTED = np.array([[1.25, -3.5], [1.5, -3.25], [1.75, -3.0]], np.float32)
 
 
-def _serve(tmp_path, per_waypoint_t: bool):
+def _serve(tmp_path, per_waypoint_t: bool, max_committed: int | None = 4):
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
-    build(tmp_path / "policy", TinyFlow(per_waypoint_t=per_waypoint_t, seed=4))
+    model = TinyFlow(per_waypoint_t=per_waypoint_t, seed=4)
+    graphs = tmp_path / "graphs"
+    prefix, step = export_looped(model, graphs)
+    package_flow(tmp_path / "policy", prefix, [step], LADDER,
+                 replace(SPEC, max_committed=max_committed), affine=AFFINE)
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
     robot = Publisher(eps["obs"], "robot")
     node = InferenceNode(tmp_path / "policy", eps["obs"], eps["act"],
@@ -52,7 +59,7 @@ def _answer(node, robot, act, committed=None) -> list:
 def test_a_per_waypoint_t_flow_policy_answers_conditioned_with_the_prefix_exactly(tmp_path):
     node, robot, act = _serve(tmp_path, per_waypoint_t=True)
     try:
-        assert node.policy.max_committed == SPEC.horizon - 1
+        assert node.policy.max_committed == 4  # the spec's
         got = _answer(node, robot, act, COMMITTED)
         assert len(got) == SPEC.horizon
         named = {"chunk": 11, "from": 2, "n": 3, "hash": prefix_hash(COMMITTED)}
@@ -68,9 +75,12 @@ def test_a_per_waypoint_t_flow_policy_answers_conditioned_with_the_prefix_exactl
             s.close()
 
 
-def test_a_single_t_flow_policy_says_it_cannot_condition_and_serves_unconditioned(
-        tmp_path, capfd):
-    node, robot, act = _serve(tmp_path, per_waypoint_t=False)
+@pytest.mark.parametrize("per_waypoint_t,max_committed", [(False, 4), (True, None)])
+def test_a_flow_policy_that_cannot_condition_says_so_and_serves_unconditioned(
+        tmp_path, capfd, per_waypoint_t, max_committed):
+    """A single t, or a per-waypoint t whose spec declares no max_committed (the delay it was
+    trained for is unknown)."""
+    node, robot, act = _serve(tmp_path, per_waypoint_t, max_committed)
     try:
         assert node.policy.max_committed == 0
         assert "cannot condition a chunk on a robot's committed prefix" in capfd.readouterr().err

@@ -8,9 +8,10 @@ zero_noise_ok). The chunk [H, D] exists at once and is emitted whole, as a conti
 policy's. A step graph's NaN reaches the chunk (clipping keeps NaN) and the node drops it.
 Levels: one per manifest level (its steps, its graph), full quality first; where card.json
 gives every level an accuracy, a level that a cheaper one beats is left out (flow_levels).
-Real-time chunking: max_committed is the action spec's (else the horizon less one) where every
-level's step graph is Euler with per-waypoint t [1, H_m] (it conditions on committed waypoints
-fed clean at t = 0); 0 otherwise, and the node says at start-up that it cannot condition.
+Real-time chunking: max_committed is the action spec's where every level's step graph is Euler
+with per-waypoint t [1, H_m] (it conditions on committed waypoints fed clean at t = 0, up to
+the delay it was trained for, which the spec declares); 0 otherwise, or where the spec
+declares none, and the node says at start-up that it cannot condition.
 """
 from __future__ import annotations
 
@@ -46,8 +47,7 @@ def conditions_on(md: FlowModelDir, runner) -> int:
     if md.integrator != "euler" or not all(tuple(runner.t[g].shape) == (1, runner.h_m)
                                            for g in used):
         return 0
-    m = md.action.max_committed
-    return md.action.horizon - 1 if m is None else int(m)
+    return int(md.action.max_committed or 0)
 
 
 class FlowPolicy:
