@@ -10,8 +10,8 @@ Levels: one per manifest level (its steps, its graph), full quality first; where
 gives every level an accuracy, a level that a cheaper one beats is left out (flow_levels).
 Real-time chunking: max_committed is the action spec's where every level's step graph is Euler
 with per-waypoint t [1, H_m] (it conditions on committed waypoints fed clean at t = 0, up to
-the delay it was trained for, which the spec declares); 0 otherwise, or where the spec
-declares none, and the node says at start-up that it cannot condition.
+the delay it was trained for, which the action spec declares, else card.json); 0 otherwise,
+or where neither declares it, and the node says at start-up that it cannot condition.
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def conditions_on(md: FlowModelDir, runner) -> int:
     if md.integrator != "euler" or not all(tuple(runner.t[g].shape) == (1, runner.h_m)
                                            for g in used):
         return 0
-    return int(md.action.max_committed or 0)
+    m = md.action.max_committed
+    return int(md.card.get("max_committed", 0) if m is None else m)
 
 
 class FlowPolicy:
