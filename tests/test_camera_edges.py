@@ -5,10 +5,10 @@ import subprocess
 import sys
 import time
 
+import camera_policy as cp
 import numpy as np
 import pytest
 
-import camera_policy as cp
 from rtinfer.transport.bus import Publisher
 from rtinfer.transport.wire import now_ns
 
@@ -35,7 +35,7 @@ def test_a_stale_frame_is_refused_with_its_fix_and_a_future_one_too(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         assert "ready" in node.stdout.readline()
-        for i in range(40):  # past the slow joiner: one of each, every 50 ms
+        for _ in range(40):  # past the slow joiner: one of each, every 50 ms
             now = now_ns()
             robot.publish("obs", body(now - 5_000 * MS), {"capture": now})
             robot.publish("obs", body(now + 5_000 * MS), {"capture": now})

@@ -3,16 +3,15 @@ of band with their camera and capture stamp, read by the node as views of the re
 message and fed to the graph; every bad frame refused, counted under its reason and said,
 the loop serving on. The last test runs a real node process."""
 import json
-import os
 import subprocess
 import sys
 import time
 
+import camera_policy as cp
 import numpy as np
 import pytest
 import zmq
 
-import camera_policy as cp
 from rtinfer.inference.budget import Budget, BudgetLevel
 from rtinfer.inference.robots import Robots
 from rtinfer.model.obs_spec import FrameError, ObsSpec

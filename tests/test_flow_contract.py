@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 from flow_dirs import SPEC, build  # noqa: E402
+
 from models.flow_tiny import TinyFlow, export_looped  # noqa: E402
 
 

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import recv_chunks
+
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 from flow_dirs import SPEC, NanFlow, build  # noqa: E402
+
 from tests.faults.common import wait_for  # noqa: E402
 
 

@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 from flow_dirs import AFFINE, SPEC, build  # noqa: E402
+
 from models.flow_tiny import TinyFlow  # noqa: E402
 from rtinfer.inference.flow_runner import FlowRunner  # noqa: E402
 from rtinfer.inference.flow_schedule import ddim_plan  # noqa: E402
@@ -219,8 +220,9 @@ def test_the_step_loop_allocates_nothing_and_reuses_its_buffers(tmp_path):
 
 def test_the_tensorrt_path_imports_without_a_gpu_and_says_the_fix_where_it_cannot_run(euler):
     import importlib.util
-    from rtinfer.inference.backends.base import BackendError
+
     import rtinfer.inference.flow_trt  # noqa: F401  (import-safe: tensorrt and torch lazily)
+    from rtinfer.inference.backends.base import BackendError
     if importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available():
         pytest.skip("a GPU with TensorRT is here: the parity run belongs on it")
     with pytest.raises(BackendError, match="use --backend onnx"):

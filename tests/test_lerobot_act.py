@@ -122,6 +122,7 @@ def test_image_act_trains_exports_matches_torch_and_runs_in_the_camera_env(tmp_p
     # torchvision first: imported after MuJoCo has rendered (the camera demo below), its
     # torch._dynamo -> triton import segfaulted this process (torch 2.14.1, 2 of 2 runs)
     import torchvision  # noqa: F401
+
     from examples.conveyor_sorting import lerobot_act_vision as lv
     from examples.conveyor_sorting.evaluate import evaluate
     from rtinfer.inference.graph_runner import GraphRunner

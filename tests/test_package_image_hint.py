@@ -18,7 +18,8 @@ ACTION = ActionSpec(("x", "y"), ("m", "m"), (-1.0, -1.0), (1.0, 1.0), horizon=2,
 def graph(path: Path, dtype, shape: list[int]) -> None:
     """A graph of one input `overhead` [1, *shape]: every action is its mean / 255."""
     import onnx
-    from onnx import TensorProto as T, helper as h
+    from onnx import TensorProto as T
+    from onnx import helper as h
     nodes = [h.make_node("Cast", ["overhead"], ["f"], to=T.FLOAT),
              h.make_node("Reshape", ["f", "flat"], ["r"]),
              h.make_node("ReduceMean", ["r"], ["m"], axes=[1], keepdims=1),

@@ -30,6 +30,7 @@ def recorded(tmp_path_factory):
 
 def test_the_recording_opens_with_ros2_schemas_and_holds_every_traced_cycle(recorded):
     from mcap_ros2.reader import read_ros2_messages
+
     from rtinfer.realtime.trace import read_trace
     d, report = recorded
     assert report["recording"] == str(d / "run.mcap")
@@ -101,8 +102,10 @@ def test_the_reading_example_of_docs_ros2_runs_as_written(recorded, tmp_path):
 
 def test_camera_frames_are_recorded_as_sensor_msgs_images(tmp_path):
     import time
+
     import numpy as np
     from mcap_ros2.reader import read_ros2_messages
+
     from rtinfer.record.node import Recorder
     from rtinfer.transport.bus import Publisher
     from rtinfer.transport.wire import now_ns

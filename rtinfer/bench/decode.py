@@ -131,9 +131,9 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
     cpu_tokens_per_s (the same over the calling thread's CPU time: ONNX Runtime at one
     thread computes on it, so time the host gave other processes is left out), outs
     (cycles, n) bins, decode_ns, decode_cpu_ns and prefill_ns (cycles,) per cycle, the
-    COUNTS summed over cycles (target_passes with each prefill; plain_steps: 1-token full-depth steps;
-    draft_passes: the decoder's; passes and rows: the drafter's own counters), and for drafters
-    speedup, cpu_speedup, identical, mean_accepted_per_verify, tokens_per_target_pass,
+    COUNTS summed over cycles (target_passes with each prefill; plain_steps: 1-token full-depth
+    steps; draft_passes: the decoder's; passes and rows: the drafter's own counters), and for
+    drafters speedup, cpu_speedup, identical, mean_accepted_per_verify, tokens_per_target_pass,
     acceptance.
     decoder_opts: drafter name -> its Decoder's options (k_verify, fit_verify; default none)."""
     if run_length < 1:

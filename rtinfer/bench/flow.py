@@ -78,9 +78,9 @@ def measure(size: str, rounds: int, root: Path) -> dict:
         times = {"looped": [], "unrolled": []}
         levels.append((k, sess, bind, times, diff))
     for r in range(rounds):
-        for level, (k, sess, bind, times, _) in enumerate(levels):
-            pair = [("looped", lambda: runner.run(feeds, level, noise=noise)),
-                    ("unrolled", lambda: sess.run_with_iobinding(bind))]
+        for level, (_, sess, bind, times, _) in enumerate(levels):
+            pair = [("looped", lambda lv=level: runner.run(feeds, lv, noise=noise)),
+                    ("unrolled", lambda s=sess, b=bind: s.run_with_iobinding(b))]
             for name, fn in (pair if r % 2 == 0 else pair[::-1]):
                 times[name].append(_time(fn))
     out = []

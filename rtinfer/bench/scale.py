@@ -18,10 +18,11 @@ The plain rows also carry the budget level that prefills and decodes at the earl
 (`exit_chunk_*`). Where a rung has KV-rows twins (models.kv_rows: the random rungs), its figures
 are on them (`kv` "rows": the cache read in place, only the new positions' KV written) and
 `kv_full_*` are the kv_out graphs' (the whole KV rewritten each step), timed interleaved with
-them cycle by cycle and step by step, with `kv_rows_identical` over the chunks. P (`largest_params_meeting_deadline`) is the largest measured row whose
-chunk p99 plus the loop's fixed overheads (rtinfer.bench.scale_overheads) is under the
-deadline. Blocks for seconds (--quick) to ~11 min (the full ladder with --sweep, exports
-cached, on a loaded 2-core host); exporting the rungs the first time adds ~20 min.
+them cycle by cycle and step by step, with `kv_rows_identical` over the chunks.
+P (`largest_params_meeting_deadline`) is the largest measured row whose chunk p99 plus the
+loop's fixed overheads (rtinfer.bench.scale_overheads) is under the deadline. Blocks for
+seconds (--quick) to ~11 min (the full ladder with --sweep, exports cached, on a loaded
+2-core host); exporting the rungs the first time adds ~20 min.
 """
 from __future__ import annotations
 

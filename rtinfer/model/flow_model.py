@@ -88,7 +88,7 @@ class FlowModelDir:
         return None
 
     @classmethod
-    def load(cls, path, *, check_hashes: bool = True) -> "FlowModelDir":
+    def load(cls, path, *, check_hashes: bool = True) -> FlowModelDir:
         path = Path(path)
         manifest = _json(path / "graphs.json", "write one with models.flow_package."
                          "package_flow (docs/policies.md)")

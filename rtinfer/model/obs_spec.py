@@ -186,4 +186,5 @@ class ObsSpec:
             if stack is None:
                 return image[None]
             stack[0, n] = image
+        assert stack is not None  # an image input names at least one camera (checked at load)
         return stack

@@ -18,5 +18,8 @@ class State(str, Enum):
     FAULT = "fault"          # a read or write failed; holds until both succeed again
     STOPPED = "stopped"      # the loop ends after this tick / spin
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)

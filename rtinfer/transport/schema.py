@@ -73,7 +73,8 @@ def check_int(lo: int, hi: int, rule: str):
             v = int(v)
         if not lo <= v <= hi:
             raise SchemaError(f"{v} is out of range: must be an integer {rule}")
-    check.int_range = (lo, hi)  # lets body plans test plain ints inline (see _plan)
+    # lets body plans test plain ints inline (see _plan); a function attribute mypy cannot see
+    check.int_range = (lo, hi)  # type: ignore[attr-defined]
     return check
 
 
@@ -242,8 +243,9 @@ def _chunk_cross(body):
                          f"{body['values'].shape}: both must be (D,)", "body.tokens")
 
 
-_FRAME = ({"image": check_array(dtype=np.uint8, ndim=3, nonempty=True), "capture_ns": ns},
-          frozenset(), None)
+_FRAME: tuple[dict, frozenset[str], None] = (
+    {"image": check_array(dtype=np.uint8, ndim=3, nonempty=True), "capture_ns": ns},
+    frozenset(), None)
 
 
 def _check_frames(v):
@@ -288,7 +290,8 @@ def _check_conditioned(v):
 
 
 # topic kind -> (field checks, optional field names, cross-field check or None)
-_ECHO = ({"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
+_ECHO: tuple[dict, frozenset[str], None] = (
+    {"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
 BODIES = {
     "obs": ({"values": check_map(check_array()), "ints": check_map(i64),
              "frames": _check_frames, "committed": _check_committed},
