@@ -75,7 +75,9 @@ def test_a_simulated_arm_follows_a_policy_and_reports(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert json.loads(out) == report
     c = report["controller"]
-    assert c["chunks_accepted"] > 20 and c["ticks"] > 2000
+    # 3 s at 1 kHz is 3,000 ticks on a quiet host; a busy 2-core one gave 1,073 and 1,870:
+    # the bound says the loop ran on, not how fast this host is
+    assert c["chunks_accepted"] > 20 and c["ticks"] > 500
     assert not any(v for k, v in c.items() if k.startswith("rejected_") or k.endswith("_faults"))
 
 
