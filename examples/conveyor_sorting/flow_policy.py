@@ -287,8 +287,11 @@ def parity(net, stats, paths: list[Path], data: dict, rows: int = 50, seed: int 
             "space": "normalised action coordinates (before the affine)"}
 
 
-def package(checkpoint, out, distilled=None, parity_data=(), card: dict | None = None) -> dict:
-    """Export the graphs and write the flow model directory through models.flow_package."""
+def package(checkpoint, out, distilled=None, parity_data=(), card: dict | None = None,
+            steps=(10, 4, 2, 1)) -> dict:
+    """Export the graphs and write the flow model directory through models.flow_package;
+    `steps` the levels' step counts (falling; a 1-step level runs the distilled graph where
+    there is one)."""
     import tempfile
     from models.flow_package import package_flow
     from .config import CellConfig, action_spec
@@ -299,7 +302,7 @@ def package(checkpoint, out, distilled=None, parity_data=(), card: dict | None =
         paths = export_graphs(net, stats, Path(tmp), student)
         par = parity(net, stats, paths, load_data(list(parity_data))[0], distilled=student) \
             if parity_data else None
-        levels = [(10, 0), (4, 0), (2, 0)] + ([(1, 1)] if student is not None else [(1, 0)])
+        levels = [(k, 1 if k == 1 and student is not None else 0) for k in steps]
         card = {"name": "conveyor-flow", "max_committed": MAX_COMMITTED,
                 "parity": par, **(card or {})}
         return package_flow(out, paths[0], paths[1:], levels, action_spec(CellConfig(), horizon=H),
@@ -428,7 +431,7 @@ def cmd_package(a) -> dict:
     """Package; with --levels-json (cmd eval --dir results per level) the card gets each
     level's success and latency, and the ladder is named in the card."""
     card = json.loads(Path(a.card).read_text()) if a.card else {}
-    card = package(a.checkpoint, a.out, a.distilled, a.parity_data, card)
+    card = package(a.checkpoint, a.out, a.distilled, a.parity_data, card, a.steps)
     return {k: card[k] for k in ("levels", "parity") if k in card}
 
 
@@ -497,6 +500,8 @@ def main(argv=None) -> int:
     k.add_argument("--out", required=True)
     k.add_argument("--parity-data", nargs="*", default=[])
     k.add_argument("--card", default=None, help="JSON merged into card.json (figures)")
+    k.add_argument("--steps", type=int, nargs="+", default=[10, 4, 2, 1],
+                   help="each level's step count, falling (1: the distilled graph if given)")
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         r = collect(a.episodes, a.out, a.seed, a.noise_m)
