@@ -3,9 +3,10 @@
     python -m examples.conveyor_sorting.flow_policy collect --episodes 40 --seed 500 --out clean.npz [--noise-m 0.015]
     python -m examples.conveyor_sorting.flow_policy train --data A.npz B.npz --relabel A.npz --out run.pt --steps 6000
     python -m examples.conveyor_sorting.flow_policy distill --checkpoint run.pt --data A.npz --out run1.pt --steps 1500
-    python -m examples.conveyor_sorting.flow_policy eval --checkpoint run.pt [--distilled run1.pt] --steps 10 --episodes 2
+    python -m examples.conveyor_sorting.flow_policy eval (--checkpoint run.pt --steps 10 | --dir DIR --level 2) --episodes 2
     python -m examples.conveyor_sorting.flow_policy dagger --checkpoint run.pt --episodes 12 --seed 700 --out d1.npz
-    python -m examples.conveyor_sorting.flow_policy export --checkpoint run.pt --distilled run1.pt --out DIR
+    python -m examples.conveyor_sorting.flow_policy package --checkpoint run.pt --distilled run1.pt --out DIR --steps 10 4 1 [--card figures.json]
+    python -m examples.conveyor_sorting.flow_policy latency --dir DIR --data rows.npz
 
 Observation: the raw keys objects, gantry, held, instruction, made into the same features as
 conveyor-act (examples/conveyor_sorting/lerobot_act.py `features`: state 15 + environment
@@ -18,8 +19,9 @@ outputs the anchor cup / scale, so the flow is learnt relative to the cup (flow_
 anchored coordinates) and the node's affine is a constant.
 
 Graphs (opset 17, batch 1): prefix.onnx (objects, gantry, held, instruction) -> obs_emb
-[1, P, E], anchor [1, H, D]; step.onnx and step_distilled.onnx (obs_emb, anchor, x_t [1, H, D],
-t [1, H]) -> v [1, H, D].
+[1, P, E], anchor [1, H, D]; the step graph and the distilled one-step graph (obs_emb, anchor,
+x_t [1, H, D], t [1, H]) -> v [1, H, D], written by models.flow_package as step.onnx and
+step_1.onnx. The packaged ladder is --steps 10 4 1 (the 1-step level on the distilled graph).
 """
 from __future__ import annotations
 
