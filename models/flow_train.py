@@ -204,7 +204,9 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
     """Reflow distillation to one step: a copy of `teacher` learns v(noise, t=1) so that
     noise - v equals the teacher's `teacher_steps`-step Euler result from the same noise (and
     the same committed prefix, drawn as in training: the rows' own chunks y_rel where given,
-    else the teacher's unconditioned result, which costs a second integration)."""
+    else the teacher's unconditioned result, which costs a second integration). The student
+    reads the teacher's prefix tokens (one prefix graph serves every level), so only its step
+    network learns."""
     import copy
     student = copy.deepcopy(teacher)
     teacher.eval()
@@ -228,7 +230,7 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
         student.train()
         x0 = torch.where(done.unsqueeze(-1), free, noise)
         t = torch.where(done, torch.zeros(batch, h), torch.ones(batch, h))
-        pred = x0 - student.step(student.encode(c), zero, x0, t)
+        pred = x0 - student.step(pre, zero, x0, t)   # the teacher's prefix: the node runs one
         w = (~done).unsqueeze(-1).float()
         loss = (((pred - target) ** 2) * w).sum() / (w.sum() * noise.shape[-1])
         opt.zero_grad(set_to_none=True)

@@ -92,7 +92,7 @@ def test_one_step_distillation_moves_toward_the_teacher():
     student, hist = distill_one_step(teacher, cond, steps=30, batch=32, lr=2e-3, log_every=30,
                                      teacher_steps=4, log=lambda s: None)
     with torch.no_grad():
-        gap1 = (integrate(student, student.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
+        gap1 = (integrate(student, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
     assert len(hist) == 1 and gap1 < gap0
 
 
