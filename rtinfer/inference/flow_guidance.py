@@ -100,9 +100,9 @@ class FlowGuidance:
         self.guided = self._bind(guided_path) if guided_path is not None else None
 
     def _bind(self, path):
+        import onnxruntime as ort  # the runner imported it already
         r = self.runner
-        so = r.steps[0].get_session_options()
-        sess = _open(__import__("onnxruntime"), path, so)
+        sess = _open(ort, path, r.steps[0].get_session_options())
         t_in = next(i for i in sess.get_inputs() if i.name == T)
         self.t = np.zeros(t_in.shape, numpy_dtype(t_in.type))
         bind = sess.io_binding()
