@@ -199,14 +199,16 @@ def train_flow(net: FlowNet, cond: torch.Tensor, y_rel: torch.Tensor, *, steps: 
 
 def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teacher_steps: int = 10,
                      y_rel: torch.Tensor | None = None, batch: int = 256, lr: float = 2e-4,
-                     seed: int = 1, rtc_prob: float = 0.5, log_every: int = 200, log=print
-                     ) -> tuple[FlowNet, list[dict]]:
+                     seed: int = 1, rtc_prob: float = 0.5, log_every: int = 200, log=print,
+                     student_prefix: str = "own") -> tuple[FlowNet, list[dict]]:
     """Reflow distillation to one step: a copy of `teacher` learns v(noise, t=1) so that
     noise - v equals the teacher's `teacher_steps`-step Euler result from the same noise (and
     the same committed prefix, drawn as in training: the rows' own chunks y_rel where given,
-    else the teacher's unconditioned result, which costs a second integration). The student
-    reads the teacher's prefix tokens (one prefix graph serves every level), so only its step
-    network learns."""
+    else the teacher's unconditioned result, which costs a second integration).
+    student_prefix "own": the student's copy of the encoder trains along (the package ships
+    the teacher's prefix graph, so the served one-step level reads the teacher's tokens);
+    "teacher": the student reads the teacher's prefix tokens and only its step network learns
+    (conveyor-flow measured 0.976 with "own", 0.956 with "teacher", 60 episodes each)."""
     import copy
     student = copy.deepcopy(teacher)
     teacher.eval()
@@ -230,7 +232,8 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
         student.train()
         x0 = torch.where(done.unsqueeze(-1), free, noise)
         t = torch.where(done, torch.zeros(batch, h), torch.ones(batch, h))
-        pred = x0 - student.step(pre, zero, x0, t)   # the teacher's prefix: the node runs one
+        sp = pre if student_prefix == "teacher" else student.encode(c)
+        pred = x0 - student.step(sp, zero, x0, t)
         w = (~done).unsqueeze(-1).float()
         loss = (((pred - target) ** 2) * w).sum() / (w.sum() * noise.shape[-1])
         opt.zero_grad(set_to_none=True)

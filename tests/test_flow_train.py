@@ -90,7 +90,8 @@ def test_one_step_distillation_moves_toward_the_teacher():
         target = integrate(teacher, teacher.encode(cond[:64]), zero, noise, 4)
         gap0 = (integrate(teacher, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
     student, hist = distill_one_step(teacher, cond, steps=30, batch=32, lr=2e-3, log_every=30,
-                                     teacher_steps=4, log=lambda s: None)
+                                     teacher_steps=4, student_prefix="teacher",
+                                     log=lambda s: None)
     with torch.no_grad():
         gap1 = (integrate(student, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
     assert len(hist) == 1 and gap1 < gap0

@@ -358,10 +358,12 @@ def cmd_distill(a) -> dict:
     cond, y = training_tensors(data, extra["stats"])
     student, hist = distill_one_step(teacher, cond, y_rel=y, steps=a.steps, batch=a.batch, lr=a.lr,
                                      seed=a.seed, log_every=a.log_every,
+                                     student_prefix=a.student_prefix,
                                      log=lambda s: print(s, flush=True))
     save(student, a.out, {"stats": extra["stats"], "teacher": a.checkpoint, "data": lineage,
                           "distill": {"method": "reflow distillation to one step (InstaFlow-style)",
                                       "teacher_steps": 10, "committed_prefix": "the rows' expert chunks",
+                                      "student_prefix": a.student_prefix,
                                       "steps": a.steps, "batch": a.batch,
                                       "lr": a.lr, "loss": hist}})
     return {"final_loss": hist[-1]["loss"], "s": hist[-1]["s"]}
@@ -475,6 +477,8 @@ def main(argv=None) -> int:
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--threads", type=int, default=1)
     d.add_argument("--log-every", type=int, default=100)
+    d.add_argument("--student-prefix", choices=["own", "teacher"], default="own",
+                   help="the student's encoder trains along (own) or it reads the teacher's")
     for name in ("eval", "dagger"):
         e = sub.add_parser(name)
         e.add_argument("--checkpoint", default=None)
