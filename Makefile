@@ -1,6 +1,7 @@
 # The two commands for a fresh machine: `make demo` and `make test`.
 PY ?= python3
 VENV ?= .venv
+LEROBOT_VENV ?= .venv-lerobot
 BIN := $(VENV)/bin
 SECONDS ?= 60
 
@@ -51,6 +52,7 @@ test:
 	trap '{ kill -TERM -$$envs || :; } 2>/dev/null' EXIT; trap 'exit 130' INT TERM HUP; \
 	echo "make test: building the LeRobot and ROS 2 venvs in the background (log: $(ENVS_LOG))"; \
 	set -ex; \
+	$(MAKE) lint; \
 	$(BIN)/python -m pytest --ignore-glob='$(RAY_TESTS)'; \
 	$(BIN)/python -m pytest $(RAY_TESTS); \
 	wait $$envs || { tail -n 40 $(ENVS_LOG); set +x; \
@@ -62,9 +64,10 @@ test:
 # which `make test` leaves out to stay under 15 minutes on 2 cores; CI runs both. pytest's exit
 # status 5 is "none selected" (a file set with no slow test).
 .PHONY: test-slow
-test-slow: $(VENV)/.installed-dev cpp
+test-slow: $(VENV)/.installed-dev cpp $(LEROBOT_VENV)/.installed-lerobot
 	$(BIN)/python -m pytest -m slow --ignore-glob='$(RAY_TESTS)' || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -m slow $(RAY_TESTS) || [ $$? -eq 5 ]
+	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_flow_doc.py tests/test_lerobot_rtc.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
@@ -80,7 +83,6 @@ cpp:
 	cmake --build build/cpp-asan -j2 --target rtinfer_wire_tool
 
 # LeRobot ACT venv (examples/conveyor_sorting/lerobot_act.py); LEROBOT_VENV overrides the path.
-LEROBOT_VENV ?= .venv-lerobot
 .PHONY: lerobot-env test-lerobot
 lerobot-env: $(LEROBOT_VENV)/.installed-lerobot
 
@@ -111,7 +113,7 @@ test-lerobot: $(LEROBOT_VENV)/.installed-lerobot
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_act.py
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_vision_head.py
 	$(LEROBOT_VENV)/bin/python -m pytest tests/test_lerobot_smolvla.py tests/test_lerobot_diffusion.py \
-	  tests/test_lerobot_flow_doc.py tests/test_flow_runner.py::test_ddim_schedule_and_step_are_diffusers_ddimscheduler
+	  tests/test_flow_runner.py::test_ddim_schedule_and_step_are_diffusers_ddimscheduler
 
 # ROS 2 venv (the ROS 2 bridge, rtinfer_ros2/: ROS 2 Kilted from PyPI's ros-* wheels, ~420 MB;
 # the tests run their nodes in a network namespace, so they need root); ROS2_VENV overrides it.

@@ -96,7 +96,8 @@ class FlowNet(nn.Module):
         self.prefix_pos = nn.Parameter(torch.zeros(c.prefix_tokens, c.width))
         self.act_in = nn.Linear(c.action_dim, c.width)
         self.act_pos = nn.Parameter(torch.randn(c.horizon, c.width) * 0.02)
-        self.t_mlp = nn.Sequential(nn.Linear(c.width, c.width), nn.GELU(), nn.Linear(c.width, c.width))
+        self.t_mlp = nn.Sequential(nn.Linear(c.width, c.width), nn.GELU(),
+                                   nn.Linear(c.width, c.width))
         self.blocks = nn.ModuleList(Block(c.width, c.heads, c.ff) for _ in range(c.layers))
         self.norm = nn.LayerNorm(c.width)
         self.out = nn.Linear(c.width, c.action_dim)
@@ -191,7 +192,8 @@ def train_flow(net: FlowNet, cond: torch.Tensor, y_rel: torch.Tensor, *, steps: 
         sched.step()
         run = loss.item() if step == 1 else 0.98 * run + 0.02 * loss.item()
         if step % log_every == 0 or step == steps:
-            hist.append({"step": step, "loss": round(run, 5), "s": round(time.perf_counter() - t0, 1)})
+            hist.append({"step": step, "loss": round(run, 5),
+                         "s": round(time.perf_counter() - t0, 1)})
             log(json.dumps(hist[-1]))
     net.eval()
     return hist
@@ -228,7 +230,8 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
                 else y_rel[idx]
             done = committed_mask(batch, h, teacher.cfg.max_committed, rtc_prob, gen)
             n = done.sum(1)
-            target = integrate(teacher, pre, zero, noise, teacher_steps, committed=free, n_committed=n)
+            target = integrate(teacher, pre, zero, noise, teacher_steps, committed=free,
+                               n_committed=n)
         student.train()
         x0 = torch.where(done.unsqueeze(-1), free, noise)
         t = torch.where(done, torch.zeros(batch, h), torch.ones(batch, h))
@@ -243,7 +246,8 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
         sched.step()
         run = loss.item() if step == 1 else 0.98 * run + 0.02 * loss.item()
         if step % log_every == 0 or step == steps:
-            hist.append({"step": step, "loss": round(run, 6), "s": round(time.perf_counter() - t0, 1)})
+            hist.append({"step": step, "loss": round(run, 6),
+                         "s": round(time.perf_counter() - t0, 1)})
             log(json.dumps(hist[-1]))
     student.eval()
     return student, hist

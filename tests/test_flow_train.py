@@ -5,8 +5,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from models.flow_train import (FlowConfig, FlowNet, distill_one_step, euler_onnx,  # noqa: E402
-                               export_step, flow_loss, integrate, ort_session, train_flow)
+from models.flow_train import (  # noqa: E402
+    FlowConfig,
+    FlowNet,
+    distill_one_step,
+    euler_onnx,
+    export_step,
+    flow_loss,
+    integrate,
+    ort_session,
+    train_flow,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,14 @@
 """conveyor-flow: a flow-matching policy (models/flow_train.py) on the conveyor cell's state.
 
-    python -m examples.conveyor_sorting.flow_policy collect --episodes 40 --seed 500 --out clean.npz [--noise-m 0.015]
-    python -m examples.conveyor_sorting.flow_policy train --data A.npz B.npz --relabel A.npz --out run.pt --steps 6000
-    python -m examples.conveyor_sorting.flow_policy distill --checkpoint run.pt --data A.npz --out run1.pt --steps 1500
-    python -m examples.conveyor_sorting.flow_policy eval (--checkpoint run.pt --steps 10 | --dir DIR --level 2) --episodes 2
-    python -m examples.conveyor_sorting.flow_policy dagger --checkpoint run.pt --episodes 12 --seed 700 --out d1.npz
-    python -m examples.conveyor_sorting.flow_policy package --checkpoint run.pt --distilled run1.pt --out DIR --steps 10 4 1 [--card figures.json]
-    python -m examples.conveyor_sorting.flow_policy latency --dir DIR --data rows.npz
+    python -m examples.conveyor_sorting.flow_policy COMMAND ...   (COMMAND and its options:)
+      collect --episodes 40 --seed 500 --out clean.npz [--noise-m 0.015]
+      train --data A.npz B.npz --relabel A.npz --out run.pt --steps 6000
+      distill --checkpoint run.pt --data A.npz --out run1.pt --steps 1500
+      eval --checkpoint run.pt --steps 10 --episodes 2      (or --dir DIR --level 2)
+      dagger --checkpoint run.pt --episodes 12 --seed 700 --out d1.npz
+      package --checkpoint run.pt --distilled run1.pt --out DIR --steps 10 4 1
+        [--card figures.json]
+      latency --dir DIR --data rows.npz
 
 Observation: the raw keys objects, gantry, held, instruction, made into the same features as
 conveyor-act (examples/conveyor_sorting/lerobot_act.py `features`: state 15 + environment
@@ -98,7 +100,8 @@ def load_data(paths, relabel=(), weights=None, per_state: int = 2):
             d = relabel_rows(load_npz(p), per_state)
             np.savez(cache, **d)
         parts.append(d)
-        lineage.append({"file": str(p), "relabelled_rows": len(d["gantry"]), "per_state": per_state})
+        lineage.append({"file": str(p), "relabelled_rows": len(d["gantry"]),
+                        "per_state": per_state})
     return {k: np.concatenate([d[k] for d in parts]) for k in parts[0]}, lineage
 
 
@@ -106,6 +109,7 @@ def load_data(paths, relabel=(), weights=None, per_state: int = 2):
 def cond_features(objects, gantry, held, instruction):
     """(B, 72) raw features: conveyor-act's state (15) and environment state (57)."""
     import torch
+
     from .lerobot_act import features
     state, env = features(objects, gantry, held, instruction)
     return torch.cat([state, env], dim=1)
@@ -190,6 +194,7 @@ class TorchFlowPolicy:
 
     def act(self, obs) -> np.ndarray:
         import torch
+
         from models.flow_train import integrate
         ins = [torch.from_numpy(v) for v in _feed(obs).values()]
         with torch.no_grad():
@@ -204,6 +209,7 @@ def dir_policy(path, level: int = 0, seed: int = 0, made: list | None = None):
     """A run_policy factory for a packaged directory: policy_adapter.FlowModelPolicy (the
     node's FlowRunner, noise seeded per cycle); each policy made is appended to `made`."""
     from rtinfer.model.flow_model import FlowModelDir
+
     from .policy_adapter import FlowModelPolicy
     model = FlowModelDir.load(path)
 
@@ -230,6 +236,7 @@ def lockstep(make_policy, episodes: int, seed: int = 0, instructions: str = "all
 def export_graphs(net, stats, out: Path, distilled=None) -> list[Path]:
     """prefix.onnx, step.onnx (and step_distilled.onnx) into `out`; returns their paths."""
     import torch
+
     from models.flow_train import OPSET, export_step
     out.mkdir(parents=True, exist_ok=True)
     k = _visible_k()
@@ -258,6 +265,7 @@ def parity(net, stats, paths: list[Path], data: dict, rows: int = 50, seed: int 
     1-step) chunks, from the same noise, on `rows` dataset rows; and with a committed prefix
     of MAX_COMMITTED waypoints, the largest change to it (0: returned exactly)."""
     import torch
+
     from models.flow_train import euler_onnx, integrate, ort_session
     pre_s, step_s = ort_session(paths[0]), ort_session(paths[1])
     dist_s = ort_session(paths[2]) if distilled is not None else None
@@ -295,7 +303,9 @@ def package(checkpoint, out, distilled=None, parity_data=(), card: dict | None =
     `steps` the levels' step counts (falling; a 1-step level runs the distilled graph where
     there is one)."""
     import tempfile
+
     from models.flow_package import package_flow
+
     from .config import CellConfig, action_spec
     net, extra = _load(checkpoint)
     student = _load(distilled)[0] if distilled else None
@@ -321,6 +331,7 @@ def _load(path):
 
 def cmd_train(a) -> dict:
     import torch
+
     from models.flow_train import FlowConfig, FlowNet, save, train_flow
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -351,6 +362,7 @@ def cmd_train(a) -> dict:
 
 def cmd_distill(a) -> dict:
     import torch
+
     from models.flow_train import distill_one_step, save
     torch.set_num_threads(a.threads)
     teacher, extra = _load(a.checkpoint)
@@ -362,7 +374,8 @@ def cmd_distill(a) -> dict:
                                      log=lambda s: print(s, flush=True))
     save(student, a.out, {"stats": extra["stats"], "teacher": a.checkpoint, "data": lineage,
                           "distill": {"method": "reflow distillation to one step (InstaFlow-style)",
-                                      "teacher_steps": 10, "committed_prefix": "the rows' expert chunks",
+                                      "teacher_steps": 10,
+                                      "committed_prefix": "the rows' expert chunks",
                                       "student_prefix": a.student_prefix,
                                       "steps": a.steps, "batch": a.batch,
                                       "lr": a.lr, "loss": hist}})
