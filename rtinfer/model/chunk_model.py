@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtinfer.model.action_spec import ActionSpec
-from rtinfer.model.directory import ModelError, _json, check_is_dir
+from rtinfer.model.directory import ModelError, check_is_dir
 from rtinfer.model.flow_model import KIND as FLOW
 from rtinfer.model.flow_model import FlowModelDir
 from rtinfer.model.obs_spec import ObsSpec
-from rtinfer.model.specs import read_specs
+from rtinfer.model.specs import card_accuracy, read_kind_manifest, read_specs
 
 KIND = "chunk"
 OUTPUT = "actions"
@@ -49,20 +49,13 @@ class ChunkModelDir:
         return self.path / self.levels[level]["file"]
 
     def accuracy(self, level: int) -> float | None:
-        for entry in self.card.get("levels", []):
-            if entry.get("level") == level and entry.get("accuracy") is not None:
-                return float(entry["accuracy"])
-        return None
+        return card_accuracy(self.card, level)
 
     @classmethod
     def load(cls, path, *, check_hashes: bool = True) -> ChunkModelDir:
         path = Path(path)
-        manifest = _json(path / "graphs.json", "write one as docs/policies.md says, or run "
-                         "`rtinfer package`")
-        if manifest.get("format") != "rtinfer-graphs" or manifest.get("version") != 2 \
-                or manifest.get("kind") != KIND:
-            raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v2 manifest of "
-                             f"kind {KIND!r}")
+        manifest = read_kind_manifest(path, KIND, "write one as docs/policies.md says, or run "
+                                      "`rtinfer package`")
         md = cls(path, manifest, *read_specs(path))
         md._validate(check_hashes)
         return md

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from rtinfer.model.action_spec import ActionSpec
-from rtinfer.model.directory import ModelError, _json
+from rtinfer.model.directory import ModelError
 from rtinfer.model.obs_spec import ObsSpec
-from rtinfer.model.specs import read_specs
+from rtinfer.model.specs import card_accuracy, read_kind_manifest, read_specs
 
 KIND = "flow"
 INTEGRATORS = ("euler", "ddim")
@@ -82,20 +82,13 @@ class FlowModelDir:
         return np.asarray(a["scale"], np.float32), np.asarray(a["offset"], np.float32)
 
     def accuracy(self, level: int) -> float | None:
-        for entry in self.card.get("levels", []):
-            if entry.get("level") == level and entry.get("accuracy") is not None:
-                return float(entry["accuracy"])
-        return None
+        return card_accuracy(self.card, level)
 
     @classmethod
     def load(cls, path, *, check_hashes: bool = True) -> FlowModelDir:
         path = Path(path)
-        manifest = _json(path / "graphs.json", "write one with models.flow_package."
-                         "package_flow (docs/policies.md)")
-        if manifest.get("format") != "rtinfer-graphs" or manifest.get("version") != 2 \
-                or manifest.get("kind") != KIND:
-            raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v2 manifest of "
-                             f"kind {KIND!r}")
+        manifest = read_kind_manifest(path, KIND, "write one with models.flow_package."
+                                      "package_flow (docs/policies.md)")
         action, obs, card = read_specs(path)
         md = cls(path, manifest, action, obs, card)
         md._validate(check_hashes)

@@ -1,4 +1,5 @@
-"""The specs a continuous-chunk or flow model directory carries beside its graphs."""
+"""What a continuous-chunk or flow model directory carries beside its graphs: its manifest's
+header, its specs and card, and the card's per-level accuracy."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,3 +22,22 @@ def read_specs(path: Path) -> tuple[ActionSpec, ObsSpec, dict]:
         raise ModelError(f"{path / 'obs_spec.json'}: {e}") from None
     card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
     return action, obs, card
+
+
+def read_kind_manifest(path: Path, kind: str, hint: str) -> dict:
+    """`path`/graphs.json, checked to be an rtinfer-graphs v2 manifest of `kind`; ModelError
+    otherwise (hint: how to write one, for a missing file)."""
+    manifest = _json(path / "graphs.json", hint)
+    if manifest.get("format") != "rtinfer-graphs" or manifest.get("version") != 2 \
+            or manifest.get("kind") != kind:
+        raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v2 manifest of "
+                         f"kind {kind!r}")
+    return manifest
+
+
+def card_accuracy(card: dict, level: int) -> float | None:
+    """The accuracy card.json gives `level`, or None."""
+    for entry in card.get("levels", []):
+        if entry.get("level") == level and entry.get("accuracy") is not None:
+            return float(entry["accuracy"])
+    return None
