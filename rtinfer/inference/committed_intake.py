@@ -39,7 +39,9 @@ class CommittedIntake:
         self.counters = dict.fromkeys(COUNTERS, 0)
         if self.max_n == 0:
             say("cannot_condition", "this policy cannot condition a chunk on a robot's "
-                "committed prefix (a one-shot chunk policy): committed prefixes are ignored, "
+                "committed prefix (max_committed 0: a one-shot chunk policy, or a flow policy "
+                "whose step graph takes one t or that declares no max_committed, "
+                "docs/policies.md section 2): committed prefixes are ignored, "
                 "its chunks are unconditioned, and a robot joins them with its tracker's blend "
                 "(blend_ns in the robot's config)", error=False)
 
