@@ -33,12 +33,19 @@ def serve_one(model_dir, obs: dict[str, np.ndarray], tmp_path, seed: int = 3):
                          cfg=InferenceNodeConfig(deadline_ms=60_000.0, auto_budget=False,
                                                  seed=seed))
     sub = Subscriber(eps["act"], ["action_chunk"])
+    horizon, cycles, msgs = FlowModelDir.load(model_dir).action.horizon, {}, []
     try:
-        for _ in range(200):   # the slow joiner: publish until the node answers
+        # the slow joiners both ways: publish and answer until one cycle's whole chunk came
+        # (the first answers can go out before this subscriber is connected, and are lost)
+        for _ in range(200):
             pub.publish("obs", body_of(model_dir, obs), {"capture": now_ns()})
-            if node.spin_once(50):
+            node.spin_once(50)
+            for env in recv_chunks(sub, 4 * horizon, timeout_s=0.05):
+                cycles.setdefault(env.body["cycle"], []).append(env)
+            whole = [c for c, got in cycles.items() if len(got) == horizon]
+            if whole:
+                msgs = cycles[whole[0]]
                 break
-        msgs = recv_chunks(sub, FlowModelDir.load(model_dir).action.horizon)
     finally:
         for s in (node, pub, sub):
             s.close()
