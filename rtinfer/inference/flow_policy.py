@@ -22,7 +22,7 @@ import numpy as np
 from rtinfer.inference.budget import BudgetLevel
 from rtinfer.inference.flow_runner import FlowRunner
 from rtinfer.inference.flow_trt import FlowTrtRunner
-from rtinfer.inference.graph_runner import zero_feeds
+from rtinfer.inference.graph_runner import FeedInputs
 from rtinfer.model.directory import ModelError
 from rtinfer.model.flow_model import FlowModelDir
 from rtinfer.transport.wire import now_ns
@@ -51,7 +51,7 @@ def conditions_on(md: FlowModelDir, runner) -> int:
     return int(md.card.get("max_committed", 0) if m is None else m)
 
 
-class FlowPolicy:
+class FlowPolicy(FeedInputs):
     batches, max_batch = [1], 1
 
     def __init__(self, md: FlowModelDir, cfg, backend_opts: dict, endpoints: int):
@@ -77,15 +77,6 @@ class FlowPolicy:
         noise = "zero noise" if self.zero_noise else f"noise seeded from {cfg.seed}"
         self.summary = (f"{cfg.backend}, flow policy ({md.integrator}, steps per level "
                         f"{ladder}, {noise})")
-
-    def encode(self, body: dict):
-        return self.model.obs.feeds(body)
-
-    def sample_inputs(self):
-        return zero_feeds(self.model)
-
-    def batch_for(self, n: int) -> int:
-        return 1
 
     def noise_seed(self, cycle) -> tuple[int, int, int] | None:
         """The cycle's noise seed (None: zero noise): the node's seed, the robot, the seq."""

@@ -74,6 +74,22 @@ def zero_feeds(model: ChunkModelDir) -> dict[str, np.ndarray]:
     return {k: np.zeros((1, *s), d) for k, d, s in zip(o.keys, o.dtypes, o.shapes)}
 
 
+class FeedInputs:
+    """The input side a policy over obs_spec graphs shares (the continuous-chunk and the flow
+    kinds): an `obs` body -> its graph feeds, an all-zero observation's feeds, batches of one.
+    The policy keeps its model directory in `self.model`."""
+    model: ChunkModelDir
+
+    def encode(self, body: dict):
+        return self.model.obs.feeds(body)
+
+    def sample_inputs(self):
+        return zero_feeds(self.model)
+
+    def batch_for(self, n: int) -> int:
+        return 1
+
+
 def dry_run_problems(model: ChunkModelDir) -> list[str]:
     """Open every level as the node does and run it once on an all-zero observation: one
     line per problem with its fix (empty: none). `rtinfer check-model` and `rtinfer package`

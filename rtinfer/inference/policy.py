@@ -31,7 +31,7 @@ import numpy as np
 from rtinfer.inference.batch import BATCH_DRAFTERS, BatchRunner, Row
 from rtinfer.inference.budget import default_levels
 from rtinfer.inference.flow_policy import FlowPolicy
-from rtinfer.inference.graph_runner import GraphRunner, chunk_levels, zero_feeds
+from rtinfer.inference.graph_runner import FeedInputs, GraphRunner, chunk_levels
 from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
 from rtinfer.model.chunk_model import load_model
@@ -130,7 +130,7 @@ def _max_batch(md, cfg, opts: dict, endpoints: int) -> int:
     return min(cfg.batch or max(md.batches), max(md.batches))
 
 
-class GraphPolicy:
+class GraphPolicy(FeedInputs):
     batches, max_batch = [1], 1
     max_committed = 0  # a one-shot graph takes no committed prefix: the tracker's blend joins
 
@@ -151,15 +151,6 @@ class GraphPolicy:
         self.summary = f"{cfg.backend}, continuous-chunk policy, {n} budget level" + (
             "s" if n > 1 else "; a one-shot graph without alternatives: a shorter chunk "
             "saves no compute, so the budget has nothing cheaper to switch to")
-
-    def encode(self, body: dict):
-        return self.model.obs.feeds(body)
-
-    def sample_inputs(self):
-        return zero_feeds(self.model)
-
-    def batch_for(self, n: int) -> int:
-        return 1
 
     def run(self, jobs: list, emit=None) -> list[np.ndarray]:
         """Each job's chunk [horizon, D] float32 (a view of its level's output buffer)."""
