@@ -18,27 +18,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.directory import ModelError, check_is_dir
 from rtinfer.model.flow_model import KIND as FLOW
 from rtinfer.model.flow_model import FlowModelDir
-from rtinfer.model.obs_spec import ObsSpec
-from rtinfer.model.specs import card_accuracy, read_kind_manifest, read_specs
+from rtinfer.model.specs import SpecDir, read_kind_manifest, read_specs
 
 KIND = "chunk"
 OUTPUT = "actions"
 
 
 @dataclass
-class ChunkModelDir:
-    path: Path
-    manifest: dict
-    action: ActionSpec
-    obs: ObsSpec
-    card: dict = field(default_factory=dict)
+class ChunkModelDir(SpecDir):
     kind = KIND
 
     @property
@@ -47,9 +40,6 @@ class ChunkModelDir:
 
     def graph_path(self, level: int) -> Path:
         return self.path / self.levels[level]["file"]
-
-    def accuracy(self, level: int) -> float | None:
-        return card_accuracy(self.card, level)
 
     @classmethod
     def load(cls, path, *, check_hashes: bool = True) -> ChunkModelDir:

@@ -20,15 +20,13 @@ missing or inconsistent entry raises one ModelError line naming the file and the
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.directory import ModelError
-from rtinfer.model.obs_spec import ObsSpec
-from rtinfer.model.specs import card_accuracy, read_kind_manifest, read_specs
+from rtinfer.model.specs import SpecDir, read_kind_manifest, read_specs
 
 KIND = "flow"
 INTEGRATORS = ("euler", "ddim")
@@ -37,12 +35,7 @@ PREDICTIONS = ("epsilon", "sample", "v_prediction")
 
 
 @dataclass
-class FlowModelDir:
-    path: Path
-    manifest: dict
-    action: ActionSpec
-    obs: ObsSpec
-    card: dict = field(default_factory=dict)
+class FlowModelDir(SpecDir):
     kind = KIND
 
     @property
@@ -80,9 +73,6 @@ class FlowModelDir:
         if not a:
             return None
         return np.asarray(a["scale"], np.float32), np.asarray(a["offset"], np.float32)
-
-    def accuracy(self, level: int) -> float | None:
-        return card_accuracy(self.card, level)
 
     @classmethod
     def load(cls, path, *, check_hashes: bool = True) -> FlowModelDir:

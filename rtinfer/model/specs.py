@@ -2,6 +2,7 @@
 header, its specs and card, and the card's per-level accuracy."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtinfer.model.action_spec import ActionSpec
@@ -41,3 +42,17 @@ def card_accuracy(card: dict, level: int) -> float | None:
         if entry.get("level") == level and entry.get("accuracy") is not None:
             return float(entry["accuracy"])
     return None
+
+
+@dataclass
+class SpecDir:
+    """The fields a continuous-chunk and a flow model directory share: where it is, its
+    graphs.json, its action and obs specs and its card ({} without card.json)."""
+    path: Path
+    manifest: dict
+    action: ActionSpec
+    obs: ObsSpec
+    card: dict = field(default_factory=dict)
+
+    def accuracy(self, level: int) -> float | None:
+        return card_accuracy(self.card, level)
