@@ -11,9 +11,10 @@ Discrete form, per update with period dt (s), error e = setpoint - measurement:
 The derivative acts on the measurement (plus an optional smooth rate setpoint), so a
 setpoint step gives no derivative kick. Not thread-safe; one instance per loop.
 
-The arrays (i, rate, e, u, ...) are the state; update() does its arithmetic on Python
-floats per axis, because numpy's per-call overhead dwarfs the maths on 3-vectors at 1 kHz.
-Gain and limit arrays are read-only: change gains with set_gains().
+The gains and limits are one frozen `PIDGains` (read-only arrays), replaced whole by
+set_gains(). The arrays (i, rate, e, u, ...) are the state; update() does its arithmetic on
+Python floats per axis, because numpy's per-call overhead dwarfs the maths on 3-vectors at
+1 kHz.
 
 Checked at construction and on every set_gains (ValueError naming the axis and the fix):
 kt * dt < 1 (a larger tracking step overshoots the saturation it should track), and a
@@ -21,6 +22,9 @@ defaulted kt = ki / kp needs kp > 0 wherever ki != 0 (kp <= 0 would silently mea
 back-calculation at all); pass kt explicitly there.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +44,66 @@ def _floats(x, n: int) -> list[float]:
     return np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)).tolist()
 
 
+@dataclass(frozen=True)
+class PIDGains:
+    """The gains (kp, ki, kd, tracking kt; 1/s for ki and kt) and the output and integral
+    limits (output units), each a read-only per-axis array. kt_follows: kt was defaulted to
+    ki / kp and is derived again when they change."""
+    kp: np.ndarray
+    ki: np.ndarray
+    kd: np.ndarray
+    kt: np.ndarray
+    out_min: np.ndarray
+    out_max: np.ndarray
+    i_min: np.ndarray
+    i_max: np.ndarray
+    kt_follows: bool
+
+    @classmethod
+    def of(cls, n: int, kp, ki, kd, kt=None, out_min=-np.inf, out_max=np.inf, i_min=None,
+           i_max=None) -> PIDGains:
+        """Scalars or per-axis values, broadcast to n axes; i_min/i_max default to the output
+        limits. Raises ValueError on a defaulted kt that cannot be derived (see the module)."""
+        lo, hi = _arr(out_min, n), _arr(out_max, n)
+        g = cls(_arr(kp, n), _arr(ki, n), _arr(kd, n), _arr(0.0 if kt is None else kt, n),
+                lo, hi, lo if i_min is None else _arr(i_min, n),
+                hi if i_max is None else _arr(i_max, n), kt is None)
+        return g.with_gains()
+
+    def with_gains(self, kp=None, ki=None, kd=None, kt=None) -> PIDGains:
+        """A copy with the gains given changed (limits kept); a following kt is derived again
+        from kp and ki, a kt given stops following them."""
+        n = len(self.kp)
+        new: dict[str, Any] = {k: _arr(v, n) for k, v in (("kp", kp), ("ki", ki), ("kd", kd),
+                                                          ("kt", kt)) if v is not None}
+        g = replace(self, **new)
+        if kt is not None:
+            return replace(g, kt_follows=False)
+        if not g.kt_follows:
+            return g
+        bad = np.flatnonzero((g.kp <= 0) & (g.ki != 0))
+        if bad.size:
+            raise ValueError(f"PID axis {int(bad[0])}: kt defaults to ki / kp, but kp = "
+                             f"{g.kp[bad[0]]:g} <= 0 with ki = {g.ki[bad[0]]:g} would "
+                             f"mean no anti-windup back-calculation; pass kt explicitly")
+        return replace(g, kt=_arr(np.divide(g.ki, g.kp, out=np.zeros(n), where=g.kp > 0), n))
+
+    def check(self, dt_s: float) -> None:
+        """ValueError unless 0 <= kt * dt_s < 1 on every axis."""
+        bad = np.flatnonzero((self.kt * dt_s >= 1) | (self.kt < 0))
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(f"PID axis {k}: kt = {self.kt[k]:g}/s with dt = {dt_s:g} s "
+                             f"gives kt * dt = {self.kt[k] * dt_s:g}; it must be in "
+                             f"[0, 1): lower kt (or ki / kp) or the period")
+
+    def rows(self) -> list[tuple[float, ...]]:
+        """Per axis (kp, ki, kd, kt, out_min, out_max, i_min, i_max) as Python floats."""
+        return list(zip(self.kp.tolist(), self.ki.tolist(), self.kd.tolist(),
+                        self.kt.tolist(), self.out_min.tolist(), self.out_max.tolist(),
+                        self.i_min.tolist(), self.i_max.tolist()))
+
+
 class PID:
     def __init__(self, kp, ki, kd, *, dt_s: float, n: int = 3, kt=None, tau_d_s: float = 0.0,
                  out_min=-np.inf, out_max=np.inf, i_min=None, i_max=None):
@@ -48,13 +112,9 @@ class PID:
         below 1. i_min/i_max default to the output limits. tau_d_s: time constant (s) of
         the low-pass on the measured rate."""
         self.n, self.dt_s, self.tau_d_s = n, float(dt_s), float(tau_d_s)
-        self.kp, self.ki, self.kd = _arr(kp, n), _arr(ki, n), _arr(kd, n)
-        self._kt_default = kt is None  # kt = ki / kp, re-derived when kp or ki change
-        self.kt = self._derived_kt() if kt is None else _arr(kt, n)
-        self._check_kt()
-        self.out_min, self.out_max = _arr(out_min, n), _arr(out_max, n)
-        self.i_min = self.out_min.copy() if i_min is None else _arr(i_min, n)
-        self.i_max = self.out_max.copy() if i_max is None else _arr(i_max, n)
+        self.gains = PIDGains.of(n, kp, ki, kd, kt, out_min, out_max, i_min, i_max)
+        self.gains.check(self.dt_s)
+        self._rows = self.gains.rows()  # update()'s per-axis floats
         self.i = np.zeros(n)          # integral term, output units
         self.rate = np.zeros(n)       # filtered measured rate
         self.e = np.zeros(n)          # last error, kept for bumpless gain changes
@@ -64,29 +124,6 @@ class PID:
         self.u = np.zeros(n)          # last output (returned array, reused)
         self._prev_meas = np.zeros(n)
         self._primed = False
-        self._cache_gains()
-
-    def _derived_kt(self) -> np.ndarray:
-        bad = np.flatnonzero((self.kp <= 0) & (self.ki != 0))
-        if bad.size:
-            raise ValueError(f"PID axis {int(bad[0])}: kt defaults to ki / kp, but kp = "
-                             f"{self.kp[bad[0]]:g} <= 0 with ki = {self.ki[bad[0]]:g} would "
-                             f"mean no anti-windup back-calculation; pass kt explicitly")
-        return _arr(np.divide(self.ki, self.kp, out=np.zeros(self.n), where=self.kp > 0),
-                    self.n)
-
-    def _check_kt(self) -> None:
-        bad = np.flatnonzero((self.kt * self.dt_s >= 1) | (self.kt < 0))
-        if bad.size:
-            k = int(bad[0])
-            raise ValueError(f"PID axis {k}: kt = {self.kt[k]:g}/s with dt = {self.dt_s:g} s "
-                             f"gives kt * dt = {self.kt[k] * self.dt_s:g}; it must be in "
-                             f"[0, 1): lower kt (or ki / kp) or the period")
-
-    def _cache_gains(self) -> None:
-        self._gains = list(zip(self.kp.tolist(), self.ki.tolist(), self.kd.tolist(),
-                               self.kt.tolist(), self.out_min.tolist(), self.out_max.tolist(),
-                               self.i_min.tolist(), self.i_max.tolist()))
 
     def reset(self) -> None:
         for a in (self.i, self.rate, self.e, self.d_err, self.ff, self.u_raw, self.u):
@@ -100,24 +137,12 @@ class PID:
         lies outside, the last output is kept as nearly as that allows (it moves by the
         excess). kt: a new tracking gain; a defaulted kt (ki / kp) is re-derived. Raises
         ValueError (nothing changed) on gains the checks above refuse."""
-        old = (self.kp, self.ki, self.kd, self.kt)
-        u_prev = self.u.copy()  # the applied (saturated) output is what must not jump
-        for name, g in (("kp", kp), ("ki", ki), ("kd", kd)):
-            if g is not None:
-                setattr(self, name, _arr(g, self.n))
-        try:
-            if kt is not None:
-                self.kt, self._kt_default = _arr(kt, self.n), False
-            elif self._kt_default:
-                self.kt = self._derived_kt()
-            self._check_kt()
-        except ValueError:
-            self.kp, self.ki, self.kd, self.kt = old
-            raise
-        self._cache_gains()
-        if self._primed:
-            self.i[:] = u_prev - self.kp * self.e - self.kd * self.d_err - self.ff
-            np.clip(self.i, self.i_min, self.i_max, out=self.i)
+        g = self.gains.with_gains(kp, ki, kd, kt)
+        g.check(self.dt_s)
+        self.gains, self._rows = g, g.rows()
+        if self._primed:  # the applied (saturated) output u is what must not jump
+            self.i[:] = self.u - g.kp * self.e - g.kd * self.d_err - self.ff
+            np.clip(self.i, g.i_min, g.i_max, out=self.i)
 
     def update(self, setpoint, measurement, *, rate_setpoint=0.0, measurement_rate=None,
                feedforward=0.0, dt_s: float | None = None) -> np.ndarray:
@@ -133,7 +158,7 @@ class PID:
         I, R, E, D, F, UR, U, M = (self.i, self.rate, self.e, self.d_err, self.ff, self.u_raw,
                                    self.u, self._prev_meas)
         i_, rate_, prev_ = I.tolist(), R.tolist(), M.tolist()
-        for k, (kp, ki, kd, kt, omin, omax, imin, imax) in enumerate(self._gains):
+        for k, (kp, ki, kd, kt, omin, omax, imin, imax) in enumerate(self._rows):
             m = meas[k]
             if mrate is not None:
                 raw = mrate[k]

@@ -109,13 +109,13 @@ def test_a_gain_change_whose_integral_would_pass_its_limits_moves_the_output_by_
 
 def test_a_defaulted_kt_follows_kp_and_ki_and_kt_can_be_set():
     pid = PID(2.0, 1.0, 0.0, dt_s=DT, n=2)
-    assert pid.kt.tolist() == [0.5, 0.5]
+    assert pid.gains.kt.tolist() == [0.5, 0.5]
     pid.set_gains(kp=4.0, ki=8.0)
-    assert pid.kt.tolist() == [2.0, 2.0]  # ki / kp again, not the old 0.5
+    assert pid.gains.kt.tolist() == [2.0, 2.0]  # ki / kp again, not the old 0.5
     pid.set_gains(kt=[3.0, 0.0])
-    assert pid.kt.tolist() == [3.0, 0.0]
+    assert pid.gains.kt.tolist() == [3.0, 0.0]
     pid.set_gains(kp=1.0)
-    assert pid.kt.tolist() == [3.0, 0.0]  # given explicitly: kept
+    assert pid.gains.kt.tolist() == [3.0, 0.0]  # given explicitly: kept
 
 
 @pytest.mark.parametrize("make, says", [
@@ -133,4 +133,4 @@ def test_a_refused_gain_change_changes_nothing():
     pid = PID(2.0, 1.0, 0.0, dt_s=DT, n=1)
     with pytest.raises(ValueError, match="kt \\* dt"):
         pid.set_gains(ki=5000.0)
-    assert (pid.kp[0], pid.ki[0], pid.kt[0]) == (2.0, 1.0, 0.5)
+    assert (pid.gains.kp[0], pid.gains.ki[0], pid.gains.kt[0]) == (2.0, 1.0, 0.5)
