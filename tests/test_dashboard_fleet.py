@@ -172,7 +172,7 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     assert "cell-0: sorted" not in text  # the rows replace the summary's per-cell lines
 
     # the demo's report: each cell's entry carries the monitor's figures of its controller
-    from rtinfer.cli.demo import collect_report
+    from rtinfer.cli.demo_report import collect_report
     (tmp_path / "monitor_report.json").write_text(json.dumps(mon.summary()))
     for r in robots:  # what controllers.run writes: the controller's report and the cell's
         (tmp_path / f"sim_report-{r.k}.json").write_text(json.dumps(

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rtinfer.cli.demo import collect_report
+from rtinfer.cli.demo_report import collect_report
 from rtinfer.monitor.dashboard import Dashboard
 from rtinfer.transport.bus import Publisher
 
@@ -57,7 +57,7 @@ def test_dashboard_shows_the_latest_health_of_each_node(tmp_path):
 
 
 def test_stress_runs_at_a_tighter_deadline_with_margins_scaled_to_it():
-    from rtinfer.cli.demo import STRESS_DEADLINE_MS, launch_overrides
+    from rtinfer.cli.demo_options import STRESS_DEADLINE_MS, launch_overrides
     from rtinfer.launch.file import load
     from rtinfer.monitor.policy import MonitorConfig
     assert launch_overrides(None, None, None) == {}
@@ -142,10 +142,10 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
 
 def test_the_stress_load_is_pinned_to_the_policys_cpu():
     """The busy processes share the policy node's CPU (rtinfer.cli.stress.policy_cpu)."""
-    from rtinfer.cli.demo import _stress
+    from rtinfer.cli.demo_launch import busy_processes
     from rtinfer.cli.stress import policy_cpu
     cpu = policy_cpu()
-    hogs = _stress(1, 30, cpu)
+    hogs = busy_processes(1, 30, cpu)
     try:
         for _ in range(1000):  # until the hog has pinned itself (10 s at most)
             if os.sched_getaffinity(hogs[0].pid) == {cpu}:
@@ -203,7 +203,7 @@ def test_the_report_says_what_scheduling_each_node_was_granted(tmp_path):
     import subprocess
     import sys
 
-    from rtinfer.cli.demo import scheduling
+    from rtinfer.cli.demo_report import scheduling
     # the real child, as the launcher starts it, its output in the node's log
     for name, opts in (("sim", ["--priority", "1"]), ("policy", ["--cpus", "100000"]),
                        ("monitor", [])):

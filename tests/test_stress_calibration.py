@@ -274,19 +274,19 @@ def test_a_roles_two_runs_pool_their_counts_and_their_worst_figures():
 
 
 def test_near_deadline_runs_each_load_in_the_order_fixed_budget_budget_fixed(monkeypatch, tmp_path):
-    from rtinfer.cli import demo
+    from rtinfer.cli import demo_stress
     calls = []
 
     def one(launch, base, name, seconds, overrides, *rest):
         calls.append(name)
         return {"exit_code": 0, "cycles": 100, "deadline_misses": 1, "deadline_ms": 20.0,
                 "objects": {"correct": 1}, "e2e_ms": {"max": 1.0}}
-    monkeypatch.setattr(demo, "_one", one)
-    monkeypatch.setattr(demo, "calibrate", lambda *a, **k: (
+    monkeypatch.setattr(demo_stress, "one_run", one)
+    monkeypatch.setattr(demo_stress, "calibrate", lambda *a, **k: (
         choose_deadline(FULL, CHEAP, given_ms=20.0), []))
-    monkeypatch.setattr(demo, "policy_cpu", lambda: 0)
-    out = demo.near_deadline(tmp_path / "x.yaml", tmp_path, "m", None, 1.0, {},
-                             Console(file=io.StringIO()), demo._Stop(), None)
+    monkeypatch.setattr(demo_stress, "policy_cpu", lambda: 0)
+    out = demo_stress.near_deadline(tmp_path / "x.yaml", tmp_path, "m", None, 1.0, {},
+                                    Console(file=io.StringIO()), demo_stress.Stop(), None)
     assert calls == ["unpressured"] + [f"{c}-{k + 1}-{r}" for c in ("nominal", "stress")
                                        for k, r in enumerate(("fixed", "budget", "budget", "fixed"))]
     assert out["nominal"]["fixed"]["cycles"] == 200 and len(out["stress"]["budget"]["runs"]) == 2
