@@ -4,7 +4,7 @@
         [--policy-hz HZ] [--seconds S] [--report PATH] ...   (controllers.run's options)
 
 ROBOT.yaml is a robot file (docs/robots.md) whose `hardware:` configures the bridge
-(rtinfer_ros2.bridge.ROS2Robot: topics, joint names, QoS, the controller type, the
+(rtinfer_ros2.config.ROS2RobotConfig: topics, joint names, QoS, the controller type, the
 observation); rtinfer_ros2:arm.yaml is the worked example (docs/ros2.md). Without ROS 2
 installed it says how to install it, in one line, and exits 2.
 """

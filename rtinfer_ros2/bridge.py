@@ -34,7 +34,8 @@ from controllers.config import ControlConfig
 from controllers.hardware import HardwareFault, Observation, RobotState
 from rtinfer.launch.entry import EntryError, resolve
 
-from .commands import HOLD_HOW, KINDS, TYPES
+from .commands import HOLD_HOW, KINDS
+from .config import ROS2RobotConfig
 from .figures import Figures
 from .images import LatestImage, jpeg_decoder
 from .joint_states import LatestJointState
@@ -42,7 +43,6 @@ from .refusals import say
 
 INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
            "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
-RELIABILITY = ("best_effort", "reliable")
 
 
 def import_rclpy():
@@ -87,88 +87,71 @@ def camera_configs(cameras: dict | None) -> dict[str, dict]:
 class ROS2Robot:
     """N joints of a ROS 2 robot, in the robot file's axis order (docs/ros2.md).
 
-    joint_states: the sensor_msgs/JointState topic. command: the controller's command topic.
-    joints: the ROS joint names in axis order (default: the axis names). controller: one of
-    commands.TYPES. reliability, depth: the QoS of both topics. silent_ms: a JointState gap
-    longer than this is a silent topic. future_ms: a stamp further ahead than this (of this
-    host's clock) is refused. past_ms: a stamp further behind its arrival than this is counted
-    (js_past; give the run's --deadline-ms). obs_hz: observations per second (give
-    controllers.run the same --policy-hz). observe: MODULE:FUNCTION, (pos, vel, **observe_args)
-    -> the policy's values (default: {"joints": positions then velocities, float32}). cameras:
-    camera name (the policy's, docs/policies.md) -> {topic, shape: [H, W, 3], compressed:
-    false}: a sensor_msgs/Image topic (CompressedImage, jpeg, when compressed), best-effort QoS;
-    every observation carries each camera's newest frame (images.py), or waits for one no older
-    than frame_silent_ms. lead_ms (trajectory_chunk): a waypoint due sooner than this is left
-    out of its trajectory (it would arrive past due). diagnostics_hz: rtinfer's figures on
-    /diagnostics this often (figures.py; 0: not at all), from what the run's nodes say on
-    `listen` (endpoints; python -m rtinfer_ros2 gives its --obs, --actions, --control).
-    wait_s: how long to wait for the first JointState before giving up (ValueError). node:
-    the ROS node's name."""
+    ROS2Robot(control, config): config is a ROS2RobotConfig (config.py: the topics, joints,
+    QoS, controller type, observation, cameras, /diagnostics; each setting's meaning is
+    there). ROS2Robot(control, **hardware): the robot file's `hardware:` keys, as
+    controllers.run passes them, read by ROS2RobotConfig.from_hardware. Every observation
+    carries each camera's newest frame (images.py), or waits for one no older than
+    frame_silent_ms. Blocks up to config.wait_s for the first JointState (ValueError if none
+    comes)."""
 
-    def __init__(self, control: ControlConfig, *, joint_states: str = "joint_states",
-                 command: str = "forward_position_controller/commands",
-                 joints: list[str] | None = None, controller: str = "forward",
-                 reliability: str = "reliable", depth: int = 10, silent_ms: float = 50.0,
-                 future_ms: float = 5.0, past_ms: float = 100.0, obs_hz: float = 20.0,
-                 observe: str | None = None,
-                 observe_args: dict | None = None, cameras: dict | None = None,
-                 frame_silent_ms: float = 100.0, lead_ms: float = 10.0,
-                 diagnostics_hz: float = 2.0, listen: list[str] | None = None,
-                 wait_s: float = 10.0, node: str = "rtinfer_bridge"):
+    def __init__(self, control: ControlConfig, config: ROS2RobotConfig | None = None, /,
+                 **hardware):
+        if config is not None and hardware:
+            raise ValueError(f"ros2 bridge: give a ROS2RobotConfig or the hardware keys "
+                             f"{sorted(hardware)}, not both")
+        cfg = self.config = config or ROS2RobotConfig.from_hardware(hardware)
         rclpy, msgs = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
-        self.joints = list(joints or [a.name for a in control.axes])
-        if len(self.joints) != control.n or controller not in TYPES \
-                or reliability not in RELIABILITY:
+        self.joints = list(cfg.joints or [a.name for a in control.axes])
+        if len(self.joints) != control.n:
             raise ValueError(f"ros2 bridge: joints {self.joints} must be one per axis "
-                             f"({control.n}), controller one of {TYPES}, reliability "
-                             f"one of {RELIABILITY}")
+                             f"({control.n})")
         try:
-            self._observe = resolve(observe) if observe else None
+            self._observe = resolve(cfg.observe) if cfg.observe else None
         except EntryError as e:
-            raise ValueError(f"ros2 bridge: observe {observe!r}: {e}") from None
-        self._observe_args = dict(observe_args or {})
-        self.topic, self.n, self.silent_ns = joint_states, control.n, int(silent_ms * 1e6)
-        self.period_ns, self._next_obs_ns = int(1e9 / obs_hz), 0
-        self.latest = LatestJointState(self.joints, joint_states, int(future_ms * 1e6),
-                                       int(past_ms * 1e6))
+            raise ValueError(f"ros2 bridge: observe {cfg.observe!r}: {e}") from None
+        self._next_obs_ns = 0
+        self.latest = LatestJointState(self.joints, cfg.joint_states, int(cfg.future_ms * 1e6),
+                                       int(cfg.past_ms * 1e6))
         self.counters = dict.fromkeys(("commands", "holds", "js_silent", "obs_no_frame"), 0)
-        self.cameras = [LatestImage(name, c["topic"], c["shape"], int(future_ms * 1e6),
-                                    int(frame_silent_ms * 1e6), c["decode"])
-                        for name, c in camera_configs(cameras).items()]
-        self._hold_how, self._following = HOLD_HOW[controller], False
-        self._state_capture_ns, self._silent = 0, False
-        self.state = RobotState.zeros(self.n)
+        self.cameras = [LatestImage(name, c["topic"], c["shape"], int(cfg.future_ms * 1e6),
+                                    int(cfg.frame_silent_ms * 1e6), c["decode"])
+                        for name, c in camera_configs(cfg.cameras).items()]
+        self._following, self._state_capture_ns, self._silent = False, 0, False
+        self.state = RobotState.zeros(control.n)
         self._ctx = rclpy.Context()
         rclpy.init(context=self._ctx, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(node, context=self._ctx)
-        qos = QoSProfile(depth=depth, reliability=ReliabilityPolicy.BEST_EFFORT
-                         if reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(msgs.JointState, joint_states, self.latest.on_message, qos)
+        self.node = rclpy.create_node(cfg.node, context=self._ctx)
+        qos = QoSProfile(depth=cfg.depth, reliability=ReliabilityPolicy.BEST_EFFORT
+                         if cfg.reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(msgs.JointState, cfg.joint_states, self.latest.on_message,
+                                      qos)
         camera_qos = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
         for cam in self.cameras:  # best effort: matches a reliable publisher too
             self.node.create_subscription(
                 msgs.CompressedImage if cam.decode_jpeg else msgs.Image, cam.topic,
                 cam.on_compressed if cam.decode_jpeg else cam.on_image, camera_qos)
         clock = self.node.get_clock()
-        self.out = KINDS[controller](msgs, control, self.joints,
-                                     lambda: clock.now().nanoseconds, int(lead_ms * 1e6))
-        self._pub = self.node.create_publisher(getattr(msgs, self.out.message), command, qos)
-        self.figures = Figures(self.node, msgs, list(listen or []), diagnostics_hz,
-                               lambda: self.report()["ros2"], node) if diagnostics_hz else None
+        self.out = KINDS[cfg.controller](msgs, control, self.joints,
+                                         lambda: clock.now().nanoseconds, int(cfg.lead_ms * 1e6))
+        self._pub = self.node.create_publisher(getattr(msgs, self.out.message), cfg.command, qos)
+        self.figures = Figures(self.node, msgs, list(cfg.listen or []), cfg.diagnostics_hz,
+                               lambda: self.report()["ros2"], cfg.node) \
+            if cfg.diagnostics_hz else None
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
         self._thread.start()
-        end = time.monotonic() + wait_s
+        end = time.monotonic() + cfg.wait_s
         while self.latest.counters["joint_states"] == 0 and time.monotonic() < end:
             time.sleep(0.01)
         if self.latest.counters["joint_states"] == 0:
             self.close()
-            raise ValueError(f"ros2 bridge: no valid JointState on {joint_states} within "
-                             f"{wait_s:g} s (refused: {self.latest.refused()}); start the "
+            raise ValueError(f"ros2 bridge: no valid JointState on {cfg.joint_states} within "
+                             f"{cfg.wait_s:g} s (refused: {self.latest.refused()}); start the "
                              "robot, or check the topic, its namespace and QoS")
 
     def _spin(self) -> None:
@@ -181,27 +164,30 @@ class ROS2Robot:
         now_ns = time.monotonic_ns()
         capture_ns, recv_ns = self.latest.copy_into(self.state.pos, self.state.vel)
         self.state.t_ns = self._state_capture_ns = capture_ns
-        silent = now_ns - recv_ns > self.silent_ns
+        silent = now_ns - recv_ns > self.config.silent_ms * 1e6
+        topic = self.config.joint_states
         if silent and not self._silent:
             self.counters["js_silent"] += 1
             if self.counters["js_silent"] == 1:
-                say(f"{self.topic} silent for over {self.silent_ns / 1e6:g} ms: holding "
+                say(f"{topic} silent for over {self.config.silent_ms:g} ms: holding "
                     "(counted as js_silent; said once)")
         self._silent = silent
         if silent:
-            raise HardwareFault(f"no JointState on {self.topic} for "
+            raise HardwareFault(f"no JointState on {topic} for "
                                 f"{(now_ns - recv_ns) / 1e6:.0f} ms")
         return self.state
 
     def observe(self, state: RobotState, now_ns: int) -> Observation | None:
         if now_ns < self._next_obs_ns:
             return None
-        late = now_ns - self._next_obs_ns >= self.period_ns  # the first, or after a fault
-        self._next_obs_ns = (now_ns if late else self._next_obs_ns) + self.period_ns
+        period_ns = int(1e9 / self.config.obs_hz)
+        late = now_ns - self._next_obs_ns >= period_ns  # the first, or after a fault
+        self._next_obs_ns = (now_ns if late else self._next_obs_ns) + period_ns
         if self._observe is None:
             values = {"joints": np.concatenate([state.pos, state.vel]).astype(np.float32)}
         else:
-            values = self._observe(state.pos.copy(), state.vel.copy(), **self._observe_args)
+            values = self._observe(state.pos.copy(), state.vel.copy(),
+                                   **(self.config.observe_args or {}))
         frames = {}
         for cam in self.cameras:
             frames[cam.camera] = frame = cam.take(now_ns)
@@ -229,8 +215,8 @@ class ROS2Robot:
         self._send(self.out.hold(self.state.pos, time.monotonic_ns()))
         self.counters["holds"] += 1
         if self.counters["holds"] == 1:
-            say(f"no fresh chunk: the robot holds: {self._hold_how} (counted as holds; said "
-                "once)")
+            say(f"no fresh chunk: the robot holds: {HOLD_HOW[self.config.controller]} (counted "
+                "as holds; said once)")
 
     def report(self) -> dict:
         cameras = {cam.camera: dict(cam.counters) for cam in self.cameras}

@@ -1,16 +1,16 @@
 """docs/ros2.md says what the bridge does, checked against the code without ROS 2: every
-hardware key of the table is one ROS2Robot takes (and each one it takes is in the table);
+hardware key of the table is one ROS2RobotConfig field (and each field is in the table);
 the JointState counters the page lists are exactly the ones the bridge keeps, each saying
 whether the message is refused or taken; the default observation and an `observe` function
 are given with types and shapes; and the page's launch file for recording a bridge run is a
 valid launch file, recorded into the run directory the launcher creates."""
-import inspect
 import re
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from rtinfer_ros2.bridge import ROS2Robot
+from rtinfer_ros2.config import ROS2RobotConfig
 from rtinfer_ros2.joint_states import NOTED, REFUSALS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def marked_table(marker: str) -> list[list[str]]:
 
 def test_the_hardware_table_is_what_the_bridge_takes():
     keys = {k.strip("` ") for row in marked_table("ros2-hardware") for k in row[0].split(",")}
-    takes = set(list(inspect.signature(ROS2Robot).parameters)[1:])
+    takes = {f.name for f in fields(ROS2RobotConfig)}
     assert keys == takes, (sorted(keys - takes), sorted(takes - keys))
 
 
