@@ -231,7 +231,7 @@ def test_a_connecting_subscriber_names_each_message_by_its_servers_key(certs, tm
         cfg = {pubs[n].endpoint: CurveConfig(paths["client"][1], k[0]) for n, k in servers.items()}
         sub = stack.enter_context(Subscriber([*cfg, plain.endpoint], ["heartbeat"],
                                              curve={**cfg, plain.endpoint: None}))
-        assert len(sub._legs) == 3
+        assert len(sub.legs) == 3
         for n in servers:
             wait_first(pubs[n], sub, n)
         wait_first(plain, sub, "plain")
@@ -323,7 +323,7 @@ def test_an_allow_list_reads_names_and_skips_a_key_file_it_cannot_parse(certs):
 
 class SteppedRetries:
     """A stepped clock for a socket's healing: `step` advances `t` by HEAL_EVERY_NS and calls
-    tend(t) (a Healer's heal, a Subscriber's _tend), 10 ms apart for real, and records in
+    tend(t) (a Healer's heal, a Subscriber's tend), 10 ms apart for real, and records in
     `waits` each retry's stepped ns since the refusal before it; `counts()` is the watched
     socket's (refusals, reconnects). The handshakes are real."""
 
@@ -510,7 +510,7 @@ def test_a_subscriber_keeps_the_stream_of_the_server_that_admits_it_while_others
 def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_start(certs):
     """A fleet's robot served by a, refused by b (backed off to once a second): a dies, and
     b, where the fleet places the robot, is retried at once and then after 0.1 s, 0.2 s
-    (Healer.hurry), not once a second. Stepped clock (the Subscriber's _tend takes the
+    (Healer.hurry), not once a second. Stepped clock (the Subscriber's tend takes the
     time), real sockets and handshakes."""
     paths, allowed = certs
     other = allowed.parent / "other_allow"
@@ -521,7 +521,7 @@ def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_s
     cfg = {p.endpoint: CurveConfig(paths["client"][1], paths["server"][0]) for p in pubs.values()}
     b = pubs["b"].endpoint
     with Subscriber(list(cfg), ["heartbeat"], curve=cfg) as sub:
-        clock = SteppedRetries(sub._tend, lambda: (sub.legs[b]["refusals"],
+        clock = SteppedRetries(sub.tend, lambda: (sub.legs[b]["refusals"],
                                                    sub.legs[b]["reconnects"]))
         gaps = clock.waits  # b's retries
         clock.step(lambda: len(gaps) >= 6)

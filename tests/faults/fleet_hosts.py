@@ -38,7 +38,7 @@ def probe(argv: list[str]) -> int:
     seen, stopped = [], []
     signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     with Subscriber(a.obs, ["obs"], curve=curve) as sub:
-        sockets = len(sub._legs)  # a socket per robot's endpoint
+        sockets = len(sub.legs)  # a socket per robot's endpoint
         print("ready", flush=True)
         end = now_ns() + int(a.seconds * 1e9)
         next_refresh = 0

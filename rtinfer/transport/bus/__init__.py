@@ -17,8 +17,10 @@ Neither class is thread-safe: use each from one thread (zmq sockets are not shar
 
 The parts, one concern each: sockets (a socket's life and CURVE per endpoint), heal
 (reconnecting after libzmq ends a session), watch (a CURVE server's allow-list), ipc
-(socket files), peers (who sent a message), topics (topic frames, size caps), publisher,
-subscriber and intake (taking messages off its sockets).
+(socket files), peers (who sent a message), topics (topic frames, size caps), publisher;
+subscriber, composed of intake (admitting one message: checks, counters), legs and
+shm_intake (its ZeroMQ and shm endpoints, each taking messages off one) and drain
+(waiting on the legs, arrival order or the newest per topic).
 """
 from rtinfer.transport.bus.heal import HEAL_EVERY_NS, REFUSED_RETRY_NS
 from rtinfer.transport.bus.ipc import EndpointInUse, refuse_live_ipc

@@ -1,18 +1,15 @@
-"""Taking messages off a Subscriber's sockets: one message (framing, topic, decode and
-validation, age, stamp, counters, peer), and draining for the newest per topic. Each
-message dropped is counted in exactly one counter.
+"""Admitting one message a Subscriber's leg took off its endpoint: topic frame, decode and
+validation, address, age, the "recv" stamp, counters. Each message dropped is counted in
+exactly one counter. Shared by the legs of one Subscriber (rtinfer.transport.bus.legs,
+shm_intake); rtinfer.transport.bus.drain waits on the legs and orders what they take.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Final
 
-import zmq
-
-from rtinfer.transport.bus.peers import client_of
-from rtinfer.transport.bus.sockets import NOBLOCK as _NOBLOCK
-from rtinfer.transport.bus.topics import dest_ok, parse_addressed
+from rtinfer.transport.bus.topics import addressed_topic, dest_ok, parse_addressed
 from rtinfer.transport.wire import (
     Envelope,
     OversizeError,
@@ -28,88 +25,36 @@ class _Empty(enum.Enum):
     EMPTY = 0
 
 
-EMPTY: Final = _Empty.EMPTY  # sentinel: nothing queued on the socket
-Taken = Envelope | _Empty | None  # a taker's result: a message, EMPTY, or None (dropped)
+EMPTY: Final = _Empty.EMPTY  # sentinel: nothing queued on the leg
+Taken = Envelope | _Empty | None  # a leg's take(): a message, EMPTY, or None (dropped)
 
 
 class Intake:
-    """The receiving half of rtinfer.transport.bus.Subscriber, which sets up the fields."""
+    """The checks and counters of a Subscriber's ``topics`` (see Subscriber for ``to``,
+    ``max_bytes``, ``max_age_ns`` and ``say``). ``counters`` is the Subscriber's. Not
+    thread-safe."""
 
-    # What taking one message reads and counts (Subscriber.__init__ sets them).
-    topics: tuple[str, ...]
-    counters: dict[str, int]
-    peer: str | None
-    max_age_ns: int | None
-    _to: dict[str, str]
-    _by_bytes: dict[bytes, str]
-    _max_bytes: int
-    _count_key: dict[str, str]
-    _last: dict[str, Envelope]
-    _say: Callable[..., None] | None
-    _user_id: bool
-    _peer_of: dict[zmq.Socket, str | None]
-    # What draining reads. A poll item's object is a zmq.Socket or a shm_intake.ShmLeg
-    # (Any: zmq_poll's stubs know only sockets, and it is only given sockets); each has a
-    # taker (one message off it) and a queued check (anything left on it).
-    _pending: dict[str, Envelope]
-    _pending_peers: dict[str, str | None]
-    _poll_items: list[tuple[Any, int]]
-    _poll: Callable[[list[tuple[Any, int]], int], list[tuple[Any, int]]]
-    _takers: dict[Any, Callable[[], Taken]]
-    _queued: dict[Any, Callable[[], object]]
-    _drain_limit: int
+    def __init__(self, topics: tuple[str, ...], to: Mapping[str, str] | None, max_bytes: int,
+                 max_age_ns: int | None, say: Callable[..., None] | None) -> None:
+        self.topics = topics
+        self._to = dict(to or {})
+        if set(self._to) - set(topics):
+            raise ValueError(f"to= names topics {sorted(set(self._to) - set(topics))} "
+                             f"this Subscriber does not take ({list(topics)})")
+        # the topic frames subscribed to, as libzmq's SUBSCRIBE prefixes (shm legs filter so)
+        self.prefixes = tuple(addressed_topic(t, self._to[t]) if t in self._to else t.encode()
+                              for t in topics)
+        self.max_age_ns = max_age_ns
+        self.say = say  # (kind, line or callable): the owner's rate-limited line, or None
+        self.counters = {"received": 0, "rejected": 0, "oversize": 0, "superseded": 0,
+                         "dropped_for_age": 0}
+        self._by_bytes = {t.encode(): t for t in topics}
+        self._max_bytes = max_bytes
+        self._count_key = {t: f"received.{t}" for t in topics}  # no per-message f-string
+        self.counters.update(dict.fromkeys(self._count_key.values(), 0))
+        self._last: dict[str, Envelope] = {}
 
-    def _fill(self, timeout_ms: int) -> None:
-        """Drain every socket into the newest message per topic (older: superseded),
-        waiting up to ``timeout_ms`` only while nothing at all is pending."""
-        deadline = now_ns() + timeout_ms * 1_000_000 if timeout_ms > 0 else None
-        pending, peers, items = self._pending, self._pending_peers, self._poll_items
-        wait_ms = 0 if pending else timeout_ms
-        while True:
-            ready = self._poll(items, wait_ms)
-            if not ready:
-                return
-            for sock, _ in ready:
-                take, queued = self._takers[sock], self._queued[sock]
-                for _ in range(self._drain_limit):
-                    env = take()
-                    if env is EMPTY:
-                        break
-                    if env is not None:
-                        if pending.pop(env.topic, None) is not None:
-                            self.counters["superseded"] += 1
-                        pending[env.topic] = env  # re-insert: dict order = arrival order of newest
-                        peers[env.topic] = self.peer
-                    if not queued():  # drained (cheaper than the Again of an empty read)
-                        break
-            if pending:
-                return
-            wait_ms = left_ms(deadline, timeout_ms)
-            if wait_ms == 0:
-                return
-
-    def _take(self, sock: zmq.Socket) -> Taken:
-        """One message off ``sock``: Envelope (``peer`` set), None (rejected/too old) or EMPTY."""
-        try:
-            head = sock.recv(_NOBLOCK, copy=False)
-        except zmq.Again:
-            return EMPTY
-        if not head.more:  # a lone frame: no envelope
-            self.counters["rejected"] += 1
-            return None
-        # The rest of a message is always queued once its first frame is (zmq is atomic).
-        # .buffer: zero-copy views; arrays decoded from them keep their frames alive.
-        frame = sock.recv(_NOBLOCK, copy=False)
-        views = [frame.buffer]
-        while frame.more:
-            frame = sock.recv(_NOBLOCK, copy=False)
-            views.append(frame.buffer)
-        env = self._admit(head.bytes, views)
-        if env is not None:
-            self.peer = client_of(head) if self._user_id else self._peer_of[sock]
-        return env
-
-    def _admit(self, topic_b: bytes, views: list) -> Envelope | None:
+    def admit(self, topic_b: bytes, views: list) -> Envelope | None:
         """One message's topic frame and [envelope, *array frames]: Envelope or None (counted)."""
         topic = self._by_bytes.get(topic_b)
         dest: str | None = None
@@ -127,7 +72,7 @@ class Intake:
             self.counters["oversize"] += 1
             return None
         except WireError as e:
-            self._refuse(str(e))
+            self.refuse(str(e))
             return None
         if env.topic != topic or not dest_ok(env.body, dest):
             self.counters["rejected"] += 1
@@ -144,12 +89,20 @@ class Intake:
         self._last[topic] = env
         return env
 
-    def _refuse(self, why: str) -> None:
+    def reject(self) -> None:
+        """Count a message that is no envelope at all (a lone frame), silently."""
+        self.counters["rejected"] += 1
+
+    def refuse(self, why: str) -> None:
         """Count a message the wire refused, and tell ``say`` why (one rate-limited line)."""
         self.counters["rejected"] += 1
-        if self._say is not None:
-            self._say("rejected", lambda: f"a message of {'/'.join(self.topics)} refused "
-                                          f"by the wire ({why}); fix its sender")
+        if self.say is not None:
+            self.say("rejected", lambda: f"a message of {'/'.join(self.topics)} refused "
+                                         f"by the wire ({why}); fix its sender")
+
+    def last(self, topic: str) -> Envelope | None:
+        """The newest message of ``topic`` admitted so far (handed out or not)."""
+        return self._last.get(topic)
 
 
 def left_ms(deadline: int | None, timeout_ms: int) -> int:

@@ -65,7 +65,7 @@ class Publisher(BusSocket):
         if "publish" not in st:
             st["publish"] = now_ns()
         if self._tending:
-            self._tend(now_ns())
+            self.tend(now_ns())
         frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
                                oob_bytes=self._oob_bytes)
         self._seq += 1

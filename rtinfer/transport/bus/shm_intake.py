@@ -44,7 +44,9 @@ def parse(sample: memoryview) -> tuple[bytes, list[memoryview]] | str:
 
 
 class ShmLeg:
-    """One shm endpoint of a Subscriber (``intake``): its iceoryx2 subscriber and listener.
+    """One shm endpoint of a Subscriber, admitting through its ``intake``: its iceoryx2
+    subscriber and listener, with a ZmqLeg's surface (rtinfer.transport.bus.legs); the
+    ``peer`` of its messages is None (one host, no CURVE: nobody to name).
 
     ``take`` hands the intake each sample's frames as read-only views of the sample; the
     arrays decoded from them keep it alive (so the publisher cannot reuse it), as a ZeroMQ
@@ -53,19 +55,24 @@ class ShmLeg:
     the samples wait in the queue (the oldest pushed out by new ones) until arrays are let
     go; the leg tries again when the next sample arrives.
     """
+    peer: str | None = None
 
-    def __init__(self, endpoint: str, hwm: int, prefixes: tuple[bytes, ...],
-                 intake: Intake) -> None:
+    def __init__(self, endpoint: str, hwm: int, intake: Intake) -> None:
         self.endpoint = endpoint
         svc = self._service = Service(endpoint)
         self.iox2 = svc.iox2
         self._sub = svc.samples.subscriber_builder().buffer_size(max(1, min(hwm, QUEUE))).create()
         self.listener = svc.wake.listener_builder().create()
-        self._prefixes = prefixes  # the topic frames taken: as libzmq's SUBSCRIBE prefixes
-        self._intake = intake
+        self._prefixes = intake.prefixes  # the topic frames taken, as libzmq's filter
+        self._say, self._refuse, self._admit = intake.say, intake.refuse, intake.admit
         self._receive_error = self.iox2.ReceiveError
         self.receive_errors = 0
         self._stalled = False  # a receive failed: not ready again before a new sample's wake-up
+
+    @property
+    def pollable(self) -> ShmLeg:
+        """What ShmWait.poll is given for it: itself."""
+        return self
 
     def queued(self) -> bool:
         if self._stalled:
@@ -87,30 +94,25 @@ class ShmLeg:
         except self._receive_error as e:
             self.receive_errors += 1
             self._stalled = True
-            intake = self._intake
-            if intake._say is not None:
+            if self._say is not None:
                 # repr now: the line is built later (if at all), when `e` no longer exists
                 error = repr(e)
-                intake._say("shm", lambda: f"{self.endpoint}: a receive failed ({error}; "
-                                           "ExceedsMaxBorrows: the receiver holds more messages "
-                                           "than the endpoint lends; copy arrays it keeps)")
+                self._say("shm", lambda: f"{self.endpoint}: a receive failed ({error}; "
+                                         "ExceedsMaxBorrows: the receiver holds more messages "
+                                         "than the endpoint lends; copy arrays it keeps)")
             return EMPTY
         if sample is None:
             return EMPTY
         raw = payload(sample, sample.header.number_of_elements)
         raw.sample = sample  # every view of it keeps the sample, so its memory stays lent to us
         got = parse(memoryview(raw).cast("B").toreadonly())
-        intake = self._intake
         if isinstance(got, str):
-            intake._refuse(got)
+            self._refuse(got)
             return None
         topic_b, frames = got
         if not topic_b.startswith(self._prefixes):
             return None  # not subscribed: libzmq's filter would not have delivered it
-        env = intake._admit(topic_b, frames)
-        if env is not None:
-            intake.peer = None  # one host, no CURVE: nobody to name
-        return env
+        return self._admit(topic_b, frames)
 
     def close(self) -> None:
         if self._sub is not None:

@@ -121,9 +121,21 @@ class BusSocket:
         if self._healer is not None:
             self._healer.hurry()
 
-    def _tend(self, now: int) -> None:
-        """The periodic work of a connecting socket (heal) or a CURVE server (watch); call
-        only where `_tending` is true. Each checks its own schedule."""
+    @property
+    def tending(self) -> bool:
+        """Whether it has periodic care (`tend`): connecting (healing) or a bound CURVE
+        server (its allow-list watch)."""
+        return self._tending
+
+    @property
+    def names_clients(self) -> bool:
+        """A bound CURVE server: ZAP's User-Id names the client of each message it receives
+        (rtinfer.transport.bus.peers.client_of)."""
+        return self._watch is not None
+
+    def tend(self, now: int) -> None:
+        """The periodic work of a connecting socket (heal) or a CURVE server (watch); does
+        nothing where `tending` is false. Each checks its own schedule."""
         if self._healer is not None:
             self._healer.heal(now)
         if self._watch is not None:
