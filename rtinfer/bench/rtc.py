@@ -18,6 +18,10 @@ switch, p50/p99/max, from the robot's trace of applied cycles and the chunks it 
 by a recorder on the robot's action endpoint), holds, chunks applied and conditioned,
 prefix mismatches, and stale applied: applied cycles (the trace) whose apply - capture is
 past the deadline and not under a conditioned window (docs/wire.md): 0 is the contract.
+--lockstep: the same sweep with the delay in sim time (examples.conveyor_sorting.rtc_lockstep:
+the real controller, Commitments, policy and CommittedIntake on one sim clock), deterministic
+and apart from the host's load: whether the policy with RTC can sort at a delay in principle;
+--expert there drives with the scripted expert instead (what the task allows).
 """
 from __future__ import annotations
 
@@ -108,7 +112,7 @@ def run_point(arm: str, delay_ms: float, seed: int, a, tmp: Path) -> dict:
         tail = (tmp / "robot.log").read_text().strip().splitlines()[-3:]
         raise RuntimeError(f"the robot of {arm} at {delay_ms} ms wrote no report (exit "
                            f"{robot.returncode}): {' | '.join(tail)}")
-    return _figures(json.loads((tmp / "robot.json").read_text()), tmp / "robot.trace", chunks,
+    return figures(json.loads((tmp / "robot.json").read_text()), tmp / "robot.trace", chunks,
                     deadline_ms)
 
 
@@ -118,15 +122,24 @@ def _record(rec: Subscriber, robot: subprocess.Popen, limit_s: float) -> dict:
     end = time.monotonic() + limit_s
     while robot.poll() is None and time.monotonic() < end:
         env = rec.recv(50)
-        if env is None:
-            continue
-        b, capture = env.body, env.stamps["capture"]
-        c = chunks.setdefault((b["cycle"], capture), {
-            "capture": capture, "start_ns": b["start_ns"], "period_ns": b["period_ns"],
-            "rows": {}, "count": b["count"]})
-        c["rows"][b["index"]] = np.asarray(b["values"], np.float64)
+        if env is not None:
+            keep_waypoint(chunks, env)
     if robot.poll() is None:
         raise RuntimeError(f"the robot did not finish within {limit_s:.0f} s")
+    return whole_chunks(chunks)
+
+
+def keep_waypoint(chunks: dict, env) -> None:
+    """An action_chunk waypoint the robot was sent, into chunks[(cycle, capture)]."""
+    b, capture = env.body, env.stamps["capture"]
+    c = chunks.setdefault((b["cycle"], capture), {
+        "capture": capture, "start_ns": b["start_ns"], "period_ns": b["period_ns"],
+        "rows": {}, "count": b["count"]})
+    c["rows"][b["index"]] = np.asarray(b["values"], np.float64)
+
+
+def whole_chunks(chunks: dict) -> dict:
+    """Each recorded chunk with its leading run of waypoints stacked as `values`."""
     out = {}
     for key, c in chunks.items():
         n = 0
@@ -137,7 +150,7 @@ def _record(rec: Subscriber, robot: subprocess.Popen, limit_s: float) -> dict:
     return out
 
 
-def _figures(report: dict, trace: Path, chunks: dict, deadline_ms: float) -> dict:
+def figures(report: dict, trace: Path, chunks: dict, deadline_ms: float) -> dict:
     c, m = report["controller"], report["metrics"]
     applied = sorted((r["stamps"]["apply"], (r["cycle"], r["stamps"]["capture"]),
                       r["fields"].get("window_ms", 0.0))
@@ -156,10 +169,25 @@ def _figures(report: dict, trace: Path, chunks: dict, deadline_ms: float) -> dic
             "stale_applied": stale, "e2e_ms_p50": report["e2e_ms"].get("p50")}
 
 
+def lockstep(a) -> list[dict]:
+    """The same sweep in lockstep (examples.conveyor_sorting.rtc_lockstep, by module name:
+    the cell, the controller and the policy on one sim clock, the delay in sim time)."""
+    cmd = [sys.executable, "-m", "examples.conveyor_sorting.rtc_lockstep", "--json",
+           "--model", a.model, "--delays-ms", *map(str, a.delays_ms), "--runs", str(a.runs),
+           "--seconds", str(a.seconds), "--seed", str(a.seed), "--deadline-ms",
+           str(a.deadline_ms), "--jitter", str(a.jitter), "--blend-ms", str(a.blend_ms),
+           *(["--expert"] if a.expert else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench rtc --lockstep: the lockstep run failed (exit "
+                         f"{out.returncode}): {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run(a) -> dict:
-    points = []
+    points = lockstep(a) if a.lockstep else []
     with tempfile.TemporaryDirectory(prefix="rtinfer-bench-rtc-") as d:
-        for delay in a.delays_ms:
+        for delay in [] if a.lockstep else a.delays_ms:
             for r in range(a.runs):
                 for arm in ARMS:  # interleaved: a busy host's load on every arm alike
                     try:
@@ -168,7 +196,9 @@ def run(a) -> dict:
                         print(f"bench rtc: {e}; running it again", file=sys.stderr)
                         fig = run_point(arm, delay, a.seed + r, a, Path(d) / f"{arm}-{delay}-{r}b")
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
-    return {"bench": "rtc", "model": a.model, "seconds": a.seconds, "runs": a.runs,
+    return {"bench": "rtc", "mode": "lockstep" if a.lockstep else "real time",
+            "policy": "expert" if a.expert else "model", "model": a.model,
+            "seconds": a.seconds, "runs": a.runs,
             "deadline_ms": a.deadline_ms, "jitter": a.jitter, "blend_ms": a.blend_ms,
             "loadavg": Path("/proc/loadavg").read_text().split()[:3], "points": points}
 
@@ -186,10 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="the first run's cell seed")
     p.add_argument("--quick", action="store_true",
                    help="one 4 s run per arm at 100 ms (tests)")
+    p.add_argument("--lockstep", action="store_true", help="run the sweep in lockstep: the "
+                   "delay in sim time, deterministic, apart from the host's load")
+    p.add_argument("--expert", action="store_true", help="with --lockstep: the scripted expert "
+                   "plans the model's horizon instead of the policy (what the task allows)")
     p.add_argument("--out", default=None, help="also write the result JSON here")
     p.add_argument("--plot", default=None, help="write success and join jump against delay "
                    "(PNG)")
     a = p.parse_args(argv)
+    if a.expert and not a.lockstep:
+        p.error("--expert runs in lockstep only: add --lockstep")
     if a.quick:
         a.delays_ms, a.runs, a.seconds = [100.0], 1, 4.0
     result = run(a)

@@ -1,0 +1,250 @@
+"""Real-time chunking in lockstep: the conveyor cell, its controller and the policy in one
+process on one simulated clock, with the delay in sim time (`rtinfer bench rtc --lockstep`).
+
+Deterministic and load-free: it says whether a policy with RTC can sort at a delay d in
+principle, apart from the host. The parts are the real ones, not copies: the robot is a
+controllers.node.ControllerNode over the cell (sim_node.ConveyorSim: read, observe, PID,
+write, a 1 ms physics step per tick), with its Commitments (controllers.rtc) when the arm is
+rtc; the node side is the policy the node loads (load_policy), its CommittedIntake and its
+WaypointPublisher. Between them two DelayLines stand for the network: each message is
+encoded with the wire codec and decoded d/2 of sim time later (jittered per message, seeded,
+as the delay proxy does). The node answers an observation at once when it lands (its
+inference takes no sim time: d is the whole capture -> chunk delay), so a chunk from an
+observation captured at t reaches the robot at t + d, and the robot commits exactly what it
+executes meanwhile. Figures as the real-time bench's (rtinfer.bench.rtc.figures).
+
+    python -m examples.conveyor_sorting.rtc_lockstep --model models/zoo/conveyor-flow \
+        --delays-ms 0 50 100 200 --seconds 20 --json
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from controllers.controller_config import ControllerConfig
+from controllers.node import STOPPED, ControllerNode
+from controllers.robot_files import load_obs_spec, load_policy_spec, load_robot
+from controllers.rtc import RtcConfig
+from rtinfer.bench.options import DEFAULT_MODEL
+from rtinfer.bench.rtc import ARMS, ROBOT_YAML, figures, keep_waypoint, whole_chunks
+from rtinfer.inference.budget import Budget, BudgetLevel
+from rtinfer.inference.committed_intake import REFUSED, CommittedIntake
+from rtinfer.inference.cycle import Cycle
+from rtinfer.inference.node_config import InferenceNodeConfig
+from rtinfer.inference.policy import load_policy
+from rtinfer.inference.robots import Robots
+from rtinfer.inference.waypoint_publisher import WaypointPublisher
+from rtinfer.realtime.trace import TraceWriter
+from rtinfer.transport.action_chunk import carried_stamps
+from rtinfer.transport.wire import decode, encode
+
+from .config import CellConfig, tokenizer_config
+from .expert import ScriptedExpert
+from .observe import obs_from_body
+from .sim_node import ConveyorSim
+
+MS = 1_000_000
+T0_NS = 1_000_000_000  # the sim clock's start (stamps are positive)
+
+
+class SimClock:
+    """The one clock of a lockstep run: ns, advanced a tick at a time by the loop."""
+
+    def __init__(self, t0_ns: int = T0_NS):
+        self.now_ns = t0_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+class DelayLine:
+    """A bus socket pair in one: publish() encodes with the wire codec and queues the bytes
+    for delay_ns (+ uniform jitter in [0, jitter_ns], seeded) of sim time; recv() decodes the
+    first one due, stamped "recv". Only `topics` are carried (the rest are accepted, as a
+    subscriber on other topics would ignore them)."""
+
+    def __init__(self, src: str, clock: SimClock, topics: set[str], delay_ns: int,
+                 jitter_ns: int = 0, seed: int = 0):
+        self.src, self.clock, self.topics = src, clock, topics
+        self.delay_ns, self.jitter_ns = delay_ns, jitter_ns
+        self.rng = np.random.default_rng(seed)
+        self.counters = {"sent": 0, "dropped": 0}
+        self._queue: list[tuple[int, int, bytes]] = []
+        self._seq = 0
+        self.tap = None  # called with each message delivered (the bench's recorder)
+
+    def publish(self, topic: str, body: dict, stamps: dict | None = None,
+                to: str | None = None) -> bool:
+        st = dict(stamps or {})
+        st.setdefault("publish", self.clock())
+        data = encode(topic, body, seq=self._seq, src=self.src, stamps=st)
+        self._seq += 1
+        self.counters["sent"] += 1
+        if topic in self.topics:
+            jitter = int(self.rng.uniform(0, self.jitter_ns)) if self.jitter_ns else 0
+            heapq.heappush(self._queue, (self.clock() + self.delay_ns + jitter, self._seq, data))
+        return True
+
+    def recv(self, timeout_ms: int = 0):
+        if not self._queue or self._queue[0][0] > self.clock():
+            return None
+        env = decode(heapq.heappop(self._queue)[2])
+        env.stamps["recv"] = self.clock()
+        if self.tap is not None:
+            self.tap(env)
+        return env
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+class ExpertPolicy:
+    """The scripted expert behind the policy surface the node's parts read, planning the
+    model's horizon in its action spec (`--expert`: what the task allows at a delay, apart
+    from what a policy learnt). It cannot condition (max_committed 0)."""
+    max_committed = 0
+
+    def __init__(self, model: str):
+        _, act = load_policy_spec(model)
+        assert act is not None, f"{model}: --expert needs a policy with an action spec"
+        cell = CellConfig()
+        self.expert = ScriptedExpert(cell, tokenizer_config(cell, horizon=act.horizon))
+        self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, act.start_ns
+        self.action_dim = act.dim
+        self.levels = [BudgetLevel(0, 0, act.horizon)]
+
+    def encode(self, body: dict) -> dict:
+        return obs_from_body(body)
+
+    def run(self, jobs: list, emit) -> list:
+        out = []
+        for cycle, obs in jobs:
+            chunk = self.expert.act(obs)
+            emit(cycle, 0, chunk[:cycle.count], None)
+            out.append(chunk)
+        return out
+
+
+class LockstepNode:
+    """The node's side of one robot: an observation in, its chunk out on `out` at once."""
+
+    def __init__(self, model: str, out: DelayLine, clock: SimClock, seed: int,
+                 expert: bool = False):
+        self.policy = ExpertPolicy(model) if expert else \
+            load_policy(model, InferenceNodeConfig(seed=seed, auto_budget=False))
+        self.lines: list[str] = []
+        say = lambda kind, text, error=True: self.lines.append(  # noqa: E731
+            text() if callable(text) else text)
+        self.committed = CommittedIntake(self.policy, say)
+        # no robot slots: the one robot is answered at once, nothing is scheduled or granted
+        robots = Robots(Budget(self.policy.levels, 100 * MS, auto=False), remote=False,
+                        period_ns=self.policy.period_ns, say=say)
+        self.out = WaypointPublisher(out, self.policy, robots, address=False, clock=clock,
+                                     say=say)
+        self.clock = clock
+
+    def answer(self, env) -> None:
+        inputs = self.policy.encode(env.body)
+        committed = self.committed.take(env)
+        if committed is REFUSED:
+            return
+        level = self.policy.levels[0]  # fixed full quality, as the bench's --no-budget
+        cycle = Cycle(env.seq, carried_stamps(env.stamps, self.clock()),
+                      env.stamps.get("capture"), level, level.chunk, env.src,
+                      committed=committed)
+        self.policy.run([(cycle, inputs)], self.out.publish)
+
+
+def robot_config(model: str, arm: str, deadline_ms: float, blend_ms: float
+                 ) -> tuple[ControllerConfig, dict]:
+    """The cell's controller as controllers.run builds it for `arm`; the robot file's
+    hardware options."""
+    _, control, hardware = load_robot(ROBOT_YAML)
+    if arm == "blend":
+        control = replace(control, blend_ns=int(blend_ms * MS))
+    tok, act = load_policy_spec(model)
+    return ControllerConfig(control, tokenizer=tok, action=act, obs=load_obs_spec(model),
+                            deadline_ns=int(deadline_ms * MS), chunk_interval_ns=50 * MS,
+                            rtc=RtcConfig() if arm == "rtc" else None), hardware
+
+
+def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: float,
+              deadline_ms: float = 100.0, jitter: float = 0.0, blend_ms: float = 100.0,
+              tmp: Path, expert: bool = False) -> dict:
+    """One seeded run of `arm` at `delay_ms` added (half each way); the bench's figures."""
+    clock = SimClock()
+    half, jit = int(delay_ms * MS / 2), int(jitter * delay_ms * MS / 2)
+    obs_line = DelayLine("sim", clock, {"obs"}, half, jit, seed)
+    act_line = DelayLine("infer", clock, {"action_chunk"}, half, jit, seed + 1)
+    node = LockstepNode(model, act_line, clock, seed, expert)
+    cfg, hardware = robot_config(model, arm, deadline_ms + delay_ms, blend_ms)
+    sim = ConveyorSim(cfg.control, **{**hardware, "seed": seed, "seconds": seconds,
+                                      "wait_s": 5.0, "policy": model})
+    trace_path = tmp / f"{arm}-{delay_ms:g}-{seed}.trace"
+    trace = TraceWriter(str(trace_path))
+    robot = ControllerNode(sim, cfg, act_line, obs_line, clock=clock, trace=trace, robot="sim")
+    chunks: dict = {}
+    act_line.tap = lambda env: keep_waypoint(chunks, env)
+    while robot.state != STOPPED:
+        robot.tick()
+        if sim.advance(clock(), robot.counters["chunks_accepted"] > 0):
+            break
+        while (env := obs_line.recv()) is not None:
+            node.answer(env)
+        clock.now_ns += MS
+    trace.close()
+    e2e = robot.reports.e2e.percentiles_us()
+    report = {"controller": dict(robot.counters), "metrics": sim.cell.metrics.as_dict(),
+              "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}
+    out = figures(report, trace_path, whole_chunks(chunks), deadline_ms + delay_ms)
+    out["node_lines"] = sorted(set(node.lines))[:5]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.rtc_lockstep",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    p.add_argument("--delays-ms", type=float, nargs="+", default=[0.0, 50.0, 100.0, 200.0])
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--deadline-ms", type=float, default=100.0)
+    p.add_argument("--jitter", type=float, default=0.0)
+    p.add_argument("--blend-ms", type=float, default=100.0)
+    p.add_argument("--expert", action="store_true", help="the scripted expert as the policy "
+                   "(the model's action spec and horizon): what the task allows at each delay")
+    p.add_argument("--json", action="store_true", help="print the points as JSON")
+    a = p.parse_args(argv)
+    points = []
+    with tempfile.TemporaryDirectory(prefix="rtinfer-rtc-lockstep-") as d:
+        for delay in a.delays_ms:
+            for r in range(a.runs):
+                for arm in a.arms:
+                    fig = run_point(a.model, arm, delay, a.seed + r, seconds=a.seconds,
+                                    deadline_ms=a.deadline_ms, jitter=a.jitter,
+                                    blend_ms=a.blend_ms, tmp=Path(d), expert=a.expert)
+                    points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
+                    if not a.json:
+                        print(f"{arm:5s} {delay:5.0f} ms run {r}: {fig['correct']} / "
+                              f"{fig['resolved']} sorted, x jump p99 "
+                              f"{fig['jump_pos_m']['x'] and fig['jump_pos_m']['x']['p99']}, "
+                              f"conditioned {fig['chunks_conditioned']} / "
+                              f"{fig['chunks_accepted']}, holds {fig['holds']}, mismatches "
+                              f"{fig['prefix_mismatch']}, stale applied {fig['stale_applied']}",
+                              flush=True)
+    if a.json:
+        print(json.dumps(points))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
