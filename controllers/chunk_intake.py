@@ -7,7 +7,9 @@ LATE (past the deadline) or OTHER_NODE (another node's, while the one followed s
 robot: counted by OneSource). say(why, ...) says the rejections that mean no chunk from that
 policy will ever be followed (LOUD), rate-limited; another robot's chunk only once its policy
 has sent only other robots' chunks for DEST_GRACE_NS (a node serving several robots sends
-every robot's chunks on one socket). Not thread-safe (the loop's thread).
+every robot's chunks on one socket). A chunk with an executed horizon (controllers.pace) is
+fresh until its window, and the watchdog holds when that passes; a new one taken counts
+chunks_executes. Not thread-safe (the loop's thread).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from rtinfer.transport.wire import Envelope, WireError
 from .assembler import ChunkAssembler
 from .controller_config import ControllerConfig
 from .one_source import OneSource
+from .pace import Pace
 from .policy_sources import PolicySources
 from .rest_point import RestPoint
 from .rtc import REST, Commitments
@@ -74,6 +77,10 @@ class ChunkIntake:
         # two nodes serving this robot at once (a fleet partition): one node's chunks at a time
         self.source = OneSource(watchdog.quiet_ns, counters) if one_source else None
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
+        # what a node under overload asks: an executed horizon, an observation period
+        self.pace = Pace(None if cfg.open_loop_ms is None else int(cfg.open_loop_ms * 1e6),
+                         cfg.deadline_ns)
+        counters.setdefault("chunks_executes", 0)
 
     @property
     def tokenizer_hash(self) -> str | None:
@@ -96,12 +103,28 @@ class ChunkIntake:
         if why is None and wp is not None:
             why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
                                  b["count"], b["period_ns"], wp, env.stamps, b["start_ns"],
-                                 self.rtc.window_ns(b))
+                                 self.window_ns(b))
         if why is None:
-            if "conditioned" in b and self.chunk.received == 1:
-                self.counters["chunks_conditioned"] += 1
+            if self.chunk.received == 1:
+                self._new_chunk(b, env.stamps["capture"])
             self.policies.followed(env.src)
         return why
+
+    def window_ns(self, body: dict) -> int:
+        """How long after capture a waypoint with this body is fresh beyond the deadline:
+        its committed prefix's window (controllers.rtc) or its executed horizon's
+        (controllers.pace), the later; 0: the deadline alone."""
+        return max(self.rtc.window_ns(body), self.pace.window_ns(body))
+
+    def _new_chunk(self, b: dict, capture: int) -> None:
+        """A new chunk was taken: counted; its asks honoured from now on."""
+        if "conditioned" in b:
+            self.counters["chunks_conditioned"] += 1
+        self.pace.taken(b, capture)
+        horizon = self.pace.window_ns(b)
+        if horizon:
+            self.counters["chunks_executes"] += 1
+        self.watchdog.plan_ends(capture + horizon if horizon else None)
 
     def say(self, why: str, env: Envelope, now: int, state: State) -> None:
         """A rejection that means no chunk from that policy will be followed, said. A policy
@@ -137,7 +160,7 @@ class ChunkIntake:
         if capture is None or (self.watchdog.from_future(capture, now)
                                and self.watchdog.from_future(capture, self.clock())):
             return "rejected_bad", None
-        if self.watchdog.stale(capture, now, self.rtc.window_ns(b)):
+        if self.watchdog.stale(capture, now, self.window_ns(b)):
             return LATE, None
         if b["count"] > self.chunk.horizon or b["period_ns"] > self.cfg.max_period_ns \
                 or b["start_ns"] > self.cfg.max_period_ns:

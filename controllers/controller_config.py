@@ -50,6 +50,8 @@ class ControllerConfig:
     clock_uncertainty_ns: int = 0        # how far a chunk's capture may lie in this robot's
     # future: 0 when the robot stamps its own observations (rtinfer's robots do); the clock
     # estimate's uncertainty when another host's clock stamps them
+    open_loop_ms: float | None = None    # take a node's asks under overload (controllers.pace):
+    # execute a chunk up to this long after its capture; None: declare nothing, take none
 
     def __post_init__(self) -> None:
         """Refuse settings the loop cannot run with: ValueError naming each and its fix."""
@@ -65,6 +67,9 @@ class ControllerConfig:
              ">= 1", "the messages one tick may take, e.g. 32"),
             (self.max_period_ns > 0, f"max_period_ns={self.max_period_ns} must be > 0",
              "the longest plausible waypoint period, e.g. 1_000_000_000 (1 s)"),
+            (self.open_loop_ms is None or self.open_loop_ms > 0, f"open_loop_ms="
+             f"{self.open_loop_ms} must be > 0", "the longest a chunk is executed after its "
+             "capture, e.g. 500, or leave it out"),
             (0 <= self.clock_uncertainty_ns < self.deadline_ns, f"clock_uncertainty_ns="
              f"{self.clock_uncertainty_ns} must be >= 0 and below the deadline",
              "0 on one host, else the clock offset estimate's uncertainty, e.g. 2_000_000"),

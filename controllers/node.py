@@ -133,7 +133,8 @@ class ControllerNode:
         self.intake = ChunkIntake(cfg, pub.src if robot is None else robot, rtc=self.rtc,
                                   watchdog=self.watchdog, rest=rest, clock=clock,
                                   counters=self.counters, one_source=one_source)
-        self.observer = ObserveStep(cfg, pub, rtc=self.rtc, rest=rest, counters=self.counters)
+        self.observer = ObserveStep(cfg, pub, rtc=self.rtc, rest=rest, counters=self.counters,
+                                    pace=self.intake.pace)
         self.reports = ControllerReports(cfg.name, cfg.health_hz, pub, trace)
         self._stop_asked = False  # stop() was called: the loop ends after this tick, whatever else
 

@@ -5,7 +5,10 @@ included (out of band, not copied), checked against the policy's observation spe
 has one (ObsCheck). Counted obs_sent, obs_dropped (the bus refused it) or obs_bad (not what
 the spec names: said at most once a second, not sent). With cfg.rtc it carries the committed
 prefix (controllers.rtc; a robot at rest commits to staying there) and is held back
-(obs_held_rtc) while the one before awaits its chunk: one in flight. Not thread-safe.
+(obs_held_rtc) while the one before awaits its chunk: one in flight. With
+cfg.open_loop_ms it says the robot takes a node's asks (`open_loop_ns`) and sends no faster
+than the observation period asked (controllers.pace): one held back counts obs_slowed.
+Not thread-safe.
 """
 from __future__ import annotations
 
@@ -17,14 +20,18 @@ from .assembler import ChunkAssembler
 from .controller_config import ControllerConfig
 from .hardware import Observation
 from .obs_check import ObsCheck
+from .pace import Pace
 from .rest_point import RestPoint
 from .rtc import Commitments
 
 
 class ObserveStep:
     def __init__(self, cfg: ControllerConfig, pub, *, rtc: Commitments, rest: RestPoint,
-                 counters: dict[str, int]):
+                 counters: dict[str, int], pace: Pace | None = None):
+        """pace: the asks the chunk intake took (None: none are taken)."""
         self.cfg, self.pub, self.rtc, self.rest, self.counters = cfg, pub, rtc, rest, counters
+        self.pace = pace or Pace(None, cfg.deadline_ns)
+        counters.setdefault("obs_slowed", 0)
         self.check = ObsCheck(cfg.obs)
         self.complaints = Complaints(cfg.name)
         # waypoint 0's due time and the period of the policy's chunks (a rest prefix's)
@@ -36,6 +43,9 @@ class ObserveStep:
         """Publish `obs` (module doc); True if sent. state, chunk: the controller's, whose
         committed prefix an obs carries with cfg.rtc."""
         capture = int(obs.capture_ns)
+        if self.pace.hold_back(capture):  # the node asked for fewer: no faster than asked
+            self.counters["obs_slowed"] += 1
+            return False
         committed = None
         if self.cfg.rtc is not None:
             if self.rtc.awaiting(capture):
@@ -56,6 +66,7 @@ class ObserveStep:
         why = why or self.check.problem(body)
         if committed is not None:  # after the check: the policy's spec names no such key
             body["committed"] = committed
+        self.pace.declare(body)
         if why is not None:
             self.counters["obs_bad"] += 1
             self.complaints.say("obs_bad", lambda: f"observation not sent: {why}; make the "
@@ -72,6 +83,8 @@ class ObserveStep:
                                 f"body ({wrong}); make the driver's observe() return {fix}")
             return False
         self.counters["obs_sent" if sent else "obs_dropped"] += 1
+        if sent:
+            self.pace.sent(capture)
         if sent and self.cfg.rtc is not None:  # its answer is awaited: one in flight
             until = capture + self.cfg.deadline_ns
             if committed is not None:

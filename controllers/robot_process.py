@@ -31,17 +31,19 @@ class RobotProcess:
                  action: ActionSpec | None = None, name: str = "controller",
                  deadline_ms: float = DEADLINE_MS, policy_hz: float = 20.0,
                  trace_path: str | None = None, curve=None, addressed: bool = False,
-                 obs_spec=None, rtc: RtcConfig | None = None):
+                 obs_spec=None, rtc: RtcConfig | None = None, open_loop_ms: float | None = None):
         """robot: the src of this robot's messages (its chunks carry it as dest). name: the
         controller's node name (health, trace). tokenizer / action: the policy's spec (at
         least one); obs_spec: its observation spec (ObsSpec or ObsTokens; None: the driver's
         observations go out unchecked). curve: the bus ``curve=`` for every socket.
         addressed: take only the chunks addressed to this robot (a policy node run with
         --address-chunks): libzmq filters the other robots' chunks at the node. rtc: send
-        the committed prefix with each observation (real-time chunking, controllers.rtc)."""
+        the committed prefix with each observation (real-time chunking, controllers.rtc).
+        open_loop_ms: take a node's asks under overload (controllers.pace)."""
         cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, obs=obs_spec,
                                name=name, deadline_ns=deadline_ns(deadline_ms),
-                               chunk_interval_ns=int(1e9 / policy_hz), rtc=rtc)  # checked first
+                               chunk_interval_ns=int(1e9 / policy_hz), rtc=rtc,
+                               open_loop_ms=open_loop_ms)  # checked first
         self.hw, self.robot = hw, robot
         self.pub = Publisher(obs, robot, bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.

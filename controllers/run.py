@@ -89,6 +89,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rtc", action="store_true",
                     help="real-time chunking: send the plan's committed prefix with each "
                     "observation and take chunks conditioned on it (docs/robots.md)")
+    ap.add_argument("--open-loop-ms", type=float, default=None,
+                    help="take a node's asks under overload (an executed horizon, a slower "
+                    "observation rate): execute one chunk up to this long after its capture")
     ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
     ap.add_argument("--trace", default=None, help="write trace records here")
     ap.add_argument("--report", default=None, help="write the final report JSON here")
@@ -114,7 +117,8 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
                             deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
                             trace_path=a.trace, curve=curve, addressed=a.addressed,
-                            obs_spec=obs_spec, rtc=RtcConfig() if a.rtc else None)
+                            obs_spec=obs_spec, rtc=RtcConfig() if a.rtc else None,
+                            open_loop_ms=a.open_loop_ms)
     except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
 

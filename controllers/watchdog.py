@@ -31,6 +31,7 @@ class Watchdog:
         self.uncertainty_ns = int(uncertainty_ns)
         self.quiet_ns = int(deadline_ns) + int(interval_ns)
         self.live = Liveliness()
+        self.plan_end_ns: int | None = None  # the chunk in use's executed horizon ends then
 
     @property
     def last_fresh_ns(self) -> int | None:
@@ -56,6 +57,14 @@ class Watchdog:
         """A fresh chunk arrived at now_ns."""
         self.live.note(FRESH, int(now_ns))
 
+    def plan_ends(self, end_ns: int | None) -> None:
+        """The new chunk is the plan until end_ns, its executed horizon's last waypoint due
+        (controllers.pace); None: a chunk without one (the interval + deadline rule)."""
+        self.plan_end_ns = end_ns
+
     def expired(self, now_ns: int) -> bool:
-        """Fed at least once, and not within the last interval + deadline."""
+        """Fed at least once, and not within the last interval + deadline; for a chunk
+        with an executed horizon, instead, its last waypoint is due (never past it)."""
+        if self.plan_end_ns is not None:
+            return now_ns >= self.plan_end_ns
         return self.live.overdue(FRESH, self.quiet_ns, now_ns)

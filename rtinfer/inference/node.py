@@ -85,7 +85,7 @@ class InferenceNode:
                                             ctx=ctx, curve=curve, say=say,
                                             robots_file=robots_file)
             self.robots = Robots(budget, remote=self.intake.remote, max_robots=cfg.max_robots,
-                                 period_ns=p.period_ns, say=say)
+                                 period_ns=p.period_ns, start_ns=p.start_ns, say=say)
             self.out = WaypointPublisher(Publisher(action_endpoint, cfg.name, ctx=ctx,
                                                    curve=curve), p, self.robots,
                                          address=cfg.address_chunks, clock=clock, say=say)

@@ -5,8 +5,10 @@ the same robot supersedes it, another robot's never does), the first one not ans
 its last cycle (`since`: the deadline order ranks by it), its previous chunk (the
 chunk-reuse drafter's input, so one robot's motion never drafts another's), its own budget,
 its clock (another host's), the interval between its observations, when its last cycle
-started, the level its next cycle runs at (the schedule sets it), and the observation
-period the node asks of it under overload (None: none asked). Pure data; not thread-safe.
+started, the level its next cycle runs at (the schedule sets it), the observation
+period the node asks of it under overload (None: none asked), and, for a robot that takes
+asks (its obs carry `open_loop_ns`), what its waiting observation's chunk will ask of it
+(rtinfer.inference.horizon). Pure data; not thread-safe.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rtinfer.inference.budget import Budget, BudgetLevel
+from rtinfer.inference.horizon import Grant
 from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import Envelope
 
@@ -40,6 +43,8 @@ class RobotSlot:
     asked_period_ns: int | None = None  # the observation period asked of it (overload)
     queued_ns: int = 0                  # its cycle's observation waited this long for others
     obs_deadline_ns: int = 0            # the waiting one's own (a committed prefix's window)
+    # the asks of its latest observations' chunks (executed horizon, period), by seq
+    grants: deque[Grant] = field(default_factory=lambda: deque(maxlen=4))
 
     @property
     def level(self) -> BudgetLevel:

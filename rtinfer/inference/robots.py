@@ -25,6 +25,7 @@ from collections.abc import Callable
 from rtinfer.inference.admission import RETRY_NS, UTILISATION, Admission
 from rtinfer.inference.budget import Budget
 from rtinfer.inference.cycle_cost import MIN_TIMED, Costs, CycleCost
+from rtinfer.inference.horizon import Grant, grant
 from rtinfer.inference.obs_checks import ObsChecks
 from rtinfer.inference.robot_slot import ROBOT_COUNTERS, RobotSlot
 from rtinfer.inference.schedule import RULE, Schedule
@@ -39,17 +40,22 @@ __all__ = ["Robots", "RobotSlot", "CycleCost", "UTILISATION", "RETRY_NS", "MIN_T
 class Robots:
     def __init__(self, budget: Budget, *, remote: bool, max_robots: int | None = None,
                  period_ns: int, leave_after_ns: int = 2_000_000_000,
-                 say: Callable[..., None] | None = None, rule: str = RULE, degrade: bool = True):
+                 say: Callable[..., None] | None = None, rule: str = RULE, degrade: bool = True,
+                 start_ns: int | None = None):
         """budget: the first robot's Budget (later robots get budget.fresh()); remote:
         robots are on other hosts (each gets a PeerClock); max_robots: a cap on top of the
         measured capacity (None: none); period_ns: the policy's period, the rate each robot
         is planned at; say: where lines go, say(kind, text, error=True) (default: a
         Complaints of its own); rule, degrade: the schedule's (rtinfer.inference.schedule;
-        rule="edf", degrade=False is the rule before overload degraded, for comparisons)."""
+        rule="edf", degrade=False is the rule before overload degraded, for comparisons);
+        start_ns: the policy's (when waypoint 0 is due after capture), with period_ns what
+        an executed horizon is granted in (rtinfer.inference.horizon; None: no ask is made,
+        as for a caller that sends no chunks)."""
         self.first_budget = budget  # the first robot's; later ones get budget.fresh()
         self._first_taken = False
         self.remote = remote
         self.period_ns, self.leave_after_ns = int(period_ns), int(leave_after_ns)
+        self.start_ns = start_ns
         self.slots: dict[str, RobotSlot] = {}
         self.counters = dict.fromkeys(("robots_left", "slack_unknown"), 0)
         self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
@@ -86,10 +92,30 @@ class Robots:
         slot.heard(now_ns)
         if slot.waiting is not None:
             slot.counters["obs_superseded"] += 1
+        g = self._grant(slot, env, deadline_ns)
+        if g is not None:  # answered until its window: its chunk is fresh that long
+            slot.grants.append(g)
+            deadline_ns = max(deadline_ns, g.window_ns)
         slot.waiting, slot.obs_deadline_ns = env, deadline_ns
         if slot.since is None:
             slot.since = env
         return slot
+
+    def _grant(self, slot: RobotSlot, env: Envelope, deadline_ns: int):
+        """What the chunk of env asks of its robot (rtinfer.inference.horizon), or None."""
+        if self.start_ns is None or "open_loop_ns" not in env.body:
+            return None
+        load = self.schedule.load_level
+        levels = slot.budget.levels[min(load, len(slot.budget.levels) - 1):]
+        return grant(env.seq, env.body["open_loop_ns"], asked_period_ns=slot.asked_period_ns,
+                     degraded=load > 0, interval_ns=slot.interval_ns,
+                     horizon=min(lv.chunk for lv in levels),  # the shortest it may send
+                     period_ns=self.period_ns, start_ns=self.start_ns, deadline_ns=deadline_ns)
+
+    def ask(self, dest: str, seq: int) -> Grant | None:
+        """What robot dest's chunk answering observation seq asks of it (None: nothing)."""
+        slot = self.slots.get(dest)
+        return None if slot is None else next((g for g in slot.grants if g.seq == seq), None)
 
     # --- one cycle ----------------------------------------------------------------------------
     def next_batch(self, deadline_ns: int, now_ns: int, max_batch: int) -> list[RobotSlot]:

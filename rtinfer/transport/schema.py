@@ -238,6 +238,9 @@ def _chunk_cross(body):
     if body["index"] >= body["count"]:
         raise SchemaError(f"{body['index']} is out of range: must be < count ({body['count']})",
                           "body.index")
+    if body.get("executes", 0) > body["count"]:  # an executed horizon within its chunk
+        raise SchemaError(f"{body['executes']} is out of range: must be <= count "
+                          f"({body['count']})", "body.executes")
     if "tokens" in body and body["tokens"].shape != body["values"].shape:
         raise ArrayError(f"tokens shape {body['tokens'].shape} differs from values shape "
                          f"{body['values'].shape}: both must be (D,)", "body.tokens")
@@ -294,15 +297,18 @@ _ECHO: tuple[dict, frozenset[str], None] = (
     {"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
 BODIES = {
     "obs": ({"values": check_map(check_array()), "ints": check_map(i64),
-             "frames": _check_frames, "committed": _check_committed},
-            frozenset({"frames", "committed"}), None),
+             "frames": _check_frames, "committed": _check_committed,
+             "open_loop_ns": positive_ns},
+            frozenset({"frames", "committed", "open_loop_ns"}), None),
     "action_chunk": ({"cycle": u64, "index": u64, "count": check_int(1, U64_MAX, ">= 1"),
                       "dest": check_name,
                       "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
                       "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
                       "spec": check_str, "period_ns": positive_ns, "start_ns": ns,
-                      "conditioned": _check_conditioned},
-                     frozenset({"tokens", "conditioned"}), _chunk_cross),
+                      "conditioned": _check_conditioned,
+                      "executes": check_int(1, U64_MAX, ">= 1"), "obs_period_ns": positive_ns},
+                     frozenset({"tokens", "conditioned", "executes", "obs_period_ns"}),
+                     _chunk_cross),
     "heartbeat": ({"node": check_name, "sent_ns": ns, "echo": _check_echo},
                   frozenset({"echo"}), _heartbeat_cross),
     "health": ({"node": check_name, "state": check_str, "counters": check_map(u64),
