@@ -1,5 +1,7 @@
 """The deadline monitor over real zmq sockets: synthetic trace/heartbeat messages in,
-budget/command decisions out; the CLI as a real process; the robot outlives the monitor."""
+budget/command decisions out; the CLI as a real process; the robot outlives the monitor.
+In-process, the monitor's clock is a ManualClock: a decision in time (a node's silence, the
+startup grace, a hold's clear) comes when the test steps it, whatever the machine's load."""
 import json
 import os
 import signal
@@ -22,21 +24,37 @@ MS = 1_000_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class ManualClock:
+    """The monitor's clock= in a test: it stands still until the test steps it (ns)."""
+
+    def __init__(self, t_ns: int = 1_000_000 * MS) -> None:
+        self.t_ns = t_ns
+
+    def __call__(self) -> int:
+        return self.t_ns
+
+    def step(self, ns: int) -> None:
+        self.t_ns += ns
+
+
 class Rig:
-    """A robot publisher feeding a Monitor; a subscriber on the monitor's control output."""
+    """A robot publisher feeding a Monitor on a ManualClock; a subscriber on the monitor's
+    control output."""
 
     def __init__(self, **cfg):
         self.ctx = zmq.Context()
         cfg = MonitorConfig(**{"ping_period_s": 0, "republish_s": 0.05, **cfg})
         self.robot = Publisher("inproc://robot", "sim", ctx=self.ctx)
         self.infer = Publisher("inproc://infer", "infer", ctx=self.ctx)
+        self.clock = ManualClock()
         self.mon = Monitor(["inproc://robot", "inproc://infer"], "inproc://control", cfg,
-                           ctx=self.ctx)
+                           ctx=self.ctx, clock=self.clock)
         self.ctl = Subscriber("inproc://control", ["budget", "command"], ctx=self.ctx)
         self.cycle = 0
         self.captures = {}  # cycle -> the capture stamp fed
         for _ in range(500):  # until the monitor hears us and we hear its periodic budget
             self.robot.publish("health", {"node": "sync", "state": "ok", "counters": {}, "gauges": {}})
+            self.clock.step(int(cfg.republish_s * 1e9))  # a budget goes out again
             self.mon.spin_once(5)
             if "sync" in self.mon.live and self.ctl.recv(5) is not None:
                 break
@@ -186,9 +204,13 @@ def test_safe_hold_after_n_consecutive_misses_and_clear_after_recovery(rig_facto
     assert topic == "command" and body["cmd"] == "safe_hold"
     assert "3 consecutive deadline misses" in body["reason"]
     rig.feed([40] * 5)
-    t_good = time.monotonic()
-    rig.spin_until(lambda: not rig.mon.policy.holding)
-    assert time.monotonic() - t_good >= 0.25  # not before the patience period
+    rig.clock.step(299 * MS)  # healthy for 0.299 s since the last miss: not yet
+    rig.mon.spin_once(0)
+    assert rig.mon.policy.holding and rig.decisions() == []
+    rig.clock.step(100 * MS)  # the next check (every 100 ms), past the 0.3 s
+    rig.mon.spin_once(0)
+    assert not rig.mon.policy.holding
+    assert rig.mon.policy.events[-1].values["healthy_s"] == pytest.approx(0.399)
     (topic, body), = rig.decisions()
     assert topic == "command" and body["cmd"] == "clear" and "healthy" in body["reason"]
     s = rig.mon.summary()
@@ -197,32 +219,51 @@ def test_safe_hold_after_n_consecutive_misses_and_clear_after_recovery(rig_facto
 
 def test_dead_required_node_orders_safe_hold_and_its_return_clears(rig_factory):
     rig = rig_factory(required=("infer",), node_periods={"infer": 0.05}, dead_after_periods=3,
-                      clear_after_s=0.2)
+                      clear_after_s=0.2, startup_grace_s=3600)  # not about the grace
 
-    def beat():
+    def beat():  # one heartbeat of infer, 50 ms (its period) after the last
+        heard = rig.mon.live["infer"].count if "infer" in rig.mon.live else 0
+        rig.clock.step(50 * MS)
         rig.infer.publish("heartbeat", {"node": "infer", "sent_ns": now_ns()})
-        rig.mon.spin_once(10)
+        rig.spin_until(lambda: "infer" in rig.mon.live and rig.mon.live["infer"].count > heard)
     for _ in range(10):
         beat()
     assert rig.mon.live["infer"].alive and not rig.mon.policy.holding
-    rig.spin_until(lambda: rig.mon.policy.holding)  # infer went silent
+    rig.clock.step(200 * MS)  # silent for 200 ms: dead after 3 periods (150 ms)
+    rig.mon.spin_once(0)
+    assert rig.mon.policy.holding  # infer went silent
     assert rig.kinds()[-2:] == ["node_dead", "safe_hold"]
     (topic, body), = rig.decisions()
     assert body == {"cmd": "safe_hold", "reason": "required node dead: infer"}
     assert not rig.mon.summary()["nodes"]["infer"]["alive"]
-    end = time.monotonic() + 10
-    while rig.mon.policy.holding and time.monotonic() < end:
+    for _ in range(3):  # back (alive at the next check), not yet healthy for 0.2 s
         beat()
+        assert rig.mon.policy.holding
+    beat()  # 200 ms after the check that found it dead
+    assert not rig.mon.policy.holding
     assert rig.kinds()[-2:] == ["node_alive", "clear"]
     assert [b["cmd"] for _, b in rig.decisions()] == ["clear"]
     node = rig.mon.summary()["nodes"]["infer"]
-    assert node["alive"] and node["deaths"] == 1 and node["missed_periods"] >= 2
+    # its 250 ms gap: five periods, four of them missed
+    assert node["alive"] and node["deaths"] == 1 and node["missed_periods"] == 4
 
 
 def test_required_node_never_heard_of_is_dead_after_the_startup_grace(rig_factory):
-    rig = rig_factory(required=("infer",), startup_grace_s=0.2)
-    rig.spin_until(lambda: rig.mon.policy.holding)
-    assert "infer" in rig.mon.policy.events[-1].reason
+    ctx, clock = zmq.Context(), ManualClock()
+    mon = Monitor(["inproc://grace"], "inproc://grace-ctl", MonitorConfig(
+        required=("infer",), startup_grace_s=0.2, ping_period_s=0), ctx=ctx, clock=clock)
+    try:
+        for step_ms in (0, 199):  # checked at start and at 199 ms: within the grace
+            clock.step(step_ms * MS)
+            mon.spin_once(0)
+            assert not mon.policy.holding
+        clock.step(101 * MS)  # the next check (every 100 ms), past the grace
+        mon.spin_once(0)
+        assert mon.policy.holding and mon.policy.events[-1].kind == "safe_hold"
+        assert "infer" in mon.policy.events[-1].reason
+    finally:
+        mon.close()
+        ctx.term()
 
 
 def test_every_event_carries_a_kind_a_reason_and_values(rig_factory):
@@ -264,6 +305,8 @@ def test_config_loads_from_a_yaml_section_and_refuses_unknown_keys(tmp_path):
         MonitorConfig.from_dict({"shed_margin_ms": 30, "restore_margin_ms": 20})
     with pytest.raises(ValueError, match="lower_margin_ms -> shed_margin_ms"):
         MonitorConfig.from_dict({"lower_margin_ms": 20})
+    with pytest.raises(ValueError, match="max_events: the monitor keeps its newest 10000 events"):
+        MonitorConfig.from_dict({"max_events": 500})
     # the margins follow the deadline, as the node's own budget does
     cfg = MonitorConfig.from_dict({"deadline_ms": 60})
     assert (cfg.shed_margin_ms, cfg.restore_margin_ms) == (12, 30)
@@ -382,7 +425,7 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
             mon.spin_once(5)
         est = mon.clocks["infer"]
         assert abs(est.offset_ns) <= est.uncertainty_ns  # one host: one monotonic clock
-        assert mon.live["infer"].alive and mon.states["infer"] == "run"
+        assert mon.live["infer"].alive and mon.state_of("infer") == "run"
         assert node.control.heartbeat.counters["echoes"] >= 5
         cycle = 0
         while mon.policy.level == 0:  # slack 5 ms: the monitor lowers the budget
@@ -401,15 +444,17 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
 
 
 def test_node_liveliness_report_counts_missed_periods_deaths_and_alive():
-    # Arrival stamps are passed in: the report's numbers follow from them exactly.
-    ctx = zmq.Context()
+    # Arrival times are the monitor's clock, set by the test: the report's numbers follow
+    # from them exactly.
+    ctx, clock = zmq.Context(), ManualClock()
     cfg = MonitorConfig(node_periods={"infer": 0.05}, dead_after_periods=3, ping_period_s=0)
-    mon = Monitor(["inproc://liveliness"], "inproc://liveliness-ctl", cfg, ctx=ctx)
-    t0 = now_ns() - 10_000 * MS
+    mon = Monitor(["inproc://liveliness"], "inproc://liveliness-ctl", cfg, ctx=ctx, clock=clock)
+    t0 = clock()
 
     def arrive(ms, topic="heartbeat", **body):
         body = {"node": "infer", "sent_ns": 0} if topic == "heartbeat" else {"node": "infer", **body}
-        mon._on_message(Envelope(1, topic, 0, "infer", {"recv": t0 + ms * MS}, body))
+        clock.t_ns = t0 + ms * MS
+        mon._on_message(Envelope(1, topic, 0, "infer", {"recv": 0}, body))
     try:
         for ms in (0, 50, 100):
             arrive(ms)
@@ -417,9 +462,11 @@ def test_node_liveliness_report_counts_missed_periods_deaths_and_alive():
         mon._check_liveliness(t0 + 449 * MS)
         assert mon.summary()["nodes"]["infer"]["alive"]
         mon._check_liveliness(t0 + 450 * MS)  # three periods silent: dead
-        mon._check_liveliness(t0 + 900 * MS)  # still dead: one death
+        clock.t_ns = t0 + 900 * MS
+        mon._check_liveliness(clock())  # still dead: one death
         dead = mon.summary()["nodes"]["infer"]
-        assert set(dead) == {"alive", "state", "messages", "missed_periods", "deaths", "silent_s"}
+        assert dead.pop("silent_s") == pytest.approx(0.6)  # on the monitor's clock
+        assert set(dead) == {"alive", "state", "messages", "missed_periods", "deaths"}
         assert (dead["alive"], dead["state"], dead["messages"], dead["missed_periods"],
                 dead["deaths"]) == (False, "", 4, 3, 1)
         assert mon.health()["counters"]["nodes_alive"] == 0

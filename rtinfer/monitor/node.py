@@ -26,6 +26,9 @@ The report's `nodes` hold each node's liveliness and, from its last `health`, it
 a run's report has every process's counters, a policy node's too (it writes no report file).
 On exit the monitor publishes one last `health` (state "stopped") from the same summary it
 writes to --report, so a dashboard's final counts are the report's.
+Time is read from clock= (the monotonic clock by default): a message's arrival (liveliness,
+event times, the t3 of a ping's round trip), the timers (pings, checks, republishing) and
+the report's ages all read it, so a test steps it instead of sleeping.
 Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
 the controller's own watchdog is; if this process dies the robot carries on safely.
 Single-threaded; spin_once blocks up to timeout_ms.
@@ -37,6 +40,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 import yaml
 
@@ -70,18 +74,19 @@ FINAL_HEALTH_S = 0.2  # after the last health: time for libzmq to send it before
 
 class Monitor:
     def __init__(self, listen: str | list[str], control: str, cfg: MonitorConfig | None = None,
-                 *, ctx=None, curve=None) -> None:
+                 *, ctx=None, curve=None, clock: Callable[[], int] = now_ns) -> None:
+        """clock: the monitor's monotonic ns clock (every arrival, timer and age reads it)."""
         self.cfg = cfg = cfg or MonitorConfig()
         self.sub = Subscriber(listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve)
         self.pub = Publisher(control, cfg.name, ctx=ctx, curve=curve)
-        self.start_ns = now_ns()
+        self.clock = clock
+        self.start_ns = clock()
         self.policy = DeadlinePolicy(cfg, self.start_ns)
         self.hist = {name: LatencyHistogram() for name, _, _ in STAGES}
         self.robots: dict[str, RobotFigures] = {}  # trace node -> its share of the figures
         # per node, from the arrival times (monitor clock) of all its messages
         self.live = Liveliness(alive_periods=cfg.dead_after_periods)
-        self.states: dict[str, str] = {}  # node -> the state of its latest health message
-        self.last_health: dict[str, tuple[int, dict]] = {}  # node -> (recv ns, its body)
+        self.last_health: dict[str, tuple[int, dict]] = {}  # node -> (arrival ns, its body)
         self.applied: dict[str, tuple[int, int]] = {}  # policy node -> (budget switches, level)
         self.clocks: dict[str, PeerClock] = {}  # node -> its clock, from ping round trips
         self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
@@ -101,7 +106,7 @@ class Monitor:
             self._on_message(env)
             n += 1
             env = self.sub.recv(0) if n < 1000 else None  # bound one call's work
-        self._periodic(now_ns())
+        self._periodic(self.clock())
         return n
 
     def run(self, seconds: float | None = None) -> None:
@@ -113,14 +118,13 @@ class Monitor:
 
     # --- messages ---------------------------------------------------------------------
     def _on_message(self, env: Envelope) -> None:
-        t = env.stamps["recv"]
+        t = self.clock()  # its arrival, on the clock every other time here is read from
         body = env.body
         name = body["node"]
         self.live.note(name, t, self.cfg.period_ns(name))
         if env.topic == "trace":
             self._on_trace(body, t)
         elif env.topic == "health":
-            self.states[name] = body["state"]
             self.last_health[name] = (t, body)
             c = body["counters"]
             if "budget_switches" in c:  # a policy node's own count of the levels it applied
@@ -200,7 +204,7 @@ class Monitor:
         cfg = self.cfg
         if cfg.ping_period_s > 0 and now >= self._next_ping:
             self._next_ping = now + int(cfg.ping_period_s * 1e9)
-            t0 = now_ns()
+            t0 = self.clock()
             self._pings[t0] = None
             if len(self._pings) > 64:
                 del self._pings[next(iter(self._pings))]
@@ -281,9 +285,9 @@ class Monitor:
     # --- reporting --------------------------------------------------------------------
     def summary(self) -> dict:
         """Everything a report needs (JSON-ready); costs a few ms: not for the hot path."""
-        p, now = self.policy, now_ns()
+        p, now = self.policy, self.clock()
         stages = {name: percentiles_ms(h) for name, h in self.hist.items()}
-        nodes = {n: {"alive": s.alive, "state": self.states.get(n, ""), "messages": s.count,
+        nodes = {n: {"alive": s.alive, "state": self.state_of(n), "messages": s.count,
                      "missed_periods": s.missed, "deaths": s.deaths,
                      "silent_s": (now - s.last_ns) / 1e9, **self._last_counts(n, now)}
                  for n, s in self.live.items()}
@@ -297,6 +301,11 @@ class Monitor:
                 "robots": {n: fig.summary() for n, fig in self.robots.items()},
                 "counters": {**self.counters, **self.sub.counters},
                 "events": [e.to_dict() for e in p.events], "definitions": DEFINITIONS}
+
+    def state_of(self, node: str) -> str:
+        """The state `node` gave in its last health ("" before any came)."""
+        last = self.last_health.get(node)
+        return "" if last is None else last[1]["state"]
 
     def _last_counts(self, node: str, now: int) -> dict:
         """A node's counters and gauges from its last health, and how long before `now` it

@@ -28,6 +28,9 @@ from rtinfer.realtime.deadline import DEADLINE_MS, restore_margin_ms, shed_margi
 
 log = logging.getLogger("rtinfer.monitor.node")
 RENAMED = {"lower_margin_ms": "shed_margin_ms", "raise_margin_ms": "restore_margin_ms"}
+EVENT_MEMORY = 10000  # events kept for the report (the newest); was the key max_events
+GONE = {"max_events": f"the monitor keeps its newest {EVENT_MEMORY} events "
+                      "(rtinfer.monitor.policy.EVENT_MEMORY); remove the key"}
 
 
 @dataclass
@@ -54,7 +57,6 @@ class MonitorConfig:
     clock_window: int = 32           # round trips kept per node (min-RTT filter)
     policy_node: str | None = None   # clock of obs_recv/first_token/publish; None: guess
     republish_s: float = 1.0         # re-send the budget level (and a hold) this often
-    max_events: int = 10000
 
     def __post_init__(self) -> None:
         if self.shed_margin_ms is None:
@@ -71,6 +73,9 @@ class MonitorConfig:
         if renamed:
             raise ValueError("monitor config keys renamed: " + ", ".join(
                 f"{old} -> {new}" for old, new in renamed.items()) + " (same meaning)")
+        gone = [f"{k}: {GONE[k]}" for k in d if k in GONE]
+        if gone:
+            raise ValueError("monitor config key gone: " + "; ".join(gone))
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown monitor config keys {unknown}; known: {sorted(known)}")
@@ -105,7 +110,7 @@ class DeadlinePolicy:
         self.deadline_ns = int(cfg.deadline_ms * 1e6)
         self.level = 0
         self.holding = False
-        self.events: deque[Event] = deque(maxlen=cfg.max_events)
+        self.events: deque[Event] = deque(maxlen=EVENT_MEMORY)
         self.counters = dict.fromkeys(("cycles", "misses", "budget_requests", "holds", "clears",
                                        "evaluations"), 0)
         self.consecutive_misses = 0
