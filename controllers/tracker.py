@@ -24,6 +24,7 @@ per-tick update works on Python floats per axis (numpy's call overhead dominates
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass
 from math import sqrt
 
 import numpy as np
@@ -54,6 +55,31 @@ def _hermite(plan, t: float):
     return p, v
 
 
+@dataclass(frozen=True)
+class AxisLimits:
+    """Per axis: velocity, acceleration and hold deceleration limits (read-only arrays), and
+    the box the reference stays in; with the same as Python floats for the per-tick loop."""
+    vmax: np.ndarray
+    amax: np.ndarray
+    decel: np.ndarray
+    box: list            # (low, high) per axis
+    vel_acc: list        # (vmax, amax) per axis, floats
+    decel_f: list        # decel per axis, floats
+
+    @classmethod
+    def of(cls, n: int, vel_limit, acc_limit, decel, low, high) -> AxisLimits:
+        """Each broadcast to n axes; every limit > 0 (else ValueError)."""
+        def axes(v) -> np.ndarray:
+            a = np.broadcast_to(np.asarray(v, float), (n,)).copy()
+            a.flags.writeable = False  # cached as floats below
+            return a
+        vmax, amax, dec = axes(vel_limit), axes(acc_limit), axes(decel)
+        if not ((vmax > 0).all() and (amax > 0).all() and (dec > 0).all()):
+            raise ValueError("velocity, acceleration and hold deceleration limits must be > 0")
+        return cls(vmax, amax, dec, list(zip(axes(low).tolist(), axes(high).tolist())),
+                   list(zip(vmax.tolist(), amax.tolist())), dec.tolist())
+
+
 class SetpointTracker:
     """Limits are per axis (m/s, m/s^2). `follow_per_s`: rate (1/s) at which the reference
     closes a gap to the plan when it fell behind (a time constant of 1/follow_per_s).
@@ -69,19 +95,9 @@ class SetpointTracker:
                  max_step_s: float = np.inf):
         self.n = n_axes
         self.max_step_s = float(max_step_s)
-        # the box the reference never leaves (the workspace), whatever the plan or the timing
-        self._box = list(zip(np.broadcast_to(np.asarray(low, float), (n_axes,)).tolist(),
-                             np.broadcast_to(np.asarray(high, float), (n_axes,)).tolist()))
-        self.vmax = np.broadcast_to(np.asarray(vel_limit, float), (n_axes,)).copy()
-        self.amax = np.broadcast_to(np.asarray(acc_limit, float), (n_axes,)).copy()
-        dec = acc_limit if hold_decel is None else hold_decel
-        self.decel = np.broadcast_to(np.asarray(dec, float), (n_axes,)).copy()
-        if not ((self.vmax > 0).all() and (self.amax > 0).all() and (self.decel > 0).all()):
-            raise ValueError("velocity, acceleration and hold deceleration limits must be > 0")
-        for a in (self.vmax, self.amax, self.decel):
-            a.flags.writeable = False  # cached as floats below
-        self._limits = list(zip(self.vmax.tolist(), self.amax.tolist()))
-        self._decel = self.decel.tolist()
+        # the limits, and the box the reference never leaves whatever the plan or the timing
+        self.limits = AxisLimits.of(n_axes, vel_limit, acc_limit,
+                                    acc_limit if hold_decel is None else hold_decel, low, high)
         self.blend_ns, self.follow_per_s = int(blend_ns), float(follow_per_s)
         self.t_ns: int | None = None  # reference time; None until reset()
         self.pos, self.vel, self.acc = np.zeros(n_axes), np.zeros(n_axes), np.zeros(n_axes)
@@ -174,8 +190,9 @@ class SetpointTracker:
         self.t_ns = int(now_ns)
         P, V, A = self.pos, self.vel, self.acc
         if self.braking:
-            for k, (p0, v0, dec, (lo, hi)) in enumerate(zip(P.tolist(), V.tolist(), self._decel,
-                                                            self._box)):
+            limits = self.limits
+            for k, (p0, v0, dec, (lo, hi)) in enumerate(zip(P.tolist(), V.tolist(),
+                                                            limits.decel_f, limits.box)):
                 lim = dec * dt  # v -= clip(v, -lim, lim): one step of braking towards 0
                 v = v0 - (-lim if v0 < -lim else (lim if v0 > lim else v0))
                 p = p0 + 0.5 * (v0 + v) * dt
@@ -190,8 +207,9 @@ class SetpointTracker:
         assert self._plan is not None  # only while a plan is followed
         P, V, A, tail, on = self.pos, self.vel, self.acc, self._plan[3], self._on
         k_follow = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
+        lim = self.limits
         for k, (p0, v0, (vmax, amax), (blo, bhi)) in enumerate(zip(P.tolist(), V.tolist(),
-                                                                    self._limits, self._box)):
+                                                                    lim.vel_acc, lim.box)):
             pdk, vdk, tk = pd[k], vd[k], tail[k]
             adt, vdt = amax * dt, vmax * dt
             # Stopping rule: never faster towards the plan's final rest point, nor towards a
