@@ -3,8 +3,8 @@ prompts (the bus dropped messages; no chunk was ever followed, and why)."""
 from __future__ import annotations
 
 import json
-import sys
 
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.report_file import write_report
 
 
@@ -12,9 +12,9 @@ def bus_drops(report: dict, who: str = "robot") -> None:
     """One line on stderr when the sockets dropped messages before the controller saw them."""
     drops = {k: v for k, v in report["bus"].items() if v}
     if drops:
-        print(f"{who}: warning: the bus dropped messages: {drops} (sub.rejected: malformed or "
-              "not of the wire's schema; sub.oversize: over the size limit; pub.dropped: "
-              "not sent); see docs/robots.md section 6", file=sys.stderr, flush=True)
+        say(who, f"warning: the bus dropped messages: {drops} (sub.rejected: malformed or "
+            "not of the wire's schema; sub.oversize: over the size limit; pub.dropped: "
+            "not sent); see docs/robots.md section 6", error=False)
 
 
 def never_followed(report: dict, who: str = "robot") -> int:
@@ -26,9 +26,9 @@ def never_followed(report: dict, who: str = "robot") -> int:
     if counters["chunks_accepted"]:
         return 0
     why = {k: v for k, v in counters.items() if k.startswith("rejected_") and v}
-    print(f"{who}: error: no action chunk was accepted in the whole run; "
-          + (f"rejected: {why} (the controller's error lines above say why)" if why else
-             none_arrived(report)), file=sys.stderr, flush=True)
+    say(who, "no action chunk was accepted in the whole run; "
+        + (f"rejected: {why} (the controller's error lines above say why)" if why else
+           none_arrived(report)))
     return 1
 
 
@@ -68,5 +68,5 @@ def emit_report(report: dict, path: str | None) -> None:
     text = json.dumps(report, indent=1)
     why = write_report(path, text) if path else None  # whole or not at all (a full disk)
     if why:
-        print(f"report {path} not written: {why}", file=sys.stderr)
+        say(None, f"report {path} not written: {why}")
     print(text)

@@ -36,6 +36,7 @@ from safetensors.numpy import save_file
 
 from models.share import WEIGHTS
 from rtinfer.model.manifest import read_manifest, write_manifest
+from rtinfer.realtime.complaints import say
 
 BLOBS = "_blobs"  # <zoo>/_blobs/<sha256>/: a blob shared by model folders, with its graphs
 T = "_T"  # a tensor stored with its last two axes swapped: the graphs' layout
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
         else:
             print(json.dumps([merge(m, a.stem) for m in a.model_dir]))
     except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(None, f"error: {e}")
         return 2
     return 0
 

@@ -45,6 +45,7 @@ from rtinfer.model.directory import ModelError
 from rtinfer.model.manifest import write_manifest
 from rtinfer.model.obs_spec import FORMAT as OBS_FORMAT
 from rtinfer.model.obs_spec import ObsSpec
+from rtinfer.realtime.complaints import say
 
 OPSET = 17
 RANDOM_CHECKS = 16
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             card = package_module([_resolve(m) for m in a.module], example, a.out, action,
                                   card=extra)
     except (PackageError, ValueError, OSError) as e:
-        print(f"rtinfer package: {e}", file=sys.stderr)
+        say("rtinfer package", str(e), error=False)
         return 2
     print(json.dumps({"out": str(a.out), "levels": len(card["levels"]),
                       "seconds": round(time.perf_counter() - t0, 2)}))

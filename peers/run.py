@@ -15,12 +15,12 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from peers.row import package_version
+from rtinfer.realtime.complaints import say
 
 COMMAND = "rtinfer bench peers --json"
 VERSIONS = ("rtinfer", "numpy", "pyzmq", "msgpack", "onnxruntime", "torch", "grpcio",
@@ -128,5 +128,5 @@ def main(argv: list[str] | None = None) -> int:
     shipped_missing = a.model == DEFAULT_MODEL and not Path(a.model).is_dir()
     result = run(None if shipped_missing else a.model, skip_bench_size=a.skip_bench_size,
                  bench_model_dir=a.bench_model)
-    print(f"table written to {write_markdown(result)}", file=sys.stderr)
+    say(None, f"table written to {write_markdown(result)}")
     return emit("peers", result, a.json)

@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from rtinfer.realtime.complaints import say
+
 HARDWARE = "rtinfer_ros2.bridge:ROS2Robot"
 
 
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import_rclpy()
         except ValueError as e:
-            print(f"rtinfer_ros2: error: {e}", file=sys.stderr)
+            say("rtinfer_ros2", str(e))
             return 2
     if "--hardware" not in argv:
         argv = ["--hardware", HARDWARE] + argv

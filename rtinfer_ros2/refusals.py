@@ -4,12 +4,12 @@ time; the loop runs on). What is taken but noted (an unstamped message) is count
 way, said as "took" instead of "refused"."""
 from __future__ import annotations
 
-import sys
+from rtinfer.realtime import complaints
 
 
 def say(line: str) -> None:
-    """One line on stderr, as the bridge says things."""
-    print(f"ros2 bridge: {line}", file=sys.stderr, flush=True)
+    """One line on stderr, as the bridge says things (rtinfer.realtime.complaints.say)."""
+    complaints.say("ros2 bridge", line, error=False)
 
 
 def capture_ns(stamp, recv_ns: int, wall_ns: int) -> int:

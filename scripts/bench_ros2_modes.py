@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from rtinfer.realtime.complaints import say  # noqa: E402
 from tests.ros2_host import RosHost, read, stop  # noqa: E402
 
 POLICY = "models/zoo/arm-reach-bc"
@@ -99,7 +100,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15.0)
     a = ap.parse_args()
     if os.geteuid() != 0:
-        print("bench_ros2_modes: needs root (network namespaces)", file=sys.stderr)
+        say("bench_ros2_modes", "needs root (network namespaces)", error=False)
         return 2
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from rtinfer.model.obs_spec import ObsSpec
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.config_cli import add_config_arguments, config_from_args, option
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.rate import RateKeeper
@@ -352,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report)
     why = write_report(cfg.report, text + "\n") if cfg.report else None
     if why:
-        print(f"camera: report {cfg.report} not written: {why}", file=sys.stderr, flush=True)
+        say("camera", f"report {cfg.report} not written: {why}", error=False)
     print(text, flush=True)  # one line, for jq
     return 0
 

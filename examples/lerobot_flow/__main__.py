@@ -6,6 +6,7 @@ import json
 import sys
 
 from models.chunk_package import PackageError
+from rtinfer.realtime.complaints import say
 
 
 def main(argv=None) -> int:
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
             from examples.lerobot_flow.bench import bench
             r = bench(a.model, runs=a.runs, threads=a.threads)
     except (PackageError, ValueError) as e:
-        print(f"lerobot_flow: {e}", file=sys.stderr)
+        say("lerobot_flow", str(e), error=False)
         return 2
     print(json.dumps(r, indent=1))
     return 0

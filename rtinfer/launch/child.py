@@ -19,6 +19,7 @@ import signal
 import sys
 
 from rtinfer.launch.entry import EntryError, resolve
+from rtinfer.realtime.complaints import say
 
 _PR_SET_PDEATHSIG = 1
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         func = resolve(a.entry)  # a module whose own imports fail shows its traceback
     except EntryError as e:
-        print(f"launch_child {a.name}: {e}", file=sys.stderr)
+        say(f"launch_child {a.name}", str(e), error=False)
         return 127
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     sys.argv = [a.entry, *args]

@@ -60,6 +60,7 @@ from rtinfer.launch.record import check_record, make_folder, recorder_node
 from rtinfer.launch.runs import Claim, make_run_dir
 from rtinfer.launch.spec import LaunchSpec
 from rtinfer.launch.yaml_lines import LaunchError
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import on_signals
 
@@ -323,7 +324,7 @@ def run_args(a: argparse.Namespace) -> int:
         code = run_file(a.file, host=a.host, seconds=a.seconds, run_dir=a.run_dir,
                         overrides=overrides, check=a.check, record=a.record)
     except LaunchError as exc:
-        print(f"launch: {exc}", file=sys.stderr)
+        say("launch", str(exc), error=False)
         return 2
     # Everything is stopped and reported. A SIGTERM from here on (a parent stopping us just
     # as we finish) must not turn a clean exit into death by signal during interpreter exit.

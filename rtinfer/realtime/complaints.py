@@ -1,5 +1,7 @@
-"""Complaints: loud, rate-limited lines from a loop that must not stop or flood; the one way a
-node says what went wrong (or right again) on stderr.
+"""The one way rtinfer says what went wrong (or right again) on stderr, outside the `rtinfer`
+command's own output (rtinfer/cli): `say` for a line said once (a refused start, a report
+not written), `Complaints` for loud, rate-limited lines from a loop that must not stop or
+flood. tests/test_one_error_reporter.py keeps bare stderr prints out of everything else.
 
 A node that drops input it cannot use (an observation that does not match its model, a
 chunk for another robot or of another spec) says so on stderr at once, then at most once a
@@ -14,6 +16,14 @@ import sys
 import time
 
 PERIOD_NS = 1_000_000_000
+
+
+def say(name: str | None, message: str, *, error: bool = True, stream=None) -> None:
+    """One line on stderr (or `stream`) now, flushed: `name: error: message`, `name: message`
+    with error=False, the message alone with name None. Not rate-limited: for a line a
+    program says once; a loop's lines go through Complaints."""
+    head = "" if name is None else f"{name}: {'error: ' if error else ''}"
+    print(f"{head}{message}", file=stream or sys.stderr, flush=True)
 
 
 class Complaints:
@@ -32,6 +42,5 @@ class Complaints:
             return
         text = message() if callable(message) else message
         more = f" ({st[0]} more since the last line)" if st[0] else ""
-        print(f"{self.name}: {'error: ' if error else ''}{text}{more}",
-              file=self.stream or sys.stderr, flush=True)
+        say(self.name, f"{text}{more}", error=error, stream=self.stream)
         st[0], st[1] = 0, now

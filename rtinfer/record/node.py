@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.spin import serve, spin
 from rtinfer.record import messages as m
 from rtinfer.transport.bus import Subscriber
@@ -122,9 +123,8 @@ class Recorder:
         (counted); the chunks written before stay readable."""
         self.failed = e.strerror or str(e)
         self.counters["lost"] += lost
-        print(f"{self.name}: {what}: {self.failed}; {lost} messages not written; free space "
-              "and record again (the chunks written before are readable)", file=sys.stderr,
-              flush=True)
+        say(self.name, f"{what}: {self.failed}; {lost} messages not written; free space "
+            "and record again (the chunks written before are readable)", error=False)
 
     def _obs(self, env) -> None:
         dt = "rtinfer_msgs/msg/Observation"
@@ -182,12 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rec = Recorder(a.listen, a.out, curve=curve, name=a.name)
     except ImportError as e:
-        print(f"{a.name}: error: recording needs mcap and mcap-ros2-support ({e}); "
-              "pip install 'rtinfer[record]'", file=sys.stderr)
+        say(a.name, f"recording needs mcap and mcap-ros2-support ({e}); "
+            "pip install 'rtinfer[record]'")
         return 2
     except OSError as e:
-        print(f"{a.name}: error: cannot write {a.out}: {e.strerror}; give a writable path",
-              file=sys.stderr)
+        say(a.name, f"cannot write {a.out}: {e.strerror}; give a writable path")
         return 2
     try:
         serve(rec, a.seconds, f"{a.name}: recording to {a.out}")

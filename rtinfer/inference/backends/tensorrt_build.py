@@ -32,6 +32,7 @@ from rtinfer.inference.backends.tensorrt_plan import (
     profile_shapes,
 )
 from rtinfer.model.directory import ModelDir
+from rtinfer.realtime.complaints import say
 
 
 class EngineBuilder:
@@ -199,7 +200,7 @@ def main(argv: Sequence[str] | None = None, default_model: str = "models/zoo/con
         print(json.dumps(report, indent=1))
         return 0
     except ModelError as e:
-        print(f"build-engine: {e}", file=sys.stderr)
+        say("build-engine", str(e), error=False)
         return 2
 
 
