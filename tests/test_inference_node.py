@@ -1,5 +1,7 @@
 """Inference node: observation tokens, sequence layout, latest-only answering, bad input,
-budget/commands, and the real process over ipc sockets streaming stamped waypoints."""
+budget/commands, and the real process over ipc sockets streaming stamped waypoints.
+In-process the node's clock is stepped: a decision in time (a stale observation, a flood's
+second, health) comes when the test steps it; a wait for a message is a wait on a socket."""
 import os
 import subprocess
 import sys
@@ -16,10 +18,32 @@ from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
 from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 from rtinfer.model.obs_tokens import ObsError, ObsTokens
 from rtinfer.model.sequence import action_positions, build_prefix, build_sequence, target_positions
+from rtinfer.realtime.node_state import State
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.wire import now_ns
 
 ROOT = Path(__file__).resolve().parents[1]
+S = 1_000_000_000
+
+
+class HeldClock(SteppedClock):
+    """A node's clock that stands still between the test's steps (SteppedClock follows the
+    monotonic clock between them): what the node counts per second is then exact."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset_ns = now_ns()
+
+    def __call__(self) -> int:
+        return self.offset_ns
+
+
+def spin_until(node, cond, what: str, timeout_s: float = 10.0) -> None:
+    """Spin `node` until cond() (a message it must hear): a wait on its sockets, not a sleep."""
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, f"the node never {what}"
+        node.spin_once(10)
 
 
 # --- observation tokens and layout ----------------------------------------------------------
@@ -71,20 +95,25 @@ def test_sequence_layout_puts_actions_after_sep():
 
 
 # --- the node in-process ----------------------------------------------------------------------
-@pytest.fixture
-def node_env(tiny_model_dir, tmp_path):
+def make_node_env(model_dir, tmp_path, clock):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl")}
     obs_pub, ctl_pub = Publisher(eps["obs"], "sim"), Publisher(eps["ctl"], "monitor")
     # these tests are not about the deadline: an observation that waits out a stall of a busy
     # host must not turn stale (the node refuses those)
-    node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
+    node = InferenceNode(model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
                          cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0),
-                         clock=SteppedClock())
+                         clock=clock)
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
     answered_node(node, obs_pub, act, rng)
-    yield node, obs_pub, ctl_pub, act, rng
-    for s in (node, obs_pub, ctl_pub, act):
+    return node, obs_pub, ctl_pub, act, rng
+
+
+@pytest.fixture
+def node_env(tiny_model_dir, tmp_path):
+    env = make_node_env(tiny_model_dir, tmp_path, SteppedClock())
+    yield env
+    for s in env[:4]:
         s.close()
 
 
@@ -117,19 +146,18 @@ def test_bad_observation_is_counted_and_the_loop_continues(node_env):
 def test_budget_message_shortens_the_chunk_and_commands_hold_and_stop(node_env):
     node, obs_pub, ctl_pub, act, rng = node_env
     ctl_pub.publish("budget", {"level": 1, "reason": "slack low"})
-    time.sleep(0.2)
+    spin_until(node, lambda: node.budget.monitor_level == 1, "heard the budget")
     obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     assert node.spin_once(1000) and node.budget.index >= 1
     chunks = recv_chunks(act, 2)  # the tiny model's horizon is 3; a shorter chunk keeps 2
     assert chunks[0].body["count"] == node.budget.level.chunk == 2
     ctl_pub.publish("command", {"cmd": "safe_hold", "reason": "test"})
-    time.sleep(0.2)
+    spin_until(node, lambda: node.state == State.HOLD, "heard safe_hold")
     obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
     assert not node.spin_once(1000) and node.state == "hold"
+    assert node.counters["obs_held"] == 1
     ctl_pub.publish("command", {"cmd": "stop", "reason": "test"})
-    time.sleep(0.2)
-    node.spin_once(10)
-    assert not node.running
+    spin_until(node, lambda: not node.running, "heard stop")
 
 
 def test_prefix_cache_hits_while_the_instruction_is_unchanged(node_env):
@@ -158,6 +186,42 @@ def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):
     node.spin_once(10)
     health = next(e for e in iter(lambda: act.recv(500), None) if e.topic == "health")
     assert health.body["gauges"]["slack_us"] == node.slack_ns / 1e3
+
+
+def test_an_observation_older_than_the_deadline_is_refused_counted_and_not_answered(node_env):
+    node, obs_pub, _, act, rng = node_env
+    stale0 = node.health()["counters"]["obs_stale"]
+    node.clock.step(61 * S)  # the node's now: 61 s after the capture below, deadline 60 s
+    obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    spin_until(node, lambda: node.health()["counters"]["obs_stale"] > stale0, "refused it")
+    assert node.health()["counters"]["obs_stale"] == stale0 + 1
+    assert not node.spin_once(50) and recv_chunks(act, 1, timeout_s=0.2) == []
+
+
+def test_a_flood_is_counted_when_its_second_ends_on_the_nodes_clock(tiny_model_dir, tmp_path):
+    """Over FLOOD_FACTOR times the policy rate (4 x 20 Hz) in one second of the node's clock is
+    one flood, counted when the next second starts; the robot is still answered."""
+    env = make_node_env(tiny_model_dir, tmp_path, HeldClock())
+    node, obs_pub, _, act, rng = env
+    try:
+        floods = lambda: node.health()["counters"]["obs_floods"]  # noqa: E731
+        taken = lambda: node.health()["counters"]["obs_skipped"] + node.counters["cycles"]  # noqa: E731
+        before = taken()
+        for _ in range(100):
+            obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        spin_until(node, lambda: taken() >= before + 100, "took all 100")
+        assert floods() == 0  # its second has not ended on the node's clock
+        node.clock.step(S)
+        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        spin_until(node, lambda: taken() >= before + 101, "took the next second's first")
+        assert floods() == 1
+        node.clock.step(S)  # a second with one observation: no flood
+        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        spin_until(node, lambda: taken() >= before + 102, "took the third second's")
+        assert floods() == 1 and node.counters["obs_bad"] == 0
+    finally:
+        for s in env[:4]:
+            s.close()
 
 
 # --- configuration ----------------------------------------------------------------------------
