@@ -28,7 +28,8 @@ STATE = {"values": {"state": np.array([0.3, 0.1, -0.2, 0.3], np.float32)}, "ints
 COMMITTED = np.array([[1.25, -3.5], [1.5, -3.25], [1.75, -3.0]], np.float32)
 
 
-def _serve(tmp_path, per_waypoint_t: bool, max_committed: int | None = 4):
+def _serve(tmp_path, per_waypoint_t: bool, max_committed: int | None = 4,
+           flow_rtc: str = "condition"):
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
     model = TinyFlow(per_waypoint_t=per_waypoint_t, seed=4)
     graphs = tmp_path / "graphs"
@@ -38,7 +39,8 @@ def _serve(tmp_path, per_waypoint_t: bool, max_committed: int | None = 4):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
     robot = Publisher(eps["obs"], "robot")
     node = InferenceNode(tmp_path / "policy", eps["obs"], eps["act"],
-                         cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3))
+                         cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3,
+                                                 flow_rtc=flow_rtc))
     act = Subscriber(eps["act"], ["action_chunk"])
     time.sleep(0.3)  # the slow joiner
     return node, robot, act
@@ -87,6 +89,25 @@ def test_a_flow_policy_that_cannot_condition_says_so_and_serves_unconditioned(
         got = _answer(node, robot, act, COMMITTED)
         assert len(got) == SPEC.horizon and all("conditioned" not in c.body for c in got)
         assert node.health()["counters"]["committed_ignored"] == 1
+    finally:
+        for s in (node, robot, act):
+            s.close()
+
+
+@pytest.mark.parametrize("max_committed,most", [(4, 4), (None, SPEC.horizon - 1)])
+def test_with_flow_rtc_guide_a_single_t_flow_policy_conditions_by_guidance(
+        tmp_path, max_committed, most):
+    """The node's flow_rtc "guide": RTC guidance toward the committed prefix needs no
+    per-waypoint t; up to the declared delay, else the horizon less one."""
+    node, robot, act = _serve(tmp_path, False, max_committed, flow_rtc="guide")
+    try:
+        assert node.policy.max_committed == most
+        got = _answer(node, robot, act, COMMITTED)
+        assert len(got) == SPEC.horizon
+        assert all(c.body["conditioned"]["hash"] == prefix_hash(COMMITTED) for c in got)
+        values = np.stack([c.body["values"] for c in got])
+        assert np.array_equal(values[:3], COMMITTED) and np.isfinite(values).all()
+        assert node.health()["counters"]["committed_taken"] == 1
     finally:
         for s in (node, robot, act):
             s.close()

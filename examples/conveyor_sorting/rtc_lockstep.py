@@ -36,7 +36,7 @@ from rtinfer.bench.rtc import ARMS, ROBOT_YAML, figures, keep_waypoint, whole_ch
 from rtinfer.inference.budget import Budget, BudgetLevel
 from rtinfer.inference.committed_intake import REFUSED, CommittedIntake
 from rtinfer.inference.cycle import Cycle
-from rtinfer.inference.node_config import InferenceNodeConfig
+from rtinfer.inference.node_config import FLOW_RTC, InferenceNodeConfig
 from rtinfer.inference.policy import load_policy
 from rtinfer.inference.robots import Robots
 from rtinfer.inference.waypoint_publisher import WaypointPublisher
@@ -135,9 +135,9 @@ class LockstepNode:
     """The node's side of one robot: an observation in, its chunk out on `out` at once."""
 
     def __init__(self, model: str, out: DelayLine, clock: SimClock, seed: int,
-                 expert: bool = False):
-        self.policy = ExpertPolicy(model) if expert else \
-            load_policy(model, InferenceNodeConfig(seed=seed, auto_budget=False))
+                 expert: bool = False, flow_rtc: str = "condition"):
+        self.policy = ExpertPolicy(model) if expert else load_policy(
+            model, InferenceNodeConfig(seed=seed, auto_budget=False, flow_rtc=flow_rtc))
         self.lines: list[str] = []
         say = lambda kind, text, error=True: self.lines.append(  # noqa: E731
             text() if callable(text) else text)
@@ -176,13 +176,13 @@ def robot_config(model: str, arm: str, deadline_ms: float, blend_ms: float
 
 def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: float,
               deadline_ms: float = 100.0, jitter: float = 0.0, blend_ms: float = 100.0,
-              tmp: Path, expert: bool = False) -> dict:
+              tmp: Path, expert: bool = False, flow_rtc: str = "condition") -> dict:
     """One seeded run of `arm` at `delay_ms` added (half each way); the bench's figures."""
     clock = SimClock()
     half, jit = int(delay_ms * MS / 2), int(jitter * delay_ms * MS / 2)
     obs_line = DelayLine("sim", clock, {"obs"}, half, jit, seed)
     act_line = DelayLine("infer", clock, {"action_chunk"}, half, jit, seed + 1)
-    node = LockstepNode(model, act_line, clock, seed, expert)
+    node = LockstepNode(model, act_line, clock, seed, expert, flow_rtc)
     cfg, hardware = robot_config(model, arm, deadline_ms + delay_ms, blend_ms)
     sim = ConveyorSim(cfg.control, **{**hardware, "seed": seed, "seconds": seconds,
                                       "wait_s": 5.0, "policy": model})
@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blend-ms", type=float, default=100.0)
     p.add_argument("--expert", action="store_true", help="the scripted expert as the policy "
                    "(the model's action spec and horizon): what the task allows at each delay")
+    p.add_argument("--flow-rtc", default="condition", choices=FLOW_RTC,
+                   help="the node's flow_rtc: how a flow policy conditions on the prefix")
     p.add_argument("--json", action="store_true", help="print the points as JSON")
     a = p.parse_args(argv)
     points = []
@@ -231,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in a.arms:
                     fig = run_point(a.model, arm, delay, a.seed + r, seconds=a.seconds,
                                     deadline_ms=a.deadline_ms, jitter=a.jitter,
-                                    blend_ms=a.blend_ms, tmp=Path(d), expert=a.expert)
+                                    blend_ms=a.blend_ms, tmp=Path(d), expert=a.expert,
+                                    flow_rtc=a.flow_rtc)
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
                     if not a.json:
                         print(f"{arm:5s} {delay:5.0f} ms run {r}: {fig['correct']} / "

@@ -38,6 +38,7 @@ import numpy as np
 
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.bench.rtc_joins import join_jumps, plot, spread
+from rtinfer.inference.node_config import FLOW_RTC
 from rtinfer.realtime.trace import read_trace
 from rtinfer.transport.bus import Subscriber
 
@@ -93,7 +94,8 @@ def run_point(arm: str, delay_ms: float, seed: int, a, tmp: Path) -> dict:
         procs.append(_start([py, "-m", "rtinfer.inference.node", "--model", a.model,
                              "--backend", "onnx", "--threads", "1", "--obs", ep["obs_n"],
                              "--actions", ep["act_n"], "--deadline-ms", str(deadline_ms),
-                             "--name", "policy", "--no-budget"], tmp / "node.log"))
+                             "--name", "policy", "--no-budget", "--flow-rtc", a.flow_rtc],
+                            tmp / "node.log"))
         rec = Subscriber(ep["act_r"], ["action_chunk"])
         robot = _start([py, "-m", "controllers.run", "--hardware",
                         "examples.conveyor_sorting.sim_node:ConveyorSim", "--config",
@@ -176,7 +178,7 @@ def lockstep(a) -> list[dict]:
            "--model", a.model, "--delays-ms", *map(str, a.delays_ms), "--runs", str(a.runs),
            "--seconds", str(a.seconds), "--seed", str(a.seed), "--deadline-ms",
            str(a.deadline_ms), "--jitter", str(a.jitter), "--blend-ms", str(a.blend_ms),
-           *(["--expert"] if a.expert else [])]
+           "--flow-rtc", a.flow_rtc, *(["--expert"] if a.expert else [])]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"bench rtc --lockstep: the lockstep run failed (exit "
@@ -198,6 +200,7 @@ def run(a) -> dict:
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
     return {"bench": "rtc", "mode": "lockstep" if a.lockstep else "real time",
             "policy": "expert" if a.expert else "model", "model": a.model,
+            "flow_rtc": a.flow_rtc,
             "seconds": a.seconds, "runs": a.runs,
             "deadline_ms": a.deadline_ms, "jitter": a.jitter, "blend_ms": a.blend_ms,
             "loadavg": Path("/proc/loadavg").read_text().split()[:3], "points": points}
@@ -220,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                    "delay in sim time, deterministic, apart from the host's load")
     p.add_argument("--expert", action="store_true", help="with --lockstep: the scripted expert "
                    "plans the model's horizon instead of the policy (what the task allows)")
+    p.add_argument("--flow-rtc", default="condition", choices=FLOW_RTC, help="the node's "
+                   "flow_rtc: a flow policy's training-time conditioning or RTC guidance")
     p.add_argument("--out", default=None, help="also write the result JSON here")
     p.add_argument("--plot", default=None, help="write success and join jump against delay "
                    "(PNG)")

@@ -12,6 +12,10 @@ Real-time chunking: max_committed is the action spec's where every level's step 
 with per-waypoint t [1, H_m] (it conditions on committed waypoints fed clean at t = 0, up to
 the delay it was trained for, which the action spec declares, else card.json); 0 otherwise,
 or where neither declares it, and the node says at start-up that it cannot condition.
+With the node's flow_rtc "guide" (ONNX Runtime, any Euler policy) the chunk is RTC guidance
+toward the committed prefix instead (rtinfer.inference.flow_guidance: jacobian identity,
+weights 1 over the prefix, LeRobot's); max_committed is then the declared one, else the
+horizon less one.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import zlib
 import numpy as np
 
 from rtinfer.inference.budget import BudgetLevel
+from rtinfer.inference.flow_guidance import FlowGuidance
 from rtinfer.inference.flow_runner import FlowRunner
 from rtinfer.inference.flow_trt import FlowTrtRunner
 from rtinfer.inference.graph_runner import FeedInputs
@@ -41,14 +46,17 @@ def flow_levels(model: FlowModelDir) -> list[BudgetLevel]:
             if i == 0 or not any(c.accuracy > lv.accuracy for c in levels[i + 1:])]
 
 
-def conditions_on(md: FlowModelDir, runner) -> int:
-    """The most committed waypoints the policy conditions a chunk on (see the docstring)."""
+def conditions_on(md: FlowModelDir, runner, guided: bool = False) -> int:
+    """The most committed waypoints the policy conditions a chunk on (see the docstring);
+    guided (RTC guidance): any euler policy, up to the declared delay, else the horizon
+    less one."""
     used = {lv["graph"] for lv in md.levels}
-    if md.integrator != "euler" or not all(tuple(runner.t[g].shape) == (1, runner.h_m)
-                                           for g in used):
+    if md.integrator != "euler" or not guided and not all(
+            tuple(runner.t[g].shape) == (1, runner.h_m) for g in used):
         return 0
     m = md.action.max_committed
-    return int(md.card.get("max_committed", 0) if m is None else m)
+    m = md.card.get("max_committed") if m is None else m
+    return int(md.action.horizon - 1 if m is None and guided else m or 0)
 
 
 class FlowPolicy(FeedInputs):
@@ -71,7 +79,10 @@ class FlowPolicy(FeedInputs):
         self.levels = flow_levels(md)
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
         self.start_ns, self.action_dim = md.action.start_ns, md.action.dim
-        self.max_committed = conditions_on(md, self.runner)
+        # RTC guidance (flow_rtc "guide", ONNX Runtime): bends each step toward the prefix
+        self.guide = FlowGuidance(self.runner) if cfg.flow_rtc == "guide" \
+            and cfg.backend == "onnx" and md.integrator == "euler" else None
+        self.max_committed = conditions_on(md, self.runner, self.guide is not None)
         self.counters = {"flow_steps": 0}
         ladder = ", ".join(str(md.levels[lv.depth]["steps"]) for lv in self.levels)
         noise = "zero noise" if self.zero_noise else f"noise seeded from {cfg.seed}"
@@ -90,8 +101,11 @@ class FlowPolicy(FeedInputs):
         for cycle, feeds in jobs:
             level = cycle.level.depth
             c = cycle.committed  # the robot's committed prefix: only when max_committed > 0
-            chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle),
-                                    committed=None if c is None else c.values)
+            if self.guide is not None and c is not None:  # the prefix is all the robot sends
+                chunk = self.guide.run(feeds, level, c.values, c.n, seed=self.noise_seed(cycle))
+            else:
+                chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle),
+                                        committed=None if c is None else c.values)
             if c is not None:  # the committed rows as the robot sent them, bit for bit (the
                 chunk[:c.n] = c.values  # affine's round trip may differ in the last ulp)
                 c.used = True  # every waypoint names it (docs/wire.md, real-time chunking)
