@@ -195,7 +195,10 @@ def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path
         answered_node(node, obs_pub, act, rng)
         assert node.budget.levels[2].gate == "gate30"
         ctl_pub.publish("budget", {"level": 2, "reason": "slack low"})
-        time.sleep(0.2)
+        end = time.monotonic() + 10
+        while node.budget.monitor_level != 2:  # a wait on its control socket, not a sleep
+            assert time.monotonic() < end, "the node never heard the budget"
+            node.spin_once(10)
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
         assert node.spin_once(1000) and node.budget.index == 2
         assert node.policy.runner.backend.gate == node.budget.level.gate == "gate30"
