@@ -67,9 +67,8 @@ class Drain:
                 return None
             for item, _ in ready:
                 leg = leg_of[item]
-                take = leg.take
                 for _ in range(self._limit):
-                    env = take()
+                    env = leg.take()  # a method call: no bound method made
                     if env is EMPTY:
                         break
                     if env is not None:
@@ -109,9 +108,8 @@ class Drain:
                 return
             for item, _ in ready:
                 leg = self._leg_of[item]
-                take, queued = leg.take, leg.queued
                 for _ in range(self._limit):
-                    env = take()
+                    env = leg.take()
                     if env is EMPTY:
                         break
                     if env is not None:
@@ -119,7 +117,7 @@ class Drain:
                             self._counters["superseded"] += 1
                         pending[env.topic] = env  # re-insert: dict order = arrival order of newest
                         peers[env.topic] = leg.peer
-                    if not queued():  # drained (cheaper than the Again of an empty read)
+                    if not leg.queued():  # drained (cheaper than the Again of an empty read)
                         break
             if pending:
                 return
