@@ -16,6 +16,14 @@ inflicts on some cycles of a window, not on all of them). Planned at n * p99, a 
 under load, where the tiny model's median is a few ms and its p99 10-40 ms of preemption,
 fitted 1 or 2 robots a node.
 
+A figure goes **stale** once FRESH_RECORDS cycles of other sizes or levels were timed since
+its last (the node runs another level or batch size now, and the load it was measured under
+may be gone): full quality's batch-1 cost is then taken from the level run now (its cycles
+over its profiled ratio), and the delay from the figures still fresh. (Without it, a node
+whose load put every robot on its cheapest level priced that level for good off full
+quality's cycles timed at start-up, under a busy second: 66 ms where it now ran 8 robots in
+a few ms each, so it refused 7 of 8 robots for the whole run.)
+
 Pure bookkeeping, no clock reads; not thread-safe.
 """
 from __future__ import annotations
@@ -24,6 +32,7 @@ from rtinfer.realtime.hist import LatencyHistogram
 
 MIN_TIMED = 16     # batches of one size timed before their figures replace the profile
 MAX_ROBOTS = 4096  # the most robots capacity() ever reports
+FRESH_RECORDS = 256  # a figure not recorded in this many cycles timed since is stale (doc)
 
 
 class CycleCost:
@@ -39,6 +48,7 @@ class CycleCost:
         self._both = LatencyHistogram()  # scratch for the union, allocated once
         self._p50 = self._p99 = None     # the last percentiles (ns), until the next record()
         self._fresh = True
+        self.last = 0                    # Costs' count of cycles timed at this one's last
 
     def record(self, ns: int) -> None:
         if self._new.count >= self.window:
@@ -81,6 +91,8 @@ class Costs:
         self.levels = max(1, int(levels))
         self.level_timed = {lv: CycleCost() for lv in range(1, self.levels)}  # batch 1
         self.level_profile: dict[int, int] = {}  # level -> its start-up batch-1 cost
+        self.records = 0                     # cycles timed, of every size and level
+        self.last_level = 0                  # the level of the last batch-1 cycle timed
 
     def set_batches(self, batches) -> None:
         self.batches = sorted({1, *batches})
@@ -104,43 +116,76 @@ class Costs:
     def record(self, batch: int, level: int, ns: int) -> None:
         """One batch of `batch` rows timed at budget level `level` (a level's batches of
         more than one row are not kept: its ratio is taken from its single cycles)."""
-        if level == 0:
-            self.timed[batch].record(ns)
-        elif batch == 1 and level in self.level_timed:
-            self.level_timed[level].record(ns)
+        cost = self.timed[batch] if level == 0 else \
+            self.level_timed.get(level) if batch == 1 else None
+        if cost is None:
+            return
+        self.records += 1
+        cost.record(ns)
+        cost.last = self.records
+        if batch == 1:
+            self.last_level = level
+
+    def fresh(self, cost: CycleCost, least: int = 1) -> bool:
+        """Whether `cost` has `least` cycles timed, the last of them within FRESH_RECORDS."""
+        return cost.count >= least and self.records - cost.last <= FRESH_RECORDS
 
     def batch_ns(self, b: int, median: bool = False, level: int = 0) -> int | None:
         """The cost of one batch of b robots (b a batch size the node runs) at `level`: its
-        measured p99 (median: its median) once MIN_TIMED were timed (any count for b = 1),
-        else its profile scaled by batch 1's measured-over-profiled ratio; times the level's
-        ratio; None when unknown."""
-        timed = self.timed.get(b)
-        if timed is not None and timed.count >= (1 if b == 1 else MIN_TIMED):
-            full = timed.p50_ns() if median else timed.p99_ns()
-        else:
-            prior = self.profile.get(b)
-            if prior is None:
-                return None
-            one, one_prior = None, self.profile.get(1)
-            if self.timed[1].count:
-                one = self.timed[1].p50_ns() if median else self.timed[1].p99_ns()
-            full = int(prior * one / one_prior) if one and one_prior else prior
+        measured p99 (median: its median) once MIN_TIMED were timed (any count for b = 1 at
+        full quality) and while fresh, else its profile scaled by batch 1's measured-over-
+        profiled ratio; times the level's ratio (batch 1 at a level: its own cycles once
+        MIN_TIMED were timed, while fresh); None when unknown."""
+        if b == 1 and level:
+            own = self.level_timed.get(level)
+            if own is not None and self.fresh(own, MIN_TIMED):
+                return _pct(own, median)
+        full = self._full(b, median)
+        if full is None:
+            return None
         return full if level == 0 else int(full * self.ratio(level))
+
+    def _full(self, b: int, median: bool) -> int | None:
+        """A batch of b at full quality now (batch_ns's doc)."""
+        timed = self.timed.get(b)
+        if timed is not None and self.fresh(timed, 1 if b == 1 else MIN_TIMED):
+            return _pct(timed, median)
+        one = self._single(median)
+        if b == 1:
+            return one
+        prior, one_prior = self.profile.get(b), self.profile.get(1)
+        if prior is None:
+            return _pct(timed, median) if timed is not None and timed.count >= MIN_TIMED \
+                else None
+        return int(prior * one / one_prior) if one and one_prior else prior
+
+    def _single(self, median: bool) -> int | None:
+        """One cycle at full quality now: its own cycles while fresh, else those of the
+        level run now over that level's profiled ratio, else its own stale ones, else its
+        start-up profile."""
+        full, level = self.timed[1], self.last_level
+        if self.fresh(full):
+            return _pct(full, median)
+        own, mine, top = (self.level_timed.get(level), self.level_profile.get(level),
+                          self.level_profile.get(0))
+        if level and own is not None and self.fresh(own) and mine and top:
+            return int(_pct(own, median) * top / mine)
+        return _pct(full, median) if full.count else self.profile.get(1)
 
     def ratio(self, level: int) -> float:
         """A level's cost over full quality's (module doc); 1.0 while unknown."""
         timed, full = self.level_timed.get(level), self.timed[1]
-        if timed is not None and min(timed.count, full.count) >= MIN_TIMED:
+        if timed is not None and self.fresh(timed, MIN_TIMED) and self.fresh(full, MIN_TIMED):
             return min(1.0, timed.p50_ns() / max(full.p50_ns(), 1))
         mine, top = self.level_profile.get(level), self.level_profile.get(0)
         return min(1.0, mine / top) if mine and top else 1.0
 
     def delay_ns(self) -> int:
         """The one delay a window is planned to absorb: the largest p99 less median among
-        the batch sizes timed (a preemption, which a busy host inflicts on some cycles, not
-        on every cycle of a window); 0 before any was timed."""
+        the batch sizes timed at full quality and fresh (a preemption, which a busy host
+        inflicts on some cycles, not on every cycle of a window); 0 before any was timed."""
         return max((c.p99_ns() - c.p50_ns() for b, c in self.timed.items()
-                    if c.count >= (1 if b == 1 else MIN_TIMED)), default=0)
+                    if self.fresh(c, 1 if b == 1 else MIN_TIMED)), default=0)
 
     def medians(self, level: int = 0) -> dict[int, int | None]:
         """Per batch size, the typical (median) cost at `level` that admission plans with."""
@@ -191,3 +236,7 @@ class Costs:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
         return lo
+
+
+def _pct(cost: CycleCost, median: bool) -> int | None:
+    return cost.p50_ns() if median else cost.p99_ns()
