@@ -20,8 +20,11 @@ e2e p50/p99 (capture -> last waypoint received, complete chunks), chunks_per_cpu
 chunks per CPU second of the node processes only, from /proc/PID/stat), refused (the nodes'
 robots_refused less robots_admitted_late, or robots never answered, whichever is more) and
 identical (accepted chunks whose tokens equal plain greedy on the same observation,
-recomputed here with TokenRunner(drafter="none")). Nodes run at fixed full quality
-(--no-budget) unless --budget.
+recomputed here with TokenRunner(drafter="none")); deadline_met_worst_robot is the least
+robot's share of its cycles met (a refused robot's count as missed). Nodes run at fixed full
+quality (--no-budget) unless --budget. --cpu-hog N runs N CPU-bound processes beside every
+arrangement (a Python spin loop each, the k-th pinned to CPU k mod the CPUs this bench may
+use), from before its nodes start until they stop: a neighbour that takes a core.
 """
 from __future__ import annotations
 
@@ -87,6 +90,16 @@ def _stop(procs: list) -> None:
             p.wait()
 
 
+SPIN = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def cpu_hogs(n: int) -> list[subprocess.Popen]:
+    """n CPU-bound processes, the k-th pinned to the k-th CPU this process may use (mod)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return [subprocess.Popen([sys.executable, "-c", SPIN, str(cpus[k % len(cpus)])])
+            for k in range(n)]
+
+
 def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     """One arrangement with n robots: started, measured, stopped. Raw records + CPU."""
     obs = [f"ipc://{tmp}/obs-r{i}" for i in range(n)]
@@ -99,6 +112,7 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     plan = [(["--obs", *obs], acts[0], "infer")] if len(acts) == 1 else \
         [(["--obs", obs[j]], acts[j], f"infer{j}") for j in range(n)]
     nodes, robots, logs = [], [], []
+    hogs = cpu_hogs(a.cpu_hog)
     health = Subscriber(acts, ["health"])
     rng = np.random.default_rng(a.seed)
     phases = rng.uniform(0, 1e3 / a.rate_hz, n)
@@ -142,7 +156,7 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
         while (env := health.recv(timeout_ms=0)) is not None:
             last[env.src] = env.body
     finally:
-        _stop(robots + nodes)
+        _stop(robots + nodes + hogs)
         health.close()
     records = []
     for i in range(n):
@@ -160,7 +174,8 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
 def run(a) -> dict:
     raws = {}
     for k, n in enumerate(a.robots):
-        order = ARRANGEMENTS[k % 3:] + ARRANGEMENTS[:k % 3]  # taking turns
+        order = [x for x in ARRANGEMENTS[k % 3:] + ARRANGEMENTS[:k % 3]  # taking turns
+                 if x in a.arrangements]
         for arrangement in order:
             with tempfile.TemporaryDirectory(prefix="rtinfer-fleet-") as tmp:
                 raws[n, arrangement] = run_point(arrangement, n, a, Path(tmp))
@@ -169,12 +184,13 @@ def run(a) -> dict:
     rows = []
     for n in a.robots:
         row = {"robots": n}
-        for arrangement in ARRANGEMENTS:
+        for arrangement in a.arrangements:
             row[arrangement] = summarise(raws[n, arrangement], greedy, a.seconds)
         rows.append(row)
     return {"deadline_ms": a.deadline_ms, "rate_hz": a.rate_hz, "seconds": a.seconds,
             "warmup_s": a.warmup, "model": a.model, "stream": a.stream,
             "budget": "auto" if a.budget else "fixed full quality", "addressed": a.addressed,
+            "cpu_hog": a.cpu_hog, "load_avg": [round(x, 2) for x in os.getloadavg()],
             "rows": rows}
 
 
@@ -196,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", action="store_true",
                    help="let the nodes lower their budget (default: fixed full quality)")
     p.add_argument("--seed", type=int, default=0, help="the robots' phases")
+    p.add_argument("--arrangements", nargs="+", choices=ARRANGEMENTS, default=ARRANGEMENTS,
+                   help="which arrangements to run (default: all three)")
+    p.add_argument("--cpu-hog", type=int, default=0, metavar="N",
+                   help="N CPU-bound processes beside each arrangement, each pinned to a CPU")
     p.add_argument("--addressed", action=argparse.BooleanOptionalAction, default=True,
                    help="nodes address each robot's chunks to it and robots take only their "
                         "own (--address-chunks / --addressed); --no-addressed: every robot "
