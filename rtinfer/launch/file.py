@@ -12,6 +12,8 @@ Schema (unknown keys are errors; see docs/launch.md for a worked example)::
                                   # --run-dir wins
     deadline_ms: 100              # number, default 100       -> ${deadline_ms}
     realtime: true                # default true; false: no node's cpus/priority is applied
+    robots: 3                     # optional: each `per_robot: true` endpoint and node is
+                                  # copied per robot first (per_robot.py) -> ${robot}
     seconds: 60                   # number, optional          -> ${seconds}
     rates: {policy_hz: 20}        # name -> number            -> ${rates.policy_hz}
     vars: {model: models/zoo/x}   # name -> scalar            -> ${vars.model}
@@ -61,6 +63,7 @@ import difflib
 import re
 from pathlib import Path
 
+from rtinfer.launch.per_robot import expand_robots
 from rtinfer.launch.runs import SUN_PATH_MAX, ipc_path
 from rtinfer.launch.spec import REF, Endpoint, LaunchSpec, NodeSpec, RestartPolicy, as_text
 from rtinfer.launch.yaml_lines import (
@@ -72,6 +75,7 @@ from rtinfer.launch.yaml_lines import (
     compose_file,
     dataclass_fields,
     is_type,
+    section,
 )
 from rtinfer.realtime.deadline import DEADLINE_MS
 
@@ -96,12 +100,6 @@ SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config"
 MONITOR_CONFIG = "rtinfer.monitor.policy:MonitorConfig"
 
 
-def _section(data: dict, key: str, t: type):
-    """data[key] if it has type t (else empty; check_fields has reported it)."""
-    value = data.get(key)
-    return value if isinstance(value, t) else t()
-
-
 def load(path: str | Path, overrides: dict[str, str] | None = None, *,
          check_entries: bool = True) -> LaunchSpec:
     """Read and validate a launch file; raises `LaunchError` listing every problem.
@@ -111,26 +109,26 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     """
     data, r = compose_file(path, overrides)
     check_fields(r, data, (), TOP_KEYS, required=("endpoints", "nodes"))
-    robot_of = _expand_robots(r, data)
+    robot_of = expand_robots(r, data)
     if data.get("version", 1) != 1:
         r.err(("version",), "unsupported version; this launcher reads version: 1")
     for key, what in (("deadline_ms", "the end-to-end deadline in ms"),
                       ("seconds", "how long the run lasts")):
         if is_type(data.get(key), float) and data[key] <= 0:
             r.err((key,), f"{key} must be > 0 ({what}), got {data[key]!r}")
-    rates, vars_, hosts = _section(data, "rates", dict), _section(data, "vars", dict), \
-        _section(data, "hosts", dict)
+    rates, vars_, hosts = section(data, "rates", dict), section(data, "vars", dict), \
+        section(data, "hosts", dict)
     for sect, values, t in (("rates", rates, float), ("vars", vars_, (int, float, str, bool))):
         for k, x in values.items():
             if not is_type(x, t):
                 r.err((sect, k), f"{sect}.{k} must be {'a number' if t is float else 'a scalar'}")
             elif sect == "rates" and x <= 0:
                 r.err((sect, k), f"rates.{k} must be > 0 (a rate in Hz), got {x!r}")
-    _check_monitor(r, _section(data, "monitor", dict))
+    _check_monitor(r, section(data, "monitor", dict))
     for h, body in hosts.items():
         check_fields(r, body, ("hosts", h), HOST_KEYS)
-    endpoints = _endpoints(r, _section(data, "endpoints", dict))
-    nodes = _order(r, _nodes(r, _section(data, "nodes", list), hosts, robot_of))
+    endpoints = _endpoints(r, section(data, "endpoints", dict))
+    nodes = _order(r, _nodes(r, section(data, "nodes", list), hosts, robot_of))
     if check_entries:
         for i, n in enumerate(nodes):
             check_entry(r, ("nodes", i, "entry"), n.entry)
@@ -142,93 +140,6 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
                       run_dir=data.get("run_dir"), rates=rates, vars=vars_, hosts=hosts,
                       monitor=dict(data.get("monitor") or {}),
                       realtime=data.get("realtime", True) is not False)
-
-
-def _expand_robots(r: Report, data: dict) -> dict[str, int]:
-    """`robots: N`: each `per_robot: true` endpoint becomes NAME-0 .. NAME-(N-1) and each
-    `per_robot: true` node NAME-0 .. NAME-(N-1), in place. In robot k's node, ${robot} is k
-    and ${endpoints.E} of a per-robot E is E-k; in any other node, an argument that is
-    exactly ${endpoints.E} becomes N arguments, one address per robot. The line marks follow
-    the copies, so problems in them point at the block they came from. Returns the robot of
-    each per-robot node copy, {node name: k}."""
-    robot_of: dict[str, int] = {}
-    eps, nodes = _section(data, "endpoints", dict), _section(data, "nodes", list)
-    per_eps = [e for e, b in eps.items() if isinstance(b, dict) and b.get("per_robot")]
-    per_nodes = [b["name"] for b in nodes if isinstance(b, dict) and b.get("per_robot")
-                 and isinstance(b.get("name"), str)]
-    n = data.get("robots")
-    if n is None:
-        if per_eps or per_nodes:
-            r.err(("robots",), f"per_robot: is used ({', '.join(per_eps + per_nodes)}) but no "
-                               "top-level robots: N says how many robots")
-        return robot_of
-    if not is_type(n, int) or n < 1:
-        r.err(("robots",), f"robots must be a whole number >= 1, got {n!r}")
-        return robot_of
-    marks, orig = r.marks, dict(r.marks)
-    for path in [p for p in marks if len(p) > 1 and p[0] == "nodes"]:
-        del marks[path]  # re-marked below, from `orig`, at each node's new index
-
-    def copy_marks(old: tuple, new: tuple) -> None:
-        for path, line in orig.items():
-            if path[:len(old)] == old:
-                marks[new + path[len(old):]] = line
-
-    out_eps = {}
-    for name, body in eps.items():
-        if name not in per_eps:
-            out_eps[name] = body
-            continue
-        if body.get("url") != "ipc":
-            r.err(("endpoints", name, "url"), "a per-robot endpoint is url: ipc (one socket "
-                                              "per robot in the run directory)")
-        for k in range(n):
-            out_eps[f"{name}-{k}"] = {x: v for x, v in body.items() if x != "per_robot"}
-            copy_marks(("endpoints", name), ("endpoints", f"{name}-{k}"))
-    data["endpoints"] = out_eps
-    own = re.compile(r"\$\{\s*endpoints\.(" + "|".join(map(re.escape, per_eps)) + r")\s*\}") \
-        if per_eps else None
-    out_nodes = []
-    for i, body in enumerate(nodes):
-        if not isinstance(body, dict):
-            out_nodes.append(body)
-            continue
-        after = [x for a in body.get("after") or [] for x in
-                 ([f"{a}-{k}" for k in range(n)] if a in per_nodes else [a])]
-        args = [str(a) if isinstance(a, (int, float)) else a for a in body.get("args") or []]
-        if not body.get("per_robot"):
-            spliced = []
-            for j, a in enumerate(args):
-                m = own.fullmatch(a.strip()) if own and isinstance(a, str) else None
-                if m:
-                    spliced += [f"${{endpoints.{m.group(1)}-{k}}}" for k in range(n)]
-                elif own and isinstance(a, str) and own.search(a):
-                    r.err(("nodes", i, "args", j), "a per-robot endpoint stands alone as an "
-                          "argument here (it becomes one argument per robot)")
-                    spliced.append(a)
-                else:
-                    spliced.append(a)
-            new = dict(body, args=spliced) if "args" in body else dict(body)
-            if "after" in body:
-                new["after"] = after
-            copy_marks(("nodes", i), ("nodes", len(out_nodes)))
-            out_nodes.append(new)
-            continue
-        for k in range(n):
-            def mine(a: str, k=k) -> str:
-                a = re.sub(r"\$\{\s*robot\s*\}", str(k), a)
-                return own.sub(lambda ref: f"${{endpoints.{ref.group(1)}-{k}}}", a) if own else a
-            new = {x: v for x, v in body.items() if x != "per_robot"}
-            new["name"] = f"{body['name']}-{k}"
-            robot_of[new["name"]] = k
-            if "args" in body:
-                new["args"] = [mine(a) if isinstance(a, str) else a for a in args]
-            if "after" in body:
-                new["after"] = after
-            copy_marks(("nodes", i), ("nodes", len(out_nodes)))
-            out_nodes.append(new)
-    data["nodes"] = out_nodes
-    return robot_of
 
 
 def _check_monitor(r: Report, monitor: dict) -> None:
@@ -393,11 +304,11 @@ def _order(r: Report, nodes: list[NodeSpec]) -> list[NodeSpec]:
 
 def _check_references(r: Report, nodes: list[NodeSpec], endpoints: dict, data: dict) -> None:
     known = set(SCALARS) | {"node.name", "node.curve_secret"}
-    known |= {f"{s}.{k}" for s in ("vars", "rates") for k in _section(data, s, dict)}
+    known |= {f"{s}.{k}" for s in ("vars", "rates") for k in section(data, s, dict)}
     # every endpoint named in the file, valid or not: a bad one is reported once, where it is
-    named = _section(data, "endpoints", dict)
+    named = section(data, "endpoints", dict)
     known |= {f"endpoints.{e}{x}" for e in named for x in ("", ".server_key", ".allow")}
-    raw = _section(data, "nodes", list)
+    raw = section(data, "nodes", list)
     used_on: dict[str, set] = {}
     for node in nodes:
         i = next(k for k, b in enumerate(raw) if isinstance(b, dict) and b.get("name") == node.name)

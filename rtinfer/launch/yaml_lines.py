@@ -250,3 +250,9 @@ def _top_level_names(body) -> set[str]:
                          *[h.body for h in getattr(st, "handlers", [])]):
                 names |= _top_level_names(part)
     return names
+
+
+def section(data: dict, key: str, t: type):
+    """data[key] if it has type t (else empty; check_fields has reported it)."""
+    value = data.get(key)
+    return value if isinstance(value, t) else t()
