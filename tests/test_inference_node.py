@@ -188,6 +188,18 @@ def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):
     assert health.body["gauges"]["slack_us"] == node.slack_ns / 1e3
 
 
+def test_a_chunks_first_token_and_publish_stamps_are_on_the_nodes_clock(node_env):
+    node, obs_pub, _, act, rng = node_env
+    node.clock.step(30 * S)  # the node's clock 30 s ahead of the robot's (deadline 60 s)
+    obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+    t0 = node.clock()
+    assert node.spin_once(1000)
+    chunks = recv_chunks(act, 3)
+    assert len(chunks) == 3
+    for c in chunks:
+        assert t0 <= c.stamps["first_token"] <= c.stamps["publish"] <= node.clock()
+
+
 def test_an_observation_older_than_the_deadline_is_refused_counted_and_not_answered(node_env):
     node, obs_pub, _, act, rng = node_env
     stale0 = node.health()["counters"]["obs_stale"]

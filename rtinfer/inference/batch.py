@@ -47,7 +47,9 @@ class Row:
 
 class BatchRunner:
     def __init__(self, model: ModelDir, *, drafter: str = "chunk", threads: int = 1,
-                 spin: bool | None = None, k_verify: int | None = None):
+                 spin: bool | None = None, k_verify: int | None = None,
+                 clock: Callable[[], int] = now_ns):
+        """clock: the monotonic ns clock of the cycles' first_token stamps (the node's)."""
         if drafter not in BATCH_DRAFTERS:
             raise ValueError(f"drafter {drafter!r} does not batch; use one of "
                              f"{', '.join(BATCH_DRAFTERS)} (or batch 1)")
@@ -55,7 +57,7 @@ class BatchRunner:
             raise ValueError(f"{model.path}: no batched graphs; python -m models.export_batched")
         self.model = md = model
         self.sessions = {b: OnnxRows(md, b, threads=threads, spin=spin) for b in md.batches}
-        self.max_batch = max(md.batches)
+        self.clock = clock
         tok, v = md.tokenizer, md.vocab
         self.D, self.full, self.T = tok.dim, md.n_layer, md.max_ctx
         self.a0, self.a1, self.pad = v.action_start, v.action_stop, v.special("PAD")
@@ -72,6 +74,10 @@ class BatchRunner:
         self.stats = [DecodeStats() for _ in range(self.max_batch)]
         self.counters = dict.fromkeys(("batches", "batched_rows"), 0)
         self._cache = PrefixCache(self.counters)
+
+    @property
+    def max_batch(self) -> int:
+        return max(self.sessions)
 
     def batch_for(self, n: int) -> int:
         """The exported batch size a batch of n rows runs at (the smallest that holds them)."""
@@ -90,7 +96,7 @@ class BatchRunner:
         self.counters["batched_rows"] += n
         self._prefix(R, rows)
         logits = self._observe(R, rows, level)
-        first = now_ns()
+        first = self.clock()
         D, N, out = self.D, level.chunk * self.D, self._out
         pos = [self.head_len + self.seg_len] * n
         m = [1] * n

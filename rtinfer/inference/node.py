@@ -73,8 +73,8 @@ class InferenceNode:
         self.clock = clock
         obs_eps = [obs_endpoint] if isinstance(obs_endpoint, str) else list(obs_endpoint)
         # before any socket: a refused --batch must leave nothing open behind the error
-        self.policy = p = load_policy(model_dir, cfg, backend_opts,
-                                      max(len(obs_eps), 2) if robots_file else len(obs_eps))
+        endpoints = max(len(obs_eps), 2) if robots_file else len(obs_eps)
+        self.policy = p = load_policy(model_dir, cfg, backend_opts, endpoints, clock=clock)
         budget = Budget(p.levels, deadline_ns(cfg.deadline_ms), auto=cfg.auto_budget)
         self.intake = self.control = self.out = self.trace = None  # close(): those opened
         self.complaints = Complaints(cfg.name)  # every line the node says, rate-limited

@@ -26,6 +26,8 @@ Kinds:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from rtinfer.inference.batch import BATCH_DRAFTERS, BatchRunner, Row
@@ -41,19 +43,20 @@ from rtinfer.transport.wire import now_ns
 
 
 class TokenPolicy:
-    def __init__(self, md, cfg, backend_opts: dict, endpoints: int):
+    def __init__(self, md, cfg, backend_opts: dict, endpoints: int, *,
+                 clock: Callable[[], int] = now_ns):
         opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
         self.model = md
         self.runner = TokenRunner(md, backend=cfg.backend, backend_opts={**opts, **backend_opts},
                                   drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
                                   sample=cfg.sample, temperature=cfg.temperature,
-                                  seed=cfg.seed, draft_model=cfg.draft_model)
+                                  seed=cfg.seed, draft_model=cfg.draft_model, clock=clock)
         k_verify = self.runner.decoder.k_verify
         self.levels = default_levels(md, k_verify, gates=self.runner.backend.gates)
         self.max_batch = _max_batch(md, cfg, backend_opts, endpoints)
         self.batcher = None if self.max_batch == 1 else BatchRunner(
             md, drafter=cfg.drafter, threads=cfg.threads, spin=backend_opts.get("spin"),
-            k_verify=k_verify)
+            k_verify=k_verify, clock=clock)
         self.batches = [1] + [b for b in md.batches if b <= self.max_batch]
         self.tokenizer = ActionTokenizer(md.tokenizer)
         self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
@@ -134,7 +137,8 @@ class GraphPolicy(FeedInputs):
     batches, max_batch = [1], 1
     max_committed = 0  # a one-shot graph takes no committed prefix: the tracker's blend joins
 
-    def __init__(self, md, cfg, backend_opts: dict, endpoints: int):
+    def __init__(self, md, cfg, backend_opts: dict, endpoints: int, *,
+                 clock: Callable[[], int] = now_ns):
         if cfg.backend != "onnx":
             raise ModelError(f"{md.path}: a continuous-chunk policy runs on ONNX Runtime; "
                              f"use --backend onnx (not {cfg.backend})")
@@ -142,7 +146,7 @@ class GraphPolicy(FeedInputs):
             raise ModelError(f"--precision {backend_opts['precision']}: a continuous-chunk "
                              "policy has one graph per level and no precision sets; leave "
                              "--precision out")
-        self.model = md
+        self.model, self.clock = md, clock
         self.runner = GraphRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
         self.levels = chunk_levels(md)
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
@@ -157,7 +161,7 @@ class GraphPolicy(FeedInputs):
         out = []
         for cycle, feeds in jobs:
             chunk = self.runner.run(feeds, cycle.level.depth)
-            cycle.first_token_ns = now_ns()
+            cycle.first_token_ns = self.clock()
             if emit is not None:
                 emit(cycle, 0, chunk[:cycle.count], None)
             out.append(chunk)
@@ -170,11 +174,15 @@ class GraphPolicy(FeedInputs):
         pass
 
 
-def load_policy(model_dir, cfg, backend_opts: dict | None = None, endpoints: int = 1):
+def load_policy(model_dir, cfg, backend_opts: dict | None = None, endpoints: int = 1, *,
+                clock: Callable[[], int] = now_ns):
     """The policy object for a model directory of any kind (docs/policies.md), set up
     as cfg (an InferenceNodeConfig) says; endpoints: how many obs endpoints the node has
-    (several: batch by default where the model batches). ModelError, BackendError: the
-    directory or the setup cannot serve, with the fix."""
+    (several: batch by default where the model batches). clock: the node's monotonic ns
+    clock, which stamps each cycle's first_token. ModelError, BackendError: the directory
+    or the setup cannot serve, with the fix."""
     md = load_model(model_dir)
-    kind = {"chunk": GraphPolicy, "flow": FlowPolicy}.get(md.kind, TokenPolicy)
-    return kind(md, cfg, backend_opts or {}, endpoints)
+    if md.kind == "flow":  # its first_token is stamped by flow_policy.py on now_ns
+        return FlowPolicy(md, cfg, backend_opts or {}, endpoints)
+    kind = GraphPolicy if md.kind == "chunk" else TokenPolicy
+    return kind(md, cfg, backend_opts or {}, endpoints, clock=clock)

@@ -34,8 +34,10 @@ DRAFT_DIR = "draft"  # a model directory's own draft model, when it ships one th
 class TokenRunner:
     def __init__(self, model: ModelDir, *, backend: str = "onnx", backend_opts: dict | None = None,
                  drafter: str = "chunk", prefix_cache: bool = True, sample: bool = False,
-                 temperature: float = 1.0, seed: int = 0, draft_model=None):
-        """drafter: one of DRAFTERS. backend_opts go to Backend.load (of the draft model too).
+                 temperature: float = 1.0, seed: int = 0, draft_model=None,
+                 clock: Callable[[], int] = now_ns):
+        """drafter: one of DRAFTERS. clock: the monotonic ns clock of the cycle's stamps
+        (first_token; the node's own). backend_opts go to Backend.load (of the draft model too).
         "model": a separate draft policy, `draft_model` (a model directory or its path;
         default: the model's own `draft/` folder, else the folder card.json's "draft_model"
         names, relative to the model directory). "cascade": chunk-reuse drafts verified at
@@ -53,7 +55,7 @@ class TokenRunner:
             self.drafters["model"] = self._model_drafter(draft_model, backend, backend_opts)
         elif drafter == "cascade":
             self.drafters["cascade"] = self._cascade_drafter()
-        self.drafter, self.prefix_cache = drafter, prefix_cache
+        self.drafter, self.prefix_cache, self.clock = drafter, prefix_cache, clock
         self.tokenizer = ActionTokenizer(md.tokenizer)  # committed waypoints -> their tokens
         self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores",
                                        "gate_fallbacks"), 0)
@@ -156,7 +158,7 @@ class TokenRunner:
         if gate != self.backend.gate:
             self.backend.use_gate(gate)
         logits, pos = self._prefill(instr, obs, level)
-        cycle.first_token_ns = now_ns()
+        cycle.first_token_ns = self.clock()
         drafter = None if level.spec_len == 0 or self.drafter == "none" \
             else self.drafters[self.drafter]
         if isinstance(drafter, ModelDrafter):
