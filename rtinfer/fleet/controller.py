@@ -3,13 +3,8 @@ their capacity, placing robots and moving them when a host is lost (docs/fleet.m
 "Across hosts").
 
 Its loop (a thread of the actor, every STEP_S):
-- a host whose Ray resource is in the cluster and which has no actor gets one
-  (rtinfer.fleet.host.InferenceHost, detached and named, so it outlives the controller),
-  which starts its node;
-- each host is polled (at most every POLL_S): its node's process, its measured capacity
-  and the robots its node refused; a poll that fails (the actor's Ray node is gone: Ray's
-  health check, ~0.7 s at the settings of `ray_settings`) or a node process that exited is
-  a host lost;
+- the hosts join, are polled and are lost (rtinfer.fleet.roster: their actors, health and
+  capacity figures);
 - on any change the robots are placed again (rtinfer.fleet.placement) and each host whose
   robots changed is told, hosts losing robots first, so a robot's key is on one host's
   allow-list at a time. A robot refused everywhere is said, one line per robot, and shown
@@ -34,28 +29,21 @@ from collections import deque
 from pathlib import Path
 
 import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rtinfer.fleet.host import InferenceHost
 from rtinfer.fleet.phase import Event, Phase, advance, placing
-from rtinfer.fleet.placement import Seat, place
+from rtinfer.fleet.placement import place
 from rtinfer.fleet.relief import Relief
-from rtinfer.fleet.spec import FleetSpec, host_resource
+from rtinfer.fleet.roster import NAMESPACE, Roster, host_actor_name
+from rtinfer.fleet.spec import FleetSpec
 
-NAMESPACE = "rtinfer"
+__all__ = ["CONTROLLER", "NAMESPACE", "FleetController", "host_actor_name", "ray_settings",
+           "start_controller"]
 CONTROLLER = "rtinfer-fleet"
-STEP_S = 0.05      # the loop's wait for answers from the hosts
-POLL_S = 0.2       # how often each host is asked how it is
 JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts joining
 EVENTS = 200       # the last events `status` shows
 RETRY_S = 5.0      # how often robots refused everywhere are placed again
-REFUSED_FOR_S = 30.0  # a robot a host's node refused goes there last for this long
-RECENT_S = 10.0    # a host's best measured capacity over this window: placement's fallback
-
-
-def host_actor_name(host: str) -> str:
-    return f"rtinfer-host-{host}"
 
 
 def ray_settings() -> dict:
@@ -74,21 +62,14 @@ class FleetController:
         self.spec = FleetSpec.from_dict(spec)
         self.keys = self._read_keys()
         self.lock = threading.Lock()
-        self.seats = {h.name: Seat(h.name, h.model, False, h.capacity)
-                      for h in self.spec.hosts.values()}
-        self.actors: dict[str, object] = {}     # host -> its InferenceHost actor
-        self.starting: dict[object, str] = {}   # start() ref -> host
-        self.polls: dict[object, str] = {}      # poll() ref -> host
-        self.next_poll: dict[str, float] = {}
-        self.health: dict[str, dict] = {}       # host -> its last poll
-        self.capacities: dict[str, deque] = {}  # host -> (when, its node's measured capacity)
+        self.relief = Relief()  # the steady capacities, overloaded hosts, robots' last moves
+        self.roster = Roster(self.spec, self.relief, self._say)  # the hosts
+        self.seats = self.roster.seats
         self.placed: dict[str, str] = {}        # robot -> host
         self.refused: dict[str, str] = {}       # robot -> why
         self.events: deque = deque(maxlen=EVENTS)  # (time.monotonic(), text)
         self.moves = 0
-        self.relief = Relief()  # the steady capacities, overloaded hosts, robots' last moves
         self._stop = threading.Event()
-        self._next_join = 0.0
         self._next_retry = 0.0
         self.phase = Phase.STARTING  # rtinfer.fleet.phase: its states and transitions
         self._rebuild()
@@ -119,149 +100,39 @@ class FleetController:
 
     def _rebuild(self) -> None:
         """After a restart: the hosts' actors that live on, and the robots each serves."""
-        for name in self.spec.hosts:
-            try:
-                actor = ray.get_actor(host_actor_name(name), namespace=NAMESPACE)
-                state = ray.get(actor.poll.remote(), timeout=10)
-            except (ValueError, RayError):
-                continue
-            if state["up"]:
-                self.actors[name] = actor
-                self.seats[name].up = True
-                self.health[name] = state
-                self.placed.update(dict.fromkeys(state["serving"], name))
-        if self.actors:
+        self.placed.update(self.roster.rebuild())
+        if self.roster.actors:
             self.phase = advance(self.phase, Event.REBUILT)
-            self._say(f"controller rebuilt its table from {', '.join(sorted(self.actors))}: "
-                      f"{len(self.placed)} robots keep their node")
-
-    def _join(self) -> None:
-        """Hosts whose Ray resource is in the cluster and that have no actor: start one."""
-        present = ray.cluster_resources()
-        for name in self.spec.hosts:
-            if name in self.actors or host_resource(name) not in present:
-                continue
-            cls = ray.remote(InferenceHost)
-            actor = cls.options(name=host_actor_name(name), namespace=NAMESPACE,
-                                lifetime="detached", get_if_exists=True, num_cpus=0,
-                                max_restarts=0, resources={host_resource(name): 1}
-                                ).remote(name, self.spec.to_dict(), self.keys)
-            self.actors[name] = actor
-            self.starting[actor.start.remote()] = name
-            self._say(f"host {name} joined: starting its node")
-
-    def _lost(self, name: str, why: str) -> None:
-        self.actors.pop(name, None)
-        self.seats[name].up = False
-        self.seats[name].capacity = self.seats[name].recent = None
-        self.capacities.pop(name, None)
-        self.relief.forget(name)
-        self.health.pop(name, None)
-        self._say(f"host {name} lost ({why}): its robots hold until placed again")
-        self._next_join = 0.0  # its Ray node may live on: its node is started again at once
-        for ref in [r for r, h in self.polls.items() if h == name]:
-            del self.polls[ref]
+            self._say(f"controller rebuilt its table from {', '.join(sorted(self.roster.actors))}"
+                      f": {len(self.placed)} robots keep their node")
 
     def _step(self) -> bool:
         """One turn of the loop; True when the placement must be looked at again."""
         changed = False
         now = time.monotonic()
-        if now >= self._next_join:
-            self._next_join = now + JOIN_EVERY_S
-            self._join()
+        if now >= self.roster.next_join:
+            self.roster.next_join = now + JOIN_EVERY_S
+            self.roster.join(self.keys)
             keys = self._read_keys()
             if keys != self.keys:
                 for r in sorted(set(self.keys) - set(keys)):
                     self._say(f"robot {r} revoked (its key is gone from {self.spec.keys}): "
                               f"served by no host from now on")
                 self.keys, changed = keys, True
-        for name, actor in self.actors.items():
-            if name in self.seats and self.seats[name].up and name not in self.polls.values() \
-                    and now >= self.next_poll.get(name, 0):
-                self.next_poll[name] = now + POLL_S
-                self.polls[actor.poll.remote()] = name
-        pending = [*self.starting, *self.polls]
-        if not pending:
-            time.sleep(STEP_S)
-            return False
-        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=STEP_S)
-        for ref in ready:
-            if ref in self.starting:
-                name = self.starting.pop(ref)
-                try:
-                    pid = ray.get(ref)
-                except RayError as e:
-                    self._lost(name, f"its node did not start: {str(e).splitlines()[-1]}")
-                    self._forget(name)
-                    changed = True
-                    continue
-                self.seats[name].up = True
-                self._say(f"host {name} up (node pid {pid})")
-                self.phase = advance(self.phase, Event.HOST_UP)
-                changed = True
-                continue
-            name = self.polls.pop(ref, None)
-            if name is None:
-                continue
-            try:
-                state = ray.get(ref)
-            except RayActorError:
-                self._lost(name, "its Ray node is gone")
-                changed = True
-                continue
-            if not state["up"]:
-                self._lost(name, f"its node exited with {state['exit']}")
-                self._forget(name)
-                changed = True
-                continue
-            changed |= self._note(name, state)
-        return changed
-
-    def _forget(self, name: str) -> None:
-        """The actor of a host whose node is gone: killed, so the host can join again."""
-        try:
-            ray.kill(ray.get_actor(host_actor_name(name), namespace=NAMESPACE))
-        except (ValueError, RayError):
-            pass
-
-    def _note(self, name: str, state: dict) -> bool:
-        """A host's poll: its node's capacity (measured now: placement goes by the figure
-        the node's admission uses) and its node's refusals; True on a change."""
-        seat, declared = self.seats[name], self.spec.hosts[name].capacity
-        self.health[name] = state
-        changed = False
-        now = time.monotonic()
-        for robot in state["refused"]:
-            if robot not in seat.refused:  # the node knows its load better than we do
-                self._say(f"host {name}'s node refused robot {robot}: placing it elsewhere")
-                changed = True
-            seat.refused[robot] = now
-        for robot in [r for r, t in seat.refused.items() if now - t > REFUSED_FOR_S]:
-            del seat.refused[robot]  # its load may have fallen since: it may try again
-        caps = [c for c in (declared, state["capacity"]) if c is not None]
-        cap = min(caps) if caps else None
-        seen = self.capacities.setdefault(name, deque())
-        if state["capacity"] is not None:
-            seen.append((now, state["capacity"]))
-        while seen and now - seen[0][0] > RECENT_S:
-            seen.popleft()
-        best = [c for c in (declared, max((c for _, c in seen), default=None)) if c is not None]
-        recent = min(best) if best else None
-        self.relief.note(name, now, cap)
-        if (cap, recent) != (seat.capacity, seat.recent):
-            seat.capacity, seat.recent = cap, recent
-            changed = True
-        return changed
+        turn = self.roster.step(now)
+        for _ in range(turn.hosts_up):
+            self.phase = advance(self.phase, Event.HOST_UP)
+        return changed or turn.changed
 
     def _relieve(self, now: float) -> dict[str, str]:
         """The robots to move off hosts that stay overloaded (rtinfer.fleet.relief), said."""
         moves = self.relief.moves(now, self._allowed(), self.seats, self.placed)
         for robot, to in moves.items():
             h = self.placed[robot]
-            load = sum(x == h for x in self.placed.values())
-            self._say(f"host {h} overloaded for {self.relief.hysteresis_s:g} s (steady "
-                      f"capacity {self.relief.steady(h)}, {load} robots placed): relieving "
-                      f"it of robot {robot}, to {to} (steady capacity "
+            share, steady, load = self.relief.why[h]
+            self._say(f"host {h} overloaded for {self.relief.window_s:g} s ({share:.0%} of its "
+                      f"polls below its {load} robots placed; steady capacity {steady}): "
+                      f"relieving it of robot {robot}, to {to} (steady capacity "
                       f"{self.relief.steady(to)})")
         return moves
 
@@ -287,12 +158,13 @@ class FleetController:
                 if old is not None:
                     self.relief.moved(robot, now)
                 self._say(f"robot {robot}: {old or 'new'} -> {host}")
-        before = {h: {r for r, x in self.placed.items() if x == h} for h in self.actors}
-        after = {h: {r for r, x in placed.items() if x == h} for h in self.actors}
-        losing = [h for h in self.actors if before[h] - after[h] and self.seats[h].up]
-        gaining = [h for h in self.actors if after[h] != before[h] and h not in losing
+        actors = self.roster.actors
+        before = {h: {r for r, x in self.placed.items() if x == h} for h in actors}
+        after = {h: {r for r, x in placed.items() if x == h} for h in actors}
+        losing = [h for h in actors if before[h] - after[h] and self.seats[h].up]
+        gaining = [h for h in actors if after[h] != before[h] and h not in losing
                    and self.seats[h].up]
-        return placed, refused, [{h: (self.actors[h], {r: self.keys.get(r) for r in after[h]})
+        return placed, refused, [{h: (actors[h], {r: self.keys.get(r) for r in after[h]})
                                   for h in group} for group in (losing, gaining)]
 
     def _tell(self, groups: list[dict]) -> None:
@@ -306,8 +178,8 @@ class FleetController:
                     ray.get(ref, timeout=10)
                 except RayError:  # GetTimeoutError too
                     with self.lock:
-                        if self.actors.get(h) is group[h][0]:
-                            self._lost(h, "it did not answer a placement")
+                        if self.roster.actors.get(h) is group[h][0]:
+                            self.roster.lost(h, "it did not answer a placement")
                             self.phase = advance(self.phase, Event.CHANGED)  # its robots
 
     def _loop(self) -> None:
@@ -322,7 +194,7 @@ class FleetController:
                 relief = {} if self.phase is Phase.STARTING else self._relieve(now)
                 if changed or relief:
                     self.phase = advance(self.phase, Event.CHANGED)
-                    if not self.starting and any(s.up for s in self.seats.values()):
+                    if not self.roster.starting and any(s.up for s in self.seats.values()):
                         self.phase = advance(self.phase, Event.READY)
                 if placing(self.phase):
                     plan = self._place(relief)
@@ -343,22 +215,13 @@ class FleetController:
         age, CLOCK_MONOTONIC: comparable on its machine)}."""
         with self.lock:
             now = time.monotonic()
-            hosts = {}
-            for name, host in self.spec.hosts.items():
-                h = self.health.get(name, {})
-                state = ("up" if self.seats[name].up else
-                         "starting" if name in self.starting.values() else "down")
-                hosts[name] = {"state": state, "model": host.model, "actions": host.actions,
-                               "capacity": self.seats[name].capacity,
-                               "steady_capacity": self.relief.steady(name),
-                               "robots": sorted(r for r, x in self.placed.items() if x == name),
-                               "pid": h.get("pid"), "cycles": h.get("cycles"),
-                               "counters": h.get("counters", {})}
+            hosts = {name: {**self.roster.host_status(name), "robots": sorted(
+                r for r, x in self.placed.items() if x == name)} for name in self.spec.hosts}
             allowed = self._allowed()
             robots = {}
             for r, b in self.spec.robots.items():
                 host = self.placed.get(r)
-                by_node = host is not None and r in self.health.get(host, {}).get("refused", ())
+                by_node = self.roster.refused_by_node(r, host)
                 robots[r] = {
                     "host": host, "model": b.model,
                     "state": "refused" if by_node or r in self.refused else
@@ -376,14 +239,7 @@ class FleetController:
         self._stop.set()
         self._thread.join(timeout=10)
         with self.lock:
-            for name in self.spec.hosts:
-                try:
-                    actor = ray.get_actor(host_actor_name(name), namespace=NAMESPACE)
-                    ray.get(actor.stop.remote(), timeout=15)
-                    ray.kill(actor)
-                except (ValueError, RayError):
-                    pass
-            self.actors.clear()
+            self.roster.stop_all()
 
 
 def start_controller(spec: FleetSpec):
