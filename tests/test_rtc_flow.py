@@ -111,3 +111,13 @@ def test_with_flow_rtc_guide_a_single_t_flow_policy_conditions_by_guidance(
     finally:
         for s in (node, robot, act):
             s.close()
+
+
+def test_guide_left_over_bends_toward_the_chunk_the_prefix_comes_from_when_the_node_sent_it():
+    from rtinfer.inference.flow_policy import FlowPolicy
+    from rtinfer.transport.committed import Committed
+    sent = np.arange(16, dtype=np.float32).reshape(8, 2)
+    c = Committed(11, 2, sent[2:5].copy(), 0)
+    assert np.array_equal(FlowPolicy.left_over((sent, 11), c), sent[2:])  # its rest too
+    assert FlowPolicy.left_over((sent, 12), c) is c.values  # another chunk: the prefix alone
+    assert FlowPolicy.left_over(None, c) is c.values

@@ -148,6 +148,7 @@ class LockstepNode:
         self.out = WaypointPublisher(out, self.policy, robots, address=False, clock=clock,
                                      say=say)
         self.clock = clock
+        self.previous = None
 
     def answer(self, env) -> None:
         inputs = self.policy.encode(env.body)
@@ -157,8 +158,9 @@ class LockstepNode:
         level = self.policy.levels[0]  # fixed full quality, as the bench's --no-budget
         cycle = Cycle(env.seq, carried_stamps(env.stamps, self.clock()),
                       env.stamps.get("capture"), level, level.chunk, env.src,
-                      committed=committed)
+                      self.previous, committed=committed)
         self.policy.run([(cycle, inputs)], self.out.publish)
+        self.previous = cycle.previous  # the robot's previous chunk, as the node keeps it
 
 
 def robot_config(model: str, arm: str, deadline_ms: float, blend_ms: float

@@ -14,8 +14,10 @@ the delay it was trained for, which the action spec declares, else card.json); 0
 or where neither declares it, and the node says at start-up that it cannot condition.
 With the node's flow_rtc "guide" (ONNX Runtime, any Euler policy) the chunk is RTC guidance
 toward the committed prefix instead (rtinfer.inference.flow_guidance: jacobian identity,
-weights 1 over the prefix, LeRobot's); max_committed is then the declared one, else the
-horizon less one.
+LeRobot's; weight 1 over the prefix, which is all a robot sends); "guide-left-over" also
+toward the rest of the chunk the prefix comes from, weights decaying after the prefix (the
+paper's soft mask; the node keeps the robot's previous chunk). max_committed is then the
+declared one, else the horizon less one.
 """
 from __future__ import annotations
 
@@ -80,8 +82,9 @@ class FlowPolicy(FeedInputs):
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
         self.start_ns, self.action_dim = md.action.start_ns, md.action.dim
         # RTC guidance (flow_rtc "guide", ONNX Runtime): bends each step toward the prefix
-        self.guide = FlowGuidance(self.runner) if cfg.flow_rtc == "guide" \
+        self.guide = FlowGuidance(self.runner) if cfg.flow_rtc.startswith("guide") \
             and cfg.backend == "onnx" and md.integrator == "euler" else None
+        self.whole_left_over = cfg.flow_rtc == "guide-left-over"
         self.max_committed = conditions_on(md, self.runner, self.guide is not None)
         self.counters = {"flow_steps": 0}
         ladder = ", ".join(str(md.levels[lv.depth]["steps"]) for lv in self.levels)
@@ -101,20 +104,32 @@ class FlowPolicy(FeedInputs):
         for cycle, feeds in jobs:
             level = cycle.level.depth
             c = cycle.committed  # the robot's committed prefix: only when max_committed > 0
-            if self.guide is not None and c is not None:  # the prefix is all the robot sends
-                chunk = self.guide.run(feeds, level, c.values, c.n, seed=self.noise_seed(cycle))
+            if self.guide is not None and c is not None:
+                left = self.left_over(cycle.previous, c) if self.whole_left_over else c.values
+                chunk = self.guide.run(feeds, level, left, c.n, seed=self.noise_seed(cycle))
             else:
                 chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle),
                                         committed=None if c is None else c.values)
             if c is not None:  # the committed rows as the robot sent them, bit for bit (the
                 chunk[:c.n] = c.values  # affine's round trip may differ in the last ulp)
                 c.used = True  # every waypoint names it (docs/wire.md, real-time chunking)
+            if self.whole_left_over:  # the robot's next left-over comes from it
+                cycle.previous = (chunk.copy(), cycle.seq)
             self.counters["flow_steps"] += self.model.levels[level]["steps"]
             cycle.first_token_ns = now_ns()
             if emit is not None:
                 emit(cycle, 0, chunk[:cycle.count], None)
             out.append(chunk)
         return out
+
+    @staticmethod
+    def left_over(previous: tuple | None, c) -> np.ndarray:
+        """What guidance bends a chunk toward: the chunk the prefix comes from, from the
+        prefix on (the paper's left-over; weights 1 over the prefix, decaying after it), when
+        it is the chunk this node sent the robot last; else the committed prefix alone."""
+        if previous is None or previous[1] != c.chunk:
+            return c.values
+        return previous[0][c.start:]
 
     def figures(self) -> dict:
         return dict(self.counters)

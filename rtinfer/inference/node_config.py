@@ -16,7 +16,9 @@ from rtinfer.realtime.config_cli import add_config_arguments, config_from_args, 
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.transport.curve import add_curve_arguments
 
-FLOW_RTC = ("condition", "guide")  # flow_rtc: training-time conditioning, or RTC guidance
+# flow_rtc: training-time conditioning, RTC guidance toward the committed prefix, or toward
+# the left-over of the chunk it comes from (the paper's soft mask)
+FLOW_RTC = ("condition", "guide", "guide-left-over")
 
 
 @dataclass
@@ -45,8 +47,9 @@ class InferenceNodeConfig:
                                "chunk or none; 1: one robot at a time)")
     flow_rtc: str = option("condition", choices=FLOW_RTC, help="how a flow policy conditions "
                            "a chunk on a robot's committed prefix: condition (training-time, "
-                           "per-waypoint t; the step graph must take it) or guide (RTC "
-                           "guidance toward the prefix, arXiv 2506.07339; any euler policy)")
+                           "per-waypoint t; the step graph must take it), guide (RTC "
+                           "guidance toward the prefix, arXiv 2506.07339; any euler policy) "
+                           "or guide-left-over (toward the rest of its chunk too)")
     address_chunks: bool = option(False, help="send each robot's chunks in a topic frame "
                                   "addressed to it, so each robot receives only its own; every "
                                   "controller must take addressed chunks (controllers.run "
