@@ -68,3 +68,39 @@ def test_a_flooding_publisher_does_not_starve_another_leg():
             assert sub.counters["received"] >= 2
     finally:
         ctx.destroy(linger=0)
+
+
+def test_receiving_keeps_no_memory_per_message():
+    """2000 messages through recv, after a warm-up: the Subscriber keeps nothing per message
+    (the newest per topic only) and no transient grows with the number taken."""
+    import tracemalloc
+
+    ctx = zmq.Context()
+    try:
+        with Publisher("inproc://mem", "pub", ctx=ctx, hwm=5000) as pub, \
+                Subscriber("inproc://mem", ["heartbeat"], ctx=ctx, hwm=5000) as sub:
+            def burst(n: int) -> int:
+                for i in range(n):
+                    pub.publish("heartbeat", {"node": "n", "sent_ns": i})
+                got = 0
+                while sub.recv(0) is not None:
+                    got += 1
+                return got
+
+            deadline = time.monotonic() + 10
+            while sub.recv(timeout_ms=20) is None:  # the slow joiner
+                assert time.monotonic() < deadline
+                pub.publish("heartbeat", {"node": "n", "sent_ns": 0})
+            assert burst(500) == 500  # warm-up
+            tracemalloc.start()
+            base, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            got = sum(burst(500) for _ in range(4))
+            now, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+    finally:
+        ctx.destroy(linger=0)
+    assert got == 2000
+    assert now - base < 8192  # a few bytes a message at most (the counters' ints)
+    # one message's objects at a time (~3 KB measured), not a queue of them
+    assert peak - base < 16384
