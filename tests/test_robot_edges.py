@@ -116,7 +116,9 @@ def test_a_driver_without_observe_for_a_policy_with_no_spec_hears_nothing_at_sta
 def test_a_robot_that_refused_every_observation_says_so_at_the_end(tmp_path):
     p, report = run(tmp_path, "WrongObs")
     c = report["controller"]
-    assert c["obs_bad"] > 100 and c["obs_sent"] == 0
+    # The loop ran on, refusing and counting each one: how many fit in 1 s depends on the
+    # machine's speed and load (26 at a load of 15), so only "more than one" is asserted.
+    assert c["obs_bad"] >= 2 and c["obs_sent"] == 0
     last = p.stderr.splitlines()[-1]
     assert p.returncode == 1 and "no action chunk was accepted" in last
     assert f"obs_bad: {c['obs_bad']}" in last and "is the policy running" not in last, last
@@ -127,4 +129,4 @@ def test_a_float32_frame_is_refused_with_a_fix_that_names_frames(tmp_path):
     said = [ln for ln in p.stderr.splitlines() if "observation not sent" in ln]
     assert said and "uint8" in said[0] and "frames" in said[0].split(";", 1)[1], said
     assert "numpy arrays in values and ints in ints" not in said[0]
-    assert report["controller"]["obs_bad"] > 100
+    assert report["controller"]["obs_bad"] >= 2  # counted each time, the loop ran on
