@@ -149,12 +149,24 @@ class LockstepNode:
                                      say=say)
         self.clock = clock
         self.previous = None
+        self.probe: list | None = None  # --probe-suction: [free switches, conditioned follows]
 
+    def probe_suction(self, inputs, values: np.ndarray, seq: int) -> None:
+        """Would the chunk unconditioned (same observation, same noise) switch the suction
+        right after the committed prefix, and does the conditioned one switch with it?"""
+        run, seed, n = self.policy.runner.run, (self.policy.seed, 0, int(seq)), len(values)
+        free = round(float(run(inputs, 0, seed=seed)[n, 3]))
+        cond = round(float(run(inputs, 0, seed=seed, committed=values)[n, 3]))
+        if free != round(float(values[-1, 3])):
+            self.probe[0] += 1
+            self.probe[1] += cond == free
     def answer(self, env) -> None:
         inputs = self.policy.encode(env.body)
         committed = self.committed.take(env)
         if committed is REFUSED:
             return
+        if self.probe is not None and committed is not None:
+            self.probe_suction(inputs, committed.values, env.seq)
         level = self.policy.levels[0]  # fixed full quality, as the bench's --no-budget
         cycle = Cycle(env.seq, carried_stamps(env.stamps, self.clock()),
                       env.stamps.get("capture"), level, level.chunk, env.src,
@@ -178,13 +190,15 @@ def robot_config(model: str, arm: str, deadline_ms: float, blend_ms: float
 
 def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: float,
               deadline_ms: float = 100.0, jitter: float = 0.0, blend_ms: float = 100.0,
-              tmp: Path, expert: bool = False, flow_rtc: str = "condition") -> dict:
+              tmp: Path, expert: bool = False, flow_rtc: str = "condition",
+              probe: bool = False) -> dict:
     """One seeded run of `arm` at `delay_ms` added (half each way); the bench's figures."""
     clock = SimClock()
     half, jit = int(delay_ms * MS / 2), int(jitter * delay_ms * MS / 2)
     obs_line = DelayLine("sim", clock, {"obs"}, half, jit, seed)
     act_line = DelayLine("infer", clock, {"action_chunk"}, half, jit, seed + 1)
     node = LockstepNode(model, act_line, clock, seed, expert, flow_rtc)
+    node.probe = [0, 0] if probe else None
     cfg, hardware = robot_config(model, arm, deadline_ms + delay_ms, blend_ms)
     sim = ConveyorSim(cfg.control, **{**hardware, "seed": seed, "seconds": seconds,
                                       "wait_s": 5.0, "policy": model})
@@ -206,7 +220,19 @@ def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: floa
               "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}
     out = figures(report, trace_path, whole_chunks(chunks), deadline_ms + delay_ms)
     out["node_lines"] = sorted(set(node.lines))[:5]
+    if node.probe is not None:
+        out["suction_switches"] = dict(zip(("unconditioned", "conditioned_too"), node.probe))
     return out
+
+
+def _line(fig: dict) -> str:
+    x = fig["jump_pos_m"]["x"]
+    return (f"{fig['arm']:5s} {fig['delay_ms']:5.0f} ms run {fig['run']}: {fig['correct']} / "
+            f"{fig['resolved']} sorted, x jump p99 {x and x['p99']}, conditioned "
+            f"{fig['chunks_conditioned']} / {fig['chunks_accepted']}, holds {fig['holds']}, "
+            f"mismatches {fig['prefix_mismatch']}, stale applied {fig['stale_applied']}"
+            + (f", suction switches {fig['suction_switches']}" if "suction_switches" in fig
+               else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                    "(the model's action spec and horizon): what the task allows at each delay")
     p.add_argument("--flow-rtc", default="condition", choices=FLOW_RTC,
                    help="the node's flow_rtc: how a flow policy conditions on the prefix")
+    p.add_argument("--probe-suction", action="store_true", help="per conditioned cycle, also "
+                   "run the chunk unconditioned from the same noise: how often it switches the "
+                   "suction right after the prefix, and how often the conditioned one does too")
     p.add_argument("--json", action="store_true", help="print the points as JSON")
     a = p.parse_args(argv)
     points = []
@@ -236,16 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                     fig = run_point(a.model, arm, delay, a.seed + r, seconds=a.seconds,
                                     deadline_ms=a.deadline_ms, jitter=a.jitter,
                                     blend_ms=a.blend_ms, tmp=Path(d), expert=a.expert,
-                                    flow_rtc=a.flow_rtc)
+                                    flow_rtc=a.flow_rtc, probe=a.probe_suction)
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
                     if not a.json:
-                        print(f"{arm:5s} {delay:5.0f} ms run {r}: {fig['correct']} / "
-                              f"{fig['resolved']} sorted, x jump p99 "
-                              f"{fig['jump_pos_m']['x'] and fig['jump_pos_m']['x']['p99']}, "
-                              f"conditioned {fig['chunks_conditioned']} / "
-                              f"{fig['chunks_accepted']}, holds {fig['holds']}, mismatches "
-                              f"{fig['prefix_mismatch']}, stale applied {fig['stale_applied']}",
-                              flush=True)
+                        print(_line(points[-1]), flush=True)
     if a.json:
         print(json.dumps(points))
     return 0
