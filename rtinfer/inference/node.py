@@ -45,7 +45,7 @@ from rtinfer.inference.robots import Robots, RobotSlot
 from rtinfer.inference.waypoint_publisher import WaypointPublisher
 from rtinfer.model.directory import ModelError
 from rtinfer.model.obs_spec import FrameError
-from rtinfer.realtime.complaints import Complaints
+from rtinfer.realtime.complaints import Complaints, say
 from rtinfer.realtime.deadline import deadline_ns
 from rtinfer.realtime.node_state import State
 from rtinfer.realtime.spin import serve, spin
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                              curve=curve, robots_file=a.robots_file,
                              backend_opts={"precision": a.precision} if a.precision else None)
     except (ModelError, EndpointInUse) as e:  # BackendError too: one line with the fix
-        print(f"{cfg.name}: error: {e}", file=sys.stderr, flush=True)
+        say(cfg.name, str(e))
         return 2
     if a.level is not None:
         try:

@@ -55,6 +55,7 @@ from rtinfer.monitor.stages import (
     percentiles_ms,
     stage_samples,
 )
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.realtime.report_file import write_report
 from rtinfer.realtime.spin import on_signals, spin
@@ -362,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             mon.close()
             why = write_report(a.report, json.dumps(report, indent=1)) if a.report else None
             if why:
-                print(f"{cfg.name}: report {a.report} not written: {why}", file=sys.stderr)
+                say(cfg.name, f"report {a.report} not written: {why}")
     return 0
 
 
