@@ -104,3 +104,38 @@ def test_receiving_keeps_no_memory_per_message():
     assert now - base < 8192  # a few bytes a message at most (the counters' ints)
     # one message's objects at a time (~3 KB measured), not a queue of them
     assert peak - base < 16384
+
+
+def test_a_nodes_injected_clock_stamps_recv_ages_and_the_echo_of_a_ping():
+    """Subscriber(clock=) stamps "recv" and judges max_age_ns on the node's clock, and
+    HeartbeatResponder(clock=) sends t2 on it: the monitor's (t1, t2) are both the node's."""
+    from rtinfer.transport.heartbeat import HeartbeatResponder
+
+    t = [5_000_000_000]
+    clock = lambda: t[0]  # noqa: E731
+    ctx = zmq.Context()
+    try:
+        with Publisher("inproc://ping", "monitor", ctx=ctx) as monitor, \
+                Publisher("inproc://node", "node", ctx=ctx) as node_pub, \
+                Subscriber("inproc://ping", ["heartbeat"], ctx=ctx, clock=clock,
+                           max_age_ns=1_000_000_000) as pings, \
+                Subscriber("inproc://node", ["heartbeat"], ctx=ctx) as echoes:
+            hb = HeartbeatResponder(node_pub, "node", period_s=0, clock=clock)
+            monitor.publish("heartbeat", {"node": "monitor", "sent_ns": 7},
+                            {"capture": 4_500_000_000})
+            env = pings.recv(timeout_ms=5000)
+            assert env is not None and env.stamps["recv"] == 5_000_000_000
+            t[0] += 300
+            assert hb.on_ping(env)
+            echo = echoes.recv(timeout_ms=5000)
+            assert echo is not None
+            assert echo.body["sent_ns"] == 5_000_000_300
+            assert echo.body["echo"] == {"src": "monitor", "seq": 0, "sent_ns": 7,
+                                         "recv_ns": 5_000_000_000}
+            t[0] += 1_000_000_000  # the same capture is now 1.5 s old on the node's clock
+            monitor.publish("heartbeat", {"node": "monitor", "sent_ns": 8},
+                            {"capture": 4_500_000_000})
+            assert pings.recv(timeout_ms=200) is None
+            assert pings.counters["dropped_for_age"] == 1
+    finally:
+        ctx.destroy(linger=0)

@@ -19,6 +19,8 @@ thread that owns the publisher.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rtinfer.transport.wire import Envelope, now_ns
 
 
@@ -31,11 +33,14 @@ def is_ping(env: Envelope, own_name: str) -> bool:
 class HeartbeatResponder:
     """Answers pings and sends periodic heartbeats on `pub` (an rtinfer.transport.bus.Publisher).
 
-    period_s: period of `beat`; 0 disables periodic beats.
+    period_s: period of `beat`; 0 disables periodic beats. clock: the node's monotonic ns
+    clock, for an echo's t2 and `beat`'s default time (the ping's t1, its "recv" stamp, is
+    the Subscriber's clock: give both the same).
     """
 
-    def __init__(self, pub, node: str, *, period_s: float = 1.0) -> None:
-        self.pub, self.node = pub, node
+    def __init__(self, pub, node: str, *, period_s: float = 1.0,
+                 clock: Callable[[], int] = now_ns) -> None:
+        self.pub, self.node, self.clock = pub, node, clock
         self.period_ns = int(period_s * 1e9)
         self.counters = {"pings": 0, "echoes": 0, "beats": 0, "ignored": 0, "dropped": 0}
         self._next_beat_ns = 0
@@ -46,7 +51,7 @@ class HeartbeatResponder:
             self.counters["ignored"] += 1
             return False
         self.counters["pings"] += 1
-        t2 = now_ns()
+        t2 = self.clock()
         body = {"node": self.node, "sent_ns": t2,
                 "echo": {"src": env.src, "seq": env.seq, "sent_ns": env.body["sent_ns"],
                          "recv_ns": min(env.stamps["recv"], t2)}}
@@ -64,7 +69,7 @@ class HeartbeatResponder:
 
     def beat(self, now: int | None = None) -> bool:
         """Send the periodic {node, sent_ns} heartbeat if one is due; True if sent."""
-        t = now_ns() if now is None else now
+        t = self.clock() if now is None else now
         if self.period_ns <= 0 or t < self._next_beat_ns:
             return False
         self._next_beat_ns = t + self.period_ns

@@ -31,11 +31,12 @@ Taken = Envelope | _Empty | None  # a leg's take(): a message, EMPTY, or None (d
 
 class Intake:
     """The checks and counters of a Subscriber's ``topics`` (see Subscriber for ``to``,
-    ``max_bytes``, ``max_age_ns`` and ``say``). ``counters`` is the Subscriber's. Not
-    thread-safe."""
+    ``max_bytes``, ``max_age_ns``, ``say`` and ``clock``). ``counters`` is the Subscriber's.
+    Not thread-safe."""
 
     def __init__(self, topics: tuple[str, ...], to: Mapping[str, str] | None, max_bytes: int,
-                 max_age_ns: int | None, say: Callable[..., None] | None) -> None:
+                 max_age_ns: int | None, say: Callable[..., None] | None,
+                 clock: Callable[[], int] = now_ns) -> None:
         self.topics = topics
         self._to = dict(to or {})
         if set(self._to) - set(topics):
@@ -53,6 +54,7 @@ class Intake:
         self._count_key = {t: f"received.{t}" for t in topics}  # no per-message f-string
         self.counters.update(dict.fromkeys(self._count_key.values(), 0))
         self._last: dict[str, Envelope] = {}
+        self._clock = clock
 
     def admit(self, topic_b: bytes, views: list) -> Envelope | None:
         """One message's topic frame and [envelope, *array frames]: Envelope or None (counted)."""
@@ -77,7 +79,7 @@ class Intake:
         if env.topic != topic or not dest_ok(env.body, dest):
             self.counters["rejected"] += 1
             return None
-        now = now_ns()
+        now = self._clock()
         if self.max_age_ns is not None:
             born = env.stamps.get("capture", env.stamps.get("publish"))
             if born is not None and now - born > self.max_age_ns:

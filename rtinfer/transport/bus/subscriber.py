@@ -55,6 +55,8 @@ class Subscriber:
     drains the socket and keeps only the newest message per topic.
     max_age_ns: drop messages whose stamps["capture"] (else stamps["publish"]) is older
     than this on arrival. Stamps are monotonic: meaningful on one host only.
+    clock: the monotonic ns clock of the "recv" stamp and of max_age_ns (a node's injected
+    clock); waits (``timeout_ms``) and the sockets' care run on real time.
     max_bytes: the largest message (all frames) handed out; a larger one is dropped and
     counted in "oversize", and the session lives on. libzmq's own per-frame limit
     (ZMQ_MAXMSGSIZE) is ``hard_cap_bytes`` = hard_cap_bytes(max_bytes), a memory guard: a
@@ -75,11 +77,12 @@ class Subscriber:
                  ctx: zmq.Context | None = None, curve: Curve = None,
                  max_bytes: int = DEFAULT_MAX_BYTES, max_age_ns: int | None = None,
                  to: Mapping[str, str] | None = None,
-                 say: Callable[..., None] | None = None) -> None:
+                 say: Callable[..., None] | None = None,
+                 clock: Callable[[], int] = now_ns) -> None:
         if not topics or any(not t for t in topics):
             raise ValueError("Subscriber needs at least one non-empty topic")
         self.topics = tuple(dict.fromkeys(topics))
-        self._intake = intake = Intake(self.topics, to, max_bytes, max_age_ns, say)
+        self._intake = intake = Intake(self.topics, to, max_bytes, max_age_ns, say, clock)
         self.counters = intake.counters
         self.hard_cap_bytes = hard_cap_bytes(max_bytes)
         options: list[tuple[int, int | bytes]] = [(zmq.MAXMSGSIZE, self.hard_cap_bytes)]
