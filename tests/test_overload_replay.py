@@ -128,14 +128,49 @@ def test_a_level_run_alone_is_priced_by_its_own_cycles_not_by_a_busy_start():
     assert costs.capacity(40 * MS, level=2) == 13
 
 
+def test_a_node_starved_of_cpu_reports_the_robots_it_served_not_its_fast_cycles():
+    # two robots at 20 Hz, cycles timed at 1 ms: the costs fit dozens. The node is then
+    # starved (a neighbour takes its CPU): it takes up each observation 150 ms after it
+    # came, too old to answer, and runs almost nothing, so no slow cycle is ever timed
+    said = []
+    r = _robots(1, 50, said)
+    for _ in range(20):
+        r.record_cost(1, 0, 1 * MS)
+    t = 0
+    for seq in range(1, 21):  # a second of service: every observation answered
+        t += 50 * MS
+        for name in ("r0", "r1"):
+            r.offer(_obs(name, seq, t), t, DEADLINE_NS)
+        assert len(r.next_batch(DEADLINE_NS, t, 1)) + len(r.next_batch(DEADLINE_NS, t, 1)) == 2
+    r.check_load(DEADLINE_NS)
+    assert r.figures()[0]["capacity"] >= 20 and not r.overloaded
+    for seq in range(21, 41):  # a starved second: 1 answered, 19 x 2 expired
+        t += 50 * MS
+        for name in ("r0", "r1"):
+            r.offer(_obs(name, seq, t), t, DEADLINE_NS)
+        r.next_batch(DEADLINE_NS, t + (0 if seq == 21 else 150 * MS), 1)
+    r.check_load(DEADLINE_NS)
+    assert r.figures()[0]["capacity"] == 1 and r.overloaded
+    assert any(kind == "overloaded" and "observations expired unanswered" in text
+               for kind, text in said)
+    for seq in range(41, 61):  # served again: its costs decide again
+        t += 50 * MS
+        for name in ("r0", "r1"):
+            r.offer(_obs(name, seq, t), t, DEADLINE_NS)
+        r.next_batch(DEADLINE_NS, t, 1), r.next_batch(DEADLINE_NS, t, 1)
+    r.check_load(DEADLINE_NS)
+    assert r.figures()[0]["capacity"] >= 20 and not r.overloaded
+
+
 def test_an_unknown_rule_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="one of edf, llf, wait"):
         _robots(1, 50, rule="fifo")
 
 
-def _obs(name: str, seq: int):
+def _obs(name: str, seq: int, capture_ns: int | None = None):
     from rtinfer.transport.wire import Envelope
-    return Envelope(2, "obs", seq, name, {}, {})
+    stamps = {} if capture_ns is None else {"capture": capture_ns, "recv": capture_ns}
+    return Envelope(2, "obs", seq, name, stamps, {})
 
 
 def test_the_bench_replays_every_rule_on_the_same_arrivals(tiny_model_dir, capsys):

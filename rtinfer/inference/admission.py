@@ -14,6 +14,13 @@ level (`check`, once a second), that is said once and counted (overloads), and s
 when they fit once more: their cycles may then be late, and every late one is counted by the
 monitor and the robot's controller, never silent.
 
+What `check` finds is also the node's `capacity` (health), which the fleet places and
+relieves by. Besides the costs, it counts the service since the last check: when more than
+EXPIRED_SHARE of the observations the schedule took up expired unanswered (a node starved of
+CPU by a neighbour runs few cycles, mostly fast, so its timed costs rise late: a host
+throttled to 20 ms of CPU a second went on reporting room for 253 robots for seconds), the
+robots fit are those its answered share served: n x answered / (answered + expired).
+
 Pure bookkeeping, no clock reads; not thread-safe.
 """
 from __future__ import annotations
@@ -23,6 +30,7 @@ from collections.abc import Callable
 from rtinfer.inference.cycle_cost import Costs
 
 UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter
+EXPIRED_SHARE = 0.1  # more of the observations than this expired since a check: not fitting
 RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
 COUNTERS = ("robots_refused", "robots_admitted_late", "obs_refused", "overloads")
 
@@ -100,10 +108,18 @@ class Admission:
                 f"or the model's cost")
 
     def check(self, n: int, deadline_ns: int, period_ns: int) -> None:
-        """Whether the n robots admitted still fit the measured costs at the cheapest level;
-        a change is said and going over is counted (overloads)."""
+        """Whether the n robots admitted still fit the measured costs at the cheapest level
+        and the service since the last check (module doc); a change is said and going over
+        is counted (overloads)."""
         cap = self.capacity(deadline_ns, period_ns)
-        self.fits, self.fits_full = cap, self.capacity(deadline_ns, period_ns, 0)
+        full = self.capacity(deadline_ns, period_ns, 0)
+        answered, expired = self.costs.take_service()
+        served = None
+        if n and expired > EXPIRED_SHARE * (answered + expired):
+            served = max(1, n * answered // (answered + expired))
+            cap = served if cap is None else min(cap, served)
+            full = served if full is None else min(full, served)
+        self.fits, self.fits_full = cap, full
         over = cap is not None and n > max(cap, 1)
         if over == self.overloaded:
             return
@@ -111,11 +127,15 @@ class Admission:
         if over:
             self.counters["overloads"] += 1
             at = " even at the cheapest budget level" if self.cheapest else ""
+            why = (f"the costs measured now fit {cap}{at} within "
+                   f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window"
+                   if served is None or served > cap else
+                   f"{expired} of {answered + expired} observations expired unanswered since "
+                   f"the last check, so they fit {cap}")
             self.say("overloaded", (
-                f"overloaded: {n} robots admitted, the costs measured now fit {cap}{at} within "
-                f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window; "
-                f"their cycles may be late (each late one is counted by the monitor and its "
-                f"robot's controller): lower the load, or serve some robots from another node"))
+                f"overloaded: {n} robots admitted, {why}; their cycles may be late (each late "
+                f"one is counted by the monitor and its robot's controller): lower the load, "
+                f"or serve some robots from another node"))
         else:
             self.say("load_fits", f"load fits again: {n} robots admitted, {cap} fit", error=False)
 

@@ -93,6 +93,7 @@ class Costs:
         self.level_profile: dict[int, int] = {}  # level -> its start-up batch-1 cost
         self.records = 0                     # cycles timed, of every size and level
         self.last_level = 0                  # the level of the last batch-1 cycle timed
+        self.answered = self.expired = 0     # observations, since the last take_service()
 
     def set_batches(self, batches) -> None:
         self.batches = sorted({1, *batches})
@@ -125,6 +126,17 @@ class Costs:
         cost.last = self.records
         if batch == 1:
             self.last_level = level
+
+    def served(self, answered: int = 0, expired: int = 0) -> None:
+        """Observations the schedule answered, or dropped as too old to answer in time."""
+        self.answered += answered
+        self.expired += expired
+
+    def take_service(self) -> tuple[int, int]:
+        """(answered, expired) since the last call; the tally starts again."""
+        out = (self.answered, self.expired)
+        self.answered = self.expired = 0
+        return out
 
     def fresh(self, cost: CycleCost, least: int = 1) -> bool:
         """Whether `cost` has `least` cycles timed, the last of them within FRESH_RECORDS."""

@@ -123,7 +123,7 @@ class Schedule:
         if self.degrade and (self.planned_ns is None or now_ns - self.planned_ns >= PLAN_NS):
             self.planned_ns = now_ns
             self.plan(slots.values(), costs, period_ns)
-        self._expire(slots.values(), now_ns, deadline_ns)
+        self._expire(slots.values(), now_ns, deadline_ns, costs)
         waiting = [s for s in slots.values() if s.waiting is not None]
         if not waiting:
             return []
@@ -148,6 +148,7 @@ class Schedule:
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
             s.queued_ns = max(0, now_ns - s.waiting.stamps.get("recv", now_ns))
+        costs.served(answered=len(batch))
         return batch
 
     def _key(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> tuple:
@@ -185,6 +186,7 @@ class Schedule:
                 break
             level += 1
         env, s.waiting = s.waiting, None
+        costs.served(expired=1)
         self._stale(s, env.seq, (now_ns + cost - (due - deadline_ns)), deadline_ns,
                     "would be by the end of its cycle even at the cheapest budget level")
         return None
@@ -204,11 +206,14 @@ class Schedule:
             batch.pop()
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
+        costs.served(answered=len(batch))
         return batch
 
-    def _expire(self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int) -> None:
+    def _expire(self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int,
+                costs: Costs) -> None:
         """Drop the waiting observations already older than the deadline for every offset
-        the clock estimate allows (their arrival stands in for a capture not yet movable)."""
+        the clock estimate allows (their arrival stands in for a capture not yet movable);
+        each is tallied in `costs` (admission's check reads the share expired)."""
         for slot in slots:
             env = slot.waiting
             if env is None:
@@ -222,6 +227,7 @@ class Schedule:
             if age_ns is None or age_ns <= _dl(slot, deadline_ns):
                 continue
             slot.waiting = None
+            costs.served(expired=1)
             self._stale(slot, env.seq, age_ns, deadline_ns, "waited past it")
 
     def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int,
