@@ -620,3 +620,14 @@ def test_the_monitor_and_rtinfer_report_count_the_same_misses_a_chunk_dropped_at
                          capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, COLUMNS="300"))
     assert out.returncode == 0 and "cycles 5, misses 4" in out.stdout, out.stdout
+
+
+def test_the_dashboards_title_gives_the_runs_age_on_its_clock(tmp_path):
+    from rtinfer.monitor.dashboard import Dashboard
+    clock = ManualClock()
+    dash = Dashboard([f"ipc://{tmp_path}/health"], "cell", clock=clock)
+    try:
+        clock.step(12_400 * MS)
+        assert dash.render().title == "cell  (12 s)"
+    finally:
+        dash.sub.close()

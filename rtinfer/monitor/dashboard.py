@@ -16,19 +16,23 @@ node reports it.
 """
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
 from rich import box
 from rich.console import Group
 from rich.table import Table
 
 from rtinfer.transport.bus import Subscriber
+from rtinfer.transport.wire import now_ns
 
 
 class Dashboard:
-    def __init__(self, endpoints: list[str], title: str = "rtinfer demo"):
+    def __init__(self, endpoints: list[str], title: str = "rtinfer demo", *,
+                 clock: Callable[[], int] = now_ns):
+        """clock: monotonic ns, read for the run's age in the title."""
         self.sub = Subscriber(endpoints, ["health", "obs"], latest_only=False)
-        self.title, self.latest, self.t0 = title, {}, time.monotonic()
+        self.title, self.latest, self.clock = title, {}, clock
+        self.t0 = clock()
         self.src: dict[str, str] = {}  # node -> the src of its health (a controller's: its robot)
         self.instruction: dict[str, str] = {}  # robot -> the instruction its observations carry
         self._ticks = (0.0, 0)   # (publish time s, controller ticks) of the rate's last sample
@@ -92,7 +96,6 @@ class Dashboard:
         return Group(self._summary(), robots_table(self.robot_rows()))
 
     def _summary(self) -> Table:
-        now = time.monotonic()
         # from the controller's own health messages (their publish stamps), so the rate holds
         # its last value once the loop has stopped instead of decaying with the render clock
         (t, ticks), (t_prev, n_prev) = self._ctl, self._ticks
@@ -104,7 +107,8 @@ class Dashboard:
         pol = lambda k: self._get("policy", "counters", k)  # noqa: E731
         drafted = pol("chunk.drafted") + pol("self.drafted")
         acc = (pol("chunk.accepted") + pol("self.accepted")) / drafted if drafted else None
-        final = "final, as the monitor's report" if self.final else f"{now - self.t0:.0f} s"
+        final = ("final, as the monitor's report" if self.final
+                 else f"{(self.clock() - self.t0) / 1e9:.0f} s")
         t = Table(title=f"{self.title}  ({final})", show_header=False)
         t.add_column("what", style="bold")
         t.add_column("value", justify="right")
