@@ -630,4 +630,4 @@ def test_the_dashboards_title_gives_the_runs_age_on_its_clock(tmp_path):
         clock.step(12_400 * MS)
         assert dash.render().title == "cell  (12 s)"
     finally:
-        dash.sub.close()
+        dash.close()
