@@ -126,8 +126,7 @@ class FlowGuidance:
         r.encode(feeds)
         n, D = min(len(left_over), r.h_m), r.model.action.dim
         self.target.fill(0.0)
-        self.target[0, :n, :D] = (np.asarray(left_over[:n], np.float32)
-                                  - r.offset[:n, :D]) / r.scale[:n, :D]
+        r.out.to_model(np.asarray(left_over[:n], np.float32), self.target[0, :n, :D])
         horizon = min(self.cfg.execution_horizon, len(left_over))
         self.weights[0, :, 0] = prefix_weights(delay, horizon, r.h_m, self.cfg.schedule)
         g = r.model.levels[level]["graph"]
@@ -138,7 +137,7 @@ class FlowGuidance:
             np.multiply(self.correction, w, out=self.correction)
             np.subtract(r.v, self.correction, out=r.v)
             p.step(i, r.x, r.v, r.scratch)
-        return r._chunk()
+        return r.out.chunk_of(r.x[0])
 
     def _velocity(self, g: int, t) -> None:
         """v and the correction at time t for the current x."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from rtinfer.inference.backends.base import BackendError
+from rtinfer.inference.flow_action import ActionOut, start_noise
 from rtinfer.inference.flow_check import T, V, X, flow_problems
 from rtinfer.inference.flow_schedule import plan
 from rtinfer.inference.graph_runner import numpy_dtype, zero_feeds
@@ -50,7 +51,7 @@ class FlowRunner:
         except ImportError as e:
             raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") \
                 from None
-        self.model, self.clip = model, clip
+        self.model = model
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = int(threads), 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -61,11 +62,10 @@ class FlowRunner:
         problems = flow_problems(self.prefix, self.steps, model)
         if problems:
             raise FlowContractError(problems)
-        self._buffers()
+        self._buffers(clip)
         self.plans = [plan(model, lv["steps"]) for lv in model.levels]
 
-    def _buffers(self) -> None:
-        m, a = self.model, self.model.action
+    def _buffers(self, clip: bool) -> None:
         self.cache = {o.name: np.zeros(o.shape, numpy_dtype(o.type))
                       for o in self.prefix.get_outputs()}
         x_in = next(i for i in self.steps[0].get_inputs() if i.name == X)
@@ -78,17 +78,7 @@ class FlowRunner:
                   for s in self.steps]
         self.per_waypoint = [t.shape == (1, self.h_m) for t in self.t]
         self.committed = np.zeros((self.h_m, self.d_m), np.float32)
-        aff = m.affine()
-        self.scale = np.ones((self.h_m, self.d_m), np.float32)
-        self.offset = np.zeros((self.h_m, self.d_m), np.float32)
-        if aff is not None:
-            self.scale[...], self.offset[...] = aff
-        self.physical = np.zeros((self.h_m, self.d_m), np.float32)
-        self.chunk = np.zeros((a.horizon, a.dim), np.float32)
-        # full [H, D] limits: numpy 2.4's maximum(out=) against a broadcast [D] row
-        # allocated a chunk-sized temporary (tracemalloc)
-        self.low = np.ascontiguousarray(np.broadcast_to(np.float32(a.low), self.chunk.shape))
-        self.high = np.ascontiguousarray(np.broadcast_to(np.float32(a.high), self.chunk.shape))
+        self.out = ActionOut(self.model, self.h_m, self.d_m, clip)  # affine, limits, chunk
         self._prefix_bind = self.prefix.io_binding()
         for name, buf in self.cache.items():
             self._prefix_bind.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
@@ -116,19 +106,7 @@ class FlowRunner:
 
     def start(self, seed=None, noise: np.ndarray | None = None) -> None:
         """Set x to the cycle's initial noise (see run)."""
-        if noise is not None:
-            if np.size(noise) != self.x.size:
-                raise ValueError(f"noise of shape {list(np.shape(noise))}; give the step "
-                                 f"graphs' x_t shape {list(self.x.shape)}")
-            np.copyto(self.x, np.asarray(noise, np.float32).reshape(self.x.shape))
-        elif seed is not None:
-            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
-            rng.standard_normal(dtype=np.float32, out=self.x)
-        elif self.model.zero_noise_ok:
-            self.x.fill(0.0)
-        else:
-            raise ValueError(f"{self.model.path}: zero noise asked but graphs.json's "
-                             f"zero_noise_ok is false; pass a seed")
+        start_noise(self.model, self.x, seed, noise)
 
     def encode(self, feeds: dict[str, np.ndarray]) -> None:
         """Run the prefix once on the observation's graph inputs (views, no copy)."""
@@ -151,7 +129,7 @@ class FlowRunner:
             p.step(i, self.x, self.v, self.scratch)
         if n:
             self.x[0, :n] = self.committed[:n]
-        return self._chunk()
+        return self.out.chunk_of(self.x[0])
 
     def _commit(self, committed, g: int) -> int:
         if committed is None or len(committed) == 0:
@@ -165,21 +143,9 @@ class FlowRunner:
             raise ValueError(f"committed waypoints of shape {list(np.shape(committed))}; give "
                              f"(n, {D}) with n <= {self.h_m}")
         self.committed[:n] = 0.0
-        np.subtract(committed, self.offset[:n, :D], out=self.committed[:n, :D])
-        np.divide(self.committed[:n, :D], self.scale[:n, :D], out=self.committed[:n, :D])
+        self.out.to_model(committed, self.committed[:n, :D])
         self.t[g][0, :n] = 0.0
         return n
-
-    def _chunk(self) -> np.ndarray:
-        H, D = self.chunk.shape
-        np.multiply(self.x[0], self.scale, out=self.physical)
-        np.add(self.physical, self.offset, out=self.physical)
-        if self.clip:  # maximum/minimum keep NaN (np.clip(out=) allocated two chunks here)
-            np.maximum(self.physical[:H, :D], self.low, out=self.chunk)
-            np.minimum(self.chunk, self.high, out=self.chunk)
-        else:
-            np.copyto(self.chunk, self.physical[:H, :D])
-        return self.chunk
 
 
 def _open(ort, path, so):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from rtinfer.inference.backends.base import BackendError
+from rtinfer.inference.flow_action import ActionOut, start_noise
 from rtinfer.inference.flow_check import T, V, X
 from rtinfer.inference.flow_schedule import DdimPlan, plan
 from rtinfer.model.flow_model import FlowModelDir
@@ -89,7 +90,7 @@ class FlowTrtRunner:
         return torch.zeros(shape, dtype=table[dt], device="cuda")
 
     def _allocate(self, engines) -> None:
-        torch, trt, a = self.torch, self.trt, self.model.action
+        torch, trt = self.torch, self.trt
         prefix, steps = engines[0], engines[1:]
         self._prefix_ctx = prefix.create_execution_context()
         self._obs_dev, self._obs_host = {}, {}
@@ -121,16 +122,7 @@ class FlowTrtRunner:
             self._ctx.append(ctx)
             self.t.append(t)
         self._times = [torch.as_tensor(np.asarray(p.times), device="cuda") for p in self.plans]
-        aff = self.model.affine()
-        scale = np.ones((self.h_m, self.d_m), np.float32)
-        offset = np.zeros((self.h_m, self.d_m), np.float32)
-        if aff is not None:
-            scale[...], offset[...] = aff
-        self.scale, self.offset = scale, offset
-        self.physical = np.zeros((self.h_m, self.d_m), np.float32)
-        self.chunk = np.zeros((a.horizon, a.dim), np.float32)
-        self.low = np.ascontiguousarray(np.broadcast_to(np.float32(a.low), self.chunk.shape))
-        self.high = np.ascontiguousarray(np.broadcast_to(np.float32(a.high), self.chunk.shape))
+        self.out = ActionOut(self.model, self.h_m, self.d_m, self.clip)  # affine, chunk
 
     # --- one step ------------------------------------------------------------------------
     def _step(self, level: int, i: int) -> None:
@@ -194,16 +186,7 @@ class FlowTrtRunner:
         return self.integrate(level, committed)
 
     def start(self, seed=None, noise: np.ndarray | None = None) -> None:
-        if noise is not None:
-            np.copyto(self._x_np, np.asarray(noise, np.float32).reshape(self._x_np.shape))
-        elif seed is not None:
-            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
-            rng.standard_normal(dtype=np.float32, out=self._x_np)
-        elif self.model.zero_noise_ok:
-            self._x_np.fill(0.0)
-        else:
-            raise ValueError(f"{self.model.path}: zero noise asked but graphs.json's "
-                             f"zero_noise_ok is false; pass a seed")
+        start_noise(self.model, self._x_np, seed, noise)
         with self.torch.cuda.stream(self._stream):
             self.x.copy_(self.x_host, non_blocking=True)
 
@@ -229,15 +212,7 @@ class FlowTrtRunner:
                     self.counters["plain_launches"] += 1
             self.x_host.copy_(self.x, non_blocking=True)
         stream.synchronize()
-        H, D = self.chunk.shape
-        np.multiply(self._x_np[0], self.scale, out=self.physical)
-        np.add(self.physical, self.offset, out=self.physical)
-        if self.clip:
-            np.maximum(self.physical[:H, :D], self.low, out=self.chunk)
-            np.minimum(self.chunk, self.high, out=self.chunk)
-        else:
-            np.copyto(self.chunk, self.physical[:H, :D])
-        return self.chunk
+        return self.out.chunk_of(self._x_np[0])
 
     def _commit(self, committed, level: int) -> None:
         """The mask and kept rows the captured steps read (all free without committed)."""
@@ -250,8 +225,7 @@ class FlowTrtRunner:
         mask = np.ones((1, self.h_m), np.float32)
         if n:
             D = self.model.action.dim
-            keep[0, :n, :D] = (np.asarray(committed, np.float32) - self.offset[:n, :D]) \
-                / self.scale[:n, :D]
+            self.out.to_model(np.asarray(committed, np.float32), keep[0, :n, :D])
             mask[0, :n] = 0.0
             self._x_np[0, :n] = keep[0, :n]
         with self.torch.cuda.stream(self._stream):
