@@ -16,10 +16,11 @@ monitor and the robot's controller, never silent.
 
 What `check` finds is also the node's `capacity` (health), which the fleet places and
 relieves by. Besides the costs, it counts the service since the last check: when more than
-EXPIRED_SHARE of the observations the schedule took up expired unanswered (a node starved of
-CPU by a neighbour runs few cycles, mostly fast, so its timed costs rise late: a host
-throttled to 20 ms of CPU a second went on reporting room for 253 robots for seconds), the
-robots fit are those its answered share served: n x answered / (answered + expired).
+MISSED_SHARE of the robots' observations went unanswered (expired, or superseded by a newer
+one before the node took it up: a node starved of CPU by a neighbour runs few cycles, mostly
+fast, so its timed costs rise late; a host throttled to 20 ms of CPU a second went on
+reporting room for hundreds of robots while it answered one observation in four), the robots
+fit are those its answered share served: n x answered / (answered + missed).
 
 Pure bookkeeping, no clock reads; not thread-safe.
 """
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from rtinfer.inference.cycle_cost import Costs
 
 UTILISATION = 0.8  # the share of the window admission plans to use: the rest absorbs jitter
-EXPIRED_SHARE = 0.1  # more of the observations than this expired since a check: not fitting
+MISSED_SHARE = 0.1  # more of the observations than this unanswered since a check: not fitting
 RETRY_NS = 1_000_000_000  # how often a refused robot that keeps sending is checked again
 COUNTERS = ("robots_refused", "robots_admitted_late", "obs_refused", "overloads")
 
@@ -113,10 +114,10 @@ class Admission:
         is counted (overloads)."""
         cap = self.capacity(deadline_ns, period_ns)
         full = self.capacity(deadline_ns, period_ns, 0)
-        answered, expired = self.costs.take_service()
+        answered, missed = self.costs.take_service()
         served = None
-        if n and expired > EXPIRED_SHARE * (answered + expired):
-            served = max(1, n * answered // (answered + expired))
+        if n and missed > MISSED_SHARE * (answered + missed):
+            served = max(1, n * answered // (answered + missed))
             cap = served if cap is None else min(cap, served)
             full = served if full is None else min(full, served)
         self.fits, self.fits_full = cap, full
@@ -130,8 +131,8 @@ class Admission:
             why = (f"the costs measured now fit {cap}{at} within "
                    f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window"
                    if served is None or served > cap else
-                   f"{expired} of {answered + expired} observations expired unanswered since "
-                   f"the last check, so they fit {cap}")
+                   f"{missed} of {answered + missed} observations went unanswered (expired "
+                   f"or superseded) since the last check, so they fit {cap}")
             self.say("overloaded", (
                 f"overloaded: {n} robots admitted, {why}; their cycles may be late (each late "
                 f"one is counted by the monitor and its robot's controller): lower the load, "

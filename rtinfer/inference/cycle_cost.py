@@ -93,7 +93,7 @@ class Costs:
         self.level_profile: dict[int, int] = {}  # level -> its start-up batch-1 cost
         self.records = 0                     # cycles timed, of every size and level
         self.last_level = 0                  # the level of the last batch-1 cycle timed
-        self.answered = self.expired = 0     # observations, since the last take_service()
+        self.answered = self.missed = 0      # observations, since the last take_service()
 
     def set_batches(self, batches) -> None:
         self.batches = sorted({1, *batches})
@@ -127,15 +127,16 @@ class Costs:
         if batch == 1:
             self.last_level = level
 
-    def served(self, answered: int = 0, expired: int = 0) -> None:
-        """Observations the schedule answered, or dropped as too old to answer in time."""
+    def served(self, answered: int = 0, missed: int = 0) -> None:
+        """Observations the schedule answered, or missed (dropped as too old to answer in
+        time, or superseded by a newer one before it was taken up)."""
         self.answered += answered
-        self.expired += expired
+        self.missed += missed
 
     def take_service(self) -> tuple[int, int]:
-        """(answered, expired) since the last call; the tally starts again."""
-        out = (self.answered, self.expired)
-        self.answered = self.expired = 0
+        """(answered, missed) since the last call; the tally starts again."""
+        out = (self.answered, self.missed)
+        self.answered = self.missed = 0
         return out
 
     def fresh(self, cost: CycleCost, least: int = 1) -> bool:

@@ -84,11 +84,17 @@ class Schedule:
         self.utilisation = utilisation
         self.load_level = 0            # the level the offered load needs (plan)
         self.planned_ns: int | None = None  # when next_batch last planned
+        self.answered_seq: dict[str, int] = {}  # robot -> its last observation answered
+        self.expired: dict[str, int] = {}       # robot -> its expired since then
 
     # --- once a second ----------------------------------------------------------------------
     def plan(self, slots: Iterable[RobotSlot], costs: Costs, period_ns: int) -> None:
         """The load level and the observation periods asked (module doc)."""
         slots = list(slots)
+        names = {s.name for s in slots}
+        for tally in (self.answered_seq, self.expired):  # robots gone: forgotten
+            for name in [n for n in tally if n not in names]:
+                del tally[name]
         if not slots or not self.degrade or not costs.batch_ns(1):
             self.load_level = 0
             for s in slots:
@@ -148,7 +154,7 @@ class Schedule:
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
             s.queued_ns = max(0, now_ns - s.waiting.stamps.get("recv", now_ns))
-        costs.served(answered=len(batch))
+        self._tally(batch, costs)
         return batch
 
     def _key(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> tuple:
@@ -186,7 +192,7 @@ class Schedule:
                 break
             level += 1
         env, s.waiting = s.waiting, None
-        costs.served(expired=1)
+        self._missed(s, costs)
         self._stale(s, env.seq, (now_ns + cost - (due - deadline_ns)), deadline_ns,
                     "would be by the end of its cycle even at the cheapest budget level")
         return None
@@ -206,14 +212,14 @@ class Schedule:
             batch.pop()
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
-        costs.served(answered=len(batch))
+        self._tally(batch, costs)
         return batch
 
     def _expire(self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int,
                 costs: Costs) -> None:
         """Drop the waiting observations already older than the deadline for every offset
         the clock estimate allows (their arrival stands in for a capture not yet movable);
-        each is tallied in `costs` (admission's check reads the share expired)."""
+        each is tallied in `costs` as missed (admission's check reads the share)."""
         for slot in slots:
             env = slot.waiting
             if env is None:
@@ -227,8 +233,23 @@ class Schedule:
             if age_ns is None or age_ns <= _dl(slot, deadline_ns):
                 continue
             slot.waiting = None
-            costs.served(expired=1)
+            self._missed(slot, costs)
             self._stale(slot, env.seq, age_ns, deadline_ns, "waited past it")
+
+    def _tally(self, batch: list[RobotSlot], costs: Costs) -> None:
+        """The observations answered, and those each robot sent since its last answered one
+        that were superseded before the node took them up (missed; the expired ones were
+        tallied as they expired), into `costs` for admission's check."""
+        for s in batch:
+            seq, last = s.waiting.seq, self.answered_seq.get(s.name)
+            if last is not None and seq > last:
+                costs.served(missed=max(0, seq - last - 1 - self.expired.get(s.name, 0)))
+            self.answered_seq[s.name], self.expired[s.name] = seq, 0
+        costs.served(answered=len(batch))
+
+    def _missed(self, slot: RobotSlot, costs: Costs) -> None:
+        costs.served(missed=1)
+        self.expired[slot.name] = self.expired.get(slot.name, 0) + 1
 
     def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int,
                how: str) -> None:
