@@ -19,6 +19,8 @@ launches, counted in counters["graph_fallbacks"].
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from rtinfer.inference.backends.base import BackendError
@@ -26,6 +28,23 @@ from rtinfer.inference.flow_action import ActionOut, start_noise
 from rtinfer.inference.flow_check import T, V, X
 from rtinfer.inference.flow_schedule import DdimPlan, plan
 from rtinfer.model.flow_model import FlowModelDir
+
+
+@dataclass(slots=True)
+class ObsIO:
+    """The prefix engine's context and its observation inputs, on the device and pinned."""
+    ctx: object
+    dev: dict
+    host: dict
+
+
+@dataclass(slots=True)
+class Held:
+    """Device buffers the captured steps read for committed waypoints: mask [1, H_m] (0: a
+    committed waypoint), keep (its rows, else 0) and mask3 (mask over [1, H_m, D_m])."""
+    mask: object
+    keep: object
+    mask3: object
 
 
 class FlowTrtRunner:
@@ -41,7 +60,7 @@ class FlowTrtRunner:
             raise BackendError("a flow policy on TensorRT needs a CUDA device; use --backend onnx")
         from rtinfer.inference.backends.tensorrt_build import EngineBuilder
         from rtinfer.inference.backends.tensorrt_plan import build_plan
-        self.trt, self.torch, self.model, self.clip = trt, torch, model, clip
+        self.torch, self.model = torch, model
         builder = EngineBuilder(cache_dir or model.path / "trt_cache")
         bplan = build_plan(builder.version, fp16, False, {"float32"},
                            compute_capability=builder.cc)
@@ -58,7 +77,7 @@ class FlowTrtRunner:
         self._runtime, self._stream = runtime, torch.cuda.Stream()
         self.counters = {"graph_replays": 0, "plain_launches": 0, "graph_fallbacks": 0}
         self.plans = [plan(model, lv["steps"]) for lv in model.levels]
-        self._allocate(engines)
+        self._allocate(trt, engines, clip)
         self._graphs = {}
         if cuda_graphs:
             for level, p in enumerate(self.plans):
@@ -70,8 +89,8 @@ class FlowTrtRunner:
         return [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)
                 if engine.get_tensor_mode(engine.get_tensor_name(i)) == mode]
 
-    def _tensor(self, engine, name: str):
-        torch, trt = self.torch, self.trt
+    def _tensor(self, trt, engine, name: str):
+        torch = self.torch
         table = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16,
                  trt.DataType.INT32: torch.int32, trt.DataType.BOOL: torch.bool,
                  trt.DataType.INT8: torch.int8}
@@ -89,32 +108,29 @@ class FlowTrtRunner:
                                f"flow graphs with static shapes")
         return torch.zeros(shape, dtype=table[dt], device="cuda")
 
-    def _allocate(self, engines) -> None:
-        torch, trt = self.torch, self.trt
+    def _allocate(self, trt, engines, clip: bool) -> None:
+        torch = self.torch
         prefix, steps = engines[0], engines[1:]
-        self._prefix_ctx = prefix.create_execution_context()
-        self._obs_dev, self._obs_host = {}, {}
+        self.obs = ObsIO(prefix.create_execution_context(), {}, {})
         for name in self._names(prefix, trt.TensorIOMode.INPUT):
-            dev = self._tensor(prefix, name)
-            self._obs_dev[name], self._obs_host[name] = dev, dev.cpu().pin_memory()
-            self._prefix_ctx.set_tensor_address(name, dev.data_ptr())
+            dev = self._tensor(trt, prefix, name)
+            self.obs.dev[name], self.obs.host[name] = dev, dev.cpu().pin_memory()
+            self.obs.ctx.set_tensor_address(name, dev.data_ptr())
         self.cache = {}
         for name in self._names(prefix, trt.TensorIOMode.OUTPUT):
-            self.cache[name] = self._tensor(prefix, name)
-            self._prefix_ctx.set_tensor_address(name, self.cache[name].data_ptr())
-        x0 = self._tensor(steps[0], X)
+            self.cache[name] = self._tensor(trt, prefix, name)
+            self.obs.ctx.set_tensor_address(name, self.cache[name].data_ptr())
+        x0 = self._tensor(trt, steps[0], X)
         self.h_m, self.d_m = x0.shape[1], x0.shape[2]
         self.x, self.v = x0, torch.zeros_like(x0)
         self.scratch = (torch.zeros_like(x0), torch.zeros_like(x0))
         self.x_host = torch.zeros(x0.shape, dtype=torch.float32).pin_memory()
-        self._x_np = self.x_host.numpy()
-        self.mask = torch.ones((1, self.h_m), device="cuda")          # 0: a committed waypoint
-        self.keep = torch.zeros_like(x0)                              # committed rows, else 0
-        self.mask3 = torch.ones_like(x0)
+        self.held = Held(torch.ones((1, self.h_m), device="cuda"), torch.zeros_like(x0),
+                         torch.ones_like(x0))
         self._ctx, self.t = [], []
         for engine in steps:
             ctx = engine.create_execution_context()
-            t = self._tensor(engine, T)
+            t = self._tensor(trt, engine, T)
             for name in self._names(engine, trt.TensorIOMode.INPUT):
                 buf = self.x if name == X else t if name == T else self.cache[name]
                 ctx.set_tensor_address(name, buf.data_ptr())
@@ -122,7 +138,7 @@ class FlowTrtRunner:
             self._ctx.append(ctx)
             self.t.append(t)
         self._times = [torch.as_tensor(np.asarray(p.times), device="cuda") for p in self.plans]
-        self.out = ActionOut(self.model, self.h_m, self.d_m, self.clip)  # affine, chunk
+        self.out = ActionOut(self.model, self.h_m, self.d_m, clip)  # affine, chunk
 
     # --- one step ------------------------------------------------------------------------
     def _step(self, level: int, i: int) -> None:
@@ -131,7 +147,7 @@ class FlowTrtRunner:
         g = self.model.levels[level]["graph"]
         t, p = self.t[g], self.plans[level]
         if t.dim() == 2:  # per waypoint: committed waypoints at t = 0
-            torch.mul(self._times[level][i].to(t.dtype).expand_as(t), self.mask, out=t)
+            torch.mul(self._times[level][i].to(t.dtype).expand_as(t), self.held.mask, out=t)
         else:
             t.copy_(self._times[level][i].reshape(1).to(t.dtype))
         if not self._ctx[g].execute_async_v3(self._stream.cuda_stream):
@@ -141,7 +157,7 @@ class FlowTrtRunner:
         else:
             self.x.add_(self.v, alpha=float(p.dt))
         if t.dim() == 2:
-            self.x.mul_(self.mask3).add_(self.keep)
+            self.x.mul_(self.held.mask3).add_(self.held.keep)
 
     def _ddim(self, p: DdimPlan, i: int) -> None:
         sa, sb, sap, sbp = (float(c) for c in p.coef[i])
@@ -186,16 +202,16 @@ class FlowTrtRunner:
         return self.integrate(level, committed)
 
     def start(self, seed=None, noise: np.ndarray | None = None) -> None:
-        start_noise(self.model, self._x_np, seed, noise)
+        start_noise(self.model, self.x_host.numpy(), seed, noise)
         with self.torch.cuda.stream(self._stream):
             self.x.copy_(self.x_host, non_blocking=True)
 
     def encode(self, feeds: dict[str, np.ndarray]) -> None:
         with self.torch.cuda.stream(self._stream):
             for key, arr in feeds.items():
-                np.copyto(self._obs_host[key].numpy(), arr)
-                self._obs_dev[key].copy_(self._obs_host[key], non_blocking=True)
-            if not self._prefix_ctx.execute_async_v3(self._stream.cuda_stream):
+                np.copyto(self.obs.host[key].numpy(), arr)
+                self.obs.dev[key].copy_(self.obs.host[key], non_blocking=True)
+            if not self.obs.ctx.execute_async_v3(self._stream.cuda_stream):
                 raise BackendError("TensorRT execute failed for the prefix graph")
 
     def integrate(self, level: int, committed: np.ndarray | None = None) -> np.ndarray:
@@ -212,7 +228,7 @@ class FlowTrtRunner:
                     self.counters["plain_launches"] += 1
             self.x_host.copy_(self.x, non_blocking=True)
         stream.synchronize()
-        return self.out.chunk_of(self._x_np[0])
+        return self.out.chunk_of(self.x_host.numpy()[0])
 
     def _commit(self, committed, level: int) -> None:
         """The mask and kept rows the captured steps read (all free without committed)."""
@@ -227,10 +243,11 @@ class FlowTrtRunner:
             D = self.model.action.dim
             self.out.to_model(np.asarray(committed, np.float32), keep[0, :n, :D])
             mask[0, :n] = 0.0
-            self._x_np[0, :n] = keep[0, :n]
+            self.x_host.numpy()[0, :n] = keep[0, :n]
         with self.torch.cuda.stream(self._stream):
-            self.keep.copy_(self.torch.from_numpy(keep), non_blocking=False)
-            self.mask.copy_(self.torch.from_numpy(mask), non_blocking=False)
-            self.mask3.copy_(self.mask[:, :, None].expand_as(self.mask3))
+            h = self.held
+            h.keep.copy_(self.torch.from_numpy(keep), non_blocking=False)
+            h.mask.copy_(self.torch.from_numpy(mask), non_blocking=False)
+            h.mask3.copy_(h.mask[:, :, None].expand_as(h.mask3))
             if n:
                 self.x.copy_(self.x_host, non_blocking=True)
