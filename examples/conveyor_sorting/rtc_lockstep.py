@@ -137,7 +137,8 @@ class LockstepNode:
     def __init__(self, model: str, out: DelayLine, clock: SimClock, seed: int,
                  expert: bool = False, flow_rtc: str = "condition"):
         self.policy = ExpertPolicy(model) if expert else load_policy(
-            model, InferenceNodeConfig(seed=seed, auto_budget=False, flow_rtc=flow_rtc))
+            model, InferenceNodeConfig(seed=seed, auto_budget=False, flow_rtc=flow_rtc),
+            clock=clock)
         self.lines: list[str] = []
         say = lambda kind, text, error=True: self.lines.append(  # noqa: E731
             text() if callable(text) else text)

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import zmq
 
+from rtinfer.realtime.complaints import say
+
 DUPLICATE_AFTER_NS = 1_000_000
 
 
@@ -165,11 +167,11 @@ def main(argv: list[str] | None = None) -> int:
                         a.reorder_ms, a.seed)
         proxy = DelayProxy(a.upstream, a.downstream, faults, a.topics)
     except (ValueError, zmq.ZMQError) as e:
-        print(f"delay_proxy: error: {e}", file=sys.stderr, flush=True)
+        say("delay_proxy", str(e))
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: proxy.stop())
-    print(f"delay_proxy: ready ({a.upstream} -> {a.downstream})", file=sys.stderr, flush=True)
+    say("delay_proxy", f"ready ({a.upstream} -> {a.downstream})", error=False)
     try:
         stats = proxy.run(a.seconds)
     finally:

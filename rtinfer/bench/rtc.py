@@ -39,6 +39,7 @@ import numpy as np
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.bench.rtc_joins import join_jumps, plot, spread
 from rtinfer.inference.node_config import FLOW_RTC
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.trace import read_trace
 from rtinfer.transport.bus import Subscriber
 
@@ -195,7 +196,7 @@ def run(a) -> dict:
                     try:
                         fig = run_point(arm, delay, a.seed + r, a, Path(d) / f"{arm}-{delay}-{r}")
                     except RuntimeError as e:  # a run lost to the host: said, retried once
-                        print(f"bench rtc: {e}; running it again", file=sys.stderr)
+                        say("bench rtc", f"{e}; running it again", error=False)
                         fig = run_point(arm, delay, a.seed + r, a, Path(d) / f"{arm}-{delay}-{r}b")
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
     return {"bench": "rtc", "mode": "lockstep" if a.lockstep else "real time",

@@ -22,6 +22,7 @@ declared one, else the horizon less one.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 
@@ -64,14 +65,16 @@ def conditions_on(md: FlowModelDir, runner, guided: bool = False) -> int:
 class FlowPolicy(FeedInputs):
     batches, max_batch = [1], 1
 
-    def __init__(self, md: FlowModelDir, cfg, backend_opts: dict, endpoints: int):
+    def __init__(self, md: FlowModelDir, cfg, backend_opts: dict, endpoints: int, *,
+                 clock: Callable[[], int] = now_ns):
+        """clock: the node's monotonic ns clock, which stamps each cycle's first_token."""
         if cfg.backend not in BACKENDS:
             raise ModelError(f"{md.path}: a flow policy runs on ONNX Runtime or TensorRT; use "
                              f"--backend onnx (not {cfg.backend})")
         if backend_opts.get("precision"):
             raise ModelError(f"--precision {backend_opts['precision']}: a flow policy has one "
                              "set of graphs and no precision sets; leave --precision out")
-        self.model = md
+        self.model, self.clock = md, clock
         if cfg.backend == "tensorrt":
             self.runner = FlowTrtRunner(md)
         else:
@@ -116,7 +119,7 @@ class FlowPolicy(FeedInputs):
             if self.whole_left_over:  # the robot's next left-over comes from it
                 cycle.previous = (chunk.copy(), cycle.seq)
             self.counters["flow_steps"] += self.model.levels[level]["steps"]
-            cycle.first_token_ns = now_ns()
+            cycle.first_token_ns = self.clock()
             if emit is not None:
                 emit(cycle, 0, chunk[:cycle.count], None)
             out.append(chunk)
