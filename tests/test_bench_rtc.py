@@ -95,3 +95,19 @@ def test_lockstep_replays_exactly_and_each_prefix_is_what_the_robot_executes(tmp
     assert named
     for (_, capture), c in named.items():  # old waypoint from+i is due with new waypoint i
         assert capture - captures[c["chunk"]] == c["from"] * 50 * MS
+
+
+def test_the_lockstep_delay_line_hands_a_message_over_its_delay_later_on_the_sim_clock():
+    from examples.conveyor_sorting.delay_line import DelayLine, SimClock
+    clock = SimClock()
+    line = DelayLine("sim", clock, {"obs"}, 25 * MS)
+    body = {"values": {"state": np.array([0.5, -0.5], np.float32)}, "ints": {}}
+    assert line.publish("obs", body, {"capture": clock()})
+    assert line.publish("health", {"node": "sim", "state": "run", "counters": {}, "gauges": {}})
+    clock.now_ns += 25 * MS - 1
+    assert line.recv() is None  # not yet
+    clock.now_ns += 1
+    env = line.recv()
+    assert env.topic == "obs" and env.stamps["recv"] - env.stamps["capture"] == 25 * MS
+    assert np.array_equal(env.body["values"]["state"], body["values"]["state"])
+    assert line.recv() is None  # the other topic was not carried
