@@ -46,10 +46,11 @@ time) and the level and rate chosen for the load. `RULE` is "edf": as good as an
 goodput, the best worst-robot service measured, and optimal while the load fits.
 
 `plan` (every PLAN_NS, and when a robot joins): the cheapest level whose offered load (each
-robot's cycles per second at its interval, priced as a batch of them all) fits UTILISATION
-of the node's time, and, when not even the cheapest does, the longer observation period each
-robot is asked for (its interval times the overload; `asked_period_ns`, None otherwise;
-once asked, a robot keeps an ask until its period would be the policy's or shorter).
+robot's cycles per second at its interval, at most the policy's rate, priced as a batch of
+them all) fits UTILISATION of the node's time, and, when not even the cheapest does, the
+longer observation period each robot is asked for (its interval times the overload;
+`asked_period_ns`, None otherwise; once asked, a robot keeps an ask until its period would
+be the policy's or shorter).
 
 The rule before this one, for same-run comparisons, is `Schedule(rule="edf", degrade=False)`: the
 deadline order at each robot's own budget level, batching robots at the first one's level,
@@ -101,7 +102,10 @@ class Schedule:
                 s.asked_period_ns = None
             return
         n, top = len(slots), len(slots[0].budget.levels) - 1
-        rate = sum(1e9 / (s.interval_ns or period_ns) for s in slots)  # cycles per second
+        # cycles per second, each robot at most the policy's rate: a robot that sends faster
+        # (a burst catching up after a stall: 8 robots planned at 1,500/s) is answered its
+        # newest observation at that rate, the rest superseded
+        rate = sum(1e9 / max(s.interval_ns or period_ns, period_ns) for s in slots)
         need, fixed = 0.0, not slots[0].budget.auto  # a fixed budget: priced at its level
         for level in [slots[0].budget.index] if fixed else range(top + 1):
             serve = costs.serve_ns(n, costs.medians(level))
@@ -114,8 +118,10 @@ class Schedule:
                 self.say("load_level", f"load: {n} robots at {rate:.0f} observations/s need budget "
                          f"level {level} (was {old}) to fit {self.utilisation:.0%} of this "
                          f"node's time", error=False)
-        for s in slots:  # once asked, kept while the load needs it (a robot that honours
-            own = s.interval_ns or period_ns  # it sends slower: cleared at once, it oscillated)
+        # once asked, kept while the load needs it (a robot that honours it sends slower:
+        # cleared at once, it oscillated)
+        for s in slots:
+            own = max(s.interval_ns or period_ns, period_ns)
             if need > 1.0 or s.asked_period_ns is not None:
                 asked = int(own * need)
                 s.asked_period_ns = asked if asked > period_ns else None
