@@ -27,7 +27,12 @@ from rtinfer.inference.backends import get_backend
 from rtinfer.inference.decode import Decoder
 from rtinfer.inference.drafters import ChunkReuseDrafter, EarlyExitDrafter
 from rtinfer.inference.model_drafter import ModelDrafter
+from rtinfer.inference.plan_drafter import PlanDrafter, PlanMLP
 from rtinfer.model.sequence import build_prefix
+from rtinfer.model.zoo import zoo_model
+
+# the plan drafter distilled from the shipped policy (models.distil_plan), beside its draft model
+SHIPPED_PLAN_DRAFTER = zoo_model("conveyor-v1-draft") / "plan_drafter.npz"
 
 
 def token_stream(md, cycles: int, seed: int, stream=None):
@@ -63,15 +68,21 @@ COUNTS = ("verifies", "accepted", "target_passes", "plain_steps", "draft_passes"
 
 
 def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_length: int = 10,
-        pace_ms: float = 0.0, stream=None, draft_model=None, **opts) -> dict:
+        pace_ms: float = 0.0, stream=None, draft_model=None, plan_drafter=None,
+        **opts) -> dict:
     """Returns plain/spec tokens per second (decode phase, prefill excluded), the speedup
     of the best drafter, its mean accepted drafts per verify, `identical` (all drafters
     reproduced plain greedy), and per-drafter figures under `drafters` (see `measure`).
-    draft_model: a draft model directory, measured as drafter "model" (same backend, opts)."""
+    draft_model: a draft model directory, measured as drafter "model" (same backend, opts).
+    plan_drafter: a plan drafter's weights (rtinfer.inference.plan_drafter), measured as
+    drafter "plan"."""
     be = get_backend(backend).load(model_dir, **opts)
     md, v = be.model, be.model.vocab
-    drafters = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
-                "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}
+    h, d = md.tokenizer.horizon, md.tokenizer.dim
+    drafters: dict = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
+                      "chunk": ChunkReuseDrafter(h, d)}
+    if plan_drafter is not None:
+        drafters["plan"] = PlanDrafter(ChunkReuseDrafter(h, d), PlanMLP.load(plan_drafter), v)
     if draft_model is not None:
         drafters["model"] = ModelDrafter(get_backend(backend).load(draft_model, **opts))
         drafters["model"].check_target(md)
@@ -255,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                         "their plain decode steps against the first, in the same run")
     p.add_argument("--draft-model", default=None, metavar="DIR",
                    help="also measure this draft model directory as drafter \"model\"")
+    p.add_argument("--plan-drafter", default="auto", metavar="FILE",
+                   help="also measure this plan drafter's weights as drafter \"plan\" (auto: "
+                        "the one distilled from the shipped policy, when --model is it; none)")
     p.add_argument("--rounds", type=int, default=5,
                    help="with several precisions: rounds over the cycles per precision")
     a = p.parse_args(argv)
@@ -263,9 +277,13 @@ def main(argv: list[str] | None = None) -> int:
                                             rounds=a.rounds, backend=a.backend,
                                             stream=a.stream), a.json)
     opts = {"precision": a.precision[0]} if a.precision else {}
+    plan = a.plan_drafter
+    if plan == "auto":
+        plan = SHIPPED_PLAN_DRAFTER if a.model == DEFAULT_MODEL else None
     return emit("decode", run(a.model, cycles=a.cycles, backend=a.backend,
                               run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream,
-                              draft_model=a.draft_model, **opts), a.json)
+                              draft_model=a.draft_model,
+                              plan_drafter=None if plan == "none" else plan, **opts), a.json)
 
 
 if __name__ == "__main__":

@@ -159,6 +159,12 @@ class ChunkReuseDrafter(Drafter):
             np.subtract(prev[-2], prev[-3], out=self._vel0)
             self._has_vel0 = True
 
+    @property
+    def plan(self) -> np.ndarray:
+        """The whole chunk's plan (chunk_tokens,) as of the last draft or verify: final
+        tokens, then refined or drafted ones, then the shifted previous chunk (a view)."""
+        return self._plan
+
     def clear(self) -> None:
         """No previous chunk: draft from this chunk's own final tokens."""
         self._src = self._seen = 0
