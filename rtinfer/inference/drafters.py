@@ -217,6 +217,23 @@ class ChunkReuseDrafter(Drafter):
             plan[j] = min(max(plan[j] - miss, 0), self._hi)
 
 
+class OnChunkReuse(Drafter):
+    """A drafter that moves or filters a ChunkReuseDrafter's plan (`reuse`): every verify's
+    outcome goes on to that plan, which it refines."""
+    adapt_gamma = False
+
+    def __init__(self, reuse: ChunkReuseDrafter):
+        super().__init__()
+        self.reuse = reuse
+
+    def observe(self, accepted: int, drafted: int) -> None:
+        super().observe(accepted, drafted)
+        self.reuse.observe(accepted, drafted)
+
+    def observe_target(self, target: np.ndarray) -> None:
+        self.reuse.observe_target(target)
+
+
 def _braking(step: int, step0: int, own: int, own0: int) -> int:
     """The extrapolated step: `step` (the previous chunk's last), unless both chunks slow
     down (|step| < |step0| and |own| < |own0|, no sign change): then own's next, slowing at

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, Drafter, pick
+from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, Drafter, OnChunkReuse, pick
 
 
 class ModelDrafter(Drafter):
@@ -83,16 +83,15 @@ class ModelDrafter(Drafter):
         self._valid = self._drafted_from + 1 + min(accepted, drafted - 1)
 
 
-class CascadeDrafter(Drafter):
+class CascadeDrafter(OnChunkReuse):
     """Chunk-reuse drafts filtered by one verify at the target's exit `depth` (its KV writes
     touch only the first `depth` layers; the full-depth verify rewrites them all)."""
     name = "cascade"
-    adapt_gamma = False
 
     def __init__(self, reuse: ChunkReuseDrafter, depth: int, action_start: int,
                  action_stop: int, k_verify: int = 8, rounds: int = 1):
-        super().__init__()
-        self.reuse, self.depth, self.a0, self.a1 = reuse, depth, action_start, action_stop
+        super().__init__(reuse)
+        self.depth, self.a0, self.a1 = depth, action_start, action_stop
         self.rounds = rounds  # exit passes per draft at most (Jacobi: until they agree)
         self._v = np.zeros(k_verify, np.int64)
         self._bins = np.zeros(k_verify, np.int64)
@@ -122,10 +121,3 @@ class CascadeDrafter(Drafter):
                 break
             v[1:] = out + self.a0
         return out
-
-    def observe(self, accepted: int, drafted: int) -> None:
-        super().observe(accepted, drafted)
-        self.reuse.observe(accepted, drafted)
-
-    def observe_target(self, target: np.ndarray) -> None:
-        self.reuse.observe_target(target)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, Drafter
+from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, OnChunkReuse
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class PlanMLP:
         return logits.argmax(-1) - r
 
 
-class PlanDrafter(Drafter):
+class PlanDrafter(OnChunkReuse):
     """Chunk reuse's drafts moved by the MLP's offsets. `start(prefix)` reads the cycle's
     instruction and observation from its prefix (rtinfer.model.sequence layout) before the
     decode; the caller drives `reuse` (set_previous / clear) as for chunk reuse alone.
@@ -110,16 +110,15 @@ class PlanDrafter(Drafter):
     once per cycle (in `start`), and the last layer only for the tokens drafted (about
     45 us a draft at load 10 on the 2-core host, against 75 us through the batch path)."""
     name = "plan"
-    adapt_gamma = False
 
     def __init__(self, reuse: ChunkReuseDrafter, mlp: PlanMLP, vocab):
-        super().__init__()
+        super().__init__(reuse)
         s = mlp.shape
         if (reuse.horizon * reuse.dim, reuse.dim) != (s.chunk_tokens, s.dim):
             raise ValueError(f"plan drafter: trained for chunks of {s.chunk_tokens} tokens "
                              f"({s.dim} a waypoint), the policy's are "
                              f"{reuse.horizon * reuse.dim} ({reuse.dim})")
-        self.reuse, self.mlp, self.vocab = reuse, mlp, vocab
+        self.mlp, self.vocab = mlp, vocab
         n, d, a = s.chunk_tokens, s.dim, len(s.anchors)
         self._instr = np.zeros((1, s.instr_length), np.int64)
         self._obs = np.zeros((1, s.obs_length), np.int64)
@@ -169,13 +168,6 @@ class PlanDrafter(Drafter):
         drafts -= s.radius
         np.minimum(np.maximum(drafts, 0, out=drafts), self.vocab.n_action_bins - 1, out=drafts)
         return drafts
-
-    def observe(self, accepted: int, drafted: int) -> None:
-        super().observe(accepted, drafted)
-        self.reuse.observe(accepted, drafted)
-
-    def observe_target(self, target: np.ndarray) -> None:
-        self.reuse.observe_target(target)
 
 
 def _clip4(x: np.ndarray, scale: float) -> None:
