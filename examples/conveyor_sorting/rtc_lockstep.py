@@ -53,18 +53,27 @@ MS = 1_000_000
 
 class ExpertPolicy:
     """The scripted expert behind the policy surface the node's parts read, planning the
-    model's horizon in its action spec (`--expert`: what the task allows at a delay, apart
-    from what a policy learnt). It cannot condition (max_committed 0)."""
+    model's horizon: in its tokenizer's tokens for an action-token model, else in its action
+    spec (`--expert`: what the task allows at a delay, apart from what a policy learnt). It
+    cannot condition (max_committed 0)."""
     max_committed = 0
 
     def __init__(self, model: str):
-        _, act = load_policy_spec(model)
-        assert act is not None, f"{model}: --expert needs a policy with an action spec"
+        tok, act = load_policy_spec(model)
         cell = CellConfig()
-        self.expert = ScriptedExpert(cell, tokenizer_config(cell, horizon=act.horizon))
-        self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, act.start_ns
-        self.action_dim = act.dim
-        self.levels = [BudgetLevel(0, 0, act.horizon)]
+        self.tokens = act is None  # the robot follows this model's token chunks
+        if act is None:
+            assert tok is not None
+            self.expert = ScriptedExpert(cell, tok)
+            self.spec_hash, self.period_ns, self.start_ns = tok.hash, tok.period_ns, \
+                tok.period_ns
+            horizon, self.action_dim = tok.horizon, tok.dim
+        else:
+            self.expert = ScriptedExpert(cell, tokenizer_config(cell, horizon=act.horizon))
+            self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, \
+                act.start_ns
+            horizon, self.action_dim = act.horizon, act.dim
+        self.levels = [BudgetLevel(0, 0, horizon)]
 
     def encode(self, body: dict) -> dict:
         return obs_from_body(body)
@@ -72,8 +81,8 @@ class ExpertPolicy:
     def run(self, jobs: list, emit) -> list:
         out = []
         for cycle, obs in jobs:
-            chunk = self.expert.act(obs)
-            emit(cycle, 0, chunk[:cycle.count], None)
+            tokens, chunk = self.expert.act_tokens(obs)
+            emit(cycle, 0, chunk[:cycle.count], tokens[:cycle.count] if self.tokens else None)
             out.append(chunk)
         return out
 
