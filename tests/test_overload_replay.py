@@ -137,10 +137,11 @@ def test_a_node_starved_of_cpu_reports_the_robots_it_served_not_its_fast_cycles(
     for _ in range(20):
         r.record_cost(1, 0, 1 * MS)
 
-    def second(seq0: int, t: int, take) -> int:
-        """20 observations of each robot, 50 ms apart; take(seq) -> how late the node takes
-        them up (None: not at all, so the next supersedes it)."""
-        for seq in range(seq0, seq0 + 20):
+    def phase(seq0: int, t: int, take) -> int:
+        """3 s of observations of each robot, 50 ms apart, the load checked after each (as
+        the node does at its health rate); take(seq) -> how late the node takes them up
+        (None: not at all, so the next supersedes it)."""
+        for seq in range(seq0, seq0 + 60):
             t += 50 * MS
             for name in ("r0", "r1"):
                 r.offer(_obs(name, seq, t), t, DEADLINE_NS)
@@ -148,19 +149,24 @@ def test_a_node_starved_of_cpu_reports_the_robots_it_served_not_its_fast_cycles(
             for _ in range(0 if late is None else 2):  # one robot a cycle
                 for s in r.next_batch(DEADLINE_NS, t + late, 1):
                     s.waiting = None  # the node's encode takes it
-        r.check_load(DEADLINE_NS)
+            r.check_load(DEADLINE_NS)
         return t
 
-    t = second(1, 0, lambda seq: 0)  # every observation answered at once
+    t = phase(1, 0, lambda seq: 0)  # every observation answered at once
     assert r.figures()[0]["capacity"] >= 20 and not r.overloaded
-    t = second(21, t, lambda seq: 150 * MS)  # each taken up past its deadline: expired
+    t = phase(61, t, lambda seq: 150 * MS)  # each taken up past its deadline: expired
     assert r.figures()[0]["capacity"] == 1 and r.overloaded
     assert any(kind == "overloaded" and "observations went unanswered" in text
                for kind, text in said)
-    t = second(41, t, lambda seq: 0)  # served again: its costs decide again
+    t = phase(121, t, lambda seq: 0)  # served again: its costs decide again
     assert r.figures()[0]["capacity"] >= 20 and not r.overloaded
-    t = second(61, t, lambda seq: 0 if seq % 4 == 0 else None)  # one in four taken up
+    t = phase(181, t, lambda seq: 0 if seq % 4 == 0 else None)  # one in four taken up
     assert r.figures()[0]["capacity"] == 1 and r.overloaded
+    # a superseded one in a tenth of a second is no overload: the service is judged over
+    # whole seconds, however often the load is checked
+    overloads = r.counters["overloads"]
+    phase(241, t, lambda seq: None if seq % 12 == 0 else 0)
+    assert r.figures()[0]["capacity"] >= 20 and r.counters["overloads"] == overloads
 
 
 def test_an_unknown_rule_is_refused_with_the_choices():
