@@ -109,7 +109,9 @@ def controller_node(cfg_data):
                            action=ActionSpec.load(ROOT / cfg_data["action"]),
                            deadline_ns=cfg_data["deadline_ns"],
                            chunk_interval_ns=cfg_data["chunk_interval_ns"],
-                           max_period_ns=cfg_data["max_period_ns"])
+                           max_period_ns=cfg_data["max_period_ns"],
+                           open_loop_ms=cfg_data["open_loop_ns"] / 1e6
+                           if "open_loop_ns" in cfg_data else None)
     sub, pub, hw = ListSub(), RecordingPub(), StillGantry(len(control.axes))
     return ControllerNode(hw, cfg, sub, pub, clock=hw.clock, robot=cfg_data["robot"]), sub, pub
 

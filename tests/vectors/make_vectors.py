@@ -415,6 +415,20 @@ def decode_vectors():
         "SchemaError")
     add("chunk_conditioned_missing_hash", ch(conditioned=rmap(nm[:3])), "SchemaError")
     add("chunk_conditioned_not_map", ch(conditioned=p(1)), "SchemaError")
+    # overload (docs/wire.md section 5): an obs's open_loop_ns, a chunk's executes, obs_period_ns
+    good("ok_obs_open_loop", "obs", {**OBS_OK, "open_loop_ns": 500_000_000})
+    good("ok_action_chunk_asks", "action_chunk", {**chunk, "executes": 2,
+                                                  "obs_period_ns": 100_000_000})
+    good("ok_action_chunk_conditioned_asks", "action_chunk", {**cont, "conditioned": named,
+                                                              "executes": 1})
+    ol = lambda v: envelope(rmap([("values", {}), ("ints", {}), ("open_loop_ns", v)]))  # noqa: E731
+    add("obs_open_loop_0", ol(p(0)), "SchemaError")
+    add("obs_open_loop_float", ol(p(1.0)), "SchemaError")
+    add("chunk_executes_0", ch(executes=p(0)), "SchemaError")
+    add("chunk_executes_over_count", ch(executes=p(5)), "SchemaError")  # count is 4
+    add("chunk_executes_count", ch(executes=p(4)), "ok")
+    add("chunk_obs_period_0", ch(obs_period_ns=p(0)), "SchemaError")
+    add("chunk_obs_period_over_i64", ch(obs_period_ns=p(2**63)), "SchemaError")
     return v
 
 
@@ -508,15 +522,16 @@ def render_envelope(env) -> dict:
 T0 = 1_000_000_000_000  # the controller's clock at the start of every case (ns)
 MS = 1_000_000
 CONFIG = {"robot": "arm", "name": "ctl", "deadline_ns": 100 * MS, "chunk_interval_ns": 50 * MS,
-          "max_period_ns": 1_000_000_000, "tokenizer": "models/zoo/conveyor-v1/tokenizer.json",
+          "max_period_ns": 1_000_000_000, "open_loop_ns": 1_000_000_000, "tokenizer": "models/zoo/conveyor-v1/tokenizer.json",
           "action": "models/zoo/conveyor-act/action_spec.json"}
 
 
 def waypoint(index=0, *, cycle=1, count=4, capture=T0, dest="arm", spec=None, tokens=True,
              values=None, period=50 * MS, start=50 * MS, token_ids=None, stamps=None, src="inf",
-             conditioned=None):
+             conditioned=None, executes=None):
     """One action_chunk message (bytes) for the controller vectors; conditioned: (chunk,
-    from, n) of a committed prefix of the stock waypoints (hash of their values), or a map."""
+    from, n) of a committed prefix of the stock waypoints (hash of their values), or a map;
+    executes: an executed horizon."""
     tok = ActionTokenizer(TOKENIZER)
     ids = np.asarray(token_ids if token_ids is not None else [100 + index, 50, 20, 255], np.int32)
     body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "period_ns": period,
@@ -534,6 +549,8 @@ def waypoint(index=0, *, cycle=1, count=4, capture=T0, dest="arm", spec=None, to
         conditioned = {"chunk": c, "from": f, "n": n, "hash": prefix_hash(tok.decode(ids_of))}
     if conditioned is not None:
         body["conditioned"] = conditioned
+    if executes is not None:
+        body["executes"] = executes
     st = {"capture": capture} if stamps is None else stamps
     st = {**st, "obs_recv": capture + MS, "first_token": capture + 2 * MS} if "capture" in st else st
     return wire.encode("action_chunk", body, seq=index, src=src, stamps=st)
@@ -551,7 +568,7 @@ def controller_cases():
     more = {W: 1}
     half = ActionTokenizer(TOKENIZER).bin_width / 2
     centre = ActionTokenizer(TOKENIZER).decode(np.array([100, 50, 20, 255], np.int32))
-    CC, PM = "chunks_conditioned", "prefix_mismatch"
+    CC, PM, EX = "chunks_conditioned", "prefix_mismatch", "chunks_executes"
     plan_of_cycle_1 = [(1 * MS, waypoint(0), first, "run", "apply")] + [
         (1 * MS + i, waypoint(i), more, "run", None) for i in (1, 2, 3)]
     # the same, arriving 41 ms after capture: the watchdog is quiet until 191 ms
@@ -690,6 +707,27 @@ def controller_cases():
             (185 * MS, waypoint(0, cycle=2, capture=T0 + 40 * MS, conditioned=(1, 1, 2)),
              {A: 1, W: 1, CC: 1, "late_applies": 1, "holds": 1}, "hold", "late", 190 * MS),
             (186 * MS, waypoint(0, cycle=3, capture=T0 + 150 * MS), first, "run", "apply")]),
+        # overload (docs/wire.md section 5): a chunk with an executed horizon of 4 waypoints is
+        # fresh, and the plan, until its waypoint 3 is due (capture + 50 + 3 * 50 ms), past the
+        # deadline, and never past it (the robot's open loop, 1 s, does not bind)
+        ("executes_fresh_past_the_deadline_until_its_horizon", [
+            (150 * MS, waypoint(0, executes=4), first | {EX: 1}, "run", "apply"),
+            (151 * MS, waypoint(1, executes=4), more, "run", None),
+            (200 * MS, waypoint(0, cycle=2, capture=T0 + MS, executes=4), first | {EX: 1}, "run",
+             "apply"),
+            # as old as its horizon: stale; and the chunk in use's horizon ends now: a hold
+            (201 * MS, waypoint(0, cycle=3, capture=T0 + MS, executes=4),
+             {"rejected_stale": 1, "late_waypoints": 1, "holds": 1}, "hold", "late"),
+            # without a horizon, as old: stale, as for a robot that was asked nothing
+            (202 * MS, waypoint(0, cycle=4, capture=T0 + 60 * MS),
+             {"rejected_stale": 1, "late_waypoints": 1}, "hold", "late")]),
+        ("executes_the_plan_lasts_its_horizon_and_not_past_it", [
+            (10 * MS, waypoint(0, executes=4), first | {EX: 1}, "run", "apply"),
+            (161 * MS, None, {}, "run", None),  # past the deadline and interval after it came
+            (199 * MS, None, {}, "run", None),
+            (200 * MS, None, {"holds": 1}, "hold", None),
+            (201 * MS, waypoint(0, cycle=2, capture=T0 + 150 * MS), first, "run", "apply"),
+            (352 * MS, None, {"holds": 1}, "hold", None)]),  # no horizon: deadline + interval
         ("watchdog", [
             (1 * MS, waypoint(0), first, "run", "apply"),
             (151 * MS, None, {}, "run", None),
@@ -702,7 +740,7 @@ def controller_cases():
 MAX_DECODED_CHARS = 4000
 COUNTER_NAMES = ("chunks_accepted", "waypoints_accepted", "rejected_stale", "late_waypoints",
                  "late_applies", "rejected_bad", "rejected_hash", "rejected_dest", "rejected_hold", "holds",
-                 "commands", "chunks_conditioned", "prefix_mismatch")
+                 "commands", "chunks_conditioned", "prefix_mismatch", "chunks_executes")
 
 
 def write(out: Path) -> dict:

@@ -46,6 +46,7 @@ struct Options {
     std::string curve_secret, curve_map, report;
     double deadline_ms = 100, chunk_interval_ms = 0, rate_hz = 1000, health_hz = 10, seconds = -1;
     double beat_s = 1.0, obs_hz = 0;
+    double open_loop_ms = 0;  // takes a node's asks under overload (0: none)
     bool addressed = false;  // take only chunks addressed to --robot (a node run with --address-chunks)
     bool rtc = false;        // each obs carries the committed prefix (real-time chunking)
 };
@@ -56,7 +57,7 @@ struct Options {
                  "       [--control EP] [--name NAME] [--action-spec FILE] [--deadline-ms MS]\n"
                  "       [--chunk-interval-ms MS] [--rate-hz HZ] [--health-hz HZ] [--seconds S]\n"
                  "       [--curve-secret FILE --curve-map FILE] [--report FILE] [--addressed]\n"
-                 "       [--obs-hz HZ [--camera NAME --frame-hw H,W] [--rtc]]\n";
+                 "       [--obs-hz HZ [--camera NAME --frame-hw H,W] [--rtc] [--open-loop-ms MS]]\n";
     std::exit(2);
 }
 
@@ -71,7 +72,7 @@ Options parse(int argc, char** argv) {
     std::map<std::string, double*> num = {
         {"--deadline-ms", &o.deadline_ms}, {"--chunk-interval-ms", &o.chunk_interval_ms},
         {"--rate-hz", &o.rate_hz}, {"--health-hz", &o.health_hz}, {"--seconds", &o.seconds},
-        {"--beat-s", &o.beat_s}, {"--obs-hz", &o.obs_hz}};
+        {"--beat-s", &o.beat_s}, {"--obs-hz", &o.obs_hz}, {"--open-loop-ms", &o.open_loop_ms}};
     for (int k = 1; k < argc; ++k) {
         std::string a = argv[k];
         if (a == "--addressed" || a == "--rtc") {
@@ -97,6 +98,8 @@ Options parse(int argc, char** argv) {
     if (o.deadline_ms <= 0 || o.rate_hz <= 0 || o.health_hz <= 0) usage("deadline, rate and health rate must be > 0");
     if (o.obs_hz < 0) usage("--obs-hz must be >= 0 (0: no observations)");
     if (o.rtc && o.obs_hz <= 0) usage("--rtc needs --obs-hz: the committed prefix goes out with each obs");
+    if (o.open_loop_ms < 0 || (o.open_loop_ms > 0 && o.obs_hz <= 0))
+        usage("--open-loop-ms needs --obs-hz and must be > 0: the robot says so in each obs");
     if (o.camera.empty() != frame_hw.empty()) usage("--camera and --frame-hw go together");
     if (!o.camera.empty()) {
         char* end;
@@ -151,6 +154,7 @@ int main(int argc, char** argv) {
         cfg.robot = o.robot;
         cfg.deadline_ns = int64_t(o.deadline_ms * 1e6);
         cfg.chunk_interval_ns = int64_t(o.chunk_interval_ms * 1e6);
+        cfg.open_loop_ns = int64_t(o.open_loop_ms * 1e6);
         cfg.tokenizer = TokenizerConfig::from_json(json::parse_file(o.tokenizer));
         if (!o.action_spec.empty()) cfg.action = ActionSpec::from_json(json::parse_file(o.action_spec));
         std::vector<std::string> connects = o.actions;
@@ -185,7 +189,7 @@ int main(int argc, char** argv) {
         int64_t start = wire::now_ns(), next = start, next_health = start, next_beat = start;
         int64_t next_obs = start;
         std::vector<float> obs_pos(axes.pos.size());
-        uint64_t obs_sent = 0, committed_sent = 0, obs_held_rtc = 0;
+        uint64_t obs_sent = 0, committed_sent = 0, obs_held_rtc = 0, obs_slowed = 0;
         std::optional<example::Camera> camera;
         if (!o.camera.empty()) camera.emplace(o.camera, o.frame_h, o.frame_w);
         // in a fleet, one node's chunks at a time; the chunks taken from each node (src)
@@ -240,6 +244,9 @@ int main(int argc, char** argv) {
             if (obs_period > 0 && now >= next_obs && o.rtc && rules.awaiting(now)) {
                 next_obs = now + obs_period;  // one obs with a prefix in flight at a time
                 ++obs_held_rtc;
+            } else if (obs_period > 0 && now >= next_obs && rules.hold_back(now)) {
+                next_obs = now + obs_period;  // a node under overload asked for fewer
+                ++obs_slowed;
             } else if (obs_period > 0 && now >= next_obs) {
                 next_obs = now + obs_period;
                 for (size_t d = 0; d < axes.pos.size(); ++d) obs_pos[d] = float(axes.pos[d]);
@@ -262,8 +269,11 @@ int main(int argc, char** argv) {
                                                               c.values.data(), c.values.size() * sizeof(float))},
                         {Value::str("start_ns"), Value::integer(c.start_ns)}})});
                 }
+                if (cfg.open_loop_ns > 0)  // this robot takes a node's asks (docs/wire.md 5)
+                    body.map.push_back({Value::str("open_loop_ns"), Value::integer(cfg.open_loop_ns)});
                 if (send("obs", body, {{"capture", now}})) {
                     ++obs_sent;
+                    rules.obs_sent(now);
                     int64_t until = now + cfg.deadline_ns;  // with --rtc its answer is awaited
                     if (committed) {
                         ++committed_sent;
@@ -330,6 +340,7 @@ int main(int argc, char** argv) {
         add("obs_sent", obs_sent);
         add("committed_sent", committed_sent);
         add("obs_held_rtc", obs_held_rtc);
+        add("obs_slowed", obs_slowed);
         add("chunks_other_source", follow.chunks_other_source);
         add("source_switches", follow.source_switches);
         for (const auto& kv : chunks_from) add("chunks_from." + kv.first, kv.second);

@@ -10,10 +10,11 @@ namespace rtinfer {
 using wire::Envelope;
 using wire::Value;
 
-const char* const COUNTERS[15] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
+const char* const COUNTERS[16] = {"ticks", "late_ticks", "chunks_accepted", "waypoints_accepted",
                                   "rejected_stale", "late_waypoints", "late_applies", "rejected_bad",
                                   "rejected_hash", "rejected_dest", "rejected_hold", "holds",
-                                  "commands", "chunks_conditioned", "prefix_mismatch"};
+                                  "commands", "chunks_conditioned", "prefix_mismatch",
+                                  "chunks_executes"};
 
 std::string prefix_hash(const std::vector<float>& values) {
     std::string bytes(values.size() * sizeof(float), '\0');  // little-endian hosts
@@ -78,6 +79,7 @@ std::string ChunkRules::on_waypoint(const Envelope& env, int64_t now) {
     if (why.empty()) why = add(env, wp);
     if (why.empty()) {
         if (named && chunk_.received == 1) ++counter("chunks_conditioned");
+        if (chunk_.received == 1) new_chunk(env.body, chunk_.capture_ns);
         take(now);
         return "waypoints_accepted";
     }
@@ -222,11 +224,39 @@ std::optional<TraceRecord> ChunkRules::applied(int64_t apply_ns) {
 }
 
 int64_t ChunkRules::window(const Value& b) const {
-    const Value* named = b.get("conditioned");
-    if (!named) return 0;
-    // in doubles: n and the times are u64 off the wire; anything past rtc_max_ns is capped
-    double w = double(b.get("start_ns")->u) + double(named->get("n")->u) * double(b.get("period_ns")->u);
-    return w >= double(cfg_.rtc_max_ns) ? cfg_.rtc_max_ns : int64_t(w);
+    // in doubles: n and the times are u64 off the wire; anything past its cap is capped
+    double start = double(b.get("start_ns")->u), period = double(b.get("period_ns")->u);
+    int64_t w = 0;
+    if (const Value* named = b.get("conditioned")) {
+        double x = start + double(named->get("n")->u) * period;
+        w = x >= double(cfg_.rtc_max_ns) ? cfg_.rtc_max_ns : int64_t(x);
+    }
+    const Value* e = b.get("executes");
+    if (e && cfg_.open_loop_ns > 0) {  // asked for: a robot that takes no asks ignores it
+        double x = start + double(e->u - 1) * period;
+        w = std::max(w, x >= double(cfg_.open_loop_ns) ? cfg_.open_loop_ns : int64_t(x));
+    }
+    return w;
+}
+
+// A new chunk was taken: its executed horizon ends the plan (the watchdog), its period ask
+// is the one honoured (controllers/pace.py).
+void ChunkRules::new_chunk(const Value& b, int64_t capture) {
+    plan_end_.reset();
+    if (cfg_.open_loop_ns <= 0) return;
+    if (b.get("executes")) {
+        ++counter("chunks_executes");
+        double start = double(b.get("start_ns")->u), period = double(b.get("period_ns")->u);
+        double x = start + double(b.get("executes")->u - 1) * period;
+        plan_end_ = capture + (x >= double(cfg_.open_loop_ns) ? cfg_.open_loop_ns : int64_t(x));
+    }
+    const Value* asked = b.get("obs_period_ns");
+    asked_ns_ = asked ? int64_t(std::min<uint64_t>(asked->u, uint64_t(cfg_.open_loop_ns))) : 0;
+    asked_until_ = capture + 2 * asked_ns_ + cfg_.deadline_ns;
+}
+
+bool ChunkRules::hold_back(int64_t capture_ns) const {
+    return asked_ns_ > 0 && last_obs_ && capture_ns < asked_until_ && capture_ns - *last_obs_ < asked_ns_;
 }
 
 // controllers/rtc.py joins(): tracking chunk `chunk`, holding from..from+n-1, `from` due with
@@ -279,8 +309,9 @@ void ChunkRules::on_command(const std::string& cmd, int64_t) {
 }
 
 void ChunkRules::check_watchdog(int64_t now) {
-    if (state_ == "run" && last_fresh_ns_ &&
-        now - *last_fresh_ns_ > cfg_.deadline_ns + cfg_.chunk_interval_ns)
+    if (state_ != "run" || !last_fresh_ns_) return;
+    if (plan_end_ ? now >= *plan_end_  // an executed horizon: until its last waypoint, never past
+                  : now - *last_fresh_ns_ > cfg_.deadline_ns + cfg_.chunk_interval_ns)
         hold("hold");
 }
 

@@ -416,12 +416,13 @@ struct BodySpec {
 const std::vector<BodySpec>& bodies() {
     static const std::vector<BodySpec> specs = {
         {"obs", {{"values", obs_values, false}, {"ints", obs_ints, false}, {"frames", obs_frames, true},
-                 {"committed", committed_field, true}}},
+                 {"committed", committed_field, true}, {"open_loop_ns", positive_ns, true}}},
         {"action_chunk", {{"cycle", u64, false}, {"index", u64, false}, {"count", count_field, false},
                           {"dest", check_name, false}, {"values", values_array, false},
                           {"tokens", tokens_array, true}, {"spec", check_str, false},
                           {"period_ns", positive_ns, false}, {"start_ns", ns, false},
-                          {"conditioned", conditioned_field, true}}},
+                          {"conditioned", conditioned_field, true}, {"executes", count_field, true},
+                          {"obs_period_ns", positive_ns, true}}},
         {"heartbeat", {{"node", check_name, false}, {"sent_ns", ns, false}, {"echo", echo_field, true}}},
         {"health", {{"node", check_name, false}, {"state", check_str, false},
                     {"counters", u64_map, false}, {"gauges", real_map, false}}},
@@ -456,6 +457,8 @@ void chunk_cross(const Value& body) {
     if (tokens && tokens->arr.dims != body.get("values")->arr.dims)
         throw WireError(ErrorKind::Array, "tokens shape differs from values shape: both must be (D,)",
                         "body.tokens");
+    const Value* executes = body.get("executes");  // an executed horizon within its chunk
+    if (executes && executes->u > count.u) schema("out of range: must be <= count", "body.executes");
 }
 
 void heartbeat_cross(const Value& body) {

@@ -123,6 +123,7 @@ int vectors(const std::string& dir) {
     cfg.deadline_ns = cfgj.at("deadline_ns").integer();
     cfg.chunk_interval_ns = cfgj.at("chunk_interval_ns").integer();
     cfg.max_period_ns = cfgj.at("max_period_ns").integer();
+    if (cfgj.get("open_loop_ns")) cfg.open_loop_ns = cfgj.at("open_loop_ns").integer();
     cfg.tokenizer = TokenizerConfig::from_json(json::parse_file(root + "/" + cfgj.at("tokenizer").text));
     cfg.action = ActionSpec::from_json(json::parse_file(root + "/" + cfgj.at("action").text));
     first = true;

@@ -27,12 +27,14 @@ struct ControllerConfig {
                                        // when the robot stamps its own obs (docs/wire.md 5)
     int64_t rtc_max_ns = 500000000;    // real-time chunking: the longest after capture a
                                        // robot commits to, and a conditioned chunk stays fresh
+    int64_t open_loop_ns = 0;          // takes a node's asks under overload: executes a chunk
+                                       // at most this long after capture (0: takes none)
     TokenizerConfig tokenizer;         // token chunks must carry its hash
     std::optional<ActionSpec> action;  // continuous chunks must carry its hash; none: refused
 };
 
 // The reference controller's counters, in its order (controllers/node.py COUNTERS).
-extern const char* const COUNTERS[15];
+extern const char* const COUNTERS[16];
 
 // The first 16 hex digits of sha256 over n values as float32, little-endian: what a
 // committed prefix is named by (docs/wire.md section 5).
@@ -62,7 +64,7 @@ struct TraceRecord {  // a `trace` body: {node, cycle, stamps, fields: {name: va
     wire::Stamps stamps;
     std::string field;
     double value;
-    double window_ms = 0;  // a conditioned chunk's: fresh this long after capture (0: none)
+    double window_ms = 0;  // fresh this long after capture (conditioned, executed horizon; 0: none)
 };
 
 class ChunkRules {
@@ -91,6 +93,13 @@ class ChunkRules {
     // capture answers it; while awaiting(now), the next obs is held back.
     void sent(int64_t capture_ns, int64_t until_ns) { awaited_ = {capture_ns, until_ns}; }
     bool awaiting(int64_t now_ns) const { return awaited_ && now_ns < awaited_->second; }
+    // A node's asks under overload (docs/wire.md section 5, "Overload"; controllers/pace.py),
+    // with open_loop_ns: is an obs captured at capture_ns sooner than the period asked by the
+    // newest chunk taken after the last one sent (obs_sent)? The ask lapses two periods and a
+    // deadline after its chunk's capture.
+    bool hold_back(int64_t capture_ns) const;
+    void obs_sent(int64_t capture_ns) { last_obs_ = capture_ns; }
+    int64_t asked_period_ns() const { return asked_ns_; }  // 0: none
     DelayEstimate delay;
 
     uint64_t& counter(const std::string& name);
@@ -106,7 +115,7 @@ class ChunkRules {
         std::string src;
         uint64_t cycle = 0, count = 0;
         int64_t capture_ns = 0, period_ns = 0, start_ns = 0;
-        int64_t window_ns = 0;  // fresh this long after capture by a committed prefix
+        int64_t window_ns = 0;  // fresh this long after capture (prefix, executed horizon)
         wire::Stamps stamps;  // its first-received waypoint's
         bool keyed = false;
         size_t received = 0, ready = 0, applied = 0;
@@ -131,6 +140,10 @@ class ChunkRules {
     int64_t late_capture_ = 0;
     std::vector<TraceRecord> late_;
     std::optional<std::pair<int64_t, int64_t>> awaited_;  // (capture, until) of the obs in flight
+    std::optional<int64_t> plan_end_;  // the chunk in use's executed horizon ends then
+    int64_t asked_ns_ = 0, asked_until_ = 0;  // the observation period asked, until then
+    std::optional<int64_t> last_obs_;  // capture of the last obs sent
+    void new_chunk(const wire::Value& body, int64_t capture);
 
     std::string check(const wire::Envelope& env, int64_t now, std::vector<double>& wp);
     std::string add(const wire::Envelope& env, const std::vector<double>& wp);
@@ -142,7 +155,10 @@ class ChunkRules {
     void hold(const std::string& state);
     // a conditioned chunk (its `conditioned` map, its capture) joins the plan in use
     bool joins(const wire::Value& named, int64_t capture) const;
-    int64_t window(const wire::Value& body) const;  // start + n * period, at most rtc_max_ns; 0
+    // fresh this long after capture past the deadline: a committed prefix's window (start + n *
+    // period, at most rtc_max_ns) or an executed horizon's (start + (e-1) * period, at most
+    // open_loop_ns), the later; 0: none
+    int64_t window(const wire::Value& body) const;
     bool held() const { return state_ == "safe_hold" || state_ == "stopped"; }
 };
 
