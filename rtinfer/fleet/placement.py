@@ -10,8 +10,13 @@ declared in FLEET.yaml and the one its node measures now (health `capacity`, the
 admission uses), less the robots placed on it; a host not measured yet (a node just
 started, serving nobody) is taken to fit what the least of its model's measured hosts fits.
 Where no host has room now, a host that had room at its best of the last seconds (`recent`:
-a busy second raises a p99 for a while) is given the robot all the same: its node's own
-admission decides, and admits it once its load has fallen.
+a busy second raises a p99 for a while) is given the robot all the same, and failing that
+the host of its model with the most room (the least over) whose declared capacity allows:
+its node's own admission decides (it degrades to a cheaper level first, and refuses only a
+robot its cheapest level cannot serve, which it admits once its load has fallen). Refused
+by placement, a robot waited for a change of capacity or the controller's next retry with
+no node looking at it at all: 11.6 s after a node was killed, in the failover bench. So a
+robot is refused only where every host of its model is down or at its declared capacity.
 A host whose node refused a robot placed there is given that robot again only when no other
 host has room (`Seat.refused`), and a robot every host with room refused stays where it is:
 its node admits it by itself once its load has fallen (no robot bounces between refusing
@@ -41,6 +46,7 @@ class Seat:
     capacity: int | None = None
     refused: dict[str, float] = field(default_factory=dict)
     recent: int | None = None  # its capacity at its best of the last seconds (None: capacity)
+    declared: int | None = None  # its capacity in FLEET.yaml (None: none declared)
 
 
 def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, str],
@@ -73,7 +79,9 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
         robot = robots[name]
         fit = [s for s in seats.values() if fits(robot, s)] or \
             [s for s in seats.values() if s.up and s.model == robot.model
-             and s.recent is not None and s.recent - load[s.name] > 0]  # its node decides
+             and s.recent is not None and s.recent - load[s.name] > 0] or \
+            [s for s in seats.values() if s.up and s.model == robot.model  # its node decides
+             and (s.declared is None or s.declared - load[s.name] > 0)]
         if not fit:
             refused[name] = why_refused(robot, seats, load, caps)
             continue

@@ -51,7 +51,7 @@ class Turn:
 class Roster:
     def __init__(self, spec: FleetSpec, relief: Relief, say: Callable[[str], None]) -> None:
         self.spec, self.relief, self.say = spec, relief, say
-        self.seats = {h.name: Seat(h.name, h.model, False, h.capacity)
+        self.seats = {h.name: Seat(h.name, h.model, False, h.capacity, declared=h.capacity)
                       for h in spec.hosts.values()}
         self.actors: dict[str, object] = {}     # host -> its InferenceHost actor
         self.starting: dict[object, str] = {}   # start() ref -> host
