@@ -3,51 +3,44 @@
     encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes) -> bytes | None
     decode_chunk(data, topics) -> (topic, seq, src, stamps, body) | None
 
-Both cover only the common case: the envelope and body keys in the order `wire` writes them,
-plain ints, the shortest int and str forms, a fixmap of stamps, 1-D inline arrays. Anything
+Both cover only the common case: the envelope and body keys in the order `wire` writes them
+(a node's asks, `executes` and `obs_period_ns`, included), plain ints, the shortest int and
+str forms, a fixmap of stamps, 1-D inline arrays. Anything
 else returns None and the caller takes the generic codec, which then accepts it or raises
 the right WireError. So this module never raises and never decides a verdict: it accepts a
 subset of what the generic codec accepts, and produces (or reads) the same bytes and values
 (tests/test_wire_fastpath.py checks both against the generic codec). Thread-safe: the memos
 and templates below are bounded and hold immutable values; memos are only added to, and a
-template is only replaced whole.
+template is only replaced whole. The templates live in rtinfer.transport.chunk_templates,
+the fixed parts in rtinfer.transport.chunk_layout.
 """
-import struct
-
 import msgpack
 import numpy as np
 
 from rtinfer.transport.arrays import DTYPES, EXT_ARRAY
-from rtinfer.transport.schema import (
-    I64_MAX,
-    MAX_NAME_CHARS,
-    MAX_STR_BYTES,
-    SCHEMA_VERSION,
-    SMALL_ARRAY,
-    U64_MAX,
-    all_finite,
-    f32_finite,
-    topic_kind,
+from rtinfer.transport.chunk_layout import (
+    ASK_KEYS,
+    ASK_TAILS,
+    F32,
+    HEAD1,
+    KEYS_TOKENS,
+    KEYS_VALUES,
+    PREFIX,
+    K,
+    body_head,
+    ext_array,
+    finite,
 )
+from rtinfer.transport.chunk_templates import TEMPLATE_BYTES, by_template, learn, templates
+from rtinfer.transport.schema import I64_MAX, MAX_NAME_CHARS, MAX_STR_BYTES, U64_MAX, topic_kind
 
 _MEMO_MAX = 4096  # entries per memo: hostile input cannot grow them without bound
-_F32 = DTYPES[10]
 _INT_CODE = {dt.num: code for code, dt in enumerate(DTYPES) if dt.kind in "iu"}  # codes 1..8
-_HEAD1 = struct.Struct("<BBHIQ")  # an ext payload's header for ndim 1 (docs/wire.md section 4)
-
-KEYS_TOKENS = ("cycle", "index", "count", "dest", "values", "spec", "period_ns", "start_ns",
-               "tokens")
-KEYS_VALUES = KEYS_TOKENS[:-1]
-
-# The fixed parts, as msgpack writes them: fixstr keys, fixmap headers, version 2.
-_K = {k: msgpack.packb(k) for k in ("seq", "src", "stamps", "body", *KEYS_TOKENS)}
-_PREFIX = (b"\x86" + msgpack.packb("version") + msgpack.packb(SCHEMA_VERSION)
-           + msgpack.packb("topic"))
-_SEQ, _SRC, _STAMPS = _K["seq"], _K["src"], _K["stamps"]
-_BODY_TOKENS = _K["body"] + b"\x89" + _K["cycle"]
-_BODY_VALUES = _K["body"] + b"\x88" + _K["cycle"]
-_INDEX, _COUNT, _DEST, _VALUES = _K["index"], _K["count"], _K["dest"], _K["values"]
-_SPEC, _PERIOD, _START, _TOKENS = _K["spec"], _K["period_ns"], _K["start_ns"], _K["tokens"]
+_templates, _by_template = templates, by_template  # (the names tests look at)
+_SEQ, _SRC, _STAMPS = K["seq"], K["src"], K["stamps"]
+_BODY, _CYCLE, _FIELDS_MIN = K["body"], K["cycle"], len(KEYS_VALUES)
+_INDEX, _COUNT, _DEST, _VALUES = K["index"], K["count"], K["dest"], K["values"]
+_SPEC, _PERIOD, _START, _TOKENS = K["spec"], K["period_ns"], K["start_ns"], K["tokens"]
 
 # Encode memos: str -> its msgpack bytes. Names only once check_name-valid; topics also of
 # kind action_chunk.
@@ -60,7 +53,6 @@ _name_of: dict[bytes, str] = {}
 _str_of: dict[bytes, str] = {}
 _FIXINT = [bytes([i]) for i in range(128)]  # positive fixint 0..127
 _UINT8 = [b"\xcc" + bytes([i]) for i in range(256)]  # uint8, for 128..255
-_FIXMAP = [bytes([0x80 | n]) for n in range(16)]  # fixmap headers, 0..15 entries
 _MEMO_STR_BYTES = 256  # longer strings are packed every time, not kept
 
 
@@ -107,34 +99,23 @@ def _pack_uint(v: int) -> bytes:
     return b"\xcf" + v.to_bytes(8, "big")
 
 
-def _ext_array(code: int, count: int, raw: bytes) -> bytes:
-    """An ext 1 value (msgpack ext8/ext16/ext32 header, then the array payload) of a 1-D
-    array of `count` elements whose data is `raw`."""
-    n = 16 + len(raw)  # >= 17: never one of the fixext sizes
-    head = (b"\xc7" + n.to_bytes(1, "big") if n <= 0xFF else
-            b"\xc8" + n.to_bytes(2, "big") if n <= 0xFFFF else b"\xc9" + n.to_bytes(4, "big"))
-    return head + b"\x01" + _HEAD1.pack(code, 1, 0, 0, count) + raw
-
-
-def _finite(raw: bytes, count: int, values: np.ndarray) -> bool:
-    """The float32 `values` (their bytes `raw`) hold no NaN or inf."""
-    return f32_finite(raw, count) if count <= SMALL_ARRAY else all_finite(values)
-
-
 def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
     """The message `wire.encode_frames` would produce as its one frame, or None (generic)."""
     if type(body) is not dict or type(stamps) is not dict or type(seq) is not int:
         return None
     keys = tuple(body)
     tcode = None  # the tokens' dtype code: set for a chunk of tokens
-    if keys == KEYS_TOKENS:
+    if keys[:9] == KEYS_TOKENS:
         tokens = body["tokens"]
         if type(tokens) is not np.ndarray or tokens.ndim != 1 or not tokens.dtype.isnative:
             return None
         tcode = _INT_CODE.get(tokens.dtype.num)
         if tcode is None:
             return None
-    elif keys != KEYS_VALUES:
+    elif keys[:8] != KEYS_VALUES:
+        return None
+    asks = keys[9 if tcode is not None else 8:]
+    if asks not in ASK_TAILS:
         return None
     cycle, index, count = body["cycle"], body["index"], body["count"]
     period, start, values = body["period_ns"], body["start_ns"], body["values"]
@@ -143,39 +124,44 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
             or not (0 <= seq <= U64_MAX and 0 <= cycle <= U64_MAX and 0 <= index < count <= U64_MAX
                     and 0 < period <= I64_MAX and 0 <= start <= I64_MAX)):
         return None
-    if (type(values) is not np.ndarray or values.dtype is not _F32 or values.ndim != 1
+    if (type(values) is not np.ndarray or values.dtype is not F32 or values.ndim != 1
             or not values.size or values.nbytes >= oob_bytes):
         return None
     raw = values.tobytes()  # C order whatever the strides
-    if not _finite(raw, values.size, values):
+    if not finite(raw, values.size, values):
         return None
     if len(stamps) > 15:  # a fixmap holds 0..15 entries
         return None
     dest, spec = body["dest"], body["spec"]
     # `type(x) is str and memo.get(x)`: an unhashable x must not reach a dict lookup
-    out = [_PREFIX,
+    out = [PREFIX,
            (type(topic) is str and _topic_bytes.get(topic))
                or _name_packed(topic, _topic_bytes, True),
            _SEQ, _pack_uint(seq),
            _SRC, (type(src) is str and _name_bytes.get(src))
                or _name_packed(src, _name_bytes, False),
-           _STAMPS, _FIXMAP[len(stamps)]]
+           _STAMPS, bytes([0x80 | len(stamps)])]
     for k, t in stamps.items():
         if type(t) is not int or not 0 <= t <= I64_MAX:
             return None
         out.append(_str_bytes.get(k) or _str_packed(k))
         out.append(_pack_uint(t))
-    out += (_BODY_VALUES if len(keys) == 8 else _BODY_TOKENS, _pack_uint(cycle),
+    out += (body_head(len(keys)), _pack_uint(cycle),
             _INDEX, _pack_uint(index), _COUNT, _pack_uint(count),
             _DEST, (type(dest) is str and _name_bytes.get(dest))
                 or _name_packed(dest, _name_bytes, False),
-            _VALUES, _ext_array(10, values.size, raw),
+            _VALUES, ext_array(10, values.size, raw),
             _SPEC, (type(spec) is str and _str_bytes.get(spec)) or _str_packed(spec),
             _PERIOD, _pack_uint(period), _START, _pack_uint(start))
     if tcode is not None:  # a chunk of tokens: they go last
         if tokens.shape != values.shape or tokens.nbytes >= oob_bytes:
             return None
-        out += (_TOKENS, _ext_array(tcode, tokens.size, tokens.tobytes()))
+        out += (_TOKENS, ext_array(tcode, tokens.size, tokens.tobytes()))
+    for k in asks:  # ints in range (executes within its chunk); else the generic codec judges
+        v = body[k]
+        if type(v) is not int or not 0 < v <= (count if k == "executes" else I64_MAX):
+            return None
+        out += (K[k], _pack_uint(v))
     if None in out:  # a name, topic or string the generic codec must judge
         return None
     data = b"".join(out)
@@ -219,7 +205,7 @@ def _learn_array(data: bytes, p: int) -> tuple:
     1-D, non-empty, not bool, its length matching the header."""
     if len(data) < p + 19 or data[p] != 0xC7 or data[p + 2] != EXT_ARRAY:
         raise _Miss
-    code, ndim, r1, r2, count = _HEAD1.unpack_from(data, p + 3)
+    code, ndim, r1, r2, count = HEAD1.unpack_from(data, p + 3)
     if ndim != 1 or r1 or r2 or not 0 < code < len(DTYPES) or not count:
         raise _Miss
     dt = DTYPES[code]
@@ -251,8 +237,8 @@ def decode_chunk(data, topics):
         if got is not None:
             return got
     got = _parse(data, topics)
-    if got is not None and len(data) <= _TEMPLATE_BYTES:
-        _learn(data, got)
+    if got is not None and len(data) <= TEMPLATE_BYTES:
+        learn(data, got)
     return got
 
 
@@ -262,7 +248,7 @@ def _parse(data: bytes, topics):
     try:  # inline reads: this runs once a message, and a call costs more than its work here
         end = 17 + (data[16] & 0x1F)
         topic = _topic_of.get(data[16:end]) or _learn_str(_topic_of, data, 16, end, _topic_rule)
-        if not lit(_PREFIX) or not lit(_SEQ, end) or topics is not None and topic not in topics:
+        if not lit(PREFIX) or not lit(_SEQ, end) or topics is not None and topic not in topics:
             return None
         seq, p = _read_uint(data, end + 4)
         end = p + 5 + (data[p + 4] & 0x1F)
@@ -277,8 +263,8 @@ def _parse(data: bytes, topics):
             stamps[k], p = _read_uint(data, end)
         if len(stamps) != n or n and max(stamps.values()) > I64_MAX:  # repeated key: Malformed
             return None
-        with_tokens = lit(_BODY_TOKENS, p)
-        if not with_tokens and not lit(_BODY_VALUES, p):
+        fields = data[p + 5] - 0x80  # the body's fixmap: 8 or 9 fields, and the asks
+        if not lit(_BODY, p) or not lit(_CYCLE, p + 6) or not 8 <= fields <= 11:
             return None
         cycle, p = _read_uint(data, p + 12)
         index, q = _read_uint(data, p + 6)
@@ -305,100 +291,25 @@ def _parse(data: bytes, topics):
         p = q
         body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "values": values,
                 "spec": spec, "period_ns": period, "start_ns": start}
-        if with_tokens:
-            if not lit(_TOKENS, p):
-                return None
+        if lit(_TOKENS, p):
             dt, size, skip = arrays.get(data[p + 7:p + 26]) or _learn_array(data, p + 7)
             if dt.kind not in "iu" or size != values.size:
                 return None
             body["tokens"] = np.frombuffer(data, dt, size, p + 26)
             p += 7 + skip
+        for k in ASK_KEYS:  # in this order; anything else is the generic codec's
+            if len(body) < fields and lit(K[k], p):
+                body[k], p = _read_uint(data, p + len(K[k]))
     except (_Miss, IndexError, ValueError):  # ValueError: frombuffer past the end
         return None
-    if (p != len(data) or index >= count or not 0 < period <= I64_MAX or start > I64_MAX
-            or values.dtype is not _F32 or not _finite(raw, values.size, values)):
+    if (p != len(data) or len(body) != fields or index >= count or not 0 < period <= I64_MAX
+            or start > I64_MAX or values.dtype is not F32 or not finite(raw, values.size, values)
+            or not _asks_in_range(body, count)):
         return None  # trailing bytes, out of range, not finite
     return topic, seq, src, stamps, body
 
 
-# Templates: message length -> the layout of the last message of that length read by _parse,
-# as a struct that splits it into its constant runs (keys, names, strs, array headers, int
-# markers) and its values (ints, array data), alternately. A message of that length whose
-# constant runs are the template's is that layout with other values: every byte is either
-# compared or read as a value behind the marker compared before it (a positive fixint is its
-# own marker: read signed, any other marker byte reads negative). Bounded like the memos;
-# a layout replaces the one before it at the same length.
-_TEMPLATE_BYTES = 4096  # longer messages get no template (a template holds ~their size)
-_TEMPLATES_MAX = 256
-_templates: dict[int, tuple] = {}
-_INT_FORMS = ((0xFF, b"\xcc", "B"), (0xFFFF, b"\xcd", "H"), (0xFFFFFFFF, b"\xce", "I"),
-              (U64_MAX, b"\xcf", "Q"))
-
-
-def _learn(data: bytes, got: tuple) -> None:
-    """Remember the layout of `data`, which _parse read as `got`."""
-    if len(_templates) >= _TEMPLATES_MAX and len(data) not in _templates:
-        return
-    topic, seq, src, stamps, body = got
-    values, tokens = body["values"], body.get("tokens")
-    items = [_PREFIX, msgpack.packb(topic), _SEQ, seq, _SRC, msgpack.packb(src), _STAMPS,
-             _FIXMAP[len(stamps)]]
-    for k, t in stamps.items():
-        items += (msgpack.packb(k), t)
-    items += (_BODY_VALUES if tokens is None else _BODY_TOKENS, body["cycle"], _INDEX,
-              body["index"], _COUNT, body["count"], _DEST, msgpack.packb(body["dest"]), _VALUES,
-              _ext_head(10, values), (values.nbytes,), _SPEC, msgpack.packb(body["spec"]), _PERIOD,
-              body["period_ns"], _START, body["start_ns"])
-    if tokens is not None:
-        items += (_TOKENS, _ext_head(DTYPES.index(tokens.dtype), tokens), (tokens.nbytes,))
-    consts, codes, run = [], [">"], b""  # ints by value, array data as (byte count,)
-    for item in items:
-        if type(item) is bytes:
-            run += item
-            continue
-        if type(item) is tuple:
-            code = f"{item[0]}s"  # array data: (its byte count,)
-        elif item < 0x80:
-            code = "b"
-        else:
-            marker, code = next((m, c) for top, m, c in _INT_FORMS if item <= top)
-            run += marker
-        consts.append(run)
-        codes += (f"{len(run)}s", code)
-        run = b""
-    layout = struct.Struct("".join(codes))
-    if layout.size != len(data) or layout.unpack(data)[0::2] != tuple(consts):
-        return  # not the shortest forms: _parse reads it, a template would not match
-    _templates[len(data)] = (layout, tuple(consts), topic, src, tuple(stamps), body["dest"],
-                             body["spec"], None if tokens is None else tokens.dtype)
-
-
-def _ext_head(code: int, arr: np.ndarray) -> bytes:
-    """The ext 1 value of 1-D `arr` up to its data: msgpack's ext header, the array header."""
-    ext = _ext_array(code, arr.size, bytes(arr.nbytes))
-    return ext[:len(ext) - arr.nbytes]
-
-
-def _by_template(data: bytes, topics, template: tuple):
-    """decode_chunk's result if `data` has the template's layout, else None."""
-    layout, consts, topic, src, keys, dest, spec, tokens_dtype = template
-    if topics is not None and topic not in topics:
-        return None
-    parts = layout.unpack(data)
-    if parts[0::2] != consts:
-        return None
-    n = len(keys)
-    vals = parts[1::2]
-    seq, stamp_values = vals[0], vals[1:1 + n]
-    cycle, index, count, raw, period, start = vals[1 + n:7 + n]
-    if ((seq | cycle | index | start) < 0 or index >= count or not 0 < period <= I64_MAX
-            or start > I64_MAX or n and (min(stamp_values) < 0 or max(stamp_values) > I64_MAX)):
-        return None  # a marker where the template has a fixint, or a value out of range
-    values = np.frombuffer(raw, _F32)
-    if not _finite(raw, values.size, values):
-        return None
-    body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "values": values,
-            "spec": spec, "period_ns": period, "start_ns": start}
-    if tokens_dtype is not None:
-        body["tokens"] = np.frombuffer(vals[7 + n], tokens_dtype)
-    return topic, seq, src, dict(zip(keys, stamp_values)), body
+def _asks_in_range(body: dict, count: int) -> bool:
+    """A node's asks, when present, in their ranges (executes within its chunk)."""
+    e, period = body.get("executes", 1), body.get("obs_period_ns", 1)
+    return 0 < e <= count and 0 < period <= I64_MAX
