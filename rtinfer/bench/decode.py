@@ -5,7 +5,10 @@ Cycles replay consecutive real observations: `stream=` (an .npz with instruction
 the model directory's `stream.npz` when it ships one, else a slowly drifting synthetic
 stream (each cycle moves a few random observation tokens by one bin: out of distribution
 for a trained policy, so acceptance rates there say little). Every drafter's output is
-compared token for token with plain greedy (`identical`). `--precision int8` runs the same on
+compared token for token with plain greedy (`identical`). The drafters: self-speculative
+(the shallowest exit), chunk reuse, the distilled plan drafter ("plan": with `--plan-drafter
+FILE`, by default the one shipped for the shipped policy) and a draft model
+(`--draft-model DIR`). `--precision int8` runs the same on
 that graph set; several precisions (`--precision fp32 int8 int4`) compare their plain greedy
 decode steps instead (`precision_run`), the first being the baseline. `floors` (ONNX Runtime)
 holds the k=1 step and the k_verify verify, timed interleaved after the chunks, against this
