@@ -27,15 +27,24 @@ S = 1_000_000_000
 
 
 class HeldClock(SteppedClock):
-    """A node's clock that stands still between the test's steps (SteppedClock follows the
-    monotonic clock between them): what the node counts per second is then exact."""
+    """A SteppedClock that, once held, stands still between the test's steps: what the node
+    counts per second is then exact. The robot stamps its captures on it (one host)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.offset_ns = now_ns()
+        self.held_ns: int | None = None
 
     def __call__(self) -> int:
-        return self.offset_ns
+        return super().__call__() if self.held_ns is None else self.held_ns
+
+    def hold(self) -> None:
+        self.held_ns = self()
+
+    def step(self, ns: int) -> None:
+        if self.held_ns is None:
+            super().step(ns)
+        else:
+            self.held_ns += ns
 
 
 def spin_until(node, cond, what: str, timeout_s: float = 10.0) -> None:
@@ -188,7 +197,7 @@ def test_same_host_slack_runs_to_the_chunks_last_waypoint(node_env):
     assert health.body["gauges"]["slack_us"] == node.slack_ns / 1e3
 
 
-def test_a_chunks_first_token_and_publish_stamps_are_on_the_nodes_clock(node_env):
+def test_a_chunks_recv_first_token_and_publish_stamps_are_on_the_nodes_clock(node_env):
     node, obs_pub, _, act, rng = node_env
     node.clock.step(30 * S)  # the node's clock 30 s ahead of the robot's (deadline 60 s)
     obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
@@ -197,7 +206,8 @@ def test_a_chunks_first_token_and_publish_stamps_are_on_the_nodes_clock(node_env
     chunks = recv_chunks(act, 3)
     assert len(chunks) == 3
     for c in chunks:
-        assert t0 <= c.stamps["first_token"] <= c.stamps["publish"] <= node.clock()
+        st = c.stamps
+        assert t0 <= st["obs_recv"] <= st["first_token"] <= st["publish"] <= node.clock()
 
 
 def test_an_observation_older_than_the_deadline_is_refused_counted_and_not_answered(node_env):
@@ -215,20 +225,22 @@ def test_a_flood_is_counted_when_its_second_ends_on_the_nodes_clock(tiny_model_d
     one flood, counted when the next second starts; the robot is still answered."""
     env = make_node_env(tiny_model_dir, tmp_path, HeldClock())
     node, obs_pub, _, act, rng = env
+    node.clock.hold()
+    st = {"capture": node.clock()}  # never after an arrival, nor after its publish stamp
     try:
         floods = lambda: node.health()["counters"]["obs_floods"]  # noqa: E731
         taken = lambda: node.health()["counters"]["obs_skipped"] + node.counters["cycles"]  # noqa: E731
         before = taken()
         for _ in range(100):
-            obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+            obs_pub.publish("obs", random_obs_body(rng), st)
         spin_until(node, lambda: taken() >= before + 100, "took all 100")
         assert floods() == 0  # its second has not ended on the node's clock
         node.clock.step(S)
-        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        obs_pub.publish("obs", random_obs_body(rng), st)
         spin_until(node, lambda: taken() >= before + 101, "took the next second's first")
         assert floods() == 1
         node.clock.step(S)  # a second with one observation: no flood
-        obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+        obs_pub.publish("obs", random_obs_body(rng), st)
         spin_until(node, lambda: taken() >= before + 102, "took the third second's")
         assert floods() == 1 and node.counters["obs_bad"] == 0
     finally:

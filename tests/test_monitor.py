@@ -444,8 +444,8 @@ def test_inference_node_echoes_pings_and_follows_the_monitors_budget(tiny_model_
 
 
 def test_node_liveliness_report_counts_missed_periods_deaths_and_alive():
-    # Arrival times are the monitor's clock, set by the test: the report's numbers follow
-    # from them exactly.
+    # Arrival stamps are passed in, on the monitor's clock (the test sets it too, for the
+    # report's ages): the report's numbers follow from them exactly.
     ctx, clock = zmq.Context(), ManualClock()
     cfg = MonitorConfig(node_periods={"infer": 0.05}, dead_after_periods=3, ping_period_s=0)
     mon = Monitor(["inproc://liveliness"], "inproc://liveliness-ctl", cfg, ctx=ctx, clock=clock)
@@ -454,7 +454,7 @@ def test_node_liveliness_report_counts_missed_periods_deaths_and_alive():
     def arrive(ms, topic="heartbeat", **body):
         body = {"node": "infer", "sent_ns": 0} if topic == "heartbeat" else {"node": "infer", **body}
         clock.t_ns = t0 + ms * MS
-        mon._on_message(Envelope(1, topic, 0, "infer", {"recv": 0}, body))
+        mon._on_message(Envelope(1, topic, 0, "infer", {"recv": clock()}, body))
     try:
         for ms in (0, 50, 100):
             arrive(ms)

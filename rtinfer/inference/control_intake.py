@@ -12,14 +12,16 @@ from collections.abc import Callable
 
 from rtinfer.transport.bus import Publisher, Subscriber
 from rtinfer.transport.heartbeat import HeartbeatResponder
+from rtinfer.transport.wire import now_ns
 
 
 class ControlIntake:
     def __init__(self, endpoint: str | None, pub: Publisher, name: str, health_hz: float, *,
-                 ctx, curve, say: Callable[..., None]):
+                 ctx, curve, say: Callable[..., None], clock: Callable[[], int] = now_ns):
+        """clock: the node's; a ping's t1 (its "recv") and its echo's t2 are read from it."""
         self.ctl_sub = Subscriber(endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
-                                  curve=curve, say=say) if endpoint else None
-        self.heartbeat = HeartbeatResponder(pub, name, period_s=1.0 / health_hz)
+                                  curve=curve, say=say, clock=clock) if endpoint else None
+        self.heartbeat = HeartbeatResponder(pub, name, period_s=1.0 / health_hz, clock=clock)
 
     def poll(self) -> tuple[int | None, str | None]:
         """(the budget level the monitor asks for, the command received), each None if none

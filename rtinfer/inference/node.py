@@ -83,14 +83,15 @@ class InferenceNode:
             # with CURVE a robot is its key: an obs whose src is not its key's name is refused
             self.intake = ObservationIntake(obs_eps, Identity.of(curve, action_endpoint, say),
                                             ctx=ctx, curve=curve, say=say,
-                                            robots_file=robots_file)
+                                            robots_file=robots_file, clock=clock)
             self.robots = Robots(budget, remote=self.intake.remote, max_robots=cfg.max_robots,
                                  period_ns=p.period_ns, start_ns=p.start_ns, say=say)
             self.out = WaypointPublisher(Publisher(action_endpoint, cfg.name, ctx=ctx,
                                                    curve=curve), p, self.robots,
                                          address=cfg.address_chunks, clock=clock, say=say)
             self.control = ControlIntake(control_endpoint, self.out.pub, cfg.name,
-                                         cfg.health_hz, ctx=ctx, curve=curve, say=say)
+                                         cfg.health_hz, ctx=ctx, curve=curve, say=say,
+                                         clock=clock)
             if len(p.batches) > 1:  # the latency table admission plans with at first
                 self.robots.set_batches(p.batches)
                 times = self._profile(p.sample_inputs(), p.batches, 3)

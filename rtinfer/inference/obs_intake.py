@@ -16,18 +16,21 @@ from rtinfer.inference.robots_file import RobotsFile
 from rtinfer.transport.bus import Subscriber
 from rtinfer.transport.heartbeat import same_host
 from rtinfer.transport.identity import Identity
+from rtinfer.transport.wire import now_ns
 
 DRAIN_LIMIT = 256  # messages one spin takes off a socket: bounds its work under a flood
 
 
 class ObservationIntake:
     def __init__(self, obs_eps: list[str], identity: Identity, *, ctx, curve,
-                 say: Callable[..., None], robots_file: str | None = None):
-        """obs_eps: the --obs endpoints (always subscribed). robots_file: its path, or None."""
+                 say: Callable[..., None], robots_file: str | None = None,
+                 clock: Callable[[], int] = now_ns):
+        """obs_eps: the --obs endpoints (always subscribed). robots_file: its path, or None.
+        clock: the node's, for each observation's "recv" stamp."""
         self.obs_sub: Subscriber | None = None
         self.trace_sub: Subscriber | None = None
         self.identity, self.say = identity, say
-        self._ctx, self._curve, self._static = ctx, curve, obs_eps
+        self._ctx, self._curve, self._static, self._clock = ctx, curve, obs_eps, clock
         self._eps: list[str] = []
         self._old: dict[str, int] = {}  # of the obs subscribers a robots file replaced
         self.remote = False
@@ -102,9 +105,9 @@ class ObservationIntake:
         self._eps = obs_eps
         self.remote = not all(same_host(e) for e in obs_eps)
         self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=self._ctx, curve=self._curve,
-                                  say=self.say)
+                                  say=self.say, clock=self._clock)
         self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=self._ctx, curve=self._curve,
-                                    say=self.say) if self.remote else None
+                                    say=self.say, clock=self._clock) if self.remote else None
         if old[0] is not None:  # its counters live on in health
             for k, v in (*old[0].counters.items(), ("sessions_ended", old[0].sessions_ended)):
                 self._old[k] = self._old.get(k, 0) + v

@@ -26,9 +26,10 @@ The report's `nodes` hold each node's liveliness and, from its last `health`, it
 a run's report has every process's counters, a policy node's too (it writes no report file).
 On exit the monitor publishes one last `health` (state "stopped") from the same summary it
 writes to --report, so a dashboard's final counts are the report's.
-Time is read from clock= (the monotonic clock by default): a message's arrival (liveliness,
-event times, the t3 of a ping's round trip), the timers (pings, checks, republishing) and
-the report's ages all read it, so a test steps it instead of sleeping.
+Time is read from clock= (the monotonic clock by default): a message's arrival (its "recv"
+stamp, which the subscriber takes on it: liveliness, event times, the t3 of a ping's round
+trip), the timers (pings, checks, republishing) and the report's ages all read it, so a
+test steps it instead of sleeping.
 Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety layer:
 the controller's own watchdog is; if this process dies the robot carries on safely.
 Single-threaded; spin_once blocks up to timeout_ms.
@@ -78,7 +79,8 @@ class Monitor:
                  *, ctx=None, curve=None, clock: Callable[[], int] = now_ns) -> None:
         """clock: the monitor's monotonic ns clock (every arrival, timer and age reads it)."""
         self.cfg = cfg = cfg or MonitorConfig()
-        self.sub = Subscriber(listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve)
+        self.sub = Subscriber(listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve,
+                              clock=clock)  # each message's "recv": its arrival on our clock
         self.pub = Publisher(control, cfg.name, ctx=ctx, curve=curve)
         self.clock = clock
         self.start_ns = clock()
@@ -119,7 +121,7 @@ class Monitor:
 
     # --- messages ---------------------------------------------------------------------
     def _on_message(self, env: Envelope) -> None:
-        t = self.clock()  # its arrival, on the clock every other time here is read from
+        t = env.stamps["recv"]
         body = env.body
         name = body["node"]
         self.live.note(name, t, self.cfg.period_ns(name))
