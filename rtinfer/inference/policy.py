@@ -182,7 +182,5 @@ def load_policy(model_dir, cfg, backend_opts: dict | None = None, endpoints: int
     clock, which stamps each cycle's first_token. ModelError, BackendError: the directory
     or the setup cannot serve, with the fix."""
     md = load_model(model_dir)
-    if md.kind == "flow":  # its first_token is stamped by flow_policy.py on now_ns
-        return FlowPolicy(md, cfg, backend_opts or {}, endpoints)
-    kind = GraphPolicy if md.kind == "chunk" else TokenPolicy
+    kind = {"chunk": GraphPolicy, "flow": FlowPolicy}.get(md.kind, TokenPolicy)
     return kind(md, cfg, backend_opts or {}, endpoints, clock=clock)
