@@ -5,6 +5,10 @@ the chunk's first tokens).
     python -m examples.conveyor_sorting.token_long COMMAND ...   (COMMAND and its options:)
       warm --checkpoint models/zoo/conveyor-v1/policy --out run/warm/policy [--max-ctx 96]
       delayed --data clean.npz dart.npz --out delayed.npz [--max-delay 6] [--seed 0]
+      heldout --data heldout.npz --out MODEL_DIR/rtc_rows.npz [--rows 24] [--seed 1]
+      finish --state run/train_state.safetensors --init run/warm/policy
+          --val heldout.npz heldout_delayed.npz --out run/policy    (a run stopped early)
+      card --dir MODEL_DIR --eval eval.json [--max-committed 6] [--lineage lineage.json]
       eval --model models/zoo/conveyor-v1 models/zoo/conveyor-v1-long [--episodes 1]
           [--per-episode 10] [--seed 7000]      (lockstep success and chunk cost, same run)
 
@@ -73,6 +77,19 @@ def delayed(paths: list[str], out: str, max_delay: int, seed: int) -> dict:
             "data": list(paths)}
 
 
+def heldout(path: str, out: str, rows: int, max_delay: int, seed: int) -> dict:
+    """`rows` delayed rows of a held-out collection, each with its delay k ("committed"): the
+    test set of tests/test_zoo_long.py (the prefix forced, the rest compared)."""
+    rng = np.random.default_rng(seed)
+    with np.load(path, allow_pickle=False) as z:
+        k = rng.integers(1, max_delay + 1, len(z["episode"]))
+        keep, chunks = delayed_rows(z["episode"], z["action_tokens"], k)
+        pick = np.sort(rng.choice(len(keep), rows, replace=False))
+        np.savez_compressed(out, **{key: z[key][keep[pick]] for key in TOKEN_KEYS},
+                            action_tokens=chunks[pick], committed=k[keep[pick]])
+    return {"rows": rows, "max_delay": max_delay, "seed": seed, "data": path}
+
+
 def warm(checkpoint_path: str, out: str, max_ctx: int, waypoint_tokens: int = 4) -> dict:
     """A copy of the checkpoint with max_ctx positions; position p past the old context
     starts as the old last waypoint's position of the same action dimension."""
@@ -128,6 +145,53 @@ def evaluate(models: list[str], *, episodes: int, per_episode: int, seed: int) -
             "seed": seed, "models": out, "load": Path("/proc/loadavg").read_text().split()[:3]}
 
 
+def finish(state: str, init: str, val: list[str], out: str) -> dict:
+    """The policy of a models.train run stopped by SIGINT/SIGTERM (its training state, saved
+    between two steps), saved as models.train saves a finished one; its token accuracy is
+    measured on `val` (held-out collections) and its meta names the step it stopped at."""
+    from safetensors import safe_open
+
+    from models import checkpoint
+    from models.data import load
+    from models.train import evaluate_tokens
+    ck = checkpoint.load(init)
+    with safe_open(state, framework="pt") as f:
+        info = json.loads(f.metadata()["meta"])
+        weights = {k[6:]: f.get_tensor(k) for k in f.keys() if k.startswith("model.")}
+    ck.model.load_state_dict(weights, strict=True)
+    held = load(val)  # the same tokenizers as the training data, else load refuses
+    run, acc = info["run"], evaluate_tokens(ck.model, held)
+    meta = {"tokenizer_config": held.tokenizer_config, "obs_tokens_spec": held.obs_tokens_spec,
+            "val_rows": len(held), "val_data": val, "held_out_instructions": [],
+            "val_token_accuracy": {str(d): round(x, 4) for d, x in acc.items()},
+            "train_seconds": info["seconds"], "steps": info["step"], "planned_steps":
+            run["steps"], "batch": run["batch"], "lr": run["lr"], "seed": run["seed"],
+            "data": run["data"], "init": init, "balanced_instructions": True,
+            "params": ck.model.num_params(), "log": info["log"]}
+    checkpoint.save(out, ck.model, held.vocab, meta)
+    return {k: meta[k] for k in ("steps", "train_seconds", "val_token_accuracy")}
+
+
+def card(model_dir: str, eval_json: str, max_committed: int, lineage: str | None) -> dict:
+    """Write what the node and a reader need into the exported card: max_committed (the
+    node's TokenPolicy reads it: the most committed waypoints it conditions on), how the
+    prefix was trained, the lockstep success and chunk cost (eval's JSON) and the lineage."""
+    path = Path(model_dir) / "card.json"
+    c = json.loads(path.read_text())
+    c["max_committed"] = max_committed
+    c["rtc"] = {"method": "the committed waypoints forced as the chunk's first tokens "
+                "(rtinfer.inference.decode, one verify pass)", "max_committed": max_committed,
+                "training": "teacher forcing on the expert's 16-waypoint chunks, plus as many "
+                "rows whose observation is d old (d = k periods, k uniform in 1..max_committed) "
+                "and whose first k waypoints are what was executed meanwhile (token_long "
+                "delayed)"}
+    c["success"] = {"lockstep": json.loads(Path(eval_json).read_text())}
+    if lineage:
+        c["lineage"] = json.loads(Path(lineage).read_text())
+    path.write_text(json.dumps(c, indent=1))
+    return {"max_committed": max_committed, "card": str(path)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -140,6 +204,22 @@ def main(argv=None) -> int:
     d.add_argument("--out", required=True)
     d.add_argument("--max-delay", type=int, default=6, help="largest d, in periods")
     d.add_argument("--seed", type=int, default=0)
+    h = sub.add_parser("heldout", help="a few delayed rows of a held-out collection")
+    h.add_argument("--data", required=True)
+    h.add_argument("--out", required=True)
+    h.add_argument("--rows", type=int, default=24)
+    h.add_argument("--max-delay", type=int, default=6)
+    h.add_argument("--seed", type=int, default=1)
+    f = sub.add_parser("finish", help="save the policy of a training run stopped early")
+    f.add_argument("--state", required=True)
+    f.add_argument("--init", required=True)
+    f.add_argument("--val", nargs="+", required=True)
+    f.add_argument("--out", required=True)
+    c = sub.add_parser("card", help="max_committed, success and lineage into card.json")
+    c.add_argument("--dir", required=True)
+    c.add_argument("--eval", required=True, help="token_long eval's JSON")
+    c.add_argument("--max-committed", type=int, default=6)
+    c.add_argument("--lineage", default=None, help="a JSON file of the commands and data")
     e = sub.add_parser("eval", help="lockstep success and chunk cost of models, same run")
     e.add_argument("--model", nargs="+", required=True)
     e.add_argument("--episodes", type=int, default=1, help="per instruction")
@@ -148,6 +228,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "warm":
         r = warm(a.checkpoint, a.out, a.max_ctx)
+    elif a.cmd == "heldout":
+        r = heldout(a.data, a.out, a.rows, a.max_delay, a.seed)
+    elif a.cmd == "finish":
+        r = finish(a.state, a.init, a.val, a.out)
+    elif a.cmd == "card":
+        r = card(a.dir, a.eval, a.max_committed, a.lineage)
     elif a.cmd == "eval":
         r = evaluate(a.model, episodes=a.episodes, per_episode=a.per_episode, seed=a.seed)
     else:
