@@ -78,20 +78,27 @@ def fit(shape: PlanShape, data: dict, hidden: int = 256, steps: int = 6000, batc
     import torch
     torch.manual_seed(seed)
     torch.set_num_threads(1)
-    r, n = shape.radius, shape.chunk_tokens
+    r, n, c = shape.radius, shape.chunk_tokens, shape.classes
     x = torch.tensor(features(shape, data["obs"], data["instr"], data["plan"], data["index"]))
-    off = data["chunk"] - data["plan"]
-    mask = (np.arange(n)[None] >= data["index"][:, None]) & (np.abs(off) <= r)
-    y, m = torch.tensor(np.clip(off, -r, r) + r), torch.tensor(mask, dtype=torch.float32)
+    chunk = data["chunk"]
+    off = chunk - data["plan"]
+    cls = np.clip(off, -r, r) + r
+    reach = np.abs(off) <= r
+    if shape.top:  # the ends of the bins, where the offsets cannot reach
+        for k, b in ((2 * r + 1, 0), (2 * r + 2, shape.top)):
+            cls = np.where(~reach & (chunk == b), k, cls)
+            reach |= chunk == b
+    mask = (np.arange(n)[None] >= data["index"][:, None]) & reach
+    y, m = torch.tensor(cls), torch.tensor(mask, dtype=torch.float32)
     net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], hidden), torch.nn.ReLU(),
                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(hidden, n * (2 * r + 1)))
+                              torch.nn.Linear(hidden, n * c))
     opt = torch.optim.AdamW(net.parameters(), 2e-3, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, 3e-3, total_steps=steps)
     t0 = time.time()
     for s in range(steps):
         b = torch.randint(0, len(x), (batch,))
-        loss = torch.nn.functional.cross_entropy(net(x[b]).view(-1, 2 * r + 1), y[b].view(-1),
+        loss = torch.nn.functional.cross_entropy(net(x[b]).view(-1, c), y[b].view(-1),
                                                  reduction="none")
         loss = (loss * m[b].view(-1)).sum() / m[b].sum().clamp(min=1)
         opt.zero_grad()
@@ -105,10 +112,11 @@ def fit(shape: PlanShape, data: dict, hidden: int = 256, steps: int = 6000, batc
                    [layer.bias.detach().numpy().copy() for layer in lin])
 
 
-def shape_for(model_dir, radius: int = 7, anchors=(0, 1, 2)) -> PlanShape:
+def shape_for(model_dir, radius: int = 7, anchors=(0, 1, 2), ends: bool = True) -> PlanShape:
     md = get_backend("onnx").load(model_dir).model
     return PlanShape(md.chunk_tokens, md.tokenizer.dim, md.obs.length, md.obs.instr_length,
-                     md.obs.instr_classes, radius, tuple(anchors), md.path.name)
+                     md.obs.instr_classes, radius, tuple(anchors), md.path.name,
+                     md.vocab.n_action_bins - 1 if ends else 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,7 +117,7 @@ def test_decode_bench_measures_the_plan_drafter(tiny_model_dir, trained):
 
 
 def test_a_draft_offsets_the_plan_as_the_batch_features_do(tiny_model_dir, stream, trained):
-    """The drafter's one-row fast path equals features + PlanMLP.offsets (what was trained)."""
+    """The drafter's one-row fast path equals features + PlanMLP.bins (what was trained)."""
     from rtinfer.inference.drafters import DraftContext
     from rtinfer.inference.plan_drafter import features
     be = get_backend("onnx").load(tiny_model_dir)
@@ -127,6 +127,7 @@ def test_a_draft_offsets_the_plan_as_the_batch_features_do(tiny_model_dir, strea
     with np.load(stream) as z:
         instr, obs = z["instruction_tokens"][3], z["obs_tokens"][3]
     d.start(build_prefix(md.vocab, instr, obs))
+    seen_ends: set = set()
     for index in range(1, md.chunk_tokens):
         prev = rng.integers(0, md.vocab.n_action_bins, (h, dim))
         chunk = rng.integers(0, md.vocab.n_action_bins, md.chunk_tokens)
@@ -136,11 +137,12 @@ def test_a_draft_offsets_the_plan_as_the_batch_features_do(tiny_model_dir, strea
             r.set_previous(prev, 0, 1, 1)
         ref.draft(ctx, md.chunk_tokens - index)
         plan = ref.plan.copy()
-        want = mlp.offsets(features(mlp.shape, obs[None], instr[None], plan[None],
-                                    np.array([index])))[0]
+        x = features(mlp.shape, obs[None], instr[None], plan[None], np.array([index]))
+        want = mlp.bins(x, plan[None], md.vocab.n_action_bins)[0]
         got = d.draft(ctx, md.chunk_tokens - index)
-        np.testing.assert_array_equal(
-            got, np.clip(plan + want, 0, md.vocab.n_action_bins - 1)[index:index + len(got)])
+        np.testing.assert_array_equal(got, want[index:index + len(got)])
+        seen_ends |= {0, mlp.shape.top} & set(got.tolist()) if mlp.shape.top else set()
+    assert seen_ends == {0, mlp.shape.top}  # the end classes were drafted too
 
 
 def test_shipped_plan_drafter_beats_chunk_reuse_on_the_held_out_stream_identically():

@@ -4,7 +4,8 @@ target's own greedy chunks.
 `ChunkReuseDrafter` drafts the previous chunk shifted in time (refined by every verify).
 `PlanDrafter` keeps that plan and asks a two-layer MLP, trained on the target policy's
 greedy chunks over recorded observations (`python -m models.distil_plan`), how far each
-drafted bin is from what the target will say: one of 2R+1 offsets per token. It reads
+drafted bin is from what the target will say: one of 2R+1 offsets per token, or (with
+`top` set) either end of the bins, which a suction flip jumps to. It reads
 the observation tokens, the instruction, the plan and which tokens are already final, so
 one call drafts the whole window. It runs in numpy (about 70k multiply-adds, tens of
 microseconds): a separate draft model's ONNX Runtime step costs a third of the target's
@@ -14,7 +15,8 @@ the drafts are deterministic (one-hot for the rejection rule) when sampling.
 
 Weights (`PlanMLP.load`): an .npz with w0, b0, w1, b1, w2, b2 (input x hidden, hidden x
 hidden, hidden x chunk_tokens * (2R+1)) and `meta`, a JSON string: chunk_tokens, dim,
-obs_length, instr_length, instr_classes, radius (R), anchors (for the first dimensions of
+obs_length, instr_length, instr_classes, radius (R), top (the highest bin; 0: no end
+classes), anchors (for the first dimensions of
 a waypoint, the observation token that holds the same quantity in the same bins: the
 gantry's x, y, z on the conveyor cell), target (the policy it was distilled from).
 """
@@ -40,6 +42,12 @@ class PlanShape:
     radius: int
     anchors: tuple[int, ...]
     target: str = ""
+    top: int = 0  # > 0: two more classes per token, bin 0 and bin `top`
+
+    @property
+    def classes(self) -> int:
+        """Outputs per token: the offsets -R..R, then bin 0 and bin top where top > 0."""
+        return 2 * self.radius + 1 + 2 * (self.top > 0)
 
     @classmethod
     def from_meta(cls, meta: dict) -> PlanShape:
@@ -69,17 +77,16 @@ def features(shape: PlanShape, obs: np.ndarray, instr: np.ndarray, plan: np.ndar
 
 
 class PlanMLP:
-    """The trained offsets model: features -> (rows, chunk_tokens) offsets in -R..R."""
+    """The trained model: features and the plan -> (rows, chunk_tokens) drafted bins."""
 
     def __init__(self, shape: PlanShape, weights: list, biases: list):
         self.shape = shape  # C order float32: a Fortran-order weight matmuls 3x slower
         self.w = [np.ascontiguousarray(w, np.float32) for w in weights]
         self.b = [np.ascontiguousarray(b, np.float32) for b in biases]
-        out = shape.chunk_tokens * (2 * shape.radius + 1)
+        out = shape.chunk_tokens * shape.classes
         if weights[-1].shape[1] != out:
             raise ValueError(f"plan drafter: output width {weights[-1].shape[1]}, its meta "
-                             f"says {out} ({shape.chunk_tokens} tokens x "
-                             f"{2 * shape.radius + 1} offsets)")
+                             f"says {out} ({shape.chunk_tokens} tokens x {shape.classes})")
 
     @classmethod
     def load(cls, path: str | Path) -> PlanMLP:
@@ -92,12 +99,21 @@ class PlanMLP:
                  **{f"w{i}": w for i, w in enumerate(self.w)},
                  **{f"b{i}": b for i, b in enumerate(self.b)})
 
-    def offsets(self, x: np.ndarray) -> np.ndarray:
+    def bins(self, x: np.ndarray, plan: np.ndarray, n_bins: int) -> np.ndarray:
+        """(rows, chunk_tokens) drafted bins for features x and the plan they were made of."""
         h = np.maximum(x @ self.w[0] + self.b[0], 0.0)
         h = np.maximum(h @ self.w[1] + self.b[1], 0.0)
+        s = self.shape
+        logits = (h @ self.w[2] + self.b[2]).reshape(len(x), s.chunk_tokens, s.classes)
+        return self.shape_bins(logits.argmax(-1), np.asarray(plan, np.int64), n_bins)
+
+    def shape_bins(self, cls: np.ndarray, plan: np.ndarray, n_bins: int) -> np.ndarray:
+        """Classes -> bins: plan + offset, or an end of the bins; clipped to [0, n_bins)."""
         r = self.shape.radius
-        logits = (h @ self.w[2] + self.b[2]).reshape(len(x), self.shape.chunk_tokens, 2 * r + 1)
-        return logits.argmax(-1) - r
+        out = np.clip(plan + cls - r, 0, n_bins - 1)
+        out[cls == 2 * r + 1] = 0
+        out[cls == 2 * r + 2] = self.shape.top
+        return out
 
 
 class PlanDrafter(OnChunkReuse):
@@ -105,7 +121,7 @@ class PlanDrafter(OnChunkReuse):
     instruction and observation from its prefix (rtinfer.model.sequence layout) before the
     decode; the caller drives `reuse` (set_previous / clear) as for chunk reuse alone.
 
-    A draft computes what `features` and `PlanMLP.offsets` would, for one row, in
+    A draft computes what `features` and `PlanMLP.bins` would, for one row, in
     preallocated buffers: the observation's and instruction's share of the first layer
     once per cycle (in `start`), and the last layer only for the tokens drafted (about
     45 us a draft at load 10 on the 2-core host, against 75 us through the batch path)."""
@@ -152,7 +168,7 @@ class PlanDrafter(OnChunkReuse):
         if g == 0:
             return drafts
         i, s, p = ctx.index, self.mlp.shape, self._plan
-        n, a, r = s.chunk_tokens, len(s.anchors), 2 * s.radius + 1
+        n, a, r = s.chunk_tokens, len(s.anchors), s.classes
         p[:] = self.reuse.plan
         np.divide(p, 255.0, out=self._x[:n])
         self._final[:i], self._final[i:] = 1.0, 0.0
@@ -164,9 +180,7 @@ class PlanDrafter(OnChunkReuse):
         rows = slice(i * r, (i + g) * r)
         logits = (self._w2t[rows] @ h + self.mlp.b[2][rows]).reshape(g, r)
         # written into the plan: re-anchoring measures a miss from what was drafted
-        drafts += logits.argmax(1)
-        drafts -= s.radius
-        np.minimum(np.maximum(drafts, 0, out=drafts), self.vocab.n_action_bins - 1, out=drafts)
+        drafts[:] = self.mlp.shape_bins(logits.argmax(1), drafts, self.vocab.n_action_bins)
         return drafts
 
 
