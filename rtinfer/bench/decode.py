@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = {"precision": a.precision[0]} if a.precision else {}
     plan = a.plan_drafter
     if plan == "auto":
-        shipped = a.model == DEFAULT_MODEL and SHIPPED_PLAN_DRAFTER.exists()
+        shipped = Path(a.model).resolve() == Path(DEFAULT_MODEL).resolve()
+        shipped = shipped and SHIPPED_PLAN_DRAFTER.exists()
         plan = SHIPPED_PLAN_DRAFTER if shipped else None
     return emit("decode", run(a.model, cycles=a.cycles, backend=a.backend,
                               run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream,
