@@ -81,7 +81,7 @@ def test_a_host_relieved_measures_a_whole_window_before_anything_more_moves():
     rs, s = robots(4), seats("a", "b")
     placed = {"r0": "a", "r1": "a", "r2": "a", "r3": "b"}
     t, moves = drive(relief, 0.0, 5.0, {"a": 2, "b": 3}, rs, s, placed)
-    assert moves == {"r2": "b"}
+    assert moves == {"r2": "b"} and relief.steady("a") == 2  # status still shows it
     placed.update(moves)
     # a's figure falls again at once: its window starts again from the relief
     t2, moves = drive(relief, t + 0.2, t + 5.0, {"a": 1, "b": 3}, rs, s, placed)

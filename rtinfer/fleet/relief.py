@@ -14,8 +14,8 @@ decision replays in a test.
 - An overloaded host is **relieved** at once: robots move off it until its load is its
   steady capacity, each to the host of its model with the most steady room (none: it
   stays, its node degrades and serves it), never to a host whose node refused it. After a
-  relief only the figures polled since count for that host: its node measures its new load
-  over a whole window before anything more moves.
+  relief only the figures polled since count for that host's overload: its node measures
+  its new load over a whole window before anything more moves.
 - **No robot moves more than once in MOVE_EVERY_S**, for any reason the controller records
   (relief, balance); a host lost still moves its robots at once (they have no node). The
   robots moved last by name go first (as balance takes them).
@@ -42,7 +42,8 @@ class Relief:
                  move_every_s: float = MOVE_EVERY_S) -> None:
         self.window_s, self.over_share, self.move_every_s = window_s, over_share, move_every_s
         self.seen: dict[str, deque] = {}          # host -> (t, capacity) of the last window_s
-        self.counted_from: dict[str, float] = {}  # host -> its first figure that counts
+        self.counted_from: dict[str, float] = {}  # host -> its first figure that counts (its
+        # first, or the first after its last relief) for its overload
         self.moved_at: dict[str, float] = {}      # robot -> when it last moved
         self.why: dict[str, tuple] = {}           # host relieved last -> (share, steady, load)
 
@@ -56,7 +57,7 @@ class Relief:
             seen.popleft()
 
     def forget(self, host: str) -> None:
-        """A host lost, or just relieved: its figures go (its node measures anew)."""
+        """A host lost: its figures go with it (a node started again measures anew)."""
         self.seen.pop(host, None)
         self.counted_from.pop(host, None)
 
@@ -71,7 +72,8 @@ class Relief:
         seen, since = self.seen.get(host), self.counted_from.get(host)
         if not seen or since is None or t - since < self.window_s:
             return None
-        return sum(c < load for _, c in seen) / len(seen)
+        counted = [c for when, c in seen if when >= since]
+        return sum(c < load for c in counted) / len(counted) if counted else None
 
     def overloaded(self, host: str, t: float, load: int) -> bool:
         share = self.over(host, t, load)
@@ -111,6 +113,6 @@ class Relief:
                 out[r] = best.name
                 load[h] -= 1
                 load[best.name] += 1
-            if any(placed[r] == h for r in out):
-                self.forget(h)  # its node measures its new load first
+            if any(placed[r] == h for r in out):  # its node measures its new load first
+                self.counted_from[h] = t + 1e-9
         return out
