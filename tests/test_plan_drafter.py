@@ -148,7 +148,7 @@ def test_a_draft_offsets_the_plan_as_the_batch_features_do(tiny_model_dir, strea
 def test_shipped_plan_drafter_beats_chunk_reuse_on_the_held_out_stream_identically():
     """models/zoo/conveyor-v1-draft/plan_drafter.npz was distilled from conveyor-v1 on other
     episodes; on the shipped stream it needs fewer verifies per chunk than chunk reuse
-    (counts, not times: the card has 2.82 against 3.47 over all 300 cycles)."""
+    (counts, not times: the card has 2.77 against 3.47 over all 300 cycles)."""
     from rtinfer.bench.decode import SHIPPED_PLAN_DRAFTER, measure, prefix_stream
     from rtinfer.model.zoo import zoo_model
     be = get_backend("onnx").load(zoo_model())

@@ -145,21 +145,28 @@ class PlanDrafter(OnChunkReuse):
         self._plan = np.zeros(n, np.float32)
         self._x = np.zeros(self._w0_plan.shape[0], np.float32)  # the plan's features
         self._anchor = np.zeros(a, np.float32)
+        self._fixed = np.zeros(fixed, np.float32)  # observation / 255, instruction one-hot
+        self._hot = s.obs_length + np.arange(s.instr_length) * s.instr_classes
+        self._anchors = np.array(s.anchors, np.int64)
         self._final = self._x[n:2 * n]
         self._rel = self._x[2 * n:2 * n + n // d * a].reshape(n // d, a)
         self._step = self._x[2 * n + n // d * a:].reshape(n // d - 1, d)
 
     def start(self, prefix: np.ndarray) -> None:
         """This cycle's prefix ([BOS][instruction][observation][SEP], vocab ids)."""
-        c, n_obs, v, s = self._instr.shape[1], self._obs.shape[1], self.vocab, self.mlp.shape
+        c, n_obs, v = self._instr.shape[1], self._obs.shape[1], self.vocab
         if len(prefix) != c + n_obs + 2:
             raise ValueError(f"plan drafter: prefix of {len(prefix)} tokens, trained on "
                              f"{c} instruction and {n_obs} observation tokens")
         np.subtract(prefix[1:1 + c], v.instr_start, out=self._instr[0])
         np.subtract(prefix[1 + c:1 + c + n_obs], v.obs_start, out=self._obs[0])
-        x = features(s, self._obs, self._instr, np.zeros((1, s.chunk_tokens)), np.zeros(1))
-        np.add(x[0, :len(self._w0_fixed)] @ self._w0_fixed, self.mlp.b[0], out=self._h0)
-        self._anchor[:] = self._obs[0, list(s.anchors)]
+        f = self._fixed  # as `features` writes it: float32 bins / 255, then the one-hot
+        f[:n_obs] = self._obs[0]
+        np.divide(f[:n_obs], np.float32(255.0), out=f[:n_obs])
+        f[n_obs:] = 0.0
+        f[self._hot + self._instr[0]] = 1.0
+        np.add(f @ self._w0_fixed, self.mlp.b[0], out=self._h0)
+        self._anchor[:] = self._obs[0, self._anchors]
 
     def draft(self, ctx: DraftContext, k: int) -> np.ndarray:
         self.q = None
