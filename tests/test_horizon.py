@@ -94,3 +94,17 @@ def test_the_ask_is_on_the_wire_and_a_chunk_without_it_is_the_same_bytes_as_befo
         stamps={"capture": 1})
     body = decode(asked).body
     assert list(body)[-2:] == ["executes", "obs_period_ns"] and body["executes"] == 3
+
+
+def test_an_observation_past_the_deadline_within_its_window_is_taken_only_from_a_robot_that_asks():
+    r = _robots()
+    for name in ("new", "old"):
+        r.offer(_obs(name, 0, 1000 * MS if name == "new" else None), 0, 100 * MS)
+    r.schedule.load_level = 1
+    for name in ("new", "old"):  # heard at 50 ms: an interval of 50 ms, a window of 150 ms
+        r.offer(_obs(name, 1, 1000 * MS if name == "new" else None), 50 * MS, 100 * MS)
+    # captured at 100 ms, read 130 ms later (a busy node): past the deadline, within the window
+    new = r.offer(_obs("new", 2, 1000 * MS), 230 * MS, 100 * MS)
+    old = r.offer(_obs("old", 2), 230 * MS, 100 * MS)
+    assert new is not None and new.waiting.seq == 2 and r.ask("new", 2).window_ns == 150 * MS
+    assert old is None and r.counters["obs_stale"] == 1

@@ -70,11 +70,15 @@ class Robots:
     # --- joining ------------------------------------------------------------------------------
     def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
         """An observation arrived: the robot's slot (the observation now waits there), or
-        None (refused: its stamps, or admission). A refusal or a late admission is said."""
+        None (refused: its stamps, or admission). A refusal or a late admission is said. An
+        admitted robot's observation granted an executed horizon is judged by its window
+        (rtinfer.inference.horizon: its chunk is fresh that long), not the deadline."""
         name = env.src
         self.checks.count_arrival(name, now_ns, self.period_ns)
         slot = self.slots.get(name)
-        if self.checks.bad_stamps(env, slot, self.remote, now_ns, deadline_ns):
+        g = None if slot is None else self._grant(slot, env, deadline_ns)
+        if self.checks.bad_stamps(env, slot, self.remote, now_ns,
+                                  deadline_ns if g is None else max(deadline_ns, g.window_ns)):
             return None
         if slot is None:
             if not self.admission.admit(name, len(self.slots), now_ns, deadline_ns,
@@ -92,7 +96,8 @@ class Robots:
         slot.heard(now_ns)
         if slot.waiting is not None:
             slot.counters["obs_superseded"] += 1
-        g = self._grant(slot, env, deadline_ns)
+        if g is None:  # a robot just admitted: its interval is not known before
+            g = self._grant(slot, env, deadline_ns)
         if g is not None:  # answered until its window: its chunk is fresh that long
             slot.grants.append(g)
             deadline_ns = max(deadline_ns, g.window_ns)
