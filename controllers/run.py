@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.os_setup import configure_realtime
 from rtinfer.transport.bus import EndpointInUse
@@ -111,7 +112,7 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
         obs_spec = load_obs_spec(a.model)
         cls = hardware_class(a.hardware)
         for line in old_hook_lines(cls, obs_spec is not None):
-            print(f"robot: warning: {line}", file=sys.stderr, flush=True)
+            say("robot", f"warning: {line}", error=False)
         hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})
         return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
@@ -132,9 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     emit_report(report, a.report)
     bus_drops(report)
     if proc.driver_error is not None:
-        print(f"robot: error: {proc.driver_error}: a bug in the driver ended the run (its "
-              "report is written); fix that method, or raise HardwareFault for a failed "
-              "transfer", file=sys.stderr, flush=True)
+        say("robot", f"{proc.driver_error}: a bug in the driver ended the run (its report is "
+            "written); fix that method, or raise HardwareFault for a failed transfer")
         return 1
     return 0 if proc.signalled else never_followed(report)
 

@@ -42,6 +42,7 @@ from rtinfer.bench.scale_overheads import fixed_overheads
 from rtinfer.inference.budget import BudgetLevel
 from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.directory import ModelDir, graph_dtype
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport.wire import now_ns
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.sizes, a.precisions, a.sweep_size = [SHIPPED, "tiny"], ["fp32", "int8"], "tiny"
         kw.update(runs=6, steps=20, torch_runs=2, transport_messages=200)
-    log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731 (stdout carries the JSON)
+    log = lambda msg: say(None, msg)  # noqa: E731 (stdout carries the JSON)
     result = run(a.sizes, a.precisions, log=log, **kw)
     if a.sweep:
         from rtinfer.bench.scale_sweep import sweep

@@ -27,6 +27,7 @@ from rtinfer.bench.scale_floors import interleaved_steps
 from rtinfer.bench.scale_models import K_VERIFY, RUNGS, TINY, cache_root, model_dir
 from rtinfer.inference.backends import get_backend
 from rtinfer.model.directory import graph_dtype
+from rtinfer.realtime.complaints import say
 
 VARIANTS = {"unfused": (), "skip_layer_norm": ("skip_layer_norm",), "gelu": ("gelu",),
             "all": ("skip_layer_norm", "gelu")}
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     a = ap.parse_args(argv)
     result = run(a.size, a.precision, a.steps, a.cycles, variants=a.variants,
-                 log=lambda m: print(m, file=sys.stderr))
+                 log=lambda m: say(None, m))
     print(json.dumps(result, indent=1))
     return 0
 
