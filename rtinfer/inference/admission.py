@@ -15,8 +15,8 @@ when they fit once more: their cycles may then be late, and every late one is co
 monitor and the robot's controller, never silent.
 
 What `check` finds is also the node's `capacity` (health), which the fleet places and
-relieves by. Besides the costs, it judges the service over each second of node time (the
-schedule's tally, rtinfer.inference.cycle_cost's take_service): when more than
+relieves by. Besides the costs, it counts the service since the last check (the schedule's
+tally, rtinfer.inference.cycle_cost's take_service): when more than
 MISSED_SHARE of the robots' observations went unanswered (expired, or superseded by a newer
 one before the node took it up: a node starved of CPU by a neighbour runs few cycles, mostly
 fast, so its timed costs rise late; a host throttled to 20 ms of CPU a second went on
@@ -51,8 +51,6 @@ class Admission:
         self.overloaded = False             # the admitted robots no longer fit (check)
         self.fits: int | None = None        # how many robots fit, as check last found
         self.fits_full: int | None = None   # ... at full quality
-        self.served: int | None = None      # the robots the last service window served
-        self.missed = ""                    # what that window missed, said
 
     @property
     def cheapest(self) -> int:
@@ -113,18 +111,14 @@ class Admission:
 
     def check(self, n: int, deadline_ns: int, period_ns: int) -> None:
         """Whether the n robots admitted still fit the measured costs at the cheapest level
-        and the service of the last whole second (module doc); a change is said and going over
+        and the service since the last check (module doc); a change is said and going over
         is counted (overloads)."""
         cap = self.capacity(deadline_ns, period_ns)
         full = self.capacity(deadline_ns, period_ns, 0)
-        service = self.costs.take_service()
-        if service is not None:  # a window closed: its verdict holds until the next one
-            answered, missed = service
-            self.served = max(1, n * answered // (answered + missed)) \
-                if n and missed > MISSED_SHARE * (answered + missed) else None
-            self.missed = f"{missed} of {answered + missed}"
-        served = self.served if n else None
-        if served is not None:
+        answered, missed = self.costs.take_service()
+        served = None
+        if n and missed > MISSED_SHARE * (answered + missed):
+            served = max(1, n * answered // (answered + missed))
             cap = served if cap is None else min(cap, served)
             full = served if full is None else min(full, served)
         self.fits, self.fits_full = cap, full
@@ -138,8 +132,8 @@ class Admission:
             why = (f"the costs measured now fit {cap}{at} within "
                    f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window"
                    if served is None or served > cap else
-                   f"{self.missed} observations went unanswered (expired or superseded) "
-                   f"in the last second, so they fit {cap}")
+                   f"{missed} of {answered + missed} observations went unanswered (expired "
+                   f"or superseded) since the last check, so they fit {cap}")
             self.say("overloaded", (
                 f"overloaded: {n} robots admitted, {why}; their cycles may be late (each late "
                 f"one is counted by the monitor and its robot's controller): lower the load, "

@@ -160,7 +160,7 @@ class Schedule:
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
             s.queued_ns = max(0, now_ns - s.waiting.stamps.get("recv", now_ns))
-        self._tally(batch, costs, now_ns)
+        self._tally(batch, costs)
         return batch
 
     def _key(self, s: RobotSlot, costs: Costs, deadline_ns: int, now_ns: int) -> tuple:
@@ -198,7 +198,7 @@ class Schedule:
                 break
             level += 1
         env, s.waiting = s.waiting, None
-        self._missed(s, costs, now_ns)
+        self._missed(s, costs)
         self._stale(s, env.seq, (now_ns + cost - (due - deadline_ns)), deadline_ns,
                     "would be by the end of its cycle even at the cheapest budget level")
         return None
@@ -218,7 +218,7 @@ class Schedule:
             batch.pop()
         for s in batch:
             s.since, s.level_index, s.served_ns = None, level, now_ns
-        self._tally(batch, costs, now_ns)
+        self._tally(batch, costs)
         return batch
 
     def _expire(self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int,
@@ -239,22 +239,22 @@ class Schedule:
             if age_ns is None or age_ns <= _dl(slot, deadline_ns):
                 continue
             slot.waiting = None
-            self._missed(slot, costs, now_ns)
+            self._missed(slot, costs)
             self._stale(slot, env.seq, age_ns, deadline_ns, "waited past it")
 
-    def _tally(self, batch: list[RobotSlot], costs: Costs, now_ns: int) -> None:
+    def _tally(self, batch: list[RobotSlot], costs: Costs) -> None:
         """The observations answered, and those each robot sent since its last answered one
         that were superseded before the node took them up (missed; the expired ones were
         tallied as they expired), into `costs` for admission's check."""
         for s in batch:
             seq, last = s.waiting.seq, self.answered_seq.get(s.name)
             if last is not None and seq > last:
-                costs.served(now_ns, missed=max(0, seq - last - 1 - self.expired.get(s.name, 0)))
+                costs.served(missed=max(0, seq - last - 1 - self.expired.get(s.name, 0)))
             self.answered_seq[s.name], self.expired[s.name] = seq, 0
-        costs.served(now_ns, answered=len(batch))
+        costs.served(answered=len(batch))
 
-    def _missed(self, slot: RobotSlot, costs: Costs, now_ns: int) -> None:
-        costs.served(now_ns, missed=1)
+    def _missed(self, slot: RobotSlot, costs: Costs) -> None:
+        costs.served(missed=1)
         self.expired[slot.name] = self.expired.get(slot.name, 0) + 1
 
     def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int,
