@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rtinfer.realtime.complaints import say
+
 from . import rtc_lockstep
 from .config import CellConfig, tokenizer_config
 from .expert import AMAX, ROLLOUT_DT, VMAX, ScriptedExpert
@@ -89,8 +91,8 @@ def collect(model: str, delays_ms: list[float], seed: int, seconds: float, max_n
                 expert = JoiningExpert(cell, tokenizer_config(cell, horizon=16))
                 fig = rtc_lockstep.run_point(model, "rtc", delay, seed + i, seconds=seconds,
                                              jitter=0.2, tmp=Path(d), flow_rtc="guide")
-                print(f"collect: {delay:g} ms: {fig['correct']} / {fig['resolved']} sorted, "
-                      f"{len(rows['actions'])} rows", file=sys.stderr, flush=True)
+                say("collect", f"{delay:g} ms: {fig['correct']} / {fig['resolved']} sorted, "
+                    f"{len(rows['actions'])} rows", error=False)
     finally:
         rtc_lockstep.LockstepNode.answer = answer
     return {k: np.stack(v) for k, v in rows.items()}
