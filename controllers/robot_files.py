@@ -44,6 +44,25 @@ def load_policy_spec(path: str | Path) -> tuple[TokenizerConfig | None, ActionSp
     return tok, act
 
 
+def card_max_committed(path: str | Path) -> int | None:
+    """An action-token model's max_committed, which its card.json holds (its tokenizer.json
+    has no place for it): None for a file, a directory without one, or a card without it.
+    ValueError for a value that is not an integer >= 0."""
+    p = package_file(str(path))
+    card = p / "card.json"
+    if not (p.is_dir() and (p / "tokenizer.json").is_file() and card.is_file()):
+        return None
+    try:
+        m = json.loads(card.read_text()).get("max_committed")
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"{card}: not a JSON object ({e}); re-package the model") from None
+    if m is None:
+        return None
+    if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+        raise ValueError(f"{card}: max_committed {m!r} must be an integer >= 0")
+    return m
+
+
 def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:
     """(name, control, hardware kwargs) from a robot YAML file; ValueError names the problem."""
     try:

@@ -47,13 +47,17 @@ class RtcConfig:
     window: int = 32
     margin_ms: float = 2.0
     max_ms: float = 500.0
+    max_committed: int | None = None  # the policy's own limit where its action spec cannot
+    # carry one (an action-token model's card.json; controllers.robot_files.card_max_committed)
 
     def __post_init__(self) -> None:
         wrong = [w for ok, w in (
             (0 < self.percentile <= 100, f"percentile={self.percentile} must be in (0, 100]"),
             (self.window >= 1, f"window={self.window} must be >= 1"),
             (self.margin_ms >= 0, f"margin_ms={self.margin_ms} must be >= 0"),
-            (self.max_ms > 0, f"max_ms={self.max_ms} must be > 0")) if not ok]
+            (self.max_ms > 0, f"max_ms={self.max_ms} must be > 0"),
+            (self.max_committed is None or self.max_committed >= 0,
+             f"max_committed={self.max_committed} must be >= 0")) if not ok]
         if wrong:
             raise ValueError("rtc config: " + "; ".join(wrong) + " (e.g. percentile 90, "
                              "window 32, margin_ms 2, max_ms 500)")
@@ -95,8 +99,9 @@ class Commitments:
 
     def __init__(self, cfg: RtcConfig, horizon: int, dim: int, max_n: int | None = None):
         """max_n: the most waypoints the policy conditions on (its action spec's
-        max_committed; None: the horizon less one)."""
+        max_committed; None: the horizon less one); cfg.max_committed, where set, wins."""
         self.cfg = cfg
+        max_n = cfg.max_committed if cfg.max_committed is not None else max_n
         self.max_n = horizon - 1 if max_n is None else min(int(max_n), horizon - 1)
         self.delay = DelayEstimate(cfg.window, cfg.percentile)
         self._values = np.zeros((horizon, dim), np.float32)  # a prefix sent or checked

@@ -40,6 +40,7 @@ from .old_hooks import old_hook_lines
 from .robot_files import (
     ROBOT_KEYS,
     build_hardware,
+    card_max_committed,
     hardware_class,
     load_obs_spec,
     load_policy_spec,
@@ -114,11 +115,12 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
         for line in old_hook_lines(cls, obs_spec is not None):
             say("robot", f"warning: {line}", error=False)
         hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})
+        rtc = RtcConfig(max_committed=card_max_committed(a.model)) if a.rtc else None
         return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
                             control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
                             deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
                             trace_path=a.trace, curve=curve, addressed=a.addressed,
-                            obs_spec=obs_spec, rtc=RtcConfig() if a.rtc else None,
+                            obs_spec=obs_spec, rtc=rtc,
                             open_loop_ms=a.open_loop_ms)
     except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
