@@ -14,14 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TREES = ("rtinfer", "controllers", "models", "examples", "peers", "rtinfer_ros2", "scripts")
 ALLOWED = ("rtinfer/cli/",                     # the command's own user output
            "rtinfer/realtime/complaints.py")    # the one home
-# Files whose bare prints predate this rule: counted, never more than this; each goes to
-# `say` (and leaves this table) when the file is next edited.
-PENDING = {
-    "rtinfer/bench/fleet.py": 1,
-    "rtinfer/fleet/cli.py": 2,
-    "rtinfer/fleet/controller.py": 1,
-    "rtinfer/fleet/failover.py": 3,
-}
 
 
 def _is_stderr(node: ast.AST) -> bool:
@@ -62,7 +54,7 @@ def found() -> dict[str, list[int]]:
 
 
 def test_no_bare_stderr_print_outside_the_cli_and_the_reporter():
-    over = {rel: lines for rel, lines in found().items() if len(lines) > PENDING.get(rel, 0)}
+    over = {rel: lines for rel, lines in found().items() if lines}
     assert not over, ("write stderr lines through rtinfer.realtime.complaints: say(name, "
                       "message) for a line said once, Complaints(name).say(kind, message) "
                       "from a loop; bare stderr writes at "

@@ -43,6 +43,7 @@ import numpy as np
 from rtinfer.bench.fleet_figures import ARRANGEMENTS, Greedy, plot, summarise
 from rtinfer.bench.options import DEFAULT_MODEL, emit, parser
 from rtinfer.model.obs_stream import FILE as STREAM_FILE
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.transport.bus import Subscriber
 from rtinfer.transport.wire import now_ns
@@ -179,7 +180,7 @@ def run(a) -> dict:
         for arrangement in order:
             with tempfile.TemporaryDirectory(prefix="rtinfer-fleet-") as tmp:
                 raws[n, arrangement] = run_point(arrangement, n, a, Path(tmp))
-            print(f"fleet: {n} robots, {arrangement}: done", file=sys.stderr, flush=True)
+            say("fleet", f"{n} robots, {arrangement}: done", error=False)
     greedy = Greedy(a.model, a.stream)  # after the runs: the check costs them nothing
     rows = []
     for n in a.robots:

@@ -28,6 +28,7 @@ from rtinfer.fleet.failover import robot_figures, summary
 from rtinfer.fleet.local import LocalFleet
 from rtinfer.fleet.spec import FleetError, FleetSpec, load
 from rtinfer.model.zoo import zoo_model
+from rtinfer.realtime.complaints import say
 
 
 def absolute(spec: FleetSpec) -> FleetSpec:
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return a.func(a)
     except FleetError as e:
-        print(f"rtinfer fleet: {e}", file=sys.stderr)
+        say("rtinfer fleet", str(e), error=False)
         return 2
     finally:
         if ray.is_initialized():

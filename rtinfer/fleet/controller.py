@@ -22,7 +22,6 @@ host's answer to a placement: `status` answers within a step, STEP_S).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import deque
@@ -37,6 +36,7 @@ from rtinfer.fleet.placement import place
 from rtinfer.fleet.relief import Relief
 from rtinfer.fleet.roster import NAMESPACE, Roster, host_actor_name
 from rtinfer.fleet.spec import FleetSpec
+from rtinfer.realtime.complaints import say
 
 __all__ = ["CONTROLLER", "NAMESPACE", "FleetController", "host_actor_name", "ray_settings",
            "start_controller"]
@@ -79,7 +79,7 @@ class FleetController:
     # --- the table ---------------------------------------------------------------------------
     def _say(self, text: str) -> None:
         self.events.append((time.monotonic(), text))
-        print(f"fleet: {text}", file=sys.stderr, flush=True)
+        say("fleet", text, error=False)
 
     def _read_keys(self) -> dict[str, str]:
         """robot -> its public key's text, for the robots whose ROBOT.key is in the keys

@@ -31,6 +31,7 @@ from rtinfer.fleet.lan import why_not
 from rtinfer.fleet.local import LocalFleet
 from rtinfer.fleet.spec import FleetError
 from rtinfer.model.zoo import zoo_model
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.deadline import deadline_ns
 
 
@@ -213,12 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(one_run(a))
             except (FleetError, TimeoutError, RuntimeError) as e:  # a fleet that did not
                 failed.append(str(e)[:500])  # start, or a move not seen: the others count
-                print(f"fleet-failover: run {k + 1}/{a.repeats} failed: {failed[-1]}",
-                      file=sys.stderr, flush=True)
+                say("fleet-failover", f"run {k + 1}/{a.repeats} failed: {failed[-1]}",
+                    error=False)
                 continue
-            print(f"fleet-failover: run {k + 1}/{a.repeats} done", file=sys.stderr, flush=True)
+            say("fleet-failover", f"run {k + 1}/{a.repeats} done", error=False)
     if not runs:
-        print(f"fleet-failover: no run finished: {failed[-1]}", file=sys.stderr)
+        say("fleet-failover", f"no run finished: {failed[-1]}", error=False)
         return 1
     result = {"hosts": a.hosts, "robots": a.robots, "repeats": a.repeats, "failed": failed,
               "curve": a.curve,
