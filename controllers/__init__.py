@@ -2,9 +2,18 @@
 
 Imports only numpy and rtinfer's light core (never torch, onnxruntime, tensorrt, mujoco).
 """
+
 from .config import AxisConfig, ControlConfig, ToolConfig
 from .hardware import Command, HardwareFault, HardwareInterface, RobotState
 from .stack import ControlStack
 
-__all__ = ["AxisConfig", "Command", "ControlConfig", "ControlStack", "HardwareFault",
-           "HardwareInterface", "RobotState", "ToolConfig"]
+__all__ = [
+    "AxisConfig",
+    "Command",
+    "ControlConfig",
+    "ControlStack",
+    "HardwareFault",
+    "HardwareInterface",
+    "RobotState",
+    "ToolConfig",
+]

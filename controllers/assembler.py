@@ -6,6 +6,7 @@ period, which waypoints have arrived, and `ready`, how many leading waypoints th
 may follow. Buffers are allocated once (horizon x dim); add() copies a waypoint into its
 row. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,13 +16,13 @@ class ChunkAssembler:
     def __init__(self, horizon: int, dim: int) -> None:
         self.waypoints = np.zeros((horizon, dim))  # row i: waypoint i of the chunk held
         self._got = np.zeros(horizon, bool)
-        self.key: tuple | None = None   # (src, cycle, capture_ns); None before the first
+        self.key: tuple | None = None  # (src, cycle, capture_ns); None before the first
         self.capture_ns = self.period_ns = self.start_ns = self.count = 0
-        self.stamps: dict = {}          # stamps of the chunk's first waypoint message
-        self.received = 0               # waypoints of this chunk added
-        self.ready = 0                  # waypoints[:ready] have all arrived
-        self.applied = 0                # leading waypoints handed on (the caller's, per chunk)
-        self.window_ns = 0              # fresh this long after capture by a committed prefix
+        self.stamps: dict = {}  # stamps of the chunk's first waypoint message
+        self.received = 0  # waypoints of this chunk added
+        self.ready = 0  # waypoints[:ready] have all arrived
+        self.applied = 0  # leading waypoints handed on (the caller's, per chunk)
+        self.window_ns = 0  # fresh this long after capture by a committed prefix
 
     @property
     def horizon(self) -> int:
@@ -36,9 +37,19 @@ class ChunkAssembler:
     def complete(self) -> bool:
         return self.ready == self.count
 
-    def add(self, src: str, cycle: int, capture_ns: int, index: int, count: int,
-            period_ns: int, waypoint: np.ndarray, stamps: dict | None = None,
-            start_ns: int | None = None, window_ns: int = 0) -> str | None:
+    def add(
+        self,
+        src: str,
+        cycle: int,
+        capture_ns: int,
+        index: int,
+        count: int,
+        period_ns: int,
+        waypoint: np.ndarray,
+        stamps: dict | None = None,
+        start_ns: int | None = None,
+        window_ns: int = 0,
+    ) -> str | None:
         """Add waypoint `index` of `count`; None if taken, else the counter to reject it under.
 
         Another (src, cycle, capture_ns) starts a new chunk in place of the one held,
@@ -58,8 +69,11 @@ class ChunkAssembler:
             self.stamps = {} if stamps is None else stamps
             self.received = self.ready = self.applied = 0
             self._got[:] = False
-        elif (count, period_ns, start_ns) != (self.count, self.period_ns, self.start_ns) \
-                or self._got[index]:
+        elif (count, period_ns, start_ns) != (
+            self.count,
+            self.period_ns,
+            self.start_ns,
+        ) or self._got[index]:
             return "rejected_bad"  # inconsistent with its chunk, or a repeat
         self.waypoints[index] = waypoint
         self._got[index] = True

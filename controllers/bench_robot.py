@@ -27,6 +27,7 @@ Several --actions (a fleet): its controller takes one node's chunks at a time
 keeps only the waypoints it took, and each observation's record names the node that
 answered it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,12 +80,12 @@ class Record:
         self.n = 0
         self.capture_ns = np.zeros(rows, np.int64)
         self.stream_index = np.zeros(rows, np.int32)
-        self.count = np.zeros(rows, np.int32)        # waypoints the chunk announced
+        self.count = np.zeros(rows, np.int32)  # waypoints the chunk announced
         self.received = np.zeros(rows, np.int32)
         self.accepted = np.zeros(rows, np.int32)
         self.last_recv_ns = np.zeros(rows, np.int64)
         self.tokens = np.full((rows, horizon, dim), -1, np.int32)
-        self.source = np.full(rows, -1, np.int8)      # index into sources: who answered it
+        self.source = np.full(rows, -1, np.int8)  # index into sources: who answered it
         self.sources: list[str] = []
         self.row_of: dict[int, int] = {}
 
@@ -111,11 +112,18 @@ class Record:
 
     def save(self, path: str, counters: dict) -> None:
         n = self.n
-        np.savez(path, capture_ns=self.capture_ns[:n], stream_index=self.stream_index[:n],
-                 count=self.count[:n], received=self.received[:n], accepted=self.accepted[:n],
-                 last_recv_ns=self.last_recv_ns[:n], tokens=self.tokens[:n],
-                 source=self.source[:n], counters=np.array(json.dumps(
-                     {**counters, "sources": self.sources})))
+        np.savez(
+            path,
+            capture_ns=self.capture_ns[:n],
+            stream_index=self.stream_index[:n],
+            count=self.count[:n],
+            received=self.received[:n],
+            accepted=self.accepted[:n],
+            last_recv_ns=self.last_recv_ns[:n],
+            tokens=self.tokens[:n],
+            source=self.source[:n],
+            counters=np.array(json.dumps({**counters, "sources": self.sources})),
+        )
 
 
 def run(a: argparse.Namespace, curve=None) -> int:
@@ -123,12 +131,22 @@ def run(a: argparse.Namespace, curve=None) -> int:
     tok, action = load_policy_spec(a.model)
     _, control, _ = load_robot(a.robot)
     period_ns = int(1e9 / a.rate_hz)
-    cfg = ControllerConfig(control, tokenizer=tok, action=action, name=f"{a.name}-controller",
-                           deadline_ns=deadline_ns(a.deadline_ms), chunk_interval_ns=period_ns)
+    cfg = ControllerConfig(
+        control,
+        tokenizer=tok,
+        action=action,
+        name=f"{a.name}-controller",
+        deadline_ns=deadline_ns(a.deadline_ms),
+        chunk_interval_ns=period_ns,
+    )
     bodies = load_bodies(a.stream)
     pub = Publisher(a.obs, a.name, curve=curve)
-    sub = Subscriber(a.actions, ["action_chunk", "command"], curve=curve,
-                     to={"action_chunk": a.name} if a.addressed else None)
+    sub = Subscriber(
+        a.actions,
+        ["action_chunk", "command"],
+        curve=curve,
+        to={"action_chunk": a.name} if a.addressed else None,
+    )
     feed = OneMessage()
     node = ControllerNode(StillRobot(control.n), cfg, feed, pub, robot=a.name, one_source=True)
     spec = action if action is not None else tok
@@ -160,8 +178,11 @@ def run(a: argparse.Namespace, curve=None) -> int:
         before, other = counters["waypoints_accepted"], counters["chunks_other_source"]
         feed.pending = env
         node.tick()
-        if env.topic == "action_chunk" and env.body.get("dest") == a.name \
-                and counters["chunks_other_source"] == other:  # not another node's: taken
+        if (
+            env.topic == "action_chunk"
+            and env.body.get("dest") == a.name
+            and counters["chunks_other_source"] == other
+        ):  # not another node's: taken
             rec.waypoint(env, counters["waypoints_accepted"] > before)
     rec.save(a.out, {**counters, "obs_sent": k, "actions": sub.legs})
     pub.close()
@@ -170,25 +191,36 @@ def run(a: argparse.Namespace, curve=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m controllers.bench_robot",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m controllers.bench_robot", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--name", required=True, help="the robot's src (its chunks' dest)")
     p.add_argument("--obs", required=True, help="endpoint this robot binds for its obs")
-    p.add_argument("--actions", required=True, nargs="+",
-                   help="the policy node's actions endpoint (several: a fleet's nodes, with "
-                        "--addressed: it follows the chunks addressed to it from any of them)")
+    p.add_argument(
+        "--actions",
+        required=True,
+        nargs="+",
+        help="the policy node's actions endpoint (several: a fleet's nodes, with "
+        "--addressed: it follows the chunks addressed to it from any of them)",
+    )
     p.add_argument("--model", required=True, help="the policy's model directory (its spec)")
-    p.add_argument("--robot", default="examples.conveyor_sorting:robot.yaml",
-                   help="robot file (docs/robots.md) whose axes the chunks are checked on")
+    p.add_argument(
+        "--robot",
+        default="examples.conveyor_sorting:robot.yaml",
+        help="robot file (docs/robots.md) whose axes the chunks are checked on",
+    )
     p.add_argument("--stream", required=True, help="recorded obs bodies (.npz)")
     p.add_argument("--offset", type=int, default=0, help="the stream row to start at")
     p.add_argument("--rate-hz", type=float, default=20.0)
     p.add_argument("--phase-ms", type=float, default=0.0, help="delay of the first obs")
     p.add_argument("--deadline-ms", type=float, default=DEADLINE_MS)
     p.add_argument("--out", required=True, help="the record (.npz) written at the end")
-    p.add_argument("--addressed", action="store_true",
-                   help="take only the chunks addressed to --name (a node run with "
-                        "--address-chunks): libzmq filters the other robots' at the node")
+    p.add_argument(
+        "--addressed",
+        action="store_true",
+        help="take only the chunks addressed to --name (a node run with "
+        "--address-chunks): libzmq filters the other robots' at the node",
+    )
     add_curve_arguments(p)
     a = p.parse_args(argv)
     return run(a, curve_from_args(p, a, binds=[a.obs], connects=a.actions))

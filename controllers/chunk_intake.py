@@ -11,6 +11,7 @@ every robot's chunks on one socket). A chunk with an executed horizon (controlle
 fresh until its window, and the watchdog holds when that passes; a new one taken counts
 chunks_executes. Not thread-safe (the loop's thread).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,30 +39,49 @@ HELD = (State.SAFE_HOLD, State.STOPPED, State.FAULT)  # nothing applied
 LOUD: dict[str, Callable[[ChunkIntake, Envelope, State], str]] = {
     "rejected_hash": lambda self, env, state: (
         f"chunk from {env.src} rejected: its spec {env.body['spec']} is not this robot's ("
-        + ((f"tokenizer {self.tokenizer_hash}" if self.tokenizer_hash else
-            "no tokenizer: this robot follows continuous chunks only") if "tokens" in env.body
-           else f"action spec {self.action_hash}" if self.action_hash else
-           "no action spec: this robot follows action-token chunks only")
-        + "); serve a policy packaged for this robot (rtinfer check-model --robot-spec)"),
+        + (
+            (
+                f"tokenizer {self.tokenizer_hash}"
+                if self.tokenizer_hash
+                else "no tokenizer: this robot follows continuous chunks only"
+            )
+            if "tokens" in env.body
+            else f"action spec {self.action_hash}"
+            if self.action_hash
+            else "no action spec: this robot follows action-token chunks only"
+        )
+        + "); serve a policy packaged for this robot (rtinfer check-model --robot-spec)"
+    ),
     "prefix_mismatch": lambda self, env, state: (
         f"chunk {env.body['cycle']} from {env.src} not applied: it was conditioned on waypoints "
         f"{env.body['conditioned']['from']}.. of chunk {env.body['conditioned']['chunk']}, which "
         f"this robot is not executing (it tracks chunk "
         f"{self.chunk.cycle if self.chunk.key else None}, state {state}); chunks that "
         f"arrive out of order do this now and then; if every one does, the node conditions on "
-        f"something this robot did not send: run one rtinfer release on both ends"),
+        f"something this robot did not send: run one rtinfer release on both ends"
+    ),
     "rejected_dest": lambda self, env, state: (
         f"chunk from {env.src} rejected: it is for robot {env.body['dest']!r}, this is "
         f"{self.robot!r}, and none for this robot came from it for a second; give each robot "
         f"its own name and each policy its own robot (or see the policy's log: a node serving "
-        f"several robots says there when it refuses one)"),
+        f"several robots says there when it refuses one)"
+    ),
 }
 
 
 class ChunkIntake:
-    def __init__(self, cfg: ControllerConfig, robot: str, *, rtc: Commitments,
-                 watchdog: Watchdog, rest: RestPoint, clock: Callable[[], int],
-                 counters: dict[str, int], one_source: bool):
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        robot: str,
+        *,
+        rtc: Commitments,
+        watchdog: Watchdog,
+        rest: RestPoint,
+        clock: Callable[[], int],
+        counters: dict[str, int],
+        one_source: bool,
+    ):
         """robot: the `dest` chunks for this robot carry. counters: the controller's (a
         conditioned chunk taken is counted there, and OneSource's counts)."""
         self.robot: str = robot
@@ -78,8 +98,9 @@ class ChunkIntake:
         self.source = OneSource(watchdog.quiet_ns, counters) if one_source else None
         self.complaints = Complaints(cfg.name)  # a chunk that can never be followed: say so
         # what a node under overload asks: an executed horizon, an observation period
-        self.pace = Pace(None if cfg.open_loop_ms is None else int(cfg.open_loop_ms * 1e6),
-                         cfg.deadline_ns)
+        self.pace = Pace(
+            None if cfg.open_loop_ms is None else int(cfg.open_loop_ms * 1e6), cfg.deadline_ns
+        )
         counters.setdefault("chunks_executes", 0)
 
     @property
@@ -93,17 +114,29 @@ class ChunkIntake:
     def take(self, env: Envelope, now: int, state: State) -> str | None:
         """None: the waypoint joined its chunk; else why not (module doc)."""
         b = env.body
-        if self.source is not None and b["dest"] == self.robot \
-                and not self.source.take(env.src, now):
+        if (
+            self.source is not None
+            and b["dest"] == self.robot
+            and not self.source.take(env.src, now)
+        ):
             return OTHER_NODE
         self.rtc.answered(env.stamps.get("capture"))
         why, wp = self._check(env, now, state)
         if why is None and "conditioned" in b and self._joins(env, state) is False:
             why = "prefix_mismatch"
         if why is None and wp is not None:
-            why = self.chunk.add(env.src, b["cycle"], env.stamps["capture"], b["index"],
-                                 b["count"], b["period_ns"], wp, env.stamps, b["start_ns"],
-                                 self.window_ns(b))
+            why = self.chunk.add(
+                env.src,
+                b["cycle"],
+                env.stamps["capture"],
+                b["index"],
+                b["count"],
+                b["period_ns"],
+                wp,
+                env.stamps,
+                b["start_ns"],
+                self.window_ns(b),
+            )
         if why is None:
             if self.chunk.received == 1:
                 self._new_chunk(b, env.stamps["capture"])
@@ -138,15 +171,20 @@ class ChunkIntake:
         is what this robot executes (controllers.rtc); None for the chunk in use, or one
         captured before it (the assembler rejects that as stale)."""
         capture = env.stamps["capture"]
-        if (env.src, env.body["cycle"], capture) == self.chunk.key \
-                or (self.chunk.key is not None and capture < self.chunk.capture_ns):
+        if (env.src, env.body["cycle"], capture) == self.chunk.key or (
+            self.chunk.key is not None and capture < self.chunk.capture_ns
+        ):
             return None
         named = env.body["conditioned"]
-        return self.rtc.joins(self.chunk, state == State.RUN, named, capture,
-                              self.rest.at(state) if named["chunk"] == REST else None)
+        return self.rtc.joins(
+            self.chunk,
+            state == State.RUN,
+            named,
+            capture,
+            self.rest.at(state) if named["chunk"] == REST else None,
+        )
 
-    def _check(self, env: Envelope, now: int, state: State
-               ) -> tuple[str | None, np.ndarray | None]:
+    def _check(self, env: Envelope, now: int, state: State) -> tuple[str | None, np.ndarray | None]:
         """(None, the decoded waypoint) if the message may join a chunk, else (the reason
         not to, None): a rejected_* counter, or LATE."""
         b, capture = env.body, env.stamps.get("capture")
@@ -157,13 +195,18 @@ class ChunkIntake:
             return "rejected_hash", None
         # `now` is the tick's start: a message stamped after it and drained later in the tick
         # (a preempted tick on a busy host) is not from the future; the clock read again is
-        if capture is None or (self.watchdog.from_future(capture, now)
-                               and self.watchdog.from_future(capture, self.clock())):
+        if capture is None or (
+            self.watchdog.from_future(capture, now)
+            and self.watchdog.from_future(capture, self.clock())
+        ):
             return "rejected_bad", None
         if self.watchdog.stale(capture, now, self.window_ns(b)):
             return LATE, None
-        if b["count"] > self.chunk.horizon or b["period_ns"] > self.cfg.max_period_ns \
-                or b["start_ns"] > self.cfg.max_period_ns:
+        if (
+            b["count"] > self.chunk.horizon
+            or b["period_ns"] > self.cfg.max_period_ns
+            or b["start_ns"] > self.cfg.max_period_ns
+        ):
             return "rejected_bad", None
         if tokens is None or self.tok is None:  # a continuous chunk: its values are the truth
             wp = b["values"]

@@ -17,6 +17,7 @@ Per command mode (docs/robots.md says the same, as the contract):
   effort_limit. Hold: the PID holds the braked reference against gravity.
 The action dimensions a policy must produce are the axes in order, then the tool.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,10 @@ def _from_dict(cls, d: dict, where: str):
     required = [f.name for f in fields(cls) if f.default is MISSING]
     unknown, missing = sorted(set(d) - names), [k for k in required if k not in d]
     if unknown or missing:
-        raise ValueError(f"{where}: unknown keys {unknown}, missing {missing}; the keys are "
-                         f"{[f.name for f in fields(cls)]}")
+        raise ValueError(
+            f"{where}: unknown keys {unknown}, missing {missing}; the keys are "
+            f"{[f.name for f in fields(cls)]}"
+        )
     return cls(**d)
 
 
@@ -48,6 +51,7 @@ class AxisConfig:
     mode; required there). kt: PID back-calculation gain (None: ki / kp). gravity: constant
     effort feed-forward, e.g. m * g on a vertical axis; mass: kg or kg m^2, for mass *
     reference acceleration feed-forward (effort mode)."""
+
     name: str
     unit: str
     mode: str
@@ -83,8 +87,10 @@ class AxisConfig:
         if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
             wrong.append(f"needs finite low < high, got {self.low:g}, {self.high:g}")
         elif not 0 <= self.margin < (self.high - self.low) / 2:
-            wrong.append(f"margin {self.margin:g} must be >= 0 and leave room inside "
-                         f"[{self.low:g}, {self.high:g}]")
+            wrong.append(
+                f"margin {self.margin:g} must be >= 0 and leave room inside "
+                f"[{self.low:g}, {self.high:g}]"
+            )
         for k in ("vel_limit", "acc_limit", "safety_vel_limit", "hold_decel"):
             v = getattr(self, k)
             if v is not None and not (math.isfinite(v) and v > 0):
@@ -93,8 +99,9 @@ class AxisConfig:
         if any(not math.isfinite(g) or g < 0 for g in gains.values()):
             wrong.append(f"gains must be finite and >= 0, got {gains}")
         if self.ki and not self.kp and self.kt is None:
-            wrong.append("ki without kp: kt (back-calculation) would default to ki / kp; "
-                         "give kt explicitly")
+            wrong.append(
+                "ki without kp: kt (back-calculation) would default to ki / kp; give kt explicitly"
+            )
         if self.mode == "effort":
             if not (math.isfinite(self.effort_limit) and self.effort_limit > 0):
                 wrong.append("effort mode needs a finite effort_limit > 0 (N or N m)")
@@ -121,6 +128,7 @@ class ToolConfig:
     gripper): a value above (low + high) / 2 means high (on), else low; continuous (a
     gripper opening): the value, clipped to [low, high]. Either switches at its waypoint's
     due time."""
+
     name: str
     kind: str = "binary"
     unit: str = "1"
@@ -131,8 +139,10 @@ class ToolConfig:
         object.__setattr__(self, "low", float(self.low))
         object.__setattr__(self, "high", float(self.high))
         if not self.name or self.kind not in TOOL_KINDS or not self.low < self.high:
-            raise ValueError(f"tool {self.name!r}: needs a name, kind in {list(TOOL_KINDS)} and "
-                             f"low < high, got kind {self.kind!r}, {self.low:g}, {self.high:g}")
+            raise ValueError(
+                f"tool {self.name!r}: needs a name, kind in {list(TOOL_KINDS)} and "
+                f"low < high, got kind {self.kind!r}, {self.low:g}, {self.high:g}"
+            )
 
     def command(self, value: float) -> float:
         """The tool command for a waypoint's tool value."""
@@ -148,6 +158,7 @@ class ControlConfig:
     what its controller takes from the policy: specs, deadline, health). tau_d_s: low-pass
     on the measured velocity (PID derivative). blend_ns: old -> new chunk blend window.
     follow_per_s: the reference's catch-up rate when off plan (1/s)."""
+
     axes: tuple[AxisConfig, ...]
     tool: ToolConfig | None = None
     rate_hz: float = 1000.0
@@ -160,8 +171,9 @@ class ControlConfig:
         names = [a.name for a in self.axes] + ([self.tool.name] if self.tool else [])
         if not self.axes or len(set(names)) != len(names):
             raise ValueError(f"a robot needs one or more axes and distinct names, got {names}")
-        if not (self.rate_hz > 0 and self.tau_d_s >= 0 and self.blend_ns >= 0
-                and self.follow_per_s > 0):
+        if not (
+            self.rate_hz > 0 and self.tau_d_s >= 0 and self.blend_ns >= 0 and self.follow_per_s > 0
+        ):
             raise ValueError("need rate_hz > 0, tau_d_s >= 0, blend_ns >= 0, follow_per_s > 0")
 
     @property
@@ -191,9 +203,17 @@ class ControlConfig:
     def action_spec(self, horizon: int, period_ns: int, start_ns: int | None = None):
         """The ActionSpec of a policy made for exactly this robot (its names, units, ranges)."""
         from rtinfer.model.action_spec import ActionSpec
+
         lo, hi = zip(*self.ranges)
-        return ActionSpec(self.names, self.units, lo, hi, int(horizon), int(period_ns),
-                          int(period_ns if start_ns is None else start_ns))
+        return ActionSpec(
+            self.names,
+            self.units,
+            lo,
+            hi,
+            int(horizon),
+            int(period_ns),
+            int(period_ns if start_ns is None else start_ns),
+        )
 
     def spec_problems(self, names, units, low, high, what: str = "the policy") -> list[str]:
         """Why a policy's actions (names, units per dimension, or None to skip units, and
@@ -201,8 +221,10 @@ class ControlConfig:
         if they fit. The policy's [low, high] must lie within the hardware's per dimension."""
         mine, theirs = list(self.names), list(names)
         if len(theirs) != len(mine):
-            return [f"{what} has {len(theirs)} action dimensions {theirs}; this robot has "
-                    f"{len(mine)}: {mine}"]
+            return [
+                f"{what} has {len(theirs)} action dimensions {theirs}; this robot has "
+                f"{len(mine)}: {mine}"
+            ]
         out = []
         if theirs != mine:
             out.append(f"{what}'s action names {theirs} are not this robot's {mine}")
@@ -210,8 +232,10 @@ class ControlConfig:
             out.append(f"{what}'s units {list(units)} are not this robot's {list(self.units)}")
         for name, lo, hi, (rlo, rhi) in zip(mine, low, high, self.ranges):
             if lo < rlo - 1e-9 or hi > rhi + 1e-9:
-                out.append(f"{what}'s {name} spans [{lo:g}, {hi:g}], beyond this robot's "
-                           f"[{rlo:g}, {rhi:g}]")
+                out.append(
+                    f"{what}'s {name} spans [{lo:g}, {hi:g}], beyond this robot's "
+                    f"[{rlo:g}, {rhi:g}]"
+                )
         return out
 
     def to_dict(self) -> dict:

@@ -6,6 +6,7 @@ and not yet handed to on_chunk. A HardwareFault (or OSError) from a call is a fa
 transfer, returned as False (read() raises it) for the node to count and hold on; any other
 exception is a bug in the driver: DriverError naming the method. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,8 +27,9 @@ FAULTS = (HardwareFault, OSError)  # a failed transfer; any other exception is a
 class DriverCalls:
     def __init__(self, hw: HardwareInterface):
         self.hw = hw
-        self._observe: Callable[[RobotState, int], Observation | None] | None = \
-            getattr(hw, "observe", None)
+        self._observe: Callable[[RobotState, int], Observation | None] | None = getattr(
+            hw, "observe", None
+        )
         self.on_chunk: Callable[..., Any] | None = getattr(hw, "on_chunk", None)
         self.on_hold: Callable[[int], Any] | None = getattr(hw, "on_hold", None)
         self.last_state: RobotState | None = None  # the last good read

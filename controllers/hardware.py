@@ -7,6 +7,7 @@ each once per tick from the control loop thread; the controller owns the wire (i
 the observation). docs/robots.md is the contract. Units are the axis config's: positions in
 m or rad, velocities per second, efforts in N or N m; times in monotonic nanoseconds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class RobotState:
     pos, vel: (N,) float64 per axis, in the axis's unit and unit/s. tool: the tool's state
     in its unit (a suction valve: 1 open, 0 closed; a gripper: its opening). holding: the
     tool has an object (a vacuum or grip sensor; False if it cannot tell)."""
+
     t_ns: int
     pos: np.ndarray
     vel: np.ndarray
@@ -57,6 +59,7 @@ class Command:
     (unit/s) or an effort (N or N m). tool: the tool command (a binary tool gets its low or
     high value, a continuous one a value within [low, high]). ref_pos, ref_vel: (N,) the
     tracked reference this tick, for drives that take feed-forward."""
+
     value: np.ndarray
     tool: float
     ref_pos: np.ndarray
@@ -80,6 +83,7 @@ class Observation:
     the policy's obs_spec.json (docs/robots.md, "Cameras"). Sent without a copy, so an image
     must not change once returned: hand over a new array per frame (as camera SDKs and
     renderers give), and copy first where the driver reuses one buffer."""
+
     capture_ns: int
     values: dict[str, np.ndarray]
     ints: dict[str, int] = field(default_factory=dict)

@@ -14,6 +14,7 @@ Every intervention is counted (per axis and tick) in `counters`. apply() runs ev
 Python floats per axis (numpy's call overhead dominates on small vectors); the limit arrays
 are read-only because apply() uses a cached copy. Not thread-safe; one per control loop.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,13 +44,26 @@ class SafetyLimits:
         svel = [a.safety_vel_limit or 1.5 * a.vel_limit for a in cfg.axes]
         self.low, self.high, self.vel_limit = _frozen(low, n), _frozen(high, n), _frozen(svel, n)
         # the command's own limit: effort, velocity, or none (a position is clipped to the box)
-        out = [a.effort_limit if m == EFFORT else v if m == VELOCITY else np.inf
-               for a, m, v in zip(cfg.axes, self.modes, svel)]
+        out = [
+            a.effort_limit if m == EFFORT else v if m == VELOCITY else np.inf
+            for a, m, v in zip(cfg.axes, self.modes, svel)
+        ]
         self.out_limit = _frozen(out, n)
-        self._axes = list(zip(self.modes, self.low.tolist(), self.high.tolist(),
-                              self.vel_limit.tolist(), self.out_limit.tolist()))
-        self.counters = {"workspace_clamps": 0, "velocity_clamps": 0, "effort_clamps": 0,
-                         "waypoint_clamps": 0}
+        self._axes = list(
+            zip(
+                self.modes,
+                self.low.tolist(),
+                self.high.tolist(),
+                self.vel_limit.tolist(),
+                self.out_limit.tolist(),
+            )
+        )
+        self.counters = {
+            "workspace_clamps": 0,
+            "velocity_clamps": 0,
+            "effort_clamps": 0,
+            "waypoint_clamps": 0,
+        }
 
     def clamp_waypoints(self, positions: np.ndarray) -> np.ndarray:
         """Clip target positions (..., n) into the workspace, in place; counts clipped values."""

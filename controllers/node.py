@@ -51,6 +51,7 @@ late_index 0) and the robot holds, so no chunk's first setpoint goes out past ca
 The node's Subscriber must be on ["action_chunk", "command"] and NOT latest_only (that
 would drop waypoints). Not thread-safe: run it from one thread.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -76,14 +77,46 @@ from .rtc import Commitments, RtcConfig
 from .stack import ControlStack
 from .watchdog import Watchdog
 
-__all__ = ["CLAMPS", "DEST_GRACE_NS", "FAULTS", "LOUD", "ControllerConfig", "ControllerNode",
-           "ObsCheck", "PolicySources", "State", "obs_spec_from"]
+__all__ = [
+    "CLAMPS",
+    "DEST_GRACE_NS",
+    "FAULTS",
+    "LOUD",
+    "ControllerConfig",
+    "ControllerNode",
+    "ObsCheck",
+    "PolicySources",
+    "State",
+    "obs_spec_from",
+]
 
-COUNTERS = ("ticks", "late_ticks", "chunks_accepted", "waypoints_accepted", "rejected_stale",
-            "late_waypoints", "late_applies", "rejected_bad", "rejected_hash", "rejected_dest",
-            "rejected_hold", "holds", "commands", "read_faults", "write_faults", "obs_sent",
-            "obs_dropped", "obs_bad", "late_handovers", "chunks_other_source", "source_switches",
-            "committed_sent", "chunks_conditioned", "prefix_mismatch", "obs_held_rtc")
+COUNTERS = (
+    "ticks",
+    "late_ticks",
+    "chunks_accepted",
+    "waypoints_accepted",
+    "rejected_stale",
+    "late_waypoints",
+    "late_applies",
+    "rejected_bad",
+    "rejected_hash",
+    "rejected_dest",
+    "rejected_hold",
+    "holds",
+    "commands",
+    "read_faults",
+    "write_faults",
+    "obs_sent",
+    "obs_dropped",
+    "obs_bad",
+    "late_handovers",
+    "chunks_other_source",
+    "source_switches",
+    "committed_sent",
+    "chunks_conditioned",
+    "prefix_mismatch",
+    "obs_held_rtc",
+)
 BUS_DROPS = ("rejected", "oversize", "dropped_for_age")  # the Subscriber's, as sub.<name>
 IDLE, RUN, HOLD, SAFE_HOLD, FAULT, STOPPED = State  # plain names: a State.X lookup is ~50 ns
 
@@ -92,15 +125,37 @@ IDLE, RUN, HOLD, SAFE_HOLD, FAULT, STOPPED = State  # plain names: a State.X loo
 class Pending:
     """A new chunk whose first setpoint this tick commits (stamped "apply" when written).
     before: the state before it was taken, which a chunk dropped at commit returns to."""
+
     before: State
 
 
+def check_tokenizer_hash(cfg: ControllerConfig, tokenizer_hash: str | None) -> None:
+    """ValueError unless tokenizer_hash (None: not given) is cfg.tokenizer's."""
+    if tokenizer_hash is not None and (
+        cfg.tokenizer is None or tokenizer_hash != cfg.tokenizer.hash
+    ):
+        mine = "none" if cfg.tokenizer is None else cfg.tokenizer.hash
+        raise ValueError(
+            f"tokenizer hash {tokenizer_hash} does not match the node's "
+            f"tokenizer config ({mine}): ship them together"
+        )
+
+
 class ControllerNode:
-    def __init__(self, hw: HardwareInterface, cfg: ControllerConfig, sub, pub,
-                 tokenizer_hash: str | None = None, *, clock: Callable[[], int] = clock_ns,
-                 trace=None, robot: str | None = None,
-                 on_tick: Callable[[RobotState, int], None] | None = None,
-                 one_source: bool = False):
+    def __init__(
+        self,
+        hw: HardwareInterface,
+        cfg: ControllerConfig,
+        sub,
+        pub,
+        tokenizer_hash: str | None = None,
+        *,
+        clock: Callable[[], int] = clock_ns,
+        trace=None,
+        robot: str | None = None,
+        on_tick: Callable[[RobotState, int], None] | None = None,
+        one_source: bool = False,
+    ):
         """sub/pub: rtinfer.transport.bus Subscriber/Publisher (not owned: the caller closes them).
         tokenizer_hash: the hash token chunks must carry; must match cfg.tokenizer. clock: the
         loop's monotonic ns clock, read at the start of each tick and when a tick commits a
@@ -112,29 +167,32 @@ class ControllerNode:
         at a time when several serve this robot (controllers.one_source; controllers.run sets
         it, a robot listening to a fleet's nodes); off, a chunk from another src replaces the
         one in use unless older (the conformance vectors' rule, tests/vectors)."""
-        if tokenizer_hash is not None and (cfg.tokenizer is None
-                                           or tokenizer_hash != cfg.tokenizer.hash):
-            mine = "none" if cfg.tokenizer is None else cfg.tokenizer.hash
-            raise ValueError(f"tokenizer hash {tokenizer_hash} does not match the node's "
-                             f"tokenizer config ({mine}): ship them together")
+        check_tokenizer_hash(cfg, tokenizer_hash)
         self.cfg, self.sub, self.pub, self.on_tick, self.clock = cfg, sub, pub, on_tick, clock
         self.driver = DriverCalls(hw)
         self.stack = ControlStack(cfg.control, gravity=getattr(hw, "gravity", None))
-        self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns,
-                                 cfg.clock_uncertainty_ns)
+        self.watchdog = Watchdog(cfg.deadline_ns, cfg.chunk_interval_ns, cfg.clock_uncertainty_ns)
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.state = IDLE
         self.pending: Pending | None = None  # a new chunk's first setpoint goes out this tick
         spec = cfg.action if cfg.action is not None else cfg.tokenizer
         assert spec is not None  # ControllerConfig refuses neither
-        self.rtc = Commitments(cfg.rtc or RtcConfig(), spec.horizon, len(spec.names),
-                               getattr(cfg.action, "max_committed", None))
+        declared = getattr(cfg.action, "max_committed", None)
+        self.rtc = Commitments(cfg.rtc or RtcConfig(), spec.horizon, len(spec.names), declared)
         rest = RestPoint(self.stack, len(spec.names))
-        self.intake = ChunkIntake(cfg, pub.src if robot is None else robot, rtc=self.rtc,
-                                  watchdog=self.watchdog, rest=rest, clock=clock,
-                                  counters=self.counters, one_source=one_source)
-        self.observer = ObserveStep(cfg, pub, rtc=self.rtc, rest=rest, counters=self.counters,
-                                    pace=self.intake.pace)
+        self.intake = ChunkIntake(
+            cfg,
+            pub.src if robot is None else robot,
+            rtc=self.rtc,
+            watchdog=self.watchdog,
+            rest=rest,
+            clock=clock,
+            counters=self.counters,
+            one_source=one_source,
+        )
+        self.observer = ObserveStep(
+            cfg, pub, rtc=self.rtc, rest=rest, counters=self.counters, pace=self.intake.pace
+        )
         self.reports = ControllerReports(cfg.name, cfg.health_hz, pub, trace)
         self._stop_asked = False  # stop() was called: the loop ends after this tick, whatever else
 
@@ -302,10 +360,19 @@ class ControllerNode:
             self.counters["late_handovers"] += 1
             self._hold(HOLD, now)
             return
-        due_ns = chunk.capture_ns + chunk.start_ns + \
-            np.arange(chunk.count, dtype=np.int64) * chunk.period_ns
-        self._out("on_chunk", driver.on_chunk, self.stack.limited(chunk.waypoints[:chunk.count]),
-                  due_ns, check_ns, now=now)
+        due_ns = (
+            chunk.capture_ns
+            + chunk.start_ns
+            + np.arange(chunk.count, dtype=np.int64) * chunk.period_ns
+        )
+        self._out(
+            "on_chunk",
+            driver.on_chunk,
+            self.stack.limited(chunk.waypoints[: chunk.count]),
+            due_ns,
+            check_ns,
+            now=now,
+        )
 
     def _on_command(self, cmd: str, now: int) -> None:
         self.counters["commands"] += 1
@@ -340,8 +407,14 @@ class ControllerNode:
         if chunk.applied == 0 and self.pending is None:  # its first setpoint goes out this tick
             self.pending = Pending(self.state)
         chunk.applied = chunk.ready
-        self.stack.set_chunk(chunk.waypoints[:chunk.ready], chunk.capture_ns, chunk.period_ns,
-                             now, complete=chunk.complete, start_ns=chunk.start_ns)
+        self.stack.set_chunk(
+            chunk.waypoints[: chunk.ready],
+            chunk.capture_ns,
+            chunk.period_ns,
+            now,
+            complete=chunk.complete,
+            start_ns=chunk.start_ns,
+        )
         self.state = RUN
         self._hand_over(now)  # the rest of a committed chunk streamed in
 

@@ -1,4 +1,5 @@
 """ObsCheck: is an observation what the policy's observation spec names?"""
+
 from __future__ import annotations
 
 from rtinfer.model.obs_spec import ObsSpec
@@ -18,10 +19,17 @@ class ObsCheck:
         """None, or what is wrong (the spec's own words)."""
         if self.spec is None:
             return None
-        layout = (tuple((k, getattr(v, "dtype", None), getattr(v, "shape", None))
-                        for k, v in body["values"].items()), tuple(body["ints"]),
-                  tuple((k, getattr(f["image"], "dtype", None), getattr(f["image"], "shape", None))
-                        for k, f in body.get("frames", {}).items()))
+        layout = (
+            tuple(
+                (k, getattr(v, "dtype", None), getattr(v, "shape", None))
+                for k, v in body["values"].items()
+            ),
+            tuple(body["ints"]),
+            tuple(
+                (k, getattr(f["image"], "dtype", None), getattr(f["image"], "shape", None))
+                for k, f in body.get("frames", {}).items()
+            ),
+        )
         if layout == self._passed:
             return None
         try:

@@ -10,6 +10,7 @@ cfg.open_loop_ms it says the robot takes a node's asks (`open_loop_ns`) and send
 than the observation period asked (controllers.pace): one held back counts obs_slowed.
 Not thread-safe.
 """
+
 from __future__ import annotations
 
 from rtinfer.realtime.complaints import Complaints
@@ -26,8 +27,16 @@ from .rtc import Commitments
 
 
 class ObserveStep:
-    def __init__(self, cfg: ControllerConfig, pub, *, rtc: Commitments, rest: RestPoint,
-                 counters: dict[str, int], pace: Pace | None = None):
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        pub,
+        *,
+        rtc: Commitments,
+        rest: RestPoint,
+        counters: dict[str, int],
+        pace: Pace | None = None,
+    ):
         """pace: the asks the chunk intake took (None: none are taken)."""
         self.cfg, self.pub, self.rtc, self.rest, self.counters = cfg, pub, rtc, rest, counters
         self.pace = pace or Pace(None, cfg.deadline_ns)
@@ -35,9 +44,13 @@ class ObserveStep:
         self.check = ObsCheck(cfg.obs)
         self.complaints = Complaints(cfg.name)
         # waypoint 0's due time and the period of the policy's chunks (a rest prefix's)
-        self.timing = (cfg.action.start_ns, cfg.action.period_ns) if cfg.action is not None \
-            else (cfg.tokenizer.period_ns, cfg.tokenizer.period_ns) if cfg.tokenizer \
-            is not None else (0, 0)
+        self.timing = (
+            (cfg.action.start_ns, cfg.action.period_ns)
+            if cfg.action is not None
+            else (cfg.tokenizer.period_ns, cfg.tokenizer.period_ns)
+            if cfg.tokenizer is not None
+            else (0, 0)
+        )
 
     def send(self, obs: Observation, state: State, chunk: ChunkAssembler) -> bool:
         """Publish `obs` (module doc); True if sent. state, chunk: the controller's, whose
@@ -59,8 +72,10 @@ class ObserveStep:
         why = None
         if obs.frames:  # each image goes as it is: out of band from 64 KiB (docs/wire.md)
             try:
-                body["frames"] = {name: {"image": image, "capture_ns": int(capture_ns)}
-                                  for name, (image, capture_ns) in obs.frames.items()}
+                body["frames"] = {
+                    name: {"image": image, "capture_ns": int(capture_ns)}
+                    for name, (image, capture_ns) in obs.frames.items()
+                }
             except (TypeError, ValueError):
                 why = "frames must map a camera name to (uint8 image [H, W, C], capture ns)"
         why = why or self.check.problem(body)
@@ -69,18 +84,31 @@ class ObserveStep:
         self.pace.declare(body)
         if why is not None:
             self.counters["obs_bad"] += 1
-            self.complaints.say("obs_bad", lambda: f"observation not sent: {why}; make the "
-                                "driver's observe() return what the policy's spec names")
+            self.complaints.say(
+                "obs_bad",
+                lambda: (
+                    f"observation not sent: {why}; make the "
+                    "driver's observe() return what the policy's spec names"
+                ),
+            )
             return False
         try:
             sent = self.pub.publish("obs", body, {"capture": capture})
         except WireError as e:  # not a valid obs body (a NaN, a list for an array): nothing sent
             self.counters["obs_bad"] += 1
             wrong = str(e)
-            fix = "each camera's frame as a uint8 numpy image [H, W, C] in frames" \
-                if "body.frames" in wrong else "finite numpy arrays in values and ints in ints"
-            self.complaints.say("obs_bad", lambda: f"observation not sent: not a valid obs "
-                                f"body ({wrong}); make the driver's observe() return {fix}")
+            fix = (
+                "each camera's frame as a uint8 numpy image [H, W, C] in frames"
+                if "body.frames" in wrong
+                else "finite numpy arrays in values and ints in ints"
+            )
+            self.complaints.say(
+                "obs_bad",
+                lambda: (
+                    f"observation not sent: not a valid obs "
+                    f"body ({wrong}); make the driver's observe() return {fix}"
+                ),
+            )
             return False
         self.counters["obs_sent" if sent else "obs_dropped"] += 1
         if sent:
@@ -89,7 +117,8 @@ class ObserveStep:
             until = capture + self.cfg.deadline_ns
             if committed is not None:
                 self.counters["committed_sent"] += 1
-                until = max(until, committed["start_ns"] + len(committed["values"]) *
-                            self.timing[1])  # the policy's period (none held at rest)
+                until = max(
+                    until, committed["start_ns"] + len(committed["values"]) * self.timing[1]
+                )  # the policy's period (none held at rest)
             self.rtc.sent(capture, until)
         return sent

@@ -7,6 +7,7 @@ one stream keeps the robot from restarting its chunk at each of the other's wayp
 The other node's waypoints are counted (`chunks_other_source`: waypoint messages) and not
 taken; a change of node is counted (`source_switches`). The C++ client's
 include/rtinfer/one_source.hpp is the same rule under the same names."""
+
 from __future__ import annotations
 
 

@@ -16,6 +16,7 @@ takes two asks from the chunks it is sent (docs/wire.md section 5, "Overload"):
 
 Pure: no clock, no socket. Not thread-safe (the loop's thread).
 """
+
 from __future__ import annotations
 
 
@@ -25,7 +26,7 @@ class Pace:
         self.open_loop_ns = None if open_loop_ns is None else int(open_loop_ns)
         self.deadline_ns = int(deadline_ns)
         self.asked_ns: int | None = None  # the observation period asked, as honoured
-        self._asked_until = 0             # ... until then (capture ns)
+        self._asked_until = 0  # ... until then (capture ns)
         self._last_sent: int | None = None  # capture of the last observation sent
 
     def declare(self, body: dict) -> None:
@@ -35,9 +36,12 @@ class Pace:
 
     def hold_back(self, capture_ns: int) -> bool:
         """Is an observation captured now sooner than the period asked after the last?"""
-        return (self.asked_ns is not None and self._last_sent is not None
-                and capture_ns < self._asked_until
-                and capture_ns - self._last_sent < self.asked_ns)
+        return (
+            self.asked_ns is not None
+            and self._last_sent is not None
+            and capture_ns < self._asked_until
+            and capture_ns - self._last_sent < self.asked_ns
+        )
 
     def sent(self, capture_ns: int) -> None:
         self._last_sent = capture_ns

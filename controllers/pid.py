@@ -21,6 +21,7 @@ kt * dt < 1 (a larger tracking step overshoots the saturation it should track), 
 defaulted kt = ki / kp needs kp > 0 wherever ki != 0 (kp <= 0 would silently mean kt = 0: no
 back-calculation at all); pass kt explicitly there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -49,6 +50,7 @@ class PIDGains:
     """The gains (kp, ki, kd, tracking kt; 1/s for ki and kt) and the output and integral
     limits (output units), each a read-only per-axis array. kt_follows: kt was defaulted to
     ki / kp and is derived again when they change."""
+
     kp: np.ndarray
     ki: np.ndarray
     kd: np.ndarray
@@ -60,22 +62,34 @@ class PIDGains:
     kt_follows: bool
 
     @classmethod
-    def of(cls, n: int, kp, ki, kd, kt=None, out_min=-np.inf, out_max=np.inf, i_min=None,
-           i_max=None) -> PIDGains:
+    def of(
+        cls, n: int, kp, ki, kd, kt=None, out_min=-np.inf, out_max=np.inf, i_min=None, i_max=None
+    ) -> PIDGains:
         """Scalars or per-axis values, broadcast to n axes; i_min/i_max default to the output
         limits. Raises ValueError on a defaulted kt that cannot be derived (see the module)."""
         lo, hi = _arr(out_min, n), _arr(out_max, n)
-        g = cls(_arr(kp, n), _arr(ki, n), _arr(kd, n), _arr(0.0 if kt is None else kt, n),
-                lo, hi, lo if i_min is None else _arr(i_min, n),
-                hi if i_max is None else _arr(i_max, n), kt is None)
+        g = cls(
+            _arr(kp, n),
+            _arr(ki, n),
+            _arr(kd, n),
+            _arr(0.0 if kt is None else kt, n),
+            lo,
+            hi,
+            lo if i_min is None else _arr(i_min, n),
+            hi if i_max is None else _arr(i_max, n),
+            kt is None,
+        )
         return g.with_gains()
 
     def with_gains(self, kp=None, ki=None, kd=None, kt=None) -> PIDGains:
         """A copy with the gains given changed (limits kept); a following kt is derived again
         from kp and ki, a kt given stops following them."""
         n = len(self.kp)
-        new: dict[str, Any] = {k: _arr(v, n) for k, v in (("kp", kp), ("ki", ki), ("kd", kd),
-                                                          ("kt", kt)) if v is not None}
+        new: dict[str, Any] = {
+            k: _arr(v, n)
+            for k, v in (("kp", kp), ("ki", ki), ("kd", kd), ("kt", kt))
+            if v is not None
+        }
         g = replace(self, **new)
         if kt is not None:
             return replace(g, kt_follows=False)
@@ -83,9 +97,11 @@ class PIDGains:
             return g
         bad = np.flatnonzero((g.kp <= 0) & (g.ki != 0))
         if bad.size:
-            raise ValueError(f"PID axis {int(bad[0])}: kt defaults to ki / kp, but kp = "
-                             f"{g.kp[bad[0]]:g} <= 0 with ki = {g.ki[bad[0]]:g} would "
-                             f"mean no anti-windup back-calculation; pass kt explicitly")
+            raise ValueError(
+                f"PID axis {int(bad[0])}: kt defaults to ki / kp, but kp = "
+                f"{g.kp[bad[0]]:g} <= 0 with ki = {g.ki[bad[0]]:g} would "
+                f"mean no anti-windup back-calculation; pass kt explicitly"
+            )
         return replace(g, kt=_arr(np.divide(g.ki, g.kp, out=np.zeros(n), where=g.kp > 0), n))
 
     def check(self, dt_s: float) -> None:
@@ -93,20 +109,44 @@ class PIDGains:
         bad = np.flatnonzero((self.kt * dt_s >= 1) | (self.kt < 0))
         if bad.size:
             k = int(bad[0])
-            raise ValueError(f"PID axis {k}: kt = {self.kt[k]:g}/s with dt = {dt_s:g} s "
-                             f"gives kt * dt = {self.kt[k] * dt_s:g}; it must be in "
-                             f"[0, 1): lower kt (or ki / kp) or the period")
+            raise ValueError(
+                f"PID axis {k}: kt = {self.kt[k]:g}/s with dt = {dt_s:g} s "
+                f"gives kt * dt = {self.kt[k] * dt_s:g}; it must be in "
+                f"[0, 1): lower kt (or ki / kp) or the period"
+            )
 
     def rows(self) -> list[tuple[float, ...]]:
         """Per axis (kp, ki, kd, kt, out_min, out_max, i_min, i_max) as Python floats."""
-        return list(zip(self.kp.tolist(), self.ki.tolist(), self.kd.tolist(),
-                        self.kt.tolist(), self.out_min.tolist(), self.out_max.tolist(),
-                        self.i_min.tolist(), self.i_max.tolist()))
+        return list(
+            zip(
+                self.kp.tolist(),
+                self.ki.tolist(),
+                self.kd.tolist(),
+                self.kt.tolist(),
+                self.out_min.tolist(),
+                self.out_max.tolist(),
+                self.i_min.tolist(),
+                self.i_max.tolist(),
+            )
+        )
 
 
 class PID:
-    def __init__(self, kp, ki, kd, *, dt_s: float, n: int = 3, kt=None, tau_d_s: float = 0.0,
-                 out_min=-np.inf, out_max=np.inf, i_min=None, i_max=None):
+    def __init__(
+        self,
+        kp,
+        ki,
+        kd,
+        *,
+        dt_s: float,
+        n: int = 3,
+        kt=None,
+        tau_d_s: float = 0.0,
+        out_min=-np.inf,
+        out_max=np.inf,
+        i_min=None,
+        i_max=None,
+    ):
         """Gains per axis. kt defaults to ki / kp (tracking time = integral time Ti),
         a common choice, and then follows kp and ki through set_gains; kt * dt_s must stay
         below 1. i_min/i_max default to the output limits. tau_d_s: time constant (s) of
@@ -115,13 +155,13 @@ class PID:
         self.gains = PIDGains.of(n, kp, ki, kd, kt, out_min, out_max, i_min, i_max)
         self.gains.check(self.dt_s)
         self._rows = self.gains.rows()  # update()'s per-axis floats
-        self.i = np.zeros(n)          # integral term, output units
-        self.rate = np.zeros(n)       # filtered measured rate
-        self.e = np.zeros(n)          # last error, kept for bumpless gain changes
-        self.d_err = np.zeros(n)      # last rate error (rate_setpoint - rate)
+        self.i = np.zeros(n)  # integral term, output units
+        self.rate = np.zeros(n)  # filtered measured rate
+        self.e = np.zeros(n)  # last error, kept for bumpless gain changes
+        self.d_err = np.zeros(n)  # last rate error (rate_setpoint - rate)
         self.ff = np.zeros(n)
-        self.u_raw = np.zeros(n)      # last unsaturated output
-        self.u = np.zeros(n)          # last output (returned array, reused)
+        self.u_raw = np.zeros(n)  # last unsaturated output
+        self.u = np.zeros(n)  # last output (returned array, reused)
         self._prev_meas = np.zeros(n)
         self._primed = False
 
@@ -144,8 +184,16 @@ class PID:
             self.i[:] = self.u - g.kp * self.e - g.kd * self.d_err - self.ff
             np.clip(self.i, g.i_min, g.i_max, out=self.i)
 
-    def update(self, setpoint, measurement, *, rate_setpoint=0.0, measurement_rate=None,
-               feedforward=0.0, dt_s: float | None = None) -> np.ndarray:
+    def update(
+        self,
+        setpoint,
+        measurement,
+        *,
+        rate_setpoint=0.0,
+        measurement_rate=None,
+        feedforward=0.0,
+        dt_s: float | None = None,
+    ) -> np.ndarray:
         """Return the output (per axis, in output units). The returned array is reused by
         the next call. measurement_rate: a measured velocity, used instead of differencing
         the measurement (both go through the low-pass)."""
@@ -155,8 +203,16 @@ class PID:
         mrate = None if measurement_rate is None else _floats(measurement_rate, n)
         primed = self._primed
         alpha = 1.0 if not primed else dt / (self.tau_d_s + dt)
-        I, R, E, D, F, UR, U, M = (self.i, self.rate, self.e, self.d_err, self.ff, self.u_raw,
-                                   self.u, self._prev_meas)
+        I, R, E, D, F, UR, U, M = (
+            self.i,
+            self.rate,
+            self.e,
+            self.d_err,
+            self.ff,
+            self.u_raw,
+            self.u,
+            self._prev_meas,
+        )
         i_, rate_, prev_ = I.tolist(), R.tolist(), M.tolist()
         for k, (kp, ki, kd, kt, omin, omax, imin, imax) in enumerate(self._rows):
             m = meas[k]

@@ -1,4 +1,5 @@
 """PolicySources: which policies sent chunks for this robot, and which only others'."""
+
 from __future__ import annotations
 
 DEST_GRACE_NS = 1_000_000_000  # another robot's chunks only, this long: a misconfiguration

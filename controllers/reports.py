@@ -7,6 +7,7 @@ deadline miss; and `health` at health_hz, with one line (at most once a second) 
 limits clipped the policy's waypoints since the last. Each record goes to the trace file
 (when there is one) and the bus. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from rtinfer.realtime.complaints import Complaints
@@ -38,16 +39,28 @@ class ControllerReports:
         fields = {"e2e_ms": e2e / 1e6}
         if chunk.window_ns:  # fresh this long by its committed prefix (the monitor's rule)
             fields["window_ms"] = chunk.window_ns / 1e6
-        self.emit({"node": self.name, "cycle": int(chunk.cycle),
-                   "stamps": {**chunk.stamps, "apply": apply_ns}, "fields": fields})
+        self.emit(
+            {
+                "node": self.name,
+                "cycle": int(chunk.cycle),
+                "stamps": {**chunk.stamps, "apply": apply_ns},
+                "fields": fields,
+            }
+        )
         return e2e
 
     def late(self, key: tuple, stamps: dict, index: int) -> None:
         """The `trace` of a late cycle (key: src, cycle, capture), reported once: stamps up to
         "recv", no "apply", fields.late_index = the waypoint found late."""
         self.late_key = key
-        self.emit({"node": self.name, "cycle": int(key[1]), "stamps": dict(stamps),
-                   "fields": {"late_index": float(index)}})
+        self.emit(
+            {
+                "node": self.name,
+                "cycle": int(key[1]),
+                "stamps": dict(stamps),
+                "fields": {"late_index": float(index)},
+            }
+        )
 
     def emit(self, rec: dict) -> None:
         if self.trace is not None:
@@ -64,10 +77,15 @@ class ControllerReports:
     def health(self, state: str, counters: dict, stack: ControlStack) -> None:
         """`health` (counters: all of the controller's)."""
         self._say_clamps(stack.counters)
-        gauges = {"e2e_last_ms": self.e2e_last_ns / 1e6, "e2e_max_ms": self.e2e_max_ns / 1e6,
-                  "holding": float(stack.holding)}
-        self.pub.publish("health", {"node": self.name, "state": str(state),
-                                    "counters": counters, "gauges": gauges})
+        gauges = {
+            "e2e_last_ms": self.e2e_last_ns / 1e6,
+            "e2e_max_ms": self.e2e_max_ns / 1e6,
+            "holding": float(stack.holding),
+        }
+        self.pub.publish(
+            "health",
+            {"node": self.name, "state": str(state), "counters": counters, "gauges": gauges},
+        )
 
     def _say_clamps(self, c: dict) -> None:
         """The limits clipped the policy's waypoints or cut the command at a workspace bound
@@ -76,8 +94,12 @@ class ControllerReports:
         if all(c[k] == seen[k] for k in CLAMPS):
             return
         seen.update((k, c[k]) for k in CLAMPS)
-        self.complaints.say("clamps", lambda: (
-            f"the policy's chunks go past the axis limits: {seen['waypoint_clamps']} waypoint "
-            f"values clipped into [low + margin, high - margin], {seen['workspace_clamps']} "
-            f"commands cut back at a workspace bound so far (clipped, never sent as is); "
-            f"serve a policy whose action spec fits this robot, or check its output"))
+        self.complaints.say(
+            "clamps",
+            lambda: (
+                f"the policy's chunks go past the axis limits: {seen['waypoint_clamps']} waypoint "
+                f"values clipped into [low + margin, high - margin], {seen['workspace_clamps']} "
+                f"commands cut back at a workspace bound so far (clipped, never sent as is); "
+                f"serve a policy whose action spec fits this robot, or check its output"
+            ),
+        )

@@ -1,4 +1,5 @@
 """RestPoint: where a robot at rest holds, the waypoint it commits to with a rest prefix."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """The files a robot process reads: its robot file, its policy's spec and observation spec,
 and the hardware class it names. Each loader raises ValueError naming the problem and the fix.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -27,8 +28,10 @@ def load_policy_spec(path: str | Path) -> tuple[TokenizerConfig | None, ActionSp
     files = [p / "tokenizer.json", p / "action_spec.json"] if p.is_dir() else [p]
     found = [f for f in files if f.is_file()]
     if not found:
-        raise ValueError(f"{path}: no policy spec there (a model directory with tokenizer.json "
-                         "or action_spec.json, or one of those files); check --model")
+        raise ValueError(
+            f"{path}: no policy spec there (a model directory with tokenizer.json "
+            "or action_spec.json, or one of those files); check --model"
+        )
     tok = act = None
     for f in found:
         try:
@@ -73,12 +76,15 @@ def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:
         raise ValueError(f"robot config {path}: not valid YAML: {e}".replace("\n", " ")) from None
     if not isinstance(doc, dict) or set(doc) - set(ROBOT_KEYS) or "control" not in doc:
         keys = sorted(doc) if isinstance(doc, dict) else doc
-        raise ValueError(f"robot config {path}: needs `control` and may have {list(ROBOT_KEYS)}, "
-                         f"got {keys}")
+        raise ValueError(
+            f"robot config {path}: needs `control` and may have {list(ROBOT_KEYS)}, got {keys}"
+        )
     hardware = doc.get("hardware") or {}
     if not isinstance(hardware, dict):
-        raise ValueError(f"robot config {path}: `hardware` must be a mapping of keyword "
-                         "arguments for the hardware class")
+        raise ValueError(
+            f"robot config {path}: `hardware` must be a mapping of keyword "
+            "arguments for the hardware class"
+        )
     try:
         control = ControlConfig.from_dict(doc["control"])
     except (ValueError, TypeError) as e:
@@ -91,9 +97,11 @@ def hardware_class(ref: str):
     try:
         return resolve(ref)
     except EntryError as e:
-        raise ValueError(f"--hardware {ref!r}: {e} (give it as MODULE:CLASS, e.g. "
-                         "examples.arm_reach.sim:ArmSim, importable from this directory or "
-                         "installed)") from None
+        raise ValueError(
+            f"--hardware {ref!r}: {e} (give it as MODULE:CLASS, e.g. "
+            "examples.arm_reach.sim:ArmSim, importable from this directory or "
+            "installed)"
+        ) from None
 
 
 def build_hardware(cls, control: ControlConfig, hardware: dict):
@@ -103,8 +111,9 @@ def build_hardware(cls, control: ControlConfig, hardware: dict):
         known = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
         unknown = sorted(set(hardware) - set(known))
         if unknown:
-            raise ValueError(f"hardware options {unknown} are not {cls.__name__}'s; it takes "
-                             f"{known}")
+            raise ValueError(
+                f"hardware options {unknown} are not {cls.__name__}'s; it takes {known}"
+            )
     return cls(control, **hardware)
 
 

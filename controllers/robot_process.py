@@ -1,5 +1,6 @@
 """RobotProcess: a HardwareInterface behind a ControllerNode, with its sockets, heartbeats,
 trace and report (what controllers.run runs; callers in Python build one directly)."""
+
 from __future__ import annotations
 
 from rtinfer.model.action_spec import ActionSpec
@@ -25,13 +26,27 @@ class RobotProcess:
     """A HardwareInterface behind a ControllerNode, with its sockets, heartbeats and trace.
     Not thread-safe: run() from one thread; stop() may come from a signal handler."""
 
-    def __init__(self, hw, control: ControlConfig, *, robot: str, obs: str,
-                 actions: str | list[str],
-                 control_endpoint: str | None = None, tokenizer: TokenizerConfig | None = None,
-                 action: ActionSpec | None = None, name: str = "controller",
-                 deadline_ms: float = DEADLINE_MS, policy_hz: float = 20.0,
-                 trace_path: str | None = None, curve=None, addressed: bool = False,
-                 obs_spec=None, rtc: RtcConfig | None = None, open_loop_ms: float | None = None):
+    def __init__(
+        self,
+        hw,
+        control: ControlConfig,
+        *,
+        robot: str,
+        obs: str,
+        actions: str | list[str],
+        control_endpoint: str | None = None,
+        tokenizer: TokenizerConfig | None = None,
+        action: ActionSpec | None = None,
+        name: str = "controller",
+        deadline_ms: float = DEADLINE_MS,
+        policy_hz: float = 20.0,
+        trace_path: str | None = None,
+        curve=None,
+        addressed: bool = False,
+        obs_spec=None,
+        rtc: RtcConfig | None = None,
+        open_loop_ms: float | None = None,
+    ):
         """robot: the src of this robot's messages (its chunks carry it as dest). name: the
         controller's node name (health, trace). tokenizer / action: the policy's spec (at
         least one); obs_spec: its observation spec (ObsSpec or ObsTokens; None: the driver's
@@ -40,38 +55,51 @@ class RobotProcess:
         --address-chunks): libzmq filters the other robots' chunks at the node. rtc: send
         the committed prefix with each observation (real-time chunking, controllers.rtc).
         open_loop_ms: take a node's asks under overload (controllers.pace)."""
-        cfg = ControllerConfig(control, tokenizer=tokenizer, action=action, obs=obs_spec,
-                               name=name, deadline_ns=deadline_ns(deadline_ms),
-                               chunk_interval_ns=int(1e9 / policy_hz), rtc=rtc,
-                               open_loop_ms=open_loop_ms)  # checked first
+        cfg = ControllerConfig(
+            control,
+            tokenizer=tokenizer,
+            action=action,
+            obs=obs_spec,
+            name=name,
+            deadline_ns=deadline_ns(deadline_ms),
+            chunk_interval_ns=int(1e9 / policy_hz),
+            rtc=rtc,
+            open_loop_ms=open_loop_ms,
+        )  # checked first
         self.hw, self.robot = hw, robot
         self.pub = Publisher(obs, robot, bind=True, curve=curve)
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
-        self.sub = Subscriber(([actions] if isinstance(actions, str) else [*actions])
-                              + ([control_endpoint] if control_endpoint else []),
-                              ["action_chunk", "command"], curve=curve,
-                              to={"action_chunk": robot} if addressed else None)
+        self.sub = Subscriber(
+            ([actions] if isinstance(actions, str) else [*actions])
+            + ([control_endpoint] if control_endpoint else []),
+            ["action_chunk", "command"],
+            curve=curve,
+            to={"action_chunk": robot} if addressed else None,
+        )
         # Round-trip echoes for the monitor's clock-offset estimate go out on the obs PUB.
-        self.pings = Subscriber(control_endpoint, ["heartbeat"], curve=curve) \
-            if control_endpoint else None
+        self.pings = (
+            Subscriber(control_endpoint, ["heartbeat"], curve=curve) if control_endpoint else None
+        )
         self.hb = HeartbeatResponder(self.pub, name)
         self.trace = TraceWriter(trace_path) if trace_path else None
         self._advance = getattr(hw, "advance", None)
         self._hw_health = getattr(hw, "health", None)
         self._next_hw_health_ns = 0
         self._on_hold = getattr(hw, "on_hold", None)
-        self._tracking = False   # the controller was following a chunk at its last tick
-        self.signalled = False   # stopped by SIGTERM/SIGINT
+        self._tracking = False  # the controller was following a chunk at its last tick
+        self.signalled = False  # stopped by SIGTERM/SIGINT
         self.driver_error: DriverError | None = None  # the driver bug that ended the run
-        self.node = ControllerNode(hw, cfg, self.sub, self.pub, trace=self.trace,
-                                   on_tick=self._on_tick, one_source=True)
+        self.node = ControllerNode(
+            hw, cfg, self.sub, self.pub, trace=self.trace, on_tick=self._on_tick, one_source=True
+        )
 
     def _on_tick(self, state, now_ns: int) -> None:
         """After the controller's tick: a simulator's step, its health, heartbeats."""
         node = self.node
         self._tracking = node.state == RUN
-        if self._advance is not None and self._driver("advance", self._advance, now_ns,
-                                                      node.counters["chunks_accepted"] > 0):
+        if self._advance is not None and self._driver(
+            "advance", self._advance, now_ns, node.counters["chunks_accepted"] > 0
+        ):
             node.stop()  # the simulator's episode is over: the loop ends after this tick
         if self._hw_health is not None and now_ns >= self._next_hw_health_ns:
             self._next_hw_health_ns = now_ns + HW_HEALTH_NS
@@ -98,7 +126,7 @@ class RobotProcess:
             with realtime_gc():
                 self.node.run(seconds)
             if self._tracking and self._on_hold is not None:  # stopped while following a
-                self.node.counters["holds"] += 1                 # chunk: the robot holds
+                self.node.counters["holds"] += 1  # chunk: the robot holds
                 self._driver("on_hold", self._on_hold, self.node.clock())
             if self._hw_health is not None:
                 self._publish_hw_health("stopped")  # the dashboard's last counts: the report's
@@ -116,8 +144,12 @@ class RobotProcess:
         node = self.node
         e2e = node.reports.e2e.percentiles_us()
         bus = {k: v for k, v in node.health_counters().items() if k.startswith(("sub.", "pub."))}
-        out = {"controller": dict(node.counters), "stack": dict(node.stack.counters), "bus": bus,
-               "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}
+        out = {
+            "controller": dict(node.counters),
+            "stack": dict(node.stack.counters),
+            "bus": bus,
+            "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()},
+        }
         if self.driver_error is not None:
             out["driver_error"] = str(self.driver_error)
         extra = getattr(self.hw, "report", None)
@@ -138,9 +170,11 @@ class RobotProcess:
 
     def run_until_signalled(self, seconds: float | None = None) -> dict:
         """run(), stopping cleanly on SIGTERM/SIGINT; closes everything; the report."""
+
         def on_signal(_signum):
             self.signalled = True
             self.stop()
+
         try:
             with on_signals(on_signal):
                 return self.run(seconds)

@@ -25,6 +25,7 @@ they hash to `hash`. Such a chunk is fresh until its first waypoint not committe
 allocates per tick: prefix() and joins() run once per observation and once per new chunk,
 into buffers made once (the hash and the obs body's map aside). Not thread-safe.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class RtcConfig:
     """percentile: of the recent delays, the one the robot commits by; window: how many
     recent cycles; margin_ms: added (a tick, the apply check); max_ms: the longest a robot
     commits to after capture (and the longest a conditioned chunk stays fresh)."""
+
     percentile: float = 90.0
     window: int = 32
     margin_ms: float = 2.0
@@ -51,16 +53,25 @@ class RtcConfig:
     # carry one (an action-token model's card.json; controllers.robot_files.card_max_committed)
 
     def __post_init__(self) -> None:
-        wrong = [w for ok, w in (
-            (0 < self.percentile <= 100, f"percentile={self.percentile} must be in (0, 100]"),
-            (self.window >= 1, f"window={self.window} must be >= 1"),
-            (self.margin_ms >= 0, f"margin_ms={self.margin_ms} must be >= 0"),
-            (self.max_ms > 0, f"max_ms={self.max_ms} must be > 0"),
-            (self.max_committed is None or self.max_committed >= 0,
-             f"max_committed={self.max_committed} must be >= 0")) if not ok]
+        wrong = [
+            w
+            for ok, w in (
+                (0 < self.percentile <= 100, f"percentile={self.percentile} must be in (0, 100]"),
+                (self.window >= 1, f"window={self.window} must be >= 1"),
+                (self.margin_ms >= 0, f"margin_ms={self.margin_ms} must be >= 0"),
+                (self.max_ms > 0, f"max_ms={self.max_ms} must be > 0"),
+                (
+                    self.max_committed is None or self.max_committed >= 0,
+                    f"max_committed={self.max_committed} must be >= 0",
+                ),
+            )
+            if not ok
+        ]
         if wrong:
-            raise ValueError("rtc config: " + "; ".join(wrong) + " (e.g. percentile 90, "
-                             "window 32, margin_ms 2, max_ms 500)")
+            raise ValueError(
+                "rtc config: " + "; ".join(wrong) + " (e.g. percentile 90, "
+                "window 32, margin_ms 2, max_ms 500)"
+            )
 
     @classmethod
     def from_dict(cls, d: dict | None) -> RtcConfig | None:
@@ -140,11 +151,12 @@ class Commitments:
         if start < 0 or n <= 0:
             return None
         v = self._values[:n]
-        v[:] = chunk.waypoints[start:start + n]
+        v[:] = chunk.waypoints[start : start + n]
         return committed_body(chunk.cycle, start, v, chunk.capture_ns + s + start * p)
 
-    def rest_prefix(self, hold: np.ndarray, capture_ns: int, start_ns: int,
-                    period_ns: int) -> dict | None:
+    def rest_prefix(
+        self, hold: np.ndarray, capture_ns: int, start_ns: int, period_ns: int
+    ) -> dict | None:
         """The `committed` map of a robot at rest (idle, or stopped by a hold): n rows of its
         hold waypoint `hold` (D,), chunk REST, from 0, due from capture + start_ns (the
         policy's), n as prefix() counts it; None before a delay is measured or when the
@@ -160,8 +172,14 @@ class Commitments:
         v[:] = hold
         return committed_body(REST, 0, v, capture_ns + start_ns)
 
-    def joins(self, chunk: ChunkAssembler, tracking: bool, named: dict, capture_ns: int,
-              rest: np.ndarray | None = None) -> bool:
+    def joins(
+        self,
+        chunk: ChunkAssembler,
+        tracking: bool,
+        named: dict,
+        capture_ns: int,
+        rest: np.ndarray | None = None,
+    ) -> bool:
         """Does a chunk captured at capture_ns and conditioned on `named` ({chunk, from, n,
         hash}) join what this robot executes: the chunk in use is cycle `chunk`, tracked,
         holding waypoints from..from+n-1, `from` is the one due with the new chunk's
@@ -174,12 +192,17 @@ class Commitments:
             v = self._values[:n]
             v[:] = rest
             return prefix_hash(v) == named["hash"]
-        if not tracking or chunk.key is None or chunk.applied == 0 \
-                or chunk.cycle != named["chunk"] or s + n > chunk.ready \
-                or s != (capture_ns - chunk.capture_ns + chunk.period_ns // 2) // chunk.period_ns:
+        if (
+            not tracking
+            or chunk.key is None
+            or chunk.applied == 0
+            or chunk.cycle != named["chunk"]
+            or s + n > chunk.ready
+            or s != (capture_ns - chunk.capture_ns + chunk.period_ns // 2) // chunk.period_ns
+        ):
             return False
         v = self._values[:n]
-        v[:] = chunk.waypoints[s:s + n]
+        v[:] = chunk.waypoints[s : s + n]
         return prefix_hash(v) == named["hash"]
 
     def window_ns(self, body: dict) -> int:

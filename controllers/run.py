@@ -25,6 +25,7 @@ followed (said on stderr, with the counters that explain it) or when a driver me
 raised something other than HardwareFault (the report is written first, then one line
 naming the method); 2 for a usage or configuration error (one line, with the fix).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,24 @@ from .robot_process import RobotProcess
 from .rtc import RtcConfig
 from .run_report import bus_drops, driver_counters, emit_report, never_followed, none_arrived
 
-__all__ = ["ROBOT_KEYS", "RobotProcess", "build_hardware", "bus_drops", "driver_counters",
-           "emit_report", "hardware_class", "load_obs_spec", "load_policy_spec", "load_robot",
-           "main", "make_process", "never_followed", "none_arrived", "parse_sets", "parser"]
+__all__ = [
+    "ROBOT_KEYS",
+    "RobotProcess",
+    "build_hardware",
+    "bus_drops",
+    "driver_counters",
+    "emit_report",
+    "hardware_class",
+    "load_obs_spec",
+    "load_policy_spec",
+    "load_robot",
+    "main",
+    "make_process",
+    "never_followed",
+    "none_arrived",
+    "parse_sets",
+    "parser",
+]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -68,32 +84,66 @@ def parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="python -m controllers.run", description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", required=True, help="MODULE:CLASS of the HardwareInterface")
     ap.add_argument("--config", required=True, help="the robot YAML (docs/robots.md)")
-    ap.add_argument("--model", required=True, help="the policy: a model directory, or its "
-                    "action_spec.json or tokenizer.json")
+    ap.add_argument(
+        "--model",
+        required=True,
+        help="the policy: a model directory, or its action_spec.json or tokenizer.json",
+    )
     ap.add_argument("--obs", required=True, help="endpoint to bind: obs, health, trace")
-    ap.add_argument("--actions", required=True, nargs="+",
-                    help="the policy's action endpoint (connect; several: a fleet's nodes, "
-                         "with --addressed it follows its chunks from whichever serves it)")
+    ap.add_argument(
+        "--actions",
+        required=True,
+        nargs="+",
+        help="the policy's action endpoint (connect; several: a fleet's nodes, "
+        "with --addressed it follows its chunks from whichever serves it)",
+    )
     ap.add_argument("--control", default=None, help="the monitor's command endpoint (connect)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one `hardware:` entry of the robot file (VALUE as YAML)")
-    ap.add_argument("--robot", default=None, help="the robot's name (default: the robot "
-                    "file's `name`): one robot file can serve several robots of a kind")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one `hardware:` entry of the robot file (VALUE as YAML)",
+    )
+    ap.add_argument(
+        "--robot",
+        default=None,
+        help="the robot's name (default: the robot "
+        "file's `name`): one robot file can serve several robots of a kind",
+    )
     ap.add_argument("--name", default="controller", help="the controller's node name")
     ap.add_argument("--seconds", type=float, default=None, help="stop after this long")
-    ap.add_argument("--deadline-ms", type=float, default=DEADLINE_MS,
-                    help="capture -> first setpoint applied; an older chunk is rejected")
-    ap.add_argument("--policy-hz", type=float, default=20.0,
-                    help="how often fresh chunks come (the watchdog's expected interval)")
-    ap.add_argument("--addressed", action="store_true",
-                    help="take only the chunks addressed to this robot: for a policy node "
-                    "run with --address-chunks (it serves several robots)")
-    ap.add_argument("--rtc", action="store_true",
-                    help="real-time chunking: send the plan's committed prefix with each "
-                    "observation and take chunks conditioned on it (docs/robots.md)")
-    ap.add_argument("--open-loop-ms", type=float, default=None,
-                    help="take a node's asks under overload (an executed horizon, a slower "
-                    "observation rate): execute one chunk up to this long after its capture")
+    ap.add_argument(
+        "--deadline-ms",
+        type=float,
+        default=DEADLINE_MS,
+        help="capture -> first setpoint applied; an older chunk is rejected",
+    )
+    ap.add_argument(
+        "--policy-hz",
+        type=float,
+        default=20.0,
+        help="how often fresh chunks come (the watchdog's expected interval)",
+    )
+    ap.add_argument(
+        "--addressed",
+        action="store_true",
+        help="take only the chunks addressed to this robot: for a policy node "
+        "run with --address-chunks (it serves several robots)",
+    )
+    ap.add_argument(
+        "--rtc",
+        action="store_true",
+        help="real-time chunking: send the plan's committed prefix with each "
+        "observation and take chunks conditioned on it (docs/robots.md)",
+    )
+    ap.add_argument(
+        "--open-loop-ms",
+        type=float,
+        default=None,
+        help="take a node's asks under overload (an executed horizon, a slower "
+        "observation rate): execute one chunk up to this long after its capture",
+    )
     ap.add_argument("--cpu", type=int, default=None, help="pin the loop to this CPU")
     ap.add_argument("--trace", default=None, help="write trace records here")
     ap.add_argument("--report", default=None, help="write the final report JSON here")
@@ -116,12 +166,25 @@ def make_process(ap: argparse.ArgumentParser, a: argparse.Namespace) -> RobotPro
             say("robot", f"warning: {line}", error=False)
         hw = build_hardware(cls, control, {**hardware, **parse_sets(a.set)})
         rtc = RtcConfig(max_committed=card_max_committed(a.model)) if a.rtc else None
-        return RobotProcess(hw, control, robot=robot, obs=a.obs, actions=a.actions,
-                            control_endpoint=a.control, tokenizer=tok, action=act, name=a.name,
-                            deadline_ms=a.deadline_ms, policy_hz=a.policy_hz,
-                            trace_path=a.trace, curve=curve, addressed=a.addressed,
-                            obs_spec=obs_spec, rtc=rtc,
-                            open_loop_ms=a.open_loop_ms)
+        return RobotProcess(
+            hw,
+            control,
+            robot=robot,
+            obs=a.obs,
+            actions=a.actions,
+            control_endpoint=a.control,
+            tokenizer=tok,
+            action=act,
+            name=a.name,
+            deadline_ms=a.deadline_ms,
+            policy_hz=a.policy_hz,
+            trace_path=a.trace,
+            curve=curve,
+            addressed=a.addressed,
+            obs_spec=obs_spec,
+            rtc=rtc,
+            open_loop_ms=a.open_loop_ms,
+        )
     except (ValueError, EndpointInUse) as e:
         ap.error(str(e))
 
@@ -135,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     emit_report(report, a.report)
     bus_drops(report)
     if proc.driver_error is not None:
-        say("robot", f"{proc.driver_error}: a bug in the driver ended the run (its report is "
-            "written); fix that method, or raise HardwareFault for a failed transfer")
+        say(
+            "robot",
+            f"{proc.driver_error}: a bug in the driver ended the run (its report is "
+            "written); fix that method, or raise HardwareFault for a failed transfer",
+        )
         return 1
     return 0 if proc.signalled else never_followed(report)
 

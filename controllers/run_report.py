@@ -1,5 +1,6 @@
 """A robot process's report at the end of a run: printed and written, and the lines it
 prompts (the bus dropped messages; no chunk was ever followed, and why)."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,13 @@ def bus_drops(report: dict, who: str = "robot") -> None:
     """One line on stderr when the sockets dropped messages before the controller saw them."""
     drops = {k: v for k, v in report["bus"].items() if v}
     if drops:
-        say(who, f"warning: the bus dropped messages: {drops} (sub.rejected: malformed or "
+        say(
+            who,
+            f"warning: the bus dropped messages: {drops} (sub.rejected: malformed or "
             "not of the wire's schema; sub.oversize: over the size limit; pub.dropped: "
-            "not sent); see docs/robots.md section 6", error=False)
+            "not sent); see docs/robots.md section 6",
+            error=False,
+        )
 
 
 def never_followed(report: dict, who: str = "robot") -> int:
@@ -26,9 +31,15 @@ def never_followed(report: dict, who: str = "robot") -> int:
     if counters["chunks_accepted"]:
         return 0
     why = {k: v for k, v in counters.items() if k.startswith("rejected_") and v}
-    say(who, "no action chunk was accepted in the whole run; "
-        + (f"rejected: {why} (the controller's error lines above say why)" if why else
-           none_arrived(report)))
+    say(
+        who,
+        "no action chunk was accepted in the whole run; "
+        + (
+            f"rejected: {why} (the controller's error lines above say why)"
+            if why
+            else none_arrived(report)
+        ),
+    )
     return 1
 
 
@@ -37,17 +48,23 @@ def none_arrived(report: dict) -> str:
     c = report["controller"]
     if not c["obs_sent"]:
         if c["obs_bad"] or c["obs_dropped"]:
-            return (f"none arrived, and the robot sent no observation: obs_bad: {c['obs_bad']} "
-                    "(not what the policy's spec names: the line above says why; fix the "
-                    f"driver's observe()), obs_dropped: {c['obs_dropped']} (the bus refused "
-                    "them)")
-        return ("none arrived, and the robot sent no observation: the driver's observe() "
-                "returned none, or it has no observe() (docs/robots.md section 2)")
+            return (
+                f"none arrived, and the robot sent no observation: obs_bad: {c['obs_bad']} "
+                "(not what the policy's spec names: the line above says why; fix the "
+                f"driver's observe()), obs_dropped: {c['obs_dropped']} (the bus refused "
+                "them)"
+            )
+        return (
+            "none arrived, and the robot sent no observation: the driver's observe() "
+            "returned none, or it has no observe() (docs/robots.md section 2)"
+        )
     counted = driver_counters(report)
-    return (f"none arrived for the {c['obs_sent']} observations sent: is the policy running "
-            "and connected to this robot's endpoints, and are the observations' stamps on "
-            "this host's clock (the policy drops one older than the deadline: obs_stale in "
-            "its health)?" + (f" The driver counted: {counted}" if counted else ""))
+    return (
+        f"none arrived for the {c['obs_sent']} observations sent: is the policy running "
+        "and connected to this robot's endpoints, and are the observations' stamps on "
+        "this host's clock (the policy drops one older than the deadline: obs_stale in "
+        "its health)?" + (f" The driver counted: {counted}" if counted else "")
+    )
 
 
 def driver_counters(report: dict, most: int = 12) -> str:
@@ -57,7 +74,7 @@ def driver_counters(report: dict, most: int = 12) -> str:
         if section in ("controller", "stack", "bus", "e2e_ms") or not isinstance(d, dict):
             continue
         for k, v in d.items():
-            for kk, vv in (v.items() if isinstance(v, dict) else [("", v)]):
+            for kk, vv in v.items() if isinstance(v, dict) else [("", v)]:
                 if isinstance(vv, int) and not isinstance(vv, bool) and vv:
                     out.append(f"{section}.{k}{'.' + kk if kk else ''}={vv}")
     return ", ".join(out[:most]) + (", ..." if len(out) > most else "")

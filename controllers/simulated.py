@@ -12,6 +12,7 @@ moves at the commanded velocity, an effort axis is a mass (the axis's `mass`, el
 gravity * cos(angle) on a rotary ("rad") one, the torque of a link held out level at angle 0.
 The tool's state is its last command. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,22 +23,30 @@ import numpy as np
 from .config import AxisConfig, ControlConfig
 from .hardware import Command, RobotState
 
-GAINS = {"effort": dict(effort_limit=50.0, kp=900.0, ki=900.0, kd=54.0, mass=1.0),
-         "velocity": dict(kp=20.0), "position": {}}
+GAINS = {
+    "effort": dict(effort_limit=50.0, kp=900.0, ki=900.0, kd=54.0, mass=1.0),
+    "velocity": dict(kp=20.0),
+    "position": {},
+}
 
 
 def uniform_robot(n: int, mode: str = "effort", **kw) -> ControlConfig:
     """A robot file of n alike rotary axes j0.. in `mode`: +-2 rad, 2 rad/s, 10 rad/s^2;
     effort axes on 1 kg m^2 with gains for ~30 rad/s bandwidth. kw: ControlConfig fields
     (e.g. tool=...). For benchmarks and tests of the controller itself."""
-    return ControlConfig(tuple(AxisConfig(f"j{i}", "rad", mode, -2.0, 2.0, vel_limit=2.0,
-                                          acc_limit=10.0, **GAINS[mode]) for i in range(n)),
-                         **kw)
+    return ControlConfig(
+        tuple(
+            AxisConfig(
+                f"j{i}", "rad", mode, -2.0, 2.0, vel_limit=2.0, acc_limit=10.0, **GAINS[mode]
+            )
+            for i in range(n)
+        ),
+        **kw,
+    )
 
 
 class SimulatedAxes:
-    def __init__(self, control: ControlConfig, *, start=0.0, gravity=0.0,
-                 compensate: bool = True):
+    def __init__(self, control: ControlConfig, *, start=0.0, gravity=0.0, compensate: bool = True):
         """start: the initial position per axis (or one for all); gravity: per axis (or one);
         compensate: offer the gravity() hook (False: the controller must do without)."""
         n = control.n
@@ -46,12 +55,14 @@ class SimulatedAxes:
         self.mass = [a.mass or 1.0 for a in control.axes]
         self.rotary = [a.unit == "rad" for a in control.axes]
         self.g = np.broadcast_to(np.asarray(gravity, float), (n,)).copy()
-        self.state = RobotState(0, np.broadcast_to(np.asarray(start, float), (n,)).copy(),
-                                np.zeros(n))
+        self.state = RobotState(
+            0, np.broadcast_to(np.asarray(start, float), (n,)).copy(), np.zeros(n)
+        )
         self.value = np.zeros(n)  # the last command
         # the gravity(state, out) hook the controller looks for, or none to do without
-        self.gravity: Callable[[RobotState, np.ndarray], None] | None = \
+        self.gravity: Callable[[RobotState, np.ndarray], None] | None = (
             self._gravity if compensate else None
+        )
 
     def _gravity_load(self, k: int, q: float) -> float:
         return self.g[k] * math.cos(q) if self.rotary[k] else self.g[k]

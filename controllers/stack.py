@@ -11,6 +11,7 @@ get the reference position, velocity axes the reference velocity plus PI positio
 correction, effort axes PID plus feed-forward (constant gravity, the hardware's gravity hook,
 mass * reference acceleration). Not thread-safe: call everything from the control loop thread.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -35,24 +36,37 @@ class ControlStack:
         n = self.n = cfg.n
         self.dt_s = 1.0 / cfg.rate_hz
         self.modes = cfg.axis("mode")
-        self.tracker = SetpointTracker(cfg.axis("vel_limit"), cfg.axis("acc_limit"), n_axes=n,
-                                       blend_ns=cfg.blend_ns,
-                                       hold_decel=[a.hold_decel or a.acc_limit for a in cfg.axes],
-                                       follow_per_s=cfg.follow_per_s,
-                                       low=[a.workspace[0] for a in cfg.axes],
-                                       high=[a.workspace[1] for a in cfg.axes],
-                                       max_step_s=MAX_STEP_TICKS * self.dt_s)
+        self.tracker = SetpointTracker(
+            cfg.axis("vel_limit"),
+            cfg.axis("acc_limit"),
+            n_axes=n,
+            blend_ns=cfg.blend_ns,
+            hold_decel=[a.hold_decel or a.acc_limit for a in cfg.axes],
+            follow_per_s=cfg.follow_per_s,
+            low=[a.workspace[0] for a in cfg.axes],
+            high=[a.workspace[1] for a in cfg.axes],
+            max_step_s=MAX_STEP_TICKS * self.dt_s,
+        )
         self.limits = SafetyLimits(cfg)
         lim = self.limits.out_limit
         kt = [a.kt if a.kt is not None else (a.ki / a.kp if a.kp > 0 else 0.0) for a in cfg.axes]
-        self.pid = PID(cfg.axis("kp"), cfg.axis("ki"), cfg.axis("kd"), dt_s=self.dt_s, n=n,
-                       kt=kt, tau_d_s=cfg.tau_d_s, out_min=-lim, out_max=lim)
+        self.pid = PID(
+            cfg.axis("kp"),
+            cfg.axis("ki"),
+            cfg.axis("kd"),
+            dt_s=self.dt_s,
+            n=n,
+            kt=kt,
+            tau_d_s=cfg.tau_d_s,
+            out_min=-lim,
+            out_max=lim,
+        )
         self._gravity_hook = gravity if EFFORT in self.modes else None
-        self._g = np.zeros(n)                   # the hook's output, per axis
+        self._g = np.zeros(n)  # the hook's output, per axis
         self._gconst = list(cfg.axis("gravity"))
         self._mass = list(cfg.axis("mass"))
         self._ff = np.zeros(n)
-        self._bias = np.zeros(n)                # effort that holds each effort axis still
+        self._bias = np.zeros(n)  # effort that holds each effort axis still
         self._pending: tuple | None = None  # a chunk that arrived before the first compute
         self._last_ns: int | None = None
         self.cmd = Command.zeros(n)
@@ -71,14 +85,21 @@ class ControlStack:
     def counters(self) -> dict[str, int]:
         return self.limits.counters
 
-    def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
-                  complete: bool = True, start_ns: int | None = None) -> None:
+    def set_chunk(
+        self,
+        waypoints: np.ndarray,
+        capture_ns: int,
+        period_ns: int,
+        now_ns: int,
+        complete: bool = True,
+        start_ns: int | None = None,
+    ) -> None:
         """Track `waypoints` (m, dim), the first m of a chunk; waypoint i targets time
         capture_ns + start_ns + i * period_ns (start_ns None: one period). Positions are
         clipped into the workspace (counted as waypoint_clamps), tool values mapped by the
         tool's kind. Ends a hold. complete=False while more stream in."""
         w = np.array(waypoints, dtype=np.float64, ndmin=2)
-        self.limits.clamp_waypoints(w[:, :self.n])
+        self.limits.clamp_waypoints(w[:, : self.n])
         self._map_tool(w)
         if self.tracker.t_ns is None:
             self._pending = (w, capture_ns, period_ns, now_ns, complete, start_ns)
@@ -89,7 +110,7 @@ class ControlStack:
         """`waypoints` as set_chunk tracks them, in a new array: positions clipped into the
         workspace, tool values mapped. Counts nothing (set_chunk counted the clips)."""
         w = np.array(waypoints, dtype=np.float64, ndmin=2)
-        np.clip(w[:, :self.n], self.limits.low, self.limits.high, out=w[:, :self.n])
+        np.clip(w[:, : self.n], self.limits.low, self.limits.high, out=w[:, : self.n])
         self._map_tool(w)
         return w
 
@@ -120,8 +141,9 @@ class ControlStack:
         if self._gravity_hook is not None:
             self._gravity_hook(state, self._g)
         ff, bias = self._ff, self._bias
-        for k, (mode, m, g, gh, v, a) in enumerate(zip(self.modes, self._mass, self._gconst,
-                                                      self._g.tolist(), vel, acc)):
+        for k, (mode, m, g, gh, v, a) in enumerate(
+            zip(self.modes, self._mass, self._gconst, self._g.tolist(), vel, acc)
+        ):
             if mode == EFFORT:
                 bias[k] = g + gh
                 ff[k] = m * a + g + gh
@@ -138,8 +160,14 @@ class ControlStack:
         self._last_ns = now_ns
         pos, vel, acc = self.tracker.update(now_ns)
         self._feedforward(state, vel.tolist(), acc.tolist())
-        self.pid.update(pos, state.pos, rate_setpoint=vel, measurement_rate=state.vel,
-                        feedforward=self._ff, dt_s=dt)
+        self.pid.update(
+            pos,
+            state.pos,
+            rate_setpoint=vel,
+            measurement_rate=state.vel,
+            feedforward=self._ff,
+            dt_s=dt,
+        )
         # The PID saturates at the same limit (for its anti-windup); the limits take the
         # unsaturated output so every clamp is done, and counted, in one place.
         cmd = self.cmd
@@ -165,8 +193,9 @@ class ControlStack:
         self._feedforward(state, vel.tolist(), acc.tolist())
         cmd = self.cmd
         for k, mode in enumerate(self.modes):
-            cmd.value[k] = pos[k] if mode == POSITION else \
-                (self._bias[k] if mode == EFFORT else 0.0)
+            cmd.value[k] = (
+                pos[k] if mode == POSITION else (self._bias[k] if mode == EFFORT else 0.0)
+            )
         cmd.ref_pos[:], cmd.ref_vel[:] = pos, vel
         cmd.tool = self.tracker.tool
         return cmd

@@ -21,6 +21,7 @@ when the reference time reaches the waypoint's time. Planning (per chunk) uses n
 per-tick update works on Python floats per axis (numpy's call overhead dominates on
 3-vectors). Not thread-safe; one instance per control loop.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -59,25 +60,34 @@ def _hermite(plan, t: float):
 class AxisLimits:
     """Per axis: velocity, acceleration and hold deceleration limits (read-only arrays), and
     the box the reference stays in; with the same as Python floats for the per-tick loop."""
+
     vmax: np.ndarray
     amax: np.ndarray
     decel: np.ndarray
-    box: list            # (low, high) per axis
-    vel_acc: list        # (vmax, amax) per axis, floats
-    decel_f: list        # decel per axis, floats
+    box: list  # (low, high) per axis
+    vel_acc: list  # (vmax, amax) per axis, floats
+    decel_f: list  # decel per axis, floats
 
     @classmethod
     def of(cls, n: int, vel_limit, acc_limit, decel, low, high) -> AxisLimits:
         """Each broadcast to n axes; every limit > 0 (else ValueError)."""
+
         def axes(v) -> np.ndarray:
             a = np.broadcast_to(np.asarray(v, float), (n,)).copy()
             a.flags.writeable = False  # cached as floats below
             return a
+
         vmax, amax, dec = axes(vel_limit), axes(acc_limit), axes(decel)
         if not ((vmax > 0).all() and (amax > 0).all() and (dec > 0).all()):
             raise ValueError("velocity, acceleration and hold deceleration limits must be > 0")
-        return cls(vmax, amax, dec, list(zip(axes(low).tolist(), axes(high).tolist())),
-                   list(zip(vmax.tolist(), amax.tolist())), dec.tolist())
+        return cls(
+            vmax,
+            amax,
+            dec,
+            list(zip(axes(low).tolist(), axes(high).tolist())),
+            list(zip(vmax.tolist(), amax.tolist())),
+            dec.tolist(),
+        )
 
 
 class SetpointTracker:
@@ -90,26 +100,37 @@ class SetpointTracker:
     motion one update() integrates: after a stalled tick the reference does not leap ahead of
     a robot that stalled with it (it chases the plan from there, within the limits)."""
 
-    def __init__(self, vel_limit, acc_limit, *, n_axes: int = 3, blend_ns: int = 0,
-                 hold_decel=None, follow_per_s: float = 200.0, low=-np.inf, high=np.inf,
-                 max_step_s: float = np.inf):
+    def __init__(
+        self,
+        vel_limit,
+        acc_limit,
+        *,
+        n_axes: int = 3,
+        blend_ns: int = 0,
+        hold_decel=None,
+        follow_per_s: float = 200.0,
+        low=-np.inf,
+        high=np.inf,
+        max_step_s: float = np.inf,
+    ):
         self.n = n_axes
         self.max_step_s = float(max_step_s)
         # the limits, and the box the reference never leaves whatever the plan or the timing
-        self.limits = AxisLimits.of(n_axes, vel_limit, acc_limit,
-                                    acc_limit if hold_decel is None else hold_decel, low, high)
+        self.limits = AxisLimits.of(
+            n_axes, vel_limit, acc_limit, acc_limit if hold_decel is None else hold_decel, low, high
+        )
         self.blend_ns, self.follow_per_s = int(blend_ns), float(follow_per_s)
         self.t_ns: int | None = None  # reference time; None until reset()
         self.pos, self.vel, self.acc = np.zeros(n_axes), np.zeros(n_axes), np.zeros(n_axes)
         self.tool = 0.0
-        self.braking = True           # no plan: brake to a stop, then hold position
+        self.braking = True  # no plan: brake to a stop, then hold position
         # (ts, ps, vs, tail) as lists of floats
         self._plan: tuple[list, list, list, list] | None = None
         self._old: tuple[list, list, list, list] | None = None
         self._t0_ns = self._old_t0_ns = 0
         self._blend = (0, 0)
-        self._on = [False] * n_axes   # per axis: the reference sits exactly on the plan
-        self._ev_t: list[int] = []    # pending tool switches (time ns, value)
+        self._on = [False] * n_axes  # per axis: the reference sits exactly on the plan
+        self._ev_t: list[int] = []  # pending tool switches (time ns, value)
         self._ev_val: list[float] = []
         self._ev_next = 0
 
@@ -125,8 +146,15 @@ class SetpointTracker:
         self.braking, self._plan, self._old = True, None, None
         self._ev_t, self._ev_val, self._ev_next = [], [], 0
 
-    def set_chunk(self, waypoints: np.ndarray, capture_ns: int, period_ns: int, now_ns: int,
-                  complete: bool = True, start_ns: int | None = None) -> None:
+    def set_chunk(
+        self,
+        waypoints: np.ndarray,
+        capture_ns: int,
+        period_ns: int,
+        now_ns: int,
+        complete: bool = True,
+        start_ns: int | None = None,
+    ) -> None:
         """Re-plan from the current reference through `waypoints` (n, n_axes), or (n,
         n_axes + 1) with the tool last, the first n waypoints of a chunk; complete=False while
         more are still streaming."""
@@ -136,7 +164,7 @@ class SetpointTracker:
         times = capture_ns + start + np.arange(len(w), dtype=np.int64) * int(period_ns)
         fut = times > now_ns
         ts = np.concatenate(([0.0], (times[fut] - now_ns) * 1e-9))
-        ps = np.vstack((self.pos, w[fut, :self.n]))
+        ps = np.vstack((self.pos, w[fut, : self.n]))
         vs = np.empty_like(ps)
         vs[0] = self.vel
         if len(ts) > 2:  # Fritsch-Butland tangents: harmonic mean of the secants, 0 at extrema
@@ -147,12 +175,15 @@ class SetpointTracker:
         if len(ts) > 1:  # a finished chunk ends at rest; a streaming one keeps its slope
             vs[-1] = 0.0 if complete else (ps[-1] - ps[-2]) / (ts[-1] - ts[-2])
         if self._plan is not None and self.blend_ns > 0:
-            end = now_ns + self.blend_ns if len(ts) == 1 else min(now_ns + self.blend_ns,
-                                                                  int(times[fut][0]))
+            end = (
+                now_ns + self.blend_ns
+                if len(ts) == 1
+                else min(now_ns + self.blend_ns, int(times[fut][0]))
+            )
             self._old, self._old_t0_ns, self._blend = self._plan, self._t0_ns, (now_ns, end)
         else:
             self._old, self._on = None, [True] * self.n
-        self._plan = (ts.tolist(), ps.tolist(), vs.tolist(), w[-1, :self.n].tolist())
+        self._plan = (ts.tolist(), ps.tolist(), vs.tolist(), w[-1, : self.n].tolist())
         self._t0_ns = int(now_ns)
         tool = w.shape[1] > self.n
         self._ev_t = times.tolist() if tool else []
@@ -175,8 +206,10 @@ class SetpointTracker:
         po, vo = _hermite(self._old, (now_ns - self._old_t0_ns) * 1e-9)
         x, span = (now_ns - b0) / (b1 - b0), (b1 - b0) * 1e-9
         s, ds = x * x * (3 - 2 * x), 6 * x * (1 - x) / span  # smoothstep and its rate
-        return ([po[k] + s * (p[k] - po[k]) for k in range(self.n)],
-                [vo[k] + s * (v[k] - vo[k]) + ds * (p[k] - po[k]) for k in range(self.n)])
+        return (
+            [po[k] + s * (p[k] - po[k]) for k in range(self.n)],
+            [vo[k] + s * (v[k] - vo[k]) + ds * (p[k] - po[k]) for k in range(self.n)],
+        )
 
     def update(self, now_ns: int):
         """Advance the reference to now_ns; returns (pos, vel, acc), arrays reused."""
@@ -191,8 +224,9 @@ class SetpointTracker:
         P, V, A = self.pos, self.vel, self.acc
         if self.braking:
             limits = self.limits
-            for k, (p0, v0, dec, (lo, hi)) in enumerate(zip(P.tolist(), V.tolist(),
-                                                            limits.decel_f, limits.box)):
+            for k, (p0, v0, dec, (lo, hi)) in enumerate(
+                zip(P.tolist(), V.tolist(), limits.decel_f, limits.box)
+            ):
                 lim = dec * dt  # v -= clip(v, -lim, lim): one step of braking towards 0
                 v = v0 - (-lim if v0 < -lim else (lim if v0 > lim else v0))
                 p = p0 + 0.5 * (v0 + v) * dt
@@ -208,8 +242,9 @@ class SetpointTracker:
         P, V, A, tail, on = self.pos, self.vel, self.acc, self._plan[3], self._on
         k_follow = min(self.follow_per_s, 0.5 / dt)  # keeps the discrete catch-up loop stable
         lim = self.limits
-        for k, (p0, v0, (vmax, amax), (blo, bhi)) in enumerate(zip(P.tolist(), V.tolist(),
-                                                                    lim.vel_acc, lim.box)):
+        for k, (p0, v0, (vmax, amax), (blo, bhi)) in enumerate(
+            zip(P.tolist(), V.tolist(), lim.vel_acc, lim.box)
+        ):
             pdk, vdk, tk = pd[k], vd[k], tail[k]
             adt, vdt = amax * dt, vmax * dt
             # Stopping rule: never faster towards the plan's final rest point, nor towards a
@@ -217,10 +252,18 @@ class SetpointTracker:
             # at intermediate points at most, and never out of the box.
             dd = tk - pdk
             room = bhi - pdk if vdk > 0 else pdk - blo
-            stoppable = (vdk * dd <= 0 or vdk * vdk <= 2 * amax * abs(dd) + adt * adt) \
-                and blo <= pdk <= bhi and vdk * vdk <= 2 * amax * room + adt * adt
-            exact = (on[k] and stoppable and abs(vdk) <= vmax and abs(pdk - p0) <= vdt
-                     and abs(vdk - v0) <= adt)
+            stoppable = (
+                (vdk * dd <= 0 or vdk * vdk <= 2 * amax * abs(dd) + adt * adt)
+                and blo <= pdk <= bhi
+                and vdk * vdk <= 2 * amax * room + adt * adt
+            )
+            exact = (
+                on[k]
+                and stoppable
+                and abs(vdk) <= vmax
+                and abs(pdk - p0) <= vdt
+                and abs(vdk - v0) <= adt
+            )
             if exact:
                 p, v = pdk, vdk
             else:

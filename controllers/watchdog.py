@@ -5,6 +5,7 @@ Times are monotonic ns from the controller's own clock: a chunk's `capture` is t
 of the robot's own observation, so it can never lie in the robot's future. The quiet
 stream is rtinfer.transport.liveliness, the one freshness mechanism of the system.
 """
+
 from __future__ import annotations
 
 from rtinfer.realtime.deadline import DEADLINE_NS
@@ -22,11 +23,14 @@ class Watchdog:
     robot stamps its own observations; else the clock estimate's uncertainty), never the
     deadline."""
 
-    def __init__(self, deadline_ns: int = DEADLINE_NS, interval_ns: int = 0,
-                 uncertainty_ns: int = 0):
+    def __init__(
+        self, deadline_ns: int = DEADLINE_NS, interval_ns: int = 0, uncertainty_ns: int = 0
+    ):
         if deadline_ns <= 0 or interval_ns < 0 or uncertainty_ns < 0:
-            raise ValueError(f"need deadline_ns > 0, interval_ns >= 0 and uncertainty_ns >= 0, "
-                             f"got {deadline_ns}, {interval_ns}, {uncertainty_ns}")
+            raise ValueError(
+                f"need deadline_ns > 0, interval_ns >= 0 and uncertainty_ns >= 0, "
+                f"got {deadline_ns}, {interval_ns}, {uncertainty_ns}"
+            )
         self.deadline_ns = int(deadline_ns)
         self.uncertainty_ns = int(uncertainty_ns)
         self.quiet_ns = int(deadline_ns) + int(interval_ns)

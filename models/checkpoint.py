@@ -3,6 +3,7 @@
 Never torch.save / pickle: a checkpoint is data, and loading one runs no code.
 Layout: `<stem>.safetensors` next to `<stem>.json`.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ class Checkpoint:
 
 def paths(path) -> tuple[Path, Path]:
     """(weights, sidecar) for a path given with or without a suffix."""
-    stem = Path(path).with_suffix("") if Path(path).suffix in (".safetensors", ".json") \
-        else Path(path)
+    stem = (
+        Path(path).with_suffix("") if Path(path).suffix in (".safetensors", ".json") else Path(path)
+    )
     return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
 
 
@@ -48,11 +50,19 @@ def save(path, model: Policy, vocab: Vocab | None = None, meta: dict | None = No
     weights.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(tensors, str(weights), metadata={"format": FORMAT})
-    sidecar.write_text(json.dumps({
-        "format": FORMAT, "version": VERSION, "config": cfg.to_dict(),
-        "vocab": vocab.to_dict() if vocab else None, "meta": meta or {},
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-    }, indent=1))
+    sidecar.write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "config": cfg.to_dict(),
+                "vocab": vocab.to_dict() if vocab else None,
+                "meta": meta or {},
+                "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            },
+            indent=1,
+        )
+    )
     return weights
 
 
@@ -97,9 +107,18 @@ def load(path, device: str = "cpu") -> Checkpoint:
 TRAIN_FORMAT = "rtinfer-train-state"
 
 
-def save_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, *, step: int,
-                        generator: torch.Generator, log: list, run: dict,
-                        seconds: float = 0.0) -> Path:
+def save_training_state(
+    path,
+    model: Policy,
+    opt: torch.optim.Optimizer,
+    sched,
+    *,
+    step: int,
+    generator: torch.Generator,
+    log: list,
+    run: dict,
+    seconds: float = 0.0,
+) -> Path:
     """Everything a run needs to continue bit-for-bit from `step` (steps done). `run`:
     JSON-able identity of the run (config, data, hyper-parameters) checked on resume;
     seconds: training time spent so far (all sessions)."""
@@ -109,25 +128,34 @@ def save_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, 
     opt_state = opt.state_dict()
     for i, st in opt_state["state"].items():
         for k, v in st.items():
-            tensors[f"opt.{i}.{k}"] = v.detach().cpu().contiguous() if torch.is_tensor(v) \
-                else torch.tensor(v)
+            tensors[f"opt.{i}.{k}"] = (
+                v.detach().cpu().contiguous() if torch.is_tensor(v) else torch.tensor(v)
+            )
     tensors["rng.generator"] = generator.get_state()
     tensors["rng.torch"] = torch.get_rng_state()
-    meta = {"step": step, "param_groups": opt_state["param_groups"],
-            "scheduler": sched.state_dict(), "log": log, "run": run, "seconds": seconds}
+    meta = {
+        "step": step,
+        "param_groups": opt_state["param_groups"],
+        "scheduler": sched.state_dict(),
+        "log": log,
+        "run": run,
+        "seconds": seconds,
+    }
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": TRAIN_FORMAT, "meta": json.dumps(meta)})
     tmp.replace(path)
     return path
 
 
-def load_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, *,
-                        generator: torch.Generator, run: dict) -> tuple[int, list, float]:
+def load_training_state(
+    path, model: Policy, opt: torch.optim.Optimizer, sched, *, generator: torch.Generator, run: dict
+) -> tuple[int, list, float]:
     """Restore what save_training_state wrote into model, opt, sched, generator and torch's
     global RNG; returns (steps done, log so far, seconds so far). Raises ValueError when the
     state belongs
     to another run (`run` differs) or is not a training state."""
     from safetensors import safe_open
+
     with safe_open(str(path), framework="pt") as f:
         info = f.metadata() or {}
         if info.get("format") != TRAIN_FORMAT:
@@ -136,8 +164,10 @@ def load_training_state(path, model: Policy, opt: torch.optim.Optimizer, sched, 
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     if meta["run"] != run:
         diff = sorted(k for k in set(run) | set(meta["run"]) if run.get(k) != meta["run"].get(k))
-        raise ValueError(f"{path} was written by a different run (differs in {diff}); "
-                         "resume with the same arguments or start a new --out")
+        raise ValueError(
+            f"{path} was written by a different run (differs in {diff}); "
+            "resume with the same arguments or start a new --out"
+        )
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     state: dict = {}
     for k, v in tensors.items():

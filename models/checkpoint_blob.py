@@ -18,6 +18,7 @@ ONNX Runtime reads external data only from the graph's own folder (no `..`, no s
 links), so a blob shared between model folders lives with the graphs that read it in
 models/zoo/_blobs/<sha256>/ (models/zoo/README.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,7 @@ def data_offsets(path: Path) -> tuple[int, dict[str, tuple[int, int]]]:
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
-    return 8 + n, {k: tuple(v["data_offsets"]) for k, v in header.items()
-                   if k != "__metadata__"}
+    return 8 + n, {k: tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__"}
 
 
 def _sha(path: Path) -> str:
@@ -85,10 +85,12 @@ def merge(model_dir, stem: str = "policy") -> dict:
             if t.data_location != TensorProto.EXTERNAL or _extent(t)[0] != WEIGHTS:
                 continue
             _, off, n = _extent(t)
-            name = layout.get(hashlib.sha256(blob[off:off + n]).digest())
+            name = layout.get(hashlib.sha256(blob[off : off + n]).digest())
             if name is None:
-                raise ValueError(f"{g}: initializer {t.name} is no tensor of {ck.name} (nor one "
-                                 f"transposed); keep {WEIGHTS}")
+                raise ValueError(
+                    f"{g}: initializer {t.name} is no tensor of {ck.name} (nor one "
+                    f"transposed); keep {WEIGHTS}"
+                )
             name_of[(off, n)] = name
             graphs[g] = m
     used = set(name_of.values())
@@ -112,8 +114,11 @@ def merge(model_dir, stem: str = "policy") -> dict:
             begin, end = spans[name_of[(off, n)]]
             assert end - begin == n, (g, t.name)
             del t.external_data[:]
-            for key, v in (("location", ck.name), ("offset", str(base + begin)),
-                           ("length", str(n))):
+            for key, v in (
+                ("location", ck.name),
+                ("offset", str(base + begin)),
+                ("length", str(n)),
+            ):
                 e = t.external_data.add()
                 e.key, e.value = key, v
         onnx.save_model(m, str(g))
@@ -152,8 +157,10 @@ def share(folders, stem: str = "policy") -> Path:
     name = f"{stem}.safetensors"
     digests = {_sha(f / name) for f in folders}
     if len(digests) != 1:
-        raise ValueError(f"{name} differs between {', '.join(map(str, folders))}; only a "
-                         "byte-identical blob is shared")
+        raise ValueError(
+            f"{name} differs between {', '.join(map(str, folders))}; only a "
+            "byte-identical blob is shared"
+        )
     sha = digests.pop()
     shared = folders[0].parent / BLOBS / sha
     shared.mkdir(parents=True, exist_ok=True)
@@ -173,8 +180,9 @@ def share(folders, stem: str = "policy") -> Path:
         (f / name).symlink_to(rel + name)
         manifest = read_manifest(f)
         _prefix(manifest, moved, rel)
-        manifest["weights"] = {(rel + k if k in moved else k): v
-                               for k, v in manifest.get("weights", {}).items()}
+        manifest["weights"] = {
+            (rel + k if k in moved else k): v for k, v in manifest.get("weights", {}).items()
+        }
         write_manifest(f, manifest)
     return shared
 
@@ -192,10 +200,14 @@ def _prefix(node, moved: set, rel: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m models.checkpoint_blob",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("model_dir", nargs="+", help="one folder to merge; with --share, the "
-                    "folders whose identical blob to share")
+    ap = argparse.ArgumentParser(
+        prog="python -m models.checkpoint_blob", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument(
+        "model_dir",
+        nargs="+",
+        help="one folder to merge; with --share, the folders whose identical blob to share",
+    )
     ap.add_argument("--stem", default="policy", help="the checkpoint's stem (moe: moe)")
     ap.add_argument("--share", action="store_true", help="share the folders' identical blob")
     a = ap.parse_args(argv)

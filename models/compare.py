@@ -16,6 +16,7 @@ card.json under "reference" (and printed):
 The card's "training" also gets the checkpoint's facts that rtinfer export leaves out
 (EXTRA_FACTS: the distillation teacher, the learning rate, the start it was grown from).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,15 @@ from rtinfer.model.directory import ModelDir
 from . import checkpoint
 from .quantise import STREAM, greedy_chunks, recorded_prefixes
 
-EXTRA_FACTS = ("lr", "teacher", "distill", "distill_weight", "val_teacher_agreement",
-               "grown_from", "balanced_instructions")
+EXTRA_FACTS = (
+    "lr",
+    "teacher",
+    "distill",
+    "distill_weight",
+    "val_teacher_agreement",
+    "grown_from",
+    "balanced_instructions",
+)
 
 
 @torch.no_grad()
@@ -43,8 +51,9 @@ def acceptance(model_dir, prefixes, ref_chunks: np.ndarray) -> np.ndarray:
     md = ModelDir.load(model_dir)
     policy = checkpoint.load(Path(model_dir) / "policy").model
     a0, a1, n = md.vocab.action_start, md.vocab.action_stop, ref_chunks.shape[1]
-    seqs = torch.from_numpy(np.stack([np.concatenate([p, c[:-1] + a0])
-                                      for p, c in zip(prefixes, ref_chunks)]))
+    seqs = torch.from_numpy(
+        np.stack([np.concatenate([p, c[:-1] + a0]) for p, c in zip(prefixes, ref_chunks)])
+    )
     at = torch.arange(len(prefixes[0]) - 1, len(prefixes[0]) - 1 + n)
     got = policy(seqs)[:, at, a0:a1].argmax(-1).numpy()
     return got == ref_chunks
@@ -61,21 +70,38 @@ def compare(model_dir, reference, *, steps: int = 200, rounds: int = 5, card: bo
     ref = greedy_chunks(onnx.load(ref_md, precision="fp32"), prefixes)
     got = greedy_chunks(onnx.load(md, precision="fp32"), prefixes)
     accept = acceptance(model_dir, prefixes, ref)
-    timings = [bench_steps({"reference": reference, "model": model_dir}, backends=("onnx",),
-                           steps=steps, threads=1)["sizes"] for _ in range(rounds)]
-    step = {name: {q: float(np.median([t[name]["backends"]["onnx"]["decode"][q]
-                                       for t in timings])) for q in ("p50_us", "p99_us")}
-            for name in ("reference", "model")}
-    out = {"reference": Path(reference).name, "stream": stream.name, "cycles": len(prefixes),
-           "tokens": int(got.size), "token_agreement": float((got == ref).mean()),
-           "chunk_agreement": float((got == ref).all(axis=1).mean()),
-           "first_token_agreement": float((got[:, 0] == ref[:, 0]).mean()),
-           "acceptance": float(accept.mean()),
-           "acceptance_by_position": [round(float(x), 4) for x in accept.mean(axis=0)],
-           "step_us": {**step, "ratio_p50": step["model"]["p50_us"] / step["reference"]["p50_us"],
-                       "rounds": rounds, "steps_per_round": steps,
-                       "backend": "onnx fp32, 1 thread, k=1 at full depth",
-                       "load_avg_1m": round(os.getloadavg()[0], 2)}}
+    timings = [
+        bench_steps(
+            {"reference": reference, "model": model_dir}, backends=("onnx",), steps=steps, threads=1
+        )["sizes"]
+        for _ in range(rounds)
+    ]
+    step = {
+        name: {
+            q: float(np.median([t[name]["backends"]["onnx"]["decode"][q] for t in timings]))
+            for q in ("p50_us", "p99_us")
+        }
+        for name in ("reference", "model")
+    }
+    out = {
+        "reference": Path(reference).name,
+        "stream": stream.name,
+        "cycles": len(prefixes),
+        "tokens": int(got.size),
+        "token_agreement": float((got == ref).mean()),
+        "chunk_agreement": float((got == ref).all(axis=1).mean()),
+        "first_token_agreement": float((got[:, 0] == ref[:, 0]).mean()),
+        "acceptance": float(accept.mean()),
+        "acceptance_by_position": [round(float(x), 4) for x in accept.mean(axis=0)],
+        "step_us": {
+            **step,
+            "ratio_p50": step["model"]["p50_us"] / step["reference"]["p50_us"],
+            "rounds": rounds,
+            "steps_per_round": steps,
+            "backend": "onnx fp32, 1 thread, k=1 at full depth",
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        },
+    }
     if card:
         path = Path(model_dir) / "card.json"
         c = json.loads(path.read_text())
@@ -88,6 +114,7 @@ def compare(model_dir, reference, *, steps: int = 200, rounds: int = 5, card: bo
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="model directory (rtinfer export output)")
     ap.add_argument("--reference", default="models/zoo/conveyor-v1", help="the one to match")
@@ -95,8 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--no-card", action="store_true", help="leave card.json as it is")
     a = ap.parse_args(argv)
-    print(json.dumps(compare(a.model, a.reference, steps=a.steps, rounds=a.rounds,
-                             card=not a.no_card), indent=1))
+    print(
+        json.dumps(
+            compare(a.model, a.reference, steps=a.steps, rounds=a.rounds, card=not a.no_card),
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -3,6 +3,7 @@
 Kept torch-free so anything that only needs the token layout (dataset writers, manifest
 readers) can import it without pulling in torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -127,8 +128,12 @@ class Vocab(VocabLayout):
 
     @classmethod
     def from_dict(cls, d: dict) -> Vocab:
-        v = cls(n_instr=d["n_instr"], n_obs_bins=d["n_obs_bins"],
-                n_action_bins=d["n_action_bins"], specials=tuple(d["specials"]))
+        v = cls(
+            n_instr=d["n_instr"],
+            n_obs_bins=d["n_obs_bins"],
+            n_action_bins=d["n_action_bins"],
+            specials=tuple(d["specials"]),
+        )
         if "size" in d and d["size"] != v.size:
             raise ValueError(f"vocab size mismatch: file says {d['size']}, layout gives {v.size}")
         return v

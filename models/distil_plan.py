@@ -13,6 +13,7 @@ tokens further off are left out: the plan drafter cannot reach them). `--rounds 
 again with the first round's drafter and trains on both (the states its own drafts lead
 to, as DAgger does for a policy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,18 +65,27 @@ def trace(model_dir, streams: list, mlp: PlanMLP | None = None) -> dict:
                 drafter.start(prefix)
             rec.calls.clear()
             be.reset()
-            prev = dec.decode(be.prefill(prefix, 0), len(prefix), md.chunk_tokens,
-                              drafter=drafter).copy()
+            prev = dec.decode(
+                be.prefill(prefix, 0), len(prefix), md.chunk_tokens, drafter=drafter
+            ).copy()
             for index, plan in rec.calls:
                 for k, v in zip(FIELDS, (index, plan, prev, obs, instr)):
                     rows[k].append(v)
     return {k: np.array(v) for k, v in rows.items()}
 
 
-def fit(shape: PlanShape, data: dict, hidden: int = 256, steps: int = 6000, batch: int = 256,
-        seed: int = 0, log=print) -> PlanMLP:
+def fit(
+    shape: PlanShape,
+    data: dict,
+    hidden: int = 256,
+    steps: int = 6000,
+    batch: int = 256,
+    seed: int = 0,
+    log=print,
+) -> PlanMLP:
     """Train the offsets MLP on trace rows (torch, one thread)."""
     import torch
+
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     r, n, c = shape.radius, shape.chunk_tokens, shape.classes
@@ -90,16 +100,21 @@ def fit(shape: PlanShape, data: dict, hidden: int = 256, steps: int = 6000, batc
             reach |= chunk == b
     mask = (np.arange(n)[None] >= data["index"][:, None]) & reach
     y, m = torch.tensor(cls), torch.tensor(mask, dtype=torch.float32)
-    net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(hidden, n * c))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(x.shape[1], hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, n * c),
+    )
     opt = torch.optim.AdamW(net.parameters(), 2e-3, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, 3e-3, total_steps=steps)
     t0 = time.time()
     for s in range(steps):
         b = torch.randint(0, len(x), (batch,))
-        loss = torch.nn.functional.cross_entropy(net(x[b]).view(-1, c), y[b].view(-1),
-                                                 reduction="none")
+        loss = torch.nn.functional.cross_entropy(
+            net(x[b]).view(-1, c), y[b].view(-1), reduction="none"
+        )
         loss = (loss * m[b].view(-1)).sum() / m[b].sum().clamp(min=1)
         opt.zero_grad()
         loss.backward()
@@ -108,15 +123,26 @@ def fit(shape: PlanShape, data: dict, hidden: int = 256, steps: int = 6000, batc
         if s % 1000 == 0 or s == steps - 1:
             log(f"step {s}: loss {loss.item():.4f} ({time.time() - t0:.0f} s)")
     lin = [layer for layer in net if isinstance(layer, torch.nn.Linear)]
-    return PlanMLP(shape, [layer.weight.detach().numpy().T.copy() for layer in lin],
-                   [layer.bias.detach().numpy().copy() for layer in lin])
+    return PlanMLP(
+        shape,
+        [layer.weight.detach().numpy().T.copy() for layer in lin],
+        [layer.bias.detach().numpy().copy() for layer in lin],
+    )
 
 
 def shape_for(model_dir, radius: int = 7, anchors=(0, 1, 2), ends: bool = True) -> PlanShape:
     md = get_backend("onnx").load(model_dir).model
-    return PlanShape(md.chunk_tokens, md.tokenizer.dim, md.obs.length, md.obs.instr_length,
-                     md.obs.instr_classes, radius, tuple(anchors), md.path.name,
-                     md.vocab.n_action_bins - 1 if ends else 0)
+    return PlanShape(
+        md.chunk_tokens,
+        md.tokenizer.dim,
+        md.obs.length,
+        md.obs.instr_length,
+        md.obs.instr_classes,
+        radius,
+        tuple(anchors),
+        md.path.name,
+        md.vocab.n_action_bins - 1 if ends else 0,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,8 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--steps", type=int, default=6000)
-    p.add_argument("--anchors", type=int, nargs="*", default=[0, 1, 2],
-                   help="observation tokens in the same bins as a waypoint's first dimensions")
+    p.add_argument(
+        "--anchors",
+        type=int,
+        nargs="*",
+        default=[0, 1, 2],
+        help="observation tokens in the same bins as a waypoint's first dimensions",
+    )
     a = p.parse_args(argv)
     shape, mlp = shape_for(a.model, anchors=a.anchors), None
     data: dict[str, list] = {k: [] for k in FIELDS}

@@ -20,6 +20,7 @@ Exporter: torch.onnx legacy TorchScript path (dynamo=False), opset 17, on torch 
 exports these graphs in a fraction of a second and round-trips bit-close; the dynamo
 exporter also works (`dynamo=True`) but is ~20x slower per graph.
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,9 @@ class StepGraph(nn.Module):
         return logits.float(), kv_out
 
 
-def graph_plan(cfg: PolicyConfig, k_verify: int, prefix_lens,
-               exit_prefills=()) -> dict[tuple[int, int], list[str]]:
+def graph_plan(
+    cfg: PolicyConfig, k_verify: int, prefix_lens, exit_prefills=()
+) -> dict[tuple[int, int], list[str]]:
     """(depth, k) -> roles. A (depth, k) pair needed for two roles is exported once.
     exit_prefills: (exit depth, k) prefill graphs: a budget level that decodes at that exit
     then prefills the observation there too and skips the deeper layers entirely (its first
@@ -73,19 +75,39 @@ def graph_plan(cfg: PolicyConfig, k_verify: int, prefix_lens,
     return plan
 
 
-def export_graph(policy: nn.Module, depth: int, k: int, path, *, opset: int = OPSET,
-                 dynamo: bool = False) -> Path:
+def export_graph(
+    policy: nn.Module, depth: int, k: int, path, *, opset: int = OPSET, dynamo: bool = False
+) -> Path:
     """Export one step graph (policy's dtype decides fp32/fp16), name weights, check it."""
     cfg, p = policy.cfg, next(policy.parameters())
-    args = (torch.zeros(1, k, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-            torch.zeros(cfg.kv_shape(1), dtype=p.dtype))
-    return export_module(policy, StepGraph(policy.eval(), depth), args, path,
-                         ["tokens", "start_pos", "kv"], ["logits", "kv_out"],
-                         opset=opset, dynamo=dynamo)
+    args = (
+        torch.zeros(1, k, dtype=torch.int64),
+        torch.zeros(1, dtype=torch.int64),
+        torch.zeros(cfg.kv_shape(1), dtype=p.dtype),
+    )
+    return export_module(
+        policy,
+        StepGraph(policy.eval(), depth),
+        args,
+        path,
+        ["tokens", "start_pos", "kv"],
+        ["logits", "kv_out"],
+        opset=opset,
+        dynamo=dynamo,
+    )
 
 
-def export_module(policy: nn.Module, module: nn.Module, args: tuple, path, inputs: list[str],
-                  outputs: list[str], *, opset: int = OPSET, dynamo: bool = False) -> Path:
+def export_module(
+    policy: nn.Module,
+    module: nn.Module,
+    args: tuple,
+    path,
+    inputs: list[str],
+    outputs: list[str],
+    *,
+    opset: int = OPSET,
+    dynamo: bool = False,
+) -> Path:
     """torch.onnx.export a graph module wrapping `policy` (in eval mode; its train/eval mode
     is restored), give the initializers the policy's names, check the graph, save it."""
     path = Path(path)
@@ -94,8 +116,9 @@ def export_module(policy: nn.Module, module: nn.Module, args: tuple, path, input
     policy.eval()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # legacy-exporter deprecation + tracer chatter
-        torch.onnx.export(module, args, str(path),
-                          **kw, **({"external_data": False} if dynamo else {}))
+        torch.onnx.export(
+            module, args, str(path), **kw, **({"external_data": False} if dynamo else {})
+        )
     policy.train(was_training)
     proto = onnx.load(str(path))
     _name_weights(proto, policy)
@@ -107,6 +130,7 @@ def export_module(policy: nn.Module, module: nn.Module, args: tuple, path, input
 def _name_weights(proto: onnx.ModelProto, policy: nn.Module) -> None:
     """Give initializers their torch names (`<fqn>`, or `<fqn>_T` when the exporter stored
     the transpose for a MatMul), so graph weights can be traced back to the checkpoint."""
+
     def key(a: np.ndarray) -> tuple:
         return a.shape, a.dtype.str, hashlib.sha256(np.ascontiguousarray(a).data).digest()
 
@@ -130,17 +154,33 @@ def _name_weights(proto: onnx.ModelProto, policy: nn.Module) -> None:
 
 def _io(cfg: PolicyConfig, k: int, kv_dtype: str) -> dict:
     kv = {"dtype": kv_dtype, "shape": list(cfg.kv_shape(1))}
-    return {"inputs": [{"name": "tokens", "dtype": "int64", "shape": [1, k]},
-                       {"name": "start_pos", "dtype": "int64", "shape": [1]},
-                       {"name": "kv", **kv}],
-            "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, k, cfg.vocab_size]},
-                        {"name": "kv_out", **kv}]}
+    return {
+        "inputs": [
+            {"name": "tokens", "dtype": "int64", "shape": [1, k]},
+            {"name": "start_pos", "dtype": "int64", "shape": [1]},
+            {"name": "kv", **kv},
+        ],
+        "outputs": [
+            {"name": "logits", "dtype": "float32", "shape": [1, k, cfg.vocab_size]},
+            {"name": "kv_out", **kv},
+        ],
+    }
 
 
-def export_all(model: nn.Module, cfg: PolicyConfig, out_dir, k_verify: int = 8,
-               prefix_len=None, *, vocab: Vocab | None = None, fp16: bool = True,
-               opset: int = OPSET, dynamo: bool = False, seed: int = 0,
-               exit_prefills=()) -> dict:
+def export_all(
+    model: nn.Module,
+    cfg: PolicyConfig,
+    out_dir,
+    k_verify: int = 8,
+    prefix_len=None,
+    *,
+    vocab: Vocab | None = None,
+    fp16: bool = True,
+    opset: int = OPSET,
+    dynamo: bool = False,
+    seed: int = 0,
+    exit_prefills=(),
+) -> dict:
     """Write every step graph (fp32, and fp16 under out_dir/fp16/) plus graphs.json.
 
     prefix_len: int or sequence of ints, one prefill graph each (default max_ctx // 2).
@@ -151,8 +191,11 @@ def export_all(model: nn.Module, cfg: PolicyConfig, out_dir, k_verify: int = 8,
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prefix_lens = [cfg.max_ctx // 2] if prefix_len is None else (
-        [prefix_len] if isinstance(prefix_len, int) else list(prefix_len))
+    prefix_lens = (
+        [cfg.max_ctx // 2]
+        if prefix_len is None
+        else ([prefix_len] if isinstance(prefix_len, int) else list(prefix_len))
+    )
     variants = [("float32", model, "")]
     if fp16:
         variants.append(("float16", copy.deepcopy(model).half(), "fp16/"))
@@ -164,20 +207,37 @@ def export_all(model: nn.Module, cfg: PolicyConfig, out_dir, k_verify: int = 8,
             name = f"{sub}step_d{depth}_k{k}.onnx"
             path = export_graph(policy, depth, k, out_dir / name, opset=opset, dynamo=dynamo)
             sparse = {n: ok for n, ok in check_onnx_24(path).items() if n.startswith("blocks.")}
-            parity["graphs"][name] = {**_checked(dtype, step_parity, model, path, depth, k, seed),
-                                      "weights_24": all(sparse.values()) if sparse else None}
-            graphs.append({"file": name, "roles": roles, "depth": depth, "k": k, "dtype": dtype,
-                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                           **_io(cfg, k, dtype)})
+            parity["graphs"][name] = {
+                **_checked(dtype, step_parity, model, path, depth, k, seed),
+                "weights_24": all(sparse.values()) if sparse else None,
+            }
+            graphs.append(
+                {
+                    "file": name,
+                    "roles": roles,
+                    "depth": depth,
+                    "k": k,
+                    "dtype": dtype,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    **_io(cfg, k, dtype),
+                }
+            )
         decode = out_dir / f"{sub}step_d{cfg.n_layer}_k1.onnx"
         prefill = out_dir / f"{sub}step_d{cfg.n_layer}_k{prefix_lens[0]}.onnx"
-        parity[f"greedy_{dtype}"] = _checked(dtype, greedy_parity, model, prefill, decode,
-                                             seed=seed)
-    manifest = {"format": "rtinfer-graphs", "version": 1, "opset": opset,
-                "exporter": f"torch {torch.__version__} onnx {'dynamo' if dynamo else 'legacy'}",
-                "config": cfg.to_dict(), "vocab": vocab.to_dict() if vocab else None,
-                "batch": 1, "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
-                "graphs": graphs}
+        parity[f"greedy_{dtype}"] = _checked(
+            dtype, greedy_parity, model, prefill, decode, seed=seed
+        )
+    manifest = {
+        "format": "rtinfer-graphs",
+        "version": 1,
+        "opset": opset,
+        "exporter": f"torch {torch.__version__} onnx {'dynamo' if dynamo else 'legacy'}",
+        "config": cfg.to_dict(),
+        "vocab": vocab.to_dict() if vocab else None,
+        "batch": 1,
+        "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
+        "graphs": graphs,
+    }
     write_manifest(out_dir, manifest)
     parity["manifest"] = str(out_dir / MANIFEST)
     return parity
@@ -192,4 +252,3 @@ def _checked(dtype: str, check, *args, **kw) -> dict:
         return check(*args, **kw)
     except Exception as e:  # onnxruntime raises its own untyped errors here
         return {"error": f"{type(e).__name__}: {e}"}
-

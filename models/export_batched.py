@@ -22,6 +22,7 @@ any new one is appended, so existing offsets and graph files do not change) and 
 under "batched" in graphs.json: {"file", "roles", "depth", "k", "batch", "dtype", "sha256"}.
 fp32 only (the weight-quantised and fp16 sets keep batch 1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,10 +65,19 @@ def cache_names(depth: int) -> list[str]:
 def export_rows_graph(policy: nn.Module, depth: int, k: int, batch: int, path) -> Path:
     cfg = policy.cfg
     shape = (batch, cfg.n_head, cfg.max_ctx, cfg.head_dim)
-    args = (torch.zeros(batch, k, dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
-            *[torch.zeros(shape) for _ in range(2 * depth)])
-    return export_module(policy, RowsGraph(policy.eval(), depth), args, path,
-                         ["tokens", "start_pos", *cache_names(depth)], ["logits", "kv_new"])
+    args = (
+        torch.zeros(batch, k, dtype=torch.int64),
+        torch.zeros(batch, dtype=torch.int64),
+        *[torch.zeros(shape) for _ in range(2 * depth)],
+    )
+    return export_module(
+        policy,
+        RowsGraph(policy.eval(), depth),
+        args,
+        path,
+        ["tokens", "start_pos", *cache_names(depth)],
+        ["logits", "kv_new"],
+    )
 
 
 def batched_plan(manifest: dict, prefill_ks) -> list[tuple[int, int, list[str]]]:
@@ -77,8 +87,9 @@ def batched_plan(manifest: dict, prefill_ks) -> list[tuple[int, int, list[str]]]
     for g in manifest["graphs"]:
         if g["dtype"] != "float32":
             continue
-        roles = [r for r in g["roles"]
-                 if r in BATCHED_ROLES or (r == "prefill" and g["k"] in prefill_ks)]
+        roles = [
+            r for r in g["roles"] if r in BATCHED_ROLES or (r == "prefill" and g["k"] in prefill_ks)
+        ]
         if roles:
             plan.append((int(g["depth"]), int(g["k"]), roles))
     return plan
@@ -88,6 +99,7 @@ def check_rows(batched_path, single_path, depth: int, k: int, batch: int, seed: 
     """Max |logits - batch-1 logits| and |kv_new - batch-1 kv_out window| over the rows of one
     random batch (rows at different positions): 0.0 when the graph is exact."""
     from models.parity import ort_session
+
     rows, one = ort_session(batched_path), ort_session(single_path)
     shape = [int(d) for d in next(i.shape for i in one.get_inputs() if i.name == "kv")]
     shape[2] = batch
@@ -102,12 +114,20 @@ def check_rows(batched_path, single_path, depth: int, k: int, batch: int, seed: 
     logits, kv_new = rows.run(["logits", "kv_new"], feed)
     worst = 0.0
     for b in range(batch):
-        ref, ref_kv = one.run(["logits", "kv_out"], {"tokens": tokens[b:b + 1],
-                                                     "start_pos": start[b:b + 1],
-                                                     "kv": np.ascontiguousarray(kv[:, :, b:b + 1])})
+        ref, ref_kv = one.run(
+            ["logits", "kv_out"],
+            {
+                "tokens": tokens[b : b + 1],
+                "start_pos": start[b : b + 1],
+                "kv": np.ascontiguousarray(kv[:, :, b : b + 1]),
+            },
+        )
         s = int(start[b])
-        worst = max(worst, float(np.abs(ref[0] - logits[b]).max()),
-                    float(np.abs(ref_kv[:depth, :, 0, :, s:s + k] - kv_new[:, :, b]).max()))
+        worst = max(
+            worst,
+            float(np.abs(ref[0] - logits[b]).max()),
+            float(np.abs(ref_kv[:depth, :, 0, :, s : s + k] - kv_new[:, :, b]).max()),
+        )
     return worst
 
 
@@ -130,8 +150,15 @@ def export_batched(model_dir, batches=BATCHES, *, policy: nn.Module | None = Non
     for old in manifest.get("batched", []):
         (out / old["file"]).unlink(missing_ok=True)
     blob = bytearray((out / WEIGHTS).read_bytes()) if (out / WEIGHTS).exists() else bytearray()
-    seen = external_tensors(out, [g["file"] for g in manifest["graphs"]  # the fp32 set's
-                                  if Path(g["file"]).parent == Path(".")], bytes(blob))
+    seen = external_tensors(
+        out,
+        [
+            g["file"]
+            for g in manifest["graphs"]  # the fp32 set's
+            if Path(g["file"]).parent == Path(".")
+        ],
+        bytes(blob),
+    )
     entries, report = [], {}
     for depth, k, roles in batched_plan(manifest, prefill_ks):
         single = out / f"step_d{depth}_k{k}.onnx"
@@ -139,14 +166,24 @@ def export_batched(model_dir, batches=BATCHES, *, policy: nn.Module | None = Non
             path = export_rows_graph(policy, depth, k, b, out / f"step_d{depth}_k{k}_b{b}.onnx")
             diff = check_rows(path, single, depth, k, b)
             if diff != 0.0:
-                raise RuntimeError(f"{path.name}: differs from {single.name} by {diff:g} on ONNX "
-                                   "Runtime; a batched graph must equal its batch-1 twin exactly")
+                raise RuntimeError(
+                    f"{path.name}: differs from {single.name} by {diff:g} on ONNX "
+                    "Runtime; a batched graph must equal its batch-1 twin exactly"
+                )
             report[path.name] = diff
             if blob:
                 _share_into(path, blob, seen)
-            entries.append({"file": path.name, "roles": roles, "depth": depth, "k": k,
-                            "batch": b, "dtype": "float32",
-                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+            entries.append(
+                {
+                    "file": path.name,
+                    "roles": roles,
+                    "depth": depth,
+                    "k": k,
+                    "batch": b,
+                    "dtype": "float32",
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                }
+            )
     if blob:
         (out / WEIGHTS).write_bytes(bytes(blob))
         manifest.setdefault("weights", {})[WEIGHTS] = hashlib.sha256(blob).hexdigest()

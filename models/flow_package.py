@@ -37,6 +37,7 @@ once it loads as the node loads it and every level ran once on an all-zero obser
 with finite output; a refusal raises PackageError (one line, the fix) and leaves `out_dir`
 as it was. Returns the card written.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,30 +53,60 @@ from rtinfer.model.manifest import write_manifest
 from rtinfer.model.obs_spec import ObsSpec
 
 
-def package_flow(out_dir, prefix_onnx, step_onnx_list, levels, action_spec, obs_spec=None, *,
-                 integrator: str = "euler", affine: dict | None = None,
-                 ddim: dict | None = None, noise: str = "gaussian",
-                 zero_noise_ok: bool = False, card: dict | None = None) -> dict:
+def package_flow(
+    out_dir,
+    prefix_onnx,
+    step_onnx_list,
+    levels,
+    action_spec,
+    obs_spec=None,
+    *,
+    integrator: str = "euler",
+    affine: dict | None = None,
+    ddim: dict | None = None,
+    noise: str = "gaussian",
+    zero_noise_ok: bool = False,
+    card: dict | None = None,
+) -> dict:
     """Write the flow model directory `out_dir` (module docstring); returns its card."""
     prefix = Path(prefix_onnx)
-    steps = [Path(s) for s in ([step_onnx_list] if isinstance(step_onnx_list, (str, Path))
-                               else step_onnx_list)]
+    steps = [
+        Path(s)
+        for s in ([step_onnx_list] if isinstance(step_onnx_list, (str, Path)) else step_onnx_list)
+    ]
     for g in [prefix, *steps]:
         if not g.is_file():
             raise PackageError(f"{g}: no such file; give the path of an exported .onnx graph")
     if not steps:
         raise PackageError("no step graph given; pass at least one (graph 0, the trained one)")
-    action = action_spec if isinstance(action_spec, ActionSpec) else \
-        ActionSpec.from_dict(dict(action_spec))
-    obs = obs_spec if isinstance(obs_spec, ObsSpec) else \
-        ObsSpec(obs_spec) if obs_spec is not None else _graph_obs_spec(prefix)
+    action = (
+        action_spec
+        if isinstance(action_spec, ActionSpec)
+        else ActionSpec.from_dict(dict(action_spec))
+    )
+    obs = (
+        obs_spec
+        if isinstance(obs_spec, ObsSpec)
+        else ObsSpec(obs_spec)
+        if obs_spec is not None
+        else _graph_obs_spec(prefix)
+    )
     ladder = [_level(i, lv) for i, lv in enumerate(levels)]
     with _staged(Path(out_dir)) as tmp:
-        manifest = {"format": "rtinfer-graphs", "version": 2, "kind": KIND,
-                    "integrator": integrator, "prefix": _copy(prefix, tmp, "prefix.onnx"),
-                    "steps": [_copy(s, tmp, "step.onnx" if i == 0 else f"step_{i}.onnx")
-                              for i, s in enumerate(steps)],
-                    "levels": ladder, "noise": noise, "zero_noise_ok": bool(zero_noise_ok)}
+        manifest = {
+            "format": "rtinfer-graphs",
+            "version": 2,
+            "kind": KIND,
+            "integrator": integrator,
+            "prefix": _copy(prefix, tmp, "prefix.onnx"),
+            "steps": [
+                _copy(s, tmp, "step.onnx" if i == 0 else f"step_{i}.onnx")
+                for i, s in enumerate(steps)
+            ],
+            "levels": ladder,
+            "noise": noise,
+            "zero_noise_ok": bool(zero_noise_ok),
+        }
         if affine is not None:
             manifest["action_affine"] = {k: _plain(affine[k]) for k in ("scale", "offset")}
         if ddim is not None:
@@ -115,6 +146,7 @@ def _dry_run(out: Path) -> None:
     """Load `out` as the node does and run each level once on zeros; PackageError names the
     first problem."""
     from rtinfer.inference.flow_runner import dry_run_problems
+
     try:
         problems = dry_run_problems(FlowModelDir.load(out))
     except ModelError as e:

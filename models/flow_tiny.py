@@ -9,6 +9,7 @@ over the whole chunk), exported both ways rtinfer can serve a flow policy:
 Random weights unless trained; for tests, the doc's example and the bench. The time
 convention is the contract's: t = 1 noise, t = 0 data, dt = -1/K.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -21,17 +22,29 @@ OPSET = 17
 
 
 class TinyFlow(nn.Module):
-    def __init__(self, obs_dim: int = 4, horizon: int = 8, dim: int = 2, width: int = 64,
-                 embed: int = 32, per_waypoint_t: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        obs_dim: int = 4,
+        horizon: int = 8,
+        dim: int = 2,
+        width: int = 64,
+        embed: int = 32,
+        per_waypoint_t: bool = False,
+        seed: int = 0,
+    ):
         super().__init__()
         torch.manual_seed(seed)
         self.obs_dim, self.horizon, self.dim = obs_dim, horizon, dim
         self.per_waypoint_t = per_waypoint_t
         self.encoder = nn.Sequential(nn.Linear(obs_dim, embed), nn.GELU(), nn.Linear(embed, embed))
         t_dim = horizon if per_waypoint_t else 1
-        self.expert = nn.Sequential(nn.Linear(horizon * dim + t_dim + embed, width), nn.GELU(),
-                                    nn.Linear(width, width), nn.GELU(),
-                                    nn.Linear(width, horizon * dim))
+        self.expert = nn.Sequential(
+            nn.Linear(horizon * dim + t_dim + embed, width),
+            nn.GELU(),
+            nn.Linear(width, width),
+            nn.GELU(),
+            nn.Linear(width, horizon * dim),
+        )
 
     def prefix(self, state: torch.Tensor) -> torch.Tensor:
         """state [1, obs_dim] -> cond [1, embed]."""
@@ -87,8 +100,15 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
     module.eval()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
-        torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs,
-                          opset_version=OPSET, dynamo=False)
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=inputs,
+            output_names=outputs,
+            opset_version=OPSET,
+            dynamo=False,
+        )
     return path
 
 
@@ -100,8 +120,10 @@ def export_looped(m: TinyFlow, out_dir) -> tuple[Path, Path]:
     cond = m.prefix(state).detach()
     x = torch.zeros(1, m.horizon, m.dim)
     t = torch.ones((1, m.horizon) if m.per_waypoint_t else (1,))
-    return (_export(_Prefix(m), (state,), out / "prefix.onnx", ["state"], ["cond"]),
-            _export(_Step(m), (cond, x, t), out / "step.onnx", ["cond", "x_t", "t"], ["v"]))
+    return (
+        _export(_Prefix(m), (state,), out / "prefix.onnx", ["state"], ["cond"]),
+        _export(_Step(m), (cond, x, t), out / "step.onnx", ["cond", "x_t", "t"], ["v"]),
+    )
 
 
 def export_unrolled(m: TinyFlow, k: int, path) -> Path:

@@ -28,6 +28,7 @@ One-step level: reflow distillation (one-step, as InstaFlow's distillation stage
 copy of the step network is trained so that one Euler step from the same noise lands
 where the 10-step teacher's integration lands (the same committed prefix too).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,16 +45,16 @@ OPSET = 17
 
 @dataclass(frozen=True)
 class FlowConfig:
-    cond_dim: int                # flat observation features
-    horizon: int = 16            # H waypoints
-    action_dim: int = 4          # D
-    prefix_tokens: int = 4       # P
-    width: int = 64              # E
+    cond_dim: int  # flat observation features
+    horizon: int = 16  # H waypoints
+    action_dim: int = 4  # D
+    prefix_tokens: int = 4  # P
+    width: int = 64  # E
     layers: int = 4
     heads: int = 4
     ff: int = 256
     enc_hidden: int = 256
-    max_committed: int = 8       # largest committed prefix trained on (waypoints)
+    max_committed: int = 8  # largest committed prefix trained on (waypoints)
 
 
 def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -90,14 +91,19 @@ class FlowNet(nn.Module):
     def __init__(self, cfg: FlowConfig):
         super().__init__()
         self.cfg = c = cfg
-        self.encoder = nn.Sequential(nn.Linear(c.cond_dim, c.enc_hidden), nn.GELU(),
-                                     nn.Linear(c.enc_hidden, c.enc_hidden), nn.GELU(),
-                                     nn.Linear(c.enc_hidden, c.prefix_tokens * c.width))
+        self.encoder = nn.Sequential(
+            nn.Linear(c.cond_dim, c.enc_hidden),
+            nn.GELU(),
+            nn.Linear(c.enc_hidden, c.enc_hidden),
+            nn.GELU(),
+            nn.Linear(c.enc_hidden, c.prefix_tokens * c.width),
+        )
         self.prefix_pos = nn.Parameter(torch.zeros(c.prefix_tokens, c.width))
         self.act_in = nn.Linear(c.action_dim, c.width)
         self.act_pos = nn.Parameter(torch.randn(c.horizon, c.width) * 0.02)
-        self.t_mlp = nn.Sequential(nn.Linear(c.width, c.width), nn.GELU(),
-                                   nn.Linear(c.width, c.width))
+        self.t_mlp = nn.Sequential(
+            nn.Linear(c.width, c.width), nn.GELU(), nn.Linear(c.width, c.width)
+        )
         self.blocks = nn.ModuleList(Block(c.width, c.heads, c.ff) for _ in range(c.layers))
         self.norm = nn.LayerNorm(c.width)
         self.out = nn.Linear(c.width, c.action_dim)
@@ -111,7 +117,7 @@ class FlowNet(nn.Module):
         z = torch.cat([prefix, a], dim=1)
         for blk in self.blocks:
             z = blk(z)
-        return self.out(self.norm(z[:, prefix.shape[1]:]))
+        return self.out(self.norm(z[:, prefix.shape[1] :]))
 
     def step(self, prefix, anchor, x_t, t):
         """The step graph's maths in absolute normalised coordinates: v for x_t at per-waypoint
@@ -127,8 +133,9 @@ def sample_times(b: int, gen: torch.Generator) -> torch.Tensor:
     return torch.rand(b, generator=gen) ** (1.0 / 1.5) * 0.999 + 0.001
 
 
-def committed_mask(b: int, h: int, max_committed: int, prob: float, gen: torch.Generator
-                   ) -> torch.Tensor:
+def committed_mask(
+    b: int, h: int, max_committed: int, prob: float, gen: torch.Generator
+) -> torch.Tensor:
     """(B, H) bool: True for a committed waypoint. A sample is conditioned with probability
     `prob`, on d uniform in 1..max_committed leading waypoints."""
     d = torch.randint(1, max_committed + 1, (b,), generator=gen)
@@ -136,8 +143,9 @@ def committed_mask(b: int, h: int, max_committed: int, prob: float, gen: torch.G
     return torch.arange(h)[None, :] < d[:, None]
 
 
-def flow_loss(net: FlowNet, cond, y_rel, gen: torch.Generator, *, rtc_prob: float = 0.5
-              ) -> torch.Tensor:
+def flow_loss(
+    net: FlowNet, cond, y_rel, gen: torch.Generator, *, rtc_prob: float = 0.5
+) -> torch.Tensor:
     """Flow-matching loss on a batch in anchored coordinates, with training-time RTC."""
     b, h, _ = y_rel.shape
     noise = torch.randn(y_rel.shape, generator=gen)
@@ -169,13 +177,24 @@ def integrate(net: FlowNet, prefix, anchor, noise, steps: int, committed=None, n
 
 
 def _schedule(opt, steps: int, lr: float):
-    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
-                                               pct_start=0.05, anneal_strategy="cos")
+    return torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.05, anneal_strategy="cos"
+    )
 
 
-def train_flow(net: FlowNet, cond: torch.Tensor, y_rel: torch.Tensor, *, steps: int,
-               batch: int = 256, lr: float = 5e-4, seed: int = 0, rtc_prob: float = 0.5,
-               log_every: int = 200, log=print) -> list[dict]:
+def train_flow(
+    net: FlowNet,
+    cond: torch.Tensor,
+    y_rel: torch.Tensor,
+    *,
+    steps: int,
+    batch: int = 256,
+    lr: float = 5e-4,
+    seed: int = 0,
+    rtc_prob: float = 0.5,
+    log_every: int = 200,
+    log=print,
+) -> list[dict]:
     """Train `net` on (cond (N, C), y_rel (N, H, D)) rows; returns the loss history."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
@@ -192,17 +211,29 @@ def train_flow(net: FlowNet, cond: torch.Tensor, y_rel: torch.Tensor, *, steps: 
         sched.step()
         run = loss.item() if step == 1 else 0.98 * run + 0.02 * loss.item()
         if step % log_every == 0 or step == steps:
-            hist.append({"step": step, "loss": round(run, 5),
-                         "s": round(time.perf_counter() - t0, 1)})
+            hist.append(
+                {"step": step, "loss": round(run, 5), "s": round(time.perf_counter() - t0, 1)}
+            )
             log(json.dumps(hist[-1]))
     net.eval()
     return hist
 
 
-def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teacher_steps: int = 10,
-                     y_rel: torch.Tensor | None = None, batch: int = 256, lr: float = 2e-4,
-                     seed: int = 1, rtc_prob: float = 0.5, log_every: int = 200, log=print,
-                     student_prefix: str = "own") -> tuple[FlowNet, list[dict]]:
+def distill_one_step(
+    teacher: FlowNet,
+    cond: torch.Tensor,
+    *,
+    steps: int,
+    teacher_steps: int = 10,
+    y_rel: torch.Tensor | None = None,
+    batch: int = 256,
+    lr: float = 2e-4,
+    seed: int = 1,
+    rtc_prob: float = 0.5,
+    log_every: int = 200,
+    log=print,
+    student_prefix: str = "own",
+) -> tuple[FlowNet, list[dict]]:
     """Reflow distillation to one step: a copy of `teacher` learns v(noise, t=1) so that
     noise - v equals the teacher's `teacher_steps`-step Euler result from the same noise (and
     the same committed prefix, drawn as in training: the rows' own chunks y_rel where given,
@@ -212,6 +243,7 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
     "teacher": the student reads the teacher's prefix tokens and only its step network learns
     (conveyor-flow measured 0.976 with "own", 0.956 with "teacher", 60 episodes each)."""
     import copy
+
     student = copy.deepcopy(teacher)
     teacher.eval()
     gen = torch.Generator().manual_seed(seed)
@@ -226,12 +258,14 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
         zero = torch.zeros_like(noise) if zero is None else zero
         with torch.no_grad():
             pre = teacher.encode(c)
-            free = integrate(teacher, pre, zero, noise, teacher_steps) if y_rel is None \
-                else y_rel[idx]
+            free = (
+                integrate(teacher, pre, zero, noise, teacher_steps) if y_rel is None else y_rel[idx]
+            )
             done = committed_mask(batch, h, teacher.cfg.max_committed, rtc_prob, gen)
             n = done.sum(1)
-            target = integrate(teacher, pre, zero, noise, teacher_steps, committed=free,
-                               n_committed=n)
+            target = integrate(
+                teacher, pre, zero, noise, teacher_steps, committed=free, n_committed=n
+            )
         student.train()
         x0 = torch.where(done.unsqueeze(-1), free, noise)
         t = torch.where(done, torch.zeros(batch, h), torch.ones(batch, h))
@@ -246,8 +280,9 @@ def distill_one_step(teacher: FlowNet, cond: torch.Tensor, *, steps: int, teache
         sched.step()
         run = loss.item() if step == 1 else 0.98 * run + 0.02 * loss.item()
         if step % log_every == 0 or step == steps:
-            hist.append({"step": step, "loss": round(run, 6),
-                         "s": round(time.perf_counter() - t0, 1)})
+            hist.append(
+                {"step": step, "loss": round(run, 6), "s": round(time.perf_counter() - t0, 1)}
+            )
             log(json.dumps(hist[-1]))
     student.eval()
     return student, hist
@@ -279,16 +314,28 @@ class StepGraph(nn.Module):
 def export_step(net: FlowNet, path, prefix_names=("obs_emb", "anchor")) -> None:
     """The step graph as ONNX (opset 17, static shapes, batch 1)."""
     c = net.cfg
-    dummy = (torch.zeros(1, c.prefix_tokens, c.width), torch.zeros(1, c.horizon, c.action_dim),
-             torch.zeros(1, c.horizon, c.action_dim), torch.full((1, c.horizon), 0.5))
+    dummy = (
+        torch.zeros(1, c.prefix_tokens, c.width),
+        torch.zeros(1, c.horizon, c.action_dim),
+        torch.zeros(1, c.horizon, c.action_dim),
+        torch.full((1, c.horizon), 0.5),
+    )
     with torch.no_grad():
-        torch.onnx.export(StepGraph(net).eval(), dummy, str(path),
-                          input_names=[*prefix_names, "x_t", "t"], output_names=["v"],
-                          opset_version=OPSET, dynamo=False, do_constant_folding=True)
+        torch.onnx.export(
+            StepGraph(net).eval(),
+            dummy,
+            str(path),
+            input_names=[*prefix_names, "x_t", "t"],
+            output_names=["v"],
+            opset_version=OPSET,
+            dynamo=False,
+            do_constant_folding=True,
+        )
 
 
 def ort_session(path, threads: int = 1):
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -296,8 +343,14 @@ def ort_session(path, threads: int = 1):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def euler_onnx(step_sess, prefix: dict[str, np.ndarray], noise: np.ndarray, steps: int,
-               committed: np.ndarray | None = None, n_committed: int = 0) -> np.ndarray:
+def euler_onnx(
+    step_sess,
+    prefix: dict[str, np.ndarray],
+    noise: np.ndarray,
+    steps: int,
+    committed: np.ndarray | None = None,
+    n_committed: int = 0,
+) -> np.ndarray:
     """K Euler steps through an ONNX step graph (batch 1), as the node integrates."""
     x = noise.astype(np.float32).copy()
     h = x.shape[1]

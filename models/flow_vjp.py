@@ -12,6 +12,7 @@ torch.onnx's dynamo exporter: the legacy exporter cannot trace autograd. t is [1
 [1, H_m] (per waypoint). Graph inputs and outputs are renamed to the contract's names (an
 initializer that the exporter named like an input is renamed first).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -26,6 +27,7 @@ OUTPUTS = ("v", "correction")
 def guided(velocity):
     """velocity(cond..., x_t, t) -> the guided step function of the same inputs + target,
     weights."""
+
     def step(*args):
         *conds, x_t, t, target, weights = args
         time = t.reshape(1, -1, 1)
@@ -33,8 +35,10 @@ def guided(velocity):
         def x1_of(x):
             v = velocity(*conds, x, t)
             return x - time * v, v
+
         x1, vjp, v = torch.func.vjp(x1_of, x_t, has_aux=True)
         return v, vjp((target - x1) * weights)[0]
+
     return step
 
 
@@ -43,14 +47,16 @@ def export_guided(velocity, args: tuple, names: list[str], path) -> Path:
     names: the step graph's input names. Writes the guided graph to `path`."""
     import onnx
     from torch.fx.experimental.proxy_tensor import make_fx
+
     x_t = args[-2]
     extra = (torch.zeros_like(x_t), torch.zeros(1, x_t.shape[1], 1))
     all_args = (*args, *extra)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gm = make_fx(guided(velocity))(*all_args)
-        prog = torch.onnx.export(gm, all_args, None, dynamo=True, opset_version=OPSET,
-                                 verbose=False)
+        prog = torch.onnx.export(
+            gm, all_args, None, dynamo=True, opset_version=OPSET, verbose=False
+        )
     proto = prog.model_proto  # a fresh proto at each access: take it once
     g = proto.graph
     want = [*names, "target", "weights"]

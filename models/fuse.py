@@ -23,6 +23,7 @@ graphs.json gets the new sha256s and "fused": {dtype: {"tool", "fusions", "nodes
 MatMulNBits (int8/int4, with its dequantisation fused into the kernel) comes from
 models.quantise; this pass leaves those nodes as they are.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,19 @@ from rtinfer.model.manifest import read_manifest, write_manifest
 FUSIONS = ("skip_layer_norm", "gelu", "attention")
 DEFAULT_FUSIONS = ("skip_layer_norm", "gelu")
 TOLERANCE = 1e-2  # of the logits' range: see `compare`
-_OPTIONS = {"skip_layer_norm": ("enable_skip_layer_norm", "enable_bias_skip_layer_norm"),
-            "gelu": ("enable_gelu", "enable_bias_gelu"),
-            "attention": ("enable_attention",)}
-_ALWAYS_OFF = ("enable_embed_layer_norm", "enable_rotary_embeddings", "enable_qordered_matmul",
-               "enable_gelu_approximation", "enable_gemm_fast_gelu", "enable_layer_norm")
+_OPTIONS = {
+    "skip_layer_norm": ("enable_skip_layer_norm", "enable_bias_skip_layer_norm"),
+    "gelu": ("enable_gelu", "enable_bias_gelu"),
+    "attention": ("enable_attention",),
+}
+_ALWAYS_OFF = (
+    "enable_embed_layer_norm",
+    "enable_rotary_embeddings",
+    "enable_qordered_matmul",
+    "enable_gelu_approximation",
+    "enable_gemm_fast_gelu",
+    "enable_layer_norm",
+)
 
 
 def node_counts(model: onnx.ModelProto) -> dict[str, int]:
@@ -55,11 +64,13 @@ def node_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(collections.Counter(n.op_type for n in model.graph.node).most_common())
 
 
-def fuse_model(model: onnx.ModelProto, n_head: int, n_embd: int,
-               fusions=DEFAULT_FUSIONS) -> onnx.ModelProto:
+def fuse_model(
+    model: onnx.ModelProto, n_head: int, n_embd: int, fusions=DEFAULT_FUSIONS
+) -> onnx.ModelProto:
     """The graph through ONNX Runtime's transformer optimizer with only `fusions` on."""
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
+
     unknown = set(fusions) - set(FUSIONS)
     if unknown:
         raise ValueError(f"unknown fusions {sorted(unknown)}; choose from {FUSIONS}")
@@ -73,8 +84,15 @@ def fuse_model(model: onnx.ModelProto, n_head: int, n_embd: int,
     logging.getLogger("fusion").setLevel(logging.ERROR)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)  # the optimizer rewrites the proto it is given
-    m = optimizer.optimize_model(copy, model_type="gpt2", num_heads=n_head, hidden_size=n_embd,
-                                 optimization_options=opts, opt_level=0, use_gpu=False)
+    m = optimizer.optimize_model(
+        copy,
+        model_type="gpt2",
+        num_heads=n_head,
+        hidden_size=n_embd,
+        optimization_options=opts,
+        opt_level=0,
+        use_gpu=False,
+    )
     return m.model
 
 
@@ -101,10 +119,13 @@ def compare(original: Path, fused: Path) -> tuple[float, int]:
     that difference (random weights and inputs give such near-ties); anywhere else the
     rewrite changed the maths, and ValueError is raised."""
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    a, b = (ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
-            for p in (original, fused))
+    a, b = (
+        ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
+        for p in (original, fused)
+    )
     feed = _inputs(a)
     la, lb = a.run(["logits"], feed)[0], b.run(["logits"], feed)[0]
     diff = np.abs(la - lb).max()
@@ -113,8 +134,10 @@ def compare(original: Path, fused: Path) -> tuple[float, int]:
     for idx in map(tuple, flips):
         margin = la[idx + (ta[idx],)] - la[idx + (tb[idx],)]
         if margin > 2 * diff:
-            raise ValueError(f"{fused.name}: a greedy token differs from {original.name}'s by a "
-                             f"margin of {margin:.3g} (logits differ by {diff:.3g}); not fused")
+            raise ValueError(
+                f"{fused.name}: a greedy token differs from {original.name}'s by a "
+                f"margin of {margin:.3g} (logits differ by {diff:.3g}); not fused"
+            )
     return float(diff / max(np.ptp(la), 1e-12)), len(flips)
 
 
@@ -152,11 +175,13 @@ def fuse_dir(model_dir, dtypes=("int8", "int4"), fusions=DEFAULT_FUSIONS) -> dic
     report = {}
     for dtype in dtypes:
         dtype = {"fp32": "float32", "fp16": "float16"}.get(dtype, dtype)
-        entries = [g for key in ("graphs", "kv_rows") for g in manifest.get(key, [])
-                   if g["dtype"] == dtype]
+        entries = [
+            g for key in ("graphs", "kv_rows") for g in manifest.get(key, []) if g["dtype"] == dtype
+        ]
         if dtype in done or not entries:
             continue
         import onnxruntime
+
         rep = {}
         for g in entries:
             path = out / g["file"]
@@ -167,23 +192,33 @@ def fuse_dir(model_dir, dtypes=("int8", "int4"), fusions=DEFAULT_FUSIONS) -> dic
                 _save(fused, trial, path)
                 diff, flips = compare(path, trial)
                 if diff > TOLERANCE:
-                    raise ValueError(f"{path.name}: fused logits differ by {diff:.2g} of their "
-                                     f"range (> {TOLERANCE}); not fused")
+                    raise ValueError(
+                        f"{path.name}: fused logits differ by {diff:.2g} of their "
+                        f"range (> {TOLERANCE}); not fused"
+                    )
                 ops = node_counts(fused)
-                rep[g["file"]] = {"nodes_before": sum(node_counts(before).values()),
-                                  "nodes_after": sum(ops.values()), "ops_after": ops,
-                                  "max_rel_diff": diff, "near_tie_flips": flips}
+                rep[g["file"]] = {
+                    "nodes_before": sum(node_counts(before).values()),
+                    "nodes_after": sum(ops.values()),
+                    "ops_after": ops,
+                    "max_rel_diff": diff,
+                    "near_tie_flips": flips,
+                }
                 os.replace(trial, path)
             finally:
                 trial.unlink(missing_ok=True)
             g["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         folder = out / Path(entries[0]["file"]).parent / WEIGHTS
         if folder.exists() and str(folder.relative_to(out)) in manifest.get("weights", {}):
-            manifest["weights"][str(folder.relative_to(out))] = \
-                hashlib.sha256(folder.read_bytes()).hexdigest()
-        done[dtype] = {"tool": f"onnxruntime {onnxruntime.__version__} transformers optimizer "
-                               "(gpt2, opt_level 0)", "fusions": list(fusions),
-                       "nodes": {f: [r["nodes_before"], r["nodes_after"]] for f, r in rep.items()}}
+            manifest["weights"][str(folder.relative_to(out))] = hashlib.sha256(
+                folder.read_bytes()
+            ).hexdigest()
+        done[dtype] = {
+            "tool": f"onnxruntime {onnxruntime.__version__} transformers optimizer "
+            "(gpt2, opt_level 0)",
+            "fusions": list(fusions),
+            "nodes": {f: [r["nodes_before"], r["nodes_after"]] for f, r in rep.items()},
+        }
         report[dtype] = rep
     write_manifest(out, manifest)
     return report
@@ -192,13 +227,27 @@ def fuse_dir(model_dir, dtypes=("int8", "int4"), fusions=DEFAULT_FUSIONS) -> dic
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir")
-    ap.add_argument("--dtypes", nargs="+", default=["int8", "int4"],
-                    help="graph sets to fuse: float32 (fp32), int8, int4")
+    ap.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["int8", "int4"],
+        help="graph sets to fuse: float32 (fp32), int8, int4",
+    )
     ap.add_argument("--fusions", nargs="+", default=list(DEFAULT_FUSIONS), choices=FUSIONS)
     a = ap.parse_args(argv)
     report = fuse_dir(a.model_dir, a.dtypes, a.fusions)
-    print(json.dumps({d: {f: [r["nodes_before"], r["nodes_after"], r["max_rel_diff"]]
-                          for f, r in rep.items()} for d, rep in report.items()}, indent=1))
+    print(
+        json.dumps(
+            {
+                d: {
+                    f: [r["nodes_before"], r["nodes_after"], r["max_rel_diff"]]
+                    for f, r in rep.items()
+                }
+                for d, rep in report.items()
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

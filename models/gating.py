@@ -21,6 +21,7 @@ routed token), in its k-token graphs the batch is computed and skipped rows are 
 `ship_gated` writes one model directory that serves the dense policy and a gated graph set per
 threshold, declared in graphs.json "gated" (docs/policies.md "Gated budget levels").
 """
+
 from __future__ import annotations
 
 import copy
@@ -69,8 +70,15 @@ class GatedPolicy(nn.Module):
 
 
 @torch.jit.script
-def _ffn_if(h: torch.Tensor, score: torch.Tensor, tau: float, w1t: torch.Tensor,
-            b1: torch.Tensor, w2t: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+def _ffn_if(
+    h: torch.Tensor,
+    score: torch.Tensor,
+    tau: float,
+    w1t: torch.Tensor,
+    b1: torch.Tensor,
+    w2t: torch.Tensor,
+    b2: torch.Tensor,
+) -> torch.Tensor:
     """One token's FFN, run only when its score reaches tau (an ONNX If when exported). The
     weights come transposed (folded at export into the same tensors the dense graphs hold,
     so a gated set shares the directory's weights.bin)."""
@@ -92,8 +100,15 @@ class RoutedMLP(nn.Module):
         score = torch.sigmoid(self.router(h))
         if h.shape[1] == 1:  # a trace-time constant: the 1-token graph gets the If
             m = self.mlp
-            return _ffn_if(h, score, self.tau, m.c_fc.weight.t(), m.c_fc.bias,
-                           m.c_proj.weight.t(), m.c_proj.bias)
+            return _ffn_if(
+                h,
+                score,
+                self.tau,
+                m.c_fc.weight.t(),
+                m.c_fc.bias,
+                m.c_proj.weight.t(),
+                m.c_proj.bias,
+            )
         return (score >= self.tau).to(h.dtype) * self.mlp(h)
 
 
@@ -106,26 +121,46 @@ def routed_policy(gated: GatedPolicy, tau: float) -> nn.Module:
     return out
 
 
-def export_routed(model_dir, routers_path, out_dir, tau: float, k_verify: int = 8,
-                  ffn_skipped: float | None = None) -> Path:
+def export_routed(
+    model_dir,
+    routers_path,
+    out_dir,
+    tau: float,
+    k_verify: int = 8,
+    ffn_skipped: float | None = None,
+) -> Path:
     """A model directory of the shipped policy with trained routers (a safetensors file
     `train` wrote) at threshold tau: the source's prefill lengths and exits, fp32.
     ffn_skipped: the fraction of FFNs skipped at tau (from `evaluate`), kept in card.json."""
     from safetensors.torch import load_file
 
     from rtinfer.model.directory import ModelDir
+
     src, out = Path(model_dir), Path(out_dir)
     md, ck = ModelDir.load(src), checkpoint.load(src / "policy")
     gated = GatedPolicy(ck.model)
     gated.routers.load_state_dict(load_file(str(routers_path)))
-    prefixes = sorted({g["k"] for g in md.manifest["graphs"] if "prefill" in g["roles"]
-                       and g["depth"] == ck.cfg.n_layer and g["dtype"] == "float32"})
+    prefixes = sorted(
+        {
+            g["k"]
+            for g in md.manifest["graphs"]
+            if "prefill" in g["roles"] and g["depth"] == ck.cfg.n_layer and g["dtype"] == "float32"
+        }
+    )
     _export_plain(routed_policy(gated, tau), ck.cfg, ck.vocab, out, k_verify, prefixes)
     for name in SPEC_FILES:
         shutil.copyfile(src / name, out / name)
-    (out / "card.json").write_text(json.dumps({"name": out.name, "from": src.name, "tau": tau,
-                                               "routers": str(routers_path),
-                                               "ffn_skipped": ffn_skipped}))
+    (out / "card.json").write_text(
+        json.dumps(
+            {
+                "name": out.name,
+                "from": src.name,
+                "tau": tau,
+                "routers": str(routers_path),
+                "ffn_skipped": ffn_skipped,
+            }
+        )
+    )
     return out
 
 
@@ -139,26 +174,50 @@ def _export_plain(policy: nn.Module, cfg, vocab, out: Path, k_verify: int, prefi
     import onnx
 
     from models.export import OPSET, StepGraph, _io, graph_plan
+
     out.mkdir(parents=True, exist_ok=True)
     graphs = []
     for (depth, k), roles in graph_plan(cfg, k_verify, prefixes).items():
         path = out / f"step_d{depth}_k{k}.onnx"
-        args = (torch.zeros(1, k, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-                torch.zeros(cfg.kv_shape(1)))
+        args = (
+            torch.zeros(1, k, dtype=torch.int64),
+            torch.zeros(1, dtype=torch.int64),
+            torch.zeros(cfg.kv_shape(1)),
+        )
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(StepGraph(policy, depth), args, str(path), opset_version=OPSET,
-                              input_names=["tokens", "start_pos", "kv"],
-                              output_names=["logits", "kv_out"], dynamo=False)
+            torch.onnx.export(
+                StepGraph(policy, depth),
+                args,
+                str(path),
+                opset_version=OPSET,
+                input_names=["tokens", "start_pos", "kv"],
+                output_names=["logits", "kv_out"],
+                dynamo=False,
+            )
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-        graphs.append({"file": path.name, "roles": roles, "depth": depth, "k": k,
-                       "dtype": "float32", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                       **_io(cfg, k, "float32")})
-    manifest = {"format": "rtinfer-graphs", "version": 1, "opset": OPSET,
-                "exporter": f"torch {torch.__version__} onnx legacy", "config": cfg.to_dict(),
-                "vocab": vocab.to_dict(), "batch": 1,
-                "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
-                "graphs": graphs}
+        graphs.append(
+            {
+                "file": path.name,
+                "roles": roles,
+                "depth": depth,
+                "k": k,
+                "dtype": "float32",
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                **_io(cfg, k, "float32"),
+            }
+        )
+    manifest = {
+        "format": "rtinfer-graphs",
+        "version": 1,
+        "opset": OPSET,
+        "exporter": f"torch {torch.__version__} onnx legacy",
+        "config": cfg.to_dict(),
+        "vocab": vocab.to_dict(),
+        "batch": 1,
+        "kv_layout": ["layer", "k|v", "batch", "head", "position", "head_dim"],
+        "graphs": graphs,
+    }
     write_manifest(out, manifest)
 
 
@@ -186,6 +245,7 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
 
     from models.export import OPSET, StepGraph
     from models.share import WEIGHTS, external_tensors, externalise
+
     src, out = Path(model_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(src)
@@ -209,26 +269,54 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
         graphs = []
         for k in ks:
             path = out / f"step_d{full}_k{k}_{name}.onnx"
-            args = (torch.zeros(1, k, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-                    torch.zeros(ck.cfg.kv_shape(1)))
+            args = (
+                torch.zeros(1, k, dtype=torch.int64),
+                torch.zeros(1, dtype=torch.int64),
+                torch.zeros(ck.cfg.kv_shape(1)),
+            )
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # initializer names kept: If branches use them
-                torch.onnx.export(StepGraph(policy, full), args, str(path), opset_version=OPSET,
-                                  input_names=["tokens", "start_pos", "kv"],
-                                  output_names=["logits", "kv_out"], dynamo=False)
+                torch.onnx.export(
+                    StepGraph(policy, full),
+                    args,
+                    str(path),
+                    opset_version=OPSET,
+                    input_names=["tokens", "start_pos", "kv"],
+                    output_names=["logits", "kv_out"],
+                    dynamo=False,
+                )
             model = onnx.load(str(path))
             onnx.checker.check_model(model, full_check=True)
             externalise(model, extra, seen, location=GATED_BIN)  # new tensors: gated.bin
             onnx.save_model(model, str(path))
-            role = [r for g in manifest["graphs"] if g["depth"] == full and g["k"] == k
-                    for r in g["roles"]]
-            graphs.append({"file": path.name, "roles": role, "depth": full, "k": k,
-                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+            role = [
+                r
+                for g in manifest["graphs"]
+                if g["depth"] == full and g["k"] == k
+                for r in g["roles"]
+            ]
+            graphs.append(
+                {
+                    "file": path.name,
+                    "roles": role,
+                    "depth": full,
+                    "k": k,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                }
+            )
         m = (levels or {}).get(tau, {})
-        decl.append({"name": name, "tau": tau, "dtype": "float32",
-                     "ffn_active": m.get("ffn_active", 1.0), "step_ratio": m.get("step_ratio", 1.0),
-                     "active_flops": m.get("active_flops"), "accuracy": m.get("accuracy"),
-                     "graphs": graphs})
+        decl.append(
+            {
+                "name": name,
+                "tau": tau,
+                "dtype": "float32",
+                "ffn_active": m.get("ffn_active", 1.0),
+                "step_ratio": m.get("step_ratio", 1.0),
+                "active_flops": m.get("active_flops"),
+                "accuracy": m.get("accuracy"),
+                "graphs": graphs,
+            }
+        )
     if extra:
         (out / GATED_BIN).write_bytes(bytes(extra))
         manifest["weights"][GATED_BIN] = hashlib.sha256(extra).hexdigest()
@@ -237,8 +325,16 @@ def ship_gated(model_dir, routers_path, out_dir, taus, levels: dict | None = Non
     return out
 
 
-def train(gated: GatedPolicy, demos, *, steps: int, batch: int, penalty: float,
-          lr: float = 3e-3, seed: int = 0) -> list[float]:
+def train(
+    gated: GatedPolicy,
+    demos,
+    *,
+    steps: int,
+    batch: int,
+    penalty: float,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
     """Fit the routers; returns the loss per step."""
     v = demos.vocab
     a0, a1, t = v.action_start, v.action_stop, torch.from_numpy(demos.targets)
@@ -247,8 +343,9 @@ def train(gated: GatedPolicy, demos, *, steps: int, batch: int, penalty: float,
     for _ in range(steps):
         rows = seqs[rng.integers(0, len(seqs), batch)]
         logits, s = gated(rows[:, :-1])
-        ce = F.cross_entropy(logits[:, t, a0:a1].reshape(-1, a1 - a0),
-                             (rows[:, t + 1] - a0).reshape(-1))
+        ce = F.cross_entropy(
+            logits[:, t, a0:a1].reshape(-1, a1 - a0), (rows[:, t + 1] - a0).reshape(-1)
+        )
         loss = ce + penalty * s[:, t].mean()
         opt.zero_grad()
         loss.backward()
@@ -269,7 +366,7 @@ def evaluate(gated: GatedPolicy, demos, taus, batch: int = 512) -> dict:
         acc = agree = n = 0
         skipped = torch.zeros(gated.policy.cfg.n_layer)
         for i in range(0, len(seqs), batch):
-            rows = seqs[i:i + batch]
+            rows = seqs[i : i + batch]
             if tau is None:
                 pred = gated.policy(rows[:, :-1])[:, t, a0:a1].argmax(-1)
                 dense = out.setdefault("dense_pred", [])
@@ -284,14 +381,18 @@ def evaluate(gated: GatedPolicy, demos, taus, batch: int = 512) -> dict:
         key = "dense" if tau is None else f"{tau:g}"
         out[key] = {"accuracy": acc / n}
         if tau is not None:
-            out[key].update(agreement=agree / n, skipped=float(skipped.sum() / n / len(skipped)),
-                            per_layer_skipped=[round(float(x), 4) for x in skipped / n])
+            out[key].update(
+                agreement=agree / n,
+                skipped=float(skipped.sum() / n / len(skipped)),
+                per_layer_skipped=[round(float(x), 4) for x in skipped / n],
+            )
     out.pop("dense_pred")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     lv = sub.add_parser("levels", help="FFN-skip graph sets, one model directory per level")
@@ -308,8 +409,14 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     tr.add_argument("--val", type=float, default=0.05)
     st = sub.add_parser("steps", help="1-token step time per FFN-skip level, random weights")
-    st.add_argument("--shape", type=int, nargs=3, action="append", required=True,
-                    metavar=("N_LAYER", "N_EMBD", "N_HEAD"))
+    st.add_argument(
+        "--shape",
+        type=int,
+        nargs=3,
+        action="append",
+        required=True,
+        metavar=("N_LAYER", "N_EMBD", "N_HEAD"),
+    )
     st.add_argument("--vocab-size", type=int, default=519)
     st.add_argument("--max-ctx", type=int, default=64)
     st.add_argument("--rounds", type=int, default=5)
@@ -318,15 +425,23 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("routers", help="a routers .safetensors `train` wrote")
     ex.add_argument("out")
     ex.add_argument("--tau", type=float, required=True)
-    ex.add_argument("--ffn-skipped", type=float, default=None,
-                    help="the fraction of FFNs skipped at tau (train's results), for the card")
+    ex.add_argument(
+        "--ffn-skipped",
+        type=float,
+        default=None,
+        help="the fraction of FFNs skipped at tau (train's results), for the card",
+    )
     sh = sub.add_parser("ship", help="dense + a gated set per threshold, in one model directory")
     sh.add_argument("model")
     sh.add_argument("routers", help="a routers .safetensors `train` wrote")
     sh.add_argument("out")
     sh.add_argument("--tau", type=float, nargs="+", required=True)
-    sh.add_argument("--levels", default=None, help='JSON {"<tau>": {"ffn_active", "step_ratio", '
-                    '"active_flops", "accuracy"}} measured, for graphs.json "gated"')
+    sh.add_argument(
+        "--levels",
+        default=None,
+        help='JSON {"<tau>": {"ffn_active", "step_ratio", '
+        '"active_flops", "accuracy"}} measured, for graphs.json "gated"',
+    )
     ft = sub.add_parser("finetune", help="one FFN-skip level, fine-tuned, as a model directory")
     ft.add_argument("model")
     ft.add_argument("out")
@@ -338,19 +453,21 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "steps":
         from models.ffn_skip import step_times
+
         torch.set_num_threads(1)
         for shape in a.shape:
             skips = sorted({0, shape[0] // 2, shape[0] - 1, shape[0]})
-            print(json.dumps(step_times(tuple(shape), a.vocab_size, a.max_ctx, skips,
-                                        a.rounds)), flush=True)
+            print(
+                json.dumps(step_times(tuple(shape), a.vocab_size, a.max_ctx, skips, a.rounds)),
+                flush=True,
+            )
         return 0
     if a.cmd == "export":
         print(export_routed(a.model, a.routers, a.out, a.tau, ffn_skipped=a.ffn_skipped))
         return 0
     if a.cmd == "ship":
         lv = json.loads(Path(a.levels).read_text()) if a.levels else {}
-        print(ship_gated(a.model, a.routers, a.out, a.tau,
-                         {float(t): m for t, m in lv.items()}))
+        print(ship_gated(a.model, a.routers, a.out, a.tau, {float(t): m for t, m in lv.items()}))
         return 0
     if a.cmd == "levels":
         print(json.dumps({n: str(p) for n, p in export_levels(a.model, a.out, a.skip).items()}))
@@ -360,24 +477,42 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import save_file
 
     from models import data
+
     torch.set_num_threads(1)
     if a.cmd == "finetune":
-        card = finetune_level(a.model, a.out, a.skip, *data.split(data.load(a.data), 0.02, 0),
-                              steps=a.steps, batch=a.batch, lr=a.lr)
+        card = finetune_level(
+            a.model,
+            a.out,
+            a.skip,
+            *data.split(data.load(a.data), 0.02, 0),
+            steps=a.steps,
+            batch=a.batch,
+            lr=a.lr,
+        )
         print(json.dumps({k: card[k] for k in ("name", "params", "accuracy")}))
         return 0
     tr_set, val = data.split(data.load(a.data), a.val, 0)
-    results = {"data": a.data, "train_rows": len(tr_set), "val_rows": len(val),
-               "steps": a.steps, "batch": a.batch, "runs": {}}
+    results = {
+        "data": a.data,
+        "train_rows": len(tr_set),
+        "val_rows": len(val),
+        "steps": a.steps,
+        "batch": a.batch,
+        "runs": {},
+    }
     for pen in a.penalty:
         gated = GatedPolicy(checkpoint.load(Path(a.model) / "policy").model)
         t0 = time.monotonic()
         losses = train(gated, tr_set, steps=a.steps, batch=a.batch, penalty=pen)
-        results["runs"][f"{pen:g}"] = {"train_seconds": time.monotonic() - t0,
-                                       "loss_first_last": [losses[0], losses[-1]],
-                                       **evaluate(gated, val, a.taus)}
-        save_file({k: t.contiguous() for k, t in gated.routers.state_dict().items()},
-                  f"{a.out}-p{pen:g}.safetensors")
+        results["runs"][f"{pen:g}"] = {
+            "train_seconds": time.monotonic() - t0,
+            "loss_first_last": [losses[0], losses[-1]],
+            **evaluate(gated, val, a.taus),
+        }
+        save_file(
+            {k: t.contiguous() for k, t in gated.routers.state_dict().items()},
+            f"{a.out}-p{pen:g}.safetensors",
+        )
         Path(f"{a.out}.json").write_text(json.dumps(results, indent=1))
         print(json.dumps({pen: results["runs"][f"{pen:g}"]}), flush=True)
     return 0

@@ -12,6 +12,7 @@ makes their gradients differ, so training can use the new width (an even split w
 the copies equal for ever: their gradients would be equal).
 Returns a checkpoint with the same vocab, depth, exits and meta; meta["grown_from"] says so.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,9 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     ck = checkpoint.load(a.checkpoint)
     wide = widen(ck.model, a.noise, a.seed)
-    meta = {**ck.meta, "grown_from": {"checkpoint": a.checkpoint, "params": ck.model.num_params(),
-                                      "method": "width x2, duplicated features, random split",
-                                      "noise": a.noise, "seed": a.seed}}
+    meta = {
+        **ck.meta,
+        "grown_from": {
+            "checkpoint": a.checkpoint,
+            "params": ck.model.num_params(),
+            "method": "width x2, duplicated features, random split",
+            "noise": a.noise,
+            "seed": a.seed,
+        },
+    }
     checkpoint.save(a.out, wide, ck.vocab, meta)
     print(json.dumps({"params": wide.num_params(), "config": wide.cfg.to_dict()}))
     return 0

@@ -17,6 +17,7 @@ Quantised twins are the fp32 twin through models.quantise's settings (the same b
 same packed weights). Listed under "kv_rows" in graphs.json: {"file", "roles", "depth", "k",
 "dtype", "sha256"}; the graphs under "graphs" stay byte-identical. fp32 twins share weights.bin.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,15 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
     out = Path(model_dir)
     manifest = read_manifest(out)
     policy = policy or checkpoint.load(out / "policy").model
-    wanted = [g for g in manifest["graphs"]
-              if g["dtype"] in (dtypes or ("float32", *SETTINGS))]
+    wanted = [g for g in manifest["graphs"] if g["dtype"] in (dtypes or ("float32", *SETTINGS))]
     for old in manifest.get(KEY, []):
         (out / old["file"]).unlink(missing_ok=True)
     blob = bytearray((out / WEIGHTS).read_bytes()) if (out / WEIGHTS).exists() else bytearray()
-    seen = external_tensors(out, [g["file"] for g in manifest["graphs"]
-                                  if Path(g["file"]).parent == Path(".")], bytes(blob))
+    seen = external_tensors(
+        out,
+        [g["file"] for g in manifest["graphs"] if Path(g["file"]).parent == Path(".")],
+        bytes(blob),
+    )
     # fp32: (depth, k) -> fp32 twin (or a quantised one's source)
     entries, report, fp32 = [], {}, {}
     for g in sorted(wanted, key=lambda g: g["dtype"] != "float32"):  # fp32 twins first
@@ -56,17 +59,27 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
         single = out / g["file"]
         path = single.with_name(single.stem + "_rows.onnx")
         if (depth, k) not in fp32:
-            fp32[(depth, k)] = export_rows_graph(policy, depth, k, 1,
-                                                 out / f"step_d{depth}_k{k}_rows.onnx")
+            fp32[(depth, k)] = export_rows_graph(
+                policy, depth, k, 1, out / f"step_d{depth}_k{k}_rows.onnx"
+            )
         if dtype != "float32":
             quantise_graph(fp32[(depth, k)], path, **settings(manifest, dtype))
         diff = check_rows(path, single, depth, k, 1)
         if diff != 0.0:
-            raise RuntimeError(f"{path.name}: differs from {single.name} by {diff:g} on ONNX "
-                               "Runtime; a kv-rows graph must equal its kv_out twin exactly")
+            raise RuntimeError(
+                f"{path.name}: differs from {single.name} by {diff:g} on ONNX "
+                "Runtime; a kv-rows graph must equal its kv_out twin exactly"
+            )
         report[str(path.relative_to(out))] = diff
-        entries.append({"file": str(path.relative_to(out)), "roles": g["roles"], "depth": depth,
-                        "k": k, "dtype": dtype})
+        entries.append(
+            {
+                "file": str(path.relative_to(out)),
+                "roles": g["roles"],
+                "depth": depth,
+                "k": k,
+                "dtype": dtype,
+            }
+        )
     for path in fp32.values():
         if str(path.relative_to(out)) not in report:  # only a quantised twin's source
             path.unlink()
@@ -85,8 +98,12 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir")
-    ap.add_argument("--dtypes", nargs="+", default=None,
-                    help="graph sets to twin (default: float32 and every quantised set)")
+    ap.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=None,
+        help="graph sets to twin (default: float32 and every quantised set)",
+    )
     a = ap.parse_args(argv)
     report = export_kv_rows(a.model_dir, a.dtypes)
     print(json.dumps({"graphs": len(report), "max_abs_diff": max(report.values(), default=0.0)}))

@@ -24,6 +24,7 @@ the k tokens and picks each token's row (exact: a gather, no arithmetic on the o
     python -m models.moe train ... OUT/wide --kind wide --experts 4   # equal-total baseline
     python -m models.moe package OUT/moe models/zoo/conveyor-v1-moe
 """
+
 from __future__ import annotations
 
 import copy
@@ -96,8 +97,14 @@ class MoEMLP(nn.Module):
     stacked. `last` holds the most recent forward's routes and balance loss (detached), for
     logs and tests; in training the balance loss times `aux_weight` joins the gradients."""
 
-    def __init__(self, n_embd: int, n_expert: int, hidden: int | None = None,
-                 aux_weight: float = 0.01, mode: str = "gather"):
+    def __init__(
+        self,
+        n_embd: int,
+        n_expert: int,
+        hidden: int | None = None,
+        aux_weight: float = 0.01,
+        mode: str = "gather",
+    ):
         super().__init__()
         if mode not in ("gather", "if"):
             raise ValueError(f"mode {mode!r}: gather or if")
@@ -120,8 +127,12 @@ class MoEMLP(nn.Module):
         H, C = mlp.c_fc.weight.shape
         moe = cls(C, n_expert, H, **kw)
         with torch.no_grad():
-            for dst, src in ((moe.w_fc, mlp.c_fc.weight), (moe.b_fc, mlp.c_fc.bias),
-                             (moe.w_proj, mlp.c_proj.weight), (moe.b_proj, mlp.c_proj.bias)):
+            for dst, src in (
+                (moe.w_fc, mlp.c_fc.weight),
+                (moe.b_fc, mlp.c_fc.bias),
+                (moe.w_proj, mlp.c_proj.weight),
+                (moe.b_proj, mlp.c_proj.bias),
+            ):
                 dst.copy_(src.expand_as(dst))
         return moe.to(mlp.c_fc.weight.dtype)
 
@@ -129,29 +140,28 @@ class MoEMLP(nn.Module):
         return _ffn(x, self.w_fc[e], self.b_fc[e], self.w_proj[e], self.b_proj[e])
 
     def forward(self, h):
-        logits = self.router(h)                                  # (B, T, E)
-        route = logits.argmax(-1)                                # (B, T): the token's own
+        logits = self.router(h)  # (B, T, E)
+        route = logits.argmax(-1)  # (B, T): the token's own
         if self.training:
             return self._train(h, logits, route)
         self.last = {"route": route.detach()}
         # Transposed once (a constant in the graph), shared by the 1-token and k-token
         # graphs so that weights.bin holds each expert's weights once.
-        w1, w2 = self.w_fc.transpose(1, 2), self.w_proj.transpose(1, 2)   # (E,C,H), (E,H,C)
+        w1, w2 = self.w_fc.transpose(1, 2), self.w_proj.transpose(1, 2)  # (E,C,H), (E,H,C)
         B, T, C = h.shape
         if T == 1:  # a trace-time constant: the 1-token graph reads one expert
             return self._one_token(h, route, w1, w2)
-        x = F.gelu(h.reshape(1, B * T, C) @ w1 + self.b_fc[:, None])       # (E, BT, H)
-        every = x @ w2 + self.b_proj[:, None]                               # (E, BT, C)
+        x = F.gelu(h.reshape(1, B * T, C) @ w1 + self.b_fc[:, None])  # (E, BT, H)
+        every = x @ w2 + self.b_proj[:, None]  # (E, BT, C)
         pick = route.reshape(1, B * T, 1).expand(1, B * T, C)
         return every.gather(0, pick).reshape(B, T, C)
 
     def _one_token(self, h, route, w1, w2):
         if self.mode == "if" and h.shape[0] == 1 and self.n_expert == 4:
             # per-expert slices outside the Ifs: constants, folded when the session loads
-            w = [t[e] for e in range(4) for t in (self.w_fc, self.b_fc, self.w_proj,
-                                                   self.b_proj)]
+            w = [t[e] for e in range(4) for t in (self.w_fc, self.b_fc, self.w_proj, self.b_proj)]
             return _scripted_if4()(h, route.reshape(()), w)
-        e = route.reshape(-1)                                    # (B,)
+        e = route.reshape(-1)  # (B,)
         x = F.gelu(h @ w1.index_select(0, e) + self.b_fc.index_select(0, e)[:, None])
         return x @ w2.index_select(0, e) + self.b_proj.index_select(0, e)[:, None]
 
@@ -161,7 +171,7 @@ class MoEMLP(nn.Module):
         flat, r = h.reshape(-1, C), route.reshape(-1)
         p = F.softmax(logits.float(), -1).reshape(-1, self.n_expert)
         p_sel = p.gather(1, r[:, None])
-        gate = (p_sel / p_sel.detach()).to(h.dtype)               # 1.0, with p's gradient
+        gate = (p_sel / p_sel.detach()).to(h.dtype)  # 1.0, with p's gradient
         out = torch.zeros_like(flat)
         for e in range(self.n_expert):
             idx = (r == e).nonzero().reshape(-1)
@@ -185,8 +195,7 @@ class WideMLP(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def grown(cls, mlp: nn.Module, factor: int, noise: float = 0.1,
-              seed: int = 0) -> WideMLP:
+    def grown(cls, mlp: nn.Module, factor: int, noise: float = 0.1, seed: int = 0) -> WideMLP:
         """mlp's function with every hidden unit copied `factor` times: c_fc rows copied,
         c_proj columns split into parts summing to the original (w / factor + noise, the
         noise summing to zero over the copies, so their gradients differ: equal copies
@@ -204,8 +213,9 @@ class WideMLP(nn.Module):
         return wide.to(w2.dtype)
 
 
-def upcycle(policy: Policy, n_expert: int, aux_weight: float = 0.01,
-            mode: str = "gather", seed: int = 0) -> Policy:
+def upcycle(
+    policy: Policy, n_expert: int, aux_weight: float = 0.01, mode: str = "gather", seed: int = 0
+) -> Policy:
     """A copy of `policy` with every FFN an upcycled MoEMLP (same function until trained)."""
     out = copy.deepcopy(policy)
     torch.manual_seed(seed)  # the routers' init
@@ -259,9 +269,12 @@ def route_fractions(policy: Policy, seqs: torch.Tensor, batch: int = 256) -> lis
     policy.eval()
     counts = None
     for i in range(0, len(seqs), batch):
-        policy(seqs[i:i + batch])
-        r = [F.one_hot(b.mlp.last["route"].reshape(-1), b.mlp.n_expert).sum(0)
-             for b in policy.blocks if isinstance(b.mlp, MoEMLP)]
+        policy(seqs[i : i + batch])
+        r = [
+            F.one_hot(b.mlp.last["route"].reshape(-1), b.mlp.n_expert).sum(0)
+            for b in policy.blocks
+            if isinstance(b.mlp, MoEMLP)
+        ]
         counts = torch.stack(r) if counts is None else counts + torch.stack(r)
     return [[round(float(x), 4) for x in row / row.sum()] for row in counts]
 
@@ -270,11 +283,23 @@ def save(path, policy: Policy, vocab: Vocab | None, meta: dict | None = None) ->
     """`<stem>.safetensors` + `<stem>.json` (the config, FFN kind, vocab and meta); no pickle."""
     stem = Path(path)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in policy.state_dict().items()},
-              str(stem.with_suffix(".safetensors")), metadata={"format": FORMAT})
-    stem.with_suffix(".json").write_text(json.dumps({
-        "format": FORMAT, "config": policy.cfg.to_dict(), "ffn": ffn_kind(policy),
-        "vocab": vocab.to_dict() if vocab else None, "meta": meta or {}}, indent=1))
+    save_file(
+        {k: v.detach().contiguous() for k, v in policy.state_dict().items()},
+        str(stem.with_suffix(".safetensors")),
+        metadata={"format": FORMAT},
+    )
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "config": policy.cfg.to_dict(),
+                "ffn": ffn_kind(policy),
+                "vocab": vocab.to_dict() if vocab else None,
+                "meta": meta or {},
+            },
+            indent=1,
+        )
+    )
     return stem.with_suffix(".safetensors")
 
 
@@ -295,9 +320,19 @@ def load(path) -> tuple[Policy, Vocab | None, dict]:
     return policy.eval(), vocab, info
 
 
-def finetune(policy: Policy, data_paths, teacher_path, *, steps: int, batch: int, lr: float,
-             distill: str = "logits", distill_weight: float = 0.5, seed: int = 0,
-             desc: str = "moe") -> dict:
+def finetune(
+    policy: Policy,
+    data_paths,
+    teacher_path,
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    distill: str = "logits",
+    distill_weight: float = 0.5,
+    seed: int = 0,
+    desc: str = "moe",
+) -> dict:
     """models.train.fit on the data (instruction-balanced, every exit) with the teacher;
     returns the training record (the log, seconds, token accuracy and teacher agreement on
     the 5 % validation split). The policy is trained in place."""
@@ -305,26 +340,43 @@ def finetune(policy: Policy, data_paths, teacher_path, *, steps: int, batch: int
     from models.data import load as load_data
     from models.data import split
     from models.train import Teacher, evaluate_tokens, fit, teacher_agreement
+
     demos = load_data(list(data_paths))
     train, val = split(demos, 0.05, seed)
     teacher = Teacher(checkpoint.load(teacher_path).model, distill, distill_weight)
     for p in policy.parameters():
         p.requires_grad_(True)
-    log, seconds = fit(policy, train, steps=steps, batch=batch, lr=lr, seed=seed, desc=desc,
-                       teacher=teacher)
+    log, seconds = fit(
+        policy, train, steps=steps, batch=batch, lr=lr, seed=seed, desc=desc, teacher=teacher
+    )
     policy.eval()
     acc = evaluate_tokens(policy, val)
     agree = teacher_agreement(policy, teacher.model, val)
-    routes = route_fractions(policy, torch.from_numpy(val.seqs[:1024, :-1])) \
-        if ffn_kind(policy)["kind"] == "moe" else None
-    return {"data": [str(d) for d in data_paths], "train_rows": len(train), "val_rows": len(val),
-            "steps": steps, "batch": batch, "lr": lr, "seed": seed, "teacher": str(teacher_path),
-            "distill": distill, "distill_weight": distill_weight, "train_seconds": seconds,
-            "val_token_accuracy": {str(d): round(a, 4) for d, a in acc.items()},
-            "val_teacher_agreement": {str(d): round(a, 4) for d, a in agree.items()},
-            "val_route_fractions": routes, "log": log,
-            "tokenizer_config": demos.tokenizer_config,
-            "obs_tokens_spec": demos.obs_tokens_spec, "vocab": demos.vocab.to_dict()}
+    routes = (
+        route_fractions(policy, torch.from_numpy(val.seqs[:1024, :-1]))
+        if ffn_kind(policy)["kind"] == "moe"
+        else None
+    )
+    return {
+        "data": [str(d) for d in data_paths],
+        "train_rows": len(train),
+        "val_rows": len(val),
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "seed": seed,
+        "teacher": str(teacher_path),
+        "distill": distill,
+        "distill_weight": distill_weight,
+        "train_seconds": seconds,
+        "val_token_accuracy": {str(d): round(a, 4) for d, a in acc.items()},
+        "val_teacher_agreement": {str(d): round(a, 4) for d, a in agree.items()},
+        "val_route_fractions": routes,
+        "log": log,
+        "tokenizer_config": demos.tokenizer_config,
+        "obs_tokens_spec": demos.obs_tokens_spec,
+        "vocab": demos.vocab.to_dict(),
+    }
 
 
 SPEC_FILES = ("tokenizer.json", "obs_tokens.json", "stream.npz")
@@ -341,51 +393,82 @@ def package_dir(policy: Policy, vocab: Vocab, record: dict, src_dir, out_dir) ->
     from models.export import export_all
     from models.share import share_weights
     from rtinfer.model.directory import ModelDir
+
     src, out = Path(src_dir), Path(out_dir)
     md, cfg = ModelDir.load(src), policy.cfg
     fp32 = [g for g in md.manifest["graphs"] if g["dtype"] == "float32"]
     full = [g["k"] for g in fp32 if "prefill" in g["roles"] and g["depth"] == cfg.n_layer]
-    exit_prefills = [(g["depth"], g["k"]) for g in fp32
-                     if "prefill" in g["roles"] and g["depth"] < cfg.n_layer]
-    parity = export_all(policy.eval(), cfg, out, k_verify=8, prefix_len=sorted(full),
-                        vocab=vocab, fp16=False, exit_prefills=exit_prefills)
+    exit_prefills = [
+        (g["depth"], g["k"]) for g in fp32 if "prefill" in g["roles"] and g["depth"] < cfg.n_layer
+    ]
+    parity = export_all(
+        policy.eval(),
+        cfg,
+        out,
+        k_verify=8,
+        prefix_len=sorted(full),
+        vocab=vocab,
+        fp16=False,
+        exit_prefills=exit_prefills,
+    )
     sizes = share_weights(out)
     for name in SPEC_FILES:
         if (src / name).exists():
             shutil.copyfile(src / name, out / name)
-    keep = {k: v for k, v in record.items() if k not in ("tokenizer_config", "obs_tokens_spec",
-                                                          "vocab")}
+    keep = {
+        k: v for k, v in record.items() if k not in ("tokenizer_config", "obs_tokens_spec", "vocab")
+    }
     save(out / "moe", policy, vocab, keep)
     total, active = sum(p.numel() for p in policy.parameters()), active_params(policy)
     ffn = ffn_kind(policy)
     if ffn["kind"] == "moe":
-        ffn.update(top_k=1, active_ffn_fraction=1 / ffn["n_expert"],
-                   routing="argmax of a per-layer Linear(C, E) on ln_2(x), per token "
-                           "(causal: a token's route depends on it alone)",
-                   one_token_step="Gather of the chosen expert's weights",
-                   k_token_step="every expert over the k tokens, each token's row picked")
-    card = {"name": out.name, "from": src.name, "params": total, "active_params": active,
-            "ffn": ffn,
-            "config": cfg.to_dict(), "files": sizes,
-            "training": {k: v for k, v in keep.items() if k != "log"},
-            "val_token_accuracy": record.get("val_token_accuracy"),
-            "parity": {"greedy_tokens_identical": {"float32": parity["greedy_float32"]["match"]},
-                       "max_logit_diff": {n: g.get("max_abs_logits")
-                                          for n, g in parity["graphs"].items()}}}
+        ffn.update(
+            top_k=1,
+            active_ffn_fraction=1 / ffn["n_expert"],
+            routing="argmax of a per-layer Linear(C, E) on ln_2(x), per token "
+            "(causal: a token's route depends on it alone)",
+            one_token_step="Gather of the chosen expert's weights",
+            k_token_step="every expert over the k tokens, each token's row picked",
+        )
+    card = {
+        "name": out.name,
+        "from": src.name,
+        "params": total,
+        "active_params": active,
+        "ffn": ffn,
+        "config": cfg.to_dict(),
+        "files": sizes,
+        "training": {k: v for k, v in keep.items() if k != "log"},
+        "val_token_accuracy": record.get("val_token_accuracy"),
+        "parity": {
+            "greedy_tokens_identical": {"float32": parity["greedy_float32"]["match"]},
+            "max_logit_diff": {n: g.get("max_abs_logits") for n, g in parity["graphs"].items()},
+        },
+    }
     (out / "card.json").write_text(json.dumps(card, indent=1))
     return card
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cmd", choices=["train", "package"])
-    ap.add_argument("init", help="train: a models.checkpoint Policy (the shipped dense "
-                    "policy); package: a checkpoint stem `train` wrote")
-    ap.add_argument("out", help="train: checkpoint stem of the result (+ .safetensors, "
-                    ".json); package: the model directory")
-    ap.add_argument("--source", default="models/zoo/conveyor-v1",
-                    help="package: the model directory whose graph plan and tokenizers to use")
+    ap.add_argument(
+        "init",
+        help="train: a models.checkpoint Policy (the shipped dense "
+        "policy); package: a checkpoint stem `train` wrote",
+    )
+    ap.add_argument(
+        "out",
+        help="train: checkpoint stem of the result (+ .safetensors, "
+        ".json); package: the model directory",
+    )
+    ap.add_argument(
+        "--source",
+        default="models/zoo/conveyor-v1",
+        help="package: the model directory whose graph plan and tokenizers to use",
+    )
     ap.add_argument("--kind", choices=["moe", "wide", "dense"], default="moe")
     ap.add_argument("--experts", type=int, default=4, help="MoE experts; wide: FFN factor")
     ap.add_argument("--aux-weight", type=float, default=0.01)
@@ -397,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     from models import checkpoint
+
     torch.set_num_threads(1)
     if a.cmd == "package":
         policy, vocab, info = load(a.init)
@@ -406,16 +490,34 @@ def main(argv: list[str] | None = None) -> int:
     if not (a.data and a.teacher):
         ap.error("train needs --data and --teacher")
     ck = checkpoint.load(a.init)
-    policy = {"moe": lambda m: upcycle(m, a.experts, a.aux_weight, seed=a.seed),
-              "wide": lambda m: widen_ffn(m, a.experts, seed=a.seed),
-              "dense": lambda m: copy.deepcopy(m)}[a.kind](ck.model)
-    record = finetune(policy, a.data, a.teacher, steps=a.steps, batch=a.batch, lr=a.lr,
-                      seed=a.seed, desc=a.kind)
-    record.update(init=a.init, params=sum(p.numel() for p in policy.parameters()),
-                  active_params=active_params(policy))
+    policy = {
+        "moe": lambda m: upcycle(m, a.experts, a.aux_weight, seed=a.seed),
+        "wide": lambda m: widen_ffn(m, a.experts, seed=a.seed),
+        "dense": lambda m: copy.deepcopy(m),
+    }[a.kind](ck.model)
+    record = finetune(
+        policy, a.data, a.teacher, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed, desc=a.kind
+    )
+    record.update(
+        init=a.init,
+        params=sum(p.numel() for p in policy.parameters()),
+        active_params=active_params(policy),
+    )
     save(a.out, policy, ck.vocab, record)
-    print(json.dumps({k: record[k] for k in ("params", "active_params", "train_seconds",
-                                             "val_token_accuracy", "val_teacher_agreement")}))
+    print(
+        json.dumps(
+            {
+                k: record[k]
+                for k in (
+                    "params",
+                    "active_params",
+                    "train_seconds",
+                    "val_token_accuracy",
+                    "val_teacher_agreement",
+                )
+            }
+        )
+    )
     return 0
 
 

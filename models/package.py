@@ -8,6 +8,7 @@ sets: models.quantise) with graphs.json, tokenizer.json, obs_tokens.json and car
 agreement with fp32 on stream.npz when the folder has one). Success rates are added to the
 card by examples.conveyor_sorting.card_eval (they need the cell).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,16 @@ from .share import share_weights
 K_VERIFY = 8
 
 
-def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True,
-            exit_prefill: tuple[int, ...] = (), quantise: tuple[str, ...] = (),
-            stream=None) -> dict:
+def package(
+    ckpt_path,
+    out_dir,
+    *,
+    k_verify: int = K_VERIFY,
+    fp16: bool = True,
+    exit_prefill: tuple[int, ...] = (),
+    quantise: tuple[str, ...] = (),
+    stream=None,
+) -> dict:
     """quantise: precisions ("int8", "int4") to add beside fp32; stream: the recorded .npz
     their agreement is measured on (default out_dir/stream.npz, if there)."""
     ck = checkpoint.load(ckpt_path)
@@ -42,46 +50,86 @@ def package(ckpt_path, out_dir, *, k_verify: int = K_VERIFY, fp16: bool = True,
     # and the whole prefix (for running without the prefix cache); with exit_prefill, the
     # observation segment at those exit depths too (their budget levels prefill there).
     prefixes = [1 + c, n_obs + 1, sequence.prefix_len(c, n_obs)]
-    parity = export_all(ck.model, cfg, out, k_verify=k_verify, prefix_len=prefixes,
-                        vocab=vocab, fp16=fp16,
-                        exit_prefills=[(e, n_obs + 1) for e in exit_prefill])
+    parity = export_all(
+        ck.model,
+        cfg,
+        out,
+        k_verify=k_verify,
+        prefix_len=prefixes,
+        vocab=vocab,
+        fp16=fp16,
+        exit_prefills=[(e, n_obs + 1) for e in exit_prefill],
+    )
     sizes = share_weights(out)
     tok.save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(spec, indent=1))
     checkpoint.save(out / "policy", ck.model, vocab, meta)
-    card = {"name": out.name, "params": ck.model.num_params(), "config": cfg.to_dict(),
-            "files": sizes,
-            "training": {k: meta.get(k) for k in ("train_rows", "val_rows", "steps", "batch",
-                                                   "train_seconds", "finetune_seconds",
-                                                   "finetune_steps", "seed", "sparsity",
-                                                   "held_out_instructions", "init", "data")},
-            "val_token_accuracy": meta.get("val_token_accuracy"),
-            "parity": {"greedy_tokens_identical": {
-                           dt: parity.get(f"greedy_{dt}", {}).get("match")
-                           for dt in ("float32", "float16")},
-                       "max_logit_diff": {n: g.get("max_abs_logits")
-                                          for n, g in parity["graphs"].items()},
-                       "weights_24": {n: g.get("weights_24") for n, g in parity["graphs"].items()}}}
+    card = {
+        "name": out.name,
+        "params": ck.model.num_params(),
+        "config": cfg.to_dict(),
+        "files": sizes,
+        "training": {
+            k: meta.get(k)
+            for k in (
+                "train_rows",
+                "val_rows",
+                "steps",
+                "batch",
+                "train_seconds",
+                "finetune_seconds",
+                "finetune_steps",
+                "seed",
+                "sparsity",
+                "held_out_instructions",
+                "init",
+                "data",
+            )
+        },
+        "val_token_accuracy": meta.get("val_token_accuracy"),
+        "parity": {
+            "greedy_tokens_identical": {
+                dt: parity.get(f"greedy_{dt}", {}).get("match") for dt in ("float32", "float16")
+            },
+            "max_logit_diff": {n: g.get("max_abs_logits") for n, g in parity["graphs"].items()},
+            "weights_24": {n: g.get("weights_24") for n, g in parity["graphs"].items()},
+        },
+    }
     if quantise:
         card["quantised"] = quantise_sets(out, quantise, stream=stream, card=False)
     (out / "card.json").write_text(json.dumps(card, indent=1))
     return card
 
 
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True, help="checkpoint path without extension")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-fp16", action="store_true")
-    ap.add_argument("--exit-prefill", type=int, nargs="*", default=[],
-                    help="exit depths whose budget levels prefill there too")
-    ap.add_argument("--quantise", nargs="*", default=[], choices=["int8", "int4"],
-                    help="weight-quantised graph sets to add beside fp32 (models.quantise)")
+    ap.add_argument(
+        "--exit-prefill",
+        type=int,
+        nargs="*",
+        default=[],
+        help="exit depths whose budget levels prefill there too",
+    )
+    ap.add_argument(
+        "--quantise",
+        nargs="*",
+        default=[],
+        choices=["int8", "int4"],
+        help="weight-quantised graph sets to add beside fp32 (models.quantise)",
+    )
     a = ap.parse_args(argv)
-    card = package(a.checkpoint, a.out, fp16=not a.no_fp16, exit_prefill=tuple(a.exit_prefill),
-                   quantise=tuple(a.quantise))
+    card = package(
+        a.checkpoint,
+        a.out,
+        fp16=not a.no_fp16,
+        exit_prefill=tuple(a.exit_prefill),
+        quantise=tuple(a.quantise),
+    )
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
 

@@ -11,6 +11,7 @@ Two entry points share the same weights and maths:
   Attention always spans the whole max_ctx buffer with a mask built from positions, so
   an exported graph has fixed shapes for a fixed k.
 """
+
 from __future__ import annotations
 
 import math
@@ -116,8 +117,9 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x)), kv
 
     def forward_rows(self, x, k_cache, v_cache, keep, place, allowed):
-        a, k_new, v_new = self.attn.forward_rows(self.ln_1(x), k_cache, v_cache, keep, place,
-                                                 allowed)
+        a, k_new, v_new = self.attn.forward_rows(
+            self.ln_1(x), k_cache, v_cache, keep, place, allowed
+        )
         x = x + a
         return x + self.mlp(self.ln_2(x)), k_new, v_new
 
@@ -194,8 +196,9 @@ class Policy(nn.Module):
     def new_kv(self, batch: int = 1, dtype=None, device=None):
         """Zeroed KV cache of shape cfg.kv_shape(batch)."""
         p = self.wte.weight
-        return torch.zeros(self.cfg.kv_shape(batch), dtype=dtype or p.dtype,
-                           device=device or p.device)
+        return torch.zeros(
+            self.cfg.kv_shape(batch), dtype=dtype or p.dtype, device=device or p.device
+        )
 
     def step(self, tokens, start_pos, kv, exit_layer: int | None = None):
         """Decode k tokens at positions [start_pos, start_pos + k).
@@ -214,11 +217,11 @@ class Policy(nn.Module):
                 raise ValueError(f"positions [{start_pos}, {start_pos + k}) exceed max_ctx {T}")
             start_pos = torch.tensor(start_pos, dtype=torch.int64, device=tokens.device)
         start = start_pos.reshape(1)
-        pos = start + torch.arange(k, device=tokens.device)                     # (k,)
-        cols = torch.arange(T, device=tokens.device)                            # (T,)
-        allowed = cols[None, :] <= pos[:, None]                                 # (k, T)
-        window = (cols >= start) & (cols < start + k)                           # (T,)
-        src = (cols - start).clamp(0, k - 1)                                    # (T,)
+        pos = start + torch.arange(k, device=tokens.device)  # (k,)
+        cols = torch.arange(T, device=tokens.device)  # (T,)
+        allowed = cols[None, :] <= pos[:, None]  # (k, T)
+        window = (cols >= start) & (cols < start + k)  # (T,)
+        src = (cols - start).clamp(0, k - 1)  # (T,)
         x = self.wte(tokens) + self.wpe(pos)
         layers = []
         for l in range(depth):
@@ -240,16 +243,17 @@ class Policy(nn.Module):
         """
         depth = self._depth(exit_layer)
         k, T = tokens.shape[1], self.cfg.max_ctx
-        start = start_pos.reshape(-1, 1)                                       # (B, 1)
-        pos = start + torch.arange(k, device=tokens.device)                    # (B, k)
-        cols = torch.arange(T, device=tokens.device)                           # (T,)
-        allowed = cols[None, None, :] <= pos[:, :, None]                       # (B, k, T)
-        window = (cols[None, :] >= start) & (cols[None, :] < start + k)        # (B, T)
-        src = (cols[None, :] - start).clamp(0, k - 1)                          # (B, T)
+        start = start_pos.reshape(-1, 1)  # (B, 1)
+        pos = start + torch.arange(k, device=tokens.device)  # (B, k)
+        cols = torch.arange(T, device=tokens.device)  # (T,)
+        allowed = cols[None, None, :] <= pos[:, :, None]  # (B, k, T)
+        window = (cols[None, :] >= start) & (cols[None, :] < start + k)  # (B, T)
+        src = (cols[None, :] - start).clamp(0, k - 1)  # (B, T)
         dtype = self.wte.weight.dtype
-        place = ((src[:, :, None] == torch.arange(k, device=tokens.device)) &
-                 window[:, :, None]).to(dtype)[:, None]                        # (B, 1, T, k)
-        keep = (~window).to(dtype)[:, None, :, None]                           # (B, 1, T, 1)
+        place = (
+            (src[:, :, None] == torch.arange(k, device=tokens.device)) & window[:, :, None]
+        ).to(dtype)[:, None]  # (B, 1, T, k)
+        keep = (~window).to(dtype)[:, None, :, None]  # (B, 1, T, 1)
         x = self.wte(tokens) + self.wpe(pos)
         new = []
         for l in range(depth):

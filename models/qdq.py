@@ -19,6 +19,7 @@ The scales are static, so a k-token verify quantises each row as a 1-token step 
 The `int8/` and `int4/` sets of models.quantise are MatMulNBits, an ONNX Runtime contrib op
 TensorRT cannot parse: they are for the CPU, these are for TensorRT. Blocks for seconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,9 @@ from .quantise import STREAM, greedy_chunks, recorded_prefixes
 
 # precision -> (graphs.json dtype, calibration); fp8 reuses int8's MinMax amax (fp8_from_int8)
 SETS = {"int8": ("qdq-int8", "MinMax"), "fp8": ("qdq-fp8", "MinMax amax, rescaled to E4M3")}
-FP8_OPSET = 19   # QuantizeLinear to float8e4m3fn needs ONNX opset 19
+FP8_OPSET = 19  # QuantizeLinear to float8e4m3fn needs ONNX opset 19
 INT8_MAX, E4M3_MAX = 127.0, 448.0
-CYCLES = 32      # recorded cycles to calibrate on (each one prefix + its fp32 chunk)
+CYCLES = 32  # recorded cycles to calibrate on (each one prefix + its fp32 chunk)
 
 
 def sequences(md: ModelDir, stream, cycles: int = CYCLES) -> list[np.ndarray]:
@@ -72,10 +73,13 @@ def graph_feeds(path, seqs, pad: int) -> list[dict]:
         kv = np.zeros(kv_shape, np.float32)
         for start in range(0, min(len(seq) - 1, kv_shape[-2] - k + 1), k):  # within max_ctx
             window = np.full((1, k), pad, np_type[ins["tokens"].type])
-            part = seq[start:start + k]
-            window[0, :len(part)] = part
-            feed = {"tokens": window, "kv": kv,
-                    "start_pos": np.array([start], np_type[ins["start_pos"].type])}
+            part = seq[start : start + k]
+            window[0, : len(part)] = part
+            feed = {
+                "tokens": window,
+                "kv": kv,
+                "start_pos": np.array([start], np_type[ins["start_pos"].type]),
+            }
             feeds.append(feed)
             kv = sess.run(["kv_out"], feed)[0]
     return feeds
@@ -95,8 +99,11 @@ def weight_matmuls(model: onnx.ModelProto) -> list[str]:
     """The MatMul/Gemm nodes with a constant weight (the Linear layers and the LM head); the
     attention products (activation x activation) are left in float."""
     consts = {t.name for t in model.graph.initializer}
-    return [n.name for n in model.graph.node
-            if n.op_type in ("MatMul", "Gemm") and any(i in consts for i in n.input)]
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type in ("MatMul", "Gemm") and any(i in consts for i in n.input)
+    ]
 
 
 def qdq_graph(src, dst, feeds, precision: str) -> None:
@@ -108,13 +115,23 @@ def qdq_graph(src, dst, feeds, precision: str) -> None:
     nodes = weight_matmuls(model)
     if precision == "fp8" and model.opset_import[0].version < FP8_OPSET:
         model = onnx.version_converter.convert_version(model, FP8_OPSET)
-    quantize_static(model, str(dst), _Feeds(feeds), quant_format=QuantFormat.QDQ,
-                    op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes,
-                    per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
-                                   "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1}})
+    quantize_static(
+        model,
+        str(dst),
+        _Feeds(feeds),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=["MatMul", "Gemm"],
+        nodes_to_quantize=nodes,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={
+            "ActivationSymmetric": True,
+            "WeightSymmetric": True,
+            "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+        },
+    )
     if precision == "fp8":
         onnx.save(fp8_from_int8(onnx.load(str(dst))), str(dst))
 
@@ -127,6 +144,7 @@ def fp8_from_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     fp32, against 0.90 this way.)"""
     import ml_dtypes
     from onnx import numpy_helper
+
     inits = {t.name: t for t in model.graph.initializer}
     done = set()
 
@@ -177,11 +195,17 @@ def qdq(out_dir, precisions=("int8",), *, stream=None, cycles: int = CYCLES) -> 
             pairs += qdq_pairs(out / name)
             kept.append({**g, "file": name, "dtype": dtype, "sha256": None})
         manifest.setdefault("quantised", {})[dtype] = {
-            "method": "static Q/DQ (TensorRT explicit quantization)", "type": prec,
+            "method": "static Q/DQ (TensorRT explicit quantization)",
+            "type": prec,
             "calibration": f"{SETS[prec][1]}, {len(seqs)} recorded cycles",
-            "tool": f"onnxruntime {onnxruntime.__version__} quantize_static"}
-        report[prec] = {"dtype": dtype, "graphs": len(fp32), "qdq_pairs": pairs,
-                        "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+            "tool": f"onnxruntime {onnxruntime.__version__} quantize_static",
+        }
+        report[prec] = {
+            "dtype": dtype,
+            "graphs": len(fp32),
+            "qdq_pairs": pairs,
+            "bytes": sum(f.stat().st_size for f in folder.iterdir()),
+        }
     manifest["graphs"] = kept
     write_manifest(out, manifest)
     return report
@@ -197,14 +221,17 @@ def qdq_pairs(path) -> int:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             zp = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             if zp is not None and np.any(zp.astype(np.float32) != 0):
-                raise ValueError(f"{path}: {node.name} has a nonzero zero point; TensorRT's "
-                                 "quantization is symmetric")
+                raise ValueError(
+                    f"{path}: {node.name} has a nonzero zero point; TensorRT's "
+                    "quantization is symmetric"
+                )
             n += node.op_type == "QuantizeLinear"
     return n
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="model directory with fp32 step graphs")
     ap.add_argument("precisions", nargs="+", choices=sorted(SETS))

@@ -20,6 +20,7 @@ in graphs.json. The fp32 graphs are the source; they and the fp16 set are left b
 stream.npz; `quantise` writes that into card.json under "quantised" (success in the cell is
 added there by examples.conveyor_sorting.card_eval --precision).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,17 +43,23 @@ from .share import share_weights
 
 # precision -> MatMulNBits settings (block 32: the smallest block ORT's int8 kernels keep fast here)
 SETTINGS = {"int8": {"bits": 8, "block_size": 32}, "int4": {"bits": 4, "block_size": 32}}
-ACCURACY_LEVEL = 4   # MatMulNBits: int8 compute, activations quantised per row and block
+ACCURACY_LEVEL = 4  # MatMulNBits: int8 compute, activations quantised per row and block
 STREAM = "stream.npz"
 
 
 def quantise_graph(src, dst, bits: int, block_size: int) -> None:
     """One fp32 step graph (external weights are read) -> a MatMulNBits graph, weights inside."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # a line per node
-    q = MatMulNBitsQuantizer(onnx.load(str(src)), bits=bits, block_size=block_size,
-                             is_symmetric=True, accuracy_level=ACCURACY_LEVEL,
-                             op_types_to_quantize=("MatMul",))
+    q = MatMulNBitsQuantizer(
+        onnx.load(str(src)),
+        bits=bits,
+        block_size=block_size,
+        is_symmetric=True,
+        accuracy_level=ACCURACY_LEVEL,
+        op_types_to_quantize=("MatMul",),
+    )
     q.process()
     onnx.save(q.model.model, str(dst))
 
@@ -64,8 +71,14 @@ def settings(manifest: dict, precision: str) -> dict:
     return {k: got.get(k, SETTINGS[precision][k]) for k in ("bits", "block_size")}
 
 
-def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = True,
-             block_size: int | None = None) -> dict:
+def quantise(
+    out_dir,
+    precisions=("int8", "int4"),
+    *,
+    stream=None,
+    card: bool = True,
+    block_size: int | None = None,
+) -> dict:
     """Write the `precisions` sets from out_dir's fp32 graphs, list them in graphs.json (an
     existing set of that precision is replaced), share each set's weights, and measure each
     against fp32 on `stream` (default out_dir/stream.npz; none: no agreement figures).
@@ -82,12 +95,17 @@ def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = 
         raise ValueError(f"cannot quantise to {unknown}; choose from {sorted(SETTINGS)}")
     fp32 = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
     kept = [g for g in manifest["graphs"] if g["dtype"] not in precisions]
-    weights = {n: d for n, d in manifest.get("weights", {}).items()
-               if Path(n).parent.name not in precisions}
+    weights = {
+        n: d
+        for n, d in manifest.get("weights", {}).items()
+        if Path(n).parent.name not in precisions
+    }
     tool = f"onnxruntime {onnxruntime.__version__} matmul_nbits_quantizer"
     if block_size is not None and (block_size < 16 or block_size & (block_size - 1)):
-        raise ValueError(f"block_size {block_size}: MatMulNBits takes a power of two >= 16 "
-                         "(16, 32, 64, 128, 256)")
+        raise ValueError(
+            f"block_size {block_size}: MatMulNBits takes a power of two >= 16 "
+            "(16, 32, 64, 128, 256)"
+        )
     for prec in precisions:
         chosen = {**SETTINGS[prec], **({"block_size": block_size} if block_size else {})}
         folder = out / prec
@@ -98,8 +116,12 @@ def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = 
             quantise_graph(out / g["file"], out / name, **chosen)
             kept.append({**g, "file": name, "dtype": prec, "sha256": None})
         manifest.setdefault("quantised", {})[prec] = {
-            "method": "MatMulNBits weight-only", **chosen, "symmetric": True,
-            "accuracy_level": ACCURACY_LEVEL, "tool": tool}
+            "method": "MatMulNBits weight-only",
+            **chosen,
+            "symmetric": True,
+            "accuracy_level": ACCURACY_LEVEL,
+            "tool": tool,
+        }
     manifest["graphs"], manifest["weights"] = kept, weights
     write_manifest(out, manifest)
     share_weights(out)  # re-shares every folder: fp32 and fp16 come out byte-identical
@@ -107,9 +129,11 @@ def quantise(out_dir, precisions=("int8", "int4"), *, stream=None, card: bool = 
     report = {}
     for prec in precisions:
         size = sum(f.stat().st_size for f in (out / prec).iterdir())
-        report[prec] = {"settings": manifest["quantised"][prec], "bytes": size,
-                        "agreement": agreement(out, prec, recorded) if recorded.exists()
-                        else None}
+        report[prec] = {
+            "settings": manifest["quantised"][prec],
+            "bytes": size,
+            "agreement": agreement(out, prec, recorded) if recorded.exists() else None,
+        }
     if card and (out / "card.json").exists():
         c = json.loads((out / "card.json").read_text())
         c.setdefault("quantised", {}).update(report)
@@ -130,8 +154,11 @@ def greedy_chunks(backend, prefixes, drafter: str = "none") -> np.ndarray:
     md = backend.model
     v, n, period = md.vocab, md.chunk_tokens, md.tokenizer.period_ns
     dec, out = Decoder(backend), np.zeros((len(prefixes), n), np.int64)
-    d = {"none": None, "self": EarlyExitDrafter(min(backend.depths), v.action_start, v.action_stop),
-         "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim)}[drafter]
+    d = {
+        "none": None,
+        "self": EarlyExitDrafter(min(backend.depths), v.action_start, v.action_stop),
+        "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim),
+    }[drafter]
     for i, prefix in enumerate(prefixes):
         backend.reset()
         logits = backend.prefill(prefix, 0)
@@ -154,25 +181,40 @@ def agreement(model_dir, precision: str, stream=None) -> dict:
     be = get_backend("onnx").load(md, precision=precision)
     got = greedy_chunks(be, prefixes)
     spec = all(bool((greedy_chunks(be, prefixes, d) == got).all()) for d in ("self", "chunk"))
-    return {"stream": Path(stream or md.path / STREAM).name, "cycles": len(prefixes),
-            "tokens": int(got.size), "token_agreement": float((got == ref).mean()),
-            "chunk_agreement": float((got == ref).all(axis=1).mean()),
-            "first_token_agreement": float((got[:, 0] == ref[:, 0]).mean()),
-            "speculative_identical": spec}
+    return {
+        "stream": Path(stream or md.path / STREAM).name,
+        "cycles": len(prefixes),
+        "tokens": int(got.size),
+        "token_agreement": float((got == ref).mean()),
+        "chunk_agreement": float((got == ref).all(axis=1).mean()),
+        "first_token_agreement": float((got[:, 0] == ref[:, 0]).mean()),
+        "speculative_identical": spec,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="model directory with fp32 step graphs")
     ap.add_argument("precisions", nargs="+", choices=sorted(SETTINGS))
     ap.add_argument("--stream", default=None, help="recorded stream .npz (default: the model's)")
     ap.add_argument("--no-card", action="store_true", help="leave card.json as it is")
-    ap.add_argument("--block-size", type=int, default=None,
-                    help="K elements per scale (default 32; 128 is faster, a little less exact)")
+    ap.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="K elements per scale (default 32; 128 is faster, a little less exact)",
+    )
     a = ap.parse_args(argv)
-    print(json.dumps(quantise(a.model, a.precisions, stream=a.stream, card=not a.no_card,
-                              block_size=a.block_size), indent=1))
+    print(
+        json.dumps(
+            quantise(
+                a.model, a.precisions, stream=a.stream, card=not a.no_card, block_size=a.block_size
+            ),
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -6,6 +6,7 @@ into `weights.bin` beside the graphs (ONNX external data: location, offset, leng
 each distinct tensor once, and rewrites the manifest's sha256 entries. ONNX Runtime and
 TensorRT's parser both read external data relative to the graph file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,12 +18,13 @@ from onnx import TensorProto
 from rtinfer.model.manifest import read_manifest, write_manifest
 
 WEIGHTS = "weights.bin"
-ALIGN = 64          # bytes: keeps every tensor aligned for mmap'd loads
-MIN_BYTES = 1024    # small constants stay inside the graph
+ALIGN = 64  # bytes: keeps every tensor aligned for mmap'd loads
+MIN_BYTES = 1024  # small constants stay inside the graph
 
 
-def externalise(model: onnx.ModelProto, blob: bytearray, seen: dict,
-                location: str = WEIGHTS) -> None:
+def externalise(
+    model: onnx.ModelProto, blob: bytearray, seen: dict, location: str = WEIGHTS
+) -> None:
     """Point every initializer of MIN_BYTES or more at external data. seen: sha256 of a
     tensor -> (file, offset, length) where it is stored already (in `blob` or in another file
     beside the graph, e.g. from external_tensors); a tensor not seen is appended to `blob`,
@@ -54,7 +56,7 @@ def external_tensors(folder: Path, files, blob: bytes) -> dict[bytes, tuple[str,
                 continue
             e = {x.key: x.value for x in t.external_data}
             off, n = int(e.get("offset", 0)), int(e["length"])
-            seen.setdefault(hashlib.sha256(blob[off:off + n]).digest(), (WEIGHTS, off, n))
+            seen.setdefault(hashlib.sha256(blob[off : off + n]).digest(), (WEIGHTS, off, n))
     return seen
 
 
@@ -80,7 +82,8 @@ def share_weights(out_dir) -> dict:
             after += path.stat().st_size
         (folder / WEIGHTS).write_bytes(bytes(blob))
         after += len(blob)
-        manifest.setdefault("weights", {})[str(folder.relative_to(out) / WEIGHTS)] = \
-            hashlib.sha256(blob).hexdigest()
+        manifest.setdefault("weights", {})[str(folder.relative_to(out) / WEIGHTS)] = hashlib.sha256(
+            blob
+        ).hexdigest()
     write_manifest(out, manifest)
     return {"bytes_before": before, "bytes_after": after}

@@ -12,6 +12,7 @@ Fine-tuning under the masks:
                             # re-step keeps the same pattern unless weights tie at zero)
     fold(model)             # bake masks into plain weights; raises if a target is not 2:4
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,14 +27,19 @@ from torch.nn.utils import parametrize
 
 def sparse_targets(model: nn.Module) -> list[str]:
     """Fully qualified names of the weights that carry the 2:4 pattern."""
-    return [f"blocks.{i}.{name}.weight" for i, block in enumerate(model.blocks)
-            for name, mod in block.named_modules() if isinstance(mod, nn.Linear)]
+    return [
+        f"blocks.{i}.{name}.weight"
+        for i, block in enumerate(model.blocks)
+        for name, mod in block.named_modules()
+        if isinstance(mod, nn.Linear)
+    ]
 
 
 def prepare(model: nn.Module) -> WeightNormSparsifier:
     """Attach 2:4 masks to the block Linear weights; masks are computed before returning."""
-    sparsifier = WeightNormSparsifier(sparsity_level=1.0, sparse_block_shape=(1, 4),
-                                      zeros_per_block=2)
+    sparsifier = WeightNormSparsifier(
+        sparsity_level=1.0, sparse_block_shape=(1, 4), zeros_per_block=2
+    )
     sparsifier.prepare(model, [{"tensor_fqn": fqn} for fqn in sparse_targets(model)])
     sparsifier.step()
     return sparsifier

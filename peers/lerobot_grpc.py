@@ -16,6 +16,7 @@ behaviour of `async_inference/policy_server.py` + `robot_client.py`:
 - the client's receiver thread calls GetActions back to back (LeRobot's loop; the
   server-side queue wait is the poll), with lerobot's channel options (4 MB, retries).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,32 +35,43 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from peers.rtinfer_bus import respond_chunk
 
 SERVICE = "transport.AsyncInference"
-CHUNK_SIZE = 2 * 1024 * 1024   # lerobot.transport.utils.CHUNK_SIZE
+CHUNK_SIZE = 2 * 1024 * 1024  # lerobot.transport.utils.CHUNK_SIZE
 MAX_MESSAGE = 4 * 1024 * 1024  # lerobot.transport.utils.MAX_MESSAGE_SIZE
-BEGIN, MIDDLE, END = 1, 2, 3   # TransferState
+BEGIN, MIDDLE, END = 1, 2, 3  # TransferState
 
 
 def _messages() -> dict:
-    f = descriptor_pb2.FileDescriptorProto(name="lerobot_services.proto", package="transport",
-                                           syntax="proto3")
+    f = descriptor_pb2.FileDescriptorProto(
+        name="lerobot_services.proto", package="transport", syntax="proto3"
+    )
     enum = f.enum_type.add(name="TransferState")
     states = ("TRANSFER_UNKNOWN", "TRANSFER_BEGIN", "TRANSFER_MIDDLE", "TRANSFER_END")
     for i, n in enumerate(states):
         enum.value.add(name=n, number=i)
     F = descriptor_pb2.FieldDescriptorProto
-    messages = {"Observation": [("transfer_state", 1), ("data", 2)], "Actions": [("data", 1)],
-                "PolicySetup": [("data", 1)], "Empty": []}
+    messages = {
+        "Observation": [("transfer_state", 1), ("data", 2)],
+        "Actions": [("data", 1)],
+        "PolicySetup": [("data", 1)],
+        "Empty": [],
+    }
     for name, fields in messages.items():
         m = f.message_type.add(name=name)
         for fname, num in fields:
             enum_field = fname == "transfer_state"
-            m.field.add(name=fname, number=num, label=F.LABEL_OPTIONAL,
-                        type=F.TYPE_ENUM if enum_field else F.TYPE_BYTES,
-                        type_name=".transport.TransferState" if enum_field else None)
+            m.field.add(
+                name=fname,
+                number=num,
+                label=F.LABEL_OPTIONAL,
+                type=F.TYPE_ENUM if enum_field else F.TYPE_BYTES,
+                type_name=".transport.TransferState" if enum_field else None,
+            )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
-    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"transport.{n}"))
-            for n in ("Observation", "Actions", "PolicySetup", "Empty")}
+    return {
+        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"transport.{n}"))
+        for n in ("Observation", "Actions", "PolicySetup", "Empty")
+    }
 
 
 MSG = _messages()
@@ -115,8 +127,10 @@ class PolicyServer:
         except queue.Empty:
             return MSG["Empty"]()
         chunk = respond_chunk(obs.observation["state"])
-        actions = [TimedAction(obs.timestamp + i * self.dt, obs.timestep + i, a)
-                   for i, a in enumerate(chunk)]
+        actions = [
+            TimedAction(obs.timestamp + i * self.dt, obs.timestep + i, a)
+            for i, a in enumerate(chunk)
+        ]
         reply = MSG["Actions"](data=pickle.dumps(actions))
         time.sleep(max(0.0, self.latency - (time.perf_counter() - start)))
         return reply
@@ -128,11 +142,14 @@ def serve(port: int, **kw) -> grpc.Server:
     handlers = {
         "Ready": grpc.unary_unary_rpc_method_handler(ps.Ready, E.FromString, E.SerializeToString),
         "SendPolicyInstructions": grpc.unary_unary_rpc_method_handler(
-            ps.SendPolicyInstructions, MSG["PolicySetup"].FromString, E.SerializeToString),
+            ps.SendPolicyInstructions, MSG["PolicySetup"].FromString, E.SerializeToString
+        ),
         "SendObservations": grpc.stream_unary_rpc_method_handler(
-            ps.SendObservations, MSG["Observation"].FromString, E.SerializeToString),
+            ps.SendObservations, MSG["Observation"].FromString, E.SerializeToString
+        ),
         "GetActions": grpc.unary_unary_rpc_method_handler(
-            ps.GetActions, E.FromString, MSG["Actions"].SerializeToString),
+            ps.GetActions, E.FromString, MSG["Actions"].SerializeToString
+        ),
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
@@ -143,12 +160,26 @@ def serve(port: int, **kw) -> grpc.Server:
 
 def channel_options(initial_backoff: str = "0.0500s") -> list:
     """lerobot.transport.utils.grpc_channel_options (the client passes environment_dt)."""
-    cfg = {"methodConfig": [{"name": [{}], "retryPolicy": {
-        "maxAttempts": 5, "initialBackoff": initial_backoff, "maxBackoff": "2s",
-        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE", "DEADLINE_EXCEEDED"]}}]}
-    return [("grpc.max_receive_message_length", MAX_MESSAGE),
-            ("grpc.max_send_message_length", MAX_MESSAGE),
-            ("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(cfg))]
+    cfg = {
+        "methodConfig": [
+            {
+                "name": [{}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": initial_backoff,
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE", "DEADLINE_EXCEEDED"],
+                },
+            }
+        ]
+    }
+    return [
+        ("grpc.max_receive_message_length", MAX_MESSAGE),
+        ("grpc.max_send_message_length", MAX_MESSAGE),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", json.dumps(cfg)),
+    ]
 
 
 class RobotClient:
@@ -159,15 +190,20 @@ class RobotClient:
         E = MSG["Empty"]
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=channel_options())
         call = lambda kind, name, req, resp: getattr(self.channel, kind)(  # noqa: E731
-            f"/{SERVICE}/{name}", request_serializer=req.SerializeToString,
-            response_deserializer=resp.FromString)
+            f"/{SERVICE}/{name}",
+            request_serializer=req.SerializeToString,
+            response_deserializer=resp.FromString,
+        )
         self.ready = call("unary_unary", "Ready", E, E)
         self.instructions = call("unary_unary", "SendPolicyInstructions", MSG["PolicySetup"], E)
         self.send_observations = call("stream_unary", "SendObservations", MSG["Observation"], E)
         self.get_actions = call("unary_unary", "GetActions", E, MSG["Actions"])
         self.ready(E(), wait_for_ready=True, timeout=30)
-        self.instructions(MSG["PolicySetup"](data=pickle.dumps(
-            {"policy_type": "act", "actions_per_chunk": 4, "device": "cpu"})))
+        self.instructions(
+            MSG["PolicySetup"](
+                data=pickle.dumps({"policy_type": "act", "actions_per_chunk": 4, "device": "cpu"})
+            )
+        )
         self.arrived: queue.Queue = queue.Queue()
         self.running = True
         self.thread = threading.Thread(target=self._receive, daemon=True)
@@ -187,7 +223,7 @@ class RobotClient:
     def _chunks(self, data: bytes):
         for start in range(0, len(data), CHUNK_SIZE):
             state = END if start + CHUNK_SIZE >= len(data) else (BEGIN if start == 0 else MIDDLE)
-            yield MSG["Observation"](transfer_state=state, data=data[start:start + CHUNK_SIZE])
+            yield MSG["Observation"](transfer_state=state, data=data[start : start + CHUNK_SIZE])
 
     def roundtrip_ns(self, step: int, observation: dict, timeout_s: float = 10.0) -> int:
         t0 = time.monotonic_ns()
@@ -209,5 +245,6 @@ if __name__ == "__main__":
     ap.add_argument("--inference-latency", type=float, default=0.0)
     a = ap.parse_args()
     from peers import lerobot_grpc  # pickled classes must live in the module, not __main__
+
     server = lerobot_grpc.serve(a.port, inference_latency=a.inference_latency)
     server.wait_for_termination(timeout=900)  # bounded even if the parent never kills it

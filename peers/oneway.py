@@ -6,6 +6,7 @@ A subscriber process binds; this process connects and publishes paced messages (
 not spinning, as transport.py does). Latency = the subscriber's clock after the message is
 usable minus the sender's clock before sending (CLOCK_MONOTONIC is host-wide).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,22 +34,39 @@ def message_body(kind: str) -> tuple[str, dict]:
     return "obs", {"values": observation(True), "ints": {"cycle": 0}}
 
 
-
-def one_way(kind: str, endpoint: str, payload: str, count: int, rate_hz: float,
-            tmp: str) -> np.ndarray:
+def one_way(
+    kind: str, endpoint: str, payload: str, count: int, rate_hz: float, tmp: str
+) -> np.ndarray:
     """One block of `kind` "rtinfer" or "raw": a subscriber process binds `endpoint`; this
     process connects and sends count + WARMUP messages. Returns latencies (ns) after warm-up."""
     ready, out = os.path.join(tmp, "ready"), os.path.join(tmp, "out.json")
     for p in (ready, out):
         if os.path.exists(p):
             os.remove(p)
-    proc = subprocess.Popen([sys.executable, "-m", "peers.oneway", "--kind", kind,
-                             "--endpoint", endpoint, "--payload", payload, "--count", str(count),
-                             "--ready", ready, "--out", out])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "peers.oneway",
+            "--kind",
+            kind,
+            "--endpoint",
+            endpoint,
+            "--payload",
+            payload,
+            "--count",
+            str(count),
+            "--ready",
+            ready,
+            "--out",
+            out,
+        ]
+    )
     wait_ready(proc, ready)
     topic, body = message_body(payload)
     if kind == "rtinfer":
         from rtinfer.transport.bus import Publisher
+
         with Publisher(endpoint, "bench", bind=False) as pub:
             time.sleep(0.3)  # slow joiner
             publish_paced(lambda seq: pub.publish(topic, body), count, rate_hz)  # seq from 0
@@ -59,8 +77,13 @@ def one_way(kind: str, endpoint: str, payload: str, count: int, rate_hz: float,
         sock.connect(endpoint)
         time.sleep(0.3)
         t = topic.encode()
-        publish_paced(lambda seq: sock.send_multipart(
-            [t, _HDR.pack(seq, time.monotonic_ns()), data], flags=zmq.NOBLOCK), count, rate_hz)
+        publish_paced(
+            lambda seq: sock.send_multipart(
+                [t, _HDR.pack(seq, time.monotonic_ns()), data], flags=zmq.NOBLOCK
+            ),
+            count,
+            rate_hz,
+        )
         sock.close()
     proc.wait(timeout=60)
     with open(out) as f:
@@ -78,12 +101,14 @@ def _receiver(kind: str, endpoint: str, topic: str):
     """A callable(timeout_ms) -> (seq, sent_ns, usable_ns) | None."""
     if kind == "rtinfer":
         from rtinfer.transport.bus import Subscriber
+
         sub = Subscriber(endpoint, [topic], bind=True)
 
         def recv(timeout_ms):
             env = sub.recv(timeout_ms=timeout_ms)
             t = wire.now_ns()  # after decode + validation: the whole receive cost counts
             return None if env is None else (env.seq, env.stamps["publish"], t)
+
         return recv
     sock = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
@@ -95,6 +120,7 @@ def _receiver(kind: str, endpoint: str, topic: str):
         frames = sock.recv_multipart()
         t = time.monotonic_ns()
         return (*_HDR.unpack(frames[1]), t)
+
     return recv_raw
 
 

@@ -6,6 +6,7 @@ answers each obs with the chunk's 4 waypoints as 4 action_chunk messages (stream
 inference node does); the round trip ends when the last waypoint has been received and
 decoded. The responder does the same work as the gRPC peer's (`respond_chunk`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,9 @@ PROBE = 1 << 40  # cycle id of the connection probes (real cycles count from 0)
 def respond_chunk(state: np.ndarray, horizon: int = 4) -> np.ndarray:
     """The responder's work, identical on both paths: (horizon, 4) float32 waypoints."""
     base = np.asarray(state, np.float32)[:4] * 0.5
-    return np.clip(base[None, :] + 0.01 * np.arange(1, horizon + 1, dtype=np.float32)[:, None],
-                   -1.0, 1.0)
+    return np.clip(
+        base[None, :] + 0.01 * np.arange(1, horizon + 1, dtype=np.float32)[:, None], -1.0, 1.0
+    )
 
 
 def observation(image: bool, rng: np.random.Generator | None = None) -> dict:
@@ -42,6 +44,7 @@ def observation(image: bool, rng: np.random.Generator | None = None) -> dict:
 
 def _respond(obs_ep: str, act_ep: str) -> None:
     from rtinfer.transport.bus import Publisher, Subscriber
+
     sub = Subscriber(obs_ep, ["obs"])
     pub = Publisher(act_ep, "responder", bind=False)
     tokens = np.zeros(4, np.int32)
@@ -52,9 +55,20 @@ def _respond(obs_ep: str, act_ep: str) -> None:
             continue
         chunk = respond_chunk(env.body["values"]["state"], HORIZON)
         for i, wp in enumerate(chunk):
-            pub.publish("action_chunk", waypoint_body(
-                env.body["ints"]["cycle"], i, HORIZON, wp, spec="0" * 16, period_ns=50_000_000,
-                start_ns=50_000_000, dest=env.src, tokens=tokens))
+            pub.publish(
+                "action_chunk",
+                waypoint_body(
+                    env.body["ints"]["cycle"],
+                    i,
+                    HORIZON,
+                    wp,
+                    spec="0" * 16,
+                    period_ns=50_000_000,
+                    start_ns=50_000_000,
+                    dest=env.src,
+                    tokens=tokens,
+                ),
+            )
 
 
 class BusClient:
@@ -62,11 +76,22 @@ class BusClient:
 
     def __init__(self, obs_ep: str, act_ep: str):
         from rtinfer.transport.bus import Publisher, Subscriber
+
         self.pub = Publisher(obs_ep, "client")
         self.sub = Subscriber(act_ep, ["action_chunk"], bind=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "peers.rtinfer_bus", "--role",
-                                      "respond", "--obs", self.pub.endpoints[0],
-                                      "--actions", self.sub.endpoints[0]])
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "peers.rtinfer_bus",
+                "--role",
+                "respond",
+                "--obs",
+                self.pub.endpoints[0],
+                "--actions",
+                self.sub.endpoints[0],
+            ]
+        )
         deadline = time.monotonic() + 30
         while self._try(PROBE, observation(False), 0.2) is None:  # slow joiners, both directions
             if time.monotonic() > deadline or self.proc.poll() is not None:

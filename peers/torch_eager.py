@@ -7,6 +7,7 @@ Runtime, instruction-prefix KV cache, speculative decoding with chunk reuse) at 
 quality (budget level 0). Both run on the same drifting observation stream, alternated
 per cycle (A B A B), with the same intra-op thread count; tokens must be identical.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,6 +25,7 @@ TARGET = 3.0
 def eager_chunk(model, prefix: np.ndarray, n: int, a0: int, a1: int) -> np.ndarray:
     """Greedy action bins the plain way: full forward per token, argmax over actions."""
     import torch
+
     idx = torch.as_tensor(prefix, dtype=torch.int64)[None]
     out = np.empty(n, np.int64)
     with torch.no_grad():
@@ -47,6 +49,7 @@ def rows(model_dir, cycles: int, threads: int = 1, seed: int = 0, warmup: int = 
     from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.directory import ModelDir
     from rtinfer.model.sequence import build_prefix
+
     torch.set_num_threads(threads)
     model = checkpoint.load(model_dir / "policy").model.float().eval()
     md = ModelDir.load(model_dir)
@@ -65,9 +68,22 @@ def rows(model_dir, cycles: int, threads: int = 1, seed: int = 0, warmup: int = 
             ours.append(t1 - t0)
             theirs.append(t2 - t1)
     chunk = runner.drafters["chunk"]
-    return [make_row(NAME, PEER, package_version("torch"), ours, theirs, target_speedup_p50=TARGET,
-                     unit="us per chunk", identical=mismatched == 0, mismatched_chunks=mismatched,
-                     chunk_tokens=n, threads=threads, model=str(model_dir),
-                     params=sum(p.numel() for p in model.parameters()),
-                     draft_acceptance=round(chunk.acceptance, 3),
-                     rtinfer_config="onnx, prefix cache, speculative (chunk reuse), level 0")]
+    return [
+        make_row(
+            NAME,
+            PEER,
+            package_version("torch"),
+            ours,
+            theirs,
+            target_speedup_p50=TARGET,
+            unit="us per chunk",
+            identical=mismatched == 0,
+            mismatched_chunks=mismatched,
+            chunk_tokens=n,
+            threads=threads,
+            model=str(model_dir),
+            params=sum(p.numel() for p in model.parameters()),
+            draft_acceptance=round(chunk.acceptance, 3),
+            rtinfer_config="onnx, prefix cache, speculative (chunk reuse), level 0",
+        )
+    ]

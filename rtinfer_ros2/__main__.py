@@ -8,6 +8,7 @@ ROBOT.yaml is a robot file (docs/robots.md) whose `hardware:` configures the bri
 observation); rtinfer_ros2:arm.yaml is the worked example (docs/ros2.md). Without ROS 2
 installed it says how to install it, in one line, and exits 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ HARDWARE = "rtinfer_ros2.bridge:ROS2Robot"
 def main(argv: list[str] | None = None) -> int:
     from controllers import run
     from rtinfer_ros2.bridge import import_rclpy
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(__doc__)

@@ -7,14 +7,15 @@ then velocities, `ee` float32 (3,) = the hand tip (m) by forward kinematics, `ta
 The kinematics are the reach arm's (examples/arm_reach/scene.py ArmGeometry: a yaw base, then
 three pitch joints), in closed form so that the ROS side needs no simulator.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-COLUMN_M = 0.04 + 0.12          # table top -> first pitch joint (base_height + lengths[0])
-LINKS_M = (0.30, 0.25, 0.10)    # pitch joint -> next joint, the last to the tip
+COLUMN_M = 0.04 + 0.12  # table top -> first pitch joint (base_height + lengths[0])
+LINKS_M = (0.30, 0.25, 0.10)  # pitch joint -> next joint, the last to the tip
 
 
 def tip(q) -> np.ndarray:
@@ -29,6 +30,8 @@ def tip(q) -> np.ndarray:
 
 def observe(pos: np.ndarray, vel: np.ndarray, target=(0.35, 0.0, 0.1)) -> dict[str, np.ndarray]:
     """The policy's observation values from the joints' positions and velocities (rad, rad/s)."""
-    return {"joints": np.concatenate([pos, vel]).astype(np.float32),
-            "ee": tip(pos).astype(np.float32),
-            "target": np.asarray(target, np.float32)}
+    return {
+        "joints": np.concatenate([pos, vel]).astype(np.float32),
+        "ee": tip(pos).astype(np.float32),
+        "target": np.asarray(target, np.float32),
+    }

@@ -22,6 +22,7 @@ topic silent for longer than `silent_ms` makes read() fail (HardwareFault): the
 controller holds and counts it (read_faults), and the bridge counts each silence (js_silent).
 Uses rclpy's stable API only (Humble, Jazzy, Kilted).
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,8 +42,10 @@ from .images import LatestImage, jpeg_decoder
 from .joint_states import LatestJointState
 from .refusals import say
 
-INSTALL = ("ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
-           "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)")
+INSTALL = (
+    "ROS 2 (rclpy) is not installed: source your ROS 2 setup.bash (Humble, Jazzy or "
+    "later), or `pip install rtinfer[ros2]` (ROS 2 Kilted wheels from PyPI)"
+)
 
 
 def import_rclpy():
@@ -56,12 +59,17 @@ def import_rclpy():
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
     except ImportError:
         raise ValueError(INSTALL) from None
-    return rclpy, SimpleNamespace(JointState=JointState, Float64MultiArray=Float64MultiArray,
-                                  JointTrajectory=JointTrajectory,
-                                  JointTrajectoryPoint=JointTrajectoryPoint, Image=Image,
-                                  CompressedImage=CompressedImage,
-                                  DiagnosticArray=DiagnosticArray,
-                                  DiagnosticStatus=DiagnosticStatus, KeyValue=KeyValue)
+    return rclpy, SimpleNamespace(
+        JointState=JointState,
+        Float64MultiArray=Float64MultiArray,
+        JointTrajectory=JointTrajectory,
+        JointTrajectoryPoint=JointTrajectoryPoint,
+        Image=Image,
+        CompressedImage=CompressedImage,
+        DiagnosticArray=DiagnosticArray,
+        DiagnosticStatus=DiagnosticStatus,
+        KeyValue=KeyValue,
+    )
 
 
 def camera_configs(cameras: dict | None) -> dict[str, dict]:
@@ -71,15 +79,26 @@ def camera_configs(cameras: dict | None) -> dict[str, dict]:
     for name, c in (cameras or {}).items():
         c = c if isinstance(c, dict) else {}
         shape, extra = c.get("shape"), set(c) - {"topic", "shape", "compressed"}
-        if not isinstance(c.get("topic"), str) or extra or not (
-                isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
-                and all(isinstance(d, int) and d > 0 for d in shape)):
-            raise ValueError(f"ros2 bridge: camera {name!r}: give it as {{topic: TOPIC, shape: "
-                             f"[H, W, 3], compressed: false}}, got {cameras[name]!r}")
+        if (
+            not isinstance(c.get("topic"), str)
+            or extra
+            or not (
+                isinstance(shape, list)
+                and len(shape) == 3
+                and shape[2] == 3
+                and all(isinstance(d, int) and d > 0 for d in shape)
+            )
+        ):
+            raise ValueError(
+                f"ros2 bridge: camera {name!r}: give it as {{topic: TOPIC, shape: "
+                f"[H, W, 3], compressed: false}}, got {cameras[name]!r}"
+            )
         decode = jpeg_decoder() if c.get("compressed") else None
         if c.get("compressed") and decode is None:
-            raise ValueError(f"ros2 bridge: camera {name!r} is compressed, and no jpeg decoder "
-                             "is installed: pip install pillow (or take the raw Image topic)")
+            raise ValueError(
+                f"ros2 bridge: camera {name!r} is compressed, and no jpeg decoder "
+                "is installed: pip install pillow (or take the raw Image topic)"
+            )
         out[name] = {"topic": c["topic"], "shape": shape, "decode": decode}
     return out
 
@@ -95,52 +114,84 @@ class ROS2Robot:
     frame_silent_ms. Blocks up to config.wait_s for the first JointState (ValueError if none
     comes)."""
 
-    def __init__(self, control: ControlConfig, config: ROS2RobotConfig | None = None, /,
-                 **hardware):
+    def __init__(
+        self, control: ControlConfig, config: ROS2RobotConfig | None = None, /, **hardware
+    ):
         if config is not None and hardware:
-            raise ValueError(f"ros2 bridge: give a ROS2RobotConfig or the hardware keys "
-                             f"{sorted(hardware)}, not both")
+            raise ValueError(
+                f"ros2 bridge: give a ROS2RobotConfig or the hardware keys "
+                f"{sorted(hardware)}, not both"
+            )
         cfg = self.config = config or ROS2RobotConfig.from_hardware(hardware)
         rclpy, msgs = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
+
         self.joints = list(cfg.joints or [a.name for a in control.axes])
         if len(self.joints) != control.n:
-            raise ValueError(f"ros2 bridge: joints {self.joints} must be one per axis "
-                             f"({control.n})")
+            raise ValueError(
+                f"ros2 bridge: joints {self.joints} must be one per axis ({control.n})"
+            )
         try:
             self._observe = resolve(cfg.observe) if cfg.observe else None
         except EntryError as e:
             raise ValueError(f"ros2 bridge: observe {cfg.observe!r}: {e}") from None
         self._next_obs_ns = 0
-        self.latest = LatestJointState(self.joints, cfg.joint_states, int(cfg.future_ms * 1e6),
-                                       int(cfg.past_ms * 1e6))
+        self.latest = LatestJointState(
+            self.joints, cfg.joint_states, int(cfg.future_ms * 1e6), int(cfg.past_ms * 1e6)
+        )
         self.counters = dict.fromkeys(("commands", "holds", "js_silent", "obs_no_frame"), 0)
-        self.cameras = [LatestImage(name, c["topic"], c["shape"], int(cfg.future_ms * 1e6),
-                                    int(cfg.frame_silent_ms * 1e6), c["decode"])
-                        for name, c in camera_configs(cfg.cameras).items()]
+        self.cameras = [
+            LatestImage(
+                name,
+                c["topic"],
+                c["shape"],
+                int(cfg.future_ms * 1e6),
+                int(cfg.frame_silent_ms * 1e6),
+                c["decode"],
+            )
+            for name, c in camera_configs(cfg.cameras).items()
+        ]
         self._following, self._state_capture_ns, self._silent = False, 0, False
         self.state = RobotState.zeros(control.n)
         self._ctx = rclpy.Context()
         rclpy.init(context=self._ctx, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(cfg.node, context=self._ctx)
-        qos = QoSProfile(depth=cfg.depth, reliability=ReliabilityPolicy.BEST_EFFORT
-                         if cfg.reliability == "best_effort" else ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(msgs.JointState, cfg.joint_states, self.latest.on_message,
-                                      qos)
+        qos = QoSProfile(
+            depth=cfg.depth,
+            reliability=ReliabilityPolicy.BEST_EFFORT
+            if cfg.reliability == "best_effort"
+            else ReliabilityPolicy.RELIABLE,
+        )
+        self.node.create_subscription(
+            msgs.JointState, cfg.joint_states, self.latest.on_message, qos
+        )
         camera_qos = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
         for cam in self.cameras:  # best effort: matches a reliable publisher too
             self.node.create_subscription(
-                msgs.CompressedImage if cam.decode_jpeg else msgs.Image, cam.topic,
-                cam.on_compressed if cam.decode_jpeg else cam.on_image, camera_qos)
+                msgs.CompressedImage if cam.decode_jpeg else msgs.Image,
+                cam.topic,
+                cam.on_compressed if cam.decode_jpeg else cam.on_image,
+                camera_qos,
+            )
         clock = self.node.get_clock()
-        self.out = KINDS[cfg.controller](msgs, control, self.joints,
-                                         lambda: clock.now().nanoseconds, int(cfg.lead_ms * 1e6))
+        self.out = KINDS[cfg.controller](
+            msgs, control, self.joints, lambda: clock.now().nanoseconds, int(cfg.lead_ms * 1e6)
+        )
         self._pub = self.node.create_publisher(getattr(msgs, self.out.message), cfg.command, qos)
-        self.figures = Figures(self.node, msgs, list(cfg.listen or []), cfg.diagnostics_hz,
-                               lambda: self.report()["ros2"], cfg.node) \
-            if cfg.diagnostics_hz else None
+        self.figures = (
+            Figures(
+                self.node,
+                msgs,
+                list(cfg.listen or []),
+                cfg.diagnostics_hz,
+                lambda: self.report()["ros2"],
+                cfg.node,
+            )
+            if cfg.diagnostics_hz
+            else None
+        )
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="rclpy", daemon=True)
@@ -150,9 +201,11 @@ class ROS2Robot:
             time.sleep(0.01)
         if self.latest.counters["joint_states"] == 0:
             self.close()
-            raise ValueError(f"ros2 bridge: no valid JointState on {cfg.joint_states} within "
-                             f"{cfg.wait_s:g} s (refused: {self.latest.refused()}); start the "
-                             "robot, or check the topic, its namespace and QoS")
+            raise ValueError(
+                f"ros2 bridge: no valid JointState on {cfg.joint_states} within "
+                f"{cfg.wait_s:g} s (refused: {self.latest.refused()}); start the "
+                "robot, or check the topic, its namespace and QoS"
+            )
 
     def _spin(self) -> None:
         try:
@@ -169,12 +222,13 @@ class ROS2Robot:
         if silent and not self._silent:
             self.counters["js_silent"] += 1
             if self.counters["js_silent"] == 1:
-                say(f"{topic} silent for over {self.config.silent_ms:g} ms: holding "
-                    "(counted as js_silent; said once)")
+                say(
+                    f"{topic} silent for over {self.config.silent_ms:g} ms: holding "
+                    "(counted as js_silent; said once)"
+                )
         self._silent = silent
         if silent:
-            raise HardwareFault(f"no JointState on {topic} for "
-                                f"{(now_ns - recv_ns) / 1e6:.0f} ms")
+            raise HardwareFault(f"no JointState on {topic} for {(now_ns - recv_ns) / 1e6:.0f} ms")
         return self.state
 
     def observe(self, state: RobotState, now_ns: int) -> Observation | None:
@@ -186,8 +240,9 @@ class ROS2Robot:
         if self._observe is None:
             values = {"joints": np.concatenate([state.pos, state.vel]).astype(np.float32)}
         else:
-            values = self._observe(state.pos.copy(), state.vel.copy(),
-                                   **(self.config.observe_args or {}))
+            values = self._observe(
+                state.pos.copy(), state.vel.copy(), **(self.config.observe_args or {})
+            )
         frames = {}
         for cam in self.cameras:
             frames[cam.camera] = frame = cam.take(now_ns)
@@ -215,14 +270,23 @@ class ROS2Robot:
         self._send(self.out.hold(self.state.pos, time.monotonic_ns()))
         self.counters["holds"] += 1
         if self.counters["holds"] == 1:
-            say(f"no fresh chunk: the robot holds: {HOLD_HOW[self.config.controller]} (counted "
-                "as holds; said once)")
+            say(
+                f"no fresh chunk: the robot holds: {HOLD_HOW[self.config.controller]} (counted "
+                "as holds; said once)"
+            )
 
     def report(self) -> dict:
         cameras = {cam.camera: dict(cam.counters) for cam in self.cameras}
         figures = {"diagnostics_errors": self.figures.errors} if self.figures else {}
-        return {"ros2": {**self.latest.counters, **self.counters, **self.out.counters,
-                         **figures, **({"cameras": cameras} if cameras else {})}}
+        return {
+            "ros2": {
+                **self.latest.counters,
+                **self.counters,
+                **self.out.counters,
+                **figures,
+                **({"cameras": cameras} if cameras else {}),
+            }
+        }
 
     def close(self) -> None:
         if self._following:  # a robot that executes chunks itself is not left on the last one

@@ -24,6 +24,7 @@ controller past due; counted as traj_points_dropped). Between the points the
 joint_trajectory_controller's own interpolation and its joint limits rule. Not thread-safe:
 the control loop's thread.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,7 +37,7 @@ TYPES = ("forward", "trajectory", "trajectory_chunk")
 HOLD_HOW = {
     "forward": "braking to a stop, then the last position, sent at the control rate",
     "trajectory": "braking to a stop, then a hold trajectory (the held position, zero "
-                  "velocity), sent at the control rate",
+    "velocity), sent at the control rate",
     "trajectory_chunk": "one hold trajectory (the measured position, zero velocity)",
 }
 
@@ -47,8 +48,8 @@ def _duration(msg, ns: int) -> None:
 
 class Forward:
     message = "Float64MultiArray"  # the type it sends
-    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
-                 lead_ns: int):
+
+    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns, lead_ns: int):
         self.msg, self.counters = msgs.Float64MultiArray(), {}
 
     def tick(self, cmd):
@@ -64,8 +65,8 @@ class Forward:
 
 class TickTrajectory:
     message = "JointTrajectory"
-    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
-                 lead_ns: int):
+
+    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns, lead_ns: int):
         self.msg = msgs.JointTrajectory(joint_names=joints, points=[msgs.JointTrajectoryPoint()])
         self.counters = {}
         _duration(self.msg.points[0].time_from_start, 1e9 / control.rate_hz)
@@ -83,13 +84,13 @@ class ChunkTrajectory:
     """ros_now_ns(): the ROS clock (ns) the robot's controller reads header stamps on.
     lead_ns: a waypoint due sooner than this after the chunk is handed over is left out."""
 
-    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns,
-                 lead_ns: int):
+    def __init__(self, msgs, control: ControlConfig, joints: list[str], ros_now_ns, lead_ns: int):
         self.msgs, self.joints, self.n, self.ros_now_ns = msgs, joints, control.n, ros_now_ns
         self.tick_ns, self.lead_ns = int(1e9 / control.rate_hz), int(lead_ns)
         self.vel_limit = np.array(control.axis("vel_limit"), float)
-        self.counters = dict.fromkeys(("trajectories", "traj_vel_clamps", "traj_points_dropped",
-                                       "traj_past_due"), 0)
+        self.counters = dict.fromkeys(
+            ("trajectories", "traj_vel_clamps", "traj_points_dropped", "traj_past_due"), 0
+        )
 
     def tick(self, cmd):
         return None
@@ -117,7 +118,7 @@ class ChunkTrajectory:
         if not keep.any():
             self.counters["traj_past_due"] += 1
             return None
-        w, due = waypoints[keep, :self.n].copy(), due_ns[keep]
+        w, due = waypoints[keep, : self.n].copy(), due_ns[keep]
         prev, prev_ns = np.asarray(pos, float), now_ns
         for i in range(len(w)):  # each segment within vel_limit, from the measured position
             reach = self.vel_limit * ((due[i] - prev_ns) * 1e-9)
@@ -129,8 +130,9 @@ class ChunkTrajectory:
         return self._trajectory(now_ns, w.tolist(), due.tolist())
 
     def hold(self, pos, now_ns):
-        return self._trajectory(None, [list(map(float, pos))], [now_ns + self.tick_ns],
-                                velocities=[0.0] * self.n)
+        return self._trajectory(
+            None, [list(map(float, pos))], [now_ns + self.tick_ns], velocities=[0.0] * self.n
+        )
 
 
 KINDS = {"forward": Forward, "trajectory": TickTrajectory, "trajectory_chunk": ChunkTrajectory}

@@ -4,6 +4,7 @@ A robot file's `hardware:` section is this config's fields, key for key (`--set 
 overrides one); `ROS2RobotConfig.from_hardware` reads it and says what is wrong with it in
 one ValueError. Needs no ROS 2: the config can be read and checked on any host.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -55,10 +56,16 @@ class ROS2RobotConfig:
     node: str = "rtinfer_bridge"
 
     def __post_init__(self) -> None:
-        wrong = [f"{k} {getattr(self, k)!r} is not a positive number" for k in POSITIVE
-                 if not _number(getattr(self, k), positive=True)]
-        wrong += [f"{k} {getattr(self, k)!r} is not a number >= 0"
-                  for k in ("lead_ms", "diagnostics_hz") if not _number(getattr(self, k))]
+        wrong = [
+            f"{k} {getattr(self, k)!r} is not a positive number"
+            for k in POSITIVE
+            if not _number(getattr(self, k), positive=True)
+        ]
+        wrong += [
+            f"{k} {getattr(self, k)!r} is not a number >= 0"
+            for k in ("lead_ms", "diagnostics_hz")
+            if not _number(getattr(self, k))
+        ]
         if self.controller not in TYPES:
             wrong.append(f"controller {self.controller!r} is not one of {TYPES}")
         if self.reliability not in RELIABILITY:
@@ -75,11 +82,18 @@ class ROS2RobotConfig:
         known = [f.name for f in fields(cls)]
         unknown = [k for k in hardware if k not in known]
         if unknown:
-            hints = [f"{k!r}" + "".join(f" (did you mean {m!r}?)" for m in
-                                        difflib.get_close_matches(str(k), known, 1, 0.5))
-                     for k in unknown]
-            raise ValueError(f"ros2 bridge: hardware options {', '.join(hints)} are not "
-                             f"ROS2Robot's; it takes {known}")
+            hints = [
+                f"{k!r}"
+                + "".join(
+                    f" (did you mean {m!r}?)"
+                    for m in difflib.get_close_matches(str(k), known, 1, 0.5)
+                )
+                for k in unknown
+            ]
+            raise ValueError(
+                f"ros2 bridge: hardware options {', '.join(hints)} are not "
+                f"ROS2Robot's; it takes {known}"
+            )
         return cls(**hardware)
 
 

@@ -14,6 +14,7 @@ The statuses (values are strings, as DiagnosticStatus has them):
   NODE            each node heard: its last health (state, counters, gauges), as the MCAP
                   recording's /diagnostics has it. OK while running, else WARN.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,17 +45,21 @@ class Figures:
     """node: the bridge's rclpy node; msgs: the message types (DiagnosticArray, ...);
     counters(): the bridge's counters; robot: its name (hardware_id)."""
 
-    def __init__(self, node, msgs, listen: list[str], hz: float,
-                 counters: Callable[[], dict], robot: str):
+    def __init__(
+        self, node, msgs, listen: list[str], hz: float, counters: Callable[[], dict], robot: str
+    ):
         if not 0 < hz <= 10:
-            raise ValueError(f"ros2 bridge: diagnostics_hz {hz} must be in (0, 10]: figures "
-                             "for people and dashboards, not the control loop")
+            raise ValueError(
+                f"ros2 bridge: diagnostics_hz {hz} must be in (0, 10]: figures "
+                "for people and dashboards, not the control loop"
+            )
         self.msgs, self.counters, self.robot = msgs, counters, robot
-        self.sub = Subscriber([connectable(e) for e in listen], ["trace", "health"]) \
-            if listen else None
+        self.sub = (
+            Subscriber([connectable(e) for e in listen], ["trace", "health"]) if listen else None
+        )
         self.pub = node.create_publisher(msgs.DiagnosticArray, "/diagnostics", 10)
         self.clock = node.get_clock()
-        self.health: dict[str, tuple[str, dict]] = {}   # node -> (its src, its last health)
+        self.health: dict[str, tuple[str, dict]] = {}  # node -> (its src, its last health)
         self.window_ms: list[float] = []
         self.cycles = self.misses = 0
         self.errors = 0
@@ -68,8 +73,10 @@ class Figures:
         except (KeyError, TypeError, ValueError) as e:
             self.errors += 1
             if self.errors == 1:
-                say(f"/diagnostics not published: {type(e).__name__}: {e} (a node's health "
-                    "not as docs/wire.md has it?); counted as diagnostics_errors, said once")
+                say(
+                    f"/diagnostics not published: {type(e).__name__}: {e} (a node's health "
+                    "not as docs/wire.md has it?); counted as diagnostics_errors, said once"
+                )
 
     def _drain(self) -> int:
         """Take what arrived; the misses in it."""
@@ -89,9 +96,15 @@ class Figures:
     def _status(self, level: int, name: str, message: str, values: dict):
         m = self.msgs
         return m.DiagnosticStatus(
-            level=bytes([level]), name=name, message=message, hardware_id=self.robot,
-            values=[m.KeyValue(key=k, value=v if isinstance(v, str) else f"{v:g}")
-                    for k, v in values.items()])
+            level=bytes([level]),
+            name=name,
+            message=message,
+            hardware_id=self.robot,
+            values=[
+                m.KeyValue(key=k, value=v if isinstance(v, str) else f"{v:g}")
+                for k, v in values.items()
+            ],
+        )
 
     def publish(self) -> None:
         misses = self._drain()
@@ -99,19 +112,42 @@ class Figures:
         e2e, self.window_ms = sorted(self.window_ms), []
         self.cycles += len(e2e)
         self.misses += misses
-        budget = next((b["counters"]["budget_level"] for _, b in self.health.values()
-                       if "budget_level" in b["counters"]), -1)
-        cycles = {"e2e_last_ms": last,
-                  "e2e_p50_ms": e2e[len(e2e) // 2] if e2e else math.nan,
-                  "e2e_max_ms": e2e[-1] if e2e else math.nan, "window_cycles": len(e2e),
-                  "cycles": self.cycles, "misses": self.misses, "budget_level": budget}
+        budget = next(
+            (
+                b["counters"]["budget_level"]
+                for _, b in self.health.values()
+                if "budget_level" in b["counters"]
+            ),
+            -1,
+        )
+        cycles = {
+            "e2e_last_ms": last,
+            "e2e_p50_ms": e2e[len(e2e) // 2] if e2e else math.nan,
+            "e2e_max_ms": e2e[-1] if e2e else math.nan,
+            "window_cycles": len(e2e),
+            "cycles": self.cycles,
+            "misses": self.misses,
+            "budget_level": budget,
+        }
         ok, warn = self.msgs.DiagnosticStatus.OK[0], self.msgs.DiagnosticStatus.WARN[0]
-        status = [self._status(warn if misses else ok, "rtinfer/cycles",
-                               f"{misses} missed" if misses else "on time", cycles),
-                  self._status(ok, "rtinfer/bridge", "running", flat(self.counters()))]
+        status = [
+            self._status(
+                warn if misses else ok,
+                "rtinfer/cycles",
+                f"{misses} missed" if misses else "on time",
+                cycles,
+            ),
+            self._status(ok, "rtinfer/bridge", "running", flat(self.counters())),
+        ]
         for name, (src, b) in self.health.items():
-            status.append(self._status(ok if b["state"] in RUNNING else warn, name, b["state"],
-                                       {**b["counters"], **b["gauges"]}))
+            status.append(
+                self._status(
+                    ok if b["state"] in RUNNING else warn,
+                    name,
+                    b["state"],
+                    {**b["counters"], **b["gauges"]},
+                )
+            )
             status[-1].hardware_id = src
         msg = self.msgs.DiagnosticArray(status=status)
         msg.header.stamp = self.clock.now().to_msg()

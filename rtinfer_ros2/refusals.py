@@ -2,6 +2,7 @@
 monotonic clock, and refusals counted per kind and said once (one line on stderr, the first
 time; the loop runs on). What is taken but noted (an unstamped message) is counted the same
 way, said as "took" instead of "refused"."""
+
 from __future__ import annotations
 
 from rtinfer.realtime import complaints
@@ -22,8 +23,9 @@ def capture_ns(stamp, recv_ns: int, wall_ns: int) -> int:
 class Refusals:
     """counters: kind -> count, for `kinds` and whatever else the owner keeps in them."""
 
-    def __init__(self, what: str, kinds: tuple[str, ...], counters: dict[str, int],
-                 verb: str = "refused"):
+    def __init__(
+        self, what: str, kinds: tuple[str, ...], counters: dict[str, int], verb: str = "refused"
+    ):
         self.what, self.kinds, self.counters, self.verb = what, kinds, counters, verb
         counters.update(dict.fromkeys(kinds, 0))
 

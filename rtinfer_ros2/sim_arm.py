@@ -23,6 +23,7 @@ its positions (`pos`). With --camera-size it is also a camera: a frame of one co
 (--camera-rgb) as sensor_msgs/Image on `camera/image_raw` (rgb8 or bgr8), or jpeg as
 sensor_msgs/CompressedImage on `camera/image_raw/compressed`, stamped with the node's clock.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 JOINTS = ("base", "shoulder", "elbow", "wrist")
-READY = (0.0, 0.3, 1.6, 1.0)   # the reach arm's rest pose (examples/arm_reach/sim.py)
+READY = (0.0, 0.3, 1.6, 1.0)  # the reach arm's rest pose (examples/arm_reach/sim.py)
 
 
 class SimArm(Node):
@@ -55,10 +56,12 @@ class SimArm(Node):
         self.refused = self.stale = 0
         self.plan: list[tuple[int, list[float]]] = []  # (due ns on the node's clock, position)
         self.js_pub = self.create_publisher(JointState, "joint_states", 10)
-        self.create_subscription(Float64MultiArray, "forward_position_controller/commands",
-                                 self.on_command, 10)
-        self.create_subscription(JointTrajectory, "joint_trajectory_controller/joint_trajectory",
-                                 self.on_trajectory, 10)
+        self.create_subscription(
+            Float64MultiArray, "forward_position_controller/commands", self.on_command, 10
+        )
+        self.create_subscription(
+            JointTrajectory, "joint_trajectory_controller/joint_trajectory", self.on_trajectory, 10
+        )
         self.last = time.monotonic()
         self.create_timer(1.0 / rate_hz, self.step)
         self.report = report
@@ -73,6 +76,7 @@ class SimArm(Node):
             import io
 
             from PIL import Image as Picture
+
             buf = io.BytesIO()
             Picture.frombytes("RGB", (w, h), pixels).save(buf, format="JPEG", quality=95)
             frame = CompressedImage(format="jpeg", data=buf.getvalue())
@@ -84,27 +88,44 @@ class SimArm(Node):
         def publish():
             frame.header.stamp = self.get_clock().now().to_msg()
             pub.publish(frame)
+
         self.create_timer(1.0 / rate_hz, publish)
 
     def write_report(self) -> None:
         with open(self.report + ".tmp", "w") as f:
-            json.dump({"joints": self.joints, "applied": self.applied, "refused": self.refused,
-                       "trajectories": self.trajectories, "stale_trajectories": self.stale,
-                       "pos": self.pos}, f)
+            json.dump(
+                {
+                    "joints": self.joints,
+                    "applied": self.applied,
+                    "refused": self.refused,
+                    "trajectories": self.trajectories,
+                    "stale_trajectories": self.stale,
+                    "pos": self.pos,
+                },
+                f,
+            )
         os.replace(self.report + ".tmp", self.report)
 
     def on_trajectory(self, msg: JointTrajectory) -> None:
         now_ns = self.get_clock().now().nanoseconds
         names = list(msg.joint_names)
-        if not msg.points or sorted(names) != sorted(self.joints) \
-                or any(len(p.positions) != len(self.joints) for p in msg.points):
+        if (
+            not msg.points
+            or sorted(names) != sorted(self.joints)
+            or any(len(p.positions) != len(self.joints) for p in msg.points)
+        ):
             self.refused += 1
             return
         order = [names.index(j) for j in self.joints]
         stamped = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         stamp_ns = stamped or now_ns
-        plan = [(stamp_ns + p.time_from_start.sec * 1_000_000_000 + p.time_from_start.nanosec,
-                 [p.positions[k] for k in order]) for p in msg.points]
+        plan = [
+            (
+                stamp_ns + p.time_from_start.sec * 1_000_000_000 + p.time_from_start.nanosec,
+                [p.positions[k] for k in order],
+            )
+            for p in msg.points
+        ]
         if not self.apply(plan[-1][1]):
             return
         self.plan = [(now_ns, list(self.pos))] + plan
@@ -152,16 +173,30 @@ class SimArm(Node):
 
 def main(argv: list[str] | None = None) -> int:
     args = rclpy.utilities.remove_ros_args(sys.argv if argv is None else ["sim_arm"] + argv)
-    ap = argparse.ArgumentParser(prog="python -m rtinfer_ros2.sim_arm", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m rtinfer_ros2.sim_arm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--joints", nargs="+", default=list(JOINTS))
-    ap.add_argument("--start", nargs="+", type=float, default=None,
-                    help="initial positions (default: the reach arm's rest pose)")
+    ap.add_argument(
+        "--start",
+        nargs="+",
+        type=float,
+        default=None,
+        help="initial positions (default: the reach arm's rest pose)",
+    )
     ap.add_argument("--rate-hz", type=float, default=200.0, help="JointState rate")
     ap.add_argument("--tau-s", type=float, default=0.05, help="each joint's time constant")
     ap.add_argument("--report", default=None, help="write the applied commands here (JSON)")
-    ap.add_argument("--camera-size", nargs=2, type=int, default=None, metavar=("H", "W"),
-                    help="also publish camera frames of this size")
+    ap.add_argument(
+        "--camera-size",
+        nargs=2,
+        type=int,
+        default=None,
+        metavar=("H", "W"),
+        help="also publish camera frames of this size",
+    )
     ap.add_argument("--camera-rgb", nargs=3, type=int, default=[102, 0, 0])
     ap.add_argument("--camera-encoding", choices=["rgb8", "bgr8", "jpeg"], default="rgb8")
     ap.add_argument("--camera-hz", type=float, default=30.0)

@@ -9,6 +9,7 @@ string, so a dev venv needs the checkout itself. Run by the Makefile and the env
 
     VENV/bin/python scripts/checkout_pth.py
 """
+
 import sysconfig
 from pathlib import Path
 

@@ -10,6 +10,7 @@ reported, never asserted: CUDA graphs >= 3x eager (demo), 2:4 Linear >= 1.2x den
 Parts whose packages are missing (onnx/onnxruntime, tensorrt) are skipped with a reason.
 Writes OUTDIR/gpu_check.json and prints one rich table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,6 +45,7 @@ def pruned_copy(src: Path, dst: Path) -> Path:
     """dst = src with a 2:4-pruned checkpoint (graphs symlinked, not copied)."""
     from models import checkpoint
     from models.sparsity import fold, prepare
+
     dst.mkdir(parents=True)
     for f in src.iterdir():
         if not f.name.startswith("policy."):
@@ -66,7 +68,7 @@ def agreement(be, ref, steps: int = 24, seed: int = 0) -> float:
     a, r = be.prefill(seq[:n], 0).argmax(), ref.prefill(seq[:n], 0).argmax()
     same.append(a == r)
     for i in range(n, n + steps - 1):
-        a, r = be.step(seq[i:i + 1], i)[0].argmax(), ref.step(seq[i:i + 1], i)[0].argmax()
+        a, r = be.step(seq[i : i + 1], i)[0].argmax(), ref.step(seq[i : i + 1], i)[0].argmax()
         same.append(a == r)
     return float(np.mean(same))
 
@@ -90,8 +92,10 @@ def bench_variant(name, md, opts, ref, steps, floor_us) -> dict:
         be = get_backend(backend).load(md, **opts)
     except ModelError as e:
         return {"skipped": str(e)[:300]}
-    row = {"decode": _time_steps(be, steps, 1),
-           "verify": _time_steps(be, steps, Decoder(be).k_verify)}
+    row = {
+        "decode": _time_steps(be, steps, 1),
+        "verify": _time_steps(be, steps, Decoder(be).k_verify),
+    }
     row["decode_over_floor"] = row["decode"]["p50_us"] / floor_us
     row["counters"] = dict(getattr(be, "counters", {}))
     if ref is not None:
@@ -110,6 +114,7 @@ def linear_microbench(torch, shapes=((768, 2304), (768, 3072), (3072, 768)), ms=
         return {"skipped": "2:4 kernels need compute capability >= 8.0"}
     from torch.sparse import to_sparse_semi_structured
     from torch.utils.benchmark import Timer
+
     F, out = torch.nn.functional, {}
     mask = torch.tensor([0, 0, 1, 1], dtype=torch.bool, device="cuda")
     for fin, fout in shapes:
@@ -122,16 +127,20 @@ def linear_microbench(torch, shapes=((768, 2304), (768, 3072), (3072, 768)), ms=
             x = torch.randn(m, fin, dtype=torch.float16, device="cuda")
             try:
                 assert torch.allclose(F.linear(x, w), F.linear(x, ws), rtol=1e-2, atol=1e-1)
-                dense = Timer("F.linear(x, w)",
-                              globals=locals()).blocked_autorange(min_run_time=0.2)
-                sparse = Timer("F.linear(x, ws)",
-                               globals=locals()).blocked_autorange(min_run_time=0.2)
+                dense = Timer("F.linear(x, w)", globals=locals()).blocked_autorange(
+                    min_run_time=0.2
+                )
+                sparse = Timer("F.linear(x, ws)", globals=locals()).blocked_autorange(
+                    min_run_time=0.2
+                )
             except (RuntimeError, AssertionError) as e:
                 out[f"{fin}x{fout} M={m}"] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
                 continue
-            out[f"{fin}x{fout} M={m}"] = {"dense_us": dense.median * 1e6,
-                                          "sparse_us": sparse.median * 1e6,
-                                          "speedup": dense.median / sparse.median}
+            out[f"{fin}x{fout} M={m}"] = {
+                "dense_us": dense.median * 1e6,
+                "sparse_us": sparse.median * 1e6,
+                "speedup": dense.median / sparse.median,
+            }
     return out
 
 
@@ -140,12 +149,18 @@ def run(out_dir: Path, budget_s: float, sizes=("demo", "bench")) -> dict:
     while its share of the budget is left. The JSON is rewritten after each part, so a
     run killed by an outer timeout still leaves what it measured."""
     import torch
+
     t_end = time.monotonic() + budget_s
-    res = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "sizes": {},
-           "skipped": {}}
+    res = {
+        "torch": torch.__version__,
+        "cuda": torch.cuda.is_available(),
+        "sizes": {},
+        "skipped": {},
+    }
 
     def save() -> None:
         (out_dir / "gpu_check.json").write_text(json.dumps(res, indent=1, default=str))
+
     if not torch.cuda.is_available():
         res["skipped"]["all"] = "torch sees no CUDA device"
         return res
@@ -159,8 +174,11 @@ def run(out_dir: Path, budget_s: float, sizes=("demo", "bench")) -> dict:
         res["skipped"]["backends"] = "onnx + onnxruntime needed to export the random models"
         return res
     tmp = Path(tempfile.mkdtemp(prefix="gpu_check_"))
-    parts = [(s, 60) for s in sizes if s == "demo"] + [("tensorrt", 120)] + \
-        [(s, 90) for s in sizes if s != "demo"]
+    parts = (
+        [(s, 60) for s in sizes if s == "demo"]
+        + [("tensorrt", 120)]
+        + [(s, 90) for s in sizes if s != "demo"]
+    )
     for part, need_s in parts:
         if time.monotonic() + need_s > t_end:
             res["skipped"][part] = "time budget spent"
@@ -178,10 +196,15 @@ def run(out_dir: Path, budget_s: float, sizes=("demo", "bench")) -> dict:
 
 
 def _targets(res: dict) -> dict:
-    lin = [x["speedup"] for x in (res.get("linear_24") or {}).values()
-           if isinstance(x, dict) and "speedup" in x]
-    return {"demo_graphs_3x_eager": res["sizes"].get("demo", {}).get("graphs_over_eager_fp32"),
-            "linear_24_best_speedup": max(lin, default=None)}
+    lin = [
+        x["speedup"]
+        for x in (res.get("linear_24") or {}).values()
+        if isinstance(x, dict) and "speedup" in x
+    ]
+    return {
+        "demo_graphs_3x_eager": res["sizes"].get("demo", {}).get("graphs_over_eager_fp32"),
+        "linear_24_best_speedup": max(lin, default=None),
+    }
 
 
 def torch_size(size: str, tmp: Path, bw: float, t_end: float) -> dict:
@@ -199,9 +222,14 @@ def torch_size(size: str, tmp: Path, bw: float, t_end: float) -> dict:
             sparse_md = ModelDir.load(pruned_copy(path, tmp / f"{size}_24"), check_hashes=False)
         floor_us = wb / (2 if opts["dtype"] == "float16" else 1) / (bw * 1e9) * 1e6
         sparse = bool(opts.get("sparse24"))  # pruned weights: no ORT reference for parity
-        row["variants"][name] = bench_variant(name, sparse_md if sparse else md,
-                                              {"device": "cuda", **opts}, None if sparse else ref,
-                                              200 if size == "demo" else 100, floor_us)
+        row["variants"][name] = bench_variant(
+            name,
+            sparse_md if sparse else md,
+            {"device": "cuda", **opts},
+            None if sparse else ref,
+            200 if size == "demo" else 100,
+            floor_us,
+        )
     v = row["variants"]
     row["graphs_over_eager_fp32"] = _ratio(v, "torch eager fp32", "torch graphs fp32")
     row["sparse_over_dense_fp16"] = _ratio(v, "torch graphs fp16", "torch graphs fp16 2:4")
@@ -213,6 +241,7 @@ def tensorrt_part(tmp: Path, bw: float) -> dict:
     from models import checkpoint
     from models.export import export_all
     from models.sparsity import fold, prepare
+
     src = tmp / "demo"
     ck = checkpoint.load(src / "policy")
     prepare(ck.model)
@@ -227,12 +256,15 @@ def tensorrt_part(tmp: Path, bw: float) -> dict:
     ref = get_backend("onnx").load(md, threads=4)
     wb = weight_bytes(dst)
     out = {}
-    for name, opts in {"tensorrt fp32": dict(fp16=False, sparse=False),
-                       "tensorrt fp16 2:4": dict(fp16=True, sparse=True)}.items():
+    for name, opts in {
+        "tensorrt fp32": dict(fp16=False, sparse=False),
+        "tensorrt fp16 2:4": dict(fp16=True, sparse=True),
+    }.items():
         t0 = time.perf_counter()
         floor_us = wb / (2 if opts["fp16"] else 1) / (bw * 1e9) * 1e6
-        out[name] = bench_variant(name, md, {**opts, "cache_dir": dst / "trt_cache"}, ref, 200,
-                                  floor_us)
+        out[name] = bench_variant(
+            name, md, {**opts, "cache_dir": dst / "trt_cache"}, ref, 200, floor_us
+        )
         out[name]["load_s"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -247,13 +279,25 @@ def _ratio(v: dict, slow: str, fast: str):
 def print_table(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
     t = Table(title=f"rtinfer GPU check: {res.get('gpu', 'no GPU')} (torch {res['torch']})")
-    for col in ("size", "variant", "decode p50 us", "decode p99 us", "verify p50 us",
-                "x floor", "parity", "note"):
+    for col in (
+        "size",
+        "variant",
+        "decode p50 us",
+        "decode p99 us",
+        "verify p50 us",
+        "x floor",
+        "parity",
+        "note",
+    ):
         right = "us" in col or col in ("x floor", "parity")
         t.add_column(col, justify="right" if right else "left")
-    rows = [(size, n, v) for size, row in res.get("sizes", {}).items()
-            for n, v in row["variants"].items()]
+    rows = [
+        (size, n, v)
+        for size, row in res.get("sizes", {}).items()
+        for n, v in row["variants"].items()
+    ]
     rows += [("demo", n, v) for n, v in res.get("tensorrt", {}).items()]
     for size, name, v in rows:
         if "skipped" in v:
@@ -261,18 +305,35 @@ def print_table(res: dict) -> None:
             continue
         c = v.get("counters", {})
         note = ", ".join(f"{k}={c[k]}" for k in c if c[k])
-        t.add_row(size, name, f"{v['decode']['p50_us']:.0f}", f"{v['decode']['p99_us']:.0f}",
-                  f"{v['verify']['p50_us']:.0f}", f"{v['decode_over_floor']:.1f}",
-                  "-" if "parity_vs_ort_cpu" not in v else f"{v['parity_vs_ort_cpu']:.2f}", note)
+        t.add_row(
+            size,
+            name,
+            f"{v['decode']['p50_us']:.0f}",
+            f"{v['decode']['p99_us']:.0f}",
+            f"{v['verify']['p50_us']:.0f}",
+            f"{v['decode_over_floor']:.1f}",
+            "-" if "parity_vs_ort_cpu" not in v else f"{v['parity_vs_ort_cpu']:.2f}",
+            note,
+        )
     for key, v in (res.get("linear_24") or {}).items():
         if isinstance(v, dict) and "speedup" in v:
-            t.add_row("linear", f"fp16 {key}", f"{v['sparse_us']:.1f}", "-", "-", "-", "-",
-                      f"dense {v['dense_us']:.1f} us, 2:4 speedup {v['speedup']:.2f}x")
+            t.add_row(
+                "linear",
+                f"fp16 {key}",
+                f"{v['sparse_us']:.1f}",
+                "-",
+                "-",
+                "-",
+                "-",
+                f"dense {v['dense_us']:.1f} us, 2:4 speedup {v['speedup']:.2f}x",
+            )
     tg = res.get("targets", {})
-    t.caption = (f"targets (reported, not asserted): demo CUDA graphs / eager = "
-                 f"{_fmt(tg.get('demo_graphs_3x_eager'))} (want >= 3); best 2:4 Linear speedup = "
-                 f"{_fmt(tg.get('linear_24_best_speedup'))} (want >= 1.2); "
-                 f"skipped: {res['skipped'] or 'none'}")
+    t.caption = (
+        f"targets (reported, not asserted): demo CUDA graphs / eager = "
+        f"{_fmt(tg.get('demo_graphs_3x_eager'))} (want >= 3); best 2:4 Linear speedup = "
+        f"{_fmt(tg.get('linear_24_best_speedup'))} (want >= 1.2); "
+        f"skipped: {res['skipped'] or 'none'}"
+    )
     Console(width=160).print(t)
 
 
@@ -283,8 +344,9 @@ def _fmt(x) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir")
-    p.add_argument("--budget-s", type=float, default=200.0,
-                   help="start no part that would end after this")
+    p.add_argument(
+        "--budget-s", type=float, default=200.0, help="start no part that would end after this"
+    )
     p.add_argument("--sizes", default="demo,bench")
     args = p.parse_args(argv)
     out = Path(args.out_dir)

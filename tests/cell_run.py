@@ -1,6 +1,7 @@
 """One short run of the conveyor cell per launch file, as `rtinfer demo` runs it (the launcher
 in a child process, a Dashboard on the launch's endpoints), shared by the tests that read it:
 the numbers-agree and the stamp-order tests run each launch once per session."""
+
 from __future__ import annotations
 
 import atexit
@@ -26,10 +27,10 @@ SIM_SECONDS = 5
 class CellRun:
     run_dir: Path
     exit_code: int
-    monitor: dict          # monitor_report.json
-    sim: dict              # sim_report.json
-    trace: list[dict]      # controller.trace
-    dashboard: dict        # the dashboard's newest health per node once the launch ended
+    monitor: dict  # monitor_report.json
+    sim: dict  # sim_report.json
+    trace: list[dict]  # controller.trace
+    dashboard: dict  # the dashboard's newest health per node once the launch ended
     log: str
 
 
@@ -42,8 +43,17 @@ def run_cell(launch: str, overrides: tuple[tuple[str, str], ...] = ()) -> CellRu
     sets = {**dict(overrides), "seconds": str(SIM_SECONDS)}
     spec = load(str(REPO / launch), sets)
     endpoints = [e.address(run_dir) for e in spec.endpoints.values()]
-    cmd = [sys.executable, "-m", "rtinfer.launch.supervisor", launch, "--run-dir", str(run_dir),
-           "--seconds", str(SIM_SECONDS + 60), *(f"--set={k}={v}" for k, v in sets.items())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rtinfer.launch.supervisor",
+        launch,
+        "--run-dir",
+        str(run_dir),
+        "--seconds",
+        str(SIM_SECONDS + 60),
+        *(f"--set={k}={v}" for k, v in sets.items()),
+    ]
     dash = Dashboard(endpoints)
     with open(base / "launch.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
@@ -60,5 +70,12 @@ def run_cell(launch: str, overrides: tuple[tuple[str, str], ...] = ()) -> CellRu
     read = lambda name: json.loads((run_dir / name).read_text())  # noqa: E731
     text = (base / "launch.log").read_text()
     assert proc.returncode == 0, f"{launch} exited {proc.returncode}:\n{text[-3000:]}"
-    return CellRun(run_dir, proc.returncode, read("monitor_report.json"), read("sim_report.json"),
-                   list(read_trace(run_dir / "controller.trace")), dict(dash.latest), text)
+    return CellRun(
+        run_dir,
+        proc.returncode,
+        read("monitor_report.json"),
+        read("sim_report.json"),
+        list(read_trace(run_dir / "controller.trace")),
+        dict(dash.latest),
+        text,
+    )

@@ -5,6 +5,7 @@ Layout of the tiny model: instruction C=3, observation L=11 (gantry 3 uniform + 
 in max_ctx 32. Graphs: decode/draft k=1, verify k=4, prefill k=4 (instruction prefix),
 12 (observation segment) and 16 (whole prefix, the uncached path).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,11 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("RTINFER_SLOW") == "1" or config.getoption("markexpr"):
         return
     named = {a.replace(os.sep, "/") for a in config.args if "::" in a}
-    slow = [i for i in items if i.get_closest_marker("slow")
-            and not any(i.nodeid.startswith(n) for n in named)]
+    slow = [
+        i
+        for i in items
+        if i.get_closest_marker("slow") and not any(i.nodeid.startswith(n) for n in named)
+    ]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if i not in set(slow)]
@@ -38,19 +42,34 @@ def pytest_terminal_summary(terminalreporter, config):
     left_out = getattr(config, "_rtinfer_slow_left_out", 0)
     if left_out:
         terminalreporter.write_line(
-            f"{left_out} slow tests left out: `make test-slow` (or RTINFER_SLOW=1) runs them")
+            f"{left_out} slow tests left out: `make test-slow` (or RTINFER_SLOW=1) runs them"
+        )
 
 
 TINY_SPEC = {
-    "format": "rtinfer-obs-tokens", "version": 1, "bins": 16,
+    "format": "rtinfer-obs-tokens",
+    "version": 1,
+    "bins": 16,
     "fields": [
-        {"key": "gantry", "slice": [0, 3], "kind": "uniform",
-         "low": [-1.0, -1.0, 0.0], "high": [1.0, 1.0, 1.0]},
+        {
+            "key": "gantry",
+            "slice": [0, 3],
+            "kind": "uniform",
+            "low": [-1.0, -1.0, 0.0],
+            "high": [1.0, 1.0, 1.0],
+        },
         {"key": "gantry", "slice": [3, 5], "kind": "threshold", "at": 0.5},
-        {"key": "objects", "kind": "table", "rows": 2, "valid": {"column": 3, "above": 0.5},
-         "columns": [{"column": 0, "kind": "categorical", "classes": 3},
-                     {"column": 1, "kind": "uniform", "low": -0.5, "high": 0.5},
-                     {"column": 2, "kind": "uniform", "low": -0.2, "high": 0.2}]},
+        {
+            "key": "objects",
+            "kind": "table",
+            "rows": 2,
+            "valid": {"column": 3, "above": 0.5},
+            "columns": [
+                {"column": 0, "kind": "categorical", "classes": 3},
+                {"column": 1, "kind": "uniform", "low": -0.5, "high": 0.5},
+                {"column": 2, "kind": "uniform", "low": -0.2, "high": 0.2},
+            ],
+        },
     ],
     "instruction": {"key": "instruction", "from": "values", "length": 3, "classes": 3},
 }
@@ -67,9 +86,14 @@ def random_obs_body(rng: np.random.Generator) -> dict:
     objects[:n, 3] = 1.0
     gantry = rng.uniform(-1.2, 1.2, 5).astype(np.float32)
     gantry[3:] = rng.integers(0, 2, 2)
-    return {"values": {"gantry": gantry, "objects": objects,
-                       "instruction": rng.permutation(3).astype(np.int32)},
-            "ints": {}}
+    return {
+        "values": {
+            "gantry": gantry,
+            "objects": objects,
+            "instruction": rng.permutation(3).astype(np.int32),
+        },
+        "ints": {},
+    }
 
 
 @pytest.fixture(scope="session")
@@ -86,18 +110,32 @@ def tiny_model_dir(tmp_path_factory):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     vocab = Vocab(n_instr=3, n_obs_bins=16, n_action_bins=32)
-    cfg = PolicyConfig(vocab_size=vocab.size, n_layer=3, n_head=2, n_embd=32, max_ctx=32,
-                       exits=(1, 2))
+    cfg = PolicyConfig(
+        vocab_size=vocab.size, n_layer=3, n_head=2, n_embd=32, max_ctx=32, exits=(1, 2)
+    )
     model = Policy(cfg).eval()
     with torch.no_grad():  # larger weights: outputs depend strongly on the inputs
         for p in model.parameters():
             if p.dim() >= 2:
                 p.mul_(6.0)
     out = tmp_path_factory.mktemp("tiny_model")
-    export_all(model, cfg, out, k_verify=K_VERIFY, prefix_len=[4, 12, 16], vocab=vocab,
-               fp16=False, exit_prefills=[(1, 12), (2, 12)])
-    TokenizerConfig(low=(-1.0, -1.0, 0.0, 0.0), high=(1.0, 1.0, 1.0, 1.0), bins=32,
-                    horizon=3, period_ns=50_000_000).save(out / "tokenizer.json")
+    export_all(
+        model,
+        cfg,
+        out,
+        k_verify=K_VERIFY,
+        prefix_len=[4, 12, 16],
+        vocab=vocab,
+        fp16=False,
+        exit_prefills=[(1, 12), (2, 12)],
+    )
+    TokenizerConfig(
+        low=(-1.0, -1.0, 0.0, 0.0),
+        high=(1.0, 1.0, 1.0, 1.0),
+        bins=32,
+        horizon=3,
+        period_ns=50_000_000,
+    ).save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(TINY_SPEC))
     (out / "card.json").write_text(json.dumps({"accuracy": {"1": 0.5, "2": 0.8, "3": 0.9}}))
     checkpoint.save(out / "policy", model, vocab)
@@ -111,11 +149,13 @@ def no_launcher_left(request, monkeypatch):
     import subprocess
 
     from tests.test_launch import WAIT_S
+
     started, real_start = [], request.module.start
 
     def tracked(*a, **kw):
         started.append(real_start(*a, **kw))
         return started[-1]
+
     monkeypatch.setattr(request.module, "start", tracked)
     yield
     for proc in started:
@@ -131,6 +171,7 @@ def no_launcher_left(request, monkeypatch):
 def recv_chunks(sub, n: int, timeout_s: float = 10.0) -> list:
     """Up to n `action_chunk` envelopes from `sub` (other topics skipped), within timeout_s."""
     import time
+
     got, end = [], time.monotonic() + timeout_s
     while len(got) < n and time.monotonic() < end:
         env = sub.recv(100)
@@ -149,6 +190,7 @@ class SteppedClock:
 
     def __call__(self) -> int:
         from rtinfer.transport.wire import now_ns
+
         return now_ns() + self.offset_ns
 
     def step(self, ns: int) -> None:
@@ -160,6 +202,7 @@ def answered_node(node, obs_pub, act, rng):
     import time
 
     from rtinfer.transport.wire import now_ns
+
     for _ in range(200):
         obs_pub.publish("obs", random_obs_body(rng), {"capture": now_ns()})
         if node.spin_once(20):
@@ -171,11 +214,16 @@ def answered_node(node, obs_pub, act, rng):
         pass
 
 
-
 GANTRY_AXES = {  # a ~2 kg three-axis test gantry: per axis x, y, z
-    "kp": (400.0, 400.0, 600.0), "ki": (200.0, 200.0, 300.0), "kd": (60.0, 60.0, 60.0),
-    "effort_limit": (60.0, 60.0, 80.0), "low": (-0.5, -0.5, 0.0), "high": (0.5, 0.5, 0.5),
-    "vel_limit": (0.6, 0.6, 0.4), "acc_limit": (3.0, 3.0, 3.0)}
+    "kp": (400.0, 400.0, 600.0),
+    "ki": (200.0, 200.0, 300.0),
+    "kd": (60.0, 60.0, 60.0),
+    "effort_limit": (60.0, 60.0, 80.0),
+    "low": (-0.5, -0.5, 0.0),
+    "high": (0.5, 0.5, 0.5),
+    "vel_limit": (0.6, 0.6, 0.4),
+    "acc_limit": (3.0, 3.0, 3.0),
+}
 
 
 def gantry_control(tool: bool = True, **kw):
@@ -185,9 +233,15 @@ def gantry_control(tool: bool = True, **kw):
     from dataclasses import fields
 
     from controllers.config import AxisConfig, ControlConfig, ToolConfig
+
     per_axis = {f.name for f in fields(AxisConfig)}
     axes_kw = {**GANTRY_AXES, **{k: v for k, v in kw.items() if k in per_axis}}
-    axes = tuple(AxisConfig(name, "m", "effort", **{k: v[i] for k, v in axes_kw.items()})
-                 for i, name in enumerate("xyz"))
-    return ControlConfig(axes, ToolConfig("suction") if tool else None,
-                         **{k: v for k, v in kw.items() if k not in per_axis})
+    axes = tuple(
+        AxisConfig(name, "m", "effort", **{k: v[i] for k, v in axes_kw.items()})
+        for i, name in enumerate("xyz")
+    )
+    return ControlConfig(
+        axes,
+        ToolConfig("suction") if tool else None,
+        **{k: v for k, v in kw.items() if k not in per_axis},
+    )

@@ -1,6 +1,7 @@
 """Tiny flow policy directories for the flow tests: models.flow_tiny's torch policy exported
 looped and packaged with models.flow_package.package_flow (the real writer), and a variant
 whose step graph returns NaN for an observation with state[0] > 1."""
+
 from __future__ import annotations
 
 import torch
@@ -9,8 +10,15 @@ from models.flow_package import package_flow
 from models.flow_tiny import TinyFlow, export_looped
 from rtinfer.model.action_spec import ActionSpec
 
-SPEC = ActionSpec(("a", "b"), ("m", "m"), (-50.0, -50.0), (50.0, 50.0), horizon=6,
-                  period_ns=50_000_000, start_ns=0)
+SPEC = ActionSpec(
+    ("a", "b"),
+    ("m", "m"),
+    (-50.0, -50.0),
+    (50.0, 50.0),
+    horizon=6,
+    period_ns=50_000_000,
+    start_ns=0,
+)
 AFFINE = {"scale": [2.0, 0.5], "offset": [0.1, -0.2]}
 LADDER = [(10, 0), (4, 0), (2, 0), (1, 0)]
 

@@ -3,6 +3,7 @@
 They record what the launcher must be able to check from outside: pid files (so a test
 can prove a process is gone), start counts (restarts) and the argv they received.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,7 @@ def ignore_term(argv: list[str]) -> int:
 def spawn_grandchild(argv: list[str]) -> int:
     """argv: [pidfile, ("exit")]. Starts a grandchild that ignores SIGTERM; records both
     pids; then sleeps until signalled, or with "exit" returns 5 at once (orphaning it)."""
-    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "time.sleep(600)")
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
     child = subprocess.Popen([sys.executable, "-c", code])
     _append(argv[0], f"{os.getpid()} {child.pid}")
     if argv[1:] == ["exit"]:
@@ -69,6 +69,7 @@ def bind_forever(argv: list[str]) -> int:
     SIGTERM kills it at once (the default action), so its ipc socket file is left behind,
     as after a SIGKILL."""
     import zmq
+
     sock = zmq.Context.instance().socket(zmq.PUB)
     sock.bind(argv[1])
     _append(argv[0], str(os.getpid()))

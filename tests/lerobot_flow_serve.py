@@ -1,5 +1,6 @@
 """Serve a flow model directory with a real InferenceNode over ipc and take one chunk: what
 tests/test_lerobot_smolvla.py and tests/test_lerobot_diffusion.py check against LeRobot."""
+
 from __future__ import annotations
 
 import zlib
@@ -14,11 +15,14 @@ from rtinfer.transport.wire import now_ns
 def body_of(model_dir, obs: dict[str, np.ndarray]) -> dict:
     """The robot's `obs` body for the example observation `obs` (by obs spec key)."""
     from rtinfer.model.obs_spec import ObsSpec
+
     spec = ObsSpec.load(f"{model_dir}/obs_spec.json")
     now = now_ns()
-    return {"values": {k: v for k, v in obs.items() if k not in spec.images}, "ints": {},
-            "frames": {spec.images[k][0]: {"image": obs[k], "capture_ns": now}
-                       for k in spec.images}}
+    return {
+        "values": {k: v for k, v in obs.items() if k not in spec.images},
+        "ints": {},
+        "frames": {spec.images[k][0]: {"image": obs[k], "capture_ns": now} for k in spec.images},
+    }
 
 
 def serve_one(model_dir, obs: dict[str, np.ndarray], tmp_path, seed: int = 3):
@@ -27,11 +31,15 @@ def serve_one(model_dir, obs: dict[str, np.ndarray], tmp_path, seed: int = 3):
     from rtinfer.inference.flow_runner import FlowRunner
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
     from rtinfer.model.flow_model import FlowModelDir
+
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
     pub = Publisher(eps["obs"], "robot7")
-    node = InferenceNode(model_dir, eps["obs"], eps["act"],
-                         cfg=InferenceNodeConfig(deadline_ms=60_000.0, auto_budget=False,
-                                                 seed=seed))
+    node = InferenceNode(
+        model_dir,
+        eps["obs"],
+        eps["act"],
+        cfg=InferenceNodeConfig(deadline_ms=60_000.0, auto_budget=False, seed=seed),
+    )
     sub = Subscriber(eps["act"], ["action_chunk"])
     horizon, cycles, msgs = FlowModelDir.load(model_dir).action.horizon, {}, []
     try:
@@ -52,8 +60,9 @@ def serve_one(model_dir, obs: dict[str, np.ndarray], tmp_path, seed: int = 3):
     assert msgs, "the node answered no observation"
     b0 = msgs[0].body
     assert b0["dest"] == "robot7" and all(m.body["cycle"] == b0["cycle"] for m in msgs)
-    chunk = np.array([m.body["values"] for m in sorted(msgs, key=lambda m: m.body["index"])],
-                     np.float32)
+    chunk = np.array(
+        [m.body["values"] for m in sorted(msgs, key=lambda m: m.body["index"])], np.float32
+    )
     runner = FlowRunner(FlowModelDir.load(model_dir))
     runner.start(seed=(seed, zlib.crc32(b"robot7"), int(b0["cycle"])))
     return chunk, runner.x.copy()

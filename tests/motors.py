@@ -1,5 +1,6 @@
 """Robots for the controller tests: robot files of N axes in one command mode, and
 controllers.simulated.SimulatedAxes with read and write faults on demand."""
+
 from __future__ import annotations
 
 from controllers.config import ToolConfig
@@ -11,6 +12,7 @@ axes = uniform_robot
 
 class Motors(SimulatedAxes):
     """SimulatedAxes whose next fail_reads reads and fail_writes writes raise HardwareFault."""
+
     fail_reads = fail_writes = 0
 
     def read(self):

@@ -1,6 +1,7 @@
 """A simulated robot that observes its joints every `every` ticks, and a policy for it:
 the parts of tests/test_overload_asks.py (real processes: `controllers.run --hardware
 paced_robot:ObservingAxes`, the inference node serving the packaged policy)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,12 @@ def mlp_policy(dim: int, horizon: int, width: int = 1024, layers: int = 24):
             super().__init__()
             torch.manual_seed(0)
             self.inp = torch.nn.Linear(dim, width)
-            self.body = torch.nn.Sequential(*[torch.nn.Sequential(
-                torch.nn.Linear(width, width), torch.nn.Tanh()) for _ in range(layers)])
+            self.body = torch.nn.Sequential(
+                *[
+                    torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
+                    for _ in range(layers)
+                ]
+            )
             self.out = torch.nn.Linear(width, horizon * dim)
 
         def forward(self, q):

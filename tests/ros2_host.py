@@ -1,5 +1,6 @@
 """One network namespace for the ROS 2 tests: its own loopback, with multicast on (DDS
 discovery needs it), so their DDS traffic never meets another test's or the machine's."""
+
 from __future__ import annotations
 
 import json

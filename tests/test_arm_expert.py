@@ -1,5 +1,6 @@
 """The reach arm's scripted expert: its IK, its chunks, and reaching targets in closed loop
 through the real controllers.stack.ControlStack (lockstep on sim time, no wall clock)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,14 +24,14 @@ def test_ik_puts_the_tip_on_targets_across_the_workspace_within_a_millimetre():
         q, err = goal.solve(task.target)
         assert err < 1e-3 and np.linalg.norm(goal.tip(q) - task.target) < 1e-3
         assert all(a.workspace[0] <= v <= a.workspace[1] for a, v in zip(CONTROL.axes, q))
-        assert np.array_equal(goal.solve(task.target)[0], q)   # a function of the target
+        assert np.array_equal(goal.solve(task.target)[0], q)  # a function of the target
         task._next(0)
 
 
 def test_chunk_is_h_by_n_joint_angles_moving_towards_the_goal_within_the_speed_limit():
     sim = ArmSim(CONTROL, **HARDWARE)
     expert = ReachExpert(CONTROL, SPEC)
-    obs = obs_from_body(obs_body(observe(sim)))     # what the expert node receives
+    obs = obs_from_body(obs_body(observe(sim)))  # what the expert node receives
     chunk = expert.act(obs)
     goal = expert.joint_goal(obs["target"])
     assert chunk.shape == (SPEC.horizon, CONTROL.n) and chunk.dtype == np.float32

@@ -1,6 +1,7 @@
 """The shipped reach-arm policy (models/zoo/arm-reach-bc): on the model-directory contract,
 made for this robot, and, run on ONNX Runtime in lockstep against the MuJoCo arm through
 the ControlStack, reaching most targets of target sequences it was not trained on."""
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ def test_shipped_model_passes_check_model_against_the_robots_spec():
 def test_shipped_model_is_made_for_this_robot_and_small():
     spec = ActionSpec.load(MODEL / "action_spec.json")
     assert spec == action_spec(CONTROL) == ActionSpec.load(ROBOT_SPEC)
-    ControllerConfig(CONTROL, action=spec)        # the controller's own check on connect
+    ControllerConfig(CONTROL, action=spec)  # the controller's own check on connect
     assert sum(f.stat().st_size for f in MODEL.iterdir()) < 2_000_000
 
 

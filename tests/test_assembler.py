@@ -1,5 +1,6 @@
 """ChunkAssembler alone: waypoints of one cycle join a chunk in any order; a new cycle
 replaces the old one; what does not fit is rejected under the counter it belongs to."""
+
 import numpy as np
 
 from controllers.assembler import ChunkAssembler
@@ -12,8 +13,9 @@ def waypoint(i: int) -> np.ndarray:
     return np.full(4, float(i))
 
 
-def add(chunk, i, *, count=4, cycle=1, capture=1_000 * MS, src="policy", period=PERIOD,
-        stamps=None):
+def add(
+    chunk, i, *, count=4, cycle=1, capture=1_000 * MS, src="policy", period=PERIOD, stamps=None
+):
     return chunk.add(src, cycle, capture, i, count, period, waypoint(i), stamps)
 
 

@@ -6,6 +6,7 @@ under the commanded force). The simulator steps in the robot process, so it stal
 (the review's case); a real robot's world runs on under the last command meanwhile, which no
 controller can limit, so there only the reference is checked.
 """
+
 import numpy as np
 import pytest
 
@@ -19,8 +20,16 @@ MS = 1_000_000
 _, GANTRY, _ = load_robot("examples.conveyor_sorting:robot.yaml")
 
 
-def run_with_stalls(control: ControlConfig, rows, *, seconds=8.0, stall_every_ms=130,
-                    stall_ms=70, chunk_every_ms=50, world_runs_on=False):
+def run_with_stalls(
+    control: ControlConfig,
+    rows,
+    *,
+    seconds=8.0,
+    stall_every_ms=130,
+    stall_ms=70,
+    chunk_every_ms=50,
+    world_runs_on=False,
+):
     """Tick at 1 kHz with a stall of stall_ms every stall_every_ms; a new chunk of `rows`
     (alternating order each chunk) every chunk_every_ms. Returns the reference and the
     measured positions at every tick, (ticks, n) each."""
@@ -46,18 +55,24 @@ def run_with_stalls(control: ControlConfig, rows, *, seconds=8.0, stall_every_ms
     return np.array(refs), np.array(axes)
 
 
-@pytest.mark.parametrize("stall_ms, world_runs_on", [(1, False), (70, False), (70, True)],
-                         ids=["no-stall", "stall", "stall-world-runs-on"])
-def test_a_chunk_jumping_1_m_past_the_axis_stays_inside_whatever_the_stalls(stall_ms,
-                                                                            world_runs_on):
+@pytest.mark.parametrize(
+    "stall_ms, world_runs_on",
+    [(1, False), (70, False), (70, True)],
+    ids=["no-stall", "stall", "stall-world-runs-on"],
+)
+def test_a_chunk_jumping_1_m_past_the_axis_stays_inside_whatever_the_stalls(
+    stall_ms, world_runs_on
+):
     x = GANTRY.axes[0]  # low -0.7, high 0.65, margin 0.005
     rows = [[x.high + 0.35, 0.0, 0.5, 0.0], [x.high - 0.65, 0.0, 0.5, 0.0]] * 2
     refs, axes = run_with_stalls(GANTRY, rows, stall_ms=stall_ms, world_runs_on=world_runs_on)
     lo, hi = x.workspace
-    assert refs[:, 0].max() <= hi and refs[:, 0].min() >= lo, \
+    assert refs[:, 0].max() <= hi and refs[:, 0].min() >= lo, (
         f"reference reached {refs[:, 0].min():.4f}..{refs[:, 0].max():.4f}, box {lo}..{hi}"
-    assert world_runs_on or axes[:, 0].max() <= x.high and axes[:, 0].min() >= x.low, \
+    )
+    assert world_runs_on or axes[:, 0].max() <= x.high and axes[:, 0].min() >= x.low, (
         f"axis reached {axes[:, 0].min():.4f}..{axes[:, 0].max():.4f}, limits {x.low}..{x.high}"
+    )
     assert refs[:, 0].max() > hi - 0.05  # it did go to the bound: the test can fail
 
 

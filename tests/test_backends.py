@@ -1,4 +1,5 @@
 """Backends and model directories: factory, up-front validation, parity between backends."""
+
 import json
 import shutil
 
@@ -21,8 +22,11 @@ def _greedy(backend, seeds, drafter_depth=None):
         prefix = build_prefix(v, *md.obs.encode(random_obs_body(np.random.default_rng(seed))))
         backend.reset()
         logits = backend.prefill(prefix, 0).copy()
-        drafter = EarlyExitDrafter(drafter_depth, v.action_start, v.action_stop) \
-            if drafter_depth else None
+        drafter = (
+            EarlyExitDrafter(drafter_depth, v.action_start, v.action_stop)
+            if drafter_depth
+            else None
+        )
         out.append(dec.decode(logits, len(prefix), md.chunk_tokens, drafter=drafter).copy())
     return np.stack(out)
 
@@ -40,15 +44,25 @@ def test_model_dir_exposes_layout_and_card(tiny_model_dir):
     assert md.accuracy(2) == 0.8 and md.accuracy(5) is None
 
 
-@pytest.mark.parametrize("damage, match", [
-    (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
-    (lambda d: (d / "obs_tokens.json").write_text("{not json"), "obs_tokens.json is unreadable"),
-    (lambda d: (d / "step_d3_k4.onnx").write_bytes(b"garbage"), "sha256 differs"),
-    (lambda d: (d / "step_d1_k1.onnx").unlink(), "step_d1_k1.onnx listed in graphs.json is missing"),
-    (lambda d: (d / "graphs.json").unlink(), "graphs.json is missing"),
-])
-def test_broken_model_dir_raises_model_error_naming_the_file(tiny_model_dir, tmp_path,
-                                                             damage, match):
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+        (
+            lambda d: (d / "obs_tokens.json").write_text("{not json"),
+            "obs_tokens.json is unreadable",
+        ),
+        (lambda d: (d / "step_d3_k4.onnx").write_bytes(b"garbage"), "sha256 differs"),
+        (
+            lambda d: (d / "step_d1_k1.onnx").unlink(),
+            "step_d1_k1.onnx listed in graphs.json is missing",
+        ),
+        (lambda d: (d / "graphs.json").unlink(), "graphs.json is missing"),
+    ],
+)
+def test_broken_model_dir_raises_model_error_naming_the_file(
+    tiny_model_dir, tmp_path, damage, match
+):
     d = tmp_path / "m"
     shutil.copytree(tiny_model_dir, d)
     damage(d)
@@ -93,7 +107,9 @@ def test_torch_cuda_graphs_match_eager(tiny_model_dir):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     seeds = range(4)
-    eager = _greedy(get_backend("torch").load(tiny_model_dir, device="cuda", cuda_graphs=False), seeds)
+    eager = _greedy(
+        get_backend("torch").load(tiny_model_dir, device="cuda", cuda_graphs=False), seeds
+    )
     graphs = get_backend("torch").load(tiny_model_dir, device="cuda", cuda_graphs=True)
     assert (_greedy(graphs, seeds, drafter_depth=1) == eager).all()
 

@@ -1,5 +1,6 @@
 """rtinfer bench camera: a quick run carries every frame of every path between two processes,
 byte for byte (JPEG: the right shape, close to the original), with counts, not speed."""
+
 import json
 import subprocess
 import sys
@@ -21,8 +22,13 @@ def test_frame_pool_is_deterministic_and_its_frames_differ():
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_quick_run_delivers_every_frame_of_every_path_intact():
-    out = subprocess.run([sys.executable, "-m", "rtinfer.bench.camera", "--quick", "--json"],
-                         capture_output=True, text=True, timeout=230, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "rtinfer.bench.camera", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=True,
+    )
     r = json.loads(out.stdout)
     assert r["skipped"] == {} and r["paths"] == list(PATHS)  # the bench extra is installed
     assert set(r["shapes"]) == {"96x96x3", "224x224x3", "640x480x3"}
@@ -47,6 +53,10 @@ def test_quick_run_delivers_every_frame_of_every_path_intact():
 
 
 def test_an_unknown_path_is_refused_with_the_choices():
-    out = subprocess.run([sys.executable, "-m", "rtinfer.bench.camera", "--paths", "shm"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "rtinfer.bench.camera", "--paths", "shm"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "bus_ipc" in out.stderr

@@ -1,10 +1,12 @@
 """`rtinfer bench dynamic`: one row per variant, every drafter lossless, figures consistent."""
+
 import json
 
 
 def test_bench_dynamic_rows_cover_dense_and_every_drafter(tiny_model_dir, tmp_path, capsys):
     from rtinfer.bench.dynamic import main
     from rtinfer.bench.dynamic_figures import params
+
     assert main(["--model", str(tiny_model_dir), "--quick", "--json", "--ffn-skip", "1"]) == 0
     r = json.loads(capsys.readouterr().out)
     rows = {row["variant"]: row for row in r["rows"]}
@@ -33,7 +35,9 @@ def test_param_count_matches_the_torch_policy():
     from models.config import PolicyConfig
     from models.policy import Policy
     from rtinfer.bench.dynamic_figures import params
+
     for bias in (True, False):
-        cfg = PolicyConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=16, max_ctx=24,
-                           exits=(1,), bias=bias)
+        cfg = PolicyConfig(
+            vocab_size=50, n_layer=2, n_head=2, n_embd=16, max_ctx=24, exits=(1,), bias=bias
+        )
         assert params(cfg.to_dict()) == Policy(cfg).num_params()

@@ -2,6 +2,7 @@
 and two bench robots, a node for all (batched, and one at a time) and a node each. Chunks are accepted by the robots'
 own controller rules and equal plain greedy; a robot over --max-robots is refused and
 counted, while one node per robot serves both."""
+
 import json
 import subprocess
 import sys
@@ -15,18 +16,44 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_fleet_bench_counts_accepted_identical_chunks_and_a_refused_robot(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "rtinfer.cli", "bench", "fleet", "--json", "--robots", "1", "2",
-         "--seconds", "2", "--warmup", "1", "--max-robots", "1",
-         "--plot", str(tmp_path / "fleet.png")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "bench",
+            "fleet",
+            "--json",
+            "--robots",
+            "1",
+            "2",
+            "--seconds",
+            "2",
+            "--warmup",
+            "1",
+            "--max-robots",
+            "1",
+            "--plot",
+            str(tmp_path / "fleet.png"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["deadline_ms"] == 100.0 and [r["robots"] for r in result["rows"]] == [1, 2]
     for row in result["rows"]:
         for arrangement in ("batched", "sequential", "separate"):
             r = row[arrangement]
-            assert set(r) >= {"deadline_met", "e2e_p50_ms", "e2e_p99_ms", "chunks_per_cpu_s",
-                              "refused", "identical"}
+            assert set(r) >= {
+                "deadline_met",
+                "e2e_p50_ms",
+                "e2e_p99_ms",
+                "chunks_per_cpu_s",
+                "refused",
+                "identical",
+            }
             assert r["chunks_accepted"] > 0 and r["chunks_per_cpu_s"] > 0
             assert r["identical"] == 1.0 and r["chunks_checked"] == r["chunks_accepted"]
             assert 0 < r["e2e_p50_ms"] <= r["e2e_p99_ms"]
@@ -43,10 +70,13 @@ def test_fleet_bench_counts_accepted_identical_chunks_and_a_refused_robot(tmp_pa
 
 
 def test_the_bench_robot_imports_no_inference_package():
-    code = ("import sys, controllers.bench_robot; "
-            "print([m for m in ('torch', 'onnxruntime', 'tensorrt', 'rtinfer.inference') "
-            "if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
+    code = (
+        "import sys, controllers.bench_robot; "
+        "print([m for m in ('torch', 'onnxruntime', 'tensorrt', 'rtinfer.inference') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

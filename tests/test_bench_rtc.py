@@ -2,6 +2,7 @@
 the delay proxy both ways at 100 ms (jittered: waypoints may be reordered): every arm drives
 (chunks applied, switches measured), only rtc's chunks are conditioned, and nothing stale is
 applied in any arm. Plus the join discontinuity's arithmetic on chunks made here."""
+
 import json
 import subprocess
 import sys
@@ -17,8 +18,12 @@ MS = 1_000_000
 
 
 def _chunk(capture, rows):
-    return {"capture": capture, "start_ns": 50 * MS, "period_ns": 50 * MS,
-            "values": np.array(rows, np.float64)}
+    return {
+        "capture": capture,
+        "start_ns": 50 * MS,
+        "period_ns": 50 * MS,
+        "values": np.array(rows, np.float64),
+    }
 
 
 def test_the_join_jump_is_taken_at_the_new_chunks_first_waypoint_ahead():
@@ -36,13 +41,21 @@ def test_the_join_jump_is_taken_at_the_new_chunks_first_waypoint_ahead():
 
 @pytest.mark.slow
 def test_bench_rtc_quick_runs_every_arm_and_applies_nothing_stale():
-    out = subprocess.run([sys.executable, "-m", "rtinfer.cli", "bench", "rtc", "--quick",
-                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", "bench", "rtc", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["bench"] == "rtc" and len(result["loadavg"]) == 3
     assert [(p["arm"], p["delay_ms"]) for p in result["points"]] == [
-        ("rtc", 100.0), ("none", 100.0), ("blend", 100.0)]
+        ("rtc", 100.0),
+        ("none", 100.0),
+        ("blend", 100.0),
+    ]
     for p in result["points"]:
         assert p["stale_applied"] == 0  # a prefix mismatch (a reordered chunk) is counted
         assert p["chunks_accepted"] > 0 and p["switches"] > 0
@@ -57,9 +70,24 @@ def test_bench_rtc_quick_runs_every_arm_and_applies_nothing_stale():
 def test_bench_rtc_lockstep_quick_is_load_free_and_applies_nothing_stale():
     """--lockstep --quick: the cell, controller and policy on one sim clock, 100 ms of delay
     in sim time: every arm drives, only rtc's chunks are conditioned, nothing stale."""
-    out = subprocess.run([sys.executable, "-m", "rtinfer.cli", "bench", "rtc", "--lockstep",
-                          "--quick", "--json", "--model", str(ROOT / "models/zoo/conveyor-flow")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "bench",
+            "rtc",
+            "--lockstep",
+            "--quick",
+            "--json",
+            "--model",
+            str(ROOT / "models/zoo/conveyor-flow"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["mode"] == "lockstep" and result["policy"] == "model"
@@ -73,6 +101,7 @@ def test_lockstep_replays_exactly_and_each_prefix_is_what_the_robot_executes(tmp
     """Two lockstep runs of one seed agree to the bit; every conditioned chunk names the
     waypoints of the chunk in use due when its own waypoints 0..n-1 are (the alignment)."""
     from examples.conveyor_sorting import rtc_lockstep as ls
+
     model = str(ROOT / "models/zoo/conveyor-flow")
     seen = []
     keep = ls.DelayLine.recv
@@ -82,6 +111,7 @@ def test_lockstep_replays_exactly_and_each_prefix_is_what_the_robot_executes(tmp
         if env is not None and env.topic == "action_chunk":
             seen.append(env)
         return env
+
     ls.DelayLine.recv = recv
     try:
         a = ls.run_point(model, "rtc", 100.0, 3, seconds=2.0, jitter=0.2, tmp=tmp_path)
@@ -90,8 +120,11 @@ def test_lockstep_replays_exactly_and_each_prefix_is_what_the_robot_executes(tmp
     b = ls.run_point(model, "rtc", 100.0, 3, seconds=2.0, jitter=0.2, tmp=tmp_path)
     assert a == b and a["chunks_conditioned"] > 0 and a["prefix_mismatch"] == 0
     captures = {e.body["cycle"]: e.stamps["capture"] for e in seen}
-    named = {(e.body["cycle"], e.stamps["capture"]): e.body["conditioned"] for e in seen
-             if "conditioned" in e.body and e.body["conditioned"]["chunk"] in captures}
+    named = {
+        (e.body["cycle"], e.stamps["capture"]): e.body["conditioned"]
+        for e in seen
+        if "conditioned" in e.body and e.body["conditioned"]["chunk"] in captures
+    }
     assert named
     for (_, capture), c in named.items():  # old waypoint from+i is due with new waypoint i
         assert capture - captures[c["chunk"]] == c["from"] * 50 * MS
@@ -99,6 +132,7 @@ def test_lockstep_replays_exactly_and_each_prefix_is_what_the_robot_executes(tmp
 
 def test_the_lockstep_delay_line_hands_a_message_over_its_delay_later_on_the_sim_clock():
     from examples.conveyor_sorting.delay_line import DelayLine, SimClock
+
     clock = SimClock()
     line = DelayLine("sim", clock, {"obs"}, 25 * MS)
     body = {"values": {"state": np.array([0.5, -0.5], np.float32)}, "ints": {}}

@@ -3,6 +3,7 @@ temporary cache), fp32 and int8, plain and speculative. Keys as issue 20 names t
 that hang together, measured speculation identical to plain greedy, projections labelled, and
 the deadline verdict following the rows. The full ladder (up to 300 M) is `rtinfer bench
 scale --json`, run by hand (docs/benchmarks.md)."""
+
 import json
 import os
 import subprocess
@@ -14,18 +15,40 @@ import pytest
 from rtinfer.bench.scale import largest_meeting
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = {"params", "precision", "method", "chunk_p50_ms", "chunk_p99_ms", "step_over_floor",
-        "torch_eager_chunk_ms", "projected"}
+KEYS = {
+    "params",
+    "precision",
+    "method",
+    "chunk_p50_ms",
+    "chunk_p99_ms",
+    "step_over_floor",
+    "torch_eager_chunk_ms",
+    "projected",
+}
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     png = cache / "scale.png"
-    out = subprocess.run([sys.executable, "-m", "rtinfer.cli", "bench", "scale", "--quick",
-                          "--json", "--plot", str(png)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "XDG_CACHE_HOME": str(cache)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "bench",
+            "scale",
+            "--quick",
+            "--json",
+            "--plot",
+            str(png),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout), cache, png
 
@@ -37,8 +60,12 @@ def test_quick_ladder_has_every_row_with_the_issue_keys(quick):
     rows = result["rows"]
     assert all(KEYS <= set(r) for r in rows)
     cells = {(r["rung"], r["precision"], r["method"]) for r in rows}
-    assert cells == {(s, p, m) for s in ("1M", "tiny") for p in ("fp32", "int8")
-                     for m in ("plain", "speculative")}
+    assert cells == {
+        (s, p, m)
+        for s in ("1M", "tiny")
+        for p in ("fp32", "int8")
+        for m in ("plain", "speculative")
+    }
     assert any(cache.glob("rtinfer/scale/tiny-*/int8/weights.bin"))  # exported into the cache
     assert png.stat().st_size > 0
 
@@ -66,7 +93,8 @@ def test_quick_numbers_are_sane(quick):
     assert result["fixed_overheads_ms"] == pytest.approx(sum(over["parts_ms"].values()))
     assert 0 < result["fixed_overheads_ms"] < 100 and over["source"]
     assert result["largest_params_meeting_deadline"] == largest_meeting(
-        rows, result["fixed_overheads_ms"])
+        rows, result["fixed_overheads_ms"]
+    )
 
 
 @pytest.mark.slow
@@ -83,18 +111,21 @@ def test_random_rungs_time_the_kv_read_in_place_against_the_whole_kv_rewritten(q
 
 
 def test_the_verdict_counts_measured_rows_under_the_deadline_only():
-    rows = [{"params": 1, "chunk_p99_ms": 10.0, "projected": False},
-            {"params": 5, "chunk_p99_ms": 95.0, "projected": False},
-            {"params": 9, "chunk_p99_ms": 20.0, "projected": True},
-            {"params": 7, "chunk_p99_ms": 101.0, "projected": False}]
+    rows = [
+        {"params": 1, "chunk_p99_ms": 10.0, "projected": False},
+        {"params": 5, "chunk_p99_ms": 95.0, "projected": False},
+        {"params": 9, "chunk_p99_ms": 20.0, "projected": True},
+        {"params": 7, "chunk_p99_ms": 101.0, "projected": False},
+    ]
     assert largest_meeting(rows, 4.0) == 5
-    assert largest_meeting(rows, 6.0) == 1   # 95 + 6 is over
+    assert largest_meeting(rows, 6.0) == 1  # 95 + 6 is over
     assert largest_meeting(rows, 95.0) is None
 
 
 @pytest.mark.slow
 def test_cost_sweep_covers_each_length_and_longer_chunks_cost_more(tmp_path, monkeypatch):
     from rtinfer.bench.scale_sweep import VALUES, sweep
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     s = sweep("tiny", "fp32", runs=3, log=lambda msg: None)
     assert set(s["points"]) == set(VALUES) == {"H", "D", "L", "C"}

@@ -1,5 +1,6 @@
 """rtinfer bench transport: its raw baseline sends the bytes rtinfer sends, and a tiny run
 measures all three paths."""
+
 import pytest
 
 from rtinfer.bench import transport
@@ -14,8 +15,13 @@ def test_raw_baseline_is_the_envelope_rtinfer_sends_with_its_publish_stamp_in_pl
     env = wire.decode(bytes(buf), topics=(transport.TOPIC,))
     assert env.stamps == {"capture": transport._BIG_NS, "publish": sent}
     # what Publisher.publish sends for a seq of the same width, byte for byte
-    assert bytes(buf) == wire.encode(transport.TOPIC, body, seq=transport.WARMUP, src="bench",
-                                     stamps={"capture": transport._BIG_NS, "publish": sent})
+    assert bytes(buf) == wire.encode(
+        transport.TOPIC,
+        body,
+        seq=transport.WARMUP,
+        src="bench",
+        stamps={"capture": transport._BIG_NS, "publish": sent},
+    )
 
 
 @pytest.mark.timeout(120)
@@ -25,6 +31,9 @@ def test_a_tiny_run_measures_every_path_on_ipc_and_tcp():
         row = r[kind]
         assert row["received"] == {"rtinfer": 20, "wire": 20, "raw": 20}
         assert row["raw_p50_us"] > 0 and row["wire_p50_us"] > 0 and row["rtinfer_p50_us"] > 0
-        assert row["added_p50_us"] == pytest.approx(row["rtinfer_p50_us"] - row["raw_p50_us"], abs=0.1)
         assert row["added_p50_us"] == pytest.approx(
-            row["codec_added_p50_us"] + row["bus_added_p50_us"], abs=0.2)
+            row["rtinfer_p50_us"] - row["raw_p50_us"], abs=0.1
+        )
+        assert row["added_p50_us"] == pytest.approx(
+            row["codec_added_p50_us"] + row["bus_added_p50_us"], abs=0.2
+        )

@@ -2,6 +2,7 @@
 benchmark in docs/benchmarks/ (what it measures, the command, the current figures with machine,
 date, runs and load, how to read them), and the dated measurements in results/*.json. A page's
 current figures are its results file's, and each is a value some recorded run gave."""
+
 import json
 import re
 from pathlib import Path
@@ -32,8 +33,13 @@ def test_there_are_pages_and_the_index_is_short():
 def test_a_page_has_its_parts_and_stays_under_400_lines(page):
     text = page.read_text()
     assert len(text.splitlines()) <= 400
-    for part in ("**What it measures.**", "**Command.**", "## Current figures",
-                 "**How to read them.**", f"results/{page.stem}.json"):
+    for part in (
+        "**What it measures.**",
+        "**Command.**",
+        "## Current figures",
+        "**How to read them.**",
+        f"results/{page.stem}.json",
+    ):
         assert part in text, f"{page.name} lacks {part}"
     res = _results(page)
     assert res["format"] == "rtinfer-benchmark-results" and res["page"].endswith(page.name)
@@ -52,8 +58,14 @@ def test_a_pages_current_figures_are_recorded_results(page):
 def test_the_index_links_every_page_with_a_headline_its_page_shows():
     text = INDEX.read_text()
     for page in PAGES:
-        line = next((ln for ln in text.splitlines()
-                     if ln.startswith("| [") and f"(benchmarks/{page.name})" in ln), None)
+        line = next(
+            (
+                ln
+                for ln in text.splitlines()
+                if ln.startswith("| [") and f"(benchmarks/{page.name})" in ln
+            ),
+            None,
+        )
         assert line, f"the index has no headline row for {page.name}"
         value = re.search(r"\*\*(.+?)\*\*", line).group(1)
         assert value in [c["value"] for c in _results(page)["current"]], (page.name, value)

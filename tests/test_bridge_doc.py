@@ -4,6 +4,7 @@ the JointState counters the page lists are exactly the ones the bridge keeps, ea
 whether the message is refused or taken; the default observation and an `observe` function
 are given with types and shapes; and the page's launch file for recording a bridge run is a
 valid launch file, recorded into the run directory the launcher creates."""
+
 import re
 import subprocess
 import sys
@@ -20,8 +21,10 @@ PAGE = (ROOT / "docs" / "ros2.md").read_text()
 def marked_table(marker: str) -> list[list[str]]:
     m = re.search(rf"<!-- {re.escape(marker)} -->\s*\n((?:\|.*\|\n)+)", PAGE)
     assert m, f"docs/ros2.md has no table marked <!-- {marker} -->"
-    return [[c.strip() for c in ln.strip().strip("|").split("|")]
-            for ln in m.group(1).strip().splitlines()[2:]]
+    return [
+        [c.strip() for c in ln.strip().strip("|").split("|")]
+        for ln in m.group(1).strip().splitlines()[2:]
+    ]
 
 
 def test_the_hardware_table_is_what_the_bridge_takes():
@@ -50,8 +53,22 @@ def test_the_recording_launch_file_is_valid_and_records_into_its_run_directory(t
     assert m and m.group(1) == "arm_record.yaml", "no recording launch file on the page"
     (tmp_path / "arm_record.yaml").write_text(m.group(2))
     assert "--record runs/ros2-record/run.mcap" in PAGE and "--run-dir runs/ros2-record" in PAGE
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "launch",
-                        str(tmp_path / "arm_record.yaml"), "--check", "--run-dir",
-                        str(tmp_path / "run"), "--record", str(tmp_path / "run" / "run.mcap")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "launch",
+            str(tmp_path / "arm_record.yaml"),
+            "--check",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--record",
+            str(tmp_path / "run" / "run.mcap"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr

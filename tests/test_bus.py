@@ -1,5 +1,6 @@
 """The ZeroMQ bus over real sockets: delivery, filtering, rejection, bounded queues,
 latest-only, max age. Timing is only ever bounded loosely (noisy 2-core VM)."""
+
 import socket
 import time
 
@@ -18,7 +19,9 @@ def hb(i: int = 0) -> dict:
     return {"node": "n", "sent_ns": i}
 
 
-def link(pub: Publisher, sub: Subscriber, topic: str = "heartbeat", timeout_s: float = 10.0) -> None:
+def link(
+    pub: Publisher, sub: Subscriber, topic: str = "heartbeat", timeout_s: float = 10.0
+) -> None:
     """Beat the PUB/SUB slow joiner: publish until one arrives, then drain the rest."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -48,17 +51,24 @@ def ctx():
 
 @pytest.fixture
 def inproc_pair(ctx):
-    with Publisher("inproc://bus", "pub", ctx=ctx) as pub, \
-            Subscriber("inproc://bus", ["heartbeat"], ctx=ctx) as sub:
+    with (
+        Publisher("inproc://bus", "pub", ctx=ctx) as pub,
+        Subscriber("inproc://bus", ["heartbeat"], ctx=ctx) as sub,
+    ):
         yield pub, sub
 
 
 @pytest.mark.parametrize("kind", ["inproc", "ipc", "tcp"])
 def test_messages_roundtrip_in_order_with_stamps(kind, ctx, tmp_path):
-    endpoint = {"inproc": "inproc://rt", "ipc": f"ipc://{tmp_path}/bus.sock",
-                "tcp": "tcp://127.0.0.1:*"}[kind]
-    with Publisher(endpoint, "cam", ctx=ctx) as pub, \
-            Subscriber(pub.endpoint, ["heartbeat"], ctx=ctx) as sub:
+    endpoint = {
+        "inproc": "inproc://rt",
+        "ipc": f"ipc://{tmp_path}/bus.sock",
+        "tcp": "tcp://127.0.0.1:*",
+    }[kind]
+    with (
+        Publisher(endpoint, "cam", ctx=ctx) as pub,
+        Subscriber(pub.endpoint, ["heartbeat"], ctx=ctx) as sub,
+    ):
         if kind == "tcp":
             assert not pub.endpoint.endswith(":*")  # LAST_ENDPOINT resolved the port
         link(pub, sub)
@@ -84,8 +94,10 @@ def test_publish_does_not_modify_the_callers_stamps(inproc_pair):
 def test_large_arrays_travel_out_of_band_intact(ctx):
     img = np.arange(200 * 100, dtype=np.float32).reshape(200, 100)  # 80 KB > oob_bytes
     small = np.ones(7, np.float32)
-    with Publisher("inproc://oob", "cam", ctx=ctx) as pub, \
-            Subscriber("inproc://oob", ["obs"], ctx=ctx) as sub:
+    with (
+        Publisher("inproc://oob", "cam", ctx=ctx) as pub,
+        Subscriber("inproc://oob", ["obs"], ctx=ctx) as sub,
+    ):
         assert pub.publish("obs", {"values": {"img": img, "gantry": small}, "ints": {"k": 3}})
         env = sub.recv(timeout_ms=1000)
     np.testing.assert_array_equal(env.body["values"]["img"], img)
@@ -94,8 +106,10 @@ def test_large_arrays_travel_out_of_band_intact(ctx):
 
 
 def test_only_subscribed_topics_are_delivered(ctx):
-    with Publisher("inproc://f", "p", ctx=ctx) as pub, \
-            Subscriber("inproc://f", ["heartbeat"], ctx=ctx) as sub:
+    with (
+        Publisher("inproc://f", "p", ctx=ctx) as pub,
+        Subscriber("inproc://f", ["heartbeat"], ctx=ctx) as sub,
+    ):
         pub.publish("budget", {"level": 1, "reason": "x"})
         pub.publish("heartbeat", hb(7))
         pub.publish("budget", {"level": 2, "reason": "y"})
@@ -105,8 +119,10 @@ def test_only_subscribed_topics_are_delivered(ctx):
 
 
 def test_topic_that_only_shares_the_prefix_is_rejected_and_counted(ctx):
-    with Publisher("inproc://p", "p", ctx=ctx) as pub, \
-            Subscriber("inproc://p", ["obs"], ctx=ctx) as sub:
+    with (
+        Publisher("inproc://p", "p", ctx=ctx) as pub,
+        Subscriber("inproc://p", ["obs"], ctx=ctx) as sub,
+    ):
         body = {"values": {}, "ints": {}}
         pub.publish("obs/cell2", body)  # zmq's prefix match lets this through
         pub.publish("obs", body)
@@ -138,9 +154,21 @@ def test_an_echo_answered_before_its_ping_arrived_is_rejected_and_counted(ctx):
     # docs/wire.md: an echo's recv_ns (the ping's arrival) is at most its sent_ns, one clock.
     # Publisher refuses to encode it, so it is packed here as another client would send it.
     def echo(recv_ns: int, sent_ns: int) -> bytes:
-        return msgpack.packb({"version": SCHEMA_VERSION, "topic": "heartbeat", "seq": 0,
-                              "src": "n", "stamps": {}, "body": {"node": "n", "sent_ns": sent_ns,
-                              "echo": {"src": "m", "seq": 1, "sent_ns": 1, "recv_ns": recv_ns}}})
+        return msgpack.packb(
+            {
+                "version": SCHEMA_VERSION,
+                "topic": "heartbeat",
+                "seq": 0,
+                "src": "n",
+                "stamps": {},
+                "body": {
+                    "node": "n",
+                    "sent_ns": sent_ns,
+                    "echo": {"src": "m", "seq": 1, "sent_ns": 1, "recv_ns": recv_ns},
+                },
+            }
+        )
+
     raw = ctx.socket(zmq.PUB)
     raw.bind("inproc://echo")
     with Subscriber("inproc://echo", ["heartbeat"], ctx=ctx) as sub:
@@ -164,7 +192,9 @@ def raw_link():
     c.term()
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(frames=st.lists(st.binary(max_size=64), max_size=4))
 def test_arbitrary_frames_are_counted_exactly_once_and_never_raise(raw_link, frames):
     raw, sub = raw_link
@@ -181,8 +211,10 @@ def test_arbitrary_frames_are_counted_exactly_once_and_never_raise(raw_link, fra
 def test_full_queue_drops_without_blocking(ctx):
     # PUB never blocks: at the HWM libzmq drops silently, so publish still says True;
     # the loss shows up as fewer messages (and seq gaps) at the subscriber.
-    with Publisher("inproc://hwm", "p", hwm=10, ctx=ctx) as pub, \
-            Subscriber("inproc://hwm", ["heartbeat"], hwm=10, ctx=ctx) as sub:
+    with (
+        Publisher("inproc://hwm", "p", hwm=10, ctx=ctx) as pub,
+        Subscriber("inproc://hwm", ["heartbeat"], hwm=10, ctx=ctx) as sub,
+    ):
         link(pub, sub)
         worst = 0.0
         for i in range(5000):  # the subscriber does not read meanwhile
@@ -196,8 +228,10 @@ def test_full_queue_drops_without_blocking(ctx):
 
 
 def test_latest_only_slow_reader_gets_the_newest_not_the_oldest(ctx):
-    with Publisher("inproc://l", "p", ctx=ctx) as pub, \
-            Subscriber("inproc://l", ["heartbeat", "budget"], latest_only=True, ctx=ctx) as sub:
+    with (
+        Publisher("inproc://l", "p", ctx=ctx) as pub,
+        Subscriber("inproc://l", ["heartbeat", "budget"], latest_only=True, ctx=ctx) as sub,
+    ):
         for i in range(50):  # the reader is busy elsewhere while these queue up
             pub.publish("heartbeat", hb(i))
         pub.publish("budget", {"level": 3, "reason": "r"})
@@ -222,8 +256,10 @@ def test_poll_latest_returns_the_newest_per_topic(inproc_pair, ctx):
 
 
 def test_messages_older_than_max_age_are_dropped_and_counted(ctx):
-    with Publisher("inproc://age", "p", ctx=ctx) as pub, \
-            Subscriber("inproc://age", ["heartbeat"], ctx=ctx, max_age_ns=1_000_000_000) as sub:
+    with (
+        Publisher("inproc://age", "p", ctx=ctx) as pub,
+        Subscriber("inproc://age", ["heartbeat"], ctx=ctx, max_age_ns=1_000_000_000) as sub,
+    ):
         pub.publish("heartbeat", hb(1), stamps={"capture": max(0, now_ns() - 10_000_000_000)})
         pub.publish("heartbeat", hb(2), stamps={"publish": max(0, now_ns() - 10_000_000_000)})
         pub.publish("heartbeat", hb(3))
@@ -234,9 +270,11 @@ def test_messages_older_than_max_age_are_dropped_and_counted(ctx):
 
 
 def test_one_bound_subscriber_hears_several_connecting_publishers(ctx):
-    with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, ctx=ctx) as sub, \
-            Publisher(sub.endpoints[0], "a", bind=False, ctx=ctx) as a, \
-            Publisher(sub.endpoints[0], "b", bind=False, ctx=ctx) as b:
+    with (
+        Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, ctx=ctx) as sub,
+        Publisher(sub.endpoints[0], "a", bind=False, ctx=ctx) as a,
+        Publisher(sub.endpoints[0], "b", bind=False, ctx=ctx) as b,
+    ):
         link(a, sub)
         link(b, sub)
         a.publish("heartbeat", hb(1))
@@ -286,6 +324,7 @@ def test_binding_an_ipc_endpoint_another_live_socket_holds_is_refused(tmp_path):
     """libzmq would unlink the other's socket file and bind anew, cutting it off in silence;
     a stale file (its process gone) is taken over as before."""
     from rtinfer.transport.bus import EndpointInUse
+
     ep = f"ipc://{tmp_path}/obs"
     first = Publisher(ep, "first")
     try:
@@ -304,6 +343,7 @@ def test_binding_an_ipc_endpoint_another_live_socket_holds_is_refused(tmp_path):
     finally:
         first.close()
     import socket
+
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(tmp_path / "stale"))
     stale.close()  # the file stays, nobody listens
@@ -322,6 +362,7 @@ def test_a_bound_ipc_endpoints_file_goes_away_when_its_socket_closes(tmp_path):
 
 def test_a_socket_file_another_socket_bound_since_is_not_removed(tmp_path):
     from rtinfer.transport.bus import EndpointInUse
+
     ep = f"ipc://{tmp_path}/obs"
     first = Publisher(ep, "first")
     with pytest.raises(EndpointInUse):  # refused: it never bound, so it removes nothing
@@ -337,18 +378,23 @@ def test_a_socket_file_another_socket_bound_since_is_not_removed(tmp_path):
 
 def chunk(dest: str, cycle: int = 0) -> dict:
     from rtinfer.transport.action_chunk import waypoint_body
-    return waypoint_body(cycle, 0, 1, np.zeros(2, np.float32), spec="s", period_ns=1,
-                         start_ns=1, dest=dest)
+
+    return waypoint_body(
+        cycle, 0, 1, np.zeros(2, np.float32), spec="s", period_ns=1, start_ns=1, dest=dest
+    )
 
 
 def test_addressed_chunks_reach_only_their_robot_and_every_unaddressed_subscriber(ctx):
     """to=: libzmq filters at the publisher, so a robot never receives (or decodes) the
     others' chunks; a subscriber without to= (a monitor) takes every robot's, addressed or
     not; `cell-1` does not take `cell-10`'s."""
-    with Publisher("inproc://addr", "policy", ctx=ctx) as pub, \
-            Subscriber("inproc://addr", ["action_chunk", "heartbeat"], ctx=ctx,
-                       to={"action_chunk": "cell-1"}) as one, \
-            Subscriber("inproc://addr", ["action_chunk", "heartbeat"], ctx=ctx) as every:
+    with (
+        Publisher("inproc://addr", "policy", ctx=ctx) as pub,
+        Subscriber(
+            "inproc://addr", ["action_chunk", "heartbeat"], ctx=ctx, to={"action_chunk": "cell-1"}
+        ) as one,
+        Subscriber("inproc://addr", ["action_chunk", "heartbeat"], ctx=ctx) as every,
+    ):
         link(pub, one)
         link(pub, every)
         for i in range(30):

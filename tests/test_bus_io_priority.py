@@ -1,6 +1,7 @@
 """A real-time node's ZeroMQ I/O thread runs one SCHED_FIFO level above the node
 (rtinfer.transport.bus.io_priority), and only where the OS grants that level: libzmq would
 abort the process otherwise."""
+
 import json
 import os
 import resource
@@ -29,12 +30,19 @@ def threads(tmp_path, priority=None, without_sys_nice=False) -> dict:
     def setup():
         if priority is not None:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+
     # without CAP_SYS_NICE (root, still), the rtprio limit decides: 0 here, so no level above
-    wrap = ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"] \
-        if without_sys_nice else []
-    r = subprocess.run([*wrap, sys.executable, "-c", PROBE, f"ipc://{tmp_path}/p"],
-                       preexec_fn=setup, capture_output=True, text=True, timeout=60,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    wrap = (
+        ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"] if without_sys_nice else []
+    )
+    r = subprocess.run(
+        [*wrap, sys.executable, "-c", PROBE, f"ipc://{tmp_path}/p"],
+        preexec_fn=setup,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
 
@@ -60,9 +68,12 @@ def test_the_io_thread_runs_one_level_above_its_fifo_node(tmp_path):
     assert t["ZMQbg/IO/0"] == [os.SCHED_FIFO, 6]
 
 
-@pytest.mark.skipif(not fifo_permitted() or shutil.which("setpriv") is None
-                    or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 5,
-                    reason="needs SCHED_FIFO, setpriv (util-linux) and an rtprio limit below 6")
+@pytest.mark.skipif(
+    not fifo_permitted()
+    or shutil.which("setpriv") is None
+    or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 5,
+    reason="needs SCHED_FIFO, setpriv (util-linux) and an rtprio limit below 6",
+)
 def test_where_the_level_above_is_not_permitted_the_io_thread_keeps_the_nodes(tmp_path):
     # libzmq aborts a process whose I/O thread cannot take its priority: it must not be asked
     t = threads(tmp_path, priority=5, without_sys_nice=True)

@@ -1,5 +1,6 @@
 """The Subscriber's parts on their own: Intake (admitting one message) and Drain (taking
 messages off several legs), with real frames and real sockets."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,9 @@ def frames(topic: str = "heartbeat", sent_ns: int = 0, **stamps) -> list:
 
 def test_intake_admits_stamps_and_counts_each_drop_in_exactly_one_counter():
     said = []
-    intake = Intake(("heartbeat",), None, 4096, 1_000_000_000, lambda kind, line: said.append(
-        (kind, line())))
+    intake = Intake(
+        ("heartbeat",), None, 4096, 1_000_000_000, lambda kind, line: said.append((kind, line()))
+    )
     before = now_ns()
     env = intake.admit(b"heartbeat", frames(capture=before))
     assert env is not None and env.stamps["recv"] >= before
@@ -30,8 +32,12 @@ def test_intake_admits_stamps_and_counts_each_drop_in_exactly_one_counter():
     assert intake.admit(b"heartbeat", frames(capture=before - 2_000_000_000)) is None  # too old
     intake.reject()  # a lone frame, as a leg reports it
     assert {k: v for k, v in intake.counters.items() if v} == {
-        "received": 1, "received.heartbeat": 1, "rejected": 3, "oversize": 1,
-        "dropped_for_age": 1}
+        "received": 1,
+        "received.heartbeat": 1,
+        "rejected": 3,
+        "oversize": 1,
+        "dropped_for_age": 1,
+    }
     assert [kind for kind, _ in said] == ["rejected"] and "fix its sender" in said[0][1]
 
 
@@ -45,9 +51,11 @@ def test_a_flooding_publisher_does_not_starve_another_leg():
     the other's message is among the first two handed out (the legs take turns)."""
     ctx = zmq.Context()
     try:
-        with Publisher("inproc://flood", "flood", ctx=ctx) as flood, \
-                Publisher("inproc://quiet", "quiet", ctx=ctx) as quiet, \
-                Subscriber(["inproc://flood", "inproc://quiet"], ["heartbeat"], ctx=ctx) as sub:
+        with (
+            Publisher("inproc://flood", "flood", ctx=ctx) as flood,
+            Publisher("inproc://quiet", "quiet", ctx=ctx) as quiet,
+            Subscriber(["inproc://flood", "inproc://quiet"], ["heartbeat"], ctx=ctx) as sub,
+        ):
             assert len(sub.legs) == 2
             for pub in (flood, quiet):  # beat the slow joiner on each leg
                 deadline = time.monotonic() + 10
@@ -77,8 +85,11 @@ def test_receiving_keeps_no_memory_per_message():
 
     ctx = zmq.Context()
     try:
-        with Publisher("inproc://mem", "pub", ctx=ctx, hwm=5000) as pub, \
-                Subscriber("inproc://mem", ["heartbeat"], ctx=ctx, hwm=5000) as sub:
+        with (
+            Publisher("inproc://mem", "pub", ctx=ctx, hwm=5000) as pub,
+            Subscriber("inproc://mem", ["heartbeat"], ctx=ctx, hwm=5000) as sub,
+        ):
+
             def burst(n: int) -> int:
                 for i in range(n):
                     pub.publish("heartbeat", {"node": "n", "sent_ns": i})
@@ -115,14 +126,18 @@ def test_a_nodes_injected_clock_stamps_recv_ages_and_the_echo_of_a_ping():
     clock = lambda: t[0]  # noqa: E731
     ctx = zmq.Context()
     try:
-        with Publisher("inproc://ping", "monitor", ctx=ctx) as monitor, \
-                Publisher("inproc://node", "node", ctx=ctx) as node_pub, \
-                Subscriber("inproc://ping", ["heartbeat"], ctx=ctx, clock=clock,
-                           max_age_ns=1_000_000_000) as pings, \
-                Subscriber("inproc://node", ["heartbeat"], ctx=ctx) as echoes:
+        with (
+            Publisher("inproc://ping", "monitor", ctx=ctx) as monitor,
+            Publisher("inproc://node", "node", ctx=ctx) as node_pub,
+            Subscriber(
+                "inproc://ping", ["heartbeat"], ctx=ctx, clock=clock, max_age_ns=1_000_000_000
+            ) as pings,
+            Subscriber("inproc://node", ["heartbeat"], ctx=ctx) as echoes,
+        ):
             hb = HeartbeatResponder(node_pub, "node", period_s=0, clock=clock)
-            monitor.publish("heartbeat", {"node": "monitor", "sent_ns": 7},
-                            {"capture": 4_500_000_000})
+            monitor.publish(
+                "heartbeat", {"node": "monitor", "sent_ns": 7}, {"capture": 4_500_000_000}
+            )
             env = pings.recv(timeout_ms=5000)
             assert env is not None and env.stamps["recv"] == 5_000_000_000
             t[0] += 300
@@ -130,11 +145,16 @@ def test_a_nodes_injected_clock_stamps_recv_ages_and_the_echo_of_a_ping():
             echo = echoes.recv(timeout_ms=5000)
             assert echo is not None
             assert echo.body["sent_ns"] == 5_000_000_300
-            assert echo.body["echo"] == {"src": "monitor", "seq": 0, "sent_ns": 7,
-                                         "recv_ns": 5_000_000_000}
+            assert echo.body["echo"] == {
+                "src": "monitor",
+                "seq": 0,
+                "sent_ns": 7,
+                "recv_ns": 5_000_000_000,
+            }
             t[0] += 1_000_000_000  # the same capture is now 1.5 s old on the node's clock
-            monitor.publish("heartbeat", {"node": "monitor", "sent_ns": 8},
-                            {"capture": 4_500_000_000})
+            monitor.publish(
+                "heartbeat", {"node": "monitor", "sent_ns": 8}, {"capture": 4_500_000_000}
+            )
             assert pings.recv(timeout_ms=200) is None
             assert pings.counters["dropped_for_age"] == 1
     finally:

@@ -2,6 +2,7 @@
 the same messages byte for byte, a late subscriber, bad samples refused and counted while good
 ones pass, ZeroMQ and shm endpoints in one Subscriber, and the line an install without
 iceoryx2 gets. Orderings and counts only: no timing is asserted."""
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,12 @@ def endpoint(name: str) -> str:
 
 
 def publisher(ep: str, count: int, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", PUBLISHER, ep, str(count), mode],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", PUBLISHER, ep, str(count), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_messages_arrive_byte_exact_with_their_array_frames():
@@ -109,6 +114,7 @@ def test_holding_more_than_the_endpoint_lends_is_counted_said_and_passes_once_le
         def publish_one():
             child.stdin.write("\n")
             child.stdin.flush()
+
         held = []
         for _ in range(HELD):  # the receiver keeps every message: all the endpoint lends
             publish_one()
@@ -180,8 +186,9 @@ BAD_SENDER = textwrap.dedent("""
 def test_truncated_malformed_and_oversize_samples_are_refused_counted_and_later_ones_pass():
     ep = endpoint("bad")
     said = []
-    with Subscriber(ep, ["obs"], max_bytes=4096,
-                    say=lambda kind, line: said.append((kind, line()))) as sub:
+    with Subscriber(
+        ep, ["obs"], max_bytes=4096, say=lambda kind, line: said.append((kind, line()))
+    ) as sub:
         child = subprocess.Popen([sys.executable, "-c", BAD_SENDER, ep], stdin=subprocess.PIPE)
         got = recv_n(sub, 3)
         child.communicate(timeout=30)
@@ -196,8 +203,10 @@ def test_truncated_malformed_and_oversize_samples_are_refused_counted_and_later_
 
 def test_one_subscriber_waits_on_shm_and_zmq_endpoints_together(tmp_path):
     shm_ep, ipc_ep = endpoint("mixed"), f"ipc://{tmp_path}/mixed.sock"
-    with Publisher(ipc_ep, "robot") as ipc_pub, \
-            Subscriber([ipc_ep, shm_ep], ["obs", "heartbeat"]) as sub:
+    with (
+        Publisher(ipc_ep, "robot") as ipc_pub,
+        Subscriber([ipc_ep, shm_ep], ["obs", "heartbeat"]) as sub,
+    ):
         # zmq's slow joiner: beat until a heartbeat arrives over ipc
         deadline = time.monotonic() + 10
         while sub.recv(timeout_ms=50) is None and time.monotonic() < deadline:
@@ -228,6 +237,7 @@ def test_a_second_binding_publisher_on_a_live_name_is_refused_and_a_dead_ones_is
 
 def test_curve_on_an_shm_endpoint_is_refused_in_one_line(tmp_path):
     from rtinfer.transport.curve import CurveConfig
+
     cfg = CurveConfig(secret_key_file=str(tmp_path / "k.key_secret"))
     with pytest.raises(ValueError, match="has no CURVE: give CURVE only to tcp://"):
         Publisher(endpoint("curve"), "camera", curve=cfg)
@@ -246,8 +256,9 @@ MISSING = textwrap.dedent("""
 
 
 def test_an_shm_endpoint_without_iceoryx2_says_how_to_install_it():
-    out = subprocess.run([sys.executable, "-c", MISSING], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", MISSING], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
     assert len(out) == 2
     for line in out:
         assert line.startswith("shm://obs needs iceoryx2") and "pip install 'rtinfer[shm]'" in line
@@ -264,8 +275,14 @@ def blocks(page: str, marker: str) -> dict[str, str]:
 def test_the_wire_pages_shm_example_prints_what_it_says(tmp_path):
     example = blocks("wire.md", "shm-example")
     assert list(example) == ["python"]
-    out = subprocess.run([sys.executable, "-c", example["python"]], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", example["python"]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     page = (ROOT / "docs" / "wire.md").read_text()
     said = re.search(r"<!-- shm-example: python -->.*?```\n\nIt prints `(.*?)`", page, re.S)
     assert out.strip() == said.group(1)
@@ -277,7 +294,13 @@ def test_the_robots_pages_shm_camera_runs_as_written(tmp_path):
     for name in ("shm_camera.py", "shm_driver.py"):
         (tmp_path / name).write_text(example[name])
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "-e", "-c", example["run.sh"]], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["bash", "-e", "-c", example["run.sh"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "frames seen: True"

@@ -2,6 +2,7 @@
 camera"), run as written in one empty folder: the camera policy exported, packaged and
 checked, then the XY table of docs/robots.md section 8 with its camera, as a real
 controllers.run process, served by a real inference node process."""
+
 import json
 import os
 import re
@@ -29,26 +30,46 @@ def test_the_camera_policy_and_the_camera_robot_run_as_written(tmp_path):
     assert list(policy) == ["action_spec.json", "obs_spec.json", "python", "package.sh"]
     for name in ("action_spec.json", "obs_spec.json"):
         (tmp_path / name).write_text(policy[name])
-    r = subprocess.run([sys.executable, "-c", policy["python"]], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", policy["python"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", policy["package.sh"]], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", policy["package.sh"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     check = json.loads(r.stdout.splitlines()[-1])
     assert check["ok"] and check["kind"] == "chunk" and check["inputs"] == ["overhead", "xy"]
 
     robot, camera = blocks("robots.md", "robots-example"), blocks("robots.md", "camera-example")
     assert list(camera) == ["camera_robot.py", "run.sh"]
-    for name, text in (("my_robot.py", robot["my_robot.py"]),
-                       ("my_robot.yaml", robot["my_robot.yaml"]),
-                       ("camera_robot.py", camera["camera_robot.py"])):
+    for name, text in (
+        ("my_robot.py", robot["my_robot.py"]),
+        ("my_robot.yaml", robot["my_robot.yaml"]),
+        ("camera_robot.py", camera["camera_robot.py"]),
+    ):
         (tmp_path / name).write_text(text)
     run = camera["run.sh"]
     if shutil.which("jq") is None:  # the page's last line reads the report; so does this test
-        run = run[:run.index("jq ")]
-    r = subprocess.run(["bash", "-e", "-c", run], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)
+        run = run[: run.index("jq ")]
+    r = subprocess.run(
+        ["bash", "-e", "-c", run],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     if shutil.which("jq"):
         assert r.stdout.strip() == "[true,true,0]", r.stdout

@@ -1,5 +1,6 @@
 """What a camera robot's author hears from a real policy node: a frame older than the deadline
 is refused with a fix (as one from the future is), in a line without a doubled quote."""
+
 import signal
 import subprocess
 import sys
@@ -16,11 +17,21 @@ MS = 1_000_000
 
 
 def body(frame_capture_ns: int) -> dict:
-    frame = lambda shape, v: {"image": np.full(shape, v, np.uint8),  # noqa: E731
-                              "capture_ns": frame_capture_ns}
-    return {"values": {"gantry": np.array([0.25, 0.0], np.float32)}, "ints": {},
-            "frames": {"overhead": frame((8, 8, 3), 100), "left": frame((4, 4, 1), 0),
-                       "right": frame((4, 4, 1), 255)}}
+    def frame(shape, v):
+        return {
+            "image": np.full(shape, v, np.uint8),  # noqa: E731
+            "capture_ns": frame_capture_ns,
+        }
+
+    return {
+        "values": {"gantry": np.array([0.25, 0.0], np.float32)},
+        "ints": {},
+        "frames": {
+            "overhead": frame((8, 8, 3), 100),
+            "left": frame((4, 4, 1), 0),
+            "right": frame((4, 4, 1), 255),
+        },
+    }
 
 
 def test_a_stale_frame_is_refused_with_its_fix_and_a_future_one_too(tmp_path):
@@ -29,10 +40,26 @@ def test_a_stale_frame_is_refused_with_its_fix_and_a_future_one_too(tmp_path):
     cp.build(tmp_path / "policy")
     robot = Publisher(f"ipc://{tmp_path}/robot", "cam", bind=True)
     node = subprocess.Popen(
-        [sys.executable, "-m", "rtinfer.inference.node", "--model", str(tmp_path / "policy"),
-         "--obs", f"ipc://{tmp_path}/robot", "--actions", f"ipc://{tmp_path}/act",
-         "--name", "policy", "--seconds", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(tmp_path / "policy"),
+            "--obs",
+            f"ipc://{tmp_path}/robot",
+            "--actions",
+            f"ipc://{tmp_path}/act",
+            "--name",
+            "policy",
+            "--seconds",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         assert "ready" in node.stdout.readline()
         for _ in range(40):  # past the slow joiner: one of each, every 50 ms

@@ -1,4 +1,5 @@
 """The MuJoCo conveyor cell: scene, belt, scoring of missed / dropped / binned objects, suction."""
+
 from dataclasses import replace
 
 import numpy as np
@@ -47,7 +48,7 @@ def test_scene_loads_and_steps_one_ms_at_a_time():
     assert cell.t_ns == 100_000_000
     assert cell.data.time == pytest.approx(0.1)
     assert np.isfinite(cell.data.qpos).all()
-    assert cell.metrics.spawned == 1   # the first object spawns at once
+    assert cell.metrics.spawned == 1  # the first object spawns at once
 
 
 def test_belt_moves_an_object_at_belt_speed():
@@ -88,11 +89,11 @@ def test_suction_picks_a_touching_object_and_releases_it():
     stack = _pick(cell, s)
     assert cell.read().holding and cell.held == s and cell.metrics.picked == 1
     _drive(cell, stack, (0.0, 0.05, 0.55, 1), 800)
-    assert cell.pool.qpos[s, 2] > 0.45          # lifted with the cup
+    assert cell.pool.qpos[s, 2] > 0.45  # lifted with the cup
     _drive(cell, stack, (0.0, 0.05, 0.55, 0), 300)
     assert not cell.read().holding
     cell.step(500)
-    assert cell.pool.qpos[s, 2] < cell.cfg.belt_top + 0.05   # fell back onto the belt
+    assert cell.pool.qpos[s, 2] < cell.cfg.belt_top + 0.05  # fell back onto the belt
     assert cell.metrics.dropped == 0
 
 
@@ -109,7 +110,7 @@ def test_object_released_over_a_bin_counts_by_the_instruction(to_instructed_bin)
     cell = _quiet_cell(belt_speed=0.0)
     cell.reset(0, instruction=[2, 0, 1])
     cell.spawn_limit = 0
-    s = cell.place_object(0, 0.0)                        # class 0 belongs in bin 2
+    s = cell.place_object(0, 0.0)  # class 0 belongs in bin 2
     stack = _pick(cell, s)
     bx, by = cell.cfg.bin_center(2 if to_instructed_bin else 1)
     _drive(cell, stack, (0.0, 0.0, 0.5, 1), 500)
@@ -124,7 +125,7 @@ def test_object_released_over_the_floor_counts_dropped():
     s = cell.place_object(2, 0.2)
     stack = _pick(cell, s)
     _drive(cell, stack, (0.2, 0.0, 0.5, 1), 500)
-    _drive(cell, stack, (0.2, -0.24, 0.5, 1), 800)    # beside the belt, away from the bins
+    _drive(cell, stack, (0.2, -0.24, 0.5, 1), 800)  # beside the belt, away from the bins
     _drive(cell, stack, (0.2, -0.24, 0.5, 0), 1000)
     assert cell.metrics.dropped == 1 and cell.metrics.resolved == 1
 

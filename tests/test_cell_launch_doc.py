@@ -2,6 +2,7 @@
 one empty folder: the camera policy of docs/policies.md section 10, the XY table with its
 camera of docs/robots.md section 8, and `rtinfer launch my_cell.yaml`; the monitor's report
 holds every process's counters."""
+
 import json
 import os
 import re
@@ -28,24 +29,33 @@ def test_the_launch_file_of_robots_md_runs_the_users_robot_policy_and_monitor(tm
     policy = blocks("policies.md", "camera-example")
     for name in ("action_spec.json", "obs_spec.json"):
         (tmp_path / name).write_text(policy[name])
-    for step in (["python", "-c", policy["python"]],
-                 ["bash", "-euo", "pipefail", "-c", policy["package.sh"]]):
-        r = subprocess.run(step, cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=300)
+    for step in (
+        ["python", "-c", policy["python"]],
+        ["bash", "-euo", "pipefail", "-c", policy["package.sh"]],
+    ):
+        r = subprocess.run(step, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
     robot, camera = blocks("robots.md", "robots-example"), blocks("robots.md", "camera-example")
     cell = blocks("robots.md", "cell-launch-example")
     assert list(cell) == ["my_cell.yaml", "run.sh"]
-    for name, text in (("my_robot.py", robot["my_robot.py"]),
-                       ("my_robot.yaml", robot["my_robot.yaml"]),
-                       ("camera_robot.py", camera["camera_robot.py"]),
-                       ("my_cell.yaml", cell["my_cell.yaml"])):
+    for name, text in (
+        ("my_robot.py", robot["my_robot.py"]),
+        ("my_robot.yaml", robot["my_robot.yaml"]),
+        ("camera_robot.py", camera["camera_robot.py"]),
+        ("my_cell.yaml", cell["my_cell.yaml"]),
+    ):
         (tmp_path / name).write_text(text)
     run = cell["run.sh"]
     if shutil.which("jq") is None:  # the page's last line reads the report; so does this test
-        run = run[:run.index("jq ")]
-    r = subprocess.run(["bash", "-e", "-c", run], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=240)
+        run = run[: run.index("jq ")]
+    r = subprocess.run(
+        ["bash", "-e", "-c", run],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     if shutil.which("jq"):
         assert r.stdout.strip() == "[true,true,0,0]", r.stdout
@@ -54,5 +64,9 @@ def test_the_launch_file_of_robots_md_runs_the_users_robot_policy_and_monitor(tm
     assert report["cycles"] > 0 and set(nodes) >= {"controller", "policy"}, report["nodes"]
     assert nodes["controller"]["counters"]["chunks_accepted"] > 0
     assert nodes["policy"]["counters"]["obs_bad"] == 0
-    assert json.loads((tmp_path / "my-run" / "robot_report.json").read_text())[
-        "controller"]["chunks_accepted"] > 0
+    assert (
+        json.loads((tmp_path / "my-run" / "robot_report.json").read_text())["controller"][
+            "chunks_accepted"
+        ]
+        > 0
+    )

@@ -2,6 +2,7 @@
 section 5, "Overload") against the generic codec, as tests/test_wire_fastpath.py checks it
 without them: the same bytes out, the same verdict, error class and values in, for valid,
 out-of-range and mutated asks; and a typical chunk with asks takes the fast path both ways."""
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,9 +17,15 @@ from tests.test_wire_fastpath import (
 )
 from tests.test_wire_properties import action_chunks, mutate, names, stamps
 
-ASK = st.sampled_from([{}, {"executes": None}, {"obs_period_ns": None},
-                       {"executes": None, "obs_period_ns": None},
-                       {"obs_period_ns": None, "executes": None}])  # the last: out of order
+ASK = st.sampled_from(
+    [
+        {},
+        {"executes": None},
+        {"obs_period_ns": None},
+        {"executes": None, "obs_period_ns": None},
+        {"obs_period_ns": None, "executes": None},
+    ]
+)  # the last: out of order
 
 
 @st.composite
@@ -59,8 +66,9 @@ def test_mutated_chunks_with_asks_get_the_generic_verdict(topic, body, src, st_,
 def test_a_typical_chunk_with_asks_takes_the_fast_path_both_ways():
     body = {**typical(), "executes": 3, "obs_period_ns": 150_000_000}
     stamps_ = {"capture": 10**13, "publish": 10**13 + 9}
-    data = chunk_codec.encode_chunk("action_chunk", body, 3, "inf", stamps_, wire.DEFAULT_MAX_BYTES,
-                                    65536)
+    data = chunk_codec.encode_chunk(
+        "action_chunk", body, 3, "inf", stamps_, wire.DEFAULT_MAX_BYTES, 65536
+    )
     with generic_only():
         assert data == wire.encode("action_chunk", body, seq=3, src="inf", stamps=stamps_)
     for _ in range(2):  # parsed, then by its template

@@ -2,6 +2,7 @@
 round trips, on synthetic clocks (known offset, asymmetric random delays), then over real
 sockets with node processes whose monotonic clock is shifted by a known offset (Linux time
 namespaces: another host's clock, as the node itself reads it)."""
+
 import os
 import shutil
 import signal
@@ -31,11 +32,16 @@ def exchange(t0, offset, d_out, d_proc, d_back):
 
 
 @settings(max_examples=200, deadline=None)
-@given(offset=st.integers(-10**12, 10**12), seed=st.integers(0, 2**32 - 1),
-       fwd_scale=st.floats(1e3, 5e6), back_scale=st.floats(1e3, 5e6),
-       n=st.integers(1, 40))
-def test_estimate_is_within_its_uncertainty_for_any_asymmetric_delays(offset, seed, fwd_scale,
-                                                                      back_scale, n):
+@given(
+    offset=st.integers(-(10**12), 10**12),
+    seed=st.integers(0, 2**32 - 1),
+    fwd_scale=st.floats(1e3, 5e6),
+    back_scale=st.floats(1e3, 5e6),
+    n=st.integers(1, 40),
+)
+def test_estimate_is_within_its_uncertainty_for_any_asymmetric_delays(
+    offset, seed, fwd_scale, back_scale, n
+):
     rng = np.random.default_rng(seed)
     clock, rtts = PeerClock(window=16), []
     t0 = 10**9
@@ -46,13 +52,15 @@ def test_estimate_is_within_its_uncertainty_for_any_asymmetric_delays(offset, se
         t0 += 50 * MS
     lo, hi = clock.bounds()
     assert lo <= offset <= hi and lo <= clock.offset_ns <= hi  # 0 where the bracket holds 0
-    assert clock.uncertainty_ns == (hi - lo) / 2 <= min(rtts[-16:]) / 2  # never worse than NTP's min-RTT filter
+    assert (
+        clock.uncertainty_ns == (hi - lo) / 2 <= min(rtts[-16:]) / 2
+    )  # never worse than NTP's min-RTT filter
 
 
 def test_each_way_the_least_delayed_message_of_the_window_sets_the_bound():
     clock = PeerClock(window=3)
-    clock.echo(*exchange(0, 500, 10_000, 100, 2_000))       # rtt 12 us
-    clock.echo(*exchange(10**6, 500, 300, 100, 100))        # rtt 0.4 us: the best round trip
+    clock.echo(*exchange(0, 500, 10_000, 100, 2_000))  # rtt 12 us
+    clock.echo(*exchange(10**6, 500, 300, 100, 100))  # rtt 0.4 us: the best round trip
     clock.echo(*exchange(2 * 10**6, 500, 50_000, 100, 10))  # slow out, fastest back
     assert clock.bounds() == (490, 800)  # back: 500 - 10; out: 300 + 500
     assert clock.offset_ns == 645 and clock.uncertainty_ns == 155 < 400 / 2
@@ -60,10 +68,10 @@ def test_each_way_the_least_delayed_message_of_the_window_sets_the_bound():
 
 def test_the_best_message_leaving_the_window_hands_over_to_the_next_best():
     clock = PeerClock(window=2)
-    clock.echo(*exchange(0, 0, 100, 0, 100))          # rtt 200
-    clock.echo(*exchange(1, 0, 1000, 0, 1000))        # rtt 2000
+    clock.echo(*exchange(0, 0, 100, 0, 100))  # rtt 200
+    clock.echo(*exchange(1, 0, 1000, 0, 1000))  # rtt 2000
     assert clock.uncertainty_ns == 100
-    clock.echo(*exchange(2, 0, 5000, 0, 5000))        # evicts the best
+    clock.echo(*exchange(2, 0, 5000, 0, 5000))  # evicts the best
     assert clock.uncertainty_ns == 1000 and clock.count == 2
 
 
@@ -86,8 +94,8 @@ def test_round_trips_and_one_way_messages_bracket_one_offset():
     # the monitor's pings and the inference node's obs/trace crossings are one kind of evidence
     clock = PeerClock()
     clock.echo(*exchange(10**9, 3 * MS, 2 * MS, 0, 2 * MS))  # bracket 3 ms +- 2 ms
-    clock.from_peer(2 * 10**9 + 3 * MS, 2 * 10**9 + 50)      # a fast one-way message in
-    clock.to_peer(3 * 10**9, 3 * 10**9 + 3 * MS + 70)        # and out
+    clock.from_peer(2 * 10**9 + 3 * MS, 2 * 10**9 + 50)  # a fast one-way message in
+    clock.to_peer(3 * 10**9, 3 * 10**9 + 3 * MS + 70)  # and out
     assert clock.bounds() == (3 * MS - 50, 3 * MS + 70) and clock.count == 2
 
 
@@ -112,8 +120,12 @@ with Publisher(endpoint, name) as pub, Subscriber(control, ["heartbeat"]) as pin
 def _time_namespaces() -> bool:
     if shutil.which("unshare") is None:
         return False
-    return subprocess.run(["unshare", "--time", "--fork", "--monotonic", "1", "true"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["unshare", "--time", "--fork", "--monotonic", "1", "true"], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 class ShiftedNode:
@@ -122,9 +134,23 @@ class ShiftedNode:
     def __init__(self, tmp, name, offset_ns, control_ep):
         self.name, self.offset, self.endpoint = name, offset_ns, f"ipc://{tmp}/{name}"
         self.proc = subprocess.Popen(
-            ["unshare", "--time", "--fork", "--monotonic", str(offset_ns // 10**9),
-             sys.executable, "-c", NODE, name, self.endpoint, control_ep],
-            stdout=subprocess.PIPE, text=True, start_new_session=True)
+            [
+                "unshare",
+                "--time",
+                "--fork",
+                "--monotonic",
+                str(offset_ns // 10**9),
+                sys.executable,
+                "-c",
+                NODE,
+                name,
+                self.endpoint,
+                control_ep,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
 
     def close(self):
@@ -141,8 +167,10 @@ def shifted(tmp_path):
     trace = Publisher(f"ipc://{tmp_path}/trace", "test")  # the robot's trace, stamped by us
     parts = [trace]
     try:
-        parts += [ShiftedNode(tmp_path, "controller", 3_000 * MS, ctl),
-                  ShiftedNode(tmp_path, "infer", 7_000 * MS, ctl)]
+        parts += [
+            ShiftedNode(tmp_path, "controller", 3_000 * MS, ctl),
+            ShiftedNode(tmp_path, "infer", 7_000 * MS, ctl),
+        ]
         parts.append(Monitor([n.endpoint for n in parts[1:]] + [trace.endpoint], ctl, cfg))
         yield parts[3], parts[1], parts[2], trace
     finally:
@@ -174,10 +202,18 @@ def test_cross_host_stages_use_the_estimated_offsets(shifted):
     mon, robot, policy, trace = shifted
     _sync_clocks(mon, [robot, policy])
     t = now_ns()  # true times, on the monitor's clock
-    true = {"capture": t, "obs_recv": t + 4 * MS, "first_token": t + 20 * MS,
-            "publish": t + 25 * MS, "recv": t + 30 * MS, "apply": t + 31 * MS}
-    stamps = {k: v + (policy.offset if k in ("obs_recv", "first_token", "publish")
-                      else robot.offset) for k, v in true.items()}
+    true = {
+        "capture": t,
+        "obs_recv": t + 4 * MS,
+        "first_token": t + 20 * MS,
+        "publish": t + 25 * MS,
+        "recv": t + 30 * MS,
+        "apply": t + 31 * MS,
+    }
+    stamps = {
+        k: v + (policy.offset if k in ("obs_recv", "first_token", "publish") else robot.offset)
+        for k, v in true.items()
+    }
     trace.publish("trace", {"node": "controller", "cycle": 1, "stamps": stamps, "fields": {}})
     for _ in range(500):
         if mon.spin_once(10) and mon.policy.counters["cycles"]:

@@ -1,4 +1,5 @@
 """Options generated from a config dataclass: names, types, bools, several values, renames."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,35 @@ def test_defaults_come_from_the_dataclass():
 
 
 def test_each_kind_of_field_parses_to_its_type():
-    _, a = parse("--name", "n2", "--deadline-ms", "50", "--threads", "2", "--no-prefix-cache",
-                 "--batch", "4", "--required", "sim", "infer", "--trace", "t.trace",
-                 "--drafter", "none")
+    _, a = parse(
+        "--name",
+        "n2",
+        "--deadline-ms",
+        "50",
+        "--threads",
+        "2",
+        "--no-prefix-cache",
+        "--batch",
+        "4",
+        "--required",
+        "sim",
+        "infer",
+        "--trace",
+        "t.trace",
+        "--drafter",
+        "none",
+    )
     cfg = config_from_args(Cfg, a)
-    assert cfg == Cfg(name="n2", deadline_ms=50.0, threads=2, prefix_cache=False, batch=4,
-                      required=("sim", "infer"), trace_path="t.trace", drafter="none")
+    assert cfg == Cfg(
+        name="n2",
+        deadline_ms=50.0,
+        threads=2,
+        prefix_cache=False,
+        batch=4,
+        required=("sim", "infer"),
+        trace_path="t.trace",
+        drafter="none",
+    )
 
 
 def test_overrides_win_and_hidden_fields_have_no_flag():

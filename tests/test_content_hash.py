@@ -1,6 +1,7 @@
 """The content hash of docs/policies.md ("The content hash"), computed from the page's
 rules alone with struct and hashlib (no msgpack): it must equal the reference
 implementation's, and the bytes and hash the page quotes for the conveyor tokenizer."""
+
 import hashlib
 import json
 import re
@@ -31,12 +32,17 @@ def by_the_page(v) -> bytes:
     if isinstance(v, str):
         b = v.encode()
         assert len(b) < 256
-        return (bytes([0xa0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
+        return (bytes([0xA0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
     if isinstance(v, float):
         return b"\xcb" + struct.pack(">d", v)
     assert isinstance(v, int) and v >= 0
-    for limit, code, fmt in ((1 << 7, None, None), (1 << 8, 0xcc, ">B"), (1 << 16, 0xcd, ">H"),
-                             (1 << 32, 0xce, ">I"), (1 << 64, 0xcf, ">Q")):
+    for limit, code, fmt in (
+        (1 << 7, None, None),
+        (1 << 8, 0xCC, ">B"),
+        (1 << 16, 0xCD, ">H"),
+        (1 << 32, 0xCE, ">I"),
+        (1 << 64, 0xCF, ">Q"),
+    ):
         if v < limit:
             return bytes([v]) if code is None else bytes([code]) + struct.pack(fmt, v)
     raise AssertionError(v)
@@ -54,8 +60,9 @@ def test_the_pages_bytes_and_hash_for_the_conveyor_tokenizer():
     assert TokenizerConfig.from_dict(doc).hash == page_hash
 
 
-names = st.lists(st.text("abcdefghij_", min_size=1, max_size=40), min_size=1, max_size=20,
-                 unique=True)
+names = st.lists(
+    st.text("abcdefghij_", min_size=1, max_size=40), min_size=1, max_size=20, unique=True
+)
 
 
 @given(names, st.integers(1, 1 << 40), st.integers(1, 1 << 62), st.integers(0, 255))

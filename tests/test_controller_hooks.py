@@ -1,6 +1,7 @@
 """The driver hooks for robots that execute trajectories themselves (controllers.hardware:
 on_chunk, on_hold): a chunk is handed over once, limited, with its due times, only once it
 is complete and committed; never when stale; every hold from tracking is told."""
+
 import time
 
 import numpy as np
@@ -57,7 +58,7 @@ def test_a_streamed_chunk_is_handed_over_when_its_last_waypoint_comes(cell):
     cell.send_chunk(LINE, indices=[0, 1], continuous=True)
     cell.deliver(2)
     cell.run(3)
-    assert cell.node.reports.e2e.count == 1 and cell.plant.chunks == []   # committed, not complete
+    assert cell.node.reports.e2e.count == 1 and cell.plant.chunks == []  # committed, not complete
     cell.send_chunk(LINE, indices=[2, 3], cycle=cell.cycle, age_ms=13, continuous=True)
     cell.deliver(2)
     assert len(cell.plant.chunks) == 1 and len(cell.plant.chunks[0][0]) == 4
@@ -110,6 +111,7 @@ def test_a_chunk_completed_too_late_to_hand_over_is_not_and_the_robot_holds(cell
         if cell.node.chunk.complete:
             cell.t += 30 * MS
         return set_chunk(*args, **kw)
+
     cell.node.stack.set_chunk = slow_when_complete
     cell.send_chunk(LINE, indices=[2, 3], cycle=cell.cycle, age_ms=80, continuous=True)
     cell.deliver(2)

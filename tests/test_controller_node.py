@@ -3,6 +3,7 @@
 The node runs on the test's clock (given at construction), so every timing decision is
 deterministic; the messages themselves travel through real zmq sockets.
 """
+
 import contextlib
 import re
 import time
@@ -63,19 +64,30 @@ class Cell:
         self.policy = Publisher("inproc://chunks", "policy", ctx=ctx)
         self.other = Publisher("inproc://chunks2", "other", ctx=ctx)  # a second node (a fleet)
         self.monitor = Publisher("inproc://cmd", "monitor", ctx=ctx)
-        self.sub = Subscriber(["inproc://chunks", "inproc://chunks2", "inproc://cmd"],
-                              ["action_chunk", "command"], ctx=ctx)
+        self.sub = Subscriber(
+            ["inproc://chunks", "inproc://chunks2", "inproc://cmd"],
+            ["action_chunk", "command"],
+            ctx=ctx,
+        )
         self.pub = Publisher("inproc://ctl", "controller", ctx=ctx)
         self.watch = Subscriber("inproc://ctl", ["health", "trace"], ctx=ctx)
         noop = {"cmd": "clear", "reason": "sync"}
         _sync(self.policy, self.sub, "command", noop)
         _sync(self.other, self.sub, "command", noop)
         _sync(self.monitor, self.sub, "command", noop)
-        _sync(self.pub, self.watch, "health",
-              {"node": "sync", "state": "sync", "counters": {}, "gauges": {}})
+        _sync(
+            self.pub,
+            self.watch,
+            "health",
+            {"node": "sync", "state": "sync", "counters": {}, "gauges": {}},
+        )
         self.plant = Plant() if plant is None else plant
-        cfg = ControllerConfig(tokenizer=TOK, action=action, obs=obs_spec, control=gantry_control(
-            mass=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)))
+        cfg = ControllerConfig(
+            tokenizer=TOK,
+            action=action,
+            obs=obs_spec,
+            control=gantry_control(mass=(MASS,) * 3, hold_decel=(2.0, 2.0, 2.0)),
+        )
         self.t = now_ns()  # the loop's clock, starting at the real one
         node_kw.setdefault("clock", lambda: self.t)
         self.node = ControllerNode(self.plant, cfg, self.sub, self.pub, TOK.hash, **node_kw)
@@ -84,8 +96,12 @@ class Cell:
 
     def seen(self) -> int:
         c = self.node.counters
-        return c["waypoints_accepted"] + c["commands"] + c["chunks_other_source"] + sum(
-            v for k, v in c.items() if k.startswith("rejected_"))
+        return (
+            c["waypoints_accepted"]
+            + c["commands"]
+            + c["chunks_other_source"]
+            + sum(v for k, v in c.items() if k.startswith("rejected_"))
+        )
 
     def deliver(self, n: int) -> None:
         """Tick at the current time until the node has taken n more messages."""
@@ -98,9 +114,21 @@ class Cell:
             time.sleep(0.001)
         raise AssertionError(f"node saw {self.seen()} of {want} messages")
 
-    def send_chunk(self, points, *, age_ms=10, suction=0.0, spec=None, tokens=None,
-                   indices=None, cycle=None, dest=None, start_ns=50 * MS, continuous=False,
-                   via=None):
+    def send_chunk(
+        self,
+        points,
+        *,
+        age_ms=10,
+        suction=0.0,
+        spec=None,
+        tokens=None,
+        indices=None,
+        cycle=None,
+        dest=None,
+        start_ns=50 * MS,
+        continuous=False,
+        via=None,
+    ):
         """Publish a chunk, one waypoint per message, captured age_ms before now, for this
         robot (dest: its pub's src) unless `dest` says otherwise. An action-token chunk
         (spec: the tokenizer hash) by default; continuous=True: no tokens, the values are
@@ -114,13 +142,22 @@ class Cell:
         else:
             toks = self.tok.encode(w) if tokens is None else np.asarray(tokens)
             vals = self.tok.decode(np.clip(toks, 0, TOK.bins - 1))
-        for i in (range(len(points)) if indices is None else indices):
-            (via or self.policy).publish("action_chunk", waypoint_body(
-                self.cycle if cycle is None else cycle, i, len(points), vals[i],
-                spec=spec or (ACT.hash if continuous else TOK.hash), period_ns=50 * MS,
-                start_ns=start_ns, dest=self.node.robot if dest is None else dest,
-                tokens=None if toks is None else toks[i]),
-                stamps={"capture": self.t - age_ms * MS})
+        for i in range(len(points)) if indices is None else indices:
+            (via or self.policy).publish(
+                "action_chunk",
+                waypoint_body(
+                    self.cycle if cycle is None else cycle,
+                    i,
+                    len(points),
+                    vals[i],
+                    spec=spec or (ACT.hash if continuous else TOK.hash),
+                    period_ns=50 * MS,
+                    start_ns=start_ns,
+                    dest=self.node.robot if dest is None else dest,
+                    tokens=None if toks is None else toks[i],
+                ),
+                stamps={"capture": self.t - age_ms * MS},
+            )
         return vals if continuous else self.tok.decode(self.tok.encode(w))
 
     def command(self, cmd):
@@ -133,8 +170,13 @@ class Cell:
             self.node.tick()
             self.plant.step(MS)
             if log is not None:
-                log.append((self.node.stack.tracker.vel.copy(), self.plant.state.vel.copy(),
-                            self.node.state))
+                log.append(
+                    (
+                        self.node.stack.tracker.vel.copy(),
+                        self.plant.state.vel.copy(),
+                        self.node.state,
+                    )
+                )
 
     def close(self):
         for s in (self.policy, self.other, self.monitor, self.sub, self.pub, self.watch):
@@ -238,10 +280,11 @@ def test_only_other_robots_chunks_for_a_second_are_said_as_a_misconfiguration(ce
 
 
 def test_another_robots_chunks_from_this_robots_own_policy_are_counted_without_a_complaint(
-        cell, capfd):
+    cell, capfd
+):
     cell.send_chunk(LINE, age_ms=10, dest="other-robot")  # the node answered the other first
     cell.deliver(4)
-    cell.send_chunk(LINE, age_ms=10)       # the policy serves this robot too: a fleet node
+    cell.send_chunk(LINE, age_ms=10)  # the policy serves this robot too: a fleet node
     cell.deliver(4)
     cell.t += 1100 * MS
     cell.send_chunk(LINE, age_ms=10, dest="other-robot")
@@ -309,14 +352,25 @@ def test_without_an_action_spec_a_continuous_chunk_is_rejected_hash():
 def test_bad_tokens_are_rejected_exactly_as_many_as_sent(cell):
     good = cell.tok.encode(np.array([[0.02, 0.0, 0.2, 0.0]] * 3))
     bad = good.copy()
-    bad[0, 1] = TOK.bins          # id past the last bin
-    bad[1, 2] = -3                # negative id
+    bad[0, 1] = TOK.bins  # id past the last bin
+    bad[1, 2] = -3  # negative id
     cell.send_chunk(LINE[:3], tokens=bad, indices=[0, 1])
     # values that disagree with their tokens: tokens are the truth, so the message is bad
-    cell.policy.publish("action_chunk", waypoint_body(
-        99, 0, 1, np.array([0.3, 0.0, 0.2, 0.0], np.float32), spec=TOK.hash,
-        period_ns=50 * MS, start_ns=50 * MS, dest=cell.node.robot, tokens=good[2]),
-        stamps={"capture": cell.t})
+    cell.policy.publish(
+        "action_chunk",
+        waypoint_body(
+            99,
+            0,
+            1,
+            np.array([0.3, 0.0, 0.2, 0.0], np.float32),
+            spec=TOK.hash,
+            period_ns=50 * MS,
+            start_ns=50 * MS,
+            dest=cell.node.robot,
+            tokens=good[2],
+        ),
+        stamps={"capture": cell.t},
+    )
     cell.deliver(3)
     c = cell.node.counters
     assert c["rejected_bad"] == 3 and c["chunks_accepted"] == 0 and c["waypoints_accepted"] == 0
@@ -341,7 +395,7 @@ def test_watchdog_holds_within_one_deadline_and_resumes_on_the_next_fresh_chunk(
     cell.run(600, log)
     ref_vel = np.array([r for r, _, _ in log[100:]])
     assert np.all(np.abs(np.diff(ref_vel, axis=0)) <= 2.0e-3 + 1e-12)  # hold_decel * dt
-    assert np.all(ref_vel[int(v_at_hold / 2.0 * 1e3) + 2:] == 0.0)
+    assert np.all(ref_vel[int(v_at_hold / 2.0 * 1e3) + 2 :] == 0.0)
     assert np.abs(cell.plant.state.vel).max() < 2e-3 and cell.plant.state.tool
     # resumes on the next fresh chunk
     here = cell.plant.state.pos.copy()
@@ -391,8 +445,7 @@ def test_health_is_published_with_the_counters(cell):
     cell.send_chunk(LINE, age_ms=200)
     cell.deliver(4)
     cell.run(250)
-    health = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None)
-              if e.topic == "health"]
+    health = [e for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "health"]
     assert 2 <= len(health) <= 4  # 10 Hz over 250 ms
     counters = health[-1].body["counters"]
     assert counters["rejected_stale"] == 4 and counters["ticks"] > 0
@@ -429,6 +482,7 @@ def test_a_repeated_or_inconsistent_waypoint_is_rejected_as_bad(cell):
 class SlowTicks:
     """The loop's clock on a busy host: every read 2 ms after the one before (a tick preempted
     between reading the clock at its start and draining its messages)."""
+
     def __init__(self):
         self.t = now_ns()
 
@@ -477,7 +531,9 @@ def test_two_nodes_serving_the_robot_it_takes_one_and_counts_the_other(one_sourc
     cell.send_chunk(LINE, via=cell.other)  # 50 ms after the first: still within its quiet time
     cell.deliver(4)
     assert c["chunks_other_source"] == 8 and c["chunks_accepted"] == 1, c
-    cell.run(cell.node.watchdog.quiet_ns // MS + 1)  # the first node silent past it: the watchdog holds
+    cell.run(
+        cell.node.watchdog.quiet_ns // MS + 1
+    )  # the first node silent past it: the watchdog holds
     assert cell.node.state == "hold"
     cell.send_chunk(LINE, via=cell.other)
     cell.deliver(4)
@@ -492,16 +548,19 @@ def test_stop_command_ends_the_real_time_loop(cell):
     assert cell.node.stack.holding and cell.node.counters["ticks"] >= 1
 
 
-@pytest.mark.parametrize("field, value, says", [
-    ("health_hz", 0.0, "health_hz=0.0 must be > 0"),
-    ("health_hz", -5.0, "health_hz=-5.0 must be > 0"),
-    ("health_hz", float("nan"), "health_hz=nan must be > 0"),
-    ("deadline_ns", 0, "deadline_ns=0 must be > 0"),
-    ("chunk_interval_ns", -1, "chunk_interval_ns=-1 must be >= 0"),
-    ("max_msgs_per_tick", 0, "max_msgs_per_tick=0 must be >= 1"),
-    ("max_period_ns", 0, "max_period_ns=0 must be > 0"),
-    ("name", "", "name is empty"),
-])
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("health_hz", 0.0, "health_hz=0.0 must be > 0"),
+        ("health_hz", -5.0, "health_hz=-5.0 must be > 0"),
+        ("health_hz", float("nan"), "health_hz=nan must be > 0"),
+        ("deadline_ns", 0, "deadline_ns=0 must be > 0"),
+        ("chunk_interval_ns", -1, "chunk_interval_ns=-1 must be >= 0"),
+        ("max_msgs_per_tick", 0, "max_msgs_per_tick=0 must be >= 1"),
+        ("max_period_ns", 0, "max_period_ns=0 must be > 0"),
+        ("name", "", "name is empty"),
+    ],
+)
 def test_a_config_the_loop_cannot_run_with_is_refused_with_the_fix(field, value, says):
     with pytest.raises(ValueError, match=re.escape(says)) as e:
         ControllerConfig(gantry_control(), tokenizer=TOK, **{field: value})
@@ -516,15 +575,17 @@ def test_every_wrong_setting_is_named_at_once():
 
 def test_a_config_from_yaml_data_is_validated_too():
     with pytest.raises(ValueError, match="health_hz"):
-        ControllerConfig.from_dict({"tokenizer": TOK.to_dict(), "health_hz": 0,
-                                    "control": gantry_control().to_dict()})
+        ControllerConfig.from_dict(
+            {"tokenizer": TOK.to_dict(), "health_hz": 0, "control": gantry_control().to_dict()}
+        )
 
 
 def test_node_config_loads_from_yaml_data_with_a_tokenizer_file(tmp_path):
     TOK.save(tmp_path / "tok.json")
     control = gantry_control(kp=(1.0, 2.0, 3.0)).to_dict()
-    cfg = ControllerConfig.from_dict({"tokenizer": str(tmp_path / "tok.json"),
-                                      "deadline_ns": 80 * MS, "control": control})
+    cfg = ControllerConfig.from_dict(
+        {"tokenizer": str(tmp_path / "tok.json"), "deadline_ns": 80 * MS, "control": control}
+    )
     assert cfg.tokenizer.hash == TOK.hash and cfg.deadline_ns == 80 * MS
     assert cfg.control.axis("kp") == (1.0, 2.0, 3.0)
 
@@ -557,7 +618,8 @@ def real_clock_cell():
 
 
 def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_applied(
-        real_clock_cell):
+    real_clock_cell,
+):
     """On the real clock: a chunk 60 ms old is taken in time, but read() then takes 45 ms, so
     its first setpoint would go out 105 ms after capture. It is dropped and reported late;
     with a fast read() the next one is applied, at most a deadline after its capture."""
@@ -573,9 +635,12 @@ def test_a_chunk_the_ticks_own_work_carries_past_the_deadline_is_dropped_not_app
             break
     c = cell.node.counters
     assert (c["chunks_accepted"], c["late_applies"], c["rejected_stale"]) == (1, 1, 0)
-    assert cell.node.state == "idle" and cell.node.stack.holding and cell.node.reports.e2e.count == 0
-    traces = [e.body for e in iter(lambda: cell.watch.recv(timeout_ms=50), None)
-              if e.topic == "trace"]
+    assert (
+        cell.node.state == "idle" and cell.node.stack.holding and cell.node.reports.e2e.count == 0
+    )
+    traces = [
+        e.body for e in iter(lambda: cell.watch.recv(timeout_ms=50), None) if e.topic == "trace"
+    ]
     assert [t["fields"] for t in traces] == [{"late_index": 0.0}]
     assert "apply" not in traces[0]["stamps"]
     slow["s"] = 0.0
@@ -598,6 +663,7 @@ def test_a_stop_landing_while_a_waypoint_is_taken_still_ends_the_loop_after_that
     def stop_then_add(*args):
         cell.node.stop()  # as a SIGINT handler or a simulator's hook would, mid-waypoint
         return add(*args)
+
     cell.node.chunk.add = stop_then_add
     cell.send_chunk(LINE[:1] * 4, age_ms=10, indices=[0])
     for _ in range(200):

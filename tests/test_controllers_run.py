@@ -2,6 +2,7 @@
 from a folder outside the checkout. A robot of SimulatedAxes follows a stand-in policy and
 writes its report; what cannot run is one line and exit 2 before any command; a run that
 followed nothing exits 1 saying why; SIGTERM to the process stops it cleanly."""
+
 import json
 import os
 import signal
@@ -25,8 +26,9 @@ PERIOD = 50_000_000
 def robot_files(d: Path, n: int = 2) -> tuple[Path, Path]:
     control = uniform_robot(n, "effort")
     cfg = d / "arm.yaml"
-    cfg.write_text(yaml.safe_dump({"name": "arm", "control": control.to_dict(),
-                                   "hardware": {"gravity": 5.0}}))
+    cfg.write_text(
+        yaml.safe_dump({"name": "arm", "control": control.to_dict(), "hardware": {"gravity": 5.0}})
+    )
     spec = d / "action_spec.json"
     control.action_spec(4, PERIOD).save(spec)
     return cfg, spec
@@ -34,19 +36,51 @@ def robot_files(d: Path, n: int = 2) -> tuple[Path, Path]:
 
 def start(d: Path, cfg, model, *extra) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "controllers.run", "--hardware",
-         "controllers.simulated:SimulatedAxes", "--config", str(cfg), "--model", str(model),
-         "--obs", f"ipc://{d}/robot", "--actions", f"ipc://{d}/policy",
-         "--report", str(d / "report.json"), *extra],
-        cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            sys.executable,
+            "-m",
+            "controllers.run",
+            "--hardware",
+            "controllers.simulated:SimulatedAxes",
+            "--config",
+            str(cfg),
+            "--model",
+            str(model),
+            "--obs",
+            f"ipc://{d}/robot",
+            "--actions",
+            f"ipc://{d}/policy",
+            "--report",
+            str(d / "report.json"),
+            *extra,
+        ],
+        cwd=d,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def fails(d: Path, *args) -> str:
     """The one error line of a run that must not start."""
-    p = subprocess.run([sys.executable, "-m", "controllers.run", "--obs", f"ipc://{d}/robot",
-                        "--actions", f"ipc://{d}/policy", *args], cwd=d, capture_output=True,
-                       text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controllers.run",
+            "--obs",
+            f"ipc://{d}/robot",
+            "--actions",
+            f"ipc://{d}/policy",
+            *args,
+        ],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert not (d / "report.json").exists()
@@ -55,6 +89,7 @@ def fails(d: Path, *args) -> str:
 
 def test_a_simulated_arm_follows_a_policy_and_reports(tmp_path):
     from rtinfer.model.action_spec import ActionSpec
+
     cfg, spec_file = robot_files(tmp_path)
     spec = ActionSpec.load(spec_file)
     proc = start(tmp_path, cfg, spec_file, "--seconds", "3")
@@ -63,9 +98,20 @@ def test_a_simulated_arm_follows_a_policy_and_reports(tmp_path):
         for cycle in range(50):
             capture = now_ns()
             for i in range(4):
-                pub.publish("action_chunk", waypoint_body(
-                    cycle, i, 4, np.array([0.5, -0.5], np.float32), spec=spec.hash,
-                    period_ns=PERIOD, start_ns=PERIOD, dest="arm"), {"capture": capture})
+                pub.publish(
+                    "action_chunk",
+                    waypoint_body(
+                        cycle,
+                        i,
+                        4,
+                        np.array([0.5, -0.5], np.float32),
+                        spec=spec.hash,
+                        period_ns=PERIOD,
+                        start_ns=PERIOD,
+                        dest="arm",
+                    ),
+                    {"capture": capture},
+                )
             time.sleep(0.05)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -94,17 +140,38 @@ def test_what_cannot_run_is_one_line_and_exit_2_before_any_command(tmp_path):
     assert "not a valid action spec" in fails(tmp_path, *hw, "--model", str(tmp_path / "bad.json"))
     line = fails(tmp_path, *hw, "--model", str(spec), "--set", "gravty=1")
     assert "['gravty'] are not SimulatedAxes's" in line and "'gravity'" in line
-    line = fails(tmp_path, "--hardware", "controllers.simulatd:SimulatedAxes", "--config",
-                 str(cfg), "--model", str(spec))
+    line = fails(
+        tmp_path,
+        "--hardware",
+        "controllers.simulatd:SimulatedAxes",
+        "--config",
+        str(cfg),
+        "--model",
+        str(spec),
+    )
     assert "no module 'controllers.simulatd'" in line
     doc = yaml.safe_load(cfg.read_text())
     doc["control"]["axes"][1]["kpp"] = 1.0
     (tmp_path / "typo.yaml").write_text(yaml.safe_dump(doc))
-    line = fails(tmp_path, "--hardware", "controllers.simulated:SimulatedAxes", "--config",
-                 str(tmp_path / "typo.yaml"), "--model", str(spec))
+    line = fails(
+        tmp_path,
+        "--hardware",
+        "controllers.simulated:SimulatedAxes",
+        "--config",
+        str(tmp_path / "typo.yaml"),
+        "--model",
+        str(spec),
+    )
     assert "axes[1]: unknown keys ['kpp']" in line
-    assert "check --config" in fails(tmp_path, "--hardware", "controllers.simulated:SimulatedAxes",
-                                     "--config", "nope.yaml", "--model", str(spec))
+    assert "check --config" in fails(
+        tmp_path,
+        "--hardware",
+        "controllers.simulated:SimulatedAxes",
+        "--config",
+        "nope.yaml",
+        "--model",
+        str(spec),
+    )
 
 
 def test_a_run_that_followed_nothing_exits_1_saying_why(tmp_path):
@@ -148,11 +215,31 @@ def test_a_driver_bug_writes_the_report_then_exits_1_with_one_line_naming_the_me
     cfg, spec = robot_files(tmp_path)
     (tmp_path / "crashy.py").write_text(CRASHY)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controllers.run", "--hardware", "crashy:Crashy", "--config",
-         str(cfg), "--model", str(spec), "--obs", f"ipc://{tmp_path}/robot", "--actions",
-         f"ipc://{tmp_path}/policy", "--report", str(tmp_path / "report.json"),
-         "--seconds", "30"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+        [
+            sys.executable,
+            "-m",
+            "controllers.run",
+            "--hardware",
+            "crashy:Crashy",
+            "--config",
+            str(cfg),
+            "--model",
+            str(spec),
+            "--obs",
+            f"ipc://{tmp_path}/robot",
+            "--actions",
+            f"ipc://{tmp_path}/policy",
+            "--report",
+            str(tmp_path / "report.json"),
+            "--seconds",
+            "30",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"},
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err, err
     assert err.strip().splitlines() == [err.strip()]  # one line
@@ -165,6 +252,7 @@ def test_a_driver_bug_writes_the_report_then_exits_1_with_one_line_naming_the_me
 
 def test_malformed_chunks_are_counted_in_the_report_and_said_at_the_end(tmp_path):
     import zmq
+
     cfg, spec = robot_files(tmp_path)
     ctx = zmq.Context()
     policy = ctx.socket(zmq.XPUB)  # sees the robot's subscription: nothing sent is lost
@@ -187,9 +275,16 @@ def test_malformed_chunks_are_counted_in_the_report_and_said_at_the_end(tmp_path
 
 
 def test_a_usage_error_is_one_line_without_the_usage_block(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "controllers.run", "--obs", "ipc://x"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(
+        [sys.executable, "-m", "controllers.run", "--obs", "ipc://x"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert p.returncode == 2
-    assert p.stderr.splitlines() == ["python -m controllers.run: error: the following arguments "
-                                     "are required: --hardware, --config, --model, --actions"]
+    assert p.stderr.splitlines() == [
+        "python -m controllers.run: error: the following arguments "
+        "are required: --hardware, --config, --model, --actions"
+    ]

@@ -1,6 +1,7 @@
 """The conveyor cell's overhead camera, as real processes: a free-running cell publishes its
 state at 1 kHz-loop pace through a StateTap, the camera process renders it with MuJoCo (EGL)
 and publishes latest-only frames; this test is the policy side's subscriber."""
+
 import json
 import os
 import signal
@@ -20,8 +21,13 @@ SIZE = 96
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([*CAMERA, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "MUJOCO_GL": "egl"})
+    return subprocess.Popen(
+        [*CAMERA, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MUJOCO_GL": "egl"},
+    )
 
 
 def _stop(proc: subprocess.Popen) -> dict:
@@ -46,8 +52,20 @@ def _next(sub: Subscriber, within_s: float):
 def test_frames_follow_the_cell_arrive_latest_only_and_never_hold_up_their_senders(tmp_path):
     state, frames = f"ipc://{tmp_path}/state", f"ipc://{tmp_path}/frames"
     cell = _spawn("--free-cell", "--state", state, "--state-hz", "30", "--seconds", "60")
-    cam = _spawn("--state", state, "--frames", frames, "--hz", "20", "--width", str(SIZE),
-                 "--height", str(SIZE), "--seconds", "60")
+    cam = _spawn(
+        "--state",
+        state,
+        "--frames",
+        frames,
+        "--hz",
+        "20",
+        "--width",
+        str(SIZE),
+        "--height",
+        str(SIZE),
+        "--seconds",
+        "60",
+    )
     sub = Subscriber(frames, [frame_topic("overhead")], latest_only=True, hwm=2)
     try:
         # 1. frames arrive, shaped and stamped as documented, and they change with the scene
@@ -99,13 +117,27 @@ def test_frames_follow_the_cell_arrive_latest_only_and_never_hold_up_their_sende
 
 
 def test_the_command_line_says_what_is_missing_and_refuses_an_unknown_camera(tmp_path):
-    out = subprocess.run([*CAMERA, "--frames", "ipc:///tmp/x"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [*CAMERA, "--frames", "ipc:///tmp/x"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "--state is required" in out.stderr
-    out = subprocess.run([*CAMERA, "--state", f"ipc://{tmp_path}/s", "--frames",
-                          f"ipc://{tmp_path}/f", "--camera", "wrist", "--seconds", "1"],
-                         capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "MUJOCO_GL": "egl"})
+    out = subprocess.run(
+        [
+            *CAMERA,
+            "--state",
+            f"ipc://{tmp_path}/s",
+            "--frames",
+            f"ipc://{tmp_path}/f",
+            "--camera",
+            "wrist",
+            "--seconds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MUJOCO_GL": "egl"},
+    )
     assert out.returncode == 2 and "no camera 'wrist'" in out.stderr
     with pytest.raises(ValueError, match="offscreen buffer"):
         CameraConfig(state="ipc:///tmp/s", frames="ipc:///tmp/f", width=1024)
@@ -127,8 +159,14 @@ c = mirror.render(q)
 print(json.dumps({"shape": list(a.shape), "same": bool(np.array_equal(a, b)),
                   "moved": int((c != a).any(axis=2).sum()), "a_is_b": a is b}))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True, env={**os.environ, "MUJOCO_GL": "egl"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "MUJOCO_GL": "egl"},
+    )
     r = json.loads(out.stdout)
     assert r["shape"] == [48, 64, 3] and r["same"] and not r["a_is_b"]
     assert r["moved"] >= 20  # pixels that changed where the gantry left and arrived

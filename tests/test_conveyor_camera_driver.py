@@ -3,6 +3,7 @@ camera policy its observations carry the camera process's newest frame, stamped 
 frame's own capture, and only the vector inputs the policy names. Real processes: the camera
 (MuJoCo, EGL), the sim (controllers.run) and the policy (a real ONNX graph on the inference
 node); this test listens on the sim's obs endpoint as a second policy would."""
+
 import json
 import os
 import subprocess
@@ -32,8 +33,13 @@ def stub(tmp_path_factory):
 
 
 def _spawn(args: list[str], log) -> subprocess.Popen:
-    return subprocess.Popen([*PY, *args], stdout=log, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "MUJOCO_GL": "egl"})
+    return subprocess.Popen(
+        [*PY, *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "MUJOCO_GL": "egl"},
+    )
 
 
 @pytest.mark.timeout(180)
@@ -41,19 +47,64 @@ def test_observations_carry_the_newest_frame_its_own_stamp_and_no_objects(stub, 
     ep = {k: f"ipc://{tmp_path}/{k}" for k in ("obs", "actions", "state", "frames")}
     listener = Subscriber(ep["obs"], ["obs"])
     with open(tmp_path / "procs.log", "w") as log:
-        camera = _spawn(["examples.conveyor_sorting.camera", "--state", ep["state"],
-                         "--frames", ep["frames"], "--policy", str(stub), "--hz", "30",
-                         "--report", str(tmp_path / "camera.json")], log)
-        sim = _spawn(["controllers.run", "--hardware",
-                      "examples.conveyor_sorting.sim_node:ConveyorSim",
-                      "--config", "examples.conveyor_sorting:robot.yaml", "--model", str(stub),
-                      "--obs", ep["obs"], "--actions", ep["actions"],
-                      "--report", str(tmp_path / "sim.json"), "--set", "seconds=3",
-                      "--set", f"policy={stub}", "--set", f"camera_state={ep['state']}",
-                      "--set", f"camera_frames={ep['frames']}"], log)
-        policy = _spawn(["rtinfer.inference.node", "--model", str(stub), "--obs", ep["obs"],
-                         "--actions", ep["actions"], "--threads", "1", "--name", "policy"],
-                        log)
+        camera = _spawn(
+            [
+                "examples.conveyor_sorting.camera",
+                "--state",
+                ep["state"],
+                "--frames",
+                ep["frames"],
+                "--policy",
+                str(stub),
+                "--hz",
+                "30",
+                "--report",
+                str(tmp_path / "camera.json"),
+            ],
+            log,
+        )
+        sim = _spawn(
+            [
+                "controllers.run",
+                "--hardware",
+                "examples.conveyor_sorting.sim_node:ConveyorSim",
+                "--config",
+                "examples.conveyor_sorting:robot.yaml",
+                "--model",
+                str(stub),
+                "--obs",
+                ep["obs"],
+                "--actions",
+                ep["actions"],
+                "--report",
+                str(tmp_path / "sim.json"),
+                "--set",
+                "seconds=3",
+                "--set",
+                f"policy={stub}",
+                "--set",
+                f"camera_state={ep['state']}",
+                "--set",
+                f"camera_frames={ep['frames']}",
+            ],
+            log,
+        )
+        policy = _spawn(
+            [
+                "rtinfer.inference.node",
+                "--model",
+                str(stub),
+                "--obs",
+                ep["obs"],
+                "--actions",
+                ep["actions"],
+                "--threads",
+                "1",
+                "--name",
+                "policy",
+            ],
+            log,
+        )
         seen = []
         try:
             end = time.monotonic() + 150
@@ -94,15 +145,20 @@ def test_observations_carry_the_newest_frame_its_own_stamp_and_no_objects(stub, 
 def test_no_frame_a_stale_frame_and_a_wrong_size_are_each_skipped_and_counted(tmp_path, capfd):
     frames = f"ipc://{tmp_path}/frames"
     deadline_ns = 1_000_000_000  # long: this test's sleeps must not make a frame stale
-    cam = CellCamera("overhead", (8, 8, 3), f"ipc://{tmp_path}/state", frames, hz=30,
-                     deadline_ns=deadline_ns)
+    cam = CellCamera(
+        "overhead", (8, 8, 3), f"ipc://{tmp_path}/state", frames, hz=30, deadline_ns=deadline_ns
+    )
     pub = Publisher(frames, "overhead")
     try:
         assert cam.frame(now_ns()) is None  # the camera has not started: nothing to send
 
         def send(image, capture_ns):
-            pub.publish(frame_topic("overhead"), {"values": {"overhead": image}, "ints": {}},
-                        {"capture": capture_ns})
+            pub.publish(
+                frame_topic("overhead"),
+                {"values": {"overhead": image}, "ints": {}},
+                {"capture": capture_ns},
+            )
+
         image = np.full((8, 8, 3), 7, np.uint8)
         end = time.monotonic() + 20
         while cam.counters["received"] == 0 and time.monotonic() < end:  # the slow joiner
@@ -131,7 +187,9 @@ def test_the_policy_spec_chooses_what_the_sim_sends(stub, tmp_path):
     keys, camera = policy_inputs(str(stub))
     assert keys == ["gantry", "instruction"] and camera == ("overhead", (SIZE, SIZE, 3))
     assert policy_inputs("models/zoo/conveyor-act") == (
-        ["objects", "gantry", "held", "instruction"], None)
+        ["objects", "gantry", "held", "instruction"],
+        None,
+    )
     assert policy_inputs("models/zoo/conveyor-v1") == (None, None)  # tokens: all, as before
     assert policy_inputs(None) == (None, None)
     spec = json.loads((stub / "obs_spec.json").read_text())
@@ -142,12 +200,27 @@ def test_the_policy_spec_chooses_what_the_sim_sends(stub, tmp_path):
 
 
 def test_a_camera_policy_without_the_camera_endpoints_is_one_line_and_exit_2(stub, tmp_path):
-    out = subprocess.run([*PY, "controllers.run", "--hardware",
-                          "examples.conveyor_sorting.sim_node:ConveyorSim", "--config",
-                          "examples.conveyor_sorting:robot.yaml", "--model", str(stub),
-                          "--obs", f"ipc://{tmp_path}/obs", "--actions", f"ipc://{tmp_path}/a",
-                          "--set", f"policy={stub}"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [
+            *PY,
+            "controllers.run",
+            "--hardware",
+            "examples.conveyor_sorting.sim_node:ConveyorSim",
+            "--config",
+            "examples.conveyor_sorting:robot.yaml",
+            "--model",
+            str(stub),
+            "--obs",
+            f"ipc://{tmp_path}/obs",
+            "--actions",
+            f"ipc://{tmp_path}/a",
+            "--set",
+            f"policy={stub}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr
     assert "takes frames of camera 'overhead': give --set camera_state=ENDPOINT" in out.stderr
     assert "Traceback" not in out.stderr

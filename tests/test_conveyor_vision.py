@@ -1,5 +1,6 @@
 """conveyor-vision: the encoder's geometry, its decoding into observe.py's arrays, and the
 shipped model directory run on frames the cell's camera renders."""
+
 from __future__ import annotations
 
 import hashlib
@@ -39,6 +40,7 @@ def rendered(steps: int = 300, every: int = 10, seed: int = 5, expert: bool = Tr
 
 def enc_centre(cfg, cell, tok, dx, dy):
     from examples.conveyor_sorting.vision import patch_centres, patch_size_m
+
     return patch_centres(cfg, cell)[tok] + np.array([dx, dy]) * patch_size_m(cfg, cell)
 
 
@@ -61,10 +63,14 @@ def test_an_objects_patch_shows_its_class_colour():
             if np.hypot(*(obs["gantry"][:2] - enc_centre(cfg, cell, tok, dx, dy))) < 0.08:
                 continue
             py, px = int((row + 0.5 - dy) * PATCH), int((col + 0.5 + dx) * PATCH)
-            near = obs["frames"]["overhead"][0][max(py - 1, 0):py + 2, max(px - 1, 0):px + 2]
+            near = obs["frames"]["overhead"][0][max(py - 1, 0) : py + 2, max(px - 1, 0) : px + 2]
             near = near.reshape(-1, 3).astype(int)
-            right += bool(((near.argmax(1) == CLASS_CHANNEL[int(t["cls"][0, tok])])
-                           & (near.max(1) - near.min(1) > 40)).any())
+            right += bool(
+                (
+                    (near.argmax(1) == CLASS_CHANNEL[int(t["cls"][0, tok])])
+                    & (near.max(1) - near.min(1) > 40)
+                ).any()
+            )
             seen += 1
     assert seen >= 20 and right >= 0.9 * seen, (right, seen)
 
@@ -90,9 +96,9 @@ def test_decoding_orders_downstream_first_and_drops_the_held_object():
     assert objects[0, :3, 3].tolist() == [1.0, 1.0, 1.0] and xs == sorted(xs, reverse=True)
     assert objects[0, 3:].abs().sum() == 0 and held.item() == 1.0
     assert objects[0, 0, 0].item() == 2.0  # token b is the most downstream (largest x)
-    det[0, a + 1, :] = det[0, a]           # a double of a, a patch away: one object
+    det[0, a + 1, :] = det[0, a]  # a double of a, a patch away: one object
     det[0, a + 1, 0] = 9.0
-    det[0, a + 1, -2] = -0.7               # 0.3 patches (~2.6 cm) from a's centre
+    det[0, a + 1, -2] = -0.7  # 0.3 patches (~2.6 cm) from a's centre
     objects, _ = enc.objects_and_held(out)
     assert objects[0, :, 3].sum().item() == 3.0
     gantry = torch.zeros(1, 8)
@@ -105,14 +111,17 @@ def test_decoding_orders_downstream_first_and_drops_the_held_object():
 
 def test_objects_near_a_cup_that_holds_nothing_are_the_picks():
     from examples.conveyor_sorting.train_vision import near_cup
+
     objects = np.zeros((2, 6, 4), np.float32)
     objects[:, :3] = [[0, 0.10, 0.0, 1], [1, 0.13, 0.02, 1], [2, 0.30, 0.0, 1]]
     objects[:, 3] = [0, 0.10, 0.0, 0]  # an unused slot at the cup
     gantry = np.zeros((2, 8), np.float32)
     gantry[:, :3] = [0.10, 0.0, 0.37]
     gantry[1, 7] = 1.0  # the second cup holds: what is under it is not on the belt
-    assert near_cup(objects, gantry).tolist() == [[True, True, False, False, False, False],
-                                                  [False] * 6]
+    assert near_cup(objects, gantry).tolist() == [
+        [True, True, False, False, False, False],
+        [False] * 6,
+    ]
 
 
 def test_card_records_success_per_instruction_cost_and_lineage_of_each_level():
@@ -135,6 +144,7 @@ def test_shipped_model_runs_every_level_on_rendered_frames(frames):
     from examples.conveyor_sorting.observe import obs_body
     from rtinfer.inference.graph_runner import GraphRunner
     from rtinfer.model.chunk_model import load_model
+
     model = load_model(MODEL)
     assert model.obs.cameras == {"overhead"} and "objects" not in model.obs.keys
     runner = GraphRunner(model)
@@ -145,8 +155,10 @@ def test_shipped_model_runs_every_level_on_rendered_frames(frames):
         body = obs_body(obs)
         for level in range(len(model.levels)):
             chunk = runner.run(model.obs.feeds(body), level)
-            assert chunk.shape == (1, model.action.horizon, len(low)) or \
-                chunk.shape == (model.action.horizon, len(low))
+            assert chunk.shape == (1, model.action.horizon, len(low)) or chunk.shape == (
+                model.action.horizon,
+                len(low),
+            )
             assert np.isfinite(chunk).all()
             assert (chunk.reshape(-1, len(low)) >= low - 0.05).all()
             assert (chunk.reshape(-1, len(low)) <= high + 0.05).all()

@@ -4,6 +4,7 @@ controller against action chunks from a real publisher process, and nothing heav
 The venv is built from this checkout (pip, the registry for the five core dependencies);
 it takes about a minute on two cores.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ("controllers", "controllers.node", "rtinfer.transport.bus", "rtinfer.transport.wire",
-        "rtinfer.transport.curve", "rtinfer.realtime.rate", "rtinfer.realtime.hist",
-        "rtinfer.realtime.trace", "rtinfer.model.directory", "rtinfer.model.action_tokens",
-        "rtinfer.model.obs_tokens", "rtinfer.model.action_spec", "rtinfer.transport.action_chunk")
+CORE = (
+    "controllers",
+    "controllers.node",
+    "rtinfer.transport.bus",
+    "rtinfer.transport.wire",
+    "rtinfer.transport.curve",
+    "rtinfer.realtime.rate",
+    "rtinfer.realtime.hist",
+    "rtinfer.realtime.trace",
+    "rtinfer.model.directory",
+    "rtinfer.model.action_tokens",
+    "rtinfer.model.obs_tokens",
+    "rtinfer.model.action_spec",
+    "rtinfer.transport.action_chunk",
+)
 ABSENT = ("torch", "onnxruntime", "tensorrt", "mujoco", "rich", "matplotlib", "onnx")
 
 PUBLISHER = textwrap.dedent("""
@@ -90,8 +102,12 @@ def core_venv(tmp_path_factory):
     venv = tmp_path_factory.mktemp("core") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return py
 
@@ -99,9 +115,13 @@ def core_venv(tmp_path_factory):
 @pytest.mark.slow
 def test_core_install_runs_a_controller_against_a_real_publisher(core_venv, tmp_path):
     ep = f"ipc://{tmp_path}/act"  # the publisher binds, the controller connects
-    r = subprocess.run([str(core_venv), "-c", CONTROLLER, ep, PUBLISHER, ",".join(CORE),
-                        ",".join(ABSENT)], capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path)  # not the checkout: the installed package is what runs
+    r = subprocess.run(
+        [str(core_venv), "-c", CONTROLLER, ep, PUBLISHER, ",".join(CORE), ",".join(ABSENT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )  # not the checkout: the installed package is what runs
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     print("core install:", out)
@@ -115,6 +135,7 @@ def test_core_install_runs_a_controller_against_a_real_publisher(core_venv, tmp_
 
 def test_core_install_declares_only_the_light_dependencies():
     import tomllib
+
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     names = sorted(d.split(">")[0].split("=")[0].split("<")[0].strip().lower() for d in deps)
     assert names == ["hdrhistogram", "msgpack", "numpy", "pyyaml", "pyzmq"]

@@ -4,6 +4,7 @@ and its capture stamp, out of band as docs/wire.md section 5 describes; the node
 a tiny camera policy's graph (tests/cpp_camera_policy.py) and the controller follows the
 chunk. A second controller whose frame is the wrong size is refused and counted by the node,
 which serves on."""
+
 from __future__ import annotations
 
 import json
@@ -37,17 +38,54 @@ def policy(tmp_path_factory):
 
 
 def camera_controller(release, policy, eps, robot: str, frame_hw: str):
-    return start(controller_cmd(release, eps["act"], eps[robot], robot, extra=[
-        "--action-spec", str(policy / "action_spec.json"), "--deadline-ms", "500",
-        "--obs-hz", "10", "--camera", "overhead", "--frame-hw", frame_hw]))
+    return start(
+        controller_cmd(
+            release,
+            eps["act"],
+            eps[robot],
+            robot,
+            extra=[
+                "--action-spec",
+                str(policy / "action_spec.json"),
+                "--deadline-ms",
+                "500",
+                "--obs-hz",
+                "10",
+                "--camera",
+                "overhead",
+                "--frame-hw",
+                frame_hw,
+            ],
+        )
+    )
 
 
 def test_cpp_camera_frame_is_fed_to_the_node_and_a_wrong_size_one_is_refused_and_counted(
-        release, policy, tmp_path):
+    release, policy, tmp_path
+):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "cam", "camx")}
-    node = start([sys.executable, "-m", "rtinfer.inference.node", "--model", str(policy),
-                  "--obs", eps["cam"], eps["camx"], "--actions", eps["act"], "--name", "policy",
-                  "--health-hz", "20", "--deadline-ms", "500", "--threads", "1"])
+    node = start(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(policy),
+            "--obs",
+            eps["cam"],
+            eps["camx"],
+            "--actions",
+            eps["act"],
+            "--name",
+            "policy",
+            "--health-hz",
+            "20",
+            "--deadline-ms",
+            "500",
+            "--threads",
+            "1",
+        ]
+    )
     cam = camera_controller(release, policy, eps, "cam", f"{H},{W}")
     camx = camera_controller(release, policy, eps, "camx", f"{H},{W + 1}")
     act = Subscriber(eps["act"], ["action_chunk", "health"])
@@ -59,6 +97,7 @@ def test_cpp_camera_frame_is_fed_to_the_node_and_a_wrong_size_one_is_refused_and
 
     def served() -> int:
         return len(chunks.get("cam", ()))
+
     try:
         for proc in (node, cam, camx):
             line = proc.stdout.readline()
@@ -67,7 +106,8 @@ def test_cpp_camera_frame_is_fed_to_the_node_and_a_wrong_size_one_is_refused_and
         parts = raw.recv_multipart()
         end = time.monotonic() + 20
         while time.monotonic() < end and not (  # serving on after refusing
-                refused_at is not None and served() >= refused_at + 5 and health["frame_bad"] >= 3):
+            refused_at is not None and served() >= refused_at + 5 and health["frame_bad"] >= 3
+        ):
             env = act.recv(100)
             if env is None:
                 continue
@@ -86,7 +126,9 @@ def test_cpp_camera_frame_is_fed_to_the_node_and_a_wrong_size_one_is_refused_and
     # on the wire: topic, envelope, then the pixels, out of band (docs/wire.md section 5)
     assert [len(p) for p in parts[::2]] == [3, H * W * 3]
     obs = wire.decode_frames(parts[1:])
-    assert list(obs.body) == ["values", "ints", "frames"] and list(obs.body["frames"]) == ["overhead"]
+    assert list(obs.body) == ["values", "ints", "frames"] and list(obs.body["frames"]) == [
+        "overhead"
+    ]
     frame = obs.body["frames"]["overhead"]
     assert list(frame) == ["image", "capture_ns"] and frame["capture_ns"] <= obs.stamps["capture"]
     assert np.array_equal(frame["image"], cp.synthetic_frame(H, W))

@@ -4,6 +4,7 @@ encoder's messages in the Python decoder, and the example controller following t
 inference node while the Python monitor counts its cycles (plaintext over ipc, CURVE over tcp).
 The builds and processes: tests/cpp_client.py (without the toolchain these tests skip, except
 in CI)."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ from rtinfer.transport.curve import CurveConfig, generate
 
 VECTORS = ROOT / "tests" / "vectors"
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
-ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
-            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+ASAN_ENV = {
+    "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +47,13 @@ def release():
 
 
 def tool(build_dir: Path, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(build_dir / "rtinfer_wire_tool"), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **ASAN_ENV})
+    return subprocess.run(
+        [str(build_dir / "rtinfer_wire_tool"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **ASAN_ENV},
+    )
 
 
 # --- the shared vectors ----------------------------------------------------------------------------
@@ -59,8 +67,11 @@ def cpp_results(asan):
 def test_cpp_decoder_gives_every_stated_verdict(cpp_results):
     got = {v["name"]: v for v in cpp_results["decode"]}
     assert len(got) == len(MANIFEST["decode"])
-    wrong = [(e["name"], e["verdict"], got[e["name"]]["verdict"], got[e["name"]]["why"])
-             for e in MANIFEST["decode"] if got[e["name"]]["verdict"] != e["verdict"]]
+    wrong = [
+        (e["name"], e["verdict"], got[e["name"]]["verdict"], got[e["name"]]["why"])
+        for e in MANIFEST["decode"]
+        if got[e["name"]]["verdict"] != e["verdict"]
+    ]
     assert not wrong
     for e in MANIFEST["decode"]:
         if "decoded" in e:
@@ -75,17 +86,22 @@ def test_cpp_controller_moves_the_stated_counters(cpp_results):
         before = dict.fromkeys(c["counters"], 0)
         for k, (step, got) in enumerate(zip(case["steps"], result["steps"], strict=True)):
             delta = {n: got["counters"][n] - before[n] for n in c["counters"]}
-            assert (delta, got["state"], got["trace"]) == \
-                (step["expect"], step["state"], step["trace"]), f"{case['name']} step {k}"
+            assert (delta, got["state"], got["trace"]) == (
+                step["expect"],
+                step["state"],
+                step["trace"],
+            ), f"{case['name']} step {k}"
             before = {n: got["counters"][n] for n in c["counters"]}
 
 
 def test_cpp_decoder_rejects_mutated_corpus_messages_without_crashing(asan):
     """Every mutation is accepted or rejected with a WireError; ASan/UBSan abort on anything
     else (an overflow, a use after free, undefined behaviour)."""
-    seeds = sorted((ROOT / "tests/fuzz/corpus/wire").glob("*.bin")) + \
-        [VECTORS / v["frames"][0] for v in MANIFEST["decode"] if len(v["frames"]) == 1
-         and (VECTORS / v["frames"][0]).stat().st_size < 4096]
+    seeds = sorted((ROOT / "tests/fuzz/corpus/wire").glob("*.bin")) + [
+        VECTORS / v["frames"][0]
+        for v in MANIFEST["decode"]
+        if len(v["frames"]) == 1 and (VECTORS / v["frames"][0]).stat().st_size < 4096
+    ]
     r = tool(asan, "fuzz", 150, 20260601, *seeds, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     out = json.loads(r.stdout)
@@ -97,9 +113,13 @@ def test_cpp_decoder_rejects_mutated_corpus_messages_without_crashing(asan):
 def test_cpp_and_python_decoders_agree_on_mutated_messages(asan):
     """A differential test: the same mutated frames through both decoders, the same verdict
     (accept or the same error class) every time."""
-    seeds = sorted((ROOT / "tests/fuzz/corpus/wire").glob("*.bin")) + \
-        [VECTORS / v["frames"][0] for v in MANIFEST["decode"] if v["verdict"] == "ok"
-         and len(v["frames"]) == 1 and (VECTORS / v["frames"][0]).stat().st_size < 4096]
+    seeds = sorted((ROOT / "tests/fuzz/corpus/wire").glob("*.bin")) + [
+        VECTORS / v["frames"][0]
+        for v in MANIFEST["decode"]
+        if v["verdict"] == "ok"
+        and len(v["frames"]) == 1
+        and (VECTORS / v["frames"][0]).stat().st_size < 4096
+    ]
     r = tool(asan, "fuzz-dump", 40, 7, *seeds, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     lines = r.stdout.strip().splitlines()[:-1]
@@ -119,15 +139,30 @@ def test_cpp_and_python_decoders_agree_on_mutated_messages(asan):
 
 
 # --- content hash ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("doc", [
-    TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json"),
-    ActionSpec.load(ROOT / "models/zoo/conveyor-act/action_spec.json"),
-    TokenizerConfig(low=(-1e-300, 0, -0.0), high=(1e300, 1, 2**53 + 1.5), bins=70000,
-                    horizon=300, names=("ä", "", "z" * 40), period_ns=2**40),
-    ActionSpec(("b", "a"), ("rad", "°"), (0.1, -5), (0.30000000000000004, 5), 1, 1, 0),
-    ActionSpec(("x", "y"), ("m", "m"), (-1, -1), (1, 1), 50, 20_000_000, 0, max_committed=40),
-], ids=["zoo_tokenizer", "zoo_action_spec", "odd_tokenizer", "odd_action_spec",
-        "action_spec_max_committed"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json"),
+        ActionSpec.load(ROOT / "models/zoo/conveyor-act/action_spec.json"),
+        TokenizerConfig(
+            low=(-1e-300, 0, -0.0),
+            high=(1e300, 1, 2**53 + 1.5),
+            bins=70000,
+            horizon=300,
+            names=("ä", "", "z" * 40),
+            period_ns=2**40,
+        ),
+        ActionSpec(("b", "a"), ("rad", "°"), (0.1, -5), (0.30000000000000004, 5), 1, 1, 0),
+        ActionSpec(("x", "y"), ("m", "m"), (-1, -1), (1, 1), 50, 20_000_000, 0, max_committed=40),
+    ],
+    ids=[
+        "zoo_tokenizer",
+        "zoo_action_spec",
+        "odd_tokenizer",
+        "odd_action_spec",
+        "action_spec_max_committed",
+    ],
+)
 def test_cpp_content_hash_equals_python(release, tmp_path, doc):
     path = tmp_path / "spec.json"
     doc.save(path)
@@ -153,7 +188,9 @@ def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
     got = {}
     for m in json.loads(r.stdout):
         got[m["name"]] = wire.decode_frames([Path(f).read_bytes() for f in m["frames"]])
-    assert len(got) == 10 and {e.topic.partition("/")[0] for e in got.values()} == set(wire.schema.BODIES)
+    assert len(got) == 10 and {e.topic.partition("/")[0] for e in got.values()} == set(
+        wire.schema.BODIES
+    )
     ch, oob = got["action_chunk"], got["action_chunk_oob"]
     assert list(ch.stamps.items()) == [("capture", 1000), ("obs_recv", 1100)]
     assert ch.seq == 42 and ch.src == "cppinf" and ch.body["values"].dtype == np.float32
@@ -161,7 +198,10 @@ def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
     assert ch.body["tokens"].tolist() == [128, 3, 0, 255]
     assert len([Path(f) for f in json.loads(r.stdout)[1]["frames"]]) == 3  # both arrays out of band
     obs = got["obs"]
-    assert obs.topic == "obs/cell2" and obs.body["values"]["grid"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert obs.topic == "obs/cell2" and obs.body["values"]["grid"].tolist() == [
+        [0, 1, 2],
+        [3, 4, 5],
+    ]
     assert obs.body["values"]["flags"].tolist() == [True, False, True]
     assert obs.body["ints"] == {"n": -5}
     frame = got["obs_frames"].body["frames"]["overhead"]  # a camera frame, out of band
@@ -173,7 +213,8 @@ def test_cpp_encoder_messages_decode_in_python(asan, tmp_path):
     assert got["budget"].body["reason"] == "slack ü"
     # the same bytes as Python's encoder writes for the same message
     assert Path(json.loads(r.stdout)[8]["frames"][0]).read_bytes() == wire.encode(
-        "budget", {"level": 2, "reason": "slack ü"}, seq=5, src="cppmon")
+        "budget", {"level": 2, "reason": "slack ü"}, seq=5, src="cppmon"
+    )
 
 
 # --- the example controller against the real nodes -------------------------------------------------
@@ -184,12 +225,41 @@ def controller_cmd(build_dir, eps, robot="cpparm", extra=()):
 def test_cpp_controller_follows_the_inference_node_and_the_monitor_counts_it(release, tmp_path):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl", "robot")}
     obs_pub = Publisher(eps["obs"], "cpparm")  # the robot's obs: src = the C++ robot name
-    node = start([sys.executable, "-m", "rtinfer.inference.node", "--model",
-                  str(ROOT / "models/zoo/conveyor-v1"), "--obs", eps["obs"], "--actions", eps["act"],
-                  "--control", eps["ctl"], "--drafter", "none", "--no-budget", "--threads", "1"])
-    mon = start([sys.executable, "-m", "rtinfer.monitor.node", "--listen", eps["robot"],
-                 "--control", eps["ctl"], "--report", str(tmp_path / "monitor.json"),
-                 "--deadline-ms", "100"])
+    node = start(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(ROOT / "models/zoo/conveyor-v1"),
+            "--obs",
+            eps["obs"],
+            "--actions",
+            eps["act"],
+            "--control",
+            eps["ctl"],
+            "--drafter",
+            "none",
+            "--no-budget",
+            "--threads",
+            "1",
+        ]
+    )
+    mon = start(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.monitor.node",
+            "--listen",
+            eps["robot"],
+            "--control",
+            eps["ctl"],
+            "--report",
+            str(tmp_path / "monitor.json"),
+            "--deadline-ms",
+            "100",
+        ]
+    )
     ctl = start(controller_cmd(release, eps))
     traces = Subscriber(eps["robot"], ["trace"])
     try:
@@ -252,23 +322,58 @@ def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
     for d, who in ((allow_cpp, "cpp"), (allow_viewer, "viewer")):
         d.mkdir()
         shutil.copy(keys / who / f"{who}.key", d)
-    eps = {"act": f"tcp://127.0.0.1:{free_port()}", "robot": f"tcp://127.0.0.1:{free_port()}",
-           "ctl": f"ipc://{tmp_path}/ctl"}
+    eps = {
+        "act": f"tcp://127.0.0.1:{free_port()}",
+        "robot": f"tcp://127.0.0.1:{free_port()}",
+        "ctl": f"ipc://{tmp_path}/ctl",
+    }
     curve_map = tmp_path / "curve.json"
-    curve_map.write_text(json.dumps({
-        eps["act"]: {"server_key": str(keys / "policy/policy.key"), "allow": str(allow_cpp)},
-        eps["robot"]: {"server_key": str(keys / "cpp/cpp.key"), "allow": str(allow_viewer)}}))
-    policy = Publisher(eps["act"], "inf", curve=CurveConfig(keys / "policy/policy.key_secret",
-                                                            allowed_clients_dir=allow_cpp))
-    ctl = start(controller_cmd(release, eps, extra=["--curve-secret", str(keys / "cpp/cpp.key_secret"),
-                                                    "--curve-map", str(curve_map)]))
-    viewer = Subscriber(eps["robot"], ["trace"], curve=CurveConfig(
-        keys / "viewer/viewer.key_secret", server_public_key_file=keys / "cpp/cpp.key"))
-    stranger = Subscriber(eps["robot"], ["trace"], curve=CurveConfig(
-        keys / "stranger/stranger.key_secret", server_public_key_file=keys / "cpp/cpp.key"))
+    curve_map.write_text(
+        json.dumps(
+            {
+                eps["act"]: {
+                    "server_key": str(keys / "policy/policy.key"),
+                    "allow": str(allow_cpp),
+                },
+                eps["robot"]: {"server_key": str(keys / "cpp/cpp.key"), "allow": str(allow_viewer)},
+            }
+        )
+    )
+    policy = Publisher(
+        eps["act"],
+        "inf",
+        curve=CurveConfig(keys / "policy/policy.key_secret", allowed_clients_dir=allow_cpp),
+    )
+    ctl = start(
+        controller_cmd(
+            release,
+            eps,
+            extra=[
+                "--curve-secret",
+                str(keys / "cpp/cpp.key_secret"),
+                "--curve-map",
+                str(curve_map),
+            ],
+        )
+    )
+    viewer = Subscriber(
+        eps["robot"],
+        ["trace"],
+        curve=CurveConfig(
+            keys / "viewer/viewer.key_secret", server_public_key_file=keys / "cpp/cpp.key"
+        ),
+    )
+    stranger = Subscriber(
+        eps["robot"],
+        ["trace"],
+        curve=CurveConfig(
+            keys / "stranger/stranger.key_secret", server_public_key_file=keys / "cpp/cpp.key"
+        ),
+    )
     tok = TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json")
     from rtinfer.model.action_tokens import ActionTokenizer
     from rtinfer.transport.action_chunk import waypoint_body
+
     decode = ActionTokenizer(tok).decode
     cycle = 0
 
@@ -281,14 +386,26 @@ def test_cpp_controller_over_curve_with_allow_lists(release, tmp_path):
             capture = wire.now_ns()
             for i in range(tok.horizon):
                 ids = np.array([100 + i, 50, 20, 255], np.int32)
-                policy.publish("action_chunk", waypoint_body(
-                    cycle, i, tok.horizon, decode(ids), spec=tok.hash, period_ns=tok.period_ns,
-                    start_ns=tok.period_ns, dest="cpparm", tokens=ids),
-                    {"capture": capture, "obs_recv": capture, "first_token": capture})
+                policy.publish(
+                    "action_chunk",
+                    waypoint_body(
+                        cycle,
+                        i,
+                        tok.horizon,
+                        decode(ids),
+                        spec=tok.hash,
+                        period_ns=tok.period_ns,
+                        start_ns=tok.period_ns,
+                        dest="cpparm",
+                        tokens=ids,
+                    ),
+                    {"capture": capture, "obs_recv": capture, "first_token": capture},
+                )
             env = sub.recv(200)
             if env is not None and "apply" in env.body["stamps"]:
                 got.append(env)
         return got
+
     try:
         assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
         assert len(traces(viewer, 3)) >= 3, "no traces over CURVE"
@@ -308,6 +425,7 @@ def tgkill(pid: int, tid: int, sig: int) -> None:
     """A signal to one thread of another process (Linux's tgkill; Python has no call for it)."""
     import ctypes
     import platform
+
     number = {"x86_64": 234, "aarch64": 131}[platform.machine()]
     if ctypes.CDLL(None, use_errno=True).syscall(number, pid, tid, sig) != 0:
         raise OSError(ctypes.get_errno(), "tgkill")
@@ -323,13 +441,29 @@ def test_cpp_controller_stops_cleanly_when_its_curve_thread_takes_the_signal(rel
     allow_viewer = tmp_path / "allow_viewer"
     allow_viewer.mkdir()
     shutil.copy(keys / "viewer/viewer.key", allow_viewer)
-    eps = {"act": f"ipc://{tmp_path}/act", "robot": f"tcp://127.0.0.1:{free_port()}",
-           "ctl": f"ipc://{tmp_path}/ctl"}
+    eps = {
+        "act": f"ipc://{tmp_path}/act",
+        "robot": f"tcp://127.0.0.1:{free_port()}",
+        "ctl": f"ipc://{tmp_path}/ctl",
+    }
     curve_map = tmp_path / "curve.json"
-    curve_map.write_text(json.dumps(
-        {eps["robot"]: {"server_key": str(keys / "cpp/cpp.key"), "allow": str(allow_viewer)}}))
-    ctl = start(controller_cmd(release, eps, extra=["--curve-secret", str(keys / "cpp/cpp.key_secret"),
-                                                    "--curve-map", str(curve_map)]))
+    curve_map.write_text(
+        json.dumps(
+            {eps["robot"]: {"server_key": str(keys / "cpp/cpp.key"), "allow": str(allow_viewer)}}
+        )
+    )
+    ctl = start(
+        controller_cmd(
+            release,
+            eps,
+            extra=[
+                "--curve-secret",
+                str(keys / "cpp/cpp.key_secret"),
+                "--curve-map",
+                str(curve_map),
+            ],
+        )
+    )
     try:
         assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
         tasks = Path(f"/proc/{ctl.pid}/task")
@@ -338,8 +472,11 @@ def test_cpp_controller_stops_cleanly_when_its_curve_thread_takes_the_signal(rel
         # it bears the process's name); the authenticator is a std::thread of ours
         end = time.monotonic() + 10
         while True:
-            ours = [int(t.name) for t in tasks.iterdir()
-                    if int(t.name) != ctl.pid and (t / "comm").read_text() == name]
+            ours = [
+                int(t.name)
+                for t in tasks.iterdir()
+                if int(t.name) != ctl.pid and (t / "comm").read_text() == name
+            ]
             if len(ours) == 1 or time.monotonic() > end:
                 break
             time.sleep(0.05)
@@ -355,22 +492,37 @@ def test_cpp_controller_stops_cleanly_when_its_curve_thread_takes_the_signal(rel
 
 def test_cpp_controller_refuses_bad_setup_with_a_clear_error(release, tmp_path):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "ctl", "robot")}
-    r = subprocess.run(controller_cmd(release, eps)[:-6], capture_output=True, text=True, timeout=10)
+    r = subprocess.run(
+        controller_cmd(release, eps)[:-6], capture_output=True, text=True, timeout=10
+    )
     assert r.returncode == 2 and "--tokenizer" in r.stderr
     secret = tmp_path / "k"
     generate(secret, "k")
     os.chmod(secret / "k.key_secret", 0o644)
     tcp = f"tcp://127.0.0.1:{free_port()}"
     (tmp_path / "c.json").write_text(json.dumps({tcp: {"server_key": str(secret / "k.key")}}))
-    r = subprocess.run(controller_cmd(release, {**eps, "act": tcp}, extra=[
-        "--curve-secret", str(secret / "k.key_secret"), "--curve-map", str(tmp_path / "c.json")]),
-        capture_output=True, text=True, timeout=10)
+    r = subprocess.run(
+        controller_cmd(
+            release,
+            {**eps, "act": tcp},
+            extra=[
+                "--curve-secret",
+                str(secret / "k.key_secret"),
+                "--curve-map",
+                str(tmp_path / "c.json"),
+            ],
+        ),
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert r.returncode == 2 and "chmod 600" in r.stderr
 
 
 @pytest.mark.parametrize("addressed", [True, False], ids=["addressed", "plain"])
 def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
-        release, tmp_path, addressed):
+    release, tmp_path, addressed
+):
     """Each round: this robot's chunk addressed to it, another robot's addressed to that one,
     this robot's unaddressed with values off its tokens (rejected_bad if it arrives), and a
     frame addressed to this robot whose body is for another (the bus rejects it). With
@@ -380,10 +532,13 @@ def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
     from rtinfer.model.action_tokens import ActionTokenizer
     from rtinfer.transport.action_chunk import waypoint_body
     from rtinfer.transport.bus import addressed_topic
+
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "ctl", "robot")}
     policy = Publisher(eps["act"], "inf")
     ctx = zmq.Context()
-    raw = ctx.socket(zmq.PUB)  # on the control endpoint, which the controller also takes chunks from
+    raw = ctx.socket(
+        zmq.PUB
+    )  # on the control endpoint, which the controller also takes chunks from
     raw.bind(eps["ctl"])
     ctl = start(controller_cmd(release, eps, extra=["--addressed"] if addressed else []))
     traces = Subscriber(eps["robot"], ["trace"])
@@ -394,9 +549,17 @@ def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
         capture = wire.now_ns()
         for i in range(H):
             ids = np.array([100 + i, 50, 20, 255], np.int32)
-            body = waypoint_body(cycle, i, H, decode(ids) + np.float32(off), spec=tok.hash,
-                                 period_ns=tok.period_ns, start_ns=tok.period_ns, dest=dest,
-                                 tokens=ids)
+            body = waypoint_body(
+                cycle,
+                i,
+                H,
+                decode(ids) + np.float32(off),
+                spec=tok.hash,
+                period_ns=tok.period_ns,
+                start_ns=tok.period_ns,
+                dest=dest,
+                tokens=ids,
+            )
             policy.publish("action_chunk", body, {"capture": capture}, to=to)
         return body
 
@@ -417,9 +580,18 @@ def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
             chunk(cycle, "other", "other")
             chunk(cycle + 1000, "cpparm", None, off=1.0)  # a whole bin and more off its tokens
             mismatched = chunk(cycle, "other", "other")
-            raw.send_multipart([addressed_topic("action_chunk", "cpparm"),
-                                *wire.encode_frames("action_chunk", mismatched, seq=0, src="inf",
-                                                    stamps={"capture": wire.now_ns()})])
+            raw.send_multipart(
+                [
+                    addressed_topic("action_chunk", "cpparm"),
+                    *wire.encode_frames(
+                        "action_chunk",
+                        mismatched,
+                        seq=0,
+                        src="inf",
+                        stamps={"capture": wire.now_ns()},
+                    ),
+                ]
+            )
             time.sleep(0.15)
         time.sleep(0.5)
     finally:
@@ -437,8 +609,9 @@ def test_cpp_controller_takes_addressed_chunks_and_with_addressed_only_its_own(
         assert (c["rejected_dest"], c["rejected_bad"]) == (2 * H * rounds, H * rounds)
 
 
-def test_cpp_controller_observes_its_axes_at_obs_hz_and_the_python_side_reads_them(release,
-                                                                                  tmp_path):
+def test_cpp_controller_observes_its_axes_at_obs_hz_and_the_python_side_reads_them(
+    release, tmp_path
+):
     """The example's observe step: with --obs-hz its axes' positions go out as `obs`, on its
     publish endpoint under its robot name, stamped capture, read by the Python bus."""
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("act", "ctl", "robot")}

@@ -5,6 +5,7 @@ written to its new node's allow-list a moment after its first handshake (docs/fl
 keeps the stream of the one that admits it while it retries the two that refuse it. Real
 processes and sockets: the example controller, Python CURVE Publishers and their ZAP
 handlers."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,11 @@ class Policy:
     """A CURVE Publisher of fresh action_chunks for robot cpparm (conveyor-v1's tokenizer)."""
 
     def __init__(self, endpoint: str, keys, allow) -> None:
-        self.pub = Publisher(endpoint, "inf", curve=CurveConfig(
-            keys / "policy/policy.key_secret", allowed_clients_dir=allow))
+        self.pub = Publisher(
+            endpoint,
+            "inf",
+            curve=CurveConfig(keys / "policy/policy.key_secret", allowed_clients_dir=allow),
+        )
         self.tok = TokenizerConfig.load(ROOT / "models/zoo/conveyor-v1/tokenizer.json")
         self.decode, self.cycle = ActionTokenizer(self.tok).decode, 0
 
@@ -51,10 +55,21 @@ class Policy:
         capture, tok = wire.now_ns(), self.tok
         for i in range(tok.horizon):
             ids = np.array([100 + i, 50, 20, 255], np.int32)
-            self.pub.publish("action_chunk", waypoint_body(
-                self.cycle, i, tok.horizon, self.decode(ids), spec=tok.hash,
-                period_ns=tok.period_ns, start_ns=tok.period_ns, dest="cpparm", tokens=ids),
-                {"capture": capture, "obs_recv": capture, "first_token": capture})
+            self.pub.publish(
+                "action_chunk",
+                waypoint_body(
+                    self.cycle,
+                    i,
+                    tok.horizon,
+                    self.decode(ids),
+                    spec=tok.hash,
+                    period_ns=tok.period_ns,
+                    start_ns=tok.period_ns,
+                    dest="cpparm",
+                    tokens=ids,
+                ),
+                {"capture": capture, "obs_recv": capture, "first_token": capture},
+            )
 
 
 def free_port_on(hosts) -> int:
@@ -82,12 +97,14 @@ def watch_refusals(allow) -> list[float]:
         if not ok:
             refused.append(time.monotonic())
         return ok
+
     keys.callback = callback
     return refused
 
 
 def test_cpp_controller_refused_by_the_allow_list_is_admitted_once_its_key_is_added(
-        release, tmp_path):
+    release, tmp_path
+):
     """Refused, it gets nothing and tries again 0.1 s later, then twice as long each time;
     once its key is in the allow-list, it takes the node's chunks."""
     keys, allow = tmp_path / "keys", tmp_path / "allow"
@@ -96,12 +113,24 @@ def test_cpp_controller_refused_by_the_allow_list_is_admitted_once_its_key_is_ad
     allow.mkdir()  # empty: the controller's key is not in it yet
     act, robot = f"tcp://127.0.0.1:{free_port()}", f"ipc://{tmp_path}/robot"
     curve_map = tmp_path / "curve.json"
-    curve_map.write_text(json.dumps({act: {"server_key": str(keys / "policy/policy.key"),
-                                           "allow": str(allow)}}))
+    curve_map.write_text(
+        json.dumps({act: {"server_key": str(keys / "policy/policy.key"), "allow": str(allow)}})
+    )
     refused_at = watch_refusals(allow)
     policy = Policy(act, keys, allow)
-    ctl = start(controller_cmd(release, act, robot, extra=[
-        "--curve-secret", str(keys / "cpp/cpp.key_secret"), "--curve-map", str(curve_map)]))
+    ctl = start(
+        controller_cmd(
+            release,
+            act,
+            robot,
+            extra=[
+                "--curve-secret",
+                str(keys / "cpp/cpp.key_secret"),
+                "--curve-map",
+                str(curve_map),
+            ],
+        )
+    )
     health = Subscriber(robot, ["health"])
 
     def accepted_after(until) -> list[int]:
@@ -123,11 +152,13 @@ def test_cpp_controller_refused_by_the_allow_list_is_admitted_once_its_key_is_ad
         assert len(refused) >= 5 and max(refused) == 0, refused  # nothing while refused
         # 0.1 s after the first refusal, then twice as long each time (lower bounds only)
         gaps_s = [b - a for a, b in zip(refused_at, refused_at[1:4])]
-        assert all(gap_s >= 0.1 * 2 ** k for k, gap_s in enumerate(gaps_s)), gaps_s
+        assert all(gap_s >= 0.1 * 2**k for k, gap_s in enumerate(gaps_s)), gaps_s
         shutil.copy(keys / "cpp/cpp.key", allow)
         allow_list(allow).refresh()  # what the Publisher's watch does about once a second
         admitted = accepted_after(lambda seen: seen and seen[-1] >= 3)
-        assert admitted and admitted[-1] >= 3, f"none accepted in {len(admitted)} health after the key was added"
+        assert admitted and admitted[-1] >= 3, (
+            f"none accepted in {len(admitted)} health after the key was added"
+        )
     finally:
         out, err = stop(ctl)
         policy.pub.close()
@@ -144,8 +175,15 @@ class Nodes:
 
     def __init__(self, keys, allow: dict, eps: dict, robot: str) -> None:
         self.ctxs = {n: zmq.Context() for n in HOSTS}
-        self.pubs = {n: Publisher(eps[n], f"node-{n}", ctx=self.ctxs[n], curve=CurveConfig(
-            keys / f"{n}/{n}.key_secret", allowed_clients_dir=allow[n])) for n in HOSTS}
+        self.pubs = {
+            n: Publisher(
+                eps[n],
+                f"node-{n}",
+                ctx=self.ctxs[n],
+                curve=CurveConfig(keys / f"{n}/{n}.key_secret", allowed_clients_dir=allow[n]),
+            )
+            for n in HOSTS
+        }
         self.watch = Subscriber(robot, ["heartbeat"])
         self.sent_s = {n: [] for n in HOSTS}  # when each ping went out: seq k at [k]
         self.echoed = {n: {} for n in HOSTS}  # seq -> when its echo came back
@@ -167,7 +205,7 @@ class Nodes:
                 if echo is None:
                     self.beats += 1
                 else:
-                    self.echoed[echo["src"][len("node-"):]][echo["seq"]] = time.monotonic()
+                    self.echoed[echo["src"][len("node-") :]][echo["seq"]] = time.monotonic()
         return until()
 
     def close(self) -> None:
@@ -178,7 +216,8 @@ class Nodes:
 
 
 def test_cpp_controller_on_three_nodes_keeps_the_stream_of_the_one_that_admits_it(
-        release, tmp_path):
+    release, tmp_path
+):
     """A fleet's robot on three nodes (one port, hosts 127.0.0.2-4), refused by all three,
     then admitted by a: every ping a sends from its first echo on is echoed, for 5 s, while
     b and c go on refusing it and it goes on retrying them. With one socket for the three,
@@ -195,19 +234,36 @@ def test_cpp_controller_on_three_nodes_keeps_the_stream_of_the_one_that_admits_i
         allow[n].mkdir()  # empty: the controller's key is in none of them yet
         eps[n] = f"tcp://{host}:{port}"
     curve_map, robot = tmp_path / "curve.json", f"ipc://{tmp_path}/robot"
-    curve_map.write_text(json.dumps({eps[n]: {"server_key": str(keys / f"{n}/{n}.key"),
-                                              "allow": str(allow[n])} for n in HOSTS}))
+    curve_map.write_text(
+        json.dumps(
+            {
+                eps[n]: {"server_key": str(keys / f"{n}/{n}.key"), "allow": str(allow[n])}
+                for n in HOSTS
+            }
+        )
+    )
     refused_at = {n: watch_refusals(allow[n]) for n in HOSTS}
     nodes = Nodes(keys, allow, eps, robot)
-    ctl = start(controller_cmd(release, list(eps.values()), robot, extra=[
-        "--curve-secret", str(keys / "cpp/cpp.key_secret"), "--curve-map", str(curve_map)]))
+    ctl = start(
+        controller_cmd(
+            release,
+            list(eps.values()),
+            robot,
+            extra=[
+                "--curve-secret",
+                str(keys / "cpp/cpp.key_secret"),
+                "--curve-map",
+                str(curve_map),
+            ],
+        )
+    )
     echoed, sent_s = nodes.echoed["a"], nodes.sent_s["a"]
     try:
         assert "ready" in ctl.stdout.readline(), ctl.stderr.read() if ctl.poll() is not None else ""
         # joined to its heartbeats (slow joiner), and refused by each node twice: retrying
-        assert nodes.run(lambda: nodes.beats >= 1 and all(
-            len(r) >= 2 for r in refused_at.values()), 15), \
-            f"beats {nodes.beats}, refusals {[len(r) for r in refused_at.values()]}"
+        assert nodes.run(
+            lambda: nodes.beats >= 1 and all(len(r) >= 2 for r in refused_at.values()), 15
+        ), f"beats {nodes.beats}, refusals {[len(r) for r in refused_at.values()]}"
         assert all(e == {} for e in nodes.echoed.values()), "a node that refused it was heard"
         shutil.copy(keys / "cpp/cpp.key", allow["a"])
         allow_list(allow["a"]).refresh()  # what a's watch does about once a second
@@ -225,13 +281,20 @@ def test_cpp_controller_on_three_nodes_keeps_the_stream_of_the_one_that_admits_i
     assert ctl.returncode == 0, err
     c = json.loads(out.strip().splitlines()[-1])["counters"]
     lost = [k for k in range(first, last + 1) if k not in echoed]
-    per_s = [sum(window_s[0] + s <= t < window_s[0] + s + 1 for t in echoed.values()) for s in range(5)]
-    print(f"a: {last - first + 1} pings in the window, echoes per second {per_s}, "
-          f"{len(lost)} not echoed; refusals in the window {refused_in}; controller {c}")
+    per_s = [
+        sum(window_s[0] + s <= t < window_s[0] + s + 1 for t in echoed.values()) for s in range(5)
+    ]
+    print(
+        f"a: {last - first + 1} pings in the window, echoes per second {per_s}, "
+        f"{len(lost)} not echoed; refusals in the window {refused_in}; controller {c}"
+    )
     # lost from some ping on for good (the old failure), not a machine's hiccup
-    assert lost == [], f"node a's stream stopped {sent_s[lost[0]] - window_s[0]:.2f} s " \
+    assert lost == [], (
+        f"node a's stream stopped {sent_s[lost[0]] - window_s[0]:.2f} s "
         f"into the window: {len(lost)} of {last - first + 1} pings never echoed; per second {per_s}"
+    )
     # b and c refused it all along (about once a second each), and it retried them
     assert min(refused_in.values()) >= 2, refused_in
     assert c["sub.refusals"] >= sum(refused_in.values()) and c["sub.reconnects"] >= sum(
-        refused_in.values()), c
+        refused_in.values()
+    ), c

@@ -5,6 +5,7 @@ while (a partition's overlap), it takes one node's chunks and counts the other's
 killed (SIGKILL), it holds; written into the other node's robots file, it resumes from that
 node. No chunk is ever applied past its deadline. No Ray: the moves are what a host actor
 does."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,9 @@ class Robot:
                 if env is None:
                     continue
                 if env.topic == "health":
-                    self.health.append((env.stamps["publish"], env.body["state"],
-                                        env.body["counters"]))
+                    self.health.append(
+                        (env.stamps["publish"], env.body["state"], env.body["counters"])
+                    )
                 elif "apply" in env.body["stamps"]:
                     st = env.body["stamps"]
                     self.applied.append((st["capture"], st["apply"]))
@@ -78,17 +80,45 @@ class Robot:
 
 
 def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_moved_to(
-        release, tmp_path):
+    release, tmp_path
+):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act-a", "act-b", "robot")}
     files = {n: tmp_path / f"robots-{n}.json" for n in ("a", "b")}
     write(files["a"], {"cpparm": eps["obs"]})
-    nodes = {n: start([sys.executable, "-m", "rtinfer.inference.node", "--model",
-                       str(ROOT / "models/zoo/conveyor-v1"), "--robots-file", str(files[n]),
-                       "--actions", eps[f"act-{n}"], "--name", f"policy-{n}", "--address-chunks",
-                       "--drafter", "none", "--no-budget", "--threads", "1", "--batch", "1"])
-             for n in ("a", "b")}
-    ctl = start(controller_cmd(release, [eps["act-a"], eps["act-b"]], eps["robot"],
-                               extra=["--addressed", "--chunk-interval-ms", str(CHUNK_INTERVAL_MS)]))
+    nodes = {
+        n: start(
+            [
+                sys.executable,
+                "-m",
+                "rtinfer.inference.node",
+                "--model",
+                str(ROOT / "models/zoo/conveyor-v1"),
+                "--robots-file",
+                str(files[n]),
+                "--actions",
+                eps[f"act-{n}"],
+                "--name",
+                f"policy-{n}",
+                "--address-chunks",
+                "--drafter",
+                "none",
+                "--no-budget",
+                "--threads",
+                "1",
+                "--batch",
+                "1",
+            ]
+        )
+        for n in ("a", "b")
+    }
+    ctl = start(
+        controller_cmd(
+            release,
+            [eps["act-a"], eps["act-b"]],
+            eps["robot"],
+            extra=["--addressed", "--chunk-interval-ms", str(CHUNK_INTERVAL_MS)],
+        )
+    )
     robot = Robot(eps)
     try:
         for proc in (*nodes.values(), ctl):
@@ -96,11 +126,13 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
             assert "ready" in line, proc.stderr.read() if proc.poll() is not None else line
         assert robot.run(lambda: len(robot.applied) >= 5, 30), "node a never served the robot"
         write(files["b"], {"cpparm": eps["obs"]})  # b serves it too, for a while
+
         def taken(node: str) -> int:
             return robot.counters().get(f"chunks_from.policy-{node}", 0)
 
         def counted() -> int:
             return robot.counters().get("chunks_other_source", 0)
+
         assert robot.run(lambda: counted() >= 8, 15), "node b's chunks were not counted"
         both = robot.counters()  # a's stream taken, b's counted
         write(files["b"], {})  # taken off b: a serves it alone
@@ -112,13 +144,15 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
 
         def held() -> bool:
             return any(t > kill_ns and s == "hold" for t, s, _ in robot.health)
+
         assert robot.run(held, 5 + CHUNK_INTERVAL_MS / 1e3), "the controller did not hold"
         robot.run(lambda: False, 0.5)  # held, and nothing fresh comes meanwhile
         move_ns = now_ns()
         assert robot.applied_since(kill_ns) == []
         write(files["b"], {"cpparm": eps["obs"]})  # the move: node b learns the robot
-        assert robot.run(lambda: len(robot.applied_since(move_ns)) >= 5, 15), \
+        assert robot.run(lambda: len(robot.applied_since(move_ns)) >= 5, 15), (
             "the controller never resumed from node b"
+        )
     finally:
         out, err = stop(ctl)
         for proc in nodes.values():
@@ -133,6 +167,8 @@ def test_cpp_controller_holds_when_its_node_dies_and_resumes_from_the_node_it_mo
     assert (both.get("chunks_from.policy-b", 0), both["source_switches"]) == (0, 0), both
     assert c["chunks_from.policy-b"] >= 5 and c["source_switches"] == 1, c  # after the move
     first = min(a for _, a in robot.applied_since(move_ns))
-    print(f"applied {len(robot.applied)} cycles, 0 stale; first fresh chunk "
-          f"{(first - move_ns) / 1e6:.0f} ms after the move; while both served: {both}; "
-          f"at the end: {c}")
+    print(
+        f"applied {len(robot.applied)} cycles, 0 stale; first fresh chunk "
+        f"{(first - move_ns) / 1e6:.0f} ms after the move; while both served: {both}; "
+        f"at the end: {c}"
+    )

@@ -4,6 +4,7 @@ it sends no faster than the period its chunks ask (obs_slowed); without it, its 
 old bytes and an ask changes nothing. Real processes and sockets; a stand-in policy sends the
 chunks. The executed horizon's rules are the shared controller vectors' (tests/vectors,
 `executes_*`), which the C++ rules replay in tests/test_cpp_client.py."""
+
 from __future__ import annotations
 
 import json
@@ -29,16 +30,25 @@ def test_the_cpp_controller_sends_no_faster_than_asked_and_an_old_one_as_before(
     policy = Publisher(eps["act"], "policy", bind=True)
     obs = Subscriber([eps["new"], eps["old"]], ["obs"])
     common = ["--obs-hz", "100", "--seconds", "4", "--deadline-ms", "100"]
-    procs = {"new": start(controller_cmd(release, eps["act"], eps["new"], robot="new",
-                                         extra=[*common, "--open-loop-ms", "500"])),
-             "old": start(controller_cmd(release, eps["act"], eps["old"], robot="old",
-                                         extra=common))}
+    procs = {
+        "new": start(
+            controller_cmd(
+                release,
+                eps["act"],
+                eps["new"],
+                robot="new",
+                extra=[*common, "--open-loop-ms", "500"],
+            )
+        ),
+        "old": start(controller_cmd(release, eps["act"], eps["old"], robot="old", extra=common)),
+    }
     got: dict[str, list] = {"new": [], "old": []}
     try:
         for p in procs.values():
             assert "ready" in p.stdout.readline()
-        ids = np.array([[100 + i, 50, 20, 255][:tok_cfg.dim] for i in range(tok_cfg.horizon)],
-                       np.int32)
+        ids = np.array(
+            [[100 + i, 50, 20, 255][: tok_cfg.dim] for i in range(tok_cfg.horizon)], np.int32
+        )
         values = tok.decode(ids).astype(np.float32)
         t_ask = time.monotonic() + 1.0  # 1 s at its own rate, then asked for one each 250 ms
         end, cycle = t_ask + 2.0, 0
@@ -48,12 +58,22 @@ def test_the_cpp_controller_sends_no_faster_than_asked_and_an_old_one_as_before(
                 capture = now_ns()
                 for robot in ("new", "old"):
                     for i in range(tok_cfg.horizon):
-                        policy.publish("action_chunk", waypoint_body(
-                            cycle, i, tok_cfg.horizon, values[i], spec=tok_cfg.hash,
-                            period_ns=tok_cfg.period_ns, start_ns=tok_cfg.period_ns, dest=robot,
-                            tokens=ids[i], ask={"executes": tok_cfg.horizon,
-                                                "obs_period_ns": ASKED_MS * MS}),
-                            {"capture": capture})
+                        policy.publish(
+                            "action_chunk",
+                            waypoint_body(
+                                cycle,
+                                i,
+                                tok_cfg.horizon,
+                                values[i],
+                                spec=tok_cfg.hash,
+                                period_ns=tok_cfg.period_ns,
+                                start_ns=tok_cfg.period_ns,
+                                dest=robot,
+                                tokens=ids[i],
+                                ask={"executes": tok_cfg.horizon, "obs_period_ns": ASKED_MS * MS},
+                            ),
+                            {"capture": capture},
+                        )
             t = time.monotonic() + 0.05
             while time.monotonic() < t:
                 e = obs.recv(10)

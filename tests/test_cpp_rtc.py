@@ -3,6 +3,7 @@ observations carry the committed prefix (valid for the Python decoder, the waypo
 chunk it follows), and it takes chunks conditioned on that prefix, refusing one whose hash
 names other values. The answering side is a scripted policy here, built from the reference
 (rtinfer.transport.committed), so the C++ client is what is under test."""
+
 from __future__ import annotations
 
 import json
@@ -32,10 +33,23 @@ def test_cpp_controller_commits_its_prefix_and_takes_only_chunks_that_join_it(re
     cfg = TokenizerConfig.load(TOKENIZER)
     tok = ActionTokenizer(cfg)
     policy = Publisher(eps["act"], "policy")
-    ctl = start(controller_cmd(release, eps["act"], eps["robot"],
-                               extra=["--obs-hz", "20", "--rtc", "--seconds", "4",
-                                      # a refused chunk must not let the watchdog hold
-                                      "--chunk-interval-ms", "300"]))
+    ctl = start(
+        controller_cmd(
+            release,
+            eps["act"],
+            eps["robot"],
+            extra=[
+                "--obs-hz",
+                "20",
+                "--rtc",
+                "--seconds",
+                "4",
+                # a refused chunk must not let the watchdog hold
+                "--chunk-interval-ms",
+                "300",
+            ],
+        )
+    )
     obs = Subscriber(eps["robot"], ["obs"])
     rng = np.random.default_rng(0)
     committed_seen, forged = [], 0
@@ -54,18 +68,34 @@ def test_cpp_controller_commits_its_prefix_and_takes_only_chunks_that_join_it(re
                 committed_seen.append(c)
                 n = len(c["values"])
                 tokens[:n] = tok.encode(c["values"])  # forced: the committed waypoints first
-                named = {"chunk": c["chunk"], "from": c["from"], "n": n,
-                         "hash": prefix_hash(c["values"])}
+                named = {
+                    "chunk": c["chunk"],
+                    "from": c["from"],
+                    "n": n,
+                    "hash": prefix_hash(c["values"]),
+                }
                 if len(committed_seen) in (5, 10):  # a node that conditioned on something
-                    named["hash"] = "0" * 16         # else: refused, the plan runs on
+                    named["hash"] = "0" * 16  # else: refused, the plan runs on
                     forged += 1
             time.sleep(max(0, capture + ANSWER_AFTER_NS - time.monotonic_ns()) / 1e9)
             values = tok.decode(tokens)
             for i in range(cfg.horizon):
-                policy.publish("action_chunk", waypoint_body(
-                    env.seq, i, cfg.horizon, values[i], spec=cfg.hash, period_ns=cfg.period_ns,
-                    start_ns=cfg.period_ns, dest="cpparm", tokens=tokens[i], conditioned=named),
-                    {"capture": capture})
+                policy.publish(
+                    "action_chunk",
+                    waypoint_body(
+                        env.seq,
+                        i,
+                        cfg.horizon,
+                        values[i],
+                        spec=cfg.hash,
+                        period_ns=cfg.period_ns,
+                        start_ns=cfg.period_ns,
+                        dest="cpparm",
+                        tokens=tokens[i],
+                        conditioned=named,
+                    ),
+                    {"capture": capture},
+                )
     finally:
         out, err = stop(ctl)
         obs.close()
@@ -80,7 +110,10 @@ def test_cpp_controller_commits_its_prefix_and_takes_only_chunks_that_join_it(re
         assert (tok.decode(tok.encode(c["values"])) == c["values"]).all()  # bin centres
     assert counters["prefix_mismatch"] == forged * cfg.horizon  # each of their waypoints
     # every other answer joins (the last may still be on its way when the robot stops)
-    assert len(committed_seen) - forged - 1 <= counters["chunks_conditioned"] \
+    assert (
+        len(committed_seen) - forged - 1
+        <= counters["chunks_conditioned"]
         <= len(committed_seen) - forged
+    )
     assert counters["obs_held_rtc"] >= 1  # one in flight: the next waited for its answer
     assert counters["holds"] == counters["rejected_stale"] == counters["rejected_bad"] == 0

@@ -1,5 +1,6 @@
 """CURVE over real tcp sockets on 127.0.0.1: the binding side authenticates connecting
 clients against an allow-list; unknown keys and plaintext peers get nothing through."""
+
 import contextlib
 import os
 import shutil
@@ -70,10 +71,12 @@ def test_only_allow_listed_publishers_get_through(certs):
     server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
     with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub:
         ep = sub.endpoints[0]
-        good = Publisher(ep, "good", bind=False,
-                         curve=CurveConfig(paths["client"][1], paths["server"][0]))
-        rogue = Publisher(ep, "rogue", bind=False,
-                          curve=CurveConfig(paths["rogue"][1], paths["server"][0]))
+        good = Publisher(
+            ep, "good", bind=False, curve=CurveConfig(paths["client"][1], paths["server"][0])
+        )
+        rogue = Publisher(
+            ep, "rogue", bind=False, curve=CurveConfig(paths["rogue"][1], paths["server"][0])
+        )
         plain = Publisher(ep, "plain", bind=False)
         with good, rogue, plain:
             wait_first(good, sub, "good")
@@ -99,10 +102,12 @@ def test_binding_publisher_serves_only_allow_listed_subscribers(certs):
     paths, allowed = certs
     server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
     with Publisher("tcp://127.0.0.1:*", "srv", curve=server) as pub:
-        good = Subscriber(pub.endpoint, ["heartbeat"],
-                          curve=CurveConfig(paths["client"][1], paths["server"][0]))
-        rogue = Subscriber(pub.endpoint, ["heartbeat"],
-                           curve=CurveConfig(paths["rogue"][1], paths["server"][0]))
+        good = Subscriber(
+            pub.endpoint, ["heartbeat"], curve=CurveConfig(paths["client"][1], paths["server"][0])
+        )
+        rogue = Subscriber(
+            pub.endpoint, ["heartbeat"], curve=CurveConfig(paths["rogue"][1], paths["server"][0])
+        )
         with good, rogue:
             wait_first(pub, good, "srv")
             for i in range(N):
@@ -116,9 +121,15 @@ def test_binding_publisher_serves_only_allow_listed_subscribers(certs):
 def test_client_with_the_wrong_server_key_gets_nothing(certs):
     paths, allowed = certs
     server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
-    with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub, \
-            Publisher(sub.endpoints[0], "c", bind=False,
-                      curve=CurveConfig(paths["client"][1], paths["rogue"][0])) as pub:
+    with (
+        Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub,
+        Publisher(
+            sub.endpoints[0],
+            "c",
+            bind=False,
+            curve=CurveConfig(paths["client"][1], paths["rogue"][0]),
+        ) as pub,
+    ):
         for i in range(100):
             pub.publish("heartbeat", hb("c", i))
             time.sleep(0.002)
@@ -132,24 +143,32 @@ def test_curve_servers_on_one_context_share_one_authenticator(certs):
     ctx = zmq.Context()
     with contextlib.ExitStack() as stack:
         stack.callback(ctx.term)  # runs last: every socket below is closed first
-        a = stack.enter_context(Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
-                                           curve=server, ctx=ctx))
-        b = stack.enter_context(Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
-                                           curve=server, ctx=ctx))
+        a = stack.enter_context(
+            Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server, ctx=ctx)
+        )
+        b = stack.enter_context(
+            Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server, ctx=ctx)
+        )
         with pytest.raises(ValueError, match="already authenticates"):
-            stack.enter_context(Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
-                                           curve=other, ctx=ctx))
+            stack.enter_context(
+                Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=other, ctx=ctx)
+            )
         a.close()  # b's authenticator must survive a's close
-        with Publisher(b.endpoints[0], "c", bind=False,
-                       curve=CurveConfig(paths["client"][1], paths["server"][0])) as pub:
+        with Publisher(
+            b.endpoints[0],
+            "c",
+            bind=False,
+            curve=CurveConfig(paths["client"][1], paths["server"][0]),
+        ) as pub:
             wait_first(pub, b, "c")
 
 
 def test_misconfigured_curve_is_refused_up_front(certs):
     paths, _ = certs
     with pytest.raises(ValueError, match="allowed_clients_dir"):
-        Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True,
-                   curve=CurveConfig(paths["server"][1]))
+        Subscriber(
+            "tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=CurveConfig(paths["server"][1])
+        )
     with pytest.raises(ValueError, match="server_public_key_file"):
         Publisher("tcp://127.0.0.1:9", "p", bind=False, curve=CurveConfig(paths["client"][1]))
 
@@ -161,16 +180,18 @@ def test_a_curve_subscriber_reconnects_after_a_plaintext_server_held_its_endpoin
     with contextlib.closing(__import__("socket").socket()) as s:
         s.bind(("127.0.0.1", 0))
         ep = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    with Subscriber(ep, ["heartbeat"], curve=CurveConfig(paths["client"][1],
-                                                         paths["server"][0])) as sub:
+    with Subscriber(
+        ep, ["heartbeat"], curve=CurveConfig(paths["client"][1], paths["server"][0])
+    ) as sub:
         with Publisher(ep, "imposter") as imposter:  # plaintext: until a handshake failed
             end = time.monotonic() + 5
             while sub.reconnects == 0:
                 assert time.monotonic() < end, "no protocol error seen, or not reconnected"
                 imposter.publish("heartbeat", hb("imposter"))
                 assert sub.recv(timeout_ms=20) is None  # nothing plaintext gets through
-        with Publisher(ep, "server", curve=CurveConfig(paths["server"][1],
-                                                       allowed_clients_dir=allowed)) as server:
+        with Publisher(
+            ep, "server", curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
+        ) as server:
             wait_first(server, sub, "server", timeout_s=5.0)
 
 
@@ -178,15 +199,27 @@ def test_a_curve_subscriber_reconnects_after_a_frame_over_its_hard_cap(certs):
     """libzmq ends a session on a frame over ZMQ_MAXMSGSIZE and never restores it, CURVE or
     not; the bus reconnects (counted), and everything published after that arrives."""
     paths, allowed = certs
-    with Publisher("tcp://127.0.0.1:*", "server", hwm=5000,
-                   curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed)) as pub, \
-            Subscriber(pub.endpoint, ["heartbeat", "obs"], max_bytes=100_000, hwm=5000,
-                       curve=CurveConfig(paths["client"][1], paths["server"][0])) as sub:
+    with (
+        Publisher(
+            "tcp://127.0.0.1:*",
+            "server",
+            hwm=5000,
+            curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed),
+        ) as pub,
+        Subscriber(
+            pub.endpoint,
+            ["heartbeat", "obs"],
+            max_bytes=100_000,
+            hwm=5000,
+            curve=CurveConfig(paths["client"][1], paths["server"][0]),
+        ) as sub,
+    ):
         wait_first(pub, sub, "server")
         while sub.recv(timeout_ms=100) is not None:
             pass
-        assert pub.publish("obs", {"values": {"img": np.zeros(sub.hard_cap_bytes + 1, np.uint8)},
-                                   "ints": {}})
+        assert pub.publish(
+            "obs", {"values": {"img": np.zeros(sub.hard_cap_bytes + 1, np.uint8)}, "ints": {}}
+        )
         wait_first(pub, sub, "server")  # a heartbeat after the reconnect
         assert sub.sessions_ended == 1 and sub.reconnects == 1
         while sub.recv(timeout_ms=100) is not None:
@@ -222,15 +255,26 @@ def test_a_connecting_subscriber_names_each_message_by_its_servers_key(certs, tm
     paths, allowed = certs
     other = curve.generate(tmp_path / "other", "other")
     servers = {"a": paths["server"], "b": other}
-    addr = {n: "127.0.0.1" if hosts == "one host" else f"127.0.0.{i}"
-            for i, n in enumerate(("a", "b", "plain"), 2)}
+    addr = {
+        n: "127.0.0.1" if hosts == "one host" else f"127.0.0.{i}"
+        for i, n in enumerate(("a", "b", "plain"), 2)
+    }
     with contextlib.ExitStack() as stack:
-        pubs = {n: stack.enter_context(Publisher(f"tcp://{addr[n]}:*", "liar", curve=CurveConfig(
-            k[1], allowed_clients_dir=allowed))) for n, k in servers.items()}
+        pubs = {
+            n: stack.enter_context(
+                Publisher(
+                    f"tcp://{addr[n]}:*",
+                    "liar",
+                    curve=CurveConfig(k[1], allowed_clients_dir=allowed),
+                )
+            )
+            for n, k in servers.items()
+        }
         plain = stack.enter_context(Publisher(f"tcp://{addr['plain']}:*", "plain"))
         cfg = {pubs[n].endpoint: CurveConfig(paths["client"][1], k[0]) for n, k in servers.items()}
-        sub = stack.enter_context(Subscriber([*cfg, plain.endpoint], ["heartbeat"],
-                                             curve={**cfg, plain.endpoint: None}))
+        sub = stack.enter_context(
+            Subscriber([*cfg, plain.endpoint], ["heartbeat"], curve={**cfg, plain.endpoint: None})
+        )
         assert len(sub.legs) == 3
         for n in servers:
             wait_first(pubs[n], sub, n)
@@ -243,7 +287,8 @@ def test_a_connecting_subscriber_names_each_message_by_its_servers_key(certs, tm
     assert len(got) == 60 and sub.counters["rejected"] == 0
     assert {peer for src, peer in got if src == "plain"} == {None}
     assert sorted({peer for src, peer in got if src == "liar"}) == sorted(
-        [key_of(paths["server"][0]), key_of(other[0])])
+        [key_of(paths["server"][0]), key_of(other[0])]
+    )
     assert sum(peer == key_of(other[0]) for _, peer in got) == 20
 
 
@@ -252,11 +297,18 @@ def test_a_binding_curve_subscriber_names_each_message_by_its_clients_key(certs,
     second = curve.generate(tmp_path / "second", "second")
     shutil.copy(second[0], allowed)
     server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
-    with Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub, \
-            Publisher(sub.endpoints[0], "same", bind=False,
-                      curve=CurveConfig(paths["client"][1], paths["server"][0])) as a, \
-            Publisher(sub.endpoints[0], "same", bind=False,
-                      curve=CurveConfig(second[1], paths["server"][0])) as b:
+    with (
+        Subscriber("tcp://127.0.0.1:*", ["heartbeat"], bind=True, curve=server) as sub,
+        Publisher(
+            sub.endpoints[0],
+            "same",
+            bind=False,
+            curve=CurveConfig(paths["client"][1], paths["server"][0]),
+        ) as a,
+        Publisher(
+            sub.endpoints[0], "same", bind=False, curve=CurveConfig(second[1], paths["server"][0])
+        ) as b,
+    ):
         wait_first(a, sub, "a")
         wait_first(b, sub, "b")
         drain(sub)
@@ -288,8 +340,10 @@ def test_a_key_removed_from_the_allow_list_is_cut_within_a_second_and_refused(ce
     shutil.copy(second[0], allowed)
     server = CurveConfig(paths["server"][1], allowed_clients_dir=allowed)
     with Publisher("tcp://127.0.0.1:*", "srv", curve=server) as pub:
-        subs = {n: Subscriber(pub.endpoint, ["heartbeat"], curve=CurveConfig(k, paths["server"][0]))
-                for n, k in (("client", paths["client"][1]), ("second", second[1]))}
+        subs = {
+            n: Subscriber(pub.endpoint, ["heartbeat"], curve=CurveConfig(k, paths["server"][0]))
+            for n, k in (("client", paths["client"][1]), ("second", second[1]))
+        }
         with contextlib.ExitStack() as stack:
             for s in subs.values():
                 stack.enter_context(s)
@@ -350,8 +404,7 @@ class SteppedRetries:
             time.sleep(0.01)
 
 
-def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_key_is_listed(
-        certs):
+def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_key_is_listed(certs):
     """A client the allow-list refused (a fleet's robot whose key is written as it is placed:
     the first refusal is that race) retries 0.1 s after, then twice as long each time, up to
     once a second; hurried (its robot lost the node serving it), at the next look and from
@@ -360,11 +413,16 @@ def test_a_refused_client_tries_again_soon_then_backs_off_and_gets_in_once_its_k
     takes the time), the sockets and handshakes are real."""
     from rtinfer.transport.bus.heal import Healer
     from rtinfer.transport.curve import secure_endpoint
+
     paths, allowed = certs
     ctx = zmq.Context()
     rogue = CurveConfig(paths["rogue"][1], paths["server"][0])  # a key not (yet) listed
-    with Publisher("tcp://127.0.0.1:*", "srv", ctx=ctx,
-                   curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed)) as pub:
+    with Publisher(
+        "tcp://127.0.0.1:*",
+        "srv",
+        ctx=ctx,
+        curve=CurveConfig(paths["server"][1], allowed_clients_dir=allowed),
+    ) as pub:
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -417,6 +475,7 @@ def test_a_subscriber_on_three_servers_of_one_port_hears_a_restarted_one_that_li
     use-after-free: rtinfer.transport.bus.peers)."""
     import subprocess
     import sys
+
     keys = {n: curve.generate(tmp_path / n, n) for n in ("s0", "s1", "s2", "robot", "other")}
     with contextlib.closing(__import__("socket").socket()) as s:
         s.bind(("127.0.0.1", 0))
@@ -429,10 +488,14 @@ def test_a_subscriber_on_three_servers_of_one_port_hears_a_restarted_one_that_li
         shutil.copy(keys[who][0], allows[1])
 
     def server(i: int):
-        p = subprocess.Popen([sys.executable, "-c", SERVER, eps[i], str(keys[f"s{i}"][1]),
-                              str(allows[i]), f"s{i}"], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", SERVER, eps[i], str(keys[f"s{i}"][1]), str(allows[i]), f"s{i}"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert p.stdout.readline().startswith("up")
         return p
+
     procs = [server(i) for i in range(3)]
     curves = {ep: CurveConfig(keys["robot"][1], keys[f"s{i}"][0]) for i, ep in enumerate(eps)}
 
@@ -443,6 +506,7 @@ def test_a_subscriber_on_three_servers_of_one_port_hears_a_restarted_one_that_li
             if env is not None:
                 got.add(env.src)
         return got
+
     try:
         with Subscriber(eps, ["heartbeat"], curve=curves) as sub:
             assert heard(3.0) == {"s1"}
@@ -461,7 +525,8 @@ def test_a_subscriber_on_three_servers_of_one_port_hears_a_restarted_one_that_li
 
 
 def test_a_subscriber_keeps_the_stream_of_the_server_that_admits_it_while_others_refuse_it(
-        tmp_path):
+    tmp_path,
+):
     """A fleet's robot on several nodes: a admits it (its key listed after a while), b..e
     refuse it for ever, so their endpoints are disconnected and connected again, backing off
     to once a second. a's stream must outlive those retries. While one socket held all the
@@ -472,13 +537,20 @@ def test_a_subscriber_keeps_the_stream_of_the_server_that_admits_it_while_others
     for d in allows.values():
         d.mkdir()
     with contextlib.ExitStack() as stack:
-        pubs = {n: stack.enter_context(Publisher(
-            f"tcp://127.0.0.{i}:*", n,
-            curve=CurveConfig(keys[n][1], allowed_clients_dir=allows[n])))
-            for i, n in enumerate("abcde", 2)}
+        pubs = {
+            n: stack.enter_context(
+                Publisher(
+                    f"tcp://127.0.0.{i}:*",
+                    n,
+                    curve=CurveConfig(keys[n][1], allowed_clients_dir=allows[n]),
+                )
+            )
+            for i, n in enumerate("abcde", 2)
+        }
         cfg = {p.endpoint: CurveConfig(keys["robot"][1], keys[n][0]) for n, p in pubs.items()}
-        subs = [stack.enter_context(Subscriber(list(cfg), ["heartbeat"], curve=cfg))
-                for _ in range(6)]
+        subs = [
+            stack.enter_context(Subscriber(list(cfg), ["heartbeat"], curve=cfg)) for _ in range(6)
+        ]
         from_a = [[] for _ in subs]  # arrival times of a's messages, per robot
 
         def run(seconds: float) -> None:
@@ -492,6 +564,7 @@ def test_a_subscriber_keeps_the_stream_of_the_server_that_admits_it_while_others
                         if env.src == "a":
                             got.append(time.monotonic())
                 time.sleep(0.01)
+
         run(1.0)
         shutil.copy(keys["robot"][0], allows["a"])
         deadline = time.monotonic() + 30
@@ -503,8 +576,9 @@ def test_a_subscriber_keeps_the_stream_of_the_server_that_admits_it_while_others
         last_s = time.monotonic() - 2.0
         refused_since = [s.refusals - r for s, r in zip(subs, refusals)]
     assert min(refused_since) >= 2, refused_since  # the others' retries ran meanwhile
-    assert [g[-1] > last_s for g in from_a] == [True] * len(subs), \
-        [round(last_s + 2.0 - g[-1], 2) for g in from_a]
+    assert [g[-1] > last_s for g in from_a] == [True] * len(subs), [
+        round(last_s + 2.0 - g[-1], 2) for g in from_a
+    ]
 
 
 def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_start(certs):
@@ -515,14 +589,18 @@ def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_s
     paths, allowed = certs
     other = allowed.parent / "other_allow"
     other.mkdir()
-    pubs = {n: Publisher("tcp://127.0.0.1:*", n, curve=CurveConfig(paths["server"][1],
-                                                                  allowed_clients_dir=d))
-            for n, d in (("a", allowed), ("b", other))}  # only a lists the client
+    pubs = {
+        n: Publisher(
+            "tcp://127.0.0.1:*", n, curve=CurveConfig(paths["server"][1], allowed_clients_dir=d)
+        )
+        for n, d in (("a", allowed), ("b", other))
+    }  # only a lists the client
     cfg = {p.endpoint: CurveConfig(paths["client"][1], paths["server"][0]) for p in pubs.values()}
     b = pubs["b"].endpoint
     with Subscriber(list(cfg), ["heartbeat"], curve=cfg) as sub:
-        clock = SteppedRetries(sub.tend, lambda: (sub.legs[b]["refusals"],
-                                                   sub.legs[b]["reconnects"]))
+        clock = SteppedRetries(
+            sub.tend, lambda: (sub.legs[b]["refusals"], sub.legs[b]["reconnects"])
+        )
         gaps = clock.waits  # b's retries
         clock.step(lambda: len(gaps) >= 6)
         assert [g // 1_000_000 for g in gaps[4:6]] == [1000, 1000]
@@ -532,4 +610,4 @@ def test_a_subscriber_that_loses_a_server_retries_the_others_refusals_from_the_s
         hurried = len(gaps)
         clock.step(lambda: len(gaps) >= hurried + 3)
     pubs["b"].close()
-    assert [g // 1_000_000 for g in gaps[hurried + 1:hurried + 3]] == [100, 200], gaps
+    assert [g // 1_000_000 for g in gaps[hurried + 1 : hurried + 3]] == [100, 200], gaps

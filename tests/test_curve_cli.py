@@ -1,6 +1,7 @@
 """CURVE from the command line: `--curve-secret/--curve-map` on the product nodes, one
 server key per endpoint in the bus, and launch/two_hosts.yaml run as two launchers (robot,
 gpu) on 127.0.0.1 over tcp with CURVE, the scripted expert standing in for the policy."""
+
 from __future__ import annotations
 
 import json
@@ -49,25 +50,35 @@ def keydir(tmp_path):
 def test_curve_for_picks_the_role_and_leaves_unlisted_endpoints_plain(keydir, tmp_path):
     cmap = tmp_path / "curve.json"
     ep = "tcp://127.0.0.1:5999"
-    cmap.write_text(json.dumps({ep: {"server_key": str(keydir / "robot.key"),
-                                     "allow": str(keydir / "clients")}}))
+    cmap.write_text(
+        json.dumps(
+            {ep: {"server_key": str(keydir / "robot.key"), "allow": str(keydir / "clients")}}
+        )
+    )
     secret = str(keydir / "gpu.key_secret")
-    assert curve_for(ep, bind=True, secret=secret, curve_map=cmap) == \
-        CurveConfig(secret, allowed_clients_dir=str(keydir / "clients"))
-    assert curve_for(ep, bind=False, secret=secret, curve_map=cmap) == \
-        CurveConfig(secret, server_public_key_file=str(keydir / "robot.key"))
+    assert curve_for(ep, bind=True, secret=secret, curve_map=cmap) == CurveConfig(
+        secret, allowed_clients_dir=str(keydir / "clients")
+    )
+    assert curve_for(ep, bind=False, secret=secret, curve_map=cmap) == CurveConfig(
+        secret, server_public_key_file=str(keydir / "robot.key")
+    )
     for other in ("ipc:///tmp/obs", "inproc://x", "tcp://127.0.0.1:5998"):
         assert curve_for(other, bind=False, secret=secret, curve_map=cmap) is None
-    assert curve_configs(binds=["ipc:///tmp/a"], connects=[None], secret=secret,
-                         curve_map=cmap) is None
+    assert (
+        curve_configs(binds=["ipc:///tmp/a"], connects=[None], secret=secret, curve_map=cmap)
+        is None
+    )
     assert curve_configs() is None  # no options at all: plain ipc, as before
 
 
 def test_missing_key_files_and_secret_are_refused_with_the_fix(keydir, tmp_path):
     ep = "tcp://127.0.0.1:5999"
     cmap = tmp_path / "curve.json"
-    cmap.write_text(json.dumps({ep: {"server_key": str(tmp_path / "nope.key"),
-                                     "allow": str(tmp_path / "no-dir")}}))
+    cmap.write_text(
+        json.dumps(
+            {ep: {"server_key": str(tmp_path / "nope.key"), "allow": str(tmp_path / "no-dir")}}
+        )
+    )
     secret = str(keydir / "gpu.key_secret")
     with pytest.raises(CurveSetupError, match="--curve-secret"):
         curve_for(ep, bind=False, secret=None, curve_map=cmap)
@@ -82,10 +93,23 @@ def test_missing_key_files_and_secret_are_refused_with_the_fix(keydir, tmp_path)
     with pytest.raises(CurveSetupError, match="--curve-map"):
         curve_configs(binds=[ep], secret=secret)
     # the node's CLI says so too, before any socket exists (argparse: exit 2)
-    r = subprocess.run([sys.executable, "-m", "examples.conveyor_sorting.expert_node",
-                        "--obs", ep, "--actions", "tcp://127.0.0.1:5998",
-                        "--curve-map", str(cmap)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.conveyor_sorting.expert_node",
+            "--obs",
+            ep,
+            "--actions",
+            "tcp://127.0.0.1:5998",
+            "--curve-map",
+            str(cmap),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--curve-secret" in r.stderr, r.stderr
 
 
@@ -93,14 +117,22 @@ def test_subscriber_uses_each_servers_key_and_stays_plain_where_unlisted(keydir,
     a, b = (f"tcp://127.0.0.1:{p}" for p in free_ports(2))
     plain = f"ipc://{tmp_path}/plain"
     allow = str(keydir / "clients")
-    pa = Publisher(a, "robot", curve=CurveConfig(keydir / "robot.key_secret",
-                                                 allowed_clients_dir=allow))
-    pb = Publisher(b, "monitor", curve=CurveConfig(keydir / "monitor.key_secret",
-                                                   allowed_clients_dir=allow))
+    pa = Publisher(
+        a, "robot", curve=CurveConfig(keydir / "robot.key_secret", allowed_clients_dir=allow)
+    )
+    pb = Publisher(
+        b, "monitor", curve=CurveConfig(keydir / "monitor.key_secret", allowed_clients_dir=allow)
+    )
     pc = Publisher(plain, "plain")
     me = keydir / "gpu.key_secret"
-    sub = Subscriber([a, plain, b], ["heartbeat"], curve={
-        a: CurveConfig(me, keydir / "robot.key"), b: CurveConfig(me, keydir / "monitor.key")})
+    sub = Subscriber(
+        [a, plain, b],
+        ["heartbeat"],
+        curve={
+            a: CurveConfig(me, keydir / "robot.key"),
+            b: CurveConfig(me, keydir / "monitor.key"),
+        },
+    )
     try:
         seen: set[str] = set()
         deadline = time.monotonic() + 20
@@ -119,8 +151,21 @@ def test_subscriber_uses_each_servers_key_and_stays_plain_where_unlisted(keydir,
 
 def test_two_hosts_file_validates_for_each_host():
     for host in ("robot", "gpu"):
-        r = subprocess.run([sys.executable, "-m", "rtinfer.launch.supervisor", str(TWO_HOSTS), "--check",
-                            "--host", host], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rtinfer.launch.supervisor",
+                str(TWO_HOSTS),
+                "--check",
+                "--host",
+                host,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
     spec = load(TWO_HOSTS)
     for n in spec.nodes:  # every node is told its key and the map
@@ -143,8 +188,16 @@ def loopback_variant(keydir: Path, out: Path, *, policy_key: str) -> Path:
         n["curve_secret"] = str(keydir / Path(n["curve_secret"]).name)
         if n["name"] == "policy":
             n["entry"] = "examples.conveyor_sorting.expert_node:main"
-            n["args"] = ["--obs", "${endpoints.obs}", "--actions", "${endpoints.actions}",
-                         "--curve-secret", "${node.curve_secret}", "--curve-map", "${curve_map}"]
+            n["args"] = [
+                "--obs",
+                "${endpoints.obs}",
+                "--actions",
+                "${endpoints.actions}",
+                "--curve-secret",
+                "${node.curve_secret}",
+                "--curve-map",
+                "${curve_map}",
+            ]
             n["curve_secret"] = str(keydir / f"{policy_key}.key_secret")
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
@@ -154,11 +207,26 @@ def run_two_hosts(keydir: Path, tmp_path: Path, policy_key: str, seconds: float)
     """Both launchers; the gpu one is stopped (SIGTERM, a clean stop) once the robot's ends.
     Returns (sim report, monitor report, policy log)."""
     f = loopback_variant(keydir, tmp_path / "two_hosts.yaml", policy_key=policy_key)
-    cmd = [sys.executable, "-m", "rtinfer.launch.supervisor", str(f), "--seconds", str(seconds),
-           "--set", "seconds=5", "--run-dir"]
-    robot, gpu = (subprocess.Popen(cmd + [str(tmp_path / h), "--host", h], cwd=ROOT,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-                  for h in ("robot", "gpu"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "rtinfer.launch.supervisor",
+        str(f),
+        "--seconds",
+        str(seconds),
+        "--set",
+        "seconds=5",
+        "--run-dir",
+    ]
+    robot, gpu = (
+        subprocess.Popen(
+            cmd + [str(tmp_path / h), "--host", h],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        for h in ("robot", "gpu")
+    )
     try:
         rc_robot = robot.wait(seconds + 30)
         gpu.terminate()
@@ -170,9 +238,11 @@ def run_two_hosts(keydir: Path, tmp_path: Path, policy_key: str, seconds: float)
                 p.wait()
     assert (rc_robot, rc_gpu) == (0, 0)
     robot_dir = tmp_path / "robot"
-    return (json.loads((robot_dir / "sim_report.json").read_text()),
-            json.loads((robot_dir / "monitor_report.json").read_text()),
-            (tmp_path / "gpu" / "policy.log").read_text())
+    return (
+        json.loads((robot_dir / "sim_report.json").read_text()),
+        json.loads((robot_dir / "monitor_report.json").read_text()),
+        (tmp_path / "gpu" / "policy.log").read_text(),
+    )
 
 
 @pytest.mark.slow

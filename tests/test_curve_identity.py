@@ -1,6 +1,7 @@
 """Identity by key (rtinfer.transport.identity) on envelopes received through the real bus:
 robots bind CURVE obs endpoints with their own keys, a node-side Subscriber connects to
 them, and an observation is accepted only from the key named after the src it declares."""
+
 import contextlib
 import io
 import os
@@ -64,9 +65,16 @@ def test_identity_of_a_nodes_curve_uses_its_action_endpoints_allow_list(fleet):
 def test_a_robot_declaring_another_robots_src_is_refused_and_a_revoked_key_too(fleet):
     keys, node_allow, robot_allow = fleet
     with contextlib.ExitStack() as stack:
-        robots = {n: stack.enter_context(Publisher(
-            "tcp://127.0.0.1:*", src, curve=CurveConfig(keys[n][1], allowed_clients_dir=robot_allow)))
-            for n, src in (("cell-1", "cell-1"), ("cell-2", "cell-1"))}  # cell-2 lies
+        robots = {
+            n: stack.enter_context(
+                Publisher(
+                    "tcp://127.0.0.1:*",
+                    src,
+                    curve=CurveConfig(keys[n][1], allowed_clients_dir=robot_allow),
+                )
+            )
+            for n, src in (("cell-1", "cell-1"), ("cell-2", "cell-1"))
+        }  # cell-2 lies
         cfg = {r.endpoint: CurveConfig(keys["node"][1], keys[n][0]) for n, r in robots.items()}
         sub = stack.enter_context(Subscriber(list(cfg), ["obs"], curve=cfg))
         ident = Identity(curve.allow_list(node_allow))

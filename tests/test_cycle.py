@@ -1,5 +1,6 @@
 """One observation's cycle is one object passed along (Cycle), and the robot's clock as the
 node brackets it (PeerClock) for the cycle's slack."""
+
 import numpy as np
 import pytest
 from conftest import random_obs_body
@@ -25,6 +26,7 @@ def test_the_runner_stamps_first_token_on_the_cycle_before_the_first_waypoint(ti
     from rtinfer.inference.budget import default_levels
     from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.directory import ModelDir
+
     md = ModelDir.load(tiny_model_dir)
     runner = TokenRunner(md, drafter="none")
     level = default_levels(md, runner.decoder.k_verify)[0]
@@ -32,8 +34,9 @@ def test_the_runner_stamps_first_token_on_the_cycle_before_the_first_waypoint(ti
     t0 = now_ns()
     cycle = Cycle(5, {"capture": t0}, t0, level, level.chunk)
     seen = []
-    bins = runner.run_cycle(cycle, instr, obs,
-                            lambda c, i, b: seen.append((c, i, c.first_token_ns, b.copy())))
+    bins = runner.run_cycle(
+        cycle, instr, obs, lambda c, i, b: seen.append((c, i, c.first_token_ns, b.copy()))
+    )
     assert [i for _, i, _, _ in seen] == list(range(level.chunk))
     assert all(c is cycle for c, _, _, _ in seen)
     assert t0 < seen[0][2] == cycle.first_token_ns <= now_ns()
@@ -45,6 +48,7 @@ def test_the_offline_run_decodes_the_same_chunk_as_run_cycle(tiny_model_dir):
     from rtinfer.inference.budget import default_levels
     from rtinfer.inference.runner import TokenRunner
     from rtinfer.model.directory import ModelDir
+
     md = ModelDir.load(tiny_model_dir)
     a, b = TokenRunner(md, drafter="none"), TokenRunner(md, drafter="none")
     level = default_levels(md, a.decoder.k_verify)[0]
@@ -57,7 +61,7 @@ def test_the_offline_run_decodes_the_same_chunk_as_run_cycle(tiny_model_dir):
 # --- the robot's clock ------------------------------------------------------------------
 def _crossings(clock: PeerClock, offset: int, delays_in, delays_out, t=10 * S) -> None:
     for d_in, d_out in zip(delays_in, delays_out):
-        clock.from_peer(t + offset, t + d_in)          # robot stamps its clock, we ours
+        clock.from_peer(t + offset, t + d_in)  # robot stamps its clock, we ours
         clock.to_peer(t, t + d_out + offset)
         t += S // 20
 
@@ -92,8 +96,16 @@ def test_contradicting_bounds_are_unknown_until_they_leave_the_window():
     assert abs(clock.offset_ns - 3 * S) <= 1000
 
 
-@pytest.mark.parametrize("endpoint, local", [
-    ("ipc:///tmp/obs", True), ("inproc://obs", True), ("tcp://127.0.0.1:5555", True),
-    ("tcp://localhost:5555", True), ("tcp://10.0.0.2:5555", False), ("tcp://robot:5555", False)])
+@pytest.mark.parametrize(
+    "endpoint, local",
+    [
+        ("ipc:///tmp/obs", True),
+        ("inproc://obs", True),
+        ("tcp://127.0.0.1:5555", True),
+        ("tcp://localhost:5555", True),
+        ("tcp://10.0.0.2:5555", False),
+        ("tcp://robot:5555", False),
+    ],
+)
 def test_same_host_is_read_from_the_endpoint(endpoint, local):
     assert same_host(endpoint) is local

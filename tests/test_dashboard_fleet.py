@@ -12,6 +12,7 @@ instruction its observations carry, its cell's objects, the monitor's figures fo
 controller (equal to the controller's own e2e histogram: the same samples), its holds and
 budget level, and cell-2 as refused.
 """
+
 import json
 import time
 
@@ -41,12 +42,17 @@ class Robot:
 
     def __init__(self, k, eps, tok, cell_control):
         from examples.conveyor_sorting.sim_node import ConveyorSim
+
         self.name, self.k = f"cell-{k}", k
         self.pub = Publisher(eps[f"obs-{k}"], self.name)
         self.sub = Subscriber([eps["act"], eps["ctl"]], ["action_chunk", "command"])
-        cfg = ControllerConfig(gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
-                               tokenizer=tok, name=f"controller-{k}", deadline_ns=CONTROLLER_DEADLINE_MS * MS,
-                               chunk_interval_ns=50 * MS)
+        cfg = ControllerConfig(
+            gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
+            tokenizer=tok,
+            name=f"controller-{k}",
+            deadline_ns=CONTROLLER_DEADLINE_MS * MS,
+            chunk_interval_ns=50 * MS,
+        )
         self.node = ControllerNode(StillRobot(3), cfg, self.sub, self.pub, robot=self.name)
         self.cell = ConveyorSim(cell_control, seed=k)
         for _ in range(CELL_STEPS[k]):
@@ -71,18 +77,32 @@ class Robot:
 @pytest.fixture
 def fleet(tiny_model_dir, tmp_path):
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs-0", "obs-1", "obs-2", "act", "ctl")}
     tok, _ = load_policy_spec(tiny_model_dir)
     _, cell_control, _ = load_robot("examples.conveyor_sorting:robot.yaml")
     robots = [Robot(k, eps, tok, cell_control) for k in range(3)]
     obs = [eps[f"obs-{k}"] for k in range(3)]
-    mon = Monitor(obs + [eps["act"]], eps["ctl"],
-                  MonitorConfig(deadline_ms=MONITOR_DEADLINE_MS, policy_node="policy", ping_period_s=0,
-                                republish_s=0.5, hold_after_misses=10**6))
-    node = InferenceNode(tiny_model_dir, obs, eps["act"], control_endpoint=eps["ctl"],
-                         cfg=InferenceNodeConfig(name="policy", health_hz=20.0,
-                                                 deadline_ms=3000.0, auto_budget=False,
-                                                 max_robots=2))
+    mon = Monitor(
+        obs + [eps["act"]],
+        eps["ctl"],
+        MonitorConfig(
+            deadline_ms=MONITOR_DEADLINE_MS,
+            policy_node="policy",
+            ping_period_s=0,
+            republish_s=0.5,
+            hold_after_misses=10**6,
+        ),
+    )
+    node = InferenceNode(
+        tiny_model_dir,
+        obs,
+        eps["act"],
+        control_endpoint=eps["ctl"],
+        cfg=InferenceNodeConfig(
+            name="policy", health_hz=20.0, deadline_ms=3000.0, auto_budget=False, max_robots=2
+        ),
+    )
     node.robots.period_ns = 1_000_000_000  # admission over 1 s: the cap refuses, not the load
     dash = Dashboard(list(eps.values()), "fleet test")
     time.sleep(0.3)  # every subscriber connected before the first cycle is counted
@@ -110,14 +130,24 @@ def run(robots, node, mon, dash, seconds, send, until=lambda: False):
         dash.poll(0)
 
 
-def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_refused(fleet,
-                                                                                     tmp_path):
+def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_refused(
+    fleet, tmp_path
+):
     robots, node, mon, dash = fleet
     # cell-0 and cell-1 join first (admitted), then cell-2 (beyond --max-robots 2: refused)
-    run(*fleet, 20, send=2, until=lambda: len(node.robots.slots) == 2 and all(
-        r.node.counters["chunks_accepted"] for r in robots[:2]))
+    run(
+        *fleet,
+        20,
+        send=2,
+        until=lambda: (
+            len(node.robots.slots) == 2
+            and all(r.node.counters["chunks_accepted"] for r in robots[:2])
+        ),
+    )
     run(*fleet, 4.0, send=3)
-    assert set(node.robots.slots) == {"cell-0", "cell-1"} and node.robots.refused.keys() == {"cell-2"}
+    assert set(node.robots.slots) == {"cell-0", "cell-1"} and node.robots.refused.keys() == {
+        "cell-2"
+    }
     run(*fleet, 1.0, send=3, until=lambda: dash.latest["policy"]["counters"]["robots_refused"])
     # each robot's budget level as the node reports it while serving them (robots that
     # fall silent leave the node, and their levels its health)
@@ -144,7 +174,9 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     report = mon.summary()["robots"]
     assert set(report) == {"controller-0", "controller-1"}  # cell-2 never ran a cycle
     for row, robot in zip(rows[:2], robots):
-        own = robot.node.reports.e2e.percentiles_us()  # the controller's own apply - capture samples
+        own = (
+            robot.node.reports.e2e.percentiles_us()
+        )  # the controller's own apply - capture samples
         fig = report[row["controller"]]
         assert row["cycles"] == fig["cycles"] == own["count"] >= 5
         # (a chunk superseded within one tick by the next is accepted but never applied)
@@ -161,8 +193,10 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
     console = Console(width=200, record=True)
     console.print(dash.render())
     text = console.export_text()
-    lines = {r["robot"]: next(ln for ln in text.splitlines() if ln.split()[:1] == [r["robot"]])
-             for r in rows}
+    lines = {
+        r["robot"]: next(ln for ln in text.splitlines() if ln.split()[:1] == [r["robot"]])
+        for r in rows
+    }
     assert "refused" in lines["cell-2"] and "refused" not in lines["cell-0"]
     assert f" 0/{rows[0]['cycles']} " in lines["cell-0"]
     assert f" {rows[1]['misses']}/{rows[1]['cycles']} " in lines["cell-1"]
@@ -173,10 +207,13 @@ def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_ref
 
     # the demo's report: each cell's entry carries the monitor's figures of its controller
     from rtinfer.cli.demo_report import collect_report
+
     (tmp_path / "monitor_report.json").write_text(json.dumps(mon.summary()))
     for r in robots:  # what controllers.run writes: the controller's report and the cell's
-        (tmp_path / f"sim_report-{r.k}.json").write_text(json.dumps(
-            {"controller": dict(r.node.counters), **r.cell.report()}))
+        (tmp_path / f"sim_report-{r.k}.json").write_text(
+            json.dumps({"controller": dict(r.node.counters), **r.cell.report()})
+        )
     entries = collect_report(tmp_path, dash.latest, 0)["robots"]
     assert [(e["robot"], e["cycles"], e["deadline_misses"]) for e in entries] == [
-        (r["robot"], r["cycles"], r["misses"]) for r in rows]
+        (r["robot"], r["cycles"], r["misses"]) for r in rows
+    ]

@@ -1,5 +1,6 @@
 """Decoding: speculative greedy is token-identical to plain greedy, rejection sampling keeps
 the target distribution, streaming, adaptive speculation, prefix caching, no allocation."""
+
 import tracemalloc
 
 import numpy as np
@@ -40,8 +41,11 @@ def _decode(backend, prefix, drafter=None, **kw):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 2**32 - 1), plan_seed=st.integers(0, 2**32 - 1),
-       depth=st.sampled_from([1, 2]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    plan_seed=st.integers(0, 2**32 - 1),
+    depth=st.sampled_from([1, 2]),
+)
 def test_speculative_greedy_is_token_identical(backend, seed, plan_seed, depth):
     prefix = _prefix(backend, seed)
     plain, _ = _decode(backend, prefix)
@@ -60,10 +64,16 @@ def test_speculative_greedy_is_token_identical(backend, seed, plan_seed, depth):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 2**32 - 1), plan_seed=st.integers(0, 2**32 - 1),
-       prev_len=st.integers(0, 3), shift=st.integers(0, 3), gamma=st.sampled_from([None, 1, 2]))
-def test_chunk_reuse_with_refinement_is_token_identical(backend, seed, plan_seed, prev_len,
-                                                        shift, gamma):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    plan_seed=st.integers(0, 2**32 - 1),
+    prev_len=st.integers(0, 3),
+    shift=st.integers(0, 3),
+    gamma=st.sampled_from([None, 1, 2]),
+)
+def test_chunk_reuse_with_refinement_is_token_identical(
+    backend, seed, plan_seed, prev_len, shift, gamma
+):
     """Any previous chunk (right, shifted, random, at the bin limits so the extrapolated
     tail clips, shorter than the horizon, or none) and the Jacobi refinement leave greedy
     output token-identical to plain greedy, also for a second chunk decoded without a new
@@ -72,7 +82,7 @@ def test_chunk_reuse_with_refinement_is_token_identical(backend, seed, plan_seed
     plain, _ = _decode(backend, prefix)
     rng = np.random.default_rng(plan_seed)
     A = backend.model.vocab.n_action_bins
-    prev = np.concatenate([rng.integers(0, 4, 4), plain])[:prev_len * 4].reshape(-1, 4)
+    prev = np.concatenate([rng.integers(0, 4, 4), plain])[: prev_len * 4].reshape(-1, 4)
     pick = rng.integers(0, 4, prev.shape)  # keep, random, lowest or highest bin
     prev = np.where(pick == 1, rng.integers(0, A, prev.shape), prev)
     prev = np.where(pick == 2, 0, np.where(pick == 3, A - 1, prev))
@@ -109,8 +119,14 @@ def test_waypoints_stream_once_each_in_order_as_soon_as_complete(backend):
     logits = backend.prefill(prefix, 0).copy()
     dec = Decoder(backend)
     v = backend.model.vocab
-    out = dec.decode(logits, len(prefix), N, drafter=EarlyExitDrafter(1, v.action_start, v.action_stop),
-                     dim=4, on_waypoint=lambda i, b: seen.append((i, b.copy())))
+    out = dec.decode(
+        logits,
+        len(prefix),
+        N,
+        drafter=EarlyExitDrafter(1, v.action_start, v.action_stop),
+        dim=4,
+        on_waypoint=lambda i, b: seen.append((i, b.copy())),
+    )
     assert [i for i, _ in seen] == [0, 1, 2]
     assert np.array_equal(np.concatenate([b for _, b in seen]), out)
 
@@ -132,10 +148,20 @@ def test_chunk_reuse_without_previous_extrapolates_this_chunks_final_waypoints(b
     d.clear()
     chunk = np.array([10, 20, 12, 18, 0, 0, 0, 0])
     assert d.draft(DraftContext(backend, 0, 0, 1, chunk=chunk[:1]), 7).size == 0
-    assert d.draft(DraftContext(backend, 0, 0, 2, chunk=chunk[:2]), 6).tolist() == \
-        [10, 20, 10, 20, 10, 20]  # one waypoint final: hold it
-    assert d.draft(DraftContext(backend, 0, 0, 4, chunk=chunk[:4]), 4).tolist() == \
-        [14, 16, 16, 14]  # two: constant velocity
+    assert d.draft(DraftContext(backend, 0, 0, 2, chunk=chunk[:2]), 6).tolist() == [
+        10,
+        20,
+        10,
+        20,
+        10,
+        20,
+    ]  # one waypoint final: hold it
+    assert d.draft(DraftContext(backend, 0, 0, 4, chunk=chunk[:4]), 4).tolist() == [
+        14,
+        16,
+        16,
+        14,
+    ]  # two: constant velocity
 
 
 def test_chunk_reuse_refines_its_plan_with_the_verify_rows(backend):
@@ -176,11 +202,17 @@ def test_chunk_reuse_reanchors_the_next_waypoint_after_a_large_miss(backend):
     def after(target, accepted):
         d = ChunkReuseDrafter(horizon=3, dim=2)
         d.set_previous(np.array([[0, 0], [5, 5], [7, 7], [9, 9]]), 0, 100, 100)
-        assert d.draft(DraftContext(backend, 0, 0, 1, chunk=np.array([5])), 5).tolist() == \
-            [5, 7, 7, 9, 9]
+        assert d.draft(DraftContext(backend, 0, 0, 1, chunk=np.array([5])), 5).tolist() == [
+            5,
+            7,
+            7,
+            9,
+            9,
+        ]
         d.observe(accepted, 5)
         d.observe_target(np.array(target))
         return d.draft(DraftContext(backend, 0, 0, 3, chunk=np.array([5, 5, 10])), 3).tolist()
+
     # row 1 (token 2) drafted 7, the target says 10: the row of the same dimension one
     # waypoint later (token 4, 12) was computed from the 7, so it moves by the miss
     assert after([5, 10, 7, 12, 9, 9], accepted=1) == [7, 15, 9]
@@ -203,7 +235,7 @@ def test_every_verify_runs_the_verify_graph_and_chunk_reuse_keeps_the_full_windo
     finally:
         del backend.step
     assert (out == plain).all()
-    assert set(sizes[-dec.stats.target_passes:]) == {dec.k_verify}
+    assert set(sizes[-dec.stats.target_passes :]) == {dec.k_verify}
     assert all(k == min(dec.k_verify - 1, N - i) for i, k in windows)
 
 
@@ -300,6 +332,7 @@ def test_sampled_speculative_decoding_stays_in_action_range(backend, drafter):
 
 def test_decode_bench_runs_every_variant_on_every_cycle_and_checks_identity(tiny_model_dir):
     from rtinfer.bench.decode import run
+
     r = run(tiny_model_dir, cycles=5, run_length=2)
     assert r["identical"] is True and r["cycles"] == 5 and r["run_length"] == 2
     assert set(r["drafters"]) == {"self", "chunk"}
@@ -309,6 +342,7 @@ def test_decode_bench_runs_every_variant_on_every_cycle_and_checks_identity(tiny
 
 def test_decode_bench_measures_a_draft_model_beside_the_other_drafters(tiny_model_dir):
     from rtinfer.bench.decode import run
+
     r = run(tiny_model_dir, cycles=3, run_length=1, draft_model=tiny_model_dir)
     assert set(r["drafters"]) == {"self", "chunk", "model"} and r["identical"] is True
     assert r["drafters"]["model"]["acceptance"] == 1.0  # the target drafting for itself

@@ -1,6 +1,7 @@
 """The delay proxy as a process between a real Publisher and Subscriber: every message arrives
 whole and at least the delay late, drops, duplicates and reorders as asked, and the counters
 it prints at SIGTERM add up."""
+
 import json
 import os
 import signal
@@ -23,10 +24,24 @@ def _run(tmp_path, n, *faults, gap_s=0.002):
     proxy's printed counters)."""
     up, down = f"ipc://{tmp_path}/up", f"ipc://{tmp_path}/down"
     pub = Publisher(up, "robot")
-    proxy = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.delay_proxy", "--upstream", up,
-                              "--downstream", down, "--seed", "1", *faults],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.bench.delay_proxy",
+            "--upstream",
+            up,
+            "--downstream",
+            down,
+            "--seed",
+            "1",
+            *faults,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     sub = Subscriber(down, ["obs"])
     got = []
     try:
@@ -68,21 +83,45 @@ def test_every_message_is_held_at_least_the_delay_and_arrives_whole_in_order(tmp
 
 
 def test_drops_duplicates_and_reorders_are_counted_and_seen(tmp_path):
-    got, stats = _run(tmp_path, 60, "--drop", "0.2", "--duplicate", "0.2", "--reorder", "0.2",
-                      "--reorder-ms", "50")
+    got, stats = _run(
+        tmp_path,
+        60,
+        "--drop",
+        "0.2",
+        "--duplicate",
+        "0.2",
+        "--reorder",
+        "0.2",
+        "--reorder-ms",
+        "50",
+    )
     order = [e.body["ints"]["i"] for e in got if "i" in e.body["ints"]]  # the probes aside
     assert stats["dropped"] > 0 and stats["duplicated"] > 0 and stats["reordered"] > 0
     assert set(order) <= set(range(60))
-    assert len(set(order)) < 60            # some were dropped
-    assert len(order) > len(set(order))    # a duplicate arrived twice
-    assert order != sorted(order)          # one was overtaken
+    assert len(set(order)) < 60  # some were dropped
+    assert len(order) > len(set(order))  # a duplicate arrived twice
+    assert order != sorted(order)  # one was overtaken
     assert stats["forwarded"] == stats["received"] - stats["dropped"] + stats["duplicated"]
 
 
 def test_bad_settings_are_one_line_and_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rtinfer.bench.delay_proxy", "--upstream",
-                        f"ipc://{tmp_path}/u", "--downstream", f"ipc://{tmp_path}/d", "--drop", "2"],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.bench.delay_proxy",
+            "--upstream",
+            f"ipc://{tmp_path}/u",
+            "--downstream",
+            f"ipc://{tmp_path}/d",
+            "--drop",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
-        "delay_proxy: error: delay proxy: drop=2.0 is not in [0, 1] (times >= 0 ms, rates in [0, 1])"]
+        "delay_proxy: error: delay proxy: drop=2.0 is not in [0, 1] (times >= 0 ms, rates in [0, 1])"
+    ]

@@ -1,6 +1,7 @@
 """Stopping `rtinfer demo`, as an operator does: Ctrl-C to the process group, SIGTERM to the
 demo's own PID (systemd, `timeout`, an IDE), SIGKILL. Real processes; afterwards nothing
 that the demo started may be left running, and the nodes' reports must be written."""
+
 import json
 import os
 import signal
@@ -22,8 +23,9 @@ def _left_running(marker: str) -> list[str]:
             continue
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next(ln for ln in (d / "status").read_text().splitlines()
-                         if ln.startswith("State:"))
+            state = next(
+                ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")
+            )
         except (OSError, StopIteration):
             continue
         if marker in cmd and "Z" not in state.split()[1]:
@@ -42,10 +44,25 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     """The demo with the expert (quick to start), from a directory that is not the repo,
     in its own session (its own process group, as a shell gives a foreground job)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.cli", "demo", "--policy", "expert",
-                             "--seconds", "120", "--json", "--run-dir", str(run_dir)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "demo",
+            "--policy",
+            "expert",
+            "--seconds",
+            "120",
+            "--json",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     trace = run_dir / "nominal" / "controller.trace"
     end = time.monotonic() + 60
     while not (trace.exists() and trace.stat().st_size > 0) and time.monotonic() < end:
@@ -56,10 +73,14 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return proc, run_dir / "nominal"
 
 
-@pytest.mark.parametrize("sig, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["sigint-to-group", "sigterm-to-pid"])
+@pytest.mark.parametrize(
+    "sig, to_group",
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["sigint-to-group", "sigterm-to-pid"],
+)
 def test_signal_stops_every_node_in_order_with_reports_and_exit_128_plus_signal(
-        tmp_path, sig, to_group):
+    tmp_path, sig, to_group
+):
     proc, rd = _start(tmp_path)
     try:
         (os.killpg if to_group else os.kill)(proc.pid, sig)
@@ -79,12 +100,15 @@ def test_signal_stops_every_node_in_order_with_reports_and_exit_128_plus_signal(
     summary = json.loads((rd / "launch_summary.json").read_text())
     assert summary["reason"] == f"received {sig.name}"
     assert all(n["last_exit"] != -signal.SIGKILL for n in summary["nodes"].values()), summary
-    stopped = [ln.split("'")[1] for ln in (rd / "console.log").read_text().splitlines()
-               if ln.startswith("[launch] stopped '")]
+    stopped = [
+        ln.split("'")[1]
+        for ln in (rd / "console.log").read_text().splitlines()
+        if ln.startswith("[launch] stopped '")
+    ]
     assert stopped == ["policy", "sim", "monitor"]
     sim = json.loads((rd / "sim_report.json").read_text())
     assert summary["nodes"]["sim"]["last_exit"] == 0  # the robot loop ended on its own terms
-    assert sim["controller"]["rejected_stale"] == 0   # never applied a stale command
+    assert sim["controller"]["rejected_stale"] == 0  # never applied a stale command
     for log in rd.glob("*.log"):
         assert "Traceback" not in log.read_text(), log
 

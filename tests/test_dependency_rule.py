@@ -1,4 +1,5 @@
 """The robot side stays light: importing it must not pull in heavy inference packages."""
+
 import json
 import subprocess
 import sys
@@ -6,10 +7,13 @@ from pathlib import Path
 
 HEAVY = ("torch", "onnxruntime", "tensorrt", "mujoco", "rich")
 # every module of the robot-safe packages (docs/architecture.md), and the controllers
-LIGHT = tuple(sorted(
-    f"{pkg}.{p.stem}" if p.stem != "__init__" else pkg
-    for pkg in ("rtinfer.transport", "rtinfer.realtime", "rtinfer.model", "controllers")
-    for p in (Path(__file__).resolve().parents[1] / pkg.replace(".", "/")).glob("*.py")))
+LIGHT = tuple(
+    sorted(
+        f"{pkg}.{p.stem}" if p.stem != "__init__" else pkg
+        for pkg in ("rtinfer.transport", "rtinfer.realtime", "rtinfer.model", "controllers")
+        for p in (Path(__file__).resolve().parents[1] / pkg.replace(".", "/")).glob("*.py")
+    )
+)
 
 
 def test_light_core_imports_no_heavy_package():

@@ -2,6 +2,7 @@
 README.md, docs/*.md and the sources' docstrings and comments imports (or names an
 attribute of a module that does), and every source path (`rtinfer/.../x.py`) in the docs is
 a file of the checkout."""
+
 from __future__ import annotations
 
 import importlib
@@ -11,8 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-        *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "benchmarks").glob("*.md")),
+]
 PACKAGES = ("rtinfer", "controllers", "models", "examples", "peers")
 DOTTED = re.compile(r"(?<![\w./-])((?:{})(?:\.[A-Za-z_]\w*)+)".format("|".join(PACKAGES)))
 FILE = re.compile(r"(?<![\w./-])((?:{})/[\w/.-]*\w)".format("|".join(PACKAGES)))
@@ -50,8 +54,11 @@ def names(doc: Path, rx: re.Pattern) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_dotted_module_path_in_the_docs_imports(doc):
-    bad = [f"{doc.name}:{n}: {d}" for n, d in names(doc, DOTTED)
-           if not d.endswith((".py", ".md", ".yaml", ".json")) and not resolves(d)]
+    bad = [
+        f"{doc.name}:{n}: {d}"
+        for n, d in names(doc, DOTTED)
+        if not d.endswith((".py", ".md", ".yaml", ".json")) and not resolves(d)
+    ]
     assert bad == []
 
 
@@ -61,8 +68,11 @@ NOT_PATHS = {"rtinfer/cycles", "rtinfer/bridge"}
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_source_path_in_the_docs_exists(doc):
-    bad = [f"{doc.name}:{n}: {p}" for n, p in names(doc, FILE)
-           if not exists(p) and not any(ch in p for ch in "*{") and p not in NOT_PATHS]
+    bad = [
+        f"{doc.name}:{n}: {p}"
+        for n, p in names(doc, FILE)
+        if not exists(p) and not any(ch in p for ch in "*{") and p not in NOT_PATHS
+    ]
     assert bad == []
 
 
@@ -72,8 +82,12 @@ SOURCES = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if 
 
 
 def test_every_dotted_module_path_in_the_sources_imports():
-    bad = [f"{p.relative_to(ROOT)}:{n}: {d}" for p in SOURCES for n, d in names(p, DOTTED)
-           if not d.endswith((".py", ".md", ".yaml", ".json", ".npz")) and not resolves(d)]
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {d}"
+        for p in SOURCES
+        for n, d in names(p, DOTTED)
+        if not d.endswith((".py", ".md", ".yaml", ".json", ".npz")) and not resolves(d)
+    ]
     assert bad == []
 
 

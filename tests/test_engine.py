@@ -1,5 +1,6 @@
 """TensorRT engine building: the pure parts (plan per TensorRT version, cache key, profile
 shapes, sparsity report parsing, build log), which run everywhere without TensorRT/GPU."""
+
 import enum
 import importlib.util
 import json
@@ -52,7 +53,11 @@ def test_trt11_fp16_needs_the_fp16_onnx(version):
     with pytest.raises(BackendError, match="fp16=True"):
         build_plan(version, True, False, FP32)
     plan = build_plan(version, True, True, BOTH)
-    assert (plan.onnx_dtype, plan.strongly_typed, plan.flags) == ("float16", True, ("SPARSE_WEIGHTS",))
+    assert (plan.onnx_dtype, plan.strongly_typed, plan.flags) == (
+        "float16",
+        True,
+        ("SPARSE_WEIGHTS",),
+    )
 
 
 @pytest.mark.parametrize("version", ["10.3.0", "10.13.0", "11.1.0"])
@@ -75,8 +80,12 @@ def test_tensorrt_older_than_10_and_garbage_versions_are_refused():
     assert parse_version("10.3.0.30") == (10, 3) and parse_version("11") == (11, 0)
 
 
-@given(minor=st.integers(0, 20), fp16=st.booleans(), sparse=st.booleans(),
-       dtypes=st.sampled_from([FP32, BOTH, {"float16"}]))
+@given(
+    minor=st.integers(0, 20),
+    fp16=st.booleans(),
+    sparse=st.booleans(),
+    dtypes=st.sampled_from([FP32, BOTH, {"float16"}]),
+)
 def test_trt11_plans_are_always_strongly_typed_without_precision_flags(minor, fp16, sparse, dtypes):
     try:
         plan = build_plan(f"11.{minor}.0", fp16, sparse, dtypes)
@@ -88,8 +97,13 @@ def test_trt11_plans_are_always_strongly_typed_without_precision_flags(minor, fp
 
 # --- cache_key -------------------------------------------------------------------------------
 def _key(**over):
-    args = dict(onnx_sha256="ab" * 32, trt_version="10.3.0", gpu_name="Orin", compute_capability=(8, 7),
-                plan=build_plan("10.3.0", True, True, BOTH))
+    args = dict(
+        onnx_sha256="ab" * 32,
+        trt_version="10.3.0",
+        gpu_name="Orin",
+        compute_capability=(8, 7),
+        plan=build_plan("10.3.0", True, True, BOTH),
+    )
     args.update(over)
     return cache_key(**args, workspace_mb=1024, opt_level=3)
 
@@ -97,10 +111,15 @@ def _key(**over):
 def test_cache_key_is_stable_and_changes_with_every_input():
     base = _key()
     assert base == _key() and len(base) == 24
-    changed = [_key(onnx_sha256="cd" * 32), _key(trt_version="10.3.1"), _key(gpu_name="Thor"),
-               _key(compute_capability=(8, 6)), _key(plan=build_plan("10.3.0", True, False, BOTH)),
-               _key(plan=build_plan("10.3.0", True, True, FP32)),
-               _key(plan=build_plan("10.3.0", False, True, BOTH))]
+    changed = [
+        _key(onnx_sha256="cd" * 32),
+        _key(trt_version="10.3.1"),
+        _key(gpu_name="Thor"),
+        _key(compute_capability=(8, 6)),
+        _key(plan=build_plan("10.3.0", True, False, BOTH)),
+        _key(plan=build_plan("10.3.0", True, True, FP32)),
+        _key(plan=build_plan("10.3.0", False, True, BOTH)),
+    ]
     assert len({base, *changed}) == len(changed) + 1
     plan = build_plan("10.3.0", True, True, BOTH)
     opts = cache_key("ab", "10.3.0", "Orin", (8, 7), plan, workspace_mb=512, opt_level=3)
@@ -126,8 +145,7 @@ def test_static_graphs_need_no_profile():
 def test_dynamic_inputs_get_min_opt_max_shapes():
     shapes = {**STATIC, "tokens": (1, -1), "x": (None, 8, -1)}
     prof = profile_shapes(shapes, {"tokens": {1: (1, 4, 16)}, "x": {0: (1, 2, 4), 2: (8, 8, 64)}})
-    assert prof == {"tokens": ((1, 1), (1, 4), (1, 16)),
-                    "x": ((1, 8, 8), (2, 8, 8), (4, 8, 64))}
+    assert prof == {"tokens": ((1, 1), (1, 4), (1, 16)), "x": ((1, 8, 8), (2, 8, 8), (4, 8, 64))}
 
 
 def test_dynamic_dims_without_ranges_or_with_bad_ranges_raise():
@@ -142,10 +160,18 @@ def test_dynamic_dims_without_ranges_or_with_bad_ranges_raise():
 # --- sparsity report -------------------------------------------------------------------------
 TRT10_INFO = {
     "Layers": [
-        {"Name": "/blocks.0/attn/c_attn/MatMul", "LayerType": "CaskGemmMatrixMultiply",
-         "TacticName": "sm80_xmma_sparse_gemm_f16f16_f16f32_f32_nn_n_tilesize128x64x64", "TacticValue": "0x1"},
-        {"Name": "/blocks.0/mlp/c_fc/MatMul", "LayerType": "CaskGemmMatrixMultiply",
-         "TacticName": "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize64x64x64", "TacticValue": "0x2"},
+        {
+            "Name": "/blocks.0/attn/c_attn/MatMul",
+            "LayerType": "CaskGemmMatrixMultiply",
+            "TacticName": "sm80_xmma_sparse_gemm_f16f16_f16f32_f32_nn_n_tilesize128x64x64",
+            "TacticValue": "0x1",
+        },
+        {
+            "Name": "/blocks.0/mlp/c_fc/MatMul",
+            "LayerType": "CaskGemmMatrixMultiply",
+            "TacticName": "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize64x64x64",
+            "TacticValue": "0x2",
+        },
         {"Name": "/lm_head/MatMul", "Sparsity": "2:4"},
         {"Name": "/ln_f/LayerNorm", "Sparsity": "None"},
         "a layer name only",
@@ -162,8 +188,10 @@ def test_inspector_json_reports_sparse_tactics_and_sparsity_fields():
 
 
 def test_inspector_json_of_trt11_and_junk_is_parsed_defensively():
-    trt11 = {"Layers": [{"Name": "a", "TacticName": "sparse_gemm"}],
-             "I/O Tensors": [{"Name": "tokens", "IOMode": "Input"}]}
+    trt11 = {
+        "Layers": [{"Name": "a", "TacticName": "sparse_gemm"}],
+        "I/O Tensors": [{"Name": "tokens", "IOMode": "Input"}],
+    }
     assert sparse_layers(trt11)["sparse"] == ["a"]
     assert sparse_layers(["x", "y"]) == {"layers": 2, "sparse": [], "tactics": {}}
     assert "not JSON" in sparse_layers("{oops")["error"]
@@ -172,9 +200,11 @@ def test_inspector_json_of_trt11_and_junk_is_parsed_defensively():
 
 
 def test_build_log_sparsity_lines_are_parsed():
-    lines = ["[INFO] [TRT] (Sparsity) Layers eligible for sparse math: fc1, fc2 , fc3",
-             "[INFO] unrelated",
-             "[INFO] (Sparsity) TRT inference plan picked sparse implementation for layers: fc2"]
+    lines = [
+        "[INFO] [TRT] (Sparsity) Layers eligible for sparse math: fc1, fc2 , fc3",
+        "[INFO] unrelated",
+        "[INFO] (Sparsity) TRT inference plan picked sparse implementation for layers: fc2",
+    ]
     assert sparse_from_log(lines) == {"eligible": ["fc1", "fc2", "fc3"], "picked": ["fc2"]}
     assert sparse_from_log([]) == {"eligible": [], "picked": []}
 
@@ -187,8 +217,10 @@ def test_build_log_writes_filtered_lines_and_counts_everything(tmp_path):
         log.log("WARNING", "weights not 2:4")
         log.log("ERROR", "out of memory")
         log.log("WEIRD", "unknown severity counts as INFO")
-    assert (tmp_path / "b.log").read_text().splitlines() == \
-        ["[WARNING] weights not 2:4", "[ERROR] out of memory"]
+    assert (tmp_path / "b.log").read_text().splitlines() == [
+        "[WARNING] weights not 2:4",
+        "[ERROR] out of memory",
+    ]
     assert log.counts == {"INTERNAL_ERROR": 0, "ERROR": 1, "WARNING": 1, "INFO": 2, "VERBOSE": 1}
     log.log("ERROR", "after close")  # counted, not written, no exception
     assert log.counts["ERROR"] == 2 and len(log.lines) == 2
@@ -196,8 +228,10 @@ def test_build_log_writes_filtered_lines_and_counts_everything(tmp_path):
 
 def test_build_log_takes_messages_from_many_threads(tmp_path):
     with BuildLog(tmp_path / "b.log") as log:
-        threads = [threading.Thread(target=lambda: [log.log("INFO", "m") for _ in range(200)])
-                   for _ in range(4)]
+        threads = [
+            threading.Thread(target=lambda: [log.log("INFO", "m") for _ in range(200)])
+            for _ in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -225,8 +259,20 @@ def test_trt_logger_adapter_forwards_severity_names(tmp_path):
 
 # --- CLI and backends without TensorRT -------------------------------------------------------
 def test_dry_run_prints_the_plan_for_a_given_tensorrt_version(tiny_model_dir, capsys):
-    assert main(["--model", str(tiny_model_dir), "--dry-run", "--trt-version", "10.3.0",
-                 "--fp16", "--sparse"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                str(tiny_model_dir),
+                "--dry-run",
+                "--trt-version",
+                "10.3.0",
+                "--fp16",
+                "--sparse",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     # 6 graphs, and the exit prefills (1, 12) and (2, 12) the tiny model is exported with
     assert out["plan"]["flags"] == ["FP16", "SPARSE_WEIGHTS"] and out["graphs"] == 8
@@ -235,8 +281,10 @@ def test_dry_run_prints_the_plan_for_a_given_tensorrt_version(tiny_model_dir, ca
 def test_dry_run_for_trt11_fp16_without_fp16_graphs_fails_with_the_fix(tiny_model_dir, capsys):
     assert main(["--model", str(tiny_model_dir), "--dry-run", "--trt-version", "11.0.0"]) == 2
     assert "re-export with fp16=True" in capsys.readouterr().err
-    assert main(["--model", str(tiny_model_dir), "--dry-run", "--trt-version", "11.0.0",
-                 "--no-fp16"]) == 0
+    assert (
+        main(["--model", str(tiny_model_dir), "--dry-run", "--trt-version", "11.0.0", "--no-fp16"])
+        == 0
+    )
 
 
 def test_missing_model_dir_is_a_clean_cli_error(tmp_path, capsys):
@@ -265,7 +313,9 @@ QDQ = {"float32", "float16", "int8", "int4", "qdq-int8", "qdq-fp8"}
 
 @pytest.mark.parametrize("version", ["10.3.0", "10.13.0", "11.0.0", "11.4.1"])
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
-def test_int8_and_fp8_build_the_qdq_graphs_strongly_typed_without_precision_flags(version, precision):
+def test_int8_and_fp8_build_the_qdq_graphs_strongly_typed_without_precision_flags(
+    version, precision
+):
     plan = build_plan(version, True, False, QDQ, quantised=precision, compute_capability=(9, 0))
     assert plan.onnx_dtype == f"qdq-{precision}" and plan.precision == precision
     assert plan.strongly_typed and plan.flags == ()
@@ -275,8 +325,12 @@ def test_int8_and_fp8_build_the_qdq_graphs_strongly_typed_without_precision_flag
 
 
 def test_orin_gets_int8_and_a_one_line_refusal_of_fp8():
-    assert build_plan("10.3.0", True, True, QDQ, quantised="int8",
-                      compute_capability=(8, 7)).onnx_dtype == "qdq-int8"
+    assert (
+        build_plan(
+            "10.3.0", True, True, QDQ, quantised="int8", compute_capability=(8, 7)
+        ).onnx_dtype
+        == "qdq-int8"
+    )
     with pytest.raises(BackendError) as e:
         build_plan("10.3.0", True, True, QDQ, quantised="fp8", compute_capability=(8, 7))
     msg = str(e.value)
@@ -301,9 +355,12 @@ def test_the_matmulnbits_int8_set_is_refused_with_the_qdq_fix():
 
 
 def test_cache_key_includes_the_precision():
-    plans = [build_plan("10.3.0", True, True, QDQ), build_plan("10.3.0", False, True, QDQ),
-             build_plan("10.3.0", True, True, QDQ, "int8", (9, 0)),
-             build_plan("10.3.0", True, True, QDQ, "fp8", (9, 0))]
+    plans = [
+        build_plan("10.3.0", True, True, QDQ),
+        build_plan("10.3.0", False, True, QDQ),
+        build_plan("10.3.0", True, True, QDQ, "int8", (9, 0)),
+        build_plan("10.3.0", True, True, QDQ, "fp8", (9, 0)),
+    ]
     assert [p.precision for p in plans] == ["fp16", "fp32", "int8", "fp8"]
     keys = {cache_key("ab", "10.3.0", "H200", (9, 0), p) for p in plans}
     assert len(keys) == 4
@@ -315,17 +372,49 @@ def test_cache_key_includes_the_precision():
 
 def test_dry_run_plans_int8_for_a_model_with_a_qdq_set_and_refuses_fp8_on_orin(qdq_dir, capsys):
     qdq_dir = qdq_dir[0]
-    assert main(["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0",
-                 "--precision", "int8", "--compute-capability", "8.7"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                str(qdq_dir),
+                "--dry-run",
+                "--trt-version",
+                "10.3.0",
+                "--precision",
+                "int8",
+                "--compute-capability",
+                "8.7",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["plan"]["onnx_dtype"] == "qdq-int8" and out["plan"]["precision"] == "int8"
     assert out["graphs"] == 8 and out["plan"]["flags"] == ["SPARSE_WEIGHTS"]
-    assert main(["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0",
-                 "--precision", "fp8", "--compute-capability", "8.7"]) == 2
+    assert (
+        main(
+            [
+                "--model",
+                str(qdq_dir),
+                "--dry-run",
+                "--trt-version",
+                "10.3.0",
+                "--precision",
+                "fp8",
+                "--compute-capability",
+                "8.7",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "FP8 needs compute capability 8.9" in err
-    assert main(["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0",
-                 "--precision", "fp32"]) == 0
+    assert (
+        main(
+            ["--model", str(qdq_dir), "--dry-run", "--trt-version", "10.3.0", "--precision", "fp32"]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["plan"]["precision"] == "fp32"
 
 
@@ -345,12 +434,16 @@ def make_qdq_dir(tiny_model_dir, tmp_path_factory):
 
     from models.qdq import qdq
     from rtinfer.model.directory import ModelDir
+
     d = tmp_path_factory.mktemp("qdq") / "m"
     shutil.copytree(tiny_model_dir, d)
     md, rng = ModelDir.load(d), np.random.default_rng(0)
     pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(6)]
-    np.savez(d / "stream.npz", instruction_tokens=np.stack([i for i, _ in pairs]),
-             obs_tokens=np.stack([o for _, o in pairs]))
+    np.savez(
+        d / "stream.npz",
+        instruction_tokens=np.stack([i for i, _ in pairs]),
+        obs_tokens=np.stack([o for _, o in pairs]),
+    )
     return d, qdq(d, ("int8", "fp8"))
 
 
@@ -373,6 +466,7 @@ def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir, d
 
     from models.qdq import graph_feeds, qdq_pairs, sequences
     from rtinfer.model.directory import ModelDir
+
     qdq_dir, report = qdq_dir
     want, md = dtype, ModelDir.load(qdq_dir)
     assert report["int8"]["graphs"] == report["fp8"]["graphs"] == 8
@@ -387,17 +481,16 @@ def test_qdq_graphs_are_symmetric_and_compute_what_the_fp32_graphs_do(qdq_dir, d
         assert qdq_pairs(qdq_dir / g["file"]) > 0
         ref = ort.InferenceSession(str(md.graph_path("float32", depth, k)))
         got = ort.InferenceSession(str(qdq_dir / g["file"]), as_written)
-        for feed in graph_feeds(md.graph_path("float32", depth, k), seqs,
-                                md.vocab.special("PAD")):
+        for feed in graph_feeds(md.graph_path("float32", depth, k), seqs, md.vocab.special("PAD")):
             a, b = (s.run(["logits"], feed)[0].argmax(-1) for s in (ref, got))
             same, total = same + int((a == b).sum()), total + a.size
     assert total > 0 and same / total > agree, same / total
     scrambled = qdq_dir / want / "x.onnx"
     import onnx
+
     m = onnx.load(str(md.graph_path(want, md.n_layer, 1)))
     zp = next(t for t in m.graph.initializer if t.name.endswith("zero_point"))
-    zp.CopyFrom(onnx.numpy_helper.from_array(
-        np.ones_like(onnx.numpy_helper.to_array(zp)), zp.name))
+    zp.CopyFrom(onnx.numpy_helper.from_array(np.ones_like(onnx.numpy_helper.to_array(zp)), zp.name))
     onnx.save(m, str(scrambled))
     with pytest.raises(ValueError, match="nonzero zero point"):
         qdq_pairs(scrambled)

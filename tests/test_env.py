@@ -1,4 +1,5 @@
 """ConveyorSortEnv: spaces, lockstep timing, determinism, wire body and observation tokens."""
+
 from dataclasses import replace
 
 import numpy as np
@@ -105,6 +106,7 @@ def test_obs_body_round_trips_through_the_wire():
 
 def test_instruction_id_numbers_permutations_densely():
     from itertools import permutations
+
     ids = [instruction_id(np.array(p)) for p in permutations(range(3))]
     assert sorted(ids) == list(range(6))
 
@@ -114,13 +116,18 @@ _f = st.floats(-5, 5, allow_nan=False, width=32)
 
 
 @settings(max_examples=60, deadline=None)
-@given(gantry=st.lists(_f, min_size=8, max_size=8), held=st.integers(-1, 2),
-       rows=st.lists(st.tuples(st.integers(0, 2), _f, _f, st.booleans()), max_size=6))
+@given(
+    gantry=st.lists(_f, min_size=8, max_size=8),
+    held=st.integers(-1, 2),
+    rows=st.lists(st.tuples(st.integers(0, 2), _f, _f, st.booleans()), max_size=6),
+)
 def test_obs_tokens_have_fixed_length_and_stay_in_vocabulary(gantry, held, rows):
     objects = np.zeros((6, 4), np.float32)
     for i, (c, x, y, valid) in enumerate(rows):
         objects[i] = (c, x, y, float(valid))
-    tokens = _TOK.encode({"objects": objects, "gantry": np.float32(gantry), "held": np.float32([held])})
+    tokens = _TOK.encode(
+        {"objects": objects, "gantry": np.float32(gantry), "held": np.float32([held])}
+    )
     cfg = _TOK.cfg
     assert tokens.shape == (cfg.length,) and tokens.dtype == np.int32
     assert (tokens >= 0).all() and (tokens < cfg.bins).all()
@@ -131,8 +138,11 @@ def test_obs_tokens_have_fixed_length_and_stay_in_vocabulary(gantry, held, rows)
 
 
 def test_obs_tokens_are_monotone_in_position():
-    base = {"objects": np.zeros((6, 4), np.float32), "gantry": np.zeros(8, np.float32),
-            "held": np.float32([-1])}
+    base = {
+        "objects": np.zeros((6, 4), np.float32),
+        "gantry": np.zeros(8, np.float32),
+        "held": np.float32([-1]),
+    }
     xs = np.linspace(-0.7, 0.65, 50)
     toks = []
     for x in xs:
@@ -156,14 +166,21 @@ def test_rtinfer_obs_tokens_spec_tokenizes_wire_bodies_identically():
 
 
 @settings(max_examples=60, deadline=None)
-@given(gantry=st.lists(_f, min_size=8, max_size=8), held=st.integers(-1, 4),
-       rows=st.lists(st.tuples(st.integers(-1, 4), _f, _f, st.booleans()), max_size=6))
+@given(
+    gantry=st.lists(_f, min_size=8, max_size=8),
+    held=st.integers(-1, 4),
+    rows=st.lists(st.tuples(st.integers(-1, 4), _f, _f, st.booleans()), max_size=6),
+)
 def test_rtinfer_obs_tokens_agree_on_arbitrary_observations(gantry, held, rows):
     rt = pytest.importorskip("rtinfer.model.obs_tokens")
     objects = np.zeros((6, 4), np.float32)
     for i, (c, x, y, valid) in enumerate(rows):
         objects[i] = (c, x, y, float(valid))
-    obs = {"objects": objects, "gantry": np.float32(gantry), "held": np.float32([held]),
-           "instruction": np.int32([1, 2, 0])}
+    obs = {
+        "objects": objects,
+        "gantry": np.float32(gantry),
+        "held": np.float32([held]),
+        "instruction": np.int32([1, 2, 0]),
+    }
     _, tokens = rt.ObsTokens(_TOK.cfg.spec()).encode(obs_body(obs))
     np.testing.assert_array_equal(tokens, _TOK.encode(obs))

@@ -6,6 +6,7 @@ missing camera, so the episode running at all shows the env rendered that camera
 spec's size. The policy holds the cup where it is (its chunk is the gantry's x, y, z and
 suction), so the one object passes by and is missed.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -22,10 +23,18 @@ from rtinfer.model.chunk_model import load_model  # noqa: E402
 
 
 def _camera_obs(cameras: dict[str, list[int]]) -> dict:
-    return {"format": "rtinfer-obs-spec", "version": 1, "normalisation": "in the graph",
-            "inputs": [*({"key": c, "kind": "image", "dtype": "uint8", "shape": s, "camera": c}
-                         for c, s in cameras.items()),
-                       {"key": "gantry", "dtype": "float32", "shape": [8]}]}
+    return {
+        "format": "rtinfer-obs-spec",
+        "version": 1,
+        "normalisation": "in the graph",
+        "inputs": [
+            *(
+                {"key": c, "kind": "image", "dtype": "uint8", "shape": s, "camera": c}
+                for c, s in cameras.items()
+            ),
+            {"key": "gantry", "dtype": "float32", "shape": [8]},
+        ],
+    }
 
 
 def _hold_policy(out_dir, cameras: dict[str, list[int]]):
@@ -37,26 +46,38 @@ def _hold_policy(out_dir, cameras: dict[str, list[int]]):
 
     from models.chunk_package import package_onnx
     from rtinfer.model.obs_spec import ObsSpec
-    nodes = [h.make_node("Slice", ["gantry", "s0", "s4", "ax1"], ["g4"]),
-             h.make_node("Reshape", ["g4", "shape"], ["g"]),
-             h.make_node("Expand", ["g", "chunk"], ["held"])]
+
+    nodes = [
+        h.make_node("Slice", ["gantry", "s0", "s4", "ax1"], ["g4"]),
+        h.make_node("Reshape", ["g4", "shape"], ["g"]),
+        h.make_node("Expand", ["g", "chunk"], ["held"]),
+    ]
     last = "held"
     for c in cameras:
-        nodes += [h.make_node("Cast", [c], [f"{c}_f"], to=T.FLOAT),
-                  h.make_node("ReduceMean", [f"{c}_f"], [f"{c}_m"], keepdims=0),
-                  h.make_node("Mul", [f"{c}_m", "zero"], [f"{c}_0"]),
-                  h.make_node("Add", [last, f"{c}_0"], [f"{last}_{c}"])]
+        nodes += [
+            h.make_node("Cast", [c], [f"{c}_f"], to=T.FLOAT),
+            h.make_node("ReduceMean", [f"{c}_f"], [f"{c}_m"], keepdims=0),
+            h.make_node("Mul", [f"{c}_m", "zero"], [f"{c}_0"]),
+            h.make_node("Add", [last, f"{c}_0"], [f"{last}_{c}"]),
+        ]
         last = f"{last}_{c}"
     nodes.append(h.make_node("Identity", [last], ["actions"]))
-    consts = [h.make_tensor("s0", T.INT64, [1], [0]), h.make_tensor("s4", T.INT64, [1], [4]),
-              h.make_tensor("ax1", T.INT64, [1], [1]),
-              h.make_tensor("shape", T.INT64, [3], [1, 1, 4]),
-              h.make_tensor("chunk", T.INT64, [3], [1, 4, 4]),
-              h.make_tensor("zero", T.FLOAT, [], [0.0])]
+    consts = [
+        h.make_tensor("s0", T.INT64, [1], [0]),
+        h.make_tensor("s4", T.INT64, [1], [4]),
+        h.make_tensor("ax1", T.INT64, [1], [1]),
+        h.make_tensor("shape", T.INT64, [3], [1, 1, 4]),
+        h.make_tensor("chunk", T.INT64, [3], [1, 4, 4]),
+        h.make_tensor("zero", T.FLOAT, [], [0.0]),
+    ]
     inputs = [h.make_tensor_value_info(c, T.UINT8, [1, *s]) for c, s in cameras.items()]
-    graph = h.make_graph(nodes, "hold", [*inputs, h.make_tensor_value_info("gantry", T.FLOAT,
-                                                                           [1, 8])],
-                         [h.make_tensor_value_info("actions", T.FLOAT, [1, 4, 4])], consts)
+    graph = h.make_graph(
+        nodes,
+        "hold",
+        [*inputs, h.make_tensor_value_info("gantry", T.FLOAT, [1, 8])],
+        [h.make_tensor_value_info("actions", T.FLOAT, [1, 4, 4])],
+        consts,
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
     path = out_dir.parent / f"{out_dir.name}.onnx"
@@ -71,7 +92,7 @@ def test_eval_renders_the_camera_the_policy_reads_at_its_size(tmp_path):
     assert (cfg.camera, cfg.frame_hw) == ("overhead", (32, 32))
     r = evaluate(str(model), episodes=1, per_episode=1, instructions=["0,1,2"])
     assert r["spawned"] == 1 and r["per_instruction"]["0,1,2"]["spawned"] == 1
-    assert r["missed"] == 1 and r["correct"] == 0    # a held cup sorts nothing
+    assert r["missed"] == 1 and r["correct"] == 0  # a held cup sorts nothing
 
 
 def test_a_vectors_only_policy_gets_no_camera():
@@ -81,7 +102,10 @@ def test_a_vectors_only_policy_gets_no_camera():
 
 def test_a_policy_reading_two_cameras_is_refused_in_one_line(tmp_path):
     model = _hold_policy(tmp_path / "two", {"overhead": [32, 32, 3], "wrist": [16, 16, 3]})
-    with pytest.raises(ValueError, match=r"reads cameras \['overhead', 'wrist'\]; the conveyor "
-                                         r"cell renders one") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"reads cameras \['overhead', 'wrist'\]; the conveyor "
+        r"cell renders one",
+    ) as e:
         camera_config(EnvConfig(), load_model(model))
     assert "\n" not in str(e.value)

@@ -1,5 +1,6 @@
 """Per-instruction evaluation: every class -> bin permutation on the same scenes, success
 reported per instruction and overall, so one ignored instruction cannot hide in an average."""
+
 import numpy as np
 import pytest
 
@@ -45,8 +46,9 @@ def test_eval_all_reports_each_of_the_six_instructions_and_their_sum():
 
 
 def test_a_policy_that_ignores_one_instruction_fails_only_that_one():
-    r = run_per_instruction(IgnoresOneInstruction, all_instructions(), episodes=1,
-                            per_episode=4, seed=3)
+    r = run_per_instruction(
+        IgnoresOneInstruction, all_instructions(), episodes=1, per_episode=4, seed=3
+    )
     per = r["per_instruction"]
     assert per["2,0,1"]["wrong"] > 0 and per["2,0,1"]["correct"] < per["2,0,1"]["spawned"]
     assert r["min_success_rate"] == per["2,0,1"]["success_rate"] < 1.0
@@ -65,9 +67,11 @@ def test_collect_summary_counts_every_instruction_it_ran(tmp_path):
     from dataclasses import replace
 
     from examples.conveyor_sorting.config import EnvConfig
+
     cfg = replace(EnvConfig(), episode_objects=1)
-    s = collect(6, tmp_path / "d.npz", seed=4, cfg=cfg, show_progress=False,
-                instructions=all_instructions())
+    s = collect(
+        6, tmp_path / "d.npz", seed=4, cfg=cfg, show_progress=False, instructions=all_instructions()
+    )
     assert set(s["per_instruction"]) == SIX
     assert sum(v["spawned"] for v in s["per_instruction"].values()) == s["spawned"] == 6
 
@@ -76,13 +80,44 @@ def test_rtinfer_eval_instructions_all_reports_each_of_the_six():
     import json
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "eval", "--policy", "expert",
-                        "--episodes", "1", "--objects-per-episode", "2", "--instructions", "all",
-                        "--json"], capture_output=True, text=True, timeout=300)
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "eval",
+            "--policy",
+            "expert",
+            "--episodes",
+            "1",
+            "--objects-per-episode",
+            "2",
+            "--instructions",
+            "all",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert len(out["per_instruction"]) == 6
     assert sum(v["spawned"] for v in out["per_instruction"].values()) == out["spawned"]
-    bad = subprocess.run([sys.executable, "-m", "rtinfer.cli", "eval", "--policy", "expert",
-                          "--instructions", "3,3,3"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "eval",
+            "--policy",
+            "expert",
+            "--instructions",
+            "3,3,3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "permutation" in bad.stderr

@@ -3,6 +3,7 @@ at that depth too, when the model exported the prefill graph there, so it skips 
 layers entirely: the cheapest level's chunk time is no longer bounded by a full-depth prefill.
 Checked on the tiny exported model with ONNX Runtime (no timing asserted: the benchmark is
 docs/benchmarks.md's stress demo)."""
+
 import numpy as np
 import pytest
 from conftest import TINY_SPEC, random_obs_body
@@ -18,11 +19,14 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture
 def runner(tiny_model_dir):
     from rtinfer.inference.runner import TokenRunner
+
     r = TokenRunner(ModelDir.load(tiny_model_dir), drafter="none")
     calls = []
     real = r.backend.step
-    r.backend.step = lambda tokens, pos, depth=None: (calls.append((len(tokens), depth)),
-                                                      real(tokens, pos, depth))[1]
+    r.backend.step = lambda tokens, pos, depth=None: (
+        calls.append((len(tokens), depth)),
+        real(tokens, pos, depth),
+    )[1]
     return r, calls
 
 
@@ -51,6 +55,7 @@ def test_full_depth_and_speculating_levels_prefill_at_full_depth(runner):
 
 def test_the_exit_prefill_graph_equals_the_exit_depth_one_token_at_a_time(tiny_model_dir):
     from rtinfer.inference.backends import get_backend
+
     md = ModelDir.load(tiny_model_dir)
     instr, obs = _obs()
     head = instruction_prefix(md.vocab, instr)
@@ -60,6 +65,6 @@ def test_the_exit_prefill_graph_equals_the_exit_depth_one_token_at_a_time(tiny_m
     one_pass = be.prefill(seg, len(head), depth=1).copy()
     be.prefill(head, 0)
     for i, _tok in enumerate(seg):
-        step = be.step(seg[i:i + 1], len(head) + i, depth=1)
+        step = be.step(seg[i : i + 1], len(head) + i, depth=1)
     assert np.allclose(one_pass, step[-1], atol=1e-4)
     assert be.has_graph(1, len(seg)) and not be.has_graph(1, len(seg) + 1)

@@ -1,4 +1,5 @@
 """The scripted expert sorts correctly at token resolution; demonstrations load without pickle."""
+
 from dataclasses import replace
 
 import numpy as np
@@ -26,8 +27,12 @@ def test_expert_chunks_are_token_bin_centres():
     expert = ScriptedExpert(cell, tcfg)
     objects = np.zeros((6, 4), np.float32)
     objects[0] = (1, -0.2, 0.03, 1)
-    obs = {"objects": objects, "gantry": np.float32([0.1, 0.2, 0.45, 0, 0, 0, 0, 0]), "held": np.float32([-1]),
-           "instruction": np.int32([0, 1, 2])}
+    obs = {
+        "objects": objects,
+        "gantry": np.float32([0.1, 0.2, 0.45, 0, 0, 0, 0, 0]),
+        "held": np.float32([-1]),
+        "instruction": np.int32([0, 1, 2]),
+    }
     tokens, values = expert.act_tokens(obs)
     assert tokens.shape == values.shape == (tcfg.horizon, tcfg.dim)
     np.testing.assert_array_equal(values, tok.decode(tokens))
@@ -39,10 +44,13 @@ def test_held_object_goes_to_the_bin_its_instruction_names():
     tcfg = tokenizer_config(cell)
     goals = []
     for instruction in ([0, 1, 2], [2, 1, 0]):
-        expert = ScriptedExpert(cell, tcfg)   # no memory of what it picked: the cup reports it
-        obs = {"objects": np.zeros((6, 4), np.float32), "held": np.float32([0]),
-               "gantry": np.float32([0.05, 0.0, 0.5, 0, 0, 0, 1, 1]),
-               "instruction": np.int32(instruction)}
+        expert = ScriptedExpert(cell, tcfg)  # no memory of what it picked: the cup reports it
+        obs = {
+            "objects": np.zeros((6, 4), np.float32),
+            "held": np.float32([0]),
+            "gantry": np.float32([0.05, 0.0, 0.5, 0, 0, 0, 1, 1]),
+            "instruction": np.int32(instruction),
+        }
         goals.append(expert.act(obs)[-1, 0])
     bx0, bx2 = cell.bin_x[0], cell.bin_x[2]
     assert goals[0] < 0.05 and goals[1] > 0.05, (goals, bx0, bx2)
@@ -52,7 +60,7 @@ def test_collect_writes_a_dataset_that_loads_without_pickle(tmp_path):
     out = tmp_path / "demos.npz"
     cfg = replace(EnvConfig(), episode_objects=2)
     summary = collect(1, out, seed=0, cfg=cfg, show_progress=False)
-    with np.load(out) as d:      # allow_pickle defaults to False
+    with np.load(out) as d:  # allow_pickle defaults to False
         n = summary["steps"]
         assert d["obs_tokens"].shape[0] == d["action_tokens"].shape[0] == n > 0
         assert d["action_tokens"].shape[1:] == (4, 4) and d["action_tokens"].dtype == np.int32
@@ -78,8 +86,9 @@ class _Idle:
 def test_dagger_collect_lets_the_policy_drive_and_the_expert_label(tmp_path):
     cfg = replace(EnvConfig(), episode_objects=2)
     out = tmp_path / "dagger.npz"
-    summary = collect(1, out, seed=0, cfg=cfg, show_progress=False, make_policy=_Idle,
-                      instructions=[[2, 1, 0]])
+    summary = collect(
+        1, out, seed=0, cfg=cfg, show_progress=False, make_policy=_Idle, instructions=[[2, 1, 0]]
+    )
     # the idle policy drove: nothing sorted, every object missed
     assert summary["dagger"] and summary["correct"] == 0 and summary["missed"] == 2
     with np.load(out) as d:

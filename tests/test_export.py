@@ -1,4 +1,5 @@
 """ONNX export: graph set and manifest, I/O contract, ORT-vs-torch parity, fp16, checkpoints."""
+
 import json
 
 import numpy as np
@@ -15,8 +16,7 @@ from rtinfer.model.manifest import MANIFEST, read_manifest
 
 torch.set_num_threads(2)
 VOCAB = Vocab(n_instr=4, n_obs_bins=8, n_action_bins=32)
-CFG = PolicyConfig(vocab_size=VOCAB.size, n_layer=3, n_head=2, n_embd=32, max_ctx=24,
-                   exits=(1, 2))
+CFG = PolicyConfig(vocab_size=VOCAB.size, n_layer=3, n_head=2, n_embd=32, max_ctx=24, exits=(1, 2))
 PREFIX, K_VERIFY = 6, 4
 
 
@@ -113,6 +113,7 @@ def test_manifest_is_plain_json(exported):
 def test_ort_iobinding_kv_out_onto_kv_itself_is_exact(exported):
     """Pins the in-place binding the ORT backend may use (ping-pong is the safe fallback)."""
     import onnxruntime as ort
+
     _, out, _ = exported
     inplace, plain = ort_session(out / "step_d3_k1.onnx"), ort_session(out / "step_d3_k1.onnx")
     kv_buf = ort.OrtValue.ortvalue_from_numpy(np.zeros(CFG.kv_shape(1), np.float32))

@@ -3,6 +3,7 @@ graphs behind the real node and real ipc sockets. Robots whose observations wait
 are answered in one batch, each robot's chunk is its own plain greedy chunk, and each robot
 still gets its own waypoints (dest); `--batch 1` serves one at a time; batching refuses the
 options it cannot honour with the fix."""
+
 import time
 
 import numpy as np
@@ -28,9 +29,12 @@ def bodies():
 def _fleet(tmp_path, batch):
     eps = {n: f"ipc://{tmp_path}/obs-{n}" for n in NAMES}
     pubs = {n: Publisher(eps[n], n) for n in NAMES}
-    node = InferenceNode(ZOO, list(eps.values()), f"ipc://{tmp_path}/act",
-                         cfg=InferenceNodeConfig(deadline_ms=1000.0, auto_budget=False,
-                                                 batch=batch))
+    node = InferenceNode(
+        ZOO,
+        list(eps.values()),
+        f"ipc://{tmp_path}/act",
+        cfg=InferenceNodeConfig(deadline_ms=1000.0, auto_budget=False, batch=batch),
+    )
     node.robots.period_ns = 1_000_000_000  # admission over a 1 s window: all four fit
     act = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
     time.sleep(0.3)  # the slow joiner: every robot connected before anything is answered
@@ -85,15 +89,20 @@ def test_robots_waiting_together_decode_together_each_its_own_greedy(tmp_path, b
 
 def test_batch_options_it_cannot_honour_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ModelError, match="--batch 4: batched decoding is greedy"):
-        InferenceNode(ZOO, f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act",
-                      cfg=InferenceNodeConfig(batch=4, sample=True))
+        InferenceNode(
+            ZOO,
+            f"ipc://{tmp_path}/obs",
+            f"ipc://{tmp_path}/act",
+            cfg=InferenceNodeConfig(batch=4, sample=True),
+        )
     with pytest.raises(ValueError, match="batch is 0"):
         InferenceNodeConfig(batch=0)
 
 
 def test_a_sampling_node_runs_one_robot_at_a_time_without_being_asked(tmp_path):
-    node = InferenceNode(ZOO, f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act",
-                         cfg=InferenceNodeConfig(sample=True))
+    node = InferenceNode(
+        ZOO, f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act", cfg=InferenceNodeConfig(sample=True)
+    )
     try:
         assert node.policy.batcher is None and node.policy.max_batch == 1
     finally:
@@ -105,11 +114,14 @@ def _robots(profile: dict, period_ms: float = 50.0):
     (text, is_error)."""
     from rtinfer.inference.budget import Budget, BudgetLevel
     from rtinfer.inference.robots import Robots
+
     said = []
-    r = Robots(Budget([BudgetLevel(6, 7, 4)], 100_000_000), remote=False,
-               period_ns=int(period_ms * 1e6),
-               say=lambda kind, text, error=True: said.append(
-                   (text() if callable(text) else text, error)))
+    r = Robots(
+        Budget([BudgetLevel(6, 7, 4)], 100_000_000),
+        remote=False,
+        period_ns=int(period_ms * 1e6),
+        say=lambda kind, text, error=True: said.append((text() if callable(text) else text, error)),
+    )
     r.said = said
     r.set_batches(b for b in profile if b > 1)
     r.profile.update({b: int(ms * 1e6) for b, ms in profile.items()})
@@ -122,18 +134,26 @@ def test_admission_plans_on_a_batch_running_then_ones_own():
     robots whose worst case fits 0.8 x min(deadline, period)."""
     r = _robots({1: 10.0, 2: 12.0, 4: 16.0, 8: 30.0})
     assert r.serve_ns(3) == 16_000_000 and r.serve_ns(9) == 40_000_000
-    assert r.worst_ns(4) == 26_000_000      # 1 running, then 3 in a batch of 4
-    assert r.worst_ns(5) == 30_000_000      # a batch of 8 for 5; or 1 then 4: 26
-    assert r.worst_ns(6) == 40_000_000      # 1 running, then 5 in a batch of 8
-    assert r.worst_ns(7) == 42_000_000      # 2 running, then 5 in a batch of 8
+    assert r.worst_ns(4) == 26_000_000  # 1 running, then 3 in a batch of 4
+    assert r.worst_ns(5) == 30_000_000  # a batch of 8 for 5; or 1 then 4: 26
+    assert r.worst_ns(6) == 40_000_000  # 1 running, then 5 in a batch of 8
+    assert r.worst_ns(7) == 42_000_000  # 2 running, then 5 in a batch of 8
     assert r.capacity(100_000_000) == 6
     one_at_a_time = _robots({1: 10.0})
     assert one_at_a_time.capacity(100_000_000) == 4  # n x 10 ms <= 40 ms
 
 
-@pytest.mark.parametrize("profile", [{1: 0.3}, {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0},
-                                     {1: 2.5, 3: 4.0, 6: 6.1}, {1: 39.0}, {1: 41.0},
-                                     {1: 5.0, 2: 5.5, 3: 6.0, 4: 7.0, 5: 8.0, 6: 9.0, 8: 11.0}])
+@pytest.mark.parametrize(
+    "profile",
+    [
+        {1: 0.3},
+        {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0},
+        {1: 2.5, 3: 4.0, 6: 6.1},
+        {1: 39.0},
+        {1: 41.0},
+        {1: 5.0, 2: 5.5, 3: 6.0, 4: 7.0, 5: 8.0, 6: 9.0, 8: 11.0},
+    ],
+)
 def test_capacity_is_the_largest_count_whose_worst_case_fits(profile):
     """The search (double, then bisect) finds what counting up one robot at a time finds."""
     r = _robots(profile)
@@ -156,11 +176,16 @@ def test_a_measured_cycle_scales_the_profiled_batch_costs():
 
 def test_a_batch_is_cut_to_what_ends_before_the_first_robots_deadline():
     from types import SimpleNamespace
+
     r = _robots({1: 10.0, 2: 12.0, 4: 16.0, 8: 30.0})
     now, deadline = 10_000_000_000, 100_000_000
     for i, age_ms in enumerate([75, 50, 40, 30, 20]):  # r0 is due first: in 25 ms
-        env = SimpleNamespace(src=f"r{i}", seq=0, body={"values": {}, "ints": {}},
-                              stamps={"capture": now - int(age_ms * 1e6)})
+        env = SimpleNamespace(
+            src=f"r{i}",
+            seq=0,
+            body={"values": {}, "ints": {}},
+            stamps={"capture": now - int(age_ms * 1e6)},
+        )
         r.offer(env, now, deadline)
     batch = r.next_batch(deadline, now, 8)
     # a batch of 5 runs at b = 8 (30 ms): it would end after the first robot's deadline;
@@ -172,6 +197,7 @@ def test_a_batch_is_cut_to_what_ends_before_the_first_robots_deadline():
 def test_a_refused_robot_that_falls_silent_is_forgotten():
     from rtinfer.inference.robots import RETRY_NS
     from rtinfer.transport.wire import Envelope
+
     r = _robots({1: 30.0})  # one robot fits 40 ms of a 50 ms window, two do not
     env = lambda name, seq: Envelope(2, "obs", seq, name, {}, {})  # noqa: E731
     assert r.offer(env("a", 1), 0, 100_000_000) is not None
@@ -185,6 +211,7 @@ def test_a_refused_robot_that_falls_silent_is_forgotten():
 
 def test_robots_that_no_longer_fit_the_measured_costs_are_said_overloaded_once_until_they_fit():
     from rtinfer.transport.wire import Envelope
+
     r = _robots({1: 10.0})  # one at a time: 4 robots fit 40 ms of a 50 ms window
     for name in "abc":
         assert r.offer(Envelope(2, "obs", 1, name, {}, {}), 0, 100_000_000) is not None
@@ -208,8 +235,15 @@ def test_a_profiled_batch_size_timed_above_a_larger_one_is_lowered_to_it():
     r.set_batches([2, 3, 4, 5, 6, 8])
     ms = {1: 9.0, 2: 44.2, 3: 47.2, 4: 59.7, 5: 35.5, 6: 40.1, 8: 50.0}  # a preempted start-up
     r.set_profile({b: int(v * 1e6) for b, v in ms.items()})
-    assert {b: r.profile[b] / 1e6 for b in ms} == {1: 9.0, 2: 35.5, 3: 35.5, 4: 35.5, 5: 35.5,
-                                                   6: 40.1, 8: 50.0}
+    assert {b: r.profile[b] / 1e6 for b in ms} == {
+        1: 9.0,
+        2: 35.5,
+        3: 35.5,
+        4: 35.5,
+        5: 35.5,
+        6: 40.1,
+        8: 50.0,
+    }
 
 
 def test_admission_plans_the_median_cycle_and_one_delay_not_every_cycle_at_its_p99():

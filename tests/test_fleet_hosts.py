@@ -18,6 +18,7 @@ way the node receives them) refuses r3's observations and, after the deletion, r
 the node runs that check itself (NODE_CHECKS_KEYS), r1 is served as if r3 were not there.
 Needs root and `ip`; skips with the reason otherwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,7 @@ from tests.faults import netns
 from tests.faults.common import PY, ROOT, stop, wait_for
 
 why = netns.available()
-pytestmark = [pytest.mark.skipif(why is not None, reason=f"netns: {why}"),
-              pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.skipif(why is not None, reason=f"netns: {why}"), pytest.mark.timeout(180)]
 
 ROBOTS = {"r1": ("cell-1", "cell-1"), "r2": ("cell-2", "cell-2"), "r3": ("cell-3", "cell-1")}
 # the inference node calls rtinfer.transport.identity on every observation
@@ -60,19 +60,28 @@ def keys(d: Path, lan: netns.Lan) -> dict:
     shutil.copy(pairs["node"][0], robot_allow)
     obs = {h: f"tcp://{lan.addr[h]}:5555" for h in ROBOTS}
     actions = f"tcp://{lan.addr['n']}:5556"
-    cmap = {obs[h]: {"server_key": str(pairs[k][0]), "allow": str(robot_allow)}
-            for h, (k, _) in ROBOTS.items()}
+    cmap = {
+        obs[h]: {"server_key": str(pairs[k][0]), "allow": str(robot_allow)}
+        for h, (k, _) in ROBOTS.items()
+    }
     cmap[actions] = {"server_key": str(pairs["node"][0]), "allow": str(node_allow)}
     (d / "curve.json").write_text(json.dumps(cmap))
-    return {"pairs": pairs, "node_allow": node_allow, "obs": obs, "actions": actions,
-            "map": str(d / "curve.json")}
+    return {
+        "pairs": pairs,
+        "node_allow": node_allow,
+        "obs": obs,
+        "actions": actions,
+        "map": str(d / "curve.json"),
+    }
 
 
 def started(proc: subprocess.Popen, log: Path, what: str, timeout: float = 90) -> None:
-    assert wait_for(lambda: "ready" in log.read_text() or proc.poll() is not None, timeout), \
+    assert wait_for(lambda: "ready" in log.read_text() or proc.poll() is not None, timeout), (
         f"{what} not ready in {timeout} s"
-    assert proc.poll() is None, f"{what} exited {proc.returncode}: " \
-        f"{log.with_suffix('.err').read_text()[-2000:]}"
+    )
+    assert proc.poll() is None, (
+        f"{what} exited {proc.returncode}: {log.with_suffix('.err').read_text()[-2000:]}"
+    )
 
 
 @pytest.fixture
@@ -88,21 +97,29 @@ def obs_stream(path: Path, rows: int = 100) -> Path:
     """A recorded-stream file (rtinfer.model.obs_stream) of valid tiny-model obs bodies."""
     rng = np.random.default_rng(7)
     bodies = [random_obs_body(rng) for _ in range(rows)]
-    np.savez(path, **{f"values.{f}": np.stack([b["values"][f] for b in bodies])
-                      for f in bodies[0]["values"]})
+    np.savez(
+        path,
+        **{f"values.{f}": np.stack([b["values"][f] for b in bodies]) for f in bodies[0]["values"]},
+    )
     return path
 
 
-ROBOT_FILE = """\
+ROBOT_FILE = (
+    """\
 name: tiny
 control:
   rate_hz: 1000
   axes:
-""" + "".join(f"    - {{name: {n}, unit: m, mode: effort, low: {lo}, high: 1.0, margin: 0.0, "
-              "vel_limit: 1.0, acc_limit: 10.0, effort_limit: 100.0, kp: 400.0, kd: 40.0}\n"
-              for n, lo in (("x", -1.0), ("y", -1.0), ("z", 0.0))) + """\
+"""
+    + "".join(
+        f"    - {{name: {n}, unit: m, mode: effort, low: {lo}, high: 1.0, margin: 0.0, "
+        "vel_limit: 1.0, acc_limit: 10.0, effort_limit: 100.0, kp: 400.0, kd: 40.0}\n"
+        for n, lo in (("x", -1.0), ("y", -1.0), ("z", 0.0))
+    )
+    + """\
   tool: {name: suction, kind: binary}
-"""  # the tiny model's action spec: a gantry with a suction tool
+"""
+)  # the tiny model's action spec: a gantry with a suction tool
 
 
 def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(lan, tiny_model_dir):
@@ -117,26 +134,91 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
     def start(host, name, cmd):
         log = d / f"{name}.log"
         out[name] = log
-        return lan.popen(host, cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=log.open("w"),
-                         stderr=log.with_suffix(".err").open("w"))
+        return lan.popen(
+            host,
+            cmd,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=log.open("w"),
+            stderr=log.with_suffix(".err").open("w"),
+        )
 
     node_key = ["--curve-secret", str(k["pairs"]["node"][1]), "--curve-map", k["map"]]
     total_s = 2 + WARMUP_S + BEFORE_S + AFTER_S + 60  # the probe outlives the robots
-    procs = {"node": start("n", "node", [
-        PY, "-m", "rtinfer.inference.node", "--model", str(model), "--threads", "1",
-        "--no-budget", "--name", "policy", "--obs", *k["obs"].values(),
-        "--actions", k["actions"], *node_key])}
-    procs["probe"] = start("n", "probe", [
-        PY, "-m", "tests.faults.fleet_hosts", "probe", "--obs", *k["obs"].values(),
-        "--allow", str(k["node_allow"]), "--seconds", str(total_s), "--out", str(d / "probe.json"),
-        *node_key])
+    procs = {
+        "node": start(
+            "n",
+            "node",
+            [
+                PY,
+                "-m",
+                "rtinfer.inference.node",
+                "--model",
+                str(model),
+                "--threads",
+                "1",
+                "--no-budget",
+                "--name",
+                "policy",
+                "--obs",
+                *k["obs"].values(),
+                "--actions",
+                k["actions"],
+                *node_key,
+            ],
+        )
+    }
+    procs["probe"] = start(
+        "n",
+        "probe",
+        [
+            PY,
+            "-m",
+            "tests.faults.fleet_hosts",
+            "probe",
+            "--obs",
+            *k["obs"].values(),
+            "--allow",
+            str(k["node_allow"]),
+            "--seconds",
+            str(total_s),
+            "--out",
+            str(d / "probe.json"),
+            *node_key,
+        ],
+    )
     for i, (h, (key, src)) in enumerate(ROBOTS.items()):
-        procs[h] = start(h, h, [
-            PY, "-m", "controllers.bench_robot",
-            "--curve-secret", str(k["pairs"][key][1]), "--curve-map", k["map"],
-            "--name", src, "--obs", k["obs"][h], "--actions", k["actions"],
-            "--model", str(model), "--stream", str(stream), "--robot", str(d / "robot.yaml"),
-            "--offset", str(53 * i), "--phase-ms", str(17 * i), "--out", str(d / f"{h}.npz")])
+        procs[h] = start(
+            h,
+            h,
+            [
+                PY,
+                "-m",
+                "controllers.bench_robot",
+                "--curve-secret",
+                str(k["pairs"][key][1]),
+                "--curve-map",
+                k["map"],
+                "--name",
+                src,
+                "--obs",
+                k["obs"][h],
+                "--actions",
+                k["actions"],
+                "--model",
+                str(model),
+                "--stream",
+                str(stream),
+                "--robot",
+                str(d / "robot.yaml"),
+                "--offset",
+                str(53 * i),
+                "--phase-ms",
+                str(17 * i),
+                "--out",
+                str(d / f"{h}.npz"),
+            ],
+        )
     try:
         for name, p in procs.items():
             started(p, out[name], name)
@@ -145,8 +227,10 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
         revoke = measure + int(BEFORE_S * 1e9)
         end = revoke + int(AFTER_S * 1e9)
         for h in ROBOTS:
-            procs[h].stdin.write(json.dumps({"start_ns": start_ns, "measure_ns": measure,
-                                             "end_ns": end}).encode() + b"\n")
+            procs[h].stdin.write(
+                json.dumps({"start_ns": start_ns, "measure_ns": measure, "end_ns": end}).encode()
+                + b"\n"
+            )
             procs[h].stdin.close()
         time.sleep(max(0.0, (revoke - now_ns()) / 1e9))
         os.remove(k["node_allow"] / "cell-2.key")  # revoked: no restart of anything
@@ -179,17 +263,27 @@ def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(la
     seen = [(t, src, name.get(peer), v) for t, src, peer, v in probe["seen"]]
     assert probe["sockets"] == len(ROBOTS)  # connecting: a socket per endpoint (bus.peers)
     last_r2 = max((t for t, _, n, v in seen if n == "cell-2" and v == "ok"), default=revoke)
-    print(json.dumps({"answered": {h: round(answered(h, measure, end), 3) for h in ROBOTS},
-                      "r2_answered_before": round(answered("r2", measure, revoke), 3),
-                      "r2_last_chunk_after_revoke_ms": round(
-                          (rec["r2"]["last_recv_ns"].max() - revoke) / 1e6, 1),
-                      "r2_last_obs_accepted_after_revoke_ms": round((last_r2 - revoke) / 1e6, 1),
-                      "probe": {f"{n}/{src}/{v}": sum(1 for x in seen if x[1:] == (src, n, v))
-                                for src, n, v in sorted({x[1:] for x in seen}, key=str)},
-                      "node_checks_keys": NODE_CHECKS_KEYS}))
+    print(
+        json.dumps(
+            {
+                "answered": {h: round(answered(h, measure, end), 3) for h in ROBOTS},
+                "r2_answered_before": round(answered("r2", measure, revoke), 3),
+                "r2_last_chunk_after_revoke_ms": round(
+                    (rec["r2"]["last_recv_ns"].max() - revoke) / 1e6, 1
+                ),
+                "r2_last_obs_accepted_after_revoke_ms": round((last_r2 - revoke) / 1e6, 1),
+                "probe": {
+                    f"{n}/{src}/{v}": sum(1 for x in seen if x[1:] == (src, n, v))
+                    for src, n, v in sorted({x[1:] for x in seen}, key=str)
+                },
+                "node_checks_keys": NODE_CHECKS_KEYS,
+            }
+        )
+    )
 
     def verdicts(key, lo=0, hi=end) -> set:
         return {v for t, _, n, v in seen if n == key and lo <= t < hi}
+
     assert verdicts("cell-1") == {"ok"}
     assert verdicts("cell-3") == {"obs_wrong_src"}  # it spoke for cell-1 throughout
     assert {src for _, src, n, _ in seen if n == "cell-3"} == {"cell-1"}

@@ -3,6 +3,7 @@ robot's chunks equal its own plain greedy decode, one robot's bad observation or
 does not disturb another, the robot whose chunk is due first goes first, a robot beyond the
 measured capacity is refused and said so, a silent robot leaves. The tiny exported model,
 real ipc sockets, one publisher per robot."""
+
 import re
 import time
 
@@ -26,9 +27,13 @@ def fleet(tiny_model_dir, tmp_path):
     names = ("a", "b", "c")
     eps = {n: f"ipc://{tmp_path}/obs-{n}" for n in (*names, "d")}
     pubs = {n: Publisher(eps[n], n) for n in names}
-    node = InferenceNode(tiny_model_dir, list(eps.values()), f"ipc://{tmp_path}/act",
-                         cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=1000.0,
-                                                 drafter="chunk"), clock=SteppedClock())
+    node = InferenceNode(
+        tiny_model_dir,
+        list(eps.values()),
+        f"ipc://{tmp_path}/act",
+        cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=1000.0, drafter="chunk"),
+        clock=SteppedClock(),
+    )
     act = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
     rng = np.random.default_rng(0)
     # plan admission over a 1 s window: three robots fit however loaded the test machine
@@ -52,6 +57,7 @@ def fleet(tiny_model_dir, tmp_path):
 def greedy(node, body) -> np.ndarray:
     """The tokens a plain greedy decode gives for this observation, in a runner of its own."""
     from rtinfer.inference.runner import TokenRunner
+
     plain = TokenRunner(node.policy.model, drafter="none", backend_opts={"threads": 1})
     level = node.budget.levels[0]
     instr, obs = node.policy.model.obs.encode(body)
@@ -206,12 +212,12 @@ def test_with_address_chunks_a_robot_subscribed_to_its_address_gets_only_its_own
         mine.close()
 
 
-def test_robots_that_join_together_are_admitted_on_a_profile_of_the_cycle(tiny_model_dir,
-                                                                          tmp_path):
+def test_robots_that_join_together_are_admitted_on_a_profile_of_the_cycle(tiny_model_dir, tmp_path):
     eps = [f"ipc://{tmp_path}/obs-{n}" for n in "ab"]
     pubs = [Publisher(e, n) for e, n in zip(eps, "ab")]
-    node = InferenceNode(tiny_model_dir, eps, f"ipc://{tmp_path}/act",
-                         cfg=InferenceNodeConfig(deadline_ms=1000.0))
+    node = InferenceNode(
+        tiny_model_dir, eps, f"ipc://{tmp_path}/act", cfg=InferenceNodeConfig(deadline_ms=1000.0)
+    )
     rng = np.random.default_rng(1)
     try:
         time.sleep(0.3)  # both robots connected before anything is answered

@@ -1,4 +1,5 @@
 """The fleet controller's states and transitions (rtinfer.fleet.phase), without Ray."""
+
 from rtinfer.fleet.phase import Event, Phase, advance, placing
 
 

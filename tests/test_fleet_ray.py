@@ -9,6 +9,7 @@ controller runs): no host holds its key and it is served no more. Then the contr
 restarts it, it rebuilds its table from the surviving host, and nothing moves. The tiny model at a 250 ms policy period, so that the survivor's admission fits both
 robots however loaded the machine is (its window is 0.8 x min(deadline, period)). Ray is
 shut down and no raylet is left, whatever happens."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,7 @@ def slow_model(tiny_model_dir, tmp_path):
 
 
 def raylets() -> list[str]:
-    return subprocess.run(["pgrep", "-f", "raylet"], capture_output=True,
-                          text=True).stdout.split()
+    return subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True).stdout.split()
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +56,25 @@ def fleet(tiny_model_dir, tmp_path_factory):
     robot_file.write_text(ROBOT_FILE)
     before = raylets()
     model = slow_model(tiny_model_dir, tmp_path)
-    with LocalFleet(str(model), hosts=2, robots=2, deadline_ms=DEADLINE_MS,
-                    stream=str(obs_stream(tmp_path / "obs_stream.npz")),
-                    robot_file=str(robot_file), node_args=("--threads", "1", "--batch", "1"),
-                    rate_hz=10.0, curve=True) as f:
+    with LocalFleet(
+        str(model),
+        hosts=2,
+        robots=2,
+        deadline_ms=DEADLINE_MS,
+        stream=str(obs_stream(tmp_path / "obs_stream.npz")),
+        robot_file=str(robot_file),
+        node_args=("--threads", "1", "--batch", "1"),
+        rate_hz=10.0,
+        curve=True,
+    ) as f:
         yield f
     assert raylets() == before, "a raylet was left behind"
 
 
 def both_up(st: dict) -> bool:
-    return all(h["state"] == "up" for h in st["hosts"].values()) and \
-        all(r["state"] == "placed" for r in st["robots"].values())
+    return all(h["state"] == "up" for h in st["hosts"].values()) and all(
+        r["state"] == "placed" for r in st["robots"].values()
+    )
 
 
 def test_a_restarted_controller_rebuilds_its_table_and_moves_nothing(fleet):

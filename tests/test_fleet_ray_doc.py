@@ -3,6 +3,7 @@ lines in order (up, status, status --json, down) against a Ray head with the doc
 `--resources` and `--system-config` (started with ray.cluster_utils in place of `ray start`,
 so the test stops what it started and nothing else); both hosts come up and take one robot
 each. The doc's bad-FLEET.yaml line is what `fleet up` says, exit 2. No raylet is left."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.timeout(300, method="thread")  # a hang inside Ray ends
 
 def section() -> str:
     text = (ROOT / "docs/fleet.md").read_text()
-    return text[text.index("### A fleet on Ray"):]
+    return text[text.index("### A fleet on Ray") :]
 
 
 def blocks(kind: str) -> list[str]:
@@ -41,13 +42,17 @@ def commands() -> tuple[list[str], list[list[str]]]:
 
 
 def rtinfer(words: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rtinfer.cli", *words[1:]], cwd=cwd,
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", *words[1:]],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def raylets() -> list[str]:
-    return subprocess.run(["pgrep", "-f", "raylet"], capture_output=True,
-                          text=True).stdout.split()
+    return subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True).stdout.split()
 
 
 @pytest.fixture
@@ -61,10 +66,15 @@ def test_the_docs_fleet_comes_up_places_each_robot_and_goes_down(workdir):
     ray_start, fleet = commands()
     opt = dict(zip(ray_start[2:], ray_start[3:]))
     before = raylets()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False,
-        "resources": json.loads(opt["--resources"]),
-        "_system_config": json.loads(opt["--system-config"])})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "resources": json.loads(opt["--resources"]),
+            "_system_config": json.loads(opt["--system-config"]),
+        },
+    )
     try:
         assert [w[2] for w in fleet] == ["up", "status", "status", "down"]
         up = rtinfer(fleet[0], workdir)
@@ -72,12 +82,15 @@ def test_the_docs_fleet_comes_up_places_each_robot_and_goes_down(workdir):
         end, st = time.monotonic() + 150, {}
         while time.monotonic() < end:  # the nodes load the model meanwhile
             st = json.loads(rtinfer(fleet[2], workdir).stdout)
-            if all(r["state"] == "placed" for r in st["robots"].values()) and \
-                    all(h["state"] == "up" for h in st["hosts"].values()):
+            if all(r["state"] == "placed" for r in st["robots"].values()) and all(
+                h["state"] == "up" for h in st["hosts"].values()
+            ):
                 break
             time.sleep(1.0)
-        assert {r: x["host"] for r, x in st["robots"].items()} == \
-            {"cell-1": "gpu-1", "cell-2": "gpu-2"}, st
+        assert {r: x["host"] for r, x in st["robots"].items()} == {
+            "cell-1": "gpu-1",
+            "cell-2": "gpu-2",
+        }, st
         table = rtinfer(fleet[1], workdir)
         assert table.returncode == 0 and "gpu-1" in table.stdout and "cell-2" in table.stdout
         down = rtinfer(fleet[3], workdir)

@@ -11,6 +11,7 @@ r1's minute since its last move is over (no robot moves more than once a minute)
 stale chunk is applied, no robot goes unserved through any of it, and at the end each
 key is on one allow-list. The tiny model at a 250 ms period, deadline 1 s (a busy machine
 is no failover). ~2.5 min: marked slow (`make test-slow`)."""
+
 from __future__ import annotations
 
 import time
@@ -32,42 +33,58 @@ from tests.test_fleet_ray import DEADLINE_MS, raylets, slow_model  # noqa: E402
 # likely libzmq's use-after-free that ended a robot's stream at a refused endpoint's retry:
 # rtinfer.transport.bus.peers, fixed), and one because h1 came back within 3 s of going,
 # leaving no window to check r1 on h0 (the test now waits 4 s before h1 joins again).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420, method="thread"),
-              pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(420, method="thread"),
+    pytest.mark.skipif(why_not() is not None, reason=str(why_not())),
+]
 SECONDS = 100.0  # the robots' run: a partition, a heal, a Ray node started again, and
 # r1's minute since its move (balance moves it back only then)
 
 
 def served_by(rec: dict, after_ns: int, before_ns: int) -> set[str]:
     """The nodes whose chunks the robot applied for observations captured in the window."""
-    rows = (rec["accepted"] > 0) & (rec["capture_ns"] > after_ns) & \
-        (rec["capture_ns"] < before_ns)
+    rows = (rec["accepted"] > 0) & (rec["capture_ns"] > after_ns) & (rec["capture_ns"] < before_ns)
     names = rec["counters"]["sources"]
     return {names[i] for i in rec["source"][rows]}
 
 
 def test_a_partitioned_host_keeps_serving_and_a_host_that_joins_takes_a_robot_back(
-        tiny_model_dir, tmp_path):
+    tiny_model_dir, tmp_path
+):
     robot_file = tmp_path / "robot.yaml"
     robot_file.write_text(ROBOT_FILE)
     before = raylets()
-    with LocalFleet(str(slow_model(tiny_model_dir, tmp_path)), hosts=2, robots=2,
-                    deadline_ms=DEADLINE_MS, stream=str(obs_stream(tmp_path / "obs.npz")),
-                    robot_file=str(robot_file), rate_hz=10.0, curve=True, netns=True,
-                    node_args=("--threads", "1", "--batch", "1")) as fleet:
-        st = fleet.wait(lambda s: all(h["state"] == "up" for h in s["hosts"].values())
-                        and all(r["state"] == "placed" for r in s["robots"].values()))
+    with LocalFleet(
+        str(slow_model(tiny_model_dir, tmp_path)),
+        hosts=2,
+        robots=2,
+        deadline_ms=DEADLINE_MS,
+        stream=str(obs_stream(tmp_path / "obs.npz")),
+        robot_file=str(robot_file),
+        rate_hz=10.0,
+        curve=True,
+        netns=True,
+        node_args=("--threads", "1", "--batch", "1"),
+    ) as fleet:
+        st = fleet.wait(
+            lambda s: (
+                all(h["state"] == "up" for h in s["hosts"].values())
+                and all(r["state"] == "placed" for r in s["robots"].values())
+            )
+        )
         assert {r: x["host"] for r, x in st["robots"].items()} == {"r0": "h0", "r1": "h1"}
         end_ns = fleet.start_robots(seconds=SECONDS) + int(SECONDS * 1e9)
         fleet.wait(lambda s: all(h["cycles"] for h in s["hosts"].values()), timeout_s=30)
         cut_ns = fleet.partition("h1", True)
-        st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h0", timeout_s=30,
-                        every_s=0.1)
+        st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h0", timeout_s=30, every_s=0.1)
         moved_ns = now_ns()
         assert st["hosts"]["h1"]["state"] != "up"  # lost, as far as the controller knows
         # the controller could not reach h1: r1's key is on both hosts' allow-lists now
-        allow = {h: sorted(p.name for p in (fleet.run_dir / h / "allow").glob("r*.key"))
-                 for h in ("h0", "h1")}
+        allow = {
+            h: sorted(p.name for p in (fleet.run_dir / h / "allow").glob("r*.key"))
+            for h in ("h0", "h1")
+        }
         assert allow == {"h0": ["r0.key", "r1.key"], "h1": ["r1.key"]}
         time.sleep(4.0)  # both nodes serve r1
         heal_ns = fleet.partition("h1", False)
@@ -79,13 +96,14 @@ def test_a_partitioned_host_keeps_serving_and_a_host_that_joins_takes_a_robot_ba
         time.sleep(4.0)  # r1 switches to h0 (h1 silent for a chunk interval and the deadline)
         fleet.add_host("h1")  # h1 joins again: it takes r1 back (the fleet balances,
         # once r1's minute since its move is over)
-        st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h1", timeout_s=120,
-                        every_s=0.1)
+        st = fleet.wait(lambda s: s["robots"]["r1"]["host"] == "h1", timeout_s=120, every_s=0.1)
         back_ns = now_ns()
         assert back_ns - moved_ns > 55e9, "r1 moved twice within a minute"
         assert {r: x["host"] for r, x in st["robots"].items()} == {"r0": "h0", "r1": "h1"}
-        allow = {h: sorted(p.name for p in (fleet.run_dir / h / "allow").glob("r*.key"))
-                 for h in ("h0", "h1")}
+        allow = {
+            h: sorted(p.name for p in (fleet.run_dir / h / "allow").glob("r*.key"))
+            for h in ("h0", "h1")
+        }
         assert allow == {"h0": ["r0.key"], "h1": ["r1.key"]}  # one allow-list each again
         assert back_ns + 5_000_000_000 < end_ns, "the robots' run ended before r1 was back"
         records = fleet.records(timeout_s=120)
@@ -109,16 +127,23 @@ def test_a_partitioned_host_keeps_serving_and_a_host_that_joins_takes_a_robot_ba
     after = (r1["capture_ns"] > back_ns) & (r1["accepted"] > 0)
     last = r1["counters"]["sources"][r1["source"][after][-1]] if after.any() else None
     assert last == "policy-h1" and served_by(r1, back_ns, end_ns) <= {"policy-h0", "policy-h1"}, (
-        events, r1["counters"], r1["source"][after].tolist())
+        events,
+        r1["counters"],
+        r1["source"][after].tolist(),
+    )
     assert r1["counters"]["source_switches"] >= 2
     # nothing lost: every second of the run, each robot applied a fresh chunk
-    marks = {"cut": cut_ns, "moved": moved_ns, "heal": heal_ns, "gone": gone_ns,
-             "back": back_ns}
+    marks = {"cut": cut_ns, "moved": moved_ns, "heal": heal_ns, "gone": gone_ns, "back": back_ns}
     for name, rec in records.items():
         accepted = np.sort(rec["capture_ns"][rec["accepted"] > 0])
         gaps_s = np.diff(accepted) / 1e9
         i = int(gaps_s.argmax())
         where = {k: round((accepted[i] - t) / 1e9, 2) for k, t in marks.items()}
         assert gaps_s.max() < 3.0 + DEADLINE_MS / 1e3, (
-            name, float(gaps_s.max()), "the gap began this long after each mark (s):",
-            where, rec["counters"], events)
+            name,
+            float(gaps_s.max()),
+            "the gap began this long after each mark (s):",
+            where,
+            rec["counters"],
+            events,
+        )

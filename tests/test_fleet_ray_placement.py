@@ -1,5 +1,6 @@
 """The fleet's decisions without Ray (rtinfer.fleet.placement, rtinfer.fleet.spec): where a
 robot goes, when it stays, who is refused and why; FLEET.yaml problems, one line each."""
+
 import pytest
 
 from rtinfer.fleet.placement import Seat, place
@@ -12,8 +13,9 @@ def robots(n: int, model: str = "m", host=None) -> dict:
 
 def seats(**caps) -> dict:
     """host -> its measured capacity (False: down)."""
-    return {h: Seat(h, "m", cap is not False, None if cap is False else cap)
-            for h, cap in caps.items()}
+    return {
+        h: Seat(h, "m", cap is not False, None if cap is False else cap) for h, cap in caps.items()
+    }
 
 
 def declared(**caps) -> dict:
@@ -31,15 +33,15 @@ def test_robots_stay_where_they_are_while_their_host_has_room():
 
 def test_a_lost_hosts_robots_go_where_there_is_most_room_and_the_rest_are_refused():
     s = declared(a=False, b=2, c=3)  # a is down
-    placed, refused = place(robots(5), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "b",
-                                           "r4": "c"})
+    placed, refused = place(robots(5), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "b", "r4": "c"})
     assert placed["r3"] == "b" and placed["r4"] == "c"  # the survivors' own stay
     assert sorted(placed.values()).count("b") <= 2 and sorted(placed.values()).count("c") <= 3
     assert len(placed) == 5 - len(refused) == 5  # 2 + 3 seats for 5 robots
     placed, refused = place(robots(6), s, placed)
     assert list(refused) == ["r5"]
-    assert refused["r5"].startswith("robot 'r5' refused: no host of model 'm' has room (a "
-                                    "down, b full (2/2), c full (3/3))")
+    assert refused["r5"].startswith(
+        "robot 'r5' refused: no host of model 'm' has room (a down, b full (2/2), c full (3/3))"
+    )
 
 
 def test_a_robot_goes_to_its_own_host_first_and_to_one_that_refused_it_last():
@@ -86,7 +88,8 @@ def test_a_fleet_file_says_each_problem_in_one_line_with_its_line_and_fix(tmp_pa
     assert lines == [
         f"{path}:6: robots.cell-1.model: unknown model 'convyor'; did you mean 'conveyor'? "
         "(declared under models: conveyor; add it there)",
-        f"{path}:7: robots.cell-2.hots: unknown key 'hots'; did you mean 'host'?"]
+        f"{path}:7: robots.cell-2.hots: unknown key 'hots'; did you mean 'host'?",
+    ]
     path.write_text(FLEET.replace("convyor", "conveyor").replace("hots", "host"))
     spec = load(path)
     assert spec.robots["cell-2"].host == "gpu-1" and spec.hosts["gpu-1"].capacity is None
@@ -100,14 +103,16 @@ def test_a_dip_in_a_hosts_measured_capacity_moves_none_of_its_robots():
 
 def test_a_host_not_measured_yet_is_taken_to_fit_what_its_least_measured_peer_fits():
     s = declared(a=False, b=2, c=None)  # c: a node just started, serving nobody
-    placed, refused = place(robots(6), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "a",
-                                           "r4": "b", "r5": "b"})
+    placed, refused = place(
+        robots(6), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "a", "r4": "b", "r5": "b"}
+    )
     # c is given what b fits first; b is at its declared capacity, c has none declared:
     # the rest go to c too, where its node decides (it degrades, admits or refuses)
     assert refused == {} and sorted(placed.values()).count("c") == 4
     s = seats(a=False, b=2, c=None)  # measured only: the rest go where the least is over
-    placed, refused = place(robots(6), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "a",
-                                           "r4": "b", "r5": "b"})
+    placed, refused = place(
+        robots(6), s, {"r0": "a", "r1": "a", "r2": "a", "r3": "a", "r4": "b", "r5": "b"}
+    )
     assert refused == {} and sorted(placed.values()).count("c") >= 2
 
 

@@ -8,6 +8,7 @@ its load for the hysteresis, and no other: h0 keeps r0, which it can serve alone
 moved gets fresh chunks from h1, and no robot applies a stale chunk. The tiny model at a
 500 ms policy period (a 400 ms admission window), so the healthy host fits three robots
 however loaded the machine is. Needs root (the cgroup); Ray is shut down whatever happens."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,11 @@ def why_no_cgroup() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240, method="thread"),
-              pytest.mark.skipif(why_no_cgroup() is not None, reason=str(why_no_cgroup()))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240, method="thread"),
+    pytest.mark.skipif(why_no_cgroup() is not None, reason=str(why_no_cgroup())),
+]
 PERIOD_NS = 500_000_000  # the policy's period: a 400 ms admission window
 
 
@@ -68,28 +72,49 @@ def test_a_host_whose_node_stays_slow_is_relieved_of_one_robot(tiny_model_dir, t
     robot_file = tmp_path / "robot.yaml"
     robot_file.write_text(ROBOT_FILE)
     before = raylets()
-    with LocalFleet(str(model), hosts=2, robots=3, deadline_ms=DEADLINE_MS,
-                    stream=str(obs_stream(tmp_path / "obs_stream.npz")),
-                    robot_file=str(robot_file), node_args=("--threads", "1", "--batch", "1"),
-                    rate_hz=4.0) as fleet:
-        st = fleet.wait(lambda s: all(h["state"] == "up" for h in s["hosts"].values())
-                        and all(r["state"] == "placed" for r in s["robots"].values()))
-        assert {r: x["host"] for r, x in st["robots"].items()} == \
-            {"r0": "h0", "r1": "h1", "r2": "h0"}
+    with LocalFleet(
+        str(model),
+        hosts=2,
+        robots=3,
+        deadline_ms=DEADLINE_MS,
+        stream=str(obs_stream(tmp_path / "obs_stream.npz")),
+        robot_file=str(robot_file),
+        node_args=("--threads", "1", "--batch", "1"),
+        rate_hz=4.0,
+    ) as fleet:
+        st = fleet.wait(
+            lambda s: (
+                all(h["state"] == "up" for h in s["hosts"].values())
+                and all(r["state"] == "placed" for r in s["robots"].values())
+            )
+        )
+        assert {r: x["host"] for r, x in st["robots"].items()} == {
+            "r0": "h0",
+            "r1": "h1",
+            "r2": "h0",
+        }
         fleet.start_robots(seconds=30.0)
         fleet.wait(lambda s: all(h["cycles"] for h in s["hosts"].values()), timeout_s=30)
         assert fleet.status()["moves"] == 0  # a busy machine alone relieves nothing
         with throttled(fleet.status()["hosts"]["h0"]["pid"]):
             slow_ns = now_ns()
-            st = fleet.wait(lambda s: [x["host"] for x in s["robots"].values()].count("h0")
-                            < 2, timeout_s=60, every_s=0.1)
+            st = fleet.wait(
+                lambda s: [x["host"] for x in s["robots"].values()].count("h0") < 2,
+                timeout_s=60,
+                every_s=0.1,
+            )
             moved_ns = now_ns()
-            assert {r: x["host"] for r, x in st["robots"].items()} == \
-                {"r0": "h0", "r1": "h1", "r2": "h1"}
+            assert {r: x["host"] for r, x in st["robots"].items()} == {
+                "r0": "h0",
+                "r1": "h1",
+                "r2": "h1",
+            }
             relief = [t for _, t in st["events"] if "overloaded for" in t]
             assert relief and "relieving it of robot r2, to h1" in relief[0], st["events"]
-            print(f"relieved {(moved_ns - slow_ns) / 1e9:.1f} s after h0's node was slowed: "
-                  f"{relief[0]}")  # pytest -s shows it
+            print(
+                f"relieved {(moved_ns - slow_ns) / 1e9:.1f} s after h0's node was slowed: "
+                f"{relief[0]}"
+            )  # pytest -s shows it
             records = fleet.records()
             end = fleet.status()
     assert raylets() == before, "a raylet was left behind"
@@ -100,5 +125,4 @@ def test_a_host_whose_node_stays_slow_is_relieved_of_one_robot(tiny_model_dir, t
         assert robot_figures(rec, slow_ns, DEADLINE_MS, 500.0)["stale_applied"] == 0, name
     after = robot_figures(records["r2"], moved_ns, DEADLINE_MS, 500.0)
     assert after["first_fresh_ms"] is not None, f"r2 got no chunk from h1: {after}"
-    assert robot_figures(records["r1"], moved_ns, DEADLINE_MS, 500.0)["first_fresh_ms"] \
-        is not None
+    assert robot_figures(records["r1"], moved_ns, DEADLINE_MS, 500.0)["first_fresh_ms"] is not None

@@ -2,6 +2,7 @@
 rtinfer.inference.robots_file): a robot written in is connected to and answered, a robot
 taken out is let go at once and answered no more, a file that does not parse keeps the
 robots read before. The tiny exported model, real ipc sockets; no Ray."""
+
 import json
 import os
 import time
@@ -45,9 +46,14 @@ def node_and_robots(tiny_model_dir, tmp_path):
     eps = {n: f"ipc://{tmp_path}/obs-{n}" for n in ("a", "b")}
     pubs = {n: Publisher(eps[n], n) for n in eps}
     robots_file = tmp_path / "robots.json"
-    node = InferenceNode(tiny_model_dir, [], f"ipc://{tmp_path}/act",
-                         cfg=InferenceNodeConfig(deadline_ms=1000.0, health_hz=20.0),
-                         robots_file=str(robots_file), clock=SteppedClock())
+    node = InferenceNode(
+        tiny_model_dir,
+        [],
+        f"ipc://{tmp_path}/act",
+        cfg=InferenceNodeConfig(deadline_ms=1000.0, health_hz=20.0),
+        robots_file=str(robots_file),
+        clock=SteppedClock(),
+    )
     node.robots.period_ns = 1_000_000_000  # both fit however loaded the machine is
     act = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
     yield node, pubs, act, eps, robots_file

@@ -1,5 +1,6 @@
 """Relieving an overloaded host (rtinfer.fleet.relief) on an injected clock, without Ray:
 the steady capacity, the hysteresis, which robot moves where, and once a minute at most."""
+
 from rtinfer.fleet.placement import Seat, place
 from rtinfer.fleet.relief import Relief
 from rtinfer.fleet.spec import Robot
@@ -35,8 +36,16 @@ def test_the_steady_capacity_is_a_median_that_ignores_a_busy_second():
     assert relief.steady("a") is None
 
 
-def drive(relief: Relief, t0: float, t1: float, caps: dict, rs: dict, s: dict,
-          placed: dict, every: float = 0.2) -> tuple[float, dict]:
+def drive(
+    relief: Relief,
+    t0: float,
+    t1: float,
+    caps: dict,
+    rs: dict,
+    s: dict,
+    placed: dict,
+    every: float = 0.2,
+) -> tuple[float, dict]:
     """As the controller does: a poll of every host each `every` s from t0 until t1, then
     the moves asked for; (when, moves) at the first moves, else (t1, {}). caps: host -> its
     figure, or a function of the poll's index."""
@@ -101,11 +110,22 @@ def test_no_robot_moves_twice_in_a_minute_and_none_goes_to_a_node_that_refused_i
     s = seats("a", "b")
     s["b"].refused["r1"] = 0.0  # b's node refused r1: it is never relieved onto b
     relief = Relief(window_s=1.0)
-    assert drive(relief, 0.0, 5.0, {"a": 1, "b": 8}, rs, s, {"r0": "a", "r1": "a"})[1] == \
-        {"r0": "b"}
+    assert drive(relief, 0.0, 5.0, {"a": 1, "b": 8}, rs, s, {"r0": "a", "r1": "a"})[1] == {
+        "r0": "b"
+    }
     s = seats("a", "b")  # no host with room: nothing moves, the node degrades
-    assert drive(Relief(1.0, 1.0), 0.0, 5.0, {"a": 1, "b": 1}, robots(3), s,
-                 {"r0": "a", "r1": "a", "r2": "b"})[1] == {}
+    assert (
+        drive(
+            Relief(1.0, 1.0),
+            0.0,
+            5.0,
+            {"a": 1, "b": 1},
+            robots(3),
+            s,
+            {"r0": "a", "r1": "a", "r2": "b"},
+        )[1]
+        == {}
+    )
 
 
 def test_balance_waits_for_a_robot_that_moved_in_the_last_minute_and_moves_no_other():
@@ -121,9 +141,17 @@ def test_balance_waits_for_a_robot_that_moved_in_the_last_minute_and_moves_no_ot
 
 def test_the_failover_bench_counts_a_robots_moves_within_a_minute():
     from rtinfer.fleet.failover import most_moves_in_a_minute
-    st = {"monotonic_s": 100.0, "events": [
-        [90, "robot r1: new -> h0"], [50, "robot r1: h0 -> h1"], [20, "robot r1: h1 -> h0"],
-        [5, "robot r2: h0 -> h1"], [1, "host h0 up (node pid 7)"]]}
+
+    st = {
+        "monotonic_s": 100.0,
+        "events": [
+            [90, "robot r1: new -> h0"],
+            [50, "robot r1: h0 -> h1"],
+            [20, "robot r1: h1 -> h0"],
+            [5, "robot r2: h0 -> h1"],
+            [1, "host h0 up (node pid 7)"],
+        ],
+    }
     assert most_moves_in_a_minute(st) == 2  # r1 at 50 and 80 s; its first placement is none
     st["events"][2][0] = -15.0  # 65 s after its move
     assert most_moves_in_a_minute(st) == 1

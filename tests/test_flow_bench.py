@@ -1,5 +1,6 @@
 """`rtinfer bench flow --json`: both forms of the same flow policy give the same chunk, and
 each level reports medians, p99 and run counts of both, interleaved."""
+
 import json
 import subprocess
 import sys
@@ -11,9 +12,23 @@ pytest.importorskip("onnxruntime")
 
 
 def test_bench_flow_reports_looped_and_unrolled_per_level_with_equal_chunks():
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "bench", "flow", "--json",
-                        "--rounds", "4", "--size", "tiny"], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "bench",
+            "flow",
+            "--json",
+            "--rounds",
+            "4",
+            "--size",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     (size,) = out["sizes"]

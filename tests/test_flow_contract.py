@@ -1,6 +1,7 @@
 """The flow model directory (kind "flow"): package_flow writes one the loader takes, and each
 kind of bad input is ONE line with the fix from the loader, from `rtinfer check-model` and
 from the inference node's process (exit 2), prefix/step shape mismatches included."""
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,34 @@ def flow_dir(tmp_path_factory):
 
 
 def _check_model(d):
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "check-model", str(d), "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", "check-model", str(d), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return r.returncode, json.loads(r.stdout)
 
 
 def _node(d, tmp_path):
-    return subprocess.run([sys.executable, "-m", "rtinfer.inference.node", "--model", str(d),
-                           "--obs", f"ipc://{tmp_path}/obs", "--actions", f"ipc://{tmp_path}/act",
-                           "--seconds", "5"], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(d),
+            "--obs",
+            f"ipc://{tmp_path}/obs",
+            "--actions",
+            f"ipc://{tmp_path}/act",
+            "--seconds",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_package_flow_writes_a_directory_the_loader_and_check_model_take(flow_dir):
@@ -48,8 +68,13 @@ def test_package_flow_writes_a_directory_the_loader_and_check_model_take(flow_di
     assert [lv["steps"] for lv in md.levels] == [10, 4, 2, 1]
     assert md.action == SPEC and md.obs.keys == ["state"]
     assert sorted(p.name for p in flow_dir.iterdir()) == [
-        "action_spec.json", "card.json", "graphs.json", "obs_spec.json", "prefix.onnx",
-        "step.onnx"]
+        "action_spec.json",
+        "card.json",
+        "graphs.json",
+        "obs_spec.json",
+        "prefix.onnx",
+        "step.onnx",
+    ]
     rc, out = _check_model(flow_dir)
     assert rc == 0 and out["ok"] and out["levels"] == [10, 4, 2, 1], out
 
@@ -60,6 +85,7 @@ def _edit(**changes):
         for key, value in changes.items():
             value(m) if callable(value) else m.__setitem__(key, value)
         write_manifest(d, m)
+
     return damage
 
 
@@ -74,30 +100,42 @@ def _corrupt(d):
 
 
 BAD = {
-    "missing step graph": (lambda d: (d / "step.onnx").unlink(), "step.onnx (steps[0] in "
-                                                                 "graphs.json) is missing"),
+    "missing step graph": (
+        lambda d: (d / "step.onnx").unlink(),
+        "step.onnx (steps[0] in graphs.json) is missing",
+    ),
     "zero steps": (_levels(10, 0), "level 1 has steps 0; give a whole number of steps >= 1"),
     "non-int steps": (_levels(10, 2.5), "level 1 has steps 2.5"),
-    "not cheaper": (_levels(4, 10), "level 1 runs 10 steps, level 0 4: each level must run "
-                                    "fewer steps"),
+    "not cheaper": (
+        _levels(4, 10),
+        "level 1 runs 10 steps, level 0 4: each level must run fewer steps",
+    ),
     "corrupt graph": (_corrupt, "prefix.onnx: sha256 differs from graphs.json"),
-    "malformed sha256": (_edit(prefix=lambda m: m["prefix"].update(sha256="abc")),
-                         "prefix has no valid sha256"),
-    "ddim without alphas": (_edit(integrator="ddim"), "integrator \"ddim\" needs "
-                                                      "ddim.alphas_cumprod"),
-    "affine narrower than D": (_edit(action_affine={"scale": [1.0], "offset": [0.0, 0.0]}),
-                               "action_affine.scale has shape [1]; give finite numbers"),
-    "affine not the graph's": (_edit(action_affine={"scale": [1.0, 1.0, 1.0],
-                                                    "offset": [0.0, 0.0]}),
-                               "action_affine.scale has shape [3] but the step graphs' x_t "
-                               "is [1, 8, 2]; give [2] or [8, 2]"),
-    "zero noise not allowed": (_edit(noise="zero"), "noise \"zero\" but zero_noise_ok is false"),
+    "malformed sha256": (
+        _edit(prefix=lambda m: m["prefix"].update(sha256="abc")),
+        "prefix has no valid sha256",
+    ),
+    "ddim without alphas": (
+        _edit(integrator="ddim"),
+        'integrator "ddim" needs ddim.alphas_cumprod',
+    ),
+    "affine narrower than D": (
+        _edit(action_affine={"scale": [1.0], "offset": [0.0, 0.0]}),
+        "action_affine.scale has shape [1]; give finite numbers",
+    ),
+    "affine not the graph's": (
+        _edit(action_affine={"scale": [1.0, 1.0, 1.0], "offset": [0.0, 0.0]}),
+        "action_affine.scale has shape [3] but the step graphs' x_t "
+        "is [1, 8, 2]; give [2] or [8, 2]",
+    ),
+    "zero noise not allowed": (_edit(noise="zero"), 'noise "zero" but zero_noise_ok is false'),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_each_bad_input_is_one_line_with_the_fix_from_loader_check_model_and_node(
-        flow_dir, tmp_path, case):
+    flow_dir, tmp_path, case
+):
     damage, says = BAD[case]
     d = tmp_path / "p"
     shutil.copytree(flow_dir, d)
@@ -113,6 +151,7 @@ def test_each_bad_input_is_one_line_with_the_fix_from_loader_check_model_and_nod
 def _swap_step(d, model: TinyFlow, tmp_path):
     """d's step graph replaced by `model`'s (the manifest's sha256 updated)."""
     import hashlib
+
     _, step = export_looped(model, tmp_path / "other")
     shutil.copyfile(step, d / "step.onnx")
     m = read_manifest(d)
@@ -120,16 +159,27 @@ def _swap_step(d, model: TinyFlow, tmp_path):
     write_manifest(d, m)
 
 
-@pytest.mark.parametrize("other, says", [
-    (TinyFlow(embed=16), "input 'cond' is tensor(float) [1, 16] but the prefix's output is "
-                         "tensor(float) [1, 32]; export prefix and step graphs from the same"),
-    (TinyFlow(horizon=4), "input 'x_t' is tensor(float) [1, 4, 2]; the contract is float32 "
-                          "[1, H_m, D_m] with H_m >= 6"),
-])
+@pytest.mark.parametrize(
+    "other, says",
+    [
+        (
+            TinyFlow(embed=16),
+            "input 'cond' is tensor(float) [1, 16] but the prefix's output is "
+            "tensor(float) [1, 32]; export prefix and step graphs from the same",
+        ),
+        (
+            TinyFlow(horizon=4),
+            "input 'x_t' is tensor(float) [1, 4, 2]; the contract is float32 "
+            "[1, H_m, D_m] with H_m >= 6",
+        ),
+    ],
+)
 def test_a_step_graph_that_disagrees_with_the_prefix_or_the_spec_is_refused(
-        flow_dir, tmp_path, other, says):
+    flow_dir, tmp_path, other, says
+):
     from models.chunk_package import PackageError
     from models.flow_package import package_flow
+
     d = tmp_path / "p"
     shutil.copytree(flow_dir, d)
     _swap_step(d, other, tmp_path)

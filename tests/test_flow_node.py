@@ -2,6 +2,7 @@
 chunk arrives whole (values only, the action spec's hash), the budget levels are its step
 ladder, and a step graph's NaN is dropped and counted as a policy's NaN is, the node serving
 on."""
+
 from __future__ import annotations
 
 import time
@@ -28,11 +29,16 @@ def _obs(x: float) -> dict:
 @pytest.fixture
 def served(tmp_path):
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+
     build(tmp_path / "policy", NanFlow())
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
     robot = Publisher(eps["obs"], "robot")
-    node = InferenceNode(tmp_path / "policy", eps["obs"], eps["act"],
-                         cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3))
+    node = InferenceNode(
+        tmp_path / "policy",
+        eps["obs"],
+        eps["act"],
+        cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3),
+    )
     act = Subscriber(eps["act"], ["action_chunk"])
     time.sleep(0.3)  # the slow joiner
     yield node, robot, act
@@ -51,7 +57,8 @@ def test_a_flow_chunk_arrives_whole_and_a_step_graphs_nan_is_dropped_and_counted
         assert wait_for(lambda: node.spin_once(100), 10)
     got = recv_chunks(act, 2 * SPEC.horizon, timeout_s=5)
     assert [(c.body["cycle"], c.body["index"]) for c in got] == [
-        (s, i) for s in (sent[0], sent[3]) for i in range(SPEC.horizon)]
+        (s, i) for s in (sent[0], sent[3]) for i in range(SPEC.horizon)
+    ]
     for c in got:
         assert c.body["spec"] == SPEC.hash and "tokens" not in c.body
         assert np.isfinite(c.body["values"]).all()

@@ -1,5 +1,6 @@
 """models.flow_recover reads conveyor-flow's weights back from its graphs: the torch FlowNet
 integrates to the chunk the node's FlowRunner serves, from the same noise."""
+
 import numpy as np
 import pytest
 
@@ -19,10 +20,12 @@ def test_the_recovered_net_integrates_to_the_served_chunk():
     net, stats = recover(MODEL)
     runner = FlowRunner(FlowModelDir.load(MODEL))
     rng = np.random.default_rng(0)
-    feeds = {"objects": rng.uniform(-0.3, 0.3, (1, 6, 4)).astype(np.float32),
-             "gantry": rng.uniform(-0.2, 0.4, (1, 8)).astype(np.float32),
-             "held": np.full((1, 1), -1.0, np.float32),
-             "instruction": np.array([[2, 0, 1]], np.int32)}
+    feeds = {
+        "objects": rng.uniform(-0.3, 0.3, (1, 6, 4)).astype(np.float32),
+        "gantry": rng.uniform(-0.2, 0.4, (1, 8)).astype(np.float32),
+        "held": np.full((1, 1), -1.0, np.float32),
+        "instruction": np.array([[2, 0, 1]], np.int32),
+    }
     noise = rng.standard_normal((1, 16, 4)).astype(np.float32)
     served = runner.run(feeds, 0, noise=noise).copy()
     with torch.no_grad():

@@ -2,6 +2,7 @@
 a float64 numpy reference and against diffusers' own DDIMScheduler (LeRobot venv), the noise
 seeded per cycle (a run replays; another seq or robot draws other noise), zero noise only
 where allowed, conditioning on committed waypoints, and no allocation in the step loop."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def _noise(seed=1, shape=(1, 8, 2)):
 
 
 def _physical(x: np.ndarray) -> np.ndarray:
-    return x[0, :SPEC.horizon, :SPEC.dim] * SCALE + OFFSET
+    return x[0, : SPEC.horizon, : SPEC.dim] * SCALE + OFFSET
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +66,9 @@ def _ddim_reference(d: Path, k: int, prediction: str, clip: float | None) -> np.
     cond = prefix.run(None, {"state": STATE})[0]
     x, ratio = _noise().astype(np.float64), len(ALPHAS) // k
     for t in (np.arange(k) * ratio)[::-1]:
-        out = step.run(None, {"cond": cond, "x_t": x.astype(np.float32),
-                              "t": np.array([t], np.float32)})[0].astype(np.float64)
+        out = step.run(
+            None, {"cond": cond, "x_t": x.astype(np.float32), "t": np.array([t], np.float32)}
+        )[0].astype(np.float64)
         a = float(ALPHAS[t])
         a_prev = float(ALPHAS[t - ratio]) if t - ratio >= 0 else 1.0
         if prediction == "epsilon":
@@ -115,12 +117,14 @@ def test_ddim_schedule_and_step_are_diffusers_ddimscheduler(prediction):
     if not (ROOT / ".venv-lerobot" / ".installed-lerobot").exists():
         pytest.skip("the LeRobot venv (diffusers) is not built: make lerobot-env")
     k = 7  # 100 // 7 = 14: leading spacing leaves timesteps 84 .. 0
-    r = subprocess.run([str(py), "-c", DIFFUSERS, prediction, str(k)], capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [str(py), "-c", DIFFUSERS, prediction, str(k)], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     want = json.loads(r.stdout)
-    plan = ddim_plan({"alphas_cumprod": want["alphas"], "prediction": prediction,
-                      "clip_sample": 1.0}, k)
+    plan = ddim_plan(
+        {"alphas_cumprod": want["alphas"], "prediction": prediction, "clip_sample": 1.0}, k
+    )
     assert plan.times.tolist() == want["timesteps"]
     x = np.random.default_rng(0).standard_normal((1, 8, 2)).astype(np.float32)
     scratch = (np.zeros_like(x), np.zeros_like(x))
@@ -131,8 +135,7 @@ def test_ddim_schedule_and_step_are_diffusers_ddimscheduler(prediction):
 
 
 def _cycle(seq: int, dest="robot", level=0) -> Cycle:
-    return Cycle(seq, {"obs_recv": 0}, 0, BudgetLevel(level, 0, SPEC.horizon), SPEC.horizon,
-                 dest)
+    return Cycle(seq, {"obs_recv": 0}, 0, BudgetLevel(level, 0, SPEC.horizon), SPEC.horizon, dest)
 
 
 def _chunk(policy, seq, dest="robot", level=0):
@@ -143,8 +146,8 @@ def test_the_noise_is_seeded_per_cycle_so_a_run_replays(euler):
     _, d = euler
     a = load_policy(d, InferenceNodeConfig(seed=7))
     b = load_policy(d, InferenceNodeConfig(seed=7))
-    assert np.array_equal(_chunk(a, 3), _chunk(b, 3))          # same seed and seq: replayed
-    assert not np.array_equal(_chunk(a, 3), _chunk(a, 4))      # another cycle: other noise
+    assert np.array_equal(_chunk(a, 3), _chunk(b, 3))  # same seed and seq: replayed
+    assert not np.array_equal(_chunk(a, 3), _chunk(a, 4))  # another cycle: other noise
     assert not np.array_equal(_chunk(a, 3), _chunk(a, 3, "other"))  # another robot too
     c = load_policy(d, InferenceNodeConfig(seed=8))
     assert not np.array_equal(_chunk(a, 3), _chunk(c, 3))
@@ -189,8 +192,9 @@ def test_committed_waypoints_are_fed_clean_at_t0_and_kept(tmp_path):
     assert np.abs(chunk - _physical(x.numpy())).max() < 1e-5
     with pytest.raises(ValueError, match=r"per-waypoint t \[1, 8\]; this one takes t \[1\]"):
         build(tmp_path / "scalar-t")
-        FlowRunner(load_model(tmp_path / "scalar-t")).run({"state": STATE}, 0, noise=_noise(),
-                                                          committed=committed)
+        FlowRunner(load_model(tmp_path / "scalar-t")).run(
+            {"state": STATE}, 0, noise=_noise(), committed=committed
+        )
 
 
 def test_the_step_loop_allocates_nothing_and_reuses_its_buffers(tmp_path):
@@ -198,14 +202,20 @@ def test_the_step_loop_allocates_nothing_and_reuses_its_buffers(tmp_path):
     from models.flow_package import package_flow
     from models.flow_tiny import export_looped
     from rtinfer.model.action_spec import ActionSpec
+
     names = tuple(f"j{i}" for i in range(64))  # a chunk of 16 KiB: above the run's own few KiB
-    spec = ActionSpec(names, ("1",) * 64, (-9.0,) * 64, (9.0,) * 64, horizon=64,
-                      period_ns=50_000_000, start_ns=0)
+    spec = ActionSpec(
+        names, ("1",) * 64, (-9.0,) * 64, (9.0,) * 64, horizon=64, period_ns=50_000_000, start_ns=0
+    )
     prefix, step = export_looped(TinyFlow(horizon=64, dim=64), tmp_path / "g")
     package_flow(d, prefix, [step], [10, 1], spec)
     runner = FlowRunner(load_model(d))
     noise, feeds = _noise(shape=(1, 64, 64)), {"state": STATE}
-    x_ptr, v_ptr, out = runner.x.ctypes.data, runner.v.ctypes.data, runner.run(feeds, 0, noise=noise)
+    x_ptr, v_ptr, out = (
+        runner.x.ctypes.data,
+        runner.v.ctypes.data,
+        runner.run(feeds, 0, noise=noise),
+    )
     peaks = []
     for level in (0, 1, 0, 1):
         tracemalloc.start()
@@ -223,6 +233,7 @@ def test_the_tensorrt_path_imports_without_a_gpu_and_says_the_fix_where_it_canno
 
     import rtinfer.inference.flow_trt  # noqa: F401  (import-safe: tensorrt and torch lazily)
     from rtinfer.inference.backends.base import BackendError
+
     if importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available():
         pytest.skip("a GPU with TensorRT is here: the parity run belongs on it")
     with pytest.raises(BackendError, match="use --backend onnx"):
@@ -231,17 +242,22 @@ def test_the_tensorrt_path_imports_without_a_gpu_and_says_the_fix_where_it_canno
 
 def test_noise_of_the_wrong_shape_is_one_line_naming_the_shape(euler):
     runner = FlowRunner(load_model(euler[1]))
-    with pytest.raises(ValueError, match=r"noise of shape \[1, 6, 2\]; give the step graphs' "
-                                         r"x_t shape \[1, 8, 2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"noise of shape \[1, 6, 2\]; give the step graphs' "
+        r"x_t shape \[1, 8, 2\]",
+    ):
         runner.run({"state": STATE}, 0, noise=np.zeros((1, 6, 2), np.float32))
 
 
 def test_a_level_that_a_cheaper_one_beats_in_the_card_leaves_the_ladder(euler):
     from rtinfer.inference.flow_policy import flow_levels
+
     md = load_model(euler[1])
     assert [lv.depth for lv in flow_levels(md)] == [0, 1, 2, 3]  # no accuracies: all kept
-    md.card = {"levels": [{"level": i, "accuracy": a}
-                          for i, a in enumerate([0.98, 0.90, 0.95, 0.6])]}
+    md.card = {
+        "levels": [{"level": i, "accuracy": a} for i, a in enumerate([0.98, 0.90, 0.95, 0.6])]
+    }
     ladder = flow_levels(md)
     assert [lv.depth for lv in ladder] == [0, 2, 3]
     assert [lv.accuracy for lv in ladder] == [0.98, 0.95, 0.6]

@@ -1,4 +1,5 @@
 """models/flow_train.py: flow matching with training-time RTC, one-step distillation, export."""
+
 import numpy as np
 import pytest
 
@@ -28,23 +29,37 @@ def one_thread():
 
 def tiny(max_committed=3) -> FlowNet:
     torch.manual_seed(0)
-    return FlowNet(FlowConfig(cond_dim=6, horizon=8, action_dim=3, prefix_tokens=2, width=32,
-                              layers=1, heads=2, ff=64, enc_hidden=32,
-                              max_committed=max_committed))
+    return FlowNet(
+        FlowConfig(
+            cond_dim=6,
+            horizon=8,
+            action_dim=3,
+            prefix_tokens=2,
+            width=32,
+            layers=1,
+            heads=2,
+            ff=64,
+            enc_hidden=32,
+            max_committed=max_committed,
+        )
+    )
 
 
 def tiny_data(n=256):
     g = torch.Generator().manual_seed(1)
     cond = torch.randn(n, 6, generator=g)
     ramp = torch.linspace(0.2, 1.0, 8)[None, :, None]
-    y = torch.tanh(cond[:, None, :3]) * ramp          # a smooth chunk per observation
+    y = torch.tanh(cond[:, None, :3]) * ramp  # a smooth chunk per observation
     return cond, y
 
 
 def eval_loss(net, cond, y) -> float:
     with torch.no_grad():
-        return float(np.mean([flow_loss(net, cond, y, torch.Generator().manual_seed(s)).item()
-                              for s in range(4)]))
+        return float(
+            np.mean(
+                [flow_loss(net, cond, y, torch.Generator().manual_seed(s)).item() for s in range(4)]
+            )
+        )
 
 
 def test_training_steps_reduce_the_flow_loss():
@@ -64,8 +79,8 @@ def test_committed_prefix_comes_back_exactly():
         anchor = torch.randn(4, 8, 3)
         x = integrate(net, pre, anchor, torch.randn(4, 8, 3), 4, committed=committed, n_committed=n)
     for b in range(4):
-        assert torch.equal(x[b, :n[b]], committed[b, :n[b]])
-        assert not torch.equal(x[b, n[b]:], committed[b, n[b]:])
+        assert torch.equal(x[b, : n[b]], committed[b, : n[b]])
+        assert not torch.equal(x[b, n[b] :], committed[b, n[b] :])
 
 
 def test_step_graph_onnx_matches_torch(tmp_path):
@@ -80,8 +95,9 @@ def test_step_graph_onnx_matches_torch(tmp_path):
         noise = torch.randn(1, 8, 3, generator=g)
         ref = integrate(net, pre, anchor, noise, 10)
         committed = torch.randn(1, 8, 3, generator=g)
-        ref_c = integrate(net, pre, anchor, noise, 10, committed=committed,
-                          n_committed=torch.tensor([3]))
+        ref_c = integrate(
+            net, pre, anchor, noise, 10, committed=committed, n_committed=torch.tensor([3])
+        )
     feeds = {"obs_emb": pre.numpy(), "anchor": anchor.numpy()}
     got = euler_onnx(sess, feeds, noise.numpy(), 10)
     got_c = euler_onnx(sess, feeds, noise.numpy(), 10, committed=committed.numpy(), n_committed=3)
@@ -97,12 +113,24 @@ def test_one_step_distillation_moves_toward_the_teacher():
     zero = torch.zeros_like(noise)
     with torch.no_grad():
         target = integrate(teacher, teacher.encode(cond[:64]), zero, noise, 4)
-        gap0 = (integrate(teacher, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
-    student, hist = distill_one_step(teacher, cond, steps=30, batch=32, lr=2e-3, log_every=30,
-                                     teacher_steps=4, student_prefix="teacher",
-                                     log=lambda s: None)
+        gap0 = (
+            (integrate(teacher, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
+        )
+    student, hist = distill_one_step(
+        teacher,
+        cond,
+        steps=30,
+        batch=32,
+        lr=2e-3,
+        log_every=30,
+        teacher_steps=4,
+        student_prefix="teacher",
+        log=lambda s: None,
+    )
     with torch.no_grad():
-        gap1 = (integrate(student, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
+        gap1 = (
+            (integrate(student, teacher.encode(cond[:64]), zero, noise, 1) - target).pow(2).mean()
+        )
     assert len(hist) == 1 and gap1 < gap0
 
 
@@ -116,10 +144,13 @@ def cell_rows(n=32, seed=0) -> dict:
     gantry = rng.uniform(-0.3, 0.5, (n, 8)).astype(np.float32)
     actions = gantry[:, None, :4] + rng.normal(0, 0.05, (n, 16, 4)).astype(np.float32)
     actions[..., 3] = rng.random((n, 16)) < 0.5
-    return {"objects": objects, "gantry": gantry,
-            "held": rng.integers(-1, 3, (n, 1)).astype(np.float32),
-            "instruction_tokens": np.int32([rng.permutation(3) for _ in range(n)]),
-            "action_values": actions.astype(np.float32)}
+    return {
+        "objects": objects,
+        "gantry": gantry,
+        "held": rng.integers(-1, 3, (n, 1)).astype(np.float32),
+        "instruction_tokens": np.int32([rng.permutation(3) for _ in range(n)]),
+        "action_values": actions.astype(np.float32),
+    }
 
 
 def test_conveyor_flow_package_serves_what_torch_integrates(tmp_path):
@@ -130,16 +161,30 @@ def test_conveyor_flow_package_serves_what_torch_integrates(tmp_path):
     from models.flow_train import save
     from rtinfer.inference.flow_runner import FlowRunner
     from rtinfer.model.flow_model import FlowModelDir
+
     rows = cell_rows()
     np.savez(tmp_path / "rows.npz", **rows)
     data = fp.load_data([tmp_path / "rows.npz"])[0]
     stats = fp.stats_of(data)
     torch.manual_seed(0)
-    net = FlowNet(FlowConfig(cond_dim=72, horizon=16, action_dim=4, prefix_tokens=2, width=32,
-                             layers=1, heads=2, ff=64, enc_hidden=32, max_committed=8))
+    net = FlowNet(
+        FlowConfig(
+            cond_dim=72,
+            horizon=16,
+            action_dim=4,
+            prefix_tokens=2,
+            width=32,
+            layers=1,
+            heads=2,
+            ff=64,
+            enc_hidden=32,
+            max_committed=8,
+        )
+    )
     save(net, tmp_path / "net.pt", {"stats": stats})
-    card = fp.package(tmp_path / "net.pt", tmp_path / "dir", tmp_path / "net.pt",
-                      [tmp_path / "rows.npz"])
+    card = fp.package(
+        tmp_path / "net.pt", tmp_path / "dir", tmp_path / "net.pt", [tmp_path / "rows.npz"]
+    )
     assert card["max_committed"] == 8 and card["parity"]["max_abs_diff"]["chunk_10"] <= 1e-4
     assert card["parity"]["max_abs_diff"]["committed_change"] == 0.0
     runner = FlowRunner(FlowModelDir.load(tmp_path / "dir"), clip=False)

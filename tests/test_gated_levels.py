@@ -1,6 +1,7 @@
 """Gated budget levels (graphs.json "gated"): a model directory declares token-gated graph sets,
 the ModelDir checks them, default_levels places them by measured cost, the runner switches to
 them with no reload, and speculative output stays identical to each level's plain greedy."""
+
 import json
 import shutil
 from pathlib import Path
@@ -27,17 +28,22 @@ def gated_dir(tiny_model_dir, tmp_path_factory):
 
     from models import checkpoint
     from models.gating import GatedPolicy, ship_gated
+
     torch.manual_seed(0)
     gated = GatedPolicy(checkpoint.load(tiny_model_dir / "policy").model)
     for r in gated.routers:
         torch.nn.init.normal_(r.weight, std=2.0)
         torch.nn.init.zeros_(r.bias)
     tmp = tmp_path_factory.mktemp("gated")
-    save_file({k: t.contiguous() for k, t in gated.routers.state_dict().items()},
-              str(tmp / "r.safetensors"))
-    levels = {0.3: {"ffn_active": 0.7, "step_ratio": 0.9, "accuracy": 0.85},
-              0.6: {"ffn_active": 0.4, "step_ratio": 0.5, "accuracy": 0.6},
-              0.8: {"ffn_active": 0.2, "step_ratio": 1.2}}
+    save_file(
+        {k: t.contiguous() for k, t in gated.routers.state_dict().items()},
+        str(tmp / "r.safetensors"),
+    )
+    levels = {
+        0.3: {"ffn_active": 0.7, "step_ratio": 0.9, "accuracy": 0.85},
+        0.6: {"ffn_active": 0.4, "step_ratio": 0.5, "accuracy": 0.6},
+        0.8: {"ffn_active": 0.2, "step_ratio": 1.2},
+    }
     return ship_gated(tiny_model_dir, tmp / "r.safetensors", tmp / "dir", list(levels), levels)
 
 
@@ -51,21 +57,40 @@ def test_gated_levels_sit_in_the_ladder_by_measured_cost_and_a_dearer_one_is_lef
     levels = default_levels(md, k_verify=4)
     # exits 2 and 1 of 3 layers cost 0.67 and 0.33; gate30 0.9, gate60 0.5; gate80 (1.2) out
     assert [(lv.depth, lv.gate) for lv in levels] == [
-        (3, None), (3, None), (3, "gate30"), (2, None), (3, "gate60"), (1, None)]
+        (3, None),
+        (3, None),
+        (3, "gate30"),
+        (2, None),
+        (3, "gate60"),
+        (1, None),
+    ]
     g30 = levels[2]
     assert (g30.spec_len, g30.chunk, g30.accuracy) == (3, 2, 0.85)
     # a backend that built no gated set offers none: the dense ladder
     assert [(lv.depth, lv.gate) for lv in default_levels(md, k_verify=4, gates=())] == [
-        (3, None), (3, None), (2, None), (1, None)]
+        (3, None),
+        (3, None),
+        (2, None),
+        (1, None),
+    ]
     assert [lv.gate for lv in default_levels(md, 4, gates=["gate60"])] == [
-        None, None, None, "gate60", None]
+        None,
+        None,
+        None,
+        "gate60",
+        None,
+    ]
 
 
 def test_a_directory_without_the_key_has_no_gates_and_its_old_ladder(tiny_model_dir):
     md = ModelDir.load(tiny_model_dir)
     assert md.gated == {} and get_backend("onnx").load(md).gates == ()
-    assert default_levels(md, k_verify=4) == [BudgetLevel(3, 3, 3, 0.9), BudgetLevel(3, 3, 2, 0.9),
-                                              BudgetLevel(2, 0, 2, 0.8), BudgetLevel(1, 0, 2, 0.5)]
+    assert default_levels(md, k_verify=4) == [
+        BudgetLevel(3, 3, 3, 0.9),
+        BudgetLevel(3, 3, 2, 0.9),
+        BudgetLevel(2, 0, 2, 0.8),
+        BudgetLevel(1, 0, 2, 0.5),
+    ]
 
 
 def test_switching_levels_mid_run_keeps_every_level_identical_to_its_own_plain_greedy(gated_dir):
@@ -74,9 +99,16 @@ def test_switching_levels_mid_run_keeps_every_level_identical_to_its_own_plain_g
     plain = TokenRunner(md, drafter="none")
     fresh = TokenRunner(md, drafter="none", prefix_cache=False)  # every prefix from scratch
     full = BudgetLevel(3, 3, 3)
-    order = [full, BudgetLevel(3, 3, 3, gate="gate60"), BudgetLevel(3, 3, 3, gate="gate30"),
-             full, BudgetLevel(3, 3, 3, gate="gate60"), BudgetLevel(2, 0, 2), full,
-             BudgetLevel(3, 3, 3, gate="gate80")] * 2
+    order = [
+        full,
+        BudgetLevel(3, 3, 3, gate="gate60"),
+        BudgetLevel(3, 3, 3, gate="gate30"),
+        full,
+        BudgetLevel(3, 3, 3, gate="gate60"),
+        BudgetLevel(2, 0, 2),
+        full,
+        BudgetLevel(3, 3, 3, gate="gate80"),
+    ] * 2
     outs: dict = {}
     for i, level in enumerate(order):
         instr, obs = _prefix_inputs(md, i // 3)  # a few cycles share an instruction prefix
@@ -111,17 +143,20 @@ def _broken(gated_dir, tmp_path, change) -> Path:
     return out
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda m, d: m["gated"][0].pop("step_ratio"), "missing key 'step_ratio'"),
-    (lambda m, d: m["gated"][0].update(tau=1.5), "need 0 < tau < 1"),
-    (lambda m, d: m["gated"][0].update(tau="high"), "wrong type"),
-    (lambda m, d: m["gated"][1].update(name="gate30"), '"name" must be a unique string'),
-    (lambda m, d: m["gated"][0]["graphs"].pop(), "a gated level needs exactly those"),
-    (lambda m, d: m["gated"][0]["graphs"][0].update(depth=2), "full depth (3) only"),
-    (lambda m, d: m["gated"][0].update(dtype="float16"), "not a graph set of this directory"),
-    (lambda m, d: (d / m["gated"][0]["graphs"][0]["file"]).unlink(), "is missing; re-export"),
-    (lambda m, d: m.update(gated={"gate30": {}}), "must be a list"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda m, d: m["gated"][0].pop("step_ratio"), "missing key 'step_ratio'"),
+        (lambda m, d: m["gated"][0].update(tau=1.5), "need 0 < tau < 1"),
+        (lambda m, d: m["gated"][0].update(tau="high"), "wrong type"),
+        (lambda m, d: m["gated"][1].update(name="gate30"), '"name" must be a unique string'),
+        (lambda m, d: m["gated"][0]["graphs"].pop(), "a gated level needs exactly those"),
+        (lambda m, d: m["gated"][0]["graphs"][0].update(depth=2), "full depth (3) only"),
+        (lambda m, d: m["gated"][0].update(dtype="float16"), "not a graph set of this directory"),
+        (lambda m, d: (d / m["gated"][0]["graphs"][0]["file"]).unlink(), "is missing; re-export"),
+        (lambda m, d: m.update(gated={"gate30": {}}), "must be a list"),
+    ],
+)
 def test_a_malformed_gated_declaration_is_refused_in_one_line(gated_dir, tmp_path, change, says):
     with pytest.raises(ModelError) as e:
         ModelDir.load(_broken(gated_dir, tmp_path, change))
@@ -148,6 +183,7 @@ def test_the_shipped_gated_directory_runs_its_levels_in_the_real_runner():
 
 def _doc_example() -> dict:
     import re
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
     block = re.search(r"<!-- gated-example: graphs.json -->\s*```json\n(.*?)```", text, re.S)
     return json.loads(block.group(1))
@@ -172,8 +208,11 @@ def test_the_policies_doc_example_declares_a_level_the_runtime_accepts_and_check
     assert any(lv.gate == "gate50" for lv in default_levels(md, 8))
     decl[0]["graphs"] = decl[0]["graphs"][:1] + decl[0]["graphs"][2:3]  # only k 1 and 8
     (out / "graphs.json").write_text(json.dumps({**m, "gated": decl}))
-    with pytest.raises(ModelError, match=r"its graphs have k \[1, 8\] but the float32 set has "
-                                         r"k \[1, 4, 8, 28, 32\] at full depth"):
+    with pytest.raises(
+        ModelError,
+        match=r"its graphs have k \[1, 8\] but the float32 set has "
+        r"k \[1, 4, 8, 28, 32\] at full depth",
+    ):
         ModelDir.load(out)
 
 
@@ -185,10 +224,16 @@ def test_the_node_decodes_at_a_gated_level_the_monitor_picks(gated_dir, tmp_path
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
     from rtinfer.transport.bus import Publisher, Subscriber
     from rtinfer.transport.wire import now_ns
+
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "ctl")}
     obs_pub, ctl_pub = Publisher(eps["obs"], "sim"), Publisher(eps["ctl"], "monitor")
-    node = InferenceNode(gated_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
-                         cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0))
+    node = InferenceNode(
+        gated_dir,
+        eps["obs"],
+        eps["act"],
+        control_endpoint=eps["ctl"],
+        cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0),
+    )
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
     try:

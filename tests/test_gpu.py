@@ -1,6 +1,7 @@
 """GPU paths: torch on CUDA (CUDA graphs per k, 2:4 semi-structured weights) and TensorRT
 engines (build, cache, CUDA-graph launch), each against ONNX Runtime CPU tokens.
 Skipped, with the reason, where torch has no CUDA device or tensorrt is not installed."""
+
 import json
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from rtinfer.inference.drafters import EarlyExitDrafter
 from rtinfer.model.sequence import build_prefix
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA device (torch.cuda.is_available() is False)")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)"
+)
 SEEDS = range(4)
 
 
@@ -26,8 +28,11 @@ def _greedy(backend, seeds=SEEDS, drafter_depth=None):
         prefix = build_prefix(v, *md.obs.encode(random_obs_body(np.random.default_rng(seed))))
         backend.reset()
         logits = backend.prefill(prefix, 0).copy()
-        drafter = EarlyExitDrafter(drafter_depth, v.action_start, v.action_stop) \
-            if drafter_depth else None
+        drafter = (
+            EarlyExitDrafter(drafter_depth, v.action_start, v.action_stop)
+            if drafter_depth
+            else None
+        )
         out.append(dec.decode(logits, len(prefix), md.chunk_tokens, drafter=drafter).copy())
     return np.stack(out)
 
@@ -50,10 +55,12 @@ def pruned_model_dir(tmp_path_factory):
     from models.policy import Policy
     from models.sparsity import fold, prepare
     from rtinfer.model.action_tokens import TokenizerConfig
+
     torch.manual_seed(1)
     vocab = Vocab(n_instr=3, n_obs_bins=16, n_action_bins=32)
-    cfg = PolicyConfig(vocab_size=vocab.size, n_layer=2, n_head=4, n_embd=128, max_ctx=32,
-                       exits=(1,))
+    cfg = PolicyConfig(
+        vocab_size=vocab.size, n_layer=2, n_head=4, n_embd=128, max_ctx=32, exits=(1,)
+    )
     model = Policy(cfg).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -63,8 +70,13 @@ def pruned_model_dir(tmp_path_factory):
     fold(model)
     out = tmp_path_factory.mktemp("pruned_model")
     export_all(model, cfg, out, k_verify=K_VERIFY, prefix_len=[16], vocab=vocab, fp16=True)
-    TokenizerConfig(low=(-1.0, -1.0, 0.0, 0.0), high=(1.0, 1.0, 1.0, 1.0), bins=32,
-                    horizon=3, period_ns=50_000_000).save(out / "tokenizer.json")
+    TokenizerConfig(
+        low=(-1.0, -1.0, 0.0, 0.0),
+        high=(1.0, 1.0, 1.0, 1.0),
+        bins=32,
+        horizon=3,
+        period_ns=50_000_000,
+    ).save(out / "tokenizer.json")
     (out / "obs_tokens.json").write_text(json.dumps(TINY_SPEC))
     checkpoint.save(out / "policy", model, vocab)
     return out
@@ -88,14 +100,16 @@ def test_torch_sparse24_matches_dense_fp16(pruned_model_dir):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("2:4 semi-structured kernels need compute capability >= 8.0")
     dense = get_backend("torch").load(pruned_model_dir, device="cuda", dtype="float16")
-    sparse = get_backend("torch").load(pruned_model_dir, device="cuda", dtype="float16",
-                                       sparse24=True)
+    sparse = get_backend("torch").load(
+        pruned_model_dir, device="cuda", dtype="float16", sparse24=True
+    )
     assert sparse.counters["sparse_layers"] == 8
     assert (_greedy(sparse) == _greedy(dense)).mean() > 0.9  # fp16 kernels differ in rounding
 
 
 def test_torch_sparse24_refuses_weights_that_are_not_24(tiny_model_dir):
     from rtinfer.inference.backends import BackendError
+
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("2:4 semi-structured kernels need compute capability >= 8.0")
     with pytest.raises(BackendError, match="not 2:4"):
@@ -110,21 +124,29 @@ def trt_cache(tmp_path_factory):
 
 
 def test_tensorrt_graph_launch_gives_onnx_cpu_tokens(tiny_model_dir, onnx_tokens, trt_cache):
-    be = get_backend("tensorrt").load(tiny_model_dir, fp16=False, sparse=False,
-                                      cache_dir=trt_cache, opt_level=1)
+    be = get_backend("tensorrt").load(
+        tiny_model_dir, fp16=False, sparse=False, cache_dir=trt_cache, opt_level=1
+    )
     got = _greedy(be)
     c = be.counters
     assert c["graph_replays"] + c["plain_launches"] == sum(be.forwards.values())
     assert c["graph_fallbacks"] == 0, f"CUDA graph capture failed: {c}"
     assert (got == onnx_tokens).mean() > 0.9
-    plain = get_backend("tensorrt").load(tiny_model_dir, fp16=False, sparse=False,
-                                         cache_dir=trt_cache, opt_level=1, cuda_graphs=False)
+    plain = get_backend("tensorrt").load(
+        tiny_model_dir,
+        fp16=False,
+        sparse=False,
+        cache_dir=trt_cache,
+        opt_level=1,
+        cuda_graphs=False,
+    )
     assert (_greedy(plain) == got).all() and plain.counters["graph_replays"] == 0
 
 
 def test_tensorrt_engines_are_cached_with_timing_cache_and_build_log(tiny_model_dir, trt_cache):
     from rtinfer.inference.backends.tensorrt_build import EngineBuilder
     from rtinfer.model.directory import ModelDir
+
     md = ModelDir.load(tiny_model_dir)
     builder = EngineBuilder(trt_cache, opt_level=1)
     first = builder.build_model(md, fp16=False, sparse=False)
@@ -138,8 +160,9 @@ def test_tensorrt_engines_are_cached_with_timing_cache_and_build_log(tiny_model_
 
 def test_tensorrt_fp16_sparse_engine_reports_layers_and_tracks_onnx(pruned_model_dir, trt_cache):
     ref = _greedy(get_backend("onnx").load(pruned_model_dir))
-    be = get_backend("tensorrt").load(pruned_model_dir, fp16=True, sparse=True,
-                                      cache_dir=trt_cache, opt_level=1)
+    be = get_backend("tensorrt").load(
+        pruned_model_dir, fp16=True, sparse=True, cache_dir=trt_cache, opt_level=1
+    )
     rep = be.build_report
     assert rep["plan"]["onnx_dtype"] == "float16" and "SPARSE_WEIGHTS" in rep["plan"]["flags"]
     assert all(g["inspector"]["layers"] > 0 for g in rep["graphs"].values())
@@ -150,26 +173,30 @@ def test_tensorrt_fp16_sparse_engine_reports_layers_and_tracks_onnx(pruned_model
 @pytest.fixture(scope="module")
 def qdq_dir(tiny_model_dir, tmp_path_factory):
     from test_engine import make_qdq_dir  # the tiny model with its qdq-int8 and qdq-fp8 sets
+
     return make_qdq_dir(tiny_model_dir, tmp_path_factory)
 
 
 def test_tensorrt_int8_engine_builds_from_the_qdq_graphs_and_tracks_onnx(qdq_dir, trt_cache):
     d, _ = qdq_dir
     ref = _greedy(get_backend("onnx").load(d))
-    be = get_backend("tensorrt").load(d, precision="int8", sparse=False, cache_dir=trt_cache,
-                                      opt_level=1)
+    be = get_backend("tensorrt").load(
+        d, precision="int8", sparse=False, cache_dir=trt_cache, opt_level=1
+    )
     rep = be.build_report
     assert rep["plan"]["onnx_dtype"] == "qdq-int8" and rep["plan"]["precision"] == "int8"
     assert rep["plan"]["strongly_typed"] and rep["plan"]["flags"] == []
     assert be.counters["graph_fallbacks"] == 0
     assert (_greedy(be) == ref).mean() > 0.8  # int8 engine vs fp32 CPU reference
-    again = get_backend("tensorrt").load(d, precision="int8", sparse=False, cache_dir=trt_cache,
-                                         opt_level=1)
+    again = get_backend("tensorrt").load(
+        d, precision="int8", sparse=False, cache_dir=trt_cache, opt_level=1
+    )
     assert all(g["cached"] for g in again.build_report["graphs"].values())
 
 
 def test_tensorrt_fp8_is_built_on_sm89_and_later_and_refused_below(qdq_dir, trt_cache):
     from rtinfer.inference.backends import BackendError
+
     d, _ = qdq_dir
     cc = torch.cuda.get_device_capability()
     if cc < (8, 9):
@@ -177,7 +204,8 @@ def test_tensorrt_fp8_is_built_on_sm89_and_later_and_refused_below(qdq_dir, trt_
             get_backend("tensorrt").load(d, precision="fp8", cache_dir=trt_cache)
         return
     ref = _greedy(get_backend("onnx").load(d))
-    be = get_backend("tensorrt").load(d, precision="fp8", sparse=False, cache_dir=trt_cache,
-                                      opt_level=1)
+    be = get_backend("tensorrt").load(
+        d, precision="fp8", sparse=False, cache_dir=trt_cache, opt_level=1
+    )
     assert be.build_report["plan"]["onnx_dtype"] == "qdq-fp8"
     assert (_greedy(be) == ref).mean() > 0.8

@@ -1,4 +1,5 @@
 """LatencyHistogram.percentiles_us gives exactly what hdrh's own percentile walk gives."""
+
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -6,8 +7,7 @@ from hypothesis import strategies as st
 
 from rtinfer.realtime.hist import PERCENTILES, LatencyHistogram
 
-latencies = st.lists(st.integers(min_value=-5, max_value=20_000_000_000), min_size=1,
-                     max_size=300)
+latencies = st.lists(st.integers(min_value=-5, max_value=20_000_000_000), min_size=1, max_size=300)
 
 
 @settings(max_examples=200, deadline=None)
@@ -18,8 +18,9 @@ def test_percentiles_match_hdrh_for_any_recorded_values(values):
         h.record(v)
     ours = h.percentiles_us()
     theirs = h._h.get_percentile_to_value_dict([p for _, p in PERCENTILES])
-    assert {name: ours[name] for name, _ in PERCENTILES} == \
-        {name: theirs[p] / 1e3 for name, p in PERCENTILES}
+    assert {name: ours[name] for name, _ in PERCENTILES} == {
+        name: theirs[p] / 1e3 for name, p in PERCENTILES
+    }
     assert ours["count"] == len(values)
 
 

@@ -1,6 +1,7 @@
 """What a node under overload asks of a robot, the node's side (rtinfer.inference.horizon): the
 executed horizon it grants by the policy's horizon and the overload, the period it asks, and
 that a robot which did not say it takes asks, or any robot at full quality, is asked nothing."""
+
 import pytest
 
 from rtinfer.inference.budget import Budget, BudgetLevel
@@ -32,15 +33,26 @@ def test_the_horizon_is_at_most_the_chunk_and_the_robots_open_loop():
     assert fields == {"executes": 2, "obs_period_ns": 900 * MS} and window == 100 * MS
 
 
-@pytest.mark.parametrize("open_loop_ms, degraded, asked_ms", [
-    (None, True, 150),   # the robot did not say it takes asks
-    (1000, False, None),  # full quality, nothing asked
-    (100, True, None),   # an open loop within the deadline: a horizon would gain nothing
-])
+@pytest.mark.parametrize(
+    "open_loop_ms, degraded, asked_ms",
+    [
+        (None, True, 150),  # the robot did not say it takes asks
+        (1000, False, None),  # full quality, nothing asked
+        (100, True, None),  # an open loop within the deadline: a horizon would gain nothing
+    ],
+)
 def test_nothing_is_asked(open_loop_ms, degraded, asked_ms):
-    assert grant(1, None if open_loop_ms is None else open_loop_ms * MS, degraded=degraded,
-                 asked_period_ns=None if asked_ms is None else asked_ms * MS,
-                 interval_ns=None, **KW) is None
+    assert (
+        grant(
+            1,
+            None if open_loop_ms is None else open_loop_ms * MS,
+            degraded=degraded,
+            asked_period_ns=None if asked_ms is None else asked_ms * MS,
+            interval_ns=None,
+            **KW,
+        )
+        is None
+    )
 
 
 def test_a_period_is_still_asked_when_no_horizon_gains_anything():
@@ -51,8 +63,13 @@ def test_a_period_is_still_asked_when_no_horizon_gains_anything():
 
 def _robots() -> Robots:
     levels = [BudgetLevel(6, 0, 8), BudgetLevel(3, 0, 4)]
-    return Robots(Budget(levels, 100 * MS), remote=False, period_ns=50 * MS, start_ns=50 * MS,
-                  say=lambda *a, **k: None)
+    return Robots(
+        Budget(levels, 100 * MS),
+        remote=False,
+        period_ns=50 * MS,
+        start_ns=50 * MS,
+        say=lambda *a, **k: None,
+    )
 
 
 def _obs(name, seq, open_loop_ns=None):
@@ -83,15 +100,26 @@ def test_a_robot_that_takes_asks_is_granted_one_under_load_and_answered_until_it
 
 def test_the_ask_is_on_the_wire_and_a_chunk_without_it_is_the_same_bytes_as_before():
     import numpy as np
+
     v = np.array([0.5, -1.0], np.float32)
     plain = dict(spec="ab12", period_ns=50 * MS, start_ns=50 * MS, dest="arm")
-    before = encode("action_chunk", waypoint_body(7, 0, 4, v, **plain), seq=1, src="inf",
-                    stamps={"capture": 1})
-    assert before == encode("action_chunk", waypoint_body(7, 0, 4, v, **plain, ask=None),
-                            seq=1, src="inf", stamps={"capture": 1})
-    asked = encode("action_chunk", waypoint_body(
-        7, 0, 4, v, **plain, ask={"executes": 3, "obs_period_ns": 150 * MS}), seq=1, src="inf",
-        stamps={"capture": 1})
+    before = encode(
+        "action_chunk", waypoint_body(7, 0, 4, v, **plain), seq=1, src="inf", stamps={"capture": 1}
+    )
+    assert before == encode(
+        "action_chunk",
+        waypoint_body(7, 0, 4, v, **plain, ask=None),
+        seq=1,
+        src="inf",
+        stamps={"capture": 1},
+    )
+    asked = encode(
+        "action_chunk",
+        waypoint_body(7, 0, 4, v, **plain, ask={"executes": 3, "obs_period_ns": 150 * MS}),
+        seq=1,
+        src="inf",
+        stamps={"capture": 1},
+    )
     body = decode(asked).body
     assert list(body)[-2:] == ["executes", "obs_period_ns"] and body["executes"] == 3
 

@@ -1,11 +1,14 @@
 """Project-wide rules that a grep can prove: no pickle, no eval/exec, no shell with message content."""
+
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [p for d in ("rtinfer", "rtinfer_ros2", "controllers", "models", "examples", "scripts",
-                      "peers")
-           for p in (ROOT / d).rglob("*.py")]
+SOURCES = [
+    p
+    for d in ("rtinfer", "rtinfer_ros2", "controllers", "models", "examples", "scripts", "peers")
+    for p in (ROOT / d).rglob("*.py")
+]
 THIS = Path(__file__).resolve()
 
 
@@ -33,14 +36,23 @@ def test_sources_exist():
 
 def test_pickle_is_never_used():
     # pyzmq's send_pyobj/recv_pyobj pickle under the hood, so they count too.
-    assert _offenders(r"^\s*(import|from)\s+(c?[Pp]ickle|dill|cloudpickle|shelve|marshal)\b"
-                      r"|\b(c?pickle|dill|cloudpickle|marshal)\.\w+"
-                      r"|(send|recv)_pyobj|allow_pickle\s*=\s*True", allow=(PICKLE_PEER,)) == []
+    assert (
+        _offenders(
+            r"^\s*(import|from)\s+(c?[Pp]ickle|dill|cloudpickle|shelve|marshal)\b"
+            r"|\b(c?pickle|dill|cloudpickle|marshal)\.\w+"
+            r"|(send|recv)_pyobj|allow_pickle\s*=\s*True",
+            allow=(PICKLE_PEER,),
+        )
+        == []
+    )
 
 
 def test_only_the_peer_benchmark_imports_the_pickling_peer():
-    users = [p for p in SOURCES if "lerobot_grpc" in p.read_text() and p != PICKLE_PEER
-             and p.parent != PICKLE_PEER.parent]
+    users = [
+        p
+        for p in SOURCES
+        if "lerobot_grpc" in p.read_text() and p != PICKLE_PEER and p.parent != PICKLE_PEER.parent
+    ]
     assert users == []
 
 
@@ -70,6 +82,10 @@ def test_no_tracker_issue_numbers_in_the_docs_or_the_sources():
 def test_graphs_json_is_written_only_by_the_manifest_module():
     """rtinfer.model.manifest.write_manifest is the one writer (atomic, one format)."""
     rx = re.compile(r"graphs\.json[\"']\)?\.(write_text|open)|open\([^)]*graphs\.json[^)]*[\"']w")
-    found = [f"{p.relative_to(ROOT)}:{n}" for p in SOURCES
-             for n, line in enumerate(p.read_text().splitlines(), 1) if rx.search(line)]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in SOURCES
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if rx.search(line)
+    ]
     assert found == []  # tests may write broken manifests on purpose; sources may not

@@ -2,6 +2,7 @@
 budget/commands, and the real process over ipc sockets streaming stamped waypoints.
 In-process the node's clock is stepped: a decision in time (a stale observation, a flood's
 second, health) comes when the test steps it; a wait for a message is a wait on a socket."""
+
 import os
 import subprocess
 import sys
@@ -79,12 +80,15 @@ def test_generic_spec_reproduces_the_cells_obs_tokenizer(seed, n_obj):
     assert instr.tolist() == ref.instruction_tokens(instruction).tolist()
 
 
-@pytest.mark.parametrize("damage", [
-    lambda v: v["gantry"].__setitem__(0, np.nan),
-    lambda v: v.pop("objects"),
-    lambda v: v.__setitem__("gantry", np.zeros(2, np.float32)),
-    lambda v: v.__setitem__("instruction", np.array([0, 1, 7], np.int32)),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda v: v["gantry"].__setitem__(0, np.nan),
+        lambda v: v.pop("objects"),
+        lambda v: v.__setitem__("gantry", np.zeros(2, np.float32)),
+        lambda v: v.__setitem__("instruction", np.array([0, 1, 7], np.int32)),
+    ],
+)
 def test_malformed_observation_raises_obs_error(damage):
     body = random_obs_body(np.random.default_rng(0))
     damage(body["values"])
@@ -94,6 +98,7 @@ def test_malformed_observation_raises_obs_error(damage):
 
 def test_sequence_layout_puts_actions_after_sep():
     from rtinfer.model.vocab import VocabLayout
+
     v = VocabLayout(3, 16, 32, ("PAD", "BOS", "SEP", "EOS"))
     seq = build_sequence(v, [2, 0, 1], np.arange(11), np.arange(12).reshape(3, 4))
     pos = action_positions(3, 11, 12)
@@ -109,9 +114,14 @@ def make_node_env(model_dir, tmp_path, clock):
     obs_pub, ctl_pub = Publisher(eps["obs"], "sim"), Publisher(eps["ctl"], "monitor")
     # these tests are not about the deadline: an observation that waits out a stall of a busy
     # host must not turn stale (the node refuses those)
-    node = InferenceNode(model_dir, eps["obs"], eps["act"], control_endpoint=eps["ctl"],
-                         cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0),
-                         clock=clock)
+    node = InferenceNode(
+        model_dir,
+        eps["obs"],
+        eps["act"],
+        control_endpoint=eps["ctl"],
+        cfg=InferenceNodeConfig(health_hz=20.0, deadline_ms=60_000.0),
+        clock=clock,
+    )
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     rng = np.random.default_rng(0)
     answered_node(node, obs_pub, act, rng)
@@ -249,11 +259,18 @@ def test_a_flood_is_counted_when_its_second_ends_on_the_nodes_clock(tiny_model_d
 
 
 # --- configuration ----------------------------------------------------------------------------
-@pytest.mark.parametrize("field, value, says", [
-    ("health_hz", 0.0, "health_hz is 0.0"), ("health_hz", -1.0, "rate > 0"),
-    ("deadline_ms", 0.0, "deadline_ms is 0.0"), ("threads", 0, "at least 1 thread"),
-    ("temperature", 0.0, "temperature > 0"), ("drafter", "big", "use one of chunk, self, model, cascade, none"),
-    ("name", "", "name is empty")])
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("health_hz", 0.0, "health_hz is 0.0"),
+        ("health_hz", -1.0, "rate > 0"),
+        ("deadline_ms", 0.0, "deadline_ms is 0.0"),
+        ("threads", 0, "at least 1 thread"),
+        ("temperature", 0.0, "temperature > 0"),
+        ("drafter", "big", "use one of chunk, self, model, cascade, none"),
+        ("name", "", "name is empty"),
+    ],
+)
 def test_a_bad_config_is_refused_when_built_saying_what_and_the_fix(field, value, says):
     with pytest.raises(ValueError, match=says):
         InferenceNodeConfig(**{field: value})
@@ -261,9 +278,20 @@ def test_a_bad_config_is_refused_when_built_saying_what_and_the_fix(field, value
 
 def test_the_cli_refuses_a_bad_config_with_a_usage_error(capsys):
     from rtinfer.inference.node import main
+
     with pytest.raises(SystemExit) as e:
-        main(["--model", "m", "--obs", "ipc:///tmp/o", "--actions", "ipc:///tmp/a",
-              "--deadline-ms", "0"])
+        main(
+            [
+                "--model",
+                "m",
+                "--obs",
+                "ipc:///tmp/o",
+                "--actions",
+                "ipc:///tmp/a",
+                "--deadline-ms",
+                "0",
+            ]
+        )
     assert e.value.code == 2 and "deadline_ms is 0.0" in capsys.readouterr().err
 
 
@@ -273,10 +301,27 @@ def test_node_process_streams_stamped_waypoints_over_ipc(tiny_model_dir, tmp_pat
     obs_pub = Publisher(obs_ep, "sim")
     act = Subscriber(act_ep, ["action_chunk", "heartbeat"])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.inference.node", "--model", str(tiny_model_dir),
-                             "--obs", obs_ep, "--actions", act_ep, "--drafter", "self",
-                             "--trace", str(tmp_path / "node.trace")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(tiny_model_dir),
+            "--obs",
+            obs_ep,
+            "--actions",
+            act_ep,
+            "--drafter",
+            "self",
+            "--trace",
+            str(tmp_path / "node.trace"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     tok = ActionTokenizer(TokenizerConfig.load(tiny_model_dir / "tokenizer.json"))
     try:
         rng, chunks, end = np.random.default_rng(1), [], time.monotonic() + 60

@@ -1,6 +1,7 @@
 """ipc endpoints as files, with real processes: a controller, an inference node and a monitor
 leave no socket file behind when they stop cleanly (SIGINT or SIGTERM); and an endpoint in
 a directory only its user may enter is out of reach of another user's process."""
+
 import errno
 import os
 import pwd
@@ -21,9 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def started(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def stopped(proc: subprocess.Popen, sig: int) -> str:
@@ -45,8 +51,16 @@ def ready_line(proc: subprocess.Popen) -> str:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_monitor_stopped_by_a_signal_leaves_no_socket_file(tmp_path, sig):
-    proc = started(["rtinfer.monitor.node", "--listen", f"ipc://{tmp_path}/obs",
-                    "--control", f"ipc://{tmp_path}/control"], tmp_path)
+    proc = started(
+        [
+            "rtinfer.monitor.node",
+            "--listen",
+            f"ipc://{tmp_path}/obs",
+            "--control",
+            f"ipc://{tmp_path}/control",
+        ],
+        tmp_path,
+    )
     ready_line(proc)  # its signal handlers are in place
     assert (tmp_path / "control").exists()
     err = stopped(proc, sig)
@@ -57,9 +71,22 @@ def test_a_monitor_stopped_by_a_signal_leaves_no_socket_file(tmp_path, sig):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_controller_stopped_by_a_signal_leaves_no_socket_file(tmp_path, sig):
     cfg, spec = robot_files(tmp_path)
-    proc = started(["controllers.run", "--hardware", "controllers.simulated:SimulatedAxes",
-                    "--config", str(cfg), "--model", str(spec), "--obs", f"ipc://{tmp_path}/robot",
-                    "--actions", f"ipc://{tmp_path}/policy"], tmp_path)
+    proc = started(
+        [
+            "controllers.run",
+            "--hardware",
+            "controllers.simulated:SimulatedAxes",
+            "--config",
+            str(cfg),
+            "--model",
+            str(spec),
+            "--obs",
+            f"ipc://{tmp_path}/robot",
+            "--actions",
+            f"ipc://{tmp_path}/policy",
+        ],
+        tmp_path,
+    )
     with Subscriber(f"ipc://{tmp_path}/robot", ["obs", "heartbeat", "health"]) as bus:
         end = time.monotonic() + 60
         while bus.recv(100) is None:  # its loop runs: its signal handlers are in place
@@ -71,9 +98,18 @@ def test_a_controller_stopped_by_a_signal_leaves_no_socket_file(tmp_path, sig):
 
 
 def test_an_inference_node_stopped_by_a_signal_leaves_no_socket_file(tiny_model_dir, tmp_path):
-    proc = started(["rtinfer.inference.node", "--model", str(tiny_model_dir),
-                    "--obs", f"ipc://{tmp_path}/obs", "--actions", f"ipc://{tmp_path}/act"],
-                   tmp_path)
+    proc = started(
+        [
+            "rtinfer.inference.node",
+            "--model",
+            str(tiny_model_dir),
+            "--obs",
+            f"ipc://{tmp_path}/obs",
+            "--actions",
+            f"ipc://{tmp_path}/act",
+        ],
+        tmp_path,
+    )
     ready_line(proc)
     assert (tmp_path / "act").exists()
     err = stopped(proc, signal.SIGINT)
@@ -97,8 +133,12 @@ else:
 
 def reached_as(uid: int, path: Path) -> int:
     """0 if a process running as `uid` connects to the socket at `path`, else the errno."""
-    out = subprocess.run([sys.executable, "-c", REACH, str(path), str(uid)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", REACH, str(path), str(uid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return int(out.stdout)
 

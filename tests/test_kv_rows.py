@@ -1,6 +1,7 @@
 """KV-rows twins (models.kv_rows) and the ONNX backend's in-place cache: every twin equals its
 kv_out graph to the bit, and a backend on the twins gives the same logits, the same KV and the
 same tokens (plain and speculative) as one on the kv_out graphs, at every precision."""
+
 import hashlib
 import shutil
 
@@ -29,8 +30,10 @@ def rows_dir(tiny_model_dir, tmp_path_factory):
     share_weights(d)
     quantise(d, ("int8", "int4"), card=False)
     md = ModelDir.load(d)
-    before = {g["file"]: hashlib.sha256((d / g["file"]).read_bytes()).hexdigest()
-              for g in md.manifest["graphs"]}
+    before = {
+        g["file"]: hashlib.sha256((d / g["file"]).read_bytes()).hexdigest()
+        for g in md.manifest["graphs"]
+    }
     return d, before, export_kv_rows(d)
 
 
@@ -40,7 +43,11 @@ def _chunks(be, seeds, drafter_depth=None):
         prefix = build_prefix(v, *md.obs.encode(random_obs_body(np.random.default_rng(seed))))
         be.reset()
         logits = be.prefill(prefix, 0).copy()
-        d = EarlyExitDrafter(drafter_depth, v.action_start, v.action_stop) if drafter_depth else None
+        d = (
+            EarlyExitDrafter(drafter_depth, v.action_start, v.action_stop)
+            if drafter_depth
+            else None
+        )
         out.append(dec.decode(logits, len(prefix), md.chunk_tokens, drafter=d).copy())
     return np.stack(out)
 
@@ -62,15 +69,17 @@ def test_rows_backend_gives_the_same_logits_kv_and_tokens(rows_dir, prec):
     full = get_backend("onnx").load(d, precision=prec, kv_rows=False)
     rows = get_backend("onnx").load(d, precision=prec)  # None: the twins, since they are there
     assert len(full._kv) == 2 and len(rows._kv) == 1 and rows._new
-    prefix = build_prefix(full.model.vocab,
-                          *full.model.obs.encode(random_obs_body(np.random.default_rng(7))))
+    prefix = build_prefix(
+        full.model.vocab, *full.model.obs.encode(random_obs_body(np.random.default_rng(7)))
+    )
     for be in (full, rows):
         be.reset()
     assert (full.prefill(prefix, 0) == rows.prefill(prefix, 0)).all()
     for pos, tok in enumerate([5, 9, 11], start=len(prefix)):  # steps at full depth and an exit
         for depth in (None, 1):
-            assert (full.step(np.array([tok]), pos, depth) ==
-                    rows.step(np.array([tok]), pos, depth)).all()
+            assert (
+                full.step(np.array([tok]), pos, depth) == rows.step(np.array([tok]), pos, depth)
+            ).all()
     assert (full.kv() == rows.kv()).all()
     seeds = range(4)
     plain = _chunks(full, seeds)
@@ -80,8 +89,9 @@ def test_rows_backend_gives_the_same_logits_kv_and_tokens(rows_dir, prec):
 
 def test_rows_snapshot_restores_the_prefix(rows_dir):
     be = get_backend("onnx").load(rows_dir[0], kv_rows=True)
-    prefix = build_prefix(be.model.vocab,
-                          *be.model.obs.encode(random_obs_body(np.random.default_rng(1))))
+    prefix = build_prefix(
+        be.model.vocab, *be.model.obs.encode(random_obs_body(np.random.default_rng(1)))
+    )
     be.reset()
     ref = be.prefill(prefix, 0).copy()
     snap = be.snapshot(4)

@@ -1,5 +1,6 @@
 """The launcher with real processes: the launcher itself runs as a subprocess, its nodes
 are tests/launch_fixtures.py functions, and pid files prove what is left afterwards."""
+
 from __future__ import annotations
 
 import json
@@ -47,9 +48,21 @@ def write(tmp_path: Path, nodes: str) -> Path:
 
 
 def start(path: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rtinfer.launch.supervisor", str(path), "--run-dir",
-                             str(run_dir), *extra], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.launch.supervisor",
+            str(path),
+            "--run-dir",
+            str(run_dir),
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -67,8 +80,11 @@ FOREVER = """\
 
 def test_sigterm_to_launcher_stops_nodes_in_reverse_order_and_exits_zero(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, FOREVER.format(name="a", fn="forever", grace=5)
-                 + FOREVER.format(name="b", fn="forever", grace=5))
+    path = write(
+        tmp_path,
+        FOREVER.format(name="a", fn="forever", grace=5)
+        + FOREVER.format(name="b", fn="forever", grace=5),
+    )
     proc = start(path, run)
     assert wait_for(lambda: pids(run / "a.pid") and pids(run / "b.pid"))
     proc.send_signal(signal.SIGTERM)
@@ -83,8 +99,7 @@ def test_sigterm_to_launcher_stops_nodes_in_reverse_order_and_exits_zero(tmp_pat
 
 def test_node_ignoring_sigterm_is_killed_after_grace(tmp_path):
     run = tmp_path / "run"
-    proc = start(write(tmp_path, FOREVER.format(name="stubborn", fn="ignore_term", grace=0.5)),
-                 run)
+    proc = start(write(tmp_path, FOREVER.format(name="stubborn", fn="ignore_term", grace=0.5)), run)
     assert wait_for(lambda: pids(run / "stubborn.pid"))
     proc.send_signal(signal.SIGINT)
     rc, out = finish(proc)
@@ -95,8 +110,9 @@ def test_node_ignoring_sigterm_is_killed_after_grace(tmp_path):
 
 def test_no_orphans_grandchild_dies_with_its_node(tmp_path):
     run = tmp_path / "run"
-    proc = start(write(tmp_path, FOREVER.format(name="parent", fn="spawn_grandchild", grace=0.5)),
-                 run)
+    proc = start(
+        write(tmp_path, FOREVER.format(name="parent", fn="spawn_grandchild", grace=0.5)), run
+    )
     assert wait_for(lambda: len(pids(run / "parent.pid")) == 2)
     proc.send_signal(signal.SIGTERM)
     rc, out = finish(proc)
@@ -107,12 +123,16 @@ def test_no_orphans_grandchild_dies_with_its_node(tmp_path):
 
 def test_grandchild_left_by_an_exited_node_is_killed_at_once(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, FOREVER.format(name="bg", fn="forever", grace=5) + """\
+    path = write(
+        tmp_path,
+        FOREVER.format(name="bg", fn="forever", grace=5)
+        + """\
   - name: leaky
     entry: tests.launch_fixtures:spawn_grandchild
     args: ["${run_dir}/leaky.pid", exit]
     required: false
-""")
+""",
+    )
     proc = start(path, run)
     assert wait_for(lambda: "failed for good (exit code 5" in text(run / "launch.log"))
     grandchild = pids(run / "leaky.pid")[1]
@@ -126,13 +146,17 @@ def test_grandchild_left_by_an_exited_node_is_killed_at_once(tmp_path):
 
 def test_on_failure_restarts_with_backoff_until_the_limit(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, FOREVER.format(name="steady", fn="forever", grace=5) + """\
+    path = write(
+        tmp_path,
+        FOREVER.format(name="steady", fn="forever", grace=5)
+        + """\
   - name: flaky
     entry: tests.launch_fixtures:crash_after
     args: ["${run_dir}/starts", 0.05, 3]
     required: false
     restart: {policy: on-failure, max_restarts: 2, backoff_s: 0.2, window_s: 60}
-""")
+""",
+    )
     proc = start(path, run)
     assert wait_for(lambda: "failed for good" in text(run / "launch.log"))
     proc.send_signal(signal.SIGTERM)
@@ -153,12 +177,16 @@ def test_on_failure_restarts_with_backoff_until_the_limit(tmp_path):
 
 def test_required_node_failing_for_good_stops_the_launch_with_exit_1(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, FOREVER.format(name="other", fn="forever", grace=5) + """\
+    path = write(
+        tmp_path,
+        FOREVER.format(name="other", fn="forever", grace=5)
+        + """\
   - name: crucial
     entry: tests.launch_fixtures:crash_after
     args: ["${run_dir}/starts", 0.2, 7]
     restart: {policy: on-failure, max_restarts: 1, backoff_s: 0.05}
-""")
+""",
+    )
     rc, out = finish(start(path, run))
     assert rc == 1, out
     assert "required node 'crucial' failed for good (exit code 7, 1 restarts)" in out
@@ -168,12 +196,16 @@ def test_required_node_failing_for_good_stops_the_launch_with_exit_1(tmp_path):
 
 def test_required_node_finishing_ends_the_launch_cleanly_with_args_and_cpus(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, FOREVER.format(name="bg", fn="forever", grace=5) + """\
+    path = write(
+        tmp_path,
+        FOREVER.format(name="bg", fn="forever", grace=5)
+        + """\
   - name: job
     entry: tests.launch_fixtures:echo_args
     args: ["${run_dir}/echo.json", "${endpoints.obs}", --deadline-ms, "${deadline_ms}"]
     cpus: [0]
-""")
+""",
+    )
     rc, out = finish(start(path, run, "--set", "deadline_ms=42"))
     assert rc == 0, out
     echo = json.loads((run / "echo.json").read_text())
@@ -183,27 +215,41 @@ def test_required_node_finishing_ends_the_launch_cleanly_with_args_and_cpus(tmp_
 
 
 def test_launch_ends_when_every_node_has_exited(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
   - name: once
     entry: tests.launch_fixtures:crash_after
     args: ["${run_dir}/starts", 0, 4]
     required: false
-""")
+""",
+    )
     rc, out = finish(start(path, tmp_path / "run"))
     assert rc == 1 and "every node has exited" in out
 
 
 def test_invalid_file_starts_nothing_and_exits_2(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, FOREVER.format(name="a", fn="forever", grace=5)
-                 + "    restrat: never\n")
+    path = write(tmp_path, FOREVER.format(name="a", fn="forever", grace=5) + "    restrat: never\n")
     rc, out = finish(start(path, run))
     assert rc == 2 and f"{path}:9:" in out and "restrat" in out
     assert not run.exists()
 
 
 def test_launch_child_reports_a_missing_function_with_127():
-    r = subprocess.run([sys.executable, "-m", "rtinfer.launch.child", "--name", "x", "--",
-                        "tests.launch_fixtures:NOT_CALLABLE"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=WAIT_S)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.launch.child",
+            "--name",
+            "x",
+            "--",
+            "tests.launch_fixtures:NOT_CALLABLE",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert r.returncode == 127 and "no function 'NOT_CALLABLE'" in r.stderr

@@ -1,6 +1,7 @@
 """A run whose node crash-loops is not green (issue 15, item 3), and the console stays
 short (item 9): one line per failing node with its log's path, tracebacks and printed
 reports only in the node's log. Real launcher and node processes."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,6 @@ def _no_launcher_left(no_launcher_left):
     """Every launcher a test starts is stopped at teardown, even when the test fails."""
 
 
-
 def failed_lines(out: str) -> list[str]:
     return [l for l in out.splitlines() if "FAILED" in l]
 
@@ -43,12 +43,16 @@ def test_node_that_exhausts_its_restarts_fails_the_run_in_one_line(tmp_path):
     assert rc == 3, out
     assert len((run / "cfg.starts").read_text().split()) == 3
     [line] = failed_lines(out)
-    assert line == (f"[launch] node 'cfg' FAILED: exhausted its restarts (2 of 2) (last exit: "
-                    f"exit code 1: ValueError: bad config key 'windw'); log {run / 'cfg.log'}")
+    assert line == (
+        f"[launch] node 'cfg' FAILED: exhausted its restarts (2 of 2) (last exit: "
+        f"exit code 1: ValueError: bad config key 'windw'); log {run / 'cfg.log'}"
+    )
     assert "Traceback" not in out and "_load_config" not in out  # not on the console ...
     log = (run / "cfg.log").read_text()
     assert log.count("Traceback (most recent call last):") == 3 and "_load_config" in log
-    assert out.count(f"[cfg] ValueError: bad config key 'windw' (traceback in {run / 'cfg.log'})") == 3
+    assert (
+        out.count(f"[cfg] ValueError: bad config key 'windw' (traceback in {run / 'cfg.log'})") == 3
+    )
     summary = json.loads((run / "launch_summary.json").read_text())
     assert summary["exit_code"] == 3 and "exhausted" in summary["failed"]["cfg"]
 
@@ -65,12 +69,15 @@ def test_node_still_crash_looping_when_the_run_ends_never_became_healthy(tmp_pat
 
 def test_node_that_fails_once_and_recovers_leaves_a_clean_run(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
   - name: shaky
     entry: tests.launch_fixtures:fail_once
     args: ["${run_dir}/starts"]
     restart: {policy: on-failure, backoff_s: 0.05}
-""")
+""",
+    )
     proc = start(path, run)
     assert wait_for(lambda: len(text(run / "starts").split()) == 2)
     time.sleep(RECOVERED_S + 0.5)  # back up for longer than RECOVERED_S: healthy again
@@ -82,16 +89,21 @@ def test_node_that_fails_once_and_recovers_leaves_a_clean_run(tmp_path):
 
 def test_a_printed_report_is_one_console_line_and_whole_in_the_log(tmp_path):
     run = tmp_path / "run"
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
   - name: sim
     entry: tests.launch_fixtures:print_report
     args: ["${run_dir}/sim_report.json"]
-""")
+""",
+    )
     rc, out = finish(start(path, run))
     assert rc == 0, out
     sim_lines = [l for l in out.splitlines() if l.startswith("[sim]")]
     assert sim_lines[-1] == f"[sim] (printed 42 lines of JSON: see {run / 'sim.log'})"
     assert '"figure_7"' not in out
-    assert json.loads(text(run / "sim.log")[text(run / "sim.log").index("{"):])["figure_39"] == 39
-    assert out.splitlines()[-1] == (f"[launch] run directory {run}: reports sim_report.json; "
-                                    "each node's full output in NODE.log")
+    assert json.loads(text(run / "sim.log")[text(run / "sim.log").index("{") :])["figure_39"] == 39
+    assert out.splitlines()[-1] == (
+        f"[launch] run directory {run}: reports sim_report.json; "
+        "each node's full output in NODE.log"
+    )

@@ -1,6 +1,7 @@
 """`robots: N` in a launch file: per-robot endpoints and nodes are repeated without copying
 their blocks (rtinfer.launch.file), and launch/conveyor_fleet.yaml runs two conveyor cells
 from one inference node as real processes."""
+
 import json
 import subprocess
 import sys
@@ -50,14 +51,30 @@ def test_per_robot_blocks_are_repeated_and_their_endpoints_spliced(tmp_path):
     assert [n.name for n in spec(tmp_path, robots=1).nodes] == ["sim-0", "policy"]
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda t: t.replace("robots: 3\n", ""), "per_robot: is used (obs, sim) but no top-level robots"),
-    (lambda t: t.replace("robots: 3", "robots: 0"), "robots must be a whole number >= 1"),
-    (lambda t: t.replace("{url: ipc, per_robot: true}", "{url: 'tcp://127.0.0.1:5999', "
-                         "curve: off, per_robot: true}"), "a per-robot endpoint is url: ipc"),
-    (lambda t: t.replace('[--obs, "${endpoints.obs}", --actions, "${endpoints.actions}"]',
-                         '[--obs, "x${endpoints.obs}"]'), "a per-robot endpoint stands alone"),
-])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (
+            lambda t: t.replace("robots: 3\n", ""),
+            "per_robot: is used (obs, sim) but no top-level robots",
+        ),
+        (lambda t: t.replace("robots: 3", "robots: 0"), "robots must be a whole number >= 1"),
+        (
+            lambda t: t.replace(
+                "{url: ipc, per_robot: true}",
+                "{url: 'tcp://127.0.0.1:5999', curve: off, per_robot: true}",
+            ),
+            "a per-robot endpoint is url: ipc",
+        ),
+        (
+            lambda t: t.replace(
+                '[--obs, "${endpoints.obs}", --actions, "${endpoints.actions}"]',
+                '[--obs, "x${endpoints.obs}"]',
+            ),
+            "a per-robot endpoint stands alone",
+        ),
+    ],
+)
 def test_a_fleet_that_cannot_expand_is_refused_at_its_line(tmp_path, edit, says):
     with pytest.raises(LaunchError) as e:
         spec(tmp_path, edit(FLEET))
@@ -73,10 +90,27 @@ def test_two_conveyor_cells_are_served_by_one_inference_node(tmp_path):
     period as measured on this machine (rtinfer.inference.robots), and under a busy process on
     a 2-core host conveyor-v1 measured 23.6 ms a cycle, so its refusal of cell-1 was right.
     The ACT policy fits two robots until a cycle is 20 times slower than here."""
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", "--robots", "2",
-                        "--policy", str(ROOT / "models/zoo/conveyor-act"),
-                        "--seconds", "4", "--json", "--run-dir", str(tmp_path / "run")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=150)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "demo",
+            "--robots",
+            "2",
+            "--policy",
+            str(ROOT / "models/zoo/conveyor-act"),
+            "--seconds",
+            "4",
+            "--json",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout)
     cells = report["robots"]
@@ -90,6 +124,11 @@ def test_two_conveyor_cells_are_served_by_one_inference_node(tmp_path):
 
 
 def test_the_demo_refuses_options_a_fleet_contradicts(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "demo", "--robots", "2",
-                        "--seed", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", "demo", "--robots", "2", "--seed", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--robots 2 with --seed" in r.stderr and r.stdout == ""

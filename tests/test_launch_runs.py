@@ -1,6 +1,7 @@
 """Two runs at once (issue 15, item 1), with real launchers and real ZeroMQ sockets: run
 directories are never shared, an endpoint or run directory held by a live run is refused
 naming that run, a socket file left by a SIGKILLed run is reused, ipc paths fit sun_path."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,6 @@ def _no_launcher_left(no_launcher_left):
     """Every launcher a test starts is stopped at teardown, even when the test fails."""
 
 
-
 def bind_file(tmp_path: Path, fname: str, url: str = "ipc", name: str = "t") -> Path:
     p = tmp_path / fname
     p.write_text(BIND.format(name=name, url=url))
@@ -48,8 +48,12 @@ def test_two_launches_at_once_each_get_their_own_run_dir_and_endpoints(tmp_path)
     f = bind_file(tmp_path, "l.yaml")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "rtinfer.launch.supervisor", str(f), "--seconds", "1.5"]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [finish(p) for p in procs]
     assert [rc for rc, _ in outs] == [0, 0], outs
     runs = sorted((tmp_path / "runs").iterdir())
@@ -66,8 +70,10 @@ def test_endpoint_bound_by_a_live_run_is_refused_naming_that_run(tmp_path):
         assert wait_for(lambda: pids(tmp_path / "run-a" / "pub.pid"))
         rc, out = finish(start(b_file, tmp_path / "run-b"))
         assert rc == 2, out
-        assert (f"endpoint 'obs' ({shared}) is in use by the live run of {a_file} in "
-                f"{tmp_path / 'run-a'} (launcher pid {a.pid})") in out
+        assert (
+            f"endpoint 'obs' ({shared}) is in use by the live run of {a_file} in "
+            f"{tmp_path / 'run-a'} (launcher pid {a.pid})"
+        ) in out
         assert not (tmp_path / "run-b").exists()  # nothing started, no empty record left
         rc, out = finish(start(b_file, tmp_path / "run-a"))  # the same run dir, too
         assert rc == 2 and f"run directory {tmp_path / 'run-a'} is in use by" in out, out
@@ -92,7 +98,9 @@ def test_ipc_socket_left_by_a_sigkilled_run_is_reused(tmp_path):
     rc, out = finish(second)
     assert rc == 0, out
     assert f"reusing {run / 'obs'}: a stale ipc socket file" in out
-    assert f"removed the record of a run that no longer runs ({run}, launcher pid {first.pid})" in out
+    assert (
+        f"removed the record of a run that no longer runs ({run}, launcher pid {first.pid})" in out
+    )
 
 
 def test_deep_run_dir_keeps_ipc_sockets_in_a_short_directory(tmp_path):

@@ -11,6 +11,7 @@ package, never for a layering problem). docs/architecture.md documents the order
 An import may point down the order or stay inside its own unit (one rtinfer subpackage, or
 one top-level package); units of the same rank never import each other.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,15 +22,21 @@ PACKAGES = ("rtinfer", "controllers", "models", "examples", "peers", "rtinfer_ro
 
 RANK = {
     "rtinfer": 0,
-    "rtinfer.transport": 1, "rtinfer.realtime": 1,
+    "rtinfer.transport": 1,
+    "rtinfer.realtime": 1,
     "rtinfer.model": 2,
-    "rtinfer.inference": 3, "rtinfer.monitor": 3, "rtinfer.launch": 3,
-    "rtinfer.bench": 4, "rtinfer.record": 4,
+    "rtinfer.inference": 3,
+    "rtinfer.monitor": 3,
+    "rtinfer.launch": 3,
+    "rtinfer.bench": 4,
+    "rtinfer.record": 4,
     "rtinfer.fleet": 4,  # the fleet control plane on Ray: starts nodes by module name
     "rtinfer.cli": 5,
-    "models": 10, "controllers": 10,
+    "models": 10,
+    "controllers": 10,
     "rtinfer_ros2": 15,  # the ROS 2 bridge: a robot driver (controllers) on rclpy
-    "examples": 20, "peers": 20,
+    "examples": 20,
+    "peers": 20,
 }
 
 # The two documented exceptions (docs/architecture.md), upward on purpose:
@@ -63,7 +70,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             base = node.module or ""
             if node.level:
                 anchor = name.split(".") if is_pkg else name.split(".")[:-1]
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         for t in targets:
@@ -111,7 +118,7 @@ def test_import_graph_has_no_cycle():
         stack.append(m)
         for n in sorted(g[m]):
             if state.get(n) == 1:
-                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+                cycles.append(" -> ".join(stack[stack.index(n) :] + [n]))
             elif n not in state:
                 visit(n, stack)
         stack.pop()

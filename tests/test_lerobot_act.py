@@ -8,6 +8,7 @@ it, and checks the graph's I/O names, shapes and dtypes and ONNX Runtime vs torc
 The camera variant trains two steps on one short recorded episode (real frames), packages
 it, checks parity and the node's runner, and runs it in the camera env as rtinfer eval does.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,18 @@ from examples.conveyor_sorting import lerobot_act as la  # noqa: E402
 
 pytest.importorskip("mujoco")
 
-TINY = ["--dim-model", "32", "--n-heads", "2", "--dim-feedforward", "64",
-        "--n-encoder-layers", "1", "--n-decoder-layers", "1"]
+TINY = [
+    "--dim-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--dim-feedforward",
+    "64",
+    "--n-encoder-layers",
+    "1",
+    "--n-decoder-layers",
+    "1",
+]
 
 
 def _synthetic(path, n=96, seed=0):
@@ -47,20 +58,45 @@ def _synthetic(path, n=96, seed=0):
     instr = np.stack([rng.permutation(3) for _ in range(n)]).astype(np.int32)
     actions = np.repeat(gantry[:, None, :4], 4, axis=1) + rng.normal(0, 0.01, (n, 4, 4))
     actions[..., 3] = rng.integers(0, 2, (n, 4))
-    np.savez_compressed(path, objects=objects, gantry=gantry, held=held, instruction_tokens=instr,
-                        action_values=actions.astype(np.float32))
+    np.savez_compressed(
+        path,
+        objects=objects,
+        gantry=gantry,
+        held=held,
+        instruction_tokens=instr,
+        action_values=actions.astype(np.float32),
+    )
     return path
 
 
 def test_train_export_contract_and_parity(tmp_path):
     data = str(_synthetic(tmp_path / "demo.npz"))
     ckpt = tmp_path / "ckpt"
-    assert la.main(["train", "--data", data, "--relabel", data, "--out", str(ckpt),
-                    "--steps", "5", "--batch", "16", "--log-every", "5", *TINY]) == 0
+    assert (
+        la.main(
+            [
+                "train",
+                "--data",
+                data,
+                "--relabel",
+                data,
+                "--out",
+                str(ckpt),
+                "--steps",
+                "5",
+                "--batch",
+                "16",
+                "--log-every",
+                "5",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     meta = json.loads((ckpt / "act.json").read_text())
     assert meta["implementation"] == "lerobot.policies.act.modeling_act.ACTPolicy"
     assert meta["config"]["chunk_size"] == 4 and meta["config"]["use_vae"] is False
-    assert meta["steps"] == 5 and meta["rows"] > 96    # the relabelled carry states came in
+    assert meta["steps"] == 5 and meta["rows"] > 96  # the relabelled carry states came in
 
     onnx_path = tmp_path / "out" / "model.onnx"
     r = la.export(ckpt, onnx_path, parity_data=[data], parity_rows=50)
@@ -68,21 +104,31 @@ def test_train_export_contract_and_parity(tmp_path):
 
     import onnx
     import onnxruntime as ort
+
     m = onnx.load(str(onnx_path))
-    assert [(o.domain, o.version) for o in m.opset_import if o.domain in ("", "ai.onnx")] == \
-        [("", 17)]
+    assert [(o.domain, o.version) for o in m.opset_import if o.domain in ("", "ai.onnx")] == [
+        ("", 17)
+    ]
     k = la.visible_k()
     sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     assert [(i.name, i.type, i.shape) for i in sess.get_inputs()] == [
-        ("objects", "tensor(float)", [1, k, 4]), ("gantry", "tensor(float)", [1, 8]),
-        ("held", "tensor(float)", [1, 1]), ("instruction", "tensor(int32)", [1, 3])]
-    assert [(o.name, o.type, o.shape) for o in sess.get_outputs()] == \
-        [("actions", "tensor(float)", [1, 4, 4])]
+        ("objects", "tensor(float)", [1, k, 4]),
+        ("gantry", "tensor(float)", [1, 8]),
+        ("held", "tensor(float)", [1, 1]),
+        ("instruction", "tensor(int32)", [1, 3]),
+    ]
+    assert [(o.name, o.type, o.shape) for o in sess.get_outputs()] == [
+        ("actions", "tensor(float)", [1, 4, 4])
+    ]
 
     # The wrapper object the lockstep eval uses: an (H, D) chunk inside the action limits.
     z = np.load(data)
-    obs = {"objects": z["objects"][0], "gantry": z["gantry"][0], "held": z["held"][0],
-           "instruction": z["instruction_tokens"][0]}
+    obs = {
+        "objects": z["objects"][0],
+        "gantry": z["gantry"][0],
+        "held": z["held"][0],
+        "instruction": z["instruction_tokens"][0],
+    }
     chunk = la.OnnxACTPolicy(onnx_path).act(obs)
     low, high = la.action_limits()
     assert chunk.shape == (4, 4) and chunk.dtype == np.float32
@@ -97,6 +143,7 @@ def test_train_export_contract_and_parity(tmp_path):
 def test_contract_check_rejects_a_wrong_graph(tmp_path):
     import onnx
     from onnx import TensorProto, helper
+
     x = helper.make_tensor_value_info("objects", TensorProto.FLOAT, [1, la.visible_k(), 4])
     y = helper.make_tensor_value_info("actions", TensorProto.FLOAT, [1, la.visible_k(), 4])
     g = helper.make_graph([helper.make_node("Identity", ["objects"], ["actions"])], "g", [x], [y])
@@ -113,8 +160,15 @@ def _camera_demo(path):
 
     from examples.conveyor_sorting.collect import collect
     from examples.conveyor_sorting.config import EnvConfig
-    collect(1, path, seed=5, cfg=replace(EnvConfig(), episode_objects=2, camera="overhead"),
-            show_progress=False, instructions=[[2, 0, 1]])
+
+    collect(
+        1,
+        path,
+        seed=5,
+        cfg=replace(EnvConfig(), episode_objects=2, camera="overhead"),
+        show_progress=False,
+        instructions=[[2, 0, 1]],
+    )
     return str(path)
 
 
@@ -127,30 +181,56 @@ def test_image_act_trains_exports_matches_torch_and_runs_in_the_camera_env(tmp_p
     from examples.conveyor_sorting.evaluate import evaluate
     from rtinfer.inference.graph_runner import GraphRunner
     from rtinfer.model.chunk_model import load_model
+
     data = _camera_demo(tmp_path / "camera.npz")
     ckpt, model_dir = tmp_path / "ckpt", tmp_path / "conveyor-act-vision"
-    assert lv.main(["train", "--data", data, "--relabel", data, "--out", str(ckpt),
-                    "--steps", "2", "--batch", "4", "--log-every", "2", *TINY]) == 0
+    assert (
+        lv.main(
+            [
+                "train",
+                "--data",
+                data,
+                "--relabel",
+                data,
+                "--out",
+                str(ckpt),
+                "--steps",
+                "2",
+                "--batch",
+                "4",
+                "--log-every",
+                "2",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     meta = json.loads((ckpt / "act.json").read_text())
     assert meta["config"]["vision_backbone"] == "resnet18"
     assert meta["config"]["pretrained_backbone_weights"] is None
-    assert meta["backbone_params"] > 11_000_000           # the whole ResNet-18 trunk
+    assert meta["backbone_params"] > 11_000_000  # the whole ResNet-18 trunk
     assert meta["image"]["input_hw"] == [16, 64] and meta["image"]["tokens"] == 2
     z = np.load(data)
     assert meta["rows"] > meta["frames"] == len(z["gantry"])  # relabelled rows reuse frames
 
     card = lv.export(ckpt, model_dir, parity_data=[data], parity_rows=20)
     assert card["lineage"]["parity"]["rows"] == 20
-    assert card["lineage"]["parity"]["max_abs_diff"] < 1e-4   # metres; suction in [0, 1]
+    assert card["lineage"]["parity"]["max_abs_diff"] < 1e-4  # metres; suction in [0, 1]
     model = load_model(model_dir)
     assert model.obs.images == {"overhead": ("overhead",)}
-    assert model.obs.graph_inputs() == {"overhead": ("uint8", (1, 128, 128, 3)),
-                                        "gantry": ("float32", (1, 8)),
-                                        "held": ("float32", (1, 1)),
-                                        "instruction": ("int32", (1, 3))}
+    assert model.obs.graph_inputs() == {
+        "overhead": ("uint8", (1, 128, 128, 3)),
+        "gantry": ("float32", (1, 8)),
+        "held": ("float32", (1, 1)),
+        "instruction": ("int32", (1, 3)),
+    }
     # The node's runner on a recorded frame: a chunk inside the action limits.
-    feeds = {"overhead": z["frame_overhead"][:1], "gantry": z["gantry"][:1],
-             "held": z["held"][:1], "instruction": z["instruction_tokens"][:1]}
+    feeds = {
+        "overhead": z["frame_overhead"][:1],
+        "gantry": z["gantry"][:1],
+        "held": z["held"][:1],
+        "instruction": z["instruction_tokens"][:1],
+    }
     chunk = GraphRunner(model).run(feeds)
     low, high = la.action_limits()
     assert chunk.shape == (4, 4) and (chunk >= low - 1e-6).all() and (chunk <= high + 1e-6).all()
@@ -163,9 +243,13 @@ def test_image_act_trains_exports_matches_torch_and_runs_in_the_camera_env(tmp_p
 
 def test_image_act_refuses_a_file_without_frames_in_one_line(tmp_path):
     from examples.conveyor_sorting import lerobot_act_vision as lv
+
     data = str(_synthetic(tmp_path / "vectors.npz"))
-    with pytest.raises(SystemExit, match=r"no frame_overhead array; collect it with "
-                                         r"`python -m examples.conveyor_sorting.collect "
-                                         r"--camera overhead`") as e:
+    with pytest.raises(
+        SystemExit,
+        match=r"no frame_overhead array; collect it with "
+        r"`python -m examples.conveyor_sorting.collect "
+        r"--camera overhead`",
+    ) as e:
         lv.load_data([data])
     assert "\n" not in str(e.value)

@@ -9,6 +9,7 @@ example's CLI, and checks rtinfer's DDIM chunk against LeRobot's own preprocesso
 postprocessor (noise_scheduler_type "DDIM", num_inference_steps = the level's) with the same
 observation and noise at every level, directly and through a real InferenceNode over ipc.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,12 @@ def test_every_ddim_level_matches_lerobots_predict_action_chunk(packaged):
     # Not vacuous: the step count moves LeRobot's chunk.
     obs = diffusion.example_inputs(ckpt, seed=5)
     noise = np.random.default_rng(0).standard_normal((1, 16, 4)).astype(np.float32)
-    assert np.abs(diffusion.reference(ckpt, obs, noise, 10)
-                  - diffusion.reference(ckpt, obs, noise, 2)).max() > 1e-3
+    assert (
+        np.abs(
+            diffusion.reference(ckpt, obs, noise, 10) - diffusion.reference(ckpt, obs, noise, 2)
+        ).max()
+        > 1e-3
+    )
 
 
 def test_the_manifest_carries_lerobots_ddim_schedule(packaged):
@@ -57,8 +62,10 @@ def test_the_manifest_carries_lerobots_ddim_schedule(packaged):
     assert g["ddim"]["prediction"] == "epsilon" and g["ddim"]["clip_sample"] == 1.0
     obs = json.loads((model_dir / "obs_spec.json").read_text())["inputs"]
     assert [(e["key"], e["dtype"], e["shape"]) for e in obs] == [
-        ("state", "float32", [10]), ("environment_state", "float32", [6]),
-        ("top", "uint8", [24, 24, 3])]
+        ("state", "float32", [10]),
+        ("environment_state", "float32", [6]),
+        ("top", "uint8", [24, 24, 3]),
+    ]
 
 
 def test_n_obs_steps_above_one_is_refused_in_one_line_with_the_fix(tmp_path, capsys):
@@ -71,6 +78,7 @@ def test_n_obs_steps_above_one_is_refused_in_one_line_with_the_fix(tmp_path, cap
 
 def test_a_node_serves_lerobots_chunk(packaged, tmp_path):
     from lerobot_flow_serve import serve_one
+
     _, model_dir, ckpt = packaged
     obs = diffusion.example_inputs(ckpt, seed=7)
     chunk, noise = serve_one(model_dir, obs, tmp_path)

@@ -1,4 +1,5 @@
 """Measuring budget levels in lockstep: refused (late) chunks, and `rtinfer eval --level`."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -28,12 +29,12 @@ class Counting:
 def test_a_refused_chunk_leaves_the_robot_the_rest_of_the_last_one_it_took():
     inner = Counting(horizon=3)
     late = LateChunks(inner, late=0.999, seed=0)
-    first = late.act({})                       # nothing taken yet: the first is taken
+    first = late.act({})  # nothing taken yet: the first is taken
     assert first.shape == (3, 2) and first[0, 0] == 1
     rest = [late.act({}) for _ in range(4)]
-    assert [len(r) for r in rest] == [2, 1, 1, 1]   # its waypoints run out, then its last holds
+    assert [len(r) for r in rest] == [2, 1, 1, 1]  # its waypoints run out, then its last holds
     assert all((r == 1).all() for r in rest)
-    assert inner.n == 5 and late.refused == 4      # every chunk was still computed
+    assert inner.n == 5 and late.refused == 4  # every chunk was still computed
     late.reset()
     assert inner.resets == 1 and late.act({})[0, 0] == 6
 
@@ -53,9 +54,24 @@ def test_no_lateness_passes_every_chunk_and_the_fraction_is_seeded():
 
 
 def test_eval_at_a_level_the_model_lacks_is_one_line_and_exit_2():
-    r = subprocess.run([sys.executable, "-m", "rtinfer.cli", "eval", "--policy",
-                        str(MODEL), "--level", "9", "--episodes", "1"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.cli",
+            "eval",
+            "--policy",
+            str(MODEL),
+            "--level",
+            "9",
+            "--episodes",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [
-        "rtinfer eval: this model has 5 budget levels (0 .. 4, or -1 for the cheapest)"]
+        "rtinfer eval: this model has 5 budget levels (0 .. 4, or -1 for the cheapest)"
+    ]

@@ -3,6 +3,7 @@
 Every arrival time is passed in, so each boundary is exact. (These ran over real sockets
 while the Subscriber kept a Liveliness of its own; only tests used it, so it went.)
 """
+
 import pytest
 
 from rtinfer.transport.liveliness import Liveliness
@@ -55,7 +56,7 @@ def test_a_stream_that_never_started_is_not_overdue():
 def test_silent_periods_are_counted_as_missed():
     live = Liveliness()
     live.note("infer", 0, period_ns=50 * MS)
-    live.note("infer", 99 * MS, period_ns=50 * MS)   # under two periods: none missed
+    live.note("infer", 99 * MS, period_ns=50 * MS)  # under two periods: none missed
     assert live["infer"].missed == 0
     live.note("infer", 99 * MS + 200 * MS, period_ns=50 * MS)  # four periods: three missed
     assert live["infer"].missed == 3 and live["infer"].count == 3

@@ -1,6 +1,7 @@
 """A separate draft model and the exit-depth cascade: speculative greedy stays token-identical
 to the target's plain greedy whatever the draft proposes (a random policy, the target's first
 blocks, the target itself), and the runner serves both drafters."""
+
 import json
 
 import numpy as np
@@ -27,15 +28,25 @@ def random_draft_dir(tiny_model_dir, tmp_path_factory):
     from models.config import PolicyConfig
     from models.export import export_all
     from models.policy import Policy
+
     md = ModelDir.load(tiny_model_dir)
     torch.manual_seed(1)
-    cfg = PolicyConfig(vocab_size=md.vocab.size, n_layer=1, n_head=2, n_embd=16,
-                       max_ctx=md.max_ctx, exits=())
+    cfg = PolicyConfig(
+        vocab_size=md.vocab.size, n_layer=1, n_head=2, n_embd=16, max_ctx=md.max_ctx, exits=()
+    )
     out = tmp_path_factory.mktemp("random_draft")
     vocab = json.loads((tiny_model_dir / "graphs.json").read_text())["vocab"]
     from models.config import Vocab
-    export_all(Policy(cfg).eval(), cfg, out, k_verify=K_VERIFY, prefix_len=[md.prefix_len],
-               vocab=Vocab.from_dict(vocab), fp16=False)
+
+    export_all(
+        Policy(cfg).eval(),
+        cfg,
+        out,
+        k_verify=K_VERIFY,
+        prefix_len=[md.prefix_len],
+        vocab=Vocab.from_dict(vocab),
+        fp16=False,
+    )
     for name in ("tokenizer.json", "obs_tokens.json"):
         (out / name).write_text((tiny_model_dir / name).read_text())
     return out
@@ -44,14 +55,22 @@ def random_draft_dir(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def drafts(tiny_model_dir, random_draft_dir, tmp_path_factory):
     from rtinfer.bench.dynamic_models import truncated_draft
+
     truncated = truncated_draft(tiny_model_dir, tmp_path_factory.mktemp("trunc"), 2, K_VERIFY)
-    return {name: ModelDrafter(get_backend("onnx").load(path)) for name, path in
-            (("random", random_draft_dir), ("truncated", truncated), ("target", tiny_model_dir))}
+    return {
+        name: ModelDrafter(get_backend("onnx").load(path))
+        for name, path in (
+            ("random", random_draft_dir),
+            ("truncated", truncated),
+            ("target", tiny_model_dir),
+        )
+    }
 
 
 @pytest.fixture(scope="module")
 def target(tiny_model_dir, tmp_path_factory):
     from rtinfer.bench.dynamic_models import with_graphs
+
     path = with_graphs(tiny_model_dir, tmp_path_factory.mktemp("exitv"), [(2, K_VERIFY)])
     return get_backend("onnx").load(path)
 
@@ -104,6 +123,7 @@ def test_draft_model_of_another_vocab_is_refused(tiny_model_dir, drafts):
 
     class Other:
         vocab, max_ctx, path = None, d.backend.model.max_ctx, "other"
+
     with pytest.raises(ValueError, match="vocab differs"):
         d.check_target(Other)
 
@@ -126,6 +146,7 @@ def test_cascade_greedy_is_token_identical_to_plain_greedy(target, seed, plan_se
 def test_runner_serves_the_draft_model_and_the_cascade(tiny_model_dir, target, drafts, tmp_path):
     from rtinfer.inference.budget import BudgetLevel
     from rtinfer.inference.runner import DRAFTERS, TokenRunner
+
     assert {"model", "cascade"} <= set(DRAFTERS)
     md = target.model
     instr, obs = md.obs.encode(random_obs_body(np.random.default_rng(5)))

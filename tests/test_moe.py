@@ -1,6 +1,7 @@
 """The sparse-MoE FFN policy (models.moe) and its shipped directory (conveyor-v1-moe): causal
 per-token routes, an exact upcycle, a load-balancing loss that balances, graphs that match
 torch, speculative greedy identical to plain greedy, and a directory the node accepts."""
+
 from __future__ import annotations
 
 import json
@@ -37,10 +38,10 @@ def test_a_tokens_route_is_the_same_alone_and_in_a_batch_of_8(shipped):
     with torch.no_grad():
         _, kv = policy.step(prefix, 0, policy.new_kv())
         batch_logits, _ = policy.step(tokens, 20, kv)
-        batch = _routes(policy)[:, 0]                                   # (L, 8)
+        batch = _routes(policy)[:, 0]  # (L, 8)
         alone, logits = [], []
         for j in range(8):
-            lg, kv = policy.step(tokens[:, j:j + 1], 20 + j, kv)
+            lg, kv = policy.step(tokens[:, j : j + 1], 20 + j, kv)
             alone.append(_routes(policy)[:, 0, 0])
             logits.append(lg)
     assert torch.equal(torch.stack(alone, 1), batch)
@@ -66,8 +67,9 @@ def test_balance_loss_is_one_when_balanced_and_e_when_collapsed():
     assert moe.balance_loss(even, torch.arange(8) % E, E).item() == pytest.approx(1.0)
     collapsed = torch.full((8, E), -30.0)
     collapsed[:, 0] = 30.0
-    assert moe.balance_loss(collapsed, torch.zeros(8, dtype=torch.long), E).item() == \
-        pytest.approx(E, rel=1e-4)
+    assert moe.balance_loss(collapsed, torch.zeros(8, dtype=torch.long), E).item() == pytest.approx(
+        E, rel=1e-4
+    )
 
 
 def _train_router_on_balance_alone(aux_weight: float):
@@ -102,9 +104,13 @@ def test_balance_loss_alone_spreads_a_collapsed_router():
 
 def test_exported_graphs_match_torch(shipped):
     from models.parity import greedy_parity, step_parity
+
     policy = shipped[0]
-    for name, depth, k in [("step_d6_k1.onnx", 6, 1), ("step_d6_k8.onnx", 6, 8),
-                           ("step_d2_k1.onnx", 2, 1)]:
+    for name, depth, k in [
+        ("step_d6_k1.onnx", 6, 1),
+        ("step_d6_k8.onnx", 6, 8),
+        ("step_d2_k1.onnx", 2, 1),
+    ]:
         p = step_parity(policy, MOE / name, depth, k, seed=3)
         assert p["max_abs_logits"] < 1e-3 and p["argmax_equal"], (name, p)
     g = greedy_parity(policy, MOE / "step_d6_k32.onnx", MOE / "step_d6_k1.onnx", seed=3)
@@ -113,10 +119,15 @@ def test_exported_graphs_match_torch(shipped):
 
 def test_one_token_graph_gathers_one_expert_and_has_no_conditionals():
     import onnx
-    ops = [n.op_type for n in onnx.load(str(MOE / "step_d6_k1.onnx"),
-                                        load_external_data=False).graph.node]
-    dense = [n.op_type for n in onnx.load(str(DENSE / "step_d6_k1.onnx"),
-                                          load_external_data=False).graph.node]
+
+    ops = [
+        n.op_type
+        for n in onnx.load(str(MOE / "step_d6_k1.onnx"), load_external_data=False).graph.node
+    ]
+    dense = [
+        n.op_type
+        for n in onnx.load(str(DENSE / "step_d6_k1.onnx"), load_external_data=False).graph.node
+    ]
     assert "If" not in ops and ops.count("ArgMax") == 6
     # the expert's two MatMuls plus the router per layer: one more MatMul a layer than dense
     assert ops.count("MatMul") - dense.count("MatMul") <= 6
@@ -126,6 +137,7 @@ def test_speculative_greedy_over_the_moe_graphs_is_token_identical_to_plain_gree
     from rtinfer.bench.decode import measure, prefix_stream
     from rtinfer.inference.backends import get_backend
     from rtinfer.inference.drafters import ChunkReuseDrafter
+
     be = get_backend("onnx").load(MOE, threads=1)
     tok = be.model.tokenizer
     prefixes = list(prefix_stream(be.model, 24, 0, MOE / "stream.npz"))
@@ -137,6 +149,7 @@ def test_speculative_greedy_over_the_moe_graphs_is_token_identical_to_plain_gree
 def test_shipped_directory_loads_passes_check_model_and_its_card_is_measured():
     from rtinfer.cli.check_model import problems
     from rtinfer.model.directory import ModelDir
+
     md = ModelDir.load(MOE)
     found, summary = problems(str(MOE))
     assert found == [], found
@@ -156,14 +169,24 @@ def test_if_mode_one_token_graph_runs_only_the_chosen_expert_and_matches_torch(t
 
     from models.export import StepGraph
     from models.parity import step_parity
+
     policy = moe.set_mode(moe.load(MOE / "moe")[0], "if")
-    args = (torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
-            torch.zeros(policy.cfg.kv_shape(1)))
+    args = (
+        torch.zeros(1, 1, dtype=torch.int64),
+        torch.zeros(1, dtype=torch.int64),
+        torch.zeros(policy.cfg.kv_shape(1)),
+    )
     path = tmp_path / "step_d6_k1.onnx"
     with torch.no_grad():
-        torch.onnx.export(StepGraph(policy, 6), args, str(path), opset_version=17,
-                          input_names=["tokens", "start_pos", "kv"],
-                          output_names=["logits", "kv_out"], dynamo=False)
+        torch.onnx.export(
+            StepGraph(policy, 6),
+            args,
+            str(path),
+            opset_version=17,
+            input_names=["tokens", "start_pos", "kv"],
+            output_names=["logits", "kv_out"],
+            dynamo=False,
+        )
     assert [n.op_type for n in onnx.load(str(path)).graph.node].count("If") >= 6
     p = step_parity(policy, path, 6, 1, seed=5)
     assert p["max_abs_logits"] < 1e-3 and p["argmax_equal"], p

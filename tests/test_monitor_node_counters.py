@@ -2,6 +2,7 @@
 health (its state, counters and gauges), so a policy node's obs_bad, frame_* and obs_floods,
 which the node writes to no file, are in monitor_report.json at the end. Real processes: a
 policy node, the monitor, and a robot whose observations the policy refuses."""
+
 import json
 import signal
 import subprocess
@@ -21,25 +22,55 @@ POLICY = ROOT / "models/zoo/arm-reach-bc"
 def test_the_monitor_report_has_the_policy_nodes_counters(tmp_path):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("robot", "act", "ctl")}
     robot = Publisher(eps["robot"], "robot", bind=True)
-    py = lambda *a: subprocess.Popen([sys.executable, "-m", *a], cwd=ROOT, text=True,  # noqa
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    monitor = py("rtinfer.monitor.node", "--listen", eps["robot"], eps["act"], "--control",
-                 eps["ctl"], "--report", str(tmp_path / "monitor_report.json"))
-    node = py("rtinfer.inference.node", "--model", str(POLICY), "--obs", eps["robot"],
-              "--actions", eps["act"], "--control", eps["ctl"], "--name", "policy")
+
+    def py(*a):
+        return subprocess.Popen(
+            [sys.executable, "-m", *a],
+            cwd=ROOT,
+            text=True,  # noqa
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    monitor = py(
+        "rtinfer.monitor.node",
+        "--listen",
+        eps["robot"],
+        eps["act"],
+        "--control",
+        eps["ctl"],
+        "--report",
+        str(tmp_path / "monitor_report.json"),
+    )
+    node = py(
+        "rtinfer.inference.node",
+        "--model",
+        str(POLICY),
+        "--obs",
+        eps["robot"],
+        "--actions",
+        eps["act"],
+        "--control",
+        eps["ctl"],
+        "--name",
+        "policy",
+    )
     sent = 0
     try:
         assert "ready" in monitor.stdout.readline() and "ready" in node.stdout.readline()
         end = time.monotonic() + 4
         while time.monotonic() < end:  # not what the policy's spec names: obs_bad there
-            robot.publish("obs", {"values": {"nothing": np.zeros(1, np.float32)}, "ints": {}},
-                          {"capture": now_ns()})
+            robot.publish(
+                "obs",
+                {"values": {"nothing": np.zeros(1, np.float32)}, "ints": {}},
+                {"capture": now_ns()},
+            )
             sent += 1
             time.sleep(0.05)
     finally:
         node.send_signal(signal.SIGINT)
         node.communicate(timeout=30)
-        time.sleep(0.5)   # the node's last health, then the monitor stops
+        time.sleep(0.5)  # the node's last health, then the monitor stops
         monitor.send_signal(signal.SIGINT)
         monitor.communicate(timeout=30)
         robot.close()

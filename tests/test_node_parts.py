@@ -1,5 +1,6 @@
 """The nodes' parts alone, on their own clocks (times passed in): the inference node's health
 timing and broken-policy count, the controller's reports and its driver calls."""
+
 import numpy as np
 import pytest
 import zmq
@@ -37,8 +38,10 @@ def test_without_a_control_endpoint_nothing_is_asked():
     ctx = zmq.Context()
     pub = Publisher("inproc://parts-ctl", "infer", ctx=ctx)
     try:
-        assert ControlIntake(None, pub, "infer", 10.0, ctx=ctx, curve=None,
-                             say=print).poll() == (None, None)
+        assert ControlIntake(None, pub, "infer", 10.0, ctx=ctx, curve=None, say=print).poll() == (
+            None,
+            None,
+        )
     finally:
         pub.close()
 
@@ -50,8 +53,12 @@ def test_reports_say_an_applied_cycle_and_a_late_one_once_and_health_when_due():
     try:
         r = ControllerReports("controller", 10.0, pub)
         chunk = ChunkAssembler(4, 2)
-        assert chunk.add("policy", 7, 100 * MS, 0, 4, 50 * MS, np.zeros(2),
-                         {"capture": 100 * MS}, 50 * MS, 0) is None
+        assert (
+            chunk.add(
+                "policy", 7, 100 * MS, 0, 4, 50 * MS, np.zeros(2), {"capture": 100 * MS}, 50 * MS, 0
+            )
+            is None
+        )
         pub.publish("trace", {"node": "sync", "cycle": 0, "stamps": {}, "fields": {}})
         assert sub.recv(2000) is not None  # the slow joiner
         assert r.applied(chunk, 130 * MS) == 30 * MS

@@ -2,6 +2,7 @@
 a real launch (sim + scripted expert + monitor as processes), its monitor report against
 `rtinfer report`'s reading of the controller trace, and the dashboard's final counts against
 the monitor's JSON."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,12 @@ def test_monitor_and_report_agree_on_every_stage_within_5_percent():
         ours = report.summarize(lat[name])
         for q in ("p50", "p99"):
             # HdrHistogram keeps 3 digits: compare with 1 us of slack besides the 5 %
-            assert mon[name][q] == pytest.approx(ours[q], rel=0.05, abs=1e-3), (name, q, mon[name], ours)
+            assert mon[name][q] == pytest.approx(ours[q], rel=0.05, abs=1e-3), (
+                name,
+                q,
+                mon[name],
+                ours,
+            )
         # one host: nothing is moved by a clock estimate, so nothing goes negative
         assert mon[name]["clamped"] == ours["clamped"] == 0, (name, mon[name])
 

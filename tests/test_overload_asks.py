@@ -12,6 +12,7 @@ second robot joining before any cycle is timed has its own timed first), so with
 the admitted robots always fit the cheapest level; a period is asked only when the costs rise
 after admission (a CPU-bound neighbour). That is replayed in tests/test_overload_replay.py, and
 the robot honouring it over real sockets in tests/test_pace.py."""
+
 import json
 import os
 import subprocess
@@ -38,9 +39,14 @@ SECONDS = 6.0
 
 def _package(out: Path, control, period_ms: int, horizon: int) -> Path:
     from models.chunk_package import package_module
+
     spec = control.action_spec(horizon, period_ms * 1_000_000, 0)
-    package_module([mlp_policy(control.n, horizon), mlp_policy(control.n, horizon, 16, 1)],
-                   {"q": np.zeros(control.n, np.float32)}, out, spec)
+    package_module(
+        [mlp_policy(control.n, horizon), mlp_policy(control.n, horizon, 16, 1)],
+        {"q": np.zeros(control.n, np.float32)},
+        out,
+        spec,
+    )
     return out
 
 
@@ -75,22 +81,71 @@ def test_robots_follow_an_executed_horizon_and_an_old_robot_is_served_as_before(
     procs = {}
     for name, asks in robots.items():
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "controllers.run", "--hardware", "paced_robot:ObservingAxes",
-             "--config", str(cfg), "--model", str(model), "--robot", name,
-             "--obs", f"ipc://{tmp_path}/obs_{name}", "--actions", f"ipc://{tmp_path}/act",
-             "--deadline-ms", str(deadline), "--policy-hz", str(1000 / period),
-             "--set", f"every={period}", "--set", f"ready_file={tmp_path / ('ready_' + name)}",
-             "--seconds", "120",
-             "--report", str(tmp_path / f"{name}.json"), "--trace", str(tmp_path / f"{name}.tr"),
-             *(["--open-loop-ms", str((horizon - 1) * period)] if asks else [])],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+            [
+                sys.executable,
+                "-m",
+                "controllers.run",
+                "--hardware",
+                "paced_robot:ObservingAxes",
+                "--config",
+                str(cfg),
+                "--model",
+                str(model),
+                "--robot",
+                name,
+                "--obs",
+                f"ipc://{tmp_path}/obs_{name}",
+                "--actions",
+                f"ipc://{tmp_path}/act",
+                "--deadline-ms",
+                str(deadline),
+                "--policy-hz",
+                str(1000 / period),
+                "--set",
+                f"every={period}",
+                "--set",
+                f"ready_file={tmp_path / ('ready_' + name)}",
+                "--seconds",
+                "120",
+                "--report",
+                str(tmp_path / f"{name}.json"),
+                "--trace",
+                str(tmp_path / f"{name}.tr"),
+                *(["--open-loop-ms", str((horizon - 1) * period)] if asks else []),
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
     chunks = Subscriber(f"ipc://{tmp_path}/act", ["action_chunk"])
     node = subprocess.Popen(
-        [sys.executable, "-m", "rtinfer.inference.node", "--model", str(model), "--obs",
-         *[f"ipc://{tmp_path}/obs_{n}" for n in robots], "--actions", f"ipc://{tmp_path}/act",
-         "--deadline-ms", str(deadline), "--threads", "1", "--name", "policy",
-         "--seconds", "120"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(model),
+            "--obs",
+            *[f"ipc://{tmp_path}/obs_{n}" for n in robots],
+            "--actions",
+            f"ipc://{tmp_path}/act",
+            "--deadline-ms",
+            str(deadline),
+            "--threads",
+            "1",
+            "--name",
+            "policy",
+            "--seconds",
+            "120",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     keys: dict[str, set] = {n: set() for n in robots}
     try:
         node.stdout.readline()  # its start-up line: loaded, its sockets open

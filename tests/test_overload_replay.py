@@ -5,6 +5,7 @@ verdicts are counts and bounds that do not depend on this machine's speed.
 A robot phase-locked behind others is not starved (the deadline order served it every cycle,
 each one too late); overload degrades to cheaper levels and lower observation rates before
 refusing; every admitted robot gets a chunk in time within its staleness limit."""
+
 from __future__ import annotations
 
 import random
@@ -20,10 +21,15 @@ DEADLINE_NS = 100 * MS
 
 
 def _robots(levels: int, period_ms: float, said: list | None = None, **kw) -> Robots:
-    return Robots(Budget([BudgetLevel(6 - i, 0, 4) for i in range(levels)], DEADLINE_NS),
-                  remote=False, period_ns=int(period_ms * MS), **kw,
-                  say=lambda kind, text, error=True: said is not None and said.append(
-                      (kind, text() if callable(text) else text)))
+    return Robots(
+        Budget([BudgetLevel(6 - i, 0, 4) for i in range(levels)], DEADLINE_NS),
+        remote=False,
+        period_ns=int(period_ms * MS),
+        **kw,
+        say=lambda kind, text, error=True: (
+            said is not None and said.append((kind, text() if callable(text) else text))
+        ),
+    )
 
 
 def test_a_robot_phase_locked_behind_others_is_answered_in_time_in_its_turn():
@@ -32,8 +38,9 @@ def test_a_robot_phase_locked_behind_others_is_answered_in_time_in_its_turn():
     # each of its chunks ended past the deadline: 18 of 200 in time in 20 s, a gap of 1.2 s,
     # while r0 had all 200 (the starved robot of the fleet bench). A cycle that would end
     # late is not run, and no robot waits behind the others for ever.
-    arrivals = synthetic({f"r{i}": 10.0 for i in range(5)}, 20.0,
-                         phases_ns={f"r{i}": 5 * i * MS for i in range(5)})
+    arrivals = synthetic(
+        {f"r{i}": 10.0 for i in range(5)}, 20.0, phases_ns={f"r{i}": 5 * i * MS for i in range(5)}
+    )
     r = _robots(1, 100)
     res = replay(r, arrivals, CostModel([24 * MS]), deadline_ns=DEADLINE_NS, profile=False)
     applied = {n: p["applied"] for n, p in res["robots"].items()}
@@ -59,8 +66,12 @@ def test_twice_the_full_quality_load_degrades_and_every_robot_keeps_its_stalenes
     arrivals = synthetic(_fleet(n, n), 10.0, seed=n, jitter_ns=2 * MS)
     offered = len(arrivals) / 10.0
     r = _robots(3, 50, said)
-    res = replay(r, arrivals, CostModel([8 * MS, 4 * MS, 2 * MS], spread=[1.0] * 14 + [1.3, 2.0]),
-                 deadline_ns=DEADLINE_NS)
+    res = replay(
+        r,
+        arrivals,
+        CostModel([8 * MS, 4 * MS, 2 * MS], spread=[1.0] * 14 + [1.3, 2.0]),
+        deadline_ns=DEADLINE_NS,
+    )
     assert res["refused"] == 0 and res["late"] == 0
     assert res["worst_over_limit"] <= 1.0, res["robots"]
     assert res["goodput_hz"] >= 0.95 * offered
@@ -116,6 +127,7 @@ def test_a_level_run_alone_is_priced_by_its_own_cycles_not_by_a_busy_start():
     # on the cheapest level, which runs in 3 ms. Priced off those first cycles (66 ms x its
     # profiled ratio) the node fitted 2 robots for good, and refused the rest all run long
     from rtinfer.inference.cycle_cost import FRESH_RECORDS, Costs
+
     costs = Costs(3)
     costs.set_level_profile({0: 10 * MS, 1: 5 * MS, 2: 2.5 * MS})
     for ns in (40, 66, 90):
@@ -156,8 +168,9 @@ def test_a_node_starved_of_cpu_reports_the_robots_it_served_not_its_fast_cycles(
     assert r.figures()[0]["capacity"] >= 20 and not r.overloaded
     t = phase(61, t, lambda seq: 150 * MS)  # each taken up past its deadline: expired
     assert r.figures()[0]["capacity"] == 1 and r.overloaded
-    assert any(kind == "overloaded" and "observations went unanswered" in text
-               for kind, text in said)
+    assert any(
+        kind == "overloaded" and "observations went unanswered" in text for kind, text in said
+    )
     t = phase(121, t, lambda seq: 0)  # served again: its costs decide again
     assert r.figures()[0]["capacity"] >= 20 and not r.overloaded
     t = phase(181, t, lambda seq: 0 if seq % 4 == 0 else None)  # one in four taken up
@@ -171,6 +184,7 @@ def test_an_unknown_rule_is_refused_with_the_choices():
 
 def _obs(name: str, seq: int, capture_ns: int | None = None):
     from rtinfer.transport.wire import Envelope
+
     stamps = {} if capture_ns is None else {"capture": capture_ns, "recv": capture_ns}
     return Envelope(2, "obs", seq, name, stamps, {})
 
@@ -179,8 +193,24 @@ def test_the_bench_replays_every_rule_on_the_same_arrivals(tiny_model_dir, capsy
     import json
 
     from rtinfer.bench.overload import RULES, main
-    assert main(["--model", str(tiny_model_dir), "--quick", "--robots", "1", "6",
-                 "--rates-hz", "10", "20", "--json"]) == 0
+
+    assert (
+        main(
+            [
+                "--model",
+                str(tiny_model_dir),
+                "--quick",
+                "--robots",
+                "1",
+                "6",
+                "--rates-hz",
+                "10",
+                "20",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert len(result["calibration"]["level_ms"]) == len(result["calibration"]["levels"])
     assert [row["robots"] for row in result["rows"]] == [1, 6]
@@ -198,7 +228,8 @@ def test_a_fixed_budget_keeps_its_level_under_overload_and_drops_what_would_end_
     budget = Budget([BudgetLevel(6 - i, 0, 4) for i in range(3)], DEADLINE_NS, auto=False)
     r = Robots(budget, remote=False, period_ns=50 * MS, say=lambda *a, **k: None)
     arrivals = synthetic(_fleet(16, 16), 5.0, seed=16, jitter_ns=2 * MS)
-    res = replay(r, arrivals, CostModel([8 * MS, 4 * MS, 2 * MS]), deadline_ns=DEADLINE_NS,
-                 profile=False)
+    res = replay(
+        r, arrivals, CostModel([8 * MS, 4 * MS, 2 * MS]), deadline_ns=DEADLINE_NS, profile=False
+    )
     assert set(res["level_mix"]) == {"0"} and res["late"] == 0
     assert all(s.asked_period_ns for s in r.slots.values())

@@ -7,6 +7,7 @@ ipc and tcp sockets (docs/wire.md, "Size limits"):
   counts it, reconnects, and receives what is published after the reconnect. What was
   published while it was disconnected is lost, and shows as a seq gap of exactly that size.
 """
+
 import subprocess
 import sys
 import time
@@ -62,8 +63,13 @@ for line in sys.stdin:
 
 class PublisherProcess:
     def __init__(self, endpoint: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", PUBLISHER, endpoint], cwd=REPO,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PUBLISHER, endpoint],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         ready = self.proc.stdout.readline().split()
         assert ready and ready[0] == "ready", f"publisher did not start ({self.proc.poll()})"
         self.endpoint = ready[1]
@@ -116,7 +122,9 @@ def recv_seqs(sub: Subscriber, n: int, timeout_s: float = 10.0) -> list[int]:
 
 
 @pytest.mark.parametrize("publisher", ["ipc", "tcp"], indirect=True)
-def test_a_message_one_byte_over_max_bytes_is_dropped_and_counted_and_the_session_lives_on(publisher):
+def test_a_message_one_byte_over_max_bytes_is_dropped_and_counted_and_the_session_lives_on(
+    publisher,
+):
     with Subscriber(publisher.endpoint, ["heartbeat", "obs"], max_bytes=MAX_BYTES, hwm=5000) as sub:
         link(publisher, sub)
         at_limit, _ = publisher.ask(f"obs {MAX_BYTES}")

@@ -2,6 +2,7 @@
 horizon keeps a chunk fresh, and the plan, until its last waypoint is due and never past it;
 the robot sends observations no faster than the period asked. Over real inproc sockets, on the
 test's clock (tests/test_controller_node.py's Cell), so every timing verdict is exact."""
+
 import contextlib
 import time
 
@@ -29,8 +30,12 @@ def paced_cell(open_loop_ms=500.0):
     """A Cell whose robot takes asks (open_loop_ms; None: an old robot, it takes none)."""
     ctx = zmq.Context()
     c = Cell(ctx)
-    cfg = ControllerConfig(tokenizer=TOK, action=ACT, open_loop_ms=open_loop_ms,
-                           control=gantry_control(mass=(2.0,) * 3, hold_decel=(2.0,) * 3))
+    cfg = ControllerConfig(
+        tokenizer=TOK,
+        action=ACT,
+        open_loop_ms=open_loop_ms,
+        control=gantry_control(mass=(2.0,) * 3, hold_decel=(2.0,) * 3),
+    )
     c.node = ControllerNode(c.plant, cfg, c.sub, c.pub, TOK.hash, clock=lambda: c.t)
     c.obs = Subscriber("inproc://ctl", ["obs"], ctx=ctx)
     _sync(c.pub, c.obs, "obs", {"values": {}, "ints": {}})
@@ -54,9 +59,21 @@ def send(c, *, age_ms, executes=None, obs_period_ms=None, points=AT, deliver=Tru
     w = np.zeros((len(points), 4), np.float32)
     w[:, :3] = points
     for i in range(len(points)):
-        c.policy.publish("action_chunk", waypoint_body(
-            c.cycle, i, len(points), w[i], spec=ACT.hash, period_ns=PERIOD, start_ns=PERIOD,
-            dest=c.node.robot, ask=ask or None), stamps={"capture": c.t - age_ms * MS})
+        c.policy.publish(
+            "action_chunk",
+            waypoint_body(
+                c.cycle,
+                i,
+                len(points),
+                w[i],
+                spec=ACT.hash,
+                period_ns=PERIOD,
+                start_ns=PERIOD,
+                dest=c.node.robot,
+                ask=ask or None,
+            ),
+            stamps={"capture": c.t - age_ms * MS},
+        )
     if deliver:
         c.deliver(len(points))
 
@@ -120,6 +137,7 @@ def test_a_late_commit_past_the_horizon_is_dropped_not_applied():
             c.t += 20 * MS
             c.plant.read = read
             return read()
+
         c.plant.read = slow_read
         c.node.tick()
         k = c.node.counters

@@ -1,6 +1,7 @@
 """Smoke tests for `rtinfer bench peers`: every row's code path runs with tiny counts and
 gives well-formed rows. No timing claims here (those live in the benchmark's own ratios);
 rows whose peer package is missing are skipped."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +15,21 @@ from peers import run as peers
 from peers.row import make_row
 
 QUICK = peers.Counts.quick()
-FIELDS = {"name", "peer", "peer_version", "peer_available", "unit", "rtinfer_p50", "peer_p50",
-          "rtinfer_p99", "peer_p99", "speedup_p50", "speedup_p99", "target_speedup_p50", "runs"}
+FIELDS = {
+    "name",
+    "peer",
+    "peer_version",
+    "peer_available",
+    "unit",
+    "rtinfer_p50",
+    "peer_p50",
+    "rtinfer_p99",
+    "peer_p99",
+    "speedup_p50",
+    "speedup_p99",
+    "target_speedup_p50",
+    "runs",
+}
 
 
 def _has(module: str) -> bool:
@@ -37,12 +51,19 @@ def test_speedup_is_peer_over_rtinfer():
     assert row["runs"] == {"rtinfer": 10, "peer": 10}
 
 
-@pytest.mark.skipif(not (_has("grpc") and _has("google.protobuf")), reason="grpcio/protobuf missing")
+@pytest.mark.skipif(
+    not (_has("grpc") and _has("google.protobuf")), reason="grpcio/protobuf missing"
+)
 def test_roundtrip_row_compares_bus_with_lerobot_grpc(tmp_path):
     from peers import roundtrip
+
     rows = roundtrip.rows(QUICK.roundtrips, QUICK.blocks, str(tmp_path), warmup=2)
     _check(rows, "transport_vs_lerobot_grpc")
-    assert {r["variant"] for r in rows} == {"image96+state", "state_only", "state_only_back_to_back"}
+    assert {r["variant"] for r in rows} == {
+        "image96+state",
+        "state_only",
+        "state_only_back_to_back",
+    }
     assert all(r["runs"]["rtinfer"] == r["runs"]["peer"] == QUICK.roundtrips for r in rows)
 
 
@@ -50,8 +71,10 @@ def test_roundtrip_row_compares_bus_with_lerobot_grpc(tmp_path):
 @pytest.mark.skipif(not _has("zenoh"), reason="eclipse-zenoh not installed")
 def test_zenoh_row_receives_messages_on_both_paths(tmp_path):
     from peers import zenoh_raw
-    rows = zenoh_raw.rows(QUICK.messages, QUICK.blocks, str(tmp_path), payloads=("image",),
-                           transports=("ipc",))
+
+    rows = zenoh_raw.rows(
+        QUICK.messages, QUICK.blocks, str(tmp_path), payloads=("image",), transports=("ipc",)
+    )
     _check(rows, "transport_vs_zenoh")
     assert [r["variant"] for r in rows] == ["image/ipc"] and rows[0]["raw_pyzmq_p50"] > 0
 
@@ -60,18 +83,21 @@ def test_zenoh_row_receives_messages_on_both_paths(tmp_path):
 def test_policy_row_is_token_identical_and_spec_matches_its_log(tmp_path):
     from peers import decode, torch_eager
     from rtinfer.bench.backend import make_random_model
+
     model = make_random_model("demo", tmp_path / "demo")
     rows = torch_eager.rows(model, QUICK.policy_cycles, warmup=1)
     _check(rows, "policy_vs_torch_eager")
     assert rows[0]["identical"] and rows[0]["mismatched_chunks"] == 0
     spec = decode.spec_rows(model, QUICK.spec_cycles)
     assert {r["variant"] for r in spec} == {"chunk", "self"}
-    assert all(r["identical"] and r["verifies"] > 0 and r["theory_tokens_per_verify"] >= 1
-               for r in spec)
+    assert all(
+        r["identical"] and r["verifies"] > 0 and r["theory_tokens_per_verify"] >= 1 for r in spec
+    )
 
 
 def test_theory_is_one_token_at_zero_acceptance_and_g_plus_one_at_full():
     from peers.decode import theory_tokens_per_verify
+
     assert theory_tokens_per_verify(0.0, [3, 5]) == 1.0
     assert theory_tokens_per_verify(1.0, [3]) == 4.0
     assert theory_tokens_per_verify(0.5, [2]) == pytest.approx(1.75)
@@ -79,15 +105,29 @@ def test_theory_is_one_token_at_zero_acceptance_and_g_plus_one_at_full():
 
 def test_loop_row_runs_idle_and_under_stress():
     from peers import loop
+
     rows = loop.rows(QUICK.loop_seconds, stress=1)
     assert [r["variant"] for r in rows] == ["idle", "stress x1"]
     assert all(r["runs"]["rtinfer"] > 0 and r["peer_p999"] is not None for r in rows)
 
 
 def test_markdown_replaces_only_its_own_section(tmp_path):
-    result = {"machine": peers.machine(), "command": peers.COMMAND, "counts": {}, "rows": [
-        make_row("transport_vs_zenoh", "Zenoh", "1", [100, 200], [90, 95], variant="chunk/tcp",
-                 target_speedup_p50=0.67)]}
+    result = {
+        "machine": peers.machine(),
+        "command": peers.COMMAND,
+        "counts": {},
+        "rows": [
+            make_row(
+                "transport_vs_zenoh",
+                "Zenoh",
+                "1",
+                [100, 200],
+                [90, 95],
+                variant="chunk/tcp",
+                target_speedup_p50=0.67,
+            )
+        ],
+    }
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## Other\nkeep me\n")
     peers.write_markdown(result, doc)

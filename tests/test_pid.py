@@ -1,4 +1,5 @@
 """PID against hand-derived responses (dt = 0.01 s unless said otherwise)."""
+
 import numpy as np
 import pytest
 
@@ -62,8 +63,7 @@ def test_integral_is_clamped_by_its_limits():
 def test_back_calculation_converges_to_the_textbook_fixed_point():
     # In steady saturation with constant e, u_raw settles at u_max + ki * e / kt.
     kp, ki, kt, e, umax = 1.0, 5.0, 20.0, 2.0, 1.5
-    pid = PID(kp, ki, 0.0, dt_s=DT, n=1, kt=kt, out_min=-umax, out_max=umax, i_min=-1e9,
-              i_max=1e9)
+    pid = PID(kp, ki, 0.0, dt_s=DT, n=1, kt=kt, out_min=-umax, out_max=umax, i_min=-1e9, i_max=1e9)
     for _ in range(2000):
         pid.update(e, 0.0)
     assert pid.u[0] == umax
@@ -118,12 +118,21 @@ def test_a_defaulted_kt_follows_kp_and_ki_and_kt_can_be_set():
     assert pid.gains.kt.tolist() == [3.0, 0.0]  # given explicitly: kept
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda: PID(0.0, 5.0, 0.0, dt_s=DT, n=1), "kp = 0 <= 0 with ki = 5 would mean no anti-windup"),
-    (lambda: PID([1.0, -1.0], 2.0, 0.0, dt_s=DT, n=2), "axis 1: kt defaults to ki / kp"),
-    (lambda: PID(1.0, 1.0, 0.0, dt_s=DT, n=1, kt=1 / DT), "kt \\* dt = 1; it must be in \\[0, 1\\)"),
-    (lambda: PID(1.0, 2000.0, 0.0, dt_s=DT, n=1), "kt = 2000/s"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (
+            lambda: PID(0.0, 5.0, 0.0, dt_s=DT, n=1),
+            "kp = 0 <= 0 with ki = 5 would mean no anti-windup",
+        ),
+        (lambda: PID([1.0, -1.0], 2.0, 0.0, dt_s=DT, n=2), "axis 1: kt defaults to ki / kp"),
+        (
+            lambda: PID(1.0, 1.0, 0.0, dt_s=DT, n=1, kt=1 / DT),
+            "kt \\* dt = 1; it must be in \\[0, 1\\)",
+        ),
+        (lambda: PID(1.0, 2000.0, 0.0, dt_s=DT, n=1), "kt = 2000/s"),
+    ],
+)
 def test_gains_the_loop_cannot_run_with_are_refused_with_the_fix(make, says):
     with pytest.raises(ValueError, match=says):
         make()

@@ -1,4 +1,5 @@
 """Policy architecture: shapes, KV-cache equivalence, shared-head early exits, checkpoints."""
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +28,7 @@ def _seq(T=24, seed=1):
 def _decode(model, idx, chunks, exit_layer=None):
     kv, out, pos = model.new_kv(idx.shape[0]), [], 0
     for k in chunks:
-        logits, kv = model.step(idx[:, pos:pos + k], pos, kv, exit_layer)
+        logits, kv = model.step(idx[:, pos : pos + k], pos, kv, exit_layer)
         out.append(logits)
         pos += k
     return torch.cat(out, 1), kv
@@ -95,14 +96,14 @@ def test_shallow_draft_then_full_verify_equals_full_depth_decoding(model):
     _, kv = _decode(model, idx, [prefix])
     pos = prefix
     for _ in range(k):  # draft k tokens one at a time at the first exit
-        _, kv = model.step(idx[:, pos:pos + 1], pos, kv, exit_layer=1)
+        _, kv = model.step(idx[:, pos : pos + 1], pos, kv, exit_layer=1)
         pos += 1
-    verify, kv = model.step(idx[:, prefix:prefix + k], prefix, kv)
+    verify, kv = model.step(idx[:, prefix : prefix + k], prefix, kv)
     full, kv_full = _decode(model, idx, [prefix, k])
     torch.testing.assert_close(verify, full[:, prefix:], atol=ATOL, rtol=0)
     torch.testing.assert_close(kv, kv_full, atol=ATOL, rtol=0)
-    after, _ = model.step(idx[:, pos:pos + 3], pos, kv)
-    torch.testing.assert_close(after, model(idx[:, :pos + 3])[:, pos:], atol=ATOL, rtol=0)
+    after, _ = model.step(idx[:, pos : pos + 3], pos, kv)
+    torch.testing.assert_close(after, model(idx[:, : pos + 3])[:, pos:], atol=ATOL, rtol=0)
 
 
 @torch.no_grad()
@@ -124,6 +125,7 @@ def test_greedy_decode_is_deterministic(model):
             out.append(int(tok))
             logits, kv = model.step(tok, pos, kv)
         return out
+
     assert greedy() == greedy()
 
 
@@ -155,12 +157,15 @@ def test_config_rejects_bad_exits_and_round_trips_json():
 def test_vocab_ranges_are_contiguous_and_action_ids_round_trip(n_instr, n_obs, n_act, data):
     v = Vocab(n_instr=n_instr, n_obs_bins=n_obs, n_action_bins=n_act)
     assert v.instr_start == len(v.specials) and v.obs_start == v.instr_start + n_instr
-    assert v.action_start == v.obs_start + n_obs and v.size == v.action_stop == v.action_start + n_act
+    assert (
+        v.action_start == v.obs_start + n_obs and v.size == v.action_stop == v.action_start + n_act
+    )
     bins = np.array(data.draw(st.lists(st.integers(0, n_act - 1), min_size=1, max_size=16)))
     ids = v.action_to_vocab(bins)
     assert v.is_action(ids).all() and (v.vocab_to_action(ids) == bins).all()
-    assert torch.equal(v.vocab_to_action(v.action_to_vocab(torch.from_numpy(bins))),
-                       torch.from_numpy(bins))
+    assert torch.equal(
+        v.vocab_to_action(v.action_to_vocab(torch.from_numpy(bins))), torch.from_numpy(bins)
+    )
     with pytest.raises(ValueError):
         v.action_to_vocab(n_act)
     with pytest.raises(ValueError):

@@ -1,6 +1,7 @@
 """Quantised step graphs (models.quantise): int8 and int4 weight-only sets beside fp32, their
 manifest entries and hashes, the backend's precision option, per-row rounding (what keeps
 speculation exact), and the shipped model's sets against fp32 on its recorded stream."""
+
 import hashlib
 import json
 import shutil
@@ -33,8 +34,11 @@ def quantised_dir(tiny_model_dir, tmp_path_factory):
     share_weights(d)
     md, rng = ModelDir.load(d), np.random.default_rng(0)
     pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(8)]
-    np.savez(d / "stream.npz", instruction_tokens=np.stack([i for i, _ in pairs]),
-             obs_tokens=np.stack([o for _, o in pairs]))
+    np.savez(
+        d / "stream.npz",
+        instruction_tokens=np.stack([i for i, _ in pairs]),
+        obs_tokens=np.stack([o for _, o in pairs]),
+    )
     before = {p.name: _sha(p) for p in d.iterdir() if p.suffix in (".onnx", ".bin")}
     return d, before, quantise(d, QUANTISED)
 
@@ -94,6 +98,7 @@ def _rows_depend_on_later_tokens(path, n_tokens: int, seed: int) -> bool:
     """Change the last half of a k-token step's tokens: do the first half's logits move?
     Causal attention cannot move them; only a scale taken across tokens can."""
     import onnxruntime as ort
+
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     kv_shape = next(i.shape for i in sess.get_inputs() if i.name == "kv")
     rng = np.random.default_rng(seed)
@@ -109,12 +114,14 @@ def test_quantised_verify_rows_round_from_their_own_token_alone(quantised_dir, t
     """What keeps speculation exact: a verify row is computed as if the other rows were not
     there. Dynamic activation quantisation (one scale from all k tokens) breaks it."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
+
     d, _, _ = quantised_dir
     V = ModelDir.load(d).config["vocab_size"]
     for prec in ("float32", *QUANTISED):
         sub = "" if prec == "float32" else f"{prec}/"
-        assert not any(_rows_depend_on_later_tokens(d / f"{sub}step_d3_k4.onnx", V, s)
-                       for s in range(5)), prec
+        assert not any(
+            _rows_depend_on_later_tokens(d / f"{sub}step_d3_k4.onnx", V, s) for s in range(5)
+        ), prec
     onnx.save(onnx.load(str(d / "step_d3_k4.onnx")), str(tmp_path / "fp32.onnx"))
     quantize_dynamic(tmp_path / "fp32.onnx", tmp_path / "dyn.onnx", weight_type=QuantType.QInt8)
     assert any(_rows_depend_on_later_tokens(tmp_path / "dyn.onnx", V, s) for s in range(5))
@@ -131,6 +138,7 @@ def test_agreement_is_measured_against_fp32_and_speculation_stays_exact(quantise
 
 def test_bench_decode_compares_precisions_in_one_run(quantised_dir):
     from rtinfer.bench.decode import precision_run
+
     r = precision_run(quantised_dir[0], ("fp32", "int8", "int4"), cycles=4, rounds=2)
     per = r["precisions"]
     assert per["fp32"]["ratio"] == 1.0 and per["fp32"]["token_agreement"] == 1.0
@@ -139,9 +147,22 @@ def test_bench_decode_compares_precisions_in_one_run(quantised_dir):
 
 def test_node_refuses_a_precision_on_another_backend(capsys):
     from rtinfer.inference.node import main
+
     with pytest.raises(SystemExit) as e:
-        main(["--model", str(ZOO), "--obs", "ipc:///tmp/x", "--actions", "ipc:///tmp/y",
-              "--backend", "torch", "--precision", "int8"])
+        main(
+            [
+                "--model",
+                str(ZOO),
+                "--obs",
+                "ipc:///tmp/x",
+                "--actions",
+                "ipc:///tmp/y",
+                "--backend",
+                "torch",
+                "--precision",
+                "int8",
+            ]
+        )
     assert e.value.code == 2 and "--backend onnx" in capsys.readouterr().err
 
 
@@ -161,8 +182,9 @@ def test_shipped_set_speculates_exactly_and_its_card_holds_the_measured_agreemen
     assert measured["token_agreement"] > 0.98
     card = json.loads((ZOO / "card.json").read_text())["quantised"][prec]["agreement"]
     # another CPU's int8 kernels may round a near-tie differently: a point of slack, no more
-    assert {k: card[k] for k in ("stream", "cycles", "tokens", "speculative_identical")} == \
-        {k: measured[k] for k in ("stream", "cycles", "tokens", "speculative_identical")}
+    assert {k: card[k] for k in ("stream", "cycles", "tokens", "speculative_identical")} == {
+        k: measured[k] for k in ("stream", "cycles", "tokens", "speculative_identical")
+    }
     for k in ("token_agreement", "chunk_agreement", "first_token_agreement"):
         assert card[k] == pytest.approx(measured[k], abs=0.01), k
 
@@ -177,8 +199,9 @@ def test_shipped_set_sorts_within_two_points_of_fp32(prec):
 
 @needs_zoo
 def test_shipped_quantised_sets_are_small():
-    fp32 = sum((ZOO / n).stat().st_size for n in ["policy.safetensors"] +
-               [p.name for p in ZOO.glob("step_*.onnx")])
+    fp32 = sum(
+        (ZOO / n).stat().st_size
+        for n in ["policy.safetensors"] + [p.name for p in ZOO.glob("step_*.onnx")]
+    )
     sizes = {p: sum(f.stat().st_size for f in (ZOO / p).iterdir()) for p in QUANTISED}
     assert sizes["int4"] < sizes["int8"] < fp32 / 2 and sum(sizes.values()) < 5e6, sizes
-

@@ -1,5 +1,6 @@
 """The README's layout table names every top-level folder of the checkout and every package
 of rtinfer, so a reader finds where a thing lives."""
+
 import re
 import subprocess
 from pathlib import Path

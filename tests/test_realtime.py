@@ -3,6 +3,7 @@
 Timing checks here are lower bounds the schedule guarantees (a deadline is never
 met early) or very generous upper bounds; no `elapsed < tiny` assertions.
 """
+
 import gc
 import json
 import os
@@ -25,6 +26,7 @@ STEPS = {"affinity", "scheduler", "gc", "mlockall"}
 
 # ---------------------------------------------------------------- RateKeeper
 
+
 def test_rate_keeper_holds_the_long_run_rate():
     t0 = time.monotonic()
     rk = RateKeeper(500, "test")
@@ -33,7 +35,7 @@ def test_rate_keeper_holds_the_long_run_rate():
     elapsed = time.monotonic() - t0
     assert rk.frame == 200
     assert elapsed >= 0.4  # 200 deadlines 2 ms apart are never met early
-    assert elapsed < 2.0   # generous: a noisy VM, but no unbounded slip
+    assert elapsed < 2.0  # generous: a noisy VM, but no unbounded slip
     assert rk.lateness.count == 200
 
 
@@ -103,6 +105,7 @@ def test_rate_keeper_rejects_a_nonpositive_rate():
 
 # --------------------------------------------------------- configure_realtime
 
+
 def test_configure_realtime_never_raises_and_reports_each_step():
     affinity = os.sched_getaffinity(0)
     gc_enabled = gc.isenabled()
@@ -133,8 +136,9 @@ def test_configure_realtime_in_a_fresh_process_logs_each_refusal_once():
         " for _ in range(3)]\n"
         "print(json.dumps({'ok': ok, 'bad': bad}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     result = json.loads(out.stdout)
     assert set(result["ok"]) == STEPS
     assert all(isinstance(v, str) and v for v in result["ok"].values())
@@ -176,6 +180,7 @@ def test_spin_freezes_what_exists_for_the_loops_life_and_keeps_the_collector_on(
 
 # ------------------------------------------------------------ LatencyHistogram
 
+
 def test_histogram_percentiles_match_numpy_within_hdr_precision():
     data = np.random.default_rng(7).lognormal(mean=13.0, sigma=1.0, size=50_000).astype(np.int64)
     h = LatencyHistogram()
@@ -191,7 +196,13 @@ def test_histogram_percentiles_match_numpy_within_hdr_precision():
 
 def test_empty_histogram_reports_zeros():
     assert LatencyHistogram().percentiles_us() == {
-        "p50": 0.0, "p90": 0.0, "p99": 0.0, "p999": 0.0, "max": 0.0, "count": 0.0}
+        "p50": 0.0,
+        "p90": 0.0,
+        "p99": 0.0,
+        "p999": 0.0,
+        "max": 0.0,
+        "count": 0.0,
+    }
 
 
 def test_out_of_range_values_are_clamped_and_counted():

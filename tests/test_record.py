@@ -2,6 +2,7 @@
 mcap-ros2-support's own decoder (independent of the writer), holds every cycle the robot
 traced, and `rtinfer report run.mcap` gives the trace file's table; bad --record paths are
 refused before anything starts."""
+
 import json
 import subprocess
 import sys
@@ -15,15 +16,21 @@ pytest.importorskip("mcap_ros2")
 
 
 def rtinfer(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "rtinfer.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     d = tmp_path_factory.mktemp("rec")
-    r = rtinfer("demo", "--seconds", 3, "--json", "--run-dir", d / "run", "--record",
-                d / "run.mcap")
+    r = rtinfer(
+        "demo", "--seconds", 3, "--json", "--run-dir", d / "run", "--record", d / "run.mcap"
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return d, json.loads(r.stdout)
 
@@ -32,6 +39,7 @@ def test_the_recording_opens_with_ros2_schemas_and_holds_every_traced_cycle(reco
     from mcap_ros2.reader import read_ros2_messages
 
     from rtinfer.realtime.trace import read_trace
+
     d, report = recorded
     assert report["recording"] == str(d / "run.mcap")
     kinds, traces, obs, nodes, answered = Counter(), [], [], set(), set()
@@ -70,9 +78,10 @@ def test_report_reads_a_recording_as_it_reads_the_trace_file(recorded):
 def test_bad_record_paths_are_refused_with_one_line_before_anything_starts(tmp_path):
     (tmp_path / "a-file").write_text("")  # no folder can be made under a file
     for args, says in (
-            ((tmp_path / "a-file" / "dir" / "run.mcap",), "cannot write there"),
-            ((tmp_path / "run.txt",), "name an .mcap file"),
-            ((tmp_path / "run.mcap", "--stress", "cpu"), "records one run")):
+        ((tmp_path / "a-file" / "dir" / "run.mcap",), "cannot write there"),
+        ((tmp_path / "run.txt",), "name an .mcap file"),
+        ((tmp_path / "run.mcap", "--stress", "cpu"), "records one run"),
+    ):
         r = rtinfer("demo", "--seconds", 2, "--run-dir", tmp_path / "rd", "--record", *args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and r.stdout == "" and len(lines) == 1, r.stderr[-2000:]
@@ -86,16 +95,23 @@ def test_bad_record_paths_are_refused_with_one_line_before_anything_starts(tmp_p
 def test_the_reading_example_of_docs_ros2_runs_as_written(recorded, tmp_path):
     import re
     import shutil
+
     d, _ = recorded
     text = (ROOT / "docs" / "ros2.md").read_text()
     code = dict(re.findall(r"<!-- ros2-example: (\S+) -->\s*```\w*\n(.*?)```", text, re.S))
     assert list(code) == ["read_run.py"]
     shutil.copy(d / "run.mcap", tmp_path / "run.mcap")
-    r = subprocess.run([sys.executable, "-c", code["read_run.py"]], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code["read_run.py"]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    m = re.fullmatch(r"(\d+) cycles applied, (\d+) late, e2e p50 [\d.]+ ms; nodes: (.*)\n",
-                     r.stdout)
+    m = re.fullmatch(
+        r"(\d+) cycles applied, (\d+) late, e2e p50 [\d.]+ ms; nodes: (.*)\n", r.stdout
+    )
     assert m and int(m[1]) >= 20, r.stdout
     assert {"controller", "monitor", "policy"} <= set(m[3].split(", ")), r.stdout
 
@@ -109,13 +125,17 @@ def test_camera_frames_are_recorded_as_sensor_msgs_images(tmp_path):
     from rtinfer.record.node import Recorder
     from rtinfer.transport.bus import Publisher
     from rtinfer.transport.wire import now_ns
+
     ep = f"ipc://{tmp_path}/obs"
     pub = Publisher(ep, "cell")
     rec = Recorder([ep], str(tmp_path / "cam.mcap"))
     image = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
     try:
-        body = {"values": {"xy": np.zeros(2, np.float32)}, "ints": {},
-                "frames": {"overhead": {"image": image, "capture_ns": now_ns() - 1000}}}
+        body = {
+            "values": {"xy": np.zeros(2, np.float32)},
+            "ints": {},
+            "frames": {"overhead": {"image": image, "capture_ns": now_ns() - 1000}},
+        }
         end = time.monotonic() + 30
         while rec.counters["images"] < 3 and time.monotonic() < end:  # joined: then 3 more
             pub.publish("obs", body, {"capture": now_ns()})
@@ -123,8 +143,11 @@ def test_camera_frames_are_recorded_as_sensor_msgs_images(tmp_path):
     finally:
         rec.close()
         pub.close()
-    images = [m for m in read_ros2_messages(str(tmp_path / "cam.mcap"))
-              if m.channel.topic == "/rtinfer/camera/cell/overhead"]
+    images = [
+        m
+        for m in read_ros2_messages(str(tmp_path / "cam.mcap"))
+        if m.channel.topic == "/rtinfer/camera/cell/overhead"
+    ]
     assert len(images) == rec.counters["images"] >= 3
     img = images[-1].ros_msg
     assert (img.height, img.width, img.encoding, img.step) == (48, 64, "rgb8", 64 * 3)

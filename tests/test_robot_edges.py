@@ -3,6 +3,7 @@ driver written against the previous docs/robots.md (an `on_tick(node, ...)` or `
 hook, no `observe()`) hears at start-up what replaced it; a run in which the robot sent no
 observation ends with a line that says so, with the counters that explain it, not a question
 about the policy's wiring; a float32 camera frame is refused with a fix that names frames."""
+
 import json
 import os
 import subprocess
@@ -71,20 +72,47 @@ def setup(d: Path, obs_spec: bool) -> tuple[Path, Path]:
     model.mkdir()
     control.action_spec(4, PERIOD).save(model / "action_spec.json")
     if obs_spec:
-        (model / "obs_spec.json").write_text(json.dumps(
-            {"format": "rtinfer-obs-spec", "version": 1,
-             "inputs": [{"key": "joints", "dtype": "float32", "shape": [2]}]}))
+        (model / "obs_spec.json").write_text(
+            json.dumps(
+                {
+                    "format": "rtinfer-obs-spec",
+                    "version": 1,
+                    "inputs": [{"key": "joints", "dtype": "float32", "shape": [2]}],
+                }
+            )
+        )
     return cfg, model
 
 
 def run(d: Path, driver: str, obs_spec: bool = True, *python: str):
     cfg, model = setup(d, obs_spec)
     p = subprocess.run(
-        [sys.executable, *python, "-m", "controllers.run", "--hardware", f"drivers:{driver}",
-         "--config", str(cfg), "--model", str(model), "--obs", f"ipc://{d}/robot",
-         "--actions", f"ipc://{d}/policy", "--seconds", "1", "--report", str(d / "r.json")],
-        cwd=d, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": f"{d}:{ROOT}"})
+        [
+            sys.executable,
+            *python,
+            "-m",
+            "controllers.run",
+            "--hardware",
+            f"drivers:{driver}",
+            "--config",
+            str(cfg),
+            "--model",
+            str(model),
+            "--obs",
+            f"ipc://{d}/robot",
+            "--actions",
+            f"ipc://{d}/policy",
+            "--seconds",
+            "1",
+            "--report",
+            str(d / "r.json"),
+        ],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": f"{d}:{ROOT}"},
+    )
     return p, json.loads((d / "r.json").read_text())
 
 
@@ -96,7 +124,7 @@ def test_a_driver_with_the_old_on_tick_hook_hears_what_replaced_it_at_start_up(t
     assert len(tick) == 1 and "observe(state, now_ns)" in tick[0] and "advance(" in tick[0]
     assert "docs/robots.md section 2" in tick[0] and "2026-12-02" in tick[0], p.stderr
     assert len(stop) == 1 and "health(robot, state)" in stop[0], p.stderr
-    assert lines.index(tick[0]) < 2   # at start-up, before the run
+    assert lines.index(tick[0]) < 2  # at start-up, before the run
     last = lines[-1]
     assert p.returncode == 1 and "sent no observation" in last and "observe()" in last, last
     assert report["controller"]["obs_sent"] == 0

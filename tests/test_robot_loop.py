@@ -2,6 +2,7 @@
 clock: the driver's observation published by the controller (checked against the policy's
 observation spec), a driver's bug named, a capture from the robot's future refused, the
 policy's out-of-range waypoints said, and the bus's drops counted in health."""
+
 import time
 
 import numpy as np
@@ -14,11 +15,28 @@ from controllers.node import State
 from rtinfer.model.obs_spec import ObsSpec
 from rtinfer.transport.bus import Subscriber
 
-SPEC = ObsSpec({"format": "rtinfer-obs-spec", "version": 1,
-                "inputs": [{"key": "pos", "dtype": "float32", "shape": [3]}]})
-CAMERA_SPEC = ObsSpec({**SPEC.doc, "inputs": [*SPEC.doc["inputs"], {
-    "key": "overhead", "kind": "image", "dtype": "uint8", "shape": [224, 224, 3],
-    "camera": "overhead"}]})
+SPEC = ObsSpec(
+    {
+        "format": "rtinfer-obs-spec",
+        "version": 1,
+        "inputs": [{"key": "pos", "dtype": "float32", "shape": [3]}],
+    }
+)
+CAMERA_SPEC = ObsSpec(
+    {
+        **SPEC.doc,
+        "inputs": [
+            *SPEC.doc["inputs"],
+            {
+                "key": "overhead",
+                "kind": "image",
+                "dtype": "uint8",
+                "shape": [224, 224, 3],
+                "camera": "overhead",
+            },
+        ],
+    }
+)
 
 
 @pytest.fixture
@@ -59,6 +77,7 @@ def test_the_drivers_observation_goes_out_as_obs_with_its_capture_stamp(ctx):
             return None
         observed.append(now)
         return Observation(now - 3 * MS, {"pos": state.pos.astype(np.float32)}, {"k": 7})
+
     c = observing_cell(ctx, observe)
     sub = Subscriber("inproc://ctl", ["obs"], ctx=ctx)
     try:
@@ -79,6 +98,7 @@ def test_the_drivers_observation_goes_out_as_obs_with_its_capture_stamp(ctx):
 def test_an_observation_the_policys_spec_does_not_name_is_counted_said_and_not_sent(ctx, capfd):
     def observe(state, now):
         return Observation(now, {"pos": state.pos})  # float64: the spec wants float32
+
     c = observing_cell(ctx, observe, obs_spec=SPEC)
     try:
         c.run(100)
@@ -99,6 +119,7 @@ def test_observations_laid_out_as_the_spec_names_are_sent_checked_in_full_once(c
 
     def observe(state, now):
         return Observation(now, {"pos": state.pos.astype(np.float32)})
+
     c = observing_cell(ctx, observe, obs_spec=Spy(SPEC.doc))
     try:
         c.run(50)
@@ -111,6 +132,7 @@ def test_observations_laid_out_as_the_spec_names_are_sent_checked_in_full_once(c
 def test_an_observation_the_wire_cannot_carry_is_counted_and_the_loop_goes_on(ctx, capfd):
     def observe(state, now):
         return Observation(now, {"pos": np.array([np.nan, 0.0, 0.0], np.float32)})
+
     c = observing_cell(ctx, observe)
     try:
         c.run(20)
@@ -128,8 +150,12 @@ def test_a_drivers_frames_go_out_with_the_obs_each_with_its_camera_and_capture_s
         if (now // MS) % 50:
             return None
         images.append(np.full((224, 224, 3), len(images) % 256, np.uint8))  # a new one a frame
-        return Observation(now, {"pos": state.pos.astype(np.float32)},
-                           frames={"overhead": (images[-1], now - 7 * MS)})
+        return Observation(
+            now,
+            {"pos": state.pos.astype(np.float32)},
+            frames={"overhead": (images[-1], now - 7 * MS)},
+        )
+
     c = observing_cell(ctx, observe, obs_spec=CAMERA_SPEC)
     sub = Subscriber("inproc://ctl", ["obs"], ctx=ctx)
     try:
@@ -148,8 +174,12 @@ def test_a_drivers_frames_go_out_with_the_obs_each_with_its_camera_and_capture_s
 
 def test_a_frame_the_policys_spec_does_not_take_is_counted_said_and_not_sent(ctx, capfd):
     def observe(state, now):
-        return Observation(now, {"pos": state.pos.astype(np.float32)},
-                           frames={"overhead": (np.zeros((224, 224, 4), np.uint8), now)})
+        return Observation(
+            now,
+            {"pos": state.pos.astype(np.float32)},
+            frames={"overhead": (np.zeros((224, 224, 4), np.uint8), now)},
+        )
+
     c = observing_cell(ctx, observe, obs_spec=CAMERA_SPEC)
     try:
         c.run(10)
@@ -168,6 +198,7 @@ def test_a_drivers_bug_ends_the_loop_naming_its_method(ctx, method):
 
         def broken(*args):
             raise RuntimeError("encoder gone")
+
         if method == "observe":
             c.plant._observe = broken
         else:
@@ -206,8 +237,9 @@ def test_policy_waypoints_past_the_axes_are_clipped_counted_and_said_once_a_seco
             c.deliver(4)
             c.run(50)
         c.run(100)  # a health message after the last chunk
-        health = [e.body for e in iter(lambda: c.watch.recv(timeout_ms=50), None)
-                  if e.topic == "health"]
+        health = [
+            e.body for e in iter(lambda: c.watch.recv(timeout_ms=50), None) if e.topic == "health"
+        ]
         counters = health[-1]["counters"]
         assert counters["waypoint_clamps"] >= 5 * 4 * 3  # every value of every waypoint
         assert counters["waypoint_clamps"] == c.node.stack.counters["waypoint_clamps"]
@@ -215,8 +247,10 @@ def test_policy_waypoints_past_the_axes_are_clipped_counted_and_said_once_a_seco
         seconds = time.monotonic() - t0
         assert 1 <= len(err) <= 1 + seconds and len(err) < len(health)  # at most one a second
         assert all("the policy's chunks go past the axis limits" in e for e in err)
-        assert f"{counters['waypoint_clamps']} waypoint values clipped" in "".join(err) \
-            or len(err) == 1  # the totals, as health has them when the line was said
+        assert (
+            f"{counters['waypoint_clamps']} waypoint values clipped" in "".join(err)
+            or len(err) == 1
+        )  # the totals, as health has them when the line was said
     finally:
         c.close()
 
@@ -227,8 +261,9 @@ def test_malformed_chunks_dropped_by_the_bus_are_in_the_controllers_health(ctx):
         for k in range(15):  # on the policy's real socket: not a wire message
             c.policy._sock.send_multipart([b"action_chunk", b"not msgpack %d" % k])
         c.run(150)
-        health = [e.body for e in iter(lambda: c.watch.recv(timeout_ms=50), None)
-                  if e.topic == "health"]
+        health = [
+            e.body for e in iter(lambda: c.watch.recv(timeout_ms=50), None) if e.topic == "health"
+        ]
         counters = health[-1]["counters"]
         assert counters["sub.rejected"] == 15 and counters["sub.oversize"] == 0
         assert counters["pub.dropped"] == 0 and counters["sub.sessions_ended"] == 0

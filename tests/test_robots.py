@@ -5,6 +5,7 @@ continuous tool, and a policy that does not fit refused before the first tick.
 In process: a ControllerNode on real (inproc) ZeroMQ sockets, the numpy robot of
 tests/motors.py stepped 1 ms per tick on an explicit clock. The controllers.run process
 itself is tested in tests/test_controllers_run.py."""
+
 import itertools
 
 import numpy as np
@@ -54,9 +55,20 @@ class Loop:
         w = np.asarray(waypoints, np.float32)
         self.cycle += 1
         for i, row in enumerate(w):
-            self.policy.publish("action_chunk", waypoint_body(
-                self.cycle, i, len(w), row, spec=self.action.hash, period_ns=PERIOD,
-                start_ns=PERIOD, dest="robot"), {"capture": self.t})
+            self.policy.publish(
+                "action_chunk",
+                waypoint_body(
+                    self.cycle,
+                    i,
+                    len(w),
+                    row,
+                    spec=self.action.hash,
+                    period_ns=PERIOD,
+                    start_ns=PERIOD,
+                    dest="robot",
+                ),
+                {"capture": self.t},
+            )
 
     def follow(self, target, seconds: float, tool=None) -> None:
         """Chunks every 50 ms whose waypoints all sit at `target` (plus the tool value)."""
@@ -75,7 +87,8 @@ def test_one_and_six_axis_robots_reach_their_targets_through_the_same_code(n):
     c = loop.node.counters
     assert np.allclose(loop.hw.state.pos, target, atol=2e-3)
     assert c["chunks_accepted"] == 40 and not any(
-        v for k, v in c.items() if k.startswith("rejected_"))
+        v for k, v in c.items() if k.startswith("rejected_")
+    )
     assert loop.node.stack.counters["effort_clamps"] == 0  # no axis is left to saturate
 
 
@@ -84,9 +97,9 @@ def test_hold_in_each_command_mode_brakes_then_keeps_the_position(mode):
     control = axes(2, mode)
     hw = Motors(control, gravity=5.0 if mode == "effort" else 0.0)
     loop = Loop(control, hw)
-    loop.follow([0.8, -0.4], 0.25)   # still moving towards it when the chunks stop
+    loop.follow([0.8, -0.4], 0.25)  # still moving towards it when the chunks stop
     moving = np.abs(hw.state.vel).max()
-    loop.tick(400)                   # the watchdog holds: no fresh chunk for 150 ms
+    loop.tick(400)  # the watchdog holds: no fresh chunk for 150 ms
     assert loop.node.state == "hold" and loop.node.counters["holds"] == 1 and moving > 0.3
     held, values = hw.state.pos.copy(), []
     for _ in range(300):
@@ -94,11 +107,11 @@ def test_hold_in_each_command_mode_brakes_then_keeps_the_position(mode):
         values.append(hw.value.copy())
     values = np.array(values)
     assert np.abs(hw.state.vel).max() < 1e-3 and np.allclose(hw.state.pos, held, atol=1e-3)
-    if mode == "position":   # the command is the held reference: constant
+    if mode == "position":  # the command is the held reference: constant
         assert np.ptp(values, axis=0).max() == 0.0
     elif mode == "velocity":  # ramped to zero: what is left corrects the last lag
         assert np.abs(values[-1]).max() < 1e-5 < np.abs(values[0]).max()
-    else:                     # the effort is what holds the links against gravity
+    else:  # the effort is what holds the links against gravity
         assert np.allclose(values[-1], 5.0 * np.cos(hw.state.pos), atol=0.05)
 
 
@@ -127,7 +140,7 @@ def test_the_start_is_smooth_from_where_the_robot_is_never_a_jump_to_waypoint_0(
         loop.tick()
         refs.append(loop.node.stack.cmd.ref_pos[0])
     steps = np.diff([-1.5] + refs)
-    assert np.abs(steps).max() <= 2.0e-3 + 1e-12            # vel_limit * dt
+    assert np.abs(steps).max() <= 2.0e-3 + 1e-12  # vel_limit * dt
     # acc_limit * dt^2, but for one tick where the braking curve hands over to the exact
     # plan near the target (the tracker's discrete stopping rule: 1.48x seen)
     acc = np.abs(np.diff(steps)) / 1e-5
@@ -144,10 +157,10 @@ def test_failed_reads_and_writes_hold_are_counted_in_health_and_recover():
     hw.fail_reads = 5
     loop.tick(2)
     assert loop.node.state == "fault" and loop.node.counters["read_faults"] == 2
-    loop.send([[1.0, 1.0]] * 4)      # not followed while the robot does not answer
+    loop.send([[1.0, 1.0]] * 4)  # not followed while the robot does not answer
     loop.tick(3)
     assert loop.node.counters["rejected_hold"] == 4
-    loop.tick()                      # a good read and write: holding, awaiting a fresh chunk
+    loop.tick()  # a good read and write: holding, awaiting a fresh chunk
     assert loop.node.state == "hold" and loop.node.counters["read_faults"] == 5
     assert np.allclose(hw.state.pos, 0.5, atol=1e-3)  # held where it was
     hw.fail_writes = 3
@@ -178,30 +191,63 @@ def test_a_policy_that_does_not_fit_the_robot_is_refused_naming_both_sides():
     with pytest.raises(ValueError) as e:
         ControllerConfig(six, action=axes(1, "effort").action_spec(4, PERIOD))
     assert "1 action dimensions ['j0']" in str(e.value) and "this robot has 6" in str(e.value)
-    metres = ControlConfig(tuple(AxisConfig(a.name, "m", a.mode, a.low, a.high, a.vel_limit,
-                                            a.acc_limit, effort_limit=50.0, kp=1.0)
-                                 for a in six.axes))
+    metres = ControlConfig(
+        tuple(
+            AxisConfig(
+                a.name,
+                "m",
+                a.mode,
+                a.low,
+                a.high,
+                a.vel_limit,
+                a.acc_limit,
+                effort_limit=50.0,
+                kp=1.0,
+            )
+            for a in six.axes
+        )
+    )
     with pytest.raises(ValueError, match=r"units \['m'.*are not this robot's \['rad'"):
         ControllerConfig(six, action=metres.action_spec(4, PERIOD))
-    wide = ControlConfig(tuple(AxisConfig(a.name, a.unit, a.mode, -3.0, 3.0, a.vel_limit,
-                                          a.acc_limit, effort_limit=50.0, kp=1.0)
-                               for a in six.axes))
+    wide = ControlConfig(
+        tuple(
+            AxisConfig(
+                a.name,
+                a.unit,
+                a.mode,
+                -3.0,
+                3.0,
+                a.vel_limit,
+                a.acc_limit,
+                effort_limit=50.0,
+                kp=1.0,
+            )
+            for a in six.axes
+        )
+    )
     with pytest.raises(ValueError, match=r"j0 spans \[-3, 3\], beyond this robot's \[-2, 2\]"):
         ControllerConfig(six, action=wide.action_spec(4, PERIOD))
 
 
-@pytest.mark.parametrize("bad, says", [
-    (dict(mode="torque"), "mode 'torque' must be one of"),
-    (dict(low=1.0, high=-1.0), "needs finite low < high"),
-    (dict(mode="effort"), "effort mode needs a finite effort_limit"),
-    (dict(mode="position", kp=3.0), "position mode: the drive closes the loop"),
-    (dict(mode="velocity", kd=1.0), "velocity mode does not use kd"),
-    (dict(mode="velocity", ki=1.0), "ki without kp"),
-    (dict(vel_limit=0.0), "vel_limit must be finite and > 0"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (dict(mode="torque"), "mode 'torque' must be one of"),
+        (dict(low=1.0, high=-1.0), "needs finite low < high"),
+        (dict(mode="effort"), "effort mode needs a finite effort_limit"),
+        (dict(mode="position", kp=3.0), "position mode: the drive closes the loop"),
+        (dict(mode="velocity", kd=1.0), "velocity mode does not use kd"),
+        (dict(mode="velocity", ki=1.0), "ki without kp"),
+        (dict(vel_limit=0.0), "vel_limit must be finite and > 0"),
+    ],
+)
 def test_an_axis_config_that_cannot_run_is_refused_with_the_fix(bad, says):
-    kw = {**dict(name="a", unit="rad", mode="position", low=-1.0, high=1.0, vel_limit=1.0,
-                 acc_limit=1.0), **bad}
+    kw = {
+        **dict(
+            name="a", unit="rad", mode="position", low=-1.0, high=1.0, vel_limit=1.0, acc_limit=1.0
+        ),
+        **bad,
+    }
     with pytest.raises(ValueError, match=says):
         AxisConfig(**kw)
 
@@ -217,6 +263,7 @@ def test_robot_configs_refuse_duplicate_names_and_unknown_tool_kinds():
 def test_the_conveyor_robot_file_is_the_cells_own_derivation():
     from controllers.run import load_policy_spec, load_robot
     from examples.conveyor_sorting.config import CellConfig, control_config, tokenizer_config
+
     name, control, hardware = load_robot("examples.conveyor_sorting:robot.yaml")
     assert name == "sim" and control == control_config(CellConfig())
     tok, act = load_policy_spec("examples.conveyor_sorting:tokenizer.json")

@@ -3,6 +3,7 @@ a robot whose clock is not yet bracketed is served in turn, never starved, and a
 that waited past the deadline is dropped and counted, never answered late. The node's loop is
 played on a simulated clock (each cycle a fixed cost), so the verdicts do not depend on this
 machine's speed."""
+
 from __future__ import annotations
 
 from rtinfer.inference.budget import Budget, BudgetLevel
@@ -15,8 +16,12 @@ DEADLINE_NS, PERIOD_NS = 100 * MS, 100 * MS
 
 def _robots() -> tuple[Robots, list[str]]:
     said: list[str] = []
-    r = Robots(Budget([BudgetLevel(6, 7, 4)], DEADLINE_NS), remote=True, period_ns=PERIOD_NS,
-               say=lambda kind, text, error=True: said.append(kind))
+    r = Robots(
+        Budget([BudgetLevel(6, 7, 4)], DEADLINE_NS),
+        remote=True,
+        period_ns=PERIOD_NS,
+        say=lambda kind, text, error=True: said.append(kind),
+    )
     return r, said
 
 
@@ -26,13 +31,17 @@ def _bracket(r: Robots, name: str) -> None:
     r.slots[name].clock.to_peer(0, MS)
 
 
-def _play(r: Robots, phases_ms: dict[str, int], cost_ms: int, seconds: float,
-          bracketed=()) -> list[tuple[str, int, int]]:
+def _play(
+    r: Robots, phases_ms: dict[str, int], cost_ms: int, seconds: float, bracketed=()
+) -> list[tuple[str, int, int]]:
     """Robots publishing at 10 Hz from their phases, a node answering one per cycle of
     cost_ms: the (robot, start ns, due ns) of every cycle run. A robot in `bracketed` has its
     clock bracketed once its first observation is in (the others never are)."""
-    arrivals = sorted((p * MS + k * PERIOD_NS, name) for name, p in phases_ms.items()
-                      for k in range(int(seconds * 1e9 / PERIOD_NS)))
+    arrivals = sorted(
+        (p * MS + k * PERIOD_NS, name)
+        for name, p in phases_ms.items()
+        for k in range(int(seconds * 1e9 / PERIOD_NS))
+    )
     seqs = dict.fromkeys(phases_ms, 0)
     served, t, i = [], 0, 0
     while i < len(arrivals) or any(s.waiting for s in r.slots.values()):
@@ -63,8 +72,7 @@ def test_a_robot_whose_clock_is_not_bracketed_is_served_in_turn_under_overload()
     # play). Ranked last, it was never answered while the others waited (the starved robot of
     # the fleet bench); ranked by its arrival, it takes its turn.
     r, said = _robots()
-    served = _play(r, {"a": 0, "b": 10, "new": 20}, cost_ms=50, seconds=3.0,
-                   bracketed=("a", "b"))
+    served = _play(r, {"a": 0, "b": 10, "new": 20}, cost_ms=50, seconds=3.0, bracketed=("a", "b"))
     counts = {name: sum(1 for s in served if s[0] == name) for name in ("a", "b", "new")}
     assert counts["new"] >= 5, counts
     assert min(counts.values()) * 2 >= max(counts.values()), counts  # no robot starves
@@ -74,8 +82,13 @@ def test_an_observation_that_waited_past_the_deadline_is_dropped_and_counted_not
     # four robots of 60 ms cycles: 240 ms of work per 100 ms, so observations wait in their
     # slots past the deadline; none of those is answered, each is counted once
     r, said = _robots()
-    served = _play(r, {"a": 0, "b": 5, "c": 10, "d": 15}, cost_ms=60, seconds=3.0,
-                   bracketed=("a", "b", "c", "d"))
+    served = _play(
+        r,
+        {"a": 0, "b": 5, "c": 10, "d": 15},
+        cost_ms=60,
+        seconds=3.0,
+        bracketed=("a", "b", "c", "d"),
+    )
     assert served and all(start <= due for _, start, due in served)  # never a hopeless cycle
     stale = r.counters["obs_stale"]
     assert stale > 0 and stale == sum(s.counters["obs_stale"] for s in r.slots.values())

@@ -1,6 +1,7 @@
 """Bad JointState input to the bridge: missing or extra joint names, NaN positions, stamps from
 the future and a topic that goes silent are each refused and counted (one line per kind), and
 the loop keeps running: the policy's chunks are still followed after them."""
+
 from __future__ import annotations
 
 import json
@@ -61,12 +62,41 @@ def test_bad_joint_states_are_refused_counted_and_the_loop_runs_on(tmp_path):
     obs, act = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
     with RosHost("rtros2x") as host:
         robot = host.python("-c", ROBOT, stdout=-1, text=True)
-        policy = host.python("-m", "rtinfer.inference.node", "--model", POLICY, "--obs", obs,
-                             "--actions", act, "--name", "policy", "--seconds", "300")
-        bridge = host.python("-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml",
-                             "--set", "depth=1000", "--model", POLICY, "--obs", obs,
-                             "--actions", act, "--seconds", "300", "--report",
-                             str(report_json), stdout=-1, stderr=-1, text=True)
+        policy = host.python(
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            POLICY,
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--name",
+            "policy",
+            "--seconds",
+            "300",
+        )
+        bridge = host.python(
+            "-m",
+            "rtinfer_ros2",
+            "--config",
+            "rtinfer_ros2:arm.yaml",
+            "--set",
+            "depth=1000",
+            "--model",
+            POLICY,
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--seconds",
+            "300",
+            "--report",
+            str(report_json),
+            stdout=-1,
+            stderr=-1,
+            text=True,
+        )
         try:
             sent = json.loads(robot.communicate(timeout=240)[0])
         finally:
@@ -77,13 +107,18 @@ def test_bad_joint_states_are_refused_counted_and_the_loop_runs_on(tmp_path):
             policy.wait(30)
     report = json.loads(report_json.read_text())
     got, ctl = report["ros2"], report["controller"]
-    assert {k: got[k] for k in ("js_names", "js_nan", "js_future")} == \
-        {k: sent[k] for k in ("js_names", "js_nan", "js_future")}
+    assert {k: got[k] for k in ("js_names", "js_nan", "js_future")} == {
+        k: sent[k] for k in ("js_names", "js_nan", "js_future")
+    }
     assert sent["js_names"] >= 10 and got["joint_states"] == sent["good"]
     assert got["js_silent"] >= 1 and ctl["read_faults"] >= 1
-    said = [ln.split("counted as ")[1].split(";")[0] for ln in err.splitlines()
-            if ln.startswith("ros2 bridge:") and "counted as js_" in ln
-            and "counted as js_past" not in ln]   # a late delivery on a loaded host: taken
+    said = [
+        ln.split("counted as ")[1].split(";")[0]
+        for ln in err.splitlines()
+        if ln.startswith("ros2 bridge:")
+        and "counted as js_" in ln
+        and "counted as js_past" not in ln
+    ]  # a late delivery on a loaded host: taken
     assert sorted(said) == ["js_future", "js_names", "js_nan", "js_silent"], err
     assert ctl["chunks_accepted"] > 20
     print(sent, got, {k: ctl[k] for k in ("chunks_accepted", "read_faults", "holds")})

@@ -3,6 +3,7 @@ driven by the shipped reach policy (a real inference node process) through the b
 (python -m rtinfer_ros2). It reaches its target; with the policy killed it holds, and the arm
 itself counts the commands that were not the hold: 0. With controller trajectory_chunk each
 chunk is one JointTrajectory, and the arm's record of them shows none from a stale chunk."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,8 @@ POLICY = "models/zoo/arm-reach-bc"
 # then the reference brakes to a stop (vel_limit / acc_limit = 200 ms); everything the arm is
 # sent after that must be the hold.
 SETTLED_S = 0.6
-H, START_NS, PERIOD_NS = 10, 50_000_000, 50_000_000   # the policy's chunks (its action spec)
-DEADLINE_NS, LEAD_NS = 100_000_000, 10_000_000        # the bridge's defaults
+H, START_NS, PERIOD_NS = 10, 50_000_000, 50_000_000  # the policy's chunks (its action spec)
+DEADLINE_NS, LEAD_NS = 100_000_000, 10_000_000  # the bridge's defaults
 JTC = ["--set", "command=/arm/joint_trajectory_controller/joint_trajectory"]
 CONTROLLERS = {  # the bridge's `controller`, and the sim arm's topic for it
     "forward": [],
@@ -37,34 +38,73 @@ CONTROLLERS = {  # the bridge's `controller`, and the sim arm's topic for it
 def start(host, tmp_path, *bridge_args):
     """The sim arm, the policy and the bridge (its options + bridge_args) in `host`."""
     obs, act = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
-    arm = host.python("-m", "rtinfer_ros2.sim_arm", "--report", str(tmp_path / "arm.json"),
-                      "--ros-args", "-r", "__ns:=/arm")
-    policy = host.python("-m", "rtinfer.inference.node", "--model", POLICY, "--obs", obs,
-                         "--actions", act, "--name", "policy", "--seconds", "300")
-    bridge = host.python("-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml", "--model",
-                         POLICY, "--obs", obs, "--actions", act, "--policy-hz", "20",
-                         "--seconds", "300", "--report", str(tmp_path / "bridge.json"),
-                         *bridge_args)
+    arm = host.python(
+        "-m",
+        "rtinfer_ros2.sim_arm",
+        "--report",
+        str(tmp_path / "arm.json"),
+        "--ros-args",
+        "-r",
+        "__ns:=/arm",
+    )
+    policy = host.python(
+        "-m",
+        "rtinfer.inference.node",
+        "--model",
+        POLICY,
+        "--obs",
+        obs,
+        "--actions",
+        act,
+        "--name",
+        "policy",
+        "--seconds",
+        "300",
+    )
+    bridge = host.python(
+        "-m",
+        "rtinfer_ros2",
+        "--config",
+        "rtinfer_ros2:arm.yaml",
+        "--model",
+        POLICY,
+        "--obs",
+        obs,
+        "--actions",
+        act,
+        "--policy-hz",
+        "20",
+        "--seconds",
+        "300",
+        "--report",
+        str(tmp_path / "bridge.json"),
+        *bridge_args,
+    )
     return arm, policy, bridge
 
 
 @pytest.mark.parametrize("controller", list(CONTROLLERS))
-def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tmp_path,
-                                                                             controller):
+def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tmp_path, controller):
     arm_json, bridge_json = tmp_path / "arm.json", tmp_path / "bridge.json"
     with RosHost("rtros2b") as host:
         arm, policy, bridge = start(host, tmp_path, *CONTROLLERS[controller])
         try:
+
             def near():
                 r = read(arm_json)
                 return r and np.linalg.norm(tip(r["pos"]) - TARGET) < 0.02 and r
+
             reached = wait_for("the arm near its target", near)
             policy.send_signal(signal.SIGKILL)
             policy.wait(30)
             t_kill = time.monotonic_ns()
             # The ROS side has seen 2 s of commands after the kill.
-            wait_for("commands after the kill", lambda: (r := read(arm_json)) and sum(
-                c[0] > t_kill + 2e9 for c in r["applied"]) > 0)
+            wait_for(
+                "commands after the kill",
+                lambda: (
+                    (r := read(arm_json)) and sum(c[0] > t_kill + 2e9 for c in r["applied"]) > 0
+                ),
+            )
         finally:
             stop(policy, bridge, arm)
     r, report = read(arm_json), json.loads(bridge_json.read_text())
@@ -72,14 +112,22 @@ def test_policy_drives_the_ros_arm_to_its_target_and_killed_leaves_it_holding(tm
     after = [c[1:] for c in r["applied"] if c[0] > t_kill + SETTLED_S * 1e9]
     hold = after[-1]
     stale = sum(not np.allclose(c, hold, atol=1e-9) for c in after)
-    assert len(after) >= 100 and stale == 0      # counted on the ROS side
-    assert np.allclose(r["pos"], hold, atol=1e-3)   # and the arm is there, still
+    assert len(after) >= 100 and stale == 0  # counted on the ROS side
+    assert np.allclose(r["pos"], hold, atol=1e-3)  # and the arm is there, still
     assert np.linalg.norm(tip(hold) - TARGET) < 0.05
     ctl = report["controller"]
     assert ctl["chunks_accepted"] > 10 and ctl["holds"] >= 1
     assert report["ros2"]["commands"] > 100 and report["ros2"]["holds"] == ctl["holds"]
-    print("ros side: applied", len(r["applied"]), "after settle", len(after), "stale", stale,
-          "| controller", {k: v for k, v in ctl.items() if "chunk" in k or "hold" in k})
+    print(
+        "ros side: applied",
+        len(r["applied"]),
+        "after settle",
+        len(after),
+        "stale",
+        stale,
+        "| controller",
+        {k: v for k, v in ctl.items() if "chunk" in k or "hold" in k},
+    )
 
 
 def test_each_chunk_is_one_trajectory_never_stale_and_killed_the_arm_holds(tmp_path):
@@ -87,8 +135,10 @@ def test_each_chunk_is_one_trajectory_never_stale_and_killed_the_arm_holds(tmp_p
     with RosHost("rtros2c") as host:
         arm, policy, bridge = start(host, tmp_path, "--set", "controller=trajectory_chunk", *JTC)
         try:
-            wait_for("the arm near its target", lambda: (r := read(arm_json)) and np.linalg.norm(
-                tip(r["pos"]) - TARGET) < 0.02)
+            wait_for(
+                "the arm near its target",
+                lambda: (r := read(arm_json)) and np.linalg.norm(tip(r["pos"]) - TARGET) < 0.02,
+            )
             policy.send_signal(signal.SIGKILL)
             policy.wait(30)
             t_kill = time.monotonic_ns()
@@ -115,9 +165,8 @@ def test_each_chunk_is_one_trajectory_never_stale_and_killed_the_arm_holds(tmp_p
     # has had its time, and the arm is there, still.
     hold = last["applied"][-1]
     assert trajectories[-1][3] == 1 and len(last["applied"]) == len(trajectories)
-    assert trajectories[-1][1] > trajectories[-1][0]   # due after it came (stamp 0: on receipt)
-    settled = [t for a, t in zip(last["applied"], trajectories)
-               if a[0] > t_kill + SETTLED_S * 1e9]
+    assert trajectories[-1][1] > trajectories[-1][0]  # due after it came (stamp 0: on receipt)
+    settled = [t for a, t in zip(last["applied"], trajectories) if a[0] > t_kill + SETTLED_S * 1e9]
     assert all(t[3] == 1 for t in settled), settled
     assert np.allclose(last["pos"], hold[1:], atol=1e-3)
     assert np.linalg.norm(tip(hold[1:]) - TARGET) < 0.05
@@ -125,9 +174,16 @@ def test_each_chunk_is_one_trajectory_never_stale_and_killed_the_arm_holds(tmp_p
     # Past due on arrival (the arm's stale_trajectories): the DDS delivery and the arm's own
     # executor took longer than the first point's lead; a figure, as the time on the way is.
     transit_ms = sorted((t[0] - t[2]) / 1e6 for t in chunks)
-    print("ros side:", len(trajectories), "trajectories,", last["stale_trajectories"], "past due "
-          "on arrival; transit ms p50/max", transit_ms[len(transit_ms) // 2], transit_ms[-1],
-          {k: v for k, v in ros2.items() if k.startswith(("traj", "hold"))})
+    print(
+        "ros side:",
+        len(trajectories),
+        "trajectories,",
+        last["stale_trajectories"],
+        "past due on arrival; transit ms p50/max",
+        transit_ms[len(transit_ms) // 2],
+        transit_ms[-1],
+        {k: v for k, v in ros2.items() if k.startswith(("traj", "hold"))},
+    )
 
 
 def test_stale_chunks_never_reach_the_ros_arm(tmp_path):

@@ -3,6 +3,7 @@ publishes a small camera topic (bgr8 Image, or jpeg CompressedImage), the bridge
 to it (its `cameras:`), and a tiny real ONNX camera policy (tests/ros2_camera_policy.py)
 sends the arm's base to mean(red) / 255: the base gets there, the bridge counted the frames,
 and the policy node refused none (frame_bad, frame_stale: 0)."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from tests.ros2_host import RosHost, available, read, stop, wait_for  # noqa: E4
 if available():
     pytest.skip(available(), allow_module_level=True)
 
-RED = 102                      # the frame's red: the base goes to 0.4 rad
+RED = 102  # the frame's red: the base goes to 0.4 rad
 TOPICS = {"bgr8": "/arm/camera/image_raw", "jpeg": "/arm/camera/image_raw/compressed"}
 
 
@@ -32,20 +33,65 @@ def test_the_policy_sees_the_ros_camera_and_the_arm_goes_where_it_says(tmp_path,
     camera = {"topic": TOPICS[encoding], "shape": [8, 8, 3], "compressed": encoding == "jpeg"}
     health = Subscriber(act, ["health"])
     with RosHost("rtros2i") as host:
-        arm = host.python("-m", "rtinfer_ros2.sim_arm", "--report", str(arm_json),
-                          "--camera-size", "8", "8", "--camera-rgb", str(RED), "30", "200",
-                          "--camera-encoding", encoding, "--ros-args", "-r", "__ns:=/arm")
-        policy = host.python("-m", "rtinfer.inference.node", "--model", str(model), "--obs", obs,
-                             "--actions", act, "--name", "policy", "--seconds", "300",
-                             "--health-hz", "5")
-        bridge = host.python("-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml",
-                             "--model", str(model), "--obs", obs, "--actions", act,
-                             "--seconds", "300", "--report", str(bridge_json),
-                             "--set", "observe=null",
-                             "--set", f"cameras={json.dumps({'wrist': camera})}")
+        arm = host.python(
+            "-m",
+            "rtinfer_ros2.sim_arm",
+            "--report",
+            str(arm_json),
+            "--camera-size",
+            "8",
+            "8",
+            "--camera-rgb",
+            str(RED),
+            "30",
+            "200",
+            "--camera-encoding",
+            encoding,
+            "--ros-args",
+            "-r",
+            "__ns:=/arm",
+        )
+        policy = host.python(
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(model),
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--name",
+            "policy",
+            "--seconds",
+            "300",
+            "--health-hz",
+            "5",
+        )
+        bridge = host.python(
+            "-m",
+            "rtinfer_ros2",
+            "--config",
+            "rtinfer_ros2:arm.yaml",
+            "--model",
+            str(model),
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--seconds",
+            "300",
+            "--report",
+            str(bridge_json),
+            "--set",
+            "observe=null",
+            "--set",
+            f"cameras={json.dumps({'wrist': camera})}",
+        )
         try:
-            wait_for("the base at mean(red) / 255", lambda: (r := read(arm_json)) and abs(
-                r["pos"][0] - cp.base_rad(RED)) < 0.01)
+            wait_for(
+                "the base at mean(red) / 255",
+                lambda: (r := read(arm_json)) and abs(r["pos"][0] - cp.base_rad(RED)) < 0.01,
+            )
             counters, end = None, time.monotonic() + 20
             while counters is None and time.monotonic() < end:
                 env = health.recv(200)
@@ -60,5 +106,9 @@ def test_the_policy_sees_the_ros_camera_and_the_arm_goes_where_it_says(tmp_path,
     assert counters is not None, "no health from the policy node"
     assert counters["frame_bad"] == counters["frame_stale"] == 0, counters
     assert counters["frame_missing"] == counters["frame_unknown"] == 0, counters
-    print("bridge", ros2["cameras"], "| node", {k: v for k, v in counters.items()
-                                                if k.startswith(("frame", "obs"))})
+    print(
+        "bridge",
+        ros2["cameras"],
+        "| node",
+        {k: v for k, v in counters.items() if k.startswith(("frame", "obs"))},
+    )

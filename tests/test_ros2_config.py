@@ -2,6 +2,7 @@
 example runs as written and prints what the page says; the shipped robot file's `hardware:`
 is read key for key; an unknown key or an unusable value is refused in one line; and
 `python -m rtinfer_ros2` with a misspelt key exits 2 naming the key it meant."""
+
 import re
 import subprocess
 import sys
@@ -23,8 +24,13 @@ def block(marker: str) -> str:
 
 
 def test_the_pages_config_example_prints_what_the_page_says():
-    r = subprocess.run([sys.executable, "-c", block("ros2-config-example")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", block("ros2-config-example")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout == block("ros2-config-output")
 
@@ -37,15 +43,18 @@ def test_the_shipped_robot_files_hardware_is_read_key_for_key():
     assert config.node == "rtinfer_bridge" and config.wait_s == 10.0  # the defaults
 
 
-@pytest.mark.parametrize("hardware, says", [
-    ({"controler": "forward"}, "'controler' (did you mean 'controller'?) are not ROS2Robot's"),
-    ({"controller": "position"}, "controller 'position' is not one of"),
-    ({"reliability": "best-effort"}, "reliability 'best-effort' is not one of"),
-    ({"obs_hz": 0}, "obs_hz 0 is not a positive number"),
-    ({"silent_ms": float("nan")}, "silent_ms nan is not a positive number"),
-    ({"lead_ms": -1}, "lead_ms -1 is not a number >= 0"),
-    ({"depth": 2.5}, "depth 2.5 is not a queue depth"),
-])
+@pytest.mark.parametrize(
+    "hardware, says",
+    [
+        ({"controler": "forward"}, "'controler' (did you mean 'controller'?) are not ROS2Robot's"),
+        ({"controller": "position"}, "controller 'position' is not one of"),
+        ({"reliability": "best-effort"}, "reliability 'best-effort' is not one of"),
+        ({"obs_hz": 0}, "obs_hz 0 is not a positive number"),
+        ({"silent_ms": float("nan")}, "silent_ms nan is not a positive number"),
+        ({"lead_ms": -1}, "lead_ms -1 is not a number >= 0"),
+        ({"depth": 2.5}, "depth 2.5 is not a queue depth"),
+    ],
+)
 def test_an_unknown_key_or_an_unusable_value_is_refused_in_one_line(hardware, says):
     with pytest.raises(ValueError, match=re.escape(says)) as e:
         ROS2RobotConfig.from_hardware(hardware)
@@ -62,10 +71,26 @@ def test_the_bridge_with_a_misspelt_key_exits_2_naming_the_key_it_meant(tmp_path
     """Refused before the bridge needs ROS 2 (the check runs with or without rclpy); the
     policy package is the shipped one, so the robot file is the only thing wrong."""
     pytest.importorskip("rclpy", reason="without rclpy the bridge stops earlier: install line")
-    r = subprocess.run([sys.executable, "-m", "rtinfer_ros2", "--config",
-                        "rtinfer_ros2:arm.yaml", "--model", "models/zoo/arm-reach-bc",
-                        "--obs", f"ipc://{tmp_path}/obs", "--actions", f"ipc://{tmp_path}/act",
-                        "--set", "obs_rate=20"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer_ros2",
+            "--config",
+            "rtinfer_ros2:arm.yaml",
+            "--model",
+            "models/zoo/arm-reach-bc",
+            "--obs",
+            f"ipc://{tmp_path}/obs",
+            "--actions",
+            f"ipc://{tmp_path}/act",
+            "--set",
+            "obs_rate=20",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert "'obs_rate' (did you mean 'obs_hz'?)" in r.stderr

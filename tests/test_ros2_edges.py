@@ -3,6 +3,7 @@ a JointState whose velocity has the wrong length is refused and counted (js_velo
 stamped 0 is counted and said once with the fix (js_unstamped), a robot clock behind this
 host's is counted (js_past) and named by the end-of-run line, and the hold trajectory sent
 when the bridge stops is counted like every other command."""
+
 from __future__ import annotations
 
 import json
@@ -53,21 +54,52 @@ print(json.dumps(sent), flush=True)
 """
 
 
-def bridge_run(tmp_path, offset_ms: float, kinds: str, *bridge_args, policy: bool = False,
-               robot_s: float = 1.0):
+def bridge_run(
+    tmp_path, offset_ms: float, kinds: str, *bridge_args, policy: bool = False, robot_s: float = 1.0
+):
     """(what the robot sent, the bridge's report, its stderr, its exit status)."""
     report_json = tmp_path / "bridge.json"
     obs, act = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
     with RosHost("rtros2e") as host:
-        robot = host.python("-c", ROBOT, str(offset_ms), kinds, str(robot_s), stdout=-1,
-                            text=True)
-        node = host.python("-m", "rtinfer.inference.node", "--model", POLICY, "--obs", obs,
-                           "--actions", act, "--name", "policy", "--seconds", "300") \
-            if policy else None
-        bridge = host.python("-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml",
-                             "--set", "depth=1000", "--model", POLICY, "--obs", obs,
-                             "--actions", act, "--report", str(report_json), *bridge_args,
-                             stdout=-1, stderr=-1, text=True)
+        robot = host.python("-c", ROBOT, str(offset_ms), kinds, str(robot_s), stdout=-1, text=True)
+        node = (
+            host.python(
+                "-m",
+                "rtinfer.inference.node",
+                "--model",
+                POLICY,
+                "--obs",
+                obs,
+                "--actions",
+                act,
+                "--name",
+                "policy",
+                "--seconds",
+                "300",
+            )
+            if policy
+            else None
+        )
+        bridge = host.python(
+            "-m",
+            "rtinfer_ros2",
+            "--config",
+            "rtinfer_ros2:arm.yaml",
+            "--set",
+            "depth=1000",
+            "--model",
+            POLICY,
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--report",
+            str(report_json),
+            *bridge_args,
+            stdout=-1,
+            stderr=-1,
+            text=True,
+        )
         try:
             sent = json.loads(robot.communicate(timeout=240)[0])
         finally:
@@ -82,8 +114,11 @@ def bridge_run(tmp_path, offset_ms: float, kinds: str, *bridge_args, policy: boo
 
 
 def said(err: str, kind: str) -> list[str]:
-    return [ln for ln in err.splitlines()
-            if ln.startswith("ros2 bridge:") and f"counted as {kind}" in ln]
+    return [
+        ln
+        for ln in err.splitlines()
+        if ln.startswith("ros2 bridge:") and f"counted as {kind}" in ln
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +126,7 @@ def velocity_and_unstamped(tmp_path_factory):
     return bridge_run(tmp_path_factory.mktemp("edges"), 0.0, "velocity,unstamped")
 
 
-def test_a_velocity_of_the_wrong_length_is_refused_counted_and_said_once(
-        velocity_and_unstamped):
+def test_a_velocity_of_the_wrong_length_is_refused_counted_and_said_once(velocity_and_unstamped):
     sent, report, err, _ = velocity_and_unstamped
     got = report["ros2"]
     assert got["js_velocity"] == sent["velocity"] == 30, got
@@ -102,7 +136,8 @@ def test_a_velocity_of_the_wrong_length_is_refused_counted_and_said_once(
 
 
 def test_an_unstamped_joint_state_is_taken_counted_and_said_once_with_the_fix(
-        velocity_and_unstamped):
+    velocity_and_unstamped,
+):
     sent, report, err, _ = velocity_and_unstamped
     assert report["ros2"]["js_unstamped"] == sent["unstamped"] == 30
     line = said(err, "js_unstamped")
@@ -110,10 +145,11 @@ def test_an_unstamped_joint_state_is_taken_counted_and_said_once_with_the_fix(
 
 
 def test_a_robot_clock_behind_is_counted_and_the_end_line_names_it(tmp_path):
-    sent, report, err, code = bridge_run(tmp_path, -300.0, "", "--seconds", "6", policy=True,
-                                         robot_s=8.0)
+    sent, report, err, code = bridge_run(
+        tmp_path, -300.0, "", "--seconds", "6", policy=True, robot_s=8.0
+    )
     got, ctl = report["ros2"], report["controller"]
-    assert ctl["chunks_accepted"] == 0 and ctl["obs_sent"] > 0   # never moved: safe
+    assert ctl["chunks_accepted"] == 0 and ctl["obs_sent"] > 0  # never moved: safe
     assert got["js_past"] == got["joint_states"] > 0, got
     assert len(said(err, "js_past")) == 1 and "clock" in said(err, "js_past")[0], err
     last = [ln for ln in err.splitlines() if "no action chunk was accepted" in ln]
@@ -124,15 +160,52 @@ def test_the_hold_trajectory_sent_at_the_stop_is_counted(tmp_path):
     report_json, arm_json = tmp_path / "bridge.json", tmp_path / "arm.json"
     obs, act = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
     with RosHost("rtros2h") as host:
-        arm = host.python("-m", "rtinfer_ros2.sim_arm", "--report", str(arm_json),
-                          "--ros-args", "-r", "__ns:=/arm")
-        node = host.python("-m", "rtinfer.inference.node", "--model", POLICY, "--obs", obs,
-                           "--actions", act, "--name", "policy", "--seconds", "300")
+        arm = host.python(
+            "-m",
+            "rtinfer_ros2.sim_arm",
+            "--report",
+            str(arm_json),
+            "--ros-args",
+            "-r",
+            "__ns:=/arm",
+        )
+        node = host.python(
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            POLICY,
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--name",
+            "policy",
+            "--seconds",
+            "300",
+        )
         bridge = host.python(
-            "-m", "rtinfer_ros2", "--config", "rtinfer_ros2:arm.yaml", "--model", POLICY,
-            "--obs", obs, "--actions", act, "--set", "controller=trajectory_chunk",
-            "--set", "command=/arm/joint_trajectory_controller/joint_trajectory",
-            "--seconds", "5", "--report", str(report_json), stdout=-1, stderr=-1, text=True)
+            "-m",
+            "rtinfer_ros2",
+            "--config",
+            "rtinfer_ros2:arm.yaml",
+            "--model",
+            POLICY,
+            "--obs",
+            obs,
+            "--actions",
+            act,
+            "--set",
+            "controller=trajectory_chunk",
+            "--set",
+            "command=/arm/joint_trajectory_controller/joint_trajectory",
+            "--seconds",
+            "5",
+            "--report",
+            str(report_json),
+            stdout=-1,
+            stderr=-1,
+            text=True,
+        )
         try:
             err = bridge.communicate(timeout=120)[1]
         finally:
@@ -145,7 +218,8 @@ def test_the_hold_trajectory_sent_at_the_stop_is_counted(tmp_path):
     report = json.loads(report_json.read_text())
     ros2, arm_got = report["ros2"], json.loads(arm_json.read_text())
     assert report["controller"]["chunks_accepted"] > 10, err[-2000:]
-    assert len(arm_got["trajectories"]) == ros2["commands"] == ros2["trajectories"] \
-        + ros2["holds"], (ros2, len(arm_got["trajectories"]))
+    assert (
+        len(arm_got["trajectories"]) == ros2["commands"] == ros2["trajectories"] + ros2["holds"]
+    ), (ros2, len(arm_got["trajectories"]))
     assert ros2["holds"] == report["controller"]["holds"] >= 1
-    assert arm_got["trajectories"][-1][3] == 1   # the last one the arm got: the stop's hold
+    assert arm_got["trajectories"][-1][3] == 1  # the last one the arm got: the stop's hold

@@ -2,6 +2,7 @@
 it is, bgr8 turned into RGB, padded rows dropped, jpeg decoded; another encoding or size, a
 truncated buffer, a stamp from the future: refused, counted, said once, the previous frame
 kept; a silent camera: no frame, counted once per silence."""
+
 from __future__ import annotations
 
 import io
@@ -20,14 +21,17 @@ RGB = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
 
 def stamp(ahead_ns=0):
     t = time.time_ns() + ahead_ns
-    return SimpleNamespace(header=SimpleNamespace(stamp=SimpleNamespace(
-        sec=t // 1_000_000_000, nanosec=t % 1_000_000_000)))
+    return SimpleNamespace(
+        header=SimpleNamespace(
+            stamp=SimpleNamespace(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000)
+        )
+    )
 
 
 def image(pixels=RGB, encoding="rgb8", pad=0, ahead_ns=0, height=None):
     h, w, c = pixels.shape
     rows = np.zeros((h, w * c + pad), np.uint8)
-    rows[:, :w * c] = pixels.reshape(h, -1)
+    rows[:, : w * c] = pixels.reshape(h, -1)
     m = stamp(ahead_ns)
     m.encoding, m.height, m.width, m.step = encoding, height or h, w, w * c + pad
     m.data = array("B", rows.tobytes())  # as rclpy hands uint8[] over
@@ -36,6 +40,7 @@ def image(pixels=RGB, encoding="rgb8", pad=0, ahead_ns=0, height=None):
 
 def jpeg(pixels, fmt="jpeg"):
     from PIL import Image
+
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="JPEG", quality=95)
     m = stamp()
@@ -44,8 +49,14 @@ def jpeg(pixels, fmt="jpeg"):
 
 
 def camera(shape=(4, 6, 3), decode=None):
-    return LatestImage("wrist", "/arm/camera/image_raw", shape, future_ns=5 * MS,
-                       silent_ns=100 * MS, decode_jpeg=decode)
+    return LatestImage(
+        "wrist",
+        "/arm/camera/image_raw",
+        shape,
+        future_ns=5 * MS,
+        silent_ns=100 * MS,
+        decode_jpeg=decode,
+    )
 
 
 def test_rgb8_is_taken_as_it_is_bgr8_as_rgb_and_padded_rows_without_the_padding():
@@ -63,8 +74,13 @@ def test_a_wrong_encoding_size_or_buffer_and_a_future_stamp_are_refused_once_eac
     cam = camera()
     cam.on_image(image())
     good = cam.take(time.monotonic_ns())[0]
-    bad = [image(encoding="mono8"), image(encoding="rgba8"), image(height=5),
-           image(RGB[:, :5]), image(ahead_ns=50 * MS)]
+    bad = [
+        image(encoding="mono8"),
+        image(encoding="rgba8"),
+        image(height=5),
+        image(RGB[:, :5]),
+        image(ahead_ns=50 * MS),
+    ]
     bad[3].width = 6  # says 6 columns, carries 5: truncated
     for msg in bad + bad:
         cam.on_image(msg)

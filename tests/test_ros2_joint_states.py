@@ -2,6 +2,7 @@
 order of names is taken and reordered; missing or extra names, NaN positions and stamps from
 the future, and velocities of another length are refused and counted; a zero or an old stamp
 is taken and counted; a message without velocities gets them differentiated."""
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,12 @@ J = ["base", "shoulder", "elbow", "wrist"]
 def msg(names, pos, vel=(), ahead_ns=0, wall_ns=None):
     t = (time.time_ns() if wall_ns is None else wall_ns) + ahead_ns
     stamp = SimpleNamespace(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000)
-    return SimpleNamespace(name=list(names), position=list(pos), velocity=list(vel),
-                           header=SimpleNamespace(stamp=stamp))
+    return SimpleNamespace(
+        name=list(names),
+        position=list(pos),
+        velocity=list(vel),
+        header=SimpleNamespace(stamp=stamp),
+    )
 
 
 def latest():
@@ -38,10 +43,10 @@ def test_bad_messages_are_refused_counted_and_said_once_per_kind(capsys):
     js, pos, vel = latest()
     js.on_message(msg(J, [0.1, 0.2, 0.3, 0.4]))
     for _ in range(3):
-        js.on_message(msg(J[:3], [1.0, 1.0, 1.0]))                      # one missing
-        js.on_message(msg(J + ["gripper"], [1.0] * 5))                  # one extra
-        js.on_message(msg(J, [np.nan, 1.0, 1.0, 1.0]))                  # not finite
-        js.on_message(msg(J, [1.0] * 4, ahead_ns=1_000_000_000))        # 1 s in the future
+        js.on_message(msg(J[:3], [1.0, 1.0, 1.0]))  # one missing
+        js.on_message(msg(J + ["gripper"], [1.0] * 5))  # one extra
+        js.on_message(msg(J, [np.nan, 1.0, 1.0, 1.0]))  # not finite
+        js.on_message(msg(J, [1.0] * 4, ahead_ns=1_000_000_000))  # 1 s in the future
     assert js.refused() == {"js_names": 6, "js_nan": 3, "js_velocity": 0, "js_future": 3}
     js.copy_into(pos, vel)
     assert pos.tolist() == [0.1, 0.2, 0.3, 0.4] and js.counters["joint_states"] == 1
@@ -60,14 +65,16 @@ def test_velocities_are_differentiated_when_absent():
 
 def test_a_wrong_velocity_length_is_refused_a_zero_or_old_stamp_taken_and_counted(capsys):
     js, pos, vel = latest()
-    js.on_message(msg(J, [0.1] * 4, [0.0] * 3))                          # 3 velocities for 4
+    js.on_message(msg(J, [0.1] * 4, [0.0] * 3))  # 3 velocities for 4
     unstamped = msg(J, [0.2] * 4)
     unstamped.header.stamp = SimpleNamespace(sec=0, nanosec=0)
     js.on_message(unstamped)
-    js.on_message(msg(J, [0.3] * 4, ahead_ns=-300_000_000))              # 300 ms behind
+    js.on_message(msg(J, [0.3] * 4, ahead_ns=-300_000_000))  # 300 ms behind
     assert js.refused()["js_velocity"] == 1 and js.counters["joint_states"] == 2
     assert js.counters["js_unstamped"] == 1 and js.counters["js_past"] == 1
     capture, recv = js.copy_into(pos, vel)
     assert pos.tolist() == [0.3] * 4 and 250_000_000 < recv - capture < 400_000_000
-    kinds = [ln.split("counted as ")[1].split(";")[0] for ln in capsys.readouterr().err.splitlines()]
+    kinds = [
+        ln.split("counted as ")[1].split(";")[0] for ln in capsys.readouterr().err.splitlines()
+    ]
     assert kinds == ["js_velocity", "js_unstamped", "js_past"]

@@ -1,6 +1,7 @@
 """rtinfer_ros2/arm_reach_launch.yaml under `rtinfer launch`, in a network namespace: the ROS 2
 arm, the bridge as the robot node, the policy and the monitor; the launch ends with the
 bridge, and the arm's hand is at the target."""
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,24 @@ if available():
 def test_the_launch_file_runs_the_bridge_like_any_robot_node(tmp_path):
     run_dir = tmp_path / "run"
     with RosHost("rtros2l") as host:
-        r = host.run("h", [sys.executable, "-m", "rtinfer.cli", "launch",
-                           "rtinfer_ros2/arm_reach_launch.yaml", "--set", "seconds=6",
-                           "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True,
-                     timeout=240)
+        r = host.run(
+            "h",
+            [
+                sys.executable,
+                "-m",
+                "rtinfer.cli",
+                "launch",
+                "rtinfer_ros2/arm_reach_launch.yaml",
+                "--set",
+                "seconds=6",
+                "--run-dir",
+                str(run_dir),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     report = json.loads((run_dir / "robot_report.json").read_text())
     arm = json.loads((run_dir / "arm.json").read_text())

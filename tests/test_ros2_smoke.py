@@ -1,5 +1,6 @@
 """The ROS 2 venv talks DDS inside a network namespace: the simulated arm's JointState reaches
 another process, and that process's position commands reach the arm (both ways)."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,15 @@ print(len(seen), seen[-1] if seen else None, flush=True)
 
 def test_joint_state_and_commands_cross_between_two_processes(tmp_path):
     with RosHost("rtros2s") as host:
-        arm = host.python("-m", "rtinfer_ros2.sim_arm", "--report", str(tmp_path / "arm.json"),
-                          "--ros-args", "-r", "__ns:=/arm")
+        arm = host.python(
+            "-m",
+            "rtinfer_ros2.sim_arm",
+            "--report",
+            str(tmp_path / "arm.json"),
+            "--ros-args",
+            "-r",
+            "__ns:=/arm",
+        )
         try:
             out = host.python("-c", CLIENT, stdout=-1, text=True).communicate(timeout=120)[0]
         finally:

@@ -1,6 +1,7 @@
 """A committed prefix forced as a decoding prefix: its tokens are fed, not sampled, in one
 pass; the rest is what greedy decoding gives after them, with or without speculation; with
 nothing committed the decode is the plain one, token for token."""
+
 import numpy as np
 import pytest
 from conftest import random_obs_body
@@ -58,13 +59,14 @@ def _teacher_forced(backend, prefix, forced, depth=None):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), waypoints=st.integers(1, 2), bins_seed=st.integers(0, 99))
-def test_forced_prefix_is_fed_in_one_pass_and_the_rest_is_greedy_after_it(backend, seed,
-                                                                          waypoints, bins_seed):
+def test_forced_prefix_is_fed_in_one_pass_and_the_rest_is_greedy_after_it(
+    backend, seed, waypoints, bins_seed
+):
     prefix = _prefix(backend, seed)
     bins = backend.model.vocab.n_action_bins
     forced = np.random.default_rng(bins_seed).integers(0, bins, waypoints * D)
     out, stats = _decode(backend, prefix, forced)
-    assert (out[:len(forced)] == forced).all()
+    assert (out[: len(forced)] == forced).all()
     assert (out == _teacher_forced(backend, prefix, forced)).all()
     assert stats.forced == len(forced) and stats.forced_passes == 1
     v = backend.model.vocab
@@ -129,6 +131,7 @@ def test_runner_forces_the_cycles_committed_waypoints_and_marks_them_used(tiny_m
 
 def test_forced_prefix_bench_runs_and_counts_one_pass_per_prefix(tiny_model_dir):
     from rtinfer.bench.forced_prefix import measure
+
     out = measure(tiny_model_dir, rounds=2)
     assert [r["committed_waypoints"] for r in out["rows"]] == [1, 2]
     for r in out["rows"]:

@@ -3,6 +3,7 @@ with per-waypoint t conditions on a robot's committed prefix (its chunk names it
 `conditioned` and begins with the committed waypoints, bit for bit); one with a single t
 cannot condition, nor one whose spec declares no max_committed: it says so at start-up and
 serves the chunk unconditioned."""
+
 from __future__ import annotations
 
 import time
@@ -28,19 +29,30 @@ STATE = {"values": {"state": np.array([0.3, 0.1, -0.2, 0.3], np.float32)}, "ints
 COMMITTED = np.array([[1.25, -3.5], [1.5, -3.25], [1.75, -3.0]], np.float32)
 
 
-def _serve(tmp_path, per_waypoint_t: bool, max_committed: int | None = 4,
-           flow_rtc: str = "condition"):
+def _serve(
+    tmp_path, per_waypoint_t: bool, max_committed: int | None = 4, flow_rtc: str = "condition"
+):
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+
     model = TinyFlow(per_waypoint_t=per_waypoint_t, seed=4)
     graphs = tmp_path / "graphs"
     prefix, step = export_looped(model, graphs)
-    package_flow(tmp_path / "policy", prefix, [step], LADDER,
-                 replace(SPEC, max_committed=max_committed), affine=AFFINE)
+    package_flow(
+        tmp_path / "policy",
+        prefix,
+        [step],
+        LADDER,
+        replace(SPEC, max_committed=max_committed),
+        affine=AFFINE,
+    )
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
     robot = Publisher(eps["obs"], "robot")
-    node = InferenceNode(tmp_path / "policy", eps["obs"], eps["act"],
-                         cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3,
-                                                 flow_rtc=flow_rtc))
+    node = InferenceNode(
+        tmp_path / "policy",
+        eps["obs"],
+        eps["act"],
+        cfg=InferenceNodeConfig(deadline_ms=60_000.0, seed=3, flow_rtc=flow_rtc),
+    )
     act = Subscriber(eps["act"], ["action_chunk"])
     time.sleep(0.3)  # the slow joiner
     return node, robot, act
@@ -79,7 +91,8 @@ def test_a_per_waypoint_t_flow_policy_answers_conditioned_with_the_prefix_exactl
 
 @pytest.mark.parametrize("per_waypoint_t,max_committed", [(False, 4), (True, None)])
 def test_a_flow_policy_that_cannot_condition_says_so_and_serves_unconditioned(
-        tmp_path, capfd, per_waypoint_t, max_committed):
+    tmp_path, capfd, per_waypoint_t, max_committed
+):
     """A single t, or a per-waypoint t whose spec declares no max_committed (the delay it was
     trained for is unknown)."""
     node, robot, act = _serve(tmp_path, per_waypoint_t, max_committed)
@@ -96,7 +109,8 @@ def test_a_flow_policy_that_cannot_condition_says_so_and_serves_unconditioned(
 
 @pytest.mark.parametrize("max_committed,most", [(4, 4), (None, SPEC.horizon - 1)])
 def test_with_flow_rtc_guide_a_single_t_flow_policy_conditions_by_guidance(
-        tmp_path, max_committed, most):
+    tmp_path, max_committed, most
+):
     """The node's flow_rtc "guide": RTC guidance toward the committed prefix needs no
     per-waypoint t; up to the declared delay, else the horizon less one."""
     node, robot, act = _serve(tmp_path, False, max_committed, flow_rtc="guide")
@@ -116,6 +130,7 @@ def test_with_flow_rtc_guide_a_single_t_flow_policy_conditions_by_guidance(
 def test_guide_left_over_bends_toward_the_chunk_the_prefix_comes_from_when_the_node_sent_it():
     from rtinfer.inference.flow_policy import FlowPolicy
     from rtinfer.transport.committed import Committed
+
     sent = np.arange(16, dtype=np.float32).reshape(8, 2)
     c = Committed(11, 2, sent[2:5].copy(), 0)
     assert np.array_equal(FlowPolicy.left_over((sent, 11), c), sent[2:])  # its rest too

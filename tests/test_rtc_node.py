@@ -3,6 +3,7 @@ the inference node that forces it as the chunk's token prefix and names it in ev
 waypoint, the robot applying only chunks that join what it executes; an old robot served as
 before; a prefix past the policy's maximum refused, a misaligned one served unconditioned.
 Real sockets (ipc), the tiny token model, the real clock (the deadline is not under test)."""
+
 import time
 
 import numpy as np
@@ -50,15 +51,22 @@ def loop(tiny_model_dir, tmp_path):
 
     def make(rtc=RtcConfig(margin_ms=60.0)):  # a 60 ms margin: a prefix on a fast loop
         robot_pub = Publisher(obs_ep, "arm")
-        node = InferenceNode(tiny_model_dir, obs_ep, act_ep,
-                             cfg=InferenceNodeConfig(deadline_ms=60_000.0))
+        node = InferenceNode(
+            tiny_model_dir, obs_ep, act_ep, cfg=InferenceNodeConfig(deadline_ms=60_000.0)
+        )
         sub = Subscriber(act_ep, ["action_chunk"])
         tok = TokenizerConfig.load(tiny_model_dir / "tokenizer.json")
-        cfg = ControllerConfig(control=gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
-                               tokenizer=tok, deadline_ns=60_000 * MS, chunk_interval_ns=P, rtc=rtc)
+        cfg = ControllerConfig(
+            control=gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
+            tokenizer=tok,
+            deadline_ns=60_000 * MS,
+            chunk_interval_ns=P,
+            rtc=rtc,
+        )
         ctl = ControllerNode(Gantry(), cfg, sub, robot_pub, tok.hash)
         made.extend([node, sub, robot_pub])
         return node, ctl
+
     yield make
     for s in made:
         s.close()
@@ -100,6 +108,7 @@ def test_robot_commits_its_prefix_and_applies_the_chunks_conditioned_on_it(loop,
         b = env.body
         plans.setdefault(b["cycle"], {})[b["index"]] = (b["tokens"].copy(), b.get("conditioned"))
         orig(env, now)
+
     ctl._on_waypoint = spy
     run_lockstep(node, ctl, 8)
     c, h = ctl.counters, node.health()["counters"]
@@ -128,10 +137,13 @@ def test_an_old_robot_that_sends_no_prefix_is_served_as_before(loop):
 
 
 def test_a_prefix_past_the_policys_maximum_is_refused_and_a_misaligned_one_unconditioned(
-        tiny_model_dir, tmp_path, capfd):
+    tiny_model_dir, tmp_path, capfd
+):
     obs_ep, act_ep = f"ipc://{tmp_path}/obs", f"ipc://{tmp_path}/act"
     pub = Publisher(obs_ep, "arm")
-    node = InferenceNode(tiny_model_dir, obs_ep, act_ep, cfg=InferenceNodeConfig(deadline_ms=60_000.0))
+    node = InferenceNode(
+        tiny_model_dir, obs_ep, act_ep, cfg=InferenceNodeConfig(deadline_ms=60_000.0)
+    )
     act = Subscriber(act_ep, ["action_chunk"])
     tok = ActionTokenizer(TokenizerConfig.load(tiny_model_dir / "tokenizer.json"))
     rng = np.random.default_rng(3)
@@ -145,11 +157,16 @@ def test_a_prefix_past_the_policys_maximum_is_refused_and_a_misaligned_one_uncon
 
         def answer(n, start_ns_after=P):
             t = now_ns()
-            body = {**random_obs_body(rng), "committed": committed_body(
-                7, 1, tok.decode(np.full((n, 4), 5)), t + start_ns_after)}
+            body = {
+                **random_obs_body(rng),
+                "committed": committed_body(
+                    7, 1, tok.decode(np.full((n, 4), 5)), t + start_ns_after
+                ),
+            }
             pub.publish("obs", body, {"capture": t})
             time.sleep(0.05)
             return node.spin_once(500)
+
         assert not answer(3)  # the tiny model's horizon is 3: it conditions on at most 2
         assert node.health()["counters"]["committed_too_long"] == 1
         assert "past the 2 this policy can condition on: not answered" in capfd.readouterr().err

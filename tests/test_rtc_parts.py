@@ -1,6 +1,7 @@
 """Real-time chunking's parts alone: the robot's delay estimate and committed prefix, the
 join check, the freshness rule, the action spec's max_committed, the node's intake, the
 monitor's miss rule. No sockets, injected times."""
+
 import types
 
 import numpy as np
@@ -21,7 +22,9 @@ def plan(capture_ns=0, cycle=4, n=4, dim=2) -> ChunkAssembler:
     """A chunk in use: n waypoints of `dim`, waypoint i = (i, 10 i), taken and applied."""
     c = ChunkAssembler(4, dim)
     for i in range(n):
-        assert c.add("node", cycle, capture_ns, i, 4, P, np.array([i, 10 * i], float), {}, P) is None
+        assert (
+            c.add("node", cycle, capture_ns, i, 4, P, np.array([i, 10 * i], float), {}, P) is None
+        )
     c.applied = c.ready
     return c
 
@@ -36,15 +39,18 @@ def test_delay_estimate_is_the_percentile_of_the_last_window_and_none_before_one
     assert d.estimate_ns() == 19 * MS
 
 
-@pytest.mark.parametrize("delay_ms, capture_ms, want", [
-    (40, 50, None),           # lands before the new chunk's waypoint 0 is due: nothing committed
-    (60, 50, (1, 1)),         # waypoint 0 (old waypoint 1) runs first
-    (110, 50, (1, 2)),
-    (110, 74, (1, 2)),        # 24 ms off the grid: the nearest period
-    (110, 76, (2, 2)),
-    (400, 50, (1, 3)),        # the plan has 3 left: its end
-    (400, 250, None),         # the plan has run out
-])
+@pytest.mark.parametrize(
+    "delay_ms, capture_ms, want",
+    [
+        (40, 50, None),  # lands before the new chunk's waypoint 0 is due: nothing committed
+        (60, 50, (1, 1)),  # waypoint 0 (old waypoint 1) runs first
+        (110, 50, (1, 2)),
+        (110, 74, (1, 2)),  # 24 ms off the grid: the nearest period
+        (110, 76, (2, 2)),
+        (400, 50, (1, 3)),  # the plan has 3 left: its end
+        (400, 250, None),  # the plan has run out
+    ],
+)
 def test_the_prefix_is_what_runs_before_the_new_chunk_lands(delay_ms, capture_ms, want):
     rtc = Commitments(RtcConfig(margin_ms=0.0), horizon=4, dim=2, max_n=3)
     rtc.delay.record(delay_ms * MS - 1)
@@ -71,12 +77,12 @@ def test_a_chunk_joins_only_the_plan_it_names():
     vals = np.array([[1, 10], [2, 20]], np.float32)
     ok = {"chunk": 4, "from": 1, "n": 2, "hash": prefix_hash(vals)}
     assert rtc.joins(c, True, ok, 50 * MS)
-    assert not rtc.joins(c, False, ok, 50 * MS)                     # not tracking it
-    assert not rtc.joins(c, True, {**ok, "chunk": 5}, 50 * MS)      # another chunk
+    assert not rtc.joins(c, False, ok, 50 * MS)  # not tracking it
+    assert not rtc.joins(c, True, {**ok, "chunk": 5}, 50 * MS)  # another chunk
     assert not rtc.joins(c, True, {**ok, "hash": "0" * 16}, 50 * MS)  # other values
-    assert not rtc.joins(c, True, ok, 100 * MS)                     # not the aligned waypoints
-    assert not rtc.joins(c, True, {**ok, "n": 4}, 50 * MS)          # more than it holds
-    assert not rtc.joins(plan(n=2), True, ok, 50 * MS)              # not arrived yet
+    assert not rtc.joins(c, True, ok, 100 * MS)  # not the aligned waypoints
+    assert not rtc.joins(c, True, {**ok, "n": 4}, 50 * MS)  # more than it holds
+    assert not rtc.joins(plan(n=2), True, ok, 50 * MS)  # not arrived yet
 
 
 def test_a_conditioned_chunk_is_fresh_until_its_prefix_runs_out_never_less_than_the_deadline():
@@ -93,7 +99,9 @@ def test_a_conditioned_chunk_is_fresh_until_its_prefix_runs_out_never_less_than_
 
 def test_action_spec_max_committed_is_hashed_only_when_declared():
     base = ActionSpec(("x", "y"), ("m", "m"), (-1, -1), (1, 1), 50, 20 * MS, 0)
-    declared = ActionSpec(("x", "y"), ("m", "m"), (-1, -1), (1, 1), 50, 20 * MS, 0, max_committed=40)
+    declared = ActionSpec(
+        ("x", "y"), ("m", "m"), (-1, -1), (1, 1), 50, 20 * MS, 0, max_committed=40
+    )
     assert "max_committed" not in base.to_dict() and base.hash != declared.hash
     assert ActionSpec.from_dict(declared.to_dict()) == declared
     assert ActionSpec.from_dict({**declared.to_dict(), "hash": declared.hash}).max_committed == 40
@@ -103,7 +111,11 @@ def test_action_spec_max_committed_is_hashed_only_when_declared():
 
 
 def _env(values, capture=1_000 * MS, start_after=P, seq=9):
-    body = {"values": {}, "ints": {}, "committed": committed_body(3, 1, values, capture + start_after)}
+    body = {
+        "values": {},
+        "ints": {},
+        "committed": committed_body(3, 1, values, capture + start_after),
+    }
     return types.SimpleNamespace(body=body, stamps={"capture": capture}, src="arm", seq=seq)
 
 
@@ -122,9 +134,13 @@ def test_node_intake_takes_refuses_or_ignores_the_prefix_by_the_policys_declarat
     assert "commits 3 waypoints" in lines[-1] and "not answered" in lines[-1]
     assert intake.window_ns(_env(np.ones((3, 2), np.float32)).body) == 0
     assert intake.take(_env(np.ones((1, 3), np.float32))) is None  # 3 dims, not 2
-    assert intake.take(_env(two, start_after=2 * P)) is None       # not waypoint 0's time
-    assert intake.counters == {"committed_taken": 1, "committed_ignored": 0,
-                               "committed_bad": 2, "committed_too_long": 1}
+    assert intake.take(_env(two, start_after=2 * P)) is None  # not waypoint 0's time
+    assert intake.counters == {
+        "committed_taken": 1,
+        "committed_ignored": 0,
+        "committed_bad": 2,
+        "committed_too_long": 1,
+    }
     one_shot = CommittedIntake(types.SimpleNamespace(max_committed=0, period_ns=P, start_ns=0), say)
     assert "cannot condition" in lines[-1]
     assert one_shot.take(_env(two, start_after=0)) is None
@@ -137,8 +153,13 @@ def test_the_monitor_holds_a_conditioned_chunk_to_its_window_and_others_to_the_d
 
     def rec(cycle, e2e_ms, window_ms=None):
         fields = {"e2e_ms": e2e_ms} | ({} if window_ms is None else {"window_ms": window_ms})
-        return {"node": "ctl", "cycle": cycle, "stamps": {"capture": 0, "apply": e2e_ms * MS},
-                "fields": fields}
+        return {
+            "node": "ctl",
+            "cycle": cycle,
+            "stamps": {"capture": 0, "apply": e2e_ms * MS},
+            "fields": fields,
+        }
+
     assert not past_deadline(rec(1, 140, 150.0), 140 * MS, 100 * MS)
     assert past_deadline(rec(1, 150, 150.0), 150 * MS, 100 * MS)
     assert past_deadline(rec(1, 140), 140 * MS, 100 * MS)
@@ -160,6 +181,7 @@ def test_one_observation_in_flight_until_its_chunk_or_its_time_is_up():
 
 def test_a_robot_at_rest_commits_to_staying_there_and_a_chunk_joins_only_while_it_does():
     from rtinfer.transport.committed import REST
+
     rtc = Commitments(RtcConfig(margin_ms=0.0), horizon=4, dim=2)
     hold = np.array([0.25, -0.5])
     assert rtc.rest_prefix(hold, 1_000 * MS, P, P) is None  # no delay measured yet

@@ -3,6 +3,7 @@ late, some duplicated, some overtaken, past a 70 ms deadline. The robot drives o
 conditioned on its committed prefix that land after the deadline but within their window,
 and never applies one past both (its trace of every applied cycle says so), whatever the
 proxy does. Real processes and sockets: the proxy; the node and the robot in this process."""
+
 import os
 import signal
 import subprocess
@@ -25,23 +26,55 @@ MS = 1_000_000
 DEADLINE_MS = 70
 
 
-def test_conditioned_chunks_drive_past_the_deadline_and_nothing_stale_is_applied(tiny_model_dir,
-                                                                                 tmp_path):
+def test_conditioned_chunks_drive_past_the_deadline_and_nothing_stale_is_applied(
+    tiny_model_dir, tmp_path
+):
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "late")}
-    proxy = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.delay_proxy", "--upstream",
-                              eps["act"], "--downstream", eps["late"], "--topics", "action_chunk",
-                              "--delay-ms", "50", "--jitter-ms", "30", "--duplicate", "0.05",
-                              "--reorder", "0.05", "--reorder-ms", "20", "--seed", "3"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.bench.delay_proxy",
+            "--upstream",
+            eps["act"],
+            "--downstream",
+            eps["late"],
+            "--topics",
+            "action_chunk",
+            "--delay-ms",
+            "50",
+            "--jitter-ms",
+            "30",
+            "--duplicate",
+            "0.05",
+            "--reorder",
+            "0.05",
+            "--reorder-ms",
+            "20",
+            "--seed",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     robot_pub = Publisher(eps["obs"], "arm")
-    node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"],
-                         cfg=InferenceNodeConfig(deadline_ms=float(DEADLINE_MS), auto_budget=False))
+    node = InferenceNode(
+        tiny_model_dir,
+        eps["obs"],
+        eps["act"],
+        cfg=InferenceNodeConfig(deadline_ms=float(DEADLINE_MS), auto_budget=False),
+    )
     sub = Subscriber(eps["late"], ["action_chunk"])
     tok = TokenizerConfig.load(tiny_model_dir / "tokenizer.json")
-    cfg = ControllerConfig(control=gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
-                           tokenizer=tok, deadline_ns=DEADLINE_MS * MS, chunk_interval_ns=100 * MS,
-                           rtc=RtcConfig())
+    cfg = ControllerConfig(
+        control=gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
+        tokenizer=tok,
+        deadline_ns=DEADLINE_MS * MS,
+        chunk_interval_ns=100 * MS,
+        rtc=RtcConfig(),
+    )
     trace = TraceWriter(tmp_path / "trace.bin")
     ctl = ControllerNode(Gantry(), cfg, sub, robot_pub, tok.hash, trace=trace)
     try:
@@ -64,8 +97,11 @@ def test_conditioned_chunks_drive_past_the_deadline_and_nothing_stale_is_applied
         e2e = r["stamps"]["apply"] - r["stamps"]["capture"]
         assert e2e <= DEADLINE_MS * MS or e2e < r["fields"].get("window_ms", 0) * MS
     # the window did the work: conditioned chunks applied past the deadline
-    assert any(r["stamps"]["apply"] - r["stamps"]["capture"] > DEADLINE_MS * MS
-               and "window_ms" in r["fields"] for r in applied)
+    assert any(
+        r["stamps"]["apply"] - r["stamps"]["capture"] > DEADLINE_MS * MS
+        and "window_ms" in r["fields"]
+        for r in applied
+    )
 
 
 def _drive(tiny_model_dir, tmp_path, rtc, delay_ms, jitter_ms, deadline_ms, seconds, until):
@@ -73,19 +109,43 @@ def _drive(tiny_model_dir, tmp_path, rtc, delay_ms, jitter_ms, deadline_ms, seco
     its trace's applied cycles."""
     tmp_path.mkdir()
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act", "late")}
-    proxy = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.delay_proxy", "--upstream",
-                              eps["act"], "--downstream", eps["late"], "--topics", "action_chunk",
-                              "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.bench.delay_proxy",
+            "--upstream",
+            eps["act"],
+            "--downstream",
+            eps["late"],
+            "--topics",
+            "action_chunk",
+            "--delay-ms",
+            str(delay_ms),
+            "--jitter-ms",
+            str(jitter_ms),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     robot_pub = Publisher(eps["obs"], "arm")
-    node = InferenceNode(tiny_model_dir, eps["obs"], eps["act"],
-                         cfg=InferenceNodeConfig(deadline_ms=float(deadline_ms), auto_budget=False))
+    node = InferenceNode(
+        tiny_model_dir,
+        eps["obs"],
+        eps["act"],
+        cfg=InferenceNodeConfig(deadline_ms=float(deadline_ms), auto_budget=False),
+    )
     sub = Subscriber(eps["late"], ["action_chunk"])
     tok = TokenizerConfig.load(tiny_model_dir / "tokenizer.json")
-    cfg = ControllerConfig(control=gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
-                           tokenizer=tok, deadline_ns=deadline_ms * MS, chunk_interval_ns=150 * MS,
-                           rtc=rtc)
+    cfg = ControllerConfig(
+        control=gantry_control(low=(-1.0, -1.0, 0.0), high=(1.0, 1.0, 1.0)),
+        tokenizer=tok,
+        deadline_ns=deadline_ms * MS,
+        chunk_interval_ns=150 * MS,
+        rtc=rtc,
+    )
     trace = TraceWriter(tmp_path / "trace.bin")
     ctl = ControllerNode(Gantry(), cfg, sub, robot_pub, tok.hash, trace=trace)
     try:
@@ -105,15 +165,25 @@ def _drive(tiny_model_dir, tmp_path, rtc, delay_ms, jitter_ms, deadline_ms, seco
 
 
 def test_every_answer_later_than_the_deadline_drives_the_robot_with_rtc_and_none_without(
-        tiny_model_dir, tmp_path):
+    tiny_model_dir, tmp_path
+):
     """Answers 60..80 ms after capture, a 50 ms deadline: without a prefix every chunk is
     stale; with one, the robot starts from rest (its rest prefix: the first chunk, with none
     measured yet, is stale and teaches it the delay) and then follows chunk after chunk."""
-    c, applied = _drive(tiny_model_dir, tmp_path / "off", None, 60, 20, 50, 3,
-                        lambda c: c["rejected_stale"] >= 20)
+    c, applied = _drive(
+        tiny_model_dir, tmp_path / "off", None, 60, 20, 50, 3, lambda c: c["rejected_stale"] >= 20
+    )
     assert c["chunks_accepted"] == 0 and c["rejected_stale"] >= 5 and applied == []
-    c, applied = _drive(tiny_model_dir, tmp_path / "on", RtcConfig(), 60, 20, 50, 20,
-                        lambda c: c["chunks_conditioned"] >= 6)
+    c, applied = _drive(
+        tiny_model_dir,
+        tmp_path / "on",
+        RtcConfig(),
+        60,
+        20,
+        50,
+        20,
+        lambda c: c["chunks_conditioned"] >= 6,
+    )
     assert c["chunks_conditioned"] >= 3 and c["prefix_mismatch"] == 0
     for r in applied:
         e2e = r["stamps"]["apply"] - r["stamps"]["capture"]

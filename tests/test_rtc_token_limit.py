@@ -1,6 +1,7 @@
 """An action-token model's max_committed lives in its card.json (its tokenizer.json has no
 place for it): the robot reads it there, so it never commits more than the node accepts
 (more would be refused as committed_too_long instead of committed shorter)."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """rtinfer.bench.scale_floors: a step's FLOPs from its config, the floors a measured time is
 held against, and the matmul rates measured on this host's ONNX Runtime kernels."""
+
 import pytest
 
 from rtinfer.bench.scale_floors import floors, matmul_gflops, step_flops
@@ -18,8 +19,9 @@ def test_step_flops_count_the_weights_twice_per_token_and_attention_over_the_cac
 
 def test_a_verify_is_compute_bound_where_the_step_is_bandwidth_bound():
     # 64 MB of int4 weights at 40 GB/s, 150 GFLOP/s: the step streams, the verify computes
-    f = floors(RUNG_100M, 64_000_000, 40.0, 150.0, {"step": 3.2, "verify": 16.0},
-               {"step": 1, "verify": 8})
+    f = floors(
+        RUNG_100M, 64_000_000, 40.0, 150.0, {"step": 3.2, "verify": 16.0}, {"step": 1, "verify": 8}
+    )
     assert f["step"]["bound"] == "bandwidth" and f["verify"]["bound"] == "compute"
     assert f["step"]["bandwidth_floor_ms"] == pytest.approx(1.6)
     assert f["step"]["over_floor"] == pytest.approx(2.0)

@@ -1,5 +1,6 @@
 """rtinfer.bench.scale_prefix: which observation tokens change, and what a prefix cache could
 skip with the layout as it is and with the rarely-changing tokens first."""
+
 import numpy as np
 
 from rtinfer.bench.scale_prefix import changes, main
@@ -8,14 +9,18 @@ from rtinfer.bench.scale_prefix import changes, main
 def _stream(tmp_path, obs, episode=None):
     path = tmp_path / "s.npz"
     n = len(obs)
-    np.savez(path, obs_tokens=np.asarray(obs), instruction_tokens=np.zeros((n, 3), np.int32),
-             episode=np.zeros(n, np.int32) if episode is None else np.asarray(episode))
+    np.savez(
+        path,
+        obs_tokens=np.asarray(obs),
+        instruction_tokens=np.zeros((n, 3), np.int32),
+        episode=np.zeros(n, np.int32) if episode is None else np.asarray(episode),
+    )
     return path
 
 
 def test_tokens_that_change_last_leave_a_short_prefill_when_moved_behind_static_ones(tmp_path):
     obs = np.zeros((11, 6), np.int32)
-    obs[:, 0] = np.arange(11)       # changes every cycle, and sits first
+    obs[:, 0] = np.arange(11)  # changes every cycle, and sits first
     obs[:, 3] = np.arange(11) // 2  # changes every other cycle
     r = changes(_stream(tmp_path, obs), static_below=0.02)
     assert r["cycles"] == 10 and r["change_rate"][0] == 1.0 and r["change_rate"][3] == 0.5

@@ -1,4 +1,5 @@
 """Shared weights: one weights.bin per model directory, same logits as the self-contained graphs."""
+
 import shutil
 
 import numpy as np
@@ -27,6 +28,7 @@ def test_a_truncated_weights_file_is_a_clear_error_before_the_loop(tiny_model_di
     import pytest
 
     from rtinfer.model.directory import ModelError
+
     shared = tmp_path / "shared"
     shutil.copytree(tiny_model_dir, shared)
     share_weights(shared)

@@ -1,4 +1,5 @@
 """2:4 sparsity: torch.ao masks on the block Linears, fold, and checks on torch and ONNX."""
+
 import numpy as np
 import pytest
 import torch

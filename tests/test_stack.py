@@ -1,4 +1,5 @@
 """ControlStack and SafetyLimits on a pure-numpy gantry plant (double integrator + gravity on z)."""
+
 import numpy as np
 import pytest
 from conftest import gantry_control
@@ -41,8 +42,9 @@ def _loop(stack, plant, t_from, t_to, log=None):
         plant.write(stack.compute(plant.read(), t))
         plant.step(MS)
         if log is not None:
-            log.append((t, plant.state.pos.copy(), plant.state.vel.copy(),
-                        stack.tracker.vel.copy()))
+            log.append(
+                (t, plant.state.pos.copy(), plant.state.vel.copy(), stack.tracker.vel.copy())
+            )
 
 
 def _chunk(points, suction):
@@ -60,8 +62,9 @@ def test_a_chunk_is_tracked_to_its_last_waypoint_against_gravity():
     _loop(stack, plant, 0, 50 * MS)
     assert stack.holding and abs(plant.state.pos[2] - 0.2) < 1e-3  # gravity ff holds z up
     pts = [[0.02, 0.0, 0.2], [0.05, 0.02, 0.18], [0.08, 0.04, 0.15], [0.1, 0.05, 0.12]]
-    stack.set_chunk(_chunk(pts, [0, 1, 1, 1]), capture_ns=30 * MS, period_ns=50 * MS,
-                    now_ns=50 * MS)
+    stack.set_chunk(
+        _chunk(pts, [0, 1, 1, 1]), capture_ns=30 * MS, period_ns=50 * MS, now_ns=50 * MS
+    )
     assert not stack.holding
     _loop(stack, plant, 50 * MS, 1000 * MS)
     assert np.allclose(plant.state.pos, pts[-1], atol=1e-3)
@@ -81,7 +84,7 @@ def test_hold_brakes_to_a_stop_within_the_deceleration_limit_and_keeps_suction()
     _loop(stack, plant, 150 * MS, 800 * MS, log)
     ref_vel = np.array([r for *_, r in log])
     assert np.all(np.abs(np.diff(ref_vel, axis=0)) <= 2.0e-3 + 1e-12)
-    assert np.all(ref_vel[int(v0 / 2.0 * 1e3) + 2:] == 0.0)  # stopped after v0/decel
+    assert np.all(ref_vel[int(v0 / 2.0 * 1e3) + 2 :] == 0.0)  # stopped after v0/decel
     assert np.allclose(plant.state.vel, 0.0, atol=2e-3)
     assert stack.holding and plant.state.tool
 
@@ -113,8 +116,10 @@ def test_waypoints_outside_the_workspace_are_clipped_and_counted():
 
 
 def test_forces_are_limited_and_counted():
-    stack, _plant = ControlStack(_cfg(effort_limit=(5.0, 5.0, 30.0), kp=(1e4, 1e4, 1e4))), \
-        Gantry([0.0, 0.0, 0.2])
+    stack, _plant = (
+        ControlStack(_cfg(effort_limit=(5.0, 5.0, 30.0), kp=(1e4, 1e4, 1e4))),
+        Gantry([0.0, 0.0, 0.2]),
+    )
     stack.set_chunk(_chunk([[0.2, 0.0, 0.2]] * 4, 0.0), 0, 50 * MS, 0)
     cmd = stack.compute(RobotState(0, np.array([-0.3, 0.0, 0.2]), np.zeros(3)), 0)
     cmd = stack.compute(RobotState(MS, np.array([-0.3, 0.0, 0.2]), np.zeros(3)), MS)
@@ -129,8 +134,14 @@ def test_compute_reuses_its_command_object():
 
 
 def test_outward_force_is_cut_to_the_gravity_bias_at_a_workspace_bound():
-    lim = SafetyLimits(gantry_control(low=(-0.2, -0.2, 0.0), high=(0.2, 0.2, 0.3),
-                                      safety_vel_limit=(1.0,) * 3, effort_limit=(100.0,) * 3))
+    lim = SafetyLimits(
+        gantry_control(
+            low=(-0.2, -0.2, 0.0),
+            high=(0.2, 0.2, 0.3),
+            safety_vel_limit=(1.0,) * 3,
+            effort_limit=(100.0,) * 3,
+        )
+    )
     bias = np.array([0.0, 0.0, G])
     f = lim.apply(np.array([5.0, -5.0, 20.0]), np.array([0.2, 0.0, 0.3]), np.zeros(3), bias)
     assert np.allclose(f, [0.0, -5.0, G])  # x and z were pushing out of the box
@@ -140,8 +151,11 @@ def test_outward_force_is_cut_to_the_gravity_bias_at_a_workspace_bound():
 
 
 def test_force_that_speeds_up_past_the_velocity_limit_is_removed():
-    lim = SafetyLimits(gantry_control(low=(-1.0,) * 3, high=(1.0,) * 3, safety_vel_limit=(0.5,) * 3,
-                                      effort_limit=(100.0,) * 3))
+    lim = SafetyLimits(
+        gantry_control(
+            low=(-1.0,) * 3, high=(1.0,) * 3, safety_vel_limit=(0.5,) * 3, effort_limit=(100.0,) * 3
+        )
+    )
     f = lim.apply(np.array([3.0, 3.0, -3.0]), np.zeros(3), np.array([0.6, -0.6, 0.1]), np.zeros(3))
     assert np.allclose(f, [0.0, 3.0, -3.0]) and lim.counters["velocity_clamps"] == 1
 
@@ -152,5 +166,6 @@ def test_control_config_round_trips_and_refuses_unknown_keys():
     with pytest.raises(ValueError, match="unknown"):
         ControlConfig.from_dict({**cfg.to_dict(), "kp_x": 1.0})
     with pytest.raises(ValueError, match=r"axes\[1\]: unknown keys \['kpp'\]"):
-        ControlConfig.from_dict({"axes": [cfg.to_dict()["axes"][0],
-                                          {**cfg.to_dict()["axes"][1], "kpp": 1.0}]})
+        ControlConfig.from_dict(
+            {"axes": [cfg.to_dict()["axes"][0], {**cfg.to_dict()["axes"][1], "kpp": 1.0}]}
+        )

@@ -1,6 +1,7 @@
 """Every controller trace record's stamps read in the documented order (docs/wire.md) and
 in time, for both policies (issue 15, item 5): a real launch of each (sim, policy and
 monitor as processes), its controller.trace read back."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Action tokenizer: round trip within half a bin, clipping counted, bad ids are WireErrors."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,8 +14,9 @@ CFG = TokenizerConfig(low=(-0.5, -0.4, 0.0, 0.0), high=(0.5, 0.4, 0.3, 1.0))
 
 def _in_range_actions():
     lo, hi = np.array(CFG.low), np.array(CFG.high)
-    unit = arrays(np.float64, st.tuples(st.integers(1, 8), st.just(CFG.dim)),
-                  elements=st.floats(0.0, 1.0))
+    unit = arrays(
+        np.float64, st.tuples(st.integers(1, 8), st.just(CFG.dim)), elements=st.floats(0.0, 1.0)
+    )
     return unit.map(lambda u: lo + u * (hi - lo))
 
 
@@ -29,8 +31,13 @@ def test_decode_of_encode_is_within_half_a_bin(a):
 
 
 @settings(max_examples=100, deadline=None)
-@given(arrays(np.int64, st.tuples(st.integers(1, 6), st.just(CFG.dim)),
-              elements=st.integers(0, CFG.bins - 1)))
+@given(
+    arrays(
+        np.int64,
+        st.tuples(st.integers(1, 6), st.just(CFG.dim)),
+        elements=st.integers(0, CFG.bins - 1),
+    )
+)
 def test_encode_of_decode_is_identity_for_valid_tokens(t):
     tok = ActionTokenizer(CFG)
     assert np.array_equal(tok.encode(tok.decode(t)), t)
@@ -78,8 +85,10 @@ def test_hash_is_stable_and_changes_with_content():
     assert TokenizerConfig(low=CFG.low, high=CFG.high, bins=128).hash != CFG.hash
     assert TokenizerConfig(low=CFG.low, high=CFG.high, period_ns=40_000_000).hash != CFG.hash
     # pinned: the hash is a wire contract between model and robot; changing it is a break
-    assert TokenizerConfig(low=(0, 0, 0, 0), high=(1, 1, 1, 1)).hash == \
-        TokenizerConfig.from_dict({"low": [0, 0, 0, 0], "high": [1, 1, 1, 1]}).hash
+    assert (
+        TokenizerConfig(low=(0, 0, 0, 0), high=(1, 1, 1, 1)).hash
+        == TokenizerConfig.from_dict({"low": [0, 0, 0, 0], "high": [1, 1, 1, 1]}).hash
+    )
 
 
 def test_config_round_trips_through_a_file_and_detects_edits(tmp_path):

@@ -1,4 +1,5 @@
 """Trace files (msgpack stream, crash-safe reading) and the `rtinfer report` table/PNG."""
+
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ def _write(path, records, **kw):
 
 # -------------------------------------------------------------------- trace
 
+
 def test_trace_round_trips_records_in_order(tmp_path):
     records = [_record(i, capture=i * 1000, apply=i * 1000 + 7) for i in range(1000)]
     tw = _write(tmp_path / "t.msgpack", records, flush_every=64)
@@ -34,14 +36,24 @@ def test_trace_round_trips_records_in_order(tmp_path):
     assert list(read_trace(tmp_path / "t.msgpack")) == records
 
 
-records_st = st.lists(st.dictionaries(
-    st.text(max_size=8),
-    st.one_of(st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=False), st.text(max_size=8),
-              st.dictionaries(st.text(max_size=4), st.integers(0, 2**63 - 1), max_size=4)),
-    max_size=6), max_size=20)
+records_st = st.lists(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.one_of(
+            st.integers(-(2**63), 2**64 - 1),
+            st.floats(allow_nan=False),
+            st.text(max_size=8),
+            st.dictionaries(st.text(max_size=4), st.integers(0, 2**63 - 1), max_size=4),
+        ),
+        max_size=6,
+    ),
+    max_size=20,
+)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(records_st)
 def test_any_msgpack_record_round_trips(tmp_path, records):
     _write(tmp_path / "p.msgpack", records)
@@ -49,11 +61,15 @@ def test_any_msgpack_record_round_trips(tmp_path, records):
 
 
 def test_numpy_scalars_and_arrays_are_written_as_plain_values(tmp_path):
-    rec = {"stamps": {"capture": np.int64(5)}, "fields": {"x": np.float32(0.5)},
-           "v": np.arange(3, dtype=np.int16)}
+    rec = {
+        "stamps": {"capture": np.int64(5)},
+        "fields": {"x": np.float32(0.5)},
+        "v": np.arange(3, dtype=np.int16),
+    }
     _write(tmp_path / "n.msgpack", [rec])
     assert list(read_trace(tmp_path / "n.msgpack")) == [
-        {"stamps": {"capture": 5}, "fields": {"x": 0.5}, "v": [0, 1, 2]}]
+        {"stamps": {"capture": 5}, "fields": {"x": 0.5}, "v": [0, 1, 2]}
+    ]
 
 
 def test_unpackable_record_is_dropped_and_counted_not_raised(tmp_path):
@@ -100,6 +116,7 @@ def test_a_crashed_writer_leaves_every_flushed_record_readable(tmp_path):
 
 
 # ------------------------------------------------------------------- report
+
 
 def _synthetic_trace(path, n=400):
     rng = np.random.default_rng(1)
@@ -178,6 +195,7 @@ def test_a_trace_that_fills_its_disk_keeps_exactly_the_records_it_counts_written
     import os
     import shutil
     import subprocess as sp
+
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount a tmpfs")
     d = tmp_path / "small"

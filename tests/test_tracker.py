@@ -1,4 +1,5 @@
 """SetpointTracker: exact at waypoints when unconstrained, limits always, no jumps at hand-over."""
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,8 +57,11 @@ def test_monotone_waypoints_give_a_reference_without_overshoot():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(st.floats(-0.5, 0.5), min_size=3, max_size=3), min_size=8, max_size=8),
-       st.integers(10, 90), st.integers(0, 60))
+@given(
+    st.lists(st.lists(st.floats(-0.5, 0.5), min_size=3, max_size=3), min_size=8, max_size=8),
+    st.integers(10, 90),
+    st.integers(0, 60),
+)
 def test_velocity_and_acceleration_limits_hold_over_a_trajectory(points, handover_ms, lag_ms):
     vmax, amax = np.array([0.5, 0.5, 0.3]), np.array([3.0, 3.0, 2.0])
     tr = SetpointTracker(vmax, amax, blend_ns=15 * MS)
@@ -186,8 +190,10 @@ def test_a_chunk_faster_than_the_limits_is_not_overshot_at_its_end():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.lists(st.floats(-0.3, 0.3), min_size=3, max_size=3), min_size=4, max_size=4),
-       st.lists(st.integers(0, 90), min_size=6, max_size=6))
+@given(
+    st.lists(st.lists(st.floats(-0.3, 0.3), min_size=3, max_size=3), min_size=4, max_size=4),
+    st.lists(st.integers(0, 90), min_size=6, max_size=6),
+)
 def test_a_20hz_stream_of_chunks_stays_within_limits_and_ends_at_rest(points, lags_ms):
     vmax, amax = np.array([0.5, 0.5, 0.3]), np.array([3.0, 3.0, 2.0])
     tr = SetpointTracker(vmax, amax)

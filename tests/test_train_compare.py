@@ -1,5 +1,6 @@
 """models.compare: a drafter's acceptance is measured teacher forced on the reference's own
 greedy chunks (the shipped policy accepts all of its own tokens, and none it would not pick)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """models.grow: a policy widened x2 computes the same logits at every exit, in training
 forward and in the static-shape step, and its copies can diverge in training."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """models.train: model size options, distillation, and resumable training (a run stopped by
 SIGTERM and resumed ends with the same weights, bit for bit, as one never stopped)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,24 @@ from models.data import load
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "models" / "zoo" / "conveyor-v1"
-TINY = ["--n-layer", "2", "--n-embd", "16", "--n-head", "2", "--exits", "1", "--batch", "8",
-        "--threads", "1", "--sparse-steps", "0", "--max-ctx", "64"]
+TINY = [
+    "--n-layer",
+    "2",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--exits",
+    "1",
+    "--batch",
+    "8",
+    "--threads",
+    "1",
+    "--sparse-steps",
+    "0",
+    "--max-ctx",
+    "64",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +51,14 @@ def demos_npz(tmp_path_factory) -> Path:
     spec = (ZOO / "obs_tokens.json").read_text()
     n, h, d = 64, tok["horizon"], len(tok["low"])
     path = tmp_path_factory.mktemp("demos") / "demos.npz"
-    np.savez(path, instruction_tokens=rng.integers(0, 3, (n, 3)),
-             obs_tokens=rng.integers(0, 256, (n, 27)), action_tokens=rng.integers(0, 256, (n, h, d)),
-             tokenizer_config=json.dumps(tok), obs_tokens_spec=spec)
+    np.savez(
+        path,
+        instruction_tokens=rng.integers(0, 3, (n, 3)),
+        obs_tokens=rng.integers(0, 256, (n, 27)),
+        action_tokens=rng.integers(0, 256, (n, h, d)),
+        tokenizer_config=json.dumps(tok),
+        obs_tokens_spec=spec,
+    )
     return path
 
 
@@ -51,11 +73,29 @@ def _same(a: dict, b: dict) -> bool:
 def _fit(demos, state, steps=8, on_step=None, teacher=None):
     torch.set_num_threads(1)  # as the CLI's --threads 1: two threads only spin on a busy host
     torch.manual_seed(0)
-    model = train.Policy(train.PolicyConfig.demo(demos.vocab.size, max_ctx=64, n_layer=2,
-                                                 n_embd=16, n_head=2, exits=(1,),
-                                                 layer_dropout=0.1))
-    train.fit(model, demos, steps=steps, batch=8, lr=1e-3, seed=3, desc="t", state=state,
-              on_step=on_step, teacher=teacher)
+    model = train.Policy(
+        train.PolicyConfig.demo(
+            demos.vocab.size,
+            max_ctx=64,
+            n_layer=2,
+            n_embd=16,
+            n_head=2,
+            exits=(1,),
+            layer_dropout=0.1,
+        )
+    )
+    train.fit(
+        model,
+        demos,
+        steps=steps,
+        batch=8,
+        lr=1e-3,
+        seed=3,
+        desc="t",
+        state=state,
+        on_step=on_step,
+        teacher=teacher,
+    )
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -93,8 +133,13 @@ def test_cli_sigterm_saves_then_resume_gives_the_uninterrupted_weights(demos_npz
     assert train.main([*args, "--out", str(tmp_path / "whole")]) == 0
     assert not (tmp_path / "whole" / train.STATE).exists()  # a finished run leaves none
     out = tmp_path / "stopped"
-    proc = subprocess.Popen([sys.executable, "-m", "models.train", *args, "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "models.train", *args, "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (out / train.STATE).exists() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -111,8 +156,20 @@ def test_cli_sigterm_saves_then_resume_gives_the_uninterrupted_weights(demos_npz
 def test_size_options_and_label_distillation(demos_npz, tmp_path):
     args = ["--data", str(demos_npz), "--steps", "3", *TINY]
     assert train.main([*args, "--out", str(tmp_path / "teacher")]) == 0
-    assert train.main([*args, "--out", str(tmp_path / "student"), "--n-embd", "24",
-                       "--teacher", str(tmp_path / "teacher" / "policy")]) == 0
+    assert (
+        train.main(
+            [
+                *args,
+                "--out",
+                str(tmp_path / "student"),
+                "--n-embd",
+                "24",
+                "--teacher",
+                str(tmp_path / "teacher" / "policy"),
+            ]
+        )
+        == 0
+    )
     ck = checkpoint.load(tmp_path / "student" / "policy")
     assert (ck.cfg.n_layer, ck.cfg.n_embd, ck.cfg.exits) == (2, 24, (1,))
     assert ck.meta["distill"] == "labels" and set(ck.meta["val_teacher_agreement"]) == {"1", "2"}

@@ -1,5 +1,6 @@
 """The policies trained beside conveyor-v1: the larger one (>= 5 M params) and the draft
 model load, share conveyor-v1's vocab and layout, and carry their measured cards."""
+
 from __future__ import annotations
 
 import json
@@ -44,4 +45,6 @@ def test_large_policy_has_five_million_params_and_success_on_all_six_instruction
 def test_draft_model_is_small_and_full_depth_only():
     card = _card(DRAFT)
     assert card["params"] < _card(SHIPPED)["params"] / 3
-    assert card["config"]["exits"] == [] and card["training"]["teacher"].endswith("conveyor-v1/policy")
+    assert card["config"]["exits"] == [] and card["training"]["teacher"].endswith(
+        "conveyor-v1/policy"
+    )

@@ -2,6 +2,7 @@
 the decoder gives every stated verdict and decoded form, and the reference controller moves
 exactly the stated counters. tests/test_cpp_client.py runs the same files through the C++
 client, so "same rules, same counters" is checked on both sides."""
+
 import json
 import subprocess
 import sys
@@ -27,15 +28,25 @@ def frames_of(entry) -> list[bytes]:
 
 
 def test_vectors_are_up_to_date():
-    r = subprocess.run([sys.executable, str(VECTORS / "make_vectors.py"), "--check"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(VECTORS / "make_vectors.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
 def test_vectors_cover_every_error_class_and_topic_kind():
     verdicts = {v["verdict"] for v in MANIFEST["decode"]}
-    assert verdicts == {"ok", "OversizeError", "MalformedError", "VersionError", "TopicError",
-                        "SchemaError", "ArrayError"}
+    assert verdicts == {
+        "ok",
+        "OversizeError",
+        "MalformedError",
+        "VersionError",
+        "TopicError",
+        "SchemaError",
+        "ArrayError",
+    }
     kinds = {v["decoded"]["topic"].partition("/")[0] for v in MANIFEST["decode"] if "decoded" in v}
     assert kinds == set(wire.schema.BODIES)
 
@@ -43,7 +54,10 @@ def test_vectors_cover_every_error_class_and_topic_kind():
 @pytest.mark.parametrize("entry", MANIFEST["decode"], ids=lambda e: e["name"])
 def test_python_decoder_gives_the_stated_verdict(entry):
     frames = frames_of(entry)
-    kw = {"max_bytes": entry.get("max_bytes", wire.DEFAULT_MAX_BYTES), "topics": entry.get("topics")}
+    kw = {
+        "max_bytes": entry.get("max_bytes", wire.DEFAULT_MAX_BYTES),
+        "topics": entry.get("topics"),
+    }
     if entry["verdict"] == "ok":
         env = wire.decode_frames(frames, **kw)
         if "decoded" in entry:
@@ -82,6 +96,7 @@ class StillGantry:
 
     def __init__(self, n):
         from controllers.hardware import RobotState
+
         self.state = RobotState(0, np.array([0.0, 0.2, 0.5]), np.zeros(n))
         self.now_ns = self.read_until_ns = 0
 
@@ -102,16 +117,19 @@ def controller_node(cfg_data):
     from controllers.node import ControllerConfig, ControllerNode
     from rtinfer.model.action_spec import ActionSpec
     from rtinfer.model.action_tokens import TokenizerConfig
+
     robot = yaml.safe_load((ROOT / "examples/conveyor_sorting/robot.yaml").read_text())
     control = ControlConfig.from_dict(robot["control"])
-    cfg = ControllerConfig(control=control, name=cfg_data["name"],
-                           tokenizer=TokenizerConfig.load(ROOT / cfg_data["tokenizer"]),
-                           action=ActionSpec.load(ROOT / cfg_data["action"]),
-                           deadline_ns=cfg_data["deadline_ns"],
-                           chunk_interval_ns=cfg_data["chunk_interval_ns"],
-                           max_period_ns=cfg_data["max_period_ns"],
-                           open_loop_ms=cfg_data["open_loop_ns"] / 1e6
-                           if "open_loop_ns" in cfg_data else None)
+    cfg = ControllerConfig(
+        control=control,
+        name=cfg_data["name"],
+        tokenizer=TokenizerConfig.load(ROOT / cfg_data["tokenizer"]),
+        action=ActionSpec.load(ROOT / cfg_data["action"]),
+        deadline_ns=cfg_data["deadline_ns"],
+        chunk_interval_ns=cfg_data["chunk_interval_ns"],
+        max_period_ns=cfg_data["max_period_ns"],
+        open_loop_ms=cfg_data["open_loop_ns"] / 1e6 if "open_loop_ns" in cfg_data else None,
+    )
     sub, pub, hw = ListSub(), RecordingPub(), StillGantry(len(control.axes))
     return ControllerNode(hw, cfg, sub, pub, clock=hw.clock, robot=cfg_data["robot"]), sub, pub
 
@@ -132,10 +150,16 @@ def test_python_controller_moves_the_stated_counters(case):
         node.tick()
         delta = {n: node.counters[n] - before[n] for n in c["counters"]}
         traces = [b for t, b in pub.sent if t == "trace"]
-        trace = ("apply" if any("apply" in b["stamps"] for b in traces) else
-                 "late" if any("late_index" in b["fields"] for b in traces) else None)
-        assert (delta, node.state, trace) == (step["expect"], step["state"], step["trace"]), \
+        trace = (
+            "apply"
+            if any("apply" in b["stamps"] for b in traces)
+            else "late"
+            if any("late_index" in b["fields"] for b in traces)
+            else None
+        )
+        assert (delta, node.state, trace) == (step["expect"], step["state"], step["trace"]), (
             f"step {k}"
+        )
 
 
 SYNC = {"obs": {"values": {}, "ints": {}}, "command": {"cmd": "clear", "reason": "sync"}}
@@ -149,6 +173,7 @@ def test_a_real_subscriber_takes_or_rejects_each_framing_vector_as_stated(entry)
 
     from rtinfer.transport.bus import Subscriber
     from rtinfer.transport.bus.topics import addressed_topic
+
     topics, to = entry["topics"], entry.get("to") or {}
     topic_frame, *frames = frames_of(entry)
     ctx = zmq.Context.instance()
@@ -161,6 +186,7 @@ def test_a_real_subscriber_takes_or_rejects_each_framing_vector_as_stated(entry)
 
     def marker(src: str) -> None:
         pub.send_multipart([head, wire.encode(t, body, seq=0, src=src)])
+
     try:
         for _ in range(500):  # the slow joiner: until a marker gets through
             marker("sync")

@@ -1,6 +1,7 @@
 """examples/conveyor_sorting/train_vision_head.py: conveyor-act's policy rebuilt from its
 shipped graph (the starting point of conveyor-vision's head), in the LeRobot venv
 (`make test-lerobot`); skips elsewhere."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,9 +31,12 @@ def observations(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     gantry[:, :3] = rng.uniform((-0.7, -0.25, 0.3), (0.6, 0.5, 0.6), (n, 3))
     gantry[:, 3:6] = rng.normal(0, 0.3, (n, 3))
     gantry[:, 6:8] = rng.integers(0, 2, (n, 2))
-    return {"objects": objects, "gantry": gantry,
-            "held": rng.integers(-1, 3, (n, 1)).astype(np.float32),
-            "instruction": np.stack([rng.permutation(3) for _ in range(n)]).astype(np.int32)}
+    return {
+        "objects": objects,
+        "gantry": gantry,
+        "held": rng.integers(-1, 3, (n, 1)).astype(np.float32),
+        "instruction": np.stack([rng.permutation(3) for _ in range(n)]).astype(np.int32),
+    }
 
 
 @pytest.mark.skipif(not HEAD.is_file(), reason="models/zoo/conveyor-act not built")

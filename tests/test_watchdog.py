@@ -1,4 +1,5 @@
 """Watchdog freshness rules: stale captures, bogus future stamps, quiet streams (on Liveliness)."""
+
 import pytest
 
 from controllers.watchdog import Watchdog
@@ -55,7 +56,9 @@ def test_a_clock_uncertainty_is_never_the_deadline():
 
     from controllers.node import ControllerConfig
     from rtinfer.model.action_tokens import TokenizerConfig
+
     tok = TokenizerConfig(low=(-0.5, -0.5, 0.0, 0.0), high=(0.5, 0.5, 0.5, 1.0))
-    with pytest.raises(ValueError, match="clock_uncertainty_ns=100000000 must be >= 0 and "
-                                         "below the deadline"):
+    with pytest.raises(
+        ValueError, match="clock_uncertainty_ns=100000000 must be >= 0 and below the deadline"
+    ):
         ControllerConfig(gantry_control(), tokenizer=tok, clock_uncertainty_ns=100 * MS)

@@ -1,4 +1,5 @@
 """Behaviour of the wire format: round trips, zero-copy, and every rejection reason."""
+
 import re
 from pathlib import Path
 
@@ -25,31 +26,62 @@ f32 = np.float32
 
 
 def chunk(**over):
-    body = waypoint_body(41, 0, 4, np.array([0.1, -0.2, 0.3, 1.0], f32), spec="9f2c",
-                         period_ns=25_000_000, start_ns=25_000_000, dest="cell1",
-                         tokens=np.arange(4, dtype=np.int32))
+    body = waypoint_body(
+        41,
+        0,
+        4,
+        np.array([0.1, -0.2, 0.3, 1.0], f32),
+        spec="9f2c",
+        period_ns=25_000_000,
+        start_ns=25_000_000,
+        dest="cell1",
+        tokens=np.arange(4, dtype=np.int32),
+    )
     body.update(over)
     return body
 
 
 def continuous_chunk(**over):
     """A waypoint of a continuous-chunk policy: no tokens, spec = the action spec's hash."""
-    body = waypoint_body(41, 0, 4, np.array([0.1, -0.2, 0.3, 1.0], f32), spec="7e1d",
-                         period_ns=25_000_000, start_ns=0, dest="cell1")
+    body = waypoint_body(
+        41,
+        0,
+        4,
+        np.array([0.1, -0.2, 0.3, 1.0], f32),
+        spec="7e1d",
+        period_ns=25_000_000,
+        start_ns=0,
+        dest="cell1",
+    )
     body.update(over)
     return body
 
 
 BODIES = {
-    "obs": {"values": {"objects": np.zeros((3, 4), f32), "gantry": np.ones(7, f32)},
-            "ints": {"instruction": 2}},
+    "obs": {
+        "values": {"objects": np.zeros((3, 4), f32), "gantry": np.ones(7, f32)},
+        "ints": {"instruction": 2},
+    },
     "action_chunk": chunk(),
-    "heartbeat": {"node": "infer", "sent_ns": 5,
-                  "echo": {"src": "ctl", "seq": 9, "sent_ns": 1, "recv_ns": 3}},
-    "health": {"node": "monitor", "state": "ok", "counters": {"misses": 0}, "gauges": {"p99_ms": 3.5}},
+    "heartbeat": {
+        "node": "infer",
+        "sent_ns": 5,
+        "echo": {"src": "ctl", "seq": 9, "sent_ns": 1, "recv_ns": 3},
+    },
+    "health": {
+        "node": "monitor",
+        "state": "ok",
+        "counters": {"misses": 0},
+        "gauges": {"p99_ms": 3.5},
+    },
     "budget": {"level": 2, "reason": "slack below 10 ms"},
     "command": {"cmd": "safe_hold", "reason": "deadline missed 3x"},
-    "trace": {"node": "ctl", "cycle": 41, "stamps": {"capture": 1, "apply": 9}, "fields": {"err_m": 0.01}},
+    "trace": {
+        "node": "ctl",
+        "cycle": 41,
+        "stamps": {"capture": 1, "apply": 9},
+        "fields": {"err_m": 0.01},
+    },
 }
 
 
@@ -59,8 +91,14 @@ def raw(env: dict) -> bytes:
 
 
 def env_of(topic="action_chunk", body=None, **over) -> dict:
-    env = {"version": SCHEMA_VERSION, "topic": topic, "seq": 3, "src": "infer", "stamps": {"capture": 10},
-           "body": chunk() if body is None else body}
+    env = {
+        "version": SCHEMA_VERSION,
+        "topic": topic,
+        "seq": 3,
+        "src": "infer",
+        "stamps": {"capture": 10},
+        "body": chunk() if body is None else body,
+    }
     env.update(over)
     return env
 
@@ -70,6 +108,7 @@ def array_ext(header: bytes, data: bytes = b"") -> msgpack.ExtType:
 
 
 # ---- round trips -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("topic", sorted(BODIES))
 def test_every_body_type_round_trips(topic):
@@ -100,7 +139,9 @@ def test_stamps_keep_their_order_along_the_path():
 def test_decoded_arrays_are_equal_read_only_and_little_endian():
     body = chunk(values=np.array([1.5, 2.5], ">f4"), tokens=np.array([3, 4], ">i2"))
     env = wire.decode(wire.encode("action_chunk", body, seq=1, src="i"))
-    assert env.body["values"].dtype == np.dtype("<f4") and env.body["tokens"].dtype == np.dtype("<i2")
+    assert env.body["values"].dtype == np.dtype("<f4") and env.body["tokens"].dtype == np.dtype(
+        "<i2"
+    )
     np.testing.assert_array_equal(env.body["values"], [1.5, 2.5])
     assert not env.body["values"].flags.writeable
 
@@ -112,13 +153,22 @@ def test_non_contiguous_array_is_sent_as_its_values():
 
 
 def test_numpy_scalars_encode_as_plain_numbers():
-    body = {"node": "m", "state": "ok", "counters": {"n": np.int64(3)}, "gauges": {"g": np.float32(0.5)}}
+    body = {
+        "node": "m",
+        "state": "ok",
+        "counters": {"n": np.int64(3)},
+        "gauges": {"g": np.float32(0.5)},
+    }
     env = wire.decode(wire.encode("health", body, seq=np.uint64(2), src="m"))
-    assert type(env.body["counters"]["n"]) is int and env.body["gauges"]["g"] == 0.5 and env.seq == 2
+    assert (
+        type(env.body["counters"]["n"]) is int and env.body["gauges"]["g"] == 0.5 and env.seq == 2
+    )
 
 
 def test_subtopic_uses_the_schema_of_its_kind():
-    env = wire.decode(wire.encode("obs/cell1", BODIES["obs"], seq=1, src="sim"), topics={"obs/cell1"})
+    env = wire.decode(
+        wire.encode("obs/cell1", BODIES["obs"], seq=1, src="sim"), topics={"obs/cell1"}
+    )
     assert env.topic == "obs/cell1"
 
 
@@ -145,8 +195,9 @@ def test_frames_survive_a_real_zmq_multipart_send():
         tx.connect("inproc://wire-test")
         arr = np.random.default_rng(0).random((64, 64)).astype(f32)
         body = {"values": {"a": arr, "b": arr[:2, :2]}, "ints": {"k": -1}}
-        tx.send_multipart([b"obs", *wire.encode_frames("obs", body, seq=5, src="s", oob_bytes=64)],
-                          copy=False)
+        tx.send_multipart(
+            [b"obs", *wire.encode_frames("obs", body, seq=5, src="s", oob_bytes=64)], copy=False
+        )
         assert rx.poll(5000)
         parts = rx.recv_multipart(copy=False)
         env = wire.decode_frames(parts[1:])
@@ -158,13 +209,24 @@ def test_docs_hex_example_is_what_the_code_produces():
     text = (Path(__file__).parent.parent / "docs" / "wire.md").read_text()
     block = re.search(r"<!-- hex-example -->\s*```\n(.*?)```", text, re.S).group(1)
     hex_bytes = bytes.fromhex("".join(line.split("  ")[1] for line in block.splitlines()))
-    example = waypoint_body(7, 0, 1, np.array([0.5, -1.0], f32), spec="ab12",
-                            period_ns=20_000_000, start_ns=20_000_000, dest="arm",
-                            tokens=np.array([128, 3], np.uint8))
-    assert hex_bytes == wire.encode("action_chunk", example, seq=42, src="inf", stamps={"capture": 1000})
+    example = waypoint_body(
+        7,
+        0,
+        1,
+        np.array([0.5, -1.0], f32),
+        spec="ab12",
+        period_ns=20_000_000,
+        start_ns=20_000_000,
+        dest="arm",
+        tokens=np.array([128, 3], np.uint8),
+    )
+    assert hex_bytes == wire.encode(
+        "action_chunk", example, seq=42, src="inf", stamps={"capture": 1000}
+    )
 
 
 # ---- rejections: envelope ----------------------------------------------------------------
+
 
 def test_wrong_version_is_rejected_with_version_error():
     with pytest.raises(VersionError, match="version 1 is not supported"):
@@ -253,6 +315,7 @@ def test_top_level_that_is_not_a_map_is_rejected():
 
 # ---- rejections: bodies ------------------------------------------------------------------
 
+
 def test_nan_in_action_values_is_rejected():
     with pytest.raises(ArrayError, match="NaN or inf"):
         wire.decode(raw(env_of(body=chunk(values=np.array([0.0, np.nan, 0, 0], f32)))))
@@ -319,8 +382,9 @@ def test_a_waypoint_missing_a_v2_field_is_rejected(field):
             wire.encode("action_chunk", body, seq=1, src="i")
 
 
-@pytest.mark.parametrize("over", [{"dest": ""}, {"dest": "a b"}, {"start_ns": -1},
-                                  {"start_ns": 1.0}, {"spec": 5}])
+@pytest.mark.parametrize(
+    "over", [{"dest": ""}, {"dest": "a b"}, {"start_ns": -1}, {"start_ns": 1.0}, {"spec": 5}]
+)
 def test_bad_dest_start_or_spec_is_rejected(over):
     with pytest.raises(SchemaError):
         wire.decode(raw(env_of(body=continuous_chunk(**over))))
@@ -359,6 +423,7 @@ def test_encode_reports_a_bad_body_as_wire_error():
 
 
 # ---- rejections: arrays ------------------------------------------------------------------
+
 
 def header(code=10, ndim=1, dims=(4,), reserved=b"\0" * 6) -> bytes:
     return bytes([code, ndim]) + reserved + b"".join(d.to_bytes(8, "little") for d in dims)
@@ -421,6 +486,7 @@ def test_out_of_band_reference_in_a_single_frame_message_is_rejected():
 
 # ---- rejections: framing and size --------------------------------------------------------
 
+
 def test_oversize_message_is_rejected_before_unpacking():
     junk = b"\xc1" * 200  # not msgpack at all: only a size check that runs first says oversize
     with pytest.raises(OversizeError, match="200 bytes"):
@@ -428,8 +494,13 @@ def test_oversize_message_is_rejected_before_unpacking():
 
 
 def test_huge_declared_lengths_are_rejected_without_allocating():
-    for prefix in (b"\xdb\xff\xff\xff\xf0", b"\xdf\xff\xff\xff\xf0", b"\xdd\xff\xff\xff\xf0",
-                   b"\xc9\xff\xff\xff\xf0\x01", b"\xc6\xff\xff\xff\xf0"):
+    for prefix in (
+        b"\xdb\xff\xff\xff\xf0",
+        b"\xdf\xff\xff\xff\xf0",
+        b"\xdd\xff\xff\xff\xf0",
+        b"\xc9\xff\xff\xff\xf0\x01",
+        b"\xc6\xff\xff\xff\xf0",
+    ):
         with pytest.raises(MalformedError):
             wire.decode(prefix + b"\0" * 16)
 
@@ -447,8 +518,9 @@ def test_non_message_inputs_are_rejected(data):
 
 def test_encode_refuses_a_message_receivers_would_drop_as_oversize():
     with pytest.raises(OversizeError):
-        wire.encode("obs", {"values": {"x": np.zeros(100, f32)}, "ints": {}}, seq=1, src="s",
-                    max_bytes=256)
+        wire.encode(
+            "obs", {"values": {"x": np.zeros(100, f32)}, "ints": {}}, seq=1, src="s", max_bytes=256
+        )
 
 
 def frames_of(n_oob=1):
@@ -489,5 +561,7 @@ def test_total_size_of_all_frames_is_limited():
 
 def test_wire_error_is_a_value_error_for_callers_that_catch_broadly():
     assert issubclass(WireError, ValueError)
-    assert all(issubclass(e, WireError) for e in
-               (ArrayError, MalformedError, OversizeError, SchemaError, TopicError, VersionError))
+    assert all(
+        issubclass(e, WireError)
+        for e in (ArrayError, MalformedError, OversizeError, SchemaError, TopicError, VersionError)
+    )

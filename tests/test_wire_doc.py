@@ -7,6 +7,7 @@ just past it), which topics are valid (`obs/` included), `seq` per publishing so
 topics and the per-hop stamps (a real bus Publisher/Subscriber over ipc). The section 8 hex
 example is tests/test_wire.py's.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,9 @@ from rtinfer.transport.schema import (
 )
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "wire.md"
-ERRORS = {c.__name__: c for c in (MalformedError, SchemaError, ArrayError, VersionError,
-                                  TopicError)}
+ERRORS = {
+    c.__name__: c for c in (MalformedError, SchemaError, ArrayError, VersionError, TopicError)
+}
 
 
 def doc() -> str:
@@ -65,6 +67,7 @@ def depth(obj) -> int:
 
 
 # --- section 5: the obs example ------------------------------------------------------------
+
 
 def shape_of(text: str, sizes: dict[str, int]) -> tuple[int, ...]:
     """A doc table's shape, e.g. "(K, 4)" or "(8,)", with its letters read from `sizes`."""
@@ -112,8 +115,10 @@ def test_obs_example_is_the_conveyor_cells_observation():
 
 def test_obs_schema_allows_any_keys():
     """'The schema fixes no key': any str keys, the empty one included, any dtype/shape."""
-    body = {"values": {"": np.zeros((0, 2), np.uint16), "a b/ü": np.ones((1,) * 8, np.bool_)},
-            "ints": {"": -2**63, "x": 2**63 - 1}}
+    body = {
+        "values": {"": np.zeros((0, 2), np.uint16), "a b/ü": np.ones((1,) * 8, np.bool_)},
+        "ints": {"": -(2**63), "x": 2**63 - 1},
+    }
     env = wire.decode(wire.encode("obs", body, seq=0, src="r"))
     assert list(env.body["values"]) == ["", "a b/ü"] and env.body["ints"] == body["ints"]
 
@@ -125,23 +130,38 @@ VALUES = {
     "`nil` (`c0`)": [b"\xc0"],
     "`false` / `true` (`c2` / `c3`)": [b"\xc2", b"\xc3"],
     "timestamp, ext -1, well-formed (payload 4, 8 or 12 bytes, nanoseconds <= 999 999 999)": [
-        b"\xd6\xff\x00\x00\x00\x01",                                   # timestamp 32
-        b"\xd7\xff" + ((999_999_999 << 34) | 5).to_bytes(8, "big"),    # timestamp 64
-        b"\xc7\x0c\xff" + (999_999_999).to_bytes(4, "big") + (2**63).to_bytes(8, "big")],
+        b"\xd6\xff\x00\x00\x00\x01",  # timestamp 32
+        b"\xd7\xff" + ((999_999_999 << 34) | 5).to_bytes(8, "big"),  # timestamp 64
+        b"\xc7\x0c\xff" + (999_999_999).to_bytes(4, "big") + (2**63).to_bytes(8, "big"),
+    ],
     "timestamp, ext -1, any other payload": [
-        b"\xc7\x03\xffabc", b"\xd7\xff" + b"\xff" * 8,
-        b"\xc7\x0c\xff" + (10**9).to_bytes(4, "big") + bytes(8)],
+        b"\xc7\x03\xffabc",
+        b"\xd7\xff" + b"\xff" * 8,
+        b"\xc7\x0c\xff" + (10**9).to_bytes(4, "big") + bytes(8),
+    ],
     "empty `bin` (`c4 00`)": [b"\xc4\x00"],
     "non-empty `bin`": [b"\xc4\x01x"],
     "empty `array` (`90`)": [b"\x90", b"\xdc\x00\x00"],
     "non-empty `array`": [b"\x91\x01"],
-    "ext type 0 or 3..127 or -2..-128": [b"\xd4\x00\x00", b"\xd4\x03\x00", b"\xd4\x7f\x00",
-                                         b"\xd4\xfe\x00", b"\xd4\x80\x00"],
+    "ext type 0 or 3..127 or -2..-128": [
+        b"\xd4\x00\x00",
+        b"\xd4\x03\x00",
+        b"\xd4\x7f\x00",
+        b"\xd4\xfe\x00",
+        b"\xd4\x80\x00",
+    ],
 }
 GAUGE_KEY, GAUGE_VALUE = b"\xa2gk", msgpack.packb(1.5)
-TEMPLATE = msgpack.packb({"version": 2, "topic": "health", "seq": 0, "src": "a", "stamps": {},
-                          "body": {"node": "n", "state": "ok", "counters": {},
-                                   "gauges": {"gk": 1.5}}})
+TEMPLATE = msgpack.packb(
+    {
+        "version": 2,
+        "topic": "health",
+        "seq": 0,
+        "src": "a",
+        "stamps": {},
+        "body": {"node": "n", "state": "ok", "counters": {}, "gauges": {"gk": 1.5}},
+    }
+)
 VERSION = b"\xa7version\x02"
 
 
@@ -149,6 +169,7 @@ def _place(column: str, value: bytes) -> bytes:
     def swap(old: bytes, new: bytes) -> bytes:
         assert TEMPLATE.count(old) == 1
         return TEMPLATE.replace(old, new)
+
     if column == "as a body field's value":
         return swap(GAUGE_VALUE, value)
     if column == "as `version`":
@@ -179,13 +200,24 @@ def test_error_class_table_matches_the_decoder():
             want = ERRORS[unquote(cell)]
             for value in VALUES[row[0]]:
                 got = _error_of(_place(column, value))
-                assert got is want, f"{row[0]} {column} ({value.hex()}): {got.__name__}, doc says {want.__name__}"
+                assert got is want, (
+                    f"{row[0]} {column} ({value.hex()}): {got.__name__}, doc says {want.__name__}"
+                )
 
 
 def test_forbidden_values_where_an_array_is_expected_are_array_errors():
     for value in (None, True, msgpack.Timestamp(1, 0), b"", ()):
-        obs = msgpack.packb({"version": 2, "topic": "obs", "seq": 0, "src": "a", "stamps": {},
-                             "body": {"values": {"a": value}, "ints": {}}}, use_bin_type=True)
+        obs = msgpack.packb(
+            {
+                "version": 2,
+                "topic": "obs",
+                "seq": 0,
+                "src": "a",
+                "stamps": {},
+                "body": {"values": {"a": value}, "ints": {}},
+            },
+            use_bin_type=True,
+        )
         assert _error_of(obs) is ArrayError, value
 
 
@@ -194,19 +226,35 @@ def test_parse_time_checks_come_before_the_version():
     finiteness and everything else after it."""
     v1 = b"\xa7version\x01"
     bad_ext = msgpack.packb({"version": 1, "x": msgpack.ExtType(5, b"")})
-    bad_bool = msgpack.packb({"version": 1, "x": msgpack.ExtType(
-        1, bytes([0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]))})
-    nan = msgpack.packb({"version": 1, "x": msgpack.ExtType(
-        1, bytes([10, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]) + np.float32([np.nan]).tobytes())})
+    bad_bool = msgpack.packb(
+        {
+            "version": 1,
+            "x": msgpack.ExtType(1, bytes([0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2])),
+        }
+    )
+    nan = msgpack.packb(
+        {
+            "version": 1,
+            "x": msgpack.ExtType(
+                1,
+                bytes([10, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0])
+                + np.float32([np.nan]).tobytes(),
+            ),
+        }
+    )
     assert _error_of(bad_ext) is MalformedError
     assert _error_of(bad_bool) is ArrayError
     assert _error_of(TEMPLATE.replace(VERSION, v1) + b"\xc0") is MalformedError  # trailing
     assert _error_of(b"\x82\xa1a\x01\xa1a\x02") is MalformedError  # repeated key, no version
     assert _error_of(nan) is VersionError
-    assert _error_of(TEMPLATE.replace(VERSION, v1).replace(b"\xa6stamps", b"\xa6stampz")) is VersionError
+    assert (
+        _error_of(TEMPLATE.replace(VERSION, v1).replace(b"\xa6stamps", b"\xa6stampz"))
+        is VersionError
+    )
 
 
 # --- sections 1 and 6: nesting depth -------------------------------------------------------
+
 
 def test_nesting_limit():
     text = doc()
@@ -223,8 +271,15 @@ def test_nesting_limit():
 
     assert _error_of(health(valid + 1)) is SchemaError  # deeper than any valid message
     frame = {"image": np.zeros((2, 2, 3), np.uint8), "capture_ns": 1}
-    obs = wire.decode(wire.encode("obs", {"values": {}, "ints": {}, "frames": {"cam": frame}},
-                                  seq=0, src="n", stamps={"capture": 1}))
+    obs = wire.decode(
+        wire.encode(
+            "obs",
+            {"values": {}, "ints": {}, "frames": {"cam": frame}},
+            seq=0,
+            src="n",
+            stamps={"capture": 1},
+        )
+    )
     assert depth({"stamps": obs.stamps, "body": obs.body}) == valid  # the deepest body
     if msgpack.unpackb.__module__ != "msgpack._cmsgpack":
         pytest.skip("the 1024 limit is msgpack's C parser's; this msgpack is the pure-Python one")
@@ -238,26 +293,32 @@ def test_nesting_limit():
 def test_every_valid_shared_vector_nests_within_the_depth_sections_1_and_6_state():
     """A client that recurses only as deep as the document says loses no valid message."""
     import json
+
     text = doc()
-    said = {int(re.search(r"a valid message nests at most \*\*(\d+)\*\* maps deep", text).group(1)),
-            int(re.search(r"any limit of (\d+) or more loses no valid message", text).group(1)),
-            int(re.search(r"a valid message needs (\d+)", text).group(1))}
+    said = {
+        int(re.search(r"a valid message nests at most \*\*(\d+)\*\* maps deep", text).group(1)),
+        int(re.search(r"any limit of (\d+) or more loses no valid message", text).group(1)),
+        int(re.search(r"a valid message needs (\d+)", text).group(1)),
+    }
     vectors = Path(__file__).resolve().parent / "vectors"
     deepest = 0
     for v in json.loads((vectors / "manifest.json").read_text())["decode"]:
         if v["verdict"] == "ok":
-            env = wire.decode_frames([(vectors / f).read_bytes() for f in v["frames"]],
-                                     topics=v.get("topics"))
+            env = wire.decode_frames(
+                [(vectors / f).read_bytes() for f in v["frames"]], topics=v.get("topics")
+            )
             deepest = max(deepest, depth({"stamps": env.stamps, "body": env.body}))
     assert said == {deepest}, (said, deepest)
 
 
 # --- section 2: addressed messages ---------------------------------------------------------
 
+
 def test_the_addressing_table_of_section_2_is_what_the_framing_vectors_say():
     """Each row of section 2's table is a framing vector of tests/vectors (which
     tests/test_vectors.py runs through a real Subscriber) with the same verdict."""
     import json
+
     vectors = Path(__file__).resolve().parent / "vectors"
     cases = {}
     for v in json.loads((vectors / "manifest.json").read_text())["framing"]:
@@ -265,8 +326,11 @@ def test_the_addressing_table_of_section_2_is_what_the_framing_vectors_say():
         body = wire.decode_frames(frames).body
         to = v.get("to") or {}
         subscribed = [f"{t}\\0{to[t]}\\0" if t in to else t for t in v["topics"]]
-        key = (frame0.decode().replace("\0", "\\0"), body.get("dest", "none"),
-               subscribed[0] if len(subscribed) == 1 else None)
+        key = (
+            frame0.decode().replace("\0", "\\0"),
+            body.get("dest", "none"),
+            subscribed[0] if len(subscribed) == 1 else None,
+        )
         cases[key] = {"ok": "taken"}.get(v["verdict"], v["verdict"])
     rows = marked_table("wire-framing-table")
     assert len(rows) >= 8
@@ -278,9 +342,14 @@ def test_the_addressing_table_of_section_2_is_what_the_framing_vectors_say():
 
 # --- section 5: topics ---------------------------------------------------------------------
 
+
 def _topics_from_doc() -> tuple[list[str], list[str]]:
-    m = re.search(r"The part after the first `/` may be[^:]*: (.*?) are valid\s+`obs`\s+topics;\s+"
-                  r"(.*?) are\s+unknown\s+kinds", doc(), re.S)
+    m = re.search(
+        r"The part after the first `/` may be[^:]*: (.*?) are valid\s+`obs`\s+topics;\s+"
+        r"(.*?) are\s+unknown\s+kinds",
+        doc(),
+        re.S,
+    )
     assert m, "section 5's sentence on valid topics changed"
     return re.findall(r"`([^`]*)`", m.group(1)), re.findall(r"`([^`]*)`", m.group(2))
 
@@ -297,14 +366,16 @@ def test_topic_validity():
     for topic in unknown:
         with pytest.raises(TopicError):
             wire.encode(topic, body, seq=0, src="r")
-        raw = msgpack.packb({"version": 2, "topic": topic, "seq": 0, "src": "r", "stamps": {},
-                             "body": body})
+        raw = msgpack.packb(
+            {"version": 2, "topic": topic, "seq": 0, "src": "r", "stamps": {}, "body": body}
+        )
         assert _error_of(raw) is TopicError
     with pytest.raises(SchemaError):  # the name rule still holds for the whole topic
         wire.encode("obs/a b", body, seq=0, src="r")
 
 
 # --- section 3: seq per socket, per-hop stamps (a real bus over ipc) -----------------------
+
 
 def test_seq_counts_per_socket_across_topics_and_stamps_per_hop(tmp_path):
     from rtinfer.transport.bus import Publisher, Subscriber
@@ -315,9 +386,11 @@ def test_seq_counts_per_socket_across_topics_and_stamps_per_hop(tmp_path):
     obs_body = {"values": {"gantry": np.zeros(8, np.float32)}, "ints": {}}
     health = {"node": "controller", "state": "ok", "counters": {}, "gauges": {}}
     ep = f"ipc://{tmp_path}/bus"
-    with Publisher(ep, "sim") as pub, \
-            Subscriber(ep, ["obs", "obs/", "health", "heartbeat", "action_chunk"]) as every, \
-            Subscriber(ep, ["obs"]) as only_obs:
+    with (
+        Publisher(ep, "sim") as pub,
+        Subscriber(ep, ["obs", "obs/", "health", "heartbeat", "action_chunk"]) as every,
+        Subscriber(ep, ["obs"]) as only_obs,
+    ):
         sent = 0  # slow joiner: publish until both have one; each try takes a seq
         got_all = got_obs = None
         while got_all is None or got_obs is None:
@@ -333,7 +406,8 @@ def test_seq_counts_per_socket_across_topics_and_stamps_per_hop(tmp_path):
         plan = ["obs", "health", "obs/", "obs", "heartbeat", "obs"]
         for topic in plan:
             body = {"health": health, "heartbeat": {"node": "controller", "sent_ns": 1}}.get(
-                topic, obs_body)
+                topic, obs_body
+            )
             assert pub.publish(topic, body, {"capture": 10})
         with pytest.raises(WireError):  # fails to encode: takes no number
             pub.publish("obs", {"values": {}})
@@ -357,9 +431,20 @@ def test_seq_counts_per_socket_across_topics_and_stamps_per_hop(tmp_path):
         # a chunk answering `first` carries capture only, then the policy's and the hops'
         st = carried_stamps(first.stamps, first.stamps["recv"])
         st["first_token"] = wire.now_ns()
-        assert pub.publish("action_chunk", waypoint_body(
-            first.seq, 0, 1, np.zeros(2, np.float32), spec="h", period_ns=1, start_ns=1,
-            dest=first.src), st)
+        assert pub.publish(
+            "action_chunk",
+            waypoint_body(
+                first.seq,
+                0,
+                1,
+                np.zeros(2, np.float32),
+                spec="h",
+                period_ns=1,
+                start_ns=1,
+                dest=first.src,
+            ),
+            st,
+        )
         chunk = every.recv(timeout_ms=2000)
         assert chunk.topic == "action_chunk" and chunk.seq == sent + len(plan)
         assert ", ".join(chunk.stamps) == chunk_order
@@ -380,12 +465,22 @@ def test_seq_counts_per_socket_across_topics_and_stamps_per_hop(tmp_path):
 def _obs_with(value: bytes) -> bytes:
     """An obs message whose `values` map holds one entry, `a`, with these raw bytes."""
     head = msgpack.packb({"version": 2, "topic": "obs", "seq": 0, "src": "s", "stamps": {}})
-    return (b"\x86" + head[1:] + msgpack.packb("body") + b"\x82" + msgpack.packb("values")
-            + b"\x81\xa1a" + value + msgpack.packb("ints") + b"\x80")
+    return (
+        b"\x86"
+        + head[1:]
+        + msgpack.packb("body")
+        + b"\x82"
+        + msgpack.packb("values")
+        + b"\x81\xa1a"
+        + value
+        + msgpack.packb("ints")
+        + b"\x80"
+    )
 
 
 def _array(code: int, dims, data: bytes = b"") -> bytes:
     import struct
+
     payload = bytes([code, len(dims)]) + bytes(6) + b"".join(struct.pack("<Q", d) for d in dims)
     return b"\xc7" + bytes([len(payload) + len(data)]) + b"\x01" + payload + data
 
@@ -397,9 +492,20 @@ def _doc_empty_array_rule(code: int, dims) -> bool:
     return len(dims) >= 2 and (max(dims) > 2**63 - 1 or itemsize * nonzero > 2**63 - 1)
 
 
-@pytest.mark.parametrize("code,dims", [
-    (5, (2**63 - 1, 0)), (5, (2**63, 0)), (5, (2**31, 2**31, 0)), (5, (2**62 - 1, 2, 0)),
-    (5, (2**62, 2, 0)), (11, (2**60 - 1, 0)), (11, (0, 2**60)), (0, (0,)), (0, (0, 5))])
+@pytest.mark.parametrize(
+    "code,dims",
+    [
+        (5, (2**63 - 1, 0)),
+        (5, (2**63, 0)),
+        (5, (2**31, 2**31, 0)),
+        (5, (2**62 - 1, 2, 0)),
+        (5, (2**62, 2, 0)),
+        (11, (2**60 - 1, 0)),
+        (11, (0, 2**60)),
+        (0, (0,)),
+        (0, (0, 5)),
+    ],
+)
 def test_empty_array_size_rule(code, dims):
     text = " ".join(section(4).split())
     assert "an empty array (a dim of 0) of 2 or more dims is rejected" in text
@@ -425,7 +531,7 @@ def test_strict_utf8(text):
     assert "no surrogates U+D800..U+DFFF" in section(1)
     msg = wire.encode("command", {"cmd": "stop", "reason": "ab"}, seq=0, src="s")
     with pytest.raises(wire.MalformedError):
-        wire.decode(msg.replace(msgpack.packb("ab"), bytes([0xa0 | len(text)]) + text))
+        wire.decode(msg.replace(msgpack.packb("ab"), bytes([0xA0 | len(text)]) + text))
 
 
 def test_the_page_points_to_the_content_hash_and_the_cpp_client():

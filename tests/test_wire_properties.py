@@ -1,4 +1,5 @@
 """Property tests: every valid message round-trips; no byte string raises anything but WireError."""
+
 import msgpack
 import numpy as np
 import pytest
@@ -22,10 +23,17 @@ finite = st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**63)
 stamps = st.dictionaries(keys, ns, max_size=6)
 
 
-def arrays(dtype=st.sampled_from(DTYPES), shape=hnp.array_shapes(min_dims=0, max_dims=MAX_NDIM,
-                                                                  min_side=0, max_side=3)):
-    return dtype.flatmap(lambda dt: hnp.arrays(
-        dt, shape, elements={"allow_nan": False, "allow_infinity": False} if dt.kind == "f" else None))
+def arrays(
+    dtype=st.sampled_from(DTYPES),
+    shape=hnp.array_shapes(min_dims=0, max_dims=MAX_NDIM, min_side=0, max_side=3),
+):
+    return dtype.flatmap(
+        lambda dt: hnp.arrays(
+            dt,
+            shape,
+            elements={"allow_nan": False, "allow_infinity": False} if dt.kind == "f" else None,
+        )
+    )
 
 
 @st.composite
@@ -33,10 +41,17 @@ def action_chunks(draw):
     d = draw(st.integers(1, 8))
     count = draw(st.integers(1, 2**64 - 1))
     tokens = draw(st.none() | arrays(st.sampled_from(DTYPES[1:9]), st.just((d,))))
-    return waypoint_body(draw(u64), draw(st.integers(0, min(count - 1, 2**64 - 1))), count,
-                         draw(arrays(st.just(np.dtype("<f4")), st.just((d,)))),
-                         spec=draw(st.text(max_size=16)), period_ns=draw(st.integers(1, 2**63 - 1)),
-                         start_ns=draw(ns), dest=draw(names), tokens=tokens)
+    return waypoint_body(
+        draw(u64),
+        draw(st.integers(0, min(count - 1, 2**64 - 1))),
+        count,
+        draw(arrays(st.just(np.dtype("<f4")), st.just((d,)))),
+        spec=draw(st.text(max_size=16)),
+        period_ns=draw(st.integers(1, 2**63 - 1)),
+        start_ns=draw(ns),
+        dest=draw(names),
+        tokens=tokens,
+    )
 
 
 echo = st.fixed_dictionaries({"src": names, "seq": u64, "sent_ns": ns, "recv_ns": ns})
@@ -50,22 +65,42 @@ def _answered_after_received(body: dict) -> dict:
 
 
 BODY = {
-    "obs": st.fixed_dictionaries({"values": st.dictionaries(keys, arrays(), max_size=4),
-                                  "ints": st.dictionaries(keys, i64, max_size=4)}),
+    "obs": st.fixed_dictionaries(
+        {
+            "values": st.dictionaries(keys, arrays(), max_size=4),
+            "ints": st.dictionaries(keys, i64, max_size=4),
+        }
+    ),
     "action_chunk": action_chunks(),
-    "heartbeat": st.fixed_dictionaries({"node": names, "sent_ns": ns},
-                                       optional={"echo": echo}).map(_answered_after_received),
-    "health": st.fixed_dictionaries({"node": names, "state": st.text(max_size=8),
-                                     "counters": st.dictionaries(keys, u64, max_size=4),
-                                     "gauges": st.dictionaries(keys, finite, max_size=4)}),
+    "heartbeat": st.fixed_dictionaries({"node": names, "sent_ns": ns}, optional={"echo": echo}).map(
+        _answered_after_received
+    ),
+    "health": st.fixed_dictionaries(
+        {
+            "node": names,
+            "state": st.text(max_size=8),
+            "counters": st.dictionaries(keys, u64, max_size=4),
+            "gauges": st.dictionaries(keys, finite, max_size=4),
+        }
+    ),
     "budget": st.fixed_dictionaries({"level": ns, "reason": st.text(max_size=20)}),
-    "command": st.fixed_dictionaries({"cmd": st.sampled_from(["safe_hold", "clear", "stop"]),
-                                      "reason": st.text(max_size=20)}),
-    "trace": st.fixed_dictionaries({"node": names, "cycle": u64, "stamps": stamps,
-                                    "fields": st.dictionaries(keys, finite, max_size=4)}),
+    "command": st.fixed_dictionaries(
+        {"cmd": st.sampled_from(["safe_hold", "clear", "stop"]), "reason": st.text(max_size=20)}
+    ),
+    "trace": st.fixed_dictionaries(
+        {
+            "node": names,
+            "cycle": u64,
+            "stamps": stamps,
+            "fields": st.dictionaries(keys, finite, max_size=4),
+        }
+    ),
 }
-messages = st.sampled_from(sorted(BODY)).flatmap(lambda kind: st.tuples(
-    st.just(kind) | names.map(lambda s: f"{kind}/{s}"), BODY[kind], u64, names, stamps))
+messages = st.sampled_from(sorted(BODY)).flatmap(
+    lambda kind: st.tuples(
+        st.just(kind) | names.map(lambda s: f"{kind}/{s}"), BODY[kind], u64, names, stamps
+    )
+)
 
 
 def assert_same(got, sent):
@@ -123,19 +158,45 @@ def test_random_frames_raise_only_wire_error(frames):
 
 
 # Structured junk reaches deeper than random bytes: valid msgpack, plausible envelope shape.
-ext = st.builds(lambda code, data: msgpack.ExtType(code, data),
-                st.sampled_from([EXT_ARRAY, EXT_ARRAY_OOB, 0, 5, 127]), st.binary(max_size=40))
-scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=6)
-           | st.binary(max_size=6) | ext)
-junk = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(st.text(max_size=6) | st.integers(-9, 9), inner, max_size=4),
-                    max_leaves=12)
+ext = st.builds(
+    lambda code, data: msgpack.ExtType(code, data),
+    st.sampled_from([EXT_ARRAY, EXT_ARRAY_OOB, 0, 5, 127]),
+    st.binary(max_size=40),
+)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.binary(max_size=6)
+    | ext
+)
+junk = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=6) | st.integers(-9, 9), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 @SETTINGS
-@given(st.fixed_dictionaries({}, optional={
-    "version": st.just(1) | junk, "topic": st.sampled_from(sorted(BODY)) | junk, "seq": u64 | junk,
-    "src": names | junk, "stamps": stamps | junk, "body": junk}), st.lists(st.binary(max_size=48), max_size=2))
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "version": st.just(1) | junk,
+            "topic": st.sampled_from(sorted(BODY)) | junk,
+            "seq": u64 | junk,
+            "src": names | junk,
+            "stamps": stamps | junk,
+            "body": junk,
+        },
+    ),
+    st.lists(st.binary(max_size=48), max_size=2),
+)
 def test_structured_junk_raises_only_wire_error(env, extra_frames):
     data = msgpack.packb(env, use_bin_type=True)
     only_wire_errors(wire.decode, data)
@@ -154,9 +215,11 @@ def mutate(data: bytes, draw) -> bytes:
         elif op == "insert":
             buf[pos:pos] = draw(st.binary(min_size=1, max_size=8))
         elif op == "delete" and buf:
-            del buf[pos:pos + draw(st.integers(1, 8))]
+            del buf[pos : pos + draw(st.integers(1, 8))]
         elif op == "set" and buf:
-            buf[pos] = draw(st.sampled_from([0x00, 0x7F, 0x80, 0xC0, 0xC1, 0xC7, 0xD4, 0xDB, 0xDF, 0xFF]))
+            buf[pos] = draw(
+                st.sampled_from([0x00, 0x7F, 0x80, 0xC0, 0xC1, 0xC7, 0xD4, 0xDB, 0xDF, 0xFF])
+            )
     return bytes(buf)
 
 
@@ -172,7 +235,9 @@ def test_mutated_valid_messages_raise_only_wire_error(msg, data):
 @given(messages, st.data())
 def test_mutated_multipart_messages_raise_only_wire_error(msg, data):
     topic, body, seq, src, st_ = msg
-    frames = [bytes(f) for f in wire.encode_frames(topic, body, seq=seq, src=src, stamps=st_, oob_bytes=0)]
+    frames = [
+        bytes(f) for f in wire.encode_frames(topic, body, seq=seq, src=src, stamps=st_, oob_bytes=0)
+    ]
     i = data.draw(st.integers(0, len(frames) - 1))
     frames[i] = mutate(frames[i], data.draw)
     if data.draw(st.booleans()):
@@ -180,14 +245,15 @@ def test_mutated_multipart_messages_raise_only_wire_error(msg, data):
     only_wire_errors(wire.decode_frames, frames)
 
 
-
 def float_arrays(dt):
     """Any values, NaN, infinities and the dtype's extremes included (sums may overflow)."""
     big = float(np.finfo(dt).max)
     values = st.floats(width=8 * np.dtype(dt).itemsize) | st.sampled_from(
-        [np.inf, -np.inf, np.nan, big, -big])
-    return hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
-                      elements=values)
+        [np.inf, -np.inf, np.nan, big, -big]
+    )
+    return hnp.arrays(
+        dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6), elements=values
+    )
 
 
 @SETTINGS
@@ -196,19 +262,41 @@ def test_fast_finite_check_agrees_with_numpy_and_never_warns(arr):
     import warnings
 
     from rtinfer.transport.schema import all_finite
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # overflow/invalid warnings would escape decode
         assert all_finite(arr) == bool(np.isfinite(arr).all())
 
 
 @SETTINGS
-@given(st.integers(0, 64).flatmap(lambda n: st.tuples(
-    st.just(n), st.lists(st.sampled_from([0, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001,
-                                          0x7F7FFFFF, 0x00800000, 0x80000001]) | st.integers(0, 2**32 - 1),
-                         min_size=n, max_size=n))))
+@given(
+    st.integers(0, 64).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(
+                st.sampled_from(
+                    [
+                        0,
+                        0x7F800000,
+                        0xFF800000,
+                        0x7FC00000,
+                        0x7F800001,
+                        0x7F7FFFFF,
+                        0x00800000,
+                        0x80000001,
+                    ]
+                )
+                | st.integers(0, 2**32 - 1),
+                min_size=n,
+                max_size=n,
+            ),
+        )
+    )
+)
 def test_float32_bit_finite_check_agrees_with_numpy_on_any_bytes(case):
     """Any bit patterns: every NaN payload, both infinities, the largest finite and denormals."""
     from rtinfer.transport.schema import f32_finite
+
     n, words = case
     raw = np.array(words, dtype="<u4").tobytes()
     assert f32_finite(raw, n) == bool(np.isfinite(np.frombuffer(raw, "<f4")).all())
@@ -226,11 +314,25 @@ def test_strided_and_byte_swapped_arrays_encode_as_their_values(arr, swap):
     np.testing.assert_array_equal(got, view)
 
 
-@pytest.mark.parametrize("topic, body", [
-    ("health", {"node": "a", "state": "x" * 70000, "counters": {}, "gauges": {}}),
-    ("action_chunk", {"cycle": 1, "index": 0, "count": 1, "dest": "a", "spec": "é" * 40000,
-                      "values": np.zeros(3, np.float32), "period_ns": 1, "start_ns": 1}),
-])
+@pytest.mark.parametrize(
+    "topic, body",
+    [
+        ("health", {"node": "a", "state": "x" * 70000, "counters": {}, "gauges": {}}),
+        (
+            "action_chunk",
+            {
+                "cycle": 1,
+                "index": 0,
+                "count": 1,
+                "dest": "a",
+                "spec": "é" * 40000,
+                "values": np.zeros(3, np.float32),
+                "period_ns": 1,
+                "start_ns": 1,
+            },
+        ),
+    ],
+)
 def test_a_string_over_the_limit_is_refused_when_sent_not_only_when_received(topic, body):
     """What encodes must decode: a receiver refuses strings over 65,536 UTF-8 bytes, so the
     encoder does too (a SchemaError naming the field), on every path."""

@@ -1,5 +1,6 @@
 """One copy of each blob: the checkpoint is the graphs' weights file, shared blobs live once in
 models/zoo/_blobs/<sha256>/, and the shipped tree stays under 100 MB (models/zoo/README.md)."""
+
 import hashlib
 import json
 import shutil
@@ -37,6 +38,7 @@ def test_no_shipped_model_keeps_its_fp32_weights_beside_its_checkpoint():
 def merged(tiny_model_dir, tmp_path):
     from models.checkpoint_blob import merge
     from models.share import share_weights
+
     out = tmp_path / "zoo" / "merged"
     shutil.copytree(tiny_model_dir, out)
     share_weights(out)  # weights.bin, as the zoo's models are exported
@@ -47,6 +49,7 @@ def merged(tiny_model_dir, tmp_path):
 def _logits(path):
     from rtinfer.inference.backends import get_backend
     from rtinfer.model.directory import ModelDir
+
     be = get_backend("onnx").load(ModelDir.load(path), threads=1)
     return np.array(be.prefill(np.arange(1, 17, dtype=np.int64), 0))
 
@@ -56,6 +59,7 @@ def test_a_merged_directory_gives_the_same_logits_and_the_same_checkpoint(tiny_m
 
     from models import checkpoint
     from models.share import WEIGHTS
+
     assert not (merged / WEIGHTS).exists()
     assert "policy.safetensors" in json.loads((merged / "graphs.json").read_text())["weights"]
     np.testing.assert_array_equal(_logits(merged), _logits(tiny_model_dir))
@@ -67,6 +71,7 @@ def test_a_merged_directory_gives_the_same_logits_and_the_same_checkpoint(tiny_m
 def test_two_folders_share_one_blob_and_the_loader_checks_its_hash(tiny_model_dir, merged):
     from models.checkpoint_blob import share
     from rtinfer.model.directory import ModelDir, ModelError
+
     twin = merged.parent / "twin"
     shutil.copytree(merged, twin)
     blobs = share([merged, twin])
@@ -81,6 +86,7 @@ def test_two_folders_share_one_blob_and_the_loader_checks_its_hash(tiny_model_di
 
 def test_a_manifest_path_out_of_the_folder_is_refused_in_one_line(merged):
     from rtinfer.model.directory import ModelDir, ModelError
+
     m = json.loads((merged / "graphs.json").read_text())
     m["graphs"][0]["file"] = "../elsewhere/" + m["graphs"][0]["file"]
     (merged / "graphs.json").write_text(json.dumps(m))

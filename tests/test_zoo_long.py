@@ -4,6 +4,7 @@ Its chunk covers 800 ms, its card declares how many committed waypoints it condi
 forced as a decoding prefix (real-time chunking) those waypoints come back as they went in
 while the waypoints after them continue what the robot executed (held-out rows: an
 observation d old and the expert's executed waypoints as the prefix)."""
+
 import json
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_delayed_rows_start_with_what_was_executed_and_go_on_with_the_later_plan
     actions = (100 * np.arange(8)[:, None] + np.arange(3)[None, :])[..., None]
     keep, chunks = delayed_rows(episode, actions, np.full(8, 2))
     assert keep.tolist() == [0, 1, 4, 5]  # rows 2, 3, 6, 7 would reach past their episode
-    assert chunks[0, :, 0].tolist() == [0, 100, 200]     # rows 0, 1 executed, then row 2's plan
+    assert chunks[0, :, 0].tolist() == [0, 100, 200]  # rows 0, 1 executed, then row 2's plan
     assert chunks[3, :, 0].tolist() == [500, 600, 700]
     keep, chunks = delayed_rows(episode, actions, np.full(8, 1))
     assert chunks[1, :, 0].tolist() == [100, 200, 201]
@@ -51,16 +52,17 @@ def test_a_forced_prefix_comes_back_as_sent_and_the_rest_continues_it():
     tok = ActionTokenizer(md.tokenizer)
     v, D, N = md.vocab, md.tokenizer.dim, md.tokenizer.horizon * md.tokenizer.dim
     with np.load(LONG / "rtc_rows.npz") as z:
-        instr, obs, labels, k = (z[n] for n in ("instruction_tokens", "obs_tokens",
-                                                "action_tokens", "committed"))
+        instr, obs, labels, k = (
+            z[n] for n in ("instruction_tokens", "obs_tokens", "action_tokens", "committed")
+        )
     near = []
     for i in range(len(obs)):
-        forced = labels[i, :k[i]].reshape(-1)
+        forced = labels[i, : k[i]].reshape(-1)
         prefix = build_prefix(v, instr[i], obs[i])
         backend.reset()
         logits = backend.prefill(prefix, 0).copy()
         out = Decoder(backend).decode(logits, len(prefix), N, forced=forced, dim=D).copy()
-        assert (out[:len(forced)] == forced).all()
+        assert (out[: len(forced)] == forced).all()
         got = tok.decode(out.reshape(-1, D).astype(np.int32))[k[i], :3]
         want = tok.decode(labels[i].astype(np.int32))[k[i], :3]
         near.append(np.abs(got - want).max() < 0.03)  # m: the first waypoint it chose

@@ -13,6 +13,7 @@ return from them.
 Arrays (N rows): joints float32 (N, 2n), ee float32 (N, 3), target float32 (N, 3),
 chunk float32 (N, H, n) (the expert's label), episode int32 (N,); summary: a JSON string.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,20 @@ from .lockstep import action_spec, load_robot, run
 from .sim import ArmSim, ready_pose
 
 KEYS = ("joints", "ee", "target", "chunk", "episode")
-NOISE_FAR_M = 0.06   # noise only on the way (a perturbed dwell would never complete)
+NOISE_FAR_M = 0.06  # noise only on the way (a perturbed dwell would never complete)
 
 
-def collect(episodes: int, targets: int, out, *, seed: int = 0, noise_rad: float = 0.08,
-            noise_prob: float = 0.5, start_noise_rad: float = 0.4, latency_ms: int = 5) -> dict:
+def collect(
+    episodes: int,
+    targets: int,
+    out,
+    *,
+    seed: int = 0,
+    noise_rad: float = 0.08,
+    noise_prob: float = 0.5,
+    start_noise_rad: float = 0.4,
+    latency_ms: int = 5,
+) -> dict:
     """Write the dataset to `out`; returns its summary (rows, the expert's success, time)."""
     _, control, hardware = load_robot()
     spec = action_spec(control)
@@ -56,14 +66,21 @@ def collect(episodes: int, targets: int, out, *, seed: int = 0, noise_rad: float
             if far and rng.random() < noise_prob:
                 return chunk + rng.normal(0, noise_rad, control.n).astype(np.float32)
             return None
+
         r = run(sim, expert.act, targets=targets, latency_ms=latency_ms, on_chunk=record)
         reached, resolved = reached + r["reached"], resolved + r["targets"]
-    arrays = {k: np.asarray(v, np.int32 if k == "episode" else np.float32)
-              for k, v in rows.items()}
-    summary = {"rows": len(arrays["chunk"]), "episodes": episodes, "targets": resolved,
-               "expert_success": reached / max(resolved, 1), "noise_rad": noise_rad,
-               "noise_prob": noise_prob, "seed": seed, "wall_s": time.perf_counter() - wall0,
-               "action_spec": spec.hash}
+    arrays = {k: np.asarray(v, np.int32 if k == "episode" else np.float32) for k, v in rows.items()}
+    summary = {
+        "rows": len(arrays["chunk"]),
+        "episodes": episodes,
+        "targets": resolved,
+        "expert_success": reached / max(resolved, 1),
+        "noise_rad": noise_rad,
+        "noise_prob": noise_prob,
+        "seed": seed,
+        "wall_s": time.perf_counter() - wall0,
+        "action_spec": spec.hash,
+    }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, **arrays, summary=np.array(json.dumps(summary)))
     return summary
@@ -78,8 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise-prob", type=float, default=0.5)
     ap.add_argument("--out", default="runs/arm_reach/demos.npz")
     a = ap.parse_args(argv)
-    print(json.dumps(collect(a.episodes, a.targets, a.out, seed=a.seed, noise_rad=a.noise_rad,
-                             noise_prob=a.noise_prob)), flush=True)
+    print(
+        json.dumps(
+            collect(
+                a.episodes,
+                a.targets,
+                a.out,
+                seed=a.seed,
+                noise_rad=a.noise_rad,
+                noise_prob=a.noise_prob,
+            )
+        ),
+        flush=True,
+    )
     return 0
 
 

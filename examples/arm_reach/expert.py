@@ -10,6 +10,7 @@ waypoint times (start_ns + i * period_ns after capture): an (H, N) chunk of abso
 angles (rad), the action spec's units. Deterministic: a function of the observation.
 Run `python -m examples.arm_reach.expert --targets 50` for its lockstep success (JSON).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,9 +20,9 @@ from rtinfer.model.action_spec import ActionSpec
 
 from .kinematics import JointGoal
 
-VMAX = 1.5        # rad/s per joint
-AMAX = 6.0        # rad/s^2 per joint
-GAIN = 8.0        # 1/s: speed per unit distance near the goal
+VMAX = 1.5  # rad/s per joint
+AMAX = 6.0  # rad/s^2 per joint
+GAIN = 8.0  # 1/s: speed per unit distance near the goal
 ROLLOUT_DT = 0.005
 
 
@@ -32,7 +33,7 @@ class ReachExpert:
         self.goal = JointGoal(control)
         self.n, self.horizon = control.n, spec.horizon
         self.period_s, self.start_s = spec.period_ns * 1e-9, spec.start_ns * 1e-9
-        self.low, self.high = np.asarray(spec.low[:self.n]), np.asarray(spec.high[:self.n])
+        self.low, self.high = np.asarray(spec.low[: self.n]), np.asarray(spec.high[: self.n])
         self._cache: tuple[tuple, np.ndarray] | None = None
 
     def reset(self) -> None:
@@ -47,8 +48,12 @@ class ReachExpert:
     def act(self, obs: dict) -> np.ndarray:
         """(H, N) float32 chunk of joint angles (rad) for one observation."""
         j = np.asarray(obs["joints"], np.float64)
-        return rollout(j[:self.n], j[self.n:], self.joint_goal(obs["target"]),
-                       [self.start_s + i * self.period_s for i in range(self.horizon)])
+        return rollout(
+            j[: self.n],
+            j[self.n :],
+            self.joint_goal(obs["target"]),
+            [self.start_s + i * self.period_s for i in range(self.horizon)],
+        )
 
 
 def rollout(q, qd, goal, times) -> np.ndarray:

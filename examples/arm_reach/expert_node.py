@@ -8,6 +8,7 @@ policy, so the robot side cannot tell the two apart.
     python -m examples.arm_reach.expert_node --obs ipc:///tmp/obs --actions ipc:///tmp/act \
         [--config examples/arm_reach/robot.yaml] [--seconds S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,16 +21,22 @@ from .lockstep import ROBOT_YAML, action_spec, load_robot
 from .observe import obs_from_body
 
 
-def serve(obs_endpoint: str, actions_endpoint: str, *, config=ROBOT_YAML,
-          seconds: float | None = None) -> dict:
+def serve(
+    obs_endpoint: str, actions_endpoint: str, *, config=ROBOT_YAML, seconds: float | None = None
+) -> dict:
     """Serve until `seconds` pass or SIGTERM/SIGINT; returns counters."""
     _, control, _ = load_robot(config)
     spec = action_spec(control)
     expert = ReachExpert(control, spec)
-    return function_node.serve(lambda body: (expert.act(obs_from_body(body)), None),
-                               obs_endpoint, actions_endpoint, spec=spec.hash,
-                               period_ns=spec.period_ns, start_ns=spec.start_ns,
-                               seconds=seconds)
+    return function_node.serve(
+        lambda body: (expert.act(obs_from_body(body)), None),
+        obs_endpoint,
+        actions_endpoint,
+        spec=spec.hash,
+        period_ns=spec.period_ns,
+        start_ns=spec.start_ns,
+        seconds=seconds,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

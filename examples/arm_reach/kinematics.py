@@ -7,6 +7,7 @@ the target alone (the same target always gets the same pose: a policy can learn 
 stays in the ready pose's elbow-up family. Joint limits are kept by clipping each iterate
 into the axes' workspaces. Not thread-safe (one private MjData).
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -17,8 +18,8 @@ from controllers.config import ControlConfig
 from .scene import ArmGeometry, build_mjcf
 from .sim import ready_pose
 
-DAMPING = 0.05       # lambda (m): keeps steps bounded near singular poses
-NULL_GAIN = 0.05     # per iteration, towards the ready pose in J's null space
+DAMPING = 0.05  # lambda (m): keeps steps bounded near singular poses
+NULL_GAIN = 0.05  # per iteration, towards the ready pose in J's null space
 ITERATIONS = 200
 TOL_M = 1e-4
 
@@ -35,9 +36,9 @@ class JointGoal:
 
     def tip(self, q) -> np.ndarray:
         """Forward kinematics: the hand tip's position (m) at joint angles q."""
-        self.data.qpos[:self.n] = q
+        self.data.qpos[: self.n] = q
         mujoco.mj_kinematics(self.model, self.data)
-        mujoco.mj_comPos(self.model, self.data)   # cdof: mj_jacSite needs it
+        mujoco.mj_comPos(self.model, self.data)  # cdof: mj_jacSite needs it
         return self.data.site_xpos[self._site].copy()
 
     def solve(self, target) -> tuple[np.ndarray, float]:
@@ -52,8 +53,8 @@ class JointGoal:
             if err < TOL_M:
                 break
             mujoco.mj_jacSite(self.model, self.data, self._jac, None, self._site)
-            J = self._jac[:, :self.n]
-            Jp = J.T @ np.linalg.inv(J @ J.T + DAMPING ** 2 * np.eye(3))
+            J = self._jac[:, : self.n]
+            Jp = J.T @ np.linalg.inv(J @ J.T + DAMPING**2 * np.eye(3))
             dq = Jp @ e + (eye - Jp @ J) @ (NULL_GAIN * (self.rest - q))
             q = np.clip(q + dq, self.low, self.high)
         return q, err

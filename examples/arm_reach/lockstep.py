@@ -8,6 +8,7 @@ the observation's capture time, and every 1 ms tick is read -> compute -> write 
 exactly as the ControllerNode does. `on_chunk(obs, chunk)` may record or replace what is
 applied (return None to apply the policy's own chunk). Deterministic for a seed.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,8 @@ from .observe import observe
 from .sim import NS_PER_STEP, ArmSim
 
 ROBOT_YAML = Path(__file__).with_name("robot.yaml")
-HORIZON = 10                  # waypoints per chunk
-PERIOD_NS = 50_000_000        # 20 Hz waypoints, one policy period apart
+HORIZON = 10  # waypoints per chunk
+PERIOD_NS = 50_000_000  # 20 Hz waypoints, one policy period apart
 
 Policy = Callable[[dict], np.ndarray]
 
@@ -43,8 +44,15 @@ def action_spec(control: ControlConfig) -> ActionSpec:
     return control.action_spec(HORIZON, PERIOD_NS)
 
 
-def run(sim: ArmSim, policy: Policy, *, seconds: float | None = None, targets: int | None = None,
-        latency_ms: int = 0, on_chunk: Callable | None = None) -> dict:
+def run(
+    sim: ArmSim,
+    policy: Policy,
+    *,
+    seconds: float | None = None,
+    targets: int | None = None,
+    latency_ms: int = 0,
+    on_chunk: Callable | None = None,
+) -> dict:
     """Run until `seconds` of sim time or `targets` resolved; the task's metrics plus the
     controller's counters and the sim speed."""
     if seconds is None and targets is None:
@@ -56,8 +64,9 @@ def run(sim: ArmSim, policy: Policy, *, seconds: float | None = None, targets: i
         raise ValueError(f"latency_ms must be in [0, {obs_every})")
     end = None if seconds is None else sim.step_count + round(seconds * 1000)
     pending, chunks, wall0 = None, 0, time.perf_counter()
-    while (end is None or sim.step_count < end) and \
-            (targets is None or sim.task.resolved < targets):
+    while (end is None or sim.step_count < end) and (
+        targets is None or sim.task.resolved < targets
+    ):
         k = sim.step_count % obs_every
         if k == 0:
             obs = observe(sim)
@@ -67,13 +76,18 @@ def run(sim: ArmSim, policy: Policy, *, seconds: float | None = None, targets: i
                 chunk = chunk if applied is None else applied
             pending = (np.asarray(chunk, np.float64), sim.t_ns)
         if pending is not None and k == latency_ms:
-            stack.set_chunk(pending[0], pending[1], spec.period_ns, sim.t_ns,
-                            start_ns=spec.start_ns)
+            stack.set_chunk(
+                pending[0], pending[1], spec.period_ns, sim.t_ns, start_ns=spec.start_ns
+            )
             pending, chunks = None, chunks + 1
         now = sim.t_ns
         sim.write(stack.compute(sim.read(), now))
         sim.step()
     wall = time.perf_counter() - wall0
-    return {**sim.task.metrics(), "chunks": chunks, "sim_s": sim.t_ns / 1e9,
-            "speed_x": sim.t_ns / 1e9 / wall if wall > 0 else None,
-            "stack": dict(stack.counters)}
+    return {
+        **sim.task.metrics(),
+        "chunks": chunks,
+        "sim_s": sim.t_ns / 1e9,
+        "speed_x": sim.t_ns / 1e9 / wall if wall > 0 else None,
+        "stack": dict(stack.counters),
+    }

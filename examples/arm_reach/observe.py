@@ -7,6 +7,7 @@ Observation (a dict of numpy arrays; the `obs` body's `values`):
   target  float32 (3,): the current target point (m, same frame), as a camera would give it
 `ints`: `target_id`, the index of the current target in the sequence.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,15 +17,20 @@ KEYS = ("joints", "ee", "target")
 
 def observe(sim) -> dict[str, np.ndarray]:
     """A fresh observation of an ArmSim (allocates; policy rate)."""
-    return {"joints": np.concatenate([sim.qpos, sim.qvel]).astype(np.float32),
-            "ee": np.asarray(sim.ee, np.float32).copy(),
-            "target": np.asarray(sim.task.target, np.float32)}
+    return {
+        "joints": np.concatenate([sim.qpos, sim.qvel]).astype(np.float32),
+        "ee": np.asarray(sim.ee, np.float32).copy(),
+        "target": np.asarray(sim.task.target, np.float32),
+    }
 
 
 def example_obs(n: int = 4) -> dict[str, np.ndarray]:
     """An all-zero observation of the right dtypes and shapes (packaging, checks)."""
-    return {"joints": np.zeros(2 * n, np.float32), "ee": np.zeros(3, np.float32),
-            "target": np.zeros(3, np.float32)}
+    return {
+        "joints": np.zeros(2 * n, np.float32),
+        "ee": np.zeros(3, np.float32),
+        "target": np.zeros(3, np.float32),
+    }
 
 
 def obs_body(obs: dict[str, np.ndarray], target_id: int = 0) -> dict:

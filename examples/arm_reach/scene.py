@@ -9,6 +9,7 @@ robot config's axes (one axis per joint, same order), so the model and the contr
 cannot disagree. The arm does not collide (the expert keeps it above the table); the target
 is a mocap sphere without contacts. The end effector is the site `ee` at the hand's tip.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,12 +23,13 @@ class ArmGeometry:
     pitch joint, then each arm link to the next joint (the last: to the tip). masses (kg),
     radii (m): each link a capsule. armature (kg m^2): the rotor inertia seen at the joint
     (a geared motor's); damping (N m s/rad): viscous joint friction."""
+
     lengths: tuple[float, ...] = (0.12, 0.30, 0.25, 0.10)
     masses: tuple[float, ...] = (1.0, 1.2, 0.8, 0.3)
     radii: tuple[float, ...] = (0.045, 0.035, 0.03, 0.02)
     armature: tuple[float, ...] = (0.05, 0.05, 0.03, 0.01)
     damping: tuple[float, ...] = (0.2, 0.2, 0.1, 0.05)
-    base_height: float = 0.04   # the yaw joint above the table top (m)
+    base_height: float = 0.04  # the yaw joint above the table top (m)
 
     @property
     def n(self) -> int:
@@ -48,8 +50,11 @@ def check_fits(control: ControlConfig, geom: ArmGeometry) -> None:
     wrong = []
     if control.n != geom.n:
         wrong.append(f"{control.n} axes for a {geom.n}-joint arm")
-    wrong += [f"axis {a.name!r} must be unit rad, mode effort (got {a.unit}, {a.mode})"
-              for a in control.axes if (a.unit, a.mode) != ("rad", "effort")]
+    wrong += [
+        f"axis {a.name!r} must be unit rad, mode effort (got {a.unit}, {a.mode})"
+        for a in control.axes
+        if (a.unit, a.mode) != ("rad", "effort")
+    ]
     if control.tool is not None:
         wrong.append(f"tool {control.tool.name!r}: this arm has no tool; remove `tool:`")
     if wrong:
@@ -63,12 +68,14 @@ def _link(i: int, control: ControlConfig, g: ArmGeometry, inner: str) -> str:
     # The body frame sits at its joint; the link runs along +z to the next joint.
     pos = _f(0, 0, g.base_height) if i == 0 else _f(0, 0, g.lengths[i - 1])
     rgba = ".35 .4 .5 1" if i % 2 == 0 else ".85 .55 .2 1"
-    return (f'<body name="link{i}" pos="{pos}">'
-            f'<joint name="{a.name}" type="hinge" axis="{axis}" range="{_f(a.low, a.high)}" '
-            f'limited="true" armature="{g.armature[i]}" damping="{g.damping[i]}"/>'
-            f'<geom type="capsule" fromto="0 0 0 0 0 {length:.6g}" size="{r}" '
-            f'mass="{g.masses[i]}" rgba="{rgba}" contype="0" conaffinity="0"/>'
-            f'{inner}</body>')
+    return (
+        f'<body name="link{i}" pos="{pos}">'
+        f'<joint name="{a.name}" type="hinge" axis="{axis}" range="{_f(a.low, a.high)}" '
+        f'limited="true" armature="{g.armature[i]}" damping="{g.damping[i]}"/>'
+        f'<geom type="capsule" fromto="0 0 0 0 0 {length:.6g}" size="{r}" '
+        f'mass="{g.masses[i]}" rgba="{rgba}" contype="0" conaffinity="0"/>'
+        f"{inner}</body>"
+    )
 
 
 def build_mjcf(control: ControlConfig, geom: ArmGeometry | None = None) -> str:
@@ -78,8 +85,11 @@ def build_mjcf(control: ControlConfig, geom: ArmGeometry | None = None) -> str:
     chain = f'<site name="ee" pos="0 0 {g.lengths[-1]:.6g}" size="0.012" rgba="0 .8 0 1"/>'
     for i in reversed(range(g.n)):
         chain = _link(i, control, g, chain)
-    motors = "".join(f'<motor name="tau_{a.name}" joint="{a.name}" gear="1" ctrllimited="true" '
-                     f'ctrlrange="{_f(-a.effort_limit, a.effort_limit)}"/>' for a in control.axes)
+    motors = "".join(
+        f'<motor name="tau_{a.name}" joint="{a.name}" gear="1" ctrllimited="true" '
+        f'ctrlrange="{_f(-a.effort_limit, a.effort_limit)}"/>'
+        for a in control.axes
+    )
     return f"""<mujoco model="arm_reach">
 <compiler angle="radian"/>
 <option timestep="0.001" integrator="implicitfast"/>

@@ -13,6 +13,7 @@ the controller follows the first chunk or `wait_s` passes, then runs `seconds` o
 1/obs_hz s, stamped `capture` with the loop's clock; the controller publishes it as `obs`.
 Not thread-safe: one loop drives a sim.
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -34,17 +35,22 @@ class ArmSim:
         fields (robot.yaml's `hardware:`). ValueError, one line, for a config that does not
         fit the arm or an unknown key."""
         if control.rate_hz != 1000:
-            raise ValueError(f"the reach arm's physics steps 1 ms per tick; set control "
-                             f"rate_hz: 1000 (got {control.rate_hz:g})")
+            raise ValueError(
+                f"the reach arm's physics steps 1 ms per tick; set control "
+                f"rate_hz: 1000 (got {control.rate_hz:g})"
+            )
         self.control, self.cfg = control, ReachConfig.from_dict(hardware)
         self.geom = ArmGeometry()
         self.model = mujoco.MjModel.from_xml_string(build_mjcf(control, self.geom))
         self.data = mujoco.MjData(self.model)
-        self._gdata = mujoco.MjData(self.model)   # gravity(): never touches the physics
+        self._gdata = mujoco.MjData(self.model)  # gravity(): never touches the physics
         n = self.n = control.n
         self._state = RobotState.zeros(n)
-        self._qpos, self._qvel, self._ctrl = self.data.qpos[:n], self.data.qvel[:n], \
-            self.data.ctrl[:n]
+        self._qpos, self._qvel, self._ctrl = (
+            self.data.qpos[:n],
+            self.data.qvel[:n],
+            self.data.ctrl[:n],
+        )
         self._ee = self.data.site("ee").xpos
         self._gq, self._gv = self._gdata.qpos[:n], self._gdata.qvel[:n]
         self._bias = np.zeros(self.model.nv)
@@ -54,10 +60,13 @@ class ArmSim:
     def reset(self, seed: int | None = None, q0=None) -> None:
         """Arm at rest at q0 (default: the ready pose), new target sequence, score zeroed."""
         mujoco.mj_resetData(self.model, self.data)
-        self.data.qpos[:self.n] = ready_pose(self.control) if q0 is None else q0
+        self.data.qpos[: self.n] = ready_pose(self.control) if q0 is None else q0
         mujoco.mj_forward(self.model, self.data)
-        cfg = self.cfg if seed is None else ReachConfig.from_dict({**self.cfg.to_dict(),
-                                                                    "seed": seed})
+        cfg = (
+            self.cfg
+            if seed is None
+            else ReachConfig.from_dict({**self.cfg.to_dict(), "seed": seed})
+        )
         self.task = ReachTask(cfg)
         self.task.start(0)
         self._show_target()
@@ -110,7 +119,7 @@ class ArmSim:
         mujoco.mj_kinematics(self.model, g)
         mujoco.mj_comPos(self.model, g)
         mujoco.mj_rne(self.model, g, 0, self._bias)
-        out[:] = self._bias[:self.n]
+        out[:] = self._bias[: self.n]
 
     def step(self) -> None:
         """Advance one control period (1 ms), then score the end effector."""
@@ -145,8 +154,7 @@ class ArmSim:
 
     def report(self) -> dict:
         """The task's score and the sim's counts, for the run's final report."""
-        return {"task": self.task.metrics(), "sim_s": self.t_ns / 1e9,
-                "target_seed": self.cfg.seed}
+        return {"task": self.task.metrics(), "sim_s": self.t_ns / 1e9, "target_seed": self.cfg.seed}
 
     def close(self) -> None:
         pass
@@ -155,6 +163,6 @@ class ArmSim:
 def ready_pose(control: ControlConfig) -> np.ndarray:
     """The arm's rest pose (rad): forearm forward, hand pointing at the table, clipped to the
     axes' workspaces."""
-    q = np.array([0.0, 0.3, 1.6, 1.0][:control.n] + [0.0] * max(0, control.n - 4))
+    q = np.array([0.0, 0.3, 1.6, 1.0][: control.n] + [0.0] * max(0, control.n - 4))
     lo, hi = zip(*(a.workspace for a in control.axes))
     return np.clip(q, lo, hi)

@@ -8,6 +8,7 @@ replaced. Success rate = reached / (reached + missed); time to reach = from the 
 appearance to the start of the dwell that completed it. Pure Python on floats: update()
 runs every physics step. Deterministic for a seed. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,6 +26,7 @@ class ReachConfig:
     (None: until stopped). wait_s: how long the world stands still waiting for that chunk.
     obs_hz: observations per second (the policy rate). targets: stop after this many
     targets are resolved (None: no limit)."""
+
     seed: int = 0
     seconds: float | None = None
     wait_s: float = 30.0
@@ -33,29 +35,45 @@ class ReachConfig:
     tolerance_m: float = 0.02
     dwell_s: float = 0.3
     timeout_s: float = 4.0
-    radius_m: tuple[float, float] = (0.25, 0.48)   # from the base axis
-    yaw: tuple[float, float] = (-1.0, 1.0)          # rad, about the base axis, 0 = +x
-    height_m: tuple[float, float] = (0.04, 0.30)    # above the table top
+    radius_m: tuple[float, float] = (0.25, 0.48)  # from the base axis
+    yaw: tuple[float, float] = (-1.0, 1.0)  # rad, about the base axis, 0 = +x
+    height_m: tuple[float, float] = (0.04, 0.30)  # above the table top
     min_step_m: float = 0.10
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("radius_m", "yaw", "height_m"):
-                if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(map(_number, v))
-                        and v[0] < v[1]):
-                    raise ValueError(f"hardware {f.name}: needs [low, high] numbers with "
-                                     f"low < high, got {v!r}")
+                if not (
+                    isinstance(v, (list, tuple))
+                    and len(v) == 2
+                    and all(map(_number, v))
+                    and v[0] < v[1]
+                ):
+                    raise ValueError(
+                        f"hardware {f.name}: needs [low, high] numbers with low < high, got {v!r}"
+                    )
                 object.__setattr__(self, f.name, (float(v[0]), float(v[1])))
             elif f.name in ("seed", "targets"):
                 if not (isinstance(v, int) and not isinstance(v, bool)) and v is not None:
                     raise ValueError(f"hardware {f.name}: needs an integer, got {v!r}")
             elif not (_number(v) or (v is None and f.name == "seconds")):
                 raise ValueError(f"hardware {f.name}: needs a number, got {v!r}")
-        positive = ("wait_s", "obs_hz", "tolerance_m", "dwell_s", "timeout_s", "min_step_m",
-                    "seconds", "targets")
-        bad = [f"{k}={getattr(self, k)!r} must be > 0" for k in positive
-               if getattr(self, k) is not None and not getattr(self, k) > 0]
+        positive = (
+            "wait_s",
+            "obs_hz",
+            "tolerance_m",
+            "dwell_s",
+            "timeout_s",
+            "min_step_m",
+            "seconds",
+            "targets",
+        )
+        bad = [
+            f"{k}={getattr(self, k)!r} must be > 0"
+            for k in positive
+            if getattr(self, k) is not None and not getattr(self, k) > 0
+        ]
         if self.seed is None or self.seed < 0:
             bad.append(f"seed={self.seed!r} must be >= 0")
         if bad:
@@ -68,8 +86,9 @@ class ReachConfig:
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(d) - set(names))
         if unknown:
-            raise ValueError(f"hardware: unknown keys {unknown} for the reach arm; the keys "
-                             f"are {names}")
+            raise ValueError(
+                f"hardware: unknown keys {unknown} for the reach arm; the keys are {names}"
+            )
         return cls(**d)
 
     def to_dict(self) -> dict:
@@ -86,14 +105,14 @@ class ReachTask:
     def __init__(self, cfg: ReachConfig):
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
-        self._tol2 = cfg.tolerance_m ** 2
+        self._tol2 = cfg.tolerance_m**2
         self._dwell_ns, self._timeout_ns = int(cfg.dwell_s * 1e9), int(cfg.timeout_s * 1e9)
         self.target = (0.0, 0.0, 0.0)
         self.target_id = -1
         self.reached = self.missed = 0
         self.reach_s: list[float] = []
         self._appear_ns = 0
-        self._inside_ns: int | None = None   # when the current unbroken stay began
+        self._inside_ns: int | None = None  # when the current unbroken stay began
 
     def start(self, t_ns: int) -> None:
         """Present the first target."""
@@ -138,8 +157,20 @@ class ReachTask:
     def metrics(self) -> dict:
         """Counts, success rate and time-to-reach statistics (s) of the resolved targets."""
         rs = np.asarray(self.reach_s)
-        stats = {"mean": float(rs.mean()), "p50": float(np.percentile(rs, 50)),
-                 "p90": float(np.percentile(rs, 90)), "max": float(rs.max())} if rs.size else {}
-        return {"targets": self.resolved, "reached": self.reached, "missed": self.missed,
-                "success_rate": self.reached / self.resolved if self.resolved else None,
-                "reach_s": stats}
+        stats = (
+            {
+                "mean": float(rs.mean()),
+                "p50": float(np.percentile(rs, 50)),
+                "p90": float(np.percentile(rs, 90)),
+                "max": float(rs.max()),
+            }
+            if rs.size
+            else {}
+        )
+        return {
+            "targets": self.resolved,
+            "reached": self.reached,
+            "missed": self.missed,
+            "success_rate": self.reached / self.resolved if self.resolved else None,
+            "reach_s": stats,
+        }

@@ -11,6 +11,7 @@ Loss: mean squared error of the normalised offsets; validation: joint-angle erro
 on held-out episodes. torch on the CPU, float32. After packaging, the card gets the model's
 lockstep success on unseen target seeds (evaluate.py, ONNX Runtime).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ from .evaluate import evaluate
 from .lockstep import action_spec, load_robot
 from .observe import example_obs
 
-EVAL_TARGETS = 50   # per episode, two episodes, for the card's lockstep success
+EVAL_TARGETS = 50  # per episode, two episodes, for the card's lockstep success
 
 
 class ReachMLP(nn.Module):
@@ -44,11 +45,14 @@ class ReachMLP(nn.Module):
         for a, b in zip(dims[:-1], dims[1:]):
             body += [nn.Linear(a, b), nn.SiLU()]
         self.net = nn.Sequential(*body, nn.Linear(hidden, spec.horizon * n))
-        for k, v in (("x_mean", torch.zeros(d_in)), ("x_std", torch.ones(d_in)),
-                     ("y_mean", torch.zeros(spec.horizon, n)),
-                     ("y_std", torch.ones(spec.horizon, n)),
-                     ("low", torch.tensor(spec.low[:n], dtype=torch.float32)),
-                     ("high", torch.tensor(spec.high[:n], dtype=torch.float32))):
+        for k, v in (
+            ("x_mean", torch.zeros(d_in)),
+            ("x_std", torch.ones(d_in)),
+            ("y_mean", torch.zeros(spec.horizon, n)),
+            ("y_std", torch.ones(spec.horizon, n)),
+            ("low", torch.tensor(spec.low[:n], dtype=torch.float32)),
+            ("high", torch.tensor(spec.high[:n], dtype=torch.float32)),
+        ):
             self.register_buffer(k, v)
 
     def features(self, joints, ee, target):
@@ -61,12 +65,21 @@ class ReachMLP(nn.Module):
 
     def forward(self, joints, ee, target):
         delta = self.offsets(joints, ee, target) * self.y_std + self.y_mean
-        q = joints[:, None, :self.n]
+        q = joints[:, None, : self.n]
         return torch.minimum(torch.maximum(q + delta, self.low), self.high)
 
 
-def train(data, *, steps: int = 6000, batch: int = 512, lr: float = 2e-3, seed: int = 0,
-          hidden: int = 256, threads: int = 2, log=print) -> tuple[ReachMLP, dict]:
+def train(
+    data,
+    *,
+    steps: int = 6000,
+    batch: int = 512,
+    lr: float = 2e-3,
+    seed: int = 0,
+    hidden: int = 256,
+    threads: int = 2,
+    log=print,
+) -> tuple[ReachMLP, dict]:
     """Fit ReachMLP to the dataset (an npz path or its arrays); (model, figures)."""
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
@@ -74,10 +87,11 @@ def train(data, *, steps: int = 6000, batch: int = 512, lr: float = 2e-3, seed: 
     _, control, _ = load_robot()
     spec, n = action_spec(control), control.n
     model = ReachMLP(spec, n, hidden=hidden)
-    J, E, T, Y = (torch.from_numpy(np.asarray(d[k], np.float32))
-                  for k in ("joints", "ee", "target", "chunk"))
+    J, E, T, Y = (
+        torch.from_numpy(np.asarray(d[k], np.float32)) for k in ("joints", "ee", "target", "chunk")
+    )
     X = model.features(J, E, T)
-    D = Y - J[:, None, :n]                                # offsets from the current angles
+    D = Y - J[:, None, :n]  # offsets from the current angles
     model.x_mean.copy_(X.mean(0))
     model.x_std.copy_(X.std(0).clamp_min(1e-3))
     model.y_mean.copy_(D.mean(0))
@@ -101,13 +115,22 @@ def train(data, *, steps: int = 6000, batch: int = 512, lr: float = 2e-3, seed: 
         if step % 1000 == 0 or step == steps:
             v = _val_rad2(model, J, E, T, Y, va_idx)
             history.append({"step": step, "train_norm": loss.item(), "val_rad2": v})
-            log(f"step {step}: train {loss.item():.4f} (normalised), val {v:.2e} rad^2 "
-                f"({time.perf_counter() - t0:.0f} s)")
+            log(
+                f"step {step}: train {loss.item():.4f} (normalised), val {v:.2e} rad^2 "
+                f"({time.perf_counter() - t0:.0f} s)"
+            )
     model.eval()
-    figures = {"rows": int(len(Y)), "train_rows": int(len(tr_idx)), "val_rows": int(len(va_idx)),
-               "steps": steps, "batch": batch, "train_s": round(time.perf_counter() - t0, 1),
-               "threads": threads, "val_rmse_rad": float(np.sqrt(history[-1]["val_rad2"])),
-               "history": history}
+    figures = {
+        "rows": int(len(Y)),
+        "train_rows": int(len(tr_idx)),
+        "val_rows": int(len(va_idx)),
+        "steps": steps,
+        "batch": batch,
+        "train_s": round(time.perf_counter() - t0, 1),
+        "threads": threads,
+        "val_rmse_rad": float(np.sqrt(history[-1]["val_rad2"])),
+        "history": history,
+    }
     return model, figures
 
 
@@ -122,9 +145,14 @@ def _val_rad2(model, J, E, T, Y, idx) -> float:
 def package(model: ReachMLP, out, figures: dict, data_summary: dict | None = None) -> dict:
     """Package the trained module as a continuous-chunk model directory; its card."""
     _, control, _ = load_robot()
-    card = {"lineage": {"implementation": "examples/arm_reach/train.py ReachMLP",
-                        "task": "arm reach (examples/arm_reach)", "training": figures,
-                        "data": data_summary or {}}}
+    card = {
+        "lineage": {
+            "implementation": "examples/arm_reach/train.py ReachMLP",
+            "task": "arm reach (examples/arm_reach)",
+            "training": figures,
+            "data": data_summary or {},
+        }
+    }
     return package_module(model, example_obs(control.n), out, action_spec(control), card=card)
 
 
@@ -138,18 +166,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     if not Path(a.data).is_file():
-        ap.error(f"--data {a.data}: no such file; collect it first: python -m "
-                 f"examples.arm_reach.collect --out {a.data}")
+        ap.error(
+            f"--data {a.data}: no such file; collect it first: python -m "
+            f"examples.arm_reach.collect --out {a.data}"
+        )
     d = np.load(a.data)
     summary = json.loads(str(d["summary"]))
     model, figures = train(d, steps=a.steps, hidden=a.hidden, threads=a.threads, seed=a.seed)
     card = package(model, a.out, figures, summary)
-    success = evaluate(a.out, targets=EVAL_TARGETS, episodes=2)   # lockstep, unseen seeds
-    card["success"] = {k: success[k] for k in ("targets", "reached", "success_rate", "reach_s",
-                                                "seed", "latency_ms")}
+    success = evaluate(a.out, targets=EVAL_TARGETS, episodes=2)  # lockstep, unseen seeds
+    card["success"] = {
+        k: success[k]
+        for k in ("targets", "reached", "success_rate", "reach_s", "seed", "latency_ms")
+    }
     (Path(a.out) / "card.json").write_text(json.dumps(card, indent=1) + "\n")
-    print(json.dumps({"out": a.out, "levels": card["levels"], "success": card["success"],
-                      **figures}), flush=True)
+    print(
+        json.dumps({"out": a.out, "levels": card["levels"], "success": card["success"], **figures}),
+        flush=True,
+    )
     return 0
 
 

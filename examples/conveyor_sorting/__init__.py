@@ -3,6 +3,7 @@
 Import the submodules you need (`cell`, `env`, `expert`, ...); this package imports
 nothing heavy on its own so `examples.conveyor_sorting.config` stays cheap.
 """
+
 import os
 
 # MuJoCo picks its GL backend once, when it loads: a headless host renders the cell's camera

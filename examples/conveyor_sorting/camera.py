@@ -31,6 +31,7 @@ that its socket buffers held, then fresh ones (96 and 224 px; `max_age_ns` drops
 
     Subscriber(FRAMES, [frame_topic("overhead")], latest_only=True, hwm=2, max_age_ns=...)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,11 @@ def frame_topic(camera: str) -> str:
 
 def frame_shapes(spec: ObsSpec) -> dict[str, tuple[int, int, int]]:
     """camera name -> the frame [H, W, C] a policy's image inputs take from it."""
-    return {cam: tuple(shape[-3:]) for key, shape in zip(spec.keys, spec.shapes)
-            for cam in spec.images.get(key, ())}
+    return {
+        cam: tuple(shape[-3:])
+        for key, shape in zip(spec.keys, spec.shapes)
+        for cam in spec.images.get(key, ())
+    }
 
 
 def policy_frame(model_dir: str, camera: str) -> dict[str, int]:
@@ -79,14 +83,18 @@ def policy_frame(model_dir: str, camera: str) -> dict[str, int]:
     try:
         shapes = frame_shapes(ObsSpec.load(path))
     except OSError as e:
-        raise ValueError(f"--policy {model_dir}: cannot read {path} ({e.strerror}); give a "
-                         "camera policy's model directory") from None
+        raise ValueError(
+            f"--policy {model_dir}: cannot read {path} ({e.strerror}); give a "
+            "camera policy's model directory"
+        ) from None
     except ValueError as e:
         raise ValueError(f"--policy {model_dir}: {path}: {e}") from None
     if camera not in shapes or shapes[camera][2] != 3:
-        raise ValueError(f"--policy {model_dir} takes no RGB frame of camera {camera!r} (its "
-                         f"cameras: {shapes or 'none'}); give --camera one of them, or "
-                         "--width/--height without --policy")
+        raise ValueError(
+            f"--policy {model_dir} takes no RGB frame of camera {camera!r} (its "
+            f"cameras: {shapes or 'none'}); give --camera one of them, or "
+            "--width/--height without --policy"
+        )
     return {"height": shapes[camera][0], "width": shapes[camera][1]}
 
 
@@ -95,24 +103,41 @@ class CameraConfig:
     state: str = option("", help="endpoint of the sim's StateTap (the camera connects)")
     frames: str = option("", help="endpoint this camera publishes its frames on (binds)")
     camera: str = option("overhead", help="MJCF camera to render (overhead, overview)")
-    hz: float = option(20.0, help="at most this many frames per second (a camera's 15-30): "
-                       "each new state is rendered, none sooner than 1/hz after the last")
+    hz: float = option(
+        20.0,
+        help="at most this many frames per second (a camera's 15-30): "
+        "each new state is rendered, none sooner than 1/hz after the last",
+    )
     width: int = option(224, help="frame width in pixels (at most 640)")
     height: int = option(224, help="frame height in pixels (at most 480)")
-    policy: str = option("", help="a camera policy's model directory: the frame size is the "
-                         "one its obs_spec.json gives this camera (instead of --width/--height)")
+    policy: str = option(
+        "",
+        help="a camera policy's model directory: the frame size is the "
+        "one its obs_spec.json gives this camera (instead of --width/--height)",
+    )
     report: str = option("", help="also write the JSON report to this file (at the end)")
-    gl: str = option("egl", choices=("egl", "osmesa", "glfw"),
-                     help="MuJoCo's GL backend (MUJOCO_GL); egl: the GPU's, or Mesa's on a "
-                          "CPU host")
-    shadows: bool = option(False, help="render shadows (a 4096^2 shadow map: about 17 ms more "
-                           "a frame on a CPU's Mesa, whatever the frame size)")
+    gl: str = option(
+        "egl",
+        choices=("egl", "osmesa", "glfw"),
+        help="MuJoCo's GL backend (MUJOCO_GL); egl: the GPU's, or Mesa's on a CPU host",
+    )
+    shadows: bool = option(
+        False,
+        help="render shadows (a 4096^2 shadow map: about 17 ms more "
+        "a frame on a CPU's Mesa, whatever the frame size)",
+    )
     seconds: float | None = option(None, help="stop after this long (default: until SIGTERM)")
-    free_cell: bool = option(False, help="instead of the camera: a free-running cell (gantry "
-                             "parked, objects on the belt) at 1 kHz, its state on --state (binds)")
+    free_cell: bool = option(
+        False,
+        help="instead of the camera: a free-running cell (gantry "
+        "parked, objects on the belt) at 1 kHz, its state on --state (binds)",
+    )
     state_hz: float = option(30.0, help="with --free-cell: state messages per second")
-    measure: int = option(0, help="instead of running: render this many frames of a moving "
-                          "cell, time them and a StateTap's publish, print JSON")
+    measure: int = option(
+        0,
+        help="instead of running: render this many frames of a moving "
+        "cell, time them and a StateTap's publish, print JSON",
+    )
 
     def __post_init__(self):
         if not self.measure and not self.state:
@@ -122,8 +147,10 @@ class CameraConfig:
         if not 0 < self.hz <= 240:
             raise ValueError(f"hz must be in (0, 240], got {self.hz}")
         if not (1 <= self.width <= 640 and 1 <= self.height <= 480):
-            raise ValueError(f"frame size {self.width}x{self.height} is outside the cell's "
-                             "offscreen buffer (640x480): pick a smaller one")
+            raise ValueError(
+                f"frame size {self.width}x{self.height} is outside the cell's "
+                "offscreen buffer (640x480): pick a smaller one"
+            )
 
 
 class StateTap:
@@ -143,9 +170,11 @@ class StateTap:
         self._tick += 1
         if self._tick % self.every:
             return False
-        return self.pub.publish(STATE_TOPIC, {"values": {"qpos": cell.data.qpos},
-                                              "ints": {"step": cell.step_count}},
-                                {"capture": now_ns})
+        return self.pub.publish(
+            STATE_TOPIC,
+            {"values": {"qpos": cell.data.qpos}, "ints": {"step": cell.step_count}},
+            {"capture": now_ns},
+        )
 
     def close(self) -> None:
         self.pub.close()
@@ -154,15 +183,27 @@ class StateTap:
 class CellMirror:
     """The cell's model without physics: qpos in, the camera's frame out. Not thread-safe."""
 
-    def __init__(self, camera: str, width: int, height: int, cell: CellConfig | None = None,
-                 shadows: bool = False):
+    def __init__(
+        self,
+        camera: str,
+        width: int,
+        height: int,
+        cell: CellConfig | None = None,
+        shadows: bool = False,
+    ):
         import mujoco  # here, not at the top: MUJOCO_GL must be set before mujoco loads
         from mujoco.rendering.classic import gl_context
-        if getattr(gl_context, "GLContext", None) is not None and \
-                gl_context.GLContext.__module__ == "mujoco.glfw" and not os.environ.get("DISPLAY"):
+
+        if (
+            getattr(gl_context, "GLContext", None) is not None
+            and gl_context.GLContext.__module__ == "mujoco.glfw"
+            and not os.environ.get("DISPLAY")
+        ):
             # MuJoCo aborts the process (no exception) making a GLFW context without a display
-            raise RuntimeError("MuJoCo was loaded with the GLFW backend and there is no display: "
-                               "set MUJOCO_GL=egl (or osmesa) before anything imports mujoco")
+            raise RuntimeError(
+                "MuJoCo was loaded with the GLFW backend and there is no display: "
+                "set MUJOCO_GL=egl (or osmesa) before anything imports mujoco"
+            )
         self.mujoco = mujoco
         self.model = mujoco.MjModel.from_xml_string(build_mjcf(cell or CellConfig()))
         if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
@@ -249,11 +290,15 @@ class CameraProcess:
         """Counters (frames: rendered and sent; dropped: the publisher's queue was full),
         render_ms p50/p99/max, and the sockets' counters."""
         r = self.render_ns.percentiles_us()
-        return {"camera": self.cfg.camera, "shape": [self.cfg.height, self.cfg.width, 3],
-                "hz": self.cfg.hz, **self.counters,
-                "render_ms": {k: round(r[k] / 1e3, 3) for k in ("p50", "p99", "max")},
-                "pub": dict(self.pub.counters),
-                "sub": {k: v for k, v in self.sub.counters.items() if "." not in k}}
+        return {
+            "camera": self.cfg.camera,
+            "shape": [self.cfg.height, self.cfg.width, 3],
+            "hz": self.cfg.hz,
+            **self.counters,
+            "render_ms": {k: round(r[k] / 1e3, 3) for k in ("p50", "p99", "max")},
+            "pub": dict(self.pub.counters),
+            "sub": {k: v for k, v in self.sub.counters.items() if "." not in k},
+        }
 
     def close(self) -> None:
         self.sub.close()
@@ -261,12 +306,14 @@ class CameraProcess:
         self.mirror.close()
 
 
-def free_running_cell(state_endpoint: str, seconds: float, state_hz: float = 30.0,
-                      seed: int = 0, stop=lambda: False) -> dict:
+def free_running_cell(
+    state_endpoint: str, seconds: float, state_hz: float = 30.0, seed: int = 0, stop=lambda: False
+) -> dict:
     """A state source without controller or policy: the cell (gantry parked, objects riding the
     belt) stepped at 1 kHz on a RateKeeper, its state out through a StateTap that binds
     `state_endpoint`. Returns the loop's lateness (us) and the tap's publish cost (us)."""
     from .cell import ConveyorCell
+
     cell = ConveyorCell(CellConfig(seed=seed))
     tap = StateTap(state_endpoint, state_hz)
     cost = LatencyHistogram()
@@ -280,19 +327,27 @@ def free_running_cell(state_endpoint: str, seconds: float, state_hz: float = 30.
         rk.keep_time()
     tap.close()
     late = rk.lateness.percentiles_us()
-    return {"ticks": rk.frame, "late_ticks": rk.late_ticks, "overruns": rk.overruns,
-            "skipped": rk.skipped_frames,
-            "lateness_p50_us": late["p50"], "lateness_p99_us": late["p99"],
-            "lateness_max_us": late["max"], "states_sent": tap.pub.counters["sent"],
-            "state_dropped": tap.pub.counters["dropped"],
-            "tap_p50_us": cost.percentiles_us()["p50"],
-            "tap_p99_us": cost.percentiles_us()["p99"], "spawned": cell.metrics.spawned}
+    return {
+        "ticks": rk.frame,
+        "late_ticks": rk.late_ticks,
+        "overruns": rk.overruns,
+        "skipped": rk.skipped_frames,
+        "lateness_p50_us": late["p50"],
+        "lateness_p99_us": late["p99"],
+        "lateness_max_us": late["max"],
+        "states_sent": tap.pub.counters["sent"],
+        "state_dropped": tap.pub.counters["dropped"],
+        "tap_p50_us": cost.percentiles_us()["p50"],
+        "tap_p99_us": cost.percentiles_us()["p99"],
+        "spawned": cell.metrics.spawned,
+    }
 
 
 def measure(cfg: CameraConfig, frames: int) -> dict:
     """Render `frames` frames of a free-running cell (one every 33 ms of sim) at cfg's size
     and GL backend; ms per frame, and a StateTap's publish cost in us, p50/p99."""
     from .cell import ConveyorCell
+
     cell = ConveyorCell()
     mirror = CellMirror(cfg.camera, cfg.width, cfg.height, shadows=cfg.shadows)
     render, publish = LatencyHistogram(), LatencyHistogram()
@@ -314,16 +369,24 @@ def measure(cfg: CameraConfig, frames: int) -> dict:
         tap.close()
     mirror.close()
     r, p = render.percentiles_us(), publish.percentiles_us()
-    return {"gl": cfg.gl, "camera": cfg.camera, "size": f"{cfg.width}x{cfg.height}",
-            "shadows": cfg.shadows,
-            "frames": int(r["count"]), "render_p50_ms": round(r["p50"] / 1e3, 3),
-            "render_p99_ms": round(r["p99"] / 1e3, 3), "tap_p50_us": p["p50"],
-            "tap_p99_us": p["p99"], "load_1min": round(os.getloadavg()[0], 2)}
+    return {
+        "gl": cfg.gl,
+        "camera": cfg.camera,
+        "size": f"{cfg.width}x{cfg.height}",
+        "shadows": cfg.shadows,
+        "frames": int(r["count"]),
+        "render_p50_ms": round(r["p50"] / 1e3, 3),
+        "render_p99_ms": round(r["p99"] / 1e3, 3),
+        "tap_p50_us": p["p50"],
+        "tap_p99_us": p["p99"],
+        "load_1min": round(os.getloadavg()[0], 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.camera",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m examples.conveyor_sorting.camera", description=__doc__.splitlines()[0]
+    )
     add_config_arguments(ap, CameraConfig)
     a = ap.parse_args(argv)
     try:
@@ -339,8 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.measure:
         report = measure(cfg, cfg.measure)
     elif cfg.free_cell:
-        report = free_running_cell(cfg.state, 1e9 if cfg.seconds is None else cfg.seconds,
-                                   cfg.state_hz, stop=lambda: bool(stopped))
+        report = free_running_cell(
+            cfg.state,
+            1e9 if cfg.seconds is None else cfg.seconds,
+            cfg.state_hz,
+            stop=lambda: bool(stopped),
+        )
     else:
         try:
             cam = CameraProcess(cfg, stop=lambda: bool(stopped))

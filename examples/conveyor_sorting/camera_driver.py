@@ -12,6 +12,7 @@ stalled) skips it, counted (no_frame, stale); the policy node would refuse it an
 (frame_missing, frame_stale). A frame of another size or camera is refused (bad) and said
 once a second, with the fix.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,16 @@ _UINT8 = np.dtype(np.uint8)
 class CellCamera:
     """One camera of the cell, seen from the sim's loop. Not thread-safe (the loop's own)."""
 
-    def __init__(self, camera: str, shape: tuple[int, int, int], state_endpoint: str,
-                 frames_endpoint: str, *, hz: float, deadline_ns: int):
+    def __init__(
+        self,
+        camera: str,
+        shape: tuple[int, int, int],
+        state_endpoint: str,
+        frames_endpoint: str,
+        *,
+        hz: float,
+        deadline_ns: int,
+    ):
         """camera: its name (the policy's obs_spec.json names it too); shape: the frame
         [H, W, C] the policy takes; state_endpoint: where this sim's StateTap binds (the
         camera connects), at hz; frames_endpoint: where the camera publishes (it binds)."""
@@ -64,14 +73,21 @@ class CellCamera:
 
     def _take(self, env) -> None:
         image, capture_ns = env.body["values"].get(self.name), env.stamps.get("capture")
-        if getattr(image, "dtype", None) != _UINT8 or image.shape != self.shape \
-                or capture_ns is None:
+        if (
+            getattr(image, "dtype", None) != _UINT8
+            or image.shape != self.shape
+            or capture_ns is None
+        ):
             self.counters["bad"] += 1
             got = (getattr(image, "dtype", None), getattr(image, "shape", None))
-            self.complaints.say("camera_bad", lambda: (
-                f"camera {self.name!r} sent a frame of {got[0]} {got[1]}; the policy takes "
-                f"uint8 {list(self.shape)}: start the camera with the policy's --policy "
-                f"MODEL_DIR (or --width/--height)"))
+            self.complaints.say(
+                "camera_bad",
+                lambda: (
+                    f"camera {self.name!r} sent a frame of {got[0]} {got[1]}; the policy takes "
+                    f"uint8 {list(self.shape)}: start the camera with the policy's --policy "
+                    f"MODEL_DIR (or --width/--height)"
+                ),
+            )
             return
         self.counters["received"] += 1
         self.newest = (image, capture_ns)
@@ -79,9 +95,13 @@ class CellCamera:
     def report(self) -> dict:
         """Counters, frame_age_ms (capture to its observation) p50/p99/max, the states sent."""
         a = self.age_ns.percentiles_us()
-        return {"camera": self.name, "shape": list(self.shape), **self.counters,
-                "frame_age_ms": {k: round(a[k] / 1e3, 3) for k in ("p50", "p99", "max")},
-                "states_sent": self.tap.pub.counters["sent"]}
+        return {
+            "camera": self.name,
+            "shape": list(self.shape),
+            **self.counters,
+            "frame_age_ms": {k: round(a[k] / 1e3, 3) for k in ("p50", "p99", "max")},
+            "states_sent": self.tap.pub.counters["sent"],
+        }
 
     def close(self) -> None:
         self.sub.close()

@@ -25,6 +25,7 @@ the cycles' chunks refused (evaluate.LateChunks: the robot keeps the last chunk 
 It writes them into the card's "level_success", from which default_levels orders the
 ladder (budget.order_by_success).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,12 +58,22 @@ SEED_STRIDE = 100_003  # run_policy: episode e of seed s resets with s * SEED_ST
 
 def _summary(r: dict) -> dict:
     """Overall counts plus per_instruction, without the bookkeeping fields."""
-    return {**{k: r[k] for k in SUMMARY}, "per_instruction": r["per_instruction"],
-            "min_success_rate": r["min_success_rate"]}
+    return {
+        **{k: r[k] for k in SUMMARY},
+        "per_instruction": r["per_instruction"],
+        "min_success_rate": r["min_success_rate"],
+    }
 
 
-def card_eval(model_dir: str, *, episodes: int = 5, short_episodes: int = 2,
-              per_episode: int = 20, seed: int = 7000, speeds=(0.25, 0.35)) -> dict:
+def card_eval(
+    model_dir: str,
+    *,
+    episodes: int = 5,
+    short_episodes: int = 2,
+    per_episode: int = 20,
+    seed: int = 7000,
+    speeds=(0.25, 0.35),
+) -> dict:
     """Returns the card's new "success" section (also written into card.json)."""
     card_path = Path(model_dir) / "card.json"
     card = json.loads(card_path.read_text())
@@ -73,56 +84,87 @@ def card_eval(model_dir: str, *, episodes: int = 5, short_episodes: int = 2,
     full = card["config"]["n_layer"]
     depths = card["config"].get("exits", []) + [full]
     n_seeds = max(episodes, short_episodes)
-    out: dict = {"episodes": episodes, "short_episodes": short_episodes,
-                 "objects_per_episode": per_episode, "seed": seed,
-                 "held_out_scenes": {
-                     "episode_seeds": [seed * SEED_STRIDE + e for e in range(n_seeds)],
-                     "belt_speeds": list(speeds)},
-                 "trained_instructions": [instruction_key(p) for p in perms if p not in held],
-                 "seen_instructions": {}, "held_out_instructions": {}, "belt_speed": {}}
+    out: dict = {
+        "episodes": episodes,
+        "short_episodes": short_episodes,
+        "objects_per_episode": per_episode,
+        "seed": seed,
+        "held_out_scenes": {
+            "episode_seeds": [seed * SEED_STRIDE + e for e in range(n_seeds)],
+            "belt_speeds": list(speeds),
+        },
+        "trained_instructions": [instruction_key(p) for p in perms if p not in held],
+        "seen_instructions": {},
+        "held_out_instructions": {},
+        "belt_speed": {},
+    }
     common = dict(per_episode=per_episode, seed=seed)
-    out["expert"] = _summary(run_per_instruction(expert_factory, perms, episodes=episodes,
-                                                 **common))
+    out["expert"] = _summary(
+        run_per_instruction(expert_factory, perms, episodes=episodes, **common)
+    )
     for d in depths:
-        r = run_per_instruction(factory(exit_depth=d), perms,
-                                episodes=episodes if d == full else short_episodes, **common)
+        r = run_per_instruction(
+            factory(exit_depth=d),
+            perms,
+            episodes=episodes if d == full else short_episodes,
+            **common,
+        )
         out["seen_instructions"][str(d)] = _summary(r)
-        console.print(f"depth {d}: {r['success_rate']:.3f} overall, worst instruction "
-                      f"{r['min_success_rate']:.3f}")
+        console.print(
+            f"depth {d}: {r['success_rate']:.3f} overall, worst instruction "
+            f"{r['min_success_rate']:.3f}"
+        )
         if held:
             out["held_out_instructions"][str(d)] = {
-                k: v for k, v in r["per_instruction"].items() if k in map(instruction_key, held)}
+                k: v for k, v in r["per_instruction"].items() if k in map(instruction_key, held)
+            }
     for v in speeds:
         cfg = replace(EnvConfig(), cell=replace(EnvConfig().cell, belt_speed=v))
         r = run_per_instruction(factory(), perms, episodes=short_episodes, cfg=cfg, **common)
         out["belt_speed"][str(v)] = _summary(r)
-        console.print(f"belt {v} m/s: {r['success_rate']:.3f} overall, worst instruction "
-                      f"{r['min_success_rate']:.3f}")
+        console.print(
+            f"belt {v} m/s: {r['success_rate']:.3f} overall, worst instruction "
+            f"{r['min_success_rate']:.3f}"
+        )
     card["success"] = out
     card["accuracy"] = {d: s["success_rate"] for d, s in out["seen_instructions"].items()}
     card_path.write_text(json.dumps(card, indent=1))
     return out
 
 
-def precision_eval(model_dir: str, precision: str, *, episodes: int = 5, per_episode: int = 20,
-                   seed: int = 7000) -> dict:
+def precision_eval(
+    model_dir: str, precision: str, *, episodes: int = 5, per_episode: int = 20, seed: int = 7000
+) -> dict:
     """Full-depth success of one graph set (int8, int4, fp16) on card_eval's seeds, written
     into card.json "quantised"[precision]["success"] with fp32's rate from the card."""
     card_path = Path(model_dir) / "card.json"
     card = json.loads(card_path.read_text())
     full = str(card["config"]["n_layer"])
-    r = run_per_instruction(model_factory(model_dir, precision=precision),
-                            all_instructions(EnvConfig().cell.num_classes),
-                            episodes=episodes, per_episode=per_episode, seed=seed)
+    r = run_per_instruction(
+        model_factory(model_dir, precision=precision),
+        all_instructions(EnvConfig().cell.num_classes),
+        episodes=episodes,
+        per_episode=per_episode,
+        seed=seed,
+    )
     ref = card.get("success", {})  # fp32's, when card_eval ran the same episodes
-    same = all(ref.get(k) == v for k, v in
-               (("seed", seed), ("episodes", episodes), ("objects_per_episode", per_episode)))
-    out = {"depth": int(full), "episodes": episodes, "objects_per_episode": per_episode,
-           "seed": seed, **_summary(r), "float32_success_rate":
-           ref["seen_instructions"][full]["success_rate"] if same else None}
-    Console().print(f"{precision}: {r['success_rate']:.3f} overall (fp32 on these episodes: "
-                    f"{out['float32_success_rate']}), worst instruction "
-                    f"{r['min_success_rate']:.3f}")
+    same = all(
+        ref.get(k) == v
+        for k, v in (("seed", seed), ("episodes", episodes), ("objects_per_episode", per_episode))
+    )
+    out = {
+        "depth": int(full),
+        "episodes": episodes,
+        "objects_per_episode": per_episode,
+        "seed": seed,
+        **_summary(r),
+        "float32_success_rate": ref["seen_instructions"][full]["success_rate"] if same else None,
+    }
+    Console().print(
+        f"{precision}: {r['success_rate']:.3f} overall (fp32 on these episodes: "
+        f"{out['float32_success_rate']}), worst instruction "
+        f"{r['min_success_rate']:.3f}"
+    )
     card.setdefault("quantised", {}).setdefault(precision, {})["success"] = out
     card_path.write_text(json.dumps(card, indent=1))
     return out
@@ -139,12 +181,14 @@ def level_candidates(md: ModelDir, k_verify: int) -> list[BudgetLevel]:
 
 def _key(entry: dict) -> tuple:
     """A level_success entry's budget.level_key."""
-    return level_key(BudgetLevel(entry["depth"], entry["spec_len"], entry["chunk"], None,
-                                 entry.get("gate")))
+    return level_key(
+        BudgetLevel(entry["depth"], entry["spec_len"], entry["chunk"], None, entry.get("gate"))
+    )
 
 
-def level_costs(md: ModelDir, levels: list, *, cycles: int = 300, rounds: int = 3,
-                run_length: int = 10) -> list[float]:
+def level_costs(
+    md: ModelDir, levels: list, *, cycles: int = 300, rounds: int = 3, run_length: int = 10
+) -> list[float]:
     """Each level's chunk compute (prefill + decode; median CPU ms of this thread) on the
     model's recorded stream, all levels in one run: in each round they take turns in runs of
     `run_length` consecutive cycles, the order rotating (as rtinfer bench decode does), each
@@ -165,8 +209,15 @@ def level_costs(md: ModelDir, levels: list, *, cycles: int = 300, rounds: int = 
     return [float(np.median(s)) / 1e6 for s in spent]
 
 
-def level_eval(model_dir: str, *, episodes: int = 3, per_episode: int = 20, seed: int = 7000,
-               late: float = 0.0, only=None) -> dict:
+def level_eval(
+    model_dir: str,
+    *,
+    episodes: int = 3,
+    per_episode: int = 20,
+    seed: int = 7000,
+    late: float = 0.0,
+    only=None,
+) -> dict:
     """Each candidate level (level_candidates; `only`: their indices) over the six
     instructions, `episodes` each: success and chunk compute; written into card.json
     "level_success" (replacing the entries of the levels measured here)."""
@@ -183,35 +234,50 @@ def level_eval(model_dir: str, *, episodes: int = 3, per_episode: int = 20, seed
             made.append(ModelPolicy(md, env, level=lv))
             return LateChunks(made[-1], late, seed=seed + len(made)) if late > 0 else made[-1]
 
-        r = run_per_instruction(factory, perms, episodes=episodes, per_episode=per_episode,
-                                seed=seed)
+        r = run_per_instruction(
+            factory, perms, episodes=episodes, per_episode=per_episode, seed=seed
+        )
         lv = levels[idx]
         cpu = np.concatenate([p.chunk_cpu_ns for p in made]) / 1e6
         wall = np.concatenate([p.chunk_ns for p in made]) / 1e6
-        entries.append({"depth": lv.depth, "spec_len": lv.spec_len, "chunk": lv.chunk,
-                        "gate": lv.gate, **_summary(r),
-                        "lockstep_chunk_cpu_ms": round(float(np.median(cpu)), 3),
-                        "lockstep_chunk_ms": round(float(np.median(wall)), 3),
-                        "chunks": int(cpu.size)})
-        console.print(f"level {idx} {lv}: {r['success_rate']:.3f} overall, worst instruction "
-                      f"{r['min_success_rate']:.3f}, chunk {np.median(cpu):.2f} ms CPU")
+        entries.append(
+            {
+                "depth": lv.depth,
+                "spec_len": lv.spec_len,
+                "chunk": lv.chunk,
+                "gate": lv.gate,
+                **_summary(r),
+                "lockstep_chunk_cpu_ms": round(float(np.median(cpu)), 3),
+                "lockstep_chunk_ms": round(float(np.median(wall)), 3),
+                "chunks": int(cpu.size),
+            }
+        )
+        console.print(
+            f"level {idx} {lv}: {r['success_rate']:.3f} overall, worst instruction "
+            f"{r['min_success_rate']:.3f}, chunk {np.median(cpu):.2f} ms CPU"
+        )
     costs = dict(zip(map(level_key, levels), level_costs(md, levels)))
     for e in entries:
         e["chunk_cpu_ms"] = round(costs[_key(e)], 3)
     card = json.loads(card_path.read_text())
-    run = {"episodes": episodes, "objects_per_episode": per_episode, "seed": seed,
-           "late": late}
+    run = {"episodes": episodes, "objects_per_episode": per_episode, "seed": seed, "late": late}
     old = card.get("level_success", {})
-    kept = [e for e in old.get("levels", []) if _key(e) not in set(map(_key, entries))] \
-        if all(old.get(k) == v for k, v in run.items()) else []  # other conditions: replaced
+    kept = (
+        [e for e in old.get("levels", []) if _key(e) not in set(map(_key, entries))]
+        if all(old.get(k) == v for k, v in run.items())
+        else []
+    )  # other conditions: replaced
     for e in kept:  # the cost of every level is from this run's interleaved measurement
         e["chunk_cpu_ms"] = round(costs.get(_key(e), e["chunk_cpu_ms"]), 3)
-    card["level_success"] = {**run, "cost": "chunk_cpu_ms: median compute of one chunk "
-                                            "(prefill + decode), this thread's CPU ms, "
-                                            "every candidate level interleaved on the "
-                                            "recorded stream (level_costs); "
-                                            "lockstep_chunk_cpu_ms: in its lockstep run",
-                             "levels": kept + entries}
+    card["level_success"] = {
+        **run,
+        "cost": "chunk_cpu_ms: median compute of one chunk "
+        "(prefill + decode), this thread's CPU ms, "
+        "every candidate level interleaved on the "
+        "recorded stream (level_costs); "
+        "lockstep_chunk_cpu_ms: in its lockstep run",
+        "levels": kept + entries,
+    }
     card_path.write_text(json.dumps(card, indent=1))
     return card["level_success"]
 
@@ -220,29 +286,76 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--episodes", type=int, default=5, help="per instruction, full depth")
-    ap.add_argument("--short-episodes", type=int, default=2,
-                    help="per instruction, early exits and other belt speeds")
+    ap.add_argument(
+        "--short-episodes",
+        type=int,
+        default=2,
+        help="per instruction, early exits and other belt speeds",
+    )
     ap.add_argument("--objects-per-episode", type=int, default=20)
     ap.add_argument("--seed", type=int, default=7000)
-    ap.add_argument("--precision", default=None,
-                    help="int8, int4 or fp16: that graph set at full depth only (card 'quantised')")
-    ap.add_argument("--levels", nargs="*", type=int, default=None, metavar="I",
-                    help="measure the candidate budget levels (indices I; none: all), "
-                         "--episodes per instruction (card 'level_success')")
-    ap.add_argument("--late", type=float, default=0.0,
-                    help="with --levels: the fraction of chunks refused as late")
+    ap.add_argument(
+        "--precision",
+        default=None,
+        help="int8, int4 or fp16: that graph set at full depth only (card 'quantised')",
+    )
+    ap.add_argument(
+        "--levels",
+        nargs="*",
+        type=int,
+        default=None,
+        metavar="I",
+        help="measure the candidate budget levels (indices I; none: all), "
+        "--episodes per instruction (card 'level_success')",
+    )
+    ap.add_argument(
+        "--late",
+        type=float,
+        default=0.0,
+        help="with --levels: the fraction of chunks refused as late",
+    )
     a = ap.parse_args(argv)
     if a.levels is not None:
-        print(json.dumps(level_eval(a.model, episodes=a.episodes, seed=a.seed, late=a.late,
-                                    per_episode=a.objects_per_episode,
-                                    only=a.levels or None), indent=1))
+        print(
+            json.dumps(
+                level_eval(
+                    a.model,
+                    episodes=a.episodes,
+                    seed=a.seed,
+                    late=a.late,
+                    per_episode=a.objects_per_episode,
+                    only=a.levels or None,
+                ),
+                indent=1,
+            )
+        )
         return 0
     if a.precision and a.precision != "fp32":
-        print(json.dumps(precision_eval(a.model, a.precision, episodes=a.episodes,
-                                        per_episode=a.objects_per_episode, seed=a.seed), indent=1))
+        print(
+            json.dumps(
+                precision_eval(
+                    a.model,
+                    a.precision,
+                    episodes=a.episodes,
+                    per_episode=a.objects_per_episode,
+                    seed=a.seed,
+                ),
+                indent=1,
+            )
+        )
         return 0
-    print(json.dumps(card_eval(a.model, episodes=a.episodes, short_episodes=a.short_episodes,
-                               per_episode=a.objects_per_episode, seed=a.seed), indent=1))
+    print(
+        json.dumps(
+            card_eval(
+                a.model,
+                episodes=a.episodes,
+                short_episodes=a.short_episodes,
+                per_episode=a.objects_per_episode,
+                seed=a.seed,
+            ),
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ belt is re-checked every SCORE_EVERY ms and on every spawn, attach and release.
 Suction: a weld switched on by touch while the valve is open (see suction.py).
 Not thread-safe: one loop drives a cell.
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -41,8 +42,11 @@ class ConveyorCell:
         self._reach = [max(cfg.classes[c].size) * 1.8 for c in self.pool.slot_class]
         self._state = RobotState.zeros(3)
         # Cached views: MjData attribute access builds a new array wrapper on every call.
-        self._qpos3, self._qvel3, self._ctrl3 = self.data.qpos[:3], self.data.qvel[:3], \
-            self.data.ctrl[:3]
+        self._qpos3, self._qvel3, self._ctrl3 = (
+            self.data.qpos[:3],
+            self.data.qvel[:3],
+            self.data.ctrl[:3],
+        )
         self._qvel_flat = self.pool.qvel.reshape(-1)  # a view: the pool's rows are contiguous
         assert np.shares_memory(self._qvel_flat, self.data.qvel)
         self.reset(cfg.seed)
@@ -63,7 +67,7 @@ class ConveyorCell:
         self.cup.reset()
         self.metrics = Metrics()
         self.step_count, self.suction = 0, False
-        self.spawn_limit: int | None = None   # stop spawning after this many objects
+        self.spawn_limit: int | None = None  # stop spawning after this many objects
         self.next_spawn_step = 0
         self._on_belt: list[int] = []
         self._belt_dofs, self._belt_vel = np.zeros(0, np.int64), np.zeros(0)
@@ -93,8 +97,11 @@ class ConveyorCell:
     def read(self) -> RobotState:
         """Gantry state now. The returned object is reused (updated in place) by the next read()."""
         s = self._state
-        s.t_ns, s.tool, s.holding = self.step_count * NS_PER_STEP, float(self.suction), \
-            self.cup.held >= 0
+        s.t_ns, s.tool, s.holding = (
+            self.step_count * NS_PER_STEP,
+            float(self.suction),
+            self.cup.held >= 0,
+        )
         s.pos[:] = self._qpos3
         s.vel[:] = self._qvel3
         return s
@@ -158,7 +165,7 @@ class ConveyorCell:
         yaw = float(rng.uniform(-np.pi, np.pi))
         gap_s = float(rng.uniform(*cfg.spawn_interval_s))
         if self.pool.crowded(cfg.belt_x[0] + 0.04, y, 0.08):
-            self.next_spawn_step = self.step_count + 100   # try again in 0.1 s
+            self.next_spawn_step = self.step_count + 100  # try again in 0.1 s
             return
         if self.pool.spawn(cls, y, yaw, self.step_count) < 0:
             self.metrics.pool_exhausted += 1

@@ -17,6 +17,7 @@ Arrays (N = env steps over all episodes; no object arrays, so np.load needs no p
   and JSON strings (0-d unicode arrays): tokenizer_config, obs_tokenizer_config,
   obs_tokens_spec (for rtinfer.model.obs_tokens on the inference node), cell_config, summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,19 @@ from .expert import ScriptedExpert
 from .obs_tokens import ObsTokenizer, ObsTokenizerConfig
 
 
-def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | None = None,
-            show_progress: bool = True, noise_m: float = 0.0, noise_prob: float = 1.0,
-            make_policy=None, beta: float = 0.0,
-            instructions: list[list[int]] | None = None) -> dict:
+def collect(
+    episodes: int,
+    out: str | Path,
+    *,
+    seed: int = 0,
+    cfg: EnvConfig | None = None,
+    show_progress: bool = True,
+    noise_m: float = 0.0,
+    noise_prob: float = 1.0,
+    make_policy=None,
+    beta: float = 0.0,
+    instructions: list[list[int]] | None = None,
+) -> dict:
     """Run the expert for `episodes` episodes and write the dataset to `out`; returns a summary.
 
     noise_m > 0 (DART-style): the env executes the expert's chunk with Gaussian noise of
@@ -55,9 +65,21 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
     expert = ScriptedExpert(cfg.cell, env.tokenizer_cfg)
     policy = make_policy(env) if make_policy is not None else None
     otok = ObsTokenizer(ObsTokenizerConfig.for_cell(cfg.cell, bins=cfg.token_bins))
-    rows: dict[str, list] = {k: [] for k in (
-        "obs_tokens", "instruction_tokens", "action_tokens", "action_values", "objects", "gantry",
-        "held", "reward", "episode", "step")}
+    rows: dict[str, list] = {
+        k: []
+        for k in (
+            "obs_tokens",
+            "instruction_tokens",
+            "action_tokens",
+            "action_values",
+            "objects",
+            "gantry",
+            "held",
+            "reward",
+            "episode",
+            "step",
+        )
+    }
     totals = dict.fromkeys(COUNTS, 0)
     per_instruction: dict[str, dict] = {}
     with Progress(disable=not show_progress) as bar:
@@ -65,8 +87,9 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
         for ep in range(episodes):
             opts = {"instruction": instructions[ep % len(instructions)]} if instructions else None
             obs, _ = env.reset(seed=seed * 1_000_003 + ep, options=opts)
-            counts = per_instruction.setdefault(instruction_key(obs["instruction"]),
-                                                dict.fromkeys(COUNTS, 0))
+            counts = per_instruction.setdefault(
+                instruction_key(obs["instruction"]), dict.fromkeys(COUNTS, 0)
+            )
             expert.reset()
             if policy is not None:
                 policy.reset()
@@ -74,11 +97,15 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
             k = 0
             while not (done or truncated):
                 tokens, values = expert.act_tokens(obs)
-                for name, v in (("obs_tokens", otok.encode(obs)),
-                                ("instruction_tokens", otok.instruction_tokens(obs["instruction"])),
-                                ("action_tokens", tokens), ("action_values", values),
-                                ("objects", obs["objects"]), ("gantry", obs["gantry"]),
-                                ("held", obs["held"])):
+                for name, v in (
+                    ("obs_tokens", otok.encode(obs)),
+                    ("instruction_tokens", otok.instruction_tokens(obs["instruction"])),
+                    ("action_tokens", tokens),
+                    ("action_values", values),
+                    ("objects", obs["objects"]),
+                    ("gantry", obs["gantry"]),
+                    ("held", obs["held"]),
+                ):
                     rows[name].append(v)
                 for name, (image, _) in obs.get("frames", {}).items():
                     rows.setdefault(f"frame_{name}", []).append(image)
@@ -98,19 +125,32 @@ def collect(episodes: int, out: str | Path, *, seed: int = 0, cfg: EnvConfig | N
                 counts[c] += info[c]
             bar.update(task, advance=1, description=f"collecting ({totals['correct']} sorted)")
     resolved = totals["correct"] + totals["wrong"] + totals["missed"] + totals["dropped"]
-    summary = {"episodes": episodes, "seed": seed, "noise_m": noise_m, "noise_prob": noise_prob,
-               "dagger": policy is not None, "beta": beta, "steps": len(rows["step"]), **totals,
-               "success_rate": totals["correct"] / resolved if resolved else 1.0,
-               "per_instruction": {k: {c: v[c] for c in SUMMARY[:-1]} | {"success_rate": _rate(v)}
-                                   for k, v in sorted(per_instruction.items())}}
+    summary = {
+        "episodes": episodes,
+        "seed": seed,
+        "noise_m": noise_m,
+        "noise_prob": noise_prob,
+        "dagger": policy is not None,
+        "beta": beta,
+        "steps": len(rows["step"]),
+        **totals,
+        "success_rate": totals["correct"] / resolved if resolved else 1.0,
+        "per_instruction": {
+            k: {c: v[c] for c in SUMMARY[:-1]} | {"success_rate": _rate(v)}
+            for k, v in sorted(per_instruction.items())
+        },
+    }
     dtypes = {"reward": np.float32, "episode": np.int32, "step": np.int32}
     arrays = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in rows.items()}
     np.savez_compressed(
-        out, **arrays,
+        out,
+        **arrays,
         tokenizer_config=np.array(json.dumps(env.tokenizer_cfg.to_dict())),
         obs_tokenizer_config=np.array(json.dumps(otok.cfg.to_dict())),
         obs_tokens_spec=np.array(json.dumps(otok.cfg.spec())),
-        cell_config=np.array(cfg.cell.to_json()), summary=np.array(json.dumps(summary)))
+        cell_config=np.array(cfg.cell.to_json()),
+        summary=np.array(json.dumps(summary)),
+    )
     return summary
 
 
@@ -129,27 +169,55 @@ def main(argv=None) -> None:
     ap.add_argument("--noise-m", type=float, default=0.0, help="DART noise on executed xyz (m)")
     ap.add_argument("--noise-prob", type=float, default=1.0, help="fraction of steps with noise")
     ap.add_argument("--camera", default=None, help="also store this camera's frames (overhead)")
-    ap.add_argument("--frame-size", type=int, nargs=2, default=EnvConfig.frame_hw,
-                    metavar=("H", "W"), help="the camera's frame height and width (px)")
+    ap.add_argument(
+        "--frame-size",
+        type=int,
+        nargs=2,
+        default=EnvConfig.frame_hw,
+        metavar=("H", "W"),
+        help="the camera's frame height and width (px)",
+    )
     ap.add_argument("--policy", default=None, help="model directory that drives the cell (DAgger)")
     ap.add_argument("--beta", type=float, default=0.0, help="with --policy: expert step fraction")
-    ap.add_argument("--instruction", action="append", default=[],
-                    help="class->bin permutation, e.g. 0,1,2, or 'all' for the six "
-                         "(repeatable; episodes cycle through)")
+    ap.add_argument(
+        "--instruction",
+        action="append",
+        default=[],
+        help="class->bin permutation, e.g. 0,1,2, or 'all' for the six "
+        "(repeatable; episodes cycle through)",
+    )
     a = ap.parse_args(argv)
-    cfg = replace(EnvConfig(), episode_objects=a.objects_per_episode, latency_ms=a.latency_ms,
-                  camera=a.camera, frame_hw=tuple(a.frame_size))
+    cfg = replace(
+        EnvConfig(),
+        episode_objects=a.objects_per_episode,
+        latency_ms=a.latency_ms,
+        camera=a.camera,
+        frame_hw=tuple(a.frame_size),
+    )
     make_policy = None
     if a.policy:
         from .policy_adapter import model_factory
+
         make_policy = model_factory(a.policy)
     try:
         instructions = parse_instructions(a.instruction) if a.instruction else None
     except ValueError as e:
         raise SystemExit(f"collect: --instruction: {e}") from None
-    print(json.dumps(collect(a.episodes, a.out, seed=a.seed, cfg=cfg, noise_m=a.noise_m,
-                             noise_prob=a.noise_prob, make_policy=make_policy, beta=a.beta,
-                             instructions=instructions)))
+    print(
+        json.dumps(
+            collect(
+                a.episodes,
+                a.out,
+                seed=a.seed,
+                cfg=cfg,
+                noise_m=a.noise_m,
+                noise_prob=a.noise_prob,
+                make_policy=make_policy,
+                beta=a.beta,
+                instructions=instructions,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

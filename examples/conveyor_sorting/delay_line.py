@@ -7,6 +7,7 @@ reordered, as the delay proxy does in real time); recv() decodes the first one d
 "recv" on the sim clock, the surface a ControllerNode or the node's parts read. Not
 thread-safe.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -34,8 +35,15 @@ class DelayLine:
     first one due, stamped "recv". Only `topics` are carried (the rest are accepted, as a
     subscriber on other topics would ignore them)."""
 
-    def __init__(self, src: str, clock: SimClock, topics: set[str], delay_ns: int,
-                 jitter_ns: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        src: str,
+        clock: SimClock,
+        topics: set[str],
+        delay_ns: int,
+        jitter_ns: int = 0,
+        seed: int = 0,
+    ):
         self.src, self.clock, self.topics = src, clock, topics
         self.delay_ns, self.jitter_ns = delay_ns, jitter_ns
         self.rng = np.random.default_rng(seed)
@@ -44,8 +52,9 @@ class DelayLine:
         self._seq = 0
         self.tap = None  # called with each message delivered (the bench's recorder)
 
-    def publish(self, topic: str, body: dict, stamps: dict | None = None,
-                to: str | None = None) -> bool:
+    def publish(
+        self, topic: str, body: dict, stamps: dict | None = None, to: str | None = None
+    ) -> bool:
         st = dict(stamps or {})
         st.setdefault("publish", self.clock())
         data = encode(topic, body, seq=self._seq, src=self.src, stamps=st)

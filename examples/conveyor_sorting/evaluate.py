@@ -5,6 +5,7 @@ expert until a number of objects has spawned. Both return summed metrics, succes
 throughput and sim speed. `run_per_instruction` runs the same episode seeds once per
 instruction (class -> bin permutation) and reports success per instruction and overall.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,7 +33,7 @@ def all_instructions(num_classes: int = 3) -> list[list[int]]:
 
 
 def instruction_key(perm) -> str:
-    """"2,0,1": how an instruction is named in results, card.json and on the CLI."""
+    """ "2,0,1": how an instruction is named in results, card.json and on the CLI."""
     return ",".join(str(int(c)) for c in perm)
 
 
@@ -48,13 +49,18 @@ def parse_instructions(spec, num_classes: int = 3) -> list[list[int]] | None:
     out = []
     for item in items:
         try:
-            perm = [int(c) for c in item.split(",")] if isinstance(item, str) else \
-                [int(c) for c in item]
+            perm = (
+                [int(c) for c in item.split(",")]
+                if isinstance(item, str)
+                else [int(c) for c in item]
+            )
         except ValueError:
             perm = None
         if perm not in valid:
-            raise ValueError(f"instruction {item!r} is not a permutation of "
-                             f"{instruction_key(range(num_classes))}; use e.g. 2,0,1 or 'all'")
+            raise ValueError(
+                f"instruction {item!r} is not a permutation of "
+                f"{instruction_key(range(num_classes))}; use e.g. 2,0,1 or 'all'"
+            )
         out.append(perm)
     return out
 
@@ -64,10 +70,16 @@ class Policy(Protocol):
     def act(self, obs: dict) -> np.ndarray: ...
 
 
-def run_policy(make_policy: Callable[[ConveyorSortEnv], Policy], *, episodes: int,
-               per_episode: int = 20, seed: int = 0, cfg: EnvConfig | None = None,
-               progress: Callable[[int], None] | None = None,
-               instructions: list[list[int]] | None = None) -> dict:
+def run_policy(
+    make_policy: Callable[[ConveyorSortEnv], Policy],
+    *,
+    episodes: int,
+    per_episode: int = 20,
+    seed: int = 0,
+    cfg: EnvConfig | None = None,
+    progress: Callable[[int], None] | None = None,
+    instructions: list[list[int]] | None = None,
+) -> dict:
     """`episodes` episodes of `per_episode` objects each; make_policy(env) builds the policy
     once. progress: optional callable(episodes_done). instructions: episode i uses
     instructions[i % len] (class -> bin permutations) instead of a seeded random one."""
@@ -91,32 +103,47 @@ def run_policy(make_policy: Callable[[ConveyorSortEnv], Policy], *, episodes: in
         if progress is not None:
             progress(episode + 1)
     wall = time.perf_counter() - wall0
-    return {**total.as_dict(), "episodes": episodes, "env_steps": steps,
-            "sim_s_per_wall_s": total.elapsed_s / wall if wall > 0 else 0.0,
-            "belt_speed": cfg.cell.belt_speed, "spawn_interval_s": list(cfg.cell.spawn_interval_s)}
+    return {
+        **total.as_dict(),
+        "episodes": episodes,
+        "env_steps": steps,
+        "sim_s_per_wall_s": total.elapsed_s / wall if wall > 0 else 0.0,
+        "belt_speed": cfg.cell.belt_speed,
+        "spawn_interval_s": list(cfg.cell.spawn_interval_s),
+    }
 
 
-def run_per_instruction(make_policy: Callable[[ConveyorSortEnv], Policy],
-                        instructions: list[list[int]], *, episodes: int,
-                        progress: Callable[[int], None] | None = None, **run_opts) -> dict:
+def run_per_instruction(
+    make_policy: Callable[[ConveyorSortEnv], Policy],
+    instructions: list[list[int]],
+    *,
+    episodes: int,
+    progress: Callable[[int], None] | None = None,
+    **run_opts,
+) -> dict:
     """`episodes` episodes for each instruction, in lockstep: every instruction runs the same
     episode seeds (the same scenes). Returns the summed counts and overall success_rate, plus
     per_instruction {"2,0,1": counts + success_rate} and min_success_rate (the worst one)."""
     per, total, done = {}, dict.fromkeys(COUNTS, 0), 0
     for perm in instructions:
         tick = None if progress is None else (lambda e, d=done: progress(d + e))
-        r = run_policy(make_policy, episodes=episodes, instructions=[perm], progress=tick,
-                       **run_opts)
+        r = run_policy(
+            make_policy, episodes=episodes, instructions=[perm], progress=tick, **run_opts
+        )
         per[instruction_key(perm)] = {k: r[k] for k in SUMMARY}
         for k in COUNTS:
             total[k] += r[k]
         done += episodes
     resolved = total["correct"] + total["wrong"] + total["missed"] + total["dropped"]
-    return {**total, "resolved": resolved,
-            "success_rate": total["correct"] / resolved if resolved else 1.0,
-            "episodes": episodes * len(instructions), "episodes_per_instruction": episodes,
-            "per_instruction": per,
-            "min_success_rate": min(v["success_rate"] for v in per.values())}
+    return {
+        **total,
+        "resolved": resolved,
+        "success_rate": total["correct"] / resolved if resolved else 1.0,
+        "episodes": episodes * len(instructions),
+        "episodes_per_instruction": episodes,
+        "per_instruction": per,
+        "min_success_rate": min(v["success_rate"] for v in per.values()),
+    }
 
 
 class LateChunks:
@@ -143,19 +170,31 @@ class LateChunks:
             self.taken, self.age = chunk, 0
             return chunk
         self.refused, self.age = self.refused + 1, self.age + 1
-        return self.taken[min(self.age, len(self.taken) - 1):]
+        return self.taken[min(self.age, len(self.taken) - 1) :]
 
 
 def expert_factory(env: ConveyorSortEnv) -> ScriptedExpert:
     return ScriptedExpert(env.cfg.cell, env.tokenizer_cfg)
 
 
-def run_expert(objects: int = 200, *, seed: int = 0, per_episode: int = 20,
-               cfg: EnvConfig | None = None, progress=None) -> dict:
+def run_expert(
+    objects: int = 200,
+    *,
+    seed: int = 0,
+    per_episode: int = 20,
+    cfg: EnvConfig | None = None,
+    progress=None,
+) -> dict:
     """The scripted expert over at least `objects` objects (whole episodes)."""
     episodes = max(1, -(-objects // per_episode))
-    return run_policy(expert_factory, episodes=episodes, per_episode=per_episode, seed=seed,
-                      cfg=cfg, progress=progress)
+    return run_policy(
+        expert_factory,
+        episodes=episodes,
+        per_episode=per_episode,
+        seed=seed,
+        cfg=cfg,
+        progress=progress,
+    )
 
 
 def camera_config(cfg: EnvConfig, model) -> EnvConfig:
@@ -166,18 +205,31 @@ def camera_config(cfg: EnvConfig, model) -> EnvConfig:
     images = getattr(model.obs, "images", None)  # an action-token model's obs reads none
     if not images:
         return cfg
-    cams = {cam: shape for key, shape in zip(model.obs.keys, model.obs.shapes) if key in images
-            for cam in images[key]}
+    cams = {
+        cam: shape
+        for key, shape in zip(model.obs.keys, model.obs.shapes)
+        if key in images
+        for cam in images[key]
+    }
     if len(cams) > 1:
-        raise ValueError(f"{model.path}: reads cameras {sorted(cams)}; the conveyor cell "
-                         f"renders one (overhead)")
-    (camera, shape), = cams.items()
+        raise ValueError(
+            f"{model.path}: reads cameras {sorted(cams)}; the conveyor cell renders one (overhead)"
+        )
+    ((camera, shape),) = cams.items()
     return replace(cfg, camera=camera, frame_hw=tuple(shape[-3:-1]))
 
 
-def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0,
-             belt_speed: float | None = None, progress=None, instructions=None,
-             **policy_opts) -> dict:
+def evaluate(
+    policy: str,
+    *,
+    episodes: int,
+    per_episode: int = 20,
+    seed: int = 0,
+    belt_speed: float | None = None,
+    progress=None,
+    instructions=None,
+    **policy_opts,
+) -> dict:
     """`rtinfer eval`: policy is "expert" or a model directory (see policy_adapter.py); a
     model that reads a camera gets the env's camera (camera_config).
     instructions: None (a seeded random instruction per episode), "all" or a list such as
@@ -191,15 +243,18 @@ def evaluate(policy: str, *, episodes: int, per_episode: int = 20, seed: int = 0
         factory = expert_factory
     else:
         from .policy_adapter import model_factory
+
         factory = model_factory(policy, **policy_opts)
         model = load_model(policy)
         cfg = camera_config(cfg, model)
         if getattr(model, "kind", None) == "flow":  # the env's chunks as long as the policy's
             cfg = replace(cfg, horizon=model.action.horizon)
-    common = dict(episodes=episodes, per_episode=per_episode, seed=seed, cfg=cfg,
-                  progress=progress)
-    r = run_policy(factory, **common) if perms is None else \
-        run_per_instruction(factory, perms, **common)
+    common = dict(episodes=episodes, per_episode=per_episode, seed=seed, cfg=cfg, progress=progress)
+    r = (
+        run_policy(factory, **common)
+        if perms is None
+        else run_per_instruction(factory, perms, **common)
+    )
     r["policy"] = policy
     return r
 
@@ -215,15 +270,25 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--belt-speed", type=float, default=None)
     ap.add_argument("--policy", default=None, help='"expert" or a model directory')
-    ap.add_argument("--episodes", type=int, default=4,
-                    help="with --policy: episodes (per instruction)")
-    ap.add_argument("--instructions", action="append", default=None,
-                    help='"all" or a permutation such as 2,0,1 (repeatable)')
+    ap.add_argument(
+        "--episodes", type=int, default=4, help="with --policy: episodes (per instruction)"
+    )
+    ap.add_argument(
+        "--instructions",
+        action="append",
+        default=None,
+        help='"all" or a permutation such as 2,0,1 (repeatable)',
+    )
     a = ap.parse_args(argv)
     if a.policy or a.instructions:
         try:
-            r = evaluate(a.policy or "expert", episodes=a.episodes, seed=a.seed,
-                         belt_speed=a.belt_speed, instructions=a.instructions)
+            r = evaluate(
+                a.policy or "expert",
+                episodes=a.episodes,
+                seed=a.seed,
+                belt_speed=a.belt_speed,
+                instructions=a.instructions,
+            )
         except ValueError as e:
             raise SystemExit(f"evaluate: {e}") from None
         print(json.dumps(r, indent=1))

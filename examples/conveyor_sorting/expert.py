@@ -9,6 +9,7 @@ quantised through the policy's ActionTokenizer (encode -> decode), so the expert
 the token resolution a policy will. Run `python -m examples.conveyor_sorting.expert
 --objects 200` to measure the success rate (prints JSON).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,14 +18,14 @@ from rtinfer.model.action_tokens import ActionTokenizer, TokenizerConfig
 
 from .config import CellConfig
 
-VMAX = np.array([1.0, 1.0, 0.7])     # m/s, inside the tracker's limits
-AMAX = np.array([8.0, 8.0, 8.0])     # m/s^2
-ROLLOUT_DT = 0.01                    # s
-ALIGN_M = 0.008                      # xy error below which the cup descends
-TRAVEL_DZ = 0.08                     # approach height above the belt (m, cup bottom)
-CARRY_Z = 0.50                       # cup height while carrying
-CLEAR_DZ = 0.12                      # cup above belt before moving sideways with a load
-WAIT_DX = 0.4                        # idle over the belt this far downstream of its start
+VMAX = np.array([1.0, 1.0, 0.7])  # m/s, inside the tracker's limits
+AMAX = np.array([8.0, 8.0, 8.0])  # m/s^2
+ROLLOUT_DT = 0.01  # s
+ALIGN_M = 0.008  # xy error below which the cup descends
+TRAVEL_DZ = 0.08  # approach height above the belt (m, cup bottom)
+CARRY_Z = 0.50  # cup height while carrying
+CLEAR_DZ = 0.12  # cup above belt before moving sideways with a load
+WAIT_DX = 0.4  # idle over the belt this far downstream of its start
 
 
 class ScriptedExpert:
@@ -35,12 +36,12 @@ class ScriptedExpert:
         self.period_s = tokenizer.period_ns * 1e-9
         self.horizon = tokenizer.horizon
         self.top = np.array([cell.belt_top + 2 * c.half_height for c in cell.classes])
-        self.x_limit = cell.belt_x[1] - 0.06   # last x at which a pick is still attempted
+        self.x_limit = cell.belt_x[1] - 0.06  # last x at which a pick is still attempted
         self.reset()
 
     def reset(self) -> None:
-        self.target: tuple[int, float, float] | None = None   # (class, x, y) at last obs
-        self.carry: int | None = None                         # class of the held object
+        self.target: tuple[int, float, float] | None = None  # (class, x, y) at last obs
+        self.carry: int | None = None  # class of the held object
         self.descending = False
 
     def act(self, obs: dict) -> np.ndarray:
@@ -64,7 +65,7 @@ class ScriptedExpert:
                 else:
                     self.carry = self.target[0] if self.target else self._guess_class(p)
             return self._place(p, v, int(obs["instruction"][self.carry]))
-        if self.carry is not None:      # released: start over
+        if self.carry is not None:  # released: start over
             self.carry = self.target = None
             self.descending = False
         objs = [tuple(r[:3]) for r in np.asarray(obs["objects"]) if r[3] > 0.5]
@@ -85,15 +86,16 @@ class ScriptedExpert:
             return
         c, x, y = self.target
         xp = x + self.cell.belt_speed * self.period_s
-        near = [o for o in objs
-                if int(o[0]) == c and abs(o[1] - xp) < 0.03 and abs(o[2] - y) < 0.03]
+        near = [
+            o for o in objs if int(o[0]) == c and abs(o[1] - xp) < 0.03 and abs(o[2] - y) < 0.03
+        ]
         self.target = (c, *near[0][1:3]) if near and near[0][1] < self.x_limit else None
 
     def _choose(self, p, objs):
         """Most downstream object the gantry can still reach and pick before x_limit."""
         vb = self.cell.belt_speed
         ts = np.arange(0.0, 5.0, 0.05)
-        for c, x, y in objs:       # observe.py lists the most downstream first
+        for c, x, y in objs:  # observe.py lists the most downstream first
             xs = x + vb * ts
             need = np.maximum(_move_time(np.abs(xs - p[0]), 0), _move_time(abs(y - p[1]), 1))
             ok = (need + 0.1 <= ts) & (xs + vb * 0.4 <= self.x_limit)
@@ -125,6 +127,7 @@ class ScriptedExpert:
         def goal(t, q):
             xy = (bx, by) if q[2] > clear else hold_xy
             return np.array([xy[0], xy[1], CARRY_Z]), np.zeros(3)
+
         over = np.hypot(p[0] - bx, p[1] - by) < 0.02 and np.hypot(v[0], v[1]) < 0.1 and p[2] > clear
         return self._rollout(p, v, goal, 0.0 if over else 1.0)
 

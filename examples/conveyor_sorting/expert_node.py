@@ -7,6 +7,7 @@ node does, so the robot side cannot tell the two apart.
     python -m examples.conveyor_sorting.expert_node --obs ipc:///tmp/obs --actions ipc:///tmp/act \
         [--curve-secret K.key_secret --curve-map curve.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,14 @@ from .expert import ScriptedExpert
 from .observe import obs_from_body
 
 
-def serve(obs_endpoint: str, actions_endpoint: str, *, seconds: float | None = None,
-          cell: CellConfig | None = None, curve=None) -> dict:
+def serve(
+    obs_endpoint: str,
+    actions_endpoint: str,
+    *,
+    seconds: float | None = None,
+    cell: CellConfig | None = None,
+    curve=None,
+) -> dict:
     """Serve until `seconds` pass or SIGTERM/SIGINT; returns counters.
 
     curve: bus ``curve=`` for both sockets (keys.curve_configs: per endpoint)."""
@@ -32,8 +39,16 @@ def serve(obs_endpoint: str, actions_endpoint: str, *, seconds: float | None = N
     def act(body):
         tokens, values = expert.act_tokens(obs_from_body(body))
         return values, tokens
-    return function_node.serve(act, obs_endpoint, actions_endpoint, spec=tcfg.hash,
-                               period_ns=tcfg.period_ns, start_ns=tcfg.period_ns, curve=curve)
+
+    return function_node.serve(
+        act,
+        obs_endpoint,
+        actions_endpoint,
+        spec=tcfg.hash,
+        period_ns=tcfg.period_ns,
+        start_ns=tcfg.period_ns,
+        curve=curve,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

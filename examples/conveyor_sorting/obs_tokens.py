@@ -13,6 +13,7 @@ ids serves all fields; a model that wants disjoint vocabularies can offset per f
 `ObsTokenizer` encodes through rtinfer.model.obs_tokens.ObsTokens compiled from it: training
 and the inference node tokenize with the same code.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,16 +34,21 @@ class ObsTokenizerConfig:
     slots: int = 6
     pos_low: tuple[float, float, float] = (-0.7, -0.25, 0.28)
     pos_high: tuple[float, float, float] = (0.65, 0.6, 0.70)
-    vel_max: float = 1.5                          # m/s, symmetric range per axis
+    vel_max: float = 1.5  # m/s, symmetric range per axis
     obj_low: tuple[float, float] = (-0.7, -0.15)  # camera zone x, belt y
     obj_high: tuple[float, float] = (0.6, 0.15)
 
     @classmethod
     def for_cell(cls, cell: CellConfig, bins: int = 256) -> ObsTokenizerConfig:
-        return cls(bins=bins, num_classes=cell.num_classes, slots=cell.visible_k,
-                   pos_low=cell.gantry_low, pos_high=cell.gantry_high,
-                   obj_low=(cell.camera_x[0], -cell.belt_half_width),
-                   obj_high=(cell.camera_x[1], cell.belt_half_width))
+        return cls(
+            bins=bins,
+            num_classes=cell.num_classes,
+            slots=cell.visible_k,
+            pos_low=cell.gantry_low,
+            pos_high=cell.gantry_high,
+            obj_low=(cell.camera_x[0], -cell.belt_half_width),
+            obj_high=(cell.camera_x[1], cell.belt_half_width),
+        )
 
     @property
     def length(self) -> int:
@@ -63,18 +69,42 @@ class ObsTokenizerConfig:
     def spec(self) -> dict:
         """This layout as an rtinfer-obs-tokens v1 spec (JSON-able) for the inference node."""
         v = self.vel_max
-        uni = [{"column": j + 1, "kind": "uniform", "low": self.obj_low[j],
-                "high": self.obj_high[j]} for j in range(2)]
-        return {"format": "rtinfer-obs-tokens", "version": 1, "bins": self.bins, "fields": [
-            {"key": "gantry", "slice": [0, 6], "kind": "uniform",
-             "low": [*self.pos_low, -v, -v, -v], "high": [*self.pos_high, v, v, v]},
-            {"key": "gantry", "slice": [6, 8], "kind": "threshold", "at": 0.5},
-            {"key": "held", "kind": "categorical", "classes": self.num_classes},
-            {"key": "objects", "kind": "table", "rows": self.slots,
-             "valid": {"column": 3, "above": 0.5},
-             "columns": [{"column": 0, "kind": "categorical", "classes": self.num_classes}, *uni]}],
-            "instruction": {"key": "instruction", "from": "values", "length": self.num_classes,
-                            "classes": self.num_classes}}
+        uni = [
+            {"column": j + 1, "kind": "uniform", "low": self.obj_low[j], "high": self.obj_high[j]}
+            for j in range(2)
+        ]
+        return {
+            "format": "rtinfer-obs-tokens",
+            "version": 1,
+            "bins": self.bins,
+            "fields": [
+                {
+                    "key": "gantry",
+                    "slice": [0, 6],
+                    "kind": "uniform",
+                    "low": [*self.pos_low, -v, -v, -v],
+                    "high": [*self.pos_high, v, v, v],
+                },
+                {"key": "gantry", "slice": [6, 8], "kind": "threshold", "at": 0.5},
+                {"key": "held", "kind": "categorical", "classes": self.num_classes},
+                {
+                    "key": "objects",
+                    "kind": "table",
+                    "rows": self.slots,
+                    "valid": {"column": 3, "above": 0.5},
+                    "columns": [
+                        {"column": 0, "kind": "categorical", "classes": self.num_classes},
+                        *uni,
+                    ],
+                },
+            ],
+            "instruction": {
+                "key": "instruction",
+                "from": "values",
+                "length": self.num_classes,
+                "classes": self.num_classes,
+            },
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> ObsTokenizerConfig:

@@ -3,6 +3,7 @@
 The observation goes through the same wire body and spec-driven tokenizer as on the robot
 (obs_body -> ObsTokens), so lockstep evaluation measures the exact runtime path.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,12 +29,23 @@ class ModelPolicy:
     the node's --level; -1 the cheapest). chunk_ns / chunk_cpu_ns: each
     act's compute (wall and this thread's CPU time), for the level's cost."""
 
-    def __init__(self, model: ModelDir, env: ConveyorSortEnv, *, exit_depth: int | None = None,
-                 backend: str = "onnx", drafter: str = "chunk", threads: int = 1,
-                 precision: str | None = None, level: BudgetLevel | int | None = None):
+    def __init__(
+        self,
+        model: ModelDir,
+        env: ConveyorSortEnv,
+        *,
+        exit_depth: int | None = None,
+        backend: str = "onnx",
+        drafter: str = "chunk",
+        threads: int = 1,
+        precision: str | None = None,
+        level: BudgetLevel | int | None = None,
+    ):
         if model.tokenizer.hash != env.tokenizer_cfg.hash:
-            raise ValueError(f"{model.path}: action tokenizer {model.tokenizer.hash} does not "
-                             f"match the cell's ({env.tokenizer_cfg.hash}); re-export the model")
+            raise ValueError(
+                f"{model.path}: action tokenizer {model.tokenizer.hash} does not "
+                f"match the cell's ({env.tokenizer_cfg.hash}); re-export the model"
+            )
         opts = {"threads": threads} if backend == "onnx" else {}
         if precision:
             opts["precision"] = precision
@@ -42,8 +54,10 @@ class ModelPolicy:
         if isinstance(level, int):
             ladder = default_levels(model, k_verify, gates=self.runner.backend.gates)
             if not -len(ladder) <= level < len(ladder):
-                raise ValueError(f"this model has {len(ladder)} budget levels (0 .. "
-                                 f"{len(ladder) - 1}, or -1 for the cheapest)")
+                raise ValueError(
+                    f"this model has {len(ladder)} budget levels (0 .. "
+                    f"{len(ladder) - 1}, or -1 for the cheapest)"
+                )
             level = ladder[level]
         if level is None:
             depth = exit_depth or model.n_layer
@@ -70,12 +84,15 @@ class ChunkModelPolicy:
     """reset() / act(obs) -> (H, D) chunk of a continuous-chunk model directory at `level`,
     through the inference node's GraphRunner and the same obs wire body."""
 
-    def __init__(self, model: ChunkModelDir, env: ConveyorSortEnv, *, level: int = 0,
-                 threads: int = 1):
+    def __init__(
+        self, model: ChunkModelDir, env: ConveyorSortEnv, *, level: int = 0, threads: int = 1
+    ):
         want = action_spec(env.cfg.cell, horizon=env.cfg.horizon)
         if model.action.hash != want.hash:
-            raise ValueError(f"{model.path}: its action spec differs from the cell's: "
-                             + "; ".join(want.differences(model.action)))
+            raise ValueError(
+                f"{model.path}: its action spec differs from the cell's: "
+                + "; ".join(want.differences(model.action))
+            )
         self.runner, self.level, self.model = GraphRunner(model, threads=threads), level, model
 
     def reset(self) -> None:
@@ -94,13 +111,17 @@ class FlowModelPolicy:
     cycle from (seed, episode, cycle), as the node seeds it from (seed, robot, seq).
     chunk_ns: each act's compute (wall)."""
 
-    def __init__(self, model, env: ConveyorSortEnv, *, level: int = 0, threads: int = 1,
-                 seed: int = 0):
+    def __init__(
+        self, model, env: ConveyorSortEnv, *, level: int = 0, threads: int = 1, seed: int = 0
+    ):
         from rtinfer.inference.flow_runner import FlowRunner
+
         want = action_spec(env.cfg.cell, horizon=env.cfg.horizon)
         if model.action.hash != want.hash:
-            raise ValueError(f"{model.path}: its action spec differs from the cell's: "
-                             + "; ".join(want.differences(model.action)))
+            raise ValueError(
+                f"{model.path}: its action spec differs from the cell's: "
+                + "; ".join(want.differences(model.action))
+            )
         self.runner, self.level, self.model = FlowRunner(model, threads=threads), level, model
         self.seed, self.episode, self.cycle = seed, -1, 0
         self.chunk_ns: list[int] = []
@@ -113,8 +134,9 @@ class FlowModelPolicy:
         if not self.model.obs.cameras:
             body.pop("frames", None)
         t0 = time.perf_counter_ns()
-        chunk = self.runner.run(self.model.obs.feeds(body), self.level,
-                                seed=(self.seed, self.episode, self.cycle)).copy()
+        chunk = self.runner.run(
+            self.model.obs.feeds(body), self.level, seed=(self.seed, self.episode, self.cycle)
+        ).copy()
         self.chunk_ns.append(time.perf_counter_ns() - t0)
         self.cycle += 1
         return chunk

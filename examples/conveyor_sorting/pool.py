@@ -4,6 +4,7 @@ MJCF cannot add bodies at run time, so every object the cell will ever show exis
 the start. A parked body sits far away with collisions off and gravity compensated, so it
 costs the solver almost nothing and never moves. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -29,10 +30,10 @@ class ObjectPool:
         vadr = model.jnt_dofadr[model.body_jntadr[self.body_ids]]
         # Pool bodies come last and contiguous, so (n, 7) / (n, 6) views cover them.
         assert (np.diff(qadr) == 7).all() and (np.diff(vadr) == 6).all()
-        self.qpos = data.qpos[qadr[0]:qadr[0] + 7 * n].reshape(n, 7)
-        self.qvel = data.qvel[vadr[0]:vadr[0] + 6 * n].reshape(n, 6)
+        self.qpos = data.qpos[qadr[0] : qadr[0] + 7 * n].reshape(n, 7)
+        self.qvel = data.qvel[vadr[0] : vadr[0] + 6 * n].reshape(n, 6)
         self.state = np.zeros(n, np.int8)
-        self.picked = np.zeros(n, bool)      # ever held by the cup since spawning
+        self.picked = np.zeros(n, bool)  # ever held by the cup since spawning
         self.born_step = np.zeros(n, np.int64)
         self.park_step = np.zeros(n, np.int64)
 
@@ -91,14 +92,14 @@ class ObjectPool:
             b = -1  # the first bin whose footprint holds (x, y)
             if abs(y - cfg.bin_y) < cfg.bin_half:
                 b = next((i for i, bx in enumerate(cfg.bin_x) if abs(x - bx) < cfg.bin_half), -1)
-            if b >= 0 and z < cfg.bin_wall_h:       # binned
+            if b >= 0 and z < cfg.bin_wall_h:  # binned
                 if instruction[self.slot_class[s]] == b:
                     metrics.correct += 1
                 else:
                     metrics.wrong += 1
                 self.state[s], self.park_step[s] = SETTLING, step + int(cfg.settle_s * 1000)
             elif (b < 0 and z < cfg.belt_top - 0.1) or step - self.born_step[s] > max_age:
-                if self.picked[s]:               # lost off the belt, or too old
+                if self.picked[s]:  # lost off the belt, or too old
                     metrics.dropped += 1
                 else:
                     metrics.missed += 1

@@ -10,6 +10,7 @@ body's "values" (objects, gantry, held, instruction) and `ints.<field>` (N,) per
 "ints" (instruction_id), so a reader rebuilds row i's body without importing this package
 (`rtinfer bench fleet` does). An episode that ends early is followed by the next seed's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     arrays = record(a.steps, a.seed, tuple(int(v) for v in a.instruction.split(",")))
     np.savez_compressed(a.out, **arrays)
-    print(json.dumps({"out": a.out, "steps": a.steps,
-                      "arrays": {k: list(v.shape) for k, v in arrays.items()}}))
+    print(
+        json.dumps(
+            {
+                "out": a.out,
+                "steps": a.steps,
+                "arrays": {k: list(v.shape) for k, v in arrays.items()},
+            }
+        )
+    )
     return 0
 
 

@@ -15,6 +15,7 @@ what the robot really commits to:
     python -m examples.conveyor_sorting.rtc_finetune collect --out rows.npz --seed 300
     python -m examples.conveyor_sorting.rtc_finetune finetune --data rows.npz --out DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,7 @@ KEYS = ("objects", "gantry", "held", "instruction")
 class JoiningExpert(ScriptedExpert):
     """The expert's plan continued from `prefix` (n, D): rows 0..n-1 are the prefix, the rest
     its rollout from the last one's position (and velocity, from the last two)."""
+
     prefix: np.ndarray | None = None
 
     def _rollout(self, p, v, goal, suction):
@@ -56,16 +58,20 @@ class JoiningExpert(ScriptedExpert):
             gp, gv = goal(k * ROLLOUT_DT, q)
             e = gp - q
             step = np.minimum(20.0 * np.abs(e), np.sqrt(2 * AMAX * np.abs(e)))
-            w += np.clip(np.clip(gv + np.sign(e) * step, -VMAX, VMAX) - w,
-                         -AMAX * ROLLOUT_DT, AMAX * ROLLOUT_DT)
+            w += np.clip(
+                np.clip(gv + np.sign(e) * step, -VMAX, VMAX) - w,
+                -AMAX * ROLLOUT_DT,
+                AMAX * ROLLOUT_DT,
+            )
             q += w * ROLLOUT_DT
             if k % per == 0:
                 out[k // per - 1, :3] = q
         return out
 
 
-def collect(model: str, delays_ms: list[float], seed: int, seconds: float, max_n: int = 8
-            ) -> dict[str, np.ndarray]:
+def collect(
+    model: str, delays_ms: list[float], seed: int, seconds: float, max_n: int = 8
+) -> dict[str, np.ndarray]:
     """Rows (module doc) from one lockstep run per delay, the policy serving with guidance."""
     rows: dict[str, list] = {k: [] for k in (*KEYS, "actions", "committed", "n_committed")}
     cell = CellConfig()
@@ -76,7 +82,7 @@ def collect(model: str, delays_ms: list[float], seed: int, seconds: float, max_n
         prefix = np.zeros((0, 4)) if c is None else np.asarray(c["values"][:max_n], float)
         expert.prefix = prefix
         com = np.zeros((16, 4), np.float32)
-        com[:len(prefix)] = prefix
+        com[: len(prefix)] = prefix
         for k in KEYS:
             rows[k].append(np.asarray(obs[k]))
         rows["actions"].append(expert.act(obs).astype(np.float32))  # sees every observation
@@ -89,10 +95,22 @@ def collect(model: str, delays_ms: list[float], seed: int, seconds: float, max_n
         with tempfile.TemporaryDirectory() as d:
             for i, delay in enumerate(delays_ms):
                 expert = JoiningExpert(cell, tokenizer_config(cell, horizon=16))
-                fig = rtc_lockstep.run_point(model, "rtc", delay, seed + i, seconds=seconds,
-                                             jitter=0.2, tmp=Path(d), flow_rtc="guide")
-                say("collect", f"{delay:g} ms: {fig['correct']} / {fig['resolved']} sorted, "
-                    f"{len(rows['actions'])} rows", error=False)
+                fig = rtc_lockstep.run_point(
+                    model,
+                    "rtc",
+                    delay,
+                    seed + i,
+                    seconds=seconds,
+                    jitter=0.2,
+                    tmp=Path(d),
+                    flow_rtc="guide",
+                )
+                say(
+                    "collect",
+                    f"{delay:g} ms: {fig['correct']} / {fig['resolved']} sorted, "
+                    f"{len(rows['actions'])} rows",
+                    error=False,
+                )
     finally:
         rtc_lockstep.LockstepNode.answer = answer
     return {k: np.stack(v) for k, v in rows.items()}
@@ -106,10 +124,12 @@ def finetune(model: str, data: dict, steps: int, lr: float, seed: int = 0, log=p
     from models.flow_train import committed_mask, sample_times
 
     from .flow_policy import cond_features, cup
+
     net, stats = recover(model)
     t = {k: torch.from_numpy(data[k]) for k in KEYS}
-    cond = (cond_features(*(t[k] for k in KEYS)) - torch.tensor(stats["cond_mean"])) \
-        / torch.tensor(stats["cond_std"])
+    cond = (cond_features(*(t[k] for k in KEYS)) - torch.tensor(stats["cond_mean"])) / torch.tensor(
+        stats["cond_std"]
+    )
     scale, offset = (torch.tensor(stats[k]) for k in ("act_scale", "act_offset"))
     y = (torch.from_numpy(data["actions"]) - cup(t["gantry"]) - offset) / scale
     com = (torch.from_numpy(data["committed"]) - cup(t["gantry"]) - offset) / scale
@@ -136,14 +156,18 @@ def finetune(model: str, data: dict, steps: int, lr: float, seed: int = 0, log=p
         opt.step()
         run = loss.item() if run is None else 0.95 * run + 0.05 * loss.item()
         if step % 50 == 0 or step == steps:
-            log(json.dumps({"step": step, "loss": round(run, 4),
-                            "s": round(time.perf_counter() - t0, 1)}))
+            log(
+                json.dumps(
+                    {"step": step, "loss": round(run, 4), "s": round(time.perf_counter() - t0, 1)}
+                )
+            )
     return net.eval(), stats
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.rtc_finetune",
-                                description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m examples.conveyor_sorting.rtc_finetune", description=__doc__.splitlines()[0]
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("--model", default=MODEL)
@@ -164,13 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     from models.flow_train import save
 
     from .flow_policy import package
+
     parts = [dict(np.load(path)) for path in a.data]
     data = {k: np.concatenate([d[k] for d in parts]) for k in parts[0]}
     net, stats = finetune(a.model, data, a.steps, a.lr)
     with tempfile.TemporaryDirectory() as d:
         save(net, Path(d) / "net.pt", {"stats": stats})
-        package(Path(d) / "net.pt", a.out, steps=(10, 4),
-                card={"name": "conveyor-flow (delay-aware fine-tune, not released)"})
+        package(
+            Path(d) / "net.pt",
+            a.out,
+            steps=(10, 4),
+            card={"name": "conveyor-flow (delay-aware fine-tune, not released)"},
+        )
     return 0
 
 

@@ -16,6 +16,7 @@ executes meanwhile. Figures as the real-time bench's (rtinfer.bench.rtc.figures)
     python -m examples.conveyor_sorting.rtc_lockstep --model models/zoo/conveyor-flow \
         --delays-ms 0 50 100 200 --seconds 20 --json
 """
+
 from __future__ import annotations
 
 import json
@@ -56,6 +57,7 @@ class ExpertPolicy:
     model's horizon: in its tokenizer's tokens for an action-token model, else in its action
     spec (`--expert`: what the task allows at a delay, apart from what a policy learnt). It
     cannot condition (max_committed 0)."""
+
     max_committed = 0
 
     def __init__(self, model: str):
@@ -65,13 +67,11 @@ class ExpertPolicy:
         if act is None:
             assert tok is not None
             self.expert = ScriptedExpert(cell, tok)
-            self.spec_hash, self.period_ns, self.start_ns = tok.hash, tok.period_ns, \
-                tok.period_ns
+            self.spec_hash, self.period_ns, self.start_ns = tok.hash, tok.period_ns, tok.period_ns
             horizon, self.action_dim = tok.horizon, tok.dim
         else:
             self.expert = ScriptedExpert(cell, tokenizer_config(cell, horizon=act.horizon))
-            self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, \
-                act.start_ns
+            self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, act.start_ns
             horizon, self.action_dim = act.horizon, act.dim
         self.levels = [BudgetLevel(0, 0, horizon)]
 
@@ -82,7 +82,7 @@ class ExpertPolicy:
         out = []
         for cycle, obs in jobs:
             tokens, chunk = self.expert.act_tokens(obs)
-            emit(cycle, 0, chunk[:cycle.count], tokens[:cycle.count] if self.tokens else None)
+            emit(cycle, 0, chunk[: cycle.count], tokens[: cycle.count] if self.tokens else None)
             out.append(chunk)
         return out
 
@@ -90,20 +90,37 @@ class ExpertPolicy:
 class LockstepNode:
     """The node's side of one robot: an observation in, its chunk out on `out` at once."""
 
-    def __init__(self, model: str, out: DelayLine, clock: SimClock, seed: int,
-                 expert: bool = False, flow_rtc: str = "condition"):
-        self.policy = ExpertPolicy(model) if expert else load_policy(
-            model, InferenceNodeConfig(seed=seed, auto_budget=False, flow_rtc=flow_rtc),
-            clock=clock)
+    def __init__(
+        self,
+        model: str,
+        out: DelayLine,
+        clock: SimClock,
+        seed: int,
+        expert: bool = False,
+        flow_rtc: str = "condition",
+    ):
+        self.policy = (
+            ExpertPolicy(model)
+            if expert
+            else load_policy(
+                model,
+                InferenceNodeConfig(seed=seed, auto_budget=False, flow_rtc=flow_rtc),
+                clock=clock,
+            )
+        )
         self.lines: list[str] = []
         say = lambda kind, text, error=True: self.lines.append(  # noqa: E731
-            text() if callable(text) else text)
+            text() if callable(text) else text
+        )
         self.committed = CommittedIntake(self.policy, say)
         # no robot slots: the one robot is answered at once, nothing is scheduled or granted
-        robots = Robots(Budget(self.policy.levels, 100 * MS, auto=False), remote=False,
-                        period_ns=self.policy.period_ns, say=say)
-        self.out = WaypointPublisher(out, self.policy, robots, address=False, clock=clock,
-                                     say=say)
+        robots = Robots(
+            Budget(self.policy.levels, 100 * MS, auto=False),
+            remote=False,
+            period_ns=self.policy.period_ns,
+            say=say,
+        )
+        self.out = WaypointPublisher(out, self.policy, robots, address=False, clock=clock, say=say)
         self.clock = clock
         self.previous = None
         self.probe: list | None = None  # --probe-suction: [free switches, conditioned follows]
@@ -117,6 +134,7 @@ class LockstepNode:
         if free != round(float(values[-1, 3])):
             self.probe[0] += 1
             self.probe[1] += cond == free
+
     def answer(self, env) -> None:
         inputs = self.policy.encode(env.body)
         committed = self.committed.take(env)
@@ -125,30 +143,55 @@ class LockstepNode:
         if self.probe is not None and committed is not None:
             self.probe_suction(inputs, committed.values, env.seq)
         level = self.policy.levels[0]  # fixed full quality, as the bench's --no-budget
-        cycle = Cycle(env.seq, carried_stamps(env.stamps, self.clock()),
-                      env.stamps.get("capture"), level, level.chunk, env.src,
-                      self.previous, committed=committed)
+        cycle = Cycle(
+            env.seq,
+            carried_stamps(env.stamps, self.clock()),
+            env.stamps.get("capture"),
+            level,
+            level.chunk,
+            env.src,
+            self.previous,
+            committed=committed,
+        )
         self.policy.run([(cycle, inputs)], self.out.publish)
         self.previous = cycle.previous  # the robot's previous chunk, as the node keeps it
 
 
-def robot_config(model: str, arm: str, deadline_ms: float, blend_ms: float
-                 ) -> tuple[ControllerConfig, dict]:
+def robot_config(
+    model: str, arm: str, deadline_ms: float, blend_ms: float
+) -> tuple[ControllerConfig, dict]:
     """The cell's controller as controllers.run builds it for `arm`; the robot file's
     hardware options."""
     _, control, hardware = load_robot(ROBOT_YAML)
     if arm == "blend":
         control = replace(control, blend_ns=int(blend_ms * MS))
     tok, act = load_policy_spec(model)
-    return ControllerConfig(control, tokenizer=tok, action=act, obs=load_obs_spec(model),
-                            deadline_ns=int(deadline_ms * MS), chunk_interval_ns=50 * MS,
-                            rtc=RtcConfig() if arm == "rtc" else None), hardware
+    return ControllerConfig(
+        control,
+        tokenizer=tok,
+        action=act,
+        obs=load_obs_spec(model),
+        deadline_ns=int(deadline_ms * MS),
+        chunk_interval_ns=50 * MS,
+        rtc=RtcConfig() if arm == "rtc" else None,
+    ), hardware
 
 
-def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: float,
-              deadline_ms: float = 100.0, jitter: float = 0.0, blend_ms: float = 100.0,
-              tmp: Path, expert: bool = False, flow_rtc: str = "condition",
-              probe: bool = False) -> dict:
+def run_point(
+    model: str,
+    arm: str,
+    delay_ms: float,
+    seed: int,
+    *,
+    seconds: float,
+    deadline_ms: float = 100.0,
+    jitter: float = 0.0,
+    blend_ms: float = 100.0,
+    tmp: Path,
+    expert: bool = False,
+    flow_rtc: str = "condition",
+    probe: bool = False,
+) -> dict:
     """One seeded run of `arm` at `delay_ms` added (half each way); the bench's figures."""
     clock = SimClock()
     half, jit = int(delay_ms * MS / 2), int(jitter * delay_ms * MS / 2)
@@ -157,8 +200,10 @@ def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: floa
     node = LockstepNode(model, act_line, clock, seed, expert, flow_rtc)
     node.probe = [0, 0] if probe else None
     cfg, hardware = robot_config(model, arm, deadline_ms + delay_ms, blend_ms)
-    sim = ConveyorSim(cfg.control, **{**hardware, "seed": seed, "seconds": seconds,
-                                      "wait_s": 5.0, "policy": model})
+    sim = ConveyorSim(
+        cfg.control,
+        **{**hardware, "seed": seed, "seconds": seconds, "wait_s": 5.0, "policy": model},
+    )
     trace_path = tmp / f"{arm}-{delay_ms:g}-{seed}.trace"
     trace = TraceWriter(str(trace_path))
     robot = ControllerNode(sim, cfg, act_line, obs_line, clock=clock, trace=trace, robot="sim")
@@ -173,8 +218,11 @@ def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: floa
         clock.now_ns += MS
     trace.close()
     e2e = robot.reports.e2e.percentiles_us()
-    report = {"controller": dict(robot.counters), "metrics": sim.cell.metrics.as_dict(),
-              "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()}}
+    report = {
+        "controller": dict(robot.counters),
+        "metrics": sim.cell.metrics.as_dict(),
+        "e2e_ms": {k: (v / 1e3 if k != "count" else v) for k, v in e2e.items()},
+    }
     out = figures(report, trace_path, whole_chunks(chunks), deadline_ms + delay_ms)
     out["node_lines"] = sorted(set(node.lines))[:5]
     if node.probe is not None:
@@ -184,18 +232,21 @@ def run_point(model: str, arm: str, delay_ms: float, seed: int, *, seconds: floa
 
 def _line(fig: dict) -> str:
     x = fig["jump_pos_m"]["x"]
-    return (f"{fig['arm']:5s} {fig['delay_ms']:5.0f} ms run {fig['run']}: {fig['correct']} / "
-            f"{fig['resolved']} sorted, x jump p99 {x and x['p99']}, conditioned "
-            f"{fig['chunks_conditioned']} / {fig['chunks_accepted']}, holds {fig['holds']}, "
-            f"mismatches {fig['prefix_mismatch']}, stale applied {fig['stale_applied']}"
-            + (f", suction switches {fig['suction_switches']}" if "suction_switches" in fig
-               else ""))
+    return (
+        f"{fig['arm']:5s} {fig['delay_ms']:5.0f} ms run {fig['run']}: {fig['correct']} / "
+        f"{fig['resolved']} sorted, x jump p99 {x and x['p99']}, conditioned "
+        f"{fig['chunks_conditioned']} / {fig['chunks_accepted']}, holds {fig['holds']}, "
+        f"mismatches {fig['prefix_mismatch']}, stale applied {fig['stale_applied']}"
+        + (f", suction switches {fig['suction_switches']}" if "suction_switches" in fig else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m examples.conveyor_sorting.rtc_lockstep",
-                                description=__doc__.splitlines()[0])
+
+    p = argparse.ArgumentParser(
+        prog="python -m examples.conveyor_sorting.rtc_lockstep", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     p.add_argument("--delays-ms", type=float, nargs="+", default=[0.0, 50.0, 100.0, 200.0])
@@ -205,13 +256,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline-ms", type=float, default=100.0)
     p.add_argument("--jitter", type=float, default=0.0)
     p.add_argument("--blend-ms", type=float, default=100.0)
-    p.add_argument("--expert", action="store_true", help="the scripted expert as the policy "
-                   "(the model's action spec and horizon): what the task allows at each delay")
-    p.add_argument("--flow-rtc", default="condition", choices=FLOW_RTC,
-                   help="the node's flow_rtc: how a flow policy conditions on the prefix")
-    p.add_argument("--probe-suction", action="store_true", help="per conditioned cycle, also "
-                   "run the chunk unconditioned from the same noise: how often it switches the "
-                   "suction right after the prefix, and how often the conditioned one does too")
+    p.add_argument(
+        "--expert",
+        action="store_true",
+        help="the scripted expert as the policy "
+        "(the model's action spec and horizon): what the task allows at each delay",
+    )
+    p.add_argument(
+        "--flow-rtc",
+        default="condition",
+        choices=FLOW_RTC,
+        help="the node's flow_rtc: how a flow policy conditions on the prefix",
+    )
+    p.add_argument(
+        "--probe-suction",
+        action="store_true",
+        help="per conditioned cycle, also "
+        "run the chunk unconditioned from the same noise: how often it switches the "
+        "suction right after the prefix, and how often the conditioned one does too",
+    )
     p.add_argument("--json", action="store_true", help="print the points as JSON")
     a = p.parse_args(argv)
     points = []
@@ -219,10 +282,20 @@ def main(argv: list[str] | None = None) -> int:
         for delay in a.delays_ms:
             for r in range(a.runs):
                 for arm in a.arms:
-                    fig = run_point(a.model, arm, delay, a.seed + r, seconds=a.seconds,
-                                    deadline_ms=a.deadline_ms, jitter=a.jitter,
-                                    blend_ms=a.blend_ms, tmp=Path(d), expert=a.expert,
-                                    flow_rtc=a.flow_rtc, probe=a.probe_suction)
+                    fig = run_point(
+                        a.model,
+                        arm,
+                        delay,
+                        a.seed + r,
+                        seconds=a.seconds,
+                        deadline_ms=a.deadline_ms,
+                        jitter=a.jitter,
+                        blend_ms=a.blend_ms,
+                        tmp=Path(d),
+                        expert=a.expert,
+                        flow_rtc=a.flow_rtc,
+                        probe=a.probe_suction,
+                    )
                     points.append({"arm": arm, "delay_ms": delay, "run": r, **fig})
                     if not a.json:
                         print(_line(points[-1]), flush=True)

@@ -12,6 +12,7 @@ bins: the camera a policy sees through, examples/conveyor_sorting/camera.py).
 Collision bits: static world 1, objects 1 (affinity 1|2), the cup 2 only (it touches
 objects, never the belt or bins), gantry structure none.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,18 +39,22 @@ def _bin(cfg: CellConfig, b: int) -> str:
     walls = [(0, 0, t / 2, w + t, w + t, t / 2)]  # floor plate
     walls += [(sx * (w + t / 2), 0, h / 2, t / 2, w + t, h / 2) for sx in (-1, 1)]
     walls += [(0, sy * (w + t / 2), h / 2, w + t, t / 2, h / 2) for sy in (-1, 1)]
-    geoms = "".join(f'<geom type="box" pos="{_f(px, py, pz)}" size="{_f(sx, sy, sz)}" '
-                    f'rgba="{rgba}"/>' for px, py, pz, sx, sy, sz in walls)
+    geoms = "".join(
+        f'<geom type="box" pos="{_f(px, py, pz)}" size="{_f(sx, sy, sz)}" rgba="{rgba}"/>'
+        for px, py, pz, sx, sy, sz in walls
+    )
     return f'<body name="bin{b}" pos="{_f(x, y, 0)}">{geoms}</body>'
 
 
 def _object(cfg: CellConfig, slot: int, cls: int) -> str:
     c = cfg.classes[cls]
     size = _f(*c.size)
-    return (f'<body name="obj{slot}" pos="{_f(*park_position(slot))}" gravcomp="1">'
-            f'<freejoint name="obj{slot}"/>'
-            f'<geom name="obj{slot}" type="{c.shape}" size="{size}" rgba="{_f(*c.rgba)}" '
-            f'mass="{c.mass_kg}" contype="0" conaffinity="0"/></body>')
+    return (
+        f'<body name="obj{slot}" pos="{_f(*park_position(slot))}" gravcomp="1">'
+        f'<freejoint name="obj{slot}"/>'
+        f'<geom name="obj{slot}" type="{c.shape}" size="{size}" rgba="{_f(*c.rgba)}" '
+        f'mass="{c.mass_kg}" contype="0" conaffinity="0"/></body>'
+    )
 
 
 def _gantry(cfg: CellConfig) -> str:
@@ -58,8 +63,11 @@ def _gantry(cfg: CellConfig) -> str:
     top = hi[2] + 0.25  # height of the bridge structure (visual only)
 
     def joint(name: str, axis: str, i: int) -> str:
-        return (f'<joint name="{name}" type="slide" axis="{axis}" range="{_f(lo[i], hi[i])}" '
-                f'limited="true" damping="{cfg.joint_damping[i]}" armature="{cfg.armature[i]}"/>')
+        return (
+            f'<joint name="{name}" type="slide" axis="{axis}" range="{_f(lo[i], hi[i])}" '
+            f'limited="true" damping="{cfg.joint_damping[i]}" armature="{cfg.armature[i]}"/>'
+        )
+
     vis = 'contype="0" conaffinity="0" group="1"'
     ymid, yhalf = (lo[1] + hi[1]) / 2, (hi[1] - lo[1]) / 2 + 0.1
     return (
@@ -78,7 +86,8 @@ def _gantry(cfg: CellConfig) -> str:
         f'rgba=".1 .1 .1 1" contype="2" conaffinity="0" margin="{cfg.touch_distance}" '
         f'gap="{cfg.touch_distance}"/>'
         f'<site name="cup" pos="0 0 0"/>'
-        f'</body></body></body>')
+        f"</body></body></body>"
+    )
 
 
 def _overhead_camera(cfg: CellConfig) -> str:
@@ -87,8 +96,10 @@ def _overhead_camera(cfg: CellConfig) -> str:
     y0, y1 = -cfg.belt_half_width, cfg.bin_y + cfg.bin_half
     half = max(x1 - x0, y1 - y0) / 2 + 0.05  # m of the belt's plane seen either side of centre
     z = cfg.belt_top + half / math.tan(math.radians(OVERHEAD_FOVY / 2))
-    return (f'<camera name="overhead" pos="{_f((x0 + x1) / 2, (y0 + y1) / 2, z)}" '
-            f'xyaxes="1 0 0 0 1 0" fovy="{OVERHEAD_FOVY}"/>')
+    return (
+        f'<camera name="overhead" pos="{_f((x0 + x1) / 2, (y0 + y1) / 2, z)}" '
+        f'xyaxes="1 0 0 0 1 0" fovy="{OVERHEAD_FOVY}"/>'
+    )
 
 
 def build_mjcf(cfg: CellConfig) -> str:
@@ -96,11 +107,15 @@ def build_mjcf(cfg: CellConfig) -> str:
     x0, x1 = cfg.belt_x
     n = cfg.num_classes * cfg.pool_per_class
     objects = "".join(_object(cfg, s, s // cfg.pool_per_class) for s in range(n))
-    welds = "".join(f'<weld name="suction{s}" body1="gantry_z" body2="obj{s}" active="false" '
-                    f'solref="0.004 1"/>' for s in range(n))
-    motors = "".join(f'<motor name="f{a}" joint="{a}" ctrllimited="true" '
-                     f'ctrlrange="{_f(-cfg.force_limit[i], cfg.force_limit[i])}"/>'
-                     for i, a in enumerate("xyz"))
+    welds = "".join(
+        f'<weld name="suction{s}" body1="gantry_z" body2="obj{s}" active="false" solref="0.004 1"/>'
+        for s in range(n)
+    )
+    motors = "".join(
+        f'<motor name="f{a}" joint="{a}" ctrllimited="true" '
+        f'ctrlrange="{_f(-cfg.force_limit[i], cfg.force_limit[i])}"/>'
+        for i, a in enumerate("xyz")
+    )
     bins = "".join(_bin(cfg, b) for b in range(cfg.num_classes))
     return f"""<mujoco model="conveyor_sorting">
 <compiler angle="radian"/>

@@ -16,6 +16,7 @@ include the cell's camera, the frames come from the camera process (camera.py) t
 CellCamera (camera_driver.py): `--set camera_state=ENDPOINT --set camera_frames=ENDPOINT`
 (launch/conveyor_vision.yaml wires both, and starts the camera first).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -51,23 +52,40 @@ class ConveyorSim:
     and ends the run. Observations are due at obs_hz, frozen or not; with a camera, one
     goes out only with a frame (module doc)."""
 
-    def __init__(self, control: ControlConfig, *, seed=0, instruction="seed", belt_speed=None,
-                 seconds: float = 60.0, wait_s: float = 30.0, obs_hz: float = 20.0,
-                 policy: str | None = None, camera_state: str | None = None,
-                 camera_frames: str | None = None, camera_hz: float = 30.0,
-                 deadline_ms: float = DEADLINE_MS):
+    def __init__(
+        self,
+        control: ControlConfig,
+        *,
+        seed=0,
+        instruction="seed",
+        belt_speed=None,
+        seconds: float = 60.0,
+        wait_s: float = 30.0,
+        obs_hz: float = 20.0,
+        policy: str | None = None,
+        camera_state: str | None = None,
+        camera_frames: str | None = None,
+        camera_hz: float = 30.0,
+        deadline_ms: float = DEADLINE_MS,
+    ):
         """seed: the cell seed; instruction: the bin of each object class ("2,0,1"), or
         "seed"/None: drawn from the seed; belt_speed: m/s (None: the cell's default).
         policy: the policy's model directory (None: send every value the cell observes);
         camera_state, camera_frames: the camera process's endpoints, for a policy that takes
         frames; camera_hz: the camera's rate; deadline_ms: a frame older is not sent."""
-        cell = CellConfig() if belt_speed is None else \
-            replace(CellConfig(), belt_speed=parse_belt_speed(str(belt_speed)))
+        cell = (
+            CellConfig()
+            if belt_speed is None
+            else replace(CellConfig(), belt_speed=parse_belt_speed(str(belt_speed)))
+        )
         self.control = control
         self.cell = ConveyorCell(cell)
         self.seed = parse_seed(str(seed))
-        instruction = None if instruction in (None, "seed") else \
-            parse_instruction(str(instruction).strip("()[] ").replace(" ", ""))
+        instruction = (
+            None
+            if instruction in (None, "seed")
+            else parse_instruction(str(instruction).strip("()[] ").replace(" ", ""))
+        )
         self.cell.reset(self.seed, instruction)
         self.read, self.write = self.cell.read, self.cell.write
         self.seconds, self.wait_s = float(seconds), float(wait_s)
@@ -81,12 +99,20 @@ class ConveyorSim:
         if camera is not None:
             name, shape = camera
             if not (camera_state and camera_frames):
-                raise ValueError(f"the policy {policy} takes frames of camera {name!r}: give "
-                                 "--set camera_state=ENDPOINT --set camera_frames=ENDPOINT and "
-                                 "run the camera process on them (launch/conveyor_vision.yaml "
-                                 "does both)")
-            self.camera = CellCamera(name, shape, camera_state, camera_frames, hz=camera_hz,
-                                     deadline_ns=deadline_ns(deadline_ms))
+                raise ValueError(
+                    f"the policy {policy} takes frames of camera {name!r}: give "
+                    "--set camera_state=ENDPOINT --set camera_frames=ENDPOINT and "
+                    "run the camera process on them (launch/conveyor_vision.yaml "
+                    "does both)"
+                )
+            self.camera = CellCamera(
+                name,
+                shape,
+                camera_state,
+                camera_frames,
+                hz=camera_hz,
+                deadline_ns=deadline_ns(deadline_ms),
+            )
 
     def observe(self, state, now_ns: int) -> Observation | None:
         """What the camera and the joints show, every 1/obs_hz s; None between, and when
@@ -128,17 +154,29 @@ class ConveyorSim:
 
     def health_body(self, state: str) -> dict:
         m = self.cell.metrics
-        return {"node": self.health_node, "state": state, "counters": {
-            k: getattr(m, k) for k in ("spawned", "picked", "correct", "wrong", "missed",
-                                       "dropped")}, "gauges": {"sim_s": self.cell.t_ns / 1e9}}
+        return {
+            "node": self.health_node,
+            "state": state,
+            "counters": {
+                k: getattr(m, k)
+                for k in ("spawned", "picked", "correct", "wrong", "missed", "dropped")
+            },
+            "gauges": {"sim_s": self.cell.t_ns / 1e9},
+        }
 
     def publish_health(self, pub, state: str) -> None:
         pub.publish("health", self.health_body(state))
 
     def report(self) -> dict:
-        out = {"metrics": self.cell.metrics.as_dict(), "sim_s": self.cell.t_ns / 1e9,
-               "task": {"seed": self.seed, "instruction": self.cell.instruction.tolist(),
-                        "belt_speed": self.cell.cfg.belt_speed}}
+        out = {
+            "metrics": self.cell.metrics.as_dict(),
+            "sim_s": self.cell.t_ns / 1e9,
+            "task": {
+                "seed": self.seed,
+                "instruction": self.cell.instruction.tolist(),
+                "belt_speed": self.cell.cfg.belt_speed,
+            },
+        }
         if self.camera is not None:
             out["camera"] = self.camera.report()
         return out
@@ -159,9 +197,11 @@ def policy_inputs(policy: str | None) -> tuple[list[str] | None, tuple | None]:
     unknown = sorted(set(keys) - set(OBS_KEYS))
     shapes = frame_shapes(spec)
     if unknown or len(shapes) > 1:
-        raise ValueError(f"the policy {policy} takes inputs this cell does not observe "
-                         f"({unknown or sorted(shapes)}): the cell gives values {OBS_KEYS} and "
-                         "frames of one camera (overhead)")
+        raise ValueError(
+            f"the policy {policy} takes inputs this cell does not observe "
+            f"({unknown or sorted(shapes)}): the cell gives values {OBS_KEYS} and "
+            "frames of one camera (overhead)"
+        )
     return keys, next(iter(shapes.items()), None)
 
 
@@ -169,23 +209,46 @@ class SimNode(RobotProcess):
     """The conveyor robot process: ConveyorSim behind a RobotProcess that follows both policy
     kinds made for the cell (its tokenizer and its action spec). Not thread-safe."""
 
-    def __init__(self, obs_endpoint: str, actions_endpoint: str, *,
-                 control_endpoint: str | None = None, cell: CellConfig | None = None,
-                 policy_hz: float = 20.0, seed: int = 0, instruction=None,
-                 trace_path: str | None = None, deadline_ms: float = DEADLINE_MS, curve=None):
+    def __init__(
+        self,
+        obs_endpoint: str,
+        actions_endpoint: str,
+        *,
+        control_endpoint: str | None = None,
+        cell: CellConfig | None = None,
+        policy_hz: float = 20.0,
+        seed: int = 0,
+        instruction=None,
+        trace_path: str | None = None,
+        deadline_ms: float = DEADLINE_MS,
+        curve=None,
+    ):
         """curve: bus ``curve=`` for every socket (keys.curve_configs: per endpoint).
         instruction: the bin of each object class (None: drawn from the seed)."""
         cell = cell or CellConfig()
         control = control_config(cell)
-        self.sim = ConveyorSim(control, seed=seed, instruction=None if instruction is None
-                               else ",".join(str(int(i)) for i in instruction),
-                               belt_speed=cell.belt_speed, obs_hz=policy_hz)
+        self.sim = ConveyorSim(
+            control,
+            seed=seed,
+            instruction=None if instruction is None else ",".join(str(int(i)) for i in instruction),
+            belt_speed=cell.belt_speed,
+            obs_hz=policy_hz,
+        )
         self.cell = self.sim.cell
-        super().__init__(self.sim, control, robot="sim", obs=obs_endpoint,
-                         actions=actions_endpoint, control_endpoint=control_endpoint,
-                         tokenizer=tokenizer_config(cell), action=action_spec(cell),
-                         deadline_ms=deadline_ms, policy_hz=policy_hz, trace_path=trace_path,
-                         curve=curve)
+        super().__init__(
+            self.sim,
+            control,
+            robot="sim",
+            obs=obs_endpoint,
+            actions=actions_endpoint,
+            control_endpoint=control_endpoint,
+            tokenizer=tokenizer_config(cell),
+            action=action_spec(cell),
+            deadline_ms=deadline_ms,
+            policy_hz=policy_hz,
+            trace_path=trace_path,
+            curve=curve,
+        )
 
     @property
     def obs_sent(self) -> int:

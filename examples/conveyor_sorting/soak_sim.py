@@ -4,6 +4,7 @@ A hardware class for controllers.run (the soak's launch file names it in place o
 ConveyorSim). Its report adds "force_check" (writes over the limit, the largest
 |force| / limit), the instruction and the observations the publisher dropped.
 """
+
 from __future__ import annotations
 
 from .sim_node import ConveyorSim
@@ -23,9 +24,12 @@ class CheckedConveyorSim(ConveyorSim):
             if ratio > 1.0 + 1e-9:
                 self.over_limit += 1
             cell_write(cmd)
+
         self.write = write
 
     def report(self) -> dict:
-        return {**super().report(),
-                "force_check": {"over_limit": self.over_limit, "max_ratio": self.max_ratio},
-                "instruction": self.cell.instruction.tolist()}
+        return {
+            **super().report(),
+            "force_check": {"over_limit": self.over_limit, "max_ratio": self.max_ratio},
+            "instruction": self.cell.instruction.tolist(),
+        }

@@ -7,6 +7,7 @@ deactivates it. A weld cannot slip or tear, unlike an adhesion actuator whose ho
 depends on contact friction and the gantry's acceleration, so a pick succeeds or fails
 by geometry alone - deterministic and easy to test. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -19,8 +20,9 @@ ATTACHED, RELEASED = 1, -1
 
 
 class SuctionCup:
-    def __init__(self, cfg: CellConfig, model: mujoco.MjModel, data: mujoco.MjData,
-                 pool: ObjectPool):
+    def __init__(
+        self, cfg: CellConfig, model: mujoco.MjModel, data: mujoco.MjData, pool: ObjectPool
+    ):
         self.cfg, self.model, self.data, self.pool = cfg, model, data, pool
         self._geom_slot = np.full(model.ngeom, -1)
         self._geom_slot[pool.geom_ids] = np.arange(pool.n)
@@ -28,7 +30,7 @@ class SuctionCup:
         self._cup_body = model.body("gantry_z").id
         self._eq = np.array([model.equality(f"suction{s}").id for s in range(pool.n)])
         self._rel_quat, self._inv_quat = np.empty(4), np.empty(4)
-        self.held = -1   # pool slot of the attached object, -1 if none
+        self.held = -1  # pool slot of the attached object, -1 if none
 
     def reset(self) -> None:
         """Forget the held object (mj_resetData already deactivated every weld)."""
@@ -52,13 +54,13 @@ class SuctionCup:
         d = self.data
         if d.ncon == 0:
             return -1
-        geoms = d.contact.geom[:d.ncon]
+        geoms = d.contact.geom[: d.ncon]
         mask = (geoms == self._cup_geom).any(axis=1)
         if not mask.any():
             return -1
         pair = geoms[mask]
         other = np.where(pair[:, 0] == self._cup_geom, pair[:, 1], pair[:, 0])
-        dist = d.contact.dist[:d.ncon][mask]
+        dist = d.contact.dist[: d.ncon][mask]
         ok = (dist <= self.cfg.touch_distance) & (self._geom_slot[other] >= 0)
         if not ok.any():
             return -1

@@ -26,6 +26,7 @@ The recipe (the card's lineage has the exact commands):
      (teacher forcing on every row: a prefix of the expert's own chunk is a committed
      prefix too), then `rtinfer export` and card_eval as for conveyor-v1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,8 @@ def delayed_rows(episode: np.ndarray, actions: np.ndarray, k: np.ndarray) -> tup
     keep = np.flatnonzero((i + k < n) & (episode[later] == episode[i]))
     out = np.empty((len(keep), *actions.shape[1:]), actions.dtype)
     for r, (row, d) in enumerate(zip(keep, k[keep])):
-        out[r, :d] = actions[row:row + d, 0]
-        out[r, d:] = actions[row + d, :h - d]
+        out[r, :d] = actions[row : row + d, 0]
+        out[r, d:] = actions[row + d, : h - d]
     return keep, out
 
 
@@ -73,8 +74,12 @@ def delayed(paths: list[str], out: str, max_delay: int, seed: int) -> dict:
             parts["action_tokens"].append(chunks)
     arrays = {key: np.concatenate(v) for key, v in parts.items()}
     np.savez_compressed(out, **arrays, **meta)
-    return {"rows": len(arrays["obs_tokens"]), "max_delay": max_delay, "seed": seed,
-            "data": list(paths)}
+    return {
+        "rows": len(arrays["obs_tokens"]),
+        "max_delay": max_delay,
+        "seed": seed,
+        "data": list(paths),
+    }
 
 
 def heldout(path: str, out: str, rows: int, max_delay: int, seed: int) -> dict:
@@ -85,8 +90,12 @@ def heldout(path: str, out: str, rows: int, max_delay: int, seed: int) -> dict:
         k = rng.integers(1, max_delay + 1, len(z["episode"]))
         keep, chunks = delayed_rows(z["episode"], z["action_tokens"], k)
         pick = np.sort(rng.choice(len(keep), rows, replace=False))
-        np.savez_compressed(out, **{key: z[key][keep[pick]] for key in TOKEN_KEYS},
-                            action_tokens=chunks[pick], committed=k[keep[pick]])
+        np.savez_compressed(
+            out,
+            **{key: z[key][keep[pick]] for key in TOKEN_KEYS},
+            action_tokens=chunks[pick],
+            committed=k[keep[pick]],
+        )
     return {"rows": rows, "max_delay": max_delay, "seed": seed, "data": path}
 
 
@@ -97,6 +106,7 @@ def warm(checkpoint_path: str, out: str, max_ctx: int, waypoint_tokens: int = 4)
 
     from models import checkpoint
     from models.policy import Policy
+
     ck = checkpoint.load(checkpoint_path)
     old = ck.cfg.max_ctx
     if max_ctx <= old:
@@ -105,8 +115,9 @@ def warm(checkpoint_path: str, out: str, max_ctx: int, waypoint_tokens: int = 4)
     state = ck.model.state_dict()
     wpe = state["wpe.weight"]
     last = old - waypoint_tokens  # the first position of the old last waypoint
-    grown = torch.cat([wpe, torch.stack([wpe[last + (p - old) % waypoint_tokens]
-                                         for p in range(old, max_ctx)])])
+    grown = torch.cat(
+        [wpe, torch.stack([wpe[last + (p - old) % waypoint_tokens] for p in range(old, max_ctx)])]
+    )
     model.load_state_dict({**state, "wpe.weight": grown}, strict=True)
     meta = {**ck.meta, "grown_from": {"checkpoint": checkpoint_path, "max_ctx": [old, max_ctx]}}
     checkpoint.save(out, model, ck.vocab, meta)
@@ -120,6 +131,7 @@ def evaluate(models: list[str], *, episodes: int, per_episode: int, seed: int) -
     from .config import EnvConfig
     from .evaluate import all_instructions, run_per_instruction
     from .policy_adapter import model_factory
+
     out = {}
     for path in models:
         made, factory = [], model_factory(path)
@@ -127,22 +139,50 @@ def evaluate(models: list[str], *, episodes: int, per_episode: int, seed: int) -
         def make(env, factory=factory, made=made):
             made.append(factory(env))
             return made[-1]
+
         horizon = json.loads((Path(path) / "tokenizer.json").read_text())["horizon"]
-        r = run_per_instruction(make, all_instructions(), episodes=episodes,
-                                per_episode=per_episode, seed=seed,
-                                cfg=replace(EnvConfig(), horizon=horizon))
+        r = run_per_instruction(
+            make,
+            all_instructions(),
+            episodes=episodes,
+            per_episode=per_episode,
+            seed=seed,
+            cfg=replace(EnvConfig(), horizon=horizon),
+        )
         wall = np.concatenate([p.chunk_ns for p in made]) / 1e6
         cpu = np.concatenate([p.chunk_cpu_ns for p in made]) / 1e6
-        out[path] = {"horizon": horizon, **{k: r[k] for k in (
-            "spawned", "correct", "wrong", "missed", "dropped", "success_rate",
-            "min_success_rate")}, "chunks": len(wall),
-            "chunk_ms": {"p50": round(float(np.median(wall)), 3),
-                         "p99": round(float(np.percentile(wall, 99)), 3)},
-            "chunk_cpu_ms": {"p50": round(float(np.median(cpu)), 3),
-                             "p99": round(float(np.percentile(cpu, 99)), 3)}}
+        out[path] = {
+            "horizon": horizon,
+            **{
+                k: r[k]
+                for k in (
+                    "spawned",
+                    "correct",
+                    "wrong",
+                    "missed",
+                    "dropped",
+                    "success_rate",
+                    "min_success_rate",
+                )
+            },
+            "chunks": len(wall),
+            "chunk_ms": {
+                "p50": round(float(np.median(wall)), 3),
+                "p99": round(float(np.percentile(wall, 99)), 3),
+            },
+            "chunk_cpu_ms": {
+                "p50": round(float(np.median(cpu)), 3),
+                "p99": round(float(np.percentile(cpu, 99)), 3),
+            },
+        }
         print(json.dumps({path: out[path]}), flush=True)
-    return {"episodes_per_instruction": episodes, "objects_per_episode": per_episode,
-            "seed": seed, "models": out, "load": Path("/proc/loadavg").read_text().split()[:3]}
+    return {
+        "episodes_per_instruction": episodes,
+        "objects_per_episode": per_episode,
+        "seed": seed,
+        "models": out,
+        "load": Path("/proc/loadavg").read_text().split()[:3],
+    }
 
 
 def finish(state: str, init: str, val: list[str], out: str) -> dict:
@@ -154,6 +194,7 @@ def finish(state: str, init: str, val: list[str], out: str) -> dict:
     from models import checkpoint
     from models.data import load
     from models.train import evaluate_tokens
+
     ck = checkpoint.load(init)
     with safe_open(state, framework="pt") as f:
         info = json.loads(f.metadata()["meta"])
@@ -161,13 +202,25 @@ def finish(state: str, init: str, val: list[str], out: str) -> dict:
     ck.model.load_state_dict(weights, strict=True)
     held = load(val)  # the same tokenizers as the training data, else load refuses
     run, acc = info["run"], evaluate_tokens(ck.model, held)
-    meta = {"tokenizer_config": held.tokenizer_config, "obs_tokens_spec": held.obs_tokens_spec,
-            "val_rows": len(held), "val_data": val, "held_out_instructions": [],
-            "val_token_accuracy": {str(d): round(x, 4) for d, x in acc.items()},
-            "train_seconds": info["seconds"], "steps": info["step"], "planned_steps":
-            run["steps"], "batch": run["batch"], "lr": run["lr"], "seed": run["seed"],
-            "data": run["data"], "init": init, "balanced_instructions": True,
-            "params": ck.model.num_params(), "log": info["log"]}
+    meta = {
+        "tokenizer_config": held.tokenizer_config,
+        "obs_tokens_spec": held.obs_tokens_spec,
+        "val_rows": len(held),
+        "val_data": val,
+        "held_out_instructions": [],
+        "val_token_accuracy": {str(d): round(x, 4) for d, x in acc.items()},
+        "train_seconds": info["seconds"],
+        "steps": info["step"],
+        "planned_steps": run["steps"],
+        "batch": run["batch"],
+        "lr": run["lr"],
+        "seed": run["seed"],
+        "data": run["data"],
+        "init": init,
+        "balanced_instructions": True,
+        "params": ck.model.num_params(),
+        "log": info["log"],
+    }
     checkpoint.save(out, ck.model, held.vocab, meta)
     return {k: meta[k] for k in ("steps", "train_seconds", "val_token_accuracy")}
 
@@ -179,12 +232,15 @@ def card(model_dir: str, eval_json: str, max_committed: int, lineage: str | None
     path = Path(model_dir) / "card.json"
     c = json.loads(path.read_text())
     c["max_committed"] = max_committed
-    c["rtc"] = {"method": "the committed waypoints forced as the chunk's first tokens "
-                "(rtinfer.inference.decode, one verify pass)", "max_committed": max_committed,
-                "training": "teacher forcing on the expert's 16-waypoint chunks, plus as many "
-                "rows whose observation is d old (d = k periods, k uniform in 1..max_committed) "
-                "and whose first k waypoints are what was executed meanwhile (token_long "
-                "delayed)"}
+    c["rtc"] = {
+        "method": "the committed waypoints forced as the chunk's first tokens "
+        "(rtinfer.inference.decode, one verify pass)",
+        "max_committed": max_committed,
+        "training": "teacher forcing on the expert's 16-waypoint chunks, plus as many "
+        "rows whose observation is d old (d = k periods, k uniform in 1..max_committed) "
+        "and whose first k waypoints are what was executed meanwhile (token_long "
+        "delayed)",
+    }
     c["success"] = {"lockstep": json.loads(Path(eval_json).read_text())}
     if lineage:
         c["lineage"] = json.loads(Path(lineage).read_text())

@@ -12,6 +12,7 @@ conveyor-act's, or that head fine-tuned on this encoder's output (train_vision_h
 Training runs every level's token count (a random keep per batch), so one set of weights
 serves them all. The last episodes of each file are held out and scored per object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,10 @@ from rtinfer.model.manifest import write_manifest
 from .config import CellConfig
 from .vision import ExportedEncoder, VisionConfig, VisionEncoder, losses, targets
 
-KEEP_FRACTIONS = (1.0, 0.5, 0.3)   # level 0, 1, 2: the visual tokens each level keeps
-MATCH_M = 0.02                     # a detection within 2 cm of an object, of its class, counts
-NEAR_CUP_M = 0.05                  # an object this close to a cup that holds nothing is about
-                                   # to be picked, and mostly hidden: only a 1 px ring shows
+KEEP_FRACTIONS = (1.0, 0.5, 0.3)  # level 0, 1, 2: the visual tokens each level keeps
+MATCH_M = 0.02  # a detection within 2 cm of an object, of its class, counts
+NEAR_CUP_M = 0.05  # an object this close to a cup that holds nothing is about
+# to be picked, and mostly hidden: only a 1 px ring shows
 
 
 def load(files: list[str], cfg: VisionConfig, cell: CellConfig, holdout: int):
@@ -49,12 +50,18 @@ def load(files: list[str], cfg: VisionConfig, cell: CellConfig, holdout: int):
         ep = d["episode"]
         val = ep > ep.max() - holdout
         t = targets(cfg, cell, d["objects"], d["gantry"], d["held"])
-        rows = {"image": img, "objects": d["objects"], "held_value": d["held"],
-                "gantry": d["gantry"], **t}
+        rows = {
+            "image": img,
+            "objects": d["objects"],
+            "held_value": d["held"],
+            "gantry": d["gantry"],
+            **t,
+        }
         for name, mask in (("train", ~val), ("val", val)):
             parts[name].append({k: v[mask] for k, v in rows.items()})
-    return tuple({k: np.concatenate([p[k] for p in parts[s]]) for k in parts[s][0]}
-                 for s in ("train", "val"))
+    return tuple(
+        {k: np.concatenate([p[k] for p in parts[s]]) for k in parts[s][0]} for s in ("train", "val")
+    )
 
 
 def near_cup(objects: np.ndarray, gantry: np.ndarray) -> np.ndarray:
@@ -79,8 +86,9 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
     step = max(1, len(data["image"]) // rows)
     for s in range(0, len(data["image"]), 256 * step):
         idx = np.arange(s, min(s + 256 * step, len(data["image"])), step)
-        objects, held = model.objects_and_held(model(torch.from_numpy(data["image"][idx]), keep),
-                                               torch.from_numpy(data["gantry"][idx]))
+        objects, held = model.objects_and_held(
+            model(torch.from_numpy(data["image"][idx]), keep), torch.from_numpy(data["gantry"][idx])
+        )
         objects, held = objects.numpy(), held.numpy()
         truth = data["objects"][idx]
         near = near_cup(truth, data["gantry"][idx])
@@ -94,8 +102,10 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
                 d[(pv[:, 0] != o[0]) | used] = np.inf
                 j = int(np.argmin(d)) if len(d) else -1
                 hit = j >= 0 and d[j] <= MATCH_M
-                near_found, near_missed = near_found + int(o_near and hit), \
-                    near_missed + int(o_near and not hit)
+                near_found, near_missed = (
+                    near_found + int(o_near and hit),
+                    near_missed + int(o_near and not hit),
+                )
                 if hit:
                     used[j], found = True, found + 1
                     err.append(d[j])
@@ -103,17 +113,37 @@ def score(model: VisionEncoder, data: dict, keep: int, rows: int = 2000) -> dict
                     missed += 1
             false += int((~used).sum())
     model.train()
-    return {"keep": keep, "frames": n, "objects": found + missed, "found": found,
-            "missed": missed, "false": false, "recall": found / max(1, found + missed),
-            "held_accuracy": held_ok / max(1, n),
-            "near_cup": {"objects": near_found + near_missed,
-                         "recall": near_found / max(1, near_found + near_missed)},
-            "position_error_mm": {"mean": 1e3 * float(np.mean(err)) if err else None,
-                                  "p99": 1e3 * float(np.percentile(err, 99)) if err else None}}
+    return {
+        "keep": keep,
+        "frames": n,
+        "objects": found + missed,
+        "found": found,
+        "missed": missed,
+        "false": false,
+        "recall": found / max(1, found + missed),
+        "held_accuracy": held_ok / max(1, n),
+        "near_cup": {
+            "objects": near_found + near_missed,
+            "recall": near_found / max(1, near_found + near_missed),
+        },
+        "position_error_mm": {
+            "mean": 1e3 * float(np.mean(err)) if err else None,
+            "p99": 1e3 * float(np.percentile(err, 99)) if err else None,
+        },
+    }
 
 
-def train(model: VisionEncoder, data: dict, steps: int, bs: int, lr: float, seed: int,
-          keeps: list[int], log, near_fraction: float = 0.0) -> dict:
+def train(
+    model: VisionEncoder,
+    data: dict,
+    steps: int,
+    bs: int,
+    lr: float,
+    seed: int,
+    keeps: list[int],
+    log,
+    near_fraction: float = 0.0,
+) -> dict:
     """near_fraction: that share of each batch is drawn from the frames with an object near
     a cup that holds nothing (near_cup): the picks, rare among all frames, are where a miss
     costs an object."""
@@ -125,8 +155,9 @@ def train(model: VisionEncoder, data: dict, steps: int, bs: int, lr: float, seed
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.05)
     t0, run = time.perf_counter(), {}
     for step in range(steps):
-        idx = np.concatenate([rng.choice(picks, n_near),
-                              rng.integers(0, len(data["image"]), bs - n_near)])
+        idx = np.concatenate(
+            [rng.choice(picks, n_near), rng.integers(0, len(data["image"]), bs - n_near)]
+        )
         image, t = batch(data, idx)
         parts = losses(model(image, int(rng.choice(keeps))), t)
         loss = sum(parts.values())
@@ -137,12 +168,21 @@ def train(model: VisionEncoder, data: dict, steps: int, bs: int, lr: float, seed
         for k, v in parts.items():
             run[k] = 0.98 * run.get(k, v.item()) + 0.02 * v.item()
         if step % 100 == 0 or step == steps - 1:
-            log(f"step {step} {time.perf_counter() - t0:.0f}s "
-                + " ".join(f"{k} {v:.4f}" for k, v in run.items()))
-    return {"steps": steps, "batch": bs, "lr": lr, "seed": seed, "keeps": keeps,
-            "near_cup_fraction": near_fraction, "near_cup_frames": int(len(picks)),
-            "train_s": round(time.perf_counter() - t0, 1),
-            "final_losses": {k: round(v, 5) for k, v in run.items()}}
+            log(
+                f"step {step} {time.perf_counter() - t0:.0f}s "
+                + " ".join(f"{k} {v:.4f}" for k, v in run.items())
+            )
+    return {
+        "steps": steps,
+        "batch": bs,
+        "lr": lr,
+        "seed": seed,
+        "keeps": keeps,
+        "near_cup_fraction": near_fraction,
+        "near_cup_frames": int(len(picks)),
+        "train_s": round(time.perf_counter() - t0, 1),
+        "final_losses": {k: round(v, 5) for k, v in run.items()},
+    }
 
 
 def export(model: VisionEncoder, head: Path, keep: int, out: Path, held: bool = True) -> None:
@@ -153,13 +193,21 @@ def export(model: VisionEncoder, head: Path, keep: int, out: Path, held: bool = 
     image = torch.zeros(1, model.cfg.image, model.cfg.image, 3, dtype=torch.uint8)
     gantry = torch.zeros(1, 8)
     fed = ["objects", "held", "gantry_seen"] if held else ["objects", "gantry_seen"]
-    torch.onnx.export(ExportedEncoder(model, keep, held), (image, gantry), str(enc_path),
-                      dynamo=False, input_names=["overhead", "gantry"], output_names=fed,
-                      opset_version=17)
-    enc = compose.add_prefix(onnx.load(str(enc_path)), "enc/", rename_inputs=False,
-                             rename_outputs=False)
-    act = compose.add_prefix(onnx.load(str(head)), "act/", rename_inputs=False,
-                             rename_outputs=False)
+    torch.onnx.export(
+        ExportedEncoder(model, keep, held),
+        (image, gantry),
+        str(enc_path),
+        dynamo=False,
+        input_names=["overhead", "gantry"],
+        output_names=fed,
+        opset_version=17,
+    )
+    enc = compose.add_prefix(
+        onnx.load(str(enc_path)), "enc/", rename_inputs=False, rename_outputs=False
+    )
+    act = compose.add_prefix(
+        onnx.load(str(head)), "act/", rename_inputs=False, rename_outputs=False
+    )
     act.ir_version = enc.ir_version = max(act.ir_version, enc.ir_version)
     merged = compose.merge_models(enc, act, io_map=[(k, k.replace("_seen", "")) for k in fed])
     onnx.checker.check_model(merged)
@@ -172,8 +220,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", nargs="+", required=True)
     ap.add_argument("--out", default="models/zoo/conveyor-vision")
-    ap.add_argument("--head", default="models/zoo/conveyor-act",
-                    help="the chunk policy whose objects/held inputs the encoder feeds")
+    ap.add_argument(
+        "--head",
+        default="models/zoo/conveyor-act",
+        help="the chunk policy whose objects/held inputs the encoder feeds",
+    )
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -181,14 +232,27 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--holdout", type=int, default=2, help="episodes per file held out")
     ap.add_argument("--checkpoint", default=None, help="start from these weights (.pt)")
-    ap.add_argument("--near-cup", type=float, default=0.0,
-                    help="share of each batch from frames with an object near the cup (picks)")
-    ap.add_argument("--held-input", action="store_true",
-                    help="the robot sends `held` (the class on the cup) as a vector input")
-    ap.add_argument("--export-only", action="store_true",
-                    help="with --checkpoint: no training, export and score only")
-    ap.add_argument("--save-weights", default=None,
-                    help="also save the encoder's weights here (.pt; vision_tokens.py reads them)")
+    ap.add_argument(
+        "--near-cup",
+        type=float,
+        default=0.0,
+        help="share of each batch from frames with an object near the cup (picks)",
+    )
+    ap.add_argument(
+        "--held-input",
+        action="store_true",
+        help="the robot sends `held` (the class on the cup) as a vector input",
+    )
+    ap.add_argument(
+        "--export-only",
+        action="store_true",
+        help="with --checkpoint: no training, export and score only",
+    )
+    ap.add_argument(
+        "--save-weights",
+        default=None,
+        help="also save the encoder's weights here (.pt; vision_tokens.py reads them)",
+    )
     a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -200,9 +264,21 @@ def main(argv=None) -> None:
     if a.checkpoint:
         model.load_state_dict(torch.load(a.checkpoint, weights_only=True))
     keeps = [max(cfg.slots, round(f * cfg.tokens)) for f in KEEP_FRACTIONS]
-    training = {"from": a.checkpoint} if a.export_only else train(
-        model, data, a.steps, a.batch, a.lr, a.seed, keeps, lambda s: print(s, flush=True),
-        a.near_cup)
+    training = (
+        {"from": a.checkpoint}
+        if a.export_only
+        else train(
+            model,
+            data,
+            a.steps,
+            a.batch,
+            a.lr,
+            a.seed,
+            keeps,
+            lambda s: print(s, flush=True),
+            a.near_cup,
+        )
+    )
     out.mkdir(parents=True, exist_ok=True)
     if a.save_weights:
         torch.save(model.state_dict(), a.save_weights)
@@ -210,39 +286,76 @@ def main(argv=None) -> None:
     for level, keep in enumerate(keeps):
         f = out / f"chunk_l{level}.onnx"
         export(model, head / "chunk_l0.onnx", keep, f, held=not a.held_input)
-        graphs.append({"level": level, "file": f.name,
-                       "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
-                       "bytes": f.stat().st_size})
-        levels.append({"level": level, "visual_tokens": keep,
-                       "perception": score(model, val, keep)})
+        graphs.append(
+            {
+                "level": level,
+                "file": f.name,
+                "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
+                "bytes": f.stat().st_size,
+            }
+        )
+        levels.append(
+            {"level": level, "visual_tokens": keep, "perception": score(model, val, keep)}
+        )
         print(json.dumps(levels[-1]), flush=True)
-    write_manifest(out, {"format": "rtinfer-graphs", "version": 2, "kind": "chunk",
-                         "graphs": graphs})
+    write_manifest(
+        out, {"format": "rtinfer-graphs", "version": 2, "kind": "chunk", "graphs": graphs}
+    )
     shutil.copy(head / "action_spec.json", out / "action_spec.json")
-    (out / "obs_spec.json").write_text(json.dumps({
-        "format": "rtinfer-obs-spec", "version": 1, "normalisation": "in the graph",
-        "inputs": [{"key": "overhead", "kind": "image", "dtype": "uint8",
-                    "shape": [cfg.image, cfg.image, 3], "camera": "overhead"},
-                   {"key": "gantry", "dtype": "float32", "shape": [8]},
-                   *([{"key": "held", "dtype": "float32", "shape": [1]}] if a.held_input else []),
-                   {"key": "instruction", "dtype": "int32", "shape": [3]}]}, indent=1))
+    (out / "obs_spec.json").write_text(
+        json.dumps(
+            {
+                "format": "rtinfer-obs-spec",
+                "version": 1,
+                "normalisation": "in the graph",
+                "inputs": [
+                    {
+                        "key": "overhead",
+                        "kind": "image",
+                        "dtype": "uint8",
+                        "shape": [cfg.image, cfg.image, 3],
+                        "camera": "overhead",
+                    },
+                    {"key": "gantry", "dtype": "float32", "shape": [8]},
+                    *([{"key": "held", "dtype": "float32", "shape": [1]}] if a.held_input else []),
+                    {"key": "instruction", "dtype": "int32", "shape": [3]},
+                ],
+            },
+            indent=1,
+        )
+    )
     head_card = json.loads((head / "card.json").read_text())
     params = sum(p.numel() for p in model.parameters())
-    card = {"kind": "chunk", "name": out.name, "levels": levels,
-            "implementation": "examples.conveyor_sorting.vision.VisionEncoder + "
-                              f"{head_card.get('name', head.name)}'s graph",
-            "params": params + int(head_card.get("params", 0)),
-            "encoder": {"config": cfg.to_dict(), "params": params,
-                        "visual_tokens": cfg.tokens, "patch_px": cfg.image // cfg.grid,
-                        "held": "a vector input: the robot's" if a.held_input else
-                                "from the image (the encoder's held query)"},
-            "head": {"model": head_card.get("name", head.name),
-                     "params": head_card.get("params"),
-                     "sha256": hashlib.sha256((head / "chunk_l0.onnx").read_bytes()).hexdigest()},
-            "lineage": {"data": [{"file": f, "summary": json.loads(str(np.load(f)["summary"]))}
-                                 for f in a.data],
-                        "training": training, "torch": torch.__version__,
-                        "onnx": onnx.__version__}}
+    card = {
+        "kind": "chunk",
+        "name": out.name,
+        "levels": levels,
+        "implementation": "examples.conveyor_sorting.vision.VisionEncoder + "
+        f"{head_card.get('name', head.name)}'s graph",
+        "params": params + int(head_card.get("params", 0)),
+        "encoder": {
+            "config": cfg.to_dict(),
+            "params": params,
+            "visual_tokens": cfg.tokens,
+            "patch_px": cfg.image // cfg.grid,
+            "held": "a vector input: the robot's"
+            if a.held_input
+            else "from the image (the encoder's held query)",
+        },
+        "head": {
+            "model": head_card.get("name", head.name),
+            "params": head_card.get("params"),
+            "sha256": hashlib.sha256((head / "chunk_l0.onnx").read_bytes()).hexdigest(),
+        },
+        "lineage": {
+            "data": [
+                {"file": f, "summary": json.loads(str(np.load(f)["summary"]))} for f in a.data
+            ],
+            "training": training,
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+        },
+    }
     (out / "card.json").write_text(json.dumps(card, indent=1))
     print(f"wrote {out}", flush=True)
 

@@ -16,6 +16,7 @@ patches that hold an object or the cup, so the pruned
 levels keep the tokens that matter (in the spirit of SpecPrune-VLA / EfficientVLA, which
 keep 30-50 % of visual tokens). Static shapes: one exported graph per `keep`.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,22 +30,22 @@ import torch.nn.functional as F
 from .config import CellConfig
 from .scene import OVERHEAD_FOVY
 
-PATCH = 8             # pixels per visual token side (the stem's stride)
-OBJECT_Z = 0.024      # m above the belt: the objects' centres, where the grid is laid
+PATCH = 8  # pixels per visual token side (the stem's stride)
+OBJECT_Z = 0.024  # m above the belt: the objects' centres, where the grid is laid
 HELD_RADIUS_M = 0.035  # a detection this close to a holding cup is the held object
-SAME_OBJECT_M = 0.04   # two detections closer than this are one object (objects spawn >= 0.4 m
-                       # apart along the belt; a touching pair is rarer than a double count)
+SAME_OBJECT_M = 0.04  # two detections closer than this are one object (objects spawn >= 0.4 m
+# apart along the belt; a touching pair is rarer than a double count)
 
 
 @dataclass(frozen=True)
 class VisionConfig:
-    image: int = 128          # frame height = width (px)
+    image: int = 128  # frame height = width (px)
     dim: int = 64
     heads: int = 4
     layers: int = 2
     ff: int = 128
     classes: int = 3
-    slots: int = 6            # rows of `objects` (CellConfig.visible_k)
+    slots: int = 6  # rows of `objects` (CellConfig.visible_k)
 
     @property
     def grid(self) -> int:
@@ -52,7 +53,7 @@ class VisionConfig:
 
     @property
     def tokens(self) -> int:
-        return self.grid ** 2
+        return self.grid**2
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,13 +64,13 @@ def patch_centres(cfg: VisionConfig, cell: CellConfig) -> np.ndarray:
     row-major from the image's top-left (image up = +y, as scene._overhead_camera sets)."""
     x0, x1 = cell.belt_x
     y0, y1 = -cell.belt_half_width, cell.bin_y + cell.bin_half
-    half = max(x1 - x0, y1 - y0) / 2 + 0.05                       # seen at the belt's top
+    half = max(x1 - x0, y1 - y0) / 2 + 0.05  # seen at the belt's top
     cam_z = cell.belt_top + half / math.tan(math.radians(OVERHEAD_FOVY / 2))
     half_obj = half * (cam_z - cell.belt_top - OBJECT_Z) / (cam_z - cell.belt_top)
     g = cfg.grid
-    u = (np.arange(g) + 0.5) / g * 2 - 1                           # -1 .. 1 across the image
+    u = (np.arange(g) + 0.5) / g * 2 - 1  # -1 .. 1 across the image
     xs = (x0 + x1) / 2 + u * half_obj
-    ys = (y0 + y1) / 2 - u * half_obj                              # row 0 is the top: +y
+    ys = (y0 + y1) / 2 - u * half_obj  # row 0 is the top: +y
     return np.stack(np.meshgrid(xs, ys, indexing="xy"), -1).reshape(-1, 2).astype(np.float32)
 
 
@@ -99,34 +100,38 @@ class VisionEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.stem = nn.Sequential(
-            nn.Conv2d(3, 24, 3, 2, 1), nn.GELU(),
-            nn.Conv2d(24, 48, 3, 2, 1), nn.GELU(),
-            nn.Conv2d(48, cfg.dim, 3, 2, 1))
+            nn.Conv2d(3, 24, 3, 2, 1),
+            nn.GELU(),
+            nn.Conv2d(24, 48, 3, 2, 1),
+            nn.GELU(),
+            nn.Conv2d(48, cfg.dim, 3, 2, 1),
+        )
         self.pos = nn.Parameter(torch.randn(cfg.tokens, cfg.dim) * 0.02)
         self.score = nn.Linear(cfg.dim, 1)
         self.held_query = nn.Parameter(torch.zeros(1, 1, cfg.dim))
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.ln = nn.LayerNorm(cfg.dim)
-        self.det = nn.Linear(cfg.dim, 1 + cfg.classes + 2)   # objectness, classes, dx, dy
-        self.held = nn.Linear(cfg.dim, 1 + cfg.classes)       # none, class 0 .. C-1
+        self.det = nn.Linear(cfg.dim, 1 + cfg.classes + 2)  # objectness, classes, dx, dy
+        self.held = nn.Linear(cfg.dim, 1 + cfg.classes)  # none, class 0 .. C-1
         self.register_buffer("centres", torch.from_numpy(patch_centres(cfg, cell)))
         self.register_buffer("scale", torch.tensor(patch_size_m(cfg, cell)))
         self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1))
         # observe.py's `objects` are those on the belt inside the camera zone: the same rule
-        self.register_buffer("zone", torch.tensor([*cell.camera_x, cell.belt_half_width]),
-                             persistent=False)
+        self.register_buffer(
+            "zone", torch.tensor([*cell.camera_x, cell.belt_half_width]), persistent=False
+        )
         k = cfg.slots
         self.register_buffer("earlier", torch.triu(torch.ones(k, k), 1), persistent=False)
 
     def tokens(self, image):
         x = image.permute(0, 3, 1, 2).float() / 255.0 - self.mean
-        t = self.stem(x).flatten(2).transpose(1, 2)           # [B, G*G, dim], row-major
+        t = self.stem(x).flatten(2).transpose(1, 2)  # [B, G*G, dim], row-major
         return t + self.pos
 
     def forward(self, image, keep: int):
         t = self.tokens(image)
-        score = self.score(t).squeeze(-1)                     # [B, N]
-        idx = torch.topk(score, keep, dim=1).indices          # the tokens that matter
+        score = self.score(t).squeeze(-1)  # [B, N]
+        idx = torch.topk(score, keep, dim=1).indices  # the tokens that matter
         kept = torch.gather(t, 1, idx.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
         x = torch.cat([self.held_query.expand(t.shape[0], -1, -1), kept], 1)
         for b in self.blocks:
@@ -141,17 +146,19 @@ class VisionEncoder(nn.Module):
         det, idx = out["det"], out["idx"]
         prob = torch.sigmoid(det[..., 0])
         k = self.cfg.slots
-        top_p, top = torch.topk(prob, k, dim=1)               # the K likeliest objects
+        top_p, top = torch.topk(prob, k, dim=1)  # the K likeliest objects
         d = torch.gather(det, 1, top.unsqueeze(-1).expand(-1, -1, det.shape[-1]))
-        centre = self.centres[torch.gather(idx, 1, top)]      # [B, K, 2]
+        centre = self.centres[torch.gather(idx, 1, top)]  # [B, K, 2]
         xy = centre + d[..., -2:] * self.scale
-        cls = torch.argmax(d[..., 1:1 + self.cfg.classes], -1).float()
+        cls = torch.argmax(d[..., 1 : 1 + self.cfg.classes], -1).float()
         valid = (top_p > 0.5).float()
         z = self.zone
-        valid = valid * ((xy[..., 0] >= z[0]) & (xy[..., 0] <= z[1])
-                         & (xy[..., 1].abs() <= z[2])).float()
+        valid = (
+            valid
+            * ((xy[..., 0] >= z[0]) & (xy[..., 0] <= z[1]) & (xy[..., 1].abs() <= z[2])).float()
+        )
         close = (torch.cdist(xy, xy) < SAME_OBJECT_M).float() * self.earlier  # [B, i, j]
-        seen_before = torch.bmm(valid.unsqueeze(1), close).squeeze(1)          # likelier, near
+        seen_before = torch.bmm(valid.unsqueeze(1), close).squeeze(1)  # likelier, near
         valid = valid * (seen_before < 0.5).float()
         if gantry is not None:
             under_cup = torch.linalg.norm(xy - gantry[:, None, :2], dim=-1) < HELD_RADIUS_M
@@ -176,8 +183,9 @@ class ExportedEncoder(nn.Module):
         return (objects, held, gantry + 0) if self.with_held else (objects, gantry + 0)
 
 
-def targets(cfg: VisionConfig, cell: CellConfig, objects: np.ndarray, gantry: np.ndarray,
-            held: np.ndarray) -> dict[str, np.ndarray]:
+def targets(
+    cfg: VisionConfig, cell: CellConfig, objects: np.ndarray, gantry: np.ndarray, held: np.ndarray
+) -> dict[str, np.ndarray]:
     """Per-token training targets from observe.py's arrays (N rows): obj [N, T] 0/1 (the
     patch that holds an object's centre), cls [N, T], off [N, T, 2] (patch units), score
     [N, T] (object patches and the cup's, with their 8 neighbours: what pruning must keep),
@@ -208,9 +216,13 @@ def targets(cfg: VisionConfig, cell: CellConfig, objects: np.ndarray, gantry: np
         for dc in (-1, 0, 1):
             near[rows_i, r + 1 + dr, c + 1 + dc] = 1.0
             near[np.arange(n), cr + 1 + dr, cc + 1 + dc] = 1.0
-    return {"obj": obj.reshape(n, -1), "cls": cls.reshape(n, -1), "off": off.reshape(n, -1, 2),
-            "score": near[:, 1:-1, 1:-1].reshape(n, -1),
-            "held": (held[:, 0].astype(np.int64) + 1)}
+    return {
+        "obj": obj.reshape(n, -1),
+        "cls": cls.reshape(n, -1),
+        "off": off.reshape(n, -1, 2),
+        "score": near[:, 1:-1, 1:-1].reshape(n, -1),
+        "held": (held[:, 0].astype(np.int64) + 1),
+    }
 
 
 def losses(out: dict, t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -223,7 +235,8 @@ def losses(out: dict, t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     off = torch.gather(t["off"], 1, idx.unsqueeze(-1).expand(-1, -1, 2))[pos]
     l_cls = F.cross_entropy(det[..., 1:-2][pos], cls) if pos.any() else det.sum() * 0
     l_off = F.smooth_l1_loss(det[..., -2:][pos], off, beta=0.1) if pos.any() else det.sum() * 0
-    l_score = F.binary_cross_entropy_with_logits(out["score"], t["score"],
-                                                 pos_weight=torch.tensor(4.0))
+    l_score = F.binary_cross_entropy_with_logits(
+        out["score"], t["score"], pos_weight=torch.tensor(4.0)
+    )
     l_held = F.cross_entropy(out["held"], t["held"])
     return {"obj": l_obj, "cls": l_cls, "off": l_off, "score": l_score, "held": l_held}

@@ -13,6 +13,7 @@ the perception and sorting it keeps.
   the frame the policy sees), on the card's held-out seed.
 --write-card puts it into the model's card.json as "visual_tokens" and the levels' success.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,9 +54,14 @@ def timings(graphs: dict[str, tuple], rounds: int, per_round: int) -> dict[str, 
                 t0 = time.perf_counter_ns()
                 s.run(None, feeds)
                 samples[name].append(time.perf_counter_ns() - t0)
-    return {name: {"p50_ms": round(float(np.median(v)) / 1e6, 3),
-                   "p99_ms": round(float(np.percentile(v, 99)) / 1e6, 3), "runs": len(v)}
-            for name, v in samples.items()}
+    return {
+        name: {
+            "p50_ms": round(float(np.median(v)) / 1e6, 3),
+            "p99_ms": round(float(np.percentile(v, 99)) / 1e6, 3),
+            "runs": len(v),
+        }
+        for name, v in samples.items()
+    }
 
 
 def main(argv=None) -> None:
@@ -64,10 +70,18 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="models/zoo/conveyor-vision")
     ap.add_argument("--data", nargs="+", required=True, help="frames to score perception on")
     ap.add_argument("--holdout", type=int, default=2)
-    ap.add_argument("--episodes", type=int, default=3,
-                    help="lockstep episodes per instruction at level 0 (full tokens)")
-    ap.add_argument("--pruned-episodes", type=int, default=1,
-                    help="lockstep episodes per instruction at the pruned levels")
+    ap.add_argument(
+        "--episodes",
+        type=int,
+        default=3,
+        help="lockstep episodes per instruction at level 0 (full tokens)",
+    )
+    ap.add_argument(
+        "--pruned-episodes",
+        type=int,
+        default=1,
+        help="lockstep episodes per instruction at the pruned levels",
+    )
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--write-card", action="store_true")
     a = ap.parse_args(argv)
@@ -83,42 +97,75 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for keep in KEEPS:
             f = Path(tmp) / f"encoder_{keep}.onnx"
-            torch.onnx.export(ExportedEncoder(enc, keep), (torch.from_numpy(frame), gantry),
-                              str(f), dynamo=False, input_names=["overhead", "gantry"],
-                              output_names=["objects", "held", "gantry_seen"], opset_version=17)
-            graphs[f"encoder_{keep}"] = (session(f), {"overhead": frame,
-                                                      "gantry": gantry.numpy()})
+            torch.onnx.export(
+                ExportedEncoder(enc, keep),
+                (torch.from_numpy(frame), gantry),
+                str(f),
+                dynamo=False,
+                input_names=["overhead", "gantry"],
+                output_names=["objects", "held", "gantry_seen"],
+                opset_version=17,
+            )
+            graphs[f"encoder_{keep}"] = (session(f), {"overhead": frame, "gantry": gantry.numpy()})
             perception.append(score(enc, val, keep))
         card = json.loads((model_dir / "card.json").read_text())
-        vec = {"gantry": gantry.numpy(), "held": np.full((1, 1), -1.0, np.float32),
-               "instruction": np.array([[0, 1, 2]], np.int32), "overhead": frame}
+        vec = {
+            "gantry": gantry.numpy(),
+            "held": np.full((1, 1), -1.0, np.float32),
+            "instruction": np.array([[0, 1, 2]], np.int32),
+            "overhead": frame,
+        }
         for entry in card["levels"]:
             s = session(model_dir / f"chunk_l{entry['level']}.onnx")
             graphs[f"level_{entry['level']}"] = (s, {i.name: vec[i.name] for i in s.get_inputs()})
         times = timings(graphs, a.rounds, 10)
     full = times["encoder_256"]["p50_ms"]
-    curve = [{"visual_tokens": keep, "encoder": times[f"encoder_{keep}"],
-              "encoder_vs_all": round(times[f"encoder_{keep}"]["p50_ms"] / full, 3),
-              "perception": p} for keep, p in zip(KEEPS, perception)]
+    curve = [
+        {
+            "visual_tokens": keep,
+            "encoder": times[f"encoder_{keep}"],
+            "encoder_vs_all": round(times[f"encoder_{keep}"]["p50_ms"] / full, 3),
+            "perception": p,
+        }
+        for keep, p in zip(KEEPS, perception)
+    ]
     success = {}
     for entry in card["levels"]:
         lvl = entry["level"]
         success[lvl] = run_per_instruction(
-            model_factory(model_dir, level=lvl), all_instructions(),
+            model_factory(model_dir, level=lvl),
+            all_instructions(),
             episodes=a.episodes if lvl == 0 else a.pruned_episodes,
-            per_episode=20, seed=SEED, cfg=EnvConfig(camera="overhead",
-                                                     frame_hw=(cfg.image, cfg.image)))
+            per_episode=20,
+            seed=SEED,
+            cfg=EnvConfig(camera="overhead", frame_hw=(cfg.image, cfg.image)),
+        )
         entry["chunk"] = times[f"level_{lvl}"]
-        entry["success"] = {k: success[lvl][k] for k in ("spawned", "correct", "wrong",
-                                                         "missed", "dropped", "success_rate",
-                                                         "min_success_rate", "episodes")}
+        entry["success"] = {
+            k: success[lvl][k]
+            for k in (
+                "spawned",
+                "correct",
+                "wrong",
+                "missed",
+                "dropped",
+                "success_rate",
+                "min_success_rate",
+                "episodes",
+            )
+        }
         entry["success"]["per_instruction"] = {
-            k: v["success_rate"] for k, v in success[lvl]["per_instruction"].items()}
+            k: v["success_rate"] for k, v in success[lvl]["per_instruction"].items()
+        }
         entry["success"]["seed"] = SEED
         print(json.dumps({"level": lvl, **entry["success"]}), flush=True)
-    out = {"curve": curve, "rounds": a.rounds, "threads": 1,
-           "note": "encoder_N: the encoder alone at N kept visual tokens (of "
-                   f"{cfg.tokens}); level_L: the shipped graph (encoder + chunk head)"}
+    out = {
+        "curve": curve,
+        "rounds": a.rounds,
+        "threads": 1,
+        "note": "encoder_N: the encoder alone at N kept visual tokens (of "
+        f"{cfg.tokens}); level_L: the shipped graph (encoder + chunk head)",
+    }
     print(json.dumps(out, indent=1))
     if a.write_card:
         card["visual_tokens"] = out

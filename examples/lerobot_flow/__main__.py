@@ -1,4 +1,5 @@
 """python -m examples.lerobot_flow {package,tiny,bench} (see the package docstring)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,10 @@ from rtinfer.realtime.complaints import say
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m examples.lerobot_flow",
-                                 description="LeRobot SmolVLA / Diffusion Policy -> rtinfer flow")
+    ap = argparse.ArgumentParser(
+        prog="python -m examples.lerobot_flow",
+        description="LeRobot SmolVLA / Diffusion Policy -> rtinfer flow",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("package", help="a LeRobot checkpoint directory -> a flow model directory")
     p.add_argument("--checkpoint", required=True, help="saved with save_pretrained (+ processors)")
@@ -23,8 +26,9 @@ def main(argv=None) -> int:
     t = sub.add_parser("tiny", help="a small checkpoint with random weights (no hub)")
     t.add_argument("kind", choices=["smolvla", "diffusion"])
     t.add_argument("--out", required=True)
-    t.add_argument("--vlm", default=None, help="smolvla: where to write the VLM dir "
-                                               "(default OUT/vlm)")
+    t.add_argument(
+        "--vlm", default=None, help="smolvla: where to write the VLM dir (default OUT/vlm)"
+    )
     t.add_argument("--vlm-size", default="tiny", choices=["tiny", "smolvlm2-500m"])
     t.add_argument("--image", type=int, default=None, help="frame side in pixels")
     b = sub.add_parser("bench", help="latency per level, prefix and steps apart")
@@ -35,26 +39,37 @@ def main(argv=None) -> int:
     try:
         if a.cmd == "package":
             from examples.lerobot_flow.package import package
+
             levels = [int(k) for k in a.levels.split(",")] if a.levels else None
-            r = package(a.checkpoint, a.out, vlm=a.vlm, spec=a.action_spec, levels=levels,
-                        parity_obs=a.parity_obs)
+            r = package(
+                a.checkpoint,
+                a.out,
+                vlm=a.vlm,
+                spec=a.action_spec,
+                levels=levels,
+                parity_obs=a.parity_obs,
+            )
             r = {"out": a.out, "levels": r["levels"]}
         elif a.cmd == "tiny":
             from pathlib import Path
 
             from examples.lerobot_flow import tiny
+
             if a.kind == "smolvla":
                 vlm = tiny.vlm_dir(a.vlm or Path(a.out) / "vlm", a.vlm_size)
                 size = a.image or tiny.VLM_SIZES[a.vlm_size]["vision"]["image_size"]
                 # SmolVLA's own defaults (50-step chunk, 48 tokens, 32-wide state/action)
                 # beside a VLM of the real size; small ones beside the tiny VLM.
                 shape = {} if a.vlm_size == "tiny" else dict(chunk=50, tokens=48, max_dim=32)
-                r = {"checkpoint": str(tiny.smolvla(a.out, vlm, image_hw=size, **shape)),
-                     "vlm": str(vlm)}
+                r = {
+                    "checkpoint": str(tiny.smolvla(a.out, vlm, image_hw=size, **shape)),
+                    "vlm": str(vlm),
+                }
             else:
                 r = {"checkpoint": str(tiny.diffusion(a.out, image_hw=a.image or 0))}
         else:
             from examples.lerobot_flow.bench import bench
+
             r = bench(a.model, runs=a.runs, threads=a.threads)
     except (PackageError, ValueError) as e:
         say("lerobot_flow", str(e), error=False)

@@ -6,6 +6,7 @@ times, the calling thread's CPU time (`cpu_p50_ms`): with 1 intra-op thread ONNX
 computes on the caller's thread, so on a host shared with other jobs this is close to what
 the same work costs with the core to itself (the wall time is what a robot would see).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ import numpy as np
 
 def _ms(xs) -> dict:
     a = np.asarray(xs) * 1e3
-    return {"p50_ms": round(float(np.median(a)), 3),
-            "p99_ms": round(float(np.percentile(a, 99)), 3)}
+    return {
+        "p50_ms": round(float(np.median(a)), 3),
+        "p99_ms": round(float(np.percentile(a, 99)), 3),
+    }
 
 
 def _p50(xs) -> float:
@@ -28,6 +31,7 @@ def bench(model_dir, runs: int = 50, threads: int = 1, warmup: int = 2, feeds=No
     from rtinfer.inference.flow_runner import FlowRunner
     from rtinfer.inference.graph_runner import zero_feeds
     from rtinfer.model.flow_model import FlowModelDir
+
     model = FlowModelDir.load(model_dir)
     runner = FlowRunner(model, threads=threads)
     feeds = feeds if feeds is not None else zero_feeds(model)
@@ -48,18 +52,30 @@ def bench(model_dir, runs: int = 50, threads: int = 1, warmup: int = 2, feeds=No
                 cpu_prefix.append(c1 - c0)
                 cpu_steps[lv["level"]].append(c2 - c1)
     p50_prefix = float(np.median(prefix))
-    return {"runs": runs, "threads": threads, "loadavg_1m": [load0[0], os.getloadavg()[0]],
-            "cpu": _cpu(),
-            "prefix": {**_ms(prefix), "cpu_p50_ms": _p50(cpu_prefix), "runs": len(prefix)},
-            "levels": [_level(lv, steps[lv["level"]], cpu_steps[lv["level"]], p50_prefix)
-                       for lv in model.levels]}
+    return {
+        "runs": runs,
+        "threads": threads,
+        "loadavg_1m": [load0[0], os.getloadavg()[0]],
+        "cpu": _cpu(),
+        "prefix": {**_ms(prefix), "cpu_p50_ms": _p50(cpu_prefix), "runs": len(prefix)},
+        "levels": [
+            _level(lv, steps[lv["level"]], cpu_steps[lv["level"]], p50_prefix)
+            for lv in model.levels
+        ],
+    }
 
 
 def _level(lv: dict, wall: list, cpu: list, p50_prefix: float) -> dict:
     p50 = float(np.median(wall))
-    return {"level": lv["level"], "steps": lv["steps"], **_ms(wall), "cpu_p50_ms": _p50(cpu),
-            "runs": len(wall), "per_step_p50_ms": round(p50 * 1e3 / lv["steps"], 3),
-            "total_p50_ms": round((p50_prefix + p50) * 1e3, 3)}
+    return {
+        "level": lv["level"],
+        "steps": lv["steps"],
+        **_ms(wall),
+        "cpu_p50_ms": _p50(cpu),
+        "runs": len(wall),
+        "per_step_p50_ms": round(p50 * 1e3 / lv["steps"], 3),
+        "total_p50_ms": round((p50_prefix + p50) * 1e3, 3),
+    }
 
 
 def _cpu() -> str:

@@ -13,6 +13,7 @@ step.onnx (K times): `global_cond` + `x_t` float32 [1, horizon, D] + `t` int64 [
 Only n_obs_steps = 1 is packaged: the node answers each observation on its own, and the
 served chunk starts at the first predicted action (LeRobot's start index n_obs_steps - 1).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,40 +36,61 @@ def check(ckpt) -> None:
     if cfg.n_obs_steps != 1:
         raise DiffusionPackageError(
             f"{ckpt.path}: n_obs_steps {cfg.n_obs_steps}; the node answers one observation at "
-            f"a time: train with n_obs_steps=1 (or stack the history into one state input)")
+            f"a time: train with n_obs_steps=1 (or stack the history into one state input)"
+        )
 
 
 def obs_spec(ckpt) -> dict:
     cfg = ckpt.policy.config
     inputs = [{"key": "state", "dtype": "float32", "shape": [cfg.robot_state_feature.shape[0]]}]
     if cfg.env_state_feature:
-        inputs.append({"key": "environment_state", "dtype": "float32",
-                       "shape": [cfg.env_state_feature.shape[0]]})
+        inputs.append(
+            {
+                "key": "environment_state",
+                "dtype": "float32",
+                "shape": [cfg.env_state_feature.shape[0]],
+            }
+        )
     for key, ft in cfg.image_features.items():
         c, h, w = ft.shape
-        inputs.append({"key": camera_name(key), "kind": "image", "dtype": "uint8",
-                       "shape": [h, w, c], "camera": camera_name(key)})
-    return {"format": "rtinfer-obs-spec", "version": 1, "normalisation": "in the graph",
-            "inputs": inputs}
+        inputs.append(
+            {
+                "key": camera_name(key),
+                "kind": "image",
+                "dtype": "uint8",
+                "shape": [h, w, c],
+                "camera": camera_name(key),
+            }
+        )
+    return {
+        "format": "rtinfer-obs-spec",
+        "version": 1,
+        "normalisation": "in the graph",
+        "inputs": inputs,
+    }
 
 
 def _batch(ckpt, obs: dict, normalise) -> dict:
     """LeRobot's model batch ([B, n_obs_steps=1, ...]) from the torch inputs by obs key."""
     import torch
     from lerobot.utils.constants import OBS_ENV_STATE, OBS_IMAGES, OBS_STATE
+
     cfg = ckpt.policy.config
     batch = {OBS_STATE: normalise(OBS_STATE, obs["state"])[:, None]}
     if cfg.env_state_feature:
         batch[OBS_ENV_STATE] = normalise(OBS_ENV_STATE, obs["environment_state"])[:, None]
     if cfg.image_features:
-        frames = [normalise(k, obs[camera_name(k)].permute(0, 3, 1, 2).float() / 255.0)
-                  for k in cfg.image_features]
+        frames = [
+            normalise(k, obs[camera_name(k)].permute(0, 3, 1, 2).float() / 255.0)
+            for k in cfg.image_features
+        ]
         batch[OBS_IMAGES] = torch.stack(frames, dim=1)[:, None]
     return batch
 
 
 def modules(ckpt):
     import torch
+
     model = ckpt.policy.diffusion
     keys = [e["key"] for e in obs_spec(ckpt)["inputs"]]
 
@@ -79,7 +101,8 @@ def modules(ckpt):
 
         def forward(self, *inputs):
             return model._prepare_global_conditioning(
-                _batch(ckpt, dict(zip(keys, inputs)), ckpt.normalise))
+                _batch(ckpt, dict(zip(keys, inputs)), ckpt.normalise)
+            )
 
     class Step(torch.nn.Module):
         def __init__(self):
@@ -96,8 +119,11 @@ def example_inputs(ckpt, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
     for e in obs_spec(ckpt)["inputs"]:
-        feeds[e["key"]] = rng.integers(0, 256, e["shape"], dtype=np.uint8) \
-            if e.get("kind") == "image" else rng.normal(0, 1, e["shape"]).astype(np.float32)
+        feeds[e["key"]] = (
+            rng.integers(0, 256, e["shape"], dtype=np.uint8)
+            if e.get("kind") == "image"
+            else rng.normal(0, 1, e["shape"]).astype(np.float32)
+        )
     return feeds
 
 
@@ -108,16 +134,20 @@ def ddim(ckpt) -> dict:
         raise DiffusionPackageError(
             f"{ckpt.path}: noise_scheduler_type {cfg.noise_scheduler_type!r}; rtinfer integrates "
             f"with DDIM: set noise_scheduler_type='DDIM' in the checkpoint's config.json (the "
-            f"same trained UNet; DDPM's 100 stochastic steps are not a budget ladder)")
-    return {"alphas_cumprod": sched.alphas_cumprod.numpy().astype(np.float32).tolist(),
-            "prediction": cfg.prediction_type,
-            "clip_sample": float(cfg.clip_sample_range) if cfg.clip_sample else None,
-            "set_alpha_to_one": bool(sched.config.set_alpha_to_one),
-            "steps_offset": int(sched.config.steps_offset)}
+            f"same trained UNet; DDPM's 100 stochastic steps are not a budget ladder)"
+        )
+    return {
+        "alphas_cumprod": sched.alphas_cumprod.numpy().astype(np.float32).tolist(),
+        "prediction": cfg.prediction_type,
+        "clip_sample": float(cfg.clip_sample_range) if cfg.clip_sample else None,
+        "set_alpha_to_one": bool(sched.config.set_alpha_to_one),
+        "steps_offset": int(sched.config.steps_offset),
+    }
 
 
 def export(ckpt, out_dir) -> dict:
     import torch
+
     check(ckpt)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,18 +159,36 @@ def export(ckpt, out_dir) -> dict:
     cfg = ckpt.policy.config
     with torch.no_grad():
         cond = prefix(*args)
-        torch.onnx.export(prefix, args, str(out_dir / "prefix.onnx"), input_names=keys,
-                          output_names=["global_cond"], opset_version=OPSET, dynamo=False)
+        torch.onnx.export(
+            prefix,
+            args,
+            str(out_dir / "prefix.onnx"),
+            input_names=keys,
+            output_names=["global_cond"],
+            opset_version=OPSET,
+            dynamo=False,
+        )
         x_t = torch.zeros(1, cfg.horizon, cfg.action_feature.shape[0])
         t = torch.zeros(1, dtype=torch.long)
-        torch.onnx.export(step, (cond, x_t, t), str(out_dir / "step.onnx"),
-                          input_names=["global_cond", "x_t", "t"], output_names=["v"],
-                          opset_version=OPSET, dynamo=False)
-    return {"prefix": out_dir / "prefix.onnx", "steps": [out_dir / "step.onnx"],
-            "obs_spec": spec, "integrator": "ddim", "ddim": ddim(ckpt),
-            "noise_shape": (1, cfg.horizon, cfg.action_feature.shape[0]),
-            "action_dim": cfg.action_feature.shape[0],
-            "default_steps": ckpt.policy.diffusion.num_inference_steps}
+        torch.onnx.export(
+            step,
+            (cond, x_t, t),
+            str(out_dir / "step.onnx"),
+            input_names=["global_cond", "x_t", "t"],
+            output_names=["v"],
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    return {
+        "prefix": out_dir / "prefix.onnx",
+        "steps": [out_dir / "step.onnx"],
+        "obs_spec": spec,
+        "integrator": "ddim",
+        "ddim": ddim(ckpt),
+        "noise_shape": (1, cfg.horizon, cfg.action_feature.shape[0]),
+        "action_dim": cfg.action_feature.shape[0],
+        "default_steps": ckpt.policy.diffusion.num_inference_steps,
+    }
 
 
 def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int):
@@ -150,6 +198,7 @@ def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int):
     import torch
     from lerobot.policies.utils import populate_queues
     from lerobot.utils.constants import ACTION, OBS_ENV_STATE, OBS_IMAGES, OBS_STATE
+
     policy, cfg = ckpt.policy, ckpt.policy.config
     raw = {OBS_STATE: torch.from_numpy(obs["state"])}
     if cfg.env_state_feature:

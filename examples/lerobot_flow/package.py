@@ -9,6 +9,7 @@ initial noise, at every level's step count (LeRobot's num_steps / num_inference_
 to it). Any level further than `atol` from LeRobot refuses the package (PackageError, one
 line); otherwise the directory is written again with the parity in its card.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ PARITY_OBS = 3
 
 def exporter(kind: str):
     from examples.lerobot_flow import diffusion, smolvla
+
     return {"smolvla": smolvla, "diffusion": diffusion}[kind]
 
 
@@ -33,6 +35,7 @@ def affine(ckpt, d_m: int) -> dict:
     """physical = x * scale + offset for the first D columns (LeRobot's unnormaliser is
     affine per dimension: read it off at 0 and 1); padded columns are identity."""
     import torch
+
     d = ckpt.policy.config.action_feature.shape[0]
     zero = ckpt.normalise("action", torch.zeros(d), inverse=True).numpy()
     one = ckpt.normalise("action", torch.ones(d), inverse=True).numpy()
@@ -44,32 +47,50 @@ def affine(ckpt, d_m: int) -> dict:
 def action_spec(ckpt, path=None) -> dict:
     path = Path(path) if path else ckpt.path / "action_spec.json"
     if not path.is_file():
-        raise PackageError(f"{ckpt.path}: no action spec; pass --action-spec FILE (names, "
-                           f"units, limits, horizon <= the policy's chunk, period_ns, start_ns: "
-                           f"docs/policies.md section 2)")
+        raise PackageError(
+            f"{ckpt.path}: no action spec; pass --action-spec FILE (names, "
+            f"units, limits, horizon <= the policy's chunk, period_ns, start_ns: "
+            f"docs/policies.md section 2)"
+        )
     return json.loads(path.read_text())
 
 
-def package(checkpoint, out, *, vlm=None, spec=None, levels=None, atol: float = ATOL,
-            parity_obs: int = PARITY_OBS) -> dict:
+def package(
+    checkpoint,
+    out,
+    *,
+    vlm=None,
+    spec=None,
+    levels=None,
+    atol: float = ATOL,
+    parity_obs: int = PARITY_OBS,
+) -> dict:
     """Write the flow model directory `out`; returns its card."""
     from models.flow_package import package_flow
+
     ckpt = ckpt_mod.load(checkpoint, vlm=vlm)
     ex = exporter(ckpt.kind)
     spec = action_spec(ckpt, spec)
     with tempfile.TemporaryDirectory(prefix=".lerobot-flow-", dir=Path(out).parent) as tmp:
         g = ex.export(ckpt, Path(tmp) / "graphs")
         steps = levels or sorted({g["default_steps"], 4, 2, 1}, reverse=True)
-        kw = dict(levels=[(k, 0) for k in steps], action_spec=spec, obs_spec=g["obs_spec"],
-                  integrator=g["integrator"], affine=affine(ckpt, g["noise_shape"][-1]),
-                  ddim=g.get("ddim"))
+        kw = dict(
+            levels=[(k, 0) for k in steps],
+            action_spec=spec,
+            obs_spec=g["obs_spec"],
+            integrator=g["integrator"],
+            affine=affine(ckpt, g["noise_shape"][-1]),
+            ddim=g.get("ddim"),
+        )
         draft = Path(tmp) / "model"
         package_flow(draft, g["prefix"], g["steps"], **kw)
         report = parity(ckpt, draft, parity_obs)
         worst = max(r["max_abs_diff"] for r in report)
         if not worst <= atol:
-            raise PackageError(f"{checkpoint}: the packaged chunk differs from LeRobot's by "
-                               f"{worst:.3g} > {atol:g} ({report}); report it with the versions")
+            raise PackageError(
+                f"{checkpoint}: the packaged chunk differs from LeRobot's by "
+                f"{worst:.3g} > {atol:g} ({report}); report it with the versions"
+            )
         card = package_flow(out, g["prefix"], g["steps"], **kw, card=_card(ckpt, report, steps))
     if ckpt.kind == "smolvla":
         ex.tokenizer(ckpt).save_pretrained(Path(out) / "tokenizer")
@@ -78,30 +99,49 @@ def package(checkpoint, out, *, vlm=None, spec=None, levels=None, atol: float = 
 
 def _card(ckpt, report: list[dict], steps: list[int]) -> dict:
     from importlib.metadata import version
+
     cfg = ckpt.policy.config
-    lineage = {"implementation": type(ckpt.policy).__module__ + "." + type(ckpt.policy).__name__,
-               "lerobot": version("lerobot"), "torch": version("torch"),
-               "checkpoint": str(ckpt.path),
-               "params": int(sum(p.numel() for p in ckpt.policy.parameters())),
-               "config": json.loads((ckpt.path / "config.json").read_text()),
-               "parity": {"against": "preprocessor -> predict_action_chunk(noise) -> "
-                                     "postprocessor, num steps = the level's",
-                          "observations": len(report) // len(steps), "levels": report}}
+    lineage = {
+        "implementation": type(ckpt.policy).__module__ + "." + type(ckpt.policy).__name__,
+        "lerobot": version("lerobot"),
+        "torch": version("torch"),
+        "checkpoint": str(ckpt.path),
+        "params": int(sum(p.numel() for p in ckpt.policy.parameters())),
+        "config": json.loads((ckpt.path / "config.json").read_text()),
+        "parity": {
+            "against": "preprocessor -> predict_action_chunk(noise) -> "
+            "postprocessor, num steps = the level's",
+            "observations": len(report) // len(steps),
+            "levels": report,
+        },
+    }
     if ckpt.kind == "smolvla":
-        lineage["task_tokens"] = {"tokenizer": "tokenizer/", "append": "\\n",
-                                  "padding": "max_length", "length": cfg.tokenizer_max_length,
-                                  "pad_id": exporter("smolvla").pad_id(ckpt)}
-    return {"lineage": lineage,
-            "levels": [{"level": i, "steps": k, "graph": 0,
-                        "parity_max_abs": max(r["max_abs_diff"] for r in report
-                                              if r["steps"] == k)}
-                       for i, k in enumerate(steps)]}
+        lineage["task_tokens"] = {
+            "tokenizer": "tokenizer/",
+            "append": "\\n",
+            "padding": "max_length",
+            "length": cfg.tokenizer_max_length,
+            "pad_id": exporter("smolvla").pad_id(ckpt),
+        }
+    return {
+        "lineage": lineage,
+        "levels": [
+            {
+                "level": i,
+                "steps": k,
+                "graph": 0,
+                "parity_max_abs": max(r["max_abs_diff"] for r in report if r["steps"] == k),
+            }
+            for i, k in enumerate(steps)
+        ],
+    }
 
 
 def parity(ckpt, model_dir, n_obs: int = PARITY_OBS, seed: int = 0) -> list[dict]:
     """Per level and observation: max |FlowRunner chunk - LeRobot chunk| (action units)."""
     from rtinfer.inference.flow_runner import FlowRunner
     from rtinfer.model.flow_model import FlowModelDir
+
     ex = exporter(ckpt.kind)
     model = FlowModelDir.load(model_dir)
     runner = FlowRunner(model, clip=False)
@@ -115,6 +155,12 @@ def parity(ckpt, model_dir, n_obs: int = PARITY_OBS, seed: int = 0) -> list[dict
         for lv in model.levels:
             ours = runner.run(feeds, lv["level"], noise=noise).copy()
             ref = ex.reference(ckpt, obs, noise, lv["steps"])[:h]
-            out.append({"level": lv["level"], "steps": lv["steps"], "obs": n,
-                        "max_abs_diff": float(np.abs(ours - ref).max())})
+            out.append(
+                {
+                    "level": lv["level"],
+                    "steps": lv["steps"],
+                    "obs": n,
+                    "max_abs_diff": float(np.abs(ours - ref).max()),
+                }
+            )
     return out

@@ -14,6 +14,7 @@ step.onnx (K times): those outputs + `x_t` float32 [1, chunk_size, max_action_di
 The action affine un-normalises x[:, :D] with the checkpoint's statistics (D = the action
 feature's size; the padded columns are not served).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -34,12 +35,22 @@ def check(ckpt) -> None:
     """Refuse the settings whose LeRobot code path the graphs do not follow."""
     cfg = ckpt.policy.config
     for bad, what in (
-            (not cfg.use_cache, "use_cache is false; the step graph reads the prefix's KV "
-                                "cache: set \"use_cache\": true in config.json (same weights)"),
-            (cfg.empty_cameras, f"empty_cameras {cfg.empty_cameras} is not packaged; send those "
-                                f"views as real cameras, or set it to 0"),
-            (cfg.adapt_to_pi_aloha, "adapt_to_pi_aloha is not packaged; convert the state and "
-                                    "actions on the robot side and set it false")):
+        (
+            not cfg.use_cache,
+            "use_cache is false; the step graph reads the prefix's KV "
+            'cache: set "use_cache": true in config.json (same weights)',
+        ),
+        (
+            cfg.empty_cameras,
+            f"empty_cameras {cfg.empty_cameras} is not packaged; send those "
+            f"views as real cameras, or set it to 0",
+        ),
+        (
+            cfg.adapt_to_pi_aloha,
+            "adapt_to_pi_aloha is not packaged; convert the state and "
+            "actions on the robot side and set it false",
+        ),
+    ):
         if bad:
             raise SmolVLAPackageError(f"{ckpt.path}: {what}")
 
@@ -53,12 +64,23 @@ def obs_spec(ckpt) -> dict:
     inputs = []
     for key, ft in cfg.image_features.items():
         c, h, w = ft.shape
-        inputs.append({"key": camera_name(key), "kind": "image", "dtype": "uint8",
-                       "shape": [h, w, c], "camera": camera_name(key)})
+        inputs.append(
+            {
+                "key": camera_name(key),
+                "kind": "image",
+                "dtype": "uint8",
+                "shape": [h, w, c],
+                "camera": camera_name(key),
+            }
+        )
     inputs.append({"key": "state", "dtype": "float32", "shape": [cfg.robot_state_feature.shape[0]]})
     inputs.append({"key": TOKENS, "dtype": "int32", "shape": [cfg.tokenizer_max_length]})
-    return {"format": "rtinfer-obs-spec", "version": 1, "normalisation": "in the graph",
-            "inputs": inputs}
+    return {
+        "format": "rtinfer-obs-spec",
+        "version": 1,
+        "normalisation": "in the graph",
+        "inputs": inputs,
+    }
 
 
 def tokenizer(ckpt):
@@ -74,8 +96,13 @@ def tokenize(ckpt, task: str) -> np.ndarray:
     """`task` as the prefix graph's `task_tokens` [L]: what LeRobot's preprocessor feeds."""
     tok = tokenizer(ckpt)
     text = task if task.endswith("\n") else task + "\n"
-    ids = tok(text, padding="max_length", padding_side="right", truncation=True,
-              max_length=ckpt.policy.config.tokenizer_max_length)["input_ids"]
+    ids = tok(
+        text,
+        padding="max_length",
+        padding_side="right",
+        truncation=True,
+        max_length=ckpt.policy.config.tokenizer_max_length,
+    )["input_ids"]
     return np.asarray(ids, np.int32)
 
 
@@ -84,6 +111,7 @@ def modules(ckpt):
     import torch
     from lerobot.policies.smolvla.modeling_smolvla import make_att_2d_masks
     from lerobot.utils.constants import OBS_STATE
+
     policy, model = ckpt.policy, ckpt.policy.model
     cfg = policy.config
     cams = list(cfg.image_features)
@@ -97,20 +125,25 @@ def modules(ckpt):
             self.policy = policy
 
         def forward(self, *inputs):
-            frames, state, tokens = inputs[:len(cams)], inputs[len(cams)], inputs[-1]
+            frames, state, tokens = inputs[: len(cams)], inputs[len(cams)], inputs[-1]
             batch = {k: f.permute(0, 3, 1, 2).float() / 255.0 for k, f in zip(cams, frames)}
             images, img_masks = policy.prepare_images(batch)
             state = ckpt.normalise(OBS_STATE, state)
             state = policy.prepare_state({OBS_STATE: state})
             tokens = tokens.long()
-            embs, pad_masks, att_masks = model.embed_prefix(images, img_masks, tokens,
-                                                            tokens != pad, state=state)
+            embs, pad_masks, att_masks = model.embed_prefix(
+                images, img_masks, tokens, tokens != pad, state=state
+            )
             att_2d = make_att_2d_masks(pad_masks, att_masks)
             pos = torch.cumsum(pad_masks, dim=1) - 1
-            _, kv = model.vlm_with_expert.forward(attention_mask=att_2d, position_ids=pos,
-                                                  past_key_values=None,
-                                                  inputs_embeds=[embs, None],
-                                                  use_cache=True, fill_kv_cache=True)
+            _, kv = model.vlm_with_expert.forward(
+                attention_mask=att_2d,
+                position_ids=pos,
+                past_key_values=None,
+                inputs_embeds=[embs, None],
+                use_cache=True,
+                fill_kv_cache=True,
+            )
             out = [pad_masks]
             for i in range(n_layers):
                 out += [kv[i]["key_states"], kv[i]["value_states"]]
@@ -123,8 +156,10 @@ def modules(ckpt):
 
         def forward(self, prefix_mask, *rest):
             kvs, x_t, t = rest[:-2], rest[-2], rest[-1]
-            past = {i: {"key_states": kvs[2 * i], "value_states": kvs[2 * i + 1]}
-                    for i in range(n_layers)}
+            past = {
+                i: {"key_states": kvs[2 * i], "value_states": kvs[2 * i + 1]}
+                for i in range(n_layers)
+            }
             return model.denoise_step(prefix_mask, past, x_t, t)
 
     return Prefix().eval(), Step().eval(), names
@@ -174,6 +209,7 @@ def bool_counts_as_int64():
     """torch sums a bool tensor (cumsum, sum) in int64; the ONNX exporter emits the op on the
     bool itself, which ONNX Runtime refuses. Cast first, as torch does, while exporting."""
     import torch
+
     cumsum, tsum = torch.cumsum, torch.sum
 
     def _cast(x):
@@ -190,6 +226,7 @@ def bool_counts_as_int64():
 def export(ckpt, out_dir) -> dict:
     """Write prefix.onnx and step.onnx into `out_dir`; returns what package_flow needs."""
     import torch
+
     check(ckpt)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -200,26 +237,44 @@ def export(ckpt, out_dir) -> dict:
     args = tuple(torch.from_numpy(obs[k])[None] for k in keys)
     with torch.no_grad(), static_vision_positions(ckpt, prefix, args), bool_counts_as_int64():
         outs = prefix(*args)
-        torch.onnx.export(prefix, args, str(out_dir / "prefix.onnx"), input_names=keys,
-                          output_names=names, opset_version=OPSET, dynamo=False)
+        torch.onnx.export(
+            prefix,
+            args,
+            str(out_dir / "prefix.onnx"),
+            input_names=keys,
+            output_names=names,
+            opset_version=OPSET,
+            dynamo=False,
+        )
         cfg = ckpt.policy.config
         x_t = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
         t = torch.ones(1)
-        torch.onnx.export(step, (*outs, x_t, t), str(out_dir / "step.onnx"),
-                          input_names=[*names, "x_t", "t"], output_names=["v"],
-                          opset_version=OPSET, dynamo=False)
-    return {"prefix": out_dir / "prefix.onnx", "steps": [out_dir / "step.onnx"],
-            "obs_spec": spec, "integrator": "euler",
-            "noise_shape": (1, cfg.chunk_size, cfg.max_action_dim),
-            "action_dim": cfg.action_feature.shape[0], "default_steps": cfg.num_steps}
+        torch.onnx.export(
+            step,
+            (*outs, x_t, t),
+            str(out_dir / "step.onnx"),
+            input_names=[*names, "x_t", "t"],
+            output_names=["v"],
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    return {
+        "prefix": out_dir / "prefix.onnx",
+        "steps": [out_dir / "step.onnx"],
+        "obs_spec": spec,
+        "integrator": "euler",
+        "noise_shape": (1, cfg.chunk_size, cfg.max_action_dim),
+        "action_dim": cfg.action_feature.shape[0],
+        "default_steps": cfg.num_steps,
+    }
 
 
-def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int,
-              task: str = TASK):
+def reference(ckpt, obs: dict[str, np.ndarray], noise: np.ndarray, steps: int, task: str = TASK):
     """LeRobot's own chunk: preprocessor -> predict_action_chunk(noise) -> postprocessor,
     with num_steps = `steps`; [chunk_size or n_action_steps, D] float32 physical."""
     import torch
     from lerobot.utils.constants import OBS_STATE
+
     policy, cfg = ckpt.policy, ckpt.policy.config
     raw = {OBS_STATE: torch.from_numpy(obs["state"]), "task": task}
     for key in cfg.image_features:

@@ -6,6 +6,7 @@ batch-1 decode step cannot beat on this host. `make_random_model` exports a rand
 weight model of a named size (needs the train extra: torch, onnx; imports `models`
 lazily, like the torch backend).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def weight_bytes(model_dir) -> int:
     d = Path(model_dir)
     man = json.loads((d / "graphs.json").read_text())
     full = man["config"]["n_layer"]
-    g = next(g for g in man["graphs"] if g["depth"] == full and g["k"] == 1
-             and g["dtype"] == "float32")
+    g = next(
+        g for g in man["graphs"] if g["depth"] == full and g["k"] == 1 and g["dtype"] == "float32"
+    )
     here = Path(g["file"]).parent  # the shared file beside this graph, not the fp16 one
     shared = [name for name in man.get("weights", {}) if Path(name).parent == here]
     return (d / g["file"]).stat().st_size + sum((d / name).stat().st_size for name in shared)
@@ -56,6 +58,7 @@ def make_random_model(size: str, out_dir) -> Path:
     from models.export import export_all
     from models.policy import Policy
     from rtinfer.model.action_tokens import TokenizerConfig
+
     out = Path(out_dir)
     vocab = Vocab(n_instr=3, n_obs_bins=256, n_action_bins=256)
     cfg = getattr(PolicyConfig, size)(vocab.size)
@@ -64,10 +67,13 @@ def make_random_model(size: str, out_dir) -> Path:
     export_all(model, cfg, out, k_verify=8, prefix_len=[4, 28], vocab=vocab, fp16=False)
     checkpoint.save(out / "policy", model, vocab)
     TokenizerConfig(low=(-1.0,) * 4, high=(1.0,) * 4).save(out / "tokenizer.json")
-    spec = {"format": "rtinfer-obs-tokens", "version": 1, "bins": 256,
-            "fields": [{"key": "state", "slice": [0, 27], "kind": "uniform",
-                        "low": -1.0, "high": 1.0}],
-            "instruction": {"key": "instruction", "length": 3, "classes": 3}}
+    spec = {
+        "format": "rtinfer-obs-tokens",
+        "version": 1,
+        "bins": 256,
+        "fields": [{"key": "state", "slice": [0, 27], "kind": "uniform", "low": -1.0, "high": 1.0}],
+        "instruction": {"key": "instruction", "length": 3, "classes": 3},
+    }
     (out / "obs_tokens.json").write_text(json.dumps(spec))
     return out
 
@@ -85,8 +91,7 @@ def _time_steps(be, steps: int, k: int) -> dict:
     return {"p50_us": p["p50"], "p99_us": p["p99"]}
 
 
-def run(model_dirs: dict, backends=("onnx", "torch"), steps: int = 200,
-        threads: int = 1) -> dict:
+def run(model_dirs: dict, backends=("onnx", "torch"), steps: int = 200, threads: int = 1) -> dict:
     """model_dirs: {size name: model dir}. Per size and backend: k=1 decode-step and
     verify-step p50/p99 (us); per size: weight bytes and the bandwidth floor (us)."""
     bw = copy_bandwidth_gbs()
@@ -102,10 +107,13 @@ def run(model_dirs: dict, backends=("onnx", "torch"), steps: int = 200,
                 row["backends"][name] = {"skipped": str(e)[:200]}
                 continue
             k_verify = Decoder(be).k_verify
-            row["backends"][name] = {"decode": _time_steps(be, steps, 1),
-                                     "verify": {**_time_steps(be, steps, k_verify), "k": k_verify}}
-            row["backends"][name]["decode_over_floor"] = \
-                row["backends"][name]["decode"]["p50_us"] / max(row["floor_us"], 1e-9)
+            row["backends"][name] = {
+                "decode": _time_steps(be, steps, 1),
+                "verify": {**_time_steps(be, steps, k_verify), "k": k_verify},
+            }
+            row["backends"][name]["decode_over_floor"] = row["backends"][name]["decode"][
+                "p50_us"
+            ] / max(row["floor_us"], 1e-9)
         out["sizes"][size] = row
     return out
 
@@ -116,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     p = parser("backend", main.__doc__)
     p.add_argument("--model", default=DEFAULT_MODEL, help="the demo-size model directory")
     p.add_argument("--steps", type=int, default=100, help="steps timed per graph")
-    p.add_argument("--sizes", nargs="+", default=["demo"], choices=["demo", "bench"],
-                   help="bench: also a random-weight bench-size model (~350 MB per graph)")
+    p.add_argument(
+        "--sizes",
+        nargs="+",
+        default=["demo"],
+        choices=["demo", "bench"],
+        help="bench: also a random-weight bench-size model (~350 MB per graph)",
+    )
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {"demo": a.model} if "demo" in a.sizes else {}

@@ -12,6 +12,7 @@ flooded), so the figures are latency, not queueing. Every received frame is chec
 the bytes sent (JPEG: its shape and mean error). The 1-minute load average is reported
 beside each shape, since a loaded host moves these numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,7 @@ from rtinfer.realtime.hist import LatencyHistogram
 
 SHAPES = ((96, 96, 3), (224, 224, 3), (480, 640, 3))
 RATE_HZ = 60.0  # frames per second per block, above a camera's 15-30 Hz
-WARMUP = 10     # frames per block not counted: connection set-up, first-touch page faults
+WARMUP = 10  # frames per block not counted: connection set-up, first-touch page faults
 TARGET = {"shape": "224x224x3", "same_host_p50_us": 500.0}  # a frame within 0.5 ms p50
 SAME_HOST = ("bus_ipc", "bus_shm", "zmq_copy_ipc", "iceoryx2")
 
@@ -50,8 +51,11 @@ def shape_name(shape) -> str:
 
 def available(path: str) -> str | None:
     """None if the path can run here, else why not."""
-    module, extra = {"iceoryx2": ("iceoryx2", "bench"), "bus_shm": ("iceoryx2", "shm"),
-                     "jpeg_tcp": ("simplejpeg", "bench")}.get(path, (None, None))
+    module, extra = {
+        "iceoryx2": ("iceoryx2", "bench"),
+        "bus_shm": ("iceoryx2", "shm"),
+        "jpeg_tcp": ("simplejpeg", "bench"),
+    }.get(path, (None, None))
     if module is None:
         return None
     try:
@@ -115,21 +119,47 @@ def _receive(path: str, endpoint: str, shape, count: int, ready: str) -> dict:
             inexact += not np.array_equal(arr, want)
         else:
             err.append(float(np.abs(arr.astype(np.int16) - want).mean()))
-    return {"lat_ns": lat, "decode_ns": dec, "seqs": seqs, "bad_shape": bad_shape,
-            "inexact": inexact, "mean_abs_err": err, "shape": list(shape)}
+    return {
+        "lat_ns": lat,
+        "decode_ns": dec,
+        "seqs": seqs,
+        "bad_shape": bad_shape,
+        "inexact": inexact,
+        "mean_abs_err": err,
+        "shape": list(shape),
+    }
 
 
 def _one_block(path: str, shape, count: int, tmp: str, block: int, pool) -> tuple[dict, list]:
     endpoint = _endpoint(path, tmp, block)
     ready, out = os.path.join(tmp, f"ready-{block}"), os.path.join(tmp, f"out-{block}.json")
-    sub = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.camera", "--role", "receiver",
-                            "--path", path, "--endpoint", endpoint, "--count", str(count),
-                            "--shape", ",".join(map(str, shape)), "--ready", ready, "--out", out])
+    sub = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.bench.camera",
+            "--role",
+            "receiver",
+            "--path",
+            path,
+            "--endpoint",
+            endpoint,
+            "--count",
+            str(count),
+            "--shape",
+            ",".join(map(str, shape)),
+            "--ready",
+            ready,
+            "--out",
+            out,
+        ]
+    )
     try:
         while not os.path.exists(ready):
             if sub.poll() is not None:
-                raise RuntimeError(f"camera bench receiver ({path}) exited early "
-                                   f"({sub.returncode})")
+                raise RuntimeError(
+                    f"camera bench receiver ({path}) exited early ({sub.returncode})"
+                )
             time.sleep(0.01)
         enc = _send_block(path, endpoint, shape, count, pool)
         sub.wait(timeout=60)
@@ -155,15 +185,19 @@ def _pct(h: LatencyHistogram) -> dict:
     return {"p50_us": p["p50"], "p99_us": p["p99"], "count": int(p["count"])}
 
 
-def run(frames: int = 300, blocks: int = 3, paths: tuple[str, ...] = PATHS,
-        shapes=SHAPES) -> dict:
+def run(frames: int = 300, blocks: int = 3, paths: tuple[str, ...] = PATHS, shapes=SHAPES) -> dict:
     """Per shape, the paths and the memcpy baseline alternate in blocks (A B C M A B C M ...);
     percentiles in us, counts of frames received and checked."""
     paths = tuple(p for p in paths if available(p) is None)
-    result: dict = {"frames_per_path": frames, "blocks": blocks, "rate_hz": RATE_HZ,
-                    "paths": list(paths), "skipped": {p: available(p) for p in PATHS
-                                                       if available(p) is not None},
-                    "cpus": os.cpu_count(), "shapes": {}}
+    result: dict = {
+        "frames_per_path": frames,
+        "blocks": blocks,
+        "rate_hz": RATE_HZ,
+        "paths": list(paths),
+        "skipped": {p: available(p) for p in PATHS if available(p) is not None},
+        "cpus": os.cpu_count(),
+        "shapes": {},
+    }
     per_block = max(1, frames // blocks)
     with tempfile.TemporaryDirectory() as tmp:
         block = 0
@@ -171,8 +205,16 @@ def run(frames: int = 300, blocks: int = 3, paths: tuple[str, ...] = PATHS,
             pool = frame_pool(shape)
             load_before = os.getloadavg()[0]
             hists = {p: LatencyHistogram() for p in ("memcpy", *paths)}
-            extra = {p: {"sent": 0, "received": 0, "bad_shape": 0, "out_of_order": 0,
-                         **({"inexact": 0} if p in LOSSLESS else {})} for p in paths}
+            extra = {
+                p: {
+                    "sent": 0,
+                    "received": 0,
+                    "bad_shape": 0,
+                    "out_of_order": 0,
+                    **({"inexact": 0} if p in LOSSLESS else {}),
+                }
+                for p in paths
+            }
             enc_h, dec_h, errs = LatencyHistogram(), LatencyHistogram(), []
             for _ in range(blocks):
                 for path in paths:
@@ -194,21 +236,29 @@ def run(frames: int = 300, blocks: int = 3, paths: tuple[str, ...] = PATHS,
                             dec_h.record(int(v))
                         errs += got["mean_abs_err"]
                 _memcpy_block(pool[0], per_block, hists["memcpy"])
-            row = {"bytes": int(np.prod(shape)), "load_1min_before": round(load_before, 2),
-                   "load_1min_after": round(os.getloadavg()[0], 2),
-                   "memcpy": _pct(hists["memcpy"])}
+            row = {
+                "bytes": int(np.prod(shape)),
+                "load_1min_before": round(load_before, 2),
+                "load_1min_after": round(os.getloadavg()[0], 2),
+                "memcpy": _pct(hists["memcpy"]),
+            }
             base = max(row["memcpy"]["p50_us"], 1e-3)
             for path in paths:
-                row[path] = {**_pct(hists[path]), **extra[path],
-                             "ratio_p50_vs_memcpy": round(hists[path].percentiles_us()["p50"]
-                                                          / base, 1)}
+                row[path] = {
+                    **_pct(hists[path]),
+                    **extra[path],
+                    "ratio_p50_vs_memcpy": round(hists[path].percentiles_us()["p50"] / base, 1),
+                }
             if "jpeg_tcp" in paths:
                 e, d = enc_h.percentiles_us(), dec_h.percentiles_us()
-                row["jpeg_tcp"].update(encode_p50_us=e["p50"], encode_p99_us=e["p99"],
-                                       decode_p50_us=d["p50"], decode_p99_us=d["p99"],
-                                       quality=JPEG_QUALITY,
-                                       mean_abs_err=round(float(np.mean(errs)), 2)
-                                       if errs else None)
+                row["jpeg_tcp"].update(
+                    encode_p50_us=e["p50"],
+                    encode_p99_us=e["p99"],
+                    decode_p50_us=d["p50"],
+                    decode_p99_us=d["p99"],
+                    quality=JPEG_QUALITY,
+                    mean_abs_err=round(float(np.mean(errs)), 2) if errs else None,
+                )
             result["shapes"][shape_name(shape)] = row
     result["target"] = _target(result)
     return result
@@ -220,8 +270,12 @@ def _target(result: dict) -> dict:
     if not same:
         return {**TARGET, "best": None, "met": None}
     best = min(same, key=lambda p: row[p]["p50_us"])
-    return {**TARGET, "best": best, "best_p50_us": row[best]["p50_us"],
-            "met": row[best]["p50_us"] <= TARGET["same_host_p50_us"]}
+    return {
+        **TARGET,
+        "best": best,
+        "best_p50_us": row[best]["p50_us"],
+        "met": row[best]["p50_us"] <= TARGET["same_host_p50_us"],
+    }
 
 
 def _receiver_main() -> None:
@@ -246,10 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     p = parser("camera", main.__doc__)
     p.add_argument("--frames", type=int, default=300, help="frames per path and shape")
     p.add_argument("--blocks", type=int, default=3, help="interleaved blocks per path and shape")
-    p.add_argument("--quick", action="store_true", help="20 frames per path in one block: "
-                   "checks that every path works, too few frames for its percentiles")
-    p.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of "
-                   + ", ".join(PATHS))
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="20 frames per path in one block: "
+        "checks that every path works, too few frames for its percentiles",
+    )
+    p.add_argument(
+        "--paths", default=",".join(PATHS), help="comma-separated subset of " + ", ".join(PATHS)
+    )
     a = p.parse_args(argv)
     paths = tuple(s for s in a.paths.split(",") if s)
     unknown = sorted(set(paths) - set(PATHS))

@@ -14,6 +14,7 @@ bytes, or None. decode_ns is the JPEG decode's share (0 elsewhere).
   bus_tcp      rtinfer's bus over tcp loopback, as bus_ipc
   jpeg_tcp     libjpeg-turbo (simplejpeg) encode, rtinfer's bus over tcp, decode
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -48,7 +49,7 @@ def frame_pool(shape: tuple[int, int, int]) -> list[np.ndarray]:
         for k, colour in enumerate(((220, 50, 40), (50, 180, 60), (50, 90, 230))):
             x0 = int((0.1 + 0.25 * k + 0.03 * i) * w) % max(1, w - w // 8)
             y0 = int(0.4 * h)
-            img[y0:y0 + h // 8, x0:x0 + w // 8] = colour
+            img[y0 : y0 + h // 8, x0 : x0 + w // 8] = colour
         img += rng.normal(0, 3, img.shape)
         out.append(np.clip(img, 0, 255).astype(np.uint8))
     return out
@@ -68,6 +69,7 @@ def _zmq(kind: int, endpoint: str, bind: bool) -> zmq.Socket:
 class BusSender:
     def __init__(self, endpoint: str, jpeg: bool = False):
         from rtinfer.transport.bus import Publisher
+
         # oob_bytes=1024: even a 96x96 frame (27 KiB) travels as its own frame, not inline.
         self.pub = Publisher(endpoint, "bench", bind=False, oob_bytes=1024, hwm=100)
         self.jpeg = jpeg
@@ -76,10 +78,13 @@ class BusSender:
         enc = 0
         if self.jpeg:
             import simplejpeg
+
             data = simplejpeg.encode_jpeg(frame, quality=JPEG_QUALITY, colorspace="RGB")
             enc = time.monotonic_ns() - capture_ns
-            body = {"values": {CAMERA + "_jpeg": np.frombuffer(data, np.uint8)},
-                    "ints": {"seq": seq}}
+            body = {
+                "values": {CAMERA + "_jpeg": np.frombuffer(data, np.uint8)},
+                "ints": {"seq": seq},
+            }
         else:
             body = {"values": {CAMERA: frame}, "ints": {"seq": seq}}
         self.pub.publish(TOPIC, body, {"capture": capture_ns})
@@ -105,6 +110,7 @@ class ZmqCopySender:
 class IceoryxSender:
     def __init__(self, service: str, nbytes: int):
         import iceoryx2 as iox2
+
         self.node = _iox_node(iox2)
         pubsub, event = _iox_services(iox2, self.node, service)
         self.pub = pubsub.publisher_builder().initial_max_slice_len(nbytes + _HEAD.size).create()
@@ -131,9 +137,13 @@ def _iox_node(iox2):
 
 
 def _iox_services(iox2, node, service: str):
-    pubsub = (node.service_builder(iox2.ServiceName.new(service))
-              .publish_subscribe(iox2.Slice[ctypes.c_uint8])
-              .subscriber_max_buffer_size(4).history_size(0).open_or_create())
+    pubsub = (
+        node.service_builder(iox2.ServiceName.new(service))
+        .publish_subscribe(iox2.Slice[ctypes.c_uint8])
+        .subscriber_max_buffer_size(4)
+        .history_size(0)
+        .open_or_create()
+    )
     event = node.service_builder(iox2.ServiceName.new(service + "/ev")).event().open_or_create()
     return pubsub, event
 
@@ -150,6 +160,7 @@ def make_sender(path: str, endpoint: str, nbytes: int):
 class BusReceiver:
     def __init__(self, endpoint: str, shape, jpeg: bool = False):
         from rtinfer.transport.bus import Subscriber
+
         self.sub = Subscriber(endpoint, [TOPIC], bind=True, hwm=100)
         self.jpeg = jpeg
 
@@ -160,6 +171,7 @@ class BusReceiver:
         values, dec = env.body["values"], 0
         if self.jpeg:
             import simplejpeg
+
             t = time.monotonic_ns()
             arr = simplejpeg.decode_jpeg(values[CAMERA + "_jpeg"], colorspace="RGB")
             dec = time.monotonic_ns() - t
@@ -183,6 +195,7 @@ class ZmqCopyReceiver:
 class IceoryxReceiver:
     def __init__(self, service: str, shape):
         import iceoryx2 as iox2
+
         self.iox2 = iox2
         self.node = _iox_node(iox2)
         pubsub, event = _iox_services(iox2, self.node, service)

@@ -15,6 +15,7 @@ holds the k=1 step and the k_verify verify, timed interleaved after the chunks, 
 machine's bandwidth and compute floors measured in the same run (rtinfer.bench.scale_floors),
 and `in_chunk_step_ms`: plain greedy's decode phase over its steps.
 """
+
 from __future__ import annotations
 
 import sys
@@ -66,13 +67,21 @@ def prefix_stream(md, cycles: int, seed: int, stream=None):
         yield build_prefix(md.vocab, instr, obs)
 
 
-COUNTS = ("verifies", "accepted", "target_passes", "plain_steps", "draft_passes", "passes",
-          "rows")
+COUNTS = ("verifies", "accepted", "target_passes", "plain_steps", "draft_passes", "passes", "rows")
 
 
-def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_length: int = 10,
-        pace_ms: float = 0.0, stream=None, draft_model=None, plan_drafter=None,
-        **opts) -> dict:
+def run(
+    model_dir,
+    cycles: int = 50,
+    backend: str = "onnx",
+    seed: int = 0,
+    run_length: int = 10,
+    pace_ms: float = 0.0,
+    stream=None,
+    draft_model=None,
+    plan_drafter=None,
+    **opts,
+) -> dict:
     """Returns plain/spec tokens per second (decode phase, prefill excluded), the speedup
     of the best drafter, its mean accepted drafts per verify, `identical` (all drafters
     reproduced plain greedy), and per-drafter figures under `drafters` (see `measure`).
@@ -82,8 +91,10 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
     be = get_backend(backend).load(model_dir, **opts)
     md, v = be.model, be.model.vocab
     h, d = md.tokenizer.horizon, md.tokenizer.dim
-    drafters: dict = {"self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
-                      "chunk": ChunkReuseDrafter(h, d)}
+    drafters: dict = {
+        "self": EarlyExitDrafter(min(be.depths), v.action_start, v.action_stop),
+        "chunk": ChunkReuseDrafter(h, d),
+    }
     if plan_drafter is not None:
         drafters["plan"] = PlanDrafter(ChunkReuseDrafter(h, d), PlanMLP.load(plan_drafter), v)
     if draft_model is not None:
@@ -91,25 +102,48 @@ def run(model_dir, cycles: int = 50, backend: str = "onnx", seed: int = 0, run_l
         drafters["model"].check_target(md)
     prefixes = list(prefix_stream(md, cycles, seed, stream))
     m = measure(be, drafters, prefixes, run_length, pace_ms)
-    per = {name: {k: m[name][k] for k in ("tokens_per_s", "speedup", "cpu_speedup",
-                                          "mean_accepted_per_verify",
-                                          "tokens_per_target_pass", "acceptance", "identical")}
-           for name in drafters}
+    per = {
+        name: {
+            k: m[name][k]
+            for k in (
+                "tokens_per_s",
+                "speedup",
+                "cpu_speedup",
+                "mean_accepted_per_verify",
+                "tokens_per_target_pass",
+                "acceptance",
+                "identical",
+            )
+        }
+        for name in drafters
+    }
     best = max(per, key=lambda k: per[k]["tokens_per_s"])
-    return {"floors": machine_floors(be, opts.get("precision", "fp32"),
-                                     m["plain"]["decode_ns"].sum() / len(prefixes)
-                                     / (md.chunk_tokens - 1) / 1e6)
-            if backend == "onnx" and opts.get("precision", "fp32") in ("fp32", "int8", "int4")
-            else None,
-            "backend": backend, "cycles": len(prefixes), "chunk_tokens": md.chunk_tokens,
-            "best_drafter": best,
-            "stream": str(stream) if stream else
-            "recorded" if (md.path / "stream.npz").exists() else "synthetic",
-            "run_length": run_length, "pace_ms": pace_ms,
-            "plain_tokens_per_s": m["plain"]["tokens_per_s"],
-            "spec_tokens_per_s": per[best]["tokens_per_s"], "speedup": per[best]["speedup"],
-            "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
-            "identical": all(p["identical"] for p in per.values()), "drafters": per}
+    return {
+        "floors": machine_floors(
+            be,
+            opts.get("precision", "fp32"),
+            m["plain"]["decode_ns"].sum() / len(prefixes) / (md.chunk_tokens - 1) / 1e6,
+        )
+        if backend == "onnx" and opts.get("precision", "fp32") in ("fp32", "int8", "int4")
+        else None,
+        "backend": backend,
+        "cycles": len(prefixes),
+        "chunk_tokens": md.chunk_tokens,
+        "best_drafter": best,
+        "stream": str(stream)
+        if stream
+        else "recorded"
+        if (md.path / "stream.npz").exists()
+        else "synthetic",
+        "run_length": run_length,
+        "pace_ms": pace_ms,
+        "plain_tokens_per_s": m["plain"]["tokens_per_s"],
+        "spec_tokens_per_s": per[best]["tokens_per_s"],
+        "speedup": per[best]["speedup"],
+        "mean_accepted_per_verify": per[best]["mean_accepted_per_verify"],
+        "identical": all(p["identical"] for p in per.values()),
+        "drafters": per,
+    }
 
 
 def machine_floors(be, precision: str, in_chunk_step_ms: float, steps: int = 100) -> dict:
@@ -118,17 +152,33 @@ def machine_floors(be, precision: str, in_chunk_step_ms: float, steps: int = 100
     md, k = be.model, Decoder(be).k_verify
     bandwidth, gflops = copy_bandwidth_gbs(), matmul_gflops((precision,))[precision]
     times = stage_times(be, {"step": 1, "verify": k}, steps)
-    return {"copy_bandwidth_gbs": bandwidth, "matmul_gflops": gflops,
-            "weight_bytes": precision_bytes(md.path, precision),
-            "in_chunk_step_ms": in_chunk_step_ms, "steps": steps,
-            "stages": floors(md.config, precision_bytes(md.path, precision), bandwidth, gflops,
-                             {s: t[0] for s, t in times.items()}, {"step": 1, "verify": k},
-                             {s: t[2] for s, t in times.items()}),
-            "verify_over_step": times["verify"][0] / times["step"][0]}
+    return {
+        "copy_bandwidth_gbs": bandwidth,
+        "matmul_gflops": gflops,
+        "weight_bytes": precision_bytes(md.path, precision),
+        "in_chunk_step_ms": in_chunk_step_ms,
+        "steps": steps,
+        "stages": floors(
+            md.config,
+            precision_bytes(md.path, precision),
+            bandwidth,
+            gflops,
+            {s: t[0] for s, t in times.items()},
+            {"step": 1, "verify": k},
+            {s: t[2] for s, t in times.items()},
+        ),
+        "verify_over_step": times["verify"][0] / times["step"][0],
+    }
 
 
-def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
-            pace_ms: float = 0.0, decoder_opts: dict | None = None) -> dict:
+def measure(
+    be,
+    drafters: dict,
+    prefixes: list,
+    run_length: int = 10,
+    pace_ms: float = 0.0,
+    decoder_opts: dict | None = None,
+) -> dict:
     """Plain greedy and each drafter (name -> Drafter) decode every prefix on backend `be`.
 
     The variants take turns in runs of `run_length` consecutive cycles, their order
@@ -158,12 +208,19 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
     decs = {name: Decoder(be, **opts.get(name, {})) for name in ["plain", *drafters]}
     n, period, cycles = md.chunk_tokens, md.tokenizer.period_ns, len(prefixes)
     names = ["plain", *drafters]
-    res = {name: {"outs": np.zeros((cycles, n), np.int64), "decode_ns": np.zeros(cycles),
-                  "decode_cpu_ns": np.zeros(cycles), "prefill_ns": np.zeros(cycles),
-                  "cycles": cycles}
-           | dict.fromkeys(COUNTS, 0) for name in names}
+    res = {
+        name: {
+            "outs": np.zeros((cycles, n), np.int64),
+            "decode_ns": np.zeros(cycles),
+            "decode_cpu_ns": np.zeros(cycles),
+            "prefill_ns": np.zeros(cycles),
+            "cycles": cycles,
+        }
+        | dict.fromkeys(COUNTS, 0)
+        for name in names
+    }
     for r, first in enumerate(range(0, cycles, run_length)):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             d, out, dec = drafters.get(name), res[name], decs[name]
             reuse = getattr(d, "reuse", d)
             for i in range(first, min(first + run_length, cycles)):
@@ -201,18 +258,27 @@ def measure(be, drafters: dict, prefixes: list, run_length: int = 10,
         out["cpu_tokens_per_s"] = tokens / max(out["decode_cpu_ns"].sum() / 1e9, 1e-9)
         if name == "plain":
             continue
-        out.update(speedup=out["tokens_per_s"] / res["plain"]["tokens_per_s"],
-                   cpu_speedup=out["cpu_tokens_per_s"] / res["plain"]["cpu_tokens_per_s"],
-                   identical=bool((out["outs"] == res["plain"]["outs"]).all()),
-                   mean_accepted_per_verify=out["accepted"] / max(out["verifies"], 1),
-                   tokens_per_target_pass=tokens / max(out["target_passes"], 1),
-                   acceptance=drafters[name].acceptance)
+        out.update(
+            speedup=out["tokens_per_s"] / res["plain"]["tokens_per_s"],
+            cpu_speedup=out["cpu_tokens_per_s"] / res["plain"]["cpu_tokens_per_s"],
+            identical=bool((out["outs"] == res["plain"]["outs"]).all()),
+            mean_accepted_per_verify=out["accepted"] / max(out["verifies"], 1),
+            tokens_per_target_pass=tokens / max(out["target_passes"], 1),
+            acceptance=drafters[name].acceptance,
+        )
     return res
 
 
-def precision_run(model_dir, precisions=("fp32", "int8", "int4"), cycles: int = 50,
-                  rounds: int = 5, backend: str = "onnx", seed: int = 0, stream=None,
-                  **opts) -> dict:
+def precision_run(
+    model_dir,
+    precisions=("fp32", "int8", "int4"),
+    cycles: int = 50,
+    rounds: int = 5,
+    backend: str = "onnx",
+    seed: int = 0,
+    stream=None,
+    **opts,
+) -> dict:
     """Plain greedy decode of the same cycles with each precision's graphs, in one run: per
     round every precision decodes all cycles (the order rotating from round to round).
     Per precision: the decode step in us (decode phase / steps; the prefill is not timed)
@@ -228,7 +294,7 @@ def precision_run(model_dir, precisions=("fp32", "int8", "int4"), cycles: int = 
     outs = {p: np.zeros((len(prefixes), n), np.int64) for p in precisions}
     step_ns: dict[str, list[float]] = {p: [] for p in precisions}
     for r in range(rounds):
-        for p in precisions[r % len(precisions):] + precisions[:r % len(precisions)]:
+        for p in precisions[r % len(precisions) :] + precisions[: r % len(precisions)]:
             be, spent = bes[p], 0
             for i, prefix in enumerate(prefixes):
                 be.reset()
@@ -241,15 +307,26 @@ def precision_run(model_dir, precisions=("fp32", "int8", "int4"), cycles: int = 
     per = {}
     for p in precisions:
         ratio = np.array(step_ns[p]) / base
-        per[p] = {"step_us": float(np.median(step_ns[p]) / 1e3),
-                  "ratio": float(np.median(ratio)), "ratio_min": float(ratio.min()),
-                  "ratio_max": float(ratio.max()),
-                  "token_agreement": float((outs[p] == outs[precisions[0]]).mean())}
-    return {"backend": backend, "baseline": precisions[0], "cycles": len(prefixes),
-            "rounds": rounds, "steps_per_round": len(prefixes) * (n - 1),
-            "stream": str(stream) if stream else
-            "recorded" if (md.path / "stream.npz").exists() else "synthetic",
-            "precisions": per}
+        per[p] = {
+            "step_us": float(np.median(step_ns[p]) / 1e3),
+            "ratio": float(np.median(ratio)),
+            "ratio_min": float(ratio.min()),
+            "ratio_max": float(ratio.max()),
+            "token_agreement": float((outs[p] == outs[precisions[0]]).mean()),
+        }
+    return {
+        "backend": backend,
+        "baseline": precisions[0],
+        "cycles": len(prefixes),
+        "rounds": rounds,
+        "steps_per_round": len(prefixes) * (n - 1),
+        "stream": str(stream)
+        if stream
+        else "recorded"
+        if (md.path / "stream.npz").exists()
+        else "synthetic",
+        "precisions": per,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,37 +335,83 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=DEFAULT_MODEL, help="model directory")
     p.add_argument("--cycles", type=int, default=100, help="chunks per variant")
     p.add_argument("--backend", default="onnx")
-    p.add_argument("--run-length", type=int, default=10,
-                   help="consecutive cycles per variant before the next takes its turn")
-    p.add_argument("--stream", default=None,
-                   help="observation stream .npz (default: the model's stream.npz)")
-    p.add_argument("--pace-ms", type=float, default=0.0,
-                   help="idle this long before each cycle, as a node between observations")
-    p.add_argument("--precision", nargs="+", default=None, metavar="P",
-                   help="graph set: fp32, fp16, int8 or int4 (default fp32); several: compare "
-                        "their plain decode steps against the first, in the same run")
-    p.add_argument("--draft-model", default=None, metavar="DIR",
-                   help="also measure this draft model directory as drafter \"model\"")
-    p.add_argument("--plan-drafter", default="auto", metavar="FILE",
-                   help="also measure this plan drafter's weights as drafter \"plan\" (auto: "
-                        "the one distilled from the shipped policy, when --model is it; none)")
-    p.add_argument("--rounds", type=int, default=5,
-                   help="with several precisions: rounds over the cycles per precision")
+    p.add_argument(
+        "--run-length",
+        type=int,
+        default=10,
+        help="consecutive cycles per variant before the next takes its turn",
+    )
+    p.add_argument(
+        "--stream", default=None, help="observation stream .npz (default: the model's stream.npz)"
+    )
+    p.add_argument(
+        "--pace-ms",
+        type=float,
+        default=0.0,
+        help="idle this long before each cycle, as a node between observations",
+    )
+    p.add_argument(
+        "--precision",
+        nargs="+",
+        default=None,
+        metavar="P",
+        help="graph set: fp32, fp16, int8 or int4 (default fp32); several: compare "
+        "their plain decode steps against the first, in the same run",
+    )
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        metavar="DIR",
+        help='also measure this draft model directory as drafter "model"',
+    )
+    p.add_argument(
+        "--plan-drafter",
+        default="auto",
+        metavar="FILE",
+        help='also measure this plan drafter\'s weights as drafter "plan" (auto: '
+        "the one distilled from the shipped policy, when --model is it; none)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="with several precisions: rounds over the cycles per precision",
+    )
     a = p.parse_args(argv)
     if a.precision and len(a.precision) > 1:
-        return emit("decode", precision_run(a.model, tuple(a.precision), cycles=a.cycles,
-                                            rounds=a.rounds, backend=a.backend,
-                                            stream=a.stream), a.json)
+        return emit(
+            "decode",
+            precision_run(
+                a.model,
+                tuple(a.precision),
+                cycles=a.cycles,
+                rounds=a.rounds,
+                backend=a.backend,
+                stream=a.stream,
+            ),
+            a.json,
+        )
     opts = {"precision": a.precision[0]} if a.precision else {}
     plan = a.plan_drafter
     if plan == "auto":
         shipped = Path(a.model).resolve() == Path(DEFAULT_MODEL).resolve()
         shipped = shipped and SHIPPED_PLAN_DRAFTER.exists()
         plan = SHIPPED_PLAN_DRAFTER if shipped else None
-    return emit("decode", run(a.model, cycles=a.cycles, backend=a.backend,
-                              run_length=a.run_length, pace_ms=a.pace_ms, stream=a.stream,
-                              draft_model=a.draft_model,
-                              plan_drafter=None if plan == "none" else plan, **opts), a.json)
+    return emit(
+        "decode",
+        run(
+            a.model,
+            cycles=a.cycles,
+            backend=a.backend,
+            run_length=a.run_length,
+            pace_ms=a.pace_ms,
+            stream=a.stream,
+            draft_model=a.draft_model,
+            plan_drafter=None if plan == "none" else plan,
+            **opts,
+        ),
+        a.json,
+    )
 
 
 if __name__ == "__main__":

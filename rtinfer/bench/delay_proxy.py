@@ -22,6 +22,7 @@ loss 1% duplicate 1% reorder 1%` does the same at the packet level, for every so
 TCP, loss and reordering then show as delay (retransmission), not as lost messages.
 Plaintext only (no CURVE); loopback and ipc endpoints in rtinfer's benchmarks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,22 +52,34 @@ class Faults:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        wrong = [f"{k}={getattr(self, k)}" for k in ("delay_ms", "jitter_ms", "reorder_ms")
-                 if getattr(self, k) < 0]
-        wrong += [f"{k}={getattr(self, k)} is not in [0, 1]" for k in ("drop", "duplicate",
-                                                                      "reorder")
-                  if not 0 <= getattr(self, k) <= 1]
+        wrong = [
+            f"{k}={getattr(self, k)}"
+            for k in ("delay_ms", "jitter_ms", "reorder_ms")
+            if getattr(self, k) < 0
+        ]
+        wrong += [
+            f"{k}={getattr(self, k)} is not in [0, 1]"
+            for k in ("drop", "duplicate", "reorder")
+            if not 0 <= getattr(self, k) <= 1
+        ]
         if wrong:
-            raise ValueError("delay proxy: " + ", ".join(wrong) + " (times >= 0 ms, rates "
-                             "in [0, 1])")
+            raise ValueError(
+                "delay proxy: " + ", ".join(wrong) + " (times >= 0 ms, rates in [0, 1])"
+            )
 
 
 class DelayProxy:
     """Forwards upstream -> downstream with Faults. Not thread-safe; run() from one thread,
     stop() from anywhere (a signal handler)."""
 
-    def __init__(self, upstream: str, downstream: str, faults: Faults,
-                 topics: list[str] | None = None, ctx: zmq.Context | None = None):
+    def __init__(
+        self,
+        upstream: str,
+        downstream: str,
+        faults: Faults,
+        topics: list[str] | None = None,
+        ctx: zmq.Context | None = None,
+    ):
         self.faults, self.rng = faults, random.Random(faults.seed)
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
@@ -84,8 +97,9 @@ class DelayProxy:
         self._order = 0
         self._stop = False
         self._held_ns: list[int] = []
-        self.counters = dict.fromkeys(("received", "forwarded", "dropped", "duplicated",
-                                       "reordered"), 0)
+        self.counters = dict.fromkeys(
+            ("received", "forwarded", "dropped", "duplicated", "reordered"), 0
+        )
 
     def stop(self) -> None:
         self._stop = True
@@ -138,10 +152,16 @@ class DelayProxy:
 
     def stats(self) -> dict:
         held = sorted(self._held_ns)
-        pct = (lambda q: round(held[min(len(held) - 1, int(q * len(held)))] / 1e6, 3)) \
-            if held else (lambda q: None)
-        return {**self.counters, "held_p50_ms": pct(0.5),
-                "held_max_ms": round(held[-1] / 1e6, 3) if held else None}
+        pct = (
+            (lambda q: round(held[min(len(held) - 1, int(q * len(held)))] / 1e6, 3))
+            if held
+            else (lambda q: None)
+        )
+        return {
+            **self.counters,
+            "held_p50_ms": pct(0.5),
+            "held_max_ms": round(held[-1] / 1e6, 3) if held else None,
+        }
 
     def close(self) -> None:
         self.sub.close()
@@ -155,16 +175,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--upstream", required=True, help="endpoint the sender binds (connect)")
     ap.add_argument("--downstream", required=True, help="endpoint to bind for the receiver")
     ap.add_argument("--topics", nargs="*", default=None, help="topic prefixes (default: all)")
-    for name, default in (("delay-ms", 0.0), ("jitter-ms", 0.0), ("drop", 0.0),
-                          ("duplicate", 0.0), ("reorder", 0.0), ("reorder-ms", 100.0)):
+    for name, default in (
+        ("delay-ms", 0.0),
+        ("jitter-ms", 0.0),
+        ("drop", 0.0),
+        ("duplicate", 0.0),
+        ("reorder", 0.0),
+        ("reorder-ms", 100.0),
+    ):
         ap.add_argument(f"--{name}", type=float, default=default)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--stats", default=None, help="also write the final counters here")
     a = ap.parse_args(argv)
     try:
-        faults = Faults(a.delay_ms, a.jitter_ms, a.drop, a.duplicate, a.reorder,
-                        a.reorder_ms, a.seed)
+        faults = Faults(
+            a.delay_ms, a.jitter_ms, a.drop, a.duplicate, a.reorder, a.reorder_ms, a.seed
+        )
         proxy = DelayProxy(a.upstream, a.downstream, faults, a.topics)
     except (ValueError, zmq.ZMQError) as e:
         say("delay_proxy", str(e))

@@ -1,6 +1,7 @@
 """What a dynamic-compute variant costs and how well it does, from its config and card:
 parameter count, FLOPs of one step graph, lockstep success. Shared by rtinfer bench dynamic's
 row builders (rtinfer.bench.dynamic, rtinfer.bench.dynamic_moe). Pure arithmetic."""
+
 from __future__ import annotations
 
 
@@ -23,6 +24,10 @@ def lockstep_success(card: dict, depth: int) -> dict | None:
     seen = card.get("success", {}).get("seen_instructions", {}).get(str(depth))
     if not seen:
         return None
-    return {"rate": seen["success_rate"], "episodes_objects": seen["spawned"],
-            "per_instruction": {i: r["success_rate"]
-                                for i, r in seen.get("per_instruction", {}).items()}}
+    return {
+        "rate": seen["success_rate"],
+        "episodes_objects": seen["spawned"],
+        "per_instruction": {
+            i: r["success_rate"] for i, r in seen.get("per_instruction", {}).items()
+        },
+    }

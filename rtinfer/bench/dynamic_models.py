@@ -8,6 +8,7 @@
   the stand-in when no distilled draft model ships.
 Both export with models.export and read the model's checkpoint (`<dir>/policy`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ SPEC_FILES = ("tokenizer.json", "obs_tokens.json")
 
 def _checkpoint(model_dir: Path):
     from models import checkpoint
+
     return checkpoint.load(model_dir / "policy")
 
 
@@ -30,6 +32,7 @@ def with_graphs(model_dir, out_dir, graphs) -> Path:
     """out_dir: model_dir's fp32 graph set plus step_d{depth}_k{k}.onnx for each (depth, k)
     in `graphs` it lacks (role "extra": no decoder picks it by role). Returns out_dir."""
     from models.export import _io, export_graph
+
     src, out = Path(model_dir).resolve(), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
@@ -43,12 +46,21 @@ def with_graphs(model_dir, out_dir, graphs) -> Path:
             continue
         ck = ck or _checkpoint(src)
         path = export_graph(ck.model.eval(), depth, k, out / f"step_d{depth}_k{k}.onnx")
-        have.append({"file": path.name, "roles": ["extra"], "depth": depth, "k": k,
-                     "dtype": "float32", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                     **_io(ck.cfg, k, "float32")})
+        have.append(
+            {
+                "file": path.name,
+                "roles": ["extra"],
+                "depth": depth,
+                "k": k,
+                "dtype": "float32",
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                **_io(ck.cfg, k, "float32"),
+            }
+        )
     manifest["graphs"] = have
-    manifest["weights"] = {n: d for n, d in manifest.get("weights", {}).items()
-                           if Path(n).parent == Path(".")}
+    manifest["weights"] = {
+        n: d for n, d in manifest.get("weights", {}).items() if Path(n).parent == Path(".")
+    }
     write_manifest(out, manifest)
     return out
 
@@ -60,18 +72,37 @@ def truncated_draft(model_dir, out_dir, depth: int, k_verify: int = 8) -> Path:
     from models.export import export_all
     from models.policy import Policy
     from rtinfer.model.directory import ModelDir
+
     src, out = Path(model_dir), Path(out_dir)
     md, ck = ModelDir.load(src), _checkpoint(src)
     cfg = dataclasses.replace(ck.cfg, n_layer=depth, exits=(), layer_dropout=0.0)
     draft = Policy(cfg)
-    keep = {n: t for n, t in ck.model.state_dict().items()
-            if not n.startswith("blocks.") or int(n.split(".")[1]) < depth}
+    keep = {
+        n: t
+        for n, t in ck.model.state_dict().items()
+        if not n.startswith("blocks.") or int(n.split(".")[1]) < depth
+    }
     draft.load_state_dict(keep)
-    export_all(draft.eval(), cfg, out, k_verify=k_verify, prefix_len=[md.prefix_len],
-               vocab=ck.vocab, fp16=False)
+    export_all(
+        draft.eval(),
+        cfg,
+        out,
+        k_verify=k_verify,
+        prefix_len=[md.prefix_len],
+        vocab=ck.vocab,
+        fp16=False,
+    )
     for name in SPEC_FILES:
         shutil.copyfile(src / name, out / name)
     checkpoint.save(out / "policy", draft, ck.vocab, {"truncated_from": str(src), "depth": depth})
-    (out / "card.json").write_text(json.dumps({"name": out.name, "params": draft.num_params(),
-                                               "truncated_from": src.name, "depth": depth}))
+    (out / "card.json").write_text(
+        json.dumps(
+            {
+                "name": out.name,
+                "params": draft.num_params(),
+                "truncated_from": src.name,
+                "depth": depth,
+            }
+        )
+    )
     return out

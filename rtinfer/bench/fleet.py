@@ -26,6 +26,7 @@ quality (--no-budget) unless --budget. --cpu-hog N runs N CPU-bound processes be
 arrangement (a Python spin loop each, the k-th pinned to CPU k mod the CPUs this bench may
 use), from before its nodes start until they stop: a neighbour that takes a core.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,14 +70,16 @@ def _wait_ready(procs: list, logs: list[Path], what: str) -> None:
             continue
         if p.poll() is not None or time.monotonic() > end:
             err = log.with_suffix(".err").read_text()[-2000:]
-            raise RuntimeError(f"{what} ({log.stem}) did not get ready (exit {p.returncode}): "
-                               f"{err}")
+            raise RuntimeError(
+                f"{what} ({log.stem}) did not get ready (exit {p.returncode}): {err}"
+            )
         time.sleep(0.05)
 
 
 def _start(cmd: list[str], log: Path, stdin=None) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdin=stdin, stdout=log.open("w"),
-                            stderr=log.with_suffix(".err").open("w"))
+    return subprocess.Popen(
+        cmd, stdin=stdin, stdout=log.open("w"), stderr=log.with_suffix(".err").open("w")
+    )
 
 
 def _stop(procs: list) -> None:
@@ -97,8 +100,9 @@ SPIN = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:
 def cpu_hogs(n: int) -> list[subprocess.Popen]:
     """n CPU-bound processes, the k-th pinned to the k-th CPU this process may use (mod)."""
     cpus = sorted(os.sched_getaffinity(0))
-    return [subprocess.Popen([sys.executable, "-c", SPIN, str(cpus[k % len(cpus)])])
-            for k in range(n)]
+    return [
+        subprocess.Popen([sys.executable, "-c", SPIN, str(cpus[k % len(cpus)])]) for k in range(n)
+    ]
 
 
 def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
@@ -110,8 +114,11 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     node_opts += ["--max-robots", str(a.max_robots)] if a.max_robots else []
     node_opts += [] if arrangement == "batched" else ["--batch", "1"]
     node_opts += ["--address-chunks"] if a.addressed else []
-    plan = [(["--obs", *obs], acts[0], "infer")] if len(acts) == 1 else \
-        [(["--obs", obs[j]], acts[j], f"infer{j}") for j in range(n)]
+    plan = (
+        [(["--obs", *obs], acts[0], "infer")]
+        if len(acts) == 1
+        else [(["--obs", obs[j]], acts[j], f"infer{j}") for j in range(n)]
+    )
     nodes, robots, logs = [], [], []
     hogs = cpu_hogs(a.cpu_hog)
     health = Subscriber(acts, ["health"])
@@ -120,27 +127,69 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     try:
         for obs_args, act, name in plan:
             logs.append(tmp / f"{name}.log")
-            nodes.append(_start([sys.executable, "-m", "rtinfer.inference.node", *node_opts,
-                                 *obs_args, "--actions", act, "--name", name], logs[-1]))
+            nodes.append(
+                _start(
+                    [
+                        sys.executable,
+                        "-m",
+                        "rtinfer.inference.node",
+                        *node_opts,
+                        *obs_args,
+                        "--actions",
+                        act,
+                        "--name",
+                        name,
+                    ],
+                    logs[-1],
+                )
+            )
         _wait_ready(nodes, logs, "inference node")
         rlogs = []
         for i in range(n):
             rlogs.append(tmp / f"r{i}.log")
-            robots.append(_start([
-                sys.executable, "-m", ROBOT, "--name", f"r{i}", "--obs", obs[i],
-                "--actions", acts[i if arrangement == "separate" else 0], "--model", a.model,
-                "--robot", a.robot, "--stream", a.stream, "--offset", str(i * 53),
-                "--rate-hz", str(a.rate_hz), "--phase-ms", f"{phases[i]:.3f}",
-                "--deadline-ms", str(a.deadline_ms), "--out", str(tmp / f"r{i}.npz"),
-                *(["--addressed"] if a.addressed else [])],
-                rlogs[-1], stdin=subprocess.PIPE))
+            robots.append(
+                _start(
+                    [
+                        sys.executable,
+                        "-m",
+                        ROBOT,
+                        "--name",
+                        f"r{i}",
+                        "--obs",
+                        obs[i],
+                        "--actions",
+                        acts[i if arrangement == "separate" else 0],
+                        "--model",
+                        a.model,
+                        "--robot",
+                        a.robot,
+                        "--stream",
+                        a.stream,
+                        "--offset",
+                        str(i * 53),
+                        "--rate-hz",
+                        str(a.rate_hz),
+                        "--phase-ms",
+                        f"{phases[i]:.3f}",
+                        "--deadline-ms",
+                        str(a.deadline_ms),
+                        "--out",
+                        str(tmp / f"r{i}.npz"),
+                        *(["--addressed"] if a.addressed else []),
+                    ],
+                    rlogs[-1],
+                    stdin=subprocess.PIPE,
+                )
+            )
         _wait_ready(robots, rlogs, "bench robot")
         start = now_ns() + 200_000_000
         measure = start + int(a.warmup * 1e9)
         end = measure + int(a.seconds * 1e9)
         for r in robots:
-            r.stdin.write(json.dumps({"start_ns": start, "measure_ns": measure,
-                                      "end_ns": end}).encode() + b"\n")
+            r.stdin.write(
+                json.dumps({"start_ns": start, "measure_ns": measure, "end_ns": end}).encode()
+                + b"\n"
+            )
             r.stdin.close()
         last = {}
         cpu = {}
@@ -163,20 +212,31 @@ def run_point(arrangement: str, n: int, a, tmp: Path) -> dict:
     for i in range(n):
         with np.load(tmp / f"r{i}.npz", allow_pickle=False) as z:
             records.append({k: z[k] for k in z.files})
-    return {"records": records,
-            "node_cpu_s": sum(cpu["end"][0]) - sum(cpu["start"][0]),
-            "robot_cpu_s": sum(cpu["end"][1]) - sum(cpu["start"][1]),
-            **{k: sum(h["counters"].get(k, 0) for h in last.values())
-               for k in ("robots_refused", "robots_admitted_late", "overloads")},
-            "refusals": [line for log in logs for line in
-                         log.with_suffix(".err").read_text().splitlines() if "refused" in line]}
+    return {
+        "records": records,
+        "node_cpu_s": sum(cpu["end"][0]) - sum(cpu["start"][0]),
+        "robot_cpu_s": sum(cpu["end"][1]) - sum(cpu["start"][1]),
+        **{
+            k: sum(h["counters"].get(k, 0) for h in last.values())
+            for k in ("robots_refused", "robots_admitted_late", "overloads")
+        },
+        "refusals": [
+            line
+            for log in logs
+            for line in log.with_suffix(".err").read_text().splitlines()
+            if "refused" in line
+        ],
+    }
 
 
 def run(a) -> dict:
     raws = {}
     for k, n in enumerate(a.robots):
-        order = [x for x in ARRANGEMENTS[k % 3:] + ARRANGEMENTS[:k % 3]  # taking turns
-                 if x in a.arrangements]
+        order = [
+            x
+            for x in ARRANGEMENTS[k % 3 :] + ARRANGEMENTS[: k % 3]  # taking turns
+            if x in a.arrangements
+        ]
         for arrangement in order:
             with tempfile.TemporaryDirectory(prefix="rtinfer-fleet-") as tmp:
                 raws[n, arrangement] = run_point(arrangement, n, a, Path(tmp))
@@ -188,21 +248,35 @@ def run(a) -> dict:
         for arrangement in a.arrangements:
             row[arrangement] = summarise(raws[n, arrangement], greedy, a.seconds)
         rows.append(row)
-    return {"deadline_ms": a.deadline_ms, "rate_hz": a.rate_hz, "seconds": a.seconds,
-            "warmup_s": a.warmup, "model": a.model, "stream": a.stream,
-            "budget": "auto" if a.budget else "fixed full quality", "addressed": a.addressed,
-            "cpu_hog": a.cpu_hog, "load_avg": [round(x, 2) for x in os.getloadavg()],
-            "rows": rows}
+    return {
+        "deadline_ms": a.deadline_ms,
+        "rate_hz": a.rate_hz,
+        "seconds": a.seconds,
+        "warmup_s": a.warmup,
+        "model": a.model,
+        "stream": a.stream,
+        "budget": "auto" if a.budget else "fixed full quality",
+        "addressed": a.addressed,
+        "cpu_hog": a.cpu_hog,
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench fleet`: N robots at 20 Hz on one node, on N nodes (and batched)."""
     p = parser("fleet", main.__doc__)
     p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--stream", default=None, help="recorded obs bodies (.npz; default: "
-                   "the model's obs_stream.npz)")
-    p.add_argument("--robot", default="examples.conveyor_sorting:robot.yaml",
-                   help="robot file the bench robots check chunks against")
+    p.add_argument(
+        "--stream",
+        default=None,
+        help="recorded obs bodies (.npz; default: the model's obs_stream.npz)",
+    )
+    p.add_argument(
+        "--robot",
+        default="examples.conveyor_sorting:robot.yaml",
+        help="robot file the bench robots check chunks against",
+    )
     p.add_argument("--robots", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per point")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
@@ -210,25 +284,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate-hz", type=float, default=20.0, help="observations per robot")
     p.add_argument("--deadline-ms", type=float, default=DEADLINE_MS)
     p.add_argument("--max-robots", type=int, default=None, help="the node's --max-robots")
-    p.add_argument("--budget", action="store_true",
-                   help="let the nodes lower their budget (default: fixed full quality)")
+    p.add_argument(
+        "--budget",
+        action="store_true",
+        help="let the nodes lower their budget (default: fixed full quality)",
+    )
     p.add_argument("--seed", type=int, default=0, help="the robots' phases")
-    p.add_argument("--arrangements", nargs="+", choices=ARRANGEMENTS, default=ARRANGEMENTS,
-                   help="which arrangements to run (default: all three)")
-    p.add_argument("--cpu-hog", type=int, default=0, metavar="N",
-                   help="N CPU-bound processes beside each arrangement, each pinned to a CPU")
-    p.add_argument("--addressed", action=argparse.BooleanOptionalAction, default=True,
-                   help="nodes address each robot's chunks to it and robots take only their "
-                        "own (--address-chunks / --addressed); --no-addressed: every robot "
-                        "receives and checks every robot's chunks")
+    p.add_argument(
+        "--arrangements",
+        nargs="+",
+        choices=ARRANGEMENTS,
+        default=ARRANGEMENTS,
+        help="which arrangements to run (default: all three)",
+    )
+    p.add_argument(
+        "--cpu-hog",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N CPU-bound processes beside each arrangement, each pinned to a CPU",
+    )
+    p.add_argument(
+        "--addressed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="nodes address each robot's chunks to it and robots take only their "
+        "own (--address-chunks / --addressed); --no-addressed: every robot "
+        "receives and checks every robot's chunks",
+    )
     p.add_argument("--plot", default=None, help="write deadline-met against N (PNG)")
     a = p.parse_args(argv)
     if a.quick:
         a.seconds, a.warmup = 3.0, 1.5
     a.stream = a.stream or str(Path(a.model) / STREAM_FILE)
     if not Path(a.stream).is_file():
-        p.error(f"--stream {a.stream}: no such file (record one: python -m "
-                "examples.conveyor_sorting.record_obs_stream --out FILE)")
+        p.error(
+            f"--stream {a.stream}: no such file (record one: python -m "
+            "examples.conveyor_sorting.record_obs_stream --out FILE)"
+        )
     if min(a.robots) < 1:
         p.error("--robots: each fleet size must be at least 1")
     result = run(a)

@@ -1,6 +1,7 @@
 """`rtinfer bench fleet`'s figures, from the bench robots' records (controllers.bench_robot):
 deadline met, e2e, chunks per node CPU second, refused, identical to plain greedy (each
 defined in rtinfer.bench.fleet's module doc), and the plot of deadline met against N."""
+
 from __future__ import annotations
 
 import json
@@ -40,21 +41,28 @@ def summarise(raw: dict, greedy, seconds: float) -> dict:
         "e2e_p50_ms": round(p["p50"] / 1e3, 2) if hist.count else None,
         "e2e_p99_ms": round(p["p99"] / 1e3, 2) if hist.count else None,
         "chunks_per_cpu_s": round(met / raw["node_cpu_s"], 1) if raw["node_cpu_s"] else None,
-        "refused": max(raw["robots_refused"] - raw["robots_admitted_late"],
-                       len(recs) - len(answered)),
+        "refused": max(
+            raw["robots_refused"] - raw["robots_admitted_late"], len(recs) - len(answered)
+        ),
         "identical": round(same / checked, 4) if checked else None,
         "deadline_met_all_robots": round(met / all_cycles, 4) if all_cycles else None,
-        "deadline_met_worst_robot": round(min(per_robot + [0.0] * (len(recs) - len(answered)),
-                                              default=0.0), 4),
-        "cycles": cycles, "chunks_accepted": met, "chunks_checked": checked,
+        "deadline_met_worst_robot": round(
+            min(per_robot + [0.0] * (len(recs) - len(answered)), default=0.0), 4
+        ),
+        "cycles": cycles,
+        "chunks_accepted": met,
+        "chunks_checked": checked,
         "node_cpu_s": round(raw["node_cpu_s"], 2),
         "node_cpu_share": round(raw["node_cpu_s"] / seconds, 3),
         "robot_cpu_s": round(raw["robot_cpu_s"], 2),
-        "robots_answered": len(answered), "robots_admitted_late": raw["robots_admitted_late"],
+        "robots_answered": len(answered),
+        "robots_admitted_late": raw["robots_admitted_late"],
         "overloads": raw.get("overloads", 0),
-        "refused_cycles": all_cycles - cycles, "refusals": raw["refusals"][:3],
-        "robot_rejected": {k: sum(json.loads(str(r["counters"]))[k] for r in recs)
-                           for k in REJECTED},
+        "refused_cycles": all_cycles - cycles,
+        "refusals": raw["refusals"][:3],
+        "robot_rejected": {
+            k: sum(json.loads(str(r["counters"]))[k] for r in recs) for k in REJECTED
+        },
     }
 
 
@@ -79,6 +87,7 @@ class Greedy:
         from rtinfer.inference.budget import default_levels
         from rtinfer.inference.runner import TokenRunner
         from rtinfer.model.chunk_model import load_model
+
         self.md = load_model(self.model)
         self.runner = TokenRunner(self.md, drafter="none", backend_opts={"threads": 1})
         self.level = default_levels(self.md, self.runner.decoder.k_verify)[0]
@@ -88,22 +97,39 @@ class Greedy:
 def plot(result: dict, path: str) -> None:
     """deadline_met against N, one line per arrangement measured."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ns = [r["robots"] for r in result["rows"]]
     for arrangement in (a for a in ARRANGEMENTS if a in result["rows"][0]):
-        line, = ax.plot(ns, [r[arrangement]["deadline_met"] for r in result["rows"]], "o-",
-                        label=f"{arrangement} (admitted robots)")
+        (line,) = ax.plot(
+            ns,
+            [r[arrangement]["deadline_met"] for r in result["rows"]],
+            "o-",
+            label=f"{arrangement} (admitted robots)",
+        )
         if any(r[arrangement]["refused"] for r in result["rows"]):
-            ax.plot(ns, [r[arrangement]["deadline_met_all_robots"] for r in result["rows"]],
-                    "o--", color=line.get_color(), alpha=0.6,
-                    label=f"{arrangement} (all robots: refused = missed)")
+            ax.plot(
+                ns,
+                [r[arrangement]["deadline_met_all_robots"] for r in result["rows"]],
+                "o--",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{arrangement} (all robots: refused = missed)",
+            )
         for r in result["rows"]:
             if r[arrangement]["refused"]:
-                ax.annotate(f"{r[arrangement]['refused']} refused", (r["robots"], 1.0),
-                            textcoords="offset points", xytext=(0, 6), fontsize=7,
-                            ha="center", color=line.get_color())
+                ax.annotate(
+                    f"{r[arrangement]['refused']} refused",
+                    (r["robots"], 1.0),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    fontsize=7,
+                    ha="center",
+                    color=line.get_color(),
+                )
     ax.set_xscale("log", base=2)
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlim(min(ns) / 1.3, max(ns) * 1.3)

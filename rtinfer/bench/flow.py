@@ -11,6 +11,7 @@ turn, so a busy host moves both alike; medians, p99 and run counts per level, th
 unrolled / looped of the medians, and the 1-minute load average are reported. The chunks of
 both forms are checked equal (max abs difference).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,15 +39,28 @@ def _build(root: Path, size: str):
     from rtinfer.model.flow_model import FlowModelDir
 
     model = TinyFlow(obs_dim=4, horizon=HORIZON, dim=DIM, **SIZES[size])
-    spec = ActionSpec(tuple(f"j{i}" for i in range(DIM)), ("1",) * DIM, (-1e3,) * DIM,
-                      (1e3,) * DIM, horizon=HORIZON, period_ns=50_000_000, start_ns=0)
+    spec = ActionSpec(
+        tuple(f"j{i}" for i in range(DIM)),
+        ("1",) * DIM,
+        (-1e3,) * DIM,
+        (1e3,) * DIM,
+        horizon=HORIZON,
+        period_ns=50_000_000,
+        start_ns=0,
+    )
     prefix, step = export_looped(model, root / size / "graphs")
     package_flow(root / size / "policy", prefix, [step], list(LADDER), spec)
     runner = FlowRunner(FlowModelDir.load(root / size / "policy"))
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
-    unrolled = [ort.InferenceSession(str(export_unrolled(model, k, root / size / f"k{k}.onnx")),
-                                     so, providers=["CPUExecutionProvider"]) for k in LADDER]
+    unrolled = [
+        ort.InferenceSession(
+            str(export_unrolled(model, k, root / size / f"k{k}.onnx")),
+            so,
+            providers=["CPUExecutionProvider"],
+        )
+        for k in LADDER
+    ]
     return runner, unrolled
 
 
@@ -79,9 +93,11 @@ def measure(size: str, rounds: int, root: Path) -> dict:
         levels.append((k, sess, bind, times, diff))
     for r in range(rounds):
         for level, (_, sess, bind, times, _) in enumerate(levels):
-            pair = [("looped", lambda lv=level: runner.run(feeds, lv, noise=noise)),
-                    ("unrolled", lambda s=sess, b=bind: s.run_with_iobinding(b))]
-            for name, fn in (pair if r % 2 == 0 else pair[::-1]):
+            pair = [
+                ("looped", lambda lv=level: runner.run(feeds, lv, noise=noise)),
+                ("unrolled", lambda s=sess, b=bind: s.run_with_iobinding(b)),
+            ]
+            for name, fn in pair if r % 2 == 0 else pair[::-1]:
                 times[name].append(_time(fn))
     out = []
     for k, _, _, times, diff in levels:
@@ -98,17 +114,23 @@ def measure(size: str, rounds: int, root: Path) -> dict:
 def run(rounds: int = 300, sizes=tuple(SIZES)) -> dict:
     with tempfile.TemporaryDirectory(prefix="rtinfer-bench-flow-") as tmp:
         results = [measure(s, rounds, Path(tmp)) for s in sizes]
-    return {"bench": "flow", "rounds": rounds, "threads": 1,
-            "load_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
-            "sizes": results}
+    return {
+        "bench": "flow",
+        "rounds": rounds,
+        "threads": 1,
+        "load_1min": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "sizes": results,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench flow`: a flow policy looped by the node against K steps unrolled."""
     p = parser("flow", __doc__)
     p.add_argument("--rounds", type=int, default=300, help="interleaved rounds per level")
-    p.add_argument("--size", choices=list(SIZES), action="append",
-                   help="a policy size to run (default: all)")
+    p.add_argument(
+        "--size", choices=list(SIZES), action="append", help="a policy size to run (default: all)"
+    )
     a = p.parse_args(argv)
     return emit("flow", run(a.rounds, tuple(a.size or SIZES)), a.json)
 

@@ -10,6 +10,7 @@ whole decode (plain greedy vs forced), with the passes each took. The same obser
 every round; ONNX Runtime on the CPU, one thread. Timings depend on the host: compare ratios
 within one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,15 @@ def _medians_us(fs: list, rounds: int) -> list[float]:
     return [statistics.median(t) / 1e3 for t in times]
 
 
-def _row(be, dec: Decoder, prefix: np.ndarray, logits: np.ndarray, forced: np.ndarray, n: int,
-         rounds: int) -> dict:
+def _row(
+    be,
+    dec: Decoder,
+    prefix: np.ndarray,
+    logits: np.ndarray,
+    forced: np.ndarray,
+    n: int,
+    rounds: int,
+) -> dict:
     """One committed length's figures (us after the prefill, passes)."""
     ids, pos = forced + be.model.vocab.action_start, len(prefix)
 
@@ -52,7 +60,7 @@ def _row(be, dec: Decoder, prefix: np.ndarray, logits: np.ndarray, forced: np.nd
     def per_token():
         be.prefill(prefix, 0)
         for i in range(len(ids)):
-            be.step(ids[i:i + 1], pos + i)
+            be.step(ids[i : i + 1], pos + i)
 
     def feed_one_pass():  # as the decoder feeds it: padded to its verify graph
         be.prefill(prefix, 0)
@@ -61,15 +69,22 @@ def _row(be, dec: Decoder, prefix: np.ndarray, logits: np.ndarray, forced: np.nd
     def plain_decode():
         be.prefill(prefix, 0)
         dec.decode(logits, pos, n)
+
     one_pass()
     st = dec.stats
     pre, feed1, feedn, forced_us, plain_us = _medians_us(
-        [lambda: be.prefill(prefix, 0), feed_one_pass, per_token, one_pass, plain_decode], rounds)
-    return {"forced_tokens": len(forced), "feed_one_pass_us": round(feed1 - pre, 1),
-            "feed_per_token_us": round(feedn - pre, 1),
-            "decode_forced_us": round(forced_us - pre, 1),
-            "decode_plain_us": round(plain_us - pre, 1), "forced_passes": st.forced_passes,
-            "target_passes_forced": st.target_passes, "target_passes_plain": n - 1}
+        [lambda: be.prefill(prefix, 0), feed_one_pass, per_token, one_pass, plain_decode], rounds
+    )
+    return {
+        "forced_tokens": len(forced),
+        "feed_one_pass_us": round(feed1 - pre, 1),
+        "feed_per_token_us": round(feedn - pre, 1),
+        "decode_forced_us": round(forced_us - pre, 1),
+        "decode_plain_us": round(plain_us - pre, 1),
+        "forced_passes": st.forced_passes,
+        "target_passes_forced": st.target_passes,
+        "target_passes_plain": n - 1,
+    }
 
 
 def measure(model_dir, rounds: int = 50, threads: int = 1) -> dict:
@@ -77,16 +92,26 @@ def measure(model_dir, rounds: int = 50, threads: int = 1) -> dict:
     be = get_backend("onnx").load(md, threads=threads)
     v, D, H = md.vocab, md.tokenizer.dim, md.tokenizer.horizon
     rng = np.random.default_rng(0)
-    prefix = build_prefix(v, rng.integers(0, v.n_instr, md.obs.instr_length),
-                          rng.integers(0, v.n_obs_bins, md.obs.length))
+    prefix = build_prefix(
+        v,
+        rng.integers(0, v.n_instr, md.obs.instr_length),
+        rng.integers(0, v.n_obs_bins, md.obs.length),
+    )
     dec, n = Decoder(be), H * D
     logits = be.prefill(prefix, 0).copy()
     plain = dec.decode(logits, len(prefix), n).copy()
     # a prefix the model itself would decode: a fair plan
-    rows = [_row(be, dec, prefix, logits, plain[:w * D].copy(), n, rounds) | {
-        "committed_waypoints": w} for w in range(1, H)]
-    return {"model": str(model_dir), "rounds": rounds, "threads": threads, "chunk_tokens": n,
-            "rows": rows}
+    rows = [
+        _row(be, dec, prefix, logits, plain[: w * D].copy(), n, rounds) | {"committed_waypoints": w}
+        for w in range(1, H)
+    ]
+    return {
+        "model": str(model_dir),
+        "rounds": rounds,
+        "threads": threads,
+        "chunk_tokens": n,
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,13 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(out))
         return 0
-    print(f"{out['model']}: {out['chunk_tokens']} tokens a chunk, median of {a.rounds}, us "
-          f"after the prefill")
+    print(
+        f"{out['model']}: {out['chunk_tokens']} tokens a chunk, median of {a.rounds}, us "
+        f"after the prefill"
+    )
     for r in out["rows"]:
-        print(f"  {r['committed_waypoints']} committed ({r['forced_tokens']} tokens): fed in one "
-              f"pass {r['feed_one_pass_us']}, a step each {r['feed_per_token_us']}; whole "
-              f"decode forced {r['decode_forced_us']} ({r['target_passes_forced']} passes) vs "
-              f"plain {r['decode_plain_us']} ({r['target_passes_plain']})")
+        print(
+            f"  {r['committed_waypoints']} committed ({r['forced_tokens']} tokens): fed in one "
+            f"pass {r['feed_one_pass_us']}, a step each {r['feed_per_token_us']}; whole "
+            f"decode forced {r['decode_forced_us']} ({r['target_passes_forced']} passes) vs "
+            f"plain {r['decode_plain_us']} ({r['target_passes_plain']})"
+        )
     return 0
 
 

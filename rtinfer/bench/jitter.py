@@ -5,6 +5,7 @@ process (A B A B). Lateness is measured the same way for both: how late each tic
 relative to the time it meant to wake. For RateKeeper that is the absolute schedule; for the
 naive loop it is `sleep start + requested period` (its schedule also drifts, reported apart).
 """
+
 from __future__ import annotations
 
 import os
@@ -63,12 +64,19 @@ def run(seconds: float = 5.0, hz: float = 1000.0, blocks: int = 5) -> dict:
     rk, nv = rk_hist.percentiles_us(), naive_hist.percentiles_us()
     ideal = blocks * ticks / hz
     return {
-        "hz": hz, "ticks_per_loop": blocks * ticks, "blocks": blocks, "cpus": os.cpu_count(),
+        "hz": hz,
+        "ticks_per_loop": blocks * ticks,
+        "blocks": blocks,
+        "cpus": os.cpu_count(),
         "realtime_config": steps,
-        "ratekeeper_p50_us": rk["p50"], "ratekeeper_p99_us": rk["p99"],
-        "ratekeeper_p999_us": rk["p999"], "ratekeeper_max_us": rk["max"],
-        "naive_p50_us": nv["p50"], "naive_p99_us": nv["p99"],
-        "naive_p999_us": nv["p999"], "naive_max_us": nv["max"],
+        "ratekeeper_p50_us": rk["p50"],
+        "ratekeeper_p99_us": rk["p99"],
+        "ratekeeper_p999_us": rk["p999"],
+        "ratekeeper_max_us": rk["max"],
+        "naive_p50_us": nv["p50"],
+        "naive_p99_us": nv["p99"],
+        "naive_p999_us": nv["p999"],
+        "naive_max_us": nv["max"],
         "ratio_p99": round(rk["p99"] / nv["p99"], 3) if nv["p99"] else None,
         "ratio_p999": round(rk["p999"] / nv["p999"], 3) if nv["p999"] else None,
         "ratekeeper_rate_error": round(rk_s / ideal - 1.0, 4),

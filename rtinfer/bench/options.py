@@ -1,5 +1,6 @@
 """What every benchmark's command line shares: the model it defaults to, `--json`, and how a
 result is printed. Each benchmark module owns the rest of its options (`main(argv)`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,9 @@ DEFAULT_MODEL = str(zoo_model())  # the shipped policy, found from any working d
 
 def parser(name: str, doc: str | None) -> argparse.ArgumentParser:
     """The parser of `rtinfer bench NAME`, with --json; the caller adds its own options."""
-    p = argparse.ArgumentParser(prog=f"rtinfer bench {name}",
-                                description=(doc or "").strip().split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog=f"rtinfer bench {name}", description=(doc or "").strip().split("\n")[0]
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
@@ -23,6 +25,7 @@ def emit(name: str, result: dict, as_json: bool, table: bool = False) -> int:
     given, JSON otherwise. Returns the exit status (0)."""
     if table and not as_json:
         from rtinfer.bench.table import print_result
+
         print_result(name, result)
     else:
         print(json.dumps(result, indent=2))

@@ -21,6 +21,7 @@ over the peak goodput of the sweep and over the peak of the points up to it (a c
 in the latter; a curve still rising past 2x only in the former), and the worst robot over its
 limit at any point.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,8 +37,13 @@ from rtinfer.inference.robots import Robots
 from rtinfer.realtime.deadline import DEADLINE_MS
 
 MS = 1_000_000
-RULES = {"before": dict(rule="edf", degrade=False), "edf": dict(rule="edf"),
-         "llf": dict(rule="llf"), "wait": dict(rule="wait"), "guard": dict(rule="guard")}
+RULES = {
+    "before": dict(rule="edf", degrade=False),
+    "edf": dict(rule="edf"),
+    "llf": dict(rule="llf"),
+    "wait": dict(rule="wait"),
+    "guard": dict(rule="guard"),
+}
 
 
 def calibrate(model: str, rounds: int, threads: int = 1) -> tuple[dict, list]:
@@ -48,6 +54,7 @@ def calibrate(model: str, rounds: int, threads: int = 1) -> tuple[dict, list]:
     from rtinfer.inference.node_config import InferenceNodeConfig
     from rtinfer.inference.policy import load_policy
     from rtinfer.model.obs_stream import FILE, load_bodies
+
     policy = load_policy(model, InferenceNodeConfig(threads=threads, batch=1), {}, 1)
     stream = Path(model) / FILE
     bodies = load_bodies(stream) if stream.is_file() else []
@@ -66,11 +73,17 @@ def calibrate(model: str, rounds: int, threads: int = 1) -> tuple[dict, list]:
         medians.append(med)
         if index == 0:
             spread = [round(t / med, 3) for t in times]
-    return {"level_ms": [m / MS for m in medians], "spread": spread,
-            "period_ms": policy.period_ns / MS,
-            "levels": [f"depth {lv.depth}, spec {lv.spec_len}, chunk {lv.chunk}"
-                       + (f", gate {lv.gate}" if lv.gate else "") for lv in policy.levels],
-            "rounds": rounds}, policy.levels
+    return {
+        "level_ms": [m / MS for m in medians],
+        "spread": spread,
+        "period_ms": policy.period_ns / MS,
+        "levels": [
+            f"depth {lv.depth}, spec {lv.spec_len}, chunk {lv.chunk}"
+            + (f", gate {lv.gate}" if lv.gate else "")
+            for lv in policy.levels
+        ],
+        "rounds": rounds,
+    }, policy.levels
 
 
 def card_costs(model: str, cal: dict, levels) -> dict:
@@ -80,18 +93,35 @@ def card_costs(model: str, cal: dict, levels) -> dict:
     import json
 
     from rtinfer.inference.budget import level_key, measured_levels
+
     card = json.loads((Path(model) / "card.json").read_text())
     measured = measured_levels(card, max(lv.spec_len for lv in levels) + 1)
-    return {**cal, "level_ms": [measured[level_key(lv)][1] for lv in levels], "spread": [1.0],
-            "source": "card.json level_success chunk_cpu_ms"}
+    return {
+        **cal,
+        "level_ms": [measured[level_key(lv)][1] for lv in levels],
+        "spread": [1.0],
+        "source": "card.json level_success chunk_cpu_ms",
+    }
 
 
-def sweep(cal: dict, robots: list[int], rates: list[float], seconds: float, seed: int,
-          deadline_ms: float, levels, busy: float = 1.0) -> dict:
+def sweep(
+    cal: dict,
+    robots: list[int],
+    rates: list[float],
+    seconds: float,
+    seed: int,
+    deadline_ms: float,
+    levels,
+    busy: float = 1.0,
+) -> dict:
     """Every rule on the same arrivals at every N (module doc); busy: every cycle costs
     that many times its calibration once the robots are admitted (profiled at 1x)."""
-    costs = CostModel([int(m * MS) for m in cal["level_ms"]], spread=cal["spread"] or [1.0],
-                      busy_from_ns=0 if busy != 1.0 else None, busy_factor=busy)
+    costs = CostModel(
+        [int(m * MS) for m in cal["level_ms"]],
+        spread=cal["spread"] or [1.0],
+        busy_from_ns=0 if busy != 1.0 else None,
+        busy_factor=busy,
+    )
     deadline_ns = int(deadline_ms * MS)
     rows = []
     for n in robots:
@@ -100,43 +130,59 @@ def sweep(cal: dict, robots: list[int], rates: list[float], seconds: float, seed
         arrivals = synthetic(hz, seconds, seed=seed * 1000 + n, jitter_ns=MS)
         row = {"robots": n, "offered_hz": round(len(arrivals) / seconds, 1), "rules": {}}
         for name, kw in RULES.items():
-            r = Robots(Budget(levels, deadline_ns), remote=False,
-                       period_ns=int(cal["period_ms"] * MS), say=lambda *a, **k: None, **kw)
+            r = Robots(
+                Budget(levels, deadline_ns),
+                remote=False,
+                period_ns=int(cal["period_ms"] * MS),
+                say=lambda *a, **k: None,
+                **kw,
+            )
             res = replay(r, arrivals, costs, deadline_ns=deadline_ns, seed=seed)
-            row["rules"][name] = {k: (round(v, 3) if isinstance(v, float) else v)
-                                  for k, v in res.items() if k != "robots"}
-            row["rules"][name]["level_mix"] = {k: round(v, 3)
-                                               for k, v in res["level_mix"].items()}
+            row["rules"][name] = {
+                k: (round(v, 3) if isinstance(v, float) else v)
+                for k, v in res.items()
+                if k != "robots"
+            }
+            row["rules"][name]["level_mix"] = {k: round(v, 3) for k, v in res["level_mix"].items()}
         rows.append(row)
     full_hz = 1e3 / (cal["level_ms"][0] * busy)
     summary = {}
     for name in RULES:
         gp = [row["rules"][name]["goodput_hz"] for row in rows]
         twice = next((row for row in rows if row["offered_hz"] >= 2 * full_hz), None)
-        upto = [row["rules"][name]["goodput_hz"] for row in rows
-                 if twice is None or row["offered_hz"] <= twice["offered_hz"]]
+        upto = [
+            row["rules"][name]["goodput_hz"]
+            for row in rows
+            if twice is None or row["offered_hz"] <= twice["offered_hz"]
+        ]
         summary[name] = {
             "peak_goodput_hz": max(gp),
-            "goodput_at_2x_over_peak": None if twice is None else round(
-                twice["rules"][name]["goodput_hz"] / max(gp), 3),
-            "goodput_at_2x_over_peak_up_to_2x": None if twice is None else round(
-                twice["rules"][name]["goodput_hz"] / max(upto), 3),
+            "goodput_at_2x_over_peak": None
+            if twice is None
+            else round(twice["rules"][name]["goodput_hz"] / max(gp), 3),
+            "goodput_at_2x_over_peak_up_to_2x": None
+            if twice is None
+            else round(twice["rules"][name]["goodput_hz"] / max(upto), 3),
             "worst_over_limit": max(row["rules"][name]["worst_over_limit"] for row in rows),
             "late": sum(row["rules"][name]["late"] for row in rows),
-            "refused_max": max(row["rules"][name]["refused"] for row in rows)}
+            "refused_max": max(row["rules"][name]["refused"] for row in rows),
+        }
     return {"full_hz": round(full_hz, 1), "rows": rows, "summary": summary}
 
 
 def plot(result: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     x = [row["offered_hz"] for row in result["rows"]]
     for name in RULES:
         ax1.plot(x, [row["rules"][name]["goodput_hz"] for row in result["rows"]], "o-", label=name)
-        ax2.plot(x, [row["rules"][name]["worst_gap_ms"] for row in result["rows"]], "o-",
-                 label=name)
+        ax2.plot(
+            x, [row["rules"][name]["worst_gap_ms"] for row in result["rows"]], "o-", label=name
+        )
     for ax in (ax1, ax2):
         ax.axvline(result["full_hz"], color="grey", ls=":", label="full quality's capacity")
         ax.axvline(2 * result["full_hz"], color="grey", ls="--", label="2x")
@@ -161,11 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="40 rounds, 4 s points (tests)")
     p.add_argument("--plot", default=None, help="write goodput and worst gap (PNG)")
-    p.add_argument("--busy", type=float, default=1.0, help="cycles cost this many times their "
-                   "calibration after the start-up profile (a CPU-bound process beside the "
-                   "node: about 2 on one core)")
-    p.add_argument("--card-costs", action="store_true", help="replay on the level costs the "
-                   "model card measured on a quiet machine (chunk CPU ms), not this machine's")
+    p.add_argument(
+        "--busy",
+        type=float,
+        default=1.0,
+        help="cycles cost this many times their "
+        "calibration after the start-up profile (a CPU-bound process beside the "
+        "node: about 2 on one core)",
+    )
+    p.add_argument(
+        "--card-costs",
+        action="store_true",
+        help="replay on the level costs the "
+        "model card measured on a quiet machine (chunk CPU ms), not this machine's",
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.rounds, a.seconds = 40, 4.0
@@ -178,13 +233,21 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cal = card_costs(a.model, cal, levels)
         except (OSError, KeyError):
-            p.error(f"--card-costs: {a.model}/card.json has no level_success for every level "
-                    f"(python -m examples.conveyor_sorting.card_eval MODEL --levels)")
-    result = {"model": a.model, "loadavg": load, "calibration": cal, "seconds": a.seconds,
-              "deadline_ms": a.deadline_ms, "rates_hz": a.rates_hz, "seed": a.seed,
-              "busy": a.busy,
-              **sweep(cal, a.robots, a.rates_hz, a.seconds, a.seed, a.deadline_ms, levels,
-                      a.busy)}
+            p.error(
+                f"--card-costs: {a.model}/card.json has no level_success for every level "
+                f"(python -m examples.conveyor_sorting.card_eval MODEL --levels)"
+            )
+    result = {
+        "model": a.model,
+        "loadavg": load,
+        "calibration": cal,
+        "seconds": a.seconds,
+        "deadline_ms": a.deadline_ms,
+        "rates_hz": a.rates_hz,
+        "seed": a.seed,
+        "busy": a.busy,
+        **sweep(cal, a.robots, a.rates_hz, a.seconds, a.seed, a.deadline_ms, levels, a.busy),
+    }
     if a.plot:
         plot(result, a.plot)
     return emit("overload", result, a.json)

@@ -18,6 +18,7 @@ period by skipping observations until that long has passed since the last one it
 
 Pure simulation: no clock reads, no sockets; deterministic for a seed.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,9 +37,15 @@ class Arrival:
     period_ns: int  # the robot's own observation period
 
 
-def synthetic(rates_hz: dict[str, float], seconds: float, *, seed: int = 0,
-              latency_ns: int = 1_000_000, jitter_ns: int = 0,
-              phases_ns: dict[str, int] | None = None) -> list[Arrival]:
+def synthetic(
+    rates_hz: dict[str, float],
+    seconds: float,
+    *,
+    seed: int = 0,
+    latency_ns: int = 1_000_000,
+    jitter_ns: int = 0,
+    phases_ns: dict[str, int] | None = None,
+) -> list[Arrival]:
     """Each robot observing at its rate from its phase (default: a random one within its
     period), each arrival latency_ns plus up to jitter_ns after its capture; time-ordered."""
     rng = random.Random(seed)
@@ -47,8 +54,11 @@ def synthetic(rates_hz: dict[str, float], seconds: float, *, seed: int = 0,
         period = int(SECOND / hz)
         t = (phases_ns or {}).get(name, rng.randrange(period))
         while t < seconds * SECOND:
-            out.append(Arrival(t, t + latency_ns + (rng.randrange(jitter_ns) if jitter_ns else 0),
-                               name, period))
+            out.append(
+                Arrival(
+                    t, t + latency_ns + (rng.randrange(jitter_ns) if jitter_ns else 0), name, period
+                )
+            )
             t += period
     return sorted(out, key=lambda a: (a.recv_ns, a.robot))
 
@@ -58,11 +68,12 @@ class CostModel:
     """A cycle's cost per budget level (median ns of a batch of one), a batch of b costing
     (1 + batch_slope * (b - 1)) times that; jitter: the cost is drawn from the level's median
     times one of `spread` (recorded ratios of a cycle to its median; default none)."""
+
     level_ns: list[int]
     batch_slope: float = 1.0
     spread: list[float] = field(default_factory=lambda: [1.0])
     busy_from_ns: int | None = None  # from then on every cycle costs busy_factor times more
-    busy_factor: float = 1.0         # (a CPU-bound process started beside the node)
+    busy_factor: float = 1.0  # (a CPU-bound process started beside the node)
 
     def cost_ns(self, level: int, batch: int, rng: random.Random, now_ns: int = 0) -> int:
         base = self.level_ns[level] * (1 + self.batch_slope * (batch - 1))
@@ -82,9 +93,18 @@ class RobotRecord:
     levels: dict = field(default_factory=dict)
 
 
-def replay(robots, arrivals: list[Arrival], costs: CostModel, *, deadline_ns: int,
-           max_batch: int = 1, seed: int = 0, honour: bool = True, warm_up: int = 3,
-           profile: bool = True) -> dict:
+def replay(
+    robots,
+    arrivals: list[Arrival],
+    costs: CostModel,
+    *,
+    deadline_ns: int,
+    max_batch: int = 1,
+    seed: int = 0,
+    honour: bool = True,
+    warm_up: int = 3,
+    profile: bool = True,
+) -> dict:
     """Run the arrivals through `robots` (a rtinfer.inference.robots.Robots); returns the
     figures of the module doc: goodput_hz, worst_gap_ms, worst_over_limit (the worst gap
     over its robot's staleness limit), level_mix, refused, late, and per robot. profile:
@@ -93,8 +113,9 @@ def replay(robots, arrivals: list[Arrival], costs: CostModel, *, deadline_ns: in
     if profile:
         robots.set_batches(range(1, max_batch + 1))
         quiet = [int(c) for c in costs.level_ns]  # profiled before any busy neighbour
-        robots.set_profile({b: int(quiet[0] * (1 + costs.batch_slope * (b - 1)))
-                            for b in range(1, max_batch + 1)})
+        robots.set_profile(
+            {b: int(quiet[0] * (1 + costs.batch_slope * (b - 1))) for b in range(1, max_batch + 1)}
+        )
         if hasattr(robots, "cost_model"):
             robots.cost_model.set_level_profile(dict(enumerate(quiet)))
     end_ns = max(a.recv_ns for a in arrivals) + deadline_ns if arrivals else 0
@@ -137,8 +158,9 @@ def replay(robots, arrivals: list[Arrival], costs: CostModel, *, deadline_ns: in
     return _figures(robots, rec, end_ns)
 
 
-def _offer(robots, a: Arrival, rec: dict, last_sent: dict, seqs: dict, deadline_ns: int,
-           honour: bool) -> None:
+def _offer(
+    robots, a: Arrival, rec: dict, last_sent: dict, seqs: dict, deadline_ns: int, honour: bool
+) -> None:
     slot = robots.slots.get(a.robot)
     asked = getattr(slot, "asked_period_ns", None) if slot is not None else None
     last = last_sent.get(a.robot)
@@ -147,8 +169,9 @@ def _offer(robots, a: Arrival, rec: dict, last_sent: dict, seqs: dict, deadline_
     last_sent[a.robot] = a.capture_ns
     seqs[a.robot] = seqs.get(a.robot, 0) + 1
     stamps = {"capture": a.capture_ns, "publish": a.capture_ns, "recv": a.recv_ns}
-    slot = robots.offer(Envelope(2, "obs", seqs[a.robot], a.robot, stamps, {}), a.recv_ns,
-                        deadline_ns)
+    slot = robots.offer(
+        Envelope(2, "obs", seqs[a.robot], a.robot, stamps, {}), a.recv_ns, deadline_ns
+    )
     if slot is not None:
         r = rec.get(a.robot)
         if r is None:
@@ -161,8 +184,7 @@ def _account(r: RobotRecord, capture: int, end: int, deadline_ns: int, level: in
     if end - capture > deadline_ns:
         r.late += 1
         return
-    r.gap_ns = max(r.gap_ns, end - (r.last_fresh_ns if r.last_fresh_ns is not None
-                                    else r.first_ns))
+    r.gap_ns = max(r.gap_ns, end - (r.last_fresh_ns if r.last_fresh_ns is not None else r.first_ns))
     r.last_fresh_ns = end
     r.applied += 1
     r.levels[level] = r.levels.get(level, 0) + 1
@@ -171,22 +193,29 @@ def _account(r: RobotRecord, capture: int, end: int, deadline_ns: int, level: in
 def _figures(robots, rec: dict, end_ns: int) -> dict:
     per = {}
     for name, r in rec.items():
-        gap = max(r.gap_ns, end_ns - (r.last_fresh_ns if r.last_fresh_ns is not None
-                                      else r.first_ns))
-        per[name] = {"applied": r.applied, "late": r.late, "gap_ms": gap / 1e6,
-                     "limit_ms": r.staleness_ns / 1e6, "levels": dict(sorted(r.levels.items()))}
+        gap = max(
+            r.gap_ns, end_ns - (r.last_fresh_ns if r.last_fresh_ns is not None else r.first_ns)
+        )
+        per[name] = {
+            "applied": r.applied,
+            "late": r.late,
+            "gap_ms": gap / 1e6,
+            "limit_ms": r.staleness_ns / 1e6,
+            "levels": dict(sorted(r.levels.items())),
+        }
     seconds = end_ns / SECOND
     mix: dict[int, int] = {}
     for r in rec.values():
         for lv, n in r.levels.items():
             mix[lv] = mix.get(lv, 0) + n
     applied = sum(p["applied"] for p in per.values())
-    return {"goodput_hz": applied / seconds if seconds else 0.0,
-            "worst_gap_ms": max((p["gap_ms"] for p in per.values()), default=0.0),
-            "worst_over_limit": max((p["gap_ms"] / p["limit_ms"] for p in per.values()),
-                                    default=0.0),
-            "late": sum(p["late"] for p in per.values()),
-            "level_mix": {str(k): v / max(applied, 1) for k, v in sorted(mix.items())},
-            "refused": robots.counters["robots_refused"],
-            "obs_stale": robots.counters["obs_stale"],
-            "robots": per}
+    return {
+        "goodput_hz": applied / seconds if seconds else 0.0,
+        "worst_gap_ms": max((p["gap_ms"] for p in per.values()), default=0.0),
+        "worst_over_limit": max((p["gap_ms"] / p["limit_ms"] for p in per.values()), default=0.0),
+        "late": sum(p["late"] for p in per.values()),
+        "level_mix": {str(k): v / max(applied, 1) for k, v in sorted(mix.items())},
+        "refused": robots.counters["robots_refused"],
+        "obs_stale": robots.counters["obs_stale"],
+        "robots": per,
+    }

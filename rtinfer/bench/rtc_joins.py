@@ -12,6 +12,7 @@ chunk's velocity is its forward difference (0 at and after its last waypoint, as
 tracker ends a complete chunk at rest). A conditioned chunk whose t1 falls in its committed
 prefix jumps 0 there by construction; the jump it makes is past the prefix, where it may.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,11 @@ def _at(due: np.ndarray, w: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarra
 
 
 def _due(chunk: dict) -> np.ndarray:
-    return chunk["capture"] + chunk["start_ns"] + \
-        np.arange(len(chunk["values"]), dtype=np.float64) * chunk["period_ns"]
+    return (
+        chunk["capture"]
+        + chunk["start_ns"]
+        + np.arange(len(chunk["values"]), dtype=np.float64) * chunk["period_ns"]
+    )
 
 
 def join_jumps(applied: list[tuple[int, tuple]], chunks: dict, axes: int) -> tuple:
@@ -60,26 +64,51 @@ def spread(jumps: np.ndarray, names: list[str], digits: int = 4) -> dict:
     """{axis: {"p50", "p99", "max"}} over the switches (empty: None)."""
     if len(jumps) == 0:
         return {n: None for n in names}
-    return {n: {k: round(float(f(jumps[:, i])), digits) for k, f in
-                (("p50", lambda x: np.percentile(x, 50)), ("p99", lambda x: np.percentile(x, 99)),
-                 ("max", np.max))} for i, n in enumerate(names)}
+    return {
+        n: {
+            k: round(float(f(jumps[:, i])), digits)
+            for k, f in (
+                ("p50", lambda x: np.percentile(x, 50)),
+                ("p99", lambda x: np.percentile(x, 99)),
+                ("max", np.max),
+            )
+        }
+        for i, n in enumerate(names)
+    }
 
 
 def plot(result: dict, path: str) -> None:
     """Success and the position jump's p99 (worst axis) against the added delay, per arm."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ok, jump) = plt.subplots(1, 2, figsize=(8, 3.2))
     for arm in dict.fromkeys(p["arm"] for p in result["points"]):
         pts = [p for p in result["points"] if p["arm"] == arm]
         delays = sorted({p["delay_ms"] for p in pts})
         at = [[p for p in pts if p["delay_ms"] == d] for d in delays]
-        ok.plot(delays, [sum(p["correct"] for p in g) / max(1, sum(p["resolved"] for p in g))
-                         for g in at], "o-", label=arm)
-        jump.plot(delays, [np.mean([max((s or {"p99": np.nan})["p99"]
-                                        for s in p["jump_pos_m"].values()) for p in g])
-                           for g in at], "o-", label=arm)
+        ok.plot(
+            delays,
+            [sum(p["correct"] for p in g) / max(1, sum(p["resolved"] for p in g)) for g in at],
+            "o-",
+            label=arm,
+        )
+        jump.plot(
+            delays,
+            [
+                np.mean(
+                    [
+                        max((s or {"p99": np.nan})["p99"] for s in p["jump_pos_m"].values())
+                        for p in g
+                    ]
+                )
+                for g in at
+            ],
+            "o-",
+            label=arm,
+        )
     ok.set_xlabel("added round-trip delay (ms)")
     ok.set_ylabel("success (correct / resolved)")
     ok.set_ylim(-0.02, 1.05)

@@ -24,6 +24,7 @@ loop's fixed overheads (rtinfer.bench.scale_overheads) is under the deadline. Bl
 seconds (--quick) to ~11 min (the full ladder with --sweep, exports cached, on a loaded
 2-core host); exporting the rungs the first time adds ~20 min.
 """
+
 from __future__ import annotations
 
 import gc
@@ -56,28 +57,57 @@ def _ms(h: LatencyHistogram) -> tuple[float, float]:
     return p["p50"] / 1e3, p["p99"] / 1e3
 
 
-def chunks(md: ModelDir, cycles: list, *, backend: str = "onnx", drafter: str = "none",
-           depth: int | None = None, warmup: int = 2, **opts) -> dict:
+def chunks(
+    md: ModelDir,
+    cycles: list,
+    *,
+    backend: str = "onnx",
+    drafter: str = "none",
+    depth: int | None = None,
+    warmup: int = 2,
+    **opts,
+) -> dict:
     """Time one chunk per cycle through a TokenRunner (capture stamps one period apart, so the
     chunk drafter drafts from the previous cycle). Returns chunk and prefill p50/p99 (ms, the
     first `warmup` cycles not recorded), per-chunk verifies and plain steps, the chunks."""
-    return arms(md, cycles, {None: opts}, backend=backend, drafter=drafter, depth=depth,
-                warmup=warmup)[None]
+    return arms(
+        md, cycles, {None: opts}, backend=backend, drafter=drafter, depth=depth, warmup=warmup
+    )[None]
 
 
-def arms(md: ModelDir, cycles: list, variants: dict, *, backend: str = "onnx",
-         drafter: str = "none", depth: int | None = None, warmup: int = 2) -> dict:
+def arms(
+    md: ModelDir,
+    cycles: list,
+    variants: dict,
+    *,
+    backend: str = "onnx",
+    drafter: str = "none",
+    depth: int | None = None,
+    warmup: int = 2,
+) -> dict:
     """`chunks` for each variant (name -> backend options) on the same cycles, interleaved:
     every cycle runs on each variant's runner, in an order that alternates cycle by cycle, so
     a change of load touches every variant alike. Returns {name: chunks' result}."""
-    runners = {n: TokenRunner(md, backend=backend, backend_opts=o, drafter=drafter)
-               for n, o in variants.items()}
-    level = BudgetLevel(depth or md.n_layer, K_VERIFY - 1 if drafter != "none" else 0,
-                        md.tokenizer.horizon)
-    acc = {n: {"chunk": LatencyHistogram(), "prefill": LatencyHistogram(), "verifies": [],
-               "steps": [], "outs": [], "best": float("inf")} for n in runners}
+    runners = {
+        n: TokenRunner(md, backend=backend, backend_opts=o, drafter=drafter)
+        for n, o in variants.items()
+    }
+    level = BudgetLevel(
+        depth or md.n_layer, K_VERIFY - 1 if drafter != "none" else 0, md.tokenizer.horizon
+    )
+    acc = {
+        n: {
+            "chunk": LatencyHistogram(),
+            "prefill": LatencyHistogram(),
+            "verifies": [],
+            "steps": [],
+            "outs": [],
+            "best": float("inf"),
+        }
+        for n in runners
+    }
     for i, (instr, obs) in enumerate(cycles):
-        for n in (list(runners) if i % 2 else list(runners)[::-1]):
+        for n in list(runners) if i % 2 else list(runners)[::-1]:
             runner, a = runners[n], acc[n]
             t0 = now_ns()
             bins, first_ns = runner.run(instr, obs, i * md.tokenizer.period_ns, level)
@@ -90,10 +120,18 @@ def arms(md: ModelDir, cycles: list, variants: dict, *, backend: str = "onnx",
                 st = runner.decoder.stats
                 a["verifies"].append(st.verifies)
                 a["steps"].append(st.target_passes - st.verifies)
-    return {n: {"chunk_ms": _ms(a["chunk"]), "chunk_min_ms": a["best"],
-                "prefill_ms": _ms(a["prefill"]), "verifies": a["verifies"],
-                "plain_steps": a["steps"], "bins": np.array(a["outs"]), "runner": runners[n]}
-            for n, a in acc.items()}
+    return {
+        n: {
+            "chunk_ms": _ms(a["chunk"]),
+            "chunk_min_ms": a["best"],
+            "prefill_ms": _ms(a["prefill"]),
+            "verifies": a["verifies"],
+            "plain_steps": a["steps"],
+            "bins": np.array(a["outs"]),
+            "runner": runners[n],
+        }
+        for n, a in acc.items()
+    }
 
 
 def has_kv_rows(md: ModelDir, precision: str) -> bool:
@@ -106,21 +144,40 @@ def project(parts: dict, spec: dict) -> tuple[float, float]:
     verifies and plain steps per chunk: prefill + verifies x verify + plain steps x step
     (p50 from medians; p99 from p99 counts and p99 times, an upper estimate)."""
     v, s = np.asarray(spec["verifies"]), np.asarray(spec["plain_steps"])
-    p50 = parts["prefill_ms"][0] + np.median(v) * parts["verify_ms"][0] + \
-        np.median(s) * parts["step_ms"][0]
-    p99 = parts["prefill_ms"][1] + np.percentile(v, 99) * parts["verify_ms"][1] + \
-        np.percentile(s, 99) * parts["step_ms"][1]
+    p50 = (
+        parts["prefill_ms"][0]
+        + np.median(v) * parts["verify_ms"][0]
+        + np.median(s) * parts["step_ms"][0]
+    )
+    p99 = (
+        parts["prefill_ms"][1]
+        + np.percentile(v, 99) * parts["verify_ms"][1]
+        + np.percentile(s, 99) * parts["step_ms"][1]
+    )
     return float(p50), float(p99)
 
 
-def measure_rung(name: str, path, precisions, cycles, *, runs: int, steps: int, threads: int,
-                 bandwidth: float, gflops: dict, trained: bool, spec_ref: dict, torch_runs: int,
-                 log=print) -> list[dict]:
+def measure_rung(
+    name: str,
+    path,
+    precisions,
+    cycles,
+    *,
+    runs: int,
+    steps: int,
+    threads: int,
+    bandwidth: float,
+    gflops: dict,
+    trained: bool,
+    spec_ref: dict,
+    torch_runs: int,
+    log=print,
+) -> list[dict]:
     """Every row of one rung: plain per precision (and its exit level), speculative measured
     (trained) or projected (from spec_ref[precision]); fills spec_ref when trained."""
     md = ModelDir.load(path)
     params, rows = params_of(path), []
-    eager = chunks(md, cycles[:torch_runs + 2], backend="torch", threads=threads, device="cpu")
+    eager = chunks(md, cycles[: torch_runs + 2], backend="torch", threads=threads, device="cpu")
     eager_ms = eager.pop("chunk_ms")[0]
     del eager
     exit_depth = max(md.config.get("exits") or [0])
@@ -131,86 +188,150 @@ def measure_rung(name: str, path, precisions, cycles, *, runs: int, steps: int, 
         opts = {"threads": threads, "precision": prec}
         # the KV read in place (kv_rows twins) against the whole KV rewritten each step, interleaved
         rows_kv = has_kv_rows(md, prec)
-        variants = {"rows": {**opts, "kv_rows": True}, "full": {**opts, "kv_rows": False}} \
-            if rows_kv else {"full": opts}
-        timed = arms(md, cycles[:runs + 2], variants)
+        variants = (
+            {"rows": {**opts, "kv_rows": True}, "full": {**opts, "kv_rows": False}}
+            if rows_kv
+            else {"full": opts}
+        )
+        timed = arms(md, cycles[: runs + 2], variants)
         plain = timed["rows" if rows_kv else "full"]
         bes = {n: t.pop("runner").backend for n, t in timed.items()}
-        parts = {n: {"prefill_ms": timed[n]["prefill_ms"], "step_ms": step,
-                     "verify_ms": verify}
-                 for (n, step), verify in zip(step_times(bes, steps, 1).items(),
-                                              step_times(bes, steps, K_VERIFY).values())}
+        parts = {
+            n: {"prefill_ms": timed[n]["prefill_ms"], "step_ms": step, "verify_ms": verify}
+            for (n, step), verify in zip(
+                step_times(bes, steps, 1).items(), step_times(bes, steps, K_VERIFY).values()
+            )
+        }
         del bes
         floor_ms = precision_bytes(path, prec) / (bandwidth * 1e9) * 1e3
         kv_full = {}
         if rows_kv:
             full = timed["full"]
-            kv_full = {"kv_full_chunk_p50_ms": full["chunk_ms"][0],
-                       "kv_full_chunk_p99_ms": full["chunk_ms"][1],
-                       "kv_full_chunk_min_ms": full["chunk_min_ms"],
-                       "kv_full_step_p50_ms": parts["full"]["step_ms"][0],
-                       "kv_full_verify_p50_ms": parts["full"]["verify_ms"][0],
-                       "kv_full_prefill_p50_ms": full["prefill_ms"][0],
-                       "kv_rows_identical": bool((full["bins"] == plain["bins"]).all())}
+            kv_full = {
+                "kv_full_chunk_p50_ms": full["chunk_ms"][0],
+                "kv_full_chunk_p99_ms": full["chunk_ms"][1],
+                "kv_full_chunk_min_ms": full["chunk_min_ms"],
+                "kv_full_step_p50_ms": parts["full"]["step_ms"][0],
+                "kv_full_verify_p50_ms": parts["full"]["verify_ms"][0],
+                "kv_full_prefill_p50_ms": full["prefill_ms"][0],
+                "kv_rows_identical": bool((full["bins"] == plain["bins"]).all()),
+            }
         parts = parts["rows" if rows_kv else "full"]
-        stage_ms = {"step": parts["step_ms"][0], "verify": parts["verify_ms"][0],
-                    "prefill": plain["prefill_ms"][0]}
+        stage_ms = {
+            "step": parts["step_ms"][0],
+            "verify": parts["verify_ms"][0],
+            "prefill": plain["prefill_ms"][0],
+        }
         stage_k = {"step": 1, "verify": K_VERIFY, "prefill": len(cycles[0][1]) + 1}
-        base = {"rung": name, "params": params, "precision": prec, "runs": runs,
-                "kv": "rows" if rows_kv else "full",
-                "step_over_floor": parts["step_ms"][0] / floor_ms, "floor_ms": floor_ms,
-                "torch_eager_chunk_ms": eager_ms, "torch_eager_weights": "fp32",
-                "floors": floors(md.config, precision_bytes(path, prec), bandwidth, gflops[prec],
-                                 stage_ms, stage_k, {"step": parts["step_ms"][2],
-                                                     "verify": parts["verify_ms"][2]}),
-                **{f"{k[:-3]}_p50_ms": v[0] for k, v in parts.items()},
-                **{f"{k[:-3]}_p99_ms": v[1] for k, v in parts.items()}}
+        base = {
+            "rung": name,
+            "params": params,
+            "precision": prec,
+            "runs": runs,
+            "kv": "rows" if rows_kv else "full",
+            "step_over_floor": parts["step_ms"][0] / floor_ms,
+            "floor_ms": floor_ms,
+            "torch_eager_chunk_ms": eager_ms,
+            "torch_eager_weights": "fp32",
+            "floors": floors(
+                md.config,
+                precision_bytes(path, prec),
+                bandwidth,
+                gflops[prec],
+                stage_ms,
+                stage_k,
+                {"step": parts["step_ms"][2], "verify": parts["verify_ms"][2]},
+            ),
+            **{f"{k[:-3]}_p50_ms": v[0] for k, v in parts.items()},
+            **{f"{k[:-3]}_p99_ms": v[1] for k, v in parts.items()},
+        }
         del timed
-        row = {**base, "method": "plain", "chunk_p50_ms": plain["chunk_ms"][0],
-               "chunk_p99_ms": plain["chunk_ms"][1], "chunk_min_ms": plain["chunk_min_ms"],
-               "projected": False, **kv_full}
+        row = {
+            **base,
+            "method": "plain",
+            "chunk_p50_ms": plain["chunk_ms"][0],
+            "chunk_p99_ms": plain["chunk_ms"][1],
+            "chunk_min_ms": plain["chunk_min_ms"],
+            "projected": False,
+            **kv_full,
+        }
         if exit_depth and md.graphs.get((graph_dtype(prec), exit_depth, len(cycles[0][1]) + 1)):
-            ex = chunks(md, cycles[:runs + 2], depth=exit_depth, **opts)
-            row.update(exit_depth=exit_depth, exit_chunk_p50_ms=ex["chunk_ms"][0],
-                       exit_chunk_p99_ms=ex["chunk_ms"][1])
+            ex = chunks(md, cycles[: runs + 2], depth=exit_depth, **opts)
+            row.update(
+                exit_depth=exit_depth,
+                exit_chunk_p50_ms=ex["chunk_ms"][0],
+                exit_chunk_p99_ms=ex["chunk_ms"][1],
+            )
             del ex
         rows.append(row)
         if trained:
-            spec = chunks(md, cycles[:runs + 2], drafter="chunk", **opts)
-            spec_ref.setdefault(prec, {"source": name, "verifies": spec["verifies"],
-                                       "plain_steps": spec["plain_steps"]})
+            spec = chunks(md, cycles[: runs + 2], drafter="chunk", **opts)
+            spec_ref.setdefault(
+                prec,
+                {"source": name, "verifies": spec["verifies"], "plain_steps": spec["plain_steps"]},
+            )
             p50, p99 = spec["chunk_ms"]
-            extra = {"identical": bool((spec["bins"] == plain["bins"]).all()),
-                     "chunk_min_ms": spec["chunk_min_ms"],
-                     "verifies_per_chunk": float(np.mean(spec["verifies"]))}
+            extra = {
+                "identical": bool((spec["bins"] == plain["bins"]).all()),
+                "chunk_min_ms": spec["chunk_min_ms"],
+                "verifies_per_chunk": float(np.mean(spec["verifies"])),
+            }
             del spec
         else:
             p50, p99 = project(parts, spec_ref[prec])
             extra = {"projected_from": spec_ref[prec]["source"]}
-        rows.append({**base, "method": "speculative", "chunk_p50_ms": p50, "chunk_p99_ms": p99,
-                     "projected": not trained, **extra})
+        rows.append(
+            {
+                **base,
+                "method": "speculative",
+                "chunk_p50_ms": p50,
+                "chunk_p99_ms": p99,
+                "projected": not trained,
+                **extra,
+            }
+        )
         gc.collect()
     return rows
 
 
-def largest_meeting(rows: list[dict], overhead_ms: float, key: str = "chunk_p99_ms",
-                    deadline_ms: float = DEADLINE_MS) -> int | None:
-    ok = [r["params"] for r in rows if not r["projected"] and r.get(key) is not None
-          and r[key] + overhead_ms < deadline_ms]
+def largest_meeting(
+    rows: list[dict],
+    overhead_ms: float,
+    key: str = "chunk_p99_ms",
+    deadline_ms: float = DEADLINE_MS,
+) -> int | None:
+    ok = [
+        r["params"]
+        for r in rows
+        if not r["projected"] and r.get(key) is not None and r[key] + overhead_ms < deadline_ms
+    ]
     return max(ok) if ok else None
 
 
-def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
-        threads: int = 1, trained=(), shipped=DEFAULT_MODEL, overheads_report=None,
-        torch_runs: int | None = None, transport_messages: int = 1000, log=print) -> dict:
+def run(
+    sizes=SIZES,
+    precisions=PRECISIONS,
+    *,
+    runs: int = 30,
+    steps: int = 100,
+    threads: int = 1,
+    trained=(),
+    shipped=DEFAULT_MODEL,
+    overheads_report=None,
+    torch_runs: int | None = None,
+    transport_messages: int = 1000,
+    log=print,
+) -> dict:
     if SHIPPED not in sizes:
-        raise ValueError(f"--sizes must include {SHIPPED} (the shipped policy): the projected "
-                         "speculative rows take its measured verifies per chunk")
+        raise ValueError(
+            f"--sizes must include {SHIPPED} (the shipped policy): the projected "
+            "speculative rows take its measured verifies per chunk"
+        )
     ship = ModelDir.load(shipped)
     n = max(runs, torch_runs or 0) + 2
     cycles = list(token_stream(ship, n, 0, ship.path / "stream.npz"))
     while len(cycles) < n:  # a short stream repeats, in order
-        cycles += cycles[:n - len(cycles)]
+        cycles += cycles[: n - len(cycles)]
     bandwidth = copy_bandwidth_gbs()
     gflops = matmul_gflops(precisions, threads)
     spec_ref: dict = {}
@@ -220,53 +341,98 @@ def run(sizes=SIZES, precisions=PRECISIONS, *, runs: int = 30, steps: int = 100,
     for name, is_trained in ladder:
         path = Path(name) if name not in sizes else model_dir(name, shipped=shipped, log=log)
         log(f"scale: timing {Path(name).name} ({', '.join(precisions)})")
-        rows += measure_rung(Path(name).name if is_trained and name != SHIPPED else name, path,
-                             precisions, cycles, runs=runs, steps=steps, threads=threads,
-                             bandwidth=bandwidth, gflops=gflops, trained=is_trained,
-                             spec_ref=spec_ref,
-                             torch_runs=torch_runs or max(2, runs // 5), log=log)
+        rows += measure_rung(
+            Path(name).name if is_trained and name != SHIPPED else name,
+            path,
+            precisions,
+            cycles,
+            runs=runs,
+            steps=steps,
+            threads=threads,
+            bandwidth=bandwidth,
+            gflops=gflops,
+            trained=is_trained,
+            spec_ref=spec_ref,
+            torch_runs=torch_runs or max(2, runs // 5),
+            log=log,
+        )
     rows.sort(key=lambda r: (r["params"], PRECISIONS.index(r["precision"]), r["method"]))
     over = fixed_overheads(ship, report=overheads_report, messages=transport_messages)
-    return {"deadline_ms": DEADLINE_MS, "rows": rows,
-            "largest_params_meeting_deadline": largest_meeting(rows, over["total_ms"]),
-            "largest_params_meeting_deadline_at_exit": largest_meeting(
-                rows, over["total_ms"], "exit_chunk_p99_ms"),
-            # the fastest chunk of each row: what this host does when nothing else runs
-            "largest_params_best_chunk_under_deadline": largest_meeting(
-                rows, over["total_ms"], "chunk_min_ms"),
-            "fixed_overheads_ms": over["total_ms"], "overheads": over,
-            "copy_bandwidth_gbs": bandwidth, "matmul_gflops": gflops, "threads": threads,
-            "backend": "onnx",
-            "runs": runs, "steps": steps,
-            "stream": str(ship.path / "stream.npz"), "load_avg": list(os.getloadavg())}
+    return {
+        "deadline_ms": DEADLINE_MS,
+        "rows": rows,
+        "largest_params_meeting_deadline": largest_meeting(rows, over["total_ms"]),
+        "largest_params_meeting_deadline_at_exit": largest_meeting(
+            rows, over["total_ms"], "exit_chunk_p99_ms"
+        ),
+        # the fastest chunk of each row: what this host does when nothing else runs
+        "largest_params_best_chunk_under_deadline": largest_meeting(
+            rows, over["total_ms"], "chunk_min_ms"
+        ),
+        "fixed_overheads_ms": over["total_ms"],
+        "overheads": over,
+        "copy_bandwidth_gbs": bandwidth,
+        "matmul_gflops": gflops,
+        "threads": threads,
+        "backend": "onnx",
+        "runs": runs,
+        "steps": steps,
+        "stream": str(ship.path / "stream.npz"),
+        "load_avg": list(os.getloadavg()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`rtinfer bench scale`: chunk time against model size, precision and method."""
     p = parser("scale", main.__doc__)
-    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES) + ["tiny"],
-                   help="ladder rungs (1M is the shipped policy; the rest random weights, "
-                        "exported once into ~/.cache/rtinfer/scale)")
+    p.add_argument(
+        "--sizes",
+        nargs="+",
+        default=list(SIZES),
+        choices=list(SIZES) + ["tiny"],
+        help="ladder rungs (1M is the shipped policy; the rest random weights, "
+        "exported once into ~/.cache/rtinfer/scale)",
+    )
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     p.add_argument("--runs", type=int, default=30, help="chunks timed per row")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime / torch intra-op threads")
-    p.add_argument("--trained", nargs="*", default=[], metavar="DIR",
-                   help="more trained model directories: measured speculative rows")
-    p.add_argument("--overheads-report", default=None, metavar="JSON",
-                   help="a monitor report (rtinfer demo --report) to take the loop's "
-                        "transport and apply delays from (default: measured here)")
-    p.add_argument("--quick", action="store_true",
-                   help="a small subset for a test: 1M and a tiny rung, fp32 and int8, 6 runs")
-    p.add_argument("--sweep", action="store_true",
-                   help="also how chunk time grows with H, D, observation and instruction "
-                        "length (rtinfer.bench.scale_sweep)")
+    p.add_argument(
+        "--trained",
+        nargs="*",
+        default=[],
+        metavar="DIR",
+        help="more trained model directories: measured speculative rows",
+    )
+    p.add_argument(
+        "--overheads-report",
+        default=None,
+        metavar="JSON",
+        help="a monitor report (rtinfer demo --report) to take the loop's "
+        "transport and apply delays from (default: measured here)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small subset for a test: 1M and a tiny rung, fp32 and int8, 6 runs",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also how chunk time grows with H, D, observation and instruction "
+        "length (rtinfer.bench.scale_sweep)",
+    )
     p.add_argument("--sweep-size", default="30M", choices=list(RUNGS) + ["tiny"])
     p.add_argument("--sweep-precision", default="int4", choices=PRECISIONS)
-    p.add_argument("--plot", default=None, metavar="PNG",
-                   help="chunk time against parameters per precision (and PNG's -sweep plot)")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="chunk time against parameters per precision (and PNG's -sweep plot)",
+    )
     a = p.parse_args(argv)
-    kw = dict(runs=a.runs, threads=a.threads, trained=a.trained,
-              overheads_report=a.overheads_report)
+    kw = dict(
+        runs=a.runs, threads=a.threads, trained=a.trained, overheads_report=a.overheads_report
+    )
     if a.quick:
         a.sizes, a.precisions, a.sweep_size = [SHIPPED, "tiny"], ["fp32", "int8"], "tiny"
         kw.update(runs=6, steps=20, torch_runs=2, transport_messages=200)
@@ -274,13 +440,17 @@ def main(argv: list[str] | None = None) -> int:
     result = run(a.sizes, a.precisions, log=log, **kw)
     if a.sweep:
         from rtinfer.bench.scale_sweep import sweep
-        result["sweep"] = sweep(a.sweep_size, a.sweep_precision, runs=kw["runs"],
-                                threads=a.threads, log=log)
+
+        result["sweep"] = sweep(
+            a.sweep_size, a.sweep_precision, runs=kw["runs"], threads=a.threads, log=log
+        )
     if a.plot:
         from rtinfer.bench.scale_figures import plot
+
         plot(result, a.plot)
     if not a.json:
         from rtinfer.bench.scale_figures import print_table
+
         print_table(result)
         return 0
     return emit("scale", result, True)

@@ -13,6 +13,7 @@ A step is at the machine's limit when its time over max(floors) is near 1. On a 
 verify is compute-bound where a k=1 step is bandwidth-bound, so the verify's floor is up to
 k times the step's; on a GPU both are bandwidth-bound and a verify costs about a step.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -41,21 +42,27 @@ def step_flops(config: dict, k: int, depth: int | None = None) -> float:
 def _matmul_graph(path: Path) -> None:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
     w = np.random.default_rng(0).standard_normal((RATE_K, RATE_N)).astype(np.float32) * 0.02
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "rate",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", RATE_K])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", RATE_N])],
-                          [numpy_helper.from_array(w, "w")])
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "rate",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", RATE_K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", RATE_N])],
+        [numpy_helper.from_array(w, "w")],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-def matmul_gflops(precisions=("fp32", "int8", "int4"), threads: int = 1,
-                  repeats: int = 30) -> dict[str, float]:
+def matmul_gflops(
+    precisions=("fp32", "int8", "int4"), threads: int = 1, repeats: int = 30
+) -> dict[str, float]:
     """{precision: GFLOP/s} of ONNX Runtime's matmul kernel for that precision's graphs, on
     RATE_ROWS rows (best of `repeats`). Blocks for about a second."""
     import onnxruntime as ort
 
     from models.quantise import SETTINGS, quantise_graph  # the graphs' own settings
+
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     x = np.random.default_rng(1).standard_normal((RATE_ROWS, RATE_K)).astype(np.float32)
@@ -95,18 +102,23 @@ def interleaved_steps(runs: dict, steps: int) -> dict:
     at one thread computes on it), which leaves out the time the host gave other processes."""
     hists = {key: LatencyHistogram() for key in runs}
     cpu: dict = {key: [] for key in runs}
-    toks = {key: np.full(k, be.model.vocab.action_start, np.int64)
-            for key, (be, k) in runs.items()}
+    toks = {key: np.full(k, be.model.vocab.action_start, np.int64) for key, (be, k) in runs.items()}
     for i in range(steps + 10):
-        for key in (list(runs) if i % 2 else list(runs)[::-1]):
+        for key in list(runs) if i % 2 else list(runs)[::-1]:
             be, k = runs[key]
             t0, c0 = now_ns(), time.thread_time_ns()
             be.step(toks[key], min(be.model.prefix_len, be.max_ctx - k), be.n_layer)
             if i >= 10:
                 hists[key].record(now_ns() - t0)
                 cpu[key].append(time.thread_time_ns() - c0)
-    return {key: (h.percentiles_us()["p50"] / 1e3, h.percentiles_us()["p99"] / 1e3,
-                  float(np.median(cpu[key])) / 1e6) for key, h in hists.items()}
+    return {
+        key: (
+            h.percentiles_us()["p50"] / 1e3,
+            h.percentiles_us()["p99"] / 1e3,
+            float(np.median(cpu[key])) / 1e6,
+        )
+        for key, h in hists.items()
+    }
 
 
 def stage_times(be, ks: dict[str, int], steps: int = 100) -> dict:
@@ -121,9 +133,15 @@ def step_times(backends: dict, steps: int, k: int) -> dict:
     return interleaved_steps({n: (be, k) for n, be in backends.items()}, steps)
 
 
-def floors(config: dict, weight_bytes: int, bandwidth_gbs: float, gflops: float,
-           measured_ms: dict[str, float], ks: dict[str, int],
-           cpu_ms: dict[str, float] | None = None) -> dict:
+def floors(
+    config: dict,
+    weight_bytes: int,
+    bandwidth_gbs: float,
+    gflops: float,
+    measured_ms: dict[str, float],
+    ks: dict[str, int],
+    cpu_ms: dict[str, float] | None = None,
+) -> dict:
     """Per stage (name -> k tokens, e.g. {"step": 1, "verify": 8}): the measured time (ms),
     both floors (ms) and the measured time over each and over the higher one; with cpu_ms
     (the thread's CPU time of the same steps) also that over the higher floor."""
@@ -132,11 +150,18 @@ def floors(config: dict, weight_bytes: int, bandwidth_gbs: float, gflops: float,
         bw = weight_bytes / (bandwidth_gbs * 1e9) * 1e3
         comp = step_flops(config, k) / (gflops * 1e9) * 1e3
         ms = measured_ms[stage]
-        out[stage] = {"k": k, "measured_ms": ms, "bandwidth_floor_ms": bw,
-                      "compute_floor_ms": comp, "over_bandwidth": ms / bw,
-                      "over_compute": ms / comp, "over_floor": ms / max(bw, comp),
-                      "bound": "compute" if comp > bw else "bandwidth"}
+        out[stage] = {
+            "k": k,
+            "measured_ms": ms,
+            "bandwidth_floor_ms": bw,
+            "compute_floor_ms": comp,
+            "over_bandwidth": ms / bw,
+            "over_compute": ms / comp,
+            "over_floor": ms / max(bw, comp),
+            "bound": "compute" if comp > bw else "bandwidth",
+        }
         if cpu_ms and stage in cpu_ms:
-            out[stage].update(measured_cpu_ms=cpu_ms[stage],
-                              cpu_over_floor=cpu_ms[stage] / max(bw, comp))
+            out[stage].update(
+                measured_cpu_ms=cpu_ms[stage], cpu_over_floor=cpu_ms[stage] / max(bw, comp)
+            )
     return out

@@ -12,6 +12,7 @@ the one early exit a draft (k=1) and an exit-depth prefill (a budget level that 
 Every graph also gets its KV-rows twin (models.kv_rows: the cache read in place, only the new
 positions' KV out), so the bench times both forms; a cache made before them gets them once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,26 +40,48 @@ def rung_config(name: str, shipped: dict, max_ctx: int | None = None):
     """The PolicyConfig of a random rung: the shipped config with the rung's shape and one
     early exit at two thirds of the depth (the shipped policy's deeper exit: 4 of 6)."""
     from models.config import PolicyConfig
+
     n_layer, n_embd, n_head = {**RUNGS, **TINY}[name]
     exit_depth = max(1, round(2 * n_layer / 3)) if n_layer > 1 else None
-    return PolicyConfig.from_dict({**shipped, "n_layer": n_layer, "n_embd": n_embd,
-                                   "n_head": n_head, "max_ctx": max_ctx or shipped["max_ctx"],
-                                   "exits": [exit_depth] if exit_depth else [],
-                                   "layer_dropout": 0.0})
+    return PolicyConfig.from_dict(
+        {
+            **shipped,
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "max_ctx": max_ctx or shipped["max_ctx"],
+            "exits": [exit_depth] if exit_depth else [],
+            "layer_dropout": 0.0,
+        }
+    )
 
 
 def _key(cfg_dict: dict, prefills: list[int], precisions: tuple[str, ...]) -> str:
     import onnx
     import onnxruntime
     import torch
-    ident = {"config": cfg_dict, "prefills": prefills, "k_verify": K_VERIFY,
-             "precisions": list(precisions), "v": EXPORT_VERSION,
-             "versions": [torch.__version__, onnx.__version__, onnxruntime.__version__]}
+
+    ident = {
+        "config": cfg_dict,
+        "prefills": prefills,
+        "k_verify": K_VERIFY,
+        "precisions": list(precisions),
+        "v": EXPORT_VERSION,
+        "versions": [torch.__version__, onnx.__version__, onnxruntime.__version__],
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def model_dir(name: str, *, shipped=DEFAULT_MODEL, prefills=None, max_ctx=None,
-              horizon=None, precisions=("int8", "int4"), log=print) -> Path:
+def model_dir(
+    name: str,
+    *,
+    shipped=DEFAULT_MODEL,
+    prefills=None,
+    max_ctx=None,
+    horizon=None,
+    precisions=("int8", "int4"),
+    log=print,
+) -> Path:
     """The model directory of rung `name`: the shipped one for "1M", else the cached export
     (made now if missing: seconds for tiny, minutes and ~1.2 GB of disk per graph set for
     300M). prefills: observation-prefill lengths to export (default the shipped layout's 28);
@@ -74,6 +97,7 @@ def model_dir(name: str, *, shipped=DEFAULT_MODEL, prefills=None, max_ctx=None,
     if (out / "graphs.json").exists() and (out / ".complete").exists():
         if "kv_rows" not in json.loads((out / "graphs.json").read_text()):
             from models.kv_rows import export_kv_rows  # torch: only to export
+
             log(f"scale: adding the KV-rows twins to {out} (once)")
             export_kv_rows(out)
         return out
@@ -97,12 +121,21 @@ def _export(cfg, src: Path, out: Path, prefills, precisions, horizon) -> None:
     from models.policy import Policy
     from models.quantise import quantise
     from rtinfer.model.action_tokens import TokenizerConfig
+
     vocab = Vocab.from_dict(json.loads((src / "graphs.json").read_text())["vocab"])
     torch.manual_seed(0)
     model = Policy(cfg).eval()
     exit_prefills = [(e, k) for e in cfg.exits for k in prefills[:1]]
-    export_all(model, cfg, out, k_verify=K_VERIFY, prefix_len=prefills, vocab=vocab,
-               fp16=False, exit_prefills=exit_prefills)
+    export_all(
+        model,
+        cfg,
+        out,
+        k_verify=K_VERIFY,
+        prefix_len=prefills,
+        vocab=vocab,
+        fp16=False,
+        exit_prefills=exit_prefills,
+    )
     checkpoint.save(out / "policy", model, vocab)  # the torch eager row's weights
     del model
     shutil.copy(src / "obs_tokens.json", out / "obs_tokens.json")
@@ -120,5 +153,6 @@ def params_of(path) -> int:
     from math import prod
 
     from safetensors import safe_open
+
     with safe_open(str(Path(path) / "policy.safetensors"), "np") as f:
         return int(sum(prod(f.get_slice(k).get_shape()) for k in f.keys()))

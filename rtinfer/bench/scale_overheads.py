@@ -10,6 +10,7 @@ at p99 and summed (an upper bound: the p99s do not coincide).
   rtinfer.bench.transport on ipc (one-way, rtinfer's bus + wire, twice: in and out) plus one
   1 kHz controller period (the most a received waypoint waits to be applied).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,14 +43,19 @@ def fixed_overheads(md, report=None, messages: int = 1000) -> dict:
         stages = json.loads(Path(report).read_text())["stages_ms"]
         missing = [s for s in REPORT_STAGES if not stages.get(s, {}).get("count")]
         if missing:
-            raise ValueError(f"{report}: no samples of stages {missing}; give a monitor report "
-                             "of a run that applied chunks (rtinfer demo --report FILE)")
+            raise ValueError(
+                f"{report}: no samples of stages {missing}; give a monitor report "
+                "of a run that applied chunks (rtinfer demo --report FILE)"
+            )
         parts.update({s: stages[s]["p99"] for s in REPORT_STAGES})
         source = f"monitor report {report} (stage p99s) + obs encoding measured here"
     else:
         from rtinfer.bench.transport import run as transport
+
         one_way = transport(messages=messages, blocks=1)["ipc"]["rtinfer_p99_us"] / 1e3
         parts.update(obs_transport=one_way, transport=one_way, apply_delay=TICK_MS)
-        source = (f"rtinfer bench transport ipc p99 ({messages} messages) in and out, one "
-                  "1 kHz controller tick, obs encoding: all measured here")
+        source = (
+            f"rtinfer bench transport ipc p99 ({messages} messages) in and out, one "
+            "1 kHz controller tick, obs encoding: all measured here"
+        )
     return {"total_ms": sum(parts.values()), "parts_ms": parts, "source": source}

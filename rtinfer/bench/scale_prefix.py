@@ -18,6 +18,7 @@ writes them, with `episode`), over consecutive cycles of one episode:
 Counts, not times: they do not depend on the machine. What a k-token prefill costs at 100 M
 is `rtinfer bench scale`'s stages (docs/benchmarks/compute.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,13 +44,18 @@ def changes(stream, static_below: float = 0.02) -> dict:
     order = np.argsort(~static, kind="stable")  # the static tokens first, each kept in order
     n = obs.shape[1]
     left = n - _leading_unchanged(changed[:, order]) + 1  # SEP is always prefilled
-    return {"stream": str(stream), "cycles": int(len(changed)), "tokens": int(n),
-            "change_rate": [round(float(r), 3) for r in rate],
-            "changed_per_cycle": float(changed.sum(1).mean()),
-            "leading_unchanged": float(_leading_unchanged(changed).mean()),
-            "static_below": static_below, "static_tokens": int(static.sum()),
-            "static_first_prefill": float(left.mean()),
-            "static_first_fraction": float(left.mean() / (n + 1))}
+    return {
+        "stream": str(stream),
+        "cycles": int(len(changed)),
+        "tokens": int(n),
+        "change_rate": [round(float(r), 3) for r in rate],
+        "changed_per_cycle": float(changed.sum(1).mean()),
+        "leading_unchanged": float(_leading_unchanged(changed).mean()),
+        "static_below": static_below,
+        "static_tokens": int(static.sum()),
+        "static_first_prefill": float(left.mean()),
+        "static_first_fraction": float(left.mean() / (n + 1)),
+    }
 
 
 def _leading_unchanged(changed: np.ndarray) -> np.ndarray:
@@ -66,10 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(out, indent=2))
     for r in [] if a.json else out:
-        print(f"{r['stream']}: {r['cycles']} cycle pairs, {r['changed_per_cycle']:.1f} of "
-              f"{r['tokens']} tokens change a cycle, {r['leading_unchanged']:.2f} unchanged "
-              f"before the first change; static first: {r['static_first_prefill']:.1f} of "
-              f"{r['tokens'] + 1} prefill tokens ({r['static_first_fraction']:.2f})")
+        print(
+            f"{r['stream']}: {r['cycles']} cycle pairs, {r['changed_per_cycle']:.1f} of "
+            f"{r['tokens']} tokens change a cycle, {r['leading_unchanged']:.2f} unchanged "
+            f"before the first change; static first: {r['static_first_prefill']:.1f} of "
+            f"{r['tokens'] + 1} prefill tokens ({r['static_first_fraction']:.2f})"
+        )
     return 0
 
 

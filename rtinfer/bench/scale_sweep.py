@@ -9,6 +9,7 @@ observation segment's prefill (L + 1 tokens) and H x D decoded tokens (plain gre
 "uncached" prefills the whole prefix (1 + C + L + 1 tokens) from position 0 every cycle. A
 token policy sees H and D only through H x D. Points alternate their order run by run.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,10 +23,13 @@ from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport.wire import now_ns
 
 BASE = {"H": 4, "D": 4, "L": 27, "C": 3}
-VALUES = {"H": (1, 2, 4, 8, 16), "D": (2, 4, 8, 16), "L": (7, 13, 27, 54, 108),
-          "C": (3, 15, 63)}
-LABELS = {"H": "chunk length H (waypoints; D = 4)", "D": "action dims D (H = 4)",
-          "L": "observation tokens L", "C": "instruction tokens C"}
+VALUES = {"H": (1, 2, 4, 8, 16), "D": (2, 4, 8, 16), "L": (7, 13, 27, 54, 108), "C": (3, 15, 63)}
+LABELS = {
+    "H": "chunk length H (waypoints; D = 4)",
+    "D": "action dims D (H = 4)",
+    "L": "observation tokens L",
+    "C": "instruction tokens C",
+}
 MAX_CTX, HORIZON = 144, 16
 
 
@@ -34,23 +38,38 @@ def points() -> list[dict]:
     out = []
     for var, values in VALUES.items():
         for value in values:
-            for prefix in (("cached", "uncached") if var == "C" else ("cached",)):
-                out.append({"var": var, "value": value, "prefix": prefix,
-                            **{**BASE, var: value}})
+            for prefix in ("cached", "uncached") if var == "C" else ("cached",):
+                out.append({"var": var, "value": value, "prefix": prefix, **{**BASE, var: value}})
     return out
 
 
 def prefill_lengths() -> list[int]:
     """Prefill graph lengths: the shipped 28 first, every L + 1, every uncached prefix."""
-    ks = [BASE["L"] + 1] + [p["L"] + 1 for p in points()] + \
-        [1 + p["C"] + p["L"] + 1 for p in points() if p["prefix"] == "uncached"]
+    ks = (
+        [BASE["L"] + 1]
+        + [p["L"] + 1 for p in points()]
+        + [1 + p["C"] + p["L"] + 1 for p in points() if p["prefix"] == "uncached"]
+    )
     return list(dict.fromkeys(ks))
 
 
-def sweep(rung: str = "30M", precision: str = "int4", *, runs: int = 20, threads: int = 1,
-          seed: int = 0, log=print) -> dict:
-    path = model_dir(rung, prefills=prefill_lengths(), max_ctx=MAX_CTX, horizon=HORIZON,
-                     precisions=() if precision == "fp32" else (precision,), log=log)
+def sweep(
+    rung: str = "30M",
+    precision: str = "int4",
+    *,
+    runs: int = 20,
+    threads: int = 1,
+    seed: int = 0,
+    log=print,
+) -> dict:
+    path = model_dir(
+        rung,
+        prefills=prefill_lengths(),
+        max_ctx=MAX_CTX,
+        horizon=HORIZON,
+        precisions=() if precision == "fp32" else (precision,),
+        log=log,
+    )
     md = ModelDir.load(path)
     be = get_backend("onnx").load(md, threads=threads, precision=precision)
     dec, v, rng = Decoder(be), md.vocab, np.random.default_rng(seed)
@@ -78,11 +97,25 @@ def sweep(rung: str = "30M", precision: str = "int4", *, runs: int = 20, threads
     for p, h in zip(pts, hists):
         q = h.percentiles_us()
         panels.setdefault(p["var"], []).append(
-            {**p, "tokens": p["H"] * p["D"], "chunk_p50_ms": q["p50"] / 1e3,
-             "chunk_p99_ms": q["p99"] / 1e3})
-    return {"rung": rung, "params": params_of(path), "precision": precision, "runs": runs,
-            "threads": threads, "max_ctx": MAX_CTX, "base": BASE, "labels": LABELS,
-            "points": panels, "slopes_ms": slopes(panels)}
+            {
+                **p,
+                "tokens": p["H"] * p["D"],
+                "chunk_p50_ms": q["p50"] / 1e3,
+                "chunk_p99_ms": q["p99"] / 1e3,
+            }
+        )
+    return {
+        "rung": rung,
+        "params": params_of(path),
+        "precision": precision,
+        "runs": runs,
+        "threads": threads,
+        "max_ctx": MAX_CTX,
+        "base": BASE,
+        "labels": LABELS,
+        "points": panels,
+        "slopes_ms": slopes(panels),
+    }
 
 
 def slopes(panels: dict) -> dict:

@@ -10,6 +10,7 @@ So rtinfer - raw is what rtinfer adds, wire - raw its codec's share and rtinfer 
 bus's. Both sides read CLOCK_MONOTONIC, which all processes of one host share. Messages are
 paced (not flooded) so that the figure is latency, not queueing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,17 @@ _BIG_NS = 2**40  # a placeholder stamp that msgpack writes as uint64, as it does
 
 def sample_body() -> dict:
     """A representative action-chunk waypoint: 16 tokens (4 waypoints x 4 dims) plus values."""
-    return waypoint_body(1, 0, 4, np.linspace(-0.5, 0.5, 16, dtype=np.float32), spec="0" * 16,
-                         period_ns=50_000_000, start_ns=50_000_000, dest="robot",
-                         tokens=np.arange(16, dtype=np.int32))
+    return waypoint_body(
+        1,
+        0,
+        4,
+        np.linspace(-0.5, 0.5, 16, dtype=np.float32),
+        spec="0" * 16,
+        period_ns=50_000_000,
+        start_ns=50_000_000,
+        dest="robot",
+        tokens=np.arange(16, dtype=np.int32),
+    )
 
 
 def publish_paced(send, count: int, rate_hz: float) -> None:
@@ -60,8 +69,9 @@ def raw_message(body: dict) -> tuple[bytearray, int]:
     """(the envelope rtinfer sends, offset of its `publish` stamp's 8 bytes) for the raw path,
     which writes its send time there. Its seq stays fixed: a message or two of another seq
     width would differ by a byte or two, not in kind."""
-    data = wire.encode(TOPIC, body, seq=WARMUP, src="bench",
-                       stamps={"capture": _BIG_NS, "publish": _BIG_NS})
+    data = wire.encode(
+        TOPIC, body, seq=WARMUP, src="bench", stamps={"capture": _BIG_NS, "publish": _BIG_NS}
+    )
     return bytearray(data), data.index(b"\xa7publish\xcf") + 9
 
 
@@ -80,6 +90,7 @@ def _publish(kind: str, endpoint: str, count: int) -> None:
     topic, nb, nb_more = TOPIC.encode(), int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
     if kind == "rtinfer":
         from rtinfer.transport.bus import Publisher
+
         pub = Publisher(endpoint, "bench", bind=False)
         send = lambda seq: pub.publish(TOPIC, body, {"capture": wire.now_ns()})  # noqa: E731
     elif kind == "wire":  # what Publisher.publish does, minus the bus around it
@@ -100,6 +111,7 @@ def _publish(kind: str, endpoint: str, count: int) -> None:
             _STAMP.pack_into(buf, at, time.monotonic_ns())
             sock.send(topic, nb_more)
             sock.send(buf, nb)
+
     time.sleep(0.3)  # slow joiner: let the subscription reach the publisher
     publish_paced(send, count, RATE_HZ)
 
@@ -110,6 +122,7 @@ def _subscribe(kind: str, endpoint: str, count: int, ready_path: str) -> dict:
     deadline = time.monotonic() + 30 + count / RATE_HZ
     if kind == "rtinfer":
         from rtinfer.transport.bus import Subscriber
+
         sub = Subscriber(endpoint, [TOPIC], bind=True)
         open(ready_path, "w").close()
         while got < count and time.monotonic() < deadline:
@@ -149,9 +162,25 @@ def _subscribe(kind: str, endpoint: str, count: int, ready_path: str) -> dict:
 def _one_block(kind: str, endpoint: str, count: int) -> np.ndarray:
     with tempfile.TemporaryDirectory() as tmp:
         ready, out = os.path.join(tmp, "ready"), os.path.join(tmp, "out.json")
-        sub = subprocess.Popen([sys.executable, "-m", "rtinfer.bench.transport", "--role", "sub",
-                                "--kind", kind, "--endpoint", endpoint, "--count", str(count),
-                                "--ready", ready, "--out", out])
+        sub = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rtinfer.bench.transport",
+                "--role",
+                "sub",
+                "--kind",
+                kind,
+                "--endpoint",
+                endpoint,
+                "--count",
+                str(count),
+                "--ready",
+                ready,
+                "--out",
+                out,
+            ]
+        )
         while not os.path.exists(ready):
             if sub.poll() is not None:
                 raise RuntimeError(f"transport bench subscriber exited early ({sub.returncode})")
@@ -171,8 +200,10 @@ def _endpoint(kind: str, tmp: str) -> str:
 
 class socket_free_port:
     """A free loopback TCP port (closed again before use; fine for a benchmark)."""
+
     def __enter__(self) -> int:
         import socket
+
         self.s = socket.socket()
         self.s.bind(("127.0.0.1", 0))
         return self.s.getsockname()[1]
@@ -185,8 +216,13 @@ def run(messages: int = 5000, blocks: int = 4, paths: tuple[str, ...] = PATHS) -
     """Alternate the paths in blocks (A B C A B C ...) per endpoint kind; percentiles in us.
 
     `paths` must include "rtinfer" and "raw"; "wire" adds the codec/bus split."""
-    result: dict = {"messages_per_path": messages, "blocks": blocks, "rate_hz": RATE_HZ,
-                    "payload_bytes": len(raw_message(sample_body())[0]), "paths": list(paths)}
+    result: dict = {
+        "messages_per_path": messages,
+        "blocks": blocks,
+        "rate_hz": RATE_HZ,
+        "payload_bytes": len(raw_message(sample_body())[0]),
+        "paths": list(paths),
+    }
     per_block = max(1, messages // blocks)
     with tempfile.TemporaryDirectory() as tmp:
         for kind in ("ipc", "tcp"):
@@ -198,8 +234,12 @@ def run(messages: int = 5000, blocks: int = 4, paths: tuple[str, ...] = PATHS) -
             pct = {path: h.percentiles_us() for path, h in hists.items()}
             r, w = pct["rtinfer"], pct["raw"]
             row = result[kind] = {
-                "rtinfer_p50_us": r["p50"], "rtinfer_p99_us": r["p99"], "rtinfer_max_us": r["max"],
-                "raw_p50_us": w["p50"], "raw_p99_us": w["p99"], "raw_max_us": w["max"],
+                "rtinfer_p50_us": r["p50"],
+                "rtinfer_p99_us": r["p99"],
+                "rtinfer_max_us": r["max"],
+                "raw_p50_us": w["p50"],
+                "raw_p99_us": w["p99"],
+                "raw_max_us": w["max"],
                 "ratio_p50": round(r["p50"] / w["p50"], 3),
                 "ratio_p99": round(r["p99"] / w["p99"], 3),
                 "added_p50_us": round(r["p50"] - w["p50"], 1),
@@ -207,9 +247,12 @@ def run(messages: int = 5000, blocks: int = 4, paths: tuple[str, ...] = PATHS) -
             }
             if "wire" in pct:  # the codec's share of the added cost, and the bus's
                 c = pct["wire"]
-                row.update(wire_p50_us=c["p50"], wire_p99_us=c["p99"],
-                           codec_added_p50_us=round(c["p50"] - w["p50"], 1),
-                           bus_added_p50_us=round(r["p50"] - c["p50"], 1))
+                row.update(
+                    wire_p50_us=c["p50"],
+                    wire_p99_us=c["p99"],
+                    codec_added_p50_us=round(c["p50"] - w["p50"], 1),
+                    bus_added_p50_us=round(r["p50"] - c["p50"], 1),
+                )
     return result
 
 
@@ -234,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=5000, help="messages per endpoint kind")
     a = p.parse_args(argv)
     return emit("transport", run(messages=a.messages), a.json, table=True)
+
 
 if __name__ == "__main__":
     _subscriber_main()

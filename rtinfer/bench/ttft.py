@@ -4,6 +4,7 @@ Cached: the instruction prefix is prefilled once; each cycle prefills [observati
 Uncached: each cycle prefills the whole prefix from position 0. Cycles alternate between
 the two so drift on a noisy host hits both alike. TTFT = prefill + first-token pick.
 """
+
 from __future__ import annotations
 
 import sys
@@ -44,8 +45,12 @@ def run(model_dir, cycles: int = 200, backend: str = "onnx", seed: int = 0, **op
     out = {m: {k: h.percentiles_us()[k] for k in ("p50", "p99")} for m, h in hist.items()}
     out = {m: {"p50_us": p["p50"], "p99_us": p["p99"]} for m, p in out.items()}
     out["speedup_p50"] = out["uncached"]["p50_us"] / max(out["cached"]["p50_us"], 1e-9)
-    out.update(backend=backend, cycles=cycles, prefix_tokens=len(head) + md.obs.length + 1,
-               cached_tokens=md.obs.length + 1)
+    out.update(
+        backend=backend,
+        cycles=cycles,
+        prefix_tokens=len(head) + md.obs.length + 1,
+        cached_tokens=md.obs.length + 1,
+    )
     return out
 
 

@@ -1,4 +1,5 @@
 """`python -m rtinfer.cli`: the same as the `rtinfer` command."""
+
 import sys
 
 from rtinfer.cli import main

@@ -11,6 +11,7 @@ per problem with its fix (or "ok" and a summary; then a "hint:" line for an inpu
 looks like a camera image but is packaged as a plain array), as text or --json; exit 0 when the
 directory passes, 1 when it does not, 2 for a usage error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,34 +35,51 @@ def problems(path: str, robot_spec: str | None = None) -> tuple[list[str], dict]
     summary = {"path": str(md.path), "kind": md.kind}
     if md.kind == "chunk":
         spec = md.action
-        summary.update(levels=len(md.levels), inputs=md.obs.keys, action=spec.to_dict(),
-                       spec_hash=spec.hash)
+        summary.update(
+            levels=len(md.levels), inputs=md.obs.keys, action=spec.to_dict(), spec_hash=spec.hash
+        )
         hints = md.obs.image_hints()
         if hints:
             summary["hints"] = hints
         from rtinfer.inference.graph_runner import dry_run_problems
+
         out += dry_run_problems(md)
     elif md.kind == "flow":
         spec = md.action
-        summary.update(levels=[lv["steps"] for lv in md.levels], integrator=md.integrator,
-                       inputs=md.obs.keys, action=spec.to_dict(), spec_hash=spec.hash)
+        summary.update(
+            levels=[lv["steps"] for lv in md.levels],
+            integrator=md.integrator,
+            inputs=md.obs.keys,
+            action=spec.to_dict(),
+            spec_hash=spec.hash,
+        )
         from rtinfer.inference.flow_runner import dry_run_problems as flow_dry_run
+
         out += flow_dry_run(md)
     else:
         spec = ActionSpec.from_tokenizer(md.tokenizer, ("",) * md.tokenizer.dim)
-        summary.update(depths=[md.n_layer, *md.config.get("exits", [])],
-                       tokenizer_hash=md.tokenizer.hash, horizon=md.tokenizer.horizon,
-                       names=list(md.tokenizer.names))
+        summary.update(
+            depths=[md.n_layer, *md.config.get("exits", [])],
+            tokenizer_hash=md.tokenizer.hash,
+            horizon=md.tokenizer.horizon,
+            names=list(md.tokenizer.names),
+        )
         out += _token_graphs(md)
     if robot_spec:
         try:
             robot = ActionSpec.load(robot_spec)
         except (OSError, ValueError, TypeError) as e:
             return out + [f"--robot-spec {robot_spec}: {e}"], summary
-        diffs = robot.differences(spec) if md.kind in ("chunk", "flow") else \
-            [d for d in robot.differences(spec) if not d.startswith("units")]
-        out += [f"action spec differs from the robot's: {d}; a robot follows only chunks of "
-                f"its own spec: re-package with the robot's action_spec.json" for d in diffs]
+        diffs = (
+            robot.differences(spec)
+            if md.kind in ("chunk", "flow")
+            else [d for d in robot.differences(spec) if not d.startswith("units")]
+        )
+        out += [
+            f"action spec differs from the robot's: {d}; a robot follows only chunks of "
+            f"its own spec: re-package with the robot's action_spec.json"
+            for d in diffs
+        ]
     return out, summary
 
 
@@ -69,6 +87,7 @@ def _token_graphs(md) -> list[str]:
     from rtinfer.inference.backends.base import BackendError
     from rtinfer.inference.budget import BudgetLevel
     from rtinfer.inference.runner import TokenRunner
+
     try:
         runner = TokenRunner(md)
         instr = np.zeros(md.obs.instr_length, np.int64)
@@ -92,9 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in found:
             print(f"problem: {line}")
         if not found:
-            print(f"ok: {summary['path']}: {summary['kind']} policy, "
-                  + ", ".join(f"{k} {v}" for k, v in summary.items()
-                              if k not in ("path", "kind", "action", "hints")))
+            print(
+                f"ok: {summary['path']}: {summary['kind']} policy, "
+                + ", ".join(
+                    f"{k} {v}"
+                    for k, v in summary.items()
+                    if k not in ("path", "kind", "action", "hints")
+                )
+            )
         for line in summary.get("hints", []):
             print(f"hint: {line}")
     return 1 if found else 0

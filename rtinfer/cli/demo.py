@@ -41,6 +41,7 @@ Here: which runs, in order, and the report out. The parts: demo_options (the opt
 and the launch file's overrides), demo_launch (one launched run, its dashboard and signals),
 demo_stress (calibration, near-deadline), demo_report (the nodes' reports merged).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,12 +77,24 @@ VISION_LAUNCH = "conveyor_vision.yaml"  # a policy with image inputs: the camera
 FLEET_LAUNCH = "conveyor_fleet.yaml"  # --robots N: N cells, one inference node
 
 
-def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None = None,
-        png: str | None = None, stress: str | None = None, run_dir: str | None = None,
-        deadline_ms: float | None = None, seed: int | None = None,
-        instruction: str | None = None, belt_speed: float | None = None,
-        json_out: bool = False, robots: int = 1, realtime: bool = True,
-        record: str | None = None, camera_hz: float | None = None) -> int:
+def run(
+    seconds: float = 60.0,
+    *,
+    policy: str | None = None,
+    report: str | None = None,
+    png: str | None = None,
+    stress: str | None = None,
+    run_dir: str | None = None,
+    deadline_ms: float | None = None,
+    seed: int | None = None,
+    instruction: str | None = None,
+    belt_speed: float | None = None,
+    json_out: bool = False,
+    robots: int = 1,
+    realtime: bool = True,
+    record: str | None = None,
+    camera_hz: float | None = None,
+) -> int:
     """policy: None (the shipped model), "expert", or a model directory. deadline_ms: the
     end-to-end deadline (None: the launch file's; see launch_overrides). record: an .mcap
     file the run is recorded to (the launcher's --record; one run only). camera_hz: a camera
@@ -89,14 +102,44 @@ def run(seconds: float = 60.0, *, policy: str | None = None, report: str | None 
     status: 0, 1 (a run failed), 2 (refused before starting), 128 + signal (stopped)."""
     stop = Stop()
     with on_signals(stop):
-        return _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed,
-                    instruction, belt_speed, json_out, stop, robots, realtime, record,
-                    camera_hz)
+        return _run(
+            seconds,
+            policy,
+            report,
+            png,
+            stress,
+            run_dir,
+            deadline_ms,
+            seed,
+            instruction,
+            belt_speed,
+            json_out,
+            stop,
+            robots,
+            realtime,
+            record,
+            camera_hz,
+        )
 
 
-def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instruction,
-         belt_speed, json_out, stop: Stop, robots: int = 1, realtime: bool = True,
-         record: str | None = None, camera_hz: float | None = None) -> int:
+def _run(
+    seconds,
+    policy,
+    report,
+    png,
+    stress,
+    run_dir,
+    deadline_ms,
+    seed,
+    instruction,
+    belt_speed,
+    json_out,
+    stop: Stop,
+    robots: int = 1,
+    realtime: bool = True,
+    record: str | None = None,
+    camera_hz: float | None = None,
+) -> int:
     console = Console(stderr=True)
     try:
         check_options(seconds, deadline_ms, report, png)
@@ -110,26 +153,53 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     except DemoError as exc:
         print(f"rtinfer demo: {exc}", file=sys.stderr)
         return 2
-    launch = launch_file(EXPERT_LAUNCH if model is None else FLEET_LAUNCH if robots > 1
-                         else VISION_LAUNCH if vision else MODEL_LAUNCH)
+    launch = launch_file(
+        EXPERT_LAUNCH
+        if model is None
+        else FLEET_LAUNCH
+        if robots > 1
+        else VISION_LAUNCH
+        if vision
+        else MODEL_LAUNCH
+    )
     # the launch settings every run of this demo shares (launch_overrides' keywords)
-    task = {"seed": seed, "instruction": instruction, "belt_speed": belt_speed,
-            "realtime": realtime, "camera_hz": camera_hz}
+    task = {
+        "seed": seed,
+        "instruction": instruction,
+        "belt_speed": belt_speed,
+        "realtime": realtime,
+        "camera_hz": camera_hz,
+    }
     if stress == "near-deadline":
-        out = near_deadline(launch, base.resolve(), str(model), deadline_ms, seconds, task,
-                            console, stop, png)
-        runs_done = [out["unpressured"]] + [r for c, _ in CONDITIONS for k, r in
-                                            out.get(c, {}).items() if k != "calibration"]
+        out = near_deadline(
+            launch, base.resolve(), str(model), deadline_ms, seconds, task, console, stop, png
+        )
+        runs_done = [out["unpressured"]] + [
+            r for c, _ in CONDITIONS for k, r in out.get(c, {}).items() if k != "calibration"
+        ]
     else:
-        results = _runs(launch, base.resolve(), model, robots, stress, deadline_ms, seconds,
-                        task, console, stop, png, record)
+        results = _runs(
+            launch,
+            base.resolve(),
+            model,
+            robots,
+            stress,
+            deadline_ms,
+            seconds,
+            task,
+            console,
+            stop,
+            png,
+            record,
+        )
         runs_done = [r for k, r in results.items() if k != "calibration"]
         out = results.get("nominal", {}) if stress is None else results
     text = json.dumps(out, indent=None if json_out else 1)
     if report:
         why = write_report(Path(report).expanduser(), text + "\n")
-        console.print(f"report not written to {report}: {why}" if why else
-                      f"report written to {report}")
+        console.print(
+            f"report not written to {report}: {why}" if why else f"report written to {report}"
+        )
     print(text, flush=True)
     if stop.signum is not None:
         console.print(f"stopped by {signal.Signals(stop.signum).name}: partial report above")
@@ -137,12 +207,23 @@ def _run(seconds, policy, report, png, stress, run_dir, deadline_ms, seed, instr
     return 0 if runs_done and all(r["exit_code"] == 0 for r in runs_done) else 1
 
 
-def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, console, stop,
-          png, record: str | None = None) -> dict:
+def _runs(
+    launch,
+    base,
+    model,
+    robots,
+    stress,
+    deadline_ms,
+    seconds,
+    task,
+    console,
+    stop,
+    png,
+    record: str | None = None,
+) -> dict:
     """The plain demo ({"nominal": run}) or `--stress cpu` (calibration, stress-fixed,
     stress-budget: the budget's part; busy-unscheduled, busy-scheduled: the scheduling's)."""
-    overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress,
-                                 **task)
+    overrides = launch_overrides(None if model is None else str(model), deadline_ms, stress, **task)
     if robots > 1:
         overrides["robots"] = str(robots)
     runs, threat, cpu = [("nominal", {}, 0, True)], None, None
@@ -152,14 +233,17 @@ def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, conso
         # the budget's part (hogs under SCHED_IDLE on the policy's CPU), then the
         # scheduling's: a CPU-bound neighbour at normal priority on every CPU, the budget on
         busy = len(os.sched_getaffinity(0))
-        runs = [("stress-fixed", {"vars.budget": "--no-budget"}, n, True),
-                ("stress-budget", {}, n, True),
-                ("busy-unscheduled", {"realtime": "false"}, busy, False),
-                ("busy-scheduled", {}, busy, False)]
+        runs = [
+            ("stress-fixed", {"vars.budget": "--no-budget"}, n, True),
+            ("stress-budget", {}, n, True),
+            ("busy-unscheduled", {"realtime": "false"}, busy, False),
+            ("busy-scheduled", {}, busy, False),
+        ]
         if model is not None:
             cpu = policy_cpu()
-            threat, errors = calibrate(launch, base, overrides, cpu, deadline_ms,
-                                       seconds, console, stop)
+            threat, errors = calibrate(
+                launch, base, overrides, cpu, deadline_ms, seconds, console, stop
+            )
             for line in errors:
                 console.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
             if threat is not None:
@@ -169,13 +253,23 @@ def _runs(launch, base, model, robots, stress, deadline_ms, seconds, task, conso
         if stop.signum is not None:
             break
         ov = {**overrides, **extra}
-        results[name] = one_run(launch, base, name, seconds, ov, console, stop, png,
-                                len(runs) == 1, hogs, cpu if on_policy_cpu else None,
-                                float(ov["deadline_ms"]) if len(runs) > 1 else None,
-                                record if len(runs) == 1 else None)
+        results[name] = one_run(
+            launch,
+            base,
+            name,
+            seconds,
+            ov,
+            console,
+            stop,
+            png,
+            len(runs) == 1,
+            hogs,
+            cpu if on_policy_cpu else None,
+            float(ov["deadline_ms"]) if len(runs) > 1 else None,
+            record if len(runs) == 1 else None,
+        )
     if len(runs) > 1:
         results = {"calibration": None if threat is None else threat.report(), **results}
         console.print(stress_table(results))
         console.print(scheduling_table(results))
     return results
-

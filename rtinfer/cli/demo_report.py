@@ -1,6 +1,7 @@
 """`rtinfer demo`'s report: the run directory's reports (the sim's, per cell in a fleet; the
 monitor's; the camera's; the launcher's summary) and the nodes' last health merged into one
 dict, with the failure lines of a run that failed."""
+
 from __future__ import annotations
 
 import itertools
@@ -45,14 +46,19 @@ def _robot_entry(k: int, sim: dict, mon: dict, ended: dict) -> dict:
     m, c = sim.get("metrics", {}), sim.get("controller", {})
     resolved = m.get("resolved", 0)
     own = mon.get("robots", {}).get(f"controller-{k}", {})
-    return {"robot": f"cell-{k}", "task": sim.get("task"),
-            "cycles": own.get("cycles"), "deadline_misses": own.get("misses"),
-            "objects": {x: m.get(x, 0) for x in ("spawned", "correct", "wrong", "missed",
-                                                 "dropped")},
-            "success_rate": m["correct"] / resolved if resolved else None,
-            "e2e_ms": {x: sim.get("e2e_ms", {}).get(x) for x in ("p50", "p99", "max")},
-            "chunks_accepted": c.get("chunks_accepted"), "late_waypoints": c.get("late_waypoints"),
-            "late_ticks": c.get("late_ticks"), "ended": ended.get(str(k))}
+    return {
+        "robot": f"cell-{k}",
+        "task": sim.get("task"),
+        "cycles": own.get("cycles"),
+        "deadline_misses": own.get("misses"),
+        "objects": {x: m.get(x, 0) for x in ("spawned", "correct", "wrong", "missed", "dropped")},
+        "success_rate": m["correct"] / resolved if resolved else None,
+        "e2e_ms": {x: sim.get("e2e_ms", {}).get(x) for x in ("p50", "p99", "max")},
+        "chunks_accepted": c.get("chunks_accepted"),
+        "late_waypoints": c.get("late_waypoints"),
+        "late_ticks": c.get("late_ticks"),
+        "ended": ended.get(str(k)),
+    }
 
 
 def _merged_fleet(sims: list[dict]) -> dict:
@@ -76,12 +82,18 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
     (with the monitor's cycles and misses of its controller), and sums the cells' objects
     and controller counters."""
     fleet = robot_reports(run_dir, robots)
-    sim = _merged_fleet([s for s in fleet if s] or [{}]) if fleet else \
-        read_json(run_dir / "sim_report.json")
+    sim = (
+        _merged_fleet([s for s in fleet if s] or [{}])
+        if fleet
+        else read_json(run_dir / "sim_report.json")
+    )
     mon = read_json(run_dir / "monitor_report.json")
     # A report a full disk kept out: the monitor's last health carries the same counts
-    sims = [(f"sim_report-{k}.json", r) for k, r in enumerate(fleet)] if fleet else \
-        [("sim_report.json", sim)]
+    sims = (
+        [(f"sim_report-{k}.json", r) for k, r in enumerate(fleet)]
+        if fleet
+        else [("sim_report.json", sim)]
+    )
     missing = [n for n, r in [("monitor_report.json", mon), *sims] if not r]
     said = latest.get("monitor", {}).get("counters", {})
     m, stages = sim.get("metrics", {}), mon.get("stages_ms", {})
@@ -89,9 +101,11 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
     resolved = m.get("resolved", 0)
     pol = latest.get("policy", {}).get("counters", {})
     out = {
-        "exit_code": exit_code, "run_dir": str(run_dir),
-        "cycles": mon.get("cycles", said.get("cycles",
-                                             sim.get("controller", {}).get("chunks_accepted"))),
+        "exit_code": exit_code,
+        "run_dir": str(run_dir),
+        "cycles": mon.get(
+            "cycles", said.get("cycles", sim.get("controller", {}).get("chunks_accepted"))
+        ),
         "deadline_ms": mon.get("deadline_ms", DEADLINE_MS),
         "deadline_misses": mon.get("misses", said.get("misses")),
         "late_waypoints": sim.get("controller", {}).get("late_waypoints"),
@@ -102,10 +116,13 @@ def collect_report(run_dir: Path, latest: dict, exit_code: int, robots: int = 0)
         "budget_changes": mon.get("budget", {}).get("changes"),
         "budget_requests": mon.get("budget", {}).get("requests"),
         "holds": {"watchdog": sim.get("controller", {}).get("holds"), "ordered": mon.get("holds")},
-        "controller": sim.get("controller", {}), "policy": pol,
+        "controller": sim.get("controller", {}),
+        "policy": pol,
         # the limits the robot enforced (clamps) and what its sockets dropped: never silent
-        "stack": sim.get("stack", {}), "bus": sim.get("bus", {}),
-        "sim_s": sim.get("sim_s"), "task": sim.get("task"),
+        "stack": sim.get("stack", {}),
+        "bus": sim.get("bus", {}),
+        "sim_s": sim.get("sim_s"),
+        "task": sim.get("task"),
         "scheduling": scheduling(run_dir),
     }
     camera = read_json(run_dir / "camera_report.json")
@@ -129,15 +146,20 @@ def failure_lines(run_dir: Path) -> list[str]:
     failed = [ln for ln in console if ln.startswith("[launch]") and " FAILED" in ln]
     if failed:  # the launcher's one line per failed node: the node, the reason, its log
         return failed
-    out = [ln for ln in console if (ln.startswith("[launch]") and "for good" in ln)
-           or (not ln.startswith("[") and "error" in ln.lower() or ln.startswith("launch:"))]
+    out = [
+        ln
+        for ln in console
+        if (ln.startswith("[launch]") and "for good" in ln)
+        or (not ln.startswith("[") and "error" in ln.lower() or ln.startswith("launch:"))
+    ]
     summary = read_json(run_dir / "launch_summary.json").get("nodes", {})
     for name, node in summary.items():
         if node.get("state") == "failed" or (node.get("last_exit") or 0) > 0:
             last = _lines(run_dir / f"{name}.log")[-1:]
             out += [f"[{name}] {ln}  (log: {run_dir / f'{name}.log'})" for ln in last]
-    return list(dict.fromkeys(out)) or [f"the launcher exited without a reason; see "
-                                        f"{run_dir / 'console.log'}"]
+    return list(dict.fromkeys(out)) or [
+        f"the launcher exited without a reason; see {run_dir / 'console.log'}"
+    ]
 
 
 def _lines(path: Path) -> list[str]:
@@ -154,16 +176,21 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-
 def camera_figures(camera: dict, sim: dict) -> dict:
     """The camera's part of the report: what the camera process rendered (camera_report.json)
     and what the sim did with its frames (its report's "camera": sent with an observation,
     observations skipped for want of a frame or for a frame older than the deadline, the
     frames' age when sent)."""
-    return {"camera": sim.get("camera", camera.get("camera")), "hz": camera.get("hz"),
-            "shape": sim.get("shape", camera.get("shape")), "rendered": camera.get("frames"),
-            "render_ms": camera.get("render_ms"), "dropped": camera.get("dropped"),
-            "frames_sent": sim.get("sent"), "skipped_no_frame": sim.get("no_frame"),
-            "skipped_stale": sim.get("stale"), "frames_bad": sim.get("bad"),
-            "frame_age_ms": sim.get("frame_age_ms")}
-
+    return {
+        "camera": sim.get("camera", camera.get("camera")),
+        "hz": camera.get("hz"),
+        "shape": sim.get("shape", camera.get("shape")),
+        "rendered": camera.get("frames"),
+        "render_ms": camera.get("render_ms"),
+        "dropped": camera.get("dropped"),
+        "frames_sent": sim.get("sent"),
+        "skipped_no_frame": sim.get("no_frame"),
+        "skipped_stale": sim.get("stale"),
+        "frames_bad": sim.get("bad"),
+        "frame_age_ms": sim.get("frame_age_ms"),
+    }

@@ -16,6 +16,7 @@ CERTAIN_MS past the deadline was certainly late, so the controller must have rep
 (the controller then rejects late waypoints without a report); and no cycle was applied past
 the deadline. `verdict` checks the targets. Pure: records in, figures out.
 """
+
 from __future__ import annotations
 
 from rtinfer.cli.stress import HOGS, WARMUP_S, late_fraction
@@ -24,10 +25,10 @@ from rtinfer.realtime.deadline import deadline_ns as to_ns
 CONDITIONS = (("nominal", 0), ("stress", HOGS))  # (name, busy processes on the policy's CPU)
 ROLES = (("fixed", {"vars.budget": "--no-budget"}), ("budget", {}))  # launch overrides
 ORDER = ("fixed", "budget", "budget", "fixed")  # ABBA: drift in the load cancels between roles
-BUDGET_LATE_MAX = 0.01    # the budget controller: at most this fraction of cycles late
-FIXED_LATE_MIN = 0.05     # fixed full depth: at least this (else the deadline was no threat)
-SORTING_POINTS = 2.0      # the budget controller's sorting: within this of unpressured, points
-CERTAIN_MS = 1.0          # margin for "certainly late" (the last publish to the controller's recv)
+BUDGET_LATE_MAX = 0.01  # the budget controller: at most this fraction of cycles late
+FIXED_LATE_MIN = 0.05  # fixed full depth: at least this (else the deadline was no threat)
+SORTING_POINTS = 2.0  # the budget controller's sorting: within this of unpressured, points
+CERTAIN_MS = 1.0  # margin for "certainly late" (the last publish to the controller's recv)
 
 
 def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -> dict:
@@ -51,8 +52,11 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
     late, applied, stale, over_ns, captures = set(), 0, 0, 0, []
     for rec in controller_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
-        if not isinstance(st, dict) or not isinstance(cycle, int) \
-                or not isinstance(st.get("capture"), int):
+        if (
+            not isinstance(st, dict)
+            or not isinstance(cycle, int)
+            or not isinstance(st.get("capture"), int)
+        ):
             continue
         captures.append(st["capture"])
         if "late_index" in (rec.get("fields") or {}):
@@ -63,29 +67,50 @@ def audit(policy_records, controller_records, deadline_ms: float, holds_ns=()) -
             stale += over > 0
             over_ns = max(over_ns, over)
     first = min(captures) if captures else 0
-    last = max((v for rec in controller_records if isinstance(rec.get("stamps"), dict)
-                for v in rec["stamps"].values() if isinstance(v, int)), default=-1)
-    steady = {rec["cycle"] for rec in controller_records if isinstance(rec.get("stamps"), dict)
-              and isinstance(rec.get("cycle"), int)
-              and isinstance(rec["stamps"].get("capture"), int)
-              and rec["stamps"]["capture"] >= first + WARMUP_S * 1e9}
+    last = max(
+        (
+            v
+            for rec in controller_records
+            if isinstance(rec.get("stamps"), dict)
+            for v in rec["stamps"].values()
+            if isinstance(v, int)
+        ),
+        default=-1,
+    )
+    steady = {
+        rec["cycle"]
+        for rec in controller_records
+        if isinstance(rec.get("stamps"), dict)
+        and isinstance(rec.get("cycle"), int)
+        and isinstance(rec["stamps"].get("capture"), int)
+        and rec["stamps"]["capture"] >= first + WARMUP_S * 1e9
+    }
     certain, held = set(), set()
     for rec in policy_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
         if not isinstance(st, dict):
             continue
         sent = st.get("last_publish", st.get("end"))
-        if isinstance(sent, int) and isinstance(st.get("capture"), int) \
-                and first <= st["capture"] and sent <= last \
-                and sent - st["capture"] > deadline_ns + CERTAIN_MS * 1e6:
+        if (
+            isinstance(sent, int)
+            and isinstance(st.get("capture"), int)
+            and first <= st["capture"]
+            and sent <= last
+            and sent - st["capture"] > deadline_ns + CERTAIN_MS * 1e6
+        ):
             certain.add(cycle)
             if any(a <= sent <= b for a, b in holds_ns):
                 held.add(cycle)
-    return {"late_cycles": len(late), "certainly_late": len(certain),
-            "held": len(held - late), "undetected": len(certain - late - held),
-            "applied_cycles": applied, "stale_applied": stale,
-            "stale_applied_max_ms": round(over_ns / 1e6, 3),
-            "late_after_warmup": round(len(steady & late) / len(steady), 4) if steady else None}
+    return {
+        "late_cycles": len(late),
+        "certainly_late": len(certain),
+        "held": len(held - late),
+        "undetected": len(certain - late - held),
+        "applied_cycles": applied,
+        "stale_applied": stale,
+        "stale_applied_max_ms": round(over_ns / 1e6, 3),
+        "late_after_warmup": round(len(steady & late) / len(steady), 4) if steady else None,
+    }
 
 
 def hold_intervals(monitor_report: dict) -> list[tuple[int, float]]:
@@ -102,8 +127,14 @@ def hold_intervals(monitor_report: dict) -> list[tuple[int, float]]:
 
 
 COUNTED = ("cycles", "deadline_misses", "late_waypoints", "budget_changes", "budget_requests")
-AUDIT_COUNTED = ("late_cycles", "certainly_late", "held", "undetected", "applied_cycles",
-                 "stale_applied")
+AUDIT_COUNTED = (
+    "late_cycles",
+    "certainly_late",
+    "held",
+    "undetected",
+    "applied_cycles",
+    "stale_applied",
+)
 
 
 def pool(runs: list[dict]) -> dict:
@@ -114,26 +145,35 @@ def pool(runs: list[dict]) -> dict:
     runs = [r for r in runs if r]
     if not runs:
         return {}
-    out: dict = {"runs": runs, "exit_code": max(r.get("exit_code", 1) for r in runs),
-                 "deadline_ms": runs[0].get("deadline_ms")}
+    out: dict = {
+        "runs": runs,
+        "exit_code": max(r.get("exit_code", 1) for r in runs),
+        "deadline_ms": runs[0].get("deadline_ms"),
+    }
     for k in COUNTED:
         vals = [r.get(k) for r in runs]
         out[k] = None if None in vals else sum(vals)
-    out["objects"] = {k: sum(r.get("objects", {}).get(k, 0) for r in runs)
-                      for k in ("spawned", "correct", "wrong", "missed", "dropped")}
+    out["objects"] = {
+        k: sum(r.get("objects", {}).get(k, 0) for r in runs)
+        for k in ("spawned", "correct", "wrong", "missed", "dropped")
+    }
     resolved = sum(out["objects"][k] for k in ("correct", "wrong", "missed", "dropped"))
     out["success_rate"] = out["objects"]["correct"] / resolved if resolved else None
     out["late_fraction"] = late_fraction(out)
-    out["holds"] = {k: sum((r.get("holds") or {}).get(k) or 0 for r in runs)
-                    for k in ("watchdog", "ordered")}
+    out["holds"] = {
+        k: sum((r.get("holds") or {}).get(k) or 0 for r in runs) for k in ("watchdog", "ordered")
+    }
     maxima = [r["e2e_ms"]["max"] for r in runs if (r.get("e2e_ms") or {}).get("max") is not None]
     out["e2e_ms"] = {"p50": None, "p99": None, "max": max(maxima) if maxima else None}
     audits = [r["audit"] for r in runs if r.get("audit")]
     if audits:
         a = {k: sum(x[k] for x in audits) for k in AUDIT_COUNTED}
         a["stale_applied_max_ms"] = max(x["stale_applied_max_ms"] for x in audits)
-        steady = [(x["late_after_warmup"], r.get("cycles") or 0) for x, r in zip(audits, runs)
-                  if x.get("late_after_warmup") is not None]
+        steady = [
+            (x["late_after_warmup"], r.get("cycles") or 0)
+            for x, r in zip(audits, runs)
+            if x.get("late_after_warmup") is not None
+        ]
         w = sum(c for _, c in steady)
         a["late_after_warmup"] = round(sum(f * c for f, c in steady) / w, 4) if w else None
         out["audit"] = a
@@ -151,34 +191,61 @@ def verdict(results: dict) -> dict:
     checks = []
 
     def check(name, value, target, ok):
-        checks.append({"check": name, "value": value, "target": target,
-                       "met": value is not None and bool(ok(value))})
+        checks.append(
+            {
+                "check": name,
+                "value": value,
+                "target": target,
+                "met": value is not None and bool(ok(value)),
+            }
+        )
 
     base = _points(results.get("unpressured", {}))
     for cond, _ in CONDITIONS:
         pair = results.get(cond, {})
         fixed, budget = pair.get("fixed", {}), pair.get("budget", {})
-        check(f"{cond}: fixed full depth late", late_fraction(fixed), f">= {FIXED_LATE_MIN:g}",
-              lambda v: v >= FIXED_LATE_MIN)
-        check(f"{cond}: budget controller late", late_fraction(budget),
-              f"<= {BUDGET_LATE_MAX:g}", lambda v: v <= BUDGET_LATE_MAX)
+        check(
+            f"{cond}: fixed full depth late",
+            late_fraction(fixed),
+            f">= {FIXED_LATE_MIN:g}",
+            lambda v: v >= FIXED_LATE_MIN,
+        )
+        check(
+            f"{cond}: budget controller late",
+            late_fraction(budget),
+            f"<= {BUDGET_LATE_MAX:g}",
+            lambda v: v <= BUDGET_LATE_MAX,
+        )
         for role, run in (("fixed", fixed), ("budget", budget)):
             a = run.get("audit", {})
-            check(f"{cond} {role}: certainly late cycles not reported", a.get("undetected"),
-                  "0", lambda v: v == 0)
-            check(f"{cond} {role}: cycles applied past the deadline", a.get("stale_applied"),
-                  "0", lambda v: v == 0)
+            check(
+                f"{cond} {role}: certainly late cycles not reported",
+                a.get("undetected"),
+                "0",
+                lambda v: v == 0,
+            )
+            check(
+                f"{cond} {role}: cycles applied past the deadline",
+                a.get("stale_applied"),
+                "0",
+                lambda v: v == 0,
+            )
         pts = _points(budget)
-        check(f"{cond}: budget controller sorting - unpressured (points)",
-              None if pts is None or base is None else round(pts - base, 1),
-              f">= -{SORTING_POINTS:g}", lambda v: v >= -SORTING_POINTS)
+        check(
+            f"{cond}: budget controller sorting - unpressured (points)",
+            None if pts is None or base is None else round(pts - base, 1),
+            f">= -{SORTING_POINTS:g}",
+            lambda v: v >= -SORTING_POINTS,
+        )
     return {"met": all(c["met"] for c in checks), "checks": checks}
 
 
 def verdict_lines(v: dict) -> list[str]:
     """One line per check, then the overall line."""
-    out = [f"{'met    ' if c['met'] else 'NOT MET'} {c['check']}: {c['value']} "
-           f"(target {c['target']})" for c in v["checks"]]
+    out = [
+        f"{'met    ' if c['met'] else 'NOT MET'} {c['check']}: {c['value']} (target {c['target']})"
+        for c in v["checks"]
+    ]
     return out + [f"targets {'all met' if v['met'] else 'NOT all met'}"]
 
 

@@ -2,6 +2,7 @@
 repository's ``launch/``, shipped as package data), found from the installed package (not the
 working directory), so ``rtinfer demo`` works from any directory, editable install or wheel.
 The model zoo is found the same way: rtinfer.model.zoo."""
+
 from __future__ import annotations
 
 from importlib.resources import files

@@ -15,6 +15,7 @@ force limit. Reported:
 Targets for a 30-minute soak: RSS growth < 5 % per node, zero misses at nominal load,
 zero forces beyond the limit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,19 +79,33 @@ def _window(samples: list[tuple[float, int]], t_end: float, first: bool) -> floa
     return sum(xs) / len(xs) if xs else None
 
 
-def run(minutes: float, *, policy: str | None = None, run_dir: str | None = None,
-        stress: int = 1) -> dict:
+def run(
+    minutes: float, *, policy: str | None = None, run_dir: str | None = None, stress: int = 1
+) -> dict:
     """Blocks for about `minutes` (+ startup); returns the figures (see module docstring)."""
     rd = Path(run_dir or tempfile.mkdtemp(prefix="rtinfer-soak-")).resolve()
     rd.mkdir(parents=True, exist_ok=True)
     seconds = minutes * 60.0
     launch = _launch_file(rd, seconds, policy)
-    proc = subprocess.Popen([sys.executable, "-m", "rtinfer.launch.supervisor", str(launch),
-                             "--run-dir", str(rd), "--seconds", str(seconds + 120)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtinfer.launch.supervisor",
+            str(launch),
+            "--run-dir",
+            str(rd),
+            "--seconds",
+            str(seconds + 120),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     code = f"import time\nend=time.monotonic()+{seconds + 60}\nwhile time.monotonic()<end: pass"
-    hogs = [subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.nice(10))
-            for _ in range(stress)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.nice(10))
+        for _ in range(stress)
+    ]
     samples: dict[str, list[tuple[float, int]]] = {}
     try:
         while proc.poll() is None:
@@ -123,35 +138,55 @@ def _figures(rd: Path, exit_code: int, samples: dict, minutes: float, launch: Pa
     for name, s in samples.items():
         t_end = s[-1][0]
         first, last = _window(s, t_end, True), _window(s, t_end, False)
-        nodes[name] = {"rss_first_kb": first, "rss_last_kb": last, "samples": len(s),
-                       "growth_pct": 100.0 * (last - first) / first if first and last else None}
+        nodes[name] = {
+            "rss_first_kb": first,
+            "rss_last_kb": last,
+            "samples": len(s),
+            "growth_pct": 100.0 * (last - first) / first if first and last else None,
+        }
     growth = [n["growth_pct"] for n in nodes.values() if n["growth_pct"] is not None]
     ctl = sim.get("controller", {})
     force = sim.get("force_check", {})
     out = {
-        "minutes": minutes, "launch": str(launch), "run_dir": str(rd), "exit_code": exit_code,
-        "nodes": nodes, "rss_growth_max_pct": max(growth) if growth else None,
-        "cycles": mon.get("cycles"), "deadline_misses": mon.get("misses"),
+        "minutes": minutes,
+        "launch": str(launch),
+        "run_dir": str(rd),
+        "exit_code": exit_code,
+        "nodes": nodes,
+        "rss_growth_max_pct": max(growth) if growth else None,
+        "cycles": mon.get("cycles"),
+        "deadline_misses": mon.get("misses"),
         "holds": {"watchdog": ctl.get("holds"), "ordered": mon.get("holds")},
         "rejected": {k: v for k, v in ctl.items() if k.startswith("rejected_")},
         "dropped": {"obs_not_sent": ctl.get("obs_dropped"), "late_ticks": ctl.get("late_ticks")},
-        "force_over_limit": force.get("over_limit"), "max_force_ratio": force.get("max_ratio"),
-        "clamps": sim.get("stack"), "metrics": sim.get("metrics"), "e2e_ms": sim.get("e2e_ms"),
-        "instruction": sim.get("instruction")}
-    out["targets_met"] = bool(exit_code == 0 and out["force_over_limit"] == 0
-                              and out["deadline_misses"] == 0 and growth
-                              and max(growth) < RSS_GROWTH_TARGET_PCT)
+        "force_over_limit": force.get("over_limit"),
+        "max_force_ratio": force.get("max_ratio"),
+        "clamps": sim.get("stack"),
+        "metrics": sim.get("metrics"),
+        "e2e_ms": sim.get("e2e_ms"),
+        "instruction": sim.get("instruction"),
+    }
+    out["targets_met"] = bool(
+        exit_code == 0
+        and out["force_over_limit"] == 0
+        and out["deadline_misses"] == 0
+        and growth
+        and max(growth) < RSS_GROWTH_TARGET_PCT
+    )
     return out
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The soak's options, for `rtinfer soak` and `python -m rtinfer.cli.soak`."""
     ap.add_argument("--minutes", type=float, default=30.0, help="how long to run (default 30)")
-    ap.add_argument("--policy", default=None, help='"expert" or a model directory (default: '
-                    "the shipped models/zoo/conveyor-v1 if present, else the expert)")
+    ap.add_argument(
+        "--policy",
+        default=None,
+        help='"expert" or a model directory (default: '
+        "the shipped models/zoo/conveyor-v1 if present, else the expert)",
+    )
     ap.add_argument("--run-dir", default=None, help="logs and reports (default: a temp dir)")
-    ap.add_argument("--stress", type=int, default=1, help="low-priority busy processes "
-                    "(default 1)")
+    ap.add_argument("--stress", type=int, default=1, help="low-priority busy processes (default 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
 
 

@@ -33,6 +33,7 @@ and timing the policy's chunk offline underestimated the launched stack. So
 
 `choose_deadline` and `chunk_complete_ms` are pure; `pin_tasks` and the demo read the clock.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,14 +43,14 @@ import numpy as np
 
 # rtinfer demo --stress (near-deadline: rtinfer.cli.pressure)
 STRESS_MODES = ("cpu", "near-deadline")
-AIM_Q = 0.70           # the deadline: this quantile of the fixed run's chunk time (~30% late)
-CEIL_Q = 0.95          # a floor above this one leaves nothing to separate
+AIM_Q = 0.70  # the deadline: this quantile of the fixed run's chunk time (~30% late)
+CEIL_Q = 0.95  # a floor above this one leaves nothing to separate
 FLOOR_Q, FLOOR_HEADROOM = 0.99, 1.10  # at or above the cheapest level's p99 x 1.10
-HOGS = 1               # busy processes on the policy's CPU ...
+HOGS = 1  # busy processes on the policy's CPU ...
 # ... under SCHED_IDLE: they run whenever the policy waits and never delay its wake-up
-WARMUP_S = 2.0         # a calibration run's first seconds (graphs, caches, the other nodes
+WARMUP_S = 2.0  # a calibration run's first seconds (graphs, caches, the other nodes
 #                        starting) are no samples: their chunk-time p90 was 25 ms against 16
-CALIBRATE_S = 10.0     # sim seconds of each calibration run (at most; see calibration_seconds)
+CALIBRATE_S = 10.0  # sim seconds of each calibration run (at most; see calibration_seconds)
 WARMUP_CYCLES = int(WARMUP_S * 20)  # at the demo's 20 Hz policy rate
 CALIBRATE_DEADLINE_MS = 200.0  # loose: no waypoint rejected, every cycle a sample
 QUANTILES = (0.5, 0.8, 0.9, 0.95, 0.99)
@@ -58,14 +59,14 @@ QUANTILES = (0.5, 0.8, 0.9, 0.95, 0.99)
 @dataclass(frozen=True)
 class Threat:
     deadline_ms: float
-    separable: bool          # the cheapest level's bound sits below the fixed run's
-    fixed_late: float        # calibration: fraction of the fixed run's cycles past the deadline
-    cheapest_late: float     # ... and of the cheapest-level run's
-    full_ms: dict            # chunk-time quantiles (p50, p80, ...) of the fixed run, ms
+    separable: bool  # the cheapest level's bound sits below the fixed run's
+    fixed_late: float  # calibration: fraction of the fixed run's cycles past the deadline
+    cheapest_late: float  # ... and of the cheapest-level run's
+    full_ms: dict  # chunk-time quantiles (p50, p80, ...) of the fixed run, ms
     cheapest_ms: dict
-    samples: int             # cycles, the fewer of the two runs
-    how: str                 # one line: how the deadline was chosen
-    load: str = ""           # the background load
+    samples: int  # cycles, the fewer of the two runs
+    how: str  # one line: how the deadline was chosen
+    load: str = ""  # the background load
 
     def report(self) -> dict:
         return asdict(self)
@@ -101,14 +102,22 @@ def chunk_complete_ms(policy_records, controller_records) -> list[float]:
     transport: dict[int, int] = {}
     for rec in controller_records:
         st = rec.get("stamps")
-        if isinstance(st, dict) and isinstance(st.get("recv"), int) \
-                and isinstance(st.get("publish"), int) and isinstance(rec.get("cycle"), int):
+        if (
+            isinstance(st, dict)
+            and isinstance(st.get("recv"), int)
+            and isinstance(st.get("publish"), int)
+            and isinstance(rec.get("cycle"), int)
+        ):
             transport.setdefault(rec["cycle"], st["recv"] - st["publish"])
     out = []
     for rec in policy_records:
         st, cycle = rec.get("stamps"), rec.get("cycle")
-        if isinstance(st, dict) and isinstance(st.get("end"), int) \
-                and isinstance(st.get("capture"), int) and cycle in transport:
+        if (
+            isinstance(st, dict)
+            and isinstance(st.get("end"), int)
+            and isinstance(st.get("capture"), int)
+            and cycle in transport
+        ):
             out.append((st["end"] - st["capture"] + transport[cycle]) / 1e6)
     return out
 
@@ -130,19 +139,31 @@ def choose_deadline(fixed_ms, cheapest_ms, given_ms: float | None = None) -> Thr
         deadline, how = float(given_ms), "given by --deadline-ms (not calibrated)"
     elif not separable:
         deadline = round(aim, 1)
-        how = (f"the fixed run's chunk-time {aq}; no deadline separates the levels now "
-               f"(the cheapest level's p99 x {FLOOR_HEADROOM:g} is {floor:.1f} ms, above the "
-               f"fixed p95 {ceil:.1f} ms): expect the budget controller to miss too")
+        how = (
+            f"the fixed run's chunk-time {aq}; no deadline separates the levels now "
+            f"(the cheapest level's p99 x {FLOOR_HEADROOM:g} is {floor:.1f} ms, above the "
+            f"fixed p95 {ceil:.1f} ms): expect the budget controller to miss too"
+        )
     elif floor > aim:
         deadline = round(floor, 1)
-        how = (f"the cheapest level's chunk-time p99 x {FLOOR_HEADROOM:g} (above the fixed run's "
-               f"{aq}, {aim:.1f} ms), measured in the launched stack under that load")
+        how = (
+            f"the cheapest level's chunk-time p99 x {FLOOR_HEADROOM:g} (above the fixed run's "
+            f"{aq}, {aim:.1f} ms), measured in the launched stack under that load"
+        )
     else:
         deadline = round(aim, 1)
         how = f"the fixed run's chunk-time {aq}, measured in the launched stack under that load"
     late = lambda x: round(float(np.mean(x > deadline)), 4)  # noqa: E731
-    return Threat(deadline, separable, late(full), late(low), _quantiles(full), _quantiles(low),
-                  int(min(full.size, low.size)), how)
+    return Threat(
+        deadline,
+        separable,
+        late(full),
+        late(low),
+        _quantiles(full),
+        _quantiles(low),
+        int(min(full.size, low.size)),
+        how,
+    )
 
 
 def descendants(pid: int) -> list[int]:
@@ -208,9 +229,13 @@ def stress_table(results: dict):
         title += f": deadline {threat['deadline_ms']:g} ms ({threat['how']})"
         if threat.get("load"):
             title += f"; load: {threat['load']}"
-    return runs_table(title, [
-        ("fixed full depth", "fixed", results.get("stress-fixed", {}), threat),
-        ("budget controller", "budget", results.get("stress-budget", {}), threat)])
+    return runs_table(
+        title,
+        [
+            ("fixed full depth", "fixed", results.get("stress-fixed", {}), threat),
+            ("budget controller", "budget", results.get("stress-budget", {}), threat),
+        ],
+    )
 
 
 def scheduling_table(results: dict):
@@ -221,14 +246,24 @@ def scheduling_table(results: dict):
     title = "the scheduling's part: a busy process on every CPU, the budget controller on"
     if threat:
         title += f", deadline {threat['deadline_ms']:g} ms"
-    t = runs_table(title, [("normal scheduling", "budget", results.get("busy-unscheduled", {}),
-                            None),
-                           ("launch file's SCHED_FIFO", "budget",
-                            results.get("busy-scheduled", {}), None)])
-    t.add_row("scheduling granted", *[
-        ", ".join(f"{k}: {v.rsplit('scheduler ', 1)[-1]}" for k, v in
-                  sorted((results.get(name) or {}).get("scheduling", {}).items())) or "none"
-        for name in ("busy-unscheduled", "busy-scheduled")])
+    t = runs_table(
+        title,
+        [
+            ("normal scheduling", "budget", results.get("busy-unscheduled", {}), None),
+            ("launch file's SCHED_FIFO", "budget", results.get("busy-scheduled", {}), None),
+        ],
+    )
+    t.add_row(
+        "scheduling granted",
+        *[
+            ", ".join(
+                f"{k}: {v.rsplit('scheduler ', 1)[-1]}"
+                for k, v in sorted((results.get(name) or {}).get("scheduling", {}).items())
+            )
+            or "none"
+            for name in ("busy-unscheduled", "busy-scheduled")
+        ],
+    )
     return t
 
 
@@ -239,8 +274,11 @@ def audit_text(run: dict) -> str:
     if not a:
         return "-"
     held = f" ({a['held']} held)" if a.get("held") else ""
-    over = f" (at most +{a['stale_applied_max_ms']:g} ms)" if a.get("stale_applied") \
-        and a.get("stale_applied_max_ms") is not None else ""
+    over = (
+        f" (at most +{a['stale_applied_max_ms']:g} ms)"
+        if a.get("stale_applied") and a.get("stale_applied_max_ms") is not None
+        else ""
+    )
     return f"{a['undetected']} of {a['certainly_late']}{held} / {a['stale_applied']}{over}"
 
 
@@ -266,20 +304,45 @@ def runs_table(title: str, columns, deadline_row: bool = False):
     if deadline_row:
         row("deadline", lambda c, _: f"{c['deadline_ms']:g} ms", True)
     if any(c for *_, c in columns):
-        row("late in calibration", lambda c, role: percent_text(c["fixed_late"]) if role == "fixed"
-            else percent_text(c["cheapest_late"]) + " (cheapest level)", True)
-        row("chunk time p50 / p99 (calibration)", lambda c, role: "{p50:.1f} / {p99:.1f} ms".format(
-            **c["full_ms" if role == "fixed" else "cheapest_ms"]), True)
-    row("cycles late", lambda r, _: f"{r.get('deadline_misses')} / {r.get('cycles')} "
-                                    f"({percent_text(late_fraction(r))})")
+        row(
+            "late in calibration",
+            lambda c, role: (
+                percent_text(c["fixed_late"])
+                if role == "fixed"
+                else percent_text(c["cheapest_late"]) + " (cheapest level)"
+            ),
+            True,
+        )
+        row(
+            "chunk time p50 / p99 (calibration)",
+            lambda c, role: "{p50:.1f} / {p99:.1f} ms".format(
+                **c["full_ms" if role == "fixed" else "cheapest_ms"]
+            ),
+            True,
+        )
+    row(
+        "cycles late",
+        lambda r, _: (
+            f"{r.get('deadline_misses')} / {r.get('cycles')} ({percent_text(late_fraction(r))})"
+        ),
+    )
     row("late waypoints (rejected)", lambda r, _: str(r.get("late_waypoints")))
     if any(run.get("audit") for _, _, run, _ in columns):
-        row(f"late after the first {WARMUP_S:g} s", lambda r, _: percent_text(
-            (r.get("audit") or {}).get("late_after_warmup")))
+        row(
+            f"late after the first {WARMUP_S:g} s",
+            lambda r, _: percent_text((r.get("audit") or {}).get("late_after_warmup")),
+        )
         row("unreported late / applied late", lambda r, _: audit_text(r))
-    row("e2e p50 / p99 / max", lambda r, _: " / ".join(
-        "-" if r["e2e_ms"].get(k) is None else f"{r['e2e_ms'][k]:.1f}" for k in
-        ("p50", "p99", "max")) + " ms")
+    row(
+        "e2e p50 / p99 / max",
+        lambda r, _: (
+            " / ".join(
+                "-" if r["e2e_ms"].get(k) is None else f"{r['e2e_ms'][k]:.1f}"
+                for k in ("p50", "p99", "max")
+            )
+            + " ms"
+        ),
+    )
     row("sorted", lambda r, _: sorted_text(r))
     row("budget changes", lambda r, _: str(r.get("budget_changes")))
     row("watchdog holds", lambda r, _: str(r.get("holds", {}).get("watchdog")))

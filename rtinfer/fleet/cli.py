@@ -11,6 +11,7 @@ up, status and down join the Ray cluster at --address (default: the one `ray sta
 on this machine). Exit status: 0; 2 for a FLEET.yaml or a cluster that cannot serve (one
 line per problem, with the fix); 1 for a demo whose robots did not all get fresh chunks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,16 +45,19 @@ def _join(address: str | None) -> None:
     try:
         ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
     except ConnectionError as e:
-        raise FleetError(f"no Ray cluster to join at {address or 'this machine'} ({e}); start "
-                         f"one: ray start --head (docs/fleet.md, 'A fleet on Ray')") from None
+        raise FleetError(
+            f"no Ray cluster to join at {address or 'this machine'} ({e}); start "
+            f"one: ray start --head (docs/fleet.md, 'A fleet on Ray')"
+        ) from None
 
 
 def _controller():
     try:
         return ray.get_actor(CONTROLLER, namespace=NAMESPACE)
     except ValueError:
-        raise FleetError("no fleet controller in this cluster: start one with "
-                         "`rtinfer fleet up FLEET.yaml`") from None
+        raise FleetError(
+            "no fleet controller in this cluster: start one with `rtinfer fleet up FLEET.yaml`"
+        ) from None
 
 
 def _ask(ref, what: str, timeout_s: float):
@@ -61,8 +65,10 @@ def _ask(ref, what: str, timeout_s: float):
     try:
         return ray.get(ref, timeout=timeout_s)
     except RayError as e:  # GetTimeoutError too
-        raise FleetError(f"the fleet controller did not answer {what} ({type(e).__name__}); "
-                         f"it may be restarting: try again in a few seconds") from None
+        raise FleetError(
+            f"the fleet controller did not answer {what} ({type(e).__name__}); "
+            f"it may be restarting: try again in a few seconds"
+        ) from None
 
 
 def render(st: dict, file=None) -> None:
@@ -70,13 +76,20 @@ def render(st: dict, file=None) -> None:
     last events (their age: the controller's stamps are monotonic) on `file` (stdout)."""
     from rich.console import Console
     from rich.table import Table
+
     hosts = Table(title=f"fleet {st['name']}: hosts ({st['moves']} moves)")
     for col in ("host", "state", "model", "capacity", "robots", "cycles", "actions"):
         hosts.add_column(col)
     for name, h in st["hosts"].items():
-        hosts.add_row(name, h["state"], h["model"],
-                      "-" if h["capacity"] is None else str(h["capacity"]),
-                      ", ".join(h["robots"]) or "-", str(h["cycles"] or "-"), h["actions"])
+        hosts.add_row(
+            name,
+            h["state"],
+            h["model"],
+            "-" if h["capacity"] is None else str(h["capacity"]),
+            ", ".join(h["robots"]) or "-",
+            str(h["cycles"] or "-"),
+            h["actions"],
+        )
     robots = Table(title="robots")
     for col in ("robot", "host", "state", "why"):
         robots.add_column(col)
@@ -97,8 +110,11 @@ def _up(a) -> int:
     spec = absolute(load(a.fleet))
     _join(a.address)
     start_controller(spec)
-    print(f"fleet {spec.name}: controller up ({len(spec.hosts)} hosts, {len(spec.robots)} "
-          f"robots); `rtinfer fleet status` shows the placement", flush=True)
+    print(
+        f"fleet {spec.name}: controller up ({len(spec.hosts)} hosts, {len(spec.robots)} "
+        f"robots); `rtinfer fleet status` shows the placement",
+        flush=True,
+    )
     return 0
 
 
@@ -127,40 +143,72 @@ def _demo(a) -> int:
     goes to the real stdout (with --json, one JSON object and nothing else)."""
     out = sys.stdout
     show = (lambda st: None) if a.json else (lambda st: render(st, out))
-    with contextlib.redirect_stdout(sys.stderr), \
-            LocalFleet(a.model, hosts=a.hosts, robots=a.robots, quiet=True,
-                       deadline_ms=a.deadline_ms, netns=a.netns) as fleet:
-        st = fleet.wait(lambda s: all(h["state"] != "starting" for h in s["hosts"].values())
-                        and all(r["state"] != "waiting" for r in s["robots"].values()))
+    with (
+        contextlib.redirect_stdout(sys.stderr),
+        LocalFleet(
+            a.model,
+            hosts=a.hosts,
+            robots=a.robots,
+            quiet=True,
+            deadline_ms=a.deadline_ms,
+            netns=a.netns,
+        ) as fleet,
+    ):
+        st = fleet.wait(
+            lambda s: (
+                all(h["state"] != "starting" for h in s["hosts"].values())
+                and all(r["state"] != "waiting" for r in s["robots"].values())
+            )
+        )
         show(st)
         fleet.start_robots(a.seconds)
         time.sleep(a.seconds / 3)
         victim = max(st["hosts"], key=lambda h: len(st["hosts"][h]["robots"]))
-        print(f"demo: host {victim} dies (its node, then its Ray node)",
-              file=sys.stderr if a.json else out, flush=True)
+        print(
+            f"demo: host {victim} dies (its node, then its Ray node)",
+            file=sys.stderr if a.json else out,
+            flush=True,
+        )
         kill_ns = fleet.kill_host(victim)
         moved = st["hosts"][victim]["robots"]
-        fleet.wait(lambda s: all(s["robots"][r]["state"] == "refused" or
-                                 s["robots"][r]["host"] not in (None, victim) for r in moved),
-                   timeout_s=60, every_s=0.1)
+        fleet.wait(
+            lambda s: all(
+                s["robots"][r]["state"] == "refused" or s["robots"][r]["host"] not in (None, victim)
+                for r in moved
+            ),
+            timeout_s=60,
+            every_s=0.1,
+        )
         time.sleep(1.0)
         after = fleet.status()
         show(after)
         records = fleet.records()
-    figures = {r: robot_figures(rec, kill_ns, a.deadline_ms, 1e3 / 20.0)
-               for r, rec in records.items()}
+    figures = {
+        r: robot_figures(rec, kill_ns, a.deadline_ms, 1e3 / 20.0) for r, rec in records.items()
+    }
     placed = [r for r, x in after["robots"].items() if x["state"] == "placed"]
-    print(json.dumps({"host_lost": victim, "moved": moved, "robots": figures,
-                      "refused": sorted(r for r, x in after["robots"].items()
-                                        if x["state"] == "refused"),
-                      "moved_summary": summary([figures[r] for r in moved])},
-                     indent=None if a.json else 1), file=out, flush=True)
+    print(
+        json.dumps(
+            {
+                "host_lost": victim,
+                "moved": moved,
+                "robots": figures,
+                "refused": sorted(r for r, x in after["robots"].items() if x["state"] == "refused"),
+                "moved_summary": summary([figures[r] for r in moved]),
+            },
+            indent=None if a.json else 1,
+        ),
+        file=out,
+        flush=True,
+    )
     return 0 if all(figures[r]["first_fresh_ms"] is not None for r in placed) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="rtinfer fleet", description="fleets across inference "
-                                "hosts on Ray: up, status, down, demo (docs/fleet.md)")
+    p = argparse.ArgumentParser(
+        prog="rtinfer fleet",
+        description="fleets across inference hosts on Ray: up, status, down, demo (docs/fleet.md)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the fleet controller (or join the running one)")
     up.add_argument("fleet", help="FLEET.yaml")
@@ -169,17 +217,24 @@ def main(argv: list[str] | None = None) -> int:
     down = sub.add_parser("down", help="stop every host's node and the controller")
     for q in (up, st, down):
         q.add_argument("--address", default=None, help="the Ray cluster (default: auto)")
-    demo = sub.add_parser("demo", help="a whole fleet on this machine (Ray nodes from "
-                                       "ray.cluster_utils), one host lost mid-run")
+    demo = sub.add_parser(
+        "demo",
+        help="a whole fleet on this machine (Ray nodes from "
+        "ray.cluster_utils), one host lost mid-run",
+    )
     demo.add_argument("--hosts", type=int, default=3)
     demo.add_argument("--robots", type=int, default=8)
     demo.add_argument("--seconds", type=float, default=20.0)
     demo.add_argument("--deadline-ms", type=float, default=100.0)
     demo.add_argument("--model", default=str(zoo_model()))
-    demo.add_argument("--netns", action="store_true", help="each host and the robots in a "
-                      "network namespace of their own (root)")
-    demo.add_argument("--json", action="store_true", help="only one JSON object on stdout "
-                      "(the figures), for jq")
+    demo.add_argument(
+        "--netns",
+        action="store_true",
+        help="each host and the robots in a network namespace of their own (root)",
+    )
+    demo.add_argument(
+        "--json", action="store_true", help="only one JSON object on stdout (the figures), for jq"
+    )
     up.set_defaults(func=_up)
     st.set_defaults(func=_status)
     down.set_defaults(func=_down)

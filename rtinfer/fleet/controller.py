@@ -20,6 +20,7 @@ observation or a chunk. Thread-safety: `status` and `down` may be called while t
 runs (the table is guarded by one lock, which the loop never holds while it waits on a
 host's answer to a placement: `status` answers within a step, STEP_S).
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,12 +39,18 @@ from rtinfer.fleet.roster import NAMESPACE, Roster, host_actor_name
 from rtinfer.fleet.spec import FleetSpec
 from rtinfer.realtime.complaints import say
 
-__all__ = ["CONTROLLER", "NAMESPACE", "FleetController", "host_actor_name", "ray_settings",
-           "start_controller"]
+__all__ = [
+    "CONTROLLER",
+    "NAMESPACE",
+    "FleetController",
+    "host_actor_name",
+    "ray_settings",
+    "start_controller",
+]
 CONTROLLER = "rtinfer-fleet"
 JOIN_EVERY_S = 1.0  # how often the cluster's resources are looked at for hosts joining
-EVENTS = 200       # the last events `status` shows
-RETRY_S = 5.0      # how often robots refused everywhere are placed again
+EVENTS = 200  # the last events `status` shows
+RETRY_S = 5.0  # how often robots refused everywhere are placed again
 
 
 def ray_settings() -> dict:
@@ -53,8 +60,12 @@ def ray_settings() -> dict:
     starting on a busy 2-core machine missed three checks, was marked dead and its `ray
     start` failed (2 of 5 bench repeats at load 2; 1 in 5 still at 2 s). `ray start
     --head --system-config` takes the same (docs/fleet.md)."""
-    return {"health_check_period_ms": 200, "health_check_failure_threshold": 3,
-            "health_check_timeout_ms": 200, "health_check_initial_delay_ms": 5000}
+    return {
+        "health_check_period_ms": 200,
+        "health_check_failure_threshold": 3,
+        "health_check_timeout_ms": 200,
+        "health_check_initial_delay_ms": 5000,
+    }
 
 
 class FleetController:
@@ -65,8 +76,8 @@ class FleetController:
         self.relief = Relief()  # the steady capacities, overloaded hosts, robots' last moves
         self.roster = Roster(self.spec, self.relief, self._say)  # the hosts
         self.seats = self.roster.seats
-        self.placed: dict[str, str] = {}        # robot -> host
-        self.refused: dict[str, str] = {}       # robot -> why
+        self.placed: dict[str, str] = {}  # robot -> host
+        self.refused: dict[str, str] = {}  # robot -> why
         self.events: deque = deque(maxlen=EVENTS)  # (time.monotonic(), text)
         self.moves = 0
         self._stop = threading.Event()
@@ -103,8 +114,10 @@ class FleetController:
         self.placed.update(self.roster.rebuild())
         if self.roster.actors:
             self.phase = advance(self.phase, Event.REBUILT)
-            self._say(f"controller rebuilt its table from {', '.join(sorted(self.roster.actors))}"
-                      f": {len(self.placed)} robots keep their node")
+            self._say(
+                f"controller rebuilt its table from {', '.join(sorted(self.roster.actors))}"
+                f": {len(self.placed)} robots keep their node"
+            )
 
     def _step(self) -> bool:
         """One turn of the loop; True when the placement must be looked at again."""
@@ -116,8 +129,10 @@ class FleetController:
             keys = self._read_keys()
             if keys != self.keys:
                 for r in sorted(set(self.keys) - set(keys)):
-                    self._say(f"robot {r} revoked (its key is gone from {self.spec.keys}): "
-                              f"served by no host from now on")
+                    self._say(
+                        f"robot {r} revoked (its key is gone from {self.spec.keys}): "
+                        f"served by no host from now on"
+                    )
                 self.keys, changed = keys, True
         turn = self.roster.step(now)
         for _ in range(turn.hosts_up):
@@ -130,10 +145,12 @@ class FleetController:
         for robot, to in moves.items():
             h = self.placed[robot]
             share, steady, load = self.relief.why[h]
-            self._say(f"host {h} overloaded for {self.relief.window_s:g} s ({share:.0%} of its "
-                      f"polls below its {load} robots placed; steady capacity {steady}): "
-                      f"relieving it of robot {robot}, to {to} (steady capacity "
-                      f"{self.relief.steady(to)})")
+            self._say(
+                f"host {h} overloaded for {self.relief.window_s:g} s ({share:.0%} of its "
+                f"polls below its {load} robots placed; steady capacity {steady}): "
+                f"relieving it of robot {robot}, to {to} (steady capacity "
+                f"{self.relief.steady(to)})"
+            )
         return moves
 
     def _place(self, relief: dict[str, str]) -> tuple[dict, dict, list[dict]]:
@@ -145,8 +162,11 @@ class FleetController:
         now, balance = time.monotonic(), self.phase is Phase.BALANCE
         current, settled = {**self.placed, **relief}, self.relief.settled(now)
         placed, refused = place(self._allowed(), self.seats, current, balance, settled)
-        held = balance and bool(settled) and \
-            place(self._allowed(), self.seats, current, balance)[0] != placed
+        held = (
+            balance
+            and bool(settled)
+            and place(self._allowed(), self.seats, current, balance)[0] != placed
+        )
         self.phase = advance(self.phase, Event.HELD if held else Event.PLACED)
         for robot, why in refused.items():
             if robot not in self.refused:  # once (its why's figures change with capacity)
@@ -162,10 +182,17 @@ class FleetController:
         before = {h: {r for r, x in self.placed.items() if x == h} for h in actors}
         after = {h: {r for r, x in placed.items() if x == h} for h in actors}
         losing = [h for h in actors if before[h] - after[h] and self.seats[h].up]
-        gaining = [h for h in actors if after[h] != before[h] and h not in losing
-                   and self.seats[h].up]
-        return placed, refused, [{h: (actors[h], {r: self.keys.get(r) for r in after[h]})
-                                  for h in group} for group in (losing, gaining)]
+        gaining = [
+            h for h in actors if after[h] != before[h] and h not in losing and self.seats[h].up
+        ]
+        return (
+            placed,
+            refused,
+            [
+                {h: (actors[h], {r: self.keys.get(r) for r in after[h]}) for h in group}
+                for group in (losing, gaining)
+            ],
+        )
 
     def _tell(self, groups: list[dict]) -> None:
         """Tell each host its robots, a group at a time: keys out everywhere before keys in
@@ -215,24 +242,43 @@ class FleetController:
         age, CLOCK_MONOTONIC: comparable on its machine)}."""
         with self.lock:
             now = time.monotonic()
-            hosts = {name: {**self.roster.host_status(name), "robots": sorted(
-                r for r, x in self.placed.items() if x == name)} for name in self.spec.hosts}
+            hosts = {
+                name: {
+                    **self.roster.host_status(name),
+                    "robots": sorted(r for r, x in self.placed.items() if x == name),
+                }
+                for name in self.spec.hosts
+            }
             allowed = self._allowed()
             robots = {}
             for r, b in self.spec.robots.items():
                 host = self.placed.get(r)
                 by_node = self.roster.refused_by_node(r, host)
                 robots[r] = {
-                    "host": host, "model": b.model,
-                    "state": "refused" if by_node or r in self.refused else
-                    "placed" if host is not None else
-                    "revoked" if r not in allowed else "waiting",
-                    "why": (f"host {host}'s node refused it (its load): it admits it once its "
-                            f"load falls, no other host has room" if by_node
-                            else self.refused.get(r))}
-            return {"name": self.spec.name, "hosts": hosts, "robots": robots,
-                    "moves": self.moves, "monotonic_s": now,
-                    "events": [[round(now - t, 3), text] for t, text in self.events]}
+                    "host": host,
+                    "model": b.model,
+                    "state": "refused"
+                    if by_node or r in self.refused
+                    else "placed"
+                    if host is not None
+                    else "revoked"
+                    if r not in allowed
+                    else "waiting",
+                    "why": (
+                        f"host {host}'s node refused it (its load): it admits it once its "
+                        f"load falls, no other host has room"
+                        if by_node
+                        else self.refused.get(r)
+                    ),
+                }
+            return {
+                "name": self.spec.name,
+                "hosts": hosts,
+                "robots": robots,
+                "moves": self.moves,
+                "monotonic_s": now,
+                "events": [[round(now - t, 3), text] for t, text in self.events],
+            }
 
     def down(self) -> None:
         """Stop every host's node and actor, then the loop; the caller kills this actor."""
@@ -247,7 +293,17 @@ def start_controller(spec: FleetSpec):
     runs on), or the one already running (a second `fleet up` joins it). Ray restarts it
     when it dies; it rebuilds its table from the hosts."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return ray.remote(FleetController).options(
-        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_concurrency=4, max_restarts=-1, scheduling_strategy=here
-    ).remote(spec.to_dict())
+    return (
+        ray.remote(FleetController)
+        .options(
+            name=CONTROLLER,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=4,
+            max_restarts=-1,
+            scheduling_strategy=here,
+        )
+        .remote(spec.to_dict())
+    )

@@ -13,6 +13,7 @@ or a chunk. The node process gets SIGTERM when the actor's process dies (PR_SET_
 so a Ray node lost takes its node with it, as a host lost does. Not thread-safe: Ray runs
 one call at a time (max_concurrency 1).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -31,8 +32,16 @@ from rtinfer.transport.curve import CurveConfig
 READY_S = 120.0  # a node loading its model on a busy host takes a while
 HEALTH_HZ = 10.0  # the node's health: its refusals and capacity reach the controller this fast
 PR_SET_PDEATHSIG = 1
-ROBOT_COUNTERS = ("robot.", "robots", "obs_", "overloads", "cycles", "capacity",
-                  "publish_dropped", "waypoints")  # polled
+ROBOT_COUNTERS = (
+    "robot.",
+    "robots",
+    "obs_",
+    "overloads",
+    "cycles",
+    "capacity",
+    "publish_dropped",
+    "waypoints",
+)  # polled
 
 
 def _die_with_parent() -> None:  # in the child, before exec
@@ -69,13 +78,32 @@ class InferenceHost:
     # --- the node process ----------------------------------------------------------------
     def _command(self) -> list[str]:
         s, h = self.spec, self.host
-        cmd = [sys.executable, "-m", "rtinfer.inference.node", "--model", s.models[h.model],
-               "--robots-file", str(self.robots_file), "--actions", h.actions,
-               "--name", f"policy-{h.name}", "--address-chunks",
-               "--deadline-ms", str(s.deadline_ms), "--health-hz", str(HEALTH_HZ), *s.node_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            s.models[h.model],
+            "--robots-file",
+            str(self.robots_file),
+            "--actions",
+            h.actions,
+            "--name",
+            f"policy-{h.name}",
+            "--address-chunks",
+            "--deadline-ms",
+            str(s.deadline_ms),
+            "--health-hz",
+            str(HEALTH_HZ),
+            *s.node_args,
+        ]
         if s.keys:
-            cmd += ["--curve-secret", str(Path(s.keys) / f"{h.name}.key_secret"),
-                    "--curve-map", str(self._curve_map())]
+            cmd += [
+                "--curve-secret",
+                str(Path(s.keys) / f"{h.name}.key_secret"),
+                "--curve-map",
+                str(self._curve_map()),
+            ]
         return cmd
 
     def _curve_map(self) -> Path:
@@ -98,21 +126,24 @@ class InferenceHost:
         last error lines if it exits first or is not ready within READY_S."""
         log = self.dir / "node.log"
         with open(log, "w") as out, open(log.with_suffix(".err"), "w") as err:
-            self.proc = subprocess.Popen(self._command(), stdout=out, stderr=err,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                self._command(), stdout=out, stderr=err, preexec_fn=_die_with_parent
+            )
         end = time.monotonic() + READY_S
         while "ready" not in log.read_text():
             if self.proc.poll() is not None or time.monotonic() > end:
                 tail = log.with_suffix(".err").read_text().strip().splitlines()[-3:]
                 self.stop()
-                raise RuntimeError(f"host {self.host.name}: its node did not get ready: "
-                                   + " | ".join(tail))
+                raise RuntimeError(
+                    f"host {self.host.name}: its node did not get ready: " + " | ".join(tail)
+                )
             time.sleep(0.05)
         curve = None
         if self.spec.keys:  # the node's own key reads its health (on its allow-list as such)
             own = Path(self.spec.keys) / self.host.name
-            write_atomically(self.allow / f"_host-{self.host.name}.key",
-                             Path(f"{own}.key").read_text())
+            write_atomically(
+                self.allow / f"_host-{self.host.name}.key", Path(f"{own}.key").read_text()
+            )
             curve = CurveConfig(f"{own}.key_secret", server_public_key_file=f"{own}.key")
         self._health_sub = Subscriber(self.host.actions, ["health"], curve=curve)
         return self.proc.pid
@@ -142,14 +173,22 @@ class InferenceHost:
             if env is not None:
                 self.health = env.body["counters"]
         c = self.health
-        refused = sorted(k[len("robot."):-len(".refused")] for k in c
-                         if k.startswith("robot.") and k.endswith(".refused"))
-        return {"up": up, "exit": None if self.proc is None else self.proc.poll(),
-                "pid": None if self.proc is None else self.proc.pid,
-                "serving": sorted(self.serving), "capacity": c.get("capacity"),
-                "refused": [r for r in refused if r in self.serving],
-                "robots": c.get("robots", 0), "cycles": c.get("cycles", 0),
-                "counters": {k: v for k, v in c.items() if k.startswith(ROBOT_COUNTERS)}}
+        refused = sorted(
+            k[len("robot.") : -len(".refused")]
+            for k in c
+            if k.startswith("robot.") and k.endswith(".refused")
+        )
+        return {
+            "up": up,
+            "exit": None if self.proc is None else self.proc.poll(),
+            "pid": None if self.proc is None else self.proc.pid,
+            "serving": sorted(self.serving),
+            "capacity": c.get("capacity"),
+            "refused": [r for r in refused if r in self.serving],
+            "robots": c.get("robots", 0),
+            "cycles": c.get("cycles", 0),
+            "counters": {k: v for k, v in c.items() if k.startswith(ROBOT_COUNTERS)},
+        }
 
     def kill_node(self) -> None:
         """Fault injection (the failover bench): SIGKILL the node process, as a crash."""

@@ -15,6 +15,7 @@ while the bridge still carries robot <-> host traffic (it is switched, not route
 root and iproute2 (`why_not()` says which is missing). Commands are argument lists run
 through `ip`, never a shell. Not thread-safe; remove() is idempotent.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,10 @@ class FleetLan:
         self.bridge = f"rtf{k}br"
         names = ["robots", *(f"h{i}" for i in range(hosts))]
         self.ns = {h: f"rtf{k}-{h}" for h in names}
-        self.addr = {"robots": f"{self.net}.2", **{f"h{i}": f"{self.net}.{10 + i}"
-                                                   for i in range(hosts)}}
+        self.addr = {
+            "robots": f"{self.net}.2",
+            **{f"h{i}": f"{self.net}.{10 + i}" for i in range(hosts)},
+        }
         self.dev = {h: (f"rtf{k}{h[:3]}", f"rtf{k}{h[:3]}p") for h in names}  # (inside, bridge)
         self.cut: set[str] = set()
 
@@ -83,8 +86,7 @@ class FleetLan:
         return subprocess.Popen(self.argv(host, cmd), **kw)
 
     def pids(self, host: str) -> list[int]:
-        r = subprocess.run(["ip", "netns", "pids", self.ns[host]], capture_output=True,
-                           text=True)
+        r = subprocess.run(["ip", "netns", "pids", self.ns[host]], capture_output=True, text=True)
         return [int(p) for p in r.stdout.split()]
 
     def kill(self, host: str) -> None:

@@ -11,6 +11,7 @@ all traffic is tcp between the namespaces, and a host can be cut off the head wh
 robots still reach it (`partition`). `kill_host` ends a host's Ray node (its raylet, workers
 and so its node process, as a host lost); `kill_node` kills the node process only.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,9 +46,17 @@ READY_S = 120.0
 RAY_STORE_BYTES = 100 << 20  # a host's object store (Ray's least is ~75 MiB; it holds nothing)
 
 
-def local_spec(run_dir: Path, model: str, hosts: int, robots: int, node_args: list[str],
-               deadline_ms: float, capacity: int | None = None,
-               curve: bool = False, lan: FleetLan | None = None) -> FleetSpec:
+def local_spec(
+    run_dir: Path,
+    model: str,
+    hosts: int,
+    robots: int,
+    node_args: list[str],
+    deadline_ms: float,
+    capacity: int | None = None,
+    curve: bool = False,
+    lan: FleetLan | None = None,
+) -> FleetSpec:
     """Hosts h0.., robots r0..; every endpoint ipc under run_dir, or (curve) tcp with a key
     pair per host and robot in run_dir/keys, each host and robot on a loopback address of
     its own (127.A.B.x, A and B drawn: a port asked of the kernel may be Ray's by the time
@@ -56,16 +65,31 @@ def local_spec(run_dir: Path, model: str, hosts: int, robots: int, node_args: li
 
     def ep(name: str, last: int, port: int) -> str:
         if lan is not None:
-            return (f"tcp://{lan.addr[name]}:{port}" if name in lan.addr
-                    else f"tcp://{lan.addr['robots']}:{port + last}")
+            return (
+                f"tcp://{lan.addr[name]}:{port}"
+                if name in lan.addr
+                else f"tcp://{lan.addr['robots']}:{port + last}"
+            )
         return f"tcp://{net}.{last}:{port}" if curve else f"ipc://{run_dir}/{name}"
+
     spec = FleetSpec(
-        "local", {"policy": model},
-        {f"h{i}": Host(f"h{i}", "policy", ep(f"h{i}" if lan else f"act-h{i}", 1 + i, 5556),
-                       capacity) for i in range(hosts)},
-        {f"r{i}": Robot(f"r{i}", "policy", ep(f"obs-r{i}", 101 + i, 5555), f"h{i % hosts}")
-         for i in range(robots)},
-        str(run_dir / "keys") if curve else None, str(run_dir), node_args, deadline_ms)
+        "local",
+        {"policy": model},
+        {
+            f"h{i}": Host(
+                f"h{i}", "policy", ep(f"h{i}" if lan else f"act-h{i}", 1 + i, 5556), capacity
+            )
+            for i in range(hosts)
+        },
+        {
+            f"r{i}": Robot(f"r{i}", "policy", ep(f"obs-r{i}", 101 + i, 5555), f"h{i % hosts}")
+            for i in range(robots)
+        },
+        str(run_dir / "keys") if curve else None,
+        str(run_dir),
+        node_args,
+        deadline_ms,
+    )
     if curve:
         for name in (*spec.hosts, *spec.robots):
             generate(run_dir / "keys", name)
@@ -79,10 +103,13 @@ def robots_curve_map(spec: FleetSpec) -> Path:
     allow.mkdir(exist_ok=True)
     for h in spec.hosts:
         shutil.copy(keys / f"{h}.key", allow)
-    table = {r.obs: {"server_key": str(keys / f"{r.name}.key"), "allow": str(allow)}
-             for r in spec.robots.values()}
-    table.update({h.actions: {"server_key": str(keys / f"{h.name}.key")}
-                  for h in spec.hosts.values()})
+    table = {
+        r.obs: {"server_key": str(keys / f"{r.name}.key"), "allow": str(allow)}
+        for r in spec.robots.values()
+    }
+    table.update(
+        {h.actions: {"server_key": str(keys / f"{h.name}.key")} for h in spec.hosts.values()}
+    )
     path = Path(spec.run_dir) / "robots-curve.json"
     path.write_text(json.dumps(table))
     return path
@@ -93,26 +120,40 @@ def where_it_is(st: dict | None) -> str:
     and the last three events (a timeout's message: the whole status is kilobytes)."""
     if st is None:
         return "the controller did not answer"
-    hosts = ", ".join(f"{h} {x['state']} {len(x['robots'])} robots"
-                      + (f" capacity {x['capacity']}" if x.get("capacity") is not None else "")
-                      for h, x in st["hosts"].items())
-    unplaced = sorted(f"{r} {x['state']}" for r, x in st["robots"].items()
-                      if x["state"] != "placed")
+    hosts = ", ".join(
+        f"{h} {x['state']} {len(x['robots'])} robots"
+        + (f" capacity {x['capacity']}" if x.get("capacity") is not None else "")
+        for h, x in st["hosts"].items()
+    )
+    unplaced = sorted(
+        f"{r} {x['state']}" for r, x in st["robots"].items() if x["state"] != "placed"
+    )
     last = [text for _, text in st.get("events", [])[-3:]]
-    return (f"hosts: {hosts}; robots not placed: {', '.join(unplaced) or 'none'}; "
-            f"last events: {last}")
+    return (
+        f"hosts: {hosts}; robots not placed: {', '.join(unplaced) or 'none'}; last events: {last}"
+    )
 
 
 class LocalFleet:
     """Start with `with LocalFleet(...) as fleet:`; everything (robots, Ray) is stopped at
     the end, whatever happened. Not thread-safe."""
 
-    def __init__(self, model: str, *, hosts: int, robots: int, rate_hz: float = 20.0,
-                 deadline_ms: float = 100.0, node_args: tuple = ("--threads", "1"),
-                 capacity: int | None = None, quiet: bool = True,
-                 stream: str | None = None,
-                 robot_file: str = "examples.conveyor_sorting:robot.yaml",
-                 curve: bool = False, netns: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        hosts: int,
+        robots: int,
+        rate_hz: float = 20.0,
+        deadline_ms: float = 100.0,
+        node_args: tuple = ("--threads", "1"),
+        capacity: int | None = None,
+        quiet: bool = True,
+        stream: str | None = None,
+        robot_file: str = "examples.conveyor_sorting:robot.yaml",
+        curve: bool = False,
+        netns: bool = False,
+    ) -> None:
         """model: the policy's directory; stream: its recorded obs bodies (default: the
         model's obs_stream.npz); robot_file: the robots' axes (docs/robots.md); curve: tcp
         with CURVE, a key per host and robot (else ipc, or plain tcp with netns); netns:
@@ -120,13 +161,22 @@ class LocalFleet:
         self._tmp = tempfile.TemporaryDirectory(prefix="rtinfer-fleet-ray-")
         self.run_dir = Path(self._tmp.name)
         self.lan = FleetLan(hosts) if netns else None
-        self.spec = local_spec(self.run_dir, model, hosts, robots, list(node_args), deadline_ms,
-                               capacity, curve, self.lan)
+        self.spec = local_spec(
+            self.run_dir,
+            model,
+            hosts,
+            robots,
+            list(node_args),
+            deadline_ms,
+            capacity,
+            curve,
+            self.lan,
+        )
         self.model, self.rate_hz, self.quiet = model, rate_hz, quiet
         self.stream = stream or str(Path(model) / "obs_stream.npz")
         self.robot_file = robot_file
         self.cluster: Cluster | None = None
-        self.nodes: dict[str, object] = {}    # host -> its Ray node (netns: `ray start`)
+        self.nodes: dict[str, object] = {}  # host -> its Ray node (netns: `ray start`)
         self.robots: dict[str, subprocess.Popen] = {}
         self.controller = None
 
@@ -163,8 +213,9 @@ class LocalFleet:
         here) is started again, up to `tries` times. FleetError with its log's tail."""
         left = dict.fromkeys(self.spec.hosts, tries - 1)
         end = time.monotonic() + READY_S
-        while missing := [h for h in self.spec.hosts
-                          if host_resource(h) not in ray.cluster_resources()]:
+        while missing := [
+            h for h in self.spec.hosts if host_resource(h) not in ray.cluster_resources()
+        ]:
             for h in missing:
                 if self.nodes[h].poll() is None:
                     continue
@@ -174,8 +225,10 @@ class LocalFleet:
                 left[h] -= 1
                 self.add_host(h)
             if time.monotonic() > end:
-                raise FleetError(f"hosts {', '.join(missing)}: their Ray nodes did not join "
-                                 f"in {READY_S:.0f} s (see {self.run_dir}/ray-*.log)")
+                raise FleetError(
+                    f"hosts {', '.join(missing)}: their Ray nodes did not join "
+                    f"in {READY_S:.0f} s (see {self.run_dir}/ray-*.log)"
+                )
             time.sleep(0.5)
 
     def wait(self, what, timeout_s: float = READY_S, every_s: float = 0.2) -> dict:
@@ -190,8 +243,10 @@ class LocalFleet:
             if st is not None and what(st):
                 return st
             if time.monotonic() > end:
-                raise TimeoutError(f"the fleet did not get there in {timeout_s:g} s: "
-                                   f"{where_it_is(st)} (status: rtinfer fleet status --json)")
+                raise TimeoutError(
+                    f"the fleet did not get there in {timeout_s:g} s: "
+                    f"{where_it_is(st)} (status: rtinfer fleet status --json)"
+                )
             time.sleep(every_s)
 
     def status(self) -> dict:
@@ -205,26 +260,61 @@ class LocalFleet:
             cmap = robots_curve_map(self.spec)
         on_host = (lambda cmd: self.lan.argv("robots", cmd)) if self.lan else (lambda cmd: cmd)
         for i, (name, robot) in enumerate(self.spec.robots.items()):
-            self.robots[name] = subprocess.Popen(on_host(
-                [sys.executable, "-m", ROBOT, "--name", name, "--obs", robot.obs,
-                 "--actions", *acts, "--addressed", "--model", self.model, "--stream", self.stream,
-                 "--robot", self.robot_file,
-                 "--offset", str(i * 53), "--rate-hz", str(self.rate_hz),
-                 "--phase-ms", f"{(i * 7.3) % (1e3 / self.rate_hz):.3f}",
-                 "--deadline-ms", str(self.spec.deadline_ms),
-                 "--out", str(self.run_dir / f"{name}.npz"),
-                 *(["--curve-secret", f"{self.spec.keys}/{name}.key_secret", "--curve-map",
-                    str(cmap)] if self.spec.keys else [])]),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True)
+            self.robots[name] = subprocess.Popen(
+                on_host(
+                    [
+                        sys.executable,
+                        "-m",
+                        ROBOT,
+                        "--name",
+                        name,
+                        "--obs",
+                        robot.obs,
+                        "--actions",
+                        *acts,
+                        "--addressed",
+                        "--model",
+                        self.model,
+                        "--stream",
+                        self.stream,
+                        "--robot",
+                        self.robot_file,
+                        "--offset",
+                        str(i * 53),
+                        "--rate-hz",
+                        str(self.rate_hz),
+                        "--phase-ms",
+                        f"{(i * 7.3) % (1e3 / self.rate_hz):.3f}",
+                        "--deadline-ms",
+                        str(self.spec.deadline_ms),
+                        "--out",
+                        str(self.run_dir / f"{name}.npz"),
+                        *(
+                            [
+                                "--curve-secret",
+                                f"{self.spec.keys}/{name}.key_secret",
+                                "--curve-map",
+                                str(cmap),
+                            ]
+                            if self.spec.keys
+                            else []
+                        ),
+                    ]
+                ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
         for name, p in self.robots.items():  # "ready" once its sockets are up
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"robot {name} did not start (exit {p.wait()})")
         start = now_ns() + 200_000_000
         end = start + int(seconds * 1e9)
         for p in self.robots.values():
-            p.stdin.write(json.dumps({"start_ns": start, "measure_ns": start,
-                                      "end_ns": end}) + "\n")
+            p.stdin.write(
+                json.dumps({"start_ns": start, "measure_ns": start, "end_ns": end}) + "\n"
+            )
             p.stdin.close()
         return start
 
@@ -270,12 +360,27 @@ class LocalFleet:
             self.nodes[host] = self.cluster.add_node(num_cpus=0, resources=resources)
             return
         log = open(self.run_dir / f"ray-{host}.log", "a")
-        self.nodes[host] = self.lan.popen(host, [
-            str(Path(sys.executable).with_name("ray")), "start", "--block",
-            "--address", self.cluster.address, "--node-ip-address", self.lan.addr[host],
-            "--num-cpus", "0", "--resources", json.dumps(resources),
-            "--object-store-memory", str(RAY_STORE_BYTES), "--disable-usage-stats"],
-            stdout=log, stderr=subprocess.STDOUT)
+        self.nodes[host] = self.lan.popen(
+            host,
+            [
+                str(Path(sys.executable).with_name("ray")),
+                "start",
+                "--block",
+                "--address",
+                self.cluster.address,
+                "--node-ip-address",
+                self.lan.addr[host],
+                "--num-cpus",
+                "0",
+                "--resources",
+                json.dumps(resources),
+                "--object-store-memory",
+                str(RAY_STORE_BYTES),
+                "--disable-usage-stats",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
 
     def partition(self, host: str, cut: bool) -> int:

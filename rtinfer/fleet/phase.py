@@ -14,6 +14,7 @@
 
 No clock, no Ray: the controller (rtinfer.fleet.controller) feeds events and asks `placing`.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -21,19 +22,19 @@ from enum import Enum
 
 class Phase(Enum):
     STARTING = "starting"  # no placement yet: it waits for the hosts starting
-    PLACED = "placed"      # the table stands: nothing to place
-    PLACE = "place"        # something changed: place again
-    BALANCE = "balance"    # a host came up after the first placement: place, then balance
-    HELD = "held"          # placed; a balance waits for robots that moved lately
+    PLACED = "placed"  # the table stands: nothing to place
+    PLACE = "place"  # something changed: place again
+    BALANCE = "balance"  # a host came up after the first placement: place, then balance
+    HELD = "held"  # placed; a balance waits for robots that moved lately
 
 
 class Event(Enum):
-    CHANGED = "changed"    # anything placement reads changed (or robots refused: retry due)
-    HOST_UP = "host_up"    # a host's node came up
-    READY = "ready"        # no host is starting and one is up (the first placement's cue)
-    PLACED = "placed"      # a placement was made (the hosts are told next)
-    HELD = "held"          # a balance was made that left robots moved lately where they are
-    REBUILT = "rebuilt"    # a restarted controller rebuilt its table from the hosts
+    CHANGED = "changed"  # anything placement reads changed (or robots refused: retry due)
+    HOST_UP = "host_up"  # a host's node came up
+    READY = "ready"  # no host is starting and one is up (the first placement's cue)
+    PLACED = "placed"  # a placement was made (the hosts are told next)
+    HELD = "held"  # a balance was made that left robots moved lately where they are
+    REBUILT = "rebuilt"  # a restarted controller rebuilt its table from the hosts
 
 
 TRANSITIONS: dict[tuple[Phase, Event], Phase] = {

@@ -26,6 +26,7 @@ at a robot that is `settled` (moved in the last minute) rather than move another
 place (the controller balances again once that robot's minute is over). Relieving a host that stays
 overloaded is rtinfer.fleet.relief's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class Seat:
     """A host as placement sees it. up: its node is serving. capacity: declared or measured
     (None: neither yet). refused: robots its node refused (placed there last; -> when, the
     controller's to age)."""
+
     name: str
     model: str
     up: bool
@@ -49,9 +51,13 @@ class Seat:
     declared: int | None = None  # its capacity in FLEET.yaml (None: none declared)
 
 
-def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, str],
-          balance: bool = False, settled: frozenset[str] = frozenset()
-          ) -> tuple[dict[str, str], dict[str, str]]:
+def place(
+    robots: dict[str, Robot],
+    seats: dict[str, Seat],
+    current: dict[str, str],
+    balance: bool = False,
+    settled: frozenset[str] = frozenset(),
+) -> tuple[dict[str, str], dict[str, str]]:
     """(robot -> host for every robot placed, robot -> why for every robot refused).
     settled: robots that moved lately; balance moves none of them."""
     load = {s.name: 0 for s in seats.values() if s.up}
@@ -65,23 +71,42 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
 
     def elsewhere(robot: Robot, seat: Seat) -> bool:
         """Another host has room and has not refused it."""
-        return any(fits(robot, s) and robot.name not in s.refused
-                   for s in seats.values() if s is not seat)
+        return any(
+            fits(robot, s) and robot.name not in s.refused for s in seats.values() if s is not seat
+        )
 
     placed, refused = {}, {}
     for name in sorted(current):  # stay where you are (refused there: unless elsewhere)
         seat = seats.get(current[name])
-        if name in robots and seat is not None and seat.up and seat.model == robots[name].model \
-                and (name not in seat.refused or not elsewhere(robots[name], seat)):
+        if (
+            name in robots
+            and seat is not None
+            and seat.up
+            and seat.model == robots[name].model
+            and (name not in seat.refused or not elsewhere(robots[name], seat))
+        ):
             placed[name] = seat.name
             load[seat.name] += 1
     for name in sorted(set(robots) - set(placed)):
         robot = robots[name]
-        fit = [s for s in seats.values() if fits(robot, s)] or \
-            [s for s in seats.values() if s.up and s.model == robot.model
-             and s.recent is not None and s.recent - load[s.name] > 0] or \
-            [s for s in seats.values() if s.up and s.model == robot.model  # its node decides
-             and (s.declared is None or s.declared - load[s.name] > 0)]
+        fit = (
+            [s for s in seats.values() if fits(robot, s)]
+            or [
+                s
+                for s in seats.values()
+                if s.up
+                and s.model == robot.model
+                and s.recent is not None
+                and s.recent - load[s.name] > 0
+            ]
+            or [
+                s
+                for s in seats.values()
+                if s.up
+                and s.model == robot.model  # its node decides
+                and (s.declared is None or s.declared - load[s.name] > 0)
+            ]
+        )
         if not fit:
             refused[name] = why_refused(robot, seats, load, caps)
             continue
@@ -89,8 +114,11 @@ def place(robots: dict[str, Robot], seats: dict[str, Seat], current: dict[str, s
         # by itself once its load has fallen (it checks a refused robot once a second)
         fit = [s for s in fit if name not in s.refused] or fit
         own = [s for s in fit if s.name == robot.host]
-        seat = own[0] if own else max(fit, key=lambda s: (room(s), s.name == robot.host,
-                                                          [-ord(c) for c in s.name]))
+        seat = (
+            own[0]
+            if own
+            else max(fit, key=lambda s: (room(s), s.name == robot.host, [-ord(c) for c in s.name]))
+        )
         placed[name] = seat.name
         load[seat.name] += 1
     if balance:
@@ -104,13 +132,22 @@ def _capacity(seat: Seat, seats: dict[str, Seat]) -> int:
     """seat's capacity; unmeasured: the least measured among its model's hosts up."""
     if seat.capacity is not None:
         return seat.capacity
-    known = [s.capacity for s in seats.values()
-             if s.up and s.model == seat.model and s.capacity is not None]
+    known = [
+        s.capacity
+        for s in seats.values()
+        if s.up and s.model == seat.model and s.capacity is not None
+    ]
     return min(known) if known else UNMEASURED
 
 
-def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str, str],
-              load: dict[str, int], room, settled: frozenset[str]) -> bool:
+def _move_one(
+    robots: dict[str, Robot],
+    seats: dict[str, Seat],
+    placed: dict[str, str],
+    load: dict[str, int],
+    room,
+    settled: frozenset[str],
+) -> bool:
     """Move one robot from the most loaded host of a model to the one of that model with the
     most room, when their loads differ by two or more; whether one moved."""
     for model in sorted({s.model for s in seats.values() if s.up}):
@@ -119,12 +156,15 @@ def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str
         for target in sorted(up, key=lambda s: (-room(s), s.name)):
             if target is full or room(target) <= 0 or load[full.name] - load[target.name] < 2:
                 continue
-            movable = sorted(r for r, h in placed.items() if h == full.name
-                             and robots[r].model == model and r not in target.refused)
+            movable = sorted(
+                r
+                for r, h in placed.items()
+                if h == full.name and robots[r].model == model and r not in target.refused
+            )
             if movable:
                 robot = movable[-1]
                 if robot in settled:  # it moved lately: the balance waits for it, rather
-                    return False      # than move a robot that has not moved at all
+                    return False  # than move a robot that has not moved at all
                 placed[robot] = target.name
                 load[full.name] -= 1
                 load[target.name] += 1
@@ -132,15 +172,21 @@ def _move_one(robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str
     return False
 
 
-def why_refused(robot: Robot, seats: dict[str, Seat], load: dict[str, int],
-                caps: dict[str, int]) -> str:
+def why_refused(
+    robot: Robot, seats: dict[str, Seat], load: dict[str, int], caps: dict[str, int]
+) -> str:
     """One line: why no host takes `robot`, and what would."""
     of_model = [s for s in seats.values() if s.model == robot.model]
     if not of_model:
-        return (f"robot {robot.name!r} refused: no host serves model {robot.model!r}; add one "
-                f"to FLEET.yaml (hosts: NAME: {{model: {robot.model}, actions: ...}})")
+        return (
+            f"robot {robot.name!r} refused: no host serves model {robot.model!r}; add one "
+            f"to FLEET.yaml (hosts: NAME: {{model: {robot.model}, actions: ...}})"
+        )
     states = ", ".join(
-        f"{s.name} down" if not s.up else
-        f"{s.name} full ({load[s.name]}/{caps[s.name]})" for s in of_model)
-    return (f"robot {robot.name!r} refused: no host of model {robot.model!r} has room "
-            f"({states}); start another host of that model, or raise a capacity")
+        f"{s.name} down" if not s.up else f"{s.name} full ({load[s.name]}/{caps[s.name]})"
+        for s in of_model
+    )
+    return (
+        f"robot {robot.name!r} refused: no host of model {robot.model!r} has room "
+        f"({states}); start another host of that model, or raise a capacity"
+    )

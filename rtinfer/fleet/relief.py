@@ -20,6 +20,7 @@ decision replays in a test.
   (relief, balance); a host lost still moves its robots at once (they have no node). The
   robots moved last by name go first (as balance takes them).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,8 +29,8 @@ from collections import deque
 from rtinfer.fleet.placement import Seat
 from rtinfer.fleet.spec import Robot
 
-WINDOW_S = 3.0       # the window of a host's figures (its steady capacity, its overload)
-OVER_SHARE = 0.75    # the share of a window's polls over capacity that is an overload
+WINDOW_S = 3.0  # the window of a host's figures (its steady capacity, its overload)
+OVER_SHARE = 0.75  # the share of a window's polls over capacity that is an overload
 MOVE_EVERY_S = 60.0  # the least time between two moves of one robot
 
 
@@ -38,14 +39,18 @@ class Relief:
     when they count, each robot's last move. Not thread-safe (the controller holds its
     lock)."""
 
-    def __init__(self, window_s: float = WINDOW_S, over_share: float = OVER_SHARE,
-                 move_every_s: float = MOVE_EVERY_S) -> None:
+    def __init__(
+        self,
+        window_s: float = WINDOW_S,
+        over_share: float = OVER_SHARE,
+        move_every_s: float = MOVE_EVERY_S,
+    ) -> None:
         self.window_s, self.over_share, self.move_every_s = window_s, over_share, move_every_s
-        self.seen: dict[str, deque] = {}          # host -> (t, capacity) of the last window_s
+        self.seen: dict[str, deque] = {}  # host -> (t, capacity) of the last window_s
         self.counted_from: dict[str, float] = {}  # host -> its first figure that counts (its
         # first, or the first after its last relief) for its overload
-        self.moved_at: dict[str, float] = {}      # robot -> when it last moved
-        self.why: dict[str, tuple] = {}           # host relieved last -> (share, steady, load)
+        self.moved_at: dict[str, float] = {}  # robot -> when it last moved
+        self.why: dict[str, tuple] = {}  # host relieved last -> (share, steady, load)
 
     def note(self, host: str, t: float, capacity: int | None) -> None:
         """A poll of `host`: its capacity figure now (None: not measured; not counted)."""
@@ -86,8 +91,9 @@ class Relief:
         """The robots that moved in the last move_every_s: none of them moves again yet."""
         return frozenset(r for r, when in self.moved_at.items() if t - when < self.move_every_s)
 
-    def moves(self, t: float, robots: dict[str, Robot], seats: dict[str, Seat],
-              placed: dict[str, str]) -> dict[str, str]:
+    def moves(
+        self, t: float, robots: dict[str, Robot], seats: dict[str, Seat], placed: dict[str, str]
+    ) -> dict[str, str]:
         """robot -> its new host for every robot to move now (module doc); {} mostly. A host
         relieved starts its window again."""
         load = {s.name: 0 for s in seats.values() if s.up}
@@ -98,18 +104,28 @@ class Relief:
         settled, out = self.settled(t), {}
         for h in sorted(h for h in load if self.overloaded(h, t, load[h])):
             self.why[h] = (self.over(h, t, load[h]), steady[h], load[h])
-            movable = sorted((r for r, x in placed.items()
-                              if x == h and r in robots and r not in settled), reverse=True)
+            movable = sorted(
+                (r for r, x in placed.items() if x == h and r in robots and r not in settled),
+                reverse=True,
+            )
             for r in movable:
                 if load[h] <= steady[h]:
                     break
-                to = [s for s in seats.values() if s.up and s.name != h
-                      and s.model == robots[r].model and r not in s.refused
-                      and steady.get(s.name) is not None and steady[s.name] - load[s.name] > 0]
+                to = [
+                    s
+                    for s in seats.values()
+                    if s.up
+                    and s.name != h
+                    and s.model == robots[r].model
+                    and r not in s.refused
+                    and steady.get(s.name) is not None
+                    and steady[s.name] - load[s.name] > 0
+                ]
                 if not to:
                     continue
-                best = max(to, key=lambda s: (steady[s.name] - load[s.name],
-                                              [-ord(c) for c in s.name]))
+                best = max(
+                    to, key=lambda s: (steady[s.name] - load[s.name], [-ord(c) for c in s.name])
+                )
                 out[r] = best.name
                 load[h] -= 1
                 load[best.name] += 1

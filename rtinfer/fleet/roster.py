@@ -15,6 +15,7 @@ polls, its last health and its capacity figures; hosts joining, polled, and lost
 
 Not thread-safe: the controller calls it under its lock. `step` waits on Ray up to STEP_S.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,10 +32,10 @@ from rtinfer.fleet.relief import Relief
 from rtinfer.fleet.spec import FleetSpec, host_resource
 
 NAMESPACE = "rtinfer"
-STEP_S = 0.05      # the loop's wait for answers from the hosts
-POLL_S = 0.2       # how often each host is asked how it is
+STEP_S = 0.05  # the loop's wait for answers from the hosts
+POLL_S = 0.2  # how often each host is asked how it is
 REFUSED_FOR_S = 30.0  # a robot a host's node refused goes there last for this long
-RECENT_S = 10.0    # a host's best measured capacity over this window: placement's fallback
+RECENT_S = 10.0  # a host's best measured capacity over this window: placement's fallback
 
 
 def host_actor_name(host: str) -> str:
@@ -44,6 +45,7 @@ def host_actor_name(host: str) -> str:
 @dataclass
 class Turn:
     """What one `step` found: whether placement must look again, and how many hosts came up."""
+
     changed: bool = False
     hosts_up: int = 0
 
@@ -51,13 +53,15 @@ class Turn:
 class Roster:
     def __init__(self, spec: FleetSpec, relief: Relief, say: Callable[[str], None]) -> None:
         self.spec, self.relief, self.say = spec, relief, say
-        self.seats = {h.name: Seat(h.name, h.model, False, h.capacity, declared=h.capacity)
-                      for h in spec.hosts.values()}
-        self.actors: dict[str, object] = {}     # host -> its InferenceHost actor
-        self.starting: dict[object, str] = {}   # start() ref -> host
-        self.polls: dict[object, str] = {}      # poll() ref -> host
+        self.seats = {
+            h.name: Seat(h.name, h.model, False, h.capacity, declared=h.capacity)
+            for h in spec.hosts.values()
+        }
+        self.actors: dict[str, object] = {}  # host -> its InferenceHost actor
+        self.starting: dict[object, str] = {}  # start() ref -> host
+        self.polls: dict[object, str] = {}  # poll() ref -> host
         self.next_poll: dict[str, float] = {}
-        self.health: dict[str, dict] = {}       # host -> its last poll
+        self.health: dict[str, dict] = {}  # host -> its last poll
         self.capacities: dict[str, deque] = {}  # host -> (when, its node's measured capacity)
         self.next_join = 0.0  # when the cluster's resources are looked at next (join)
 
@@ -85,10 +89,15 @@ class Roster:
             if name in self.actors or host_resource(name) not in present:
                 continue
             cls = ray.remote(InferenceHost)
-            actor = cls.options(name=host_actor_name(name), namespace=NAMESPACE,
-                                lifetime="detached", get_if_exists=True, num_cpus=0,
-                                max_restarts=0, resources={host_resource(name): 1}
-                                ).remote(name, self.spec.to_dict(), keys)
+            actor = cls.options(
+                name=host_actor_name(name),
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                max_restarts=0,
+                resources={host_resource(name): 1},
+            ).remote(name, self.spec.to_dict(), keys)
             self.actors[name] = actor
             self.starting[actor.start.remote()] = name
             self.say(f"host {name} joined: starting its node")
@@ -117,8 +126,11 @@ class Roster:
         and take what came."""
         turn = Turn()
         for name, actor in self.actors.items():
-            if self.seats[name].up and name not in self.polls.values() \
-                    and now >= self.next_poll.get(name, 0):
+            if (
+                self.seats[name].up
+                and name not in self.polls.values()
+                and now >= self.next_poll.get(name, 0)
+            ):
                 self.next_poll[name] = now + POLL_S
                 self.polls[actor.poll.remote()] = name
         pending = [*self.starting, *self.polls]
@@ -190,13 +202,23 @@ class Roster:
     def host_status(self, name: str) -> dict:
         """The part of `status` about one host (the controller adds its robots)."""
         h, host = self.health.get(name, {}), self.spec.hosts[name]
-        state = ("up" if self.seats[name].up else
-                 "starting" if name in self.starting.values() else "down")
-        return {"state": state, "model": host.model, "actions": host.actions,
-                "capacity": self.seats[name].capacity,
-                "steady_capacity": self.relief.steady(name),
-                "pid": h.get("pid"), "cycles": h.get("cycles"),
-                "counters": h.get("counters", {})}
+        state = (
+            "up"
+            if self.seats[name].up
+            else "starting"
+            if name in self.starting.values()
+            else "down"
+        )
+        return {
+            "state": state,
+            "model": host.model,
+            "actions": host.actions,
+            "capacity": self.seats[name].capacity,
+            "steady_capacity": self.relief.steady(name),
+            "pid": h.get("pid"),
+            "cycles": h.get("cycles"),
+            "counters": h.get("counters", {}),
+        }
 
     def refused_by_node(self, robot: str, host: str | None) -> bool:
         """Whether the node of `host` (robot's) refused it, as its last poll says."""

@@ -21,6 +21,7 @@ robots the controller places on it, at most `capacity` (default: what the node m
 A robot's `host` is where it goes first when it fits. `load` checks everything it can
 without Ray; a problem raises FleetError, one line per problem: FILE:LINE, what, the fix.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -30,8 +31,17 @@ from pathlib import Path
 from rtinfer.launch.yaml_lines import LaunchError, check_fields, compose_file
 from rtinfer.realtime.deadline import DEADLINE_MS
 
-TOP = {"version": int, "name": str, "models": dict, "hosts": dict, "robots": dict,
-       "keys": str, "run_dir": str, "node_args": list, "deadline_ms": (int, float)}
+TOP = {
+    "version": int,
+    "name": str,
+    "models": dict,
+    "hosts": dict,
+    "robots": dict,
+    "keys": str,
+    "run_dir": str,
+    "node_args": list,
+    "deadline_ms": (int, float),
+}
 HOST = {"model": str, "actions": str, "capacity": int}
 ROBOT = {"model": str, "obs": str, "host": str}
 
@@ -75,32 +85,50 @@ class FleetSpec:
 
     def to_dict(self) -> dict:
         """Plain data (what travels to the Ray actors)."""
-        return {"name": self.name, "models": self.models, "keys": self.keys,
-                "run_dir": self.run_dir, "node_args": self.node_args,
-                "deadline_ms": self.deadline_ms,
-                "hosts": {h.name: vars(h) for h in self.hosts.values()},
-                "robots": {r.name: vars(r) for r in self.robots.values()}}
+        return {
+            "name": self.name,
+            "models": self.models,
+            "keys": self.keys,
+            "run_dir": self.run_dir,
+            "node_args": self.node_args,
+            "deadline_ms": self.deadline_ms,
+            "hosts": {h.name: vars(h) for h in self.hosts.values()},
+            "robots": {r.name: vars(r) for r in self.robots.values()},
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> FleetSpec:
-        return cls(d["name"], d["models"], {n: Host(**h) for n, h in d["hosts"].items()},
-                   {n: Robot(**r) for n, r in d["robots"].items()}, d["keys"], d["run_dir"],
-                   d["node_args"], d["deadline_ms"])
+        return cls(
+            d["name"],
+            d["models"],
+            {n: Host(**h) for n, h in d["hosts"].items()},
+            {n: Robot(**r) for n, r in d["robots"].items()},
+            d["keys"],
+            d["run_dir"],
+            d["node_args"],
+            d["deadline_ms"],
+        )
 
 
 def _known(r, path: tuple, value: str, names, what: str, where: str) -> None:
     if value in names:
         return
     near = difflib.get_close_matches(value, list(names), n=1)
-    r.err(path, f"unknown {what} {value!r}" + (f"; did you mean {near[0]!r}?" if near else "")
-          + f" (declared under {where}: {', '.join(names) or 'none'}; add it there)")
+    r.err(
+        path,
+        f"unknown {what} {value!r}"
+        + (f"; did you mean {near[0]!r}?" if near else "")
+        + f" (declared under {where}: {', '.join(names) or 'none'}; add it there)",
+    )
 
 
 def load(path: str | Path) -> FleetSpec:
     """The fleet of FLEET.yaml at `path`; FleetError names every problem, with its line."""
     if not Path(path).is_file():
-        raise FleetError(f"{path}: no such fleet file; give the FLEET.yaml that names the "
-                         f"models, hosts and robots (docs/fleet.md, 'A fleet on Ray')")
+        raise FleetError(
+            f"{path}: no such fleet file; give the FLEET.yaml that names the "
+            f"models, hosts and robots (docs/fleet.md, 'A fleet on Ray')"
+        )
     try:
         data, r = compose_file(path)
     except LaunchError as e:
@@ -127,7 +155,13 @@ def load(path: str | Path) -> FleetSpec:
             robots[name] = Robot(name, b.get("model"), b.get("obs"), b.get("host"))
     if r.errors:
         raise FleetError("\n".join(m for _, m in sorted(r.errors)))
-    return FleetSpec(data.get("name", Path(path).stem), dict(declared), hosts, robots,
-                     data.get("keys"), data.get("run_dir", "/tmp/rtinfer-fleet"),
-                     [str(a) for a in data.get("node_args", [])],
-                     float(data.get("deadline_ms", DEADLINE_MS)))
+    return FleetSpec(
+        data.get("name", Path(path).stem),
+        dict(declared),
+        hosts,
+        robots,
+        data.get("keys"),
+        data.get("run_dir", "/tmp/rtinfer-fleet"),
+        [str(a) for a in data.get("node_args", [])],
+        float(data.get("deadline_ms", DEADLINE_MS)),
+    )

@@ -25,6 +25,7 @@ fit are those its answered share served: n x answered / (answered + missed).
 
 Pure bookkeeping, no clock reads; not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,8 +39,15 @@ COUNTERS = ("robots_refused", "robots_admitted_late", "obs_refused", "overloads"
 
 
 class Admission:
-    def __init__(self, costs: Costs, counters: dict, say: Callable[..., None],
-                 max_robots: int | None = None, degrade: bool = True, budget=None):
+    def __init__(
+        self,
+        costs: Costs,
+        counters: dict,
+        say: Callable[..., None],
+        max_robots: int | None = None,
+        degrade: bool = True,
+        budget=None,
+    ):
         """degrade: plan at the cheapest level (the schedule degrades); False: at full
         quality, as before the schedule degraded (for comparisons). budget: the first
         robot's Budget; a fixed one (auto off) is planned at its own level."""
@@ -47,10 +55,10 @@ class Admission:
             counters.setdefault(k, 0)
         self.costs, self.counters, self.say, self.max_robots = costs, counters, say, max_robots
         self.degrade, self.budget = degrade, budget
-        self.refused: dict[str, int] = {}   # robot -> when it was last checked (ns)
-        self.overloaded = False             # the admitted robots no longer fit (check)
-        self.fits: int | None = None        # how many robots fit, as check last found
-        self.fits_full: int | None = None   # ... at full quality
+        self.refused: dict[str, int] = {}  # robot -> when it was last checked (ns)
+        self.overloaded = False  # the admitted robots no longer fit (check)
+        self.fits: int | None = None  # how many robots fit, as check last found
+        self.fits_full: int | None = None  # ... at full quality
 
     @property
     def cheapest(self) -> int:
@@ -59,11 +67,11 @@ class Admission:
             return self.budget.index
         return self.costs.levels - 1 if self.degrade else 0
 
-    def capacity(self, deadline_ns: int, period_ns: int, level: int | None = None
-                 ) -> int | None:
+    def capacity(self, deadline_ns: int, period_ns: int, level: int | None = None) -> int | None:
         """How many robots fit at `level` (default: the cheapest; None: nothing timed)."""
-        return self.costs.capacity(UTILISATION * min(deadline_ns, period_ns),
-                                   self.cheapest if level is None else level)
+        return self.costs.capacity(
+            UTILISATION * min(deadline_ns, period_ns), self.cheapest if level is None else level
+        )
 
     def admit(self, name: str, n: int, now_ns: int, deadline_ns: int, period_ns: int) -> bool:
         """Whether robot `name`, not yet admitted, joins the n admitted (module doc)."""
@@ -82,32 +90,47 @@ class Admission:
         if checked is not None:
             del self.refused[name]
             self.counters["robots_admitted_late"] += 1
-            self.say(f"admitted.{name}", f"robot {name!r} admitted: the load has fallen to "
-                     f"what {n + 1} robots fit", error=False)
+            self.say(
+                f"admitted.{name}",
+                f"robot {name!r} admitted: the load has fallen to what {n + 1} robots fit",
+                error=False,
+            )
         return True
 
     def _refusal(self, name: str, n: int, deadline_ns: int, period_ns: int) -> str | None:
         if self.max_robots is not None and n >= self.max_robots:
-            return (f"robot {name!r} refused: this node serves at most {self.max_robots} "
-                    f"robots (--max-robots); start another node for it")
+            return (
+                f"robot {name!r} refused: this node serves at most {self.max_robots} "
+                f"robots (--max-robots); start another node for it"
+            )
         cap = self.capacity(deadline_ns, period_ns)
         if cap is None or n < cap:
             return None
         costs, level = self.costs, self.cheapest
         window = min(deadline_ns, period_ns) / 1e6
         if costs.batches == [1]:
-            measured = (f"one cycle measured at {costs.batch_ns(1, True, level) / 1e6:.1f} ms "
-                        f"median, {costs.batch_ns(1, level=level) / 1e6:.1f} ms p99")
+            measured = (
+                f"one cycle measured at {costs.batch_ns(1, True, level) / 1e6:.1f} ms "
+                f"median, {costs.batch_ns(1, level=level) / 1e6:.1f} ms p99"
+            )
         else:
-            measured = "a batch of " + ", ".join(
-                f"{b} {costs.batch_ns(b, True, level) / 1e6:.1f} ms" for b in costs.batches
-                if costs.batch_ns(b, True, level)) + " (median, measured or profiled)"
+            measured = (
+                "a batch of "
+                + ", ".join(
+                    f"{b} {costs.batch_ns(b, True, level) / 1e6:.1f} ms"
+                    for b in costs.batches
+                    if costs.batch_ns(b, True, level)
+                )
+                + " (median, measured or profiled)"
+            )
         at = f" at its cheapest budget level ({level})" if level else ""
-        return (f"robot {name!r} refused: {n + 1} robots at {1e9 / period_ns:.3g} Hz "
-                f"need {costs.worst_ns(n + 1, costs.medians(level)) / 1e6:.1f} ms of "
-                f"{UTILISATION * window:.1f} ms per {window:.1f} ms window{at} ({measured}); "
-                f"this node fits {cap}: serve it from another node, or lower the policy rate "
-                f"or the model's cost")
+        return (
+            f"robot {name!r} refused: {n + 1} robots at {1e9 / period_ns:.3g} Hz "
+            f"need {costs.worst_ns(n + 1, costs.medians(level)) / 1e6:.1f} ms of "
+            f"{UTILISATION * window:.1f} ms per {window:.1f} ms window{at} ({measured}); "
+            f"this node fits {cap}: serve it from another node, or lower the policy rate "
+            f"or the model's cost"
+        )
 
     def check(self, n: int, deadline_ns: int, period_ns: int) -> None:
         """Whether the n robots admitted still fit the measured costs at the cheapest level
@@ -129,15 +152,21 @@ class Admission:
         if over:
             self.counters["overloads"] += 1
             at = " even at the cheapest budget level" if self.cheapest else ""
-            why = (f"the costs measured now fit {cap}{at} within "
-                   f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window"
-                   if served is None or served > cap else
-                   f"{missed} of {answered + missed} observations went unanswered (expired "
-                   f"or superseded) since the last check, so they fit {cap}")
-            self.say("overloaded", (
-                f"overloaded: {n} robots admitted, {why}; their cycles may be late (each late "
-                f"one is counted by the monitor and its robot's controller): lower the load, "
-                f"or serve some robots from another node"))
+            why = (
+                f"the costs measured now fit {cap}{at} within "
+                f"{UTILISATION * min(deadline_ns, period_ns) / 1e6:.1f} ms per window"
+                if served is None or served > cap
+                else f"{missed} of {answered + missed} observations went unanswered (expired "
+                f"or superseded) since the last check, so they fit {cap}"
+            )
+            self.say(
+                "overloaded",
+                (
+                    f"overloaded: {n} robots admitted, {why}; their cycles may be late (each late "
+                    f"one is counted by the monitor and its robot's controller): lower the load, "
+                    f"or serve some robots from another node"
+                ),
+            )
         else:
             self.say("load_fits", f"load fits again: {n} robots admitted, {cap} fit", error=False)
 

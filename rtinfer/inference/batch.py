@@ -16,6 +16,7 @@ Greedy only; one budget level (so one exit depth) per batch; drafters "chunk" an
 Waypoints are streamed per row the moment each is final (on_waypoint(cycle, index, bins)).
 Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -40,19 +41,29 @@ BATCH_DRAFTERS = ("chunk", "none")
 class Row:
     """One robot's part of a batch: its cycle (its previous chunk in cycle.previous, which
     run() replaces with this chunk) and its observation's tokens."""
+
     cycle: Cycle
     instr: np.ndarray
     obs: np.ndarray
 
 
 class BatchRunner:
-    def __init__(self, model: ModelDir, *, drafter: str = "chunk", threads: int = 1,
-                 spin: bool | None = None, k_verify: int | None = None,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        model: ModelDir,
+        *,
+        drafter: str = "chunk",
+        threads: int = 1,
+        spin: bool | None = None,
+        k_verify: int | None = None,
+        clock: Callable[[], int] = now_ns,
+    ):
         """clock: the monotonic ns clock of the cycles' first_token stamps (the node's)."""
         if drafter not in BATCH_DRAFTERS:
-            raise ValueError(f"drafter {drafter!r} does not batch; use one of "
-                             f"{', '.join(BATCH_DRAFTERS)} (or batch 1)")
+            raise ValueError(
+                f"drafter {drafter!r} does not batch; use one of "
+                f"{', '.join(BATCH_DRAFTERS)} (or batch 1)"
+            )
         if not model.batches:
             raise ValueError(f"{model.path}: no batched graphs; python -m models.export_batched")
         self.model = md = model
@@ -61,8 +72,9 @@ class BatchRunner:
         tok, v = md.tokenizer, md.vocab
         self.D, self.full, self.T = tok.dim, md.n_layer, md.max_ctx
         self.a0, self.a1, self.pad = v.action_start, v.action_stop, v.special("PAD")
-        verify = [k for (b, d, k), g in md.batched.items()
-                  if d == self.full and "verify" in g["roles"]]
+        verify = [
+            k for (b, d, k), g in md.batched.items() if d == self.full and "verify" in g["roles"]
+        ]
         self.k_verify = int(k_verify or max(verify, default=1))
         self.drafter = drafter if self.k_verify > 1 else "none"
         self.drafters = [ChunkReuseDrafter(tok.horizon, tok.dim) for _ in range(self.max_batch)]
@@ -83,9 +95,9 @@ class BatchRunner:
         """The exported batch size a batch of n rows runs at (the smallest that holds them)."""
         return next(b for b in sorted(self.sessions) if b >= n)
 
-    def run(self, rows: list[Row],
-            on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
-            ) -> list[np.ndarray]:
+    def run(
+        self, rows: list[Row], on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
+    ) -> list[np.ndarray]:
         """Decode one chunk per row (2 <= len(rows) <= max_batch; every row's cycle at the
         same level). Sets each cycle's first_token_ns; returns each row's bins (chunk * D,),
         views valid until the next call; sets each cycle's previous to this chunk and its
@@ -104,7 +116,7 @@ class BatchRunner:
         cap = max(1, min(level.spec_len, self.k_verify - 1))
         for i, r in enumerate(rows):
             r.cycle.first_token_ns = first
-            out[i, 0] = logits[i, -1, self.a0:self.a1].argmax()
+            out[i, 0] = logits[i, -1, self.a0 : self.a1].argmax()
             self.stats[i] = DecodeStats()
             if spec:
                 d, prev, capture = self.drafters[i], r.cycle.previous, r.cycle.capture
@@ -122,7 +134,8 @@ class BatchRunner:
                 # a verify pass holds every active row (those without drafts take its first
                 # token), so each must fit k_verify positions before max_ctx
                 if any(d is not None for d in drafts) and all(
-                        pos[i] + self.k_verify <= self.T for i in range(n) if m[i] < N):
+                    pos[i] + self.k_verify <= self.T for i in range(n) if m[i] < N
+                ):
                     k, depth = self.k_verify, self.full
             tok = R.tokens(depth, k)
             tok.fill(self.pad)
@@ -133,8 +146,8 @@ class BatchRunner:
                 tok[i, 0] = out[i, m[i] - 1] + self.a0
                 g = 0 if drafts[i] is None or k == 1 else len(drafts[i])
                 if g:
-                    tok[i, 1:g + 1] = drafts[i]
-                    tok[i, 1:g + 1] += self.a0
+                    tok[i, 1 : g + 1] = drafts[i]
+                    tok[i, 1 : g + 1] += self.a0
                 R.start[i] = pos[i]
             logits = R.run(depth, k)
             for i in range(n):
@@ -153,8 +166,9 @@ class BatchRunner:
             self.stats[i].tokens = N
             chunk = out[i, :N]
             capture = r.cycle.capture
-            r.cycle.previous = (chunk.reshape(-1, D).copy(), capture) \
-                if capture is not None else None
+            r.cycle.previous = (
+                (chunk.reshape(-1, D).copy(), capture) if capture is not None else None
+            )
             r.cycle.stats = self.stats[i]
             bins.append(chunk)
         return bins
@@ -207,13 +221,12 @@ class BatchRunner:
         the target's own token). Returns how many (at most `left`)."""
         out = self._out[i]
         if g == 0:
-            out[m] = logits[0, self.a0:self.a1].argmax()
+            out[m] = logits[0, self.a0 : self.a1].argmax()
             return 1
-        target = self._target[:g + 1]
-        logits[:g + 1, self.a0:self.a1].argmax(axis=1, out=target)
+        target = self._target[: g + 1]
+        logits[: g + 1, self.a0 : self.a1].argmax(axis=1, out=target)
         a = greedy_accepted(drafts, target, g)
-        return settle(out, m, left, drafts, a, target[a], self.drafters[i], target,
-                      self.stats[i])
+        return settle(out, m, left, drafts, a, target[a], self.drafters[i], target, self.stats[i])
 
     def _emit(self, on_waypoint, cycle: Cycle, i: int, before: int, now: int) -> None:
         """on_waypoint for every waypoint of row i completed by tokens [before, now)."""
@@ -221,4 +234,4 @@ class BatchRunner:
             return
         D, out = self.D, self._out[i]
         for w in completed_waypoints(before, now, D):
-            on_waypoint(cycle, w, out[w * D:(w + 1) * D])
+            on_waypoint(cycle, w, out[w * D : (w + 1) * D])

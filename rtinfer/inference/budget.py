@@ -20,6 +20,7 @@ consecutive cycles with slack above `restore_above`; the fractions are the ones 
 and the demo use (rtinfer.realtime.deadline).
 Pure bookkeeping, no clock reads; not thread-safe.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,8 @@ from rtinfer.realtime.deadline import RESTORE_ABOVE, SHED_BELOW
 @dataclass(frozen=True)
 class BudgetLevel:
     depth: int
-    spec_len: int          # max drafts per verify (0: no speculation)
-    chunk: int             # waypoints per chunk
+    spec_len: int  # max drafts per verify (0: no speculation)
+    chunk: int  # waypoints per chunk
     accuracy: float | None = None  # from card.json, at this depth (or of this gate)
     gate: str | None = None  # a gated graph set's name (ModelDir.gated); None: dense graphs
 
@@ -47,14 +48,20 @@ def candidate_levels(model, k_verify: int, gates=None) -> list[BudgetLevel]:
     half, g = min(H, max(2, H // 2)), max(0, k_verify - 1)
     gated = getattr(model, "gated", {})
     names = list(gated) if gates is None else [n for n in gated if n in gates]
-    cheaper = [(e / full, model.accuracy(e), BudgetLevel(e, 0, half, model.accuracy(e)))
-               for e in model.config.get("exits", [])]
-    cheaper += [(gated[n].step_ratio, gated[n].accuracy,
-                 BudgetLevel(full, g, half, gated[n].accuracy, n))
-                for n in names if gated[n].step_ratio < 1.0]
+    cheaper = [
+        (e / full, model.accuracy(e), BudgetLevel(e, 0, half, model.accuracy(e)))
+        for e in model.config.get("exits", [])
+    ]
+    cheaper += [
+        (gated[n].step_ratio, gated[n].accuracy, BudgetLevel(full, g, half, gated[n].accuracy, n))
+        for n in names
+        if gated[n].step_ratio < 1.0
+    ]
     cheaper.sort(key=lambda c: (-c[0], -(c[1] if c[1] is not None else -1.0)))
-    raw = [BudgetLevel(full, g, H, model.accuracy(full)),
-           BudgetLevel(full, g, half, model.accuracy(full))] + [c[2] for c in cheaper]
+    raw = [
+        BudgetLevel(full, g, H, model.accuracy(full)),
+        BudgetLevel(full, g, half, model.accuracy(full)),
+    ] + [c[2] for c in cheaper]
     levels = []
     for lv in raw:
         if not levels or lv != levels[-1]:
@@ -74,8 +81,13 @@ def measured_levels(card: dict, k_verify: int) -> dict:
     chunk cost in CPU ms)."""
     out = {}
     for e in card.get("level_success", {}).get("levels", []):
-        lv = BudgetLevel(int(e["depth"]), max(0, k_verify - 1) if e["spec_len"] else 0,
-                         int(e["chunk"]), float(e["success_rate"]), e.get("gate"))
+        lv = BudgetLevel(
+            int(e["depth"]),
+            max(0, k_verify - 1) if e["spec_len"] else 0,
+            int(e["chunk"]),
+            float(e["success_rate"]),
+            e.get("gate"),
+        )
         out[level_key(lv)] = (lv, float(e["chunk_cpu_ms"]))
     return out
 
@@ -91,8 +103,11 @@ def order_by_success(levels: list[BudgetLevel], measured: dict) -> list[BudgetLe
     if top is None:
         return list(levels)
     rest = [m for k, m in measured.items() if k != level_key(levels[0]) and m[1] < top[1]]
-    keep = [m for m in rest if not any(o is not m and o[1] <= m[1] and
-                                       o[0].accuracy > m[0].accuracy for o in rest)]
+    keep = [
+        m
+        for m in rest
+        if not any(o is not m and o[1] <= m[1] and o[0].accuracy > m[0].accuracy for o in rest)
+    ]
     keep.sort(key=lambda m: (-m[1], -m[0].accuracy))
     return [top[0]] + [m[0] for m in keep]
 
@@ -122,10 +137,16 @@ def prefill_depth(level: BudgetLevel, full: int, has_graph) -> int:
 
 
 class Budget:
-    def __init__(self, levels: list[BudgetLevel], deadline_ns: int, *,
-                 shed_below: float = SHED_BELOW, restore_above: float = RESTORE_ABOVE,
-                 patience: int = 10,
-                 auto: bool = True):
+    def __init__(
+        self,
+        levels: list[BudgetLevel],
+        deadline_ns: int,
+        *,
+        shed_below: float = SHED_BELOW,
+        restore_above: float = RESTORE_ABOVE,
+        patience: int = 10,
+        auto: bool = True,
+    ):
         if not levels:
             raise ValueError("need at least one budget level")
         self.levels, self.deadline_ns, self.auto = list(levels), int(deadline_ns), auto
@@ -161,8 +182,9 @@ class Budget:
         does. ValueError: no such level."""
         n = len(self.levels)
         if not -n <= level < n:
-            raise ValueError(f"this model has {n} budget levels (0 .. {n - 1}, or -1 for "
-                             f"the cheapest)")
+            raise ValueError(
+                f"this model has {n} budget levels (0 .. {n - 1}, or -1 for the cheapest)"
+            )
         self.own_level = self._last = level % n
 
     def set_monitor_level(self, level: int) -> None:

@@ -17,6 +17,7 @@ window_ns(body) is how long after capture the chunk of an observation stays fres
 prefix is taken: start_ns + n * period_ns, the due time of its first waypoint not committed
 (the deadline rules of docs/wire.md). Not thread-safe (the node's thread).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,12 +39,16 @@ class CommittedIntake:
         self.say = say
         self.counters = dict.fromkeys(COUNTERS, 0)
         if self.max_n == 0:
-            say("cannot_condition", "this policy cannot condition a chunk on a robot's "
+            say(
+                "cannot_condition",
+                "this policy cannot condition a chunk on a robot's "
                 "committed prefix (max_committed 0: a one-shot chunk policy, or a flow policy "
                 "whose step graph takes one t or that declares no max_committed, "
                 "docs/policies.md section 2): committed prefixes are ignored, "
                 "its chunks are unconditioned, and a robot joins them with its tracker's blend "
-                "(blend_ns in the robot's config)", error=False)
+                "(blend_ns in the robot's config)",
+                error=False,
+            )
 
     def window_ns(self, body: dict) -> int:
         """After capture, how long the chunk of an obs with this body is fresh by its
@@ -67,26 +72,36 @@ class CommittedIntake:
         if n > self.max_n:
             self.counters["committed_too_long"] += 1
             ms, most = (self.start_ns + n * self.period_ns) / 1e6, self.max_n
-            self.say(f"committed_too_long.{src}", lambda: (
-                f"observation {env.seq} from {src!r} commits {n} waypoints ({ms:.0f} ms after "
-                f"capture), past the {most} this policy can condition on: not answered; lower "
-                f"the robot's committed horizon (its rtc max_ms) or serve a policy that "
-                f"declares a larger max_committed"))
+            self.say(
+                f"committed_too_long.{src}",
+                lambda: (
+                    f"observation {env.seq} from {src!r} commits {n} waypoints ({ms:.0f} ms after "
+                    f"capture), past the {most} this policy can condition on: not answered; lower "
+                    f"the robot's committed horizon (its rtc max_ms) or serve a policy that "
+                    f"declares a larger max_committed"
+                ),
+            )
             return REFUSED
         capture = env.stamps.get("capture")
         why = None
         if self.dim is not None and values.shape[1] != self.dim:
             why = f"its values have {values.shape[1]} dimensions, the policy's actions {self.dim}"
         elif capture is None or 2 * abs(c["start_ns"] - capture - self.start_ns) > self.period_ns:
-            why = (f"its first waypoint is due {(c['start_ns'] - (capture or 0)) / 1e6:.1f} ms "
-                   f"after capture, not at the chunk's waypoint 0 ({self.start_ns / 1e6:.1f} ms, "
-                   f"within half a period)")
+            why = (
+                f"its first waypoint is due {(c['start_ns'] - (capture or 0)) / 1e6:.1f} ms "
+                f"after capture, not at the chunk's waypoint 0 ({self.start_ns / 1e6:.1f} ms, "
+                f"within half a period)"
+            )
         if why is not None:
             self.counters["committed_bad"] += 1
-            self.say(f"committed_bad.{src}", lambda: (
-                f"observation {env.seq} from {src!r}: committed prefix not used ({why}); "
-                f"served unconditioned; send the waypoints of the robot's plan due from "
-                f"capture + start_ns on (controllers.rtc)"))
+            self.say(
+                f"committed_bad.{src}",
+                lambda: (
+                    f"observation {env.seq} from {src!r}: committed prefix not used ({why}); "
+                    f"served unconditioned; send the waypoints of the robot's plan due from "
+                    f"capture + start_ns on (controllers.rtc)"
+                ),
+            )
             return None
         self.counters["committed_taken"] += 1
         return Committed.of(c)

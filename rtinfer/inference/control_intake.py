@@ -6,6 +6,7 @@ offsets) at once and returns what the node acts on: the newest budget level aske
 the newest command (either None). `beat(now)` sends the node's own heartbeat when due.
 Not thread-safe (the node's thread).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,11 +17,31 @@ from rtinfer.transport.wire import now_ns
 
 
 class ControlIntake:
-    def __init__(self, endpoint: str | None, pub: Publisher, name: str, health_hz: float, *,
-                 ctx, curve, say: Callable[..., None], clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        endpoint: str | None,
+        pub: Publisher,
+        name: str,
+        health_hz: float,
+        *,
+        ctx,
+        curve,
+        say: Callable[..., None],
+        clock: Callable[[], int] = now_ns,
+    ):
         """clock: the node's; a ping's t1 (its "recv") and its echo's t2 are read from it."""
-        self.ctl_sub = Subscriber(endpoint, ["budget", "command", "heartbeat"], ctx=ctx,
-                                  curve=curve, say=say, clock=clock) if endpoint else None
+        self.ctl_sub = (
+            Subscriber(
+                endpoint,
+                ["budget", "command", "heartbeat"],
+                ctx=ctx,
+                curve=curve,
+                say=say,
+                clock=clock,
+            )
+            if endpoint
+            else None
+        )
         self.heartbeat = HeartbeatResponder(pub, name, period_s=1.0 / health_hz, clock=clock)
 
     def poll(self) -> tuple[int | None, str | None]:

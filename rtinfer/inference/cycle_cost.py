@@ -26,11 +26,12 @@ a few ms each, so it refused 7 of 8 robots for the whole run.)
 
 Pure bookkeeping, no clock reads; not thread-safe.
 """
+
 from __future__ import annotations
 
 from rtinfer.realtime.hist import LatencyHistogram
 
-MIN_TIMED = 16     # batches of one size timed before their figures replace the profile
+MIN_TIMED = 16  # batches of one size timed before their figures replace the profile
 MAX_ROBOTS = 4096  # the most robots capacity() ever reports
 FRESH_RECORDS = 256  # a figure not recorded in this many cycles timed since is stale (doc)
 
@@ -46,9 +47,9 @@ class CycleCost:
         self.window = window
         self._old, self._new = LatencyHistogram(), LatencyHistogram()
         self._both = LatencyHistogram()  # scratch for the union, allocated once
-        self._p50 = self._p99 = None     # the last percentiles (ns), until the next record()
+        self._p50 = self._p99 = None  # the last percentiles (ns), until the next record()
         self._fresh = True
-        self.last = 0                    # Costs' count of cycles timed at this one's last
+        self.last = 0  # Costs' count of cycles timed at this one's last
 
     def record(self, ns: int) -> None:
         if self._new.count >= self.window:
@@ -85,15 +86,15 @@ class Costs:
     the start-up profile; every figure in ns, None while unknown."""
 
     def __init__(self, levels: int = 1):
-        self.batches = [1]                   # the batch sizes the node runs
-        self.timed = {1: CycleCost()}        # batch size -> full-quality batches timed
-        self.profile: dict[int, int] = {}    # batch size -> its start-up profile
+        self.batches = [1]  # the batch sizes the node runs
+        self.timed = {1: CycleCost()}  # batch size -> full-quality batches timed
+        self.profile: dict[int, int] = {}  # batch size -> its start-up profile
         self.levels = max(1, int(levels))
         self.level_timed = {lv: CycleCost() for lv in range(1, self.levels)}  # batch 1
         self.level_profile: dict[int, int] = {}  # level -> its start-up batch-1 cost
-        self.records = 0                     # cycles timed, of every size and level
-        self.last_level = 0                  # the level of the last batch-1 cycle timed
-        self.answered = self.missed = 0      # observations, since the last take_service()
+        self.records = 0  # cycles timed, of every size and level
+        self.last_level = 0  # the level of the last batch-1 cycle timed
+        self.answered = self.missed = 0  # observations, since the last take_service()
 
     def set_batches(self, batches) -> None:
         self.batches = sorted({1, *batches})
@@ -117,8 +118,9 @@ class Costs:
     def record(self, batch: int, level: int, ns: int) -> None:
         """One batch of `batch` rows timed at budget level `level` (a level's batches of
         more than one row are not kept: its ratio is taken from its single cycles)."""
-        cost = self.timed[batch] if level == 0 else \
-            self.level_timed.get(level) if batch == 1 else None
+        cost = (
+            self.timed[batch] if level == 0 else self.level_timed.get(level) if batch == 1 else None
+        )
         if cost is None:
             return
         self.records += 1
@@ -173,8 +175,7 @@ class Costs:
             return one
         prior, one_prior = self.profile.get(b), self.profile.get(1)
         if prior is None:
-            return _pct(timed, median) if timed is not None and timed.count >= MIN_TIMED \
-                else None
+            return _pct(timed, median) if timed is not None and timed.count >= MIN_TIMED else None
         return int(prior * one / one_prior) if one and one_prior else prior
 
     def _single(self, median: bool) -> int | None:
@@ -184,8 +185,11 @@ class Costs:
         full, level = self.timed[1], self.last_level
         if self.fresh(full):
             return _pct(full, median)
-        own, mine, top = (self.level_timed.get(level), self.level_profile.get(level),
-                          self.level_profile.get(0))
+        own, mine, top = (
+            self.level_timed.get(level),
+            self.level_profile.get(level),
+            self.level_profile.get(0),
+        )
         if level and own is not None and self.fresh(own) and mine and top:
             return int(_pct(own, median) * top / mine)
         return _pct(full, median) if full.count else self.profile.get(1)
@@ -202,8 +206,14 @@ class Costs:
         """The one delay a window is planned to absorb: the largest p99 less median among
         the batch sizes timed at full quality and fresh (a preemption, which a busy host
         inflicts on some cycles, not on every cycle of a window); 0 before any was timed."""
-        return max((c.p99_ns() - c.p50_ns() for b, c in self.timed.items()
-                    if self.fresh(c, 1 if b == 1 else MIN_TIMED)), default=0)
+        return max(
+            (
+                c.p99_ns() - c.p50_ns()
+                for b, c in self.timed.items()
+                if self.fresh(c, 1 if b == 1 else MIN_TIMED)
+            ),
+            default=0,
+        )
 
     def medians(self, level: int = 0) -> dict[int, int | None]:
         """Per batch size, the typical (median) cost at `level` that admission plans with."""
@@ -222,8 +232,9 @@ class Costs:
             return None
         return sum(costs[b] * count for b, count in parts)
 
-    def worst_ns(self, n: int, costs: dict | None = None, delay_ns: int | None = None
-                 ) -> int | None:
+    def worst_ns(
+        self, n: int, costs: dict | None = None, delay_ns: int | None = None
+    ) -> int | None:
         """The longest a robot waits, among n, for its chunk: a batch already running, then
         its own batch of those that arrived meanwhile, at the median costs, plus one delay."""
         costs = self.medians() if costs is None else costs
@@ -231,8 +242,9 @@ class Costs:
         if whole is None:
             return None
         delay = self.delay_ns() if delay_ns is None else delay_ns
-        return delay + max([whole] + [self.serve_ns(a, costs) + self.serve_ns(n - a, costs)
-                                      for a in range(1, n)])
+        return delay + max(
+            [whole] + [self.serve_ns(a, costs) + self.serve_ns(n - a, costs) for a in range(1, n)]
+        )
 
     def capacity(self, window_ns: float, level: int = 0) -> int | None:
         """How many robots' worst case fits window_ns at `level` (None: no cycle timed yet).
@@ -246,6 +258,7 @@ class Costs:
         def fits(n: int) -> bool:
             worst = self.worst_ns(n, costs, delay)
             return worst is not None and worst <= window_ns
+
         hi = 2
         while hi < MAX_ROBOTS and fits(hi):
             hi *= 2

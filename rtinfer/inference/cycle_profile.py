@@ -4,6 +4,7 @@ Per batch size, `rounds` runs on one observation's inputs, timed (ns, on the nod
 after WARM_UP untimed ones (a session's first runs are slow), at a budget level, with no
 previous chunk and publishing nothing: what admission plans with until real cycles are timed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,8 +14,9 @@ from rtinfer.inference.cycle import Cycle
 WARM_UP = 3  # cycles not timed (allocations and caches of the first runs)
 
 
-def profile(policy, clock: Callable[[], int], inputs, sizes: list[int], rounds: int,
-            level) -> dict[int, list[int]]:
+def profile(
+    policy, clock: Callable[[], int], inputs, sizes: list[int], rounds: int, level
+) -> dict[int, list[int]]:
     """{batch size: its `rounds` run times (ns)}."""
     times: dict[int, list[int]] = {}
     for b in sizes:

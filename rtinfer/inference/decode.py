@@ -17,6 +17,7 @@ the first free token; the rest decodes as above. Nothing forced: the plain path,
 `on_waypoint(index, bins (D,))` fires the moment a waypoint's D tokens are final (the view
 is reused: copy to keep). Greedy decoding allocates nothing per token. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,8 +27,9 @@ import numpy as np
 from rtinfer.inference.drafters import DraftContext, Drafter, softmax
 
 
-def speculative_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray,
-                       rng: np.random.Generator) -> tuple[int, int]:
+def speculative_accept(
+    p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, rng: np.random.Generator
+) -> tuple[int, int]:
     """Leviathan/Chen rejection sampling. p: (g+1, A) target probabilities; q: (g, A) draft
     probabilities (None: deterministic drafts, i.e. one-hot). Returns (accepted, next): the
     first `accepted` drafts stand, followed by token `next` (a resample from
@@ -56,14 +58,23 @@ def greedy_accepted(drafts: np.ndarray, target: np.ndarray, g: int) -> int:
     return a
 
 
-def settle(out: np.ndarray, m: int, left: int, drafts: np.ndarray, a: int, nxt: int,
-           drafter: Drafter, target: np.ndarray, stats: DecodeStats) -> int:
+def settle(
+    out: np.ndarray,
+    m: int,
+    left: int,
+    drafts: np.ndarray,
+    a: int,
+    nxt: int,
+    drafter: Drafter,
+    target: np.ndarray,
+    stats: DecodeStats,
+) -> int:
     """One verify's outcome into the chunk: its first `a` drafts, then token `nxt`, written at
     out[m:], at most `left` tokens; the drafter hears how it did (observe, observe_target)
     and stats count the verify. Returns the tokens taken. The single-row Decoder and the
     batched runner (rtinfer.inference.batch) settle every verify here."""
     take = min(a + 1, left)
-    out[m:m + min(a, take)] = drafts[:min(a, take)]
+    out[m : m + min(a, take)] = drafts[: min(a, take)]
     if a < take:
         out[m + a] = nxt
     drafter.observe(a, len(drafts))
@@ -82,12 +93,12 @@ def completed_waypoints(before: int, now: int, dim: int) -> range:
 @dataclass
 class DecodeStats:
     tokens: int = 0
-    target_passes: int = 0       # full-depth (target) forward passes after the prefill
+    target_passes: int = 0  # full-depth (target) forward passes after the prefill
     draft_passes: int = 0
     verifies: int = 0
-    accepted: int = 0            # drafts accepted over all verifies
-    forced: int = 0              # tokens fed as a forced prefix (a committed prefix)
-    forced_passes: int = 0       # the passes that fed them
+    accepted: int = 0  # drafts accepted over all verifies
+    forced: int = 0  # tokens fed as a forced prefix (a committed prefix)
+    forced_passes: int = 0  # the passes that fed them
     gamma_trace: list = field(default_factory=list)
 
     @property
@@ -100,14 +111,25 @@ class Decoder:
     """Decodes chunks against a loaded Backend. `decode(...)` returns bins (n,) int64, a view
     of a reused buffer."""
 
-    def __init__(self, backend, *, sample: bool = False, temperature: float = 1.0,
-                 k_verify: int | None = None, adaptive: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        backend,
+        *,
+        sample: bool = False,
+        temperature: float = 1.0,
+        k_verify: int | None = None,
+        adaptive: bool = True,
+        seed: int = 0,
+    ):
         md = backend.model
         self.backend, self.sample, self.temperature = backend, sample, temperature
         self.a0, self.a1 = md.vocab.action_start, md.vocab.action_stop
         full = backend.n_layer
-        verify_ks = [g["k"] for g in md.manifest["graphs"]
-                     if "verify" in g.get("roles", ()) and g["depth"] == full]
+        verify_ks = [
+            g["k"]
+            for g in md.manifest["graphs"]
+            if "verify" in g.get("roles", ()) and g["depth"] == full
+        ]
         self.k_verify = int(k_verify or (max(verify_ks) if verify_ks else backend.max_k(full)))
         self.adaptive = adaptive
         self.gamma = self.k_verify - 1
@@ -122,14 +144,24 @@ class Decoder:
         self.stats = DecodeStats()
 
     def _pick(self, logits: np.ndarray) -> int:
-        a = logits[self.a0:self.a1]
+        a = logits[self.a0 : self.a1]
         if not self.sample:
             return int(a.argmax())
         return int(self.rng.choice(len(a), p=softmax(a, self.temperature)))
 
-    def decode(self, first_logits: np.ndarray, pos: int, n: int, *, depth: int | None = None,
-               drafter: Drafter | None = None, gamma: int | None = None, dim: int = 1,
-               on_waypoint=None, forced: np.ndarray | None = None) -> np.ndarray:
+    def decode(
+        self,
+        first_logits: np.ndarray,
+        pos: int,
+        n: int,
+        *,
+        depth: int | None = None,
+        drafter: Drafter | None = None,
+        gamma: int | None = None,
+        dim: int = 1,
+        on_waypoint=None,
+        forced: np.ndarray | None = None,
+    ) -> np.ndarray:
         """first_logits: (V,) logits of the last prefix token; pos: its position + 1.
         n: action tokens to produce (<= the model's chunk); depth: target depth (None:
         full; speculation only at full depth); gamma: speculation length cap. forced: the
@@ -162,8 +194,9 @@ class Decoder:
         st.tokens = n
         return out[:n]
 
-    def _force(self, forced: np.ndarray, pos: int, n: int, depth: int, dim: int,
-               on_waypoint) -> tuple[int, int]:
+    def _force(
+        self, forced: np.ndarray, pos: int, n: int, depth: int, dim: int, on_waypoint
+    ) -> tuple[int, int]:
         """Tokens [0, f) are `forced` (f = its length, at most n): final at once (their
         waypoints emitted before any pass), fed in passes of the widest step graph at
         `depth` (one, unless f is over its widest k), the last row's logits picking token f.
@@ -179,7 +212,7 @@ class Decoder:
         np.add(out[:f], self.a0, out=ids[:f])
         while i < f:  # the smallest graph that takes the rest, or the widest that fits
             w = min(be.pick_k(depth, f - i, pos + i), f - i)
-            logits = be.step(self._padded(ids[i:i + w], pos + i, depth), pos + i, depth)
+            logits = be.step(self._padded(ids[i : i + w], pos + i, depth), pos + i, depth)
             st.forced_passes += 1
             st.target_passes += depth == be.n_layer
             st.draft_passes += depth != be.n_layer
@@ -208,7 +241,7 @@ class Decoder:
         if on_waypoint is None:
             return
         for w in completed_waypoints(before, now, dim):
-            on_waypoint(w, self._out[w * dim:(w + 1) * dim])
+            on_waypoint(w, self._out[w * dim : (w + 1) * dim])
 
     def _spec_round(self, drafter: Drafter, pos: int, m: int, n: int, cap: int) -> int:
         """One draft + verify; returns the number of new final tokens (0: nothing drafted)."""
@@ -229,16 +262,17 @@ class Decoder:
         st.draft_passes += g if getattr(drafter, "depth", None) else 0
         v = self._verify[:k]
         v[0] = ctx.last
-        v[1:g + 1] = drafts
-        v[1:g + 1] += self.a0
-        v[g + 1:] = be.pad
-        logits = be.step(v, pos, be.n_layer)[:g + 1, self.a0:self.a1]
+        v[1 : g + 1] = drafts
+        v[1 : g + 1] += self.a0
+        v[g + 1 :] = be.pad
+        logits = be.step(v, pos, be.n_layer)[: g + 1, self.a0 : self.a1]
         st.target_passes += 1
-        target = self._target[:g + 1]
+        target = self._target[: g + 1]
         logits.argmax(axis=1, out=target)
         if self.sample:
-            a, nxt = speculative_accept(softmax(logits, self.temperature), drafter.q, drafts,
-                                        self.rng)
+            a, nxt = speculative_accept(
+                softmax(logits, self.temperature), drafter.q, drafts, self.rng
+            )
         else:
             a = greedy_accepted(drafts, target, g)
             nxt = int(target[a])

@@ -9,6 +9,7 @@ distributions (len(bins), A) of the last draft when the drafter samples, or None
 deterministic draft (treated as one-hot by the rejection rule). Stats are counters per
 drafter. `adapt_gamma = False` asks the decoder for the full window every time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import numpy as np
 class DraftContext:
     """What a drafter may look at. `last` is the newest final token (vocab id), not yet in
     the KV; it sits at position `pos`. `index` = tokens of this chunk already final."""
+
     backend: object
     pos: int
     last: int
@@ -73,6 +75,7 @@ def pick(logits: np.ndarray, ctx: DraftContext, q_row: np.ndarray) -> int:
 class EarlyExitDrafter(Drafter):
     """Self-speculative (LayerSkip): k single-token steps at a shallow exit `depth`.
     Its KV writes touch only the first `depth` layers; the verify rewrites them all."""
+
     name = "self"
 
     def __init__(self, depth: int, action_start: int, action_stop: int, max_k: int = 16):
@@ -87,7 +90,7 @@ class EarlyExitDrafter(Drafter):
         tok = ctx.last
         for i in range(k):
             self._one[0] = tok
-            logits = ctx.backend.step(self._one, ctx.pos + i, self.depth)[0, self.a0:self.a1]
+            logits = ctx.backend.step(self._one, ctx.pos + i, self.depth)[0, self.a0 : self.a1]
             b = self._bins[i] = pick(logits, ctx, self._q[i])
             tok = b + self.a0
         self.q = self._q[:k] if ctx.sample else None
@@ -119,6 +122,7 @@ class ChunkReuseDrafter(Drafter):
     the stale plan. Drafting costs no forward pass and a rejected verify still refines
     the plan, so the decoder always gives this drafter the full window.
     """
+
     name = "chunk"
     adapt_gamma = False
     REANCHOR_BINS = 2
@@ -127,17 +131,18 @@ class ChunkReuseDrafter(Drafter):
         super().__init__()
         self.horizon, self.dim = horizon, dim
         self._plan = np.zeros(horizon * dim, np.int64)
-        self._vel = np.zeros(dim, np.int64)   # the previous chunk's last step
+        self._vel = np.zeros(dim, np.int64)  # the previous chunk's last step
         self._vel0 = np.zeros(dim, np.int64)  # and the step before it
         self._has_vel = self._has_vel0 = False
-        self._src = 0    # plan tokens [0, _src) come from the previous chunk
-        self._seen = 0   # plan tokens [0, _seen) are final or refined by a verify
+        self._src = 0  # plan tokens [0, _src) come from the previous chunk
+        self._seen = 0  # plan tokens [0, _seen) are final or refined by a verify
         self._index = 0  # first token of the last draft
         self._accepted = self._drafted = 0  # of the last verify
         self._hi = 0  # the highest action bin
 
-    def set_previous(self, chunk_bins: np.ndarray, capture_ns: int, now_capture_ns: int,
-                     period_ns: int) -> None:
+    def set_previous(
+        self, chunk_bins: np.ndarray, capture_ns: int, now_capture_ns: int, period_ns: int
+    ) -> None:
         """Prepare drafts for the cycle captured at now_capture_ns from the chunk
         (H', D) computed for capture_ns. Allocation-free apart from reshape views."""
         prev = np.asarray(chunk_bins).reshape(-1, self.dim)
@@ -146,11 +151,11 @@ class ChunkReuseDrafter(Drafter):
         if shift < 0 or shift >= len(prev):
             return
         n = min(len(prev) - shift, self.horizon)
-        self._plan.reshape(self.horizon, self.dim)[:n] = prev[shift:shift + n]
+        self._plan.reshape(self.horizon, self.dim)[:n] = prev[shift : shift + n]
         self._src = n * self.dim
         if shift and n >= 2:  # one waypoint left cannot show a dimension holding still
             for d in range(1, self.dim):  # dimension 0 of token 0 comes from the prefill
-                if prev[shift:shift + n, d].min() == prev[shift:shift + n, d].max():
+                if prev[shift : shift + n, d].min() == prev[shift : shift + n, d].max():
                     self._plan[d] = prev[shift - 1, d]  # settling
         if len(prev) >= 2:
             np.subtract(prev[-1], prev[-2], out=self._vel)
@@ -210,7 +215,7 @@ class ChunkReuseDrafter(Drafter):
         i, plan, a = self._index, self._plan, self._accepted
         n = min(len(target), len(plan) - i)
         miss = int(plan[i + a] - target[a]) if a < min(self._drafted, n) else 0
-        plan[i:i + n] = target[:n]
+        plan[i : i + n] = target[:n]
         self._seen = max(self._seen, i + n)
         j = i + a + self.dim  # re-anchoring
         if abs(miss) >= self.REANCHOR_BINS and j < i + n:
@@ -220,6 +225,7 @@ class ChunkReuseDrafter(Drafter):
 class OnChunkReuse(Drafter):
     """A drafter that moves or filters a ChunkReuseDrafter's plan (`reuse`): every verify's
     outcome goes on to that plan, which it refines."""
+
     adapt_gamma = False
 
     def __init__(self, reuse: ChunkReuseDrafter):
@@ -250,6 +256,7 @@ def _braking(step: int, step0: int, own: int, own0: int) -> int:
 
 class FixedDrafter(Drafter):
     """Drafts from a given token plan (tests and separate draft models' outputs)."""
+
     name = "fixed"
 
     def __init__(self, plan: np.ndarray):
@@ -258,4 +265,4 @@ class FixedDrafter(Drafter):
 
     def draft(self, ctx: DraftContext, k: int) -> np.ndarray:
         self.q = None
-        return self.plan[ctx.index:ctx.index + k]
+        return self.plan[ctx.index : ctx.index + k]

@@ -8,6 +8,7 @@ ActionOut holds the affine per waypoint and the chunk buffer: chunk_of(x) is the
 to_model(committed, out) puts committed waypoints into model units. Buffers are allocated
 once; neither allocates per cycle. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,14 +16,17 @@ import numpy as np
 from rtinfer.model.flow_model import FlowModelDir
 
 
-def start_noise(model: FlowModelDir, out: np.ndarray, seed=None,
-                noise: np.ndarray | None = None) -> None:
+def start_noise(
+    model: FlowModelDir, out: np.ndarray, seed=None, noise: np.ndarray | None = None
+) -> None:
     """out (the runner's x on the host) <- noise [1, H_m, D_m] when given, else N(0, 1) from
     PCG64 seeded with SeedSequence(seed), else zeros (ValueError unless zero_noise_ok)."""
     if noise is not None:
         if np.size(noise) != out.size:
-            raise ValueError(f"noise of shape {list(np.shape(noise))}; give the step "
-                             f"graphs' x_t shape {list(out.shape)}")
+            raise ValueError(
+                f"noise of shape {list(np.shape(noise))}; give the step "
+                f"graphs' x_t shape {list(out.shape)}"
+            )
         np.copyto(out, np.asarray(noise, np.float32).reshape(out.shape))
     elif seed is not None:
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
@@ -30,8 +34,9 @@ def start_noise(model: FlowModelDir, out: np.ndarray, seed=None,
     elif model.zero_noise_ok:
         out.fill(0.0)
     else:
-        raise ValueError(f"{model.path}: zero noise asked but graphs.json's "
-                         f"zero_noise_ok is false; pass a seed")
+        raise ValueError(
+            f"{model.path}: zero noise asked but graphs.json's zero_noise_ok is false; pass a seed"
+        )
 
 
 class ActionOut:

@@ -17,6 +17,7 @@ the paper's: a guided step graph (models/flow_vjp.py: the step's inputs + "targe
 "weights" -> "v", "correction") returns the product, at the cost of a backward pass per step.
 Buffers are allocated once; a run allocates only the cycle's target. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,15 +35,17 @@ JACOBIANS = ("identity", "vjp")
 
 @dataclass(frozen=True)
 class RtcGuidanceConfig:
-    execution_horizon: int = 10       # waypoints of the left-over that guide at all
+    execution_horizon: int = 10  # waypoints of the left-over that guide at all
     max_guidance_weight: float = 10.0
-    schedule: str = "linear"          # prefix weights past the delay: LeRobot's names
+    schedule: str = "linear"  # prefix weights past the delay: LeRobot's names
     jacobian: str = "identity"
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES or self.jacobian not in JACOBIANS:
-            raise ValueError(f"schedule {self.schedule!r}, jacobian {self.jacobian!r}: give a "
-                             f"schedule of {SCHEDULES} and a jacobian of {JACOBIANS}")
+            raise ValueError(
+                f"schedule {self.schedule!r}, jacobian {self.jacobian!r}: give a "
+                f"schedule of {SCHEDULES} and a jacobian of {JACOBIANS}"
+            )
         if self.max_guidance_weight <= 0:
             raise ValueError("max_guidance_weight must be > 0")
 
@@ -64,8 +67,8 @@ def prefix_weights(start: int, end: int, total: int, schedule: str) -> np.ndarra
         lin = np.linspace(1.0, 0.0, n + 2, dtype=np.float32)[1:-1]
         if schedule == "exp":
             lin = lin * (np.expm1(lin) / np.float32(math.e - 1)).astype(np.float32)
-        w[start:start + n] = lin
-    w[:min(start, total)] = 1.0
+        w[start : start + n] = lin
+    w[: min(start, total)] = 1.0
     return w
 
 
@@ -74,7 +77,7 @@ def guidance_weight(t: float, max_w: float) -> np.float32:
     tau = np.float32(1.0) - np.float32(t)
     one_minus = (np.float32(1.0) - tau) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv_r2 = (one_minus + tau ** 2) / one_minus
+        inv_r2 = (one_minus + tau**2) / one_minus
         c = np.nan_to_num((np.float32(1.0) - tau) / tau, posinf=max_w)
         w = np.nan_to_num(np.float32(c * inv_r2), posinf=max_w)
     return np.float32(min(w, np.float32(max_w)))
@@ -83,14 +86,19 @@ def guidance_weight(t: float, max_w: float) -> np.float32:
 class FlowGuidance:
     """A FlowRunner's cycle with RTC guidance toward the previous chunk's left-over."""
 
-    def __init__(self, runner: FlowRunner, cfg: RtcGuidanceConfig = RtcGuidanceConfig(),
-                 guided_path=None):
+    def __init__(
+        self, runner: FlowRunner, cfg: RtcGuidanceConfig = RtcGuidanceConfig(), guided_path=None
+    ):
         if runner.model.integrator != "euler":
-            raise ValueError(f"{runner.model.path}: RTC guidance needs an euler flow policy, "
-                             f"not {runner.model.integrator}")
+            raise ValueError(
+                f"{runner.model.path}: RTC guidance needs an euler flow policy, "
+                f"not {runner.model.integrator}"
+            )
         if (cfg.jacobian == "vjp") != (guided_path is not None):
-            raise ValueError("jacobian 'vjp' needs the guided step graph (models/flow_vjp.py); "
-                             "'identity' takes none")
+            raise ValueError(
+                "jacobian 'vjp' needs the guided step graph (models/flow_vjp.py); "
+                "'identity' takes none"
+            )
         self.runner, self.cfg = runner, cfg
         r = runner
         self.target = np.zeros_like(r.x)
@@ -101,6 +109,7 @@ class FlowGuidance:
 
     def _bind(self, path):
         import onnxruntime as ort  # the runner imported it already
+
         r = self.runner
         sess = _open(ort, path, r.steps[0].get_session_options())
         t_in = next(i for i in sess.get_inputs() if i.name == T)
@@ -114,8 +123,16 @@ class FlowGuidance:
             bind.bind_output(name, "cpu", 0, np.float32, buf.shape, buf.ctypes.data)
         return sess, bind
 
-    def run(self, feeds: dict, level: int, left_over: np.ndarray | None, delay: int, *,
-            seed=None, noise: np.ndarray | None = None) -> np.ndarray:
+    def run(
+        self,
+        feeds: dict,
+        level: int,
+        left_over: np.ndarray | None,
+        delay: int,
+        *,
+        seed=None,
+        noise: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The chunk [H, D] (the runner's buffer). left_over: the previous chunk's waypoints
         from the new chunk's waypoint 0 on, (n, D) in action units (None: no guidance, the
         plain cycle); delay: how many of them execute before the new chunk lands."""
@@ -148,7 +165,7 @@ class FlowGuidance:
             return
         r.t[g][...] = t
         r.steps[g].run_with_iobinding(r._step_bind[g])
-        np.multiply(r.v, np.float32(t), out=self.x1)          # identity: correction = err
+        np.multiply(r.v, np.float32(t), out=self.x1)  # identity: correction = err
         np.subtract(r.x, self.x1, out=self.x1)
         np.subtract(self.target, self.x1, out=self.err)
         np.multiply(self.err, self.weights, out=self.correction)

@@ -19,6 +19,7 @@ toward the rest of the chunk the prefix comes from, weights decaying after the p
 paper's soft mask; the node keeps the robot's previous chunk). max_committed is then the
 declared one, else the horizon less one.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -41,12 +42,17 @@ BACKENDS = ("onnx", "tensorrt")
 def flow_levels(model: FlowModelDir) -> list[BudgetLevel]:
     """A BudgetLevel per manifest level (`depth` is the level's index, the whole horizon, the
     card's accuracy); a measured level worse than a cheaper measured one is left out."""
-    levels = [BudgetLevel(lv["level"], 0, model.action.horizon, model.accuracy(lv["level"]))
-              for lv in model.levels]
+    levels = [
+        BudgetLevel(lv["level"], 0, model.action.horizon, model.accuracy(lv["level"]))
+        for lv in model.levels
+    ]
     if any(lv.accuracy is None for lv in levels):
         return levels
-    return [lv for i, lv in enumerate(levels)
-            if i == 0 or not any(c.accuracy > lv.accuracy for c in levels[i + 1:])]
+    return [
+        lv
+        for i, lv in enumerate(levels)
+        if i == 0 or not any(c.accuracy > lv.accuracy for c in levels[i + 1 :])
+    ]
 
 
 def conditions_on(md: FlowModelDir, runner, guided: bool = False) -> int:
@@ -54,8 +60,11 @@ def conditions_on(md: FlowModelDir, runner, guided: bool = False) -> int:
     guided (RTC guidance): any euler policy, up to the declared delay, else the horizon
     less one."""
     used = {lv["graph"] for lv in md.levels}
-    if md.integrator != "euler" or not guided and not all(
-            tuple(runner.t[g].shape) == (1, runner.h_m) for g in used):
+    if (
+        md.integrator != "euler"
+        or not guided
+        and not all(tuple(runner.t[g].shape) == (1, runner.h_m) for g in used)
+    ):
         return 0
     m = md.action.max_committed
     m = md.card.get("max_committed") if m is None else m
@@ -65,41 +74,58 @@ def conditions_on(md: FlowModelDir, runner, guided: bool = False) -> int:
 class FlowPolicy(FeedInputs):
     batches, max_batch = [1], 1
 
-    def __init__(self, md: FlowModelDir, cfg, backend_opts: dict, endpoints: int, *,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        md: FlowModelDir,
+        cfg,
+        backend_opts: dict,
+        endpoints: int,
+        *,
+        clock: Callable[[], int] = now_ns,
+    ):
         """clock: the node's monotonic ns clock, which stamps each cycle's first_token."""
         if cfg.backend not in BACKENDS:
-            raise ModelError(f"{md.path}: a flow policy runs on ONNX Runtime or TensorRT; use "
-                             f"--backend onnx (not {cfg.backend})")
+            raise ModelError(
+                f"{md.path}: a flow policy runs on ONNX Runtime or TensorRT; use "
+                f"--backend onnx (not {cfg.backend})"
+            )
         if backend_opts.get("precision"):
-            raise ModelError(f"--precision {backend_opts['precision']}: a flow policy has one "
-                             "set of graphs and no precision sets; leave --precision out")
+            raise ModelError(
+                f"--precision {backend_opts['precision']}: a flow policy has one "
+                "set of graphs and no precision sets; leave --precision out"
+            )
         self.model, self.clock = md, clock
         if cfg.backend == "tensorrt":
             self.runner = FlowTrtRunner(md)
         else:
             self.runner = FlowRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
-        self.seed = int(cfg.seed) % 2 ** 64
+        self.seed = int(cfg.seed) % 2**64
         self.zero_noise = md.noise == "zero"
         self.levels = flow_levels(md)
         self.spec_hash, self.period_ns = md.action.hash, md.action.period_ns
         self.start_ns, self.action_dim = md.action.start_ns, md.action.dim
         # RTC guidance (flow_rtc "guide", ONNX Runtime): bends each step toward the prefix
-        self.guide = FlowGuidance(self.runner) if cfg.flow_rtc.startswith("guide") \
-            and cfg.backend == "onnx" and md.integrator == "euler" else None
+        self.guide = (
+            FlowGuidance(self.runner)
+            if cfg.flow_rtc.startswith("guide")
+            and cfg.backend == "onnx"
+            and md.integrator == "euler"
+            else None
+        )
         self.whole_left_over = cfg.flow_rtc == "guide-left-over"
         self.max_committed = conditions_on(md, self.runner, self.guide is not None)
         self.counters = {"flow_steps": 0}
         ladder = ", ".join(str(md.levels[lv.depth]["steps"]) for lv in self.levels)
         noise = "zero noise" if self.zero_noise else f"noise seeded from {cfg.seed}"
-        self.summary = (f"{cfg.backend}, flow policy ({md.integrator}, steps per level "
-                        f"{ladder}, {noise})")
+        self.summary = (
+            f"{cfg.backend}, flow policy ({md.integrator}, steps per level {ladder}, {noise})"
+        )
 
     def noise_seed(self, cycle) -> tuple[int, int, int] | None:
         """The cycle's noise seed (None: zero noise): the node's seed, the robot, the seq."""
         if self.zero_noise:
             return None
-        return self.seed, zlib.crc32(cycle.dest.encode()), int(cycle.seq) % 2 ** 64
+        return self.seed, zlib.crc32(cycle.dest.encode()), int(cycle.seq) % 2**64
 
     def run(self, jobs: list, emit=None) -> list[np.ndarray]:
         """Each job's chunk [horizon, D] float32 (a view of the runner's chunk buffer)."""
@@ -111,17 +137,21 @@ class FlowPolicy(FeedInputs):
                 left = self.left_over(cycle.previous, c) if self.whole_left_over else c.values
                 chunk = self.guide.run(feeds, level, left, c.n, seed=self.noise_seed(cycle))
             else:
-                chunk = self.runner.run(feeds, level, seed=self.noise_seed(cycle),
-                                        committed=None if c is None else c.values)
+                chunk = self.runner.run(
+                    feeds,
+                    level,
+                    seed=self.noise_seed(cycle),
+                    committed=None if c is None else c.values,
+                )
             if c is not None:  # the committed rows as the robot sent them, bit for bit (the
-                chunk[:c.n] = c.values  # affine's round trip may differ in the last ulp)
+                chunk[: c.n] = c.values  # affine's round trip may differ in the last ulp)
                 c.used = True  # every waypoint names it (docs/wire.md, real-time chunking)
             if self.whole_left_over:  # the robot's next left-over comes from it
                 cycle.previous = (chunk.copy(), cycle.seq)
             self.counters["flow_steps"] += self.model.levels[level]["steps"]
             cycle.first_token_ns = self.clock()
             if emit is not None:
-                emit(cycle, 0, chunk[:cycle.count], None)
+                emit(cycle, 0, chunk[: cycle.count], None)
             out.append(chunk)
         return out
 
@@ -132,7 +162,7 @@ class FlowPolicy(FeedInputs):
         it is the chunk this node sent the robot last; else the committed prefix alone."""
         if previous is None or previous[1] != c.chunk:
             return c.values
-        return previous[0][c.start:]
+        return previous[0][c.start :]
 
     def figures(self) -> dict:
         return dict(self.counters)

@@ -22,6 +22,7 @@ run(..., committed=(n, D) array in action units) feeds the first n waypoints cle
 in every step and keeps them there (training-time conditioning, arXiv 2512.05964).
 Not thread-safe.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,13 +45,15 @@ class FlowContractError(BackendError):
 
 
 class FlowRunner:
-    def __init__(self, model: FlowModelDir, *, threads: int = 1, spin: bool | None = None,
-                 clip: bool = True):
+    def __init__(
+        self, model: FlowModelDir, *, threads: int = 1, spin: bool | None = None, clip: bool = True
+    ):
         try:
             import onnxruntime as ort
         except ImportError as e:
-            raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") \
-                from None
+            raise BackendError(
+                f"onnxruntime is not installed ({e}); pip install onnxruntime"
+            ) from None
         self.model = model
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = int(threads), 1
@@ -66,16 +69,21 @@ class FlowRunner:
         self.plans = [plan(model, lv["steps"]) for lv in model.levels]
 
     def _buffers(self, clip: bool) -> None:
-        self.cache = {o.name: np.zeros(o.shape, numpy_dtype(o.type))
-                      for o in self.prefix.get_outputs()}
+        self.cache = {
+            o.name: np.zeros(o.shape, numpy_dtype(o.type)) for o in self.prefix.get_outputs()
+        }
         x_in = next(i for i in self.steps[0].get_inputs() if i.name == X)
         self.h_m, self.d_m = x_in.shape[1], x_in.shape[2]
         self.x = np.zeros((1, self.h_m, self.d_m), np.float32)
         self.v = np.zeros_like(self.x)
         self.scratch = (np.zeros_like(self.x), np.zeros_like(self.x))
-        self.t = [np.zeros(next(i for i in s.get_inputs() if i.name == T).shape,
-                           numpy_dtype(next(i for i in s.get_inputs() if i.name == T).type))
-                  for s in self.steps]
+        self.t = [
+            np.zeros(
+                next(i for i in s.get_inputs() if i.name == T).shape,
+                numpy_dtype(next(i for i in s.get_inputs() if i.name == T).type),
+            )
+            for s in self.steps
+        ]
         self.per_waypoint = [t.shape == (1, self.h_m) for t in self.t]
         self.committed = np.zeros((self.h_m, self.d_m), np.float32)
         self.out = ActionOut(self.model, self.h_m, self.d_m, clip)  # affine, limits, chunk
@@ -94,8 +102,15 @@ class FlowRunner:
     def reset(self) -> None:
         """No state is kept across cycles."""
 
-    def run(self, feeds: dict[str, np.ndarray], level: int = 0, *, seed=None,
-            noise: np.ndarray | None = None, committed: np.ndarray | None = None) -> np.ndarray:
+    def run(
+        self,
+        feeds: dict[str, np.ndarray],
+        level: int = 0,
+        *,
+        seed=None,
+        noise: np.ndarray | None = None,
+        committed: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The chunk [H, D] float32 in action units at `level` (a view of one buffer, valid
         until the next run). seed: ints for SeedSequence (the noise); noise: the initial x
         [1, H_m, D_m] instead; neither: zero noise (ValueError unless zero_noise_ok).
@@ -136,12 +151,16 @@ class FlowRunner:
             return 0
         n, D = len(committed), self.model.action.dim
         if not self.per_waypoint[g] or self.model.integrator != "euler":
-            raise ValueError(f"{self.model.step_paths[g]}: conditioning on committed waypoints "
-                             f"needs an euler step graph with per-waypoint t [1, {self.h_m}]; "
-                             f"this one takes t {list(self.t[g].shape)}")
+            raise ValueError(
+                f"{self.model.step_paths[g]}: conditioning on committed waypoints "
+                f"needs an euler step graph with per-waypoint t [1, {self.h_m}]; "
+                f"this one takes t {list(self.t[g].shape)}"
+            )
         if n > self.h_m or np.shape(committed)[1:] != (D,):
-            raise ValueError(f"committed waypoints of shape {list(np.shape(committed))}; give "
-                             f"(n, {D}) with n <= {self.h_m}")
+            raise ValueError(
+                f"committed waypoints of shape {list(np.shape(committed))}; give "
+                f"(n, {D}) with n <= {self.h_m}"
+            )
         self.committed[:n] = 0.0
         self.out.to_model(committed, self.committed[:n, :D])
         self.t[g][0, :n] = 0.0
@@ -152,8 +171,9 @@ def _open(ort, path, so):
     try:
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     except Exception as e:  # ORT raises its own types for unreadable graphs
-        raise BackendError(f"{path}: ONNX Runtime cannot load it ({str(e)[:200]}); "
-                           f"re-package the model") from None
+        raise BackendError(
+            f"{path}: ONNX Runtime cannot load it ({str(e)[:200]}); re-package the model"
+        ) from None
 
 
 def dry_run_problems(model: FlowModelDir) -> list[str]:
@@ -167,7 +187,9 @@ def dry_run_problems(model: FlowModelDir) -> list[str]:
     except BackendError as e:
         return [str(e)]
     zeros = zero_feeds(model)
-    return [f"{model.step_paths[lv['graph']]}: the chunk at level {lv['level']} for an all-zero "
-            f"observation is not finite; check the graphs' normalisation"
-            for lv in model.levels
-            if not np.isfinite(runner.run(zeros, lv["level"], seed=(0, 0))).all()]
+    return [
+        f"{model.step_paths[lv['graph']]}: the chunk at level {lv['level']} for an all-zero "
+        f"observation is not finite; check the graphs' normalisation"
+        for lv in model.levels
+        if not np.isfinite(runner.run(zeros, lv["level"], seed=(0, 0))).all()
+    ]

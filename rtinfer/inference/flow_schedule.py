@@ -12,6 +12,7 @@ how it updates the noisy chunk x. Pure numpy, computed once per level at load.
   or (t - step_ratio < 0) 1 where set_alpha_to_one else alphas_cumprod[0].
 Each `step` writes into preallocated buffers only (out= everywhere): no allocation per step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class EulerPlan:
-    times: np.ndarray   # float32 [K]: the "t" fed at each step
+    times: np.ndarray  # float32 [K]: the "t" fed at each step
     dt: np.float32
 
     def step(self, i: int, x: np.ndarray, v: np.ndarray, scratch) -> None:
@@ -31,8 +32,8 @@ class EulerPlan:
 
 @dataclass(frozen=True)
 class DdimPlan:
-    times: np.ndarray   # int64 [K]: the train timestep fed at each step
-    coef: np.ndarray    # float32 [K, 4]: sqrt(a), sqrt(1 - a), sqrt(a_prev), sqrt(1 - a_prev)
+    times: np.ndarray  # int64 [K]: the train timestep fed at each step
+    coef: np.ndarray  # float32 [K, 4]: sqrt(a), sqrt(1 - a), sqrt(a_prev), sqrt(1 - a_prev)
     prediction: str
     clip: float | None
 
@@ -54,7 +55,7 @@ class DdimPlan:
             np.multiply(out, sb, out=eps)
             np.subtract(x0, eps, out=x0)
             np.multiply(out, sa, out=eps)
-            np.multiply(x, sb, out=x)   # x is rebuilt below: use it as scratch
+            np.multiply(x, sb, out=x)  # x is rebuilt below: use it as scratch
             np.add(eps, x, out=eps)
         if self.clip is not None:
             np.clip(x0, -self.clip, self.clip, out=x0)
@@ -78,7 +79,7 @@ def ddim_plan(ddim: dict, k: int) -> DdimPlan:
     a = ac[times]
     a_prev = np.where(prev >= 0, ac[np.clip(prev, 0, n - 1)], final).astype(np.float32)
     one = np.float32(1.0)
-    coef = np.stack([a ** 0.5, (one - a) ** 0.5, a_prev ** 0.5, (one - a_prev) ** 0.5], 1)
+    coef = np.stack([a**0.5, (one - a) ** 0.5, a_prev**0.5, (one - a_prev) ** 0.5], 1)
     clip = ddim.get("clip_sample")
     clip = None if clip in (None, False) else float(1.0 if clip is True else clip)
     return DdimPlan(times, coef.astype(np.float32), ddim.get("prediction", "epsilon"), clip)

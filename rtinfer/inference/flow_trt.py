@@ -17,6 +17,7 @@ back). A cycle: the observation and noise are copied host -> device, the prefix 
 the level's K graphs replay, x comes back once. A capture that fails falls back to plain
 launches, counted in counters["graph_fallbacks"].
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from rtinfer.model.flow_model import FlowModelDir
 @dataclass(slots=True)
 class ObsIO:
     """The prefix engine's context and its observation inputs, on the device and pinned."""
+
     ctx: object
     dev: dict
     host: dict
@@ -42,28 +44,39 @@ class ObsIO:
 class Held:
     """Device buffers the captured steps read for committed waypoints: mask [1, H_m] (0: a
     committed waypoint), keep (its rows, else 0) and mask3 (mask over [1, H_m, D_m])."""
+
     mask: object
     keep: object
     mask3: object
 
 
 class FlowTrtRunner:
-    def __init__(self, model: FlowModelDir, *, cache_dir=None, fp16: bool = False,
-                 cuda_graphs: bool = True, clip: bool = True, force_build: bool = False):
+    def __init__(
+        self,
+        model: FlowModelDir,
+        *,
+        cache_dir=None,
+        fp16: bool = False,
+        cuda_graphs: bool = True,
+        clip: bool = True,
+        force_build: bool = False,
+    ):
         try:
             import tensorrt as trt
             import torch
         except ImportError as e:
-            raise BackendError(f"a flow policy on TensorRT needs tensorrt and torch (CUDA) "
-                               f"({e}); use --backend onnx") from None
+            raise BackendError(
+                f"a flow policy on TensorRT needs tensorrt and torch (CUDA) "
+                f"({e}); use --backend onnx"
+            ) from None
         if not torch.cuda.is_available():
             raise BackendError("a flow policy on TensorRT needs a CUDA device; use --backend onnx")
         from rtinfer.inference.backends.tensorrt_build import EngineBuilder
         from rtinfer.inference.backends.tensorrt_plan import build_plan
+
         self.torch, self.model = torch, model
         builder = EngineBuilder(cache_dir or model.path / "trt_cache")
-        bplan = build_plan(builder.version, fp16, False, {"float32"},
-                           compute_capability=builder.cc)
+        bplan = build_plan(builder.version, fp16, False, {"float32"}, compute_capability=builder.cc)
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         engines = []
         for path in [model.prefix_path, *model.step_paths]:
@@ -71,8 +84,9 @@ class FlowTrtRunner:
             with open(rep["engine"], "rb") as f:
                 engine = runtime.deserialize_cuda_engine(f.read())
             if engine is None:
-                raise BackendError(f"{rep['engine']}: TensorRT cannot deserialise it; delete it "
-                                   f"to rebuild")
+                raise BackendError(
+                    f"{rep['engine']}: TensorRT cannot deserialise it; delete it to rebuild"
+                )
             engines.append(engine)
         self._runtime, self._stream = runtime, torch.cuda.Stream()
         self.counters = {"graph_replays": 0, "plain_launches": 0, "graph_fallbacks": 0}
@@ -86,26 +100,40 @@ class FlowTrtRunner:
 
     # --- buffers ------------------------------------------------------------------------
     def _names(self, engine, mode) -> list[str]:
-        return [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)
-                if engine.get_tensor_mode(engine.get_tensor_name(i)) == mode]
+        return [
+            engine.get_tensor_name(i)
+            for i in range(engine.num_io_tensors)
+            if engine.get_tensor_mode(engine.get_tensor_name(i)) == mode
+        ]
 
     def _tensor(self, trt, engine, name: str):
         torch = self.torch
-        table = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16,
-                 trt.DataType.INT32: torch.int32, trt.DataType.BOOL: torch.bool,
-                 trt.DataType.INT8: torch.int8}
-        for trt_name, torch_dtype in (("INT64", torch.int64), ("UINT8", torch.uint8),
-                                      ("BF16", torch.bfloat16)):
+        table = {
+            trt.DataType.FLOAT: torch.float32,
+            trt.DataType.HALF: torch.float16,
+            trt.DataType.INT32: torch.int32,
+            trt.DataType.BOOL: torch.bool,
+            trt.DataType.INT8: torch.int8,
+        }
+        for trt_name, torch_dtype in (
+            ("INT64", torch.int64),
+            ("UINT8", torch.uint8),
+            ("BF16", torch.bfloat16),
+        ):
             if hasattr(trt.DataType, trt_name):
                 table[getattr(trt.DataType, trt_name)] = torch_dtype
         dt = engine.get_tensor_dtype(name)
         if dt not in table:
-            raise BackendError(f"engine tensor {name!r} has dtype {dt}, which this runner "
-                               f"does not bind; export it as float32, int64, int32 or uint8")
+            raise BackendError(
+                f"engine tensor {name!r} has dtype {dt}, which this runner "
+                f"does not bind; export it as float32, int64, int32 or uint8"
+            )
         shape = tuple(engine.get_tensor_shape(name))
         if any(d < 0 for d in shape):
-            raise BackendError(f"engine tensor {name!r} has dynamic shape {shape}; export the "
-                               f"flow graphs with static shapes")
+            raise BackendError(
+                f"engine tensor {name!r} has dynamic shape {shape}; export the "
+                f"flow graphs with static shapes"
+            )
         return torch.zeros(shape, dtype=table[dt], device="cuda")
 
     def _allocate(self, trt, engines, clip: bool) -> None:
@@ -125,8 +153,9 @@ class FlowTrtRunner:
         self.x, self.v = x0, torch.zeros_like(x0)
         self.scratch = (torch.zeros_like(x0), torch.zeros_like(x0))
         self.x_host = torch.zeros(x0.shape, dtype=torch.float32).pin_memory()
-        self.held = Held(torch.ones((1, self.h_m), device="cuda"), torch.zeros_like(x0),
-                         torch.ones_like(x0))
+        self.held = Held(
+            torch.ones((1, self.h_m), device="cuda"), torch.zeros_like(x0), torch.ones_like(x0)
+        )
         self._ctx, self.t = [], []
         for engine in steps:
             ctx = engine.create_execution_context()
@@ -194,8 +223,15 @@ class FlowTrtRunner:
     def reset(self) -> None:
         """No state is kept across cycles."""
 
-    def run(self, feeds: dict[str, np.ndarray], level: int = 0, *, seed=None,
-            noise: np.ndarray | None = None, committed: np.ndarray | None = None) -> np.ndarray:
+    def run(
+        self,
+        feeds: dict[str, np.ndarray],
+        level: int = 0,
+        *,
+        seed=None,
+        noise: np.ndarray | None = None,
+        committed: np.ndarray | None = None,
+    ) -> np.ndarray:
         """As FlowRunner.run: the chunk [H, D] float32 in action units (one buffer)."""
         self.start(seed, noise)
         self.encode(feeds)
@@ -235,9 +271,11 @@ class FlowTrtRunner:
         g = self.model.levels[level]["graph"]
         n = 0 if committed is None else len(committed)
         if n and (self.t[g].dim() != 2 or self.model.integrator != "euler"):
-            raise ValueError(f"{self.model.step_paths[g]}: conditioning on committed waypoints "
-                             f"needs an euler step graph with per-waypoint t [1, {self.h_m}]")
-        keep = np.zeros((1, self.h_m, self.d_m), np.float32)   # per cycle, not per step
+            raise ValueError(
+                f"{self.model.step_paths[g]}: conditioning on committed waypoints "
+                f"needs an euler step graph with per-waypoint t [1, {self.h_m}]"
+            )
+        keep = np.zeros((1, self.h_m, self.d_m), np.float32)  # per cycle, not per step
         mask = np.ones((1, self.h_m), np.float32)
         if n:
             D = self.model.action.dim

@@ -10,6 +10,7 @@ as the inference node does, so the robot side cannot tell the two apart. A body 
 refuses (KeyError, ValueError) is counted (bad_obs) and not answered. Scripted experts use
 it (examples/*/expert_node.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,9 +25,18 @@ from rtinfer.transport.wire import now_ns
 Act = Callable[[dict], "tuple[np.ndarray, np.ndarray | None]"]
 
 
-def serve(act: Act, obs_endpoint: str, actions_endpoint: str, *, spec: str, period_ns: int,
-          start_ns: int, name: str = "expert", seconds: float | None = None,
-          curve=None) -> dict:
+def serve(
+    act: Act,
+    obs_endpoint: str,
+    actions_endpoint: str,
+    *,
+    spec: str,
+    period_ns: int,
+    start_ns: int,
+    name: str = "expert",
+    seconds: float | None = None,
+    curve=None,
+) -> dict:
     """Serve until `seconds` pass or SIGTERM/SIGINT; returns the counters (cycles, skipped,
     bad_obs). spec: the hash the waypoints carry (a tokenizer's with tokens, an action
     spec's without). curve: bus ``curve=`` for both sockets."""
@@ -50,10 +60,21 @@ def serve(act: Act, obs_endpoint: str, actions_endpoint: str, *, spec: str, peri
                 stamps = carried_stamps(env.stamps, recv_ns)
                 stamps["first_token"] = now_ns()
                 for i in range(len(values)):
-                    pub.publish("action_chunk", waypoint_body(
-                        env.seq, i, len(values), values[i], spec=spec, period_ns=period_ns,
-                        start_ns=start_ns, dest=env.src,
-                        tokens=None if tokens is None else tokens[i]), dict(stamps))
+                    pub.publish(
+                        "action_chunk",
+                        waypoint_body(
+                            env.seq,
+                            i,
+                            len(values),
+                            values[i],
+                            spec=spec,
+                            period_ns=period_ns,
+                            start_ns=start_ns,
+                            dest=env.src,
+                            tokens=None if tokens is None else tokens[i],
+                        ),
+                        dict(stamps),
+                    )
                 counters["cycles"] += 1
     finally:
         counters["skipped"] = sub.counters["superseded"]

@@ -9,6 +9,7 @@ cycle allocates no output; inputs are bound per cycle from the observation's own
 first_token_ns when the graph returned and streams every waypoint right after). Not
 thread-safe.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,10 @@ from rtinfer.model.chunk_model import OUTPUT, ChunkModelDir
 def chunk_levels(model: ChunkModelDir) -> list[BudgetLevel]:
     """One BudgetLevel per graph; its `depth` is the level's graph index (no speculation,
     the whole horizon)."""
-    return [BudgetLevel(g["level"], 0, model.action.horizon, model.accuracy(g["level"]))
-            for g in model.levels]
+    return [
+        BudgetLevel(g["level"], 0, model.action.horizon, model.accuracy(g["level"]))
+        for g in model.levels
+    ]
 
 
 class GraphRunner:
@@ -30,8 +33,9 @@ class GraphRunner:
         try:
             import onnxruntime as ort
         except ImportError as e:
-            raise BackendError(f"onnxruntime is not installed ({e}); pip install onnxruntime") \
-                from None
+            raise BackendError(
+                f"onnxruntime is not installed ({e}); pip install onnxruntime"
+            ) from None
         self.model, self.counters = model, {}
         a = model.action
         self.out = [np.zeros((1, a.horizon, a.dim), np.float32) for _ in model.levels]
@@ -46,8 +50,9 @@ class GraphRunner:
             try:
                 sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
             except Exception as e:  # ORT raises its own types for unreadable graphs
-                raise BackendError(f"{path}: ONNX Runtime cannot load it ({str(e)[:200]}); "
-                                   f"re-package the model") from None
+                raise BackendError(
+                    f"{path}: ONNX Runtime cannot load it ({str(e)[:200]}); re-package the model"
+                ) from None
             problems = graph_problems(sess, model)
             if problems:
                 raise BackendError(f"{path}: " + "; ".join(problems))
@@ -78,6 +83,7 @@ class FeedInputs:
     """The input side a policy over obs_spec graphs shares (the continuous-chunk and the flow
     kinds): an `obs` body -> its graph feeds, an all-zero observation's feeds, batches of one.
     The policy keeps its model directory in `self.model`."""
+
     model: ChunkModelDir
 
     def encode(self, body: dict):
@@ -99,10 +105,12 @@ def dry_run_problems(model: ChunkModelDir) -> list[str]:
     except BackendError as e:
         return [str(e)]
     zeros = zero_feeds(model)
-    return [f"{model.graph_path(level)}: the chunk for an all-zero observation is not finite; "
-            f"check the graph's normalisation"
-            for level in range(len(model.levels))
-            if not np.isfinite(runner.run(zeros, level)).all()]
+    return [
+        f"{model.graph_path(level)}: the chunk for an all-zero observation is not finite; "
+        f"check the graph's normalisation"
+        for level in range(len(model.levels))
+        if not np.isfinite(runner.run(zeros, level)).all()
+    ]
 
 
 def graph_problems(sess, model: ChunkModelDir) -> list[str]:
@@ -112,13 +120,14 @@ def graph_problems(sess, model: ChunkModelDir) -> list[str]:
     a = model.action
     shape = [1, a.horizon, a.dim]
     if [o.name for o in outs] != [OUTPUT]:
-        out.append(f"graph outputs {[o.name for o in outs]}; the contract is one output "
-                   f"{OUTPUT!r}")
+        out.append(f"graph outputs {[o.name for o in outs]}; the contract is one output {OUTPUT!r}")
     elif outs[0].type != ort_type("float32") or list(outs[0].shape) != shape:
-        out.append(f"output {OUTPUT!r} is {outs[0].type} {outs[0].shape}; action_spec.json "
-                   f"says float32 {shape} (horizon x names): export the graph to return "
-                   f"that, one column per name {list(a.names)} in order, or make "
-                   f"action_spec.json's horizon and names match the graph")
+        out.append(
+            f"output {OUTPUT!r} is {outs[0].type} {outs[0].shape}; action_spec.json "
+            f"says float32 {shape} (horizon x names): export the graph to return "
+            f"that, one column per name {list(a.names)} in order, or make "
+            f"action_spec.json's horizon and names match the graph"
+        )
     return out
 
 
@@ -129,16 +138,21 @@ def input_problems(sess, obs) -> list[str]:
     got = {i.name: i for i in sess.get_inputs()}
     out = []
     for key in sorted(set(got) - set(want)):
-        out.append(f"graph input {key!r} is not in obs_spec.json; add it there or remove it "
-                   f"from the graph")
+        out.append(
+            f"graph input {key!r} is not in obs_spec.json; add it there or remove it from the graph"
+        )
     for key, (dtype, shape) in want.items():
         i = got.get(key)
         if i is None:
-            out.append(f"obs_spec.json input {key!r} is not a graph input; name the graph's "
-                       f"inputs after the observation keys")
+            out.append(
+                f"obs_spec.json input {key!r} is not a graph input; name the graph's "
+                f"inputs after the observation keys"
+            )
         elif i.type != ort_type(dtype) or list(i.shape) != list(shape):
-            out.append(f"graph input {key!r} is {i.type} {i.shape}; obs_spec.json says "
-                       f"{dtype} {list(shape)}: export with static shapes and these dtypes")
+            out.append(
+                f"graph input {key!r} is {i.type} {i.shape}; obs_spec.json says "
+                f"{dtype} {list(shape)}: export with static shapes and these dtypes"
+            )
     return out
 
 
@@ -153,5 +167,5 @@ def ort_type(dtype: str) -> str:
 
 def numpy_dtype(ort_tensor_type: str) -> str:
     """The numpy dtype name of an ONNX Runtime tensor type string (ort_type's inverse)."""
-    name = ort_tensor_type[len("tensor("):-1]
+    name = ort_tensor_type[len("tensor(") : -1]
     return next((np_name for np_name, ort in _ORT_NAMES.items() if ort == name), name)

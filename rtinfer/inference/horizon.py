@@ -22,6 +22,7 @@ robot: rtinfer.inference.schedule), each chunk for such a robot carries:
 A robot that said nothing, and any robot while the node serves at full quality, gets no
 ask: the same bytes as before. Pure: no clock, no socket.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 class Grant:
     """The ask for one observation's chunk (seq): `executes` waypoints (its window after
     capture, `window_ns`; None and 0: none), the observation period asked (None: none)."""
+
     seq: int
     executes: int | None
     window_ns: int
@@ -49,17 +51,29 @@ class Grant:
         return out, window
 
 
-def grant(seq: int, open_loop_ns: int | None, *, degraded: bool, asked_period_ns: int | None,
-          interval_ns: int | None, horizon: int, period_ns: int, start_ns: int,
-          deadline_ns: int) -> Grant | None:
+def grant(
+    seq: int,
+    open_loop_ns: int | None,
+    *,
+    degraded: bool,
+    asked_period_ns: int | None,
+    interval_ns: int | None,
+    horizon: int,
+    period_ns: int,
+    start_ns: int,
+    deadline_ns: int,
+) -> Grant | None:
     """The ask for observation `seq` of a robot (module doc), or None: the robot takes no
     asks (open_loop_ns None), the node is not degraded, or there is nothing to ask."""
     if open_loop_ns is None or not (degraded or asked_period_ns is not None):
         return None
     next_obs = asked_period_ns or interval_ns or period_ns
     need = next_obs + deadline_ns - start_ns  # from waypoint 0's due to the next landing
-    e = min(-(-need // period_ns) + 1 if need > 0 else 1, horizon,
-            (open_loop_ns - start_ns) // period_ns + 1)
+    e = min(
+        -(-need // period_ns) + 1 if need > 0 else 1,
+        horizon,
+        (open_loop_ns - start_ns) // period_ns + 1,
+    )
     window = start_ns + (e - 1) * period_ns
     if e >= 1 and window > deadline_ns:
         return Grant(seq, e, window, asked_period_ns)

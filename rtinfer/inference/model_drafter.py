@@ -12,6 +12,7 @@
   own output (Jacobi) until it stops changing.
 Both leave greedy output token-identical to plain greedy: the full-depth verify decides.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +24,7 @@ class ModelDrafter(Drafter):
     """Drafts with a separate draft policy on its own loaded Backend (`backend`, e.g.
     get_backend("onnx").load(draft_dir)). Call `start(prefix)` before each chunk's decode
     (prefix: the vocab ids before the first action token, as the target got them)."""
+
     name = "model"
 
     def __init__(self, backend, max_k: int = 16):
@@ -35,17 +37,21 @@ class ModelDrafter(Drafter):
         self._q = np.zeros((max_k, self.a1 - self.a0))
         self._valid = 0  # draft KV positions [0, _valid) hold final tokens
         self._prefix = self._drafted_from = 0
-        self.passes = 0      # draft forward passes (prefill chunks not counted)
+        self.passes = 0  # draft forward passes (prefill chunks not counted)
 
     def check_target(self, target_model) -> None:
         """ValueError unless the draft shares the target's vocab and fits its context."""
         mine, theirs = self.backend.model, target_model
         if mine.vocab != theirs.vocab:
-            raise ValueError(f"draft model {mine.path}: its vocab differs from the target's "
-                             f"({theirs.path}); export the draft with the target's vocab")
+            raise ValueError(
+                f"draft model {mine.path}: its vocab differs from the target's "
+                f"({theirs.path}); export the draft with the target's vocab"
+            )
         if mine.max_ctx < theirs.max_ctx:
-            raise ValueError(f"draft model {mine.path}: max_ctx {mine.max_ctx} < the target's "
-                             f"{theirs.max_ctx}; export it with max_ctx >= {theirs.max_ctx}")
+            raise ValueError(
+                f"draft model {mine.path}: max_ctx {mine.max_ctx} < the target's "
+                f"{theirs.max_ctx}; export it with max_ctx >= {theirs.max_ctx}"
+            )
 
     def start(self, prefix: np.ndarray) -> None:
         """Prefill the draft with this cycle's prefix (a fresh sequence)."""
@@ -64,14 +70,14 @@ class ModelDrafter(Drafter):
         chunk, P = ctx.chunk, self._prefix
         for p in range(self._valid, ctx.pos + 1):
             self._one[0] = chunk[p - P] + self.a0
-            logits = be.step(self._one, p, None)[0, self.a0:self.a1]
+            logits = be.step(self._one, p, None)[0, self.a0 : self.a1]
             self.passes += 1
         self._valid = ctx.pos + 1
         for i in range(k):
             b = self._bins[i] = pick(logits, ctx, self._q[i])
             if i + 1 < k:
                 self._one[0] = b + self.a0
-                logits = be.step(self._one, ctx.pos + 1 + i, None)[0, self.a0:self.a1]
+                logits = be.step(self._one, ctx.pos + 1 + i, None)[0, self.a0 : self.a1]
                 self.passes += 1
         self._drafted_from = ctx.pos
         self.q = self._q[:k] if ctx.sample else None
@@ -86,10 +92,18 @@ class ModelDrafter(Drafter):
 class CascadeDrafter(OnChunkReuse):
     """Chunk-reuse drafts filtered by one verify at the target's exit `depth` (its KV writes
     touch only the first `depth` layers; the full-depth verify rewrites them all)."""
+
     name = "cascade"
 
-    def __init__(self, reuse: ChunkReuseDrafter, depth: int, action_start: int,
-                 action_stop: int, k_verify: int = 8, rounds: int = 1):
+    def __init__(
+        self,
+        reuse: ChunkReuseDrafter,
+        depth: int,
+        action_start: int,
+        action_stop: int,
+        k_verify: int = 8,
+        rounds: int = 1,
+    ):
         super().__init__(reuse)
         self.depth, self.a0, self.a1 = depth, action_start, action_stop
         self.rounds = rounds  # exit passes per draft at most (Jacobi: until they agree)
@@ -105,10 +119,10 @@ class CascadeDrafter(OnChunkReuse):
         if g == 0 or ctx.sample:  # sampling: the exit's greedy filter would bias q
             return plan
         be, out = ctx.backend, self._bins[:g]
-        v = self._v[:g + 1]
+        v = self._v[: g + 1]
         v[0], v[1:] = ctx.last, plan + self.a0
         for r in range(self.rounds):
-            rows = be.step(v, ctx.pos, self.depth)[:g, self.a0:self.a1]
+            rows = be.step(v, ctx.pos, self.depth)[:g, self.a0 : self.a1]
             self.passes += 1
             self.rows += be.pick_k(self.depth, g + 1, ctx.pos)
             rows.argmax(axis=1, out=out)

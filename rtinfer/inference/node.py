@@ -25,6 +25,7 @@ loopback) the clocks are one; across hosts the robot's clock offset is bracketed
 `obs` and its `trace` records of this node's waypoint 0 (PeerClock); until both have been
 seen the slack is unknown, counted (slack_unknown) and not acted on.
 """
+
 from __future__ import annotations
 
 import sys
@@ -61,10 +62,20 @@ __all__ = ["BROKEN_AFTER", "InferenceNode", "InferenceNodeConfig", "main"]
 
 
 class InferenceNode:
-    def __init__(self, model_dir, obs_endpoint: str | Sequence[str], action_endpoint: str, *,
-                 control_endpoint: str | None = None, cfg: InferenceNodeConfig | None = None,
-                 backend_opts: dict | None = None, ctx=None, curve=None,
-                 robots_file: str | None = None, clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        model_dir,
+        obs_endpoint: str | Sequence[str],
+        action_endpoint: str,
+        *,
+        control_endpoint: str | None = None,
+        cfg: InferenceNodeConfig | None = None,
+        backend_opts: dict | None = None,
+        ctx=None,
+        curve=None,
+        robots_file: str | None = None,
+        clock: Callable[[], int] = now_ns,
+    ):
         """obs_endpoint: the robots' obs endpoint(s). curve: bus ``curve=`` for every socket
         (keys.curve_configs: per endpoint; it must name the endpoints robots_file may list).
         robots_file: robots learned at run time (rtinfer.inference.robots_file). clock: the
@@ -81,26 +92,53 @@ class InferenceNode:
         say = self.complaints.say
         try:  # a socket that fails (an endpoint in use, a bad key) closes those before it
             # with CURVE a robot is its key: an obs whose src is not its key's name is refused
-            self.intake = ObservationIntake(obs_eps, Identity.of(curve, action_endpoint, say),
-                                            ctx=ctx, curve=curve, say=say,
-                                            robots_file=robots_file, clock=clock)
-            self.robots = Robots(budget, remote=self.intake.remote, max_robots=cfg.max_robots,
-                                 period_ns=p.period_ns, start_ns=p.start_ns, say=say)
-            self.out = WaypointPublisher(Publisher(action_endpoint, cfg.name, ctx=ctx,
-                                                   curve=curve), p, self.robots,
-                                         address=cfg.address_chunks, clock=clock, say=say)
-            self.control = ControlIntake(control_endpoint, self.out.pub, cfg.name,
-                                         cfg.health_hz, ctx=ctx, curve=curve, say=say,
-                                         clock=clock)
+            self.intake = ObservationIntake(
+                obs_eps,
+                Identity.of(curve, action_endpoint, say),
+                ctx=ctx,
+                curve=curve,
+                say=say,
+                robots_file=robots_file,
+                clock=clock,
+            )
+            self.robots = Robots(
+                budget,
+                remote=self.intake.remote,
+                max_robots=cfg.max_robots,
+                period_ns=p.period_ns,
+                start_ns=p.start_ns,
+                say=say,
+            )
+            self.out = WaypointPublisher(
+                Publisher(action_endpoint, cfg.name, ctx=ctx, curve=curve),
+                p,
+                self.robots,
+                address=cfg.address_chunks,
+                clock=clock,
+                say=say,
+            )
+            self.control = ControlIntake(
+                control_endpoint,
+                self.out.pub,
+                cfg.name,
+                cfg.health_hz,
+                ctx=ctx,
+                curve=curve,
+                say=say,
+                clock=clock,
+            )
             if len(p.batches) > 1:  # the latency table admission plans with at first
                 self.robots.set_batches(p.batches)
                 times = self._profile(p.sample_inputs(), p.batches, 3)
                 self.robots.set_profile({b: int(np.median(t)) for b, t in times.items()})
                 p.clear_figures()
             if len(p.levels) > 1:  # what each budget level costs until its cycles are timed
-                self.robots.cost_model.set_level_profile({i: int(np.median(
-                    self._profile(p.sample_inputs(), [1], 3, lv)[1]))
-                    for i, lv in enumerate(p.levels)})
+                self.robots.cost_model.set_level_profile(
+                    {
+                        i: int(np.median(self._profile(p.sample_inputs(), [1], 3, lv)[1]))
+                        for i, lv in enumerate(p.levels)
+                    }
+                )
                 p.clear_figures()
             self.trace = TraceWriter(cfg.trace_path) if cfg.trace_path else None
         except BaseException:
@@ -147,14 +185,12 @@ class InferenceNode:
         batches). True if any was answered."""
         self._housekeeping()
         self._take_observations(timeout_ms)
-        slots = self.robots.next_batch(self.budget.deadline_ns, self.clock(),
-                                       self.policy.max_batch)
+        slots = self.robots.next_batch(self.budget.deadline_ns, self.clock(), self.policy.max_batch)
         jobs = [job for job in map(self._encode, slots) if job is not None]
         if not jobs:
             return False
         t_start = self.clock()
-        outs = self.policy.run([(cycle, inputs) for _, cycle, inputs in jobs],
-                               self.out.publish)
+        outs = self.policy.run([(cycle, inputs) for _, cycle, inputs in jobs], self.out.publish)
         self._account(jobs, outs, t_start, self.clock())
         return True
 
@@ -175,8 +211,13 @@ class InferenceNode:
             if kind != "obs_bad":  # a frame's problem, also under its reason
                 counters[kind] += 1
             why = str(e)
-            self.complaints.say(kind, lambda: f"observation {env.seq} from {env.src} "
-                                              f"does not fit the model, not answered: {why}")
+            self.complaints.say(
+                kind,
+                lambda: (
+                    f"observation {env.seq} from {env.src} "
+                    f"does not fit the model, not answered: {why}"
+                ),
+            )
             return None
         committed = self.committed.take(env)
         if committed is REFUSED:
@@ -185,9 +226,20 @@ class InferenceNode:
         if slot.clock is not None and "publish" in env.stamps:
             slot.clock.from_peer(env.stamps["publish"], t_recv)
         level = slot.level  # the schedule's choice for this cycle
-        return slot, Cycle(env.seq, carried_stamps(env.stamps, t_recv), env.stamps.get("capture"),
-                           level, level.chunk, env.src, slot.previous,
-                           committed=committed), inputs
+        return (
+            slot,
+            Cycle(
+                env.seq,
+                carried_stamps(env.stamps, t_recv),
+                env.stamps.get("capture"),
+                level,
+                level.chunk,
+                env.src,
+                slot.previous,
+                committed=committed,
+            ),
+            inputs,
+        )
 
     def _account(self, jobs: list, outs: list, t_start: int, t_end: int) -> None:
         """The answered cycles into the counters, histograms, slack, budgets and trace; each
@@ -195,23 +247,40 @@ class InferenceNode:
         health = self.health_part
         health.record_compute(t_end - t_start)
         if health.counters["cycles"] >= WARM_UP:  # a session's first runs are slow
-            self.robots.record_cost(self.policy.batch_for(len(jobs)), jobs[0][0].level_index,
-                                    t_end - t_start)
+            self.robots.record_cost(
+                self.policy.batch_for(len(jobs)), jobs[0][0].level_index, t_end - t_start
+            )
         for (slot, cycle, _), out in zip(jobs, outs):
             slot.previous = cycle.previous
-            if health.record(cycle.stamps["obs_recv"], cycle.first_token_ns, t_end, len(out),
-                             cycle.dropped):
-                self.complaints.say("policy_broken", lambda: (
-                    f"the policy is broken: its last "
-                    f"{health.counters['chunks_not_finite_in_a_row']} chunks had NaN or inf "
-                    f"values, none was sent; check the model "
-                    f"(rtinfer check-model {self.policy.model.path})"))
+            if health.record(
+                cycle.stamps["obs_recv"], cycle.first_token_ns, t_end, len(out), cycle.dropped
+            ):
+                self.complaints.say(
+                    "policy_broken",
+                    lambda: (
+                        f"the policy is broken: its last "
+                        f"{health.counters['chunks_not_finite_in_a_row']} chunks had NaN or inf "
+                        f"values, none was sent; check the model "
+                        f"(rtinfer check-model {self.policy.model.path})"
+                    ),
+                )
             com = cycle.committed
-            self.robots.answered(slot, cycle.capture, cycle.last_publish_ns, window_ns=0 if com
-                                 is None or not com.used else self.committed.window_of(com.n))
+            self.robots.answered(
+                slot,
+                cycle.capture,
+                cycle.last_publish_ns,
+                window_ns=0 if com is None or not com.used else self.committed.window_of(com.n),
+            )
             if self.trace is not None:
-                self.trace.write(cycle.record(self.cfg.name, t_end, len(out), slot.level_index,
-                                              slot.counters["obs_superseded"]))
+                self.trace.write(
+                    cycle.record(
+                        self.cfg.name,
+                        t_end,
+                        len(out),
+                        slot.level_index,
+                        slot.counters["obs_superseded"],
+                    )
+                )
 
     # --- robots joining -----------------------------------------------------------------------
     def _take_observations(self, timeout_ms: int) -> None:
@@ -233,13 +302,15 @@ class InferenceNode:
 
     def _profile(self, inputs, sizes: list[int], rounds: int, level=None) -> dict:
         """cycle_profile.profile at `level` (default: full quality)."""
-        return profile(self.policy, self.clock, inputs, sizes, rounds,
-                       level or self.budget.levels[0])
+        return profile(
+            self.policy, self.clock, inputs, sizes, rounds, level or self.budget.levels[0]
+        )
 
     # --- control, heartbeat, health -----------------------------------------------------
     def _housekeeping(self) -> None:
         self.health_part.counters["robots_released"] += self.intake.follow_robots_file(
-            self.clock(), self.robots)
+            self.clock(), self.robots
+        )
         level, cmd = self.control.poll()
         if level is not None and self.cfg.auto_budget:  # a fixed-budget node ignores it too
             for b in {self.budget, *(s.budget for s in self.robots.slots.values())}:
@@ -259,11 +330,20 @@ class InferenceNode:
     def health(self) -> dict:
         """`health` body: counters (node, policy, robots, subscriber) and latency gauges (us)."""
         robots, gauges = self.robots.figures()
-        return self.health_part.body(self.state, {
-            **self.out.counters, **self.policy.figures(), **robots, **self.intake.counters(),
-            **self.committed.counters, "keys_revoked": self.out.pub.revocations,
-            "budget_level": self.budget.index, "budget_switches": self.budget.switches},
-            gauges)
+        return self.health_part.body(
+            self.state,
+            {
+                **self.out.counters,
+                **self.policy.figures(),
+                **robots,
+                **self.intake.counters(),
+                **self.committed.counters,
+                "keys_revoked": self.out.pub.revocations,
+                "budget_level": self.budget.index,
+                "budget_switches": self.budget.switches,
+            },
+            gauges,
+        )
 
     def close(self) -> None:
         for part in (self.intake, self.control, self.out and self.out.pub, self.trace):
@@ -275,14 +355,24 @@ def main(argv: list[str] | None = None) -> int:
     p = arguments(__doc__.split("\n")[0])
     a = p.parse_args(argv)
     # a robots file may name any obs endpoint the curve map lists
-    listed = [ep for ep in read_curve_map(a.curve_map) if ep != a.actions] \
-        if a.robots_file and a.curve_map else []
+    listed = (
+        [ep for ep in read_curve_map(a.curve_map) if ep != a.actions]
+        if a.robots_file and a.curve_map
+        else []
+    )
     curve = curve_from_args(p, a, binds=[a.actions], connects=[*a.obs, a.control, *listed])
     cfg = config(p, a)
     try:
-        node = InferenceNode(a.model, a.obs, a.actions, control_endpoint=a.control, cfg=cfg,
-                             curve=curve, robots_file=a.robots_file,
-                             backend_opts={"precision": a.precision} if a.precision else None)
+        node = InferenceNode(
+            a.model,
+            a.obs,
+            a.actions,
+            control_endpoint=a.control,
+            cfg=cfg,
+            curve=curve,
+            robots_file=a.robots_file,
+            backend_opts={"precision": a.precision} if a.precision else None,
+        )
     except (ModelError, EndpointInUse) as e:  # BackendError too: one line with the fix
         say(cfg.name, str(e))
         return 2

@@ -6,6 +6,7 @@ per_token and cycle histograms (compute: `record_compute()`), `broken` says the 
 last BROKEN_AFTER chunks were not finite, `due(now)` whether the next `health` message is
 (at health_hz), and `body()` the health message the node's parts fill. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from rtinfer.model.obs_spec import FRAME_COUNTERS
@@ -20,8 +21,17 @@ class NodeHealth:
         self.name = name
         self.period_ns = int(1e9 / health_hz)
         self.hist = {k: LatencyHistogram() for k in HISTOGRAMS}
-        self.counters = dict.fromkeys(("cycles", "obs_bad", *FRAME_COUNTERS, "obs_held",
-                                       "chunks_not_finite_in_a_row", "robots_released"), 0)
+        self.counters = dict.fromkeys(
+            (
+                "cycles",
+                "obs_bad",
+                *FRAME_COUNTERS,
+                "obs_held",
+                "chunks_not_finite_in_a_row",
+                "robots_released",
+            ),
+            0,
+        )
         self.next_ns = 0  # when the next health message is due
 
     def due(self, now: int) -> bool:
@@ -53,6 +63,9 @@ class NodeHealth:
         """`health` body: these counters after the node's own, the latency gauges (us, p50
         and p99 of each histogram) before `gauges`."""
         c = {**self.counters, **counters, "policy_broken": int(self.broken)}
-        g = {f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
-             for k in self.hist for p in (50, 99)}
+        g = {
+            f"{k}_p{p}_us": float(self.hist[k].percentiles_us()[f"p{p}"])
+            for k in self.hist
+            for p in (50, 99)
+        }
         return {"node": self.name, "state": state, "counters": c, "gauges": {**g, **gauges}}

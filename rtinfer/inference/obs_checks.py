@@ -17,6 +17,7 @@ restarts (`obs_seq_jumps`), said with the fix.
 
 Pure bookkeeping, no clock reads; the counters are the caller's dict; not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,10 +25,17 @@ from collections.abc import Callable
 from rtinfer.inference.robot_slot import RobotSlot
 from rtinfer.transport.wire import Envelope
 
-FLOOD_FACTOR = 4   # observations per second over this times the policy rate: a flood
+FLOOD_FACTOR = 4  # observations per second over this times the policy rate: a flood
 SEQ_JUMP_WINDOW_NS = 5_000_000_000  # a seq back again within this: two publishers, one name
-COUNTERS = ("obs_stale", "obs_future", "obs_stamps_disordered", "obs_floods", "obs_seq_jumps",
-            "frame_stale", "frame_future")
+COUNTERS = (
+    "obs_stale",
+    "obs_future",
+    "obs_stamps_disordered",
+    "obs_floods",
+    "obs_seq_jumps",
+    "frame_stale",
+    "frame_future",
+)
 
 
 class ObsChecks:
@@ -38,8 +46,9 @@ class ObsChecks:
         self.counters, self.say = counters, say
         self.arrivals: dict[str, list[int]] = {}  # src -> [start of its second, obs in it]
 
-    def bad_stamps(self, env: Envelope, slot: RobotSlot | None, remote: bool, now_ns: int,
-                   deadline_ns: int) -> bool:
+    def bad_stamps(
+        self, env: Envelope, slot: RobotSlot | None, remote: bool, now_ns: int, deadline_ns: int
+    ) -> bool:
         """Whether env's stamps refuse it (module doc): counted and said; False if fine or
         not yet checkable (another host's clock not bracketed)."""
         st = env.stamps
@@ -52,24 +61,36 @@ class ObsChecks:
         else:
             bounds = (0, 0) if slot.clock is None else slot.clock.bounds()
         if bounds is not None and bounds[0] <= bounds[1]:  # else: not bracketed yet
-            kind, why = too_old_or_new("obs", "its capture", capture, bounds, recv, now_ns,
-                                       deadline_ns)
+            kind, why = too_old_or_new(
+                "obs", "its capture", capture, bounds, recv, now_ns, deadline_ns
+            )
             for camera, frame in (env.body.get("frames") or {}).items():
                 if kind is not None:
                     break
-                kind, why = too_old_or_new("frame", f"the frame capture of its camera {camera!r}",
-                                           frame["capture_ns"], bounds, recv, now_ns,
-                                           deadline_ns)
+                kind, why = too_old_or_new(
+                    "frame",
+                    f"the frame capture of its camera {camera!r}",
+                    frame["capture_ns"],
+                    bounds,
+                    recv,
+                    now_ns,
+                    deadline_ns,
+                )
         publish = st.get("publish")
         if kind is None and publish is not None and capture > publish:
-            kind, why = "obs_stamps_disordered", (
-                f"its capture is {(capture - publish) / 1e6:.1f} ms after its own publish "
-                f"stamp; stamp capture when the sensor reads")
+            kind, why = (
+                "obs_stamps_disordered",
+                (
+                    f"its capture is {(capture - publish) / 1e6:.1f} ms after its own publish "
+                    f"stamp; stamp capture when the sensor reads"
+                ),
+            )
         if kind is None:
             return False
         self.counters[kind] += 1
-        self.say(f"{kind}.{name}", lambda: f"observation {env.seq} from {name!r} refused: "
-                                          f"{why} ({kind})")
+        self.say(
+            f"{kind}.{name}", lambda: f"observation {env.seq} from {name!r} refused: {why} ({kind})"
+        )
         return True
 
     def restarted(self, slot: RobotSlot, seq: int, now_ns: int) -> None:
@@ -80,10 +101,14 @@ class ObsChecks:
         if slot.last_restart_ns is not None and now_ns - slot.last_restart_ns < SEQ_JUMP_WINDOW_NS:
             self.counters["obs_seq_jumps"] += 1
             name, last = slot.name, slot.last_seq
-            self.say(f"seq_jumps.{name}", lambda: (
-                f"robot {name!r}: its observations' seq goes back and forth ({last} -> {seq}):"
-                f" two processes publish as {name!r}; stop the other one, or on ipc make the "
-                f"endpoint's directory private (docs/fleet.md)"))
+            self.say(
+                f"seq_jumps.{name}",
+                lambda: (
+                    f"robot {name!r}: its observations' seq goes back and forth ({last} -> {seq}):"
+                    f" two processes publish as {name!r}; stop the other one, or on ipc make the "
+                    f"endpoint's directory private (docs/fleet.md)"
+                ),
+            )
         slot.last_restart_ns = now_ns
 
     def count_arrival(self, src: str, now_ns: int, period_ns: int) -> None:
@@ -99,10 +124,14 @@ class ObsChecks:
         if window[1] > limit:
             self.counters["obs_floods"] += 1
             n = window[1]
-            self.say(f"flood.{src}", lambda: (
-                f"robot {src!r} sent {n} observations in a second, over {limit:.0f} "
-                f"({FLOOD_FACTOR}x the policy rate): only its newest is answered; publish at "
-                f"the policy rate"))
+            self.say(
+                f"flood.{src}",
+                lambda: (
+                    f"robot {src!r} sent {n} observations in a second, over {limit:.0f} "
+                    f"({FLOOD_FACTOR}x the policy rate): only its newest is answered; publish at "
+                    f"the policy rate"
+                ),
+            )
         window[0], window[1] = now_ns, 1
 
     def forget(self, now_ns: int, after_ns: int) -> None:
@@ -111,8 +140,9 @@ class ObsChecks:
             del self.arrivals[n]
 
 
-def too_old_or_new(what: str, whose: str, capture: int, bounds: tuple, recv: int, now_ns: int,
-                   deadline_ns: int) -> tuple[str | None, str]:
+def too_old_or_new(
+    what: str, whose: str, capture: int, bounds: tuple, recv: int, now_ns: int, deadline_ns: int
+) -> tuple[str | None, str]:
     """(what_future or what_stale, why) for a capture stamp of another clock bracketed by
     `bounds` (offset low, high), or (None, "") when it may be answered."""
     low, high = bounds
@@ -120,11 +150,13 @@ def too_old_or_new(what: str, whose: str, capture: int, bounds: tuple, recv: int
         return f"{what}_future", (
             f"{whose} is {(capture - high - recv) / 1e6:.1f} ms ahead of its arrival on this "
             f"node's clock (beyond the clock estimate's {(high - low) / 1e6:.3f} ms); fix the "
-            f"robot's clock or stamps")
+            f"robot's clock or stamps"
+        )
     if now_ns - (capture - low) > deadline_ns:  # older than the deadline for sure
         return f"{what}_stale", (
             f"{whose} is {(now_ns - capture + low) / 1e6:.1f} ms old, past the "
             f"{deadline_ns / 1e6:g} ms deadline: its chunk could never be applied; send the "
             f"newest sample, stamped when it was taken on the robot's monotonic clock, and "
-            f"check the robot's clock against this node's")
+            f"check the robot's clock against this node's"
+        )
     return None, ""

@@ -7,6 +7,7 @@ a robot is its key: an obs whose src is not its key's name is refused), and the 
 go and the obs endpoints it names now subscribed. The counters of the subscribers a robots
 file replaced live on in `counters()`. Not thread-safe (the node's thread).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -22,9 +23,17 @@ DRAIN_LIMIT = 256  # messages one spin takes off a socket: bounds its work under
 
 
 class ObservationIntake:
-    def __init__(self, obs_eps: list[str], identity: Identity, *, ctx, curve,
-                 say: Callable[..., None], robots_file: str | None = None,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        obs_eps: list[str],
+        identity: Identity,
+        *,
+        ctx,
+        curve,
+        say: Callable[..., None],
+        robots_file: str | None = None,
+        clock: Callable[[], int] = now_ns,
+    ):
         """obs_eps: the --obs endpoints (always subscribed). robots_file: its path, or None.
         clock: the node's, for each observation's "recv" stamp."""
         self.obs_sub: Subscriber | None = None
@@ -89,13 +98,16 @@ class ObservationIntake:
                 released += 1
             robots.refused.pop(name, None)
         for name in [n for n in named if n not in before]:  # placed here (again): its next
-            robots.refused.pop(name, None)                    # observation is checked at once
+            robots.refused.pop(name, None)  # observation is checked at once
         eps = list(dict.fromkeys([*self._static, *named.values()]))
         if eps != self._eps:
             self._subscribe(eps)
             robots.remote = self.remote
-        self.say("robots_file_read", f"robots file {self.robots_file.path}: "
-                 f"{', '.join(named) or 'no robots'}", error=False)
+        self.say(
+            "robots_file_read",
+            f"robots file {self.robots_file.path}: {', '.join(named) or 'no robots'}",
+            error=False,
+        )
         return released
 
     def _subscribe(self, obs_eps: list[str]) -> None:
@@ -104,10 +116,21 @@ class ObservationIntake:
         old = (self.obs_sub, self.trace_sub)
         self._eps = obs_eps
         self.remote = not all(same_host(e) for e in obs_eps)
-        self.obs_sub = Subscriber(obs_eps, ["obs"], ctx=self._ctx, curve=self._curve,
-                                  say=self.say, clock=self._clock)
-        self.trace_sub = Subscriber(obs_eps, ["trace"], ctx=self._ctx, curve=self._curve,
-                                    say=self.say, clock=self._clock) if self.remote else None
+        self.obs_sub = Subscriber(
+            obs_eps, ["obs"], ctx=self._ctx, curve=self._curve, say=self.say, clock=self._clock
+        )
+        self.trace_sub = (
+            Subscriber(
+                obs_eps,
+                ["trace"],
+                ctx=self._ctx,
+                curve=self._curve,
+                say=self.say,
+                clock=self._clock,
+            )
+            if self.remote
+            else None
+        )
         if old[0] is not None:  # its counters live on in health
             for k, v in (*old[0].counters.items(), ("sessions_ended", old[0].sessions_ended)):
                 self._old[k] = self._old.get(k, 0) + v
@@ -119,10 +142,12 @@ class ObservationIntake:
         """For health: the obs subscribers' refusals and ended sessions, and the identity
         check's counters."""
         sub, old = self.obs_sub, self._old
-        return {"obs_rejected": sub.counters["rejected"] + old.get("rejected", 0),
-                "obs_oversize": sub.counters["oversize"] + old.get("oversize", 0),
-                "obs_sessions_ended": sub.sessions_ended + old.get("sessions_ended", 0),
-                **self.identity.counters}
+        return {
+            "obs_rejected": sub.counters["rejected"] + old.get("rejected", 0),
+            "obs_oversize": sub.counters["oversize"] + old.get("oversize", 0),
+            "obs_sessions_ended": sub.sessions_ended + old.get("sessions_ended", 0),
+            **self.identity.counters,
+        }
 
     def close(self) -> None:
         for sub in (self.obs_sub, self.trace_sub):

@@ -20,6 +20,7 @@ classes), anchors (for the first dimensions of
 a waypoint, the observation token that holds the same quantity in the same bins: the
 gantry's x, y, z on the conveyor cell), target (the policy it was distilled from).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,6 +35,7 @@ from rtinfer.inference.drafters import ChunkReuseDrafter, DraftContext, OnChunkR
 @dataclass(frozen=True)
 class PlanShape:
     """What the MLP was trained on (the weights file's `meta`)."""
+
     chunk_tokens: int
     dim: int
     obs_length: int
@@ -57,8 +59,9 @@ class PlanShape:
         return {**self.__dict__, "anchors": list(self.anchors)}
 
 
-def features(shape: PlanShape, obs: np.ndarray, instr: np.ndarray, plan: np.ndarray,
-             index: np.ndarray) -> np.ndarray:
+def features(
+    shape: PlanShape, obs: np.ndarray, instr: np.ndarray, plan: np.ndarray, index: np.ndarray
+) -> np.ndarray:
     """(rows, F) float32 MLP inputs: observation bins, instruction one-hot, plan bins, which
     plan tokens are final, each anchored dimension's plan bin against the observation's,
     and each waypoint's step from the one before. obs (rows, L), instr (rows, C), plan
@@ -72,8 +75,11 @@ def features(shape: PlanShape, obs: np.ndarray, instr: np.ndarray, plan: np.ndar
     a = len(shape.anchors)
     rel = np.clip((wp[:, :, :a] - obs[:, None, list(shape.anchors)]) / 32.0, -4, 4)
     step = np.clip((wp[:, 1:] - wp[:, :-1]) / 16.0, -4, 4)
-    return np.concatenate([obs / 255.0, onehot, plan / 255.0, final, rel.reshape(rows, -1),
-                           step.reshape(rows, -1)], axis=1, dtype=np.float32)
+    return np.concatenate(
+        [obs / 255.0, onehot, plan / 255.0, final, rel.reshape(rows, -1), step.reshape(rows, -1)],
+        axis=1,
+        dtype=np.float32,
+    )
 
 
 class PlanMLP:
@@ -85,8 +91,10 @@ class PlanMLP:
         self.b = [np.ascontiguousarray(b, np.float32) for b in biases]
         out = shape.chunk_tokens * shape.classes
         if weights[-1].shape[1] != out:
-            raise ValueError(f"plan drafter: output width {weights[-1].shape[1]}, its meta "
-                             f"says {out} ({shape.chunk_tokens} tokens x {shape.classes})")
+            raise ValueError(
+                f"plan drafter: output width {weights[-1].shape[1]}, its meta "
+                f"says {out} ({shape.chunk_tokens} tokens x {shape.classes})"
+            )
 
     @classmethod
     def load(cls, path: str | Path) -> PlanMLP:
@@ -95,9 +103,12 @@ class PlanMLP:
             return cls(shape, [z[f"w{i}"] for i in range(3)], [z[f"b{i}"] for i in range(3)])
 
     def save(self, path: str | Path) -> None:
-        np.savez(path, meta=np.array(json.dumps(self.shape.as_meta())),
-                 **{f"w{i}": w for i, w in enumerate(self.w)},
-                 **{f"b{i}": b for i, b in enumerate(self.b)})
+        np.savez(
+            path,
+            meta=np.array(json.dumps(self.shape.as_meta())),
+            **{f"w{i}": w for i, w in enumerate(self.w)},
+            **{f"b{i}": b for i, b in enumerate(self.b)},
+        )
 
     def bins(self, x: np.ndarray, plan: np.ndarray, n_bins: int) -> np.ndarray:
         """(rows, chunk_tokens) drafted bins for features x and the plan they were made of."""
@@ -125,15 +136,18 @@ class PlanDrafter(OnChunkReuse):
     preallocated buffers: the observation's and instruction's share of the first layer
     once per cycle (in `start`), and the last layer only for the tokens drafted (about
     45 us a draft at load 10 on the 2-core host, against 75 us through the batch path)."""
+
     name = "plan"
 
     def __init__(self, reuse: ChunkReuseDrafter, mlp: PlanMLP, vocab):
         super().__init__(reuse)
         s = mlp.shape
         if (reuse.horizon * reuse.dim, reuse.dim) != (s.chunk_tokens, s.dim):
-            raise ValueError(f"plan drafter: trained for chunks of {s.chunk_tokens} tokens "
-                             f"({s.dim} a waypoint), the policy's are "
-                             f"{reuse.horizon * reuse.dim} ({reuse.dim})")
+            raise ValueError(
+                f"plan drafter: trained for chunks of {s.chunk_tokens} tokens "
+                f"({s.dim} a waypoint), the policy's are "
+                f"{reuse.horizon * reuse.dim} ({reuse.dim})"
+            )
         self.mlp, self.vocab = mlp, vocab
         n, d, a = s.chunk_tokens, s.dim, len(s.anchors)
         self._instr = np.zeros((1, s.instr_length), np.int64)
@@ -148,18 +162,20 @@ class PlanDrafter(OnChunkReuse):
         self._fixed = np.zeros(fixed, np.float32)  # observation / 255, instruction one-hot
         self._hot = s.obs_length + np.arange(s.instr_length) * s.instr_classes
         self._anchors = np.array(s.anchors, np.int64)
-        self._final = self._x[n:2 * n]
-        self._rel = self._x[2 * n:2 * n + n // d * a].reshape(n // d, a)
-        self._step = self._x[2 * n + n // d * a:].reshape(n // d - 1, d)
+        self._final = self._x[n : 2 * n]
+        self._rel = self._x[2 * n : 2 * n + n // d * a].reshape(n // d, a)
+        self._step = self._x[2 * n + n // d * a :].reshape(n // d - 1, d)
 
     def start(self, prefix: np.ndarray) -> None:
         """This cycle's prefix ([BOS][instruction][observation][SEP], vocab ids)."""
         c, n_obs, v = self._instr.shape[1], self._obs.shape[1], self.vocab
         if len(prefix) != c + n_obs + 2:
-            raise ValueError(f"plan drafter: prefix of {len(prefix)} tokens, trained on "
-                             f"{c} instruction and {n_obs} observation tokens")
-        np.subtract(prefix[1:1 + c], v.instr_start, out=self._instr[0])
-        np.subtract(prefix[1 + c:1 + c + n_obs], v.obs_start, out=self._obs[0])
+            raise ValueError(
+                f"plan drafter: prefix of {len(prefix)} tokens, trained on "
+                f"{c} instruction and {n_obs} observation tokens"
+            )
+        np.subtract(prefix[1 : 1 + c], v.instr_start, out=self._instr[0])
+        np.subtract(prefix[1 + c : 1 + c + n_obs], v.obs_start, out=self._obs[0])
         f = self._fixed  # as `features` writes it: float32 bins / 255, then the one-hot
         f[:n_obs] = self._obs[0]
         np.divide(f[:n_obs], np.float32(255.0), out=f[:n_obs])

@@ -24,6 +24,7 @@ Kinds:
 - FlowPolicy (flow_policy): a flow-matching or diffusion policy (a prefix graph once, then a
   step graph integrated K times from seeded noise; K per budget level). Emitted whole.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,20 +44,38 @@ from rtinfer.transport.wire import now_ns
 
 
 class TokenPolicy:
-    def __init__(self, md, cfg, backend_opts: dict, endpoints: int, *,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self, md, cfg, backend_opts: dict, endpoints: int, *, clock: Callable[[], int] = now_ns
+    ):
         opts = {"threads": cfg.threads} if cfg.backend == "onnx" else {}
         self.model = md
-        self.runner = TokenRunner(md, backend=cfg.backend, backend_opts={**opts, **backend_opts},
-                                  drafter=cfg.drafter, prefix_cache=cfg.prefix_cache,
-                                  sample=cfg.sample, temperature=cfg.temperature,
-                                  seed=cfg.seed, draft_model=cfg.draft_model, clock=clock)
+        self.runner = TokenRunner(
+            md,
+            backend=cfg.backend,
+            backend_opts={**opts, **backend_opts},
+            drafter=cfg.drafter,
+            prefix_cache=cfg.prefix_cache,
+            sample=cfg.sample,
+            temperature=cfg.temperature,
+            seed=cfg.seed,
+            draft_model=cfg.draft_model,
+            clock=clock,
+        )
         k_verify = self.runner.decoder.k_verify
         self.levels = default_levels(md, k_verify, gates=self.runner.backend.gates)
         self.max_batch = _max_batch(md, cfg, backend_opts, endpoints)
-        self.batcher = None if self.max_batch == 1 else BatchRunner(
-            md, drafter=cfg.drafter, threads=cfg.threads, spin=backend_opts.get("spin"),
-            k_verify=k_verify, clock=clock)
+        self.batcher = (
+            None
+            if self.max_batch == 1
+            else BatchRunner(
+                md,
+                drafter=cfg.drafter,
+                threads=cfg.threads,
+                spin=backend_opts.get("spin"),
+                k_verify=k_verify,
+                clock=clock,
+            )
+        )
         self.batches = [1] + [b for b in md.batches if b <= self.max_batch]
         self.tokenizer = ActionTokenizer(md.tokenizer)
         self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
@@ -71,15 +90,19 @@ class TokenPolicy:
 
     def encode(self, body: dict):
         if "frames" in body:
-            raise FrameError("frame_unknown", f"obs carries frames of camera(s) "
-                             f"{sorted(body['frames'])[:4]}: an action-token policy takes no "
-                             f"frames; send them to a continuous-chunk policy with image inputs")
+            raise FrameError(
+                "frame_unknown",
+                f"obs carries frames of camera(s) "
+                f"{sorted(body['frames'])[:4]}: an action-token policy takes no "
+                f"frames; send them to a continuous-chunk policy with image inputs",
+            )
         return self.model.obs.encode(body)  # (instruction tokens, observation tokens)
 
     def sample_inputs(self):
         """An all-zero observation's inputs (start-up timing)."""
-        return np.zeros(self.model.obs.instr_length, np.int64), \
-            np.zeros(self.model.obs.length, np.int64)
+        return np.zeros(self.model.obs.instr_length, np.int64), np.zeros(
+            self.model.obs.length, np.int64
+        )
 
     def batch_for(self, n: int) -> int:
         """The batch size n rows run at (1 for one)."""
@@ -120,15 +143,24 @@ def _max_batch(md, cfg, opts: dict, endpoints: int) -> int:
     endpoints unless cfg.batch asks for it). ModelError: --batch asked where it cannot."""
     if not md.batches or cfg.batch == 1 or (cfg.batch is None and endpoints < 2):
         return 1
-    why = ("sampling" if cfg.sample else f"--backend {cfg.backend}" if cfg.backend != "onnx"
-           else f"--drafter {cfg.drafter}" if cfg.drafter not in BATCH_DRAFTERS
-           else f"--precision {opts['precision']}" if opts.get("precision") not in
-           (None, "fp32", "float32") else None)
+    why = (
+        "sampling"
+        if cfg.sample
+        else f"--backend {cfg.backend}"
+        if cfg.backend != "onnx"
+        else f"--drafter {cfg.drafter}"
+        if cfg.drafter not in BATCH_DRAFTERS
+        else f"--precision {opts['precision']}"
+        if opts.get("precision") not in (None, "fp32", "float32")
+        else None
+    )
     if why is not None:
         if cfg.batch is not None:
-            raise ModelError(f"--batch {cfg.batch}: batched decoding is greedy fp32 on ONNX "
-                             f"Runtime with drafter {' or '.join(BATCH_DRAFTERS)}, not "
-                             f"{why}; leave --batch out or use --batch 1")
+            raise ModelError(
+                f"--batch {cfg.batch}: batched decoding is greedy fp32 on ONNX "
+                f"Runtime with drafter {' or '.join(BATCH_DRAFTERS)}, not "
+                f"{why}; leave --batch out or use --batch 1"
+            )
         return 1
     return min(cfg.batch or max(md.batches), max(md.batches))
 
@@ -137,15 +169,20 @@ class GraphPolicy(FeedInputs):
     batches, max_batch = [1], 1
     max_committed = 0  # a one-shot graph takes no committed prefix: the tracker's blend joins
 
-    def __init__(self, md, cfg, backend_opts: dict, endpoints: int, *,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self, md, cfg, backend_opts: dict, endpoints: int, *, clock: Callable[[], int] = now_ns
+    ):
         if cfg.backend != "onnx":
-            raise ModelError(f"{md.path}: a continuous-chunk policy runs on ONNX Runtime; "
-                             f"use --backend onnx (not {cfg.backend})")
+            raise ModelError(
+                f"{md.path}: a continuous-chunk policy runs on ONNX Runtime; "
+                f"use --backend onnx (not {cfg.backend})"
+            )
         if backend_opts.get("precision"):
-            raise ModelError(f"--precision {backend_opts['precision']}: a continuous-chunk "
-                             "policy has one graph per level and no precision sets; leave "
-                             "--precision out")
+            raise ModelError(
+                f"--precision {backend_opts['precision']}: a continuous-chunk "
+                "policy has one graph per level and no precision sets; leave "
+                "--precision out"
+            )
         self.model, self.clock = md, clock
         self.runner = GraphRunner(md, threads=cfg.threads, spin=backend_opts.get("spin"))
         self.levels = chunk_levels(md)
@@ -153,8 +190,11 @@ class GraphPolicy(FeedInputs):
         self.start_ns, self.action_dim = md.action.start_ns, md.action.dim
         n = len(self.levels)
         self.summary = f"{cfg.backend}, continuous-chunk policy, {n} budget level" + (
-            "s" if n > 1 else "; a one-shot graph without alternatives: a shorter chunk "
-            "saves no compute, so the budget has nothing cheaper to switch to")
+            "s"
+            if n > 1
+            else "; a one-shot graph without alternatives: a shorter chunk "
+            "saves no compute, so the budget has nothing cheaper to switch to"
+        )
 
     def run(self, jobs: list, emit=None) -> list[np.ndarray]:
         """Each job's chunk [horizon, D] float32 (a view of its level's output buffer)."""
@@ -163,7 +203,7 @@ class GraphPolicy(FeedInputs):
             chunk = self.runner.run(feeds, cycle.level.depth)
             cycle.first_token_ns = self.clock()
             if emit is not None:
-                emit(cycle, 0, chunk[:cycle.count], None)
+                emit(cycle, 0, chunk[: cycle.count], None)
             out.append(chunk)
         return out
 
@@ -174,8 +214,14 @@ class GraphPolicy(FeedInputs):
         pass
 
 
-def load_policy(model_dir, cfg, backend_opts: dict | None = None, endpoints: int = 1, *,
-                clock: Callable[[], int] = now_ns):
+def load_policy(
+    model_dir,
+    cfg,
+    backend_opts: dict | None = None,
+    endpoints: int = 1,
+    *,
+    clock: Callable[[], int] = now_ns,
+):
     """The policy object for a model directory of any kind (docs/policies.md), set up
     as cfg (an InferenceNodeConfig) says; endpoints: how many obs endpoints the node has
     (several: batch by default where the model batches). clock: the node's monotonic ns

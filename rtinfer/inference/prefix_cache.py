@@ -9,6 +9,7 @@ batched session's); the single-row runner (rtinfer.inference.runner) and the bat
 prefix_prefills (a prefix computed and kept) and prefix_restores (one restored from its
 snapshot). Not thread-safe.
 """
+
 from __future__ import annotations
 
 import numpy as np

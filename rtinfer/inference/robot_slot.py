@@ -10,6 +10,7 @@ period the node asks of it under overload (None: none asked), and, for a robot t
 asks (its obs carry `open_loop_ns`), what its waiting observation's chunk will ask of it
 (rtinfer.inference.horizon). Pure data; not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -28,21 +29,21 @@ class RobotSlot:
     name: str
     budget: Budget
     clock: PeerClock | None
-    waiting: Envelope | None = None     # the newest observation not yet answered
-    since: Envelope | None = None       # the first one not answered since its last cycle
-    previous: tuple | None = None       # its last chunk (Cycle.previous), drafts its next
+    waiting: Envelope | None = None  # the newest observation not yet answered
+    since: Envelope | None = None  # the first one not answered since its last cycle
+    previous: tuple | None = None  # its last chunk (Cycle.previous), drafts its next
     last_seq: int = -1
     last_seen_ns: int = 0
     slack_ns: int | None = None
     sent_ns: deque = field(default_factory=lambda: deque(maxlen=16))  # waypoint-0 publishes
     last_restart_ns: int | None = None  # when its seq last went back
     counters: dict = field(default_factory=lambda: dict.fromkeys(ROBOT_COUNTERS, 0))
-    interval_ns: int | None = None      # between its observations (a running average)
-    served_ns: int = 0                  # its last cycle was started (or it was admitted)
-    level_index: int = 0                # the budget level its next cycle runs at
+    interval_ns: int | None = None  # between its observations (a running average)
+    served_ns: int = 0  # its last cycle was started (or it was admitted)
+    level_index: int = 0  # the budget level its next cycle runs at
     asked_period_ns: int | None = None  # the observation period asked of it (overload)
-    queued_ns: int = 0                  # its cycle's observation waited this long for others
-    obs_deadline_ns: int = 0            # the waiting one's own (a committed prefix's window)
+    queued_ns: int = 0  # its cycle's observation waited this long for others
+    obs_deadline_ns: int = 0  # the waiting one's own (a committed prefix's window)
     # the asks of its latest observations' chunks (executed horizon, period), by seq
     grants: deque[Grant] = field(default_factory=lambda: deque(maxlen=4))
 
@@ -55,8 +56,11 @@ class RobotSlot:
         """An observation arrived at now_ns: the interval's running average (1/8 new)."""
         if self.last_seen_ns and now_ns > self.last_seen_ns:
             gap = now_ns - self.last_seen_ns
-            self.interval_ns = gap if self.interval_ns is None else \
-                self.interval_ns + (gap - self.interval_ns) // 8
+            self.interval_ns = (
+                gap
+                if self.interval_ns is None
+                else self.interval_ns + (gap - self.interval_ns) // 8
+            )
         self.last_seen_ns = now_ns
 
     def due_ns(self, deadline_ns: int, env: Envelope | None = None) -> int | None:

@@ -18,6 +18,7 @@ either way.) A robot silent for `leave_after_ns` leaves; its slot is freed.
 Pure bookkeeping, no clock reads (every time is passed in); lines go to `say` (a
 rtinfer.realtime.complaints.Complaints.say); not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -33,15 +34,31 @@ from rtinfer.realtime.complaints import Complaints
 from rtinfer.transport.peer_clock import PeerClock
 from rtinfer.transport.wire import Envelope
 
-__all__ = ["Robots", "RobotSlot", "CycleCost", "UTILISATION", "RETRY_NS", "MIN_TIMED",
-           "ROBOT_COUNTERS"]
+__all__ = [
+    "Robots",
+    "RobotSlot",
+    "CycleCost",
+    "UTILISATION",
+    "RETRY_NS",
+    "MIN_TIMED",
+    "ROBOT_COUNTERS",
+]
 
 
 class Robots:
-    def __init__(self, budget: Budget, *, remote: bool, max_robots: int | None = None,
-                 period_ns: int, leave_after_ns: int = 2_000_000_000,
-                 say: Callable[..., None] | None = None, rule: str = RULE, degrade: bool = True,
-                 start_ns: int | None = None):
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        remote: bool,
+        max_robots: int | None = None,
+        period_ns: int,
+        leave_after_ns: int = 2_000_000_000,
+        say: Callable[..., None] | None = None,
+        rule: str = RULE,
+        degrade: bool = True,
+        start_ns: int | None = None,
+    ):
         """budget: the first robot's Budget (later robots get budget.fresh()); remote:
         robots are on other hosts (each gets a PeerClock); max_robots: a cap on top of the
         measured capacity (None: none); period_ns: the policy's period, the rate each robot
@@ -58,14 +75,16 @@ class Robots:
         self.start_ns = start_ns
         self.slots: dict[str, RobotSlot] = {}
         self.counters = dict.fromkeys(("robots_left", "slack_unknown"), 0)
-        self.slack_ns: int | None = None    # the last answered cycle's slack (a gauge)
+        self.slack_ns: int | None = None  # the last answered cycle's slack (a gauge)
         self.say = say or Complaints("inference").say
         self.checks = ObsChecks(self.counters, self.say)
         self.cost_model = Costs(len(budget.levels))
-        self.admission = Admission(self.cost_model, self.counters, self.say, max_robots,
-                                   degrade, budget)
-        self.schedule = Schedule(self.counters, self.say, rule=rule, degrade=degrade,
-                                 utilisation=UTILISATION)
+        self.admission = Admission(
+            self.cost_model, self.counters, self.say, max_robots, degrade, budget
+        )
+        self.schedule = Schedule(
+            self.counters, self.say, rule=rule, degrade=degrade, utilisation=UTILISATION
+        )
 
     # --- joining ------------------------------------------------------------------------------
     def offer(self, env: Envelope, now_ns: int, deadline_ns: int) -> RobotSlot | None:
@@ -77,18 +96,22 @@ class Robots:
         self.checks.count_arrival(name, now_ns, self.period_ns)
         slot = self.slots.get(name)
         g = None if slot is None else self._grant(slot, env, deadline_ns)
-        if self.checks.bad_stamps(env, slot, self.remote, now_ns,
-                                  deadline_ns if g is None else max(deadline_ns, g.window_ns)):
+        if self.checks.bad_stamps(
+            env,
+            slot,
+            self.remote,
+            now_ns,
+            deadline_ns if g is None else max(deadline_ns, g.window_ns),
+        ):
             return None
         if slot is None:
-            if not self.admission.admit(name, len(self.slots), now_ns, deadline_ns,
-                                        self.period_ns):
+            if not self.admission.admit(name, len(self.slots), now_ns, deadline_ns, self.period_ns):
                 return None
             budget = self.first_budget.fresh() if self._first_taken else self.first_budget
             self._first_taken = True
-            slot = self.slots[name] = RobotSlot(name, budget,
-                                                PeerClock() if self.remote else None,
-                                                served_ns=now_ns)
+            slot = self.slots[name] = RobotSlot(
+                name, budget, PeerClock() if self.remote else None, served_ns=now_ns
+            )
             self.schedule.plan(self.slots.values(), self.cost_model, self.period_ns)
         if env.seq <= slot.last_seq:  # a new publisher: the robot restarted
             self.checks.restarted(slot, env.seq, now_ns)
@@ -111,11 +134,18 @@ class Robots:
         if self.start_ns is None or "open_loop_ns" not in env.body:
             return None
         load = self.schedule.load_level
-        levels = slot.budget.levels[min(load, len(slot.budget.levels) - 1):]
-        return grant(env.seq, env.body["open_loop_ns"], asked_period_ns=slot.asked_period_ns,
-                     degraded=load > 0, interval_ns=slot.interval_ns,
-                     horizon=min(lv.chunk for lv in levels),  # the shortest it may send
-                     period_ns=self.period_ns, start_ns=self.start_ns, deadline_ns=deadline_ns)
+        levels = slot.budget.levels[min(load, len(slot.budget.levels) - 1) :]
+        return grant(
+            env.seq,
+            env.body["open_loop_ns"],
+            asked_period_ns=slot.asked_period_ns,
+            degraded=load > 0,
+            interval_ns=slot.interval_ns,
+            horizon=min(lv.chunk for lv in levels),  # the shortest it may send
+            period_ns=self.period_ns,
+            start_ns=self.start_ns,
+            deadline_ns=deadline_ns,
+        )
 
     def ask(self, dest: str, seq: int) -> Grant | None:
         """What robot dest's chunk answering observation seq asks of it (None: nothing)."""
@@ -126,15 +156,22 @@ class Robots:
     def next_batch(self, deadline_ns: int, now_ns: int, max_batch: int) -> list[RobotSlot]:
         """The waiting robots to answer together, each at its slot's `level` (Schedule):
         [] when none waits. The robots returned start waiting afresh."""
-        return self.schedule.next_batch(self.slots, self.cost_model, deadline_ns, now_ns,
-                                        max_batch, self.period_ns)
+        return self.schedule.next_batch(
+            self.slots, self.cost_model, deadline_ns, now_ns, max_batch, self.period_ns
+        )
 
     def record_cost(self, batch: int, level: int, ns: int) -> None:
         """One batch of `batch` rows run at budget level `level` took ns."""
         self.cost_model.record(batch, level, ns)
 
-    def answered(self, slot: RobotSlot, capture: int | None, last_publish_ns: int | None, *,
-                 window_ns: int = 0) -> None:
+    def answered(
+        self,
+        slot: RobotSlot,
+        capture: int | None,
+        last_publish_ns: int | None,
+        *,
+        window_ns: int = 0,
+    ) -> None:
         """One of slot's cycles answered. Its slack, deadline - (last publish - capture) with
         capture on the node's clock and the deadline moved out to window_ns where a
         committed prefix keeps the chunk fresh that long after capture (real-time chunking,
@@ -151,7 +188,8 @@ class Robots:
             self.counters["slack_unknown"] += 1
             return
         self.slack_ns = slot.slack_ns = max(slot.budget.deadline_ns, window_ns) - (
-            last_publish_ns - (capture - offset))
+            last_publish_ns - (capture - offset)
+        )
         slot.budget.update(slot.slack_ns + slot.queued_ns)  # the queue is the schedule's
 
     # --- once a second ------------------------------------------------------------------------
@@ -165,8 +203,11 @@ class Robots:
         """Free the slots of robots silent for leave_after_ns; their names. A refused robot
         silent that long is forgotten too (a refused one still sending is checked again
         every RETRY_NS, which keeps it)."""
-        gone = [n for n, s in self.slots.items()
-                if s.waiting is None and now_ns - s.last_seen_ns > self.leave_after_ns]
+        gone = [
+            n
+            for n, s in self.slots.items()
+            if s.waiting is None and now_ns - s.last_seen_ns > self.leave_after_ns
+        ]
         for n in gone:
             del self.slots[n]
             self.counters["robots_left"] += 1
@@ -184,9 +225,13 @@ class Robots:
         """(counters, gauges in us) for the node's health: the robots' own, and per robot
         when there are several or one was refused."""
         slots = list(self.slots.values())
-        c = {**self.counters, "robots": len(slots), "load_level": self.schedule.load_level,
-             "obs_skipped": sum(s.counters["obs_superseded"] for s in slots),
-             "robot_restarts": sum(s.counters["restarts"] for s in slots)}
+        c = {
+            **self.counters,
+            "robots": len(slots),
+            "load_level": self.schedule.load_level,
+            "obs_skipped": sum(s.counters["obs_superseded"] for s in slots),
+            "robot_restarts": sum(s.counters["restarts"] for s in slots),
+        }
         g = {}
         if self.slack_ns is not None:
             g["slack_us"] = self.slack_ns / 1e3
@@ -225,8 +270,10 @@ class Robots:
     profile = property(lambda self: self.cost_model.profile)
     batches = property(lambda self: self.cost_model.batches)
     cost = property(lambda self: self.cost_model.timed[1], doc="The single cycles timed.")
-    cycle_ns = property(lambda self: self.cost_model.batch_ns(1),
-                        doc="The measured cost of one cycle (None: none timed yet).")
+    cycle_ns = property(
+        lambda self: self.cost_model.batch_ns(1),
+        doc="The measured cost of one cycle (None: none timed yet).",
+    )
 
     def set_batches(self, batches) -> None:
         self.cost_model.set_batches(batches)
@@ -243,8 +290,9 @@ class Robots:
     def serve_ns(self, m: int, costs: dict | None = None) -> int | None:
         return self.cost_model.serve_ns(m, costs)
 
-    def worst_ns(self, n: int, costs: dict | None = None, delay_ns: int | None = None
-                 ) -> int | None:
+    def worst_ns(
+        self, n: int, costs: dict | None = None, delay_ns: int | None = None
+    ) -> int | None:
         """n robots' worst case at the level admission plans at (default costs)."""
         if costs is None:
             costs = self.cost_model.medians(self.admission.cheapest)

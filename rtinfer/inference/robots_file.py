@@ -11,6 +11,7 @@ actor, an operator) replaces it atomically (write elsewhere, then rename): a fil
 not parse is said once, with the fix, and the node keeps serving the robots it read last.
 A missing file is no robots. Pure bookkeeping: every time is passed in; not thread-safe.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,15 +56,25 @@ class RobotsFile:
                 data = json.load(f)
         except (OSError, ValueError) as e:
             why = str(e)
-            self.say("robots_file", lambda: f"robots file {self.path} not read ({why}); it "
-                                            f"must be a JSON object {{robot: obs endpoint}}, "
-                                            f"replaced atomically (write, then rename)")
+            self.say(
+                "robots_file",
+                lambda: (
+                    f"robots file {self.path} not read ({why}); it "
+                    f"must be a JSON object {{robot: obs endpoint}}, "
+                    f"replaced atomically (write, then rename)"
+                ),
+            )
             return None
         if not isinstance(data, dict) or not all(
-                isinstance(k, str) and k and isinstance(v, str) and "://" in v
-                for k, v in data.items()):
-            self.say("robots_file", lambda: f"robots file {self.path} is not a JSON object "
-                                            f"{{robot: obs endpoint}}: kept the robots read "
-                                            f"before ({', '.join(self.robots) or 'none'})")
+            isinstance(k, str) and k and isinstance(v, str) and "://" in v for k, v in data.items()
+        ):
+            self.say(
+                "robots_file",
+                lambda: (
+                    f"robots file {self.path} is not a JSON object "
+                    f"{{robot: obs endpoint}}: kept the robots read "
+                    f"before ({', '.join(self.robots) or 'none'})"
+                ),
+            )
             return None
         return data

@@ -7,6 +7,7 @@ table swap); the instruction prefix is cached per gate, so every level's prefix 
 its own graphs compute. A gate the backend did not build (torch, TensorRT) decodes with the
 dense graphs instead, counted in counters["gate_fallbacks"]. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,10 +33,20 @@ DRAFT_DIR = "draft"  # a model directory's own draft model, when it ships one th
 
 
 class TokenRunner:
-    def __init__(self, model: ModelDir, *, backend: str = "onnx", backend_opts: dict | None = None,
-                 drafter: str = "chunk", prefix_cache: bool = True, sample: bool = False,
-                 temperature: float = 1.0, seed: int = 0, draft_model=None,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        model: ModelDir,
+        *,
+        backend: str = "onnx",
+        backend_opts: dict | None = None,
+        drafter: str = "chunk",
+        prefix_cache: bool = True,
+        sample: bool = False,
+        temperature: float = 1.0,
+        seed: int = 0,
+        draft_model=None,
+        clock: Callable[[], int] = now_ns,
+    ):
         """drafter: one of DRAFTERS. clock: the monotonic ns clock of the cycle's stamps
         (first_token; the node's own). backend_opts go to Backend.load (of the draft model too).
         "model": a separate draft policy, `draft_model` (a model directory or its path;
@@ -48,17 +59,19 @@ class TokenRunner:
         self.backend = get_backend(backend).load(md, **(backend_opts or {}))
         self.decoder = Decoder(self.backend, sample=sample, temperature=temperature, seed=seed)
         v = md.vocab
-        self.drafters = {"chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim),
-                         "self": EarlyExitDrafter(min(self.backend.depths), v.action_start,
-                                                  v.action_stop)}
+        self.drafters = {
+            "chunk": ChunkReuseDrafter(md.tokenizer.horizon, md.tokenizer.dim),
+            "self": EarlyExitDrafter(min(self.backend.depths), v.action_start, v.action_stop),
+        }
         if drafter == "model":
             self.drafters["model"] = self._model_drafter(draft_model, backend, backend_opts)
         elif drafter == "cascade":
             self.drafters["cascade"] = self._cascade_drafter()
         self.drafter, self.prefix_cache, self.clock = drafter, prefix_cache, clock
         self.tokenizer = ActionTokenizer(md.tokenizer)  # committed waypoints -> their tokens
-        self.counters = dict.fromkeys(("prefix_prefills", "prefix_hits", "prefix_restores",
-                                       "gate_fallbacks"), 0)
+        self.counters = dict.fromkeys(
+            ("prefix_prefills", "prefix_hits", "prefix_restores", "gate_fallbacks"), 0
+        )
         self._cache, self._instr_key = PrefixCache(self.counters), None
         # run()'s last chunk, (bins (H', D), capture_ns): the chunk-reuse drafter's input
         # offline. run_cycle takes and gives it in the Cycle (the node keeps one per robot).
@@ -68,12 +81,17 @@ class TokenRunner:
         md = self.model
         if draft_model is None:
             named = md.card.get("draft_model")
-            draft_model = md.path / DRAFT_DIR if (md.path / DRAFT_DIR).is_dir() or not named \
+            draft_model = (
+                md.path / DRAFT_DIR
+                if (md.path / DRAFT_DIR).is_dir() or not named
                 else md.path / named
+            )
             if not (draft_model / "graphs.json").is_file():
-                raise ValueError(f"drafter 'model' needs a draft model: none at {draft_model}; "
-                                 f"pass draft_model=DIR, put one in {md.path / DRAFT_DIR} or name "
-                                 f"it in {md.path / 'card.json'} \"draft_model\"")
+                raise ValueError(
+                    f"drafter 'model' needs a draft model: none at {draft_model}; "
+                    f"pass draft_model=DIR, put one in {md.path / DRAFT_DIR} or name "
+                    f'it in {md.path / "card.json"} "draft_model"'
+                )
         d = ModelDrafter(get_backend(backend).load(draft_model, **(backend_opts or {})))
         d.check_target(md)
         return d
@@ -82,21 +100,25 @@ class TokenRunner:
         be, k = self.backend, self.decoder.k_verify
         exits = [e for e in be.depths if e < be.n_layer and be.has_graph(e, k)]
         if not exits:
-            raise ValueError(f"{self.model.path}: the cascade drafter needs a k={k} graph at an "
-                             f"early exit (none in graphs.json); export one "
-                             f"(rtinfer.bench.dynamic_models.with_graphs) or pick another drafter")
+            raise ValueError(
+                f"{self.model.path}: the cascade drafter needs a k={k} graph at an "
+                f"early exit (none in graphs.json); export one "
+                f"(rtinfer.bench.dynamic_models.with_graphs) or pick another drafter"
+            )
         # with a verify as wide as the chunk a second exit pass pays; with 8 it does not
         # (rtinfer bench dynamic: cascade-k16 against cascade)
         v, rounds = self.model.vocab, 2 if k >= self.model.chunk_tokens else 1
-        return CascadeDrafter(self.drafters["chunk"], min(exits), v.action_start, v.action_stop,
-                              k, rounds)
+        return CascadeDrafter(
+            self.drafters["chunk"], min(exits), v.action_start, v.action_stop, k, rounds
+        )
 
     def reset(self) -> None:
         """Forget the previous chunk (a new episode); the prefix cache stays valid."""
         self.previous = None
 
-    def _prefill(self, instr: np.ndarray, obs: np.ndarray,
-                 level: BudgetLevel) -> tuple[np.ndarray, int]:
+    def _prefill(
+        self, instr: np.ndarray, obs: np.ndarray, level: BudgetLevel
+    ) -> tuple[np.ndarray, int]:
         """The prefix: the instruction (cached, at full depth: every level reuses it) and the
         observation segment at the level's prefill depth (budget.prefill_depth), so a cheap
         level skips the deeper layers in its prefill too."""
@@ -120,8 +142,14 @@ class TokenRunner:
         depth = prefill_depth(level, self.model.n_layer, lambda d: be.has_graph(d, len(seg)))
         return be.prefill(seg, len(head), depth), len(head) + len(seg)
 
-    def run(self, instr: np.ndarray, obs: np.ndarray, capture_ns: int | None, level: BudgetLevel,
-            on_waypoint: Callable[[int, np.ndarray], None] | None = None) -> tuple[np.ndarray, int]:
+    def run(
+        self,
+        instr: np.ndarray,
+        obs: np.ndarray,
+        capture_ns: int | None,
+        level: BudgetLevel,
+        on_waypoint: Callable[[int, np.ndarray], None] | None = None,
+    ) -> tuple[np.ndarray, int]:
         """Offline form of run_cycle: on_waypoint(index, bins); drafts from this runner's own
         previous chunk (self.previous, replaced). Returns (bins, first_token_ns)."""
         cycle = Cycle(0, {}, capture_ns, level, level.chunk, previous=self.previous)
@@ -129,9 +157,13 @@ class TokenRunner:
         self.previous = cycle.previous
         return bins, cycle.first_token_ns
 
-    def run_cycle(self, cycle: Cycle, instr: np.ndarray, obs: np.ndarray,
-                  on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None
-                  ) -> np.ndarray:
+    def run_cycle(
+        self,
+        cycle: Cycle,
+        instr: np.ndarray,
+        obs: np.ndarray,
+        on_waypoint: Callable[[Cycle, int, np.ndarray], None] | None = None,
+    ) -> np.ndarray:
         """Decode one chunk of cycle.count waypoints at cycle.level.depth, drafting from
         cycle.previous, starting with cycle.committed's tokens (fed, not sampled) if any;
         sets cycle.first_token_ns before on_waypoint(cycle, index, bins) first fires (once
@@ -159,11 +191,15 @@ class TokenRunner:
             self.backend.use_gate(gate)
         logits, pos = self._prefill(instr, obs, level)
         cycle.first_token_ns = self.clock()
-        drafter = None if level.spec_len == 0 or self.drafter == "none" \
-            else self.drafters[self.drafter]
+        drafter = (
+            None if level.spec_len == 0 or self.drafter == "none" else self.drafters[self.drafter]
+        )
         if isinstance(drafter, ModelDrafter):
-            drafter.start(np.concatenate([instruction_prefix(md.vocab, instr),
-                                          observation_segment(md.vocab, obs)]))
+            drafter.start(
+                np.concatenate(
+                    [instruction_prefix(md.vocab, instr), observation_segment(md.vocab, obs)]
+                )
+            )
         reuse = drafter.reuse if isinstance(drafter, CascadeDrafter) else drafter
         if isinstance(reuse, ChunkReuseDrafter):
             previous = cycle.previous
@@ -172,9 +208,17 @@ class TokenRunner:
             else:
                 reuse.set_previous(previous[0], previous[1], capture_ns, md.tokenizer.period_ns)
         D = md.tokenizer.dim
-        bins = self.decoder.decode(logits, pos, cycle.count * D, depth=level.depth,
-                                   drafter=drafter, gamma=level.spec_len or None, dim=D,
-                                   on_waypoint=on_waypoint, forced=self._forced(cycle))
+        bins = self.decoder.decode(
+            logits,
+            pos,
+            cycle.count * D,
+            depth=level.depth,
+            drafter=drafter,
+            gamma=level.spec_len or None,
+            dim=D,
+            on_waypoint=on_waypoint,
+            forced=self._forced(cycle),
+        )
         cycle.previous = None if capture_ns is None else (bins.reshape(-1, D).copy(), capture_ns)
         cycle.stats = self.decoder.stats
         return bins

@@ -58,6 +58,7 @@ no drop of a cycle that would end late and no load level.
 
 Pure bookkeeping, no clock reads; lines go to `say`; not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -73,8 +74,15 @@ PLAN_NS = 200_000_000  # plan() again at most this long after the last (a load t
 
 
 class Schedule:
-    def __init__(self, counters: dict, say: Callable[..., None], *, rule: str = RULE,
-                 degrade: bool = True, utilisation: float = 0.8):
+    def __init__(
+        self,
+        counters: dict,
+        say: Callable[..., None],
+        *,
+        rule: str = RULE,
+        degrade: bool = True,
+        utilisation: float = 0.8,
+    ):
         """counters: the node's (obs_stale is counted there and per robot); rule: one of
         RULES; degrade: the load level, cheaper levels for a cycle that would end late, and
         the drop of one that would end late at every level (False: the rule before)."""
@@ -83,10 +91,10 @@ class Schedule:
         counters.setdefault("obs_stale", 0)
         self.counters, self.say, self.rule, self.degrade = counters, say, rule, degrade
         self.utilisation = utilisation
-        self.load_level = 0            # the level the offered load needs (plan)
+        self.load_level = 0  # the level the offered load needs (plan)
         self.planned_ns: int | None = None  # when next_batch last planned
         self.answered_seq: dict[str, int] = {}  # robot -> its last observation answered
-        self.expired: dict[str, int] = {}       # robot -> its expired since then
+        self.expired: dict[str, int] = {}  # robot -> its expired since then
 
     # --- once a second ----------------------------------------------------------------------
     def plan(self, slots: Iterable[RobotSlot], costs: Costs, period_ns: int) -> None:
@@ -115,9 +123,13 @@ class Schedule:
         if level != self.load_level:
             old, self.load_level = self.load_level, level
             if not fixed:
-                self.say("load_level", f"load: {n} robots at {rate:.0f} observations/s need budget "
-                         f"level {level} (was {old}) to fit {self.utilisation:.0%} of this "
-                         f"node's time", error=False)
+                self.say(
+                    "load_level",
+                    f"load: {n} robots at {rate:.0f} observations/s need budget "
+                    f"level {level} (was {old}) to fit {self.utilisation:.0%} of this "
+                    f"node's time",
+                    error=False,
+                )
         # once asked, kept while the load needs it (a robot that honours it sends slower:
         # cleared at once, it oscillated)
         for s in slots:
@@ -127,8 +139,15 @@ class Schedule:
                 s.asked_period_ns = asked if asked > period_ns else None
 
     # --- each decision ----------------------------------------------------------------------
-    def next_batch(self, slots: dict[str, RobotSlot], costs: Costs, deadline_ns: int,
-                   now_ns: int, max_batch: int, period_ns: int) -> list[RobotSlot]:
+    def next_batch(
+        self,
+        slots: dict[str, RobotSlot],
+        costs: Costs,
+        deadline_ns: int,
+        now_ns: int,
+        max_batch: int,
+        period_ns: int,
+    ) -> list[RobotSlot]:
         """The waiting robots to answer together, first in the rule's order first, each
         with its level_index set and its `since` cleared; [] when none waits (module doc).
         Plans again (plan) every PLAN_NS."""
@@ -148,11 +167,11 @@ class Schedule:
                 break
         else:
             return []
-        batch = [first] + [s for s in order if s is not first
-                           and s.budget.index <= level][:max(0, max_batch - 1)]
+        batch = [first] + [s for s in order if s is not first and s.budget.index <= level][
+            : max(0, max_batch - 1)
+        ]
         while len(batch) > 1:
-            cost = costs.batch_ns(next(b for b in costs.batches if b >= len(batch)),
-                                  level=level)
+            cost = costs.batch_ns(next(b for b in costs.batches if b >= len(batch)), level=level)
             due = min(s.due_ns(_dl(s, deadline_ns)) or LATE for s in batch)
             if cost is None or now_ns + cost <= due:
                 break
@@ -199,17 +218,26 @@ class Schedule:
             level += 1
         env, s.waiting = s.waiting, None
         self._missed(s, costs)
-        self._stale(s, env.seq, (now_ns + cost - (due - deadline_ns)), deadline_ns,
-                    "would be by the end of its cycle even at the cheapest budget level")
+        self._stale(
+            s,
+            env.seq,
+            (now_ns + cost - (due - deadline_ns)),
+            deadline_ns,
+            "would be by the end of its cycle even at the cheapest budget level",
+        )
         return None
 
-    def _before(self, order: list, costs: Costs, deadline_ns: int, now_ns: int,
-               max_batch: int) -> list[RobotSlot]:
+    def _before(
+        self, order: list, costs: Costs, deadline_ns: int, now_ns: int, max_batch: int
+    ) -> list[RobotSlot]:
         """The rule before (module doc): the first's own level, those at the same level."""
         first = order[0]
         level = first.budget.index
-        batch = [first] if max_batch <= 1 else [
-            s for s in order if s.budget.level == first.budget.level][:max_batch]
+        batch = (
+            [first]
+            if max_batch <= 1
+            else [s for s in order if s.budget.level == first.budget.level][:max_batch]
+        )
         due = first.due_ns(deadline_ns)
         while len(batch) > 1 and due is not None:
             cost = costs.batch_ns(next(b for b in costs.batches if b >= len(batch)))
@@ -221,8 +249,9 @@ class Schedule:
         self._tally(batch, costs)
         return batch
 
-    def _expire(self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int,
-                costs: Costs) -> None:
+    def _expire(
+        self, slots: Iterable[RobotSlot], now_ns: int, deadline_ns: int, costs: Costs
+    ) -> None:
         """Drop the waiting observations already older than the deadline for every offset
         the clock estimate allows (their arrival stands in for a capture not yet movable);
         each is tallied in `costs` as missed (admission's check reads the share)."""
@@ -257,16 +286,19 @@ class Schedule:
         costs.served(missed=1)
         self.expired[slot.name] = self.expired.get(slot.name, 0) + 1
 
-    def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int,
-               how: str) -> None:
+    def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int, how: str) -> None:
         """One observation not answered: it was, or would be, older than the deadline."""
         self.counters["obs_stale"] += 1
         slot.counters["obs_stale"] += 1
         name = slot.name
-        self.say(f"obs_stale.{name}", lambda: (
-            f"observation {seq} from {name!r} is {age_ns / 1e6:.1f} ms old against the "
-            f"{deadline_ns / 1e6:g} ms deadline ({how}): not answered (obs_stale); the node "
-            f"is overloaded: lower the load, or serve some robots from another node"))
+        self.say(
+            f"obs_stale.{name}",
+            lambda: (
+                f"observation {seq} from {name!r} is {age_ns / 1e6:.1f} ms old against the "
+                f"{deadline_ns / 1e6:g} ms deadline ({how}): not answered (obs_stale); the node "
+                f"is overloaded: lower the load, or serve some robots from another node"
+            ),
+        )
 
 
 def _dl(s: RobotSlot, deadline_ns: int) -> int:

@@ -11,6 +11,7 @@ while the node degrades for the load, the executed horizon and observation perio
 observation was granted (rtinfer.inference.horizon) in every waypoint: counted
 chunks_asked. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,13 +25,25 @@ from rtinfer.transport.bus import Publisher
 
 
 class WaypointPublisher:
-    def __init__(self, pub: Publisher, policy, robots: Robots, *, address: bool,
-                 clock: Callable[[], int], say: Callable[..., None]):
+    def __init__(
+        self,
+        pub: Publisher,
+        policy,
+        robots: Robots,
+        *,
+        address: bool,
+        clock: Callable[[], int],
+        say: Callable[..., None],
+    ):
         """policy: its spec_hash, period_ns and start_ns go on every waypoint."""
         self.pub, self.policy, self.robots = pub, policy, robots
         self.address, self.clock, self.say = address, clock, say
-        self.counters = {"waypoints": 0, "publish_dropped": 0, "chunks_not_finite": 0,
-                         "chunks_asked": 0}
+        self.counters = {
+            "waypoints": 0,
+            "publish_dropped": 0,
+            "chunks_not_finite": 0,
+            "chunks_asked": 0,
+        }
 
     def publish(self, cycle: Cycle, first: int, values: np.ndarray, tokens) -> None:
         """Waypoints first.. of cycle's chunk (values (n, D), tokens (n, D) or None)."""
@@ -38,13 +51,20 @@ class WaypointPublisher:
             if not cycle.dropped:
                 cycle.dropped = True
                 self.counters["chunks_not_finite"] += 1
-                self.say("chunk_not_finite", lambda: (
-                    f"the policy's chunk for observation {cycle.seq} from {cycle.dest} has NaN "
-                    f"or inf values: not sent, the robot holds"))
+                self.say(
+                    "chunk_not_finite",
+                    lambda: (
+                        f"the policy's chunk for observation {cycle.seq} from {cycle.dest} has NaN "
+                        f"or inf values: not sent, the robot holds"
+                    ),
+                )
             return
         to = cycle.dest if self.address else None
-        named = cycle.committed.conditioned() if cycle.committed is not None \
-            and cycle.committed.used else None
+        named = (
+            cycle.committed.conditioned()
+            if cycle.committed is not None and cycle.committed.used
+            else None
+        )
         p = self.policy
         grant = self.robots.ask(cycle.dest, cycle.seq)
         ask = None if grant is None else grant.fields(cycle.count, p.start_ns, p.period_ns)[0]
@@ -59,10 +79,19 @@ class WaypointPublisher:
                 slot = self.robots.slots.get(cycle.dest)
                 if slot is not None:
                     slot.sent_ns.append(st["publish"])
-            body = waypoint_body(cycle.seq, first + j, cycle.count, values[j],
-                                 spec=p.spec_hash, period_ns=p.period_ns, start_ns=p.start_ns,
-                                 dest=cycle.dest, tokens=None if tokens is None else tokens[j],
-                                 conditioned=named, ask=ask)
+            body = waypoint_body(
+                cycle.seq,
+                first + j,
+                cycle.count,
+                values[j],
+                spec=p.spec_hash,
+                period_ns=p.period_ns,
+                start_ns=p.start_ns,
+                dest=cycle.dest,
+                tokens=None if tokens is None else tokens[j],
+                conditioned=named,
+                ask=ask,
+            )
             if not self.pub.publish("action_chunk", body, st, to=to):
                 self.counters["publish_dropped"] += 1
             self.counters["waypoints"] += 1

@@ -10,6 +10,7 @@ printed, the node still runs; GC and mlockall are left to the node); (3) import 
 and call ``function(argv_list)``; its return value (int or None) is the exit status.
 A missing module or function exits 127 with a message saying which.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,11 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent(a.parent)
     if a.cpus is not None or a.priority is not None:
         from rtinfer.realtime.os_setup import configure_realtime
+
         cpus = None if a.cpus is None else [int(c) for c in a.cpus.split(",")]
         steps = configure_realtime(cpus, a.priority, lock_memory=False, freeze_gc=False)
         wanted = {k: v for k, v in steps.items() if k in ("affinity", "scheduler")}
-        print(f"launch_child {a.name}: " + ", ".join(f"{k} {v}" for k, v in wanted.items()),
-              flush=True)
+        print(
+            f"launch_child {a.name}: " + ", ".join(f"{k} {v}" for k, v in wanted.items()),
+            flush=True,
+        )
     try:
         func = resolve(a.entry)  # a module whose own imports fail shows its traceback
     except EntryError as e:

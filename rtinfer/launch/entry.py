@@ -4,6 +4,7 @@ cells, the model packager, the peer benchmarks, without importing it) and ``pack
 shipped inside an importable package, e.g. examples.conveyor_sorting:robot.yaml, so a launch file
 works from any directory).
 """
+
 from __future__ import annotations
 
 import importlib

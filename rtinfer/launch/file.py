@@ -57,6 +57,7 @@ function is looked up statically in the module's source with `ast` (top-level de
 assignment or import). Modules without Python source skip the function check; the child
 then reports a missing function when it starts (exit 127).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -79,19 +80,52 @@ from rtinfer.launch.yaml_lines import (
 )
 from rtinfer.realtime.deadline import DEADLINE_MS
 
-TOP_KEYS = {"version": int, "name": str, "description": str, "run_dir": str,
-            "deadline_ms": float, "seconds": float, "robots": int, "realtime": bool,
-            "rates": dict, "vars": dict, "hosts": dict, "endpoints": dict, "nodes": list,
-            "monitor": dict}
-NODE_KEYS = {"name": str, "entry": str, "args": list, "host": str, "cpus": list,
-             "priority": (int, type(None)), "required": bool, "restart": (str, dict),
-             "after": list, "stop_grace_s": float, "curve_secret": str, "per_robot": bool,
-             "ready_s": float}
-RESTART_KEYS = {"policy": str, "max_restarts": int, "window_s": float, "backoff_s": float,
-                "backoff_max_s": float}
+TOP_KEYS = {
+    "version": int,
+    "name": str,
+    "description": str,
+    "run_dir": str,
+    "deadline_ms": float,
+    "seconds": float,
+    "robots": int,
+    "realtime": bool,
+    "rates": dict,
+    "vars": dict,
+    "hosts": dict,
+    "endpoints": dict,
+    "nodes": list,
+    "monitor": dict,
+}
+NODE_KEYS = {
+    "name": str,
+    "entry": str,
+    "args": list,
+    "host": str,
+    "cpus": list,
+    "priority": (int, type(None)),
+    "required": bool,
+    "restart": (str, dict),
+    "after": list,
+    "stop_grace_s": float,
+    "curve_secret": str,
+    "per_robot": bool,
+    "ready_s": float,
+}
+RESTART_KEYS = {
+    "policy": str,
+    "max_restarts": int,
+    "window_s": float,
+    "backoff_s": float,
+    "backoff_max_s": float,
+}
 # YAML 1.1 reads a bare `off` as false: accept the bool and normalise it below.
-ENDPOINT_KEYS = {"url": str, "curve": (str, bool), "server_key": str, "allow": str,
-                 "per_robot": bool}
+ENDPOINT_KEYS = {
+    "url": str,
+    "curve": (str, bool),
+    "server_key": str,
+    "allow": str,
+    "per_robot": bool,
+}
 HOST_KEYS = {"address": str, "description": str}
 TCP = re.compile(r"^tcp://([^:/]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
 SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config", "curve_map")
@@ -100,8 +134,9 @@ SCALARS = ("run_dir", "deadline_ms", "seconds", "name", "host", "monitor_config"
 MONITOR_CONFIG = "rtinfer.monitor.policy:MonitorConfig"
 
 
-def load(path: str | Path, overrides: dict[str, str] | None = None, *,
-         check_entries: bool = True) -> LaunchSpec:
+def load(
+    path: str | Path, overrides: dict[str, str] | None = None, *, check_entries: bool = True
+) -> LaunchSpec:
     """Read and validate a launch file; raises `LaunchError` listing every problem.
 
     overrides: {"deadline_ms": "50", "vars.model": "...", "rates.policy_hz": "10", ...},
@@ -112,12 +147,17 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
     robot_of = expand_robots(r, data)
     if data.get("version", 1) != 1:
         r.err(("version",), "unsupported version; this launcher reads version: 1")
-    for key, what in (("deadline_ms", "the end-to-end deadline in ms"),
-                      ("seconds", "how long the run lasts")):
+    for key, what in (
+        ("deadline_ms", "the end-to-end deadline in ms"),
+        ("seconds", "how long the run lasts"),
+    ):
         if is_type(data.get(key), float) and data[key] <= 0:
             r.err((key,), f"{key} must be > 0 ({what}), got {data[key]!r}")
-    rates, vars_, hosts = section(data, "rates", dict), section(data, "vars", dict), \
-        section(data, "hosts", dict)
+    rates, vars_, hosts = (
+        section(data, "rates", dict),
+        section(data, "vars", dict),
+        section(data, "hosts", dict),
+    )
     for sect, values, t in (("rates", rates, float), ("vars", vars_, (int, float, str, bool))):
         for k, x in values.items():
             if not is_type(x, t):
@@ -134,12 +174,20 @@ def load(path: str | Path, overrides: dict[str, str] | None = None, *,
             check_entry(r, ("nodes", i, "entry"), n.entry)
     _check_references(r, nodes, endpoints, data)
     r.raise_if_any()
-    return LaunchSpec(path=str(path), name=data.get("name") or Path(path).stem,
-                      nodes=tuple(nodes), endpoints=endpoints,
-                      deadline_ms=data.get("deadline_ms", DEADLINE_MS), seconds=data.get("seconds"),
-                      run_dir=data.get("run_dir"), rates=rates, vars=vars_, hosts=hosts,
-                      monitor=dict(data.get("monitor") or {}),
-                      realtime=data.get("realtime", True) is not False)
+    return LaunchSpec(
+        path=str(path),
+        name=data.get("name") or Path(path).stem,
+        nodes=tuple(nodes),
+        endpoints=endpoints,
+        deadline_ms=data.get("deadline_ms", DEADLINE_MS),
+        seconds=data.get("seconds"),
+        run_dir=data.get("run_dir"),
+        rates=rates,
+        vars=vars_,
+        hosts=hosts,
+        monitor=dict(data.get("monitor") or {}),
+        realtime=data.get("realtime", True) is not False,
+    )
 
 
 def _check_monitor(r: Report, monitor: dict) -> None:
@@ -150,15 +198,24 @@ def _check_monitor(r: Report, monitor: dict) -> None:
     for key, value in monitor.items():
         if key not in fields:
             near = difflib.get_close_matches(key, fields, n=1)
-            r.err(("monitor", key), f"unknown monitor key {key!r}; "
-                  + (f"did you mean {near[0]!r}?" if near else
-                     f"the keys are the fields of {MONITOR_CONFIG}: {', '.join(fields)}"))
+            r.err(
+                ("monitor", key),
+                f"unknown monitor key {key!r}; "
+                + (
+                    f"did you mean {near[0]!r}?"
+                    if near
+                    else f"the keys are the fields of {MONITOR_CONFIG}: {', '.join(fields)}"
+                ),
+            )
             continue
         types = annotation_types(fields[key])
         if types is not None and not is_type(value, types):
             want = " or ".join(TYPE_NAMES[t] for t in dict.fromkeys(types))
-            r.err(("monitor", key), f"monitor.{key} must be {want} ({MONITOR_CONFIG}."
-                                    f"{key}: {fields[key]}), got {value!r}")
+            r.err(
+                ("monitor", key),
+                f"monitor.{key} must be {want} ({MONITOR_CONFIG}."
+                f"{key}: {fields[key]}), got {value!r}",
+            )
 
 
 def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
@@ -167,8 +224,9 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
     for name, body in data.items():
         path = ("endpoints", name)
         body = {"url": body} if isinstance(body, str) else body
-        if not check_fields(r, body, path, ENDPOINT_KEYS, required=("url",)) or \
-                not isinstance(body.get("url"), str):
+        if not check_fields(r, body, path, ENDPOINT_KEYS, required=("url",)) or not isinstance(
+            body.get("url"), str
+        ):
             continue
         url = body["url"]
         tcp = TCP.match(url)
@@ -176,19 +234,32 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
             r.err(path, f"bad endpoint {url!r}: port {int(tcp.group(2))} is outside 1..65535")
             continue
         if not (url == "ipc" or url.startswith("ipc:///") or tcp):
-            r.err(path, f"bad endpoint {url!r}: use ipc (a path in the run directory), "
-                        "ipc:///absolute/path or tcp://HOST:PORT")
+            r.err(
+                path,
+                f"bad endpoint {url!r}: use ipc (a path in the run directory), "
+                "ipc:///absolute/path or tcp://HOST:PORT",
+            )
             continue
-        too_long = (url == "ipc" and len(ipc_path("/", name).encode()) > SUN_PATH_MAX
-                    or url.startswith("ipc:///") and len(url[6:].encode()) > SUN_PATH_MAX)
+        too_long = (
+            url == "ipc"
+            and len(ipc_path("/", name).encode()) > SUN_PATH_MAX
+            or url.startswith("ipc:///")
+            and len(url[6:].encode()) > SUN_PATH_MAX
+        )
         if too_long:
-            r.err(path, f"ipc endpoint {name!r} is over the {SUN_PATH_MAX}-byte limit of a "
-                        "unix socket path; use a shorter " + ("name" if url == "ipc" else "path"))
+            r.err(
+                path,
+                f"ipc endpoint {name!r} is over the {SUN_PATH_MAX}-byte limit of a "
+                "unix socket path; use a shorter " + ("name" if url == "ipc" else "path"),
+            )
             continue
         where = url if url != "ipc" else f"ipc:{name}"  # "ipc" is per name: unique
         if where in seen:
-            r.err(path, f"endpoint {name!r} has the same address as {seen[where]!r}; "
-                        "give each endpoint its own address")
+            r.err(
+                path,
+                f"endpoint {name!r} has the same address as {seen[where]!r}; "
+                "give each endpoint its own address",
+            )
         seen[where] = name
         curve = body.get("curve", "required" if tcp else "off")
         if isinstance(curve, bool):
@@ -200,13 +271,17 @@ def _endpoints(r: Report, data: dict) -> dict[str, Endpoint]:
         elif curve == "required":
             missing = [k for k in ("server_key", "allow") if not body.get(k)]
             if missing:
-                r.err(path, f"tcp endpoint {name!r} requires CURVE but has no "
-                            f"{' or '.join(missing)}: add server_key: (public key file of the "
-                            "node that binds it) and allow: (directory of allowed client public "
-                            "keys), made with `rtinfer keys generate DIR --name NAME`; "
-                            "or set curve: off for a trusted loopback link")
-        out[name] = Endpoint(name, url, curve == "required", body.get("server_key"),
-                             body.get("allow"))
+                r.err(
+                    path,
+                    f"tcp endpoint {name!r} requires CURVE but has no "
+                    f"{' or '.join(missing)}: add server_key: (public key file of the "
+                    "node that binds it) and allow: (directory of allowed client public "
+                    "keys), made with `rtinfer keys generate DIR --name NAME`; "
+                    "or set curve: off for a trusted loopback link",
+                )
+        out[name] = Endpoint(
+            name, url, curve == "required", body.get("server_key"), body.get("allow")
+        )
     return out
 
 
@@ -215,8 +290,11 @@ def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list
     names: dict[str, int] = {}
     for i, body in enumerate(data):
         path = ("nodes", i)
-        if not check_fields(r, body, path, NODE_KEYS, required=("name", "entry")) or \
-                not isinstance(body.get("name"), str) or not isinstance(body.get("entry"), str):
+        if (
+            not check_fields(r, body, path, NODE_KEYS, required=("name", "entry"))
+            or not isinstance(body.get("name"), str)
+            or not isinstance(body.get("entry"), str)
+        ):
             continue
         name = body["name"]
         if name in names:
@@ -238,17 +316,37 @@ def _nodes(r: Report, data: list, hosts: dict, robot_of: dict[str, int]) -> list
         after = body.get("after") or []
         if not all(isinstance(a, str) for a in after):
             r.err(path + ("after",), "after must be a list of node names")
-        out.append(NodeSpec(
-            name=name, entry=body["entry"], args=tuple(as_text(a) for a in args), host=host,
-            cpus=tuple(cpus) if cpus else None, priority=prio if is_type(prio, int) else None,
-            required=body.get("required", True), restart=_restart(r, path, body.get("restart")),
-            after=tuple(after),
-            stop_grace_s=_seconds(r, path, "stop_grace_s", body.get("stop_grace_s", 5.0),
-                                  "seconds from SIGTERM to SIGKILL", 5.0),
-            ready_s=_seconds(r, path, "ready_s", body.get("ready_s", 0.0),
-                             "seconds the next nodes wait for this one's first line"),
-            curve_secret=body.get("curve_secret"), robot=robot_of.get(name),
-            line=r.line(path)))
+        out.append(
+            NodeSpec(
+                name=name,
+                entry=body["entry"],
+                args=tuple(as_text(a) for a in args),
+                host=host,
+                cpus=tuple(cpus) if cpus else None,
+                priority=prio if is_type(prio, int) else None,
+                required=body.get("required", True),
+                restart=_restart(r, path, body.get("restart")),
+                after=tuple(after),
+                stop_grace_s=_seconds(
+                    r,
+                    path,
+                    "stop_grace_s",
+                    body.get("stop_grace_s", 5.0),
+                    "seconds from SIGTERM to SIGKILL",
+                    5.0,
+                ),
+                ready_s=_seconds(
+                    r,
+                    path,
+                    "ready_s",
+                    body.get("ready_s", 0.0),
+                    "seconds the next nodes wait for this one's first line",
+                ),
+                curve_secret=body.get("curve_secret"),
+                robot=robot_of.get(name),
+                line=r.line(path),
+            )
+        )
     if not data:
         r.err(("nodes",), "no nodes: list at least one")
     return out
@@ -273,8 +371,9 @@ def _restart(r: Report, path: tuple, value) -> RestartPolicy:
         return RestartPolicy()
     if value.get("policy", "on-failure") not in ("never", "on-failure"):
         r.err(path + ("policy",), "policy must be never or on-failure")
-    bad = [k for k in RESTART_KEYS if k != "policy" and is_type(value.get(k), float)
-           and value[k] < 0]
+    bad = [
+        k for k in RESTART_KEYS if k != "policy" and is_type(value.get(k), float) and value[k] < 0
+    ]
     for k in bad:
         r.err(path + (k,), f"{k} must be >= 0")
     kw = {k: v for k, v in value.items() if k in RESTART_KEYS and is_type(v, RESTART_KEYS[k])}
@@ -291,11 +390,16 @@ def _order(r: Report, nodes: list[NodeSpec]) -> list[NodeSpec]:
     done: list[NodeSpec] = []
     pending = list(nodes)
     while pending:
-        ready = [n for n in pending if all(a in {d.name for d in done} or a not in by_name
-                                           for a in n.after)]
+        ready = [
+            n
+            for n in pending
+            if all(a in {d.name for d in done} or a not in by_name for a in n.after)
+        ]
         if not ready:
-            r.err(("nodes",), "after: dependencies form a cycle among "
-                              + ", ".join(n.name for n in pending))
+            r.err(
+                ("nodes",),
+                "after: dependencies form a cycle among " + ", ".join(n.name for n in pending),
+            )
             return done + pending
         done.append(ready[0])
         pending.remove(ready[0])
@@ -317,14 +421,22 @@ def _check_references(r: Report, nodes: list[NodeSpec], endpoints: dict, data: d
                 ref = m.group(1).strip()
                 if ref not in known:
                     near = difflib.get_close_matches(ref, known, n=1)
-                    r.err(("nodes", i, "args", j), f"unknown reference ${{{ref}}}"
-                          + (f"; did you mean ${{{near[0]}}}?" if near else ""))
+                    r.err(
+                        ("nodes", i, "args", j),
+                        f"unknown reference ${{{ref}}}"
+                        + (f"; did you mean ${{{near[0]}}}?" if near else ""),
+                    )
                 elif ref.startswith("endpoints."):
                     used_on.setdefault(ref.split(".")[1], set()).add(node.host)
                 elif ref == "seconds" and data.get("seconds") is None:
-                    r.err(("nodes", i, "args", j), "${seconds} is used but no top-level "
-                                                   "seconds: is set")
+                    r.err(
+                        ("nodes", i, "args", j),
+                        "${seconds} is used but no top-level seconds: is set",
+                    )
     for name, hosts in used_on.items():
         if name in endpoints and endpoints[name].url.startswith("ipc") and len(hosts - {None}) > 1:
-            r.err(("endpoints", name), f"ipc endpoint {name!r} is used by nodes on hosts "
-                  f"{', '.join(sorted(hosts - {None}))}; ipc works within one host: use tcp://")
+            r.err(
+                ("endpoints", name),
+                f"ipc endpoint {name!r} is used by nodes on hosts "
+                f"{', '.join(sorted(hosts - {None}))}; ipc works within one host: use tcp://",
+            )

@@ -1,6 +1,7 @@
 """`robots: N` in a launch file: its per-robot endpoints and nodes copied once per robot,
 before the file is validated (rtinfer.launch.file.load), so that each copy is checked, and
 reported at its block's lines, like any other."""
+
 from __future__ import annotations
 
 import re
@@ -18,13 +19,19 @@ def expand_robots(r: Report, data: dict) -> dict[str, int]:
     robot_of: dict[str, int] = {}
     eps, nodes = section(data, "endpoints", dict), section(data, "nodes", list)
     per_eps = [e for e, b in eps.items() if isinstance(b, dict) and b.get("per_robot")]
-    per_nodes = [b["name"] for b in nodes if isinstance(b, dict) and b.get("per_robot")
-                 and isinstance(b.get("name"), str)]
+    per_nodes = [
+        b["name"]
+        for b in nodes
+        if isinstance(b, dict) and b.get("per_robot") and isinstance(b.get("name"), str)
+    ]
     n = data.get("robots")
     if n is None:
         if per_eps or per_nodes:
-            r.err(("robots",), f"per_robot: is used ({', '.join(per_eps + per_nodes)}) but no "
-                               "top-level robots: N says how many robots")
+            r.err(
+                ("robots",),
+                f"per_robot: is used ({', '.join(per_eps + per_nodes)}) but no "
+                "top-level robots: N says how many robots",
+            )
         return robot_of
     if not is_type(n, int) or n < 1:
         r.err(("robots",), f"robots must be a whole number >= 1, got {n!r}")
@@ -35,8 +42,8 @@ def expand_robots(r: Report, data: dict) -> dict[str, int]:
 
     def copy_marks(old: tuple, new: tuple) -> None:
         for path, line in orig.items():
-            if path[:len(old)] == old:
-                marks[new + path[len(old):]] = line
+            if path[: len(old)] == old:
+                marks[new + path[len(old) :]] = line
 
     out_eps = {}
     for name, body in eps.items():
@@ -44,21 +51,29 @@ def expand_robots(r: Report, data: dict) -> dict[str, int]:
             out_eps[name] = body
             continue
         if body.get("url") != "ipc":
-            r.err(("endpoints", name, "url"), "a per-robot endpoint is url: ipc (one socket "
-                                              "per robot in the run directory)")
+            r.err(
+                ("endpoints", name, "url"),
+                "a per-robot endpoint is url: ipc (one socket per robot in the run directory)",
+            )
         for k in range(n):
             out_eps[f"{name}-{k}"] = {x: v for x, v in body.items() if x != "per_robot"}
             copy_marks(("endpoints", name), ("endpoints", f"{name}-{k}"))
     data["endpoints"] = out_eps
-    own = re.compile(r"\$\{\s*endpoints\.(" + "|".join(map(re.escape, per_eps)) + r")\s*\}") \
-        if per_eps else None
+    own = (
+        re.compile(r"\$\{\s*endpoints\.(" + "|".join(map(re.escape, per_eps)) + r")\s*\}")
+        if per_eps
+        else None
+    )
     out_nodes = []
     for i, body in enumerate(nodes):
         if not isinstance(body, dict):
             out_nodes.append(body)
             continue
-        after = [x for a in body.get("after") or [] for x in
-                 ([f"{a}-{k}" for k in range(n)] if a in per_nodes else [a])]
+        after = [
+            x
+            for a in body.get("after") or []
+            for x in ([f"{a}-{k}" for k in range(n)] if a in per_nodes else [a])
+        ]
         args = [str(a) if isinstance(a, (int, float)) else a for a in body.get("args") or []]
         if not body.get("per_robot"):
             spliced = []
@@ -67,8 +82,11 @@ def expand_robots(r: Report, data: dict) -> dict[str, int]:
                 if m:
                     spliced += [f"${{endpoints.{m.group(1)}-{k}}}" for k in range(n)]
                 elif own and isinstance(a, str) and own.search(a):
-                    r.err(("nodes", i, "args", j), "a per-robot endpoint stands alone as an "
-                          "argument here (it becomes one argument per robot)")
+                    r.err(
+                        ("nodes", i, "args", j),
+                        "a per-robot endpoint stands alone as an "
+                        "argument here (it becomes one argument per robot)",
+                    )
                     spliced.append(a)
                 else:
                     spliced.append(a)
@@ -79,9 +97,11 @@ def expand_robots(r: Report, data: dict) -> dict[str, int]:
             out_nodes.append(new)
             continue
         for k in range(n):
+
             def mine(a: str, k=k) -> str:
                 a = re.sub(r"\$\{\s*robot\s*\}", str(k), a)
                 return own.sub(lambda ref: f"${{endpoints.{ref.group(1)}-{k}}}", a) if own else a
+
             new = {x: v for x, v in body.items() if x != "per_robot"}
             new["name"] = f"{body['name']}-{k}"
             robot_of[new["name"]] = k

@@ -10,6 +10,7 @@ line and the log's path) and a multi-line JSON document (a report; the sim print
 A log that cannot be written (a full disk) says so once, and the console then gets every
 line, blocks too, since the log no longer holds them.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,10 @@ from pathlib import Path
 from rtinfer.launch.spec import NodeSpec
 
 TRACEBACK = "Traceback (most recent call last):"
-CHAINED = ("During handling of the above exception, another exception occurred:",
-           "The above exception was the direct cause of the following exception:")
+CHAINED = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
 
 
 def _print(text: str) -> None:
@@ -53,8 +56,10 @@ class LogFile:
             except OSError as exc:
                 self.failed = exc.strerror or str(exc)
                 self.close()
-                _print(f"[launch] {self.path}: {self.failed}: writing it stopped; its lines "
-                       f"still come here")
+                _print(
+                    f"[launch] {self.path}: {self.failed}: writing it stopped; its lines "
+                    f"still come here"
+                )
         self.lost += 1
 
     def close(self) -> None:
@@ -103,17 +108,24 @@ class NodeProcess:
         self.restarts = 0
         self.restart_times: deque[float] = deque()
         self.last_exit: int | None = None
-        self.started_at = 0.0                 # monotonic start of the current process
-        self.last_error: str | None = None    # last traceback's final line (this process)
-        self.last_line: str | None = None     # last non-empty output line (this process)
-        self.spoke = threading.Event()        # its first output line came (this process)
-        self.failures = 0                     # failed exits, over the whole run
-        self.failure: str | None = None       # the last one: "exit code 1: ValueError: ..."
-        self.up_at_stop = 0.0                 # up_for() when the launch stopped it
+        self.started_at = 0.0  # monotonic start of the current process
+        self.last_error: str | None = None  # last traceback's final line (this process)
+        self.last_line: str | None = None  # last non-empty output line (this process)
+        self.spoke = threading.Event()  # its first output line came (this process)
+        self.failures = 0  # failed exits, over the whole run
+        self.failure: str | None = None  # the last one: "exit code 1: ValueError: ..."
+        self.up_at_stop = 0.0  # up_for() when the launch stopped it
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "rtinfer.launch.child", "--name", self.name,
-               "--parent", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rtinfer.launch.child",
+            "--name",
+            self.name,
+            "--parent",
+            str(os.getpid()),
+        ]
         if self.spec.cpus:
             cmd += ["--cpus", ",".join(map(str, self.spec.cpus))]
         if self.spec.priority is not None:
@@ -131,14 +143,21 @@ class NodeProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # start_new_session: the node leads its own process group (killpg reaches its
         # children) and a terminal's Ctrl-C reaches only the launcher, which forwards it.
-        self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      start_new_session=True, env=env)
+        self.popen = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
         self.state = "running"
-        self.console.say(f"started {self.name!r} pid {self.popen.pid}: {self.spec.entry} "
-                         + " ".join(self.argv))
-        self.reader = threading.Thread(target=self._pump, args=(self.popen.stdout,),
-                                       name=f"log-{self.name}", daemon=True)
+        self.console.say(
+            f"started {self.name!r} pid {self.popen.pid}: {self.spec.entry} " + " ".join(self.argv)
+        )
+        self.reader = threading.Thread(
+            target=self._pump, args=(self.popen.stdout,), name=f"log-{self.name}", daemon=True
+        )
         self.reader.start()
 
     def _pump(self, stream) -> None:
@@ -152,8 +171,11 @@ class NodeProcess:
                     self.last_line = text.strip()
                     self.spoke.set()
                 # collapsed only while the log keeps them (a full disk: the console gets all)
-                if block is None and log.failed is None and (text == TRACEBACK
-                                                            or text in ("{", "[")):
+                if (
+                    block is None
+                    and log.failed is None
+                    and (text == TRACEBACK or text in ("{", "["))
+                ):
                     block, lines = ("traceback" if text == TRACEBACK else "json"), 0
                 if block is None:
                     self.console.line(self.name, text, log)
@@ -161,14 +183,21 @@ class NodeProcess:
                 log.write(text + "\n")
                 lines += 1
                 if block == "json" and text in ("}", "]"):
-                    self.console.line(self.name, f"(printed {lines} lines of JSON: see "
-                                                 f"{self.log_path})")
+                    self.console.line(
+                        self.name, f"(printed {lines} lines of JSON: see {self.log_path})"
+                    )
                     block = None
-                elif block == "traceback" and text and not text[0].isspace() \
-                        and text != TRACEBACK and text not in CHAINED:
+                elif (
+                    block == "traceback"
+                    and text
+                    and not text[0].isspace()
+                    and text != TRACEBACK
+                    and text not in CHAINED
+                ):
                     self.last_error = text.strip()  # "ValueError: what went wrong"
-                    self.console.line(self.name, f"{self.last_error} (traceback in "
-                                                 f"{self.log_path})")
+                    self.console.line(
+                        self.name, f"{self.last_error} (traceback in {self.log_path})"
+                    )
                     block = None
             if block is not None:  # the stream ended inside a block (the node died)
                 self.console.line(self.name, f"(output cut short: see {self.log_path})")
@@ -216,8 +245,11 @@ class NodeProcess:
             while time.monotonic() < deadline and not hurry() and not self._group_gone():
                 time.sleep(0.02)
             if not self._group_gone():
-                why = "a second signal" if hurry() else \
-                    f"still running after {self.spec.stop_grace_s:g} s grace"
+                why = (
+                    "a second signal"
+                    if hurry()
+                    else f"still running after {self.spec.stop_grace_s:g} s grace"
+                )
                 self.console.say(f"{self.name!r}: {why}: SIGKILL to its process group")
             self._reap_group()
             self.last_exit = self.popen.returncode

@@ -15,6 +15,7 @@
   is noted in the log, not refused: the launcher cannot tell whether its nodes bind the
   endpoint or connect to it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -65,8 +66,9 @@ def make_run_dir(explicit: str | None, name: str, stamp: str) -> Path:
             rd.mkdir(parents=True, exist_ok=True)
             why = unwritable(rd)
             if why:
-                raise LaunchError(f"run directory {rd} is not writable ({why}); pass a "
-                                  "writable --run-dir")
+                raise LaunchError(
+                    f"run directory {rd} is not writable ({why}); pass a writable --run-dir"
+                )
             return rd
         base = Path("runs").resolve() / f"{name}-{stamp}"
         base.parent.mkdir(parents=True, exist_ok=True)
@@ -79,8 +81,9 @@ def make_run_dir(explicit: str | None, name: str, stamp: str) -> Path:
                 continue
         raise LaunchError(f"cannot find a free run directory name next to {base}")
     except OSError as exc:
-        raise LaunchError(f"cannot create run directory {exc.filename}: {exc.strerror}; "
-                          "pass a writable --run-dir") from None
+        raise LaunchError(
+            f"cannot create run directory {exc.filename}: {exc.strerror}; pass a writable --run-dir"
+        ) from None
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -116,11 +119,19 @@ class Claim:
     """This launcher's record in RUNTIME_DIR/runs; `check` before any node starts,
     `release` at the end. Driven from the supervisor's thread."""
 
-    def __init__(self, run_dir: Path, file: str, name: str, host: str | None,
-                 endpoints: dict[str, str]):
-        self.record = {"pid": os.getpid(), "start": _start_ticks(os.getpid()),
-                       "written_ns": time.monotonic_ns(), "run_dir": str(run_dir),
-                       "file": str(file), "name": name, "host": host, "endpoints": endpoints}
+    def __init__(
+        self, run_dir: Path, file: str, name: str, host: str | None, endpoints: dict[str, str]
+    ):
+        self.record = {
+            "pid": os.getpid(),
+            "start": _start_ticks(os.getpid()),
+            "written_ns": time.monotonic_ns(),
+            "run_dir": str(run_dir),
+            "file": str(file),
+            "name": name,
+            "host": host,
+            "endpoints": endpoints,
+        }
         self.dir = RUNTIME_DIR / "runs"
         self.path = self.dir / f"{os.getpid()}.json"
         self.notes: list[str] = []  # what check() cleaned up, for the launch log
@@ -154,53 +165,67 @@ class Claim:
                 continue  # being written right now, or not ours: ignore
             if not live:
                 f.unlink(missing_ok=True)
-                self.notes.append(f"removed the record of a run that no longer runs "
-                                  f"({rec.get('run_dir')}, launcher pid {rec.get('pid')})")
+                self.notes.append(
+                    f"removed the record of a run that no longer runs "
+                    f"({rec.get('run_dir')}, launcher pid {rec.get('pid')})"
+                )
             elif (rec.get("written_ns", 0), rec["pid"]) < (self.record["written_ns"], os.getpid()):
                 out.append(rec)  # recorded before us (CLOCK_MONOTONIC): the later one gives way
         return out
 
     def _refuse_overlap(self, other: dict) -> None:
         me = self.record
-        who = (f"the live run of {other['file']} in {other['run_dir']} (launcher pid "
-               f"{other['pid']})")
+        who = f"the live run of {other['file']} in {other['run_dir']} (launcher pid {other['pid']})"
         if other["run_dir"] == me["run_dir"]:
-            raise LaunchError(f"run directory {me['run_dir']} is in use by {who}; pass "
-                              "another --run-dir, or stop that run first")
+            raise LaunchError(
+                f"run directory {me['run_dir']} is in use by {who}; pass "
+                "another --run-dir, or stop that run first"
+            )
         # one deployment's launchers on one machine (--host robot, --host gpu) share its endpoints
-        peer = other["name"] == me["name"] and None not in (other["host"], me["host"]) \
+        peer = (
+            other["name"] == me["name"]
+            and None not in (other["host"], me["host"])
             and other["host"] != me["host"]
+        )
         shared = sorted(set(me["endpoints"].values()) & set(other["endpoints"].values()))
         if shared and not peer:
             names = [n for n, a in me["endpoints"].items() if a in shared]
-            raise LaunchError(f"endpoint {names[0]!r} ({shared[0]}) is in use by {who}; "
-                              "give this run its own endpoints (ipc ones live in the run "
-                              "directory: pass another --run-dir) or stop that run first")
+            raise LaunchError(
+                f"endpoint {names[0]!r} ({shared[0]}) is in use by {who}; "
+                "give this run its own endpoints (ipc ones live in the run "
+                "directory: pass another --run-dir) or stop that run first"
+            )
 
     def _probe_ipc(self) -> None:
         for name, address in self.record["endpoints"].items():
             if not address.startswith("ipc://"):
                 continue
-            path = address[len("ipc://"):]
+            path = address[len("ipc://") :]
             state = _probe(path)
             if state == "live":  # e.g. a robot process outside the launch that binds it
-                self.notes.append(f"endpoint {name!r}: {path} is bound by a live process "
-                                  "outside any recorded run: nodes that connect reach it, "
-                                  "a node that binds it takes it over")
+                self.notes.append(
+                    f"endpoint {name!r}: {path} is bound by a live process "
+                    "outside any recorded run: nodes that connect reach it, "
+                    "a node that binds it takes it over"
+                )
             if state == "other":
-                raise LaunchError(f"endpoint {name!r}: {path} exists and is not a socket; "
-                                  "remove it or choose another address")
+                raise LaunchError(
+                    f"endpoint {name!r}: {path} exists and is not a socket; "
+                    "remove it or choose another address"
+                )
             if state == "stale":
                 os.unlink(path)
-                self.notes.append(f"reusing {path}: a stale ipc socket file that no live "
-                                  "process binds (left by a run that was killed)")
+                self.notes.append(
+                    f"reusing {path}: a stale ipc socket file that no live "
+                    "process binds (left by a run that was killed)"
+                )
             Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def release(self) -> None:
         """Remove our record, and the short socket directory of this run if it is empty."""
         self.path.unlink(missing_ok=True)
         for address in self.record["endpoints"].values():
-            parent = Path(address[len("ipc://"):]).parent
+            parent = Path(address[len("ipc://") :]).parent
             if address.startswith("ipc://") and RUNTIME_DIR / "s" in parent.parents:
                 for left in parent.glob("*"):  # a node killed before it could unlink
                     if _probe(str(left)) == "stale":

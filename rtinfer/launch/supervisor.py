@@ -43,6 +43,7 @@ Limits: a grandchild that calls setsid() leaves its node's group and is not trac
 the launcher is SIGKILLed, nodes get SIGTERM from the kernel (PR_SET_PDEATHSIG) but their
 own children are not reached.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,16 @@ class Supervisor:
     Call from the main thread (signal handlers; PR_SET_PDEATHSIG follows the forking thread).
     """
 
-    def __init__(self, spec: LaunchSpec, nodes, run_dir: Path, *, host: str | None = None,
-                 seconds: float | None = None, console: Console | None = None):
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        nodes,
+        run_dir: Path,
+        *,
+        host: str | None = None,
+        seconds: float | None = None,
+        console: Console | None = None,
+    ):
         self.spec, self.run_dir, self.seconds = spec, run_dir, seconds
         self.console = console or Console(run_dir / "launch.log")
         values = spec.values(run_dir, host)
@@ -142,8 +151,12 @@ class Supervisor:
         until it has said its first line (it is listening) or ready_s passed, or it exited,
         or a stop came."""
         end = time.monotonic() + p.spec.ready_s
-        while self.stop_reason is None and time.monotonic() < end and p.popen.poll() is None \
-                and not p.spoke.wait(POLL_S):
+        while (
+            self.stop_reason is None
+            and time.monotonic() < end
+            and p.popen.poll() is None
+            and not p.spoke.wait(POLL_S)
+        ):
             pass
 
     def _check(self, p: NodeProcess, now: float) -> None:
@@ -170,8 +183,10 @@ class Supervisor:
         if policy.policy == "on-failure" and recent < policy.max_restarts:
             delay = policy.delay_s(recent)
             p.schedule_restart(now + delay)
-            self.console.say(f"node {p.name!r} failed ({reason}); restart {recent + 1}/"
-                             f"{policy.max_restarts} in {delay:g} s")
+            self.console.say(
+                f"node {p.name!r} failed ({reason}); restart {recent + 1}/"
+                f"{policy.max_restarts} in {delay:g} s"
+            )
             return
         p.state = "failed"
         why = f"node {p.name!r} failed for good ({reason}, {p.restarts} restarts)"
@@ -211,40 +226,66 @@ class Supervisor:
                 return f"exhausted its restarts ({p.restarts} of {p.spec.restart.max_restarts})"
             return "failed (restart: never)"
         if p.failures and p.state != "done" and p.up_at_stop < RECOVERED_S:
-            return (f"never became healthy ({p.failures} failures, {p.restarts} restarts; "
-                    f"not back up for {RECOVERED_S:g} s when the run ended)")
+            return (
+                f"never became healthy ({p.failures} failures, {p.restarts} restarts; "
+                f"not back up for {RECOVERED_S:g} s when the run ended)"
+            )
         return None
 
     def _summary(self) -> None:
-        failed = {p.name: f"{why} (last exit: {p.failure})" for p in self.procs
-                  if (why := self._verdict(p))}
+        failed = {
+            p.name: f"{why} (last exit: {p.failure})"
+            for p in self.procs
+            if (why := self._verdict(p))
+        }
         if failed and self.exit_code == 0:
             self.exit_code = DEGRADED
-        nodes = {p.name: {"state": p.state, "restarts": p.restarts, "last_exit": p.last_exit}
-                 for p in self.procs}
-        summary = {"exit_code": self.exit_code, "reason": self.stop_reason, "nodes": nodes,
-                   "failed": failed, "run_dir": str(self.run_dir)}
+        nodes = {
+            p.name: {"state": p.state, "restarts": p.restarts, "last_exit": p.last_exit}
+            for p in self.procs
+        }
+        summary = {
+            "exit_code": self.exit_code,
+            "reason": self.stop_reason,
+            "nodes": nodes,
+            "failed": failed,
+            "run_dir": str(self.run_dir),
+        }
         if self.robots:
             summary["robots_ended"] = {str(k): v for k, v in self.robots_ended.items()}
         why = write_report(self.run_dir / "launch_summary.json", json.dumps(summary, indent=1))
         if why:
             self.console.say(f"launch_summary.json not written: {why}")
-        self.console.say(f"exit {self.exit_code}: " + ", ".join(
-            f"{n} {v['state']} ({v['restarts']} restarts)" for n, v in nodes.items()))
+        self.console.say(
+            f"exit {self.exit_code}: "
+            + ", ".join(f"{n} {v['state']} ({v['restarts']} restarts)" for n, v in nodes.items())
+        )
         for p in self.procs:
             if p.name in failed:
                 self.console.say(f"node {p.name!r} FAILED: {failed[p.name]}; log {p.log_path}")
-        reports = sorted(f.name for f in self.run_dir.iterdir() if f.is_file()
-                         and f.suffix in (".json", ".trace") and f.name not in OWN_FILES)
-        self.console.say(f"run directory {self.run_dir}: "
-                         + (f"reports {', '.join(reports)}; " if reports else "")
-                         + "each node's full output in NODE.log")
+        reports = sorted(
+            f.name
+            for f in self.run_dir.iterdir()
+            if f.is_file() and f.suffix in (".json", ".trace") and f.name not in OWN_FILES
+        )
+        self.console.say(
+            f"run directory {self.run_dir}: "
+            + (f"reports {', '.join(reports)}; " if reports else "")
+            + "each node's full output in NODE.log"
+        )
         self.console.close()
 
 
-def run_file(path: str | Path, *, host: str | None = None, seconds: float | None = None,
-             run_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
-             check: bool = False, record: str | None = None) -> int:
+def run_file(
+    path: str | Path,
+    *,
+    host: str | None = None,
+    seconds: float | None = None,
+    run_dir: str | Path | None = None,
+    overrides: dict[str, str] | None = None,
+    check: bool = False,
+    record: str | None = None,
+) -> int:
     """Validate `path` and (unless `check`) run it; blocks; returns the exit status.
     record: an .mcap file the run is recorded to (rtinfer.launch.record).
 
@@ -264,8 +305,13 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
     explicit = run_dir or spec.run_dir
     existed = explicit is not None and Path(explicit).exists()
     rd = make_run_dir(explicit, spec.name, datetime.now().strftime("%Y%m%d-%H%M%S"))
-    claim = Claim(rd, path, spec.name, host,
-                  {e: spec.endpoints[e].address(rd) for e in spec.endpoints_used(nodes)})
+    claim = Claim(
+        rd,
+        path,
+        spec.name,
+        host,
+        {e: spec.endpoints[e].address(rd) for e in spec.endpoints_used(nodes)},
+    )
     try:
         claim.check()
     except LaunchError:
@@ -276,13 +322,16 @@ def run_file(path: str | Path, *, host: str | None = None, seconds: float | None
         for name, doc in (("monitor.json", spec.monitor), ("curve.json", spec.curve_map(rd))):
             why = write_report(rd / name, json.dumps(doc, indent=1))
             if why:
-                raise LaunchError(f"cannot write {rd / name}: {why}; free some space or pass "
-                                  "another --run-dir")
+                raise LaunchError(
+                    f"cannot write {rd / name}: {why}; free some space or pass another --run-dir"
+                )
         notes = list(claim.notes)
         if seconds is None and spec.seconds is not None and not spec.takes_seconds(nodes):
             seconds = spec.seconds  # else it bounds nothing: the launcher keeps it
-            notes.append(f"seconds {spec.seconds:g}: no node takes ${{seconds}}, so the launch "
-                         "stops after that long")
+            notes.append(
+                f"seconds {spec.seconds:g}: no node takes ${{seconds}}, so the launch "
+                "stops after that long"
+            )
         if out is not None:
             make_folder(out)
             recorder, said = recorder_node(spec, nodes, out)
@@ -300,17 +349,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="YAML launch file")
     p.add_argument("--host", default=None, help="run only this host's nodes (and host-less ones)")
     p.add_argument("--seconds", type=float, default=None, help="stop everything after S seconds")
-    p.add_argument("--run-dir", default=None,
-                   help="logs, ipc sockets, reports (default: a new runs/NAME-TIME[-N]; "
-                        "refused while another live run uses it)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override deadline_ms, seconds, run_dir, name, robots, realtime (false: "
-                        "no node's cpus or priority is applied), vars.NAME, rates.NAME or "
-                        "monitor.NAME")
+    p.add_argument(
+        "--run-dir",
+        default=None,
+        help="logs, ipc sockets, reports (default: a new runs/NAME-TIME[-N]; "
+        "refused while another live run uses it)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override deadline_ms, seconds, run_dir, name, robots, realtime (false: "
+        "no node's cpus or priority is applied), vars.NAME, rates.NAME or "
+        "monitor.NAME",
+    )
     p.add_argument("--check", action="store_true", help="validate only; start nothing")
-    p.add_argument("--record", default=None, metavar="RUN.mcap",
-                   help="record the run's messages as MCAP with ROS 2 schemas, for Foxglove, "
-                        "Rerun and `rtinfer report RUN.mcap` (needs rtinfer[record])")
+    p.add_argument(
+        "--record",
+        default=None,
+        metavar="RUN.mcap",
+        help="record the run's messages as MCAP with ROS 2 schemas, for Foxglove, "
+        "Rerun and `rtinfer report RUN.mcap` (needs rtinfer[record])",
+    )
 
 
 def run_args(a: argparse.Namespace) -> int:
@@ -321,8 +382,15 @@ def run_args(a: argparse.Namespace) -> int:
         if bad:
             raise LaunchError(f"--set {bad[0]!r}: expected KEY=VALUE")
         overrides = dict(s.split("=", 1) for s in a.set)
-        code = run_file(a.file, host=a.host, seconds=a.seconds, run_dir=a.run_dir,
-                        overrides=overrides, check=a.check, record=a.record)
+        code = run_file(
+            a.file,
+            host=a.host,
+            seconds=a.seconds,
+            run_dir=a.run_dir,
+            overrides=overrides,
+            check=a.check,
+            record=a.record,
+        )
     except LaunchError as exc:
         say("launch", str(exc), error=False)
         return 2
@@ -334,8 +402,9 @@ def run_args(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rtinfer.launch.supervisor",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m rtinfer.launch.supervisor", description=__doc__.split("\n")[0]
+    )
     add_arguments(p)
     return run_args(p.parse_args(argv))
 

@@ -7,6 +7,7 @@ value under its path, e.g. ``("nodes", 1, "entry") -> 14``. `Report` turns paths
 set by ``--set`` keeps the line of the key it replaced (or of its section) and its message
 names the ``--set``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,16 +45,24 @@ class Report:
     def err(self, path: tuple, msg: str) -> None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
         line = self.line(path)
-        by = next((self.overrides[path[:i]] for i in range(len(path), 0, -1)
-                   if path[:i] in self.overrides), None)
+        by = next(
+            (
+                self.overrides[path[:i]]
+                for i in range(len(path), 0, -1)
+                if path[:i] in self.overrides
+            ),
+            None,
+        )
         where = (where or "(top)") + (f" (--set {by})" if by else "")
         self.errors.append((line, f"{self.file}:{line}: {where}: {msg}"))
 
     def raise_if_any(self) -> None:
         if self.errors:
             lines = [m for _, m in sorted(self.errors, key=lambda e: e[0])]
-            raise LaunchError(f"invalid launch file ({len(lines)} problem"
-                              f"{'s' if len(lines) > 1 else ''}):\n  " + "\n  ".join(lines))
+            raise LaunchError(
+                f"invalid launch file ({len(lines)} problem"
+                f"{'s' if len(lines) > 1 else ''}):\n  " + "\n  ".join(lines)
+            )
 
 
 OVERRIDABLE = ("deadline_ms", "seconds", "run_dir", "name", "robots", "realtime")
@@ -71,8 +80,9 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise LaunchError(f"{path}:{mark.line + 1 if mark else '?'}: YAML syntax: "
-                          f"{exc.problem or exc}") from None
+        raise LaunchError(
+            f"{path}:{mark.line + 1 if mark else '?'}: YAML syntax: {exc.problem or exc}"
+        ) from None
     marks: dict[tuple, int] = {}
     report = Report(str(path), marks)
     data = _plain(root, (), marks, report) if root is not None else {}
@@ -81,11 +91,17 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
         raise LaunchError(f"{path}:1: the top level must be a mapping (endpoints:, nodes:, ...)")
     for key, text_value in (overrides or {}).items():
         parts = key.split(".")
-        if not (len(parts) == 1 and parts[0] in OVERRIDABLE
-                or len(parts) == 2 and parts[0] in ("vars", "rates", "monitor")):
-            raise LaunchError(f"override {key!r}: only deadline_ms, seconds, run_dir, name, "
-                              "robots, realtime, vars.NAME, rates.NAME and monitor.NAME can "
-                              "be overridden")
+        if not (
+            len(parts) == 1
+            and parts[0] in OVERRIDABLE
+            or len(parts) == 2
+            and parts[0] in ("vars", "rates", "monitor")
+        ):
+            raise LaunchError(
+                f"override {key!r}: only deadline_ms, seconds, run_dir, name, "
+                "robots, realtime, vars.NAME, rates.NAME and monitor.NAME can "
+                "be overridden"
+            )
         try:
             value = yaml.safe_load(text_value) if text_value != "" else ""
         except yaml.YAMLError:
@@ -97,10 +113,14 @@ def compose_file(path: str | Path, overrides: dict[str, str] | None = None):
         if parts[0] in ("vars", "rates") and parts[1] not in target:
             names = sorted(target)
             near = difflib.get_close_matches(parts[1], names, n=1)
-            report.err(tuple(parts), f"unknown {'variable' if parts[0] == 'vars' else 'rate'} "
-                       f"{parts[1]!r}" + (f"; did you mean {parts[0]}.{near[0]}?" if near else "")
-                       + f" ({parts[0]}: {', '.join(names) or 'none'}; declare it under "
-                       f"{parts[0]}: in the file to add one)")
+            report.err(
+                tuple(parts),
+                f"unknown {'variable' if parts[0] == 'vars' else 'rate'} "
+                f"{parts[1]!r}"
+                + (f"; did you mean {parts[0]}.{near[0]}?" if near else "")
+                + f" ({parts[0]}: {', '.join(names) or 'none'}; declare it under "
+                f"{parts[0]}: in the file to add one)",
+            )
             continue
         target[parts[-1]] = value
         marks.setdefault(tuple(parts), marks.get(tuple(parts[:-1]), 1))
@@ -122,8 +142,9 @@ def _plain(node, path: tuple, marks: dict, report: Report, line: int | None = No
             key = str(_CONSTRUCT.construct_object(k))
             if key in first:
                 marks[path + (key,)] = k.start_mark.line + 1
-                report.err(path + (key,), f"duplicate key {key!r} (first at line {first[key]}); "
-                                          "keep one")
+                report.err(
+                    path + (key,), f"duplicate key {key!r} (first at line {first[key]}); keep one"
+                )
                 continue
             first[key] = k.start_mark.line + 1
             out[key] = _plain(v, path + (key,), marks, report, first[key])
@@ -133,8 +154,15 @@ def _plain(node, path: tuple, marks: dict, report: Report, line: int | None = No
     return _CONSTRUCT.construct_object(node)
 
 
-TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-              list: "a list", dict: "a mapping", type(None): "null"}
+TYPE_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    list: "a list",
+    dict: "a mapping",
+    type(None): "null",
+}
 
 
 def is_type(value, t) -> bool:
@@ -158,8 +186,11 @@ def check_fields(r: Report, data, path: tuple, spec: dict, required: tuple = ())
             r.err(path + (key,), f"unknown key {key!r}; {hint}")
         elif not is_type(value, spec[key]):
             ts = spec[key] if isinstance(spec[key], tuple) else (spec[key],)
-            r.err(path + (key,), f"{key} must be {' or '.join(TYPE_NAMES[t] for t in ts)}, "
-                                 f"got {type(value).__name__} {value!r}")
+            r.err(
+                path + (key,),
+                f"{key} must be {' or '.join(TYPE_NAMES[t] for t in ts)}, "
+                f"got {type(value).__name__} {value!r}",
+            )
     for key in required:
         if key not in data:
             r.err(path, f"missing required key {key!r}")
@@ -177,15 +208,21 @@ def check_entry(r: Report, path: tuple, entry: str) -> None:
         return
     origin, why = find_source(module)
     if why:
-        r.err(path, f"module {module!r} {why}; check the spelling and that it is importable "
-                    f"from the launch's working directory ({os.getcwd()})")
+        r.err(
+            path,
+            f"module {module!r} {why}; check the spelling and that it is importable "
+            f"from the launch's working directory ({os.getcwd()})",
+        )
         return
     if origin is None:
         return  # no source to read; the child reports a missing function at start
     tree = ast.parse(Path(origin).read_text(), origin)
     if func not in _top_level_names(tree.body):
-        r.err(path, f"module {module!r} ({origin}) has no top-level {func!r}; "
-                    "name a function that takes an argv list")
+        r.err(
+            path,
+            f"module {module!r} ({origin}) has no top-level {func!r}; "
+            "name a function that takes an argv list",
+        )
 
 
 def find_source(module: str) -> tuple[str | None, str | None]:
@@ -215,16 +252,27 @@ def dataclass_fields(target: str) -> dict[str, str] | None:
         return None
     for st in ast.parse(Path(origin).read_text(), origin).body:
         if isinstance(st, ast.ClassDef) and st.name == cls:
-            return {s.target.id: ast.unparse(s.annotation) for s in st.body
-                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+            return {
+                s.target.id: ast.unparse(s.annotation)
+                for s in st.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            }
     return None
 
 
 def annotation_types(text: str) -> tuple | None:
     """'float' -> (float,), 'str | None' -> (str, NoneType), 'tuple[str, ...]' -> (list,);
     None when the annotation is not one of these simple forms (then any value passes)."""
-    simple = {"float": float, "int": int, "str": str, "bool": bool, "None": type(None),
-              "dict": dict, "list": list, "tuple": list}
+    simple = {
+        "float": float,
+        "int": int,
+        "str": str,
+        "bool": bool,
+        "None": type(None),
+        "dict": dict,
+        "list": list,
+        "tuple": list,
+    }
     out = []
     for part in text.split("|"):
         base = part.strip().split("[")[0]
@@ -246,8 +294,12 @@ def _top_level_names(body) -> set[str]:
         elif isinstance(st, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in st.names)
         elif isinstance(st, (ast.If, ast.Try)):
-            for part in (st.body, st.orelse, getattr(st, "finalbody", []),
-                         *[h.body for h in getattr(st, "handlers", [])]):
+            for part in (
+                st.body,
+                st.orelse,
+                getattr(st, "finalbody", []),
+                *[h.body for h in getattr(st, "handlers", [])],
+            ):
                 names |= _top_level_names(part)
     return names
 

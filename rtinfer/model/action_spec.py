@@ -19,6 +19,7 @@ never follows a chunk whose names, units, limits or timing differ from its own. 
 token policy carries its tokenizer's hash instead (rtinfer.model.action_tokens), which
 covers the same fields except units, plus the bins.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,6 +39,7 @@ def canonical_bytes(value) -> bytes:
     language with a msgpack library: msgpack, with every map's keys sorted by their UTF-8
     bytes, text as msgpack str, integers in their shortest msgpack form, every real number
     (a limit) as a float64 (0xcb), lists as arrays. docs/policies.md §2 states it."""
+
     def canon(v):
         if isinstance(v, dict):
             return {k: canon(v[k]) for k in sorted(v, key=lambda k: k.encode())}
@@ -46,6 +48,7 @@ def canonical_bytes(value) -> bytes:
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
             raise TypeError(f"canonical form takes str, int, float, lists and maps, not {v!r}")
         return v
+
     return msgpack.packb(canon(value), use_bin_type=True, use_single_float=False)
 
 
@@ -81,29 +84,38 @@ class ActionSpec:
             raise ValueError(f"names must be one or more distinct names, got {list(self.names)}")
         for key in ("units", "low", "high"):
             if len(getattr(self, key)) != d:
-                raise ValueError(f"{key} needs {d} entries (one per name {list(self.names)}), "
-                                 f"got {len(getattr(self, key))}")
-        if not all(np.isfinite(lo) and np.isfinite(hi) and lo < hi
-                   for lo, hi in zip(self.low, self.high)):
-            raise ValueError(f"every dimension needs finite low < high, got low {list(self.low)} "
-                             f"high {list(self.high)}")
+                raise ValueError(
+                    f"{key} needs {d} entries (one per name {list(self.names)}), "
+                    f"got {len(getattr(self, key))}"
+                )
+        if not all(
+            np.isfinite(lo) and np.isfinite(hi) and lo < hi for lo, hi in zip(self.low, self.high)
+        ):
+            raise ValueError(
+                f"every dimension needs finite low < high, got low {list(self.low)} "
+                f"high {list(self.high)}"
+            )
         for key, least in (("horizon", 1), ("period_ns", 1), ("start_ns", 0)):
             v = getattr(self, key)
             if type(v) is not int or v < least:
                 raise ValueError(f"{key} must be an integer >= {least}, got {v!r}")
         m = self.max_committed
         if m is not None and (type(m) is not int or not 0 <= m < self.horizon):
-            raise ValueError(f"max_committed must be an integer in [0, horizon - 1 = "
-                             f"{self.horizon - 1}] (waypoints a chunk is conditioned on; at "
-                             f"least one is its own), got {m!r}")
+            raise ValueError(
+                f"max_committed must be an integer in [0, horizon - 1 = "
+                f"{self.horizon - 1}] (waypoints a chunk is conditioned on; at "
+                f"least one is its own), got {m!r}"
+            )
 
     @property
     def dim(self) -> int:
         return len(self.names)
 
     def to_dict(self) -> dict:
-        d = {k: list(v) if isinstance(v, tuple) else v
-             for k, v in ((k, getattr(self, k)) for k in FIELDS)}
+        d = {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in ((k, getattr(self, k)) for k in FIELDS)
+        }
         if self.max_committed is not None:
             d["max_committed"] = self.max_committed
         return d
@@ -123,20 +135,31 @@ class ActionSpec:
         unknown = sorted(set(d) - set(FIELDS) - set(OPTIONAL))
         missing = [k for k in FIELDS if k not in d]
         if unknown or missing:
-            raise ValueError(f"action spec fields: unknown {unknown}, missing {missing}; "
-                             f"the fields are {list(FIELDS)}, optionally {list(OPTIONAL)}")
+            raise ValueError(
+                f"action spec fields: unknown {unknown}, missing {missing}; "
+                f"the fields are {list(FIELDS)}, optionally {list(OPTIONAL)}"
+            )
         spec = cls(**d)
         if given is not None and given != spec.hash:
-            raise ValueError(f"action spec hash {given} does not match its content "
-                             f"({spec.hash}): the file was edited; remove \"hash\" or fix it")
+            raise ValueError(
+                f"action spec hash {given} does not match its content "
+                f'({spec.hash}): the file was edited; remove "hash" or fix it'
+            )
         return spec
 
     @classmethod
     def from_tokenizer(cls, tok, units, start_ns: int | None = None) -> ActionSpec:
         """The action spec of an rtinfer.model.action_tokens.TokenizerConfig: its names,
         limits, horizon and period, with `units`; waypoint 0 one period after capture."""
-        return cls(tok.names, tuple(units), tok.low, tok.high, int(tok.horizon),
-                   int(tok.period_ns), int(tok.period_ns if start_ns is None else start_ns))
+        return cls(
+            tok.names,
+            tuple(units),
+            tok.low,
+            tok.high,
+            int(tok.horizon),
+            int(tok.period_ns),
+            int(tok.period_ns if start_ns is None else start_ns),
+        )
 
     def save(self, path: str | Path) -> None:
         doc = {"format": FORMAT, "version": 1, **self.to_dict(), "hash": self.hash}
@@ -149,5 +172,8 @@ class ActionSpec:
     def differences(self, other: ActionSpec) -> list[str]:
         """One line per field where `other` differs from this spec (empty: the same)."""
         a, b = self.to_dict(), other.to_dict()
-        return [f"{k}: {b.get(k)} where {a.get(k)} is expected" for k in (*FIELDS, *OPTIONAL)
-                if a.get(k) != b.get(k)]
+        return [
+            f"{k}: {b.get(k)} where {a.get(k)} is expected"
+            for k in (*FIELDS, *OPTIONAL)
+            if a.get(k) != b.get(k)
+        ]

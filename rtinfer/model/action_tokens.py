@@ -9,6 +9,7 @@ H = 4 spans 200 ms (two deadlines of look-ahead when a cycle is lost), and waypo
 of one chunk lines up in time with waypoint i of the next, which makes the previous
 chunk shifted by one waypoint an exact-time draft for speculative decoding.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ from rtinfer.model.action_spec import content_hash
 @dataclass(frozen=True)
 class TokenizerConfig:
     """Per-dimension limits (low < high), bins per dimension, chunk horizon and timing."""
+
     low: tuple[float, ...]
     high: tuple[float, ...]
     bins: int = 256
@@ -38,10 +40,13 @@ class TokenizerConfig:
         object.__setattr__(self, "names", tuple(str(n) for n in self.names))
         d = len(self.names)
         if len(self.low) != d or len(self.high) != d:
-            raise ValueError(f"low/high need {d} values (one per name {self.names}), "
-                             f"got {len(self.low)}/{len(self.high)}")
-        if not all(np.isfinite(lo) and np.isfinite(hi) and lo < hi
-                   for lo, hi in zip(self.low, self.high)):
+            raise ValueError(
+                f"low/high need {d} values (one per name {self.names}), "
+                f"got {len(self.low)}/{len(self.high)}"
+            )
+        if not all(
+            np.isfinite(lo) and np.isfinite(hi) and lo < hi for lo, hi in zip(self.low, self.high)
+        ):
             raise ValueError(f"every dimension needs finite low < high, got {self.low} {self.high}")
         if int(self.bins) < 2 or int(self.horizon) < 1 or int(self.period_ns) <= 0:
             raise ValueError("need bins >= 2, horizon >= 1 and period_ns > 0")
@@ -66,12 +71,15 @@ class TokenizerConfig:
         unknown = set(d) - known - {"hash"}
         if unknown:
             raise ValueError(f"unknown tokenizer config keys {sorted(unknown)}")
-        fields: dict = {k: tuple(v) if isinstance(v, list) else v
-                        for k, v in d.items() if k in known}
+        fields: dict = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known
+        }
         cfg = cls(**fields)
         if "hash" in d and d["hash"] != cfg.hash:
-            raise ValueError(f"tokenizer config hash {d['hash']} does not match its content "
-                             f"({cfg.hash}); the file was edited or is corrupt")
+            raise ValueError(
+                f"tokenizer config hash {d['hash']} does not match its content "
+                f"({cfg.hash}); the file was edited or is corrupt"
+            )
         return cfg
 
     def save(self, path: str | Path) -> None:
@@ -118,10 +126,16 @@ class ActionTokenizer:
         t = np.asarray(tokens)
         if t.shape[-1:] != (self.cfg.dim,) or t.dtype.kind not in "iu":
             from rtinfer.transport.wire import WireError
-            raise WireError(f"action tokens must be integers of shape (..., {self.cfg.dim}), "
-                            f"got {t.dtype} {t.shape}")
+
+            raise WireError(
+                f"action tokens must be integers of shape (..., {self.cfg.dim}), "
+                f"got {t.dtype} {t.shape}"
+            )
         if t.size and (t.min() < 0 or t.max() >= self.cfg.bins):
             from rtinfer.transport.wire import WireError
-            raise WireError(f"action token id outside [0, {self.cfg.bins}): "
-                            f"min {t.min()}, max {t.max()}; check the tokenizer config hash")
+
+            raise WireError(
+                f"action token id outside [0, {self.cfg.bins}): "
+                f"min {t.min()}, max {t.max()}; check the tokenizer config hash"
+            )
         return (self.low + (t + 0.5) * self.bin_width).astype(np.float32)

@@ -14,6 +14,7 @@ saves no compute, so there is nothing cheaper to switch to. Any missing or incon
 file raises ModelError naming the file and the fix; this module reads JSON and hashes only
 (the graphs themselves are opened by the inference side, rtinfer.inference.graph_runner).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,9 @@ class ChunkModelDir(SpecDir):
     @classmethod
     def load(cls, path, *, check_hashes: bool = True) -> ChunkModelDir:
         path = Path(path)
-        manifest = read_kind_manifest(path, KIND, "write one as docs/policies.md says, or run "
-                                      "`rtinfer package`")
+        manifest = read_kind_manifest(
+            path, KIND, "write one as docs/policies.md says, or run `rtinfer package`"
+        )
         md = cls(path, manifest, *read_specs(path))
         md._validate(check_hashes)
         return md
@@ -54,36 +56,46 @@ class ChunkModelDir(SpecDir):
         where = self.path / "graphs.json"
         graphs = self.manifest.get("graphs")
         if not isinstance(graphs, list) or not graphs:
-            raise ModelError(f"{where}: \"graphs\" must list one graph per budget level")
+            raise ModelError(f'{where}: "graphs" must list one graph per budget level')
         levels = sorted(g.get("level", -1) if isinstance(g, dict) else -1 for g in graphs)
         if levels != list(range(len(graphs))):
-            raise ModelError(f"{where}: levels {levels} must be 0, 1, ... {len(graphs) - 1}, "
-                             f"each once (0 = full quality)")
+            raise ModelError(
+                f"{where}: levels {levels} must be 0, 1, ... {len(graphs) - 1}, "
+                f"each once (0 = full quality)"
+            )
         for g in graphs:
             f = self.path / str(g.get("file", ""))
             if not g.get("file") or not f.is_file():
                 raise ModelError(f"{f} listed in graphs.json is missing; re-package the model")
             digest = g.get("sha256")
             if not isinstance(digest, str):
-                raise ModelError(f"{where}: level {g['level']} has no sha256 of {g['file']}; "
-                                 f"add it (sha256sum) so a corrupt file is caught")
+                raise ModelError(
+                    f"{where}: level {g['level']} has no sha256 of {g['file']}; "
+                    f"add it (sha256sum) so a corrupt file is caught"
+                )
             if check_hashes and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
-                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt "
-                                 f"or was replaced: re-package the model")
+                raise ModelError(
+                    f"{f}: sha256 differs from graphs.json; the file is corrupt "
+                    f"or was replaced: re-package the model"
+                )
         for name, digest in self.manifest.get("weights", {}).items():  # levels' shared weights
             f = self.path / name
             if not f.is_file():
-                raise ModelError(f"{f} (the levels' shared weights) is missing; re-package the "
-                                 "model")
+                raise ModelError(
+                    f"{f} (the levels' shared weights) is missing; re-package the model"
+                )
             if check_hashes and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
-                raise ModelError(f"{f}: sha256 differs from graphs.json; the file is corrupt "
-                                 f"or was replaced: re-package the model")
+                raise ModelError(
+                    f"{f}: sha256 differs from graphs.json; the file is corrupt "
+                    f"or was replaced: re-package the model"
+                )
 
 
 def load_model(path, *, check_hashes: bool = True):
     """The model directory at `path`, of any kind: a ChunkModelDir when its graphs.json
     says kind "chunk", a FlowModelDir for kind "flow", else an action-token ModelDir."""
     from rtinfer.model.directory import ModelDir
+
     path = Path(path)
     check_is_dir(path)
     try:

@@ -21,6 +21,7 @@ The instruction prefix [BOS][instruction] is KV-cached across cycles; [observati
 is prefilled each cycle; the SEP's logits give the first action token.
 Any missing or inconsistent file raises ModelError naming the file and the fix.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,9 @@ def graph_dtype(precision: str) -> str:
     if precision in PRECISIONS.values():
         return precision
     if precision not in PRECISIONS:
-        raise ModelError(f"precision {precision!r} is unknown; choose one of "
-                         f"{', '.join(PRECISIONS)}")
+        raise ModelError(
+            f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}"
+        )
     return PRECISIONS[precision]
 
 
@@ -68,6 +70,7 @@ class GatedSet:
     full-depth graphs (exits stay dense). ffn_active: the fraction of FFN sub-layers run per
     decoded token; step_ratio: its 1-token step time over dense's, measured; accuracy: the
     card's lockstep success at this level (None: not measured)."""
+
     name: str
     tau: float
     dtype: str
@@ -75,7 +78,7 @@ class GatedSet:
     step_ratio: float
     active_flops: float | None
     accuracy: float | None
-    graphs: dict                     # k -> manifest entry (all at full depth)
+    graphs: dict  # k -> manifest entry (all at full depth)
 
 
 class ModelError(RuntimeError):
@@ -87,7 +90,7 @@ class ModelError(RuntimeError):
 class ModelDir:
     path: Path
     manifest: dict
-    config: dict                     # PolicyConfig.to_dict()
+    config: dict  # PolicyConfig.to_dict()
     vocab: VocabLayout
     tokenizer: TokenizerConfig
     obs: ObsTokens
@@ -139,31 +142,36 @@ class ModelDir:
         """The KV cache dtype of a graph set: float16 for the fp16 graphs, float32 for the
         fp32 and the weight-quantised (int8, int4) ones, as their `kv` input declares."""
         g = next(g for (dt, _, _), g in self.graphs.items() if dt == dtype)
-        return next((i["dtype"] for i in g.get("inputs", ()) if i["name"] == "kv"),
-                    "float16" if dtype == "float16" else "float32")
+        return next(
+            (i["dtype"] for i in g.get("inputs", ()) if i["name"] == "kv"),
+            "float16" if dtype == "float16" else "float32",
+        )
 
     def check_graph_set(self, dtype: str) -> None:
         """A non-fp32 set is usable: it exists, holds every (depth, k) the fp32 set holds,
         and its graphs and shared weights match their sha256s (load checks fp32's only).
         Raises ModelError naming what is missing or corrupt and the fix."""
         if dtype not in self.dtypes:
-            raise ModelError(f"{self.path}: no {dtype} graphs in graphs.json (it has "
-                             f"{', '.join(self.dtypes)}); export them (rtinfer export "
-                             "--quantise, docs/policies.md)")
+            raise ModelError(
+                f"{self.path}: no {dtype} graphs in graphs.json (it has "
+                f"{', '.join(self.dtypes)}); export them (rtinfer export "
+                "--quantise, docs/policies.md)"
+            )
         want = {(d, k) for dt, d, k in self.graphs if dt == "float32"}
         have = {(d, k) for dt, d, k in self.graphs if dt == dtype}
         if want - have:
-            raise ModelError(f"{self.path}: the {dtype} set lacks (depth, k) {sorted(want - have)} "
-                             "that the fp32 set has; re-export it")
+            raise ModelError(
+                f"{self.path}: the {dtype} set lacks (depth, k) {sorted(want - have)} "
+                "that the fp32 set has; re-export it"
+            )
         entries = [g for (dt, _, _), g in self.graphs.items() if dt == dtype]
         folders = {Path(g["file"]).parent for g in entries}
-        files = [(g["file"], g.get("sha256")) for g in entries] + \
-            [(n, d) for n, d in self.manifest.get("weights", {}).items()
-             if Path(n).parent in folders]
+        files = [(g["file"], g.get("sha256")) for g in entries] + [
+            (n, d) for n, d in self.manifest.get("weights", {}).items() if Path(n).parent in folders
+        ]
         for name, digest in files:
             if digest and hashlib.sha256((self.path / name).read_bytes()).hexdigest() != digest:
-                raise ModelError(f"{self.path / name}: sha256 differs from graphs.json; "
-                                 f"{SHA_FIX}")
+                raise ModelError(f"{self.path / name}: sha256 differs from graphs.json; {SHA_FIX}")
 
     def accuracy(self, depth: int) -> float | None:
         acc = self.card.get("accuracy", {})
@@ -179,20 +187,27 @@ class ModelDir:
         manifest = _json(path / "graphs.json", _manifest_fix(path))
         if manifest.get("format") != "rtinfer-graphs" or manifest.get("version", 0) > 1:
             raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v1 manifest")
-        vd = manifest.get("vocab") or _json(path / "vocab.json",
-                                            "pass vocab= to export_all or write Vocab.to_dict()")
+        vd = manifest.get("vocab") or _json(
+            path / "vocab.json", "pass vocab= to export_all or write Vocab.to_dict()"
+        )
         try:
-            vocab = VocabLayout(int(vd["n_instr"]), int(vd["n_obs_bins"]),
-                                int(vd["n_action_bins"]), tuple(vd["specials"]))
-            tok = TokenizerConfig.from_dict(_json(path / "tokenizer.json",
-                                                  "save the model's TokenizerConfig there"))
+            vocab = VocabLayout(
+                int(vd["n_instr"]),
+                int(vd["n_obs_bins"]),
+                int(vd["n_action_bins"]),
+                tuple(vd["specials"]),
+            )
+            tok = TokenizerConfig.from_dict(
+                _json(path / "tokenizer.json", "save the model's TokenizerConfig there")
+            )
             obs = ObsTokens(_json(path / "obs_tokens.json", "write the obs_tokens spec there"))
         except (KeyError, ValueError, TypeError) as e:
             raise ModelError(f"{path}: invalid vocab/tokenizer/obs spec: {e}") from None
         card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
         graphs = {(g["dtype"], int(g["depth"]), int(g["k"])): g for g in manifest["graphs"]}
-        batched = {(int(g["batch"]), int(g["depth"]), int(g["k"])): g
-                   for g in manifest.get("batched", [])}
+        batched = {
+            (int(g["batch"]), int(g["depth"]), int(g["k"])): g for g in manifest.get("batched", [])
+        }
         md = cls(path, manifest, manifest["config"], vocab, tok, obs, card, graphs, batched)
         md._validate(check_hashes)
         md.gated = md._gated(check_hashes)
@@ -203,15 +218,18 @@ class ModelDir:
         anything wrong raises ModelError in one line naming the level, the key and the fix."""
         decl, where = self.manifest.get("gated", []), self.path / "graphs.json"
         if not isinstance(decl, list):
-            raise ModelError(f"{where}: \"gated\" must be a list of gated levels, not "
-                             f"{type(decl).__name__}")
+            raise ModelError(
+                f'{where}: "gated" must be a list of gated levels, not {type(decl).__name__}'
+            )
         out, full = {}, self.n_layer
         for i, e in enumerate(decl):
             name = e.get("name") if isinstance(e, dict) else None
             at = f"{where}: gated level {i} ({name!r})"
             if not isinstance(name, str) or not GATED_NAME.fullmatch(name) or name in out:
-                raise ModelError(f"{at}: \"name\" must be a unique string of 1-32 letters, "
-                                 "digits, '_', '.' or '-'")
+                raise ModelError(
+                    f'{at}: "name" must be a unique string of 1-32 letters, '
+                    "digits, '_', '.' or '-'"
+                )
             try:
                 tau, ffn, ratio = float(e["tau"]), float(e["ffn_active"]), float(e["step_ratio"])
                 dtype, graphs = str(e.get("dtype", "float32")), list(e["graphs"])
@@ -219,39 +237,56 @@ class ModelDir:
                 acc = e.get("accuracy", self.card.get("accuracy", {}).get(name))
                 acc = None if acc is None else float(acc)
             except KeyError as k:
-                raise ModelError(f"{at}: missing key {k}; a gated level needs name, tau, "
-                                 "ffn_active, step_ratio and graphs") from None
+                raise ModelError(
+                    f"{at}: missing key {k}; a gated level needs name, tau, "
+                    "ffn_active, step_ratio and graphs"
+                ) from None
             except (TypeError, ValueError) as x:
-                raise ModelError(f"{at}: a key has the wrong type ({x}); tau, ffn_active, "
-                                 "step_ratio, active_flops and accuracy are numbers, graphs "
-                                 "a list") from None
+                raise ModelError(
+                    f"{at}: a key has the wrong type ({x}); tau, ffn_active, "
+                    "step_ratio, active_flops and accuracy are numbers, graphs "
+                    "a list"
+                ) from None
             if not (0.0 < tau < 1.0 and 0.0 <= ffn <= 1.0 and ratio > 0.0):
-                raise ModelError(f"{at}: need 0 < tau < 1, 0 <= ffn_active <= 1 and "
-                                 f"step_ratio > 0 (got {tau}, {ffn}, {ratio})")
+                raise ModelError(
+                    f"{at}: need 0 < tau < 1, 0 <= ffn_active <= 1 and "
+                    f"step_ratio > 0 (got {tau}, {ffn}, {ratio})"
+                )
             if dtype not in self.dtypes:
-                raise ModelError(f"{at}: dtype {dtype!r} is not a graph set of this directory "
-                                 f"({', '.join(self.dtypes)})")
+                raise ModelError(
+                    f"{at}: dtype {dtype!r} is not a graph set of this directory "
+                    f"({', '.join(self.dtypes)})"
+                )
             by_k = {}
             for g in graphs:
                 if not isinstance(g, dict) or not {"file", "k", "depth"} <= set(g):
-                    raise ModelError(f"{at}: each graph needs \"file\", \"depth\" and \"k\"")
+                    raise ModelError(f'{at}: each graph needs "file", "depth" and "k"')
                 if int(g["depth"]) != full:
-                    raise ModelError(f"{at}: {g['file']} has depth {g['depth']}; gated graphs "
-                                     f"are full depth ({full}) only")
+                    raise ModelError(
+                        f"{at}: {g['file']} has depth {g['depth']}; gated graphs "
+                        f"are full depth ({full}) only"
+                    )
                 f = self.path / g["file"]
                 if not inside(g["file"]):
                     raise ModelError(f"{at}: {g['file']} lies outside the model folder")
                 if not f.is_file():
-                    raise ModelError(f"{f} (gated level {name!r}) is missing; re-export it "
-                                     "(python -m models.gating ship)")
-                if check_hashes and g.get("sha256") and \
-                        hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
+                    raise ModelError(
+                        f"{f} (gated level {name!r}) is missing; re-export it "
+                        "(python -m models.gating ship)"
+                    )
+                if (
+                    check_hashes
+                    and g.get("sha256")
+                    and hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]
+                ):
                     raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
                 by_k[int(g["k"])] = g
             want = self.ks(full, dtype)
             if sorted(by_k) != want:
-                raise ModelError(f"{at}: its graphs have k {sorted(by_k)} but the {dtype} set "
-                                 f"has k {want} at full depth; a gated level needs exactly those")
+                raise ModelError(
+                    f"{at}: its graphs have k {sorted(by_k)} but the {dtype} set "
+                    f"has k {want} at full depth; a gated level needs exactly those"
+                )
             out[name] = GatedSet(name, tau, dtype, ffn, ratio, flops, acc, by_k)
         return out
 
@@ -263,44 +298,63 @@ class ModelDir:
         if v.size != c["vocab_size"]:
             raise ModelError(f"{where}: vocab size {v.size} != model vocab_size {c['vocab_size']}")
         if self.tokenizer.bins != v.n_action_bins:
-            raise ModelError(f"{where}/tokenizer.json: {self.tokenizer.bins} bins but the "
-                               f"vocab has {v.n_action_bins} action bins; re-export")
+            raise ModelError(
+                f"{where}/tokenizer.json: {self.tokenizer.bins} bins but the "
+                f"vocab has {v.n_action_bins} action bins; re-export"
+            )
         if self.obs.bins > v.n_obs_bins or self.obs.instr_classes > v.n_instr:
-            raise ModelError(f"{where}/obs_tokens.json: bins {self.obs.bins} / instruction "
-                               f"classes {self.obs.instr_classes} exceed the vocab ranges")
+            raise ModelError(
+                f"{where}/obs_tokens.json: bins {self.obs.bins} / instruction "
+                f"classes {self.obs.instr_classes} exceed the vocab ranges"
+            )
         need = self.prefix_len + self.chunk_tokens
         if need > self.max_ctx:
             raise ModelError(f"{where}: sequence needs {need} positions > max_ctx {self.max_ctx}")
         for depth in [self.n_layer] + list(c.get("exits", [])):
             if 1 not in self.ks(depth):
                 raise ModelError(f"{where}: no k=1 graph at depth {depth} in graphs.json")
-        for key, g in [*self.graphs.items(), *(((g["dtype"],) + k[1:], g)
-                                                for k, g in self.batched.items())]:
+        for key, g in [
+            *self.graphs.items(),
+            *(((g["dtype"],) + k[1:], g) for k, g in self.batched.items()),
+        ]:
             f = self.path / g["file"]
             if not inside(g["file"]):
-                raise ModelError(f"{where}/graphs.json: {g['file']} lies outside the model "
-                                 "folder; name files inside it or in ../_blobs/<sha256>/")
+                raise ModelError(
+                    f"{where}/graphs.json: {g['file']} lies outside the model "
+                    "folder; name files inside it or in ../_blobs/<sha256>/"
+                )
             if not f.exists():
                 raise ModelError(f"{f} listed in graphs.json is missing; re-export the model")
-            if check_hashes and key[0] == "float32" and g.get("sha256") and \
-                    hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]:
+            if (
+                check_hashes
+                and key[0] == "float32"
+                and g.get("sha256")
+                and hashlib.sha256(f.read_bytes()).hexdigest() != g["sha256"]
+            ):
                 raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
         for name, digest in self.manifest.get("weights", {}).items():  # shared external data
             f = self.path / name
             if not f.exists():
                 raise ModelError(f"{f} (shared weights) is missing; re-export the model")
             if not inside(name):
-                raise ModelError(f"{where}/graphs.json: {name} lies outside the model folder; "
-                                 "name files inside it or in ../_blobs/<sha256>/")
-            if check_hashes and (Path(name).parent == Path(".") or SHARED.fullmatch(name)) and \
-                    hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+                raise ModelError(
+                    f"{where}/graphs.json: {name} lies outside the model folder; "
+                    "name files inside it or in ../_blobs/<sha256>/"
+                )
+            if (
+                check_hashes
+                and (Path(name).parent == Path(".") or SHARED.fullmatch(name))
+                and hashlib.sha256(f.read_bytes()).hexdigest() != digest
+            ):
                 raise ModelError(f"{f}: sha256 differs from graphs.json; {SHA_FIX}")
 
 
 # The fix for a file whose sha256 is not the one graphs.json lists.
-SHA_FIX = ("the file is corrupt or changed since export: restore it from where the model came "
-           "from (a shipped model: `git checkout -- FOLDER`), or re-export the model "
-           "(`rtinfer export`; a chunk policy: `rtinfer package`)")
+SHA_FIX = (
+    "the file is corrupt or changed since export: restore it from where the model came "
+    "from (a shipped model: `git checkout -- FOLDER`), or re-export the model "
+    "(`rtinfer export`; a chunk policy: `rtinfer package`)"
+)
 
 
 def check_is_dir(path: Path) -> None:
@@ -309,21 +363,28 @@ def check_is_dir(path: Path) -> None:
     if path.is_dir():
         return
     if path.is_file():
-        raise ModelError(f"{path} is a file, not a model directory; give the folder that "
-                         f"holds it: {path.parent}")
-    raise ModelError(f"model directory {path} does not exist; write one with `rtinfer export` "
-                     f"(an action-token policy, from a checkpoint) or `rtinfer package` (a "
-                     f"chunk policy, from a torch module or ONNX files)")
+        raise ModelError(
+            f"{path} is a file, not a model directory; give the folder that holds it: {path.parent}"
+        )
+    raise ModelError(
+        f"model directory {path} does not exist; write one with `rtinfer export` "
+        f"(an action-token policy, from a checkpoint) or `rtinfer package` (a "
+        f"chunk policy, from a torch module or ONNX files)"
+    )
 
 
 def _manifest_fix(path: Path) -> str:
     """What to run when `path` has no graphs.json: the packager for a chunk policy's files."""
     if (path / "action_spec.json").exists() or any(path.glob("chunk_l*.onnx")):
-        return ("it looks like a continuous-chunk policy (action_spec.json, chunk_l*.onnx): "
-                "write its graphs.json with `rtinfer package --onnx chunk_l0.onnx "
-                "--action-spec action_spec.json --out FOLDER` (docs/policies.md section 9)")
-    return ("export a checkpoint into this folder with `rtinfer export --checkpoint CKPT --out "
-            "FOLDER`, or package a chunk policy with `rtinfer package` (docs/policies.md)")
+        return (
+            "it looks like a continuous-chunk policy (action_spec.json, chunk_l*.onnx): "
+            "write its graphs.json with `rtinfer package --onnx chunk_l0.onnx "
+            "--action-spec action_spec.json --out FOLDER` (docs/policies.md section 9)"
+        )
+    return (
+        "export a checkpoint into this folder with `rtinfer export --checkpoint CKPT --out "
+        "FOLDER`, or package a chunk policy with `rtinfer package` (docs/policies.md)"
+    )
 
 
 def _json(path: Path, fix: str) -> dict:

@@ -6,6 +6,7 @@ directory's manifest only through `read_manifest` / `write_manifest`; the loader
 atomically (a temporary name beside it, then rename), so an interrupted export or a full disk
 never leaves a half-written manifest behind a complete-looking directory.
 """
+
 from __future__ import annotations
 
 import json

@@ -26,6 +26,7 @@ counters: frame_bad (dtype or shape), frame_missing (a camera the spec needs is 
 body), frame_unknown (a camera the spec does not name: a miswired robot). Not thread-safe
 (the stack buffers are the spec's own).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,20 @@ from rtinfer.model.obs_tokens import ObsError
 from rtinfer.transport.schema import SchemaError, check_name
 
 FORMAT = "rtinfer-obs-spec"
-DTYPES = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
-          "uint16", "uint32", "uint64", "bool")
+DTYPES = (
+    "float32",
+    "float64",
+    "float16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+)
 _ARRAY_KEYS, _IMAGE_KEYS = {"key", "dtype", "shape"}, {"key", "kind", "dtype", "shape", "camera"}
 _UINT8 = np.dtype(np.uint8)
 FRAME_COUNTERS = ("frame_bad", "frame_missing", "frame_unknown")  # FrameError's kinds
@@ -95,8 +108,10 @@ class ObsSpec:
         camera, shape = entry["camera"], entry["shape"]
         cams = camera if isinstance(camera, list) else [camera]
         if entry["dtype"] != "uint8":
-            raise ValueError(f'inputs[{i}].dtype must be "uint8" for an image (got '
-                             f'{entry["dtype"]!r}): feed the raw pixels, normalise in the graph')
+            raise ValueError(
+                f'inputs[{i}].dtype must be "uint8" for an image (got '
+                f"{entry['dtype']!r}): feed the raw pixels, normalise in the graph"
+            )
         for c in cams:
             try:
                 check_name(c)
@@ -104,12 +119,15 @@ class ObsSpec:
                 raise ValueError(f"inputs[{i}].camera: {e}") from None
         taken = {c for named in self.images.values() for c in named}
         if not cams or len(set(cams)) != len(cams) or taken & set(cams):
-            raise ValueError(f"inputs[{i}].camera {camera!r}: name each camera once, in one "
-                             f"input only")
+            raise ValueError(
+                f"inputs[{i}].camera {camera!r}: name each camera once, in one input only"
+            )
         dims = 3 if isinstance(camera, str) else 4
         if len(shape) != dims or (dims == 4 and shape[0] != len(cams)):
-            raise ValueError(f"inputs[{i}].shape {shape} must be [H, W, C] for one camera, "
-                             f"[N, H, W, C] with N = len(camera) for a stack")
+            raise ValueError(
+                f"inputs[{i}].shape {shape} must be [H, W, C] for one camera, "
+                f"[N, H, W, C] with N = len(camera) for a stack"
+            )
         return tuple(cams)
 
     def image_hints(self) -> list[str]:
@@ -118,14 +136,21 @@ class ObsSpec:
         reach it. Advice only: such an input may be meant as an array."""
         out = []
         for key, dtype, shape in zip(self.keys, self.dtypes, self.shapes):
-            if key in self.images or dtype != _UINT8 or len(shape) != 3 \
-                    or shape[2] not in (1, 3, 4) or min(shape[:2]) < 16:
+            if (
+                key in self.images
+                or dtype != _UINT8
+                or len(shape) != 3
+                or shape[2] not in (1, 3, 4)
+                or min(shape[:2]) < 16
+            ):
                 continue
-            out.append(f"input {key!r} is uint8 {list(shape)}, which looks like a camera image, "
-                       f"and is packaged as a plain array (fed from values[{key!r}], not from a "
-                       f"camera's frames): if it is an image, package with --obs-spec naming it "
-                       f'{{"key": "{key}", "kind": "image", "dtype": "uint8", "shape": '
-                       f'{list(shape)}, "camera": NAME}} (docs/policies.md section 10)')
+            out.append(
+                f"input {key!r} is uint8 {list(shape)}, which looks like a camera image, "
+                f"and is packaged as a plain array (fed from values[{key!r}], not from a "
+                f"camera's frames): if it is an image, package with --obs-spec naming it "
+                f'{{"key": "{key}", "kind": "image", "dtype": "uint8", "shape": '
+                f'{list(shape)}, "camera": NAME}} (docs/policies.md section 10)'
+            )
         return out
 
     @classmethod
@@ -153,25 +178,35 @@ class ObsSpec:
                 continue
             arr = values.get(key)
             if arr is None:
-                raise ObsError(f"obs lacks values[{key!r}] ({dtype.name} {list(shape)}), which "
-                               f"the model's obs_spec.json needs; has {sorted(values)}")
+                raise ObsError(
+                    f"obs lacks values[{key!r}] ({dtype.name} {list(shape)}), which "
+                    f"the model's obs_spec.json needs; has {sorted(values)}"
+                )
             if arr.dtype != dtype or arr.shape != shape:
-                raise ObsError(f"obs values[{key!r}] is {arr.dtype} {list(arr.shape)}; the "
-                               f"model's obs_spec.json wants {dtype.name} {list(shape)}")
+                raise ObsError(
+                    f"obs values[{key!r}] is {arr.dtype} {list(arr.shape)}; the "
+                    f"model's obs_spec.json wants {dtype.name} {list(shape)}"
+                )
             out[key] = arr[None]
         return out
 
     def _check_cameras(self, frames: dict) -> None:
         unknown = sorted(set(frames) - self.cameras)
         if unknown:
-            raise FrameError("frame_unknown", f"obs carries frames of camera(s) {unknown[:4]}, "
-                             f"which the model's obs_spec.json does not name (it takes "
-                             f"{sorted(self.cameras)}): connect the cameras the policy was "
-                             f"trained on, by those names")
+            raise FrameError(
+                "frame_unknown",
+                f"obs carries frames of camera(s) {unknown[:4]}, "
+                f"which the model's obs_spec.json does not name (it takes "
+                f"{sorted(self.cameras)}): connect the cameras the policy was "
+                f"trained on, by those names",
+            )
         missing = sorted(self.cameras - set(frames))
         if missing:
-            raise FrameError("frame_missing", f"obs lacks the frame of camera(s) {missing[:4]}, "
-                             f"which the model's obs_spec.json needs; has {sorted(frames)}")
+            raise FrameError(
+                "frame_missing",
+                f"obs lacks the frame of camera(s) {missing[:4]}, "
+                f"which the model's obs_spec.json needs; has {sorted(frames)}",
+            )
 
     def _image(self, key: str, cams: tuple[str, ...], shape: tuple, frames: dict) -> np.ndarray:
         one = shape[-3:]
@@ -180,9 +215,12 @@ class ObsSpec:
             image = frames[cam].get("image") if isinstance(frames[cam], dict) else None
             dtype, got = getattr(image, "dtype", None), getattr(image, "shape", None)
             if image is None or dtype != _UINT8 or got != one:
-                raise FrameError("frame_bad", f"obs frame of camera {cam!r} is {dtype} "
-                                 f"{list(got) if got is not None else got}; the model's "
-                                 f"obs_spec.json input {key!r} wants uint8 {list(one)} (H, W, C)")
+                raise FrameError(
+                    "frame_bad",
+                    f"obs frame of camera {cam!r} is {dtype} "
+                    f"{list(got) if got is not None else got}; the model's "
+                    f"obs_spec.json input {key!r} wants uint8 {list(one)} (H, W, C)",
+                )
             if stack is None:
                 return image[None]
             stack[0, n] = image

@@ -25,6 +25,7 @@ exactly as training did without importing any cell code. Every token is a raw bi
 Malformed bodies (missing key, short array, NaN) raise ObsError, a WireError: the node
 counts and drops them.
 """
+
 from __future__ import annotations
 
 import json
@@ -95,17 +96,20 @@ class _Field:
         if self.kind == "table":
             return self._encode_table(a, out)
         flat = a.reshape(-1)
-        x = flat[self.slice[0]:self.slice[1]] if self.slice else flat
+        x = flat[self.slice[0] : self.slice[1]] if self.slice else flat
         if x.size != self.length:
-            raise ObsError(f"values[{self.key!r}] gives {x.size} elements, spec needs "
-                           f"{self.length}")
+            raise ObsError(
+                f"values[{self.key!r}] gives {x.size} elements, spec needs {self.length}"
+            )
         out[:] = self.tokens(x)
 
     def _encode_table(self, a: np.ndarray, out: np.ndarray) -> None:
         widest = max(self.col_idx + [self.valid["column"] if self.valid else 0])
         if a.ndim != 2 or a.shape[1] <= widest:
-            raise ObsError(f"values[{self.key!r}] has shape {a.shape}, spec needs (K, >"
-                           f"{max(self.col_idx)}) rows x columns")
+            raise ObsError(
+                f"values[{self.key!r}] has shape {a.shape}, spec needs (K, >"
+                f"{max(self.col_idx)}) rows x columns"
+            )
         k = min(self.rows, a.shape[0])
         ok = np.zeros(self.rows, bool)
         ok[:k] = a[:k, self.valid["column"]] > self.valid["above"] if self.valid else True
@@ -149,7 +153,7 @@ class ObsTokens:
         tokenizer is this too). Raises ObsError as `encode` does."""
         obs, at = np.empty(self.length, np.int64), 0
         for f in self.fields:
-            f.encode(values, obs[at:at + f.length])
+            f.encode(values, obs[at : at + f.length])
             at += f.length
         return obs
 
@@ -158,8 +162,13 @@ class ObsTokens:
         if self.instr_key not in src:
             raise ObsError(f"obs body has no {self.instr_from}[{self.instr_key!r}] instruction")
         ids = np.asarray(src[self.instr_key]).reshape(-1)
-        if ids.size != self.instr_length or ids.dtype.kind not in "iu" and not (
-                ids.dtype.kind == "f" and np.isfinite(ids).all() and (ids == np.round(ids)).all()):
+        if (
+            ids.size != self.instr_length
+            or ids.dtype.kind not in "iu"
+            and not (
+                ids.dtype.kind == "f" and np.isfinite(ids).all() and (ids == np.round(ids)).all()
+            )
+        ):
             raise ObsError(f"instruction must be {self.instr_length} integer ids, got {ids!r}")
         ids = ids.astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.instr_classes):

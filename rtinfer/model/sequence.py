@@ -15,6 +15,7 @@
 Training builds sequences with `build_sequence` and takes its loss at `target_positions`;
 runtime uses `instruction_prefix` + `observation_segment`; both agree by construction.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,9 @@ def observation_segment(vocab, obs_tokens) -> np.ndarray:
 
 def build_prefix(vocab, instr_tokens, obs_tokens) -> np.ndarray:
     """(C + L + 2,) int64 vocab ids: everything before the first action token."""
-    return np.concatenate([instruction_prefix(vocab, instr_tokens),
-                           observation_segment(vocab, obs_tokens)])
+    return np.concatenate(
+        [instruction_prefix(vocab, instr_tokens), observation_segment(vocab, obs_tokens)]
+    )
 
 
 def prefix_len(n_instr: int, n_obs: int) -> int:

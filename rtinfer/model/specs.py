@@ -1,5 +1,6 @@
 """What a continuous-chunk or flow model directory carries beside its graphs: its manifest's
 header, its specs and card, and the card's per-level accuracy."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,8 +14,9 @@ from rtinfer.model.obs_spec import ObsSpec
 def read_specs(path: Path) -> tuple[ActionSpec, ObsSpec, dict]:
     """A chunk or flow directory's action spec, obs spec and card ({} without card.json)."""
     try:
-        action = ActionSpec.from_dict(_json(path / "action_spec.json",
-                                            "write the policy's ActionSpec there"))
+        action = ActionSpec.from_dict(
+            _json(path / "action_spec.json", "write the policy's ActionSpec there")
+        )
     except (ValueError, TypeError) as e:
         raise ModelError(f"{path / 'action_spec.json'}: {e}") from None
     try:
@@ -29,10 +31,14 @@ def read_kind_manifest(path: Path, kind: str, hint: str) -> dict:
     """`path`/graphs.json, checked to be an rtinfer-graphs v2 manifest of `kind`; ModelError
     otherwise (hint: how to write one, for a missing file)."""
     manifest = _json(path / "graphs.json", hint)
-    if manifest.get("format") != "rtinfer-graphs" or manifest.get("version") != 2 \
-            or manifest.get("kind") != kind:
-        raise ModelError(f"{path / 'graphs.json'}: not an rtinfer-graphs v2 manifest of "
-                         f"kind {kind!r}")
+    if (
+        manifest.get("format") != "rtinfer-graphs"
+        or manifest.get("version") != 2
+        or manifest.get("kind") != kind
+    ):
+        raise ModelError(
+            f"{path / 'graphs.json'}: not an rtinfer-graphs v2 manifest of kind {kind!r}"
+        )
     return manifest
 
 
@@ -48,6 +54,7 @@ def card_accuracy(card: dict, level: int) -> float | None:
 class SpecDir:
     """The fields a continuous-chunk and a flow model directory share: where it is, its
     graphs.json, its action and obs specs and its card ({} without card.json)."""
+
     path: Path
     manifest: dict
     action: ActionSpec

@@ -6,6 +6,7 @@ Action bins are one contiguous range, so a decoder masks logits to
 `logits[..., action_start:action_stop]`. models.config.Vocab extends this with checked
 mappings; the runtime needs only the ranges (rtinfer never imports models).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

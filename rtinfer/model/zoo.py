@@ -1,6 +1,7 @@
 """The shipped model zoo: models/zoo/ beside the rtinfer package (both are installed side
 by side, or both live in the checkout), found from the installed package, not the working
 directory, so every command finds it from any directory."""
+
 from __future__ import annotations
 
 from pathlib import Path

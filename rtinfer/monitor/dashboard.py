@@ -14,6 +14,7 @@ for that controller (e2e, misses / cycles: `e2e_p50_ms.NODE`, `cycles.NODE`, ...
 them the controller's own e2e max), its watchdog holds and its budget level as its policy
 node reports it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -27,16 +28,21 @@ from rtinfer.transport.wire import now_ns
 
 
 class Dashboard:
-    def __init__(self, endpoints: list[str], title: str = "rtinfer demo", *,
-                 clock: Callable[[], int] = now_ns):
+    def __init__(
+        self,
+        endpoints: list[str],
+        title: str = "rtinfer demo",
+        *,
+        clock: Callable[[], int] = now_ns,
+    ):
         """clock: monotonic ns, read for the run's age in the title."""
         self.sub = Subscriber(endpoints, ["health", "obs"], latest_only=False)
         self.title, self.latest, self.clock = title, {}, clock
         self.t0 = clock()
         self.src: dict[str, str] = {}  # node -> the src of its health (a controller's: its robot)
         self.instruction: dict[str, str] = {}  # robot -> the instruction its observations carry
-        self._ticks = (0.0, 0)   # (publish time s, controller ticks) of the rate's last sample
-        self._ctl = (0.0, 0)     # the same, of the newest controller health
+        self._ticks = (0.0, 0)  # (publish time s, controller ticks) of the rate's last sample
+        self._ctl = (0.0, 0)  # the same, of the newest controller health
         self.loop_hz = 0.0
 
     def poll(self, timeout_ms: int = 100) -> None:
@@ -62,8 +68,11 @@ class Dashboard:
 
     def _sum(self, node: str, key: str) -> int:
         """A counter of `node`, or summed over a fleet's `node-0`, `node-1`, ..."""
-        return sum(b.get("counters", {}).get(key, 0) for n, b in self.latest.items()
-                   if n == node or n.startswith(node + "-"))
+        return sum(
+            b.get("counters", {}).get(key, 0)
+            for n, b in self.latest.items()
+            if n == node or n.startswith(node + "-")
+        )
 
     @property
     def final(self) -> bool:
@@ -75,8 +84,9 @@ class Dashboard:
         requested = f"{mon('budget_requests')} requested"
         if mon("budget_changes", None) is None:  # no policy node reports what it applied
             return f"level {mon('level')} requested ({requested}; none reported applied)"
-        return (f"level {mon('applied_level')}  ({mon('budget_changes')} changes applied, "
-                f"{requested})")
+        return (
+            f"level {mon('applied_level')}  ({mon('budget_changes')} changes applied, {requested})"
+        )
 
     def _latency(self, stage: str, quantiles: tuple[str, ...], digits: int) -> str:
         g = lambda q: self._get("monitor", "gauges", f"{stage}_{q}_ms")  # noqa: E731
@@ -107,25 +117,38 @@ class Dashboard:
         pol = lambda k: self._get("policy", "counters", k)  # noqa: E731
         drafted = pol("chunk.drafted") + pol("self.drafted")
         acc = (pol("chunk.accepted") + pol("self.accepted")) / drafted if drafted else None
-        final = ("final, as the monitor's report" if self.final
-                 else f"{(self.clock() - self.t0) / 1e9:.0f} s")
+        final = (
+            "final, as the monitor's report"
+            if self.final
+            else f"{(self.clock() - self.t0) / 1e9:.0f} s"
+        )
         t = Table(title=f"{self.title}  ({final})", show_header=False)
         t.add_column("what", style="bold")
         t.add_column("value", justify="right")
         rows = [
-            ("objects sorted / wrong / missed / dropped",
-             f"{cell('correct')} / {cell('wrong')} / {cell('missed')} / {cell('dropped')}"),
-            ("control loop rate",
-             f"{self.loop_hz:.0f} Hz  (late ticks {self._sum('controller', 'late_ticks')})"),
-            ("e2e p50 / p99 / max (applied chunks)",
-             self._latency("e2e", ("p50", "p99", "max"), 1)),
+            (
+                "objects sorted / wrong / missed / dropped",
+                f"{cell('correct')} / {cell('wrong')} / {cell('missed')} / {cell('dropped')}",
+            ),
+            (
+                "control loop rate",
+                f"{self.loop_hz:.0f} Hz  (late ticks {self._sum('controller', 'late_ticks')})",
+            ),
+            (
+                "e2e p50 / p99 / max (applied chunks)",
+                self._latency("e2e", ("p50", "p99", "max"), 1),
+            ),
             ("TTFT p50 / p99", self._latency("ttft", ("p50", "p99"), 2)),
-            ("deadline misses / cycles",
-             f"{mon('counters', 'misses')} / {mon('counters', 'cycles')}  "
-             f"({mon('counters', 'late_cycles')} late waypoints: never applied, so in no e2e)"),
+            (
+                "deadline misses / cycles",
+                f"{mon('counters', 'misses')} / {mon('counters', 'cycles')}  "
+                f"({mon('counters', 'late_cycles')} late waypoints: never applied, so in no e2e)",
+            ),
             ("budget", self._budget()),
-            ("holds (watchdog / ordered)",
-             f"{self._sum('controller', 'holds')} / {mon('counters', 'holds')}"),
+            (
+                "holds (watchdog / ordered)",
+                f"{self._sum('controller', 'holds')} / {mon('counters', 'holds')}",
+            ),
             ("speculative acceptance", "-" if acc is None else f"{acc:.2f}"),
         ]
         errors = self.errors()
@@ -137,8 +160,7 @@ class Dashboard:
 
     def _inference_counters(self) -> list[dict]:
         """The counters of every inference node heard (they count robots_refused)."""
-        return [c for b in self.latest.values()
-                if "robots_refused" in (c := b.get("counters", {}))]
+        return [c for b in self.latest.values() if "robots_refused" in (c := b.get("counters", {}))]
 
     def refused(self) -> set[str]:
         """The robots an inference node refused admission and has not admitted since: those
@@ -154,8 +176,15 @@ class Dashboard:
                     (named if what == "refused" else served).add(robot)
         if len(named) >= pending:
             return named
-        never = {self.src[n] for n in self._controllers()
-                 if not self.latest[n]["counters"].get("chunks_accepted")} - served - named
+        never = (
+            {
+                self.src[n]
+                for n in self._controllers()
+                if not self.latest[n]["counters"].get("chunks_accepted")
+            }
+            - served
+            - named
+        )
         return named | never if len(never) <= pending - len(named) else named
 
     def _controllers(self) -> list[str]:
@@ -176,17 +205,27 @@ class Dashboard:
             e2e = tuple(mg.get(f"e2e_{q}_ms.{node}") for q in ("p50", "p99", "max"))
             if e2e[2] is None and body.get("counters", {}).get("chunks_accepted"):
                 e2e = (None, None, body.get("gauges", {}).get("e2e_max_ms"))  # its own
-            level = [c[f"robot.{robot}.budget_level"] for c in policy
-                     if f"robot.{robot}.budget_level" in c]
-            rows.append({
-                "robot": robot, "controller": node, "instruction": self.instruction.get(robot),
-                "state": "refused" if robot in refused else body.get("state"),
-                "objects": tuple(cell[k] for k in ("correct", "wrong", "missed"))
-                if "spawned" in cell else None,
-                "e2e_ms": e2e, "misses": mc.get(f"misses.{node}"),
-                "cycles": mc.get(f"cycles.{node}"),
-                "holds": body.get("counters", {}).get("holds"),
-                "budget_level": level[0] if level else None})
+            level = [
+                c[f"robot.{robot}.budget_level"]
+                for c in policy
+                if f"robot.{robot}.budget_level" in c
+            ]
+            rows.append(
+                {
+                    "robot": robot,
+                    "controller": node,
+                    "instruction": self.instruction.get(robot),
+                    "state": "refused" if robot in refused else body.get("state"),
+                    "objects": tuple(cell[k] for k in ("correct", "wrong", "missed"))
+                    if "spawned" in cell
+                    else None,
+                    "e2e_ms": e2e,
+                    "misses": mc.get(f"misses.{node}"),
+                    "cycles": mc.get(f"cycles.{node}"),
+                    "holds": body.get("counters", {}).get("holds"),
+                    "budget_level": level[0] if level else None,
+                }
+            )
         return rows
 
     def errors(self) -> list[str]:
@@ -200,41 +239,65 @@ class Dashboard:
             out.append(f"{ctl('rejected_dest')} chunks for another robot rejected")
         if ctl("rejected_bad"):
             out.append(f"{ctl('rejected_bad')} malformed waypoints rejected")
-        faults = [f"{ctl(k)} failed {k.split('_')[0]}s" for k in ("read_faults", "write_faults")
-                  if ctl(k)]
+        faults = [
+            f"{ctl(k)} failed {k.split('_')[0]}s" for k in ("read_faults", "write_faults") if ctl(k)
+        ]
         if faults:
             out.append("robot hardware: " + ", ".join(faults) + " (the robot held)")
         if self._get("policy", "counters", "obs_bad"):
-            out.append(f"{self._get('policy', 'counters', 'obs_bad')} observations did not "
-                       f"fit the policy's model")
+            out.append(
+                f"{self._get('policy', 'counters', 'obs_bad')} observations did not "
+                f"fit the policy's model"
+            )
         return out
 
     def close(self) -> None:
         self.sub.close()
 
 
-ROBOT_COLUMNS = ("robot", "instruction", "state", "sorted/\nwrong/\nmissed", "e2e ms\np50/p99/max",
-                 "misses/\ncycles", "holds", "budget\nlevel")
-STATE_STYLE = {"run": "green", "hold": "yellow", "safe_hold": "yellow", "fault": "bold red",
-               "refused": "bold red"}
+ROBOT_COLUMNS = (
+    "robot",
+    "instruction",
+    "state",
+    "sorted/\nwrong/\nmissed",
+    "e2e ms\np50/p99/max",
+    "misses/\ncycles",
+    "holds",
+    "budget\nlevel",
+)
+STATE_STYLE = {
+    "run": "green",
+    "hold": "yellow",
+    "safe_hold": "yellow",
+    "fault": "bold red",
+    "refused": "bold red",
+}
 
 
 def robots_table(rows: list[dict]) -> Table:
     """Dashboard.robot_rows as a table, one line per robot ("-": not reported); narrow
     enough for 90 columns (headers wrap; on fewer, figures fold rather than lose digits)."""
+
     def text(v, fmt="{}"):
         return "-" if v is None else fmt.format(v)
+
     t = Table(title="robots", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ROBOT_COLUMNS:
-        t.add_column(name, justify="left" if name in ("robot", "state") else "right",
-                     overflow="fold")
+        t.add_column(
+            name, justify="left" if name in ("robot", "state") else "right", overflow="fold"
+        )
     for r in rows:
         state, misses = r["state"] or "-", r["misses"]
-        t.add_row(r["robot"], text(r["instruction"]),
-                  f"[{STATE_STYLE[state]}]{state}[/]" if state in STATE_STYLE else state,
-                  "/".join(map(str, r["objects"])) if r["objects"] else "-",
-                  "/".join(text(v, "{:.1f}") for v in r["e2e_ms"]),
-                  ("[red]" if misses else "") + f"{text(misses)}/{text(r['cycles'])}"
-                  + ("[/]" if misses else ""),
-                  text(r["holds"]), text(r["budget_level"]))
+        t.add_row(
+            r["robot"],
+            text(r["instruction"]),
+            f"[{STATE_STYLE[state]}]{state}[/]" if state in STATE_STYLE else state,
+            "/".join(map(str, r["objects"])) if r["objects"] else "-",
+            "/".join(text(v, "{:.1f}") for v in r["e2e_ms"]),
+            ("[red]" if misses else "")
+            + f"{text(misses)}/{text(r['cycles'])}"
+            + ("[/]" if misses else ""),
+            text(r["holds"]),
+            text(r["budget_level"]),
+        )
     return t

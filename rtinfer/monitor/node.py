@@ -34,6 +34,7 @@ Decisions come from monitor_policy.DeadlinePolicy. The monitor is NOT the safety
 the controller's own watchdog is; if this process dies the robot carries on safely.
 Single-threaded; spin_once blocks up to timeout_ms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,13 +75,35 @@ MAX_ROBOTS = 64  # trace nodes with figures of their own; the rest count in the 
 FINAL_HEALTH_S = 0.2  # after the last health: time for libzmq to send it before close
 
 
+# the monitor's own counters (beside its policy's)
+COUNTERS = (
+    "traces",
+    "late_cycles",
+    "trace_incomplete",
+    "echoes",
+    "echoes_foreign",
+    "pings",
+    "publish_dropped",
+    "traces_untracked",
+)
+
+
 class Monitor:
-    def __init__(self, listen: str | list[str], control: str, cfg: MonitorConfig | None = None,
-                 *, ctx=None, curve=None, clock: Callable[[], int] = now_ns) -> None:
+    def __init__(
+        self,
+        listen: str | list[str],
+        control: str,
+        cfg: MonitorConfig | None = None,
+        *,
+        ctx=None,
+        curve=None,
+        clock: Callable[[], int] = now_ns,
+    ) -> None:
         """clock: the monitor's monotonic ns clock (every arrival, timer and age reads it)."""
         self.cfg = cfg = cfg or MonitorConfig()
-        self.sub = Subscriber(listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve,
-                              clock=clock)  # each message's "recv": its arrival on our clock
+        self.sub = Subscriber(
+            listen, ["trace", "health", "heartbeat"], ctx=ctx, curve=curve, clock=clock
+        )  # each message's "recv": its arrival on our clock
         self.pub = Publisher(control, cfg.name, ctx=ctx, curve=curve)
         self.clock = clock
         self.start_ns = clock()
@@ -92,9 +115,7 @@ class Monitor:
         self.last_health: dict[str, tuple[int, dict]] = {}  # node -> (arrival ns, its body)
         self.applied: dict[str, tuple[int, int]] = {}  # policy node -> (budget switches, level)
         self.clocks: dict[str, PeerClock] = {}  # node -> its clock, from ping round trips
-        self.counters = dict.fromkeys(("traces", "late_cycles", "trace_incomplete", "echoes",
-                                       "echoes_foreign", "pings", "publish_dropped",
-                                       "traces_untracked"), 0)
+        self.counters = dict.fromkeys(COUNTERS, 0)
         self.running = True
         self._pings: dict[int, None] = {}  # t0 of recent pings: echoes must answer one
         self._cycles: dict[tuple, bool] = {}  # recent cycles -> counted as missed
@@ -180,8 +201,9 @@ class Monitor:
                 fig.misses += not missed and miss
             if len(self._cycles) > CYCLE_MEMORY:
                 del self._cycles[next(iter(self._cycles))]
-            for ev in self.policy.on_cycle(e2e, t, new_cycle=not seen, count_miss=not missed,
-                                           late=late):
+            for ev in self.policy.on_cycle(
+                e2e, t, new_cycle=not seen, count_miss=not missed, late=late
+            ):
                 self._act(ev)
 
     def _robot(self, node: str) -> RobotFigures | None:
@@ -227,10 +249,13 @@ class Monitor:
         and level the policy nodes applied (None while no policy node has reported them)."""
         p = self.policy
         applied = list(self.applied.values())
-        return {"level": p.level, "requests": p.counters["budget_requests"],
-                "changes": sum(a[0] for a in applied) if applied else None,
-                "applied_level": max(a[1] for a in applied) if applied else None,
-                "slack_p99_ms": p.last_slack_p99_ms}
+        return {
+            "level": p.level,
+            "requests": p.counters["budget_requests"],
+            "changes": sum(a[0] for a in applied) if applied else None,
+            "applied_level": max(a[1] for a in applied) if applied else None,
+            "slack_p99_ms": p.last_slack_p99_ms,
+        }
 
     def health(self, state: str | None = None) -> dict:
         """`health` body for dashboards: the fleet view in counters and ms gauges, the same
@@ -242,19 +267,28 @@ class Monitor:
         for stage in ("e2e", "ttft"):
             us = self.hist[stage].percentiles_us()
             gauges.update({f"{stage}_{q}_ms": us[q] / 1e3 for q in ("p50", "p99", "max")})
-        counters = {"cycles": p.counters["cycles"], "misses": p.counters["misses"],
-                    "late_cycles": self.counters["late_cycles"], "holds": p.counters["holds"],
-                    "budget_requests": b["requests"], "level": p.level,
-                    "nodes_alive": sum(s.alive for s in self.live.values()),
-                    **{f"{name}_clamped": h.clamped for name, h in self.hist.items()}}
+        counters = {
+            "cycles": p.counters["cycles"],
+            "misses": p.counters["misses"],
+            "late_cycles": self.counters["late_cycles"],
+            "holds": p.counters["holds"],
+            "budget_requests": b["requests"],
+            "level": p.level,
+            "nodes_alive": sum(s.alive for s in self.live.values()),
+            **{f"{name}_clamped": h.clamped for name, h in self.hist.items()},
+        }
         if b["changes"] is not None:
             counters.update(budget_changes=b["changes"], applied_level=b["applied_level"])
         for node, fig in self.robots.items():  # each robot's share (a pass per histogram)
             r = fig.summary()
             counters.update({f"cycles.{node}": r["cycles"], f"misses.{node}": r["misses"]})
             gauges.update({f"e2e_{q}_ms.{node}": r["e2e_ms"][q] for q in ("p50", "p99", "max")})
-        return {"node": self.cfg.name, "state": state or ("holding" if p.holding else "ok"),
-                "counters": counters, "gauges": gauges}
+        return {
+            "node": self.cfg.name,
+            "state": state or ("holding" if p.holding else "ok"),
+            "counters": counters,
+            "gauges": gauges,
+        }
 
     def publish_final(self) -> None:
         """One last `health` (state "stopped"), then a moment for libzmq to send it (the
@@ -269,11 +303,18 @@ class Monitor:
             if live.check(name, cfg.period_ns(name), now):
                 alive, silent_s = node.alive, (now - node.last_ns) / 1e9
                 what = "is back" if alive else f"silent for {silent_s:.2f} s"
-                self.policy.event(now, "node_alive" if alive else "node_dead", f"{name} {what}",
-                                  {"node": name, "silent_s": silent_s})
+                self.policy.event(
+                    now,
+                    "node_alive" if alive else "node_dead",
+                    f"{name} {what}",
+                    {"node": name, "silent_s": silent_s},
+                )
         in_grace = now - self.start_ns < cfg.startup_grace_s * 1e9
-        return [n for n in cfg.required
-                if (n in live and not live[n].alive) or (n not in live and not in_grace)]
+        return [
+            n
+            for n in cfg.required
+            if (n in live and not live[n].alive) or (n not in live and not in_grace)
+        ]
 
     def _act(self, ev: Event) -> None:
         if ev.kind == "budget":
@@ -290,20 +331,36 @@ class Monitor:
         """Everything a report needs (JSON-ready); costs a few ms: not for the hot path."""
         p, now = self.policy, self.clock()
         stages = {name: percentiles_ms(h) for name, h in self.hist.items()}
-        nodes = {n: {"alive": s.alive, "state": self.state_of(n), "messages": s.count,
-                     "missed_periods": s.missed, "deaths": s.deaths,
-                     "silent_s": (now - s.last_ns) / 1e9, **self._last_counts(n, now)}
-                 for n, s in self.live.items()}
-        return {"deadline_ms": self.cfg.deadline_ms, "cycles": p.counters["cycles"],
-                "misses": p.counters["misses"], "late_cycles": self.counters["late_cycles"],
-                "miss_rate": p.counters["misses"] / max(p.counters["cycles"], 1),
-                "budget": self.budget(),
-                "holds": p.counters["holds"], "clears": p.counters["clears"],
-                "holding": p.holding, "stages_ms": stages, "nodes": nodes,
-                "clocks": {n: e.report() for n, e in self.clocks.items()},
-                "robots": {n: fig.summary() for n, fig in self.robots.items()},
-                "counters": {**self.counters, **self.sub.counters},
-                "events": [e.to_dict() for e in p.events], "definitions": DEFINITIONS}
+        nodes = {
+            n: {
+                "alive": s.alive,
+                "state": self.state_of(n),
+                "messages": s.count,
+                "missed_periods": s.missed,
+                "deaths": s.deaths,
+                "silent_s": (now - s.last_ns) / 1e9,
+                **self._last_counts(n, now),
+            }
+            for n, s in self.live.items()
+        }
+        return {
+            "deadline_ms": self.cfg.deadline_ms,
+            "cycles": p.counters["cycles"],
+            "misses": p.counters["misses"],
+            "late_cycles": self.counters["late_cycles"],
+            "miss_rate": p.counters["misses"] / max(p.counters["cycles"], 1),
+            "budget": self.budget(),
+            "holds": p.counters["holds"],
+            "clears": p.counters["clears"],
+            "holding": p.holding,
+            "stages_ms": stages,
+            "nodes": nodes,
+            "clocks": {n: e.report() for n, e in self.clocks.items()},
+            "robots": {n: fig.summary() for n, fig in self.robots.items()},
+            "counters": {**self.counters, **self.sub.counters},
+            "events": [e.to_dict() for e in p.events],
+            "definitions": DEFINITIONS,
+        }
 
     def state_of(self, node: str) -> str:
         """The state `node` gave in its last health ("" before any came)."""
@@ -316,8 +373,11 @@ class Monitor:
         if node not in self.last_health:
             return {}
         t, body = self.last_health[node]
-        return {"counters": dict(body["counters"]), "gauges": dict(body.get("gauges", {})),
-                "counters_as_of_s": (now - t) / 1e9}
+        return {
+            "counters": dict(body["counters"]),
+            "gauges": dict(body.get("gauges", {})),
+            "counters_as_of_s": (now - t) / 1e9,
+        }
 
     def close(self) -> None:
         self.sub.close()
@@ -336,15 +396,18 @@ def load_config(path: str | None, **overrides) -> MonitorConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rtinfer.monitor.node",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--listen", nargs="+", required=True,
-                    help="endpoints to connect (trace/health/heartbeat)")
+    ap = argparse.ArgumentParser(
+        prog="python -m rtinfer.monitor.node", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--listen", nargs="+", required=True, help="endpoints to connect (trace/health/heartbeat)"
+    )
     ap.add_argument("--control", required=True, help="endpoint to bind for budget/command/pings")
     ap.add_argument("--config", default=None, help="YAML file with a monitor: section")
     ap.add_argument("--deadline-ms", type=float, default=None)
-    ap.add_argument("--required", nargs="*", default=None,
-                    help="nodes whose death orders safe_hold")
+    ap.add_argument(
+        "--required", nargs="*", default=None, help="nodes whose death orders safe_hold"
+    )
     ap.add_argument("--name", default=None)
     ap.add_argument("--report", default=None, help="write the summary JSON here on exit")
     ap.add_argument("--seconds", type=float, default=None)
@@ -352,8 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     curve = curve_from_args(ap, a, binds=[a.control], connects=a.listen)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg = load_config(a.config, deadline_ms=a.deadline_ms, name=a.name,
-                      required=tuple(a.required) if a.required is not None else None)
+    cfg = load_config(
+        a.config,
+        deadline_ms=a.deadline_ms,
+        name=a.name,
+        required=tuple(a.required) if a.required is not None else None,
+    )
     mon = Monitor(a.listen, a.control, cfg, curve=curve)
     with on_signals(lambda _signum: mon.stop()):  # a late signal must not cut the report
         print(f"{cfg.name}: ready (deadline {cfg.deadline_ms:g} ms)", flush=True)

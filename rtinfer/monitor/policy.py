@@ -16,6 +16,7 @@ clock reads, no sockets, so every decision is reproducible in a test. Not thread
   dead. clear: in hold, no miss and no dead required node for `clear_after_s`. (No cycles
   run during a hold, so recovery is judged by time, not by cycles.)
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,34 +30,36 @@ from rtinfer.realtime.deadline import DEADLINE_MS, restore_margin_ms, shed_margi
 log = logging.getLogger("rtinfer.monitor.node")
 RENAMED = {"lower_margin_ms": "shed_margin_ms", "raise_margin_ms": "restore_margin_ms"}
 EVENT_MEMORY = 10000  # events kept for the report (the newest); was the key max_events
-GONE = {"max_events": f"the monitor keeps its newest {EVENT_MEMORY} events "
-                      "(rtinfer.monitor.policy.EVENT_MEMORY); remove the key"}
+GONE = {
+    "max_events": f"the monitor keeps its newest {EVENT_MEMORY} events "
+    "(rtinfer.monitor.policy.EVENT_MEMORY); remove the key"
+}
 
 
 @dataclass
 class MonitorConfig:
     name: str = "monitor"
     deadline_ms: float = DEADLINE_MS
-    window: int = 50                 # cycles in the sliding p99 window
-    eval_every: int = 10             # cycles between window evaluations
-    min_samples: int = 20            # a window this full before the budget may move
-    shed_margin_ms: float | None = None     # p99 slack below this: shed compute (level + 1);
-                                            # None: SHED_BELOW of the deadline
+    window: int = 50  # cycles in the sliding p99 window
+    eval_every: int = 10  # cycles between window evaluations
+    min_samples: int = 20  # a window this full before the budget may move
+    shed_margin_ms: float | None = None  # p99 slack below this: shed compute (level + 1);
+    # None: SHED_BELOW of the deadline
     restore_margin_ms: float | None = None  # p99 slack above this ... (None: RESTORE_ABOVE
-                                            # of the deadline)
-    raise_patience: int = 3          # ... for this many evaluations: raise it (level - 1)
+    # of the deadline)
+    raise_patience: int = 3  # ... for this many evaluations: raise it (level - 1)
     max_level: int = 4
-    hold_after_misses: int = 5       # consecutive misses -> safe_hold
-    clear_after_s: float = 2.0       # healthy this long in a hold -> clear
-    required: tuple[str, ...] = ()   # nodes whose death orders safe_hold
-    node_period_s: float = 1.0       # expected message period of a node ...
+    hold_after_misses: int = 5  # consecutive misses -> safe_hold
+    clear_after_s: float = 2.0  # healthy this long in a hold -> clear
+    required: tuple[str, ...] = ()  # nodes whose death orders safe_hold
+    node_period_s: float = 1.0  # expected message period of a node ...
     node_periods: dict = field(default_factory=dict)  # ... or per node {name: period_s}
     dead_after_periods: float = 3.0  # this many periods without any message: dead
-    startup_grace_s: float = 5.0     # a required node never heard of is dead only after this
-    ping_period_s: float = 0.5       # heartbeat pings for clock offsets (0: none)
-    clock_window: int = 32           # round trips kept per node (min-RTT filter)
-    policy_node: str | None = None   # clock of obs_recv/first_token/publish; None: guess
-    republish_s: float = 1.0         # re-send the budget level (and a hold) this often
+    startup_grace_s: float = 5.0  # a required node never heard of is dead only after this
+    ping_period_s: float = 0.5  # heartbeat pings for clock offsets (0: none)
+    clock_window: int = 32  # round trips kept per node (min-RTT filter)
+    policy_node: str | None = None  # clock of obs_recv/first_token/publish; None: guess
+    republish_s: float = 1.0  # re-send the budget level (and a hold) this often
 
     def __post_init__(self) -> None:
         if self.shed_margin_ms is None:
@@ -71,8 +74,11 @@ class MonitorConfig:
         known = {f.name for f in fields(cls)}
         renamed = {k: RENAMED[k] for k in d if k in RENAMED}
         if renamed:
-            raise ValueError("monitor config keys renamed: " + ", ".join(
-                f"{old} -> {new}" for old, new in renamed.items()) + " (same meaning)")
+            raise ValueError(
+                "monitor config keys renamed: "
+                + ", ".join(f"{old} -> {new}" for old, new in renamed.items())
+                + " (same meaning)"
+            )
         gone = [f"{k}: {GONE[k]}" for k in d if k in GONE]
         if gone:
             raise ValueError("monitor config key gone: " + "; ".join(gone))
@@ -95,8 +101,9 @@ class MonitorConfig:
 @dataclass
 class Event:
     """One decision or observation: when (monitor clock, ns), what, why, with which numbers."""
+
     t_ns: int
-    kind: str        # budget | safe_hold | clear | node_dead | node_alive
+    kind: str  # budget | safe_hold | clear | node_dead | node_alive
     reason: str
     values: dict = field(default_factory=dict)
 
@@ -111,17 +118,25 @@ class DeadlinePolicy:
         self.level = 0
         self.holding = False
         self.events: deque[Event] = deque(maxlen=EVENT_MEMORY)
-        self.counters = dict.fromkeys(("cycles", "misses", "budget_requests", "holds", "clears",
-                                       "evaluations"), 0)
+        self.counters = dict.fromkeys(
+            ("cycles", "misses", "budget_requests", "holds", "clears", "evaluations"), 0
+        )
         self.consecutive_misses = 0
         self.last_slack_p99_ms: float | None = None
         self._ring = np.zeros(cfg.window, np.int64)  # e2e ns, preallocated
-        self._n = 0                 # samples in the ring since the last restart
-        self._calm = 0              # evaluations in a row above the raise margin
+        self._n = 0  # samples in the ring since the last restart
+        self._calm = 0  # evaluations in a row above the raise margin
         self._last_bad_ns = start_ns  # newest miss or dead required node
 
-    def on_cycle(self, e2e_ns: int, now_ns: int, *, new_cycle: bool = True,
-                 count_miss: bool = True, late: bool = False) -> list[Event]:
+    def on_cycle(
+        self,
+        e2e_ns: int,
+        now_ns: int,
+        *,
+        new_cycle: bool = True,
+        count_miss: bool = True,
+        late: bool = False,
+    ) -> list[Event]:
         """One cycle's end-to-end latency (ns); returns the decisions it caused. new_cycle
         False: another record of a cycle already counted (e.g. a late waypoint: its age is
         the sample, so the budget window sees late tails too); it counts no cycle and no
@@ -139,8 +154,13 @@ class DeadlinePolicy:
             self.consecutive_misses += 1
             self._last_bad_ns = now_ns
             if self.consecutive_misses >= cfg.hold_after_misses and not self.holding:
-                out.append(self._hold(now_ns, f"{self.consecutive_misses} consecutive deadline "
-                                      f"misses", {"e2e_ms": e2e_ns / 1e6}))
+                out.append(
+                    self._hold(
+                        now_ns,
+                        f"{self.consecutive_misses} consecutive deadline misses",
+                        {"e2e_ms": e2e_ns / 1e6},
+                    )
+                )
         elif count_miss:
             self.consecutive_misses = 0
         if new_cycle and self._n >= cfg.min_samples and c["cycles"] % cfg.eval_every == 0:
@@ -154,13 +174,24 @@ class DeadlinePolicy:
         if dead_required:
             self._last_bad_ns = now_ns
             if not self.holding:
-                return [self._hold(now_ns, f"required node dead: {', '.join(dead_required)}",
-                                   {"dead": list(dead_required)})]
+                return [
+                    self._hold(
+                        now_ns,
+                        f"required node dead: {', '.join(dead_required)}",
+                        {"dead": list(dead_required)},
+                    )
+                ]
         elif self.holding and now_ns - self._last_bad_ns >= self.cfg.clear_after_s * 1e9:
             self.holding, self.consecutive_misses = False, 0
             self.counters["clears"] += 1
-            return [self.event(now_ns, "clear", f"healthy for {self.cfg.clear_after_s:g} s",
-                                {"healthy_s": (now_ns - self._last_bad_ns) / 1e9})]
+            return [
+                self.event(
+                    now_ns,
+                    "clear",
+                    f"healthy for {self.cfg.clear_after_s:g} s",
+                    {"healthy_s": (now_ns - self._last_bad_ns) / 1e9},
+                )
+            ]
         return []
 
     def _evaluate(self, now_ns: int) -> Event | None:
@@ -176,14 +207,23 @@ class DeadlinePolicy:
         if slack_ms < cfg.shed_margin_ms:
             self._calm = 0
             if self.level < cfg.max_level:
-                return self._set_level(self.level + 1, now_ns, f"p99 slack {slack_ms:.1f} ms < "
-                                       f"{cfg.shed_margin_ms:g} ms margin", vals)
+                return self._set_level(
+                    self.level + 1,
+                    now_ns,
+                    f"p99 slack {slack_ms:.1f} ms < {cfg.shed_margin_ms:g} ms margin",
+                    vals,
+                )
         elif slack_ms > cfg.restore_margin_ms and self.level > 0:
             self._calm += 1
             if self._calm >= cfg.raise_patience:
-                return self._set_level(self.level - 1, now_ns, f"p99 slack {slack_ms:.1f} ms > "
-                                       f"{cfg.restore_margin_ms:g} ms for {self._calm} "
-                                       f"evaluations", vals)
+                return self._set_level(
+                    self.level - 1,
+                    now_ns,
+                    f"p99 slack {slack_ms:.1f} ms > "
+                    f"{cfg.restore_margin_ms:g} ms for {self._calm} "
+                    f"evaluations",
+                    vals,
+                )
         else:
             self._calm = 0
         return None
@@ -203,6 +243,11 @@ class DeadlinePolicy:
         """Record (and log, one line) a decision or observation."""
         ev = Event(now_ns, kind, reason, vals)
         self.events.append(ev)
-        log.log(logging.WARNING if kind in ("safe_hold", "node_dead") else logging.INFO,
-                "%s: %s (%s)", kind, reason, ", ".join(f"{k}={v}" for k, v in vals.items()))
+        log.log(
+            logging.WARNING if kind in ("safe_hold", "node_dead") else logging.INFO,
+            "%s: %s (%s)",
+            kind,
+            reason,
+            ", ".join(f"{k}={v}" for k, v in vals.items()),
+        )
         return ev

@@ -10,6 +10,7 @@ and matplotlib are imported lazily: this module is for people, not the loop.
 Exit codes: 0 ok, 1 table printed but the PNG could not be written,
 2 unreadable/empty trace or no stage could be computed.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ COLUMNS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
 START = {name: a for name, a, _ in STAGES}  # each stage's start stamp (the PNG's time axis)
 
 
-def stage_latencies(records, late: list | None = None
-                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+def stage_latencies(
+    records, late: list | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
     """Per stage: (latencies ns int64, start stamps ns int64), and the record count. Records
     of late waypoints give no stage sample; they are appended to `late` when given."""
     lat: dict[str, list[int]] = {name: [] for name, _, _ in STAGES}
@@ -88,17 +90,28 @@ def summarize(lat_ns: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _print_table(path: str, n_records: int, lat: dict[str, np.ndarray], n_late: int,
-                 counts: dict[str, int], deadline_ms: float | None) -> None:
+def _print_table(
+    path: str,
+    n_records: int,
+    lat: dict[str, np.ndarray],
+    n_late: int,
+    counts: dict[str, int],
+    deadline_ms: float | None,
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    past = f"e2e above {deadline_ms:g} ms" if deadline_ms is not None else \
-        "give --deadline-ms to count applied cycles past it too"
-    table = Table(title=f"{os.path.basename(path)}: {n_records} records, latency in ms",
-                  caption=f"cycles {counts['cycles']}, misses {counts['misses']} (late, or "
-                          f"{past}); {n_late} late-waypoint records: never applied, in no "
-                          f"stage. clamped: {DEFINITIONS['clamped']}")
+    past = (
+        f"e2e above {deadline_ms:g} ms"
+        if deadline_ms is not None
+        else "give --deadline-ms to count applied cycles past it too"
+    )
+    table = Table(
+        title=f"{os.path.basename(path)}: {n_records} records, latency in ms",
+        caption=f"cycles {counts['cycles']}, misses {counts['misses']} (late, or "
+        f"{past}); {n_late} late-waypoint records: never applied, in no "
+        f"stage. clamped: {DEFINITIONS['clamped']}",
+    )
     table.add_column("stage")
     for col in ("count", "clamped", *(c for c, _ in COLUMNS), "max"):
         table.add_column(col, justify="right")
@@ -129,8 +142,9 @@ def write_png(png: str, lat: dict[str, np.ndarray], start: dict[str, np.ndarray]
     fig.savefig(png, dpi=100)
 
 
-def main(trace_path: str, png: str | None = None, deadline_ms: float | None = None,
-         read=read_trace) -> int:
+def main(
+    trace_path: str, png: str | None = None, deadline_ms: float | None = None, read=read_trace
+) -> int:
     """Print the latency table for `trace_path` (with its cycles and misses, by the monitor's
     definition; deadline_ms: the deadline applied cycles are held to); write `png` if given.
     read: path -> trace records (a recording's: rtinfer.record.read.read_traces). Returns an

@@ -11,6 +11,7 @@ rule, so the monitor's histogram and the report's exact arrays pick the same sam
 A fleet's figures are also kept per robot (RobotFigures, one per trace node): the fleet's
 cycles and misses are the sums of the robots', its e2e samples the union of theirs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -31,21 +32,21 @@ MAX_NS = DEFAULT_MAX_NS  # a stage sample above this is a stall: recorded here, 
 # What each figure counts, in one line: reports carry these, the dashboard labels by them.
 DEFINITIONS = {
     "cycles": "observations answered: distinct cycles (node, cycle id, capture) with a "
-              "controller trace record, applied or late, each counted once",
+    "controller trace record, applied or late, each counted once",
     "misses": "cycles past the deadline, each once: a cycle with a late record (a waypoint "
-              "the controller dropped, never applied, so in no e2e sample, whatever its age: "
-              "one that arrived late, or a chunk dropped at apply time) or e2e above the "
-              "deadline; a chunk conditioned on the robot's committed prefix is held to its "
-              "window instead where that is longer (fields.window_ms: fresh until its first "
-              "waypoint not committed is due)",
+    "the controller dropped, never applied, so in no e2e sample, whatever its age: "
+    "one that arrived late, or a chunk dropped at apply time) or e2e above the "
+    "deadline; a chunk conditioned on the robot's committed prefix is held to its "
+    "window instead where that is longer (fields.window_ms: fresh until its first "
+    "waypoint not committed is due)",
     "e2e": "apply - capture of each applied chunk (late waypoints are misses, not e2e samples)",
     "clamped": f"stage samples below 0 (stamps on two clocks moved apart) or above "
-               f"{MAX_NS / 1e9:g} s, recorded at that bound",
+    f"{MAX_NS / 1e9:g} s, recorded at that bound",
     "budget_requests": "budget level changes the monitor requested",
     "budget_changes": "budget level changes the policy node applied (its own and the "
-                      "monitor's; a --no-budget node applies none)",
+    "monitor's; a --no-budget node applies none)",
     "robots": "per trace node (a robot's controller): its cycles, misses and e2e by the "
-              "definitions above; the fleet's cycles and misses are their sums",
+    "definitions above; the fleet's cycles and misses are their sums",
 }
 
 

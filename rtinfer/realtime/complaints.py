@@ -10,6 +10,7 @@ not errors (a refused robot admitted after all, a load that fits again) go the s
 error=False. No clock read unless a complaint is made; nothing allocated per suppressed one
 beyond a counter.
 """
+
 from __future__ import annotations
 
 import sys

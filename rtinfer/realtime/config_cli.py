@@ -16,6 +16,7 @@ A field's flag is `--` + its name with dashes (metadata `flag` renames it); bool
 line. The dataclass's own checks (`__post_init__`) run in config_from_args: a ValueError there
 is the caller's to turn into one line (parser.error).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,15 @@ from types import NoneType, UnionType
 from typing import Any
 
 
-def option(default: Any = dataclasses.MISSING, *, flag: str | None = None,
-           help: str | None = None, choices=None, cli: bool = True, **kw) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    flag: str | None = None,
+    help: str | None = None,
+    choices=None,
+    cli: bool = True,
+    **kw,
+) -> Any:
     """A dataclasses.field with the command-line metadata this module reads."""
     meta = {"flag": flag, "help": help, "choices": choices, "cli": cli}
     return dataclasses.field(default=default, metadata=meta, **kw)
@@ -47,8 +55,9 @@ def _kind(hint) -> tuple[type, bool]:
     return hint, False
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls, *,
-                         skip: tuple[str, ...] = ()) -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = ()
+) -> None:
     """One option per field of dataclass `cls` (defaults from the dataclass itself)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -56,8 +65,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls, *,
         if f.name in skip or not meta.get("cli", True):
             continue
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
-        kw: dict[str, Any] = {"dest": f"{_dest(cls)}.{f.name}", "help": meta.get("help"),
-                              "default": argparse.SUPPRESS}
+        kw: dict[str, Any] = {
+            "dest": f"{_dest(cls)}.{f.name}",
+            "help": meta.get("help"),
+            "default": argparse.SUPPRESS,
+        }
         elem, several = _kind(hints[f.name])
         if elem is bool:
             kw["action"] = argparse.BooleanOptionalAction
@@ -78,7 +90,7 @@ def config_values(cls, args: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for key, value in vars(args).items():
         if key.startswith(prefix):
-            name = key[len(prefix):]
+            name = key[len(prefix) :]
             out[name] = tuple(value) if isinstance(value, list) else value
     return out
 

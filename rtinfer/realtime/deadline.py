@@ -7,6 +7,7 @@ launch overrides) uses the same two fractions of the deadline, so they never dis
 slack below SHED_BELOW -> one budget level cheaper at once; slack above RESTORE_ABOVE for a
 while -> one level richer again (the band between them is the hysteresis).
 """
+
 from __future__ import annotations
 
 
@@ -19,7 +20,7 @@ def deadline_ns(deadline_ms: float) -> int:
 DEADLINE_MS = 100.0
 DEADLINE_NS = deadline_ns(DEADLINE_MS)
 
-SHED_BELOW = 0.2     # slack under this fraction of the deadline: shed compute now
+SHED_BELOW = 0.2  # slack under this fraction of the deadline: shed compute now
 RESTORE_ABOVE = 0.5  # slack over this fraction, for `patience` cycles: restore a level
 
 

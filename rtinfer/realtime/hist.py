@@ -6,6 +6,7 @@ writes into a preallocated counts array: no containers are allocated per call,
 so it is safe in a 1 kHz loop. Not thread-safe: one writer per histogram;
 ship copies across threads/processes with `encode()` / `decode()`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -61,7 +62,7 @@ class LatencyHistogram:
         out = {name: 0.0 for name, _ in PERCENTILES}
         total = h.get_total_count()
         if total:
-            cum = np.cumsum(np.ctypeslib.as_array(h.counts)[:h.counts_len])
+            cum = np.cumsum(np.ctypeslib.as_array(h.counts)[: h.counts_len])
             for name, pct in PERCENTILES:
                 index = int(np.searchsorted(cum, h.get_target_count_at_percentile(pct)))
                 out[name] = h.get_highest_equivalent_value(h.get_value_from_index(index)) / 1e3
@@ -107,5 +108,7 @@ class LatencyHistogram:
 
     def __repr__(self) -> str:
         p = self.percentiles_us()
-        return (f"LatencyHistogram(count={int(p['count'])}, p50={p['p50']:.1f}us, "
-                f"p99={p['p99']:.1f}us, max={p['max']:.1f}us)")
+        return (
+            f"LatencyHistogram(count={int(p['count'])}, p50={p['p50']:.1f}us, "
+            f"p99={p['p99']:.1f}us, max={p['max']:.1f}us)"
+        )

@@ -8,6 +8,7 @@ SCHED_FIFO caution: a FIFO thread is never preempted by normal tasks, so a runaw
 high priority can starve a small (2-core) machine, including its ssh. Use a modest priority
 (`DEFAULT_RT_PRIORITY`), leave a core for the OS, and keep RateKeeper's busy-spin short.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,7 @@ from rtinfer.realtime.complaints import Complaints
 
 _say = Complaints("realtime").say
 
-DEFAULT_RT_PRIORITY = 10     # SCHED_FIFO priority for control loops: modest on purpose
+DEFAULT_RT_PRIORITY = 10  # SCHED_FIFO priority for control loops: modest on purpose
 _MCL_CURRENT, _MCL_FUTURE = 1, 2  # <sys/mman.h> on Linux
 
 
@@ -30,8 +31,8 @@ _refused: set[str] = set()  # steps already said: each refusal is said once
 # How to be granted a step the OS refused (docs/launch.md, "Scheduling the loop").
 FIXES = {
     "scheduler": "grant it with root, CAP_SYS_NICE (setcap cap_sys_nice+ep on the python "
-                 "binary) or an rtprio limit (`ulimit -r 99`, or `@realtime - rtprio 99` in "
-                 "/etc/security/limits.conf)",
+    "binary) or an rtprio limit (`ulimit -r 99`, or `@realtime - rtprio 99` in "
+    "/etc/security/limits.conf)",
     "affinity": "name CPUs this machine has (`nproc`; a container's cpuset limits them)",
 }
 
@@ -48,8 +49,11 @@ def _set_affinity(cpus: Sequence[int]) -> None:
     try:
         os.sched_setaffinity(0, list(cpus))
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot pin to cpus {list(cpus)} ({exc.strerror}); "
-                      f"this machine has {os.cpu_count()} cpus") from None
+        raise OSError(
+            exc.errno,
+            f"cannot pin to cpus {list(cpus)} ({exc.strerror}); "
+            f"this machine has {os.cpu_count()} cpus",
+        ) from None
 
 
 def _set_fifo(priority: int) -> None:
@@ -64,8 +68,9 @@ def _lock_memory() -> None:
     # Without CAP_IPC_LOCK, MCL_FUTURE under a finite limit makes later
     # allocations fail (MemoryError mid-loop), which is worse than paging.
     if os.geteuid() != 0 and soft != resource.RLIM_INFINITY:
-        raise PermissionError(f"RLIMIT_MEMLOCK is {soft} bytes; run `ulimit -l unlimited` "
-                              "or grant CAP_IPC_LOCK")
+        raise PermissionError(
+            f"RLIMIT_MEMLOCK is {soft} bytes; run `ulimit -l unlimited` or grant CAP_IPC_LOCK"
+        )
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     if libc.mlockall(_MCL_CURRENT | _MCL_FUTURE) != 0:
         err = ctypes.get_errno()
@@ -78,8 +83,13 @@ def _freeze_gc() -> None:
     gc.disable()
 
 
-def configure_realtime(cpus: Sequence[int] | None = None, priority: int | None = None,
-                       lock_memory: bool = True, *, freeze_gc: bool = True) -> dict[str, str]:
+def configure_realtime(
+    cpus: Sequence[int] | None = None,
+    priority: int | None = None,
+    lock_memory: bool = True,
+    *,
+    freeze_gc: bool = True,
+) -> dict[str, str]:
     """Best-effort real-time setup for the calling thread/process. Never raises.
 
     Steps: "affinity" (pin to `cpus`), "scheduler" (SCHED_FIFO at `priority`;
@@ -90,8 +100,11 @@ def configure_realtime(cpus: Sequence[int] | None = None, priority: int | None =
     """
     steps = {
         "affinity": (cpus is not None, lambda: _set_affinity(cpus or ()), "no cpus given"),
-        "scheduler": (priority is not None, lambda: _set_fifo(int(priority or 0)),
-                      "no priority given"),
+        "scheduler": (
+            priority is not None,
+            lambda: _set_fifo(int(priority or 0)),
+            "no priority given",
+        ),
         "gc": (freeze_gc, _freeze_gc, "freeze_gc=False"),
         "mlockall": (lock_memory, _lock_memory, "lock_memory=False"),
     }

@@ -7,14 +7,15 @@ mlockall) lives in rtinfer.realtime.os_setup and is re-exported here. RateKeeper
 bounded by `spin_s` per tick (250 us of each 1 ms at 1 kHz); the rest of the wait is a
 real sleep, so it is safe under SCHED_FIFO.
 """
+
 from __future__ import annotations
 
 import time
 
 from rtinfer.realtime.hist import LatencyHistogram
 
-DEFAULT_SPIN_S = 250e-6      # busy-spin this long before each deadline (wake-up jitter)
-DEFAULT_LAG_FRACTION = 0.5   # a tick later than this fraction of a period is lagging
+DEFAULT_SPIN_S = 250e-6  # busy-spin this long before each deadline (wake-up jitter)
+DEFAULT_LAG_FRACTION = 0.5  # a tick later than this fraction of a period is lagging
 
 _clock_ns = time.monotonic_ns  # the one clock for stamps and schedules (see wire.now_ns)
 
@@ -36,8 +37,14 @@ class RateKeeper:
     preallocated histogram: no allocation, no logging. Not thread-safe.
     """
 
-    def __init__(self, hz: float, name: str = "loop", *, spin_s: float = DEFAULT_SPIN_S,
-                 lag_fraction: float = DEFAULT_LAG_FRACTION):
+    def __init__(
+        self,
+        hz: float,
+        name: str = "loop",
+        *,
+        spin_s: float = DEFAULT_SPIN_S,
+        lag_fraction: float = DEFAULT_LAG_FRACTION,
+    ):
         if not hz > 0:
             raise ValueError(f"RateKeeper {name!r}: hz must be > 0, got {hz}")
         self.name = name
@@ -45,9 +52,9 @@ class RateKeeper:
         self.spin_ns = max(0, round(spin_s * 1e9))
         self.lag_ns = round(lag_fraction * self.period_ns)
         self.lateness = LatencyHistogram()
-        self.late_ticks = 0       # ticks that ended lagging (any cause: work or OS)
-        self.overruns = 0         # ticks whose own work overran the deadline
-        self.skipped_frames = 0   # frames dropped by re-anchoring
+        self.late_ticks = 0  # ticks that ended lagging (any cause: work or OS)
+        self.overruns = 0  # ticks whose own work overran the deadline
+        self.skipped_frames = 0  # frames dropped by re-anchoring
         self.reanchors = 0
         self._frame = 0
         self._remaining = 0.0

@@ -7,6 +7,7 @@ one, or none: never the 0-byte or cut file a full disk leaves behind a plain wri
 that fails removes its temporary file and returns why, for the caller's one line; it never
 raises, since a report is not worth the rest of the shutdown.
 """
+
 from __future__ import annotations
 
 import os

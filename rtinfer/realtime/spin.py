@@ -4,6 +4,7 @@ on_signals, the one way a process turns SIGINT/SIGTERM into a clean stop.
 A node is anything with `running` (bool), `spin_once(timeout_ms)` and `stop()`: the
 inference node and the monitor. The controller is paced by its RateKeeper instead.
 """
+
 from __future__ import annotations
 
 import gc

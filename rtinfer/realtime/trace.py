@@ -10,6 +10,7 @@ A trace is not worth a robot: when the file cannot be written (a full disk, a re
 mount), the writer stops writing, says so in one line on stderr, and counts every record
 it did not write in `lost`; the loop that traces goes on.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,8 @@ import numpy as np
 
 from rtinfer.realtime.complaints import Complaints
 
-FLUSH_EVERY = 256          # records between flushes: bounds what a crash can lose
-BUFFER_BYTES = 1 << 16     # a fuller buffer is flushed early; a flush is one write() syscall
+FLUSH_EVERY = 256  # records between flushes: bounds what a crash can lose
+BUFFER_BYTES = 1 << 16  # a fuller buffer is flushed early; a flush is one write() syscall
 
 
 def _to_builtin(obj):
@@ -47,8 +48,13 @@ class TraceWriter:
     Not thread-safe: one writer.
     """
 
-    def __init__(self, path: str | os.PathLike, *, flush_every: int = FLUSH_EVERY,
-                 buffer_bytes: int = BUFFER_BYTES):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        flush_every: int = FLUSH_EVERY,
+        buffer_bytes: int = BUFFER_BYTES,
+    ):
         self.path = os.fspath(path)
         self.flush_every = max(1, int(flush_every))
         self.buffer_bytes = int(buffer_bytes)
@@ -58,9 +64,9 @@ class TraceWriter:
         self.failed: str | None = None
         self._say = Complaints(f"trace {self.path}").say
         self._told_lost = False
-        self._pending = 0            # records in _buf
-        self._buf = bytearray()      # whole records only: a flush writes all of them or fails
-        self._in_file = 0            # bytes in the file after the last flush
+        self._pending = 0  # records in _buf
+        self._buf = bytearray()  # whole records only: a flush writes all of them or fails
+        self._in_file = 0  # bytes in the file after the last flush
         self._packer = msgpack.Packer(default=_to_builtin, use_bin_type=True)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
@@ -73,8 +79,11 @@ class TraceWriter:
             data = self._packer.pack(record)
         except (TypeError, ValueError, OverflowError) as exc:
             if not self.dropped:
-                self._say("unpackable", f"dropping unpackable records ({exc}); trace "
-                          "int/float/str/dict/list and numpy values")
+                self._say(
+                    "unpackable",
+                    f"dropping unpackable records ({exc}); trace "
+                    "int/float/str/dict/list and numpy values",
+                )
             self.dropped += 1
             return
         self._buf += data
@@ -109,8 +118,11 @@ class TraceWriter:
         self.lost += self._pending
         self._pending = 0
         self._buf = bytearray()
-        self._say("failed", f"{self.failed}: trace writing stopped; the loop goes on, "
-                            f"records not written are counted")
+        self._say(
+            "failed",
+            f"{self.failed}: trace writing stopped; the loop goes on, "
+            f"records not written are counted",
+        )
         try:
             if self._fd is not None:
                 os.ftruncate(self._fd, self._in_file)
@@ -132,8 +144,9 @@ class TraceWriter:
         self._close_fd()
         if self.failed is not None and self.lost and not self._told_lost:
             self._told_lost = True
-            self._say("lost", f"{self.lost} records not written ({self.failed}); "
-                              f"{self.written} written")
+            self._say(
+                "lost", f"{self.lost} records not written ({self.failed}); {self.written} written"
+            )
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -162,9 +175,11 @@ def _records(f, path: str) -> Iterator[dict]:
                 if isinstance(obj, dict):
                     yield obj
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"trace {path}: corrupt record near byte {unpacker.tell()}: "
-                             f"{exc}") from None
+            raise ValueError(
+                f"trace {path}: corrupt record near byte {unpacker.tell()}: {exc}"
+            ) from None
         tail = os.fstat(f.fileno()).st_size - unpacker.tell()
         if tail > 0:
             Complaints(f"trace {path}").say(
-                "truncated", f"ignored a truncated last record ({tail} bytes)", error=False)
+                "truncated", f"ignored a truncated last record ({tail} bytes)", error=False
+            )

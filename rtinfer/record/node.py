@@ -26,6 +26,7 @@ recording for good with one line; the recorder runs on and counts what it could 
 (`lost`: the failed chunk's messages and every one after). At exit it says its counts in
 one line: messages handed to the file per kind, and lost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,10 +75,18 @@ class Recorder:
 
     def __init__(self, listen, out: str, *, curve=None, ctx=None, name: str = "recorder"):
         from mcap_ros2.writer import Writer  # the extra: pip install 'rtinfer[record]'
+
         self.name, self.path = name, out
         self.running = True
-        self.counters = {"obs": 0, "images": 0, "waypoints": 0, "traces": 0, "health": 0,
-                         "decisions": 0, "lost": 0}
+        self.counters = {
+            "obs": 0,
+            "images": 0,
+            "waypoints": 0,
+            "traces": 0,
+            "health": 0,
+            "decisions": 0,
+            "lost": 0,
+        }
         self.failed: str | None = None
         self.clock = m.WallClock()
         self._file = WholeWrites(out)  # a chunk's write fails where it happens
@@ -85,9 +94,14 @@ class Recorder:
         self._pending = 0  # messages handed to the writer since a chunk last reached the file
         self._schemas = {t: self._writer.register_msgdef(t, d) for t, d in m.DEFINITIONS.items()}
         self.sub = Subscriber(listen, TOPICS, ctx=ctx, curve=curve)
-        self._route = {"obs": self._obs, "action_chunk": self._waypoint, "trace": self._trace,
-                       "health": self._health, "budget": self._decision,
-                       "command": self._decision}
+        self._route = {
+            "obs": self._obs,
+            "action_chunk": self._waypoint,
+            "trace": self._trace,
+            "health": self._health,
+            "budget": self._decision,
+            "command": self._decision,
+        }
 
     def stop(self) -> None:
         self.running = False
@@ -110,8 +124,9 @@ class Recorder:
             return
         at = self._file.tell()
         try:
-            self._writer.write_message(channel, self._schemas[datatype], msg,
-                                       log_time=self.clock.wall_ns(now_ns()))
+            self._writer.write_message(
+                channel, self._schemas[datatype], msg, log_time=self.clock.wall_ns(now_ns())
+            )
         except OSError as e:  # a full disk: stop recording, say it once, keep counting
             self._fail(f"recording {self.path} stopped", e, self._pending + 1)
             return
@@ -123,25 +138,32 @@ class Recorder:
         (counted); the chunks written before stay readable."""
         self.failed = e.strerror or str(e)
         self.counters["lost"] += lost
-        say(self.name, f"{what}: {self.failed}; {lost} messages not written; free space "
-            "and record again (the chunks written before are readable)", error=False)
+        say(
+            self.name,
+            f"{what}: {self.failed}; {lost} messages not written; free space "
+            "and record again (the chunks written before are readable)",
+            error=False,
+        )
 
     def _obs(self, env) -> None:
         dt = "rtinfer_msgs/msg/Observation"
         self._write(f"/rtinfer/obs/{env.src}", dt, m.observation(env, self.clock), "obs")
         for camera, img in m.images(env, self.clock):
-            self._write(f"/rtinfer/camera/{env.src}/{camera}", "sensor_msgs/msg/Image", img,
-                        "images")
+            self._write(
+                f"/rtinfer/camera/{env.src}/{camera}", "sensor_msgs/msg/Image", img, "images"
+            )
 
     def _waypoint(self, env) -> None:
         dt = "rtinfer_msgs/msg/Waypoint"
-        self._write(f"/rtinfer/waypoints/{env.body['dest']}", dt,
-                    m.waypoint(env, self.clock), "waypoints")
+        self._write(
+            f"/rtinfer/waypoints/{env.body['dest']}", dt, m.waypoint(env, self.clock), "waypoints"
+        )
 
     def _trace(self, env) -> None:
         dt = "rtinfer_msgs/msg/CycleTrace"
-        self._write(f"/rtinfer/trace/{env.body['node']}", dt, m.cycle_trace(env, self.clock),
-                    "traces")
+        self._write(
+            f"/rtinfer/trace/{env.body['node']}", dt, m.cycle_trace(env, self.clock), "traces"
+        )
 
     def _health(self, env) -> None:
         dt = "diagnostic_msgs/msg/DiagnosticArray"
@@ -169,10 +191,15 @@ class Recorder:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rtinfer.record.node",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--listen", nargs="+", required=True,
-                    help="endpoints to connect to (obs, actions, control: every one of a run)")
+    ap = argparse.ArgumentParser(
+        prog="python -m rtinfer.record.node", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--listen",
+        nargs="+",
+        required=True,
+        help="endpoints to connect to (obs, actions, control: every one of a run)",
+    )
     ap.add_argument("--out", required=True, help="the MCAP file to write (run.mcap)")
     ap.add_argument("--name", default="recorder")
     ap.add_argument("--seconds", type=float, default=None)
@@ -182,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rec = Recorder(a.listen, a.out, curve=curve, name=a.name)
     except ImportError as e:
-        say(a.name, f"recording needs mcap and mcap-ros2-support ({e}); "
-            "pip install 'rtinfer[record]'")
+        say(
+            a.name,
+            f"recording needs mcap and mcap-ros2-support ({e}); pip install 'rtinfer[record]'",
+        )
         return 2
     except OSError as e:
         say(a.name, f"cannot write {a.out}: {e.strerror}; give a writable path")
@@ -191,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve(rec, a.seconds, f"{a.name}: recording to {a.out}")
     finally:
-        print(f"{a.name}: {a.out}: " + ", ".join(f"{k} {v}" for k, v in rec.counters.items()),
-              flush=True)
+        print(
+            f"{a.name}: {a.out}: " + ", ".join(f"{k} {v}" for k, v in rec.counters.items()),
+            flush=True,
+        )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Reading a recording back: the robots' per-cycle traces, for `rtinfer report run.mcap`."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ def read_traces(path: str | os.PathLike) -> Iterator[dict]:
         from mcap.exceptions import McapError
         from mcap_ros2.reader import read_ros2_messages
     except ImportError as e:
-        raise ValueError(f"reading MCAP needs mcap and mcap-ros2-support ({e}); "
-                         "pip install 'rtinfer[record]'") from None
+        raise ValueError(
+            f"reading MCAP needs mcap and mcap-ros2-support ({e}); pip install 'rtinfer[record]'"
+        ) from None
     try:
         for msg in read_ros2_messages(os.fspath(path)):
             if msg.channel.topic.startswith(TRACE_CHANNELS):

@@ -6,6 +6,7 @@ Stamp rule (docs/wire.md): a chunk carries every stamp of its observation except
 per-hop ones, `publish` and `recv`, which each hop takes anew; the policy adds `obs_recv`
 (when it received the observation) and `first_token`, and the publisher adds `publish`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -22,10 +23,20 @@ def carried_stamps(obs_stamps: Mapping[str, int], obs_recv_ns: int) -> dict[str,
     return out
 
 
-def waypoint_body(cycle: int, index: int, count: int, values: np.ndarray, *, spec: str,
-                  period_ns: int, start_ns: int, dest: str,
-                  tokens: np.ndarray | None = None, conditioned: dict | None = None,
-                  ask: dict | None = None) -> dict:
+def waypoint_body(
+    cycle: int,
+    index: int,
+    count: int,
+    values: np.ndarray,
+    *,
+    spec: str,
+    period_ns: int,
+    start_ns: int,
+    dest: str,
+    tokens: np.ndarray | None = None,
+    conditioned: dict | None = None,
+    ask: dict | None = None,
+) -> dict:
     """The `action_chunk` body (wire v2) of waypoint `index` of `count` in chunk `cycle` (the
     seq of the observation it answers), for robot `dest` (that observation's `src`): its D
     float32 values; for an action-token policy also its D int tokens (then `spec` is the
@@ -35,8 +46,16 @@ def waypoint_body(cycle: int, index: int, count: int, values: np.ndarray, *, spe
     in every waypoint; None for a chunk that was not. `ask`: what a node under overload asks
     of a robot that said it takes asks ({"executes": n} and/or {"obs_period_ns": ns},
     rtinfer.inference.horizon), written last; None: nothing asked (the bytes as before)."""
-    body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "values": values,
-            "spec": spec, "period_ns": period_ns, "start_ns": start_ns}
+    body = {
+        "cycle": cycle,
+        "index": index,
+        "count": count,
+        "dest": dest,
+        "values": values,
+        "spec": spec,
+        "period_ns": period_ns,
+        "start_ns": start_ns,
+    }
     if tokens is not None:
         body["tokens"] = tokens
     if conditioned is not None:

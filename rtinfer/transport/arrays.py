@@ -8,6 +8,7 @@ buffer msgpack hands the ext hook. Decoding is np.frombuffer on that buffer (or 
 frame): no copy, and the result is read-only. Not thread-safe only in the sense that an
 `OobPacker`/`OobHook` belongs to one encode/decode call.
 """
+
 import math
 import struct
 import sys
@@ -21,15 +22,22 @@ EXT_ARRAY = 1
 EXT_ARRAY_OOB = 2
 MAX_NDIM = 8
 # dtype code -> dtype; the code is the index. Append only: codes are part of the protocol.
-DTYPES = tuple(np.dtype(s) for s in (
-    "|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8"))
+DTYPES = tuple(
+    np.dtype(s)
+    for s in ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
+)
 _CODE = {(dt.kind, dt.itemsize): code for code, dt in enumerate(DTYPES)}
 # dtype.num -> code for native little-endian dtypes ('l' and 'q' are both int64): a lookup
 # by num avoids hashing the dtype, which is slow when the caches are cold.
-_CODE_BY_NUM = {} if sys.byteorder != "little" else {
-    np.dtype(c).num: _CODE[np.dtype(c).kind, np.dtype(c).itemsize]
-    for c in np.typecodes["All"] if (np.dtype(c).kind, np.dtype(c).itemsize) in _CODE
-    and np.dtype(c).kind in "biuf"}
+_CODE_BY_NUM = (
+    {}
+    if sys.byteorder != "little"
+    else {
+        np.dtype(c).num: _CODE[np.dtype(c).kind, np.dtype(c).itemsize]
+        for c in np.typecodes["All"]
+        if (np.dtype(c).kind, np.dtype(c).itemsize) in _CODE and np.dtype(c).kind in "biuf"
+    }
+)
 _ITEMSIZE = tuple(dt.itemsize for dt in DTYPES)
 _HEAD = [struct.Struct(f"<BBHI{n}Q") for n in range(MAX_NDIM + 1)]
 _HEAD1 = _HEAD[1]
@@ -40,8 +48,10 @@ def _wire_form(arr: np.ndarray) -> tuple[int, np.ndarray]:
     """(dtype code, C-contiguous little-endian array); copies only when it must."""
     code = _CODE.get((arr.dtype.kind, arr.dtype.itemsize))
     if code is None or arr.dtype.kind not in "biuf":
-        raise ArrayError(f"dtype {arr.dtype} is not on the wire allow-list: use one of "
-                         f"{[str(d) for d in DTYPES]}")
+        raise ArrayError(
+            f"dtype {arr.dtype} is not on the wire allow-list: use one of "
+            f"{[str(d) for d in DTYPES]}"
+        )
     if arr.ndim > MAX_NDIM:
         raise ArrayError(f"array has {arr.ndim} dims: at most {MAX_NDIM} are allowed; reshape it")
     return code, np.asarray(arr, DTYPES[code], order="C")
@@ -51,8 +61,10 @@ def _check_bool(arr: np.ndarray) -> None:
     """A bool array built by viewing other bytes as bool can hold bytes other than 0 and 1;
     the receiver rejects such an array, so the sender refuses it with the reason."""
     if arr.size and arr.view(np.uint8).max() > 1:
-        raise ArrayError("bool array holds bytes other than 0 and 1 (a view of other bytes "
-                         "as bool?): send arr != 0 instead")
+        raise ArrayError(
+            "bool array holds bytes other than 0 and 1 (a view of other bytes "
+            "as bool?): send arr != 0 instead"
+        )
 
 
 def _header(code: int, arr: np.ndarray) -> bytes:
@@ -119,13 +131,17 @@ def _parse_header(data, nbytes: int):
     """(dtype code, dims, header size) of an ext payload; checks everything but the data."""
     ndim = data[1] if nbytes >= 8 else 0
     if nbytes < 8 + 8 * ndim or ndim > MAX_NDIM:
-        raise ArrayError(f"array ext payload of {nbytes} bytes with ndim {ndim} is malformed: "
-                         f"the header needs 8 + 8*ndim bytes and ndim must be <= {MAX_NDIM}")
+        raise ArrayError(
+            f"array ext payload of {nbytes} bytes with ndim {ndim} is malformed: "
+            f"the header needs 8 + 8*ndim bytes and ndim must be <= {MAX_NDIM}"
+        )
     head = _HEAD[ndim]
     code, _, r1, r2, *dims = head.unpack_from(data)
     if code >= len(DTYPES) or r1 or r2:
-        raise ArrayError(f"array dtype code {code} is not on the allow-list "
-                         f"(0..{len(DTYPES) - 1}) or header bytes 2..7 are not zero")
+        raise ArrayError(
+            f"array dtype code {code} is not on the allow-list "
+            f"(0..{len(DTYPES) - 1}) or header bytes 2..7 are not zero"
+        )
     return code, dims, head.size
 
 
@@ -134,8 +150,10 @@ def _view(buf, code: int, dims, nbytes: int, offset: int, where: str) -> np.ndar
     dt = DTYPES[code]
     count = math.prod(dims)
     if count * dt.itemsize != nbytes:
-        raise ArrayError(f"{where} holds {nbytes} bytes but dtype {dt} x shape {tuple(dims)} "
-                         f"needs {count * dt.itemsize}")
+        raise ArrayError(
+            f"{where} holds {nbytes} bytes but dtype {dt} x shape {tuple(dims)} "
+            f"needs {count * dt.itemsize}"
+        )
     arr = np.frombuffer(buf, dt, count, offset)
     if code == 0 and count and arr.view(np.uint8).max() > 1:
         raise ArrayError("bool array holds bytes other than 0 and 1")
@@ -154,14 +172,19 @@ def ext_hook(code: int, data: bytes):
         # ext payloads over as bytes, so the view is read-only already.
         if nbytes >= 16 and data[1] == 1:
             dcode, _, r1, r2, count = _HEAD1.unpack_from(data)
-            if (0 < dcode < len(DTYPES) and not (r1 or r2)
-                    and count * _ITEMSIZE[dcode] == nbytes - 16):
+            if (
+                0 < dcode < len(DTYPES)
+                and not (r1 or r2)
+                and count * _ITEMSIZE[dcode] == nbytes - 16
+            ):
                 return np.frombuffer(data, DTYPES[dcode], count, 16)
         dcode, dims, off = _parse_header(data, nbytes)
         return _view(data, dcode, dims, nbytes - off, off, "inline array")
     if code == EXT_ARRAY_OOB:
-        raise MalformedError("out-of-band array (ext 2) in a single-frame message: "
-                             "multipart messages must be decoded with decode_frames")
+        raise MalformedError(
+            "out-of-band array (ext 2) in a single-frame message: "
+            "multipart messages must be decoded with decode_frames"
+        )
     raise MalformedError(f"unknown msgpack ext type {code}: rtinfer uses only 1 and 2")
 
 
@@ -180,8 +203,10 @@ class OobHook:
             raise ArrayError(f"out-of-band array ext is {len(data)} bytes: expected {off + 8}")
         (index,) = _FRAME_INDEX.unpack_from(data, off)
         if not 1 <= index < len(self.frames) or self.used[index]:
-            raise MalformedError(f"out-of-band array references frame {index}: must be an "
-                                 f"unused frame in 1..{len(self.frames) - 1}")
+            raise MalformedError(
+                f"out-of-band array references frame {index}: must be an "
+                f"unused frame in 1..{len(self.frames) - 1}"
+            )
         self.used[index] = True
         frame = self.frames[index]
         return _view(frame, dcode, dims, frame.nbytes, 0, f"frame {index}")
@@ -189,5 +214,7 @@ class OobHook:
     def check_all_used(self) -> None:
         unused = [i for i, u in enumerate(self.used) if i and not u]
         if unused:
-            raise MalformedError(f"frame(s) {unused[:8]} are not referenced by the envelope: "
-                                 "every frame after the envelope must carry one array")
+            raise MalformedError(
+                f"frame(s) {unused[:8]} are not referenced by the envelope: "
+                "every frame after the envelope must carry one array"
+            )

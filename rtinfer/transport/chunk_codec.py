@@ -14,6 +14,7 @@ and templates below are bounded and hold immutable values; memos are only added 
 template is only replaced whole. The templates live in rtinfer.transport.chunk_templates,
 the fixed parts in rtinfer.transport.chunk_layout.
 """
+
 import msgpack
 import numpy as np
 
@@ -114,18 +115,33 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
             return None
     elif keys[:8] != KEYS_VALUES:
         return None
-    asks = keys[9 if tcode is not None else 8:]
+    asks = keys[9 if tcode is not None else 8 :]
     if asks not in ASK_TAILS:
         return None
     cycle, index, count = body["cycle"], body["index"], body["count"]
     period, start, values = body["period_ns"], body["start_ns"], body["values"]
-    if (type(cycle) is not int or type(index) is not int or type(count) is not int
-            or type(period) is not int or type(start) is not int
-            or not (0 <= seq <= U64_MAX and 0 <= cycle <= U64_MAX and 0 <= index < count <= U64_MAX
-                    and 0 < period <= I64_MAX and 0 <= start <= I64_MAX)):
+    if (
+        type(cycle) is not int
+        or type(index) is not int
+        or type(count) is not int
+        or type(period) is not int
+        or type(start) is not int
+        or not (
+            0 <= seq <= U64_MAX
+            and 0 <= cycle <= U64_MAX
+            and 0 <= index < count <= U64_MAX
+            and 0 < period <= I64_MAX
+            and 0 <= start <= I64_MAX
+        )
+    ):
         return None
-    if (type(values) is not np.ndarray or values.dtype is not F32 or values.ndim != 1
-            or not values.size or values.nbytes >= oob_bytes):
+    if (
+        type(values) is not np.ndarray
+        or values.dtype is not F32
+        or values.ndim != 1
+        or not values.size
+        or values.nbytes >= oob_bytes
+    ):
         return None
     raw = values.tobytes()  # C order whatever the strides
     if not finite(raw, values.size, values):
@@ -134,25 +150,39 @@ def encode_chunk(topic, body, seq, src, stamps, max_bytes, oob_bytes):
         return None
     dest, spec = body["dest"], body["spec"]
     # `type(x) is str and memo.get(x)`: an unhashable x must not reach a dict lookup
-    out = [PREFIX,
-           (type(topic) is str and _topic_bytes.get(topic))
-               or _name_packed(topic, _topic_bytes, True),
-           _SEQ, _pack_uint(seq),
-           _SRC, (type(src) is str and _name_bytes.get(src))
-               or _name_packed(src, _name_bytes, False),
-           _STAMPS, bytes([0x80 | len(stamps)])]
+    out = [
+        PREFIX,
+        (type(topic) is str and _topic_bytes.get(topic)) or _name_packed(topic, _topic_bytes, True),
+        _SEQ,
+        _pack_uint(seq),
+        _SRC,
+        (type(src) is str and _name_bytes.get(src)) or _name_packed(src, _name_bytes, False),
+        _STAMPS,
+        bytes([0x80 | len(stamps)]),
+    ]
     for k, t in stamps.items():
         if type(t) is not int or not 0 <= t <= I64_MAX:
             return None
         out.append(_str_bytes.get(k) or _str_packed(k))
         out.append(_pack_uint(t))
-    out += (body_head(len(keys)), _pack_uint(cycle),
-            _INDEX, _pack_uint(index), _COUNT, _pack_uint(count),
-            _DEST, (type(dest) is str and _name_bytes.get(dest))
-                or _name_packed(dest, _name_bytes, False),
-            _VALUES, ext_array(10, values.size, raw),
-            _SPEC, (type(spec) is str and _str_bytes.get(spec)) or _str_packed(spec),
-            _PERIOD, _pack_uint(period), _START, _pack_uint(start))
+    out += (
+        body_head(len(keys)),
+        _pack_uint(cycle),
+        _INDEX,
+        _pack_uint(index),
+        _COUNT,
+        _pack_uint(count),
+        _DEST,
+        (type(dest) is str and _name_bytes.get(dest)) or _name_packed(dest, _name_bytes, False),
+        _VALUES,
+        ext_array(10, values.size, raw),
+        _SPEC,
+        (type(spec) is str and _str_bytes.get(spec)) or _str_packed(spec),
+        _PERIOD,
+        _pack_uint(period),
+        _START,
+        _pack_uint(start),
+    )
     if tcode is not None:  # a chunk of tokens: they go last
         if tokens.shape != values.shape or tokens.nbytes >= oob_bytes:
             return None
@@ -184,7 +214,7 @@ def _read_uint(data: bytes, p: int) -> tuple[int, int]:
     w = _UINT_WIDTH[b]
     if not w:
         raise _Miss
-    return int.from_bytes(data[p + 1:p + 1 + w], "big"), p + 1 + w
+    return int.from_bytes(data[p + 1 : p + 1 + w], "big"), p + 1 + w
 
 
 def _learn_str(memo: dict, data: bytes, p: int, end: int, rule) -> str:
@@ -192,7 +222,7 @@ def _learn_str(memo: dict, data: bytes, p: int, end: int, rule) -> str:
     if data[p] >> 5 != 0b101 or end > len(data):  # fixstr: 0xa0..0xbf
         raise _Miss
     try:
-        s = str(data[p + 1:end], "utf-8")  # strict, as msgpack decodes
+        s = str(data[p + 1 : end], "utf-8")  # strict, as msgpack decodes
     except UnicodeDecodeError:
         raise _Miss from None
     if rule is not None and not rule(s):
@@ -211,7 +241,7 @@ def _learn_array(data: bytes, p: int) -> tuple:
     dt = DTYPES[code]
     if data[p + 1] != 16 + count * dt.itemsize:
         raise _Miss
-    return _remember(_array_of, data[p:p + 19], (dt, count, 19 + count * dt.itemsize))
+    return _remember(_array_of, data[p : p + 19], (dt, count, 19 + count * dt.itemsize))
 
 
 def _topic_rule(s: str) -> bool:
@@ -252,7 +282,7 @@ def _parse(data: bytes, topics):
             return None
         seq, p = _read_uint(data, end + 4)
         end = p + 5 + (data[p + 4] & 0x1F)
-        src = names.get(data[p + 4:end]) or _learn_str(names, data, p + 4, end, _is_name)
+        src = names.get(data[p + 4 : end]) or _learn_str(names, data, p + 4, end, _is_name)
         if not lit(_SRC, p) or not lit(_STAMPS, end) or data[end + 7] >> 4 != 0x8:  # a fixmap
             return None
         n, p = data[end + 7] & 0xF, end + 8
@@ -273,15 +303,15 @@ def _parse(data: bytes, topics):
             return None
         p = r
         end = p + 6 + (data[p + 5] & 0x1F)
-        dest = names.get(data[p + 5:end]) or _learn_str(names, data, p + 5, end, _is_name)
-        dt, size, skip = arrays.get(data[end + 7:end + 26]) or _learn_array(data, end + 7)
+        dest = names.get(data[p + 5 : end]) or _learn_str(names, data, p + 5, end, _is_name)
+        dt, size, skip = arrays.get(data[end + 7 : end + 26]) or _learn_array(data, end + 7)
         values = np.frombuffer(data, dt, size, end + 26)
         if not lit(_DEST, p) or not lit(_VALUES, end):
             return None
-        raw = data[end + 26:end + 26 + 4 * size]  # float32 once its header is checked below
+        raw = data[end + 26 : end + 26 + 4 * size]  # float32 once its header is checked below
         p = end + 7 + skip
         end = p + 6 + (data[p + 5] & 0x1F)
-        spec = strs.get(data[p + 5:end]) or _learn_str(strs, data, p + 5, end, None)
+        spec = strs.get(data[p + 5 : end]) or _learn_str(strs, data, p + 5, end, None)
         if not lit(_SPEC, p):
             return None
         period, p = _read_uint(data, end + 10)
@@ -289,10 +319,18 @@ def _parse(data: bytes, topics):
         if not lit(_PERIOD, end) or not lit(_START, p):
             return None
         p = q
-        body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "values": values,
-                "spec": spec, "period_ns": period, "start_ns": start}
+        body = {
+            "cycle": cycle,
+            "index": index,
+            "count": count,
+            "dest": dest,
+            "values": values,
+            "spec": spec,
+            "period_ns": period,
+            "start_ns": start,
+        }
         if lit(_TOKENS, p):
-            dt, size, skip = arrays.get(data[p + 7:p + 26]) or _learn_array(data, p + 7)
+            dt, size, skip = arrays.get(data[p + 7 : p + 26]) or _learn_array(data, p + 7)
             if dt.kind not in "iu" or size != values.size:
                 return None
             body["tokens"] = np.frombuffer(data, dt, size, p + 26)
@@ -302,9 +340,16 @@ def _parse(data: bytes, topics):
                 body[k], p = _read_uint(data, p + len(K[k]))
     except (_Miss, IndexError, ValueError):  # ValueError: frombuffer past the end
         return None
-    if (p != len(data) or len(body) != fields or index >= count or not 0 < period <= I64_MAX
-            or start > I64_MAX or values.dtype is not F32 or not finite(raw, values.size, values)
-            or not _asks_in_range(body, count)):
+    if (
+        p != len(data)
+        or len(body) != fields
+        or index >= count
+        or not 0 < period <= I64_MAX
+        or start > I64_MAX
+        or values.dtype is not F32
+        or not finite(raw, values.size, values)
+        or not _asks_in_range(body, count)
+    ):
         return None  # trailing bytes, out of range, not finite
     return topic, seq, src, stamps, body
 

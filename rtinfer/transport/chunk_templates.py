@@ -10,6 +10,7 @@ fixint is its own marker: read signed, any other marker byte reads negative). Bo
 layout replaces the one before it at the same length. Thread-safe as chunk_codec is: a
 template is only replaced whole.
 """
+
 import struct
 
 import msgpack
@@ -31,8 +32,12 @@ from rtinfer.transport.schema import I64_MAX, U64_MAX
 TEMPLATE_BYTES = 4096  # longer messages get no template (a template holds ~their size)
 TEMPLATES_MAX = 256
 templates: dict[int, tuple] = {}
-_INT_FORMS = ((0xFF, b"\xcc", "B"), (0xFFFF, b"\xcd", "H"), (0xFFFFFFFF, b"\xce", "I"),
-              (U64_MAX, b"\xcf", "Q"))
+_INT_FORMS = (
+    (0xFF, b"\xcc", "B"),
+    (0xFFFF, b"\xcd", "H"),
+    (0xFFFFFFFF, b"\xce", "I"),
+    (U64_MAX, b"\xcf", "Q"),
+)
 
 
 def learn(data: bytes, got: tuple) -> None:
@@ -42,14 +47,37 @@ def learn(data: bytes, got: tuple) -> None:
     topic, seq, src, stamps, body = got
     values, tokens = body["values"], body.get("tokens")
     asks = tuple(k for k in ASK_KEYS if k in body)
-    items = [PREFIX, msgpack.packb(topic), K["seq"], seq, K["src"], msgpack.packb(src),
-             K["stamps"], FIXMAP[len(stamps)]]
+    items = [
+        PREFIX,
+        msgpack.packb(topic),
+        K["seq"],
+        seq,
+        K["src"],
+        msgpack.packb(src),
+        K["stamps"],
+        FIXMAP[len(stamps)],
+    ]
     for k, t in stamps.items():
         items += (msgpack.packb(k), t)
-    items += (body_head(len(body)), body["cycle"], K["index"], body["index"], K["count"],
-              body["count"], K["dest"], msgpack.packb(body["dest"]), K["values"],
-              _ext_head(10, values), (values.nbytes,), K["spec"], msgpack.packb(body["spec"]),
-              K["period_ns"], body["period_ns"], K["start_ns"], body["start_ns"])
+    items += (
+        body_head(len(body)),
+        body["cycle"],
+        K["index"],
+        body["index"],
+        K["count"],
+        body["count"],
+        K["dest"],
+        msgpack.packb(body["dest"]),
+        K["values"],
+        _ext_head(10, values),
+        (values.nbytes,),
+        K["spec"],
+        msgpack.packb(body["spec"]),
+        K["period_ns"],
+        body["period_ns"],
+        K["start_ns"],
+        body["start_ns"],
+    )
     if tokens is not None:
         items += (K["tokens"], _ext_head(DTYPES.index(tokens.dtype), tokens), (tokens.nbytes,))
     for k in asks:
@@ -72,14 +100,23 @@ def learn(data: bytes, got: tuple) -> None:
     layout = struct.Struct("".join(codes))
     if layout.size != len(data) or layout.unpack(data)[0::2] != tuple(consts):
         return  # not the shortest forms: the parser reads it, a template would not match
-    templates[len(data)] = (layout, tuple(consts), topic, src, tuple(stamps), body["dest"],
-                            body["spec"], None if tokens is None else tokens.dtype, asks)
+    templates[len(data)] = (
+        layout,
+        tuple(consts),
+        topic,
+        src,
+        tuple(stamps),
+        body["dest"],
+        body["spec"],
+        None if tokens is None else tokens.dtype,
+        asks,
+    )
 
 
 def _ext_head(code: int, arr: np.ndarray) -> bytes:
     """The ext 1 value of 1-D `arr` up to its data: msgpack's ext header, the array header."""
     ext = ext_array(code, arr.size, bytes(arr.nbytes))
-    return ext[:len(ext) - arr.nbytes]
+    return ext[: len(ext) - arr.nbytes]
 
 
 def by_template(data: bytes, topics, template: tuple):
@@ -92,11 +129,17 @@ def by_template(data: bytes, topics, template: tuple):
         return None
     n = len(keys)
     vals = parts[1::2]
-    seq, stamp_values = vals[0], vals[1:1 + n]
-    cycle, index, count, raw, period, start = vals[1 + n:7 + n]
-    ask_values = vals[len(vals) - len(asks):]
-    if ((seq | cycle | index | start) < 0 or index >= count or not 0 < period <= I64_MAX
-            or start > I64_MAX or n and (min(stamp_values) < 0 or max(stamp_values) > I64_MAX)):
+    seq, stamp_values = vals[0], vals[1 : 1 + n]
+    cycle, index, count, raw, period, start = vals[1 + n : 7 + n]
+    ask_values = vals[len(vals) - len(asks) :]
+    if (
+        (seq | cycle | index | start) < 0
+        or index >= count
+        or not 0 < period <= I64_MAX
+        or start > I64_MAX
+        or n
+        and (min(stamp_values) < 0 or max(stamp_values) > I64_MAX)
+    ):
         return None  # a marker where the template has a fixint, or a value out of range
     for k, v in zip(asks, ask_values):  # executes within its chunk, a period in range
         if not 0 < v <= (count if k == "executes" else I64_MAX):
@@ -104,8 +147,16 @@ def by_template(data: bytes, topics, template: tuple):
     values = np.frombuffer(raw, F32)
     if not finite(raw, values.size, values):
         return None
-    body = {"cycle": cycle, "index": index, "count": count, "dest": dest, "values": values,
-            "spec": spec, "period_ns": period, "start_ns": start}
+    body = {
+        "cycle": cycle,
+        "index": index,
+        "count": count,
+        "dest": dest,
+        "values": values,
+        "spec": spec,
+        "period_ns": period,
+        "start_ns": start,
+    }
     if tokens_dtype is not None:
         body["tokens"] = np.frombuffer(vals[7 + n], tokens_dtype)
     body.update(zip(asks, ask_values))

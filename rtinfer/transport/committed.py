@@ -10,6 +10,7 @@ waypoint's `conditioned`: {"chunk", "from", "n", "hash"}, `hash` being prefix_ha
 values, so a robot can tell that the chunk joins what it executed. Robot-safe (numpy and
 hashlib only).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,6 +38,7 @@ def committed_body(chunk: int, start: int, values: np.ndarray, start_ns: int) ->
 class Committed:
     """One observation's committed prefix, as the node takes it; `used` is set by a policy
     that conditioned its chunk on it (then every waypoint names it: `conditioned`)."""
+
     chunk: int
     start: int
     values: np.ndarray  # float32 (n, D), in the action spec's units
@@ -57,6 +59,10 @@ class Committed:
         """The `conditioned` map of every waypoint of a chunk conditioned on this prefix
         (one dict per cycle, hashed once)."""
         if self._named is None:
-            self._named = {"chunk": self.chunk, "from": self.start, "n": self.n,
-                           "hash": prefix_hash(self.values)}
+            self._named = {
+                "chunk": self.chunk,
+                "from": self.start,
+                "n": self.n,
+                "hash": prefix_hash(self.values),
+            }
         return self._named

@@ -17,6 +17,7 @@ that binds with it re-reads the directory about once a second (``refresh``) and,
 was removed, ends every session on its endpoints, so each client handshakes again and the
 revoked one is refused (docs/wire.md, "Security: CURVE").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,10 @@ def load_keypair(path: str | os.PathLike) -> tuple[bytes, bytes]:
     """
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(f"secret key file {path} is accessible by group/others "
-                         f"(mode {stat.S_IMODE(mode):o}); run: chmod 600 {path}")
+        raise ValueError(
+            f"secret key file {path} is accessible by group/others "
+            f"(mode {stat.S_IMODE(mode):o}); run: chmod 600 {path}"
+        )
     public, secret = zmq.auth.load_certificate(path)
     if secret is None:
         raise ValueError(f"{path} holds no secret key; pass the .key_secret file, not the .key")
@@ -114,8 +117,9 @@ def secure_socket(sock: zmq.Socket, cfg: CurveConfig, *, server: bool) -> None:
     sock.curve_serverkey = load_public(cfg.server_public_key_file)
 
 
-def secure_endpoint(sock: zmq.Socket, cfg: CurveConfig | None, *, server: bool,
-                    any_curve: bool = True) -> None:
+def secure_endpoint(
+    sock: zmq.Socket, cfg: CurveConfig | None, *, server: bool, any_curve: bool = True
+) -> None:
     """The security of the next bind/connect of ``sock``: CURVE as ``cfg`` says, or NULL
     (None) where the socket has CURVE on another endpoint (``any_curve``). libzmq copies the
     security options at each bind/connect, so each endpoint gets its own server key."""
@@ -173,7 +177,7 @@ class AllowList:
                     key = load_public(os.path.join(self.directory, name)).decode()
                 except (OSError, ValueError):
                     continue
-                names[key] = name[:-len(".key")]
+                names[key] = name[: -len(".key")]
             self._seen, self.names = listing, names
             return True
 
@@ -213,8 +217,9 @@ _auth_lock = threading.Lock()
 _auths: dict[int, list] = {}  # id(ctx) -> [authenticator, refcount, allow-list dir]
 
 
-def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLike | None
-                          ) -> AllowList:
+def acquire_authenticator(
+    ctx: zmq.Context, allowed_clients_dir: str | os.PathLike | None
+) -> AllowList:
     """Start (or share) the allow-list authenticator on ``ctx``; returns its AllowList.
 
     Each handshake is checked against the AllowList as the directory is then (a key not
@@ -223,16 +228,19 @@ def acquire_authenticator(ctx: zmq.Context, allowed_clients_dir: str | os.PathLi
     context must use the same directory (ValueError otherwise).
     """
     if allowed_clients_dir is None:
-        raise ValueError("CurveConfig.allowed_clients_dir is required on the binding side "
-                         "(the allow-list of client public keys)")
+        raise ValueError(
+            "CurveConfig.allowed_clients_dir is required on the binding side "
+            "(the allow-list of client public keys)"
+        )
     allow = allow_list(allowed_clients_dir)  # ValueError if it is not a directory
     location = allow.directory
     with _auth_lock:
         entry = _auths.get(id(ctx))
         if entry is not None:
             if entry[2] != location:
-                raise ValueError(f"context already authenticates against {entry[2]}, "
-                                 f"not {location}")
+                raise ValueError(
+                    f"context already authenticates against {entry[2]}, not {location}"
+                )
             entry[1] += 1
             return allow
         auth = _Authenticator(ctx)
@@ -261,15 +269,18 @@ def read_curve_map(path: str | os.PathLike) -> dict[str, dict]:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError) as exc:
-        raise CurveSetupError(f"cannot read curve map {path}: {exc}; pass the curve.json the "
-                              "launcher wrote (--curve-map ${curve_map})") from None
+        raise CurveSetupError(
+            f"cannot read curve map {path}: {exc}; pass the curve.json the "
+            "launcher wrote (--curve-map ${curve_map})"
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise CurveSetupError(f"curve map {path} is not {{address: {{server_key, allow}}}}")
     return data
 
 
-def curve_for(endpoint: str, *, bind: bool, secret: str | None,
-              curve_map: str | os.PathLike | dict | None) -> CurveConfig | None:
+def curve_for(
+    endpoint: str, *, bind: bool, secret: str | None, curve_map: str | os.PathLike | dict | None
+) -> CurveConfig | None:
     """The CurveConfig for one endpoint, or None where the map does not list it (plaintext).
 
     bind: this socket binds ``endpoint`` (CURVE server, checks the ``allow`` directory) or
@@ -285,36 +296,44 @@ def curve_for(endpoint: str, *, bind: bool, secret: str | None,
     return _curve_for(endpoint, bind, secret, read_curve_map(curve_map), str(curve_map))
 
 
-def _curve_for(endpoint: str, bind: bool, secret: str | None, table: dict,
-               source: str) -> CurveConfig | None:
+def _curve_for(
+    endpoint: str, bind: bool, secret: str | None, table: dict, source: str
+) -> CurveConfig | None:
     entry = table.get(endpoint)
     if entry is None or not requires_curve(endpoint):
         return None
     if not secret:
-        raise CurveSetupError(f"{endpoint} requires CURVE ({source}) but this node has no key: "
-                              "pass --curve-secret FILE.key_secret (in a launch file: set "
-                              "curve_secret: on the node)")
+        raise CurveSetupError(
+            f"{endpoint} requires CURVE ({source}) but this node has no key: "
+            "pass --curve-secret FILE.key_secret (in a launch file: set "
+            "curve_secret: on the node)"
+        )
     try:
         load_keypair(secret)
     except OSError as exc:
-        raise CurveSetupError(f"cannot read secret key {secret}: {exc.strerror}; create it "
-                              "with `rtinfer keys generate DIR --name NAME`") from None
+        raise CurveSetupError(
+            f"cannot read secret key {secret}: {exc.strerror}; create it "
+            "with `rtinfer keys generate DIR --name NAME`"
+        ) from None
     except ValueError as exc:
         raise CurveSetupError(str(exc)) from None
     if bind:
         allow = entry.get("allow")
         if not allow or not os.path.isdir(allow):
-            raise CurveSetupError(f"{endpoint}: allow-list directory {allow!r} ({source}) does "
-                                  "not exist; create it and copy the clients' public .key "
-                                  "files into it")
+            raise CurveSetupError(
+                f"{endpoint}: allow-list directory {allow!r} ({source}) does "
+                "not exist; create it and copy the clients' public .key "
+                "files into it"
+            )
         return CurveConfig(secret, allowed_clients_dir=allow)
     server_key = entry.get("server_key")
     try:
         load_public(server_key)
     except (OSError, ValueError, TypeError):
-        raise CurveSetupError(f"{endpoint}: cannot read the server's public key {server_key!r} "
-                              f"({source}); copy the .key of the node that binds it there") \
-            from None
+        raise CurveSetupError(
+            f"{endpoint}: cannot read the server's public key {server_key!r} "
+            f"({source}); copy the .key of the node that binds it there"
+        ) from None
     return CurveConfig(secret, server_public_key_file=server_key)
 
 
@@ -324,21 +343,30 @@ def add_curve_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--curve-map", default=None, help="the launcher's curve.json")
 
 
-def curve_from_args(ap: argparse.ArgumentParser, a: argparse.Namespace, *,
-                    binds: Iterable[str | None] = (), connects: Iterable[str | None] = ()
-                    ) -> dict[str, CurveConfig] | None:
+def curve_from_args(
+    ap: argparse.ArgumentParser,
+    a: argparse.Namespace,
+    *,
+    binds: Iterable[str | None] = (),
+    connects: Iterable[str | None] = (),
+) -> dict[str, CurveConfig] | None:
     """curve_configs from parsed add_curve_arguments options. Call it before any socket (or
     model) is set up: a bad key setup is a usage error (ap.error, exit 2)."""
     try:
-        return curve_configs(binds=binds, connects=connects, secret=a.curve_secret,
-                             curve_map=a.curve_map)
+        return curve_configs(
+            binds=binds, connects=connects, secret=a.curve_secret, curve_map=a.curve_map
+        )
     except CurveSetupError as exc:
         ap.error(str(exc))
 
 
-def curve_configs(*, binds: Iterable[str | None] = (), connects: Iterable[str | None] = (),
-                  secret: str | None = None, curve_map: str | os.PathLike | None = None
-                  ) -> dict[str, CurveConfig] | None:
+def curve_configs(
+    *,
+    binds: Iterable[str | None] = (),
+    connects: Iterable[str | None] = (),
+    secret: str | None = None,
+    curve_map: str | os.PathLike | None = None,
+) -> dict[str, CurveConfig] | None:
     """{endpoint: CurveConfig} for the CURVE endpoints a node binds and connects (None
     entries in the lists are skipped); None if there are none, so ipc runs are unchanged.
 
@@ -347,8 +375,10 @@ def curve_configs(*, binds: Iterable[str | None] = (), connects: Iterable[str | 
     """
     if not curve_map:
         if secret:
-            raise CurveSetupError("--curve-secret needs --curve-map (the launcher's curve.json, "
-                                  "${curve_map}) to know which endpoints use CURVE")
+            raise CurveSetupError(
+                "--curve-secret needs --curve-map (the launcher's curve.json, "
+                "${curve_map}) to know which endpoints use CURVE"
+            )
         return None
     table = read_curve_map(curve_map)
     out: dict[str, CurveConfig] = {}

@@ -17,6 +17,7 @@ monitor turns (t0, t1, t2, t3) into a clock offset (rtinfer.transport.peer_clock
 Never blocks, never raises for a bad ping (counted). Not thread-safe: call it from the
 thread that owns the publisher.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,8 +27,12 @@ from rtinfer.transport.wire import Envelope, now_ns
 
 def is_ping(env: Envelope, own_name: str) -> bool:
     """A heartbeat from another node that is not itself an echo."""
-    return (env.topic == "heartbeat" and "echo" not in env.body
-            and env.body["node"] != own_name and "recv" in env.stamps)
+    return (
+        env.topic == "heartbeat"
+        and "echo" not in env.body
+        and env.body["node"] != own_name
+        and "recv" in env.stamps
+    )
 
 
 class HeartbeatResponder:
@@ -38,8 +43,9 @@ class HeartbeatResponder:
     the Subscriber's clock: give both the same).
     """
 
-    def __init__(self, pub, node: str, *, period_s: float = 1.0,
-                 clock: Callable[[], int] = now_ns) -> None:
+    def __init__(
+        self, pub, node: str, *, period_s: float = 1.0, clock: Callable[[], int] = now_ns
+    ) -> None:
         self.pub, self.node, self.clock = pub, node, clock
         self.period_ns = int(period_s * 1e9)
         self.counters = {"pings": 0, "echoes": 0, "beats": 0, "ignored": 0, "dropped": 0}
@@ -52,9 +58,16 @@ class HeartbeatResponder:
             return False
         self.counters["pings"] += 1
         t2 = self.clock()
-        body = {"node": self.node, "sent_ns": t2,
-                "echo": {"src": env.src, "seq": env.seq, "sent_ns": env.body["sent_ns"],
-                         "recv_ns": min(env.stamps["recv"], t2)}}
+        body = {
+            "node": self.node,
+            "sent_ns": t2,
+            "echo": {
+                "src": env.src,
+                "seq": env.seq,
+                "sent_ns": env.body["sent_ns"],
+                "recv_ns": min(env.stamps["recv"], t2),
+            },
+        }
         if not self.pub.publish("heartbeat", body):
             self.counters["dropped"] += 1
             return False

@@ -17,6 +17,7 @@ Without an allow-list (``allow`` None: the receiver is no CURVE server) there is
 name keys by, and every ``src`` is accepted as declared. ``accept`` costs one dict lookup
 (no clock, no allocation) unless it refuses. Not thread-safe: call it from the loop.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -39,8 +40,12 @@ class Identity:
         self.counters = dict.fromkeys(COUNTERS, 0)
 
     @classmethod
-    def of(cls, curve: CurveConfig | Mapping[str, CurveConfig | None] | None, endpoint: str,
-           say: Callable | None = None) -> Identity:
+    def of(
+        cls,
+        curve: CurveConfig | Mapping[str, CurveConfig | None] | None,
+        endpoint: str,
+        say: Callable | None = None,
+    ) -> Identity:
         """The Identity of the allow-list with which ``endpoint`` is bound (a node's action
         endpoint) in ``curve``, the bus ``curve=`` of the node (curve_configs)."""
         cfg = curve if isinstance(curve, CurveConfig) or curve is None else curve.get(endpoint)
@@ -62,14 +67,17 @@ class Identity:
         return False
 
 
-
 def _why(src: str, peer: str, name: str | None, where: str) -> str:
     """Why a message from ``peer`` (a Z85 key) declaring ``src`` was refused; ``name``: the
     key's name in the allow-list directory ``where`` (None: not in it)."""
     if name is None:
-        return (f"message declaring src {src!r} refused: its key {peer[:8]}... is not in "
-                f"the allow-list {where} (revoked, or never allowed: copy the robot's "
-                f".key there to admit it)")
-    return (f"message declaring src {src!r} refused: it came from the key of {name!r} "
-            f"({where}/{name}.key); with CURVE a robot is its key, so its src must be "
-            "the name of its key file")
+        return (
+            f"message declaring src {src!r} refused: its key {peer[:8]}... is not in "
+            f"the allow-list {where} (revoked, or never allowed: copy the robot's "
+            f".key there to admit it)"
+        )
+    return (
+        f"message declaring src {src!r} refused: it came from the key of {name!r} "
+        f"({where}/{name}.key); with CURVE a robot is its key, so its src must be "
+        "the name of its key file"
+    )

@@ -8,6 +8,7 @@ node) both use it. Arrival times come from the monotonic clock of the receiving 
 integer and float operations and allocates nothing after a stream's first message.
 Not thread-safe: owned by one loop.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -17,15 +18,16 @@ from rtinfer.transport.wire import now_ns
 
 class Stream:
     """What is known of one stream. Read the fields; only Liveliness writes them."""
+
     __slots__ = ("last_ns", "interval_ns", "count", "missed", "deaths", "alive")
 
     def __init__(self) -> None:
-        self.last_ns = -1         # arrival of the newest message, -1 before the first
-        self.interval_ns = 0.0    # EWMA of the inter-arrival time
-        self.count = 0            # messages noted
-        self.missed = 0           # expected periods that passed silently (ROS 2 deadline missed)
-        self.deaths = 0           # alive -> dead changes seen by Liveliness.check
-        self.alive = True         # as of the last check; a stream is alive when first heard
+        self.last_ns = -1  # arrival of the newest message, -1 before the first
+        self.interval_ns = 0.0  # EWMA of the inter-arrival time
+        self.count = 0  # messages noted
+        self.missed = 0  # expected periods that passed silently (ROS 2 deadline missed)
+        self.deaths = 0  # alive -> dead changes seen by Liveliness.check
+        self.alive = True  # as of the last check; a stream is alive when first heard
 
 
 class Liveliness(Mapping[str, Stream]):
@@ -38,9 +40,11 @@ class Liveliness(Mapping[str, Stream]):
 
     def __init__(self, alive_periods: float = 3.0, alpha: float = 0.1) -> None:
         if not alive_periods > 0 or not 0.0 < alpha <= 1.0:
-            raise ValueError(f"need alive_periods > 0 and alpha in (0, 1], got {alive_periods} "
-                             f"and {alpha}: a stream is alive while heard within alive_periods "
-                             f"periods")
+            raise ValueError(
+                f"need alive_periods > 0 and alpha in (0, 1], got {alive_periods} "
+                f"and {alpha}: a stream is alive while heard within alive_periods "
+                f"periods"
+            )
         self.alive_periods = alive_periods
         self.alpha = alpha
         self._streams: dict[str, Stream] = {}
@@ -67,8 +71,9 @@ class Liveliness(Mapping[str, Stream]):
             st = self._streams[key] = Stream()
         if st.count:
             dt = arrival_ns - st.last_ns
-            st.interval_ns = (dt if st.count == 1
-                              else st.interval_ns + self.alpha * (dt - st.interval_ns))
+            st.interval_ns = (
+                dt if st.count == 1 else st.interval_ns + self.alpha * (dt - st.interval_ns)
+            )
             if period_ns > 0 and dt >= 2 * period_ns:
                 st.missed += dt // period_ns - 1
         st.last_ns = arrival_ns

@@ -23,6 +23,7 @@ contradict each other (a peer restarted on another host: healed once the old mes
 left the window). Assumes both clocks tick at the same rate over the window (monotonic
 clocks drift ~ppm). Pure arithmetic on ints, no clock reads; not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -35,7 +36,7 @@ class PeerClock:
     def __init__(self, window: int = 32) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
-        self._low: deque[int] = deque(maxlen=window)   # s - r of peer -> local messages
+        self._low: deque[int] = deque(maxlen=window)  # s - r of peer -> local messages
         self._high: deque[int] = deque(maxlen=window)  # r - s of local -> peer messages
         self.rejected = 0
 
@@ -97,8 +98,11 @@ class PeerClock:
         b = self.bounds()
         if b is not None and b[0] > b[1]:
             b = None  # an empty bracket: unknown
-        return {"offset_ms": (b[0] + b[1]) / 2e6 if b is not None else 0.0,
-                "applied_ms": (self.offset_ns or 0) / 1e6,
-                "uncertainty_ms": self.uncertainty_ns / 1e6 if b is not None else None,
-                "rtt_ms": (b[1] - b[0]) / 1e6 if b is not None else 0.0,
-                "samples": self.count, "rejected": self.rejected}
+        return {
+            "offset_ms": (b[0] + b[1]) / 2e6 if b is not None else 0.0,
+            "applied_ms": (self.offset_ns or 0) / 1e6,
+            "uncertainty_ms": self.uncertainty_ns / 1e6 if b is not None else None,
+            "rtt_ms": (b[1] - b[0]) / 1e6 if b is not None else 0.0,
+            "samples": self.count,
+            "rejected": self.rejected,
+        }

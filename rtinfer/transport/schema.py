@@ -5,6 +5,7 @@ The same validators run on both sides: `wire.encode` checks the body a caller bu
 Validators never mutate or copy; they raise `SchemaError` (a `WireError`) naming the field.
 docs/wire.md is the normative description; keep the two in step.
 """
+
 import math
 
 import numpy as np
@@ -65,14 +66,18 @@ def _tname(v) -> str:
 
 def check_int(lo: int, hi: int, rule: str):
     """An integer in [lo, hi]. bool is rejected although Python counts it as an int."""
+
     def check(v):
         if type(v) is not int:
             if not isinstance(v, np.integer):  # numpy scalars only reach here on encode
-                raise SchemaError(f"must be an integer {rule}, got {_tname(v)}; "
-                                  "send a plain int (bool is not an int on the wire)")
+                raise SchemaError(
+                    f"must be an integer {rule}, got {_tname(v)}; "
+                    "send a plain int (bool is not an int on the wire)"
+                )
             v = int(v)
         if not lo <= v <= hi:
             raise SchemaError(f"{v} is out of range: must be an integer {rule}")
+
     # lets body plans test plain ints inline (see _plan); a function attribute mypy cannot see
     check.int_range = (lo, hi)  # type: ignore[attr-defined]
     return check
@@ -83,8 +88,10 @@ def check_float(v):
     t = type(v)
     if t is float or isinstance(v, (float, np.floating)):  # np.float64 is a float subclass
         if not math.isfinite(v):
-            raise SchemaError(f"{v} is not finite: NaN and inf are rejected; "
-                              "send a finite value or leave the entry out")
+            raise SchemaError(
+                f"{v} is not finite: NaN and inf are rejected; "
+                "send a finite value or leave the entry out"
+            )
     elif not (t is int or isinstance(v, np.integer)) or not I64_MIN <= int(v) <= U64_MAX:
         raise SchemaError(f"must be a finite float, got {_tname(v)}")
 
@@ -97,8 +104,10 @@ def check_str(v):
         raise SchemaError(f"must be a string, got {_tname(v)}")
     if len(v) * 4 > MAX_STR_BYTES and len(v.encode("utf-8", "surrogatepass")) > MAX_STR_BYTES:
         # what a receiver refuses (docs/wire.md section 1) is never sent
-        raise SchemaError(f"string of {len(v.encode('utf-8', 'surrogatepass'))} bytes is over "
-                          f"the {MAX_STR_BYTES}-byte limit; send less text")
+        raise SchemaError(
+            f"string of {len(v.encode('utf-8', 'surrogatepass'))} bytes is over "
+            f"the {MAX_STR_BYTES}-byte limit; send less text"
+        )
 
 
 def check_name(v):
@@ -107,14 +116,17 @@ def check_name(v):
         return
     check_str(v)
     if not (0 < len(v) <= MAX_NAME_CHARS and v.isascii() and v.isprintable()) or " " in v:
-        raise SchemaError(f"{v[:40]!r} is not a valid name: use 1..{MAX_NAME_CHARS} "
-                          "printable ASCII characters without spaces")
+        raise SchemaError(
+            f"{v[:40]!r} is not a valid name: use 1..{MAX_NAME_CHARS} "
+            "printable ASCII characters without spaces"
+        )
     if type(v) is str and len(_good_names) < _CACHE_MAX:  # no subclass: it could lie in __eq__
         _good_names.add(v)
 
 
 def check_map(value_check):
     """A map with string keys whose values all pass value_check."""
+
     def check(v):
         if not isinstance(v, dict):
             raise SchemaError(f"must be a map, got {_tname(v)}")
@@ -122,11 +134,13 @@ def check_map(value_check):
         try:
             for key, x in v.items():
                 if type(key) is not str:
-                    raise SchemaError(f"key {key!r:.40} is a {_tname(key)}; map keys must "
-                                      "be strings")
+                    raise SchemaError(
+                        f"key {key!r:.40} is a {_tname(key)}; map keys must be strings"
+                    )
                 value_check(x)
         except SchemaError as e:
             raise (e.at(f"[{key!r:.40}]") if type(key) is str else e) from None
+
     return check
 
 
@@ -135,8 +149,10 @@ def _words(word: bytes, n: int) -> int:
 
 
 # Per element count n <= SMALL_ARRAY: n little-endian float32 words of (exponent bits, 1, sign bit).
-_F32_MASKS = tuple((_words(b"\x00\x00\x80\x7f", n), _words(b"\x01\x00\x00\x00", n),
-                    _words(b"\x00\x00\x00\x80", n)) for n in range(SMALL_ARRAY + 1))
+_F32_MASKS = tuple(
+    (_words(b"\x00\x00\x80\x7f", n), _words(b"\x01\x00\x00\x00", n), _words(b"\x00\x00\x00\x80", n))
+    for n in range(SMALL_ARRAY + 1)
+)
 _F32_LE = np.dtype("<f4")
 
 
@@ -193,8 +209,11 @@ def check_array(dtype=None, kinds="biuf", ndim=None, nonempty=False):
         if nonempty and v.size == 0:
             raise ArrayError("is empty: must hold at least one element")
         if kind == "f" and not all_finite(v):
-            raise ArrayError("contains NaN or inf: only finite floats are accepted; "
-                             "fix or clip the producer's output before publishing")
+            raise ArrayError(
+                "contains NaN or inf: only finite floats are accepted; "
+                "fix or clip the producer's output before publishing"
+            )
+
     return check
 
 
@@ -229,34 +248,46 @@ def _check_echo(v):
 def _heartbeat_cross(body):
     echo = body.get("echo")
     if echo is not None and echo["recv_ns"] > body["sent_ns"]:
-        raise SchemaError(f"{echo['recv_ns']} is after the echo's sent_ns ({body['sent_ns']}): a "
-                          "node answers a ping after it received it, on one clock",
-                          "body.echo.recv_ns")
+        raise SchemaError(
+            f"{echo['recv_ns']} is after the echo's sent_ns ({body['sent_ns']}): a "
+            "node answers a ping after it received it, on one clock",
+            "body.echo.recv_ns",
+        )
 
 
 def _chunk_cross(body):
     if body["index"] >= body["count"]:
-        raise SchemaError(f"{body['index']} is out of range: must be < count ({body['count']})",
-                          "body.index")
+        raise SchemaError(
+            f"{body['index']} is out of range: must be < count ({body['count']})", "body.index"
+        )
     if body.get("executes", 0) > body["count"]:  # an executed horizon within its chunk
-        raise SchemaError(f"{body['executes']} is out of range: must be <= count "
-                          f"({body['count']})", "body.executes")
+        raise SchemaError(
+            f"{body['executes']} is out of range: must be <= count ({body['count']})",
+            "body.executes",
+        )
     if "tokens" in body and body["tokens"].shape != body["values"].shape:
-        raise ArrayError(f"tokens shape {body['tokens'].shape} differs from values shape "
-                         f"{body['values'].shape}: both must be (D,)", "body.tokens")
+        raise ArrayError(
+            f"tokens shape {body['tokens'].shape} differs from values shape "
+            f"{body['values'].shape}: both must be (D,)",
+            "body.tokens",
+        )
 
 
 _FRAME: tuple[dict, frozenset[str], None] = (
     {"image": check_array(dtype=np.uint8, ndim=3, nonempty=True), "capture_ns": ns},
-    frozenset(), None)
+    frozenset(),
+    None,
+)
 
 
 def _check_frames(v):
     """obs frames: camera name -> {image: uint8 [H, W, C], capture_ns}, at least one."""
     if not isinstance(v, dict) or not v:
-        raise SchemaError(f"must be a non-empty map of camera name -> frame, got "
-                          f"{_tname(v) if not isinstance(v, dict) else 'an empty map'}; "
-                          "leave `frames` out when there are none")
+        raise SchemaError(
+            f"must be a non-empty map of camera name -> frame, got "
+            f"{_tname(v) if not isinstance(v, dict) else 'an empty map'}; "
+            "leave `frames` out when there are none"
+        )
     for camera, frame in v.items():
         try:
             check_name(camera)
@@ -267,21 +298,33 @@ def _check_frames(v):
 
 # real-time chunking (rtinfer.transport.committed): the robot's committed prefix in an obs,
 # and the prefix a chunk was conditioned on in each of its waypoints
-_COMMITTED: tuple = ({"chunk": u64, "from": u64,
-               "values": check_array(dtype=np.float32, ndim=2, nonempty=True), "start_ns": ns},
-              frozenset(), None)
+_COMMITTED: tuple = (
+    {
+        "chunk": u64,
+        "from": u64,
+        "values": check_array(dtype=np.float32, ndim=2, nonempty=True),
+        "start_ns": ns,
+    },
+    frozenset(),
+    None,
+)
 HASH_CHARS = frozenset("0123456789abcdef")
 
 
 def _check_prefix_hash(v):
     check_str(v)
     if len(v) != 16 or not HASH_CHARS.issuperset(v):
-        raise SchemaError(f"{v[:40]!r} is not a prefix hash: must be 16 lowercase hex digits "
-                          "(sha256 of the committed values, docs/wire.md section 5)")
+        raise SchemaError(
+            f"{v[:40]!r} is not a prefix hash: must be 16 lowercase hex digits "
+            "(sha256 of the committed values, docs/wire.md section 5)"
+        )
 
 
-_CONDITIONED: tuple = ({"chunk": u64, "from": u64, "n": check_int(1, U64_MAX, ">= 1"),
-                 "hash": _check_prefix_hash}, frozenset(), None)
+_CONDITIONED: tuple = (
+    {"chunk": u64, "from": u64, "n": check_int(1, U64_MAX, ">= 1"), "hash": _check_prefix_hash},
+    frozenset(),
+    None,
+)
 
 
 def _check_committed(v):
@@ -294,29 +337,62 @@ def _check_conditioned(v):
 
 # topic kind -> (field checks, optional field names, cross-field check or None)
 _ECHO: tuple[dict, frozenset[str], None] = (
-    {"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns}, frozenset(), None)
+    {"src": check_name, "seq": u64, "sent_ns": ns, "recv_ns": ns},
+    frozenset(),
+    None,
+)
 BODIES = {
-    "obs": ({"values": check_map(check_array()), "ints": check_map(i64),
-             "frames": _check_frames, "committed": _check_committed,
-             "open_loop_ns": positive_ns},
-            frozenset({"frames", "committed", "open_loop_ns"}), None),
-    "action_chunk": ({"cycle": u64, "index": u64, "count": check_int(1, U64_MAX, ">= 1"),
-                      "dest": check_name,
-                      "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
-                      "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
-                      "spec": check_str, "period_ns": positive_ns, "start_ns": ns,
-                      "conditioned": _check_conditioned,
-                      "executes": check_int(1, U64_MAX, ">= 1"), "obs_period_ns": positive_ns},
-                     frozenset({"tokens", "conditioned", "executes", "obs_period_ns"}),
-                     _chunk_cross),
-    "heartbeat": ({"node": check_name, "sent_ns": ns, "echo": _check_echo},
-                  frozenset({"echo"}), _heartbeat_cross),
-    "health": ({"node": check_name, "state": check_str, "counters": check_map(u64),
-                "gauges": check_map(check_float)}, frozenset(), None),
+    "obs": (
+        {
+            "values": check_map(check_array()),
+            "ints": check_map(i64),
+            "frames": _check_frames,
+            "committed": _check_committed,
+            "open_loop_ns": positive_ns,
+        },
+        frozenset({"frames", "committed", "open_loop_ns"}),
+        None,
+    ),
+    "action_chunk": (
+        {
+            "cycle": u64,
+            "index": u64,
+            "count": check_int(1, U64_MAX, ">= 1"),
+            "dest": check_name,
+            "values": check_array(dtype=np.float32, ndim=1, nonempty=True),
+            "tokens": check_array(kinds="iu", ndim=1, nonempty=True),
+            "spec": check_str,
+            "period_ns": positive_ns,
+            "start_ns": ns,
+            "conditioned": _check_conditioned,
+            "executes": check_int(1, U64_MAX, ">= 1"),
+            "obs_period_ns": positive_ns,
+        },
+        frozenset({"tokens", "conditioned", "executes", "obs_period_ns"}),
+        _chunk_cross,
+    ),
+    "heartbeat": (
+        {"node": check_name, "sent_ns": ns, "echo": _check_echo},
+        frozenset({"echo"}),
+        _heartbeat_cross,
+    ),
+    "health": (
+        {
+            "node": check_name,
+            "state": check_str,
+            "counters": check_map(u64),
+            "gauges": check_map(check_float),
+        },
+        frozenset(),
+        None,
+    ),
     "budget": ({"level": check_int(0, I64_MAX, ">= 0"), "reason": check_str}, frozenset(), None),
     "command": ({"cmd": _check_command, "reason": check_str}, frozenset(), None),
-    "trace": ({"node": check_name, "cycle": u64, "stamps": stamps,
-               "fields": check_map(check_float)}, frozenset(), None),
+    "trace": (
+        {"node": check_name, "cycle": u64, "stamps": stamps, "fields": check_map(check_float)},
+        frozenset(),
+        None,
+    ),
 }
 
 
@@ -329,11 +405,17 @@ def validate_fields(spec, body, where: str) -> None:
         missing = fields.keys() - body.keys() - optional
         unknown = [k for k in body if k not in fields]
         if unknown:
-            raise SchemaError(f"unknown field(s) {sorted(map(repr, unknown))[:8]}: "
-                              f"allowed fields are {sorted(fields)}", where)
+            raise SchemaError(
+                f"unknown field(s) {sorted(map(repr, unknown))[:8]}: "
+                f"allowed fields are {sorted(fields)}",
+                where,
+            )
         if missing:
-            raise SchemaError(f"missing field(s) {sorted(missing)}: all of "
-                              f"{sorted(set(fields) - optional)} are required", where)
+            raise SchemaError(
+                f"missing field(s) {sorted(missing)}: all of "
+                f"{sorted(set(fields) - optional)} are required",
+                where,
+            )
     name = None
     try:
         for name, v in body.items():
@@ -366,8 +448,10 @@ def body_spec(topic: str) -> tuple:
     if plan is None:
         plan = _PLANS.get(topic_kind(topic))
         if plan is None:
-            raise TopicError(f"unknown topic {topic[:40]!r}: the topic (before any '/') must "
-                             f"be one of {sorted(BODIES)}")
+            raise TopicError(
+                f"unknown topic {topic[:40]!r}: the topic (before any '/') must "
+                f"be one of {sorted(BODIES)}"
+            )
         if type(topic) is str and len(_plan_by_topic) < _CACHE_MAX:
             _plan_by_topic[topic] = plan
     return plan
@@ -377,7 +461,7 @@ def check_body(plan: tuple, body) -> None:
     """validate_fields for a compiled plan: same rules, fewer calls on the common path."""
     fields, optional, cross, ints, others = plan
     if type(body) is not dict or body.keys() != fields.keys():  # optional field left out,
-        return validate_fields(plan[:3], body, "body")       # or an error to explain
+        return validate_fields(plan[:3], body, "body")  # or an error to explain
     name = None
     try:
         for name, lo, hi in ints:

@@ -8,6 +8,7 @@ msgpack only, never pickle. Every decoder failure, whatever the bytes, is a `Wir
 arrays are read-only views of the received buffers. All functions are thread-safe and
 never block. The normative spec, with byte layouts and a worked example, is docs/wire.md.
 """
+
 import math
 import threading
 import time
@@ -38,13 +39,22 @@ ENVELOPE_KEYS = ("version", "topic", "seq", "src", "stamps", "body")
 _ENVELOPE_KEYSET = frozenset(ENVELOPE_KEYS)
 MAX_MAP_LEN = 4096  # most entries in any one map
 COPY_BYTES = 65536  # decode() reads a single-frame message up to this size from a bytes copy
-_ERRORS = (ValueError, TypeError, OverflowError, RecursionError, MemoryError,
-           KeyError, IndexError, msgpack.UnpackException)
+_ERRORS = (
+    ValueError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+    KeyError,
+    IndexError,
+    msgpack.UnpackException,
+)
 
 
 @dataclass(slots=True)
 class Envelope:
     """One decoded message. `stamps` keeps wire order; arrays in `body` are read-only."""
+
     version: int
     topic: str
     seq: int
@@ -62,8 +72,14 @@ def _envelope(topic, body, seq, src, stamps) -> dict:
     if stamps is None:
         stamps = {}
     _check_fields(topic, seq, src, stamps, body, None)  # we build the map: only fields to check
-    return {"version": SCHEMA_VERSION, "topic": topic, "seq": seq, "src": src,
-            "stamps": stamps, "body": body}
+    return {
+        "version": SCHEMA_VERSION,
+        "topic": topic,
+        "seq": seq,
+        "src": src,
+        "stamps": stamps,
+        "body": body,
+    }
 
 
 class _Packer(threading.local):
@@ -95,8 +111,9 @@ def _pack(env: dict, oob_bytes) -> tuple[bytes, list[memoryview]]:
     except WireError:
         raise
     except (ValueError, TypeError, OverflowError) as e:
-        raise SchemaError(f"cannot be packed ({e}): bodies hold only maps, strings, "
-                          "numbers and ndarrays", "body") from None
+        raise SchemaError(
+            f"cannot be packed ({e}): bodies hold only maps, strings, numbers and ndarrays", "body"
+        ) from None
     finally:
         hook.frames = []  # don't keep the caller's arrays alive
         if packer is p.packer:
@@ -109,15 +126,25 @@ def _why(e: Exception) -> str:
 
 def _check_size(nbytes: int, max_bytes: int, what: str) -> None:
     if nbytes > max_bytes:
-        raise OversizeError(f"{what} is {nbytes} bytes, over the {max_bytes}-byte limit: send "
-                            "less per message or raise max_bytes on both ends")
+        raise OversizeError(
+            f"{what} is {nbytes} bytes, over the {max_bytes}-byte limit: send "
+            "less per message or raise max_bytes on both ends"
+        )
 
 
-def encode(topic: str, body: dict, *, seq: int, src: str, stamps: dict | None = None,
-           max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+def encode(
+    topic: str,
+    body: dict,
+    *,
+    seq: int,
+    src: str,
+    stamps: dict | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> bytes:
     """One self-contained message (arrays inline). Bad body or too big -> WireError."""
-    data = encode_chunk(topic, body, seq, src, {} if stamps is None else stamps, max_bytes,
-                        math.inf)  # the common action_chunk: same bytes, fewer steps
+    data = encode_chunk(
+        topic, body, seq, src, {} if stamps is None else stamps, max_bytes, math.inf
+    )  # the common action_chunk: same bytes, fewer steps
     if data is not None:
         return data
     data, _ = _pack(_envelope(topic, body, seq, src, stamps), math.inf)  # all inline
@@ -126,16 +153,24 @@ def encode(topic: str, body: dict, *, seq: int, src: str, stamps: dict | None = 
     return data
 
 
-def encode_frames(topic: str, body: dict, *, seq: int, src: str, stamps: dict | None = None,
-                  oob_bytes: int = 65536, max_bytes: int = DEFAULT_MAX_BYTES
-                  ) -> list[bytes | memoryview]:
+def encode_frames(
+    topic: str,
+    body: dict,
+    *,
+    seq: int,
+    src: str,
+    stamps: dict | None = None,
+    oob_bytes: int = 65536,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> list[bytes | memoryview]:
     """[envelope, *array frames]: arrays of >= oob_bytes bytes travel as zero-copy frames.
 
     The memoryviews alias the caller's arrays: do not modify them until the send is done.
     On ZeroMQ the bus sends [topic.encode(), *encode_frames(...)].
     """
-    data = encode_chunk(topic, body, seq, src, {} if stamps is None else stamps, max_bytes,
-                        oob_bytes)  # the common action_chunk: same bytes, fewer steps
+    data = encode_chunk(
+        topic, body, seq, src, {} if stamps is None else stamps, max_bytes, oob_bytes
+    )  # the common action_chunk: same bytes, fewer steps
     if data is not None:
         return [data]
     data, oob = _pack(_envelope(topic, body, seq, src, stamps), oob_bytes)
@@ -157,25 +192,41 @@ def _map(pairs: tuple) -> dict:
 
 
 def _unpack(buf, hook, max_bytes: int):
-    return msgpack.unpackb(buf, raw=False, strict_map_key=True, use_list=False,
-                           object_pairs_hook=_map, ext_hook=hook, max_str_len=MAX_STR_BYTES,
-                           max_bin_len=0, max_array_len=0, max_map_len=MAX_MAP_LEN,
-                           max_ext_len=max_bytes)
+    return msgpack.unpackb(
+        buf,
+        raw=False,
+        strict_map_key=True,
+        use_list=False,
+        object_pairs_hook=_map,
+        ext_hook=hook,
+        max_str_len=MAX_STR_BYTES,
+        max_bin_len=0,
+        max_array_len=0,
+        max_map_len=MAX_MAP_LEN,
+        max_ext_len=max_bytes,
+    )
 
 
 def _validate(env, topics: Collection[str] | None) -> None:
     if not isinstance(env, dict):
-        raise MalformedError(f"message is a msgpack {type(env).__name__}: it must be a map "
-                             f"with keys {list(ENVELOPE_KEYS)}")
+        raise MalformedError(
+            f"message is a msgpack {type(env).__name__}: it must be a map "
+            f"with keys {list(ENVELOPE_KEYS)}"
+        )
     version = env.get("version")
     if version != SCHEMA_VERSION or type(version) is not int:
-        raise VersionError(f"schema version {version!r:.40} is not supported (this receiver "
-                           f"speaks {SCHEMA_VERSION}): run the same rtinfer release on both ends")
+        raise VersionError(
+            f"schema version {version!r:.40} is not supported (this receiver "
+            f"speaks {SCHEMA_VERSION}): run the same rtinfer release on both ends"
+        )
     if env.keys() != _ENVELOPE_KEYSET:
         extra = sorted(map(repr, env.keys() - _ENVELOPE_KEYSET))[:8]
         missing = sorted(_ENVELOPE_KEYSET - env.keys())
-        raise SchemaError(f"envelope keys must be exactly {list(ENVELOPE_KEYS)}: "
-                          f"missing {missing}, unknown {extra}", "envelope")
+        raise SchemaError(
+            f"envelope keys must be exactly {list(ENVELOPE_KEYS)}: "
+            f"missing {missing}, unknown {extra}",
+            "envelope",
+        )
     _check_fields(env["topic"], env["seq"], env["src"], env["stamps"], env["body"], topics)
 
 
@@ -199,8 +250,9 @@ def _check_fields(topic, seq, src, stamps, body, topics) -> None:
     schema.check_body(schema.body_spec(topic), body)
 
 
-def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES,
-           topics: Collection[str] | None = None) -> Envelope:
+def decode(
+    data, *, max_bytes: int = DEFAULT_MAX_BYTES, topics: Collection[str] | None = None
+) -> Envelope:
     """Decode one single-frame message (bytes, memoryview or any byte buffer).
 
     Checks the size before unpacking, then version, envelope, topic (against `topics`
@@ -221,14 +273,17 @@ def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES,
     except WireError:
         raise
     except _ERRORS as e:
-        raise MalformedError(f"not a valid rtinfer msgpack message ({_why(e)}): "
-                             "check the sender speaks docs/wire.md") from None
-    return Envelope(env["version"], env["topic"], env["seq"], env["src"], env["stamps"],
-                    env["body"])
+        raise MalformedError(
+            f"not a valid rtinfer msgpack message ({_why(e)}): check the sender speaks docs/wire.md"
+        ) from None
+    return Envelope(
+        env["version"], env["topic"], env["seq"], env["src"], env["stamps"], env["body"]
+    )
 
 
-def decode_frames(frames: Sequence, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                  topics: Collection[str] | None = None) -> Envelope:
+def decode_frames(
+    frames: Sequence, *, max_bytes: int = DEFAULT_MAX_BYTES, topics: Collection[str] | None = None
+) -> Envelope:
     """Decode [envelope, *array frames] (the multipart message minus its topic frame).
 
     Out-of-band arrays are read-only views of their frames: no copy. `max_bytes` bounds
@@ -248,7 +303,10 @@ def decode_frames(frames: Sequence, *, max_bytes: int = DEFAULT_MAX_BYTES,
     except WireError:
         raise
     except _ERRORS as e:
-        raise MalformedError(f"not a valid rtinfer multipart message ({_why(e)}): "
-                             "check the sender speaks docs/wire.md") from None
-    return Envelope(env["version"], env["topic"], env["seq"], env["src"], env["stamps"],
-                    env["body"])
+        raise MalformedError(
+            f"not a valid rtinfer multipart message ({_why(e)}): "
+            "check the sender speaks docs/wire.md"
+        ) from None
+    return Envelope(
+        env["version"], env["topic"], env["seq"], env["src"], env["stamps"], env["body"]
+    )

@@ -1,4 +1,5 @@
 """Shared switches and small helpers for the fault and fuzz tests."""
+
 from __future__ import annotations
 
 import os

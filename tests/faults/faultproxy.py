@@ -19,6 +19,7 @@ As a process (e.g. inside a namespace, `ip netns exec NS python -m tests.faults.
 it reads commands from stdin, one per line: ``delay MS``, ``jitter MS``, ``stall 0|1``,
 ``cut``, ``quit``; it prints ``listening PORT`` once ready.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,14 @@ class Faults:
 
 
 class FaultProxy:
-    def __init__(self, listen: tuple[str, int], target: tuple[str, int], *,
-                 lifetime_s: float = 300.0, seed: int = 0):
+    def __init__(
+        self,
+        listen: tuple[str, int],
+        target: tuple[str, int],
+        *,
+        lifetime_s: float = 300.0,
+        seed: int = 0,
+    ):
         self.listen = (check_address(listen[0]), int(listen[1]))
         self.target = (check_address(target[0]), int(target[1]))
         self.faults = Faults()
@@ -199,7 +206,9 @@ def _hostport(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.faults.faultproxy", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.faults.faultproxy", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--listen", required=True, help="HOST:PORT (PORT 0: any)")
     ap.add_argument("--target", required=True, help="HOST:PORT")
     ap.add_argument("--lifetime-s", type=float, default=300.0)

@@ -10,6 +10,7 @@ rtinfer.transport.identity, re-reading the allow-list twice a second; at --secon
 SIGTERM writes {"sockets": the Subscriber's socket count, "seen": [[recv_ns, src, peer,
 verdict], ...]} as JSON, verdict "ok" or the counter it went to.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,7 @@ def probe(argv: list[str]) -> int:
     from rtinfer.transport.bus import Subscriber
     from rtinfer.transport.identity import Identity
     from rtinfer.transport.wire import now_ns
+
     ap = argparse.ArgumentParser(prog="fleet_hosts probe")
     add_curve_arguments(ap)
     ap.add_argument("--obs", required=True, nargs="+")

@@ -11,6 +11,7 @@ Run as a process (e.g. inside a network namespace) it writes one JSON report:
 
 The CURVE options are those of the product nodes (rtinfer.transport.curve.curve_configs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ class Recorder:
         self.state = self.node.state
         self.force_over_limit = 0
         self.max_force_ratio = 0.0
-        self.max_gap_ns = 0      # longest time between two ticks
+        self.max_gap_ns = 0  # longest time between two ticks
         self._last_tick = None
         self.ready_file: str | None = None  # touched when tracking first starts
 
@@ -77,13 +78,20 @@ class Recorder:
 
     def summary(self) -> dict:
         n = self.node
-        return {"transitions": self.transitions, "holds": self.holds(), "resumes": self.resumes(),
-                "force_over_limit": self.force_over_limit,
-                "max_force_ratio": self.max_force_ratio, "max_tick_gap_ms": self.max_gap_ns / 1e6,
-                "e2e_max_ms": n.reports.e2e_max_ns / 1e6, "deadline_ms": n.cfg.deadline_ns / 1e6,
-                "counters": dict(n.counters), "stack": dict(n.stack.counters),
-                "metrics": self.sim.cell.metrics.as_dict(),
-                "sub": dict(self.sim.sub.counters)}
+        return {
+            "transitions": self.transitions,
+            "holds": self.holds(),
+            "resumes": self.resumes(),
+            "force_over_limit": self.force_over_limit,
+            "max_force_ratio": self.max_force_ratio,
+            "max_tick_gap_ms": self.max_gap_ns / 1e6,
+            "e2e_max_ms": n.reports.e2e_max_ns / 1e6,
+            "deadline_ms": n.cfg.deadline_ns / 1e6,
+            "counters": dict(n.counters),
+            "stack": dict(n.stack.counters),
+            "metrics": self.sim.cell.metrics.as_dict(),
+            "sub": dict(self.sim.sub.counters),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,13 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--curve-map", default=None)
     ap.add_argument("--ready", default=None, help="file to create once tracking starts")
     a = ap.parse_args(argv)
-    curve = curve_configs(binds=[a.obs], connects=[a.actions], secret=a.curve_secret,
-                          curve_map=a.curve_map)
+    curve = curve_configs(
+        binds=[a.obs], connects=[a.actions], secret=a.curve_secret, curve_map=a.curve_map
+    )
     from examples.conveyor_sorting import sim_node
+
     sim = sim_node.SimNode(a.obs, a.actions, deadline_ms=a.deadline_ms, curve=curve)
     rec = Recorder(sim)
     rec.ready_file = a.ready
     import signal
+
     signal.signal(signal.SIGTERM, lambda *_: sim.stop())
     try:
         report = sim.run(a.seconds, wait_s=60.0)

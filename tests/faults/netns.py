@@ -16,6 +16,7 @@ A LAN of several hosts (one node host, robots on a bridge in it, one veth pair e
 Needs root and the `ip` tool: `available()` says why not, so tests can skip with a reason.
 Not thread-safe; remove() is idempotent and also runs on context exit.
 """
+
 from __future__ import annotations
 
 import os
@@ -120,8 +121,10 @@ class Lan(_Namespaces):
             raise ValueError("robots: 1 to 99")
         hosts = ["n"] + [f"r{k}" for k in range(1, robots + 1)]
         self.ns = {h: f"{prefix}-{h}" for h in hosts}
-        self.addr = {"n": "10.231.1.1", **{f"r{k}": f"10.231.1.{10 + k}"
-                                           for k in range(1, robots + 1)}}
+        self.addr = {
+            "n": "10.231.1.1",
+            **{f"r{k}": f"10.231.1.{10 + k}" for k in range(1, robots + 1)},
+        }
         self.bridge = f"{prefix}br"
         self.dev = {h: (f"{prefix}{h}", f"{prefix}n{h}") for h in hosts[1:]}  # (robot, node end)
 

@@ -4,6 +4,7 @@ Each case corrupts a copy of the tiny exported model (tests/conftest.py: tiny_mo
 and builds a real InferenceNode from it; the CLI case checks that the node process exits
 non-zero with the reason and never reports ready.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,10 +28,12 @@ def _json_edit(path: Path, fn) -> None:
 
 def _rehash(m: Path) -> None:
     """Make graphs.json's sha256 entries match the files (to get past the hash check)."""
+
     def fix(d):
         for g in d["graphs"] if isinstance(d["graphs"], list) else d["graphs"].values():
             if g.get("sha256"):
                 g["sha256"] = hashlib.sha256((m / g["file"]).read_bytes()).hexdigest()
+
     _json_edit(m / "graphs.json", fix)
 
 
@@ -72,18 +75,25 @@ def _obs_spec_too_big(m):
     _json_edit(m / "obs_tokens.json", lambda d: d.update(bins=10_000))
 
 
-CASES = {"missing_graph": _missing_graph, "truncated_graph": _truncated_graph,
-         "garbage_graph_rehashed": _garbage_graph_rehashed,
-         "swapped_shapes_rehashed": _swapped_shapes_rehashed,
-         "tokenizer_mismatch": _tokenizer_mismatch, "corrupt_json": _corrupt_json,
-         "missing_tokenizer": _missing_tokenizer, "obs_spec_too_big": _obs_spec_too_big}
+CASES = {
+    "missing_graph": _missing_graph,
+    "truncated_graph": _truncated_graph,
+    "garbage_graph_rehashed": _garbage_graph_rehashed,
+    "swapped_shapes_rehashed": _swapped_shapes_rehashed,
+    "tokenizer_mismatch": _tokenizer_mismatch,
+    "corrupt_json": _corrupt_json,
+    "missing_tokenizer": _missing_tokenizer,
+    "obs_spec_too_big": _obs_spec_too_big,
+}
 
 
 def _node(model, backend="onnx"):
     from rtinfer.inference.node import InferenceNode, InferenceNodeConfig
+
     d = tempfile.mkdtemp(prefix="rtf-bad-")
-    return InferenceNode(model, f"ipc://{d}/obs", f"ipc://{d}/act",
-                         cfg=InferenceNodeConfig(backend=backend))
+    return InferenceNode(
+        model, f"ipc://{d}/obs", f"ipc://{d}/act", cfg=InferenceNodeConfig(backend=backend)
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -109,9 +119,23 @@ def test_node_process_exits_non_zero_with_the_reason_and_never_gets_ready(tiny_m
     m = tmp_path / "model"
     shutil.copytree(tiny_model_dir, m)
     _truncated_graph(m)
-    r = subprocess.run([PY, "-m", "rtinfer.inference.node", "--model", str(m), "--obs",
-                        f"ipc://{tmp_path}/o", "--actions", f"ipc://{tmp_path}/a"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(m),
+            "--obs",
+            f"ipc://{tmp_path}/o",
+            "--actions",
+            f"ipc://{tmp_path}/a",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0
     # the reason, as one error line naming the file (no traceback): "infer: error: ... corrupt"
     assert "error:" in r.stderr and "corrupt" in r.stderr and str(m) in r.stderr

@@ -9,6 +9,7 @@ Clock steps: timing uses monotonic clocks only. A grep proves it for the runtime
 controllers/); a ControllerNode runs while time.time() jumps by hours every tick and
 behaves exactly as without the jumps. The real system clock is never touched.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,14 @@ QUIET_MS = DEADLINE_MS + 50.0
 
 def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
     from examples.conveyor_sorting.sim_node import SimNode
+
     d = Path(tempfile.mkdtemp(prefix="rtf-cpu-"))
     obs, act = f"ipc://{d}/obs", f"ipc://{d}/act"
-    policy = subprocess.Popen([PY, "-m", "examples.conveyor_sorting.expert_node", "--obs", obs,
-                               "--actions", act], cwd=ROOT, stdout=subprocess.DEVNULL)
+    policy = subprocess.Popen(
+        [PY, "-m", "examples.conveyor_sorting.expert_node", "--obs", obs, "--actions", act],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
     sim = SimNode(obs, act, deadline_ms=DEADLINE_MS)
     rec = Recorder(sim)
     seconds = 20.0 if LONG else 4.0
@@ -62,9 +67,23 @@ def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
         sim.close()
         stop(policy)
     s = rec.summary()
-    print("cpu starvation:", json.dumps({k: s[k] for k in (
-        "max_tick_gap_ms", "e2e_max_ms", "force_over_limit", "max_force_ratio", "counters",
-        "metrics")} | {"holds": s["holds"]}))
+    print(
+        "cpu starvation:",
+        json.dumps(
+            {
+                k: s[k]
+                for k in (
+                    "max_tick_gap_ms",
+                    "e2e_max_ms",
+                    "force_over_limit",
+                    "max_force_ratio",
+                    "counters",
+                    "metrics",
+                )
+            }
+            | {"holds": s["holds"]}
+        ),
+    )
     assert busy, "the policy never answered"
     assert s["force_over_limit"] == 0
     assert s["e2e_max_ms"] <= DEADLINE_MS + s["max_tick_gap_ms"] + 1.0  # no stale chunk applied
@@ -74,20 +93,27 @@ def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
 
 
 # Wall-clock reads allowed only where a human-readable date is the point.
-WALL_CLOCK_OK = {"rtinfer/launch/supervisor.py": "run directory name",
-                 "peers/run.py": "date in a benchmark report",
-                 "rtinfer/record/messages.py": "a recording's times on the wall clock "
-                                               "(Foxglove's and Rerun's timelines)",
-                 "peers/lerobot_grpc.py": "imitates LeRobot's gRPC client, which stamps time.time()"}
+WALL_CLOCK_OK = {
+    "rtinfer/launch/supervisor.py": "run directory name",
+    "peers/run.py": "date in a benchmark report",
+    "rtinfer/record/messages.py": "a recording's times on the wall clock "
+    "(Foxglove's and Rerun's timelines)",
+    "peers/lerobot_grpc.py": "imitates LeRobot's gRPC client, which stamps time.time()",
+}
 
 
 def test_runtime_times_nothing_with_the_wall_clock():
-    rx = re.compile(r"\btime\.time(_ns)?\(|datetime\.(datetime\.)?(now|utcnow|today)\(|"
-                    r"\btime\.(localtime|gmtime|ctime|strftime)\(|\bdate\.today\(")
-    found = [f"{p.relative_to(ROOT)}:{n}" for d in ("rtinfer", "controllers")
-             for p in sorted((ROOT / d).rglob("*.py"))
-             for n, line in enumerate(p.read_text().splitlines(), 1)
-             if rx.search(line) and str(p.relative_to(ROOT)) not in WALL_CLOCK_OK]
+    rx = re.compile(
+        r"\btime\.time(_ns)?\(|datetime\.(datetime\.)?(now|utcnow|today)\(|"
+        r"\btime\.(localtime|gmtime|ctime|strftime)\(|\bdate\.today\("
+    )
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for d in ("rtinfer", "controllers")
+        for p in sorted((ROOT / d).rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if rx.search(line) and str(p.relative_to(ROOT)) not in WALL_CLOCK_OK
+    ]
     assert found == []
 
 
@@ -120,7 +146,9 @@ def test_controller_ignores_wall_clock_steps(monkeypatch):
         pol = Publisher("inproc://c", "policy", ctx=ctx)
         sub = Subscriber("inproc://c", ["action_chunk", "command"], ctx=ctx)
         out = Publisher("inproc://h", "controller", ctx=ctx)
-        node = ControllerNode(Plant(), ControllerConfig(gantry_control(), tokenizer=tok), sub, out, tok.hash)
+        node = ControllerNode(
+            Plant(), ControllerConfig(gantry_control(), tokenizer=tok), sub, out, tok.hash
+        )
         try:
             while node.counters["commands"] == 0:
                 pol.publish("command", {"cmd": "clear", "reason": "sync"})
@@ -133,10 +161,21 @@ def test_controller_ignores_wall_clock_steps(monkeypatch):
                     toks = enc.encode(np.array([[0.1, 0.0, 0.2, 0.0]] * 2))
                     cap = now_ns()
                     for i in range(2):
-                        pol.publish("action_chunk", waypoint_body(
-                            cycle, i, 2, enc.decode(toks[i]), spec=tok.hash,
-                            period_ns=50_000_000, start_ns=50_000_000, dest=node.robot,
-                            tokens=toks[i]), {"capture": cap})
+                        pol.publish(
+                            "action_chunk",
+                            waypoint_body(
+                                cycle,
+                                i,
+                                2,
+                                enc.decode(toks[i]),
+                                spec=tok.hash,
+                                period_ns=50_000_000,
+                                start_ns=50_000_000,
+                                dest=node.robot,
+                                tokens=toks[i],
+                            ),
+                            {"capture": cap},
+                        )
                 node.tick()
                 time.sleep(0.001)
             return {"sent": cycle, **node.counters}

@@ -8,6 +8,7 @@ given, the policy and the monitor stopped normally at the end, and its cycles we
 The policy is the shipped ACT one-shot policy: two robots fit one node on any machine of
 this kind, even beside a busy process (tests/test_launch_robots.py says why).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ from rtinfer.transport.bus import Subscriber
 from tests.faults.common import PY, ROOT, node_pids, stop
 
 SECONDS = 12.0  # sim seconds per cell
-WAIT_S = 60.0   # for both cells to be served: start-up on a loaded host
+WAIT_S = 60.0  # for both cells to be served: start-up on a loaded host
 
 
 def monitor_counts(health: Subscriber, cond, what: str) -> dict:
@@ -42,31 +43,56 @@ def monitor_counts(health: Subscriber, cond, what: str) -> dict:
 def test_a_killed_robot_ends_that_robot_and_the_other_is_served_to_the_end():
     run = Path(tempfile.mkdtemp(prefix="rtf-fleet-"))  # short: ipc paths are < 108 bytes
     launcher = subprocess.Popen(
-        [PY, "-m", "rtinfer.cli", "launch", "launch/conveyor_fleet.yaml", "--run-dir", str(run),
-         "--set", "robots=2", "--set", f"seconds={SECONDS:g}",
-         "--set", f"vars.model={ROOT / 'models/zoo/conveyor-act'}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            PY,
+            "-m",
+            "rtinfer.cli",
+            "launch",
+            "launch/conveyor_fleet.yaml",
+            "--run-dir",
+            str(run),
+            "--set",
+            "robots=2",
+            "--set",
+            f"seconds={SECONDS:g}",
+            "--set",
+            f"vars.model={ROOT / 'models/zoo/conveyor-act'}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         with Subscriber(f"ipc://{run}/control", ["health"]) as health:
             served = monitor_counts(
-                health, lambda c: c.get("cycles.controller-0", 0) >= 20
-                and c.get("cycles.controller-1", 0) >= 20, "20 cycles of each cell")
+                health,
+                lambda c: (
+                    c.get("cycles.controller-0", 0) >= 20 and c.get("cycles.controller-1", 0) >= 20
+                ),
+                "20 cycles of each cell",
+            )
             pid = node_pids(run / "launch.log")["sim-1"][-1]
             os.kill(pid, signal.SIGKILL)
             after = monitor_counts(
-                health, lambda c: c.get("cycles.controller-0", 0)
-                >= served["cycles.controller-0"] + 20, "20 more cycles of cell-0 after the kill")
+                health,
+                lambda c: c.get("cycles.controller-0", 0) >= served["cycles.controller-0"] + 20,
+                "20 more cycles of cell-0 after the kill",
+            )
         out, _ = launcher.communicate(timeout=SECONDS + WAIT_S)
     finally:
         stop(launcher)
     summary = json.loads((run / "launch_summary.json").read_text())
     print("fleet kill:", json.dumps({"served": served, "after": after, "summary": summary}))
     assert launcher.returncode == 3, out[-3000:]  # the run ended normally, a node failed
-    assert "robot 1 ended: required node 'sim-1' failed for good (killed by SIGKILL, " \
-           "0 restarts); 1 of 2 robots go on" in out, out[-3000:]
+    assert (
+        "robot 1 ended: required node 'sim-1' failed for good (killed by SIGKILL, "
+        "0 restarts); 1 of 2 robots go on" in out
+    ), out[-3000:]
     assert summary["robots_ended"] == {
         "1": "required node 'sim-1' failed for good (killed by SIGKILL, 0 restarts)",
-        "0": "required node 'sim-0' finished"}  # the run ended when its last robot did
+        "0": "required node 'sim-0' finished",
+    }  # the run ended when its last robot did
     nodes = summary["nodes"]
     assert nodes["sim-0"]["state"] == "done" and nodes["sim-1"]["state"] == "failed"
     assert nodes["policy"]["last_exit"] == 0 and nodes["monitor"]["last_exit"] == 0, nodes

@@ -14,6 +14,7 @@ capture) on the robot's, deadline - (its publish - obs_recv) on the node's. The 
 capture), mixes the clocks and is off by the offset. Needs root, `ip` and time
 namespaces; skips with the reason otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,17 @@ A, B = netns.ADDRS["a"], netns.ADDRS["b"]
 OBS, ACTIONS = f"tcp://{B}:5555", f"tcp://{A}:5556"
 OFFSET_S = 5
 DEADLINE_NS = 100_000_000
-HEALTH_WANTED = 4   # health messages with a slack gauge before the robot stops
+HEALTH_WANTED = 4  # health messages with a slack gauge before the robot stops
 
 
 def _time_ns_available() -> str | None:
     try:
-        r = subprocess.run(["unshare", "--time", "--monotonic", str(OFFSET_S), "--fork", "true"],
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            ["unshare", "--time", "--monotonic", str(OFFSET_S), "--fork", "true"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"unshare: {e}"
     return None if r.returncode == 0 else f"no time namespace here: {r.stderr.strip()}"
@@ -51,6 +56,7 @@ class Plant:
 
     def __init__(self):
         from controllers.hardware import RobotState
+
         self.state = RobotState(0, np.array([0.0, 0.0, 0.2]), np.zeros(3))
 
     def read(self):
@@ -71,10 +77,14 @@ def robot(model: str, seconds: float, out: str) -> None:
     sub = Subscriber(ACTIONS, ["action_chunk", "command"])
     watch = Subscriber(ACTIONS, ["action_chunk", "health"])
     tok = TokenizerConfig.load(Path(model) / "tokenizer.json")
-    cfg = ControllerConfig(tokenizer=tok, control=gantry_control(
-                               low=tok.low[:3], high=tok.high[:3], mass=(2.0,) * 3,
-                               hold_decel=(2.0,) * 3),
-                           deadline_ns=DEADLINE_NS, chunk_interval_ns=50_000_000)
+    cfg = ControllerConfig(
+        tokenizer=tok,
+        control=gantry_control(
+            low=tok.low[:3], high=tok.high[:3], mass=(2.0,) * 3, hold_decel=(2.0,) * 3
+        ),
+        deadline_ns=DEADLINE_NS,
+        chunk_interval_ns=50_000_000,
+    )
     rng, rec, last = np.random.default_rng(0), {"health": [], "cycles": 0}, {}
     end = now_ns() + int(seconds * 1e9)
 
@@ -88,12 +98,15 @@ def robot(model: str, seconds: float, out: str) -> None:
             s = env.stamps
             if env.topic == "action_chunk" and env.body["index"] == env.body["count"] - 1:
                 rec["cycles"] += 1
-                last.update(robot_low=(DEADLINE_NS - (s["recv"] - s["capture"])) / 1e3,
-                            node_high=(DEADLINE_NS - (s["publish"] - s["obs_recv"])) / 1e3,
-                            old=(DEADLINE_NS - (s["publish"] - s["capture"])) / 1e3)
+                last.update(
+                    robot_low=(DEADLINE_NS - (s["recv"] - s["capture"])) / 1e3,
+                    node_high=(DEADLINE_NS - (s["publish"] - s["obs_recv"])) / 1e3,
+                    old=(DEADLINE_NS - (s["publish"] - s["capture"])) / 1e3,
+                )
             elif env.topic == "health" and "slack_us" in env.body["gauges"] and last:
-                rec["health"].append({**last, "gauges": env.body["gauges"],
-                                      "counters": env.body["counters"]})
+                rec["health"].append(
+                    {**last, "gauges": env.body["gauges"], "counters": env.body["counters"]}
+                )
         if len(rec["health"]) >= HEALTH_WANTED or now > end:
             node.state = "stopped"
 
@@ -115,12 +128,44 @@ def test_own_slack_is_right_despite_a_5_s_clock_offset_between_hosts(tiny_model_
     out, log = d / "robot.json", d / "node.log"
     with netns.HostPair("rts") as hosts, open(log, "w") as node_log:
         # --kill-child: SIGTERM to unshare reaches the node, which is its child
-        node = hosts.popen("a", ["unshare", "--time", "--monotonic", str(OFFSET_S), "--fork",
-                                 "--kill-child=SIGTERM", PY, "-m", "rtinfer.inference.node",
-                                 "--model", str(tiny_model_dir), "--obs", OBS, "--actions", ACTIONS],
-                           cwd=ROOT, stdout=node_log, stderr=subprocess.STDOUT)
-        bot = hosts.popen("b", [PY, "-m", "tests.faults.test_node_slack", "--model",
-                                str(tiny_model_dir), "--seconds", "25", "--out", str(out)], cwd=ROOT)
+        node = hosts.popen(
+            "a",
+            [
+                "unshare",
+                "--time",
+                "--monotonic",
+                str(OFFSET_S),
+                "--fork",
+                "--kill-child=SIGTERM",
+                PY,
+                "-m",
+                "rtinfer.inference.node",
+                "--model",
+                str(tiny_model_dir),
+                "--obs",
+                OBS,
+                "--actions",
+                ACTIONS,
+            ],
+            cwd=ROOT,
+            stdout=node_log,
+            stderr=subprocess.STDOUT,
+        )
+        bot = hosts.popen(
+            "b",
+            [
+                PY,
+                "-m",
+                "tests.faults.test_node_slack",
+                "--model",
+                str(tiny_model_dir),
+                "--seconds",
+                "25",
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+        )
         try:
             assert wait_for(lambda: bot.poll() is not None, 40), "the robot never finished"
         finally:

@@ -7,6 +7,7 @@ A real node process serves a tiny continuous-chunk policy packaged here, over ip
 real robot "cell" works in lockstep (one observation, then its chunk), so on any machine, at
 any load, each of its observations must be answered: one that is not is lost.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,15 @@ from tests.faults.common import PY, ROOT
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-SPEC = ActionSpec(("x", "y"), ("m", "m"), (-10.0, -10.0), (10.0, 10.0), horizon=3,
-                  period_ns=50_000_000, start_ns=0)
+SPEC = ActionSpec(
+    ("x", "y"),
+    ("m", "m"),
+    (-10.0, -10.0),
+    (10.0, 10.0),
+    horizon=3,
+    period_ns=50_000_000,
+    start_ns=0,
+)
 ROUNDS = 20
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -43,6 +51,7 @@ def _obs(x: float) -> dict:
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
     from models.chunk_package import package_module
+
     out = tmp_path_factory.mktemp("abuse") / "policy"
     package_module(Half(), _obs(1.0)["values"], out, SPEC)
     return out
@@ -77,16 +86,37 @@ def _serve(policy, tmp_path):
     cell = Publisher(eps["cell"], "cell")
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     proc = subprocess.Popen(
-        [PY, "-m", "rtinfer.inference.node", "--model", str(policy), "--obs", eps["cell"],
-         eps["rogue"], "--actions", eps["act"], "--name", "policy", "--health-hz", "5",
-         "--seconds", "120"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
+        [
+            PY,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(policy),
+            "--obs",
+            eps["cell"],
+            eps["rogue"],
+            "--actions",
+            eps["act"],
+            "--name",
+            "policy",
+            "--health-hz",
+            "5",
+            "--seconds",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=ENV,
+    )
     assert "ready" in proc.stdout.readline(), proc.stderr.read()
     return eps, cell, act, proc
 
 
-def _lockstep(cell, act, x: float, timeout_s: float = 30.0,
-              period_s: float = 0.5) -> tuple[bool, dict | None, list]:
+def _lockstep(
+    cell, act, x: float, timeout_s: float = 30.0, period_s: float = 0.5
+) -> tuple[bool, dict | None, list]:
     """The real robot observes, and waits for one whole chunk answering it: (one came within
     timeout_s, the newest health seen meanwhile, (dest, capture, publish) of every other
     chunk seen). Like a robot, it observes again every period_s while unanswered (on a busy
@@ -104,8 +134,11 @@ def _lockstep(cell, act, x: float, timeout_s: float = 30.0,
             continue
         if env.topic == "health":
             health = env.body
-        elif env.body["dest"] == "cell" and env.body["cycle"] in waypoints and \
-                np.allclose(env.body["values"], 0.5 * x):  # not an impostor's of equal seq
+        elif (
+            env.body["dest"] == "cell"
+            and env.body["cycle"] in waypoints
+            and np.allclose(env.body["values"], 0.5 * x)
+        ):  # not an impostor's of equal seq
             waypoints[env.body["cycle"]] += 1
             if waypoints[env.body["cycle"]] == 3:
                 return True, health, others
@@ -139,8 +172,12 @@ def test_a_flood_with_stamps_from_the_past_and_future_never_starves_the_robot(po
     try:
         assert _lockstep(cell, act, 1.0, 60)[0], "never answered"
         # 10 s old, 1 s ahead, and honest, in turn, as fast as a process can publish
-        rogue = subprocess.Popen([PY, "-c", ABUSER, eps["rogue"], "rogue", "4", "-10000,1000,0"],
-                                 stdout=subprocess.PIPE, text=True, env=ENV)
+        rogue = subprocess.Popen(
+            [PY, "-c", ABUSER, eps["rogue"], "rogue", "4", "-10000,1000,0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
         time.sleep(1.0)  # the flood is on
         answered, others = 0, []
         for i in range(ROUNDS):
@@ -167,16 +204,19 @@ def test_a_flood_with_stamps_from_the_past_and_future_never_starves_the_robot(po
     assert len(lines) < 40, err  # rate-limited: a few lines a second, not one per message
 
 
-def test_a_second_process_speaking_as_the_robot_is_said_not_counted_as_restarts(policy,
-                                                                                  tmp_path):
+def test_a_second_process_speaking_as_the_robot_is_said_not_counted_as_restarts(policy, tmp_path):
     eps, cell, act, proc = _serve(policy, tmp_path)
     rogue = None
     try:
         assert _lockstep(cell, act, 1.0, 60)[0], "never answered"
         for _ in range(30):  # the real robot's seq runs ahead of the impostor's
             _lockstep(cell, act, 1.0)
-        rogue = subprocess.Popen([PY, "-c", ABUSER, eps["rogue"], "cell", "2", "0"],
-                                 stdout=subprocess.PIPE, text=True, env=ENV)
+        rogue = subprocess.Popen(
+            [PY, "-c", ABUSER, eps["rogue"], "cell", "2", "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
         end = time.monotonic() + 60
         health = None
         while time.monotonic() < end:
@@ -199,13 +239,19 @@ def test_stamps_are_checked_against_the_clock_estimate_across_hosts():
     from rtinfer.inference.budget import Budget, BudgetLevel
     from rtinfer.inference.robots import Robots
     from rtinfer.transport.wire import Envelope
+
     said = []
-    r = Robots(Budget([BudgetLevel(2, 0, 3)], 100_000_000), remote=True, period_ns=50_000_000,
-               say=lambda kind, text, error=True: said.append(kind))
+    r = Robots(
+        Budget([BudgetLevel(2, 0, 3)], 100_000_000),
+        remote=True,
+        period_ns=50_000_000,
+        say=lambda kind, text, error=True: said.append(kind),
+    )
     ms = 1_000_000
 
     def obs(seq, capture, recv):
         return Envelope(2, "obs", seq, "far", {"capture": capture, "recv": recv}, {})
+
     # not yet bracketed: nothing can be said about its clock, so nothing is refused
     slot = r.offer(obs(1, 5_000 * ms, 1_000 * ms), 1_000 * ms, 100 * ms)
     assert slot is not None and r.counters["obs_future"] == 0
@@ -215,8 +261,8 @@ def test_stamps_are_checked_against_the_clock_estimate_across_hosts():
     now = 2_000 * ms
     assert r.offer(obs(2, 5_995 * ms, now), now, 100 * ms) is not None  # 5 ms old: fine
     assert r.offer(obs(3, 6_005 * ms, now), now, 100 * ms) is not None  # within the bracket
-    assert r.offer(obs(4, 6_030 * ms, now), now, 100 * ms) is None      # beyond it: future
-    assert r.offer(obs(5, 5_880 * ms, now), now, 100 * ms) is None      # 110 +- 10 ms: stale
+    assert r.offer(obs(4, 6_030 * ms, now), now, 100 * ms) is None  # beyond it: future
+    assert r.offer(obs(5, 5_880 * ms, now), now, 100 * ms) is None  # 110 +- 10 ms: stale
     assert r.offer(obs(6, 5_895 * ms, now), now, 100 * ms) is not None  # maybe in time
     assert (r.counters["obs_future"], r.counters["obs_stale"]) == (1, 1)
     assert said == ["obs_future.far", "obs_stale.far"]
@@ -229,6 +275,7 @@ def test_nan_observations_are_refused_counted_and_said_and_the_robot_served_on(p
     import zmq
 
     from rtinfer.transport.wire import encode
+
     ep_nan = f"ipc://{tmp_path}/rogue"
     good = encode("obs", _obs(1234.5), seq=1, src="rogue", stamps={"capture": now_ns()})
     marker = np.float32(1234.5).tobytes()

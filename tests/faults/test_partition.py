@@ -9,6 +9,7 @@ Needs root and `ip`; skips with the reason otherwise. The namespaces are removed
 The CLOCK_MONOTONIC clock is not namespaced, so this process's fault times and the robot's
 transition times are on one clock.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,7 @@ from tests.faults import netns
 from tests.faults.common import LONG, PY, ROOT, stop, wait_for
 
 why = netns.available()
-pytestmark = [pytest.mark.skipif(why is not None, reason=f"netns: {why}"),
-              pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.skipif(why is not None, reason=f"netns: {why}"), pytest.mark.timeout(240)]
 
 A, B = netns.ADDRS["a"], netns.ADDRS["b"]
 OBS, ACTIONS, PROXIED = f"tcp://{B}:5555", f"tcp://{A}:5556", "tcp://127.0.0.1:6000"
@@ -59,22 +59,73 @@ def test_delay_and_cut_are_held_once_a_chunk_is_overdue_and_stale_chunks_never_a
     d = Path(tempfile.mkdtemp(prefix="rtf-net-"))
     k = make_keys(d)
     p = k["paths"]
-    cmap = {OBS: {"allow": k["allow"]}, ACTIONS: {"allow": k["allow"]},
-            PROXIED: {"server_key": str(p["gpu"][0])}}
-    (d / "curve.json").write_text(json.dumps({**cmap, OBS: {"allow": k["allow"],
-                                                             "server_key": str(p["robot"][0])}}))
+    cmap = {
+        OBS: {"allow": k["allow"]},
+        ACTIONS: {"allow": k["allow"]},
+        PROXIED: {"server_key": str(p["gpu"][0])},
+    }
+    (d / "curve.json").write_text(
+        json.dumps({**cmap, OBS: {"allow": k["allow"], "server_key": str(p["robot"][0])}})
+    )
     curve = ["--curve-map", str(d / "curve.json")]
     out, ready = d / "robot.json", d / "ready"
-    proxy = hosts.popen("b", [PY, "-m", "tests.faults.faultproxy", "--listen", "127.0.0.1:6000",
-                              "--target", f"{A}:5556", "--lifetime-s", "200"], cwd=ROOT,
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proxy = hosts.popen(
+        "b",
+        [
+            PY,
+            "-m",
+            "tests.faults.faultproxy",
+            "--listen",
+            "127.0.0.1:6000",
+            "--target",
+            f"{A}:5556",
+            "--lifetime-s",
+            "200",
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proxy.stdout.readline().startswith("listening")
-    policy = hosts.popen("a", [PY, "-m", "examples.conveyor_sorting.expert_node",
-                               "--curve-secret", str(p["gpu"][1]), *curve,
-                               "--obs", OBS, "--actions", ACTIONS], cwd=ROOT)
-    robot = hosts.popen("b", [PY, "-m", "tests.faults.harness", "--obs", OBS, "--actions", PROXIED,
-                              "--seconds", "600", "--out", str(out), "--ready", str(ready),
-                              "--curve-secret", str(p["robot"][1]), *curve], cwd=ROOT)
+    policy = hosts.popen(
+        "a",
+        [
+            PY,
+            "-m",
+            "examples.conveyor_sorting.expert_node",
+            "--curve-secret",
+            str(p["gpu"][1]),
+            *curve,
+            "--obs",
+            OBS,
+            "--actions",
+            ACTIONS,
+        ],
+        cwd=ROOT,
+    )
+    robot = hosts.popen(
+        "b",
+        [
+            PY,
+            "-m",
+            "tests.faults.harness",
+            "--obs",
+            OBS,
+            "--actions",
+            PROXIED,
+            "--seconds",
+            "600",
+            "--out",
+            str(out),
+            "--ready",
+            str(ready),
+            "--curve-secret",
+            str(p["robot"][1]),
+            *curve,
+        ],
+        cwd=ROOT,
+    )
     events = {}
 
     def say(cmd: str) -> None:
@@ -86,16 +137,16 @@ def test_delay_and_cut_are_held_once_a_chunk_is_overdue_and_stale_chunks_never_a
     try:
         assert wait_for(ready.exists, 90), "the robot never got a chunk across the namespaces"
         time.sleep(hold_s)
-        say("delay 40"), say("jitter 30")      # within the deadline: tracked as usual
+        say("delay 40"), say("jitter 30")  # within the deadline: tracked as usual
         events["jitter"] = now_ns()
         time.sleep(hold_s)
-        say("jitter 0"), say("delay 150")      # every chunk older than the deadline
+        say("jitter 0"), say("delay 150")  # every chunk older than the deadline
         events["delay"] = now_ns()
         time.sleep(hold_s)
         say("delay 0")
         events["heal_delay"] = now_ns()
         time.sleep(hold_s + 1.0)
-        hosts.link(False)                      # full partition
+        hosts.link(False)  # full partition
         events["cut"] = now_ns()
         time.sleep(hold_s)
         hosts.link(True)
@@ -116,18 +167,26 @@ def test_delay_and_cut_are_held_once_a_chunk_is_overdue_and_stale_chunks_never_a
     delay_hold = first(holds, events["delay"], key=lambda h: h["at_ns"])
     cut_hold = first(holds, events["cut"], key=lambda h: h["at_ns"])
     figures = {
-        "rejected_stale": r["counters"]["rejected_stale"], "holds": len(holds),
-        "e2e_max_ms": r["e2e_max_ms"], "max_tick_gap_ms": gap,
+        "rejected_stale": r["counters"]["rejected_stale"],
+        "holds": len(holds),
+        "e2e_max_ms": r["e2e_max_ms"],
+        "max_tick_gap_ms": gap,
         "fresh_to_hold_ms": [h["after_fresh_ms"] for h in holds],
         "delay_to_hold_ms": delay_hold and (delay_hold - events["delay"]) / 1e6,
         "cut_to_hold_ms": cut_hold and (cut_hold - events["cut"]) / 1e6,
-        "heal_delay_to_resume_ms": (first(resumes, events["heal_delay"]) - events["heal_delay"]) / 1e6
-        if first(resumes, events["heal_delay"]) else None,
+        "heal_delay_to_resume_ms": (first(resumes, events["heal_delay"]) - events["heal_delay"])
+        / 1e6
+        if first(resumes, events["heal_delay"])
+        else None,
         "heal_cut_to_resume_ms": (first(resumes, events["heal_cut"]) - events["heal_cut"]) / 1e6
-        if first(resumes, events["heal_cut"]) else None,
-        "force_over_limit": r["force_over_limit"], "metrics": r["metrics"], "sub": r["sub"]}
+        if first(resumes, events["heal_cut"])
+        else None,
+        "force_over_limit": r["force_over_limit"],
+        "metrics": r["metrics"],
+        "sub": r["sub"],
+    }
     print("partition figures:", json.dumps(figures))
-    assert r["counters"]["rejected_stale"] > 0        # the delayed chunks arrived and were refused
+    assert r["counters"]["rejected_stale"] > 0  # the delayed chunks arrived and were refused
     assert r["e2e_max_ms"] <= DEADLINE_MS + gap + 1.0  # and none stale was ever applied
     assert delay_hold is not None and delay_hold < events["heal_delay"]
     assert cut_hold is not None and cut_hold < events["heal_cut"]
@@ -186,10 +245,20 @@ def test_expert_demo_runs_across_two_hosts_over_tcp_with_curve(hosts):
     f = d / "netdemo.yaml"
     f.write_text(DEMO.format(seconds=seconds, a=A, b=B, k=d / "keys"))
     cmd = [PY, "-m", "rtinfer.launch.supervisor", str(f), "--run-dir"]
-    gpu = hosts.popen("a", cmd + [str(d / "gpu"), "--host", "gpu"], cwd=ROOT,
-                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    robot = hosts.popen("b", cmd + [str(d / "robot"), "--host", "robot"], cwd=ROOT,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    gpu = hosts.popen(
+        "a",
+        cmd + [str(d / "gpu"), "--host", "gpu"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    robot = hosts.popen(
+        "b",
+        cmd + [str(d / "robot"), "--host", "robot"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         rc = robot.wait(seconds + 90)
     finally:
@@ -197,9 +266,18 @@ def test_expert_demo_runs_across_two_hosts_over_tcp_with_curve(hosts):
         stop(gpu)
     sim = json.loads((d / "robot" / "sim_report.json").read_text())
     mon = json.loads((d / "robot" / "monitor_report.json").read_text())
-    print("two-host demo:", json.dumps({"metrics": sim["metrics"], "controller": sim["controller"],
-                                        "monitor_cycles": mon.get("cycles"),
-                                        "misses": mon.get("misses"), "e2e_ms": sim["e2e_ms"]}))
+    print(
+        "two-host demo:",
+        json.dumps(
+            {
+                "metrics": sim["metrics"],
+                "controller": sim["controller"],
+                "monitor_cycles": mon.get("cycles"),
+                "misses": mon.get("misses"),
+                "e2e_ms": sim["e2e_ms"],
+            }
+        ),
+    )
     assert rc == 0
     assert sim["controller"]["chunks_accepted"] > 0
     assert sim["metrics"]["correct"] >= 1, sim["metrics"]  # objects got sorted

@@ -6,6 +6,7 @@ The robot (the real SimNode: MuJoCo cell + ControllerNode) runs in this process 
 Recorder sees every tick on the controller's own clock; the policy (the scripted expert
 node) runs under the real launcher, and its process is killed from a helper thread.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,9 +54,11 @@ def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
     try:
         for trial in range(N_TRIALS):
             if not wait_for(lambda: node.state == "run", WAIT_S):
-                raise AssertionError(f"trial {trial + 1}: waited {WAIT_S:g} s for the robot to "
-                                     f"track (state {node.state!r}, "
-                                     f"{node.counters['chunks_accepted']} chunks accepted)")
+                raise AssertionError(
+                    f"trial {trial + 1}: waited {WAIT_S:g} s for the robot to "
+                    f"track (state {node.state!r}, "
+                    f"{node.counters['chunks_accepted']} chunks accepted)"
+                )
             wait_for(lambda: False, 1.0)  # a second of normal tracking
             wait_for(lambda: node.state == "run", WAIT_S)  # not in a hold that load caused
             pid = node_pids(run_dir / "launch.log")["policy"][-1]
@@ -65,17 +68,24 @@ def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
             def held_and_resumed(t_kill=t_kill):
                 hold = next((h for h in rec.holds() if h["at_ns"] > t_kill), None)
                 return hold is not None and any(t > hold["at_ns"] for t in rec.resumes())
+
             if not wait_for(held_and_resumed, WAIT_S):
                 holds = [h for h in rec.holds() if h["at_ns"] > t_kill]
                 raise AssertionError(
                     f"trial {trial + 1}: waited {WAIT_S:g} s after killing pid {pid} for a "
                     f"hold and a resume; saw {len(holds)} holds, state {node.state!r}, "
-                    f"policy pids {node_pids(run_dir / 'launch.log').get('policy')}")
+                    f"policy pids {node_pids(run_dir / 'launch.log').get('policy')}"
+                )
             hold = next(h for h in rec.holds() if h["at_ns"] > t_kill)
             resume = next(t for t in rec.resumes() if t > hold["at_ns"])
-            out.append({"pid": pid, "kill_to_hold_ms": (hold["at_ns"] - t_kill) / 1e6,
-                        "fresh_to_hold_ms": hold["after_fresh_ms"],
-                        "kill_to_resume_ms": (resume - t_kill) / 1e6})
+            out.append(
+                {
+                    "pid": pid,
+                    "kill_to_hold_ms": (hold["at_ns"] - t_kill) / 1e6,
+                    "fresh_to_hold_ms": hold["after_fresh_ms"],
+                    "kill_to_resume_ms": (resume - t_kill) / 1e6,
+                }
+            )
         m = sim.cell.metrics  # the cell really worked: wait for a pick, not for a time
         wait_for(lambda: m.picked + m.correct > 0 and node.state == "run", WAIT_S)
     except BaseException as exc:  # reported by the test thread
@@ -87,12 +97,16 @@ def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
 @pytest.mark.timeout(240)
 def test_policy_killed_robot_holds_once_the_next_chunk_is_overdue_and_resumes_after_restart():
     from examples.conveyor_sorting.sim_node import SimNode
+
     run_dir = Path(tempfile.mkdtemp(prefix="rtf-kill-"))  # short: ipc paths are <108 bytes
     launch_file = run_dir / "kill.yaml"
     launch_file.write_text(textwrap.dedent(LAUNCH.format(n=N_TRIALS + 5)))
-    launcher = subprocess.Popen([PY, "-m", "rtinfer.launch.supervisor", str(launch_file), "--run-dir",
-                                 str(run_dir)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT)
+    launcher = subprocess.Popen(
+        [PY, "-m", "rtinfer.launch.supervisor", str(launch_file), "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     sim = SimNode(f"ipc://{run_dir}/obs", f"ipc://{run_dir}/actions", deadline_ms=DEADLINE_MS)
     rec = Recorder(sim)
     results: list[dict] = []
@@ -113,13 +127,21 @@ def test_policy_killed_robot_holds_once_the_next_chunk_is_overdue_and_resumes_af
     s = rec.summary()
     figures = {
         "trials": len(results),
-        "fresh_to_hold_ms": {"max": max(r["fresh_to_hold_ms"] for r in results),
-                             "median": percentile([r["fresh_to_hold_ms"] for r in results], 0.5)},
-        "kill_to_resume_ms": {"max": max(r["kill_to_resume_ms"] for r in results),
-                              "median": percentile([r["kill_to_resume_ms"] for r in results], 0.5)},
-        "max_tick_gap_ms": s["max_tick_gap_ms"], "force_over_limit": s["force_over_limit"],
-        "max_force_ratio": s["max_force_ratio"], "e2e_max_ms": s["e2e_max_ms"],
-        "restarts": summary["nodes"]["policy"]["restarts"], "metrics": s["metrics"]}
+        "fresh_to_hold_ms": {
+            "max": max(r["fresh_to_hold_ms"] for r in results),
+            "median": percentile([r["fresh_to_hold_ms"] for r in results], 0.5),
+        },
+        "kill_to_resume_ms": {
+            "max": max(r["kill_to_resume_ms"] for r in results),
+            "median": percentile([r["kill_to_resume_ms"] for r in results], 0.5),
+        },
+        "max_tick_gap_ms": s["max_tick_gap_ms"],
+        "force_over_limit": s["force_over_limit"],
+        "max_force_ratio": s["max_force_ratio"],
+        "e2e_max_ms": s["e2e_max_ms"],
+        "restarts": summary["nodes"]["policy"]["restarts"],
+        "metrics": s["metrics"],
+    }
     print("policy-kill figures:", json.dumps(figures))
     # Hold comes from the controller's own watchdog: at the first tick after a chunk interval
     # + a deadline of silence (the next chunk's deadline is up). On a loaded VM that tick can be late, by at most the longest tick gap seen.

@@ -6,6 +6,7 @@ A real node process over ipc sockets serves a tiny continuous-chunk policy packa
 its chunk is sqrt(gantry[0]) in every value, so robot "sick" (gantry[0] < 0) gets NaN and
 robot "well" (gantry[0] > 0) a finite chunk, from the same policy in the same node.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,15 @@ from tests.faults.common import PY, ROOT, wait_for
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-SPEC = ActionSpec(("x", "y"), ("m", "m"), (-10.0, -10.0), (10.0, 10.0), horizon=3,
-                  period_ns=50_000_000, start_ns=0)
+SPEC = ActionSpec(
+    ("x", "y"),
+    ("m", "m"),
+    (-10.0, -10.0),
+    (10.0, 10.0),
+    horizon=3,
+    period_ns=50_000_000,
+    start_ns=0,
+)
 ROUNDS = 12
 BROKEN_AFTER = 10  # rtinfer.inference.node.BROKEN_AFTER
 
@@ -41,6 +49,7 @@ def _obs(x: float) -> dict:
 @pytest.fixture(scope="module")
 def sqrt_policy(tmp_path_factory):
     from models.chunk_package import package_module
+
     out = tmp_path_factory.mktemp("nan") / "policy"
     package_module(SqrtChunk(), _obs(1.0)["values"], out, SPEC)
     return out
@@ -50,8 +59,9 @@ def _chunks(act, want: dict, timeout_s: float = 20.0) -> dict:
     """action_chunk waypoints by dest until `want` (dest -> waypoints) arrived or timeout;
     the newest health body as "health"."""
     got, end = {"health": None}, time.monotonic() + timeout_s
-    while time.monotonic() < end and (not want or any(len(got.get(d, [])) < n
-                                                      for d, n in want.items())):
+    while time.monotonic() < end and (
+        not want or any(len(got.get(d, [])) < n for d, n in want.items())
+    ):
         env = act.recv(100)
         if env is None:
             continue
@@ -68,18 +78,41 @@ def test_a_nan_chunk_is_dropped_and_the_node_serves_the_other_robot_on(sqrt_poli
     act = Subscriber(eps["act"], ["action_chunk", "health"])
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [PY, "-m", "rtinfer.inference.node", "--model", str(sqrt_policy), "--obs", eps["sick"],
-         eps["well"], "--actions", eps["act"], "--name", "policy", "--seconds", "120",
-         "--deadline-ms", "2000"],  # not a deadline test: a busy machine's wait is no loss
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            PY,
+            "-m",
+            "rtinfer.inference.node",
+            "--model",
+            str(sqrt_policy),
+            "--obs",
+            eps["sick"],
+            eps["well"],
+            "--actions",
+            eps["act"],
+            "--name",
+            "policy",
+            "--seconds",
+            "120",
+            "--deadline-ms",
+            "2000",
+        ],  # not a deadline test: a busy machine's wait is no loss
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert "ready" in proc.stdout.readline()
         # both robots connected and answered once (the slow joiner)
-        assert wait_for(lambda: (sick.publish("obs", _obs(-1.0), {"capture": now_ns()}),
-                                 well.publish("obs", _obs(4.0), {"capture": now_ns()}),
-                                 _chunks(act, {"well": 3}, 0.3).get("well"))[-1], 60), \
-            proc.stderr.read() if proc.poll() is not None else "never answered"
+        assert wait_for(
+            lambda: (
+                sick.publish("obs", _obs(-1.0), {"capture": now_ns()}),
+                well.publish("obs", _obs(4.0), {"capture": now_ns()}),
+                _chunks(act, {"well": 3}, 0.3).get("well"),
+            )[-1],
+            60,
+        ), proc.stderr.read() if proc.poll() is not None else "never answered"
         time.sleep(0.3)
         while act.recv(50) is not None:
             pass
@@ -133,6 +166,7 @@ class LastWaypointNaN(torch.nn.Module):
 def test_a_chunk_with_one_nan_waypoint_is_dropped_whole_before_any_is_sent(tmp_path):
     from models.chunk_package import package_module
     from rtinfer.inference.node import InferenceNode
+
     package_module(LastWaypointNaN(), _obs(1.0)["values"], tmp_path / "policy", SPEC)
     eps = {n: f"ipc://{tmp_path}/{n}" for n in ("obs", "act")}
     robot = Publisher(eps["obs"], "robot")
@@ -146,8 +180,9 @@ def test_a_chunk_with_one_nan_waypoint_is_dropped_whole_before_any_is_sent(tmp_p
             robot.publish("obs", _obs(x), {"capture": now_ns()})
             assert wait_for(lambda: node.spin_once(100), 10)
         got = _chunks(act, {"robot": 6}, 5)["robot"]
-        assert [(b["cycle"], b["index"]) for b in got] == [(s, i) for s in (sent[0], sent[3])
-                                                           for i in range(3)]
+        assert [(b["cycle"], b["index"]) for b in got] == [
+            (s, i) for s in (sent[0], sent[3]) for i in range(3)
+        ]
         assert node.health()["counters"]["chunks_not_finite"] == 2
         assert node.health()["counters"]["policy_broken"] == 0
     finally:

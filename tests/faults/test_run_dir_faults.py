@@ -8,6 +8,7 @@
   under a temporary name, then renamed), the demo naming what is absent. What the robot
   lost: nothing (every node stopped or finished normally, the monitor counted the cycles).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,23 +39,34 @@ def tmpfs(tmp_path):
             pytest.skip("mount -t tmpfs refused")
         mounted.append(d)
         return d
+
     yield mount
     for d in mounted:
         subprocess.run(["umount", "-l", str(d)])
 
 
 def rtinfer(*args, timeout=120):
-    return subprocess.run([PY, "-m", "rtinfer.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [PY, "-m", "rtinfer.cli", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_read_only_run_dir_is_refused_with_one_line_and_exit_2(tmpfs):
     ro = tmpfs("64k", ro=True)
     for args, says in (
-            (("launch", "launch/conveyor_expert.yaml", "--seconds", 2, "--run-dir", ro),
-             f"launch: run directory {ro} is not writable (Read-only file system)"),
-            (("demo", "--policy", "expert", "--seconds", 2, "--run-dir", ro),
-             f"rtinfer demo: --run-dir {ro}: not writable (Read-only file system)")):
+        (
+            ("launch", "launch/conveyor_expert.yaml", "--seconds", 2, "--run-dir", ro),
+            f"launch: run directory {ro} is not writable (Read-only file system)",
+        ),
+        (
+            ("demo", "--policy", "expert", "--seconds", 2, "--run-dir", ro),
+            f"rtinfer demo: --run-dir {ro}: not writable (Read-only file system)",
+        ),
+    ):
         r = rtinfer(*args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and r.stdout == "", (args, r.returncode, r.stderr[-2000:])
@@ -75,10 +87,16 @@ def test_a_full_run_dir_stops_the_traces_not_the_robot_and_leaves_no_cut_report(
     # every trace that filled the disk said so once, with its count (the launcher's console;
     # the demo's stderr shows the same lines again)
     for trace in ("controller.trace", "policy.trace"):
-        stopped = [ln for ln in console.splitlines() if f"{trace}: error: No space left" in ln
-                   and "trace writing stopped" in ln]
-        counted = [ln for ln in console.splitlines() if f"{trace}: " in ln
-                   and "records not written (" in ln]
+        stopped = [
+            ln
+            for ln in console.splitlines()
+            if f"{trace}: error: No space left" in ln and "trace writing stopped" in ln
+        ]
+        counted = [
+            ln
+            for ln in console.splitlines()
+            if f"{trace}: " in ln and "records not written (" in ln
+        ]
         assert len(stopped) == len(counted) <= 1, (stopped, counted)
     assert "trace writing stopped" in console, console[-3000:]
     # reports: whole or absent, no temporary files left, the absent ones named
@@ -99,14 +117,26 @@ def test_a_full_run_dir_stops_the_traces_not_the_robot_and_leaves_no_cut_report(
 @pytest.mark.timeout(240)
 def test_a_recording_that_fills_its_disk_stops_with_one_line_and_the_run_goes_on(tmpfs, tmp_path):
     full = tmpfs("64k")
-    r = rtinfer("demo", "--seconds", SECONDS, "--json", "--run-dir", tmp_path / "run",
-                "--record", full / "run.mcap", timeout=200)
+    r = rtinfer(
+        "demo",
+        "--seconds",
+        SECONDS,
+        "--json",
+        "--run-dir",
+        tmp_path / "run",
+        "--record",
+        full / "run.mcap",
+        timeout=200,
+    )
     console = (tmp_path / "run" / "nominal" / "console.log").read_text()
     assert r.returncode == 0, (r.stderr + console)[-3000:]
     report = json.loads(r.stdout)
     assert report["exit_code"] == 0 and report["cycles"] > 0, report
-    stopped = [ln for ln in console.splitlines()
-               if "[recorder]" in ln and "recording" in ln and "No space left" in ln]
+    stopped = [
+        ln
+        for ln in console.splitlines()
+        if "[recorder]" in ln and "recording" in ln and "No space left" in ln
+    ]
     assert len(stopped) == 1, console[-3000:]
     last = [ln for ln in console.splitlines() if "[recorder]" in ln and " lost " in ln]
     assert last and int(last[-1].rsplit(" lost ", 1)[1]) > 0, last  # what it could not write

@@ -7,6 +7,7 @@ ControllerNode, both when its subscriber is the CURVE server (binds, with an all
 and when it connects to a CURVE server (a rogue taking over the policy's port). The
 controller's own counters prove that none was applied.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,17 @@ ROBOT = "controller"  # the src of make_node's publisher: the controller's robot
 
 
 def chunk(cycle: int) -> dict:
-    return waypoint_body(cycle, 0, 1, ENC.decode(TOKENS), spec=TOK.hash, period_ns=50_000_000,
-                         start_ns=50_000_000, dest=ROBOT, tokens=TOKENS)
+    return waypoint_body(
+        cycle,
+        0,
+        1,
+        ENC.decode(TOKENS),
+        spec=TOK.hash,
+        period_ns=50_000_000,
+        start_ns=50_000_000,
+        dest=ROBOT,
+        tokens=TOKENS,
+    )
 
 
 def send_flood(pubs, node: ControllerNode, n: int) -> None:
@@ -104,7 +114,9 @@ def certs(tmp_path):
 
 def make_node(sub) -> ControllerNode:
     pub = Publisher("inproc://health-sink", ROBOT)
-    node = ControllerNode(Plant(), ControllerConfig(gantry_control(), tokenizer=TOK), sub, pub, TOK.hash)
+    node = ControllerNode(
+        Plant(), ControllerConfig(gantry_control(), tokenizer=TOK), sub, pub, TOK.hash
+    )
     assert node.robot == ROBOT
     node._closers = [pub]
     return node
@@ -112,23 +124,31 @@ def make_node(sub) -> ControllerNode:
 
 def test_rogue_chunks_and_commands_are_never_applied_by_a_curve_server_controller(certs):
     paths, allow = certs
-    sub = Subscriber("tcp://127.0.0.1:*", ["action_chunk", "command"], bind=True,
-                     curve=CurveConfig(paths["robot"][1], allowed_clients_dir=allow))
+    sub = Subscriber(
+        "tcp://127.0.0.1:*",
+        ["action_chunk", "command"],
+        bind=True,
+        curve=CurveConfig(paths["robot"][1], allowed_clients_dir=allow),
+    )
     ep = sub.endpoints[0]
     node = make_node(sub)
-    rogue = Publisher(ep, "rogue", bind=False,
-                      curve=CurveConfig(paths["rogue"][1], paths["robot"][0]))
+    rogue = Publisher(
+        ep, "rogue", bind=False, curve=CurveConfig(paths["rogue"][1], paths["robot"][0])
+    )
     plain = Publisher(ep, "plain", bind=False)
-    good = Publisher(ep, "policy", bind=False,
-                     curve=CurveConfig(paths["policy"][1], paths["robot"][0]))
+    good = Publisher(
+        ep, "policy", bind=False, curve=CurveConfig(paths["policy"][1], paths["robot"][0])
+    )
     try:
         send_good(good, node)  # the link is demonstrably up
         base = dict(node.counters)
         send_flood([rogue, plain], node, N_ROGUE)
         applied = node.counters["chunks_accepted"] - base["chunks_accepted"]
         commands = node.counters["commands"] - base["commands"]
-        print(f"rogue (server side): sent {2 * N_ROGUE} chunks + {2 * N_ROGUE} stops, "
-              f"applied {applied}, commands {commands}, received {sub.counters['received']}")
+        print(
+            f"rogue (server side): sent {2 * N_ROGUE} chunks + {2 * N_ROGUE} stops, "
+            f"applied {applied}, commands {commands}, received {sub.counters['received']}"
+        )
         assert applied == 0 and commands == 0 and node.state != "stopped"
         assert node.counters["chunks_accepted"] == N_GOOD  # every allow-listed chunk, no more
     finally:
@@ -145,14 +165,16 @@ def _free_port() -> int:
 def test_rogue_server_on_the_policys_port_is_never_applied_by_a_curve_client_controller(certs):
     paths, allow = certs
     ep = f"tcp://127.0.0.1:{_free_port()}"
-    sub = Subscriber(ep, ["action_chunk", "command"],
-                     curve=CurveConfig(paths["robot"][1], paths["policy"][0]))
+    sub = Subscriber(
+        ep, ["action_chunk", "command"], curve=CurveConfig(paths["robot"][1], paths["policy"][0])
+    )
     node = make_node(sub)
     policy = CurveConfig(paths["policy"][1], allowed_clients_dir=allow)
     try:
         # An imposter with its own key binds the policy's port: the handshake fails.
-        with Publisher(ep, "rogue", curve=CurveConfig(paths["rogue"][1],
-                                                      allowed_clients_dir=allow)) as imposter:
+        with Publisher(
+            ep, "rogue", curve=CurveConfig(paths["rogue"][1], allowed_clients_dir=allow)
+        ) as imposter:
             send_flood([imposter], node, N_ROGUE)
         assert node.counters["chunks_accepted"] == 0 and node.counters["commands"] == 0
         with Publisher(ep, "policy", curve=policy) as good:  # the real one comes back
@@ -163,8 +185,10 @@ def test_rogue_server_on_the_policys_port_is_never_applied_by_a_curve_client_con
         with Publisher(ep, "plain") as imposter:
             send_flood([imposter], node, N_ROGUE)
         applied = node.counters["chunks_accepted"] - base["chunks_accepted"]
-        print(f"rogue (client side): applied {applied} of {2 * N_ROGUE} imposter chunks; "
-              f"real policy {base['chunks_accepted']} of {N_GOOD}")
+        print(
+            f"rogue (client side): applied {applied} of {2 * N_ROGUE} imposter chunks; "
+            f"real policy {base['chunks_accepted']} of {N_GOOD}"
+        )
         assert applied == 0 and node.counters["commands"] == base["commands"]
         assert node.state != "stopped"
     finally:
@@ -177,14 +201,16 @@ def test_curve_client_reconnects_to_the_real_policy_after_a_plaintext_imposter(c
     imposter); the bus reconnects that endpoint itself (bus.heal.Healer.heal)."""
     paths, allow = certs
     ep = f"tcp://127.0.0.1:{_free_port()}"
-    sub = Subscriber(ep, ["action_chunk", "command"],
-                     curve=CurveConfig(paths["robot"][1], paths["policy"][0]))
+    sub = Subscriber(
+        ep, ["action_chunk", "command"], curve=CurveConfig(paths["robot"][1], paths["policy"][0])
+    )
     node = make_node(sub)
     try:
         with Publisher(ep, "plain") as imposter:
             send_flood([imposter], node, 50)
-        with Publisher(ep, "policy", curve=CurveConfig(paths["policy"][1],
-                                                       allowed_clients_dir=allow)) as good:
+        with Publisher(
+            ep, "policy", curve=CurveConfig(paths["policy"][1], allowed_clients_dir=allow)
+        ) as good:
             end = time.monotonic() + 5
             while node.counters["commands"] == 0 and time.monotonic() < end:
                 good.publish("command", {"cmd": "clear", "reason": "sync"})
@@ -198,16 +224,20 @@ def test_curve_client_reconnects_to_the_real_policy_after_a_plaintext_imposter(c
 
 def test_tcp_endpoints_require_curve_by_default_in_launch_files(tmp_path):
     f = tmp_path / "l.yaml"
-    f.write_text(textwrap.dedent("""\
+    f.write_text(
+        textwrap.dedent("""\
         endpoints: {actions: "tcp://127.0.0.1:5556"}
         nodes: [{name: a, entry: "rtinfer.monitor.node:main"}]
-        """))
+        """)
+    )
     with pytest.raises(LaunchError, match="requires CURVE"):
         load(f)
-    f.write_text(textwrap.dedent("""\
+    f.write_text(
+        textwrap.dedent("""\
         endpoints: {actions: {url: "tcp://127.0.0.1:5556", curve: "off"}}
         nodes: [{name: a, entry: "rtinfer.monitor.node:main"}]
-        """))
+        """)
+    )
     assert not load(f).endpoints["actions"].curve  # only an explicit `curve: off` disables it
     for shipped in sorted((ROOT / "launch").glob("*.yaml")):
         spec = load(shipped, check_entries=False)
@@ -217,8 +247,13 @@ def test_tcp_endpoints_require_curve_by_default_in_launch_files(tmp_path):
 
 
 def test_keys_generate_never_prints_the_secret_and_writes_it_0600(tmp_path):
-    out = subprocess.run([PY, "-m", "rtinfer.cli", "keys", "generate", str(tmp_path / "k"),
-                          "--name", "robot"], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [PY, "-m", "rtinfer.cli", "keys", "generate", str(tmp_path / "k"), "--name", "robot"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     secret_file = tmp_path / "k" / "robot.key_secret"
     secret = curve.load_secret(secret_file).decode()
     assert secret not in out.stdout + out.stderr
@@ -227,22 +262,37 @@ def test_keys_generate_never_prints_the_secret_and_writes_it_0600(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o700
 
 
-SOURCES = [p for d in ("rtinfer", "controllers", "models", "examples")
-           for p in (ROOT / d).rglob("*.py")]
+SOURCES = [
+    p for d in ("rtinfer", "controllers", "models", "examples") for p in (ROOT / d).rglob("*.py")
+]
 
 
 def _grep(pattern: str) -> list[str]:
     rx = re.compile(pattern)
-    return [f"{p.relative_to(ROOT)}:{n}" for p in SOURCES
-            for n, line in enumerate(p.read_text().splitlines(), 1) if rx.search(line)]
+    return [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in SOURCES
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if rx.search(line)
+    ]
 
 
 def test_subprocesses_get_argument_lists_never_strings():
     # A string command means a shell or a split: message content could end up executed.
-    assert _grep(r"subprocess\.(run|Popen|call|check_call|check_output)\(\s*(f?[\"']|\w+\s*\+\s*[\"'])") == []
+    assert (
+        _grep(
+            r"subprocess\.(run|Popen|call|check_call|check_output)\(\s*(f?[\"']|\w+\s*\+\s*[\"'])"
+        )
+        == []
+    )
     assert _grep(r"os\.(system|popen|exec\w*|spawn\w*)\(") == []
 
 
 def test_no_unsafe_deserialisers():
-    assert _grep(r"yaml\.(unsafe_load|load)\(|yaml\.(Unsafe|Full)?Loader\b|torch\.load\((?!.*weights_only=True)") == []
+    assert (
+        _grep(
+            r"yaml\.(unsafe_load|load)\(|yaml\.(Unsafe|Full)?Loader\b|torch\.load\((?!.*weights_only=True)"
+        )
+        == []
+    )
     assert _grep(r"\bjsonpickle\b|\bmarshal\.loads\b") == []

@@ -10,6 +10,7 @@ waited for a stuck subscriber would stop at that capacity; one that waited for t
 not asserted (a preempted publish on a busy host takes as long as the preemption; benchmarks
 own timing).
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,13 @@ def rss_kb() -> int:
 
 
 def body(i: int) -> dict:
-    return {"values": {"objects": np.full((8, 4), i % 7, np.float32),
-                       "gantry": np.zeros(7, np.float32)}, "ints": {"instruction": 1}}
+    return {
+        "values": {
+            "objects": np.full((8, 4), i % 7, np.float32),
+            "gantry": np.zeros(7, np.float32),
+        },
+        "ints": {"instruction": 1},
+    }
 
 
 def flood(pub: Publisher, n: int) -> dict:
@@ -74,9 +80,13 @@ def flood(pub: Publisher, n: int) -> dict:
         t = time.perf_counter_ns()
         pub.publish("obs", body(i))
         durations[i] = time.perf_counter_ns() - t
-    return {"n": n, "max_ms": int(durations.max()) / 1e6,
-            "p99_us": float(np.percentile(durations, 99)) / 1e3,
-            "rss_growth_kb": rss_kb() - rss0, **{k: v - c0[k] for k, v in pub.counters.items()}}
+    return {
+        "n": n,
+        "max_ms": int(durations.max()) / 1e6,
+        "p99_us": float(np.percentile(durations, 99)) / 1e3,
+        "rss_growth_kb": rss_kb() - rss0,
+        **{k: v - c0[k] for k, v in pub.counters.items()},
+    }
 
 
 def subscribed(pub: Publisher, sub: subprocess.Popen) -> None:
@@ -89,16 +99,18 @@ def subscribed(pub: Publisher, sub: subprocess.Popen) -> None:
             line = sub.stdout.readline().strip()
             assert line == "ready", f"the subscriber said {line!r}, not 'ready'"
             return
-    raise AssertionError(f"waited {WAIT_S:g} s for the subscriber to hear a first message "
-                         f"(exit status {sub.poll()})")
+    raise AssertionError(
+        f"waited {WAIT_S:g} s for the subscriber to hear a first message (exit status {sub.poll()})"
+    )
 
 
 @pytest.mark.parametrize("mode", ["stuck", "slow"])
 def test_publisher_stays_bounded_and_non_blocking_with_a_slow_or_stuck_subscriber(mode):
     ep = f"ipc://{tempfile.mkdtemp(prefix='rtf-slow-')}/obs"
     with Publisher(ep, "sim", hwm=HWM) as pub:
-        sub = subprocess.Popen([PY, "-c", SUB, ep, mode, str(WAIT_S)], cwd=ROOT,
-                               stdout=subprocess.PIPE, text=True)
+        sub = subprocess.Popen(
+            [PY, "-c", SUB, ep, mode, str(WAIT_S)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
         try:
             subscribed(pub, sub)
             r = flood(pub, FLOOD)

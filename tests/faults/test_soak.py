@@ -1,5 +1,6 @@
 """`rtinfer soak`, short: the demo launch under mild stress for 0.5 min (RTINFER_LONG=1: 5).
 The 30-minute target run is manual: `python -m rtinfer.cli.soak --minutes 30 --json`."""
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ def test_the_soaks_sim_takes_the_launch_files_cell_seed(tmp_path):
 
     from controllers.run import build_hardware, load_robot
     from examples.conveyor_sorting.soak_sim import CheckedConveyorSim
+
     data = yaml.safe_load(soak._launch_file(tmp_path, 10.0, None).read_text())
     args = next(n["args"] for n in data["nodes"] if n["name"] == "sim")
     assert args[args.index("--hardware") + 1] == soak.SOAK_HARDWARE

@@ -7,6 +7,7 @@ b"\\xfe\\xff"); decode then ObsTokens.encode (obs) or ActionTokenizer.decode (to
 Anything but WireError is a crash (libFuzzer saves the input). RTINFER_FUZZ_COUNTS=FILE:
 {"runs", "rejected", "ok"} is rewritten there every 2000 runs and at the end of input.
 """
+
 import json
 import os
 import sys

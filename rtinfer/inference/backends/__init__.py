@@ -5,6 +5,7 @@
 Each backend module imports its heavy package (onnxruntime, torch, tensorrt) only when a
 backend is built, so importing this package stays light.
 """
+
 from __future__ import annotations
 
 import importlib

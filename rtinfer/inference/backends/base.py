@@ -10,6 +10,7 @@ next call. A backend that builds the model's token-gated graph sets (ModelDir.ga
 them in `gates`; `use_gate(name)` makes full-depth steps run that set (None: dense) without
 loading anything, the KV cache kept as it is. Not thread-safe: one decoding thread per backend.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -48,8 +49,10 @@ class Backend(ABC):
     def _select_gate(self, name: str | None) -> None:
         """Point the full-depth graphs at gated set `name` (None: dense); only called with a
         name in `gates`, so never on a backend that builds none; those that do override it."""
-        raise NotImplementedError(f"the {self.name} backend lists gated sets but cannot "
-                                  f"select {name!r}: override _select_gate")
+        raise NotImplementedError(
+            f"the {self.name} backend lists gated sets but cannot "
+            f"select {name!r}: override _select_gate"
+        )
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -63,9 +66,11 @@ class Backend(ABC):
             return
         if name is not None and name not in self.gates:
             have = ", ".join(self.gates) or "none"
-            raise BackendError(f"gated level {name!r}: the {self.name} backend built no such "
-                               f"graph set (it has: {have}); run it on the onnx backend or "
-                               "leave gated levels out (default_levels(..., gates=backend.gates))")
+            raise BackendError(
+                f"gated level {name!r}: the {self.name} backend built no such "
+                f"graph set (it has: {have}); run it on the onnx backend or "
+                "leave gated levels out (default_levels(..., gates=backend.gates))"
+            )
         self._select_gate(name)
         self.gate = name
 
@@ -117,8 +122,9 @@ class Backend(ABC):
             if k >= n:
                 return k
         if not best:
-            raise BackendError(f"no depth-{depth} graph fits at position {start_pos} "
-                               f"(max_ctx {self.max_ctx})")
+            raise BackendError(
+                f"no depth-{depth} graph fits at position {start_pos} (max_ctx {self.max_ctx})"
+            )
         return best
 
     def has_graph(self, depth: int, k: int) -> bool:
@@ -149,6 +155,6 @@ class Backend(ABC):
         depth = self.n_layer if depth is None else depth
         while at < n:
             k = min(self.pick_k(depth, n - at, start_pos + at), n - at)
-            logits = self.step(tokens[at:at + k], start_pos + at, depth)
+            logits = self.step(tokens[at : at + k], start_pos + at, depth)
             at += k
         return logits[-1]

@@ -24,6 +24,7 @@ BackendError; False: the kv_out graphs).
 Token-gated graph sets (graphs.json "gated") of the running precision get sessions of their
 own at load, bound to the same KV buffers; use_gate swaps which tables full-depth steps use.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,23 +32,36 @@ import numpy as np
 from rtinfer.inference.backends.base import Backend, BackendError
 from rtinfer.model.directory import graph_dtype
 
-_LEVELS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED",
-           "basic": "ORT_ENABLE_BASIC", "disable": "ORT_DISABLE_ALL"}
+_LEVELS = {
+    "all": "ORT_ENABLE_ALL",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "basic": "ORT_ENABLE_BASIC",
+    "disable": "ORT_DISABLE_ALL",
+}
 _NP = {"float32": np.float32, "float16": np.float16}
 
 
 class OnnxBackend(Backend):
     name = "onnx"
 
-    def _open(self, threads: int = 1, inter_threads: int = 1, providers: str = "cpu",
-              dtype: str = "float32", inplace_kv: bool = False, opt_level: str = "all",
-              spin: bool | None = None, precision: str | None = None,
-              kv_rows: bool | None = None) -> None:
+    def _open(
+        self,
+        threads: int = 1,
+        inter_threads: int = 1,
+        providers: str = "cpu",
+        dtype: str = "float32",
+        inplace_kv: bool = False,
+        opt_level: str = "all",
+        spin: bool | None = None,
+        precision: str | None = None,
+        kv_rows: bool | None = None,
+    ) -> None:
         try:
             import onnxruntime as ort
         except ImportError as e:
             raise BackendError(
-                f"onnxruntime is not installed ({e}); pip install onnxruntime") from None
+                f"onnxruntime is not installed ({e}); pip install onnxruntime"
+            ) from None
         if opt_level not in _LEVELS:
             raise BackendError(f"opt_level must be one of {list(_LEVELS)}, not {opt_level!r}")
         dtype = graph_dtype(precision or dtype)
@@ -55,13 +69,19 @@ class OnnxBackend(Backend):
         self._ort, self.dtype = ort, dtype
         avail = ort.get_available_providers()
         want_cuda = providers == "cuda" or (
-            providers == "auto" and "CUDAExecutionProvider" in avail)
+            providers == "auto" and "CUDAExecutionProvider" in avail
+        )
         if want_cuda and "CUDAExecutionProvider" not in avail:
-            raise BackendError(f"CUDA provider requested but ORT offers only {avail}; "
-                               "install onnxruntime-gpu or use providers='cpu'")
+            raise BackendError(
+                f"CUDA provider requested but ORT offers only {avail}; "
+                "install onnxruntime-gpu or use providers='cpu'"
+            )
         self.device = "cuda" if want_cuda else "cpu"
-        prov = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda \
+        prov = (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            if want_cuda
             else ["CPUExecutionProvider"]
+        )
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = int(threads), int(inter_threads)
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[opt_level])
@@ -71,12 +91,16 @@ class OnnxBackend(Backend):
         md = self.model
         rows = self._rows_files(dtype, kv_rows)
         kv_dtype = _NP[md.kv_dtype(dtype)]
-        self._kv_np = [np.zeros(md.kv_shape, kv_dtype)
-                       for _ in range(1 if inplace_kv or rows else 2)]
+        self._kv_np = [
+            np.zeros(md.kv_shape, kv_dtype) for _ in range(1 if inplace_kv or rows else 2)
+        ]
         self._kv = [self._ortvalue(a) for a in self._kv_np]
         # per-layer (k, v) views of the one cache: the rows graphs' inputs, bound once
-        self._layers = [[self._ortvalue(self._kv_np[0][l, j]) for j in range(2)]
-                        for l in range(md.n_layer)] if rows else []
+        self._layers = (
+            [[self._ortvalue(self._kv_np[0][l, j]) for j in range(2)] for l in range(md.n_layer)]
+            if rows
+            else []
+        )
         self._new: dict = {}
         self._start = np.zeros(1, np.int64)
         start_ov = ort.OrtValue.ortvalue_from_numpy(self._start)
@@ -100,23 +124,33 @@ class OnnxBackend(Backend):
         """(depth, k) -> path of the kv-rows twin of every graph of set `dtype`, or {} where
         they are not used (see kv_rows in the module doc)."""
         md = self.model
-        rows = {(int(g["depth"]), int(g["k"])): md.path / g["file"]
-                for g in md.manifest.get("kv_rows", []) if g["dtype"] == dtype}
+        rows = {
+            (int(g["depth"]), int(g["k"])): md.path / g["file"]
+            for g in md.manifest.get("kv_rows", [])
+            if g["dtype"] == dtype
+        }
         need = {(d, k) for d, ks in self._ks.items() for k in ks}
-        why = ("the directory has no complete kv_rows set of " + dtype
-               + " (python -m models.kv_rows DIR)" if not need <= set(rows)
-               else "kv_rows runs on the CPU provider only" if self.device != "cpu"
-               else "kv_rows does not cover gated sets" if any(
-                   g.dtype == dtype for g in md.gated.values())
-               else "")
+        why = (
+            "the directory has no complete kv_rows set of "
+            + dtype
+            + " (python -m models.kv_rows DIR)"
+            if not need <= set(rows)
+            else "kv_rows runs on the CPU provider only"
+            if self.device != "cpu"
+            else "kv_rows does not cover gated sets"
+            if any(g.dtype == dtype for g in md.gated.values())
+            else ""
+        )
         if want and why:
             raise BackendError(f"{md.path}: kv_rows=True but {why}")
         if not want and (want is False or why):
             return {}
         missing = [p for p in rows.values() if not p.is_file()]
         if missing:
-            raise BackendError(f"{missing[0]} listed in graphs.json kv_rows is missing; "
-                               "re-export (python -m models.kv_rows DIR)")
+            raise BackendError(
+                f"{missing[0]} listed in graphs.json kv_rows is missing; "
+                "re-export (python -m models.kv_rows DIR)"
+            )
         return {key: rows[key] for key in need}
 
     @property
@@ -139,8 +173,10 @@ class OnnxBackend(Backend):
         kv = shapes.get("k0") if rows else shapes.get("kv")
         want = list(md.kv_shape[2:]) if rows else list(md.kv_shape)
         if shapes.get("tokens") != [1, k] or kv != want:
-            raise BackendError(f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
-                               f"kv {want}); stale or swapped files: re-export")
+            raise BackendError(
+                f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
+                f"kv {want}); stale or swapped files: re-export"
+            )
         tok, logits = np.full((1, k), self.pad, np.int64), np.zeros((1, k, V), np.float32)
         tok_ov, logits_ov = (ort.OrtValue.ortvalue_from_numpy(a) for a in (tok, logits))
         binds = []
@@ -185,7 +221,7 @@ class OnnxBackend(Backend):
             self._live ^= 1
         new = self._new.get(key)
         if new is not None:  # a kv-rows graph: its k new positions into the one cache
-            self._kv_np[0][:depth, :, :, :, start_pos:start_pos + k] = new
+            self._kv_np[0][:depth, :, :, :, start_pos : start_pos + k] = new
         return self._logits[key][0]
 
     # --- KV management ----------------------------------------------------------------

@@ -17,6 +17,7 @@ Options: fp16 (True), sparse (True), cache_dir (<model>/trt_cache), workspace_mb
 opt_level (3), cuda_graphs (True), force_build (False), precision (None; "int8" or "fp8":
 the model's Q/DQ set, explicit quantization, see tensorrt_plan; FP8 refused below sm_89).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,9 +30,17 @@ IO_NAMES = ("tokens", "start_pos", "kv", "logits", "kv_out")
 class TensorRTBackend(Backend):
     name = "tensorrt"
 
-    def _open(self, fp16: bool = True, sparse: bool = True, cache_dir=None,
-              workspace_mb: int = 1024, opt_level: int = 3, cuda_graphs: bool = True,
-              force_build: bool = False, precision: str | None = None) -> None:
+    def _open(
+        self,
+        fp16: bool = True,
+        sparse: bool = True,
+        cache_dir=None,
+        workspace_mb: int = 1024,
+        opt_level: int = 3,
+        cuda_graphs: bool = True,
+        force_build: bool = False,
+        precision: str | None = None,
+    ) -> None:
         try:
             import tensorrt as trt
             import torch
@@ -40,11 +49,16 @@ class TensorRTBackend(Backend):
         if not torch.cuda.is_available():
             raise BackendError("tensorrt backend needs a CUDA device; use backend 'onnx'")
         from rtinfer.inference.backends.tensorrt_build import EngineBuilder
+
         self.trt, self.torch = trt, torch
-        builder = EngineBuilder(cache_dir or self.model.path / "trt_cache",
-                                workspace_mb=workspace_mb, opt_level=opt_level)
-        self.build_report = builder.build_model(self.model, fp16=fp16, sparse=sparse,
-                                                force=force_build, precision=precision)
+        builder = EngineBuilder(
+            cache_dir or self.model.path / "trt_cache",
+            workspace_mb=workspace_mb,
+            opt_level=opt_level,
+        )
+        self.build_report = builder.build_model(
+            self.model, fp16=fp16, sparse=sparse, force=force_build, precision=precision
+        )
         self.counters = {"graph_replays": 0, "plain_launches": 0, "graph_fallbacks": 0}
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
@@ -54,8 +68,10 @@ class TensorRTBackend(Backend):
             with open(g["engine"], "rb") as f:
                 engine = self._runtime.deserialize_cuda_engine(f.read())
             if engine is None:
-                raise BackendError(f"{g['engine']}: TensorRT cannot deserialise it; delete it "
-                                   "(or pass force_build=True) to rebuild")
+                raise BackendError(
+                    f"{g['engine']}: TensorRT cannot deserialise it; delete it "
+                    "(or pass force_build=True) to rebuild"
+                )
             self._engines[(g["depth"], g["k"])] = engine
         self._allocate()
         if cuda_graphs:
@@ -66,8 +82,11 @@ class TensorRTBackend(Backend):
     # --- buffers ----------------------------------------------------------------------
     def _dtype(self, engine, name: str):
         trt, torch = self.trt, self.torch
-        table = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16,
-                 trt.DataType.INT32: torch.int32}
+        table = {
+            trt.DataType.FLOAT: torch.float32,
+            trt.DataType.HALF: torch.float16,
+            trt.DataType.INT32: torch.int32,
+        }
         for trt_name, torch_dtype in (("INT64", torch.int64), ("BF16", torch.bfloat16)):
             if hasattr(trt.DataType, trt_name):
                 table[getattr(trt.DataType, trt_name)] = torch_dtype
@@ -79,13 +98,16 @@ class TensorRTBackend(Backend):
     def _check_io(self, engine, key) -> None:
         names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
         if names != set(IO_NAMES):
-            raise BackendError(f"engine {key} has I/O {sorted(names)}, expected {list(IO_NAMES)}; "
-                               "re-export the model with models.export")
+            raise BackendError(
+                f"engine {key} has I/O {sorted(names)}, expected {list(IO_NAMES)}; "
+                "re-export the model with models.export"
+            )
         for n in IO_NAMES:
             shape = tuple(engine.get_tensor_shape(n))
             if any(d < 0 for d in shape):
                 raise BackendError(
-                    f"engine {key}: {n} has dynamic shape {shape}; graphs are static")
+                    f"engine {key}: {n} has dynamic shape {shape}; graphs are static"
+                )
         if tuple(engine.get_tensor_shape("tokens")) != (1, key[1]):
             shape = tuple(engine.get_tensor_shape("tokens"))
             raise BackendError(f"engine {key}: tokens shape {shape}")
@@ -105,7 +127,8 @@ class TensorRTBackend(Backend):
             self._check_io(engine, key)
             if self._dtype(engine, "kv") != kv_dtype:
                 raise BackendError(
-                    f"engine {key}: KV dtype differs from the other engines; rebuild")
+                    f"engine {key}: KV dtype differs from the other engines; rebuild"
+                )
             k = key[1]
             host = torch.full((1, k), self.pad, dtype=self._dtype(engine, "tokens")).pin_memory()
             tok_dev = host.to(dev)

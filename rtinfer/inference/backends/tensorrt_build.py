@@ -7,6 +7,7 @@ Needs `tensorrt`, torch (to name the GPU) and a GPU, imported when a builder is 
 
 The plan (flags, ONNX variant, strong typing) and the cache key come from tensorrt_plan.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,13 +42,16 @@ class EngineBuilder:
     version and GPU, shared by all builds. Blocks for seconds to minutes per graph
     (autotuning); not thread-safe."""
 
-    def __init__(self, cache_dir, *, workspace_mb: int = 1024, opt_level: int = 3,
-                 log_severity: str = "INFO"):
+    def __init__(
+        self, cache_dir, *, workspace_mb: int = 1024, opt_level: int = 3, log_severity: str = "INFO"
+    ):
         try:
             import tensorrt as trt
         except ImportError as e:
-            raise BackendError(f"tensorrt is not importable ({e}); on Jetson it ships with "
-                               "JetPack, elsewhere pip install tensorrt") from None
+            raise BackendError(
+                f"tensorrt is not importable ({e}); on Jetson it ships with "
+                "JetPack, elsewhere pip install tensorrt"
+            ) from None
         self.trt, self.version = trt, trt.__version__
         self.cache_dir = Path(cache_dir)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -57,28 +61,46 @@ class EngineBuilder:
         self.timing_path = self.cache_dir / f"timing-trt{self.version}-{tag}.cache"
         self.builds = 0
 
-    def build_model(self, md, *, fp16: bool, sparse: bool, force: bool = False,
-                    precision: str | None = None) -> dict:
+    def build_model(
+        self, md, *, fp16: bool, sparse: bool, force: bool = False, precision: str | None = None
+    ) -> dict:
         """Engines for every (depth, k) graph of a ModelDir: {"plan", "trt_version", "gpu",
         "graphs": {"d{depth}_k{k}": report with "engine" path, "depth", "k"}}. precision:
         "int8" or "fp8" builds the Q/DQ set (fp16 unused), refused on a GPU without it."""
-        plan = build_plan(self.version, fp16, sparse, {key[0] for key in md.graphs},
-                          quantised=precision, compute_capability=self.cc)
+        plan = build_plan(
+            self.version,
+            fp16,
+            sparse,
+            {key[0] for key in md.graphs},
+            quantised=precision,
+            compute_capability=self.cc,
+        )
         graphs = {}
-        for (dtype, depth, k) in sorted(md.graphs):
+        for dtype, depth, k in sorted(md.graphs):
             if dtype == plan.onnx_dtype:
                 rep = self.build(md.graph_path(dtype, depth, k), plan, force=force)
                 graphs[f"d{depth}_k{k}"] = {**rep, "depth": depth, "k": k}
-        return {"plan": asdict(plan), "trt_version": self.version,
-                "gpu": f"{self.gpu_name} (sm_{self.cc[0]}{self.cc[1]})", "graphs": graphs}
+        return {
+            "plan": asdict(plan),
+            "trt_version": self.version,
+            "gpu": f"{self.gpu_name} (sm_{self.cc[0]}{self.cc[1]})",
+            "graphs": graphs,
+        }
 
     def build(self, onnx_path, plan: BuildPlan, *, force: bool = False, ranges=None) -> dict:
         """Engine for one ONNX file: cached if its key matches, else built. Returns the
         build report (engine path, cached, sparse layers, build seconds, log path)."""
         onnx_path = Path(onnx_path)
         sha = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
-        key = cache_key(sha, self.version, self.gpu_name, self.cc, plan,
-                        workspace_mb=self.workspace_mb, opt_level=self.opt_level)
+        key = cache_key(
+            sha,
+            self.version,
+            self.gpu_name,
+            self.cc,
+            plan,
+            workspace_mb=self.workspace_mb,
+            opt_level=self.opt_level,
+        )
         stem = self.cache_dir / f"{onnx_path.stem}-{key}"
         engine, report = stem.with_suffix(".engine"), stem.with_suffix(".json")
         if engine.exists() and report.exists() and not force:
@@ -87,10 +109,17 @@ class EngineBuilder:
         with BuildLog(stem.with_suffix(".log"), self.log_severity) as log:
             blob, info = self._build(onnx_path, plan, log, ranges)
         _atomic_write(engine, blob)
-        rep = {"onnx": str(onnx_path), "engine": str(engine), "key": key,
-               "build_s": round(time.perf_counter() - t0, 2), "log": str(log.path),
-               "warnings": log.counts["WARNING"], "errors": log.counts["ERROR"],
-               "inspector": sparse_layers(info), "sparse_log": sparse_from_log(log.lines)}
+        rep = {
+            "onnx": str(onnx_path),
+            "engine": str(engine),
+            "key": key,
+            "build_s": round(time.perf_counter() - t0, 2),
+            "log": str(log.path),
+            "warnings": log.counts["WARNING"],
+            "errors": log.counts["ERROR"],
+            "inspector": sparse_layers(info),
+            "sparse_log": sparse_from_log(log.lines),
+        }
         _atomic_write(report, json.dumps(rep, indent=1).encode())
         self.builds += 1
         return {**rep, "cached": False}
@@ -107,8 +136,10 @@ class EngineBuilder:
         if not parser.parse_from_file(str(onnx_path)):
             errs = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
             raise BackendError(f"{onnx_path}: TensorRT cannot parse it: {errs}")
-        shapes = {network.get_input(i).name: tuple(network.get_input(i).shape)
-                  for i in range(network.num_inputs)}
+        shapes = {
+            network.get_input(i).name: tuple(network.get_input(i).shape)
+            for i in range(network.num_inputs)
+        }
         if ranges is None:
             assert_static(shapes)
         config = builder.create_builder_config()
@@ -124,8 +155,10 @@ class EngineBuilder:
         for name in plan.flags:
             flag = getattr(trt.BuilderFlag, name, None)
             if flag is None:
-                raise BackendError(f"TensorRT {self.version} has no BuilderFlag.{name}; "
-                                   "see rtinfer.inference.backends.tensorrt_plan.build_plan")
+                raise BackendError(
+                    f"TensorRT {self.version} has no BuilderFlag.{name}; "
+                    "see rtinfer.inference.backends.tensorrt_plan.build_plan"
+                )
             config.set_flag(flag)
         self._attach_timing_cache(config, log)
         blob = builder.build_serialized_network(network, config)
@@ -146,7 +179,8 @@ class EngineBuilder:
         try:  # inspection is a report, never a reason to fail a good build
             engine = trt.Runtime(logger).deserialize_cuda_engine(blob)
             return engine.create_engine_inspector().get_engine_information(
-                trt.LayerInformationFormat.JSON)
+                trt.LayerInformationFormat.JSON
+            )
         except Exception as e:  # TensorRT raises untyped errors across versions
             return json.dumps({"error": f"{type(e).__name__}: {e}"})
 
@@ -165,13 +199,25 @@ def main(argv: Sequence[str] | None = None, default_model: str = "models/zoo/con
     p = argparse.ArgumentParser(prog="rtinfer build-engine", description=main.__doc__)
     p.add_argument("--model", default=default_model, help="model directory")
     p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--precision", choices=["fp32", "fp16", *QUANTISED], default=None,
-                   help="the engine's precision (overrides --fp16); int8 and fp8 build the "
-                        "model's Q/DQ graphs (python -m models.qdq MODEL int8)")
-    p.add_argument("--compute-capability", default=None, metavar="MAJOR.MINOR",
-                   help="dry run: check the plan against this GPU (e.g. 8.7 for Orin)")
-    p.add_argument("--sparse", action=argparse.BooleanOptionalAction, default=True,
-                   help="BuilderFlag.SPARSE_WEIGHTS (2:4 weights); same default as the backend")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", *QUANTISED],
+        default=None,
+        help="the engine's precision (overrides --fp16); int8 and fp8 build the "
+        "model's Q/DQ graphs (python -m models.qdq MODEL int8)",
+    )
+    p.add_argument(
+        "--compute-capability",
+        default=None,
+        metavar="MAJOR.MINOR",
+        help="dry run: check the plan against this GPU (e.g. 8.7 for Orin)",
+    )
+    p.add_argument(
+        "--sparse",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="BuilderFlag.SPARSE_WEIGHTS (2:4 weights); same default as the backend",
+    )
     p.add_argument("--cache-dir", default=None, help="default: <model>/trt_cache")
     p.add_argument("--workspace-mb", type=int, default=1024)
     p.add_argument("--opt-level", type=int, default=3, help="builder optimization level 0-5")
@@ -186,16 +232,28 @@ def main(argv: Sequence[str] | None = None, default_model: str = "models/zoo/con
         dtypes = {key[0] for key in md.graphs}
         if args.dry_run:
             version = args.trt_version or _installed_trt_version()
-            plan = build_plan(version, fp16, args.sparse, dtypes, quantised,
-                              _capability(args.compute_capability))
-            print(json.dumps({"plan": asdict(plan), "graphs": len(
-                [k for k in md.graphs if k[0] == plan.onnx_dtype])}, indent=1))
+            plan = build_plan(
+                version, fp16, args.sparse, dtypes, quantised, _capability(args.compute_capability)
+            )
+            print(
+                json.dumps(
+                    {
+                        "plan": asdict(plan),
+                        "graphs": len([k for k in md.graphs if k[0] == plan.onnx_dtype]),
+                    },
+                    indent=1,
+                )
+            )
             return 0
         t0 = time.perf_counter()
-        builder = EngineBuilder(args.cache_dir or md.path / "trt_cache",
-                                workspace_mb=args.workspace_mb, opt_level=args.opt_level)
-        report = builder.build_model(md, fp16=fp16, sparse=args.sparse, force=args.force,
-                                     precision=quantised)
+        builder = EngineBuilder(
+            args.cache_dir or md.path / "trt_cache",
+            workspace_mb=args.workspace_mb,
+            opt_level=args.opt_level,
+        )
+        report = builder.build_model(
+            md, fp16=fp16, sparse=args.sparse, force=args.force, precision=quantised
+        )
         report["seconds"] = round(time.perf_counter() - t0, 2)
         print(json.dumps(report, indent=1))
         return 0
@@ -218,8 +276,10 @@ def _installed_trt_version() -> str:
     try:
         import tensorrt as trt
     except ImportError:
-        raise BackendError("tensorrt is not installed; pass --trt-version for a dry run "
-                           "or install TensorRT (JetPack ships it)") from None
+        raise BackendError(
+            "tensorrt is not installed; pass --trt-version for a dry run "
+            "or install TensorRT (JetPack ships it)"
+        ) from None
     return trt.__version__
 
 

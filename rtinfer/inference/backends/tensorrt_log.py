@@ -4,6 +4,7 @@
 reads engine-inspector JSON (TensorRT 10 and 11 schemas), `sparse_from_log` the builder's
 "(Sparsity)" lines, so a build can say which layers picked 2:4 sparse tactics.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ cannot be captured) leaves that (depth, k) on eager steps, counted in
 `counters["graph_fallbacks"]`. The graphs share one memory pool, which is safe because
 logits are copied to pinned host memory right after each replay.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,17 +28,24 @@ _DTYPES = ("float32", "float16", "bfloat16")
 class TorchBackend(Backend):
     name = "torch"
 
-    def _open(self, device: str | None = None, cuda_graphs: bool | None = None,
-              compile: bool = False, threads: int | None = None,
-              checkpoint: str = "policy", dtype: str = "float32",
-              sparse24: bool = False) -> None:
+    def _open(
+        self,
+        device: str | None = None,
+        cuda_graphs: bool | None = None,
+        compile: bool = False,
+        threads: int | None = None,
+        checkpoint: str = "policy",
+        dtype: str = "float32",
+        sparse24: bool = False,
+    ) -> None:
         try:
             import torch
 
             from models.checkpoint import load
         except ImportError as e:
-            raise BackendError(f"torch backend needs torch + safetensors ({e}); "
-                               "pip install 'rtinfer[train]'") from None
+            raise BackendError(
+                f"torch backend needs torch + safetensors ({e}); pip install 'rtinfer[train]'"
+            ) from None
         self.torch = torch
         if dtype not in _DTYPES:
             raise BackendError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
@@ -48,8 +56,10 @@ class TorchBackend(Backend):
             raise BackendError("device='cuda' but torch sees no CUDA device; use device='cpu'")
         stem = self.model.path / checkpoint
         if not stem.with_suffix(".safetensors").exists():
-            raise BackendError(f"{stem}.safetensors is missing; save the policy there with "
-                               "models.checkpoint.save (the torch backend needs weights)")
+            raise BackendError(
+                f"{stem}.safetensors is missing; save the policy there with "
+                "models.checkpoint.save (the torch backend needs weights)"
+            )
         try:
             self.net = load(stem, device=device).model.to(getattr(torch, dtype))
         except (ValueError, OSError, KeyError) as e:
@@ -86,26 +96,33 @@ class TorchBackend(Backend):
             raise BackendError("sparse24=True needs device='cuda' (2:4 kernels are GPU-only)")
         cc = torch.cuda.get_device_capability(self.device)
         if cc < (8, 0):
-            raise BackendError(f"sparse24 needs compute capability >= 8.0; this GPU is "
-                               f"sm_{cc[0]}{cc[1]}: use sparse24=False")
+            raise BackendError(
+                f"sparse24 needs compute capability >= 8.0; this GPU is "
+                f"sm_{cc[0]}{cc[1]}: use sparse24=False"
+            )
         if self.net.wte.weight.dtype not in (torch.float16, torch.bfloat16):
             raise BackendError("sparse24 needs dtype='float16' or 'bfloat16'")
         from torch.sparse import to_sparse_semi_structured
 
         from models.sparsity import check_24, sparse_targets
+
         targets = sparse_targets(self.net)
         mods = {fqn: self.net.get_submodule(fqn.rsplit(".", 1)[0]) for fqn in targets}
         bad = [fqn for fqn, m in mods.items() if not check_24(m.weight)]
         if bad:
-            raise BackendError(f"{len(bad)} block weights are not 2:4 (first: {bad[0]}); fine-"
-                               "tune under masks with models.sparsity (prepare/fold) first")
+            raise BackendError(
+                f"{len(bad)} block weights are not 2:4 (first: {bad[0]}); fine-"
+                "tune under masks with models.sparsity (prepare/fold) first"
+            )
         for fqn, m in mods.items():
             try:
-                m.weight = torch.nn.Parameter(to_sparse_semi_structured(m.weight.detach()),
-                                              requires_grad=False)
+                m.weight = torch.nn.Parameter(
+                    to_sparse_semi_structured(m.weight.detach()), requires_grad=False
+                )
             except (RuntimeError, ValueError) as e:  # shape/dtype limits of the 2:4 kernels
-                raise BackendError(f"{fqn}: to_sparse_semi_structured refused it ({e}); "
-                                   "use sparse24=False") from None
+                raise BackendError(
+                    f"{fqn}: to_sparse_semi_structured refused it ({e}); use sparse24=False"
+                ) from None
         self.counters["sparse_layers"] = len(mods)
 
     def _capture(self) -> None:

@@ -22,6 +22,7 @@ subscriber, composed of intake (admitting one message: checks, counters), legs a
 shm_intake (its ZeroMQ and shm endpoints, each taking messages off one) and drain
 (waiting on the legs, arrival order or the newest per topic).
 """
+
 from rtinfer.transport.bus.heal import HEAL_EVERY_NS, REFUSED_RETRY_NS
 from rtinfer.transport.bus.ipc import EndpointInUse, refuse_live_ipc
 from rtinfer.transport.bus.publisher import Publisher
@@ -35,6 +36,18 @@ from rtinfer.transport.bus.topics import (
 )
 from rtinfer.transport.bus.watch import REBIND_WAIT_NS, WATCH_EVERY_NS
 
-__all__ = ["Curve", "EndpointInUse", "HARD_CAP_FACTOR", "HARD_CAP_FLOOR_BYTES", "HEAL_EVERY_NS",
-           "Publisher", "REBIND_WAIT_NS", "REFUSED_RETRY_NS", "Subscriber", "WATCH_EVERY_NS",
-           "addressed_topic", "hard_cap_bytes", "refuse_live_ipc"]
+__all__ = [
+    "Curve",
+    "EndpointInUse",
+    "HARD_CAP_FACTOR",
+    "HARD_CAP_FLOOR_BYTES",
+    "HEAL_EVERY_NS",
+    "Publisher",
+    "REBIND_WAIT_NS",
+    "REFUSED_RETRY_NS",
+    "Subscriber",
+    "WATCH_EVERY_NS",
+    "addressed_topic",
+    "hard_cap_bytes",
+    "refuse_live_ipc",
+]

@@ -6,6 +6,7 @@ message handed out, so one that floods cannot starve the others. With shm legs a
 WaitSet waits on all of them (shm_intake.ShmWait). A leg's surface: rtinfer.transport.bus.legs.
 Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from rtinfer.transport.wire import Envelope, now_ns
 
 class Leg(Protocol):
     """What Drain needs of a leg (legs.ZmqLeg, shm_intake.ShmLeg)."""
+
     peer: str | None
 
     @property
@@ -36,8 +38,13 @@ class Drain:
     ``counters["superseded"]``. ``peer``: who sent what ``next`` or ``oldest`` returned last;
     ``peers``: per topic, for what ``newest`` returned last."""
 
-    def __init__(self, zmq_legs: Sequence[ZmqLeg], shm_legs: Sequence[ShmLeg],
-                 drain_limit: int, counters: dict[str, int]) -> None:
+    def __init__(
+        self,
+        zmq_legs: Sequence[ZmqLeg],
+        shm_legs: Sequence[ShmLeg],
+        drain_limit: int,
+        counters: dict[str, int],
+    ) -> None:
         legs: list[Leg] = [*zmq_legs, *shm_legs]
         # A poll item's object is a zmq.Socket or a ShmLeg (Any: zmq_poll's stubs know only
         # sockets, and it is only given sockets).

@@ -10,6 +10,7 @@ endpoint again, counted in `reconnects` (failed attempts in `heal_errors`).
 in practice a frame over the hard cap. A bound socket has nothing to heal: its connecting
 peers reconnect themselves. Not thread-safe: the socket's owner calls it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,12 +23,16 @@ from rtinfer.transport.curve import CurveConfig, secure_endpoint
 
 HEAL_EVERY_NS = 100_000_000  # how often a connecting socket looks for a dead endpoint
 REFUSED_RETRY_NS = 1_000_000_000  # a client the server's allow-list refused tries again at
-REFUSED_FIRST_NS = 100_000_000    # least this often: first after this, then twice as long
+REFUSED_FIRST_NS = 100_000_000  # least this often: first after this, then twice as long
 _POLLIN = int(zmq.POLLIN)
 # What a connecting socket's monitor reports (see Healer.heal).
-_WATCH = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-          | zmq.EVENT_HANDSHAKE_SUCCEEDED
-          | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
+_WATCH = (
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_CONNECT_RETRIED
+)
 _monitor_ids = itertools.count()  # inproc monitor names, unique in the process
 
 
@@ -36,8 +41,9 @@ class Healer:
     None: NULL), and connects it again when libzmq gave up on it. Made before the socket
     connects: it misses no event."""
 
-    def __init__(self, sock: zmq.Socket, ctx: zmq.Context, endpoint: str,
-                 security: CurveConfig | None) -> None:
+    def __init__(
+        self, sock: zmq.Socket, ctx: zmq.Context, endpoint: str, security: CurveConfig | None
+    ) -> None:
         self._sock = sock
         self.endpoint, self.security = endpoint, security
         self.reconnects = self.heal_errors = self.sessions_ended = self.refusals = 0
@@ -95,8 +101,9 @@ class Healer:
                 self.refusals += 1
                 if self._refused is None:
                     self._refused = now
-                    self._wait = min(2 * self._wait if self._wait else REFUSED_FIRST_NS,
-                                     REFUSED_RETRY_NS)
+                    self._wait = min(
+                        2 * self._wait if self._wait else REFUSED_FIRST_NS, REFUSED_RETRY_NS
+                    )
             else:
                 failed = True  # HANDSHAKE_FAILED_PROTOCOL
         if self._refused is not None and now - self._refused >= self._wait:

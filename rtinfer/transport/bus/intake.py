@@ -3,6 +3,7 @@ validation, address, age, the "recv" stamp, counters. Each message dropped is co
 exactly one counter. Shared by the legs of one Subscriber (rtinfer.transport.bus.legs,
 shm_intake); rtinfer.transport.bus.drain waits on the legs and orders what they take.
 """
+
 from __future__ import annotations
 
 import enum
@@ -22,6 +23,7 @@ from rtinfer.transport.wire import (
 
 class _Empty(enum.Enum):
     """EMPTY's type: an enum member, so that ``is EMPTY`` tells it from an Envelope."""
+
     EMPTY = 0
 
 
@@ -34,21 +36,35 @@ class Intake:
     ``max_bytes``, ``max_age_ns``, ``say`` and ``clock``). ``counters`` is the Subscriber's.
     Not thread-safe."""
 
-    def __init__(self, topics: tuple[str, ...], to: Mapping[str, str] | None, max_bytes: int,
-                 max_age_ns: int | None, say: Callable[..., None] | None,
-                 clock: Callable[[], int] = now_ns) -> None:
+    def __init__(
+        self,
+        topics: tuple[str, ...],
+        to: Mapping[str, str] | None,
+        max_bytes: int,
+        max_age_ns: int | None,
+        say: Callable[..., None] | None,
+        clock: Callable[[], int] = now_ns,
+    ) -> None:
         self.topics = topics
         self._to = dict(to or {})
         if set(self._to) - set(topics):
-            raise ValueError(f"to= names topics {sorted(set(self._to) - set(topics))} "
-                             f"this Subscriber does not take ({list(topics)})")
+            raise ValueError(
+                f"to= names topics {sorted(set(self._to) - set(topics))} "
+                f"this Subscriber does not take ({list(topics)})"
+            )
         # the topic frames subscribed to, as libzmq's SUBSCRIBE prefixes (shm legs filter so)
-        self.prefixes = tuple(addressed_topic(t, self._to[t]) if t in self._to else t.encode()
-                              for t in topics)
+        self.prefixes = tuple(
+            addressed_topic(t, self._to[t]) if t in self._to else t.encode() for t in topics
+        )
         self.max_age_ns = max_age_ns
         self.say = say  # (kind, line or callable): the owner's rate-limited line, or None
-        self.counters = {"received": 0, "rejected": 0, "oversize": 0, "superseded": 0,
-                         "dropped_for_age": 0}
+        self.counters = {
+            "received": 0,
+            "rejected": 0,
+            "oversize": 0,
+            "superseded": 0,
+            "dropped_for_age": 0,
+        }
         self._by_bytes = {t.encode(): t for t in topics}
         self._max_bytes = max_bytes
         self._count_key = {t: f"received.{t}" for t in topics}  # no per-message f-string
@@ -99,8 +115,13 @@ class Intake:
         """Count a message the wire refused, and tell ``say`` why (one rate-limited line)."""
         self.counters["rejected"] += 1
         if self.say is not None:
-            self.say("rejected", lambda: f"a message of {'/'.join(self.topics)} refused "
-                                         f"by the wire ({why}); fix its sender")
+            self.say(
+                "rejected",
+                lambda: (
+                    f"a message of {'/'.join(self.topics)} refused "
+                    f"by the wire ({why}); fix its sender"
+                ),
+            )
 
     def last(self, topic: str) -> Envelope | None:
         """The newest message of ``topic`` admitted so far (handed out or not)."""

@@ -12,6 +12,7 @@ libzmq aborts the whole process if its I/O thread cannot take the priority it wa
 (posix_assert on pthread_setschedparam), so the calling thread tries the level first and
 the option is set only where the OS granted it.
 """
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ and creating it anew, so a second process would silently cut the first off from 
 (`refuse_live_ipc` refuses instead); and it leaves the file behind when the socket closes
 (`SocketFiles` removes it). Abstract endpoints (``ipc://@name``) have no file.
 """
+
 from __future__ import annotations
 
 import errno
@@ -27,7 +28,7 @@ def socket_path(endpoint: str) -> str | None:
     """The file of an ipc endpoint; None for another transport or an abstract one."""
     if not endpoint.startswith(IPC) or endpoint.startswith(IPC + "@"):
         return None
-    return endpoint[len(IPC):]
+    return endpoint[len(IPC) :]
 
 
 def refuse_live_ipc(endpoint: str) -> None:
@@ -44,8 +45,11 @@ def refuse_live_ipc(endpoint: str) -> None:
         return  # nobody listens: a stale file, which the bind replaces
     finally:
         probe.close()
-    raise EndpointInUse(errno.EADDRINUSE, f"{endpoint} is bound by another live process; give "
-                        "this run its own endpoint, or stop the other run first")
+    raise EndpointInUse(
+        errno.EADDRINUSE,
+        f"{endpoint} is bound by another live process; give "
+        "this run its own endpoint, or stop the other run first",
+    )
 
 
 class SocketFiles:

@@ -5,6 +5,7 @@ Drain needs: ``pollable`` (what its wait is given), ``take()`` (one message, adm
 the Subscriber's Intake: Envelope, None if dropped, or EMPTY), ``queued()`` (anything left),
 ``peer`` (who sent what ``take`` returned last) and ``close()``. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,11 +26,21 @@ class ZmqLeg(BusSocket):
     """A SUB socket on ``endpoints`` whose messages come from ``peer`` (plan_legs: binding
     with CURVE, ZAP's User-Id names each message's client instead)."""
 
-    def __init__(self, endpoints: Sequence[str], peer: str | None, intake: Intake, *,
-                 bind: bool, hwm: int, ctx: zmq.Context | None, curve: Curve,
-                 options: Sequence[tuple[int, int | bytes]]) -> None:
-        super().__init__(zmq.SUB, endpoints, bind=bind, hwm=hwm, ctx=ctx, curve=curve,
-                         options=options)
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        peer: str | None,
+        intake: Intake,
+        *,
+        bind: bool,
+        hwm: int,
+        ctx: zmq.Context | None,
+        curve: Curve,
+        options: Sequence[tuple[int, int | bytes]],
+    ) -> None:
+        super().__init__(
+            zmq.SUB, endpoints, bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=options
+        )
         self.peer = peer
         self.pollable = self.sock
         self._admit, self._reject = intake.admit, intake.reject
@@ -77,8 +88,10 @@ class ZmqLegs:
 
     def per_socket(self) -> dict[str, dict[str, int]]:
         """Per socket (its endpoints, joined by a space): its refusals and reconnects."""
-        return {" ".join(leg.endpoints): {"refusals": leg.refusals, "reconnects": leg.reconnects}
-                for leg in self.socks}
+        return {
+            " ".join(leg.endpoints): {"refusals": leg.refusals, "reconnects": leg.reconnects}
+            for leg in self.socks
+        }
 
     def tend_if_due(self, now: int) -> None:
         """`tend`, at most every HEAL_EVERY_NS."""

@@ -5,6 +5,7 @@ a socket per connected endpoint): its peer is the Z85 server key that endpoint's
 trusts (None: plaintext). Binding with CURVE, ZAP's ``User-Id`` names the client of each
 message.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -14,8 +15,7 @@ import zmq
 from rtinfer.transport.curve import CurveConfig, load_public
 
 
-def plan_legs(endpoints: Sequence[str], curve, bind: bool
-              ) -> list[tuple[list[str], str | None]]:
+def plan_legs(endpoints: Sequence[str], curve, bind: bool) -> list[tuple[list[str], str | None]]:
     """The sockets a Subscriber needs, as (endpoints, peer): every message of the socket
     comes from ``peer`` (binding: None, ZAP's User-Id names each message's client).
 

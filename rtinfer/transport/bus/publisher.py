@@ -1,4 +1,5 @@
 """The bus's publisher: one endpoint, bounded, never blocking (rtinfer.transport.bus)."""
+
 from __future__ import annotations
 
 import zmq
@@ -32,9 +33,17 @@ class Publisher(BusSocket):
             cls = ShmPublisher
         return super().__new__(cls)
 
-    def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
-                 ctx: zmq.Context | None = None, curve: Curve = None,
-                 oob_bytes: int = 65536) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        src: str,
+        *,
+        bind: bool = True,
+        hwm: int = 1000,
+        ctx: zmq.Context | None = None,
+        curve: Curve = None,
+        oob_bytes: int = 65536,
+    ) -> None:
         super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve)
         self._fields(src, oob_bytes)
 
@@ -47,8 +56,9 @@ class Publisher(BusSocket):
         self._topic_bytes: dict = {}  # topic, or (topic, to) -> its frame
         self._open_multipart = False  # a send failed mid-message; must be terminated first
 
-    def publish(self, topic: str, body: dict, stamps: dict | None = None,
-                to: str | None = None) -> bool:
+    def publish(
+        self, topic: str, body: dict, stamps: dict | None = None, to: str | None = None
+    ) -> bool:
         """Send one message without blocking; True if zmq accepted it.
 
         Adds stamp "publish" (now_ns) unless present; the caller's dict is not modified.
@@ -59,21 +69,25 @@ class Publisher(BusSocket):
         it. Receivers that predate addressed frames reject it (docs/wire.md).
         """
         if to is not None and body.get("dest") != to:
-            raise ValueError(f"a message addressed to {to!r} must have dest {to!r} in its "
-                             f"body, not {body.get('dest')!r}")
+            raise ValueError(
+                f"a message addressed to {to!r} must have dest {to!r} in its "
+                f"body, not {body.get('dest')!r}"
+            )
         st = {} if stamps is None else dict(stamps)
         if "publish" not in st:
             st["publish"] = now_ns()
         if self._tending:
             self.tend(now_ns())
-        frames = encode_frames(topic, body, seq=self._seq, src=self.src, stamps=st,
-                               oob_bytes=self._oob_bytes)
+        frames = encode_frames(
+            topic, body, seq=self._seq, src=self.src, stamps=st, oob_bytes=self._oob_bytes
+        )
         self._seq += 1
         key = topic if to is None else (topic, to)
         topic_b = self._topic_bytes.get(key)
         if topic_b is None:
-            topic_b = self._topic_bytes[key] = topic.encode() if to is None else \
-                addressed_topic(topic, to)
+            topic_b = self._topic_bytes[key] = (
+                topic.encode() if to is None else addressed_topic(topic, to)
+            )
         if not self._send(topic_b, frames):
             self.counters["dropped"] += 1
             return False
@@ -102,8 +116,9 @@ class Publisher(BusSocket):
                 return True
             for i, frame in enumerate(frames, 1):
                 size = frame.nbytes if isinstance(frame, memoryview) else len(frame)
-                sock.send(frame, _NOBLOCK_MORE if i < last else _NOBLOCK,
-                          copy=size < self._oob_bytes)
+                sock.send(
+                    frame, _NOBLOCK_MORE if i < last else _NOBLOCK, copy=size < self._oob_bytes
+                )
         except zmq.Again:
             self._open_multipart = True
             self._terminate(sock)
@@ -133,9 +148,17 @@ class ShmPublisher(Publisher):
     bind=False shares it. hwm and ctx mean nothing here; curve is refused (one host).
     """
 
-    def __init__(self, endpoint: str, src: str, *, bind: bool = True, hwm: int = 1000,
-                 ctx: zmq.Context | None = None, curve: Curve = None,
-                 oob_bytes: int = 65536) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        src: str,
+        *,
+        bind: bool = True,
+        hwm: int = 1000,
+        ctx: zmq.Context | None = None,
+        curve: Curve = None,
+        oob_bytes: int = 65536,
+    ) -> None:
         refuse_curve(endpoint, curve)
         self._sock = self._healer = self._watch = None  # BusSocket's: no zmq socket here
         self._tending = False

@@ -7,6 +7,7 @@ endpoint's Listener and on each ZeroMQ socket's ZMQ_FD (an edge signal: the sock
 ZMQ_EVENTS is read before every wait, and a socket with input is never waited on). The
 WaitSet returns on a signal, so Python's handlers (Ctrl-C, SIGTERM) run at once.
 """
+
 from __future__ import annotations
 
 import struct
@@ -32,15 +33,20 @@ def parse(sample: memoryview) -> tuple[bytes, list[memoryview]] | str:
         return f"a sample that does not start with {MAGIC!r}: not a message of rtinfer's bus"
     at = HEAD.size + 8 * count
     if count == 0 or at + topic_len > n:
-        return (f"a truncated sample: {count} frames and a {topic_len}-byte topic do not fit "
-                f"its {n} bytes")
+        return (
+            f"a truncated sample: {count} frames and a {topic_len}-byte topic do not fit "
+            f"its {n} bytes"
+        )
     sizes = struct.unpack_from(f"<{count}Q", sample, HEAD.size)
-    topic_b = bytes(sample[at:at + topic_len])
+    topic_b = bytes(sample[at : at + topic_len])
     offsets, length = layout(topic_b, sizes)
     if length != n:
-        return (f"a truncated sample: its header declares {length} bytes, it holds {n}"
-                if length > n else f"a sample with {n - length} bytes after its last frame")
-    return topic_b, [sample[o:o + s] for o, s in zip(offsets, sizes)]
+        return (
+            f"a truncated sample: its header declares {length} bytes, it holds {n}"
+            if length > n
+            else f"a sample with {n - length} bytes after its last frame"
+        )
+    return topic_b, [sample[o : o + s] for o, s in zip(offsets, sizes)]
 
 
 class ShmLeg:
@@ -55,6 +61,7 @@ class ShmLeg:
     the samples wait in the queue (the oldest pushed out by new ones) until arrays are let
     go; the leg tries again when the next sample arrives.
     """
+
     peer: str | None = None
 
     def __init__(self, endpoint: str, hwm: int, intake: Intake) -> None:
@@ -97,9 +104,14 @@ class ShmLeg:
             if self._say is not None:
                 # repr now: the line is built later (if at all), when `e` no longer exists
                 error = repr(e)
-                self._say("shm", lambda: f"{self.endpoint}: a receive failed ({error}; "
-                                         "ExceedsMaxBorrows: the receiver holds more messages "
-                                         "than the endpoint lends; copy arrays it keeps)")
+                self._say(
+                    "shm",
+                    lambda: (
+                        f"{self.endpoint}: a receive failed ({error}; "
+                        "ExceedsMaxBorrows: the receiver holds more messages "
+                        "than the endpoint lends; copy arrays it keeps)"
+                    ),
+                )
             return EMPTY
         if sample is None:
             return EMPTY
@@ -131,15 +143,20 @@ class ShmWait:
 
     def __init__(self, legs: list[ShmLeg], socks: list[zmq.Socket]) -> None:
         iox2 = legs[0].iox2
-        self._ws = (iox2.WaitSetBuilder.new()
-                    .signal_handling_mode(iox2.SignalHandlingMode.Disabled)
-                    .create(iox2.ServiceType.Ipc))
+        self._ws = (
+            iox2.WaitSetBuilder.new()
+            .signal_handling_mode(iox2.SignalHandlingMode.Disabled)
+            .create(iox2.ServiceType.Ipc)
+        )
         self._guards = [self._ws.attach_notification(leg.listener) for leg in legs]
-        self._guards += [self._ws.attach_notification_fd(
-            iox2.FileDescriptor.non_owning_new(s.get(zmq.FD))) for s in socks]
+        self._guards += [
+            self._ws.attach_notification_fd(iox2.FileDescriptor.non_owning_new(s.get(zmq.FD)))
+            for s in socks
+        ]
         self._legs = legs
         self._ready: dict[tuple[ShmLeg | zmq.Socket, int], Callable[[], bool]] = {
-            (leg, _POLLIN): leg.queued for leg in legs}
+            (leg, _POLLIN): leg.queued for leg in legs
+        }
         self._ready.update({(s, _POLLIN): partial(_has_input, s) for s in socks})
         self._ms = iox2.Duration.from_millis
 

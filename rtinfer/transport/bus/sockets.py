@@ -7,6 +7,7 @@ Publisher and Subscriber.
 CurveConfig (unlisted: plaintext), e.g. from curve.curve_configs: a Subscriber connecting
 to two CURVE servers needs the public key of each. Not thread-safe.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -38,8 +39,11 @@ def closed(endpoint: str) -> ValueError:
 
 def _summed(name: str) -> property:
     """A counter of the socket: its healer's plus its watch's (0 where neither has it)."""
-    return property(lambda self: sum(getattr(care, name, 0)
-                                     for care in (self._healer, self._watch) if care is not None))
+    return property(
+        lambda self: sum(
+            getattr(care, name, 0) for care in (self._healer, self._watch) if care is not None
+        )
+    )
 
 
 class BusSocket:
@@ -49,9 +53,17 @@ class BusSocket:
     revoked (rtinfer.transport.bus.watch). ``close`` is idempotent.
     """
 
-    def __init__(self, kind: int, endpoints: Sequence[str], *, bind: bool, hwm: int,
-                 ctx: zmq.Context | None, curve: Curve,
-                 options: Sequence[tuple[int, int | bytes]] = ()) -> None:
+    def __init__(
+        self,
+        kind: int,
+        endpoints: Sequence[str],
+        *,
+        bind: bool,
+        hwm: int,
+        ctx: zmq.Context | None,
+        curve: Curve,
+        options: Sequence[tuple[int, int | bytes]] = (),
+    ) -> None:
         self._own_ctx = ctx is None
         if ctx is None:  # its I/O thread starts with the first socket: options before it
             ctx = zmq.Context()
@@ -70,18 +82,23 @@ class BusSocket:
             self._sock.setsockopt(zmq.RCVHWM, hwm)
             for opt, value in options:  # before bind/connect, so peers see them at handshake
                 self._sock.setsockopt(opt, value)
-            per_ep = [curve if isinstance(curve, CurveConfig) or curve is None
-                      else curve.get(ep) for ep in endpoints]
+            per_ep = [
+                curve if isinstance(curve, CurveConfig) or curve is None else curve.get(ep)
+                for ep in endpoints
+            ]
             allow = {c.allowed_clients_dir for c in per_ep if c is not None}
             if bind and allow:  # the ZAP handler must run before any client can handshake
                 if len(allow) > 1:
                     raise ValueError(f"one socket binds {endpoints} with different allow-lists")
-                self._watch = AllowWatch(self._sock, acquire_authenticator(self._ctx, allow.pop()),
-                                         self._files)
+                self._watch = AllowWatch(
+                    self._sock, acquire_authenticator(self._ctx, allow.pop()), self._files
+                )
             if not bind:  # before it connects: the healer misses no event
                 if len(endpoints) != 1:
-                    raise ValueError(f"a connecting socket has one endpoint, not {endpoints} "
-                                     f"(rtinfer.transport.bus.peers says why)")
+                    raise ValueError(
+                        f"a connecting socket has one endpoint, not {endpoints} "
+                        f"(rtinfer.transport.bus.peers says why)"
+                    )
                 self._healer = Healer(self._sock, self._ctx, endpoints[0], per_ep[0])
             for ep, cfg in zip(endpoints, per_ep):  # pyzmq's errors name the endpoint
                 if bind:

@@ -1,4 +1,5 @@
 """The bus's subscriber: validated, counted, stamped receive (rtinfer.transport.bus)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -72,13 +73,22 @@ class Subscriber:
     Not thread-safe (module doc).
     """
 
-    def __init__(self, endpoints: str | Sequence[str], topics: Sequence[str], *,
-                 bind: bool = False, latest_only: bool = False, hwm: int = 1000,
-                 ctx: zmq.Context | None = None, curve: Curve = None,
-                 max_bytes: int = DEFAULT_MAX_BYTES, max_age_ns: int | None = None,
-                 to: Mapping[str, str] | None = None,
-                 say: Callable[..., None] | None = None,
-                 clock: Callable[[], int] = now_ns) -> None:
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        topics: Sequence[str],
+        *,
+        bind: bool = False,
+        latest_only: bool = False,
+        hwm: int = 1000,
+        ctx: zmq.Context | None = None,
+        curve: Curve = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_age_ns: int | None = None,
+        to: Mapping[str, str] | None = None,
+        say: Callable[..., None] | None = None,
+        clock: Callable[[], int] = now_ns,
+    ) -> None:
         if not topics or any(not t for t in topics):
             raise ValueError("Subscriber needs at least one non-empty topic")
         self.topics = tuple(dict.fromkeys(topics))
@@ -97,8 +107,18 @@ class Subscriber:
         self._shm_legs: list[ShmLeg] = []
         try:
             for group, peer in plan_legs(zmq_eps, curve, bind) if zmq_eps else ():
-                self._legs.add(ZmqLeg(group, peer, intake, bind=bind, hwm=hwm, ctx=ctx,
-                                      curve=curve, options=options))
+                self._legs.add(
+                    ZmqLeg(
+                        group,
+                        peer,
+                        intake,
+                        bind=bind,
+                        hwm=hwm,
+                        ctx=ctx,
+                        curve=curve,
+                        options=options,
+                    )
+                )
             for ep in shm_eps:
                 refuse_curve(ep, curve)
                 self._shm_legs.append(ShmLeg(ep, hwm, intake))
@@ -165,8 +185,11 @@ class Subscriber:
         ``timeout_ms`` is up (<0: never), so a dead endpoint is healed while we wait."""
         deadline = None if timeout_ms < 0 else now_ns() + timeout_ms * 1_000_000
         while True:
-            wait_ms = (_HEAL_EVERY_MS if deadline is None
-                       else min(_HEAL_EVERY_MS, left_ms(deadline, timeout_ms)))
+            wait_ms = (
+                _HEAL_EVERY_MS
+                if deadline is None
+                else min(_HEAL_EVERY_MS, left_ms(deadline, timeout_ms))
+            )
             got = take(wait_ms)
             if got or wait_ms == 0:
                 return got

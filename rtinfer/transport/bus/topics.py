@@ -6,6 +6,7 @@ exactly ("obs" would otherwise match "obs2"). An *addressed* message has the top
 ``TOPIC NUL ROBOT NUL`` (`addressed_topic`), and its body's ``dest`` is ROBOT (`dest_ok`):
 only a body with a ``dest`` field (``action_chunk``) can be addressed.
 """
+
 from __future__ import annotations
 
 # A Subscriber's libzmq limit (ZMQ_MAXMSGSIZE, per frame) is a memory guard well above its
@@ -21,8 +22,9 @@ def addressed_topic(topic: str, to: str) -> bytes:
     return b"%s\x00%s\x00" % (topic.encode(), to.encode())
 
 
-def parse_addressed(frame: bytes, by_bytes: dict[bytes, str], to: dict[str, str]
-                    ) -> tuple[str | None, str | None]:
+def parse_addressed(
+    frame: bytes, by_bytes: dict[bytes, str], to: dict[str, str]
+) -> tuple[str | None, str | None]:
     """(topic, address) of an addressed topic frame whose topic is in ``by_bytes`` (topic
     bytes -> topic) and whose address is ``to``'s for that topic (any where ``to`` names
     none), else (None, None)."""

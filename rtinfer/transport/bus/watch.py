@@ -6,6 +6,7 @@ on its endpoints (unbind, bind again): each client handshakes anew and the revok
 refused; counted in `revocations`, the names in `revoked`. The others reconnect by
 themselves (libzmq: ~0.1-0.2 s). Not thread-safe: the socket's owner calls it.
 """
+
 from __future__ import annotations
 
 import time
