@@ -25,11 +25,12 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed-dev
 
-# Lint and types (pyproject.toml [tool.ruff] and [tool.mypy] say what and why). No formatter
-# check yet: the code predates one.
+# Lint, format and types (pyproject.toml [tool.ruff] and [tool.mypy] say what and why);
+# `ruff format .` rewrites what the format check refuses.
 MYPY_PACKAGES := -p rtinfer.transport -p rtinfer.realtime -p rtinfer.model -p controllers
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(MYPY_PACKAGES)
 
 demo: $(VENV)/.installed-demo
