@@ -384,6 +384,14 @@ class Monitor:
         self.pub.close()
 
 
+def drain(mon: Monitor, quiet_ms: int = 50, most_s: float = 0.5) -> None:
+    """Handle what is still queued or in flight at a stop (the robots stop first, their last
+    traces may not have landed yet) until quiet_ms pass with nothing, at most most_s."""
+    end = time.monotonic() + most_s
+    while mon.spin_once(quiet_ms) and time.monotonic() < end:
+        pass
+
+
 def load_config(path: str | None, **overrides) -> MonitorConfig:
     """MonitorConfig from a YAML file (its `monitor:` section, or the whole file)."""
     d = {}
@@ -427,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             mon.run(a.seconds)
         finally:
+            drain(mon)
             report = mon.summary()
             mon.publish_final()
             mon.close()
