@@ -64,7 +64,7 @@ test:
 	  exit 1; }; \
 	$(MAKE) -j2 --output-sync=target test-lerobot test-ros2
 
-# The tests marked slow (over ~10 s each: whole launches, soaks, a fresh venv, long fuzzing),
+# The tests marked slow (7 s and more each: whole launches, soaks, a fresh venv, long fuzzing),
 # which `make test` leaves out to stay under 15 minutes on 2 cores; CI runs both. pytest's exit
 # status 5 is "none selected" (a file set with no slow test).
 .PHONY: test-slow

@@ -24,6 +24,7 @@ def blocks(page: str, marker: str) -> dict[str, str]:
     return dict(re.findall(rf"<!-- {marker}: (\S+) -->\s*```\w*\n(.*?)```", text, re.S))
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_the_camera_policy_and_the_camera_robot_run_as_written(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     policy = blocks("policies.md", "camera-example")

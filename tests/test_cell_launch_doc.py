@@ -24,6 +24,7 @@ def blocks(page: str, marker: str) -> dict[str, str]:
     return dict(re.findall(rf"<!-- {marker}: (\S+) -->\s*```\w*\n(.*?)```", text, re.S))
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_the_launch_file_of_robots_md_runs_the_users_robot_policy_and_monitor(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     policy = blocks("policies.md", "camera-example")

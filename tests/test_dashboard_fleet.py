@@ -130,6 +130,7 @@ def run(robots, node, mon, dash, seconds, send, until=lambda: False):
         dash.poll(0)
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_each_robot_has_a_row_with_its_own_figures_and_a_refused_robot_shows_refused(
     fleet, tmp_path
 ):

@@ -73,6 +73,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return proc, run_dir / "nominal"
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 @pytest.mark.parametrize(
     "sig, to_group",
     [(signal.SIGINT, True), (signal.SIGTERM, False)],

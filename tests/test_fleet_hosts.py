@@ -122,6 +122,7 @@ control:
 )  # the tiny model's action spec: a gantry with a suction tool
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_robots_on_other_hosts_are_served_by_key_and_a_deleted_key_is_cut_off(lan, tiny_model_dir):
     """The tiny model: its cycles take well under a millisecond, so admission fits all three
     robots however busy the machine is (this test is about keys, not capacity)."""

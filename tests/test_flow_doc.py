@@ -23,6 +23,7 @@ def blocks() -> list[tuple[str, str]]:
     return re.findall(r"<!-- flow-example: (\S+) -->\s*```\w*\n(.*?)```", text, re.S)
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_the_flow_example_packages_checks_and_serves_as_written(tmp_path):
     env = {
         **os.environ,

@@ -128,6 +128,7 @@ def test_a_state_from_another_run_is_refused(demos_npz, tmp_path):
         _fit(demos, train.Resumable(state.path, {"lr": 2}, resume=True))
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_cli_sigterm_saves_then_resume_gives_the_uninterrupted_weights(demos_npz, tmp_path):
     args = ["--data", str(demos_npz), "--steps", "60", "--checkpoint-every", "1", *TINY]
     assert train.main([*args, "--out", str(tmp_path / "whole")]) == 0

@@ -17,11 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from rtinfer.realtime.trace import read_trace
 from rtinfer.transport.wire import now_ns
 from tests.faults.common import LONG, PY, ROOT, node_pids, stop, wait_for
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_robot_keeps_tracking_when_the_monitor_is_killed_and_the_monitor_restarts():
     d = Path(tempfile.mkdtemp(prefix="rtf-mon-"))
     seconds = 20 if LONG else 8

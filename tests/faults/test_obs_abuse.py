@@ -166,6 +166,7 @@ def _finish(proc, *subs) -> str:
     return err
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_a_flood_with_stamps_from_the_past_and_future_never_starves_the_robot(policy, tmp_path):
     eps, cell, act, proc = _serve(policy, tmp_path)
     rogue = None

@@ -55,6 +55,7 @@ def hosts():
         hp.remove()
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_delay_and_cut_are_held_once_a_chunk_is_overdue_and_stale_chunks_never_applied(hosts):
     d = Path(tempfile.mkdtemp(prefix="rtf-net-"))
     k = make_keys(d)
@@ -238,6 +239,7 @@ monitor: {{policy_node: policy, required: [], window: 50, hold_after_misses: 5}}
 """
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 def test_expert_demo_runs_across_two_hosts_over_tcp_with_curve(hosts):
     d = Path(tempfile.mkdtemp(prefix="rtf-demo-"))
     make_keys(d)

@@ -94,6 +94,7 @@ def _killer(sim, rec: Recorder, run_dir: Path, out: list, errors: list) -> None:
         sim.stop()
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 @pytest.mark.timeout(240)
 def test_policy_killed_robot_holds_once_the_next_chunk_is_overdue_and_resumes_after_restart():
     from examples.conveyor_sorting.sim_node import SimNode

@@ -73,6 +73,7 @@ def test_a_read_only_run_dir_is_refused_with_one_line_and_exit_2(tmpfs):
         assert len(lines) == 1 and lines[0].startswith(says), lines
 
 
+@pytest.mark.slow  # 7-25 s on 2 cores: `make test-slow` runs it
 @pytest.mark.timeout(240)
 def test_a_full_run_dir_stops_the_traces_not_the_robot_and_leaves_no_cut_report(tmpfs):
     full = tmpfs("64k")
