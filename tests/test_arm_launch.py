@@ -25,6 +25,7 @@ ROBOT = [
 ]
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 @pytest.mark.parametrize("launch", ["launch/arm_reach.yaml", "launch/arm_reach_expert.yaml"])
 def test_launch_reaches_targets_with_a_deadline_miss_at_most_once(tmp_path, launch):
     run_dir = tmp_path / "run"

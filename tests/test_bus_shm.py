@@ -288,6 +288,7 @@ def test_the_wire_pages_shm_example_prints_what_it_says(tmp_path):
     assert out.strip() == said.group(1)
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 def test_the_robots_pages_shm_camera_runs_as_written(tmp_path):
     example = blocks("robots.md", "shm-camera-example")
     assert list(example) == ["shm_camera.py", "shm_driver.py", "run.sh"]

@@ -24,6 +24,7 @@ def stub(tmp_path_factory):
     return vision.build(tmp_path_factory.mktemp("vision") / "stub", size=64)
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 @pytest.mark.timeout(240)
 def test_the_demo_serves_a_camera_policy_from_the_camera_process(stub, tmp_path):
     out = subprocess.run(

@@ -24,6 +24,7 @@ def demo(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 def test_demo_runs_from_another_directory_with_the_task_options_and_json_stdout(tmp_path):
     r = demo(
         tmp_path,

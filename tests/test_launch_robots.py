@@ -81,6 +81,7 @@ def test_a_fleet_that_cannot_expand_is_refused_at_its_line(tmp_path, edit, says)
     assert says in str(e.value) and "fleet.yaml:" in str(e.value)
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 def test_two_conveyor_cells_are_served_by_one_inference_node(tmp_path):
     """`rtinfer demo --robots 2`: launch/conveyor_fleet.yaml through the launcher, one
     report entry per cell.

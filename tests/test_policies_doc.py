@@ -44,6 +44,7 @@ def example(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 def test_the_worked_example_packages_checks_and_serves_as_written(example):
     kinds = [k for k, _ in blocks()]
     assert kinds == ["action_spec.json", "python", "shell"]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -18,6 +20,7 @@ def blocks() -> dict[str, str]:
     return dict(re.findall(r"<!-- robots-example: (\S+) -->\s*```\w*\n(.*?)```", text, re.S))
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 def test_the_worked_example_connects_the_xy_table_as_written(tmp_path):
     b = blocks()
     assert set(b) == {

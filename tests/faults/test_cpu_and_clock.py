@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rtinfer.transport.action_chunk import waypoint_body
 from rtinfer.transport.wire import now_ns
@@ -34,6 +35,7 @@ DEADLINE_MS = 100.0
 QUIET_MS = DEADLINE_MS + 50.0
 
 
+@pytest.mark.slow  # 5-11 s on 2 cores (a whole launch): `make test-slow` runs it
 def test_cpu_starvation_never_applies_stale_chunks_or_exceeds_force_limits():
     from examples.conveyor_sorting.sim_node import SimNode
 
