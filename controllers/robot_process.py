@@ -3,8 +3,11 @@ trace and report (what controllers.run runs; callers in Python build one directl
 
 from __future__ import annotations
 
+import time
+
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.realtime.complaints import say
 from rtinfer.realtime.deadline import DEADLINE_MS, deadline_ns
 from rtinfer.realtime.os_setup import realtime_gc
 from rtinfer.realtime.spin import on_signals
@@ -15,11 +18,18 @@ from rtinfer.transport.heartbeat import HeartbeatResponder
 from .config import ControlConfig
 from .controller_config import ControllerConfig
 from .hardware import DriverError
-from .node import RUN, ControllerNode
+from .node import RUN, STOPPED, ControllerNode
 from .rtc import RtcConfig
 
 PING_EVERY = 10  # ticks between polls of the monitor's heartbeat pings
 HW_HEALTH_NS = 500_000_000  # a simulator's own health: twice a second
+# With a monitor (a control endpoint), the loop starts once the monitor subscribes to this
+# robot's traces, at most MONITOR_WAIT_S after start: PUB/SUB drops what is sent before a
+# subscription lands, so the monitor would miss the first cycles. Only the monitor
+# subscribes to a robot's heartbeat echoes; its trace subscription comes with them.
+MONITOR_TOPICS = ("heartbeat", "trace")
+MONITOR_WAIT_S = 3.0
+FORGET_EVERY = 1000  # ticks between reads of the subscriptions libzmq queued for us
 
 
 class RobotProcess:
@@ -67,7 +77,7 @@ class RobotProcess:
             open_loop_ms=open_loop_ms,
         )  # checked first
         self.hw, self.robot = hw, robot
-        self.pub = Publisher(obs, robot, bind=True, curve=curve)
+        self.pub = Publisher(obs, robot, bind=True, curve=curve, listeners=bool(control_endpoint))
         # The policy binds its actions endpoint; the monitor binds the control endpoint.
         self.sub = Subscriber(
             ([actions] if isinstance(actions, str) else [*actions])
@@ -107,6 +117,26 @@ class RobotProcess:
         if self.pings is not None and node.counters["ticks"] % PING_EVERY == 0:
             self.hb.poll(self.pings)
         self.hb.beat(now_ns)
+        if node.counters["ticks"] % FORGET_EVERY == 0:
+            self.pub.forget_listeners()
+
+    def _wait_for_monitor(self) -> None:
+        """Until the monitor listens (at most MONITOR_WAIT_S; one line if it never came), or
+        until stopped."""
+        if self.pings is None:
+            return
+        end = time.monotonic() + MONITOR_WAIT_S
+        while self.node.state != STOPPED:
+            if self.pub.heard(MONITOR_TOPICS, 0.05):
+                return
+            if time.monotonic() > end:
+                say(
+                    self.node.cfg.name,
+                    f"no monitor subscribed to {self.pub.endpoint} within {MONITOR_WAIT_S:g} s; "
+                    "running without waiting for it (it misses the cycles before it connects)",
+                    error=False,
+                )
+                return
 
     def _driver(self, method: str, call, *args):
         try:
@@ -123,6 +153,7 @@ class RobotProcess:
         """The loop, with the GC frozen, until `seconds` (None: until stopped); the report.
         A driver bug ends the loop early: `driver_error`, and the report up to it."""
         try:
+            self._wait_for_monitor()
             with realtime_gc():
                 self.node.run(seconds)
             if self._tracking and self._on_hold is not None:  # stopped while following a

@@ -436,3 +436,21 @@ def test_a_message_is_addressed_only_to_the_robot_its_body_names(inproc_pair):
         pub.publish("action_chunk", chunk("cell-2"), to="cell-1")
     with pytest.raises(ValueError, match="does not take"):
         Subscriber("inproc://x", ["action_chunk"], to={"obs": "cell-1"})
+
+
+def test_a_listening_publisher_knows_when_its_subscribers_landed(tmp_path):
+    """listeners=True: heard() is False before anyone subscribed and True once subscribers
+    of every topic named have, and the very first message sent after it arrives (with a
+    plain PUB, what is sent before the subscription lands is dropped)."""
+    ep = f"ipc://{tmp_path}/listened"
+    with Publisher(ep, "robot", listeners=True) as pub:
+        assert not pub.heard(("heartbeat", "trace"), 0.05)
+        with Subscriber(ep, ["trace", "heartbeat"]) as sub:
+            assert pub.heard(("heartbeat", "trace"), 10.0)
+            assert pub.publish("heartbeat", hb(7))
+            env = sub.recv(timeout_ms=5000)
+            assert env is not None and env.body["sent_ns"] == 7
+            assert not pub.heard(("obs",), 0.0)  # nobody subscribed to that
+        pub.forget_listeners()  # the unsubscriptions are read, not kept
+    with Publisher(ep, "robot") as plain:
+        assert plain.heard(("trace",), 0.0)  # a plain PUB cannot tell: says True

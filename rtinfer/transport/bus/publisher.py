@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import zmq
 
 from rtinfer.transport.bus.shm import ShmSender, is_shm, refuse_curve
@@ -26,6 +28,12 @@ class Publisher(BusSocket):
 
     An ``shm://NAME`` endpoint makes a ShmPublisher: the same messages in shared memory on
     this host (rtinfer.transport.bus.shm, docs/wire.md), needing the ``rtinfer[shm]`` extra.
+
+    ``listeners=True`` makes it an XPUB: the same sending, and ``heard(topics, timeout_s)``
+    says whether subscribers of all those topics have connected (a robot waits for its
+    monitor, so the monitor sees its first cycle: PUB/SUB drops what is sent before a
+    subscription lands). Call ``forget_listeners`` now and then: libzmq queues each
+    subscription for the reader.
     """
 
     def __new__(cls, endpoint: str, *args, **kwargs):
@@ -43,11 +51,44 @@ class Publisher(BusSocket):
         ctx: zmq.Context | None = None,
         curve: Curve = None,
         oob_bytes: int = 65536,
+        listeners: bool = False,
     ) -> None:
-        super().__init__(zmq.PUB, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve)
-        self._fields(src, oob_bytes)
+        kind, opts = (zmq.XPUB, [(zmq.XPUB_VERBOSE, 1)]) if listeners else (zmq.PUB, [])
+        super().__init__(kind, [endpoint], bind=bind, hwm=hwm, ctx=ctx, curve=curve, options=opts)
+        self._fields(src, oob_bytes, listeners)
 
-    def _fields(self, src: str, oob_bytes: int) -> None:
+    def heard(self, topics: tuple[str, ...], timeout_s: float = 0.0) -> bool:
+        """Whether subscribers of every topic in `topics` have connected, waiting up to
+        timeout_s for them (a Publisher made with listeners=True; any other says True)."""
+        if not self._listeners:
+            return True
+        want = {t.encode() for t in topics}
+        sock = self.sock
+        end = time.monotonic() + timeout_s
+        self.forget_listeners()
+        while not want <= self._heard:
+            left_ms = int((end - time.monotonic()) * 1000)
+            if left_ms < 0 or not sock.poll(left_ms, zmq.POLLIN):
+                return False
+            self.forget_listeners()
+        return True
+
+    def forget_listeners(self) -> None:
+        """Read what subscriptions libzmq queued for us (noting each topic), without
+        waiting."""
+        if not self._listeners or self._sock is None:
+            return
+        while True:
+            try:
+                msg = self._sock.recv(_NOBLOCK)
+            except zmq.Again:
+                return
+            if msg[:1] == b"\x01":
+                self._heard.add(bytes(msg[1:]))
+
+    def _fields(self, src: str, oob_bytes: int, listeners: bool = False) -> None:
+        self._listeners = listeners
+        self._heard: set[bytes] = set()  # topics a subscriber has subscribed to
         self.endpoint = self.endpoints[0]
         self.src = src
         self.counters = {"sent": 0, "dropped": 0}
