@@ -14,6 +14,7 @@ from rtinfer.launch.entry import EntryError, package_file, resolve
 from rtinfer.model.action_spec import FORMAT as ACTION_SPEC_FORMAT
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.model.card import max_committed, read_card
 
 from .config import ControlConfig
 from .controller_config import obs_spec_from
@@ -52,18 +53,9 @@ def card_max_committed(path: str | Path) -> int | None:
     has no place for it): None for a file, a directory without one, or a card without it.
     ValueError for a value that is not an integer >= 0."""
     p = package_file(str(path))
-    card = p / "card.json"
-    if not (p.is_dir() and (p / "tokenizer.json").is_file() and card.is_file()):
+    if not (p.is_dir() and (p / "tokenizer.json").is_file()):
         return None
-    try:
-        m = json.loads(card.read_text()).get("max_committed")
-    except (ValueError, AttributeError) as e:
-        raise ValueError(f"{card}: not a JSON object ({e}); re-package the model") from None
-    if m is None:
-        return None
-    if not isinstance(m, int) or isinstance(m, bool) or m < 0:
-        raise ValueError(f"{card}: max_committed {m!r} must be an integer >= 0")
-    return m
+    return max_committed(read_card(p), p / "card.json")
 
 
 def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:

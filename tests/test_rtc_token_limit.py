@@ -50,3 +50,18 @@ def test_a_card_limit_that_is_not_a_count_is_refused_with_the_file(tmp_path, bad
 def test_a_negative_limit_in_the_robot_config_is_refused():
     with pytest.raises(ValueError, match="max_committed=-2 must be >= 0"):
         RtcConfig(max_committed=-2)
+
+
+def test_the_node_reads_the_same_card_and_refuses_the_same_bad_limit(tmp_path):
+    """One reader (rtinfer.model.card) for both sides: the node's model directory refuses
+    the card the robot refuses, naming the file, and reads the limit the robot reads."""
+    from rtinfer.model.directory import ModelDir, ModelError
+
+    d = tmp_path / "zoo"
+    shutil.copytree(ZOO, d)
+    card = json.loads((d / "card.json").read_text()) if (d / "card.json").exists() else {}
+    (d / "card.json").write_text(json.dumps({**card, "max_committed": 3}))
+    assert ModelDir.load(d, check_hashes=False).card["max_committed"] == 3 == card_max_committed(d)
+    (d / "card.json").write_text(json.dumps({**card, "max_committed": "3"}))
+    with pytest.raises(ModelError, match="card.json: max_committed '3' must be an integer"):
+        ModelDir.load(d, check_hashes=False)

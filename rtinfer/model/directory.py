@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtinfer.model.action_tokens import TokenizerConfig
+from rtinfer.model.card import max_committed, read_card
 from rtinfer.model.obs_tokens import ObsTokens
 from rtinfer.model.sequence import prefix_len
 from rtinfer.model.vocab import VocabLayout
@@ -203,7 +204,7 @@ class ModelDir:
             obs = ObsTokens(_json(path / "obs_tokens.json", "write the obs_tokens spec there"))
         except (KeyError, ValueError, TypeError) as e:
             raise ModelError(f"{path}: invalid vocab/tokenizer/obs spec: {e}") from None
-        card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
+        card = _card(path)
         graphs = {(g["dtype"], int(g["depth"]), int(g["k"])): g for g in manifest["graphs"]}
         batched = {
             (int(g["batch"]), int(g["depth"]), int(g["k"])): g for g in manifest.get("batched", [])
@@ -385,6 +386,16 @@ def _manifest_fix(path: Path) -> str:
         "export a checkpoint into this folder with `rtinfer export --checkpoint CKPT --out "
         "FOLDER`, or package a chunk policy with `rtinfer package` (docs/policies.md)"
     )
+
+
+def _card(path: Path) -> dict:
+    """A model directory's card (rtinfer.model.card), its shared keys checked: ModelError."""
+    try:
+        card = read_card(path)
+        max_committed(card, path / "card.json")
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+    return card
 
 
 def _json(path: Path, fix: str) -> dict:

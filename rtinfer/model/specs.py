@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtinfer.model.action_spec import ActionSpec
-from rtinfer.model.directory import ModelError, _json
+from rtinfer.model.directory import ModelError, _card, _json
 from rtinfer.model.obs_spec import ObsSpec
 
 
@@ -23,7 +23,7 @@ def read_specs(path: Path) -> tuple[ActionSpec, ObsSpec, dict]:
         obs = ObsSpec(_json(path / "obs_spec.json", "write the policy's ObsSpec there"))
     except (ValueError, TypeError) as e:
         raise ModelError(f"{path / 'obs_spec.json'}: {e}") from None
-    card = _json(path / "card.json", "") if (path / "card.json").exists() else {}
+    card = _card(path)
     return action, obs, card
 
 
