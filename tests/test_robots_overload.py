@@ -32,11 +32,17 @@ def _bracket(r: Robots, name: str) -> None:
 
 
 def _play(
-    r: Robots, phases_ms: dict[str, int], cost_ms: int, seconds: float, bracketed=()
+    r: Robots,
+    phases_ms: dict[str, int],
+    cost_ms: int,
+    seconds: float,
+    bracketed=(),
+    seq_step: int = 1,
 ) -> list[tuple[str, int, int]]:
     """Robots publishing at 10 Hz from their phases, a node answering one per cycle of
     cost_ms: the (robot, start ns, due ns) of every cycle run. A robot in `bracketed` has its
-    clock bracketed once its first observation is in (the others never are)."""
+    clock bracketed once its first observation is in (the others never are). seq_step: the
+    envelope seq's step from one observation to the next (2: a trace published between)."""
     arrivals = sorted(
         (p * MS + k * PERIOD_NS, name)
         for name, p in phases_ms.items()
@@ -47,7 +53,7 @@ def _play(
     while i < len(arrivals) or any(s.waiting for s in r.slots.values()):
         while i < len(arrivals) and arrivals[i][0] <= t:
             at, name = arrivals[i]
-            seqs[name] += 1
+            seqs[name] += seq_step
             stamps = {"capture": at - MS, "publish": at - MS // 2, "recv": at}
             assert r.offer(Envelope(2, "obs", seqs[name], name, stamps, {}), at, DEADLINE_NS)
             if name in bracketed and r.slots[name].clock.offset_ns is None:
@@ -97,3 +103,27 @@ def test_an_observation_that_waited_past_the_deadline_is_dropped_and_counted_not
     assert said and set(said) <= {f"obs_stale.{n}" for n in "abcd"}
     counters, _ = r.figures()
     assert sum(counters[f"robot.{n}.obs_stale"] for n in "abcd") == stale
+
+
+def test_the_service_share_counts_observations_replaced_not_gaps_in_seq():
+    """Admission's served share (missed: observations a newer one replaced, or expired) must
+    not read a robot's other messages as missed: a robot publishes a trace after each
+    observation on the same publisher, so its obs seqs go up by 2. Answered at once, none
+    is missed; overloaded, the missed are exactly those superseded or stale."""
+    r, _ = _robots()
+    served = _play(r, {"a": 0, "b": 50}, cost_ms=5, seconds=2.0, bracketed="ab", seq_step=2)
+    answered, missed = r.cost_model.take_service()
+    assert answered == len(served) == 2 * 20 and missed == 0  # seq gaps: 40 read as missed
+    r, _ = _robots()
+    served = _play(
+        r,
+        {"a": 0, "b": 5, "c": 10, "d": 15},
+        cost_ms=60,
+        seconds=3.0,
+        bracketed="abcd",
+        seq_step=2,
+    )
+    answered, missed = r.cost_model.take_service()
+    superseded = sum(s.counters["obs_superseded"] for s in r.slots.values())
+    # (admission's once-a-second check took its share of the tally during the play)
+    assert 0 < missed <= superseded + r.counters["obs_stale"] and answered <= len(served)

@@ -93,17 +93,17 @@ class Schedule:
         self.utilisation = utilisation
         self.load_level = 0  # the level the offered load needs (plan)
         self.planned_ns: int | None = None  # when next_batch last planned
-        self.answered_seq: dict[str, int] = {}  # robot -> its last observation answered
-        self.expired: dict[str, int] = {}  # robot -> its expired since then
+        # robot -> its obs_superseded when its last observation was answered: the ones since
+        # were replaced by a newer one before the node took them up
+        self.superseded_seen: dict[str, int] = {}
 
     # --- once a second ----------------------------------------------------------------------
     def plan(self, slots: Iterable[RobotSlot], costs: Costs, period_ns: int) -> None:
         """The load level and the observation periods asked (module doc)."""
         slots = list(slots)
         names = {s.name for s in slots}
-        for tally in (self.answered_seq, self.expired):  # robots gone: forgotten
-            for name in [n for n in tally if n not in names]:
-                del tally[name]
+        for name in [n for n in self.superseded_seen if n not in names]:  # robots gone
+            del self.superseded_seen[name]
         if not slots or not self.degrade or not costs.batch_ns(1):
             self.load_level = 0
             for s in slots:
@@ -273,18 +273,20 @@ class Schedule:
 
     def _tally(self, batch: list[RobotSlot], costs: Costs) -> None:
         """The observations answered, and those each robot sent since its last answered one
-        that were superseded before the node took them up (missed; the expired ones were
-        tallied as they expired), into `costs` for admission's check."""
+        that a newer one replaced before the node took them up (missed: its slot's
+        obs_superseded; the expired ones were tallied as they expired), into `costs` for
+        admission's check. Not the gaps in the envelopes' seq: a robot's publisher numbers
+        its traces, health and heartbeats too (a robot sending a trace a cycle would read as
+        half its observations missed)."""
         for s in batch:
-            seq, last = s.waiting.seq, self.answered_seq.get(s.name)
-            if last is not None and seq > last:
-                costs.served(missed=max(0, seq - last - 1 - self.expired.get(s.name, 0)))
-            self.answered_seq[s.name], self.expired[s.name] = seq, 0
+            now, last = s.counters["obs_superseded"], self.superseded_seen.get(s.name)
+            if last is not None and now > last:
+                costs.served(missed=now - last)
+            self.superseded_seen[s.name] = now
         costs.served(answered=len(batch))
 
     def _missed(self, slot: RobotSlot, costs: Costs) -> None:
         costs.served(missed=1)
-        self.expired[slot.name] = self.expired.get(slot.name, 0) + 1
 
     def _stale(self, slot: RobotSlot, seq: int, age_ns: int, deadline_ns: int, how: str) -> None:
         """One observation not answered: it was, or would be, older than the deadline."""
