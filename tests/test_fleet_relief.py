@@ -146,12 +146,13 @@ def test_the_failover_bench_counts_a_robots_moves_within_a_minute():
         "monotonic_s": 100.0,
         "events": [
             [90, "robot r1: new -> h0"],
-            [50, "robot r1: h0 -> h1"],
-            [20, "robot r1: h1 -> h0"],
-            [5, "robot r2: h0 -> h1"],
+            [50, "robot r1: h0 -> h1 (host lost)"],
+            [20, "robot r1: h1 -> h0 (balance)"],
+            [5, "robot r2: h0 -> h1 (relief)"],
             [1, "host h0 up (node pid 7)"],
         ],
     }
     assert most_moves_in_a_minute(st) == 2  # r1 at 50 and 80 s; its first placement is none
+    assert most_moves_in_a_minute(st, losses=False) == 1  # its move off a lost host is forced
     st["events"][2][0] = -15.0  # 65 s after its move
     assert most_moves_in_a_minute(st) == 1

@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rtinfer.fleet.phase import Event, Phase, advance, placing
 from rtinfer.fleet.placement import place
-from rtinfer.fleet.relief import Relief
+from rtinfer.fleet.relief import MOVE_CAUSES, Relief
 from rtinfer.fleet.roster import NAMESPACE, Roster, host_actor_name
 from rtinfer.fleet.spec import FleetSpec
 from rtinfer.realtime.complaints import say
@@ -177,7 +177,9 @@ class FleetController:
                 self.moves += old is not None
                 if old is not None:
                     self.relief.moved(robot, now)
-                self._say(f"robot {robot}: {old or 'new'} -> {host}")
+                self._say(
+                    f"robot {robot}: {old or 'new'} -> {host}{self._why_moved(robot, old, relief)}"
+                )
         actors = self.roster.actors
         before = {h: {r for r, x in self.placed.items() if x == h} for h in actors}
         after = {h: {r for r, x in placed.items() if x == h} for h in actors}
@@ -193,6 +195,18 @@ class FleetController:
                 for group in (losing, gaining)
             ],
         )
+
+    def _why_moved(self, robot: str, old: str | None, relief: dict[str, str]) -> str:
+        """Why a placed robot moved, for its event (MOVE_CAUSES): its host lost, its node's
+        refusal, a relief or a balance ("" for a first placement)."""
+        if old is None:
+            return ""
+        seat = self.seats.get(old)
+        if seat is None or not seat.up:
+            return f" ({MOVE_CAUSES[0]})"
+        if robot in seat.refused:
+            return f" ({MOVE_CAUSES[1]})"
+        return f" ({MOVE_CAUSES[2] if robot in relief else MOVE_CAUSES[3]})"
 
     def _tell(self, groups: list[dict]) -> None:
         """Tell each host its robots, a group at a time: keys out everywhere before keys in

@@ -30,6 +30,7 @@ import numpy as np
 
 from rtinfer.fleet.lan import why_not
 from rtinfer.fleet.local import LocalFleet
+from rtinfer.fleet.relief import MOVE_CAUSES
 from rtinfer.fleet.spec import FleetError
 from rtinfer.model.zoo import zoo_model
 from rtinfer.realtime.complaints import say
@@ -121,13 +122,19 @@ def first_moves(st: dict, robots: list[str], kill_ns: int) -> dict[str, str | No
     return out
 
 
-def most_moves_in_a_minute(st: dict) -> int:
+def most_moves_in_a_minute(st: dict, losses: bool = True) -> int:
     """The most moves of one robot within any 60 s, by the controller's events (a robot
-    placed for the first time is no move)."""
+    placed for the first time is no move). losses=False: leaving out the moves off a host
+    lost (the robot had no node; the others are the fleet's: a refusal, relief, balance)."""
     times: dict[str, list[float]] = {}
     for age_s, text in st["events"]:
         words = text.replace("'", " ").replace(":", " ").split()
-        if words[0] == "robot" and "->" in words and words[words.index("->") - 1] != "new":
+        if (
+            words[0] == "robot"
+            and "->" in words
+            and words[words.index("->") - 1] != "new"
+            and (losses or not text.endswith(f"({MOVE_CAUSES[0]})"))
+        ):
             times.setdefault(words[1], []).append(st["monotonic_s"] - age_s)
     return max((sum(t <= u < t + 60.0 for u in ts) for ts in times.values() for t in ts), default=0)
 
@@ -197,6 +204,7 @@ def one_run(a, phases=("node", "host")) -> dict:
         out["refusals"] = [t for _, t in st["events"] if "refused" in t]
         out["reliefs"] = [t for _, t in st["events"] if "overloaded for" in t]
         out["most_moves_in_a_minute"] = most_moves_in_a_minute(st)
+        out["most_moves_in_a_minute_besides_losses"] = most_moves_in_a_minute(st, losses=False)
         out["counters"] = {h: x["counters"] for h, x in st["hosts"].items() if x["counters"]}
     period_ms = 1e3 / a.rate_hz
     for phase in (out[p] for p in phases):

@@ -32,6 +32,9 @@ from rtinfer.fleet.spec import Robot
 WINDOW_S = 3.0  # the window of a host's figures (its steady capacity, its overload)
 OVER_SHARE = 0.75  # the share of a window's polls over capacity that is an overload
 MOVE_EVERY_S = 60.0  # the least time between two moves of one robot
+# why a robot moved, the last words of the controller's event for it: a host lost (the
+# robot has no node: it moves at once), its node's refusal, a relief, a balance
+MOVE_CAUSES = ("host lost", "its node refused it", "relief", "balance")
 
 
 class Relief:
