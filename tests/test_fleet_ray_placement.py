@@ -55,6 +55,22 @@ def test_a_robot_goes_to_its_own_host_first_and_to_one_that_refused_it_last():
     assert place(rs, s, {"r0": "b"}) == ({"r0": "b"}, {})
 
 
+def test_a_robot_its_node_refused_moves_to_a_host_whose_node_may_take_it():
+    """Refused where it is, a robot is served by nobody there: it goes to a host that has
+    not refused it even where that host's measured figure shows no room (its node decides,
+    degrading first), but never past a declared capacity."""
+    rs = {r: Robot(r, "m", f"ipc:///tmp/obs-{r}") for r in ("r1", "r2", "r9")}  # r9 last
+    s = seats(a=1, b=1)  # both full by their measured figures
+    s["b"].refused["r9"] = 0.0
+    current = {"r9": "b", "r1": "a", "r2": "b"}
+    placed, refused = place(rs, s, current)
+    assert placed["r9"] == "a" and refused == {}
+    s = declared(a=1, b=2)  # a's capacity declared: full, so r9 waits on b's node
+    s["b"].refused["r9"] = 0.0
+    placed, refused = place(rs, s, current)
+    assert placed["r9"] == "b" and refused == {}
+
+
 def test_a_robot_every_host_refused_stays_where_it_is_instead_of_bouncing():
     rs = {"r0": Robot("r0", "m", "ipc:///tmp/obs-r0")}
     s = seats(a=4, b=4)

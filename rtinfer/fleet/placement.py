@@ -69,10 +69,24 @@ def place(
     def fits(robot: Robot, seat: Seat) -> bool:
         return seat.model == robot.model and room(seat) > 0
 
+    def may_take(robot: Robot, seat: Seat) -> bool:
+        """seat's node may be asked to serve robot: it is up, of the robot's model, and a
+        declared capacity (the operator's) has room; a measured one does not decide (the
+        node's admission does: it degrades before it refuses)."""
+        return (
+            seat.up
+            and seat.model == robot.model
+            and (seat.declared is None or seat.declared - load[seat.name] > 0)
+        )
+
     def elsewhere(robot: Robot, seat: Seat) -> bool:
-        """Another host has room and has not refused it."""
+        """Another host's node may take it and has not refused it: a robot its node refused
+        is served by nobody where it is, so it moves (it waits only where every other host
+        refused it, or none is up)."""
         return any(
-            fits(robot, s) and robot.name not in s.refused for s in seats.values() if s is not seat
+            may_take(robot, s) and robot.name not in s.refused
+            for s in seats.values()
+            if s is not seat
         )
 
     placed, refused = {}, {}
@@ -89,30 +103,23 @@ def place(
             load[seat.name] += 1
     for name in sorted(set(robots) - set(placed)):
         robot = robots[name]
-        fit = (
-            [s for s in seats.values() if fits(robot, s)]
-            or [
+        tiers = (  # room now; room at its recent best; its node decides
+            [s for s in seats.values() if fits(robot, s)],
+            [
                 s
                 for s in seats.values()
-                if s.up
-                and s.model == robot.model
-                and s.recent is not None
-                and s.recent - load[s.name] > 0
-            ]
-            or [
-                s
-                for s in seats.values()
-                if s.up
-                and s.model == robot.model  # its node decides
-                and (s.declared is None or s.declared - load[s.name] > 0)
-            ]
+                if may_take(robot, s) and s.recent is not None and s.recent - load[s.name] > 0
+            ],
+            [s for s in seats.values() if may_take(robot, s)],
         )
+        # a host whose node refused it only when every other refused it too: that node
+        # admits it by itself once its load has fallen (it checks a refused robot once a
+        # second); any other host's node may take it now
+        fit = next((t for t in ([s for s in t if name not in s.refused] for t in tiers) if t), [])
+        fit = fit or next((t for t in tiers if t), [])
         if not fit:
             refused[name] = why_refused(robot, seats, load, caps)
             continue
-        # a host whose node refused it only when no other has room: that node admits it
-        # by itself once its load has fallen (it checks a refused robot once a second)
-        fit = [s for s in fit if name not in s.refused] or fit
         own = [s for s in fit if s.name == robot.host]
         seat = (
             own[0]
