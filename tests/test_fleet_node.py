@@ -233,3 +233,26 @@ def test_robots_that_join_together_are_admitted_on_a_profile_of_the_cycle(tiny_m
     finally:
         for s in (node, *pubs):
             s.close()
+
+
+def test_a_robot_its_robots_file_places_here_is_admitted_beyond_capacity(fleet, capfd):
+    """Placed here by its robots file (a fleet placed it within the capacity declared),
+    a robot beyond the measured capacity is admitted, not refused: the node degrades, and
+    its capacity (below its load) is what the fleet relieves it by."""
+    node, pubs, act, rng, eps = fleet
+    r = node.robots
+    r.period_ns = int((r.worst_ns(3) + r.worst_ns(4)) / 2 / UTILISATION)
+    assert r.capacity(node.budget.deadline_ns) == 3
+    r.admission.placed = frozenset({"a", "b", "c", "d"})
+    late = Publisher(eps["d"], "d")
+    try:
+        end = time.monotonic() + 10
+        while "d" not in r.slots and time.monotonic() < end:
+            late.publish("obs", random_obs_body(rng), {"capture": now_ns()})
+            node.spin_once(20)
+        assert "d" in r.slots
+        h = node.health()["counters"]
+        assert h["robots_refused"] == 0 and h["obs_refused"] == 0 and h["robots"] == 4
+        assert "refused" not in capfd.readouterr().err
+    finally:
+        late.close()

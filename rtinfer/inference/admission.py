@@ -14,6 +14,13 @@ level (`check`, once a second), that is said once and counted (overloads), and s
 when they fit once more: their cycles may then be late, and every late one is counted by the
 monitor and the robot's controller, never silent.
 
+A robot its robots file names (rtinfer.inference.robots_file: placed on this node by a
+fleet, within the capacity declared for it, or by an operator) is admitted whatever the
+costs measured now (--max-robots still caps it): refused, it would be served by nobody
+while it is placed again, and a node's measured costs swing 2-4x while a neighbour starts
+(a host's loss and restart on a shared machine). It degrades instead, `check` says the
+overload, and its capacity, below its load, is what the fleet relieves it by.
+
 What `check` finds is also the node's `capacity` (health), which the fleet places and
 relieves by. Besides the costs, it counts the service since the last check (the schedule's
 tally, rtinfer.inference.cycle_cost's take_service): when more than
@@ -56,6 +63,7 @@ class Admission:
         self.costs, self.counters, self.say, self.max_robots = costs, counters, say, max_robots
         self.degrade, self.budget = degrade, budget
         self.refused: dict[str, int] = {}  # robot -> when it was last checked (ns)
+        self.placed: frozenset[str] = frozenset()  # the robots its robots file names
         self.overloaded = False  # the admitted robots no longer fit (check)
         self.fits: int | None = None  # how many robots fit, as check last found
         self.fits_full: int | None = None  # ... at full quality
@@ -104,7 +112,7 @@ class Admission:
                 f"robots (--max-robots); start another node for it"
             )
         cap = self.capacity(deadline_ns, period_ns)
-        if cap is None or n < cap:
+        if cap is None or n < cap or name in self.placed:  # placed: it degrades (doc)
             return None
         costs, level = self.costs, self.cheapest
         window = min(deadline_ns, period_ns) / 1e6

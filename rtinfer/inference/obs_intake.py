@@ -99,6 +99,7 @@ class ObservationIntake:
             robots.refused.pop(name, None)
         for name in [n for n in named if n not in before]:  # placed here (again): its next
             robots.refused.pop(name, None)  # observation is checked at once
+        robots.admission.placed = frozenset(named)  # admitted, degrading (admission doc)
         eps = list(dict.fromkeys([*self._static, *named.values()]))
         if eps != self._eps:
             self._subscribe(eps)

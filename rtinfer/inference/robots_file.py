@@ -5,7 +5,8 @@
 A JSON object, robot name -> the obs endpoint that robot binds. The node (`--robots-file
 PATH`) connects to every endpoint listed, on top of its `--obs` ones, and re-reads the file
 when it changes (a stat at most every CHECK_EVERY_NS): a robot added is connected to and
-admitted as any robot is (admission may still refuse it), a robot removed is let go at once
+admitted whatever the costs measured now (rtinfer.inference.admission: only --max-robots
+refuses it; the node degrades), a robot removed is let go at once
 (its slot freed, its endpoint disconnected). Whoever writes the file (rtinfer.fleet's host
 actor, an operator) replaces it atomically (write elsewhere, then rename): a file that does
 not parse is said once, with the fix, and the node keeps serving the robots it read last.
