@@ -139,11 +139,17 @@ def most_moves_in_a_minute(st: dict, losses: bool = True) -> int:
     return max((sum(t <= u < t + 60.0 for u in ts) for ts in times.values() for t in ts), default=0)
 
 
-def _moved_off(robots: list[str], kill_ns: int):
+def _moved_off(robots: list[str], kill_ns: int, victim: str):
     """Status predicate: each of `robots` was placed again (or refused) since kill_ns, by
-    the controller's events: a host that comes back at once (a node killed is started
-    again) may have taken them back by the time status is asked (it balances)."""
-    return lambda st: len(first_moves(st, robots, kill_ns)) == len(robots)
+    the controller's events (a host that comes back at once, a node killed and started
+    again, may have taken them back by the time status is asked: it balances), or is on
+    another host than the victim (a relief moved it just before the kill)."""
+
+    def moved(st: dict) -> bool:
+        seen = first_moves(st, robots, kill_ns)
+        return all(r in seen or st["robots"][r]["host"] not in (None, victim) for r in robots)
+
+    return moved
 
 
 def one_run(a, phases=("node", "host")) -> dict:
@@ -183,8 +189,9 @@ def one_run(a, phases=("node", "host")) -> dict:
             kill = fleet.kill_node if phase == "node" else fleet.kill_host
             kill_ns = kill(victim)
             moved = st["hosts"][victim]["robots"]
-            after = fleet.wait(_moved_off(moved, kill_ns), timeout_s=60, every_s=0.05)
+            after = fleet.wait(_moved_off(moved, kill_ns, victim), timeout_s=60, every_s=0.05)
             to = first_moves(after, moved, kill_ns)
+            moved = [r for r in moved if r in to]  # the others had left it before the kill
             out[phase] = {
                 "host": victim,
                 "kill_ns": kill_ns,
