@@ -197,7 +197,12 @@ def test_stress_calibrates_its_deadline_then_runs_both_halves_end_to_end(tmp_pat
     assert fixed["budget"]["applied_level"] == 0 and cheap["budget"]["applied_level"] == 4
     assert fixed["budget"]["changes"] == cheap["budget"]["changes"] == 0
     for name in ("stress-fixed", "stress-budget", "busy-unscheduled", "busy-scheduled"):
-        assert report[name]["exit_code"] == 0
+        # normal scheduling beside a busy neighbour may starve the policy of every chunk in
+        # time on a loaded machine: that run's finding, said as "starved", not a failure
+        starved = name == "busy-unscheduled" and "policy node was starved" in str(
+            report[name].get("starved")
+        )
+        assert report[name]["exit_code"] == 0 or starved, report[name].get("error")
         assert report[name]["deadline_ms"] == threat["deadline_ms"]
         assert "late_fraction" in report[name]
     # the scheduling's part: the same launch without, then with, its SCHED_FIFO priorities
