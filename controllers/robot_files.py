@@ -14,7 +14,7 @@ from rtinfer.launch.entry import EntryError, package_file, resolve
 from rtinfer.model.action_spec import FORMAT as ACTION_SPEC_FORMAT
 from rtinfer.model.action_spec import ActionSpec
 from rtinfer.model.action_tokens import TokenizerConfig
-from rtinfer.model.card import max_committed, read_card
+from rtinfer.model.card import read_card
 
 from .config import ControlConfig
 from .controller_config import obs_spec_from
@@ -55,7 +55,7 @@ def card_max_committed(path: str | Path) -> int | None:
     p = package_file(str(path))
     if not (p.is_dir() and (p / "tokenizer.json").is_file()):
         return None
-    return max_committed(read_card(p), p / "card.json")
+    return read_card(p).get("max_committed")
 
 
 def load_robot(path: str | Path) -> tuple[str, ControlConfig, dict]:

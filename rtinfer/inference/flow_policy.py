@@ -32,7 +32,6 @@ from rtinfer.inference.flow_guidance import FlowGuidance
 from rtinfer.inference.flow_runner import FlowRunner
 from rtinfer.inference.flow_trt import FlowTrtRunner
 from rtinfer.inference.graph_runner import FeedInputs
-from rtinfer.model.card import max_committed
 from rtinfer.model.directory import ModelError
 from rtinfer.model.flow_model import FlowModelDir
 from rtinfer.transport.wire import now_ns
@@ -68,7 +67,7 @@ def conditions_on(md: FlowModelDir, runner, guided: bool = False) -> int:
     ):
         return 0
     m = md.action.max_committed
-    m = max_committed(md.card, md.path / "card.json") if m is None else m
+    m = md.card.get("max_committed") if m is None else m  # checked at load (model.card)
     return int(md.action.horizon - 1 if m is None and guided else m or 0)
 
 

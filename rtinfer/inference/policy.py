@@ -37,7 +37,6 @@ from rtinfer.inference.flow_policy import FlowPolicy
 from rtinfer.inference.graph_runner import FeedInputs, GraphRunner, chunk_levels
 from rtinfer.inference.runner import TokenRunner
 from rtinfer.model.action_tokens import ActionTokenizer
-from rtinfer.model.card import max_committed
 from rtinfer.model.chunk_model import load_model
 from rtinfer.model.directory import ModelError
 from rtinfer.model.obs_spec import FrameError
@@ -82,7 +81,7 @@ class TokenPolicy:
         self.spec_hash, self.period_ns = md.tokenizer.hash, md.tokenizer.period_ns
         self.start_ns = md.tokenizer.period_ns
         # a forced token prefix conditions any token model; one waypoint at least is its own
-        m = max_committed(md.card, md.path / "card.json")
+        m = md.card.get("max_committed")  # checked at load (rtinfer.model.card)
         self.max_committed = md.tokenizer.horizon - 1 if m is None else m
         self.action_dim = md.tokenizer.dim
         prec = f" {backend_opts['precision']}" if backend_opts.get("precision") else ""

@@ -10,8 +10,10 @@ from pathlib import Path
 
 
 def read_card(model_dir: str | Path) -> dict:
-    """The card of a model directory ({} where it has none); ValueError for a card that is
-    not a JSON object, naming the fix."""
+    """The card of a model directory ({} where it has none), its shared keys checked, so a
+    reader takes them as they are; ValueError for a card that is not a JSON object, naming
+    the fix, or whose max_committed (the most committed waypoints the policy conditions on)
+    is not an integer >= 0."""
     card = Path(model_dir) / "card.json"
     if not card.is_file():
         return {}
@@ -21,15 +23,7 @@ def read_card(model_dir: str | Path) -> dict:
         raise ValueError(f"{card}: not JSON ({e}); re-package the model") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{card}: not a JSON object; re-package the model")
+    m = doc.get("max_committed")
+    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
+        raise ValueError(f"{card}: max_committed {m!r} must be an integer >= 0")
     return doc
-
-
-def max_committed(card: dict, where: str | Path = "card.json") -> int | None:
-    """The card's max_committed (the most committed waypoints the policy can condition on):
-    None where it has none; ValueError for a value that is not an integer >= 0."""
-    m = card.get("max_committed")
-    if m is None:
-        return None
-    if not isinstance(m, int) or isinstance(m, bool) or m < 0:
-        raise ValueError(f"{where}: max_committed {m!r} must be an integer >= 0")
-    return m

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtinfer.model.action_tokens import TokenizerConfig
-from rtinfer.model.card import max_committed, read_card
+from rtinfer.model.card import read_card
 from rtinfer.model.obs_tokens import ObsTokens
 from rtinfer.model.sequence import prefix_len
 from rtinfer.model.vocab import VocabLayout
@@ -389,13 +389,11 @@ def _manifest_fix(path: Path) -> str:
 
 
 def _card(path: Path) -> dict:
-    """A model directory's card (rtinfer.model.card), its shared keys checked: ModelError."""
+    """A model directory's card (rtinfer.model.card.read_card), its errors as ModelError."""
     try:
-        card = read_card(path)
-        max_committed(card, path / "card.json")
+        return read_card(path)
     except ValueError as e:
         raise ModelError(str(e)) from None
-    return card
 
 
 def _json(path: Path, fix: str) -> dict:
