@@ -115,8 +115,8 @@ def place(
         # a host whose node refused it only when every other refused it too: that node
         # admits it by itself once its load has fallen (it checks a refused robot once a
         # second); any other host's node may take it now
-        fit = next((t for t in ([s for s in t if name not in s.refused] for t in tiers) if t), [])
-        fit = fit or next((t for t in tiers if t), [])
+        unrefused = [[s for s in t if name not in s.refused] for t in tiers]
+        fit = next((t for t in [*unrefused, *tiers] if t), [])
         if not fit:
             refused[name] = why_refused(robot, seats, load, caps)
             continue
