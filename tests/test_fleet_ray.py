@@ -13,6 +13,8 @@ shut down and no raylet is left, whatever happens."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import shutil
 import subprocess
 
@@ -75,6 +77,18 @@ def both_up(st: dict) -> bool:
     return all(h["state"] == "up" for h in st["hosts"].values()) and all(
         r["state"] == "placed" for r in st["robots"].values()
     )
+
+
+def test_every_host_s_node_runs_at_niceness_0_not_ray_s_15(fleet):
+    """A node is a child of its host's actor, a Ray worker (niceness 15 by Ray's default):
+    niced, a CPU-bound neighbour starved nodes' start past 120 s. The fleet's clusters run
+    their workers at 0, and the host starts its node at 0."""
+    st = fleet.wait(both_up)
+    ups = [t for _, t in st["events"] if re.match(r"host h\d up ", t)]
+    assert len(ups) == 2 and not any("niceness" in t for t in ups), ups
+    for t in ups:
+        pid = int(re.search(r"node pid (\d+)", t).group(1))
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0, t
 
 
 def test_a_restarted_controller_rebuilds_its_table_and_moves_nothing(fleet):

@@ -58,13 +58,17 @@ def ray_settings() -> dict:
     (Ray's default, 5 health checks 3 s apart, takes ~15 s). A node that joins is first
     checked 5 s after it registered (Ray's default): checked at once, a raylet still
     starting on a busy 2-core machine missed three checks, was marked dead and its `ray
-    start` failed (2 of 5 bench repeats at load 2; 1 in 5 still at 2 s). `ray start
-    --head --system-config` takes the same (docs/fleet.md)."""
+    start` failed (2 of 5 bench repeats at load 2; 1 in 5 still at 2 s). Ray's workers,
+    the controller and the hosts' actors with their inference nodes, run at niceness 0:
+    Ray's default (15) let three busy loops on a 2-core machine starve every node's start
+    past 120 s (8.4 s at niceness 0). `ray start --head --system-config` takes the same
+    (docs/fleet.md)."""
     return {
         "health_check_period_ms": 200,
         "health_check_failure_threshold": 3,
         "health_check_timeout_ms": 200,
         "health_check_initial_delay_ms": 5000,
+        "worker_niceness": 0,
     }
 
 

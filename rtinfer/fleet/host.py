@@ -44,8 +44,17 @@ ROBOT_COUNTERS = (
 )  # polled
 
 
-def _die_with_parent() -> None:  # in the child, before exec
+def _node_preexec() -> None:  # in the child, before exec
+    """The node dies with its parent (the host's actor) and runs at niceness 0 where the
+    actor runs niced (a Ray worker: niceness 15 unless the cluster's `worker_niceness` is 0)
+    and may lower it (root, or CAP_SYS_NICE); else it keeps the actor's niceness, which
+    `start` reports."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except OSError:
+        pass
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -121,13 +130,14 @@ class InferenceHost:
         write_atomically(path, json.dumps(table))
         return path
 
-    def start(self) -> int:
-        """Start the node and wait for its ready line; its pid. RuntimeError with the node's
-        last error lines if it exits first or is not ready within READY_S."""
+    def start(self) -> dict:
+        """Start the node and wait for its ready line; {pid, niceness} of the node (above 0:
+        a CPU-bound neighbour starves it). RuntimeError with the node's last error lines if
+        it exits first or is not ready within READY_S."""
         log = self.dir / "node.log"
         with open(log, "w") as out, open(log.with_suffix(".err"), "w") as err:
             self.proc = subprocess.Popen(
-                self._command(), stdout=out, stderr=err, preexec_fn=_die_with_parent
+                self._command(), stdout=out, stderr=err, preexec_fn=_node_preexec
             )
         end = time.monotonic() + READY_S
         while "ready" not in log.read_text():
@@ -146,7 +156,7 @@ class InferenceHost:
             )
             curve = CurveConfig(f"{own}.key_secret", server_public_key_file=f"{own}.key")
         self._health_sub = Subscriber(self.host.actions, ["health"], curve=curve)
-        return self.proc.pid
+        return {"pid": self.proc.pid, "niceness": os.getpriority(os.PRIO_PROCESS, self.proc.pid)}
 
     def serve(self, robots: dict[str, str | None]) -> list[str]:
         """Serve exactly these robots from now on (robot -> its public key's text, None

@@ -148,14 +148,14 @@ class Roster:
     def _started(self, name: str, ref, turn: Turn) -> None:
         turn.changed = True
         try:
-            pid = ray.get(ref)
+            node = ray.get(ref)
         except RayError as e:
             self.lost(name, f"its node did not start: {str(e).splitlines()[-1]}")
             self.forget(name)
             return
         self.seats[name].up = True
         turn.hosts_up += 1
-        self.say(f"host {name} up (node pid {pid})")
+        self.say(f"host {name} up (node pid {node['pid']}){niced(node['niceness'])}")
 
     def _polled(self, name: str, ref, turn: Turn) -> None:
         try:
@@ -234,3 +234,13 @@ class Roster:
             except (ValueError, RayError):
                 pass
         self.actors.clear()
+
+
+def niced(niceness: int) -> str:
+    """What a host's `up` line adds for a node that runs niced (nothing at niceness 0)."""
+    if niceness <= 0:
+        return ""
+    return (
+        f", at niceness {niceness}: a busy machine starves it; start the Ray head with "
+        "worker_niceness 0 in its --system-config (docs/fleet.md)"
+    )
