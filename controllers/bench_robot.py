@@ -16,7 +16,8 @@ the last one's recv stamp and the tokens.
 Protocol with the bench: "ready" on stdout once the sockets are up; then one JSON line on
 stdin, {"start_ns", "measure_ns", "end_ns"} (CLOCK_MONOTONIC): publish from start_ns (+ the
 --phase-ms), record captures in [measure_ns, end_ns), keep receiving a deadline past end_ns,
-write --out (.npz) and exit 0. Imports no inference package (robot-safe).
+write --out (.npz) and exit 0. SIGTERM moves end_ns to now: the run ends as it would have
+then (the bench's phases ended early). Imports no inference package (robot-safe).
 
 Across hosts (tcp): --curve-secret and --curve-map as every node takes them (controllers.run,
 rtinfer.transport.curve): its obs endpoint is bound as a CURVE server, the policy's actions
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 import numpy as np
@@ -157,9 +159,14 @@ def run(a: argparse.Namespace, curve=None) -> int:
     rec = Record(int((end - measure) / period_ns) + 2, spec.horizon, len(spec.names))
     next_ns, k = start + int(a.phase_ms * 1e6), 0
     stop_ns = end + deadline_ns(a.deadline_ms) + 200_000_000
+    ended: list[int] = []  # SIGTERM's time: the run ends there
+    signal.signal(signal.SIGTERM, lambda *_: ended.append(now_ns()))
     counters = node.counters
     while True:
         now = now_ns()
+        if ended and ended[0] < end:
+            end = max(ended[0], measure)
+            stop_ns = end + deadline_ns(a.deadline_ms) + 200_000_000
         if now >= stop_ns:
             break
         if now >= next_ns and next_ns < end:

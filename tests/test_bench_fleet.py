@@ -80,3 +80,36 @@ def test_the_bench_robot_imports_no_inference_package():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_sigterm_ends_a_bench_robot_s_run_early_with_its_record(tmp_path):
+    """The failover bench starts its robots for the longest its phases may take and ends them
+    with SIGTERM after the last: the run ends then, and the record is written as at an end."""
+    import os
+    import signal
+    import time
+
+    import numpy as np
+
+    model = ROOT / "models/zoo/conveyor-v1"
+    cmd = [sys.executable, "-m", "controllers.bench_robot", "--name", "r0"]
+    cmd += ["--obs", f"ipc://{tmp_path}/obs", "--actions", f"ipc://{tmp_path}/act"]
+    cmd += ["--model", str(model), "--stream", str(model / "obs_stream.npz")]
+    cmd += ["--rate-hz", "20", "--out", str(tmp_path / "r0.npz")]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        p.stdin.write(
+            json.dumps({"start_ns": start, "measure_ns": start, "end_ns": start + 600 * 10**9})
+        )
+        p.stdin.write("\n")
+        p.stdin.close()
+        time.sleep(1.0)
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(timeout=30) == 0  # not the 600 s it was given
+    finally:
+        p.kill()
+    with np.load(tmp_path / "r0.npz", allow_pickle=False) as z:
+        sent = json.loads(str(z["counters"]))["obs_sent"]
+    assert 1 <= sent < 20 * 30  # published until the signal, at 20 Hz

@@ -168,9 +168,12 @@ def one_run(a, phases=("node", "host")) -> dict:
         netns=a.netns,
     ) as fleet:
         fleet.wait(_settled)
-        fleet.start_robots(a.seconds)
+        # the robots run until the last phase's tail: on a busy machine a killed node's
+        # start again (waited for below, up to 60 s) can outlast the planned run
+        fleet.start_robots(a.seconds + 60 * len(phases))
+        part = a.seconds / (len(phases) + 2)
         for phase in phases:
-            time.sleep(a.seconds / (len(phases) + 2))
+            time.sleep(part)
             # a node killed before is started again by the controller: wait for it, so a
             # host lost finds every other host up
             lost = [o["host"] for p, o in out.items() if p == "host"]
@@ -200,6 +203,8 @@ def one_run(a, phases=("node", "host")) -> dict:
                 "refused": sorted(r for r in moved if to[r] is None),
                 "placed_s": (time.monotonic_ns() - kill_ns) / 1e9,
             }
+        time.sleep(part)
+        fleet.end_robots()
         records = fleet.records()
         st = fleet.status()
         if a.logs:  # the hosts' node logs and the robots' records, before the run dir goes

@@ -201,21 +201,22 @@ class LocalFleet:
             head["node_ip_address"] = self.lan.head
         self.cluster = Cluster(initialize_head=True, head_node_args=head)
         ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=not self.quiet)
-        for name in self.spec.hosts:
+        for name in self.spec.hosts:  # netns: one `ray start` at a time (below)
             self.add_host(name)
-        if self.lan is not None:
-            self._joined()
+            if self.lan is not None:
+                self._joined([name])
         self.controller = start_controller(self.spec)
 
-    def _joined(self, tries: int = 3) -> None:
-        """netns: wait for every host's Ray node to join; one whose `ray start` ended (its
+    def _joined(self, hosts: list[str], tries: int = 3) -> None:
+        """netns: wait for these hosts' Ray nodes to join; one whose `ray start` ended (its
         raylet marked dead while starting on a busy machine: Ray's health checks are 0.6 s
-        here) is started again, up to `tries` times. FleetError with its log's tail."""
-        left = dict.fromkeys(self.spec.hosts, tries - 1)
+        here; or not registered within Ray's own 30 s) is started again, up to `tries`
+        times. Hosts are started one at a time: three `ray start`s at once, each with its
+        agents, beside five busy loops on 2 cores, left one unregistered after 30 s.
+        FleetError with its log's tail."""
+        left = dict.fromkeys(hosts, tries - 1)
         end = time.monotonic() + READY_S
-        while missing := [
-            h for h in self.spec.hosts if host_resource(h) not in ray.cluster_resources()
-        ]:
+        while missing := [h for h in hosts if host_resource(h) not in ray.cluster_resources()]:
             for h in missing:
                 if self.nodes[h].poll() is None:
                     continue
@@ -317,6 +318,13 @@ class LocalFleet:
             )
             p.stdin.close()
         return start
+
+    def end_robots(self) -> None:
+        """End every robot's run now (SIGTERM: each keeps receiving for a deadline, then
+        writes its record), as if `start_robots` had been given until now."""
+        for p in self.robots.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
 
     def records(self, timeout_s: float = 60.0) -> dict[str, dict]:
         """Wait for every robot's end; robot -> its record (the arrays of bench_robot's
