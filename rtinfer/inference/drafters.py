@@ -154,9 +154,9 @@ class ChunkReuseDrafter(Drafter):
         self._plan.reshape(self.horizon, self.dim)[:n] = prev[shift : shift + n]
         self._src = n * self.dim
         if shift and n >= 2:  # one waypoint left cannot show a dimension holding still
-            for d in range(1, self.dim):  # dimension 0 of token 0 comes from the prefill
-                if prev[shift : shift + n, d].min() == prev[shift : shift + n, d].max():
-                    self._plan[d] = prev[shift - 1, d]  # settling
+            seg = prev[shift : shift + n, 1:]  # dimension 0 of token 0 comes from the prefill
+            still = seg.min(axis=0) == seg.max(axis=0)
+            np.copyto(self._plan[1 : self.dim], prev[shift - 1, 1:], where=still)  # settling
         if len(prev) >= 2:
             np.subtract(prev[-1], prev[-2], out=self._vel)
             self._has_vel = True
