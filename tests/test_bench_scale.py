@@ -136,3 +136,15 @@ def test_cost_sweep_covers_each_length_and_longer_chunks_cost_more(tmp_path, mon
     h = {p["value"]: p["chunk_p50_ms"] for p in s["points"]["H"]}
     assert h[16] > 2 * h[1]  # 64 decoded tokens against 4
     assert s["slopes_ms"]["H_per_token"] > 0
+
+
+def test_sizes_without_the_shipped_policy_is_one_usage_line_not_a_traceback():
+    out = subprocess.run(
+        [sys.executable, "-m", "rtinfer.cli", "bench", "scale", "--json", "--sizes", "100M"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Traceback" not in out.stderr and "--sizes must include 1M" in out.stderr

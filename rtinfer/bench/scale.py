@@ -430,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         help="chunk time against parameters per precision (and PNG's -sweep plot)",
     )
     a = p.parse_args(argv)
+    if SHIPPED not in a.sizes:
+        p.error(
+            f"--sizes must include {SHIPPED} (the shipped policy): the projected "
+            f"speculative rows take its measured verifies per chunk; add {SHIPPED}"
+        )
     kw = dict(
         runs=a.runs, threads=a.threads, trained=a.trained, overheads_report=a.overheads_report
     )
