@@ -127,6 +127,40 @@ class PlanMLP:
         return out
 
 
+class PlanFeatures:
+    """The plan's share of the MLP's inputs for one row, as `features` computes them, in
+    preallocated buffers: the plan / 255, which tokens are final, each anchored dimension
+    against the observation's (`anchor`, set per cycle), each waypoint's step; the last two
+    scaled and clipped in one pass."""
+
+    def __init__(self, shape: PlanShape, width: int):
+        n, d, a = shape.chunk_tokens, shape.dim, len(shape.anchors)
+        self.dim, self.anchored = d, a
+        self.anchor = np.zeros(a, np.float32)
+        self.x = np.zeros(width, np.float32)
+        self._plan = np.zeros(n, np.float32)
+        self._final = self.x[n : 2 * n]
+        self._rel = self.x[2 * n : 2 * n + n // d * a].reshape(n // d, a)
+        self._step = self.x[2 * n + n // d * a :].reshape(n // d - 1, d)
+        self._tail = self.x[2 * n :]
+        self._scale = np.concatenate(
+            [np.full(self._rel.size, 1 / 32.0), np.full(self._step.size, 1 / 16.0)]
+        ).astype(np.float32)
+
+    def fill(self, plan: np.ndarray, index: int) -> np.ndarray:
+        """x for the plan (bins, chunk_tokens) with tokens [0, index) final."""
+        p = self._plan
+        p[:] = plan
+        np.divide(p, np.float32(255.0), out=self.x[: len(p)])
+        self._final[:index], self._final[index:] = 1.0, 0.0
+        wp = p.reshape(-1, self.dim)
+        np.subtract(wp[:, : self.anchored], self.anchor, out=self._rel)
+        np.subtract(wp[1:], wp[:-1], out=self._step)
+        t = np.multiply(self._tail, self._scale, out=self._tail)
+        np.minimum(np.maximum(t, -4.0, out=t), 4.0, out=t)
+        return self.x
+
+
 class PlanDrafter(OnChunkReuse):
     """Chunk reuse's drafts moved by the MLP's offsets. `start(prefix)` reads the cycle's
     instruction and observation from its prefix (rtinfer.model.sequence layout) before the
@@ -134,10 +168,10 @@ class PlanDrafter(OnChunkReuse):
 
     A draft computes what `features` and `PlanMLP.bins` would, for one row, in
     preallocated buffers: the observation's and instruction's share of the first layer
-    once per cycle (in `start`), and the last layer only for the tokens drafted; the
-    features in five ufunc calls and the classes to bins in plain Python (32 us a draft
-    on the 2-core host at load 2-4, warm, against 45 us before both and 75 us through the
-    batch path)."""
+    once per cycle (in `start`), the plan's (`PlanFeatures`) per draft, and the last layer
+    only for the tokens drafted, its classes to bins in plain Python (32 us a draft on the
+    2-core host at load 2-4, warm, against 45 us with numpy calls for both, and 75 us
+    through the batch path)."""
 
     name = "plan"
 
@@ -151,30 +185,17 @@ class PlanDrafter(OnChunkReuse):
                 f"{reuse.horizon * reuse.dim} ({reuse.dim})"
             )
         self.mlp, self.vocab = mlp, vocab
-        n, d, a = s.chunk_tokens, s.dim, len(s.anchors)
         self._instr = np.zeros((1, s.instr_length), np.int64)
         self._obs = np.zeros((1, s.obs_length), np.int64)
         fixed = s.obs_length + s.instr_length * s.instr_classes  # rows of w0 set per cycle
         self._w0_fixed, self._w0_plan = mlp.w[0][:fixed], mlp.w[0][fixed:]
         self._w2t = np.ascontiguousarray(mlp.w[2].T)  # (tokens x offsets, hidden)
         self._h0 = np.zeros(mlp.w[0].shape[1], np.float32)
-        self._plan = np.zeros(n, np.float32)
-        self._x = np.zeros(self._w0_plan.shape[0], np.float32)  # the plan's features
-        self._anchor = np.zeros(a, np.float32)
         self._fixed = np.zeros(fixed, np.float32)  # observation / 255, instruction one-hot
         self._hot = s.obs_length + np.arange(s.instr_length) * s.instr_classes
         self._anchors = np.array(s.anchors, np.int64)
-        self._final = self._x[n : 2 * n]
-        self._rel = self._x[2 * n : 2 * n + n // d * a].reshape(n // d, a)
-        self._step = self._x[2 * n + n // d * a :].reshape(n // d - 1, d)
-        # the anchored and step features, scaled and clipped in one pass (as `features`)
-        self._tail = self._x[2 * n :]
-        self._scale = np.concatenate(
-            [np.full(self._rel.size, 1 / 32.0), np.full(self._step.size, 1 / 16.0)]
-        ).astype(np.float32)
-        self._h = np.zeros(mlp.w[0].shape[1], np.float32)
-        self._h1 = np.zeros(mlp.w[1].shape[1], np.float32)
-        self._hi = vocab.n_action_bins - 1
+        self._features = PlanFeatures(s, self._w0_plan.shape[0])
+        self._hidden = tuple(np.zeros(w.shape[1], np.float32) for w in mlp.w[:2])
 
     def start(self, prefix: np.ndarray) -> None:
         """This cycle's prefix ([BOS][instruction][observation][SEP], vocab ids)."""
@@ -192,7 +213,7 @@ class PlanDrafter(OnChunkReuse):
         f[n_obs:] = 0.0
         f[self._hot + self._instr[0]] = 1.0
         np.add(f @ self._w0_fixed, self.mlp.b[0], out=self._h0)
-        self._anchor[:] = self._obs[0, self._anchors]
+        self._features.anchor[:] = self._obs[0, self._anchors]
 
     def draft(self, ctx: DraftContext, k: int) -> np.ndarray:
         self.q = None
@@ -200,27 +221,18 @@ class PlanDrafter(OnChunkReuse):
         g = len(drafts)
         if g == 0:
             return drafts
-        i, s, p = ctx.index, self.mlp.shape, self._plan
-        a, r = len(s.anchors), s.classes
-        p[:] = self.reuse.plan
-        np.divide(p, np.float32(255.0), out=self._x[: len(p)])
-        self._final[:i], self._final[i:] = 1.0, 0.0
-        wp = p.reshape(-1, s.dim)
-        np.subtract(wp[:, :a], self._anchor, out=self._rel)
-        np.subtract(wp[1:], wp[:-1], out=self._step)
-        t = np.multiply(self._tail, self._scale, out=self._tail)
-        np.minimum(np.maximum(t, -4.0, out=t), 4.0, out=t)
-        h, h1 = self._h, self._h1
-        np.add(self._h0, np.matmul(self._x, self._w0_plan, out=h), out=h)
+        i, s, (h, h1) = ctx.index, self.mlp.shape, self._hidden
+        x = self._features.fill(self.reuse.plan, i)
+        np.add(self._h0, np.matmul(x, self._w0_plan, out=h), out=h)
         np.maximum(h, 0.0, out=h)
         np.add(np.matmul(h, self.mlp.w[1], out=h1), self.mlp.b[1], out=h1)
         np.maximum(h1, 0.0, out=h1)
-        rows = slice(i * r, (i + g) * r)
-        logits = (self._w2t[rows] @ h1 + self.mlp.b[2][rows]).reshape(g, r)
+        rows = slice(i * s.classes, (i + g) * s.classes)
+        logits = (self._w2t[rows] @ h1 + self.mlp.b[2][rows]).reshape(g, s.classes)
         # written into the plan: re-anchoring measures a miss from what was drafted.
         # PlanMLP.shape_bins for at most a window of tokens, in plain Python (its numpy
         # calls cost more than the arithmetic on a few values)
-        rad, lo, hi, top = s.radius, 2 * s.radius + 1, self._hi, s.top
+        rad, lo, hi, top = s.radius, 2 * s.radius + 1, self.vocab.n_action_bins - 1, s.top
         plan = drafts.tolist()
         for j, c in enumerate(logits.argmax(1).tolist()):
             if c < lo:
