@@ -19,9 +19,9 @@ import pytest
 def test_a_node_started_by_a_niced_host_runs_at_niceness_0():
     code = (
         "import os, subprocess\n"
-        "from rtinfer.fleet.host import _node_preexec\n"
+        "from rtinfer.fleet.host import child_preexec\n"
         "os.nice(15 - os.nice(0))\n"
-        "kids = [subprocess.Popen(['sleep', '5'], preexec_fn=f) for f in (None, _node_preexec)]\n"
+        "kids = [subprocess.Popen(['sleep', '5'], preexec_fn=f) for f in (None, child_preexec)]\n"
         "print(*(os.getpriority(os.PRIO_PROCESS, k.pid) for k in kids))\n"
         "for k in kids: k.kill()\n"
     )

@@ -44,11 +44,11 @@ ROBOT_COUNTERS = (
 )  # polled
 
 
-def _node_preexec() -> None:  # in the child, before exec
-    """The node dies with its parent (the host's actor) and runs at niceness 0 where the
-    actor runs niced (a Ray worker: niceness 15 unless the cluster's `worker_niceness` is 0)
-    and may lower it (root, or CAP_SYS_NICE); else it keeps the actor's niceness, which
-    `start` reports."""
+def child_preexec() -> None:  # in the child, before exec
+    """A node (or a bench's robot) gets SIGTERM when its parent dies (the host's actor, the
+    bench), and runs at niceness 0 where the parent runs niced (a Ray worker: 15 unless the
+    cluster's `worker_niceness` is 0) and may lower it (root, or CAP_SYS_NICE); else it
+    keeps the parent's niceness, which `start` reports for a node."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     try:
         if os.getpriority(os.PRIO_PROCESS, 0) > 0:
@@ -137,7 +137,7 @@ class InferenceHost:
         log = self.dir / "node.log"
         with open(log, "w") as out, open(log.with_suffix(".err"), "w") as err:
             self.proc = subprocess.Popen(
-                self._command(), stdout=out, stderr=err, preexec_fn=_node_preexec
+                self._command(), stdout=out, stderr=err, preexec_fn=child_preexec
             )
         end = time.monotonic() + READY_S
         while "ready" not in log.read_text():

@@ -36,6 +36,7 @@ from rtinfer.fleet.controller import (
     ray_settings,
     start_controller,
 )
+from rtinfer.fleet.host import child_preexec
 from rtinfer.fleet.lan import FleetLan
 from rtinfer.fleet.spec import FleetError, FleetSpec, Host, Robot, host_resource
 from rtinfer.transport.curve import generate
@@ -306,6 +307,7 @@ class LocalFleet:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
+                preexec_fn=child_preexec,  # a bench killed ends its robots' runs
             )
         for name, p in self.robots.items():  # "ready" once its sockets are up
             if p.stdout.readline().strip() != "ready":
