@@ -4,10 +4,14 @@ own controller rules and equal plain greedy; a robot over --max-robots is refuse
 counted, while one node per robot serves both."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,12 +89,6 @@ def test_the_bench_robot_imports_no_inference_package():
 def test_sigterm_ends_a_bench_robot_s_run_early_with_its_record(tmp_path):
     """The failover bench starts its robots for the longest its phases may take and ends them
     with SIGTERM after the last: the run ends then, and the record is written as at an end."""
-    import os
-    import signal
-    import time
-
-    import numpy as np
-
     model = ROOT / "models/zoo/conveyor-v1"
     cmd = [sys.executable, "-m", "controllers.bench_robot", "--name", "r0"]
     cmd += ["--obs", f"ipc://{tmp_path}/obs", "--actions", f"ipc://{tmp_path}/act"]

@@ -308,6 +308,16 @@ def largest_meeting(
     return max(ok) if ok else None
 
 
+def check_sizes(sizes) -> None:
+    """ValueError unless the ladder has the shipped policy's rung, which the projected
+    speculative rows need."""
+    if SHIPPED not in sizes:
+        raise ValueError(
+            f"--sizes must include {SHIPPED} (the shipped policy): the projected "
+            f"speculative rows take its measured verifies per chunk; add {SHIPPED}"
+        )
+
+
 def run(
     sizes=SIZES,
     precisions=PRECISIONS,
@@ -322,11 +332,7 @@ def run(
     transport_messages: int = 1000,
     log=print,
 ) -> dict:
-    if SHIPPED not in sizes:
-        raise ValueError(
-            f"--sizes must include {SHIPPED} (the shipped policy): the projected "
-            "speculative rows take its measured verifies per chunk"
-        )
+    check_sizes(sizes)
     ship = ModelDir.load(shipped)
     n = max(runs, torch_runs or 0) + 2
     cycles = list(token_stream(ship, n, 0, ship.path / "stream.npz"))
@@ -430,11 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         help="chunk time against parameters per precision (and PNG's -sweep plot)",
     )
     a = p.parse_args(argv)
-    if SHIPPED not in a.sizes:
-        p.error(
-            f"--sizes must include {SHIPPED} (the shipped policy): the projected "
-            f"speculative rows take its measured verifies per chunk; add {SHIPPED}"
-        )
+    try:
+        check_sizes(a.sizes)
+    except ValueError as e:
+        p.error(str(e))
     kw = dict(
         runs=a.runs, threads=a.threads, trained=a.trained, overheads_report=a.overheads_report
     )
