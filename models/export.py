@@ -76,9 +76,17 @@ def graph_plan(
 
 
 def export_graph(
-    policy: nn.Module, depth: int, k: int, path, *, opset: int = OPSET, dynamo: bool = False
+    policy: nn.Module,
+    depth: int,
+    k: int,
+    path,
+    *,
+    opset: int = OPSET,
+    dynamo: bool = False,
+    free_k: bool = False,
 ) -> Path:
-    """Export one step graph (policy's dtype decides fp32/fp16), name weights, check it."""
+    """Export one step graph (policy's dtype decides fp32/fp16), name weights, check it.
+    free_k: the token count is a free dimension (traced at k; models.shared_k)."""
     cfg, p = policy.cfg, next(policy.parameters())
     args = (
         torch.zeros(1, k, dtype=torch.int64),
@@ -94,6 +102,7 @@ def export_graph(
         ["logits", "kv_out"],
         opset=opset,
         dynamo=dynamo,
+        dynamic_axes={"tokens": {1: "k"}, "logits": {1: "k"}} if free_k else None,
     )
 
 
@@ -107,11 +116,15 @@ def export_module(
     *,
     opset: int = OPSET,
     dynamo: bool = False,
+    dynamic_axes: dict | None = None,
 ) -> Path:
     """torch.onnx.export a graph module wrapping `policy` (in eval mode; its train/eval mode
-    is restored), give the initializers the policy's names, check the graph, save it."""
+    is restored), give the initializers the policy's names, check the graph, save it.
+    dynamic_axes: torch.onnx.export's (a free dimension per input or output name)."""
     path = Path(path)
     kw = dict(input_names=inputs, output_names=outputs, opset_version=opset, dynamo=dynamo)
+    if dynamic_axes:
+        kw["dynamic_axes"] = dynamic_axes
     was_training = policy.training
     policy.eval()
     with torch.no_grad(), warnings.catch_warnings():

@@ -8,8 +8,11 @@ Logits are masked to the action range [action_start, action_stop): outputs are a
   uses the Leviathan/Chen rejection rule (`speculative_accept`), which keeps plain
   sampling's output distribution. gamma adapts: +1 after full acceptance, -1 after a
   rejection, within [1, k_verify - 1] (drafters with `adapt_gamma = False` always get the
-  full window). Every verify runs the k_verify graph, padded, and hands the drafter the
-  target's greedy bin per row (`observe_target`) so it can refine what it drafts next.
+  full window). Every verify runs the k_verify graph, padded (another graph's weights
+  would fall out of the CPU's caches), or, where the backend's full depth takes any width
+  in one session (a shared-k graph, `free_widths`), exactly its g + 1 tokens; it hands the
+  drafter the target's greedy bin per row (`observe_target`) so it can refine what it
+  drafts next.
 Forced prefix (real-time chunking): the robot's committed waypoints, as bins, are the
 chunk's first tokens, fed and not sampled: ONE pass of the widest step graph at the
 decoding depth takes them all (more passes only past its k), and its last row's logits give
@@ -224,9 +227,10 @@ class Decoder:
     def _padded(self, ids: np.ndarray, pos: int, depth: int) -> np.ndarray:
         """ids, padded to the verify graph's k where it takes them at this depth (the graph
         every verify runs: a second graph's weights would fall out of the CPU's cache, and
-        conveyor-v1's k=4 graph measured slower than its k=8 one), else as they are."""
+        conveyor-v1's k=4 graph measured slower than its k=8 one), else as they are; as they
+        are too where the depth's widths are free (a shared-k graph)."""
         be, n = self.backend, len(ids)
-        if depth != be.n_layer or n > self.k_verify:
+        if depth != be.n_layer or n > self.k_verify or depth in be.free_widths:
             return ids
         k = min(be.pick_k(depth, self.k_verify, pos), self.k_verify)
         if k < n:
@@ -247,10 +251,14 @@ class Decoder:
         """One draft + verify; returns the number of new final tokens (0: nothing drafted)."""
         be, out, st = self.backend, self._out, self.stats
         adapt = self.adaptive and drafter.adapt_gamma
-        # every verify runs the one verify graph (padded): switching between graphs of
-        # different k costs more on a CPU (weights fall out of cache) than the padding
-        k = min(be.pick_k(be.n_layer, self.k_verify, pos), self.k_verify)
-        g = min(self.gamma if adapt else cap, n - m, k - 1)
+        full = be.n_layer
+        g = min(self.gamma if adapt else cap, n - m, self.k_verify - 1)
+        if full in be.free_widths:  # one session takes any width: verify exactly g + 1
+            k = be.pick_k(full, g + 1, pos)
+        else:  # every verify runs the one verify graph (padded): switching between graphs
+            # of different k costs more on a CPU (weights fall out of cache) than the padding
+            k = min(be.pick_k(full, self.k_verify, pos), self.k_verify)
+        g = min(g, k - 1)
         if g < 1:
             return 0
         ctx = self._ctx

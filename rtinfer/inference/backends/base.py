@@ -32,6 +32,9 @@ class Backend(ABC):
         self.model = None
         self.forwards: dict[int, int] = {}  # depth -> forward passes run (counters, not logs)
         self.gate: str | None = None  # the gated graph set full-depth steps run (None: dense)
+        # depths whose graph takes any token count up to max_k in one session (a shared-k
+        # graph): a pass costs what its width costs, with no other weights to fetch
+        self.free_widths: frozenset[int] = frozenset()
 
     # --- subclass hooks -------------------------------------------------------------------
     @abstractmethod

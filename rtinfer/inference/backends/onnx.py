@@ -20,12 +20,19 @@ dtype (the older spelling: "float32" | "float16"), inplace_kv (False), opt_level
 "extended" | "basic" | "disable"), spin (None: ORT default; False saves a core on a busy
 host at some latency cost), kv_rows (None: the KV-rows twins where the directory has a
 complete set of the running precision, on CPU, without gated sets; True: them or
-BackendError; False: the kv_out graphs).
+BackendError; False: the kv_out graphs), shared_k (None: a depth's shared-k graph, where
+graphs.json lists one of the running set (models.shared_k), runs every k it covers, on CPU,
+without kv_rows or gated sets; True: them or BackendError; False: the static graphs).
+Shared k (CPU): one graph per depth with a free token count, so the prefill, verify and
+decode step of a depth are one session and read one copy of the weights; with static graphs
+the prefill's weights evicted the verify's from the caches (`rtinfer bench decode`).
 Token-gated graph sets (graphs.json "gated") of the running precision get sessions of their
 own at load, bound to the same KV buffers; use_gate swaps which tables full-depth steps use.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -55,6 +62,7 @@ class OnnxBackend(Backend):
         spin: bool | None = None,
         precision: str | None = None,
         kv_rows: bool | None = None,
+        shared_k: bool | None = None,
     ) -> None:
         try:
             import onnxruntime as ort
@@ -90,6 +98,16 @@ class OnnxBackend(Backend):
             so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         md = self.model
         rows = self._rows_files(dtype, kv_rows)
+        shared = {} if rows else self._shared_files(dtype, shared_k)
+        for depth in {d for d, _ in shared}:  # one session: every width up to its largest k
+            ks = self._ks[depth]
+            if all((depth, k) in shared for k in ks):
+                path = shared[(depth, ks[0])]
+                self._ks[depth] = list(range(1, ks[-1] + 1))
+                shared.update({(depth, k): path for k in self._ks[depth]})
+        self.free_widths = frozenset(
+            d for d in self.depths if all((d, k) in shared for k in self._ks[d])
+        )
         kv_dtype = _NP[md.kv_dtype(dtype)]
         self._kv_np = [
             np.zeros(md.kv_shape, kv_dtype) for _ in range(1 if inplace_kv or rows else 2)
@@ -105,9 +123,12 @@ class OnnxBackend(Backend):
         self._start = np.zeros(1, np.int64)
         start_ov = ort.OrtValue.ortvalue_from_numpy(self._start)
         self._live, self._sessions, self._bind, self._tok, self._logits = 0, {}, {}, {}, {}
+        self._opened: dict = {}  # path -> session: a shared-k graph serves several k
         for depth in self.depths:
             for k in self._ks[depth]:
-                path = rows.get((depth, k)) or md.graph_path(dtype, depth, k)
+                path = (
+                    rows.get((depth, k)) or shared.get((depth, k)) or md.graph_path(dtype, depth, k)
+                )
                 self._session(path, depth, k, so, prov, start_ov)
         dense = (self._sessions, self._bind, self._tok, self._logits)
         self._tables = {None: dense}
@@ -130,20 +151,10 @@ class OnnxBackend(Backend):
             if g["dtype"] == dtype
         }
         need = {(d, k) for d, ks in self._ks.items() for k in ks}
-        why = (
-            "the directory has no complete kv_rows set of "
-            + dtype
-            + " (python -m models.kv_rows DIR)"
-            if not need <= set(rows)
-            else "kv_rows runs on the CPU provider only"
-            if self.device != "cpu"
-            else "kv_rows does not cover gated sets"
-            if any(g.dtype == dtype for g in md.gated.values())
-            else ""
-        )
-        if want and why:
-            raise BackendError(f"{md.path}: kv_rows=True but {why}")
-        if not want and (want is False or why):
+        missing_set = f"the directory has no complete kv_rows set of {dtype}"
+        if not self._use_optional(
+            "kv_rows", want, dtype, None if need <= set(rows) else missing_set
+        ):
             return {}
         missing = [p for p in rows.values() if not p.is_file()]
         if missing:
@@ -152,6 +163,48 @@ class OnnxBackend(Backend):
                 "re-export (python -m models.kv_rows DIR)"
             )
         return {key: rows[key] for key in need}
+
+    def _use_optional(self, key: str, want: bool | None, dtype: str, absent: str | None) -> bool:
+        """Whether the optional graphs of graphs.json `key` (kv_rows, shared_k) run: `want`
+        None uses them where they can, False never, True requires them (BackendError with
+        the reason and the command that exports them). absent: why the directory's are not
+        usable (None: they are there)."""
+        why = (absent and f"{absent} (python -m models.{key} DIR)") or (
+            f"{key} runs on the CPU provider only"
+            if self.device != "cpu"
+            else f"{key} does not cover gated sets"
+            if any(g.dtype == dtype for g in self.model.gated.values())
+            else ""
+        )
+        if want and why:
+            raise BackendError(f"{self.model.path}: {key}=True but {why}")
+        return bool(want or (want is None and not why))
+
+    def _shared_files(self, dtype: str, want: bool | None) -> dict:
+        """(depth, k) -> path of the shared-k graph that runs it, for every k of set `dtype`
+        a listed shared graph covers, or {} where they are not used (see shared_k in the
+        module doc)."""
+        md = self.model
+        listed = [g for g in md.manifest.get("shared_k", []) if g["dtype"] == dtype]
+        absent = None if listed else f"the directory lists no shared_k graph of {dtype}"
+        if not self._use_optional("shared_k", want, dtype, absent):
+            return {}
+        out = {}
+        for g in listed:
+            path = md.path / g["file"]
+            if not path.is_file():
+                raise BackendError(
+                    f"{path} listed in graphs.json shared_k is missing; "
+                    "re-export (python -m models.shared_k DIR)"
+                )
+            if hashlib.sha256(path.read_bytes()).hexdigest() != g.get("sha256"):
+                raise BackendError(
+                    f"{path}: sha256 differs from graphs.json shared_k; the file is corrupt "
+                    "or stale: re-export (python -m models.shared_k DIR)"
+                )
+            depth = int(g["depth"])
+            out.update({(depth, int(k)): path for k in g["ks"] if k in self._ks.get(depth, ())})
+        return out
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -164,15 +217,19 @@ class OnnxBackend(Backend):
         """A session for graph (depth, k) at `path`, its buffers and both IOBindings, into
         the current tables."""
         ort, md, V = self._ort, self.model, int(self.model.config["vocab_size"])
+        sess = self._opened.get(path)
         try:
-            sess = ort.InferenceSession(str(path), so, providers=prov)
+            sess = sess or ort.InferenceSession(str(path), so, providers=prov)
         except Exception as e:  # ORT raises its own untyped errors
             raise BackendError(f"{path}: onnxruntime cannot load it ({e}); re-export") from None
+        self._opened[path] = sess
         shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
         rows = "k0" in shapes
         kv = shapes.get("k0") if rows else shapes.get("kv")
         want = list(md.kv_shape[2:]) if rows else list(md.kv_shape)
-        if shapes.get("tokens") != [1, k] or kv != want:
+        tokens = shapes.get("tokens") or [None, None]
+        free = isinstance(tokens[1], str) or tokens[1] is None  # a shared-k graph
+        if tokens[0] != 1 or not (free or tokens[1] == k) or kv != want:
             raise BackendError(
                 f"{path}: inputs {shapes} do not match graphs.json (k={k}, "
                 f"kv {want}); stale or swapped files: re-export"
