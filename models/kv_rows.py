@@ -27,7 +27,7 @@ from pathlib import Path
 
 from models import checkpoint
 from models.export_batched import _share_into, check_rows, export_rows_graph
-from models.quantise import SETTINGS, quantise_graph, settings
+from models.quantise import QUANTISED, quantise_as
 from models.share import WEIGHTS, external_tensors
 from rtinfer.model.manifest import read_manifest, write_manifest
 
@@ -36,16 +36,20 @@ KEY = "kv_rows"
 
 def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
     """Write the kv-rows twin of every batch-1 graph of `dtypes` (default: every fp32 and
-    weight-quantised set; fp16 is left out, ORT's CPU provider lacks its kernels) and list
-    them in graphs.json (replacing earlier twins). policy: the torch model (default the
-    directory's checkpoint). Returns {file: max abs diff against its kv_out twin} (all 0.0).
-    Blocks for seconds (demo size) to minutes (100 M: ~400 MB per fp32 graph)."""
+    quantised set; fp16 is left out, ORT's CPU provider lacks its kernels) and list them in
+    graphs.json (replacing earlier twins of those sets; other sets' twins stay). policy: the
+    torch model (default the directory's checkpoint). Returns {file: max abs diff against
+    its kv_out twin} (all 0.0). Blocks for seconds (demo size) to minutes (100 M: ~400 MB
+    per fp32 graph)."""
     out = Path(model_dir)
     manifest = read_manifest(out)
     policy = policy or checkpoint.load(out / "policy").model
-    wanted = [g for g in manifest["graphs"] if g["dtype"] in (dtypes or ("float32", *SETTINGS))]
+    sets = dtypes or ("float32", *QUANTISED)
+    wanted = [g for g in manifest["graphs"] if g["dtype"] in sets]
+    others = [g for g in manifest.get(KEY, []) if g["dtype"] not in sets]  # kept as they are
     for old in manifest.get(KEY, []):
-        (out / old["file"]).unlink(missing_ok=True)
+        if old["dtype"] in sets:
+            (out / old["file"]).unlink(missing_ok=True)
     blob = bytearray((out / WEIGHTS).read_bytes()) if (out / WEIGHTS).exists() else bytearray()
     seen = external_tensors(
         out,
@@ -63,7 +67,7 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
                 policy, depth, k, 1, out / f"step_d{depth}_k{k}_rows.onnx"
             )
         if dtype != "float32":
-            quantise_graph(fp32[(depth, k)], path, **settings(manifest, dtype))
+            quantise_as(fp32[(depth, k)], path, dtype, manifest)
         diff = check_rows(path, single, depth, k, 1)
         if diff != 0.0:
             raise RuntimeError(
@@ -90,7 +94,7 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
     if blob:
         (out / WEIGHTS).write_bytes(bytes(blob))
         manifest.setdefault("weights", {})[WEIGHTS] = hashlib.sha256(blob).hexdigest()
-    manifest[KEY] = entries
+    manifest[KEY] = others + entries
     write_manifest(out, manifest)
     return report
 

@@ -1,6 +1,6 @@
-"""Weight-quantised step graphs (int8, int4) beside the fp32 and fp16 sets of a model directory.
+"""Quantised step graphs (int8, int4, w8a8) beside the fp32 and fp16 sets of a model directory.
 
-    python -m models.quantise models/zoo/conveyor-v1 int8 int4
+    python -m models.quantise models/zoo/conveyor-v1 int8 int4 [w8a8]
     rtinfer export --checkpoint CKPT --out DIR --quantise int8 int4
 
 The quantiser is ONNX Runtime's own (onnxruntime.quantization.matmul_nbits_quantizer): every
@@ -13,8 +13,11 @@ alone. So a k-token verify rounds every row as a 1-token step does, and speculat
 stays token-identical to plain greedy on the same graphs (tests/test_quantised.py). Dynamic
 activation quantisation (quantize_dynamic) is not used: it takes one scale per call from all
 k tokens, so a verify would round differently from the steps it replaces.
+w8a8 (models.w8a8) quantises the activations too, per token, with int8 weights per output
+channel: ONNX Runtime's integer GEMM then serves a prefill or a verify of several tokens far
+faster than MatMulNBits does, at twice int4's weight bytes for a k=1 step.
 
-Each precision gets its own folder (int8/, int4/) with its own shared weights.bin and sha256s
+Each precision gets its own folder (int8/, int4/, w8a8/) with its own shared weights.bin and sha256s
 in graphs.json. The fp32 graphs are the source; they and the fp16 set are left byte-identical.
 `agreement` measures greedy chunks of a set against fp32 on the directory's recorded
 stream.npz; `quantise` writes that into card.json under "quantised" (success in the cell is
@@ -40,9 +43,12 @@ from rtinfer.model.manifest import read_manifest, write_manifest
 from rtinfer.model.sequence import build_prefix
 
 from .share import share_weights
+from .w8a8 import quantise_w8a8
 
 # precision -> MatMulNBits settings (block 32: the smallest block ORT's int8 kernels keep fast here)
 SETTINGS = {"int8": {"bits": 8, "block_size": 32}, "int4": {"bits": 4, "block_size": 32}}
+W8A8 = "w8a8"  # models.w8a8: int8 weights per channel, int8 activations per token
+QUANTISED = (*SETTINGS, W8A8)  # every quantised precision, MatMulNBits' first
 ACCURACY_LEVEL = 4  # MatMulNBits: int8 compute, activations quantised per row and block
 STREAM = "stream.npz"
 
@@ -62,6 +68,17 @@ def quantise_graph(src, dst, bits: int, block_size: int) -> None:
     )
     q.process()
     onnx.save(q.model.model, str(dst))
+
+
+def quantise_as(src, dst, precision: str, manifest: dict | None = None) -> None:
+    """The fp32 step graph `src` as a graph of `precision` at `dst`, with the settings the
+    directory's set was written with (`manifest`'s "quantised"; default this module's)."""
+    if precision == W8A8:
+        quantise_w8a8(src, dst)
+    elif manifest is None:
+        quantise_graph(src, dst, **SETTINGS[precision])
+    else:
+        quantise_graph(src, dst, **settings(manifest, precision))
 
 
 def settings(manifest: dict, precision: str) -> dict:
@@ -90,9 +107,9 @@ def quantise(
     Returns {precision: {"settings", "bytes", "agreement"}}. Blocks for seconds (demo size)."""
     out = Path(out_dir)
     manifest = read_manifest(out)
-    unknown = [p for p in precisions if p not in SETTINGS]
+    unknown = [p for p in precisions if p not in QUANTISED]
     if unknown:
-        raise ValueError(f"cannot quantise to {unknown}; choose from {sorted(SETTINGS)}")
+        raise ValueError(f"cannot quantise to {unknown}; choose from {list(QUANTISED)}")
     fp32 = [g for g in manifest["graphs"] if g["dtype"] == "float32"]
     kept = [g for g in manifest["graphs"] if g["dtype"] not in precisions]
     weights = {
@@ -107,21 +124,34 @@ def quantise(
             "(16, 32, 64, 128, 256)"
         )
     for prec in precisions:
-        chosen = {**SETTINGS[prec], **({"block_size": block_size} if block_size else {})}
         folder = out / prec
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
+        if prec == W8A8:
+            recorded = {
+                "method": "int8 weights per output channel, int8 activations per token "
+                "(MatMulInteger)",
+                "symmetric": True,
+                "activation_zero_point": 128,
+                "tool": f"rtinfer models.w8a8, onnxruntime {onnxruntime.__version__}",
+            }
+        else:
+            chosen = {**SETTINGS[prec], **({"block_size": block_size} if block_size else {})}
+            recorded = {
+                "method": "MatMulNBits weight-only",
+                **chosen,
+                "symmetric": True,
+                "accuracy_level": ACCURACY_LEVEL,
+                "tool": tool,
+            }
         for g in fp32:
             name = f"{prec}/{Path(g['file']).name}"
-            quantise_graph(out / g["file"], out / name, **chosen)
+            if prec == W8A8:
+                quantise_w8a8(out / g["file"], out / name)
+            else:
+                quantise_graph(out / g["file"], out / name, **chosen)
             kept.append({**g, "file": name, "dtype": prec, "sha256": None})
-        manifest.setdefault("quantised", {})[prec] = {
-            "method": "MatMulNBits weight-only",
-            **chosen,
-            "symmetric": True,
-            "accuracy_level": ACCURACY_LEVEL,
-            "tool": tool,
-        }
+        manifest.setdefault("quantised", {})[prec] = recorded
     manifest["graphs"], manifest["weights"] = kept, weights
     write_manifest(out, manifest)
     share_weights(out)  # re-shares every folder: fp32 and fp16 come out byte-identical
@@ -197,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="model directory with fp32 step graphs")
-    ap.add_argument("precisions", nargs="+", choices=sorted(SETTINGS))
+    ap.add_argument("precisions", nargs="+", choices=list(QUANTISED))
     ap.add_argument("--stream", default=None, help="recorded stream .npz (default: the model's)")
     ap.add_argument("--no-card", action="store_true", help="leave card.json as it is")
     ap.add_argument(

@@ -39,7 +39,7 @@ import onnx
 
 from models import checkpoint
 from models.export import export_graph
-from models.quantise import SETTINGS, quantise_graph, settings
+from models.quantise import QUANTISED, quantise_as
 from models.share import WEIGHTS, externalise
 from rtinfer.model.manifest import read_manifest, write_manifest
 
@@ -90,9 +90,10 @@ def _stored(folder: Path, files) -> dict[bytes, tuple[str, int, int]]:
 
 def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
     """Write one shared-k graph per depth with more than one k, for every set in `dtypes`
-    (default: fp32 and every weight-quantised set the directory has), and list them in
-    graphs.json (replacing earlier ones). Each points its weights at the bytes its set's
-    static graphs read already (a tensor they do not hold goes to the folder's weights.bin).
+    (default: fp32 and every quantised set the directory has), and list them in graphs.json
+    (replacing earlier ones of those sets; other sets' stay). Each points its weights at the
+    bytes its set's static graphs read already (a tensor they do not hold goes to the
+    folder's weights.bin).
     policy: the torch model (default the directory's checkpoint). Returns {file: its largest
     relative difference from the static graphs}; raises where one is over TOLERANCE or an
     argmax differs."""
@@ -100,9 +101,11 @@ def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
     manifest = read_manifest(out)
     policy = policy or checkpoint.load(out / "policy").model
     have = {g["dtype"] for g in manifest["graphs"]}
-    sets = dtypes or [d for d in ("float32", *SETTINGS) if d in have]
+    sets = dtypes or [d for d in ("float32", *QUANTISED) if d in have]
+    others = [g for g in manifest.get(KEY, []) if g["dtype"] not in sets]  # kept as they are
     for old in manifest.get(KEY, []):
-        (out / old["file"]).unlink(missing_ok=True)
+        if old["dtype"] in sets:
+            (out / old["file"]).unlink(missing_ok=True)
     entries, report, fp32 = [], {}, {}
     for dtype in sorted(sets, key=lambda d: d != "float32"):  # fp32 first: the others' source
         static: dict[int, dict[int, Path]] = {}
@@ -130,7 +133,7 @@ def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
             if dtype == "float32":
                 shutil.copyfile(fp32[depth], path)
             else:
-                quantise_graph(fp32[depth], path, **settings(manifest, dtype))
+                quantise_as(fp32[depth], path, dtype, manifest)
             worst = 0.0
             for k, single in sorted(by_k.items()):
                 diff, same = check_shared(path, single, k)
@@ -155,7 +158,7 @@ def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
         path.unlink()
     for e in entries:
         e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
-    manifest[KEY] = entries
+    manifest[KEY] = others + entries
     write_manifest(out, manifest)
     return report
 

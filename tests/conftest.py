@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 # MuJoCo picks its GL backend once, when the first test imports it: the camera tests render
 # in this process (the conveyor env's lockstep camera), so EGL before anything loads mujoco.
@@ -74,6 +75,19 @@ TINY_SPEC = {
     "instruction": {"key": "instruction", "from": "values", "length": 3, "classes": 3},
 }
 K_VERIFY = 4
+
+
+def write_random_stream(model_dir, cycles: int, seed: int = 0) -> None:
+    """A recorded-style stream.npz in model_dir: `cycles` random observations, encoded."""
+    from rtinfer.model.directory import ModelDir
+
+    md, rng = ModelDir.load(model_dir), np.random.default_rng(seed)
+    pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(cycles)]
+    np.savez(
+        Path(model_dir) / "stream.npz",
+        instruction_tokens=np.stack([i for i, _ in pairs]),
+        obs_tokens=np.stack([o for _, o in pairs]),
+    )
 
 
 def random_obs_body(rng: np.random.Generator) -> dict:

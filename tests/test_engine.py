@@ -429,21 +429,13 @@ def make_qdq_dir(tiny_model_dir, tmp_path_factory):
     pytest.importorskip("onnxruntime")
     import shutil
 
-    import numpy as np
-    from conftest import random_obs_body
+    from conftest import write_random_stream
 
     from models.qdq import qdq
-    from rtinfer.model.directory import ModelDir
 
     d = tmp_path_factory.mktemp("qdq") / "m"
     shutil.copytree(tiny_model_dir, d)
-    md, rng = ModelDir.load(d), np.random.default_rng(0)
-    pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(6)]
-    np.savez(
-        d / "stream.npz",
-        instruction_tokens=np.stack([i for i, _ in pairs]),
-        obs_tokens=np.stack([o for _, o in pairs]),
-    )
+    write_random_stream(d, 6)
     return d, qdq(d, ("int8", "fp8"))
 
 

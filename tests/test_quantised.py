@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import random_obs_body
+from conftest import write_random_stream
 
 from models.quantise import agreement, quantise
 from models.share import share_weights
@@ -32,13 +32,7 @@ def quantised_dir(tiny_model_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("q") / "m"
     shutil.copytree(tiny_model_dir, d)
     share_weights(d)
-    md, rng = ModelDir.load(d), np.random.default_rng(0)
-    pairs = [md.obs.encode(random_obs_body(rng)) for _ in range(8)]
-    np.savez(
-        d / "stream.npz",
-        instruction_tokens=np.stack([i for i, _ in pairs]),
-        obs_tokens=np.stack([o for _, o in pairs]),
-    )
+    write_random_stream(d, 8)
     before = {p.name: _sha(p) for p in d.iterdir() if p.suffix in (".onnx", ".bin")}
     return d, before, quantise(d, QUANTISED)
 

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--precision",
         default=None,
-        help="int8, int4 or fp16: that graph set at full depth only (card 'quantised')",
+        help="int8, int4, w8a8 or fp16: that graph set at full depth only (card 'quantised')",
     )
     ap.add_argument(
         "--levels",

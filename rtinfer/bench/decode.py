@@ -124,7 +124,7 @@ def run(
             opts.get("precision", "fp32"),
             m["plain"]["decode_ns"].sum() / len(prefixes) / (md.chunk_tokens - 1) / 1e6,
         )
-        if backend == "onnx" and opts.get("precision", "fp32") in ("fp32", "int8", "int4")
+        if backend == "onnx" and opts.get("precision", "fp32") in ("fp32", "int8", "int4", "w8a8")
         else None,
         "backend": backend,
         "cycles": len(prefixes),

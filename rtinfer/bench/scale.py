@@ -48,7 +48,8 @@ from rtinfer.realtime.deadline import DEADLINE_MS
 from rtinfer.realtime.hist import LatencyHistogram
 from rtinfer.transport.wire import now_ns
 
-PRECISIONS = ("fp32", "int8", "int4")
+PRECISIONS = ("fp32", "int8", "int4", "w8a8")  # every set the bench can time
+DEFAULT_PRECISIONS = PRECISIONS[:3]  # w8a8 on request (--precisions ... w8a8)
 SIZES = (SHIPPED, *RUNGS)
 
 
@@ -320,7 +321,7 @@ def check_sizes(sizes) -> None:
 
 def run(
     sizes=SIZES,
-    precisions=PRECISIONS,
+    precisions=DEFAULT_PRECISIONS,
     *,
     runs: int = 30,
     steps: int = 100,
@@ -345,7 +346,11 @@ def run(
     ladder.sort(key=lambda x: (not x[1], x[0] != SHIPPED))  # trained first: they feed projections
     rows = []
     for name, is_trained in ladder:
-        path = Path(name) if name not in sizes else model_dir(name, shipped=shipped, log=log)
+        path = (
+            Path(name)
+            if name not in sizes
+            else model_dir(name, shipped=shipped, log=log, extra=precisions)
+        )
         log(f"scale: timing {Path(name).name} ({', '.join(precisions)})")
         rows += measure_rung(
             Path(name).name if is_trained and name != SHIPPED else name,
@@ -399,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         help="ladder rungs (1M is the shipped policy; the rest random weights, "
         "exported once into ~/.cache/rtinfer/scale)",
     )
-    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    p.add_argument("--precisions", nargs="+", default=list(DEFAULT_PRECISIONS), choices=PRECISIONS)
     p.add_argument("--runs", type=int, default=30, help="chunks timed per row")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime / torch intra-op threads")
     p.add_argument(

@@ -61,7 +61,7 @@ def matmul_gflops(
     RATE_ROWS rows (best of `repeats`). Blocks for about a second."""
     import onnxruntime as ort
 
-    from models.quantise import SETTINGS, quantise_graph  # the graphs' own settings
+    from models.quantise import quantise_as  # the graphs' own settings
 
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
@@ -73,7 +73,7 @@ def matmul_gflops(
         for prec in precisions:
             path = src if prec == "fp32" else Path(tmp) / f"{prec}.onnx"
             if prec != "fp32":
-                quantise_graph(src, path, **SETTINGS[prec])
+                quantise_as(src, path, prec)
             sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
             best = float("inf")
             for _ in range(repeats):

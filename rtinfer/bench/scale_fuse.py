@@ -167,7 +167,7 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="100M", choices=[*RUNGS, *TINY])
-    ap.add_argument("--precision", default="int4", choices=["fp32", "int8", "int4"])
+    ap.add_argument("--precision", default="int4", choices=["fp32", "int8", "int4", "w8a8"])
     ap.add_argument("--steps", type=int, default=100, help="rounds of every (variant, stage)")
     ap.add_argument("--cycles", type=int, default=10, help="greedy chunks compared per variant")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))

@@ -81,11 +81,13 @@ def model_dir(
     horizon=None,
     precisions=("int8", "int4"),
     log=print,
+    extra=(),
 ) -> Path:
     """The model directory of rung `name`: the shipped one for "1M", else the cached export
     (made now if missing: seconds for tiny, minutes and ~1.2 GB of disk per graph set for
     300M). prefills: observation-prefill lengths to export (default the shipped layout's 28);
-    max_ctx / horizon: a longer context and chunk for the cost sweep."""
+    max_ctx / horizon: a longer context and chunk for the cost sweep. extra: more precision
+    sets the caller needs, added to the cached rung once where it lacks them."""
     if name == SHIPPED:
         return Path(shipped)
     src = Path(shipped)
@@ -95,11 +97,13 @@ def model_dir(
     key = _key({**cfg.to_dict(), "horizon": horizon}, prefills, tuple(precisions))
     out = cache_root() / f"{name}-{key}"
     if (out / "graphs.json").exists() and (out / ".complete").exists():
-        if "kv_rows" not in json.loads((out / "graphs.json").read_text()):
+        manifest = json.loads((out / "graphs.json").read_text())
+        if "kv_rows" not in manifest:
             from models.kv_rows import export_kv_rows  # torch: only to export
 
             log(f"scale: adding the KV-rows twins to {out} (once)")
             export_kv_rows(out)
+        _add_sets(out, manifest, extra, log)
         return out
     log(f"scale: exporting the {name} rung into {out} (once; cached)")
     tmp = out.with_name(out.name + ".partial")
@@ -108,7 +112,23 @@ def model_dir(
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     (out / ".complete").write_text("")
+    _add_sets(out, json.loads((out / "graphs.json").read_text()), extra, log)
     return out
+
+
+def _add_sets(out: Path, manifest: dict, extra, log) -> None:
+    """Quantise the sets of `extra` a cached rung lacks (precisions beyond the ones its
+    cache key names, e.g. w8a8), with their KV-rows twins, once."""
+    have = {g["dtype"] for g in manifest["graphs"]}
+    missing = [p for p in extra if p not in ("fp32", "fp16") and p not in have]
+    if not missing:
+        return
+    from models.kv_rows import export_kv_rows  # torch: only to export
+    from models.quantise import quantise
+
+    log(f"scale: adding the {', '.join(missing)} graphs to {out} (once)")
+    quantise(out, tuple(missing), card=False)
+    export_kv_rows(out, tuple(missing))
 
 
 def _export(cfg, src: Path, out: Path, prefills, precisions, horizon) -> None:

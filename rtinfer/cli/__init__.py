@@ -224,10 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantise",
         nargs="*",
         default=[],
-        choices=["int8", "int4"],
+        choices=["int8", "int4", "w8a8"],
         metavar="PRECISION",
-        help="also write weight-quantised step graphs (int8, "
-        "int4) in their own folders, with their greedy agreement with fp32 in the card",
+        help="also write quantised step graphs (int8, int4: weights only; w8a8: weights "
+        "and activations) in their own folders, with their greedy agreement with fp32 in the card",
     )
     x.add_argument(
         "--stream",
@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--precision",
         default=None,
-        choices=["fp32", "fp16", "int8", "int4"],
+        choices=["fp32", "fp16", "int8", "int4", "w8a8"],
         help="model: which graph set runs (default fp32; graphs.json lists them)",
     )
     e.add_argument(

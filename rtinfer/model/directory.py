@@ -2,7 +2,7 @@
 
     graphs.json        export manifest (models.export): config, vocab, one entry per graph
     step_d{D}_k{K}.onnx  the static-shape step graphs; fp16/, int8/ and int4/ hold the same
-                       set in other precisions (graphs.json "dtype": float16, int8, int4)
+                       set in other precisions (graphs.json "dtype": float16, int8, int4, w8a8)
     tokenizer.json     rtinfer.model.action_tokens.TokenizerConfig (with its hash; checked on load)
     obs_tokens.json    rtinfer.model.obs_tokens spec (observation + instruction tokens)
     vocab.json         optional if graphs.json carries "vocab" (models.config.Vocab layout)
@@ -38,7 +38,13 @@ from rtinfer.model.vocab import VocabLayout
 
 SPECIALS = ("PAD", "BOS", "SEP")
 # precision (the name a user picks) -> graphs.json "dtype" of that graph set
-PRECISIONS = {"fp32": "float32", "fp16": "float16", "int8": "int8", "int4": "int4"}
+PRECISIONS = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "int8": "int8",
+    "int4": "int4",
+    "w8a8": "w8a8",
+}
 
 
 def graph_dtype(precision: str) -> str:
@@ -141,7 +147,7 @@ class ModelDir:
 
     def kv_dtype(self, dtype: str) -> str:
         """The KV cache dtype of a graph set: float16 for the fp16 graphs, float32 for the
-        fp32 and the weight-quantised (int8, int4) ones, as their `kv` input declares."""
+        fp32 and the quantised (int8, int4, w8a8) ones, as their `kv` input declares."""
         g = next(g for (dt, _, _), g in self.graphs.items() if dt == dtype)
         return next(
             (i["dtype"] for i in g.get("inputs", ()) if i["name"] == "kv"),
