@@ -22,6 +22,7 @@ from . import checkpoint
 from .export import export_all
 from .quantise import quantise as quantise_sets
 from .share import share_weights
+from .shared_k import export_shared_k
 
 K_VERIFY = 8
 
@@ -35,9 +36,12 @@ def package(
     exit_prefill: tuple[int, ...] = (),
     quantise: tuple[str, ...] = (),
     stream=None,
+    shared_k: bool = True,
 ) -> dict:
-    """quantise: precisions ("int8", "int4") to add beside fp32; stream: the recorded .npz
-    their agreement is measured on (default out_dir/stream.npz, if there)."""
+    """quantise: precisions ("int8", "int4", "w8a8") to add beside fp32; stream: the recorded
+    .npz their agreement is measured on (default out_dir/stream.npz, if there). shared_k: also
+    one graph per depth with the token count free, for fp32 and each quantised set
+    (models.shared_k: the ONNX backend runs every k of a depth in one session)."""
     ck = checkpoint.load(ckpt_path)
     meta, cfg, vocab = ck.meta, ck.cfg, ck.vocab
     out = Path(out_dir)
@@ -97,6 +101,8 @@ def package(
     }
     if quantise:
         card["quantised"] = quantise_sets(out, quantise, stream=stream, card=False)
+    if shared_k:
+        card["shared_k"] = export_shared_k(out, policy=ck.model)
     (out / "card.json").write_text(json.dumps(card, indent=1))
     return card
 
@@ -119,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         "--quantise",
         nargs="*",
         default=[],
-        choices=["int8", "int4"],
-        help="weight-quantised graph sets to add beside fp32 (models.quantise)",
+        choices=["int8", "int4", "w8a8"],
+        help="quantised graph sets to add beside fp32 (models.quantise)",
+    )
+    ap.add_argument(
+        "--no-shared-k", action="store_true", help="no shared-k graphs (models.shared_k)"
     )
     a = ap.parse_args(argv)
     card = package(
@@ -129,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         fp16=not a.no_fp16,
         exit_prefill=tuple(a.exit_prefill),
         quantise=tuple(a.quantise),
+        shared_k=not a.no_shared_k,
     )
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0

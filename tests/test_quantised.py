@@ -184,7 +184,7 @@ def test_shipped_set_speculates_exactly_and_its_card_holds_the_measured_agreemen
 
 
 @needs_zoo
-@pytest.mark.parametrize("prec", QUANTISED)
+@pytest.mark.parametrize("prec", (*QUANTISED, "w8a8"))
 def test_shipped_set_sorts_within_two_points_of_fp32(prec):
     s = json.loads((ZOO / "card.json").read_text())["quantised"][prec]["success"]
     assert s["float32_success_rate"] is not None and s["episodes"] * 6 * 20 == s["spawned"]

@@ -156,3 +156,29 @@ def test_shipped_policy_verifies_at_exact_width_and_stays_token_identical():
             assert verify_widths == {8}
         else:
             assert max(verify_widths) == 8 and min(verify_widths) < 8
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rtinfer_export_writes_shared_graphs_unless_told_not_to(tiny_model_dir, tmp_path, shared):
+    """`rtinfer export` (models.package) lists a shared graph per depth with several k, and
+    the backend runs them; --no-shared-k writes the static graphs only."""
+    import json
+
+    from models import checkpoint
+    from models.package import package
+
+    ck = checkpoint.load(tiny_model_dir / "policy")
+    meta = {
+        "tokenizer_config": json.loads((tiny_model_dir / "tokenizer.json").read_text()),
+        "obs_tokens_spec": json.loads((tiny_model_dir / "obs_tokens.json").read_text()),
+    }
+    src = checkpoint.save(tmp_path / "ck" / "policy", ck.model, ck.vocab, meta)
+    out = tmp_path / "pkg"
+    card = package(src.with_suffix(""), out, fp16=False, shared_k=shared)
+    listed = ModelDir.load(out).manifest.get("shared_k", [])
+    be = get_backend("onnx").load(out)
+    if shared:
+        assert listed and set(card["shared_k"]) == {e["file"] for e in listed}
+        assert be.n_layer in be.free_widths
+    else:
+        assert not listed and "shared_k" not in card and be.free_widths == frozenset()

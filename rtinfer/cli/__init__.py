@@ -65,6 +65,7 @@ def _export(args: argparse.Namespace) -> int:
         exit_prefill=tuple(args.exit_prefill),
         quantise=tuple(args.quantise),
         stream=args.stream,
+        shared_k=not args.no_shared_k,
     )
     print(json.dumps({k: card[k] for k in ("name", "params", "val_token_accuracy")}))
     return 0
@@ -219,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DEPTH",
         help="exit depths whose budget levels also prefill there (cheaper; the "
         "first action token then comes from the exit head: check its success)",
+    )
+    x.add_argument(
+        "--no-shared-k",
+        action="store_true",
+        help="write only the static step graphs (by default also one graph per depth "
+        "with the token count free, which the ONNX backend runs every k of the depth through)",
     )
     x.add_argument(
         "--quantise",
