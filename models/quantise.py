@@ -104,7 +104,9 @@ def quantise(
     block_size: K elements per scale (default SETTINGS': 32). Larger blocks stream fewer scale
     bytes and run faster (docs/benchmarks/compute.md: 128 at 100 M int4, a step 0.8x, a verify
     0.78x) at some agreement with fp32 (the shipped policy's int4 chunks 0.93 -> 0.90).
-    Returns {precision: {"settings", "bytes", "agreement"}}. Blocks for seconds (demo size)."""
+    A rewritten set's KV-rows twins and shared-k graphs are dropped with its old folder (write
+    them again: python -m models.kv_rows / models.shared_k DIR). Returns {precision:
+    {"settings", "bytes", "agreement"}}. Blocks for seconds (demo size)."""
     out = Path(out_dir)
     manifest = read_manifest(out)
     unknown = [p for p in precisions if p not in QUANTISED]
@@ -152,9 +154,18 @@ def quantise(
                 quantise_graph(out / g["file"], out / name, **chosen)
             kept.append({**g, "file": name, "dtype": prec, "sha256": None})
         manifest.setdefault("quantised", {})[prec] = recorded
+    for key in ("kv_rows", "shared_k"):  # a rewritten set's twins went with its folder
+        if key in manifest:
+            manifest[key] = [g for g in manifest[key] if g["dtype"] not in precisions]
+    # a shipped folder keeps its fp32 weights in the checkpoint (models.checkpoint_blob)
+    merged = "policy.safetensors" in weights and not (out / "weights.bin").exists()
     manifest["graphs"], manifest["weights"] = kept, weights
     write_manifest(out, manifest)
     share_weights(out)  # re-shares every folder: fp32 and fp16 come out byte-identical
+    if merged:  # share_weights wrote the fp32 weights to weights.bin again: back into one file
+        from .checkpoint_blob import merge
+
+        merge(out)
     recorded = Path(stream) if stream else out / STREAM
     report = {}
     for prec in precisions:

@@ -94,6 +94,11 @@ def test_kv_rows_twins_and_shared_graphs_are_made_from_it(w8_dir, tmp_path):
     assert shared and max(shared.values()) <= TOLERANCE
     rows = get_backend("onnx").load(d, precision="w8a8")  # the twins: complete for w8a8
     assert rows._new
+    quantise(d, ("w8a8",), card=False)  # the set again: its old twins went with its folder
+    man = json.loads((d / "graphs.json").read_text())
+    assert [g["dtype"] for g in man["kv_rows"]] == ["int4"] * len(int4_twins)
+    assert not [g for g in man.get("shared_k", []) if g["dtype"] == "w8a8"]
+    assert get_backend("onnx").load(d, precision="w8a8")._new == {}  # loads, static graphs
 
 
 @pytest.mark.slow
