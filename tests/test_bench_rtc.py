@@ -130,6 +130,36 @@ def test_lockstep_replays_exactly_and_each_prefix_is_what_the_robot_executes(tmp
         assert capture - captures[c["chunk"]] == c["from"] * 50 * MS
 
 
+def test_the_joining_expert_conditions_on_the_prefix_and_its_chunks_start_with_it(tmp_path):
+    """--expert --expert-joins: the scripted expert answers with chunks whose first waypoints
+    are the committed prefix, the robot takes them as conditioned (no mismatch), and the
+    expert that cannot condition (plain --expert) sends none."""
+    import numpy as np
+
+    from examples.conveyor_sorting import rtc_lockstep as ls
+    from examples.conveyor_sorting.expert import JoiningExpert
+
+    model = str(ROOT / "models/zoo/conveyor-flow")
+    joined = ls.run_point(
+        model, "rtc", 100.0, 3, seconds=2.0, jitter=0.2, tmp=tmp_path, expert="joins"
+    )
+    plain = ls.run_point(model, "rtc", 100.0, 3, seconds=2.0, jitter=0.2, tmp=tmp_path, expert=True)
+    assert joined["chunks_conditioned"] > 0 and joined["prefix_mismatch"] == 0
+    assert joined["stale_applied"] == 0 and plain["chunks_conditioned"] == 0
+    policy = ls.ExpertPolicy(model, joins=True)
+    assert isinstance(policy.expert, JoiningExpert) and policy.expert.predict
+    prefix = np.array([[0.1, 0.0, 0.3, 0.0], [0.12, 0.0, 0.3, 0.0]])
+    policy.expert.prefix = prefix
+    obs = {
+        "gantry": np.array([0.05, 0.0, 0.3, 0.4, 0.0, 0.0, 0.0, 0.0], np.float32),
+        "objects": np.zeros((4, 4), np.float32),
+        "held": np.array([-1]),
+        "instruction": np.array([0, 1, 2]),
+    }
+    plan = policy.expert._plan(obs)
+    assert (plan[:2] == prefix).all() and len(plan) == 16
+
+
 def test_the_lockstep_delay_line_hands_a_message_over_its_delay_later_on_the_sim_clock():
     from examples.conveyor_sorting.delay_line import DelayLine, SimClock
 

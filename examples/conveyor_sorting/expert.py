@@ -149,6 +149,75 @@ class ScriptedExpert:
         return out
 
 
+class JoiningExpert(ScriptedExpert):
+    """The expert's plan continued from `prefix` (n, D): rows 0..n-1 are the prefix, the rest
+    its rollout from the last one's position (and velocity, from the last two).
+    predict: also take the plan's decisions (which object, aligned, descend) where the prefix
+    ends: the gantry at its last waypoint, the objects carried on by the belt for the prefix's
+    n periods, the rollout's time counted from there. Else they are taken from the
+    observation, as ScriptedExpert does, while the rollout continues the prefix."""
+
+    prefix: np.ndarray | None = None
+
+    def __init__(self, cell: CellConfig, tokenizer: TokenizerConfig, predict: bool = False):
+        super().__init__(cell, tokenizer)
+        self.predict, self._t0 = predict, 0.0
+
+    def _plan(self, obs: dict) -> np.ndarray:
+        c = self.prefix
+        self._t0 = len(c) * self.period_s if self.predict and c is not None and len(c) else 0.0
+        if not self._t0:
+            return super()._plan(obs)
+        shift = self.cell.belt_speed * self._t0
+        g = np.array(obs["gantry"], np.float64)
+        g[:3] = c[-1, :3]
+        if len(c) > 1:
+            g[3:6] = (c[-1, :3] - c[-2, :3]) / self.period_s
+        objs = np.array(obs["objects"], np.float64)
+        objs[:, 1] += shift * (objs[:, 3] > 0.5)
+        self._shift_target(shift)
+        try:
+            return super()._plan({**obs, "gantry": g, "objects": objs})
+        finally:
+            self._shift_target(-shift)  # the target stays in the observation's frame
+
+    def _shift_target(self, dx: float) -> None:
+        if self.target is not None:
+            c, x, y = self.target
+            self.target = (c, x + dx, y)
+
+    def _rollout(self, p, v, goal, suction):
+        c = self.prefix
+        if c is None or len(c) == 0:
+            return super()._rollout(p, v, goal, suction)
+        if self._t0:  # the goals were set where the prefix ends: their time starts there
+            goal = _delayed(goal, self._t0)
+        n, per = len(c), int(round(self.period_s / ROLLOUT_DT))
+        q = c[-1, :3].astype(float)
+        w = (c[-1, :3] - c[-2, :3]) / self.period_s if n > 1 else np.asarray(v, float).copy()
+        out = np.empty((self.horizon, 4))
+        out[:, 3] = suction
+        out[:n] = c
+        for k in range(n * per + 1, self.horizon * per + 1):  # waypoint i is due at (i+1) periods
+            gp, gv = goal(k * ROLLOUT_DT, q)
+            e = gp - q
+            step = np.minimum(20.0 * np.abs(e), np.sqrt(2 * AMAX * np.abs(e)))
+            w += np.clip(
+                np.clip(gv + np.sign(e) * step, -VMAX, VMAX) - w,
+                -AMAX * ROLLOUT_DT,
+                AMAX * ROLLOUT_DT,
+            )
+            q += w * ROLLOUT_DT
+            if k % per == 0:
+                out[k // per - 1, :3] = q
+        return out
+
+
+def _delayed(goal, t0: float):
+    """goal(t, q) with its time origin moved t0 later."""
+    return lambda t, q: goal(t - t0, q)
+
+
 def _move_time(d, axis: int):
     """Trapezoidal-profile time (s) to move distance d (m) along an axis from rest to rest."""
     d = np.asarray(d, np.float64)

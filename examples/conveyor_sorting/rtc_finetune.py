@@ -31,42 +31,11 @@ from rtinfer.realtime.complaints import say
 
 from . import rtc_lockstep
 from .config import CellConfig, tokenizer_config
-from .expert import AMAX, ROLLOUT_DT, VMAX, ScriptedExpert
+from .expert import JoiningExpert
 from .observe import obs_from_body
 
 MODEL = "models/zoo/conveyor-flow"
 KEYS = ("objects", "gantry", "held", "instruction")
-
-
-class JoiningExpert(ScriptedExpert):
-    """The expert's plan continued from `prefix` (n, D): rows 0..n-1 are the prefix, the rest
-    its rollout from the last one's position (and velocity, from the last two)."""
-
-    prefix: np.ndarray | None = None
-
-    def _rollout(self, p, v, goal, suction):
-        c = self.prefix
-        if c is None or len(c) == 0:
-            return super()._rollout(p, v, goal, suction)
-        n, per = len(c), int(round(self.period_s / ROLLOUT_DT))
-        q = c[-1, :3].astype(float)
-        w = (c[-1, :3] - c[-2, :3]) / self.period_s if n > 1 else np.asarray(v, float).copy()
-        out = np.empty((self.horizon, 4))
-        out[:, 3] = suction
-        out[:n] = c
-        for k in range(n * per + 1, self.horizon * per + 1):  # waypoint i is due at (i+1) periods
-            gp, gv = goal(k * ROLLOUT_DT, q)
-            e = gp - q
-            step = np.minimum(20.0 * np.abs(e), np.sqrt(2 * AMAX * np.abs(e)))
-            w += np.clip(
-                np.clip(gv + np.sign(e) * step, -VMAX, VMAX) - w,
-                -AMAX * ROLLOUT_DT,
-                AMAX * ROLLOUT_DT,
-            )
-            q += w * ROLLOUT_DT
-            if k % per == 0:
-                out[k // per - 1, :3] = q
-        return out
 
 
 def collect(

@@ -45,22 +45,25 @@ from rtinfer.transport.action_chunk import carried_stamps
 
 from .config import CellConfig, tokenizer_config
 from .delay_line import DelayLine, SimClock
-from .expert import ScriptedExpert
+from .expert import JoiningExpert, ScriptedExpert
 from .observe import obs_from_body
 from .sim_node import ConveyorSim
 
 MS = 1_000_000
+JOIN_MAX = 8  # committed waypoints the joining expert conditions on (conveyor-flow's max)
 
 
 class ExpertPolicy:
     """The scripted expert behind the policy surface the node's parts read, planning the
     model's horizon: in its tokenizer's tokens for an action-token model, else in its action
     spec (`--expert`: what the task allows at a delay, apart from what a policy learnt). It
-    cannot condition (max_committed 0)."""
+    cannot condition (max_committed 0), unless `joins`: then it conditions on up to
+    JOIN_MAX committed waypoints (JoiningExpert, predicting: its plan continued from the
+    prefix's last waypoint, its decisions taken there)."""
 
     max_committed = 0
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, joins: bool = False):
         tok, act = load_policy_spec(model)
         cell = CellConfig()
         self.tokens = act is None  # the robot follows this model's token chunks
@@ -74,6 +77,9 @@ class ExpertPolicy:
             self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, act.start_ns
             horizon, self.action_dim = act.horizon, act.dim
         self.levels = [BudgetLevel(0, 0, horizon)]
+        if joins:
+            self.expert = JoiningExpert(self.expert.cell, self.expert.tok.cfg, predict=True)
+            self.max_committed = min(JOIN_MAX, horizon - 1)
 
     def encode(self, body: dict) -> dict:
         return obs_from_body(body)
@@ -81,6 +87,11 @@ class ExpertPolicy:
     def run(self, jobs: list, emit) -> list:
         out = []
         for cycle, obs in jobs:
+            c = cycle.committed if self.max_committed else None
+            if self.max_committed:  # the chunk starts with the prefix, exactly
+                self.expert.prefix = None if c is None else np.asarray(c.values, float)
+                if c is not None:
+                    c.used = True
             tokens, chunk = self.expert.act_tokens(obs)
             emit(cycle, 0, chunk[: cycle.count], tokens[: cycle.count] if self.tokens else None)
             out.append(chunk)
@@ -96,11 +107,11 @@ class LockstepNode:
         out: DelayLine,
         clock: SimClock,
         seed: int,
-        expert: bool = False,
+        expert: bool | str = False,
         flow_rtc: str = "condition",
     ):
         self.policy = (
-            ExpertPolicy(model)
+            ExpertPolicy(model, joins=expert == "joins")
             if expert
             else load_policy(
                 model,
@@ -188,7 +199,7 @@ def run_point(
     jitter: float = 0.0,
     blend_ms: float = 100.0,
     tmp: Path,
-    expert: bool = False,
+    expert: bool | str = False,
     flow_rtc: str = "condition",
     probe: bool = False,
 ) -> dict:
@@ -263,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         "(the model's action spec and horizon): what the task allows at each delay",
     )
     p.add_argument(
+        "--expert-joins",
+        action="store_true",
+        help="with --expert: the expert conditions on the committed prefix (its plan and "
+        "its decisions continued from the prefix's last waypoint), as a policy with RTC would",
+    )
+    p.add_argument(
         "--flow-rtc",
         default="condition",
         choices=FLOW_RTC,
@@ -292,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                         jitter=a.jitter,
                         blend_ms=a.blend_ms,
                         tmp=Path(d),
-                        expert=a.expert,
+                        expert="joins" if a.expert and a.expert_joins else a.expert,
                         flow_rtc=a.flow_rtc,
                         probe=a.probe_suction,
                     )
