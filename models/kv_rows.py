@@ -28,7 +28,7 @@ from pathlib import Path
 from models import checkpoint
 from models.export_batched import _share_into, check_rows, export_rows_graph
 from models.quantise import QUANTISED, quantise_as
-from models.share import WEIGHTS, external_tensors
+from models.share import WEIGHTS, external_tensors, listed_elsewhere
 from rtinfer.model.manifest import read_manifest, write_manifest
 
 KEY = "kv_rows"
@@ -46,10 +46,7 @@ def export_kv_rows(model_dir, dtypes=None, *, policy=None) -> dict:
     policy = policy or checkpoint.load(out / "policy").model
     sets = dtypes or ("float32", *QUANTISED)
     wanted = [g for g in manifest["graphs"] if g["dtype"] in sets]
-    others = [g for g in manifest.get(KEY, []) if g["dtype"] not in sets]  # kept as they are
-    for old in manifest.get(KEY, []):
-        if old["dtype"] in sets:
-            (out / old["file"]).unlink(missing_ok=True)
+    others = listed_elsewhere(out, manifest, KEY, sets)
     blob = bytearray((out / WEIGHTS).read_bytes()) if (out / WEIGHTS).exists() else bytearray()
     seen = external_tensors(
         out,

@@ -42,7 +42,7 @@ from rtinfer.model.directory import ModelDir
 from rtinfer.model.manifest import read_manifest, write_manifest
 from rtinfer.model.sequence import build_prefix
 
-from .share import share_weights
+from .share import listed_elsewhere, share_weights
 from .w8a8 import quantise_w8a8
 
 # precision -> MatMulNBits settings (block 32: the smallest block ORT's int8 kernels keep fast here)
@@ -75,10 +75,8 @@ def quantise_as(src, dst, precision: str, manifest: dict | None = None) -> None:
     directory's set was written with (`manifest`'s "quantised"; default this module's)."""
     if precision == W8A8:
         quantise_w8a8(src, dst)
-    elif manifest is None:
-        quantise_graph(src, dst, **SETTINGS[precision])
     else:
-        quantise_graph(src, dst, **settings(manifest, precision))
+        quantise_graph(src, dst, **settings(manifest or {}, precision))
 
 
 def settings(manifest: dict, precision: str) -> dict:
@@ -130,7 +128,7 @@ def quantise(
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
         if prec == W8A8:
-            recorded = {
+            manifest.setdefault("quantised", {})[prec] = {
                 "method": "int8 weights per output channel, int8 activations per token "
                 "(MatMulInteger)",
                 "symmetric": True,
@@ -139,24 +137,20 @@ def quantise(
             }
         else:
             chosen = {**SETTINGS[prec], **({"block_size": block_size} if block_size else {})}
-            recorded = {
+            manifest.setdefault("quantised", {})[prec] = {
                 "method": "MatMulNBits weight-only",
                 **chosen,
                 "symmetric": True,
                 "accuracy_level": ACCURACY_LEVEL,
                 "tool": tool,
             }
-        for g in fp32:
+        for g in fp32:  # with the settings just recorded
             name = f"{prec}/{Path(g['file']).name}"
-            if prec == W8A8:
-                quantise_w8a8(out / g["file"], out / name)
-            else:
-                quantise_graph(out / g["file"], out / name, **chosen)
+            quantise_as(out / g["file"], out / name, prec, manifest)
             kept.append({**g, "file": name, "dtype": prec, "sha256": None})
-        manifest.setdefault("quantised", {})[prec] = recorded
     for key in ("kv_rows", "shared_k"):  # a rewritten set's twins went with its folder
         if key in manifest:
-            manifest[key] = [g for g in manifest[key] if g["dtype"] not in precisions]
+            manifest[key] = listed_elsewhere(out, manifest, key, precisions)
     # a shipped folder keeps its fp32 weights in the checkpoint (models.checkpoint_blob)
     merged = "policy.safetensors" in weights and not (out / "weights.bin").exists()
     manifest["graphs"], manifest["weights"] = kept, weights

@@ -47,17 +47,39 @@ def externalise(
 
 
 def external_tensors(folder: Path, files, blob: bytes) -> dict[bytes, tuple[str, int, int]]:
-    """externalise's `seen` for tensors already in `blob` (folder's weights.bin): sha256 ->
-    (WEIGHTS, offset, length), from the external-data entries of the graph `files` in folder."""
-    seen = {}
+    """externalise's `seen` for the tensors the graph `files` in folder already read from
+    external data: sha256 -> (location, offset, length). A tensor in weights.bin is read from
+    `blob` (folder's weights.bin, as it may have grown in memory); one in another file beside
+    its graph (the checkpoint a shipped model's graphs point into,
+    models.checkpoint_blob) from that file."""
+    seen: dict[bytes, tuple[str, int, int]] = {}
+    other: dict[Path, bytes] = {}
     for f in files:
-        for t in onnx.load(str(Path(folder) / f), load_external_data=False).graph.initializer:
+        graph = Path(folder) / f
+        for t in onnx.load(str(graph), load_external_data=False).graph.initializer:
             if t.data_location != TensorProto.EXTERNAL:
                 continue
             e = {x.key: x.value for x in t.external_data}
-            off, n = int(e.get("offset", 0)), int(e["length"])
-            seen.setdefault(hashlib.sha256(blob[off : off + n]).digest(), (WEIGHTS, off, n))
+            loc, off, n = e.get("location", WEIGHTS), int(e.get("offset", 0)), int(e["length"])
+            if loc == WEIGHTS:
+                data = blob
+            else:
+                beside = graph.parent / loc
+                if beside not in other:
+                    other[beside] = beside.read_bytes()
+                data = other[beside]
+            seen.setdefault(hashlib.sha256(data[off : off + n]).digest(), (loc, off, n))
     return seen
+
+
+def listed_elsewhere(out: Path, manifest: dict, key: str, sets) -> list[dict]:
+    """The entries of graphs.json `key` (an optional list: kv_rows, shared_k) of graph sets
+    not in `sets`, kept as they are; the files of those in `sets` are deleted, since they are
+    about to be written again or went with their set."""
+    for g in manifest.get(key, []):
+        if g["dtype"] in sets:
+            (Path(out) / g["file"]).unlink(missing_ok=True)
+    return [g for g in manifest.get(key, []) if g["dtype"] not in sets]
 
 
 def share_weights(out_dir) -> dict:

@@ -40,7 +40,7 @@ import onnx
 from models import checkpoint
 from models.export import export_graph
 from models.quantise import QUANTISED, quantise_as
-from models.share import WEIGHTS, externalise
+from models.share import WEIGHTS, external_tensors, externalise, listed_elsewhere
 from rtinfer.model.manifest import read_manifest, write_manifest
 
 KEY = "shared_k"
@@ -71,23 +71,6 @@ def check_shared(shared_path, static_path, k: int, seed: int = 0) -> tuple[float
     return diff / scale, bool((a[0].argmax(-1) == b[0].argmax(-1)).all())
 
 
-def _stored(folder: Path, files) -> dict[bytes, tuple[str, int, int]]:
-    """externalise's `seen` for the tensors the graph `files` (in `folder`) already read from
-    external data, wherever it lies (weights.bin, or the checkpoint a shipped model's graphs
-    point into): sha256 -> (location, offset, length)."""
-    seen, data = {}, {}
-    for f in files:
-        for t in onnx.load(str(folder / f), load_external_data=False).graph.initializer:
-            if t.data_location != onnx.TensorProto.EXTERNAL:
-                continue
-            e = {x.key: x.value for x in t.external_data}
-            loc, off, n = e["location"], int(e.get("offset", 0)), int(e["length"])
-            if loc not in data:
-                data[loc] = (folder / loc).read_bytes()
-            seen.setdefault(hashlib.sha256(data[loc][off : off + n]).digest(), (loc, off, n))
-    return seen
-
-
 def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
     """Write one shared-k graph per depth with more than one k, for every set in `dtypes`
     (default: fp32 and every quantised set the directory has), and list them in graphs.json
@@ -102,10 +85,7 @@ def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
     policy = policy or checkpoint.load(out / "policy").model
     have = {g["dtype"] for g in manifest["graphs"]}
     sets = dtypes or [d for d in ("float32", *QUANTISED) if d in have]
-    others = [g for g in manifest.get(KEY, []) if g["dtype"] not in sets]  # kept as they are
-    for old in manifest.get(KEY, []):
-        if old["dtype"] in sets:
-            (out / old["file"]).unlink(missing_ok=True)
+    others = listed_elsewhere(out, manifest, KEY, sets)
     entries, report, fp32 = [], {}, {}
     for dtype in sorted(sets, key=lambda d: d != "float32"):  # fp32 first: the others' source
         static: dict[int, dict[int, Path]] = {}
@@ -115,12 +95,13 @@ def export_shared_k(model_dir, dtypes=None, *, policy=None) -> dict:
         if not static:
             raise ValueError(f"{out}: no {dtype} graphs in graphs.json")
         folder = next(iter(next(iter(static.values())).values())).parent
-        seen = _stored(folder, [p.name for ks in static.values() for p in ks.values()])
         blob = (
             bytearray((folder / WEIGHTS).read_bytes())
             if (folder / WEIGHTS).exists()
             else bytearray()
         )
+        names = [p.name for ks in static.values() for p in ks.values()]
+        seen = external_tensors(folder, names, bytes(blob))
         grown = len(blob)
         for depth, by_k in sorted(static.items()):
             if len(by_k) < 2:  # one k: nothing to share

@@ -84,7 +84,7 @@ def test_agreement_with_fp32_is_measured_and_speculation_is_exact(w8_dir):
 def test_kv_rows_twins_and_shared_graphs_are_made_from_it(w8_dir, tmp_path):
     d = tmp_path / "m"
     shutil.copytree(w8_dir[0], d)
-    int4_twins = [g for g in json.loads((d / "graphs.json").read_text())["kv_rows"]]
+    int4_twins = json.loads((d / "graphs.json").read_text())["kv_rows"]
     report = export_kv_rows(d, ("w8a8",))  # raises unless each twin equals its graph exactly
     assert report and set(report.values()) == {0.0}
     twins = json.loads((d / "graphs.json").read_text())["kv_rows"]

@@ -69,16 +69,18 @@ class ExpertPolicy:
         self.tokens = act is None  # the robot follows this model's token chunks
         if act is None:
             assert tok is not None
-            self.expert = ScriptedExpert(cell, tok)
+            plans = tok
             self.spec_hash, self.period_ns, self.start_ns = tok.hash, tok.period_ns, tok.period_ns
             horizon, self.action_dim = tok.horizon, tok.dim
         else:
-            self.expert = ScriptedExpert(cell, tokenizer_config(cell, horizon=act.horizon))
+            plans = tokenizer_config(cell, horizon=act.horizon)
             self.spec_hash, self.period_ns, self.start_ns = act.hash, act.period_ns, act.start_ns
             horizon, self.action_dim = act.horizon, act.dim
+        self.expert = (
+            JoiningExpert(cell, plans, predict=True) if joins else ScriptedExpert(cell, plans)
+        )
         self.levels = [BudgetLevel(0, 0, horizon)]
         if joins:
-            self.expert = JoiningExpert(self.expert.cell, self.expert.tok.cfg, predict=True)
             self.max_committed = min(JOIN_MAX, horizon - 1)
 
     def encode(self, body: dict) -> dict:
@@ -87,8 +89,8 @@ class ExpertPolicy:
     def run(self, jobs: list, emit) -> list:
         out = []
         for cycle, obs in jobs:
-            c = cycle.committed if self.max_committed else None
             if self.max_committed:  # the chunk starts with the prefix, exactly
+                c = cycle.committed
                 self.expert.prefix = None if c is None else np.asarray(c.values, float)
                 if c is not None:
                     c.used = True

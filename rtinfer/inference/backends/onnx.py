@@ -99,15 +99,15 @@ class OnnxBackend(Backend):
         md = self.model
         rows = self._rows_files(dtype, kv_rows)
         shared = {} if rows else self._shared_files(dtype, shared_k)
+        free = set()
         for depth in {d for d, _ in shared}:  # one session: every width up to its largest k
             ks = self._ks[depth]
             if all((depth, k) in shared for k in ks):
                 path = shared[(depth, ks[0])]
                 self._ks[depth] = list(range(1, ks[-1] + 1))
                 shared.update({(depth, k): path for k in self._ks[depth]})
-        self.free_widths = frozenset(
-            d for d in self.depths if all((d, k) in shared for k in self._ks[d])
-        )
+                free.add(depth)
+        self.free_widths = frozenset(free)
         kv_dtype = _NP[md.kv_dtype(dtype)]
         self._kv_np = [
             np.zeros(md.kv_shape, kv_dtype) for _ in range(1 if inplace_kv or rows else 2)
